@@ -1,0 +1,60 @@
+"""`python -m runner`: serve MCP on stdio until stdin closes or SIGTERM/SIGINT arrives, then exit 0."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import sys
+
+import anyio
+
+from runner.config import Config
+from runner.errors import ConfigError
+from runner.logs import configure_logging, get_logger, log_event
+
+
+async def serve(config: Config) -> None:
+    """Serve one stdio session; every run and pooled interpreter is gone when this returns."""
+    # Imported here so a configuration error is reported before the SDK's ~0.7 s import.
+    from mcp.server.stdio import stdio_server
+
+    from runner.pool import Pool
+    from runner.protocol import build_server
+
+    logger = get_logger()
+    async with Pool.open(config, logger) as pool, anyio.create_task_group() as tg:
+        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+        server = build_server(config, pool, logger)
+        async with stdio_server() as (read_stream, write_stream):
+            log_event(logger, logging.INFO, "serving on stdio")
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        log_event(logger, logging.INFO, "stdin closed; shutting down")
+        tg.cancel_scope.cancel()
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log_event(get_logger(), logging.INFO, "signal received; shutting down", signal=signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
+def main() -> int:
+    """Entry point: configure from the environment, serve, and return the exit status."""
+    try:
+        config = Config.from_env()
+    except ConfigError as exc:
+        sys.stderr.write(f"python-runner-mcp: invalid configuration: {exc}\n")
+        return 2
+    configure_logging(config.log_level, config.log_format)
+    # A second Ctrl-C during shutdown: everything is already being torn down.
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(serve, config)
+    log_event(get_logger(), logging.INFO, "server stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

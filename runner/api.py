@@ -1,0 +1,39 @@
+"""A one-call Python API for scripts and tests: run code without an MCP client."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+
+from runner.config import Config
+from runner.errors import ArgumentError
+from runner.outcome import RunRequest, RunResult, Status
+from runner.pool import Pool
+from runner.schemas import ArgumentParser
+
+
+async def run_code(
+    code: str,
+    timeout: float | None = None,  # noqa: ASYNC109  (the run's limit, handed to the pool, not a wait)
+    request_id: str | None = None,
+    stdin: str = "",
+    config: Config | None = None,
+) -> RunResult:
+    """Run `code` once under the server's limits and return the result (see `RunResult.to_text()`).
+
+    The configuration comes from the RUNNER_* environment unless given. Example::
+
+        result = await run_code("print(1+1)", timeout=5)
+        print(result.to_text())
+    """
+    config = dataclasses.replace(config or Config.from_env(), pool_size=0)
+    request_id = request_id or secrets.token_hex(4)
+    arguments: dict[str, object] = {"code": code, "stdin": stdin}
+    if timeout is not None:
+        arguments["timeout"] = timeout
+    try:
+        args = ArgumentParser(config).parse(arguments)
+    except ArgumentError as exc:
+        return RunResult(request_id, Status.INVALID_ARGUMENTS, str(exc))
+    async with Pool.open(config) as pool:
+        return await pool.run(RunRequest(request_id, args.code, args.timeout, args.stdin))

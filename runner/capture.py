@@ -1,0 +1,114 @@
+"""Capped capture of a run's output, and its safe decoding: pure functions over bytes, no I/O.
+
+A stream keeps its first and last bytes (so a final traceback survives a flood) and counts the
+rest. Memory per stream is bounded by twice `keep_bytes` whatever the run writes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Control characters that would corrupt a terminal or a JSON consumer; tab, newline and CR stay.
+_UNSAFE_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CHAR_START = re.compile(rb"[^\x80-\xbf]")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamText:
+    """What a stream shows: its text, how many bytes the run wrote, and how many were left out."""
+
+    text: str
+    total_bytes: int
+    dropped_bytes: int
+
+    @property
+    def truncated(self) -> bool:
+        """True when some of what the run wrote is not in `text`."""
+        return self.dropped_bytes > 0
+
+
+class OutputCap:
+    """Accumulates one stream, keeping at most `keep_bytes` of head and of tail."""
+
+    def __init__(self, keep_bytes: int) -> None:
+        self._keep = keep_bytes
+        self._head = bytearray()
+        self._tail = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        """Add the next chunk the run wrote."""
+        self.total += len(chunk)
+        room = self._keep - len(self._head)
+        if room > 0:
+            self._head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self._tail += chunk[-self._keep :]
+            if len(self._tail) > 2 * self._keep:
+                # Trim in batches so a flood of small chunks costs amortised O(1) per byte.
+                del self._tail[: len(self._tail) - self._keep]
+
+    def parts(self) -> tuple[bytes, bytes]:
+        """The kept head and tail (the tail is empty when nothing was dropped between them)."""
+        return bytes(self._head), bytes(self._tail[-self._keep :])
+
+
+def decode_safely(data: bytes) -> str:
+    """Decode UTF-8 for display: invalid bytes and control characters become visible escapes."""
+    text = data.decode("utf-8", "backslashreplace")
+    return _UNSAFE_CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _prefix_of_chars(data: bytes, chars: int) -> bytes:
+    """The longest prefix holding at most `chars` characters, cut on a character boundary."""
+    if chars <= 0:
+        return b""
+    for count, match in enumerate(_CHAR_START.finditer(data)):
+        if count == chars:
+            return data[: match.start()]
+    return data
+
+
+def _suffix_of_chars(data: bytes, chars: int) -> bytes:
+    """The longest suffix holding at most `chars` characters, starting on a character boundary."""
+    if chars <= 0:
+        return b""
+    starts = [m.start() for m in _CHAR_START.finditer(data)]
+    if len(starts) <= chars:
+        # Skip continuation bytes orphaned by where the tail buffer happened to start.
+        return data[starts[0] :] if starts else b""
+    return data[starts[-chars] :]
+
+
+DROP_MARKER = "\n... [{dropped:,} bytes dropped] ...\n"
+
+
+def render_stream(cap: OutputCap, max_chars: int, marker: str = DROP_MARKER) -> StreamText:
+    """Turn a capture into at most `max_chars` characters of text (plus a drop marker), keeping head and tail.
+
+    A character here is a UTF-8 sequence start; an invalid byte counts as one character.
+    """
+    head, tail = cap.parts()
+    whole = head + tail if len(head) + len(tail) == cap.total else None
+    if whole is not None and _count_chars(whole) <= max_chars:
+        return StreamText(decode_safely(whole), cap.total, 0)
+    source_head = head if whole is None else whole
+    source_tail = tail if whole is None else whole
+    head_part = _prefix_of_chars(source_head, max_chars - max_chars // 2)
+    tail_part = _suffix_of_chars(source_tail, max_chars // 2)
+    if whole is not None and len(head_part) + len(tail_part) > len(whole):
+        tail_part = whole[len(head_part) :]
+    dropped = cap.total - len(head_part) - len(tail_part)
+    text = decode_safely(head_part) + marker.format(dropped=dropped) + decode_safely(tail_part)
+    return StreamText(text, cap.total, dropped)
+
+
+def _count_chars(data: bytes) -> int:
+    return len(_CHAR_START.findall(data))
+
+
+def keep_bytes_for(max_chars: int) -> int:
+    """Bytes to keep per end so that `max_chars` characters of up to 4 bytes each always fit."""
+    return 4 * (max_chars - max_chars // 2) + 4

@@ -1,0 +1,65 @@
+"""The rlimits one run gets, derived from the configuration."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from runner.config import Config
+
+# Threads the server itself may hold beyond what was counted at start (anyio workers, stdio readers).
+SERVER_THREAD_HEADROOM = 48
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The values the bootstrap hands to setrlimit, in the units setrlimit takes."""
+
+    cpu_seconds: int
+    address_space_bytes: int
+    nproc: int
+    file_size_bytes: int
+
+    def argv(self) -> list[str]:
+        """The bootstrap's positional arguments after the working directory."""
+        return [str(self.cpu_seconds), str(self.address_space_bytes), str(self.nproc), str(self.file_size_bytes)]
+
+
+def limits_for(config: Config, tasks_of_uid_at_start: int) -> Limits:
+    """The limits of every run.
+
+    RLIMIT_NPROC counts every process and thread of the real uid, not of the run: the server, the
+    pool and every concurrent run share it. It is sized so that each concurrent run can have
+    RUNNER_MAX_PROCESSES of its own on top of what the uid already held at start-up.
+    """
+    nproc = (
+        tasks_of_uid_at_start + SERVER_THREAD_HEADROOM + config.pool_size + config.max_concurrent * config.max_processes
+    )
+    return Limits(
+        cpu_seconds=config.max_cpu_seconds,
+        address_space_bytes=config.memory_bytes,
+        nproc=nproc,
+        file_size_bytes=config.file_size_bytes,
+    )
+
+
+def count_tasks_of_uid(uid: int | None = None, proc: str = "/proc") -> int:
+    """Processes and threads whose real uid is `uid` (Linux); 0 where /proc cannot tell."""
+    uid = os.getuid() if uid is None else uid
+    total = 0
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{entry}/status", encoding="ascii", errors="replace") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except OSError:
+            continue  # the process ended while we looked
+        real_uid = fields.get("Uid", "").split()
+        if real_uid and real_uid[0] == str(uid):
+            total += int(fields.get("Threads", "1").strip() or 1)
+    return total

@@ -1,0 +1,72 @@
+"""Logging to stderr only (stdout is the MCP wire), one line per event, each with a request_id."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any, TextIO
+
+from runner.config import LogFormat, LogLevel
+
+LOGGER_NAME = "runner"
+NO_REQUEST = "-"
+
+
+def get_logger() -> logging.Logger:
+    """The project's logger; handlers are set once by `configure_logging`."""
+    return logging.getLogger(LOGGER_NAME)
+
+
+def log_event(logger: logging.Logger, level: int, event: str, request_id: str = NO_REQUEST, **fields: Any) -> None:
+    """Log one event with its request_id and key=value fields."""
+    if logger.isEnabledFor(level):
+        logger.log(level, event, extra={"request_id": request_id, "fields": fields})
+
+
+class _TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        fields: dict[str, Any] = getattr(record, "fields", {})
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+        request_id = getattr(record, "request_id", NO_REQUEST)
+        line = f"{stamp} {record.levelname:<7} request_id={request_id} {record.getMessage()}"
+        if fields:
+            line += " " + " ".join(f"{key}={_text_value(value)}" for key, value in fields.items())
+        if record.exc_info:
+            # Keep one event per line: the traceback is folded into the same line.
+            line += " traceback=" + json.dumps(self.formatException(record.exc_info))
+        return line
+
+
+def _text_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}".rstrip("0").rstrip(".") if value else "0"
+    text = str(value)
+    return json.dumps(text) if (not text or any(c in text for c in ' ="\n')) else text
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        payload: dict[str, Any] = {
+            "ts": record.created,
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "request_id": getattr(record, "request_id", NO_REQUEST),
+            "event": record.getMessage(),
+        }
+        payload.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            payload["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(payload, default=str)
+
+
+def configure_logging(level: LogLevel, fmt: LogFormat, stream: TextIO | None = None) -> None:
+    """Send every logger (ours and the SDK's) to stderr in the chosen format."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else _TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    # The SDK's own loggers stay at warning: their debug chatter carries message bodies (user code).
+    root.setLevel(logging.WARNING)
+    get_logger().setLevel(level.upper())

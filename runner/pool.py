@@ -1,0 +1,391 @@
+"""The pool: pre-spawned interpreters, the concurrency gate, and driving one run to its end.
+
+It knows nothing of MCP. A `RunRequest` goes in, a `RunResult` comes out; infrastructure faults
+raise. Every path out of a run (result, error, cancellation) kills the run's process group, reaps
+it, closes its fds and deletes its working directory, in a shielded scope.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+
+from runner.bootstrap import READY_PREFIX
+from runner.capture import OutputCap, keep_bytes_for, render_stream
+from runner.config import Config
+from runner.errors import SpawnError
+from runner.limits import Limits, count_tasks_of_uid, limits_for
+from runner.logs import get_logger, log_event
+from runner.outcome import ProcessEnd, RunLimits, RunRequest, RunResult, Status, classify
+from runner.spawn import Child, remove_tree, spawn_child
+
+CHUNK = 64 * 1024
+# How long output may still drain after the run's group is dead: only a process that left the
+# group (setsid) can hold a pipe that long, and it does not get to keep the call waiting.
+EXIT_GRACE = 0.25
+STARTUP_TIMEOUT = 15.0
+REAP_TIMEOUT = 5.0
+POLL_INTERVAL = 0.005
+PEAK_SAMPLE_INTERVAL = 0.01
+
+
+@dataclass
+class _Drive:
+    """Mutable state of one run while it is being driven."""
+
+    budget: int
+    child: Child
+    written: int = 0
+    output_exceeded: bool = False
+    pumps_left: int = 2
+    pumps_done: anyio.Event = field(default_factory=anyio.Event)
+    sampled_peak: int | None = None
+
+    def count(self, n: int) -> None:
+        self.written += n
+        if self.written > self.budget and not self.output_exceeded:
+            self.output_exceeded = True
+            self.child.kill_group()
+
+    def pump_finished(self) -> None:
+        self.pumps_left -= 1
+        if self.pumps_left == 0:
+            self.pumps_done.set()
+
+
+class Pool:
+    """Runs code in one-shot interpreters, at most `max_concurrent` at a time, FIFO beyond that."""
+
+    def __init__(self, config: Config, base_dir: str, limits: Limits, logger: logging.Logger) -> None:
+        self._config = config
+        self._base_dir = base_dir
+        self._limits = limits
+        self._log = logger
+        self._slots = anyio.Semaphore(config.max_concurrent)
+        self._waiting = 0
+        self._ready: deque[Child] = deque()
+        self._live: set[Child] = set()
+        self._wanted = anyio.Event()
+        self._refused_reported: set[str] = set()
+        self._keep_bytes = keep_bytes_for(config.max_output_chars)
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, config: Config, logger: logging.Logger | None = None) -> AsyncIterator[Pool]:
+        """Start a pool (its interpreters fill in the background); on exit, kill and remove everything."""
+        logger = logger or get_logger()
+        base_dir = tempfile.mkdtemp(prefix="python-runner-", dir=config.work_dir)
+        limits = limits_for(config, count_tasks_of_uid())
+        pool = cls(config, base_dir, limits, logger)
+        log_event(
+            logger,
+            logging.INFO,
+            "pool starting",
+            python=config.python,
+            pool_size=config.pool_size,
+            max_concurrent=config.max_concurrent,
+            rlimit_nproc=limits.nproc,
+            work_dir=base_dir,
+        )
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            log_event(
+                logger,
+                logging.WARNING,
+                "running as root: RLIMIT_NPROC is not enforced, a fork loop is stopped only by the timeout",
+            )
+        try:
+            async with anyio.create_task_group() as tg:
+                if config.pool_size:
+                    tg.start_soon(pool._refill_forever)
+                try:
+                    yield pool
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await pool._shutdown()
+                await anyio.to_thread.run_sync(remove_tree, base_dir)
+
+    @property
+    def limits(self) -> Limits:
+        """The rlimits every run gets."""
+        return self._limits
+
+    def run_limits(self, timeout: float) -> RunLimits:
+        """The limits a run with this timeout is held to."""
+        c = self._config
+        return RunLimits(timeout, c.max_cpu_seconds, c.max_memory_mb, c.max_file_size_mb, c.max_output_bytes)
+
+    async def run(self, request: RunRequest) -> RunResult:
+        """Run one request to its end and return the outcome; raises only for cancellation."""
+        config = self._config
+        if config.max_queue and self._slots.value == 0 and self._waiting >= config.max_queue:
+            message = (
+                f"server busy: {config.max_concurrent} runs in progress and {self._waiting} waiting "
+                f"(RUNNER_MAX_QUEUE={config.max_queue}); retry later"
+            )
+            log_event(self._log, logging.WARNING, "call rejected", request.request_id, reason="busy")
+            return RunResult(request.request_id, Status.BUSY, message)
+        queued = anyio.current_time()
+        self._waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self._waiting -= 1
+        try:
+            return await self._run_in_slot(request, anyio.current_time() - queued)
+        finally:
+            self._slots.release()
+
+    async def _run_in_slot(self, request: RunRequest, queue_wait: float) -> RunResult:
+        child = await self._take_child()
+        log_event(self._log, logging.INFO, "run started", request.request_id, pid=child.pid, queue_wait=queue_wait)
+        self._live.add(child)
+        try:
+            result = await self._drive(child, request, queue_wait)
+        except anyio.get_cancelled_exc_class():
+            log_event(self._log, logging.INFO, "run finished", request.request_id, status=Status.CANCELLED.value)
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._destroy(child)
+                self._live.discard(child)
+        log_event(
+            self._log,
+            logging.INFO,
+            "run finished",
+            request.request_id,
+            status=result.status.value,
+            exit_code=result.exit_code,
+            duration=result.duration,
+            cpu=result.cpu_seconds,
+            peak_memory=result.peak_memory_bytes,
+            stdout_bytes=result.stdout.total_bytes,
+            stderr_bytes=result.stderr.total_bytes,
+        )
+        return result
+
+    async def _drive(self, child: Child, request: RunRequest, queue_wait: float) -> RunResult:
+        out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
+        state = _Drive(budget=self._config.max_output_bytes, child=child)
+        timed_out = False
+        async with anyio.create_task_group() as tg:
+            await _write_all(child.code, request.code.encode("utf-8"))
+            child.close_fd(child.code)
+            started = anyio.current_time()
+            tg.start_soon(self._feed_stdin, child, request.stdin.encode("utf-8"))
+            tg.start_soon(_pump, child.stdout, out, state)
+            tg.start_soon(_pump, child.stderr, err, state)
+            tg.start_soon(_sample_peak, child, state)
+            with anyio.move_on_after(request.timeout) as deadline:
+                await _wait_exit(child)
+            if deadline.cancelled_caught:
+                timed_out = True
+                child.kill_group()
+                await _wait_exit(child)
+            duration = anyio.current_time() - started
+            # Whatever the run left in its group dies with it, before the leader is reaped.
+            child.kill_group()
+            returncode, cpu, reaped_peak = _reap(child)
+            with anyio.move_on_after(EXIT_GRACE):
+                await state.pumps_done.wait()
+            tg.cancel_scope.cancel()
+        peak = reaped_peak if reaped_peak > child.inherited_peak else state.sampled_peak
+        end = ProcessEnd(returncode, cpu, peak or 0, timed_out=timed_out, output_exceeded=state.output_exceeded)
+        status, message = classify(end, err.parts()[1] or err.parts()[0], self.run_limits(request.timeout))
+        max_chars = self._config.max_output_chars
+        return RunResult(
+            request_id=request.request_id,
+            status=status,
+            message=message,
+            exit_code=returncode,
+            stdout=render_stream(out, max_chars),
+            stderr=render_stream(err, max_chars),
+            duration=duration,
+            cpu_seconds=cpu,
+            peak_memory_bytes=peak,
+            queue_wait=queue_wait,
+        )
+
+    @staticmethod
+    async def _feed_stdin(child: Child, data: bytes) -> None:
+        try:
+            await _write_all(child.stdin, data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the run closed its stdin or ended: what it did not read is not our problem
+        finally:
+            child.close_fd(child.stdin)
+
+    async def _take_child(self) -> Child:
+        while self._ready:
+            child = self._ready.popleft()
+            self._wanted.set()
+            if _still_running(child):
+                return child
+            await self._destroy(child)
+        return await self._spawn_ready()
+
+    async def _spawn_ready(self) -> Child:
+        """Spawn an interpreter and wait until its bootstrap has applied the limits."""
+        child = spawn_child(self._config.python, self._base_dir, self._limits)
+        try:
+            with anyio.fail_after(STARTUP_TIMEOUT):
+                line = await _read_line(child.stdout)
+            if not line.startswith(READY_PREFIX):
+                raise SpawnError(f"interpreter {self._config.python} did not start: {_pending(child.stderr)!r}")
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await self._destroy(child)
+            if isinstance(exc, TimeoutError):
+                raise SpawnError(f"interpreter {self._config.python} not ready after {STARTUP_TIMEOUT:g}s") from exc
+            raise
+        refused = line[len(READY_PREFIX) :].decode().split()
+        child.refused_limits = tuple(",".join(refused).split(",")) if refused else ()
+        for name in set(child.refused_limits) - self._refused_reported:
+            self._refused_reported.add(name)
+            log_event(self._log, logging.WARNING, "limit not enforced on this platform", limit=name)
+        return child
+
+    async def _refill_forever(self) -> None:
+        failures = 0
+        while True:
+            while len(self._ready) < self._config.pool_size:
+                try:
+                    child = await self._spawn_ready()
+                except SpawnError as exc:
+                    failures += 1
+                    log_event(self._log, logging.ERROR, "pool refill failed", error=str(exc), failures=failures)
+                    await anyio.sleep(min(30.0, 0.1 * 2**failures))
+                    continue
+                failures = 0
+                self._ready.append(child)
+            self._wanted = anyio.Event()
+            await self._wanted.wait()
+
+    async def _destroy(self, child: Child) -> None:
+        """Kill, reap, close and delete; safe to call more than once."""
+        if not child.reaped:
+            child.kill_group()
+            with anyio.move_on_after(REAP_TIMEOUT):
+                await _wait_exit(child)
+            if _still_running(child):
+                log_event(self._log, logging.ERROR, "process did not die after SIGKILL", pid=child.pid)
+            else:
+                _reap(child)
+        child.close_all()
+        await anyio.to_thread.run_sync(remove_tree, child.workdir)
+
+    async def _shutdown(self) -> None:
+        for child in self._live:
+            child.kill_group()  # their own runs reap them; this makes sure they die now
+        while self._ready:
+            await self._destroy(self._ready.popleft())
+
+
+async def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            await anyio.wait_writable(fd)
+            continue
+        view = view[written:]
+
+
+async def _pump(fd: int, cap: OutputCap, state: _Drive) -> None:
+    """Read a stream in chunks into its cap until EOF or until the run blew the output budget."""
+    try:
+        while not state.output_exceeded:
+            await anyio.wait_readable(fd)
+            try:
+                chunk = os.read(fd, CHUNK)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return
+            cap.feed(chunk)
+            state.count(len(chunk))
+    finally:
+        state.pump_finished()
+
+
+async def _read_line(fd: int) -> bytes:
+    """Read up to and including the first newline, byte-exact (nothing after it is consumed)."""
+    line = bytearray()
+    while not line.endswith(b"\n"):
+        await anyio.wait_readable(fd)
+        try:
+            byte = os.read(fd, 1)
+        except BlockingIOError:
+            continue
+        if not byte:
+            break
+        line += byte
+    return bytes(line)
+
+
+def _pending(fd: int) -> bytes:
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return b""
+
+
+def _still_running(child: Child) -> bool:
+    if child.reaped:
+        return False
+    try:
+        return os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:
+        return False
+
+
+async def _wait_exit(child: Child) -> None:
+    """Return once the child has exited (it stays a zombie: its pid, and so its group id, stay ours)."""
+    if child.pidfd is not None:
+        await anyio.wait_readable(child.pidfd)
+        return
+    # No pidfd (macOS, Linux < 5.3): there is nothing to wait on but time.
+    while _still_running(child):  # noqa: ASYNC110
+        await anyio.sleep(POLL_INTERVAL)
+
+
+async def _sample_peak(child: Child, state: _Drive) -> None:
+    """Follow the run's resident high-water mark while it lives (Linux).
+
+    wait4's ru_maxrss cannot be trusted on its own: posix_spawn starts the child in the server's
+    address space (vfork), and the kernel carries that address space's high-water mark across exec,
+    so every run would report at least the server's own size. VmHWM belongs to the run's own
+    address space. A run whose peak tops the server's size is measured exactly by wait4 instead.
+    """
+    path = f"/proc/{child.pid}/status"
+    while True:
+        try:
+            with open(path, "rb") as status:  # noqa: ASYNC230  (procfs reads never block)
+                for line in status:
+                    if line.startswith(b"VmHWM:"):
+                        peak = int(line.split()[1]) * 1024
+                        state.sampled_peak = max(peak, state.sampled_peak or 0)
+                        break
+        except (OSError, ValueError, IndexError):
+            return
+        await anyio.sleep(PEAK_SAMPLE_INTERVAL)
+
+
+def _reap(child: Child) -> tuple[int, float, int]:
+    """Collect the exited child's status and resource usage: (returncode, cpu seconds, peak RSS bytes)."""
+    _, status, usage = os.wait4(child.pid, 0)
+    child.reaped = True
+    # Linux reports ru_maxrss in KiB, macOS in bytes.
+    peak = usage.ru_maxrss if sys.platform == "darwin" else usage.ru_maxrss * 1024
+    return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, peak

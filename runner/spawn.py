@@ -1,0 +1,151 @@
+"""Starting one run interpreter with os.posix_spawn, and the handle the pool keeps for it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.errors import SpawnError
+from runner.limits import Limits
+
+BOOTSTRAP = str(Path(__file__).with_name("bootstrap.py"))
+# Every signal a process may set a disposition for: posix_spawn otherwise passes on the server's
+# blocked mask and ignored signals (SIGPIPE is ignored in every Python process).
+_RESETTABLE_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+_SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(eq=False)
+class Child:
+    """One interpreter: its pid (also its session and process group id) and the server's pipe ends."""
+
+    pid: int
+    workdir: str
+    stdin: int
+    stdout: int
+    stderr: int
+    code: int
+    pidfd: int | None = None
+    reaped: bool = False
+    refused_limits: tuple[str, ...] = ()
+    inherited_peak: int = 0
+    _open: set[int] = field(default_factory=set)
+
+    def close_fd(self, fd: int) -> None:
+        """Close one of our pipe ends once; later calls are no-ops."""
+        if fd in self._open:
+            self._open.discard(fd)
+            os.close(fd)
+
+    def close_all(self) -> None:
+        """Close every fd the server holds for this child."""
+        for fd in list(self._open):
+            self.close_fd(fd)
+
+    def kill_group(self) -> None:
+        """SIGKILL the child's whole process group; a group that is already gone is fine.
+
+        Only called before the leader is reaped, so its pid cannot have been reused.
+        """
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+
+def minimal_environment(workdir: str) -> dict[str, str]:
+    """The whole environment of a run: nothing of the server's leaks through."""
+    return {
+        "PATH": _SAFE_PATH,
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def spawn_child(python: str, base_dir: str, limits: Limits) -> Child:
+    """Create a fresh working directory and pipes, and start the bootstrap in a new session.
+
+    Raises `SpawnError` when the interpreter cannot be started; nothing is left behind then.
+    """
+    workdir = tempfile.mkdtemp(prefix="run-", dir=base_dir)
+    parent_fds: list[int] = []
+    child_fds: list[int] = []
+    try:
+        # os.pipe() fds are close-on-exec; dup2 onto 0-3 gives the child exactly these four.
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        stderr_r, stderr_w = os.pipe()
+        code_r, code_w = os.pipe()
+        parent_fds += [stdin_w, stdout_r, stderr_r, code_w]
+        child_fds += [stdin_r, stdout_w, stderr_w, code_r]
+        actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(child_fds)]
+        argv = [python, "-I", "-S", "-X", "utf8", BOOTSTRAP, workdir, *limits.argv()]
+        pid = os.posix_spawn(
+            python,
+            argv,
+            minimal_environment(workdir),
+            file_actions=actions,
+            setsid=True,
+            setsigmask=(),
+            setsigdef=_RESETTABLE_SIGNALS,
+        )
+    except OSError as exc:
+        for fd in parent_fds + child_fds:
+            os.close(fd)
+        remove_tree(workdir)
+        raise SpawnError(f"cannot start {python}: {exc}") from exc
+    for fd in child_fds:
+        os.close(fd)
+    for fd in parent_fds:
+        os.set_blocking(fd, False)
+    child = Child(
+        pid=pid,
+        workdir=workdir,
+        stdin=stdin_w,
+        stdout=stdout_r,
+        stderr=stderr_r,
+        code=code_w,
+        inherited_peak=_own_peak_rss(),
+    )
+    child._open.update(parent_fds)
+    try:
+        child.pidfd = os.pidfd_open(pid)
+        child._open.add(child.pidfd)
+    except (AttributeError, OSError):
+        child.pidfd = None  # no pidfd (macOS, old kernels): the pool polls instead
+    return child
+
+
+def _own_peak_rss() -> int:
+    """The server's own peak RSS in bytes: what a posix_spawned child's ru_maxrss starts from."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def remove_tree(path: str) -> None:
+    """Delete a run's directory even if the run took away its own permissions."""
+
+    def make_writable_and_retry(function: object, target: str, _exc: object) -> None:
+        try:
+            parent = os.path.dirname(target)
+            os.chmod(parent, stat.S_IRWXU)
+            if os.path.isdir(target) and not os.path.islink(target):
+                os.chmod(target, stat.S_IRWXU)
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                os.unlink(target)
+        except OSError:
+            pass
+
+    if os.path.lexists(path):
+        os.chmod(path, stat.S_IRWXU) if not os.path.islink(path) else None
+        shutil.rmtree(path, onerror=make_writable_and_retry)
