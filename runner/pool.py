@@ -116,6 +116,21 @@ class Pool:
                 await anyio.to_thread.run_sync(remove_tree, base_dir)
 
     @property
+    def waiting(self) -> int:
+        """Calls queued for a free slot."""
+        return self._waiting
+
+    @property
+    def running(self) -> int:
+        """Runs in progress."""
+        return len(self._live)
+
+    @property
+    def ready(self) -> int:
+        """Pre-spawned interpreters waiting for code."""
+        return len(self._ready)
+
+    @property
     def limits(self) -> Limits:
         """The rlimits every run gets."""
         return self._limits
@@ -128,19 +143,23 @@ class Pool:
     async def run(self, request: RunRequest) -> RunResult:
         """Run one request to its end and return the outcome; raises only for cancellation."""
         config = self._config
-        if config.max_queue and self._slots.value == 0 and self._waiting >= config.max_queue:
-            message = (
-                f"server busy: {config.max_concurrent} runs in progress and {self._waiting} waiting "
-                f"(RUNNER_MAX_QUEUE={config.max_queue}); retry later"
-            )
-            log_event(self._log, logging.WARNING, "call rejected", request.request_id, reason="busy")
-            return RunResult(request.request_id, Status.BUSY, message)
         queued = anyio.current_time()
-        self._waiting += 1
         try:
-            await self._slots.acquire()
-        finally:
-            self._waiting -= 1
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            if config.max_queue and self._waiting >= config.max_queue:
+                message = (
+                    f"server busy: {config.max_concurrent} runs in progress and {self._waiting} waiting "
+                    f"(RUNNER_MAX_QUEUE={config.max_queue}); retry later"
+                )
+                log_event(self._log, logging.WARNING, "call rejected", request.request_id, reason="busy")
+                return RunResult(request.request_id, Status.BUSY, message)
+            self._waiting += 1
+            try:
+                # anyio hands a released slot straight to the longest waiter: FIFO.
+                await self._slots.acquire()
+            finally:
+                self._waiting -= 1
         try:
             return await self._run_in_slot(request, anyio.current_time() - queued)
         finally:

@@ -1,0 +1,55 @@
+"""Fixtures: a fast configuration, a real pool per test, and leak checks around every pool test."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.config import Config
+from runner.pool import Pool
+from tests.helpers import children_of
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def work_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "work"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def config(work_dir: Path) -> Config:
+    """Defaults with a private work dir and the real interpreter running these tests."""
+    return dataclasses.replace(
+        Config.from_env({}),
+        python=os.path.realpath(sys.executable),
+        work_dir=str(work_dir),
+        pool_size=1,
+        max_cpu_seconds=5,
+    )
+
+
+@pytest.fixture
+def no_leaks(work_dir: Path) -> Iterator[None]:
+    """After the test: no child process of ours remains (not even a zombie) and no directory is left."""
+    yield
+    assert children_of(os.getpid()) == []
+    assert list(work_dir.iterdir()) == []
+
+
+@pytest.fixture
+async def pool(config: Config, no_leaks: None) -> AsyncIterator[Pool]:
+    async with Pool.open(config) as pool:
+        yield pool

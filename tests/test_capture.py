@@ -1,0 +1,72 @@
+"""Capped capture and safe decoding, without processes."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runner.capture import OutputCap, decode_safely, keep_bytes_for, render_stream
+
+
+def capture(data: bytes, max_chars: int, chunk: int = 7) -> OutputCap:
+    cap = OutputCap(keep_bytes_for(max_chars))
+    for start in range(0, len(data), chunk):
+        cap.feed(data[start : start + chunk])
+    return cap
+
+
+def test_short_output_is_kept_whole() -> None:
+    shown = render_stream(capture(b"hello\nworld\n", 100), 100)
+    assert shown.text == "hello\nworld\n"
+    assert (shown.total_bytes, shown.dropped_bytes, shown.truncated) == (12, 0, False)
+
+
+def test_long_output_keeps_head_and_tail_and_counts_what_was_dropped() -> None:
+    data = b"".join(b"line %06d\n" % i for i in range(100_000))
+    shown = render_stream(capture(data, 1000, chunk=4096), 1000)
+    assert shown.truncated
+    assert shown.text.startswith("line 000000\n")
+    assert shown.text.endswith("line 099999\n")
+    assert f"[{shown.dropped_bytes:,} bytes dropped]" in shown.text
+    head, _, tail = shown.text.partition("\n... [")
+    tail = tail.split("] ...\n", 1)[1]
+    assert len(head) + len(tail) == 1000
+    assert shown.dropped_bytes == len(data) - len(head.encode()) - len(tail.encode())
+
+
+def test_a_final_traceback_survives_a_flood() -> None:
+    data = b"x" * 5_000_000 + b"\nTraceback (most recent call last):\nValueError: boom\n"
+    shown = render_stream(capture(data, 200, chunk=65536), 200)
+    assert shown.text.endswith("ValueError: boom\n")
+
+
+def test_memory_stays_bounded_whatever_is_written() -> None:
+    cap = OutputCap(1000)
+    for _ in range(10_000):
+        cap.feed(b"y" * 10_000)
+        head, tail = cap.parts()
+        assert len(cap._head) + len(cap._tail) <= 3 * 1000
+    assert cap.total == 100_000_000
+    assert len(head) == len(tail) == 1000
+
+
+def test_invalid_utf8_nul_and_escape_bytes_are_shown_as_escapes() -> None:
+    assert decode_safely(b"ok\xff\x00\x1b[31m\tend\r\n") == "ok\\xff\\x00\\x1b[31m\tend\r\n"
+
+
+def test_multibyte_characters_are_never_split_at_the_cut() -> None:
+    data = "ğüşiöç€😀".encode() * 10_000
+    shown = render_stream(capture(data, 101, chunk=13), 101)
+    head, _, rest = shown.text.partition("\n... [")
+    tail = rest.split("] ...\n", 1)[1]
+    assert "\\x" not in head + tail
+    assert len(head) + len(tail) == 101
+
+
+@given(st.binary(max_size=3000), st.integers(min_value=1, max_value=400), st.integers(min_value=1, max_value=500))
+def test_rendering_accounts_for_every_byte(data: bytes, max_chars: int, chunk: int) -> None:
+    shown = render_stream(capture(data, max_chars, chunk), max_chars)
+    assert shown.total_bytes == len(data)
+    assert 0 <= shown.dropped_bytes <= len(data)
+    if not shown.truncated:
+        assert shown.text == decode_safely(data)

@@ -1,0 +1,110 @@
+"""Configuration parsing: defaults, accepted values, and one clear error naming a bad variable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from runner.config import Config
+from runner.errors import ConfigError
+from tests.conftest import REPO
+
+
+def test_an_empty_environment_gives_the_documented_defaults() -> None:
+    config = Config.from_env({})
+    assert config.max_cpu_seconds == 10
+    assert config.max_memory_mb == 256
+    assert config.max_processes == 32
+    assert config.max_file_size_mb == 16
+    assert config.max_output_chars == 20_000
+    assert config.max_concurrent == 4
+    assert config.default_timeout == 10.0
+    assert config.max_timeout == 60.0
+    assert config.pool_size == 2
+    assert config.log_format == "text"
+    assert os.path.isabs(config.python)
+
+
+def test_every_variable_is_read() -> None:
+    config = Config.from_env(
+        {
+            "RUNNER_MAX_CPU_SECONDS": "3",
+            "RUNNER_MAX_MEMORY_MB": "128",
+            "RUNNER_MAX_PROCESSES": "8",
+            "RUNNER_MAX_FILE_SIZE_MB": "0",
+            "RUNNER_MAX_OUTPUT_CHARS": "500",
+            "RUNNER_MAX_CONCURRENT": "2",
+            "RUNNER_DEFAULT_TIMEOUT": "2.5",
+            "RUNNER_MAX_TIMEOUT": "30",
+            "RUNNER_MAX_CODE_BYTES": "1000",
+            "RUNNER_MAX_STDIN_BYTES": "0",
+            "RUNNER_MAX_OUTPUT_BYTES": "65536",
+            "RUNNER_MAX_QUEUE": "0",
+            "RUNNER_POOL_SIZE": "0",
+            "RUNNER_LOG_LEVEL": "DEBUG",
+            "RUNNER_LOG_FORMAT": "json",
+            "RUNNER_PYTHON": sys.executable,
+            "RUNNER_WORK_DIR": "/tmp",
+        }
+    )
+    assert (config.max_cpu_seconds, config.max_memory_mb, config.max_processes) == (3, 128, 8)
+    assert (config.max_file_size_mb, config.max_output_chars, config.max_concurrent) == (0, 500, 2)
+    assert (config.default_timeout, config.max_timeout) == (2.5, 30.0)
+    assert (config.max_code_bytes, config.max_stdin_bytes, config.max_output_bytes) == (1000, 0, 65536)
+    assert (config.max_queue, config.pool_size, config.log_level, config.log_format) == (0, 0, "debug", "json")
+    assert config.python == sys.executable
+    assert config.work_dir == "/tmp"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("RUNNER_MAX_CPU_SECONDS", "0", "from 1 to 86400"),
+        ("RUNNER_MAX_CPU_SECONDS", "ten", "an integer"),
+        ("RUNNER_MAX_MEMORY_MB", "-5", "from 32 to"),
+        ("RUNNER_MAX_PROCESSES", "1.5", "an integer"),
+        ("RUNNER_MAX_OUTPUT_CHARS", "99", "from 100 to"),
+        ("RUNNER_MAX_CONCURRENT", "0", "from 1 to 256"),
+        ("RUNNER_MAX_TIMEOUT", "nan", "a number of seconds"),
+        ("RUNNER_DEFAULT_TIMEOUT", "inf", "a number of seconds"),
+        ("RUNNER_DEFAULT_TIMEOUT", "0", "a number of seconds"),
+        ("RUNNER_LOG_FORMAT", "xml", "text|json"),
+        ("RUNNER_LOG_LEVEL", "loud", "debug|info|warning|error"),
+        ("RUNNER_PYTHON", "python3", "absolute path"),
+        ("RUNNER_PYTHON", "/nonexistent/python", "executable file"),
+        ("RUNNER_WORK_DIR", "/nonexistent", "writable directory"),
+    ],
+)
+def test_a_bad_value_is_rejected_with_a_message_naming_the_variable(variable: str, value: str, says: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env({variable: value})
+    assert caught.value.variable == variable
+    assert str(caught.value).startswith(f"{variable}: ")
+    assert says in str(caught.value)
+
+
+def test_the_default_timeout_may_not_exceed_the_maximum() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env({"RUNNER_MAX_TIMEOUT": "5", "RUNNER_DEFAULT_TIMEOUT": "6"})
+    assert caught.value.variable == "RUNNER_DEFAULT_TIMEOUT"
+    assert "from 0.1 to 5" in str(caught.value)
+
+
+def test_blank_values_mean_the_default() -> None:
+    assert Config.from_env({"RUNNER_MAX_CONCURRENT": "  "}).max_concurrent == 4
+
+
+def test_the_server_refuses_to_start_on_a_bad_value_with_one_line_and_exit_status_2() -> None:
+    env = {**os.environ, "RUNNER_MAX_MEMORY_MB": "lots"}
+    done = subprocess.run(
+        [sys.executable, "-m", "runner"], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1
+    assert "RUNNER_MAX_MEMORY_MB" in lines[0]
+    assert "an integer from 32 to 1048576" in lines[0]

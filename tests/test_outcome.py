@@ -1,0 +1,46 @@
+"""Classification of how a run ended, from observed facts only."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from runner.outcome import ProcessEnd, RunLimits, Status, classify
+
+LIMITS = RunLimits(timeout=5, cpu_seconds=2, memory_mb=64, file_size_mb=1, output_bytes=1000)
+
+
+def end(returncode: int, cpu: float = 0.1, **flags: bool) -> ProcessEnd:
+    return ProcessEnd(returncode, cpu, 10_000_000, **flags)
+
+
+@pytest.mark.parametrize(
+    ("facts", "stderr", "status", "says"),
+    [
+        (end(0), b"", Status.OK, ""),
+        (end(3), b"", Status.ERROR, "exited with status 3"),
+        (end(1), b"Traceback...\nValueError: x\n", Status.ERROR, "exited with status 1"),
+        (end(-signal.SIGKILL, timed_out=True), b"", Status.TIMEOUT, "wall-clock limit of 5s"),
+        (end(-signal.SIGXCPU, cpu=2.0), b"", Status.CPU_LIMIT, "CPU time limit of 2s exceeded (SIGXCPU)"),
+        (end(-signal.SIGKILL, cpu=3.0), b"", Status.CPU_LIMIT, "(SIGKILL)"),
+        (end(-signal.SIGKILL, cpu=0.5), b"", Status.SIGNAL, "killed by SIGKILL"),
+        (end(1), b"Traceback (most recent call last):\nMemoryError\n", Status.MEMORY_LIMIT, "64 MiB"),
+        (end(1), b"OSError: [Errno 12] Cannot allocate memory\n", Status.MEMORY_LIMIT, "64 MiB"),
+        (end(1), b"OSError: [Errno 27] File too large\n", Status.FILE_SIZE_LIMIT, "1 MiB"),
+        (end(-signal.SIGXFSZ), b"", Status.FILE_SIZE_LIMIT, "SIGXFSZ"),
+        (end(-signal.SIGSEGV), b"", Status.SIGNAL, "killed by SIGSEGV"),
+        (end(-signal.SIGKILL, output_exceeded=True), b"", Status.OUTPUT_LIMIT, "1,000 bytes"),
+        (end(-signal.SIGKILL, cancelled=True, timed_out=True), b"", Status.CANCELLED, "cancelled"),
+        (end(0), b"MemoryError\n", Status.OK, ""),
+    ],
+)
+def test_each_way_a_run_can_end_gets_its_status(facts: ProcessEnd, stderr: bytes, status: Status, says: str) -> None:
+    got, message = classify(facts, stderr, LIMITS)
+    assert got is status
+    assert says in message
+
+
+def test_what_the_server_did_to_the_run_outranks_what_the_run_printed() -> None:
+    facts = end(-signal.SIGKILL, cpu=10.0, timed_out=True, output_exceeded=True)
+    assert classify(facts, b"MemoryError\n", LIMITS)[0] is Status.OUTPUT_LIMIT

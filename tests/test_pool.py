@@ -1,0 +1,368 @@
+"""The pool with real interpreters: every limit, isolation, concurrency, cancellation, clean-up."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+import signal
+import textwrap
+from pathlib import Path
+
+import anyio
+import pytest
+
+from runner.config import Config
+from runner.outcome import RunRequest, RunResult, Status
+from runner.pool import Pool
+from tests.helpers import alive, checked, max_overlap, pids_in
+
+pytestmark = pytest.mark.anyio
+
+
+def request(code: str, timeout: float = 10.0, stdin: str = "", request_id: str = "0badc0de") -> RunRequest:
+    return RunRequest(request_id=request_id, code=textwrap.dedent(code), timeout=timeout, stdin=stdin)
+
+
+async def run(pool: Pool, code: str, timeout: float = 10.0, stdin: str = "") -> RunResult:
+    return checked(await pool.run(request(code, timeout, stdin)))
+
+
+def tuned(config: Config, **changes: object) -> Config:
+    return dataclasses.replace(config, **changes)
+
+
+async def test_a_trivial_run_prints_and_exits_zero(pool: Pool) -> None:
+    result = await run(pool, "print(sum(range(10)))")
+    assert (result.status, result.exit_code, result.stdout.text, result.stderr.text) == (Status.OK, 0, "45\n", "")
+    assert result.cpu_seconds is not None
+    assert result.cpu_seconds > 0
+    assert result.peak_memory_bytes is not None
+    assert 1_000_000 < result.peak_memory_bytes < 256 * 2**20
+
+
+async def test_an_exception_is_an_error_with_a_traceback_of_the_users_code_only(pool: Pool) -> None:
+    result = await run(pool, "x = 1\nprint('before')\n1/0\n")
+    assert (result.status, result.exit_code, result.stdout.text) == (Status.ERROR, 1, "before\n")
+    assert result.stderr.text == (
+        'Traceback (most recent call last):\n  File "<run_python>", line 3, in <module>\n'
+        "    1/0\n    ~^~\nZeroDivisionError: division by zero\n"
+    )
+
+
+async def test_a_syntax_error_is_reported_without_runner_frames(pool: Pool) -> None:
+    result = await run(pool, "def f(:\n    pass\n")
+    assert result.status is Status.ERROR
+    assert "SyntaxError" in result.stderr.text
+    assert "bootstrap" not in result.stderr.text
+
+
+@pytest.mark.parametrize(
+    ("code", "exit_code", "stderr"),
+    [
+        ("import sys; sys.exit(7)", 7, ""),
+        ("import sys; sys.exit('bye')", 1, "bye\n"),
+        ("import os; os._exit(3)", 3, ""),
+        ("raise SystemExit(0)", 0, ""),
+    ],
+)
+async def test_exit_codes_are_reported_as_the_program_set_them(
+    pool: Pool, code: str, exit_code: int, stderr: str
+) -> None:
+    result = await run(pool, code)
+    assert (result.exit_code, result.stderr.text) == (exit_code, stderr)
+    assert result.status is (Status.OK if exit_code == 0 else Status.ERROR)
+
+
+async def test_keyboard_interrupt_ends_the_run_by_sigint(pool: Pool) -> None:
+    result = await run(pool, "raise KeyboardInterrupt")
+    assert (result.status, result.exit_code, result.signal) == (Status.SIGNAL, -signal.SIGINT, "SIGINT")
+
+
+async def test_a_run_sees_name_main_and_atexit_handlers_run(pool: Pool) -> None:
+    result = await run(pool, "import atexit\natexit.register(print, 'bye')\nprint(__name__)\n")
+    assert result.stdout.text == "__main__\nbye\n"
+
+
+async def test_every_limit_is_applied_inside_the_run(pool: Pool, config: Config) -> None:
+    result = await run(
+        pool,
+        """
+        import json, resource
+        names = ["RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE"]
+        print(json.dumps({n: resource.getrlimit(getattr(resource, n)) for n in names}))
+        """,
+    )
+    limits = json.loads(result.stdout.text)
+    assert limits["RLIMIT_CPU"] == [config.max_cpu_seconds, config.max_cpu_seconds + 1]
+    assert limits["RLIMIT_AS"] == [config.memory_bytes] * 2
+    assert limits["RLIMIT_NPROC"] == [pool.limits.nproc] * 2
+    assert limits["RLIMIT_FSIZE"] == [config.file_size_bytes] * 2
+    assert limits["RLIMIT_CORE"] == [0, 0]
+
+
+async def test_a_cpu_loop_is_stopped_by_the_cpu_limit(config: Config, no_leaks: None) -> None:
+    async with Pool.open(tuned(config, max_cpu_seconds=1)) as pool:
+        result = await run(pool, "while True: pass", timeout=30)
+    assert (result.status, result.signal) == (Status.CPU_LIMIT, "SIGXCPU")
+    assert "CPU time limit of 1s exceeded" in result.message
+
+
+async def test_a_cpu_loop_that_catches_sigxcpu_is_killed_at_the_hard_limit(config: Config, no_leaks: None) -> None:
+    code = "import signal\nsignal.signal(signal.SIGXCPU, lambda *a: None)\nwhile True: pass\n"
+    async with Pool.open(tuned(config, max_cpu_seconds=1)) as pool:
+        result = await run(pool, code, timeout=30)
+    assert (result.status, result.signal) == (Status.CPU_LIMIT, "SIGKILL")
+    assert result.cpu_seconds is not None
+    assert result.cpu_seconds >= 1
+
+
+async def test_sleeping_past_the_timeout_kills_the_run(pool: Pool) -> None:
+    result = await run(pool, "import time\nprint('start', flush=True)\ntime.sleep(60)", timeout=0.5)
+    assert (result.status, result.signal, result.stdout.text) == (Status.TIMEOUT, "SIGKILL", "start\n")
+    assert 0.5 <= result.duration < 60
+    assert "wall-clock limit of 0.5s reached" in result.message
+
+
+async def test_a_huge_allocation_hits_the_memory_limit(config: Config, no_leaks: None) -> None:
+    async with Pool.open(tuned(config, max_memory_mb=64)) as pool:
+        result = await run(pool, "x = bytearray(512 * 1024 * 1024)")
+        listed = await run(pool, "x = [0] * (10 ** 9)")
+    for each in (result, listed):
+        assert each.status is Status.MEMORY_LIMIT
+        assert each.stderr.text.rstrip().endswith("MemoryError")
+        assert "memory limit of 64 MiB exceeded" in each.message
+
+
+async def test_an_oversized_file_hits_the_file_size_limit(config: Config, no_leaks: None) -> None:
+    async with Pool.open(tuned(config, max_file_size_mb=1)) as pool:
+        result = await run(pool, "open('big', 'wb').write(b'x' * (2 * 1024 * 1024))")
+    assert result.status is Status.FILE_SIZE_LIMIT
+    assert "File too large" in result.stderr.text
+
+
+async def test_a_fork_loop_is_contained_and_nothing_of_it_survives(pool: Pool) -> None:
+    # Each child reports its pid and sleeps; the parent forks until the limit or the timeout stops it.
+    code = """
+        import os, sys, time
+        for _ in range(200):
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                time.sleep(60)
+                os._exit(0)
+            print(f"pid={pid}", flush=True)
+        time.sleep(60)
+    """
+    result = await run(pool, code, timeout=2)
+    assert result.status is Status.TIMEOUT
+    children = pids_in(result.stdout.text)
+    assert len(children) > 0
+    assert [pid for pid in children if alive(pid)] == []
+
+
+async def test_a_child_left_in_the_group_is_killed_when_the_main_process_exits(pool: Pool) -> None:
+    code = """
+        import os, time
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        print(f"pid={pid}")
+    """
+    result = await run(pool, code)
+    assert result.status is Status.OK
+    [child] = pids_in(result.stdout.text)
+    assert not alive(child)
+
+
+async def test_a_descendant_outside_the_group_holding_stdout_cannot_hold_the_call(pool: Pool) -> None:
+    # setsid puts the grandchild beyond the group kill (containing it is a later hardening step);
+    # what must hold here is that the call still returns promptly with what was written.
+    code = """
+        import os, time
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            time.sleep(30)
+            os._exit(0)
+        print(f"pid={pid}", flush=True)
+    """
+    with anyio.fail_after(10):
+        result = await run(pool, code)
+    [escaped] = pids_in(result.stdout.text)
+    os.kill(escaped, signal.SIGKILL)
+    assert result.status is Status.OK
+
+
+async def test_stdin_is_fed_to_the_program(pool: Pool) -> None:
+    result = await run(pool, "import sys\nprint(sys.stdin.read().upper(), end='')", stdin="héllo\nworld\n")
+    assert result.stdout.text == "HÉLLO\nWORLD\n"
+
+
+async def test_without_stdin_a_read_gets_eof_at_once(pool: Pool) -> None:
+    result = await run(pool, "import sys\nprint(repr(sys.stdin.read()))\nprint(repr(input.__name__))")
+    assert result.stdout.text == "''\n'input'\n"
+
+
+async def test_a_program_that_ignores_a_large_stdin_still_finishes(pool: Pool) -> None:
+    result = await run(pool, "print('done')", stdin="z" * 1_000_000)
+    assert (result.status, result.stdout.text) == (Status.OK, "done\n")
+
+
+async def test_the_run_sees_only_a_minimal_environment(monkeypatch: pytest.MonkeyPatch, config: Config) -> None:
+    monkeypatch.setenv("SERVER_SECRET", "hunter2")
+    async with Pool.open(config) as pool:
+        result = await run(pool, "import os, json\nprint(json.dumps(dict(os.environ)))")
+    env = json.loads(result.stdout.text)
+    assert set(env) == {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED"}
+    assert "hunter2" not in result.stdout.text
+    assert env["HOME"] == env["TMPDIR"]
+
+
+async def test_the_run_inherits_no_file_descriptor_beyond_its_three_streams(config: Config, no_leaks: None) -> None:
+    read_end, write_end = os.pipe()
+    os.set_inheritable(read_end, True)
+    os.set_inheritable(write_end, True)
+    try:
+        async with Pool.open(config) as pool:
+            result = await run(pool, "import os\nprint(sorted(int(fd) for fd in os.listdir('/dev/fd')))")
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    # The listing itself holds one fd open while it reads the directory.
+    assert json.loads(result.stdout.text) in ([0, 1, 2], [0, 1, 2, 3])
+
+
+async def test_each_run_gets_a_fresh_directory_that_is_deleted_afterwards(pool: Pool) -> None:
+    first = await run(pool, "import os\nopen('note.txt', 'w').write('x')\nprint(os.getcwd())\nprint(os.getpid())")
+    second = await run(pool, "import os\nprint(os.getcwd())\nprint(os.listdir('.'))\nprint(os.getpid())")
+    first_dir, first_pid = first.stdout.text.split()
+    second_dir, listing, second_pid = second.stdout.text.split()
+    assert first_dir != second_dir
+    assert listing == "[]"
+    assert first_pid != second_pid, "each interpreter is used exactly once"
+    assert not Path(first_dir).exists()
+    assert not Path(second_dir).exists()
+
+
+async def test_a_run_that_locks_its_own_directory_is_still_cleaned_up(pool: Pool) -> None:
+    code = "import os\nos.makedirs('a/b')\nopen('a/b/f', 'w').write('x')\nos.chmod('a/b', 0)\nos.chmod('a', 0)"
+    result = await run(pool, code)
+    assert result.status is Status.OK
+
+
+async def test_a_print_flood_is_truncated_keeping_the_final_traceback(config: Config, no_leaks: None) -> None:
+    async with Pool.open(tuned(config, max_output_chars=1000)) as pool:
+        result = await run(pool, "for i in range(200000):\n    print('line', i)\nraise ValueError('the end')")
+    assert result.status is Status.ERROR
+    assert result.stdout.truncated
+    assert result.stdout.text.startswith("line 0\nline 1\n")
+    assert result.stdout.text.endswith("line 199999\n")
+    assert result.stdout.dropped_bytes > 2_000_000
+    assert result.stderr.text.endswith("ValueError: the end\n")
+
+
+async def test_output_past_the_byte_budget_kills_the_run_with_bounded_server_memory(
+    config: Config, no_leaks: None
+) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    async with Pool.open(tuned(config, max_output_bytes=8 * 2**20)) as pool:
+        result = await run(pool, "import sys\nb = b'x' * 2**20\nwhile True:\n    sys.stdout.buffer.write(b)")
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert result.status is Status.OUTPUT_LIMIT
+    assert result.stdout.truncated
+    assert 8 * 2**20 < result.stdout.total_bytes < 64 * 2**20
+    assert grown_kib < 16 * 1024, "the server keeps only a bounded head and tail of a flood"
+
+
+async def test_invalid_utf8_and_nul_bytes_are_shown_safely(pool: Pool) -> None:
+    result = await run(pool, "import sys\nsys.stdout.buffer.write(b'ok\\xff\\x00end\\n')\nprint('\\udcff')")
+    # The lone surrogate is written by the utf-8 mode's surrogateescape as the raw byte 0xff.
+    assert result.stdout.text == "ok\\xff\\x00end\n\\xff\n"
+
+
+async def test_a_segfault_is_reported_by_signal_name(pool: Pool) -> None:
+    result = await run(pool, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+    assert (result.status, result.exit_code, result.signal) == (Status.SIGNAL, -11, "SIGSEGV")
+    assert result.message == "killed by SIGSEGV"
+
+
+async def test_runs_beyond_the_concurrency_bound_wait_in_fifo_order(config: Config, no_leaks: None) -> None:
+    code = "import time\nstart = time.time()\ntime.sleep(0.3)\nprint(start, time.time())"
+    results: dict[int, RunResult] = {}
+
+    async def one(index: int) -> None:
+        results[index] = checked(await pool.run(request(code, request_id=f"{index:08x}")))
+
+    async with Pool.open(tuned(config, max_concurrent=2, pool_size=2)) as pool, anyio.create_task_group() as tg:
+        for index in range(6):
+            tg.start_soon(one, index)
+            await anyio.lowlevel.checkpoint()
+    intervals = [tuple(map(float, results[i].stdout.text.split())) for i in range(6)]
+    assert max_overlap(intervals) == 2
+    starts = [start for start, _ in intervals]
+    assert starts[2:] == sorted(starts[2:]), "queued runs start in the order they arrived"
+    assert all(results[i].queue_wait > 0 for i in range(2, 6))
+
+
+async def test_a_full_queue_answers_busy_instead_of_waiting(config: Config, no_leaks: None) -> None:
+    async with Pool.open(tuned(config, max_concurrent=1, max_queue=1)) as pool, anyio.create_task_group() as tg:
+        tg.start_soon(pool.run, request("import time; time.sleep(30)"))
+        tg.start_soon(pool.run, request("pass"))
+        with anyio.fail_after(10):
+            while pool.waiting < 1:
+                await anyio.sleep(0.01)
+        busy = checked(await pool.run(request("print('never')")))
+        tg.cancel_scope.cancel()
+    assert busy.status is Status.BUSY
+    assert "server busy" in busy.message
+    assert busy.exit_code is None
+
+
+async def test_cancelling_a_run_kills_its_process_group_and_leaves_nothing(pool: Pool, tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    code = f"""
+        import os, time
+        child = os.fork()
+        if child == 0:
+            time.sleep(60)
+            os._exit(0)
+        with open({str(marker)!r} + '.tmp', 'w') as f:
+            f.write(f"{{os.getpid()}} {{child}} {{os.getcwd()}}")
+        os.rename({str(marker)!r} + '.tmp', {str(marker)!r})
+        time.sleep(60)
+    """
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pool.run, request(code, timeout=60))
+            with anyio.fail_after(10):
+                while not marker.exists():
+                    await anyio.sleep(0.01)
+            scope.cancel()
+    main_pid, child_pid, workdir = marker.read_text().split()
+    assert not alive(int(main_pid))
+    assert not alive(int(child_pid))
+    assert not Path(workdir).exists()
+
+
+async def test_closing_the_pool_kills_pooled_interpreters_and_removes_every_directory(
+    config: Config, work_dir: Path, no_leaks: None
+) -> None:
+    async with Pool.open(tuned(config, pool_size=3)) as pool:
+        with anyio.fail_after(20):
+            while pool.ready < 3:
+                await anyio.sleep(0.01)
+        assert len(list(work_dir.iterdir())) == 1
+    assert list(work_dir.iterdir()) == []
+
+
+async def test_an_interpreter_that_cannot_start_is_an_infrastructure_error(config: Config, no_leaks: None) -> None:
+    from runner.errors import SpawnError
+
+    async with Pool.open(tuned(config, python="/bin/false", pool_size=0)) as pool:
+        with pytest.raises(SpawnError):
+            await pool.run(request("print(1)"))
