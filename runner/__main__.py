@@ -6,6 +6,7 @@ import contextlib
 import logging
 import signal
 import sys
+from typing import cast
 
 import anyio
 
@@ -21,12 +22,16 @@ async def serve(config: Config) -> None:
 
     from runner.pool import Pool
     from runner.protocol import build_server
+    from runner.wire import LineReader
 
     logger = get_logger()
     async with Pool.open(config, logger) as pool, anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
         server = build_server(config, pool, logger)
-        async with stdio_server() as (read_stream, write_stream):
+        async with (
+            LineReader(sys.stdin.fileno(), config.max_message_bytes, logger) as stdin,
+            stdio_server(stdin=cast("anyio.AsyncFile[str]", stdin)) as (read_stream, write_stream),
+        ):
             log_event(logger, logging.INFO, "serving on stdio")
             await server.run(read_stream, write_stream, server.create_initialization_options())
         log_event(logger, logging.INFO, "stdin closed; shutting down")
@@ -36,7 +41,8 @@ async def serve(config: Config) -> None:
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
-            log_event(get_logger(), logging.INFO, "signal received; shutting down", signal=signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            log_event(get_logger(), logging.INFO, "signal received; shutting down", signal=name)
             scope.cancel()
             return
 

@@ -72,6 +72,11 @@ class Config:
         return self.max_memory_mb * MIB
 
     @property
+    def max_message_bytes(self) -> int:
+        """Largest JSON-RPC line accepted: the largest legal call, with room for JSON escaping."""
+        return 6 * (self.max_code_bytes + self.max_stdin_bytes) + 64 * 1024
+
+    @property
     def file_size_bytes(self) -> int:
         """RLIMIT_FSIZE for one run."""
         return self.max_file_size_mb * MIB

@@ -201,6 +201,8 @@ class Pool:
             await _write_all(child.code, request.code.encode("utf-8"))
             child.close_fd(child.code)
             started = anyio.current_time()
+            # One sample now: a run that ends within the first interval still gets a number.
+            _note_peak(child, state)
             tg.start_soon(self._feed_stdin, child, request.stdin.encode("utf-8"))
             tg.start_soon(_pump, child.stdout, out, state)
             tg.start_soon(_pump, child.stderr, err, state)
@@ -387,18 +389,21 @@ async def _sample_peak(child: Child, state: _Drive) -> None:
     so every run would report at least the server's own size. VmHWM belongs to the run's own
     address space. A run whose peak tops the server's size is measured exactly by wait4 instead.
     """
-    path = f"/proc/{child.pid}/status"
-    while True:
-        try:
-            with open(path, "rb") as status:  # noqa: ASYNC230  (procfs reads never block)
-                for line in status:
-                    if line.startswith(b"VmHWM:"):
-                        peak = int(line.split()[1]) * 1024
-                        state.sampled_peak = max(peak, state.sampled_peak or 0)
-                        break
-        except (OSError, ValueError, IndexError):
-            return
+    while _note_peak(child, state):  # noqa: ASYNC110  (sampling on a clock is the point)
         await anyio.sleep(PEAK_SAMPLE_INTERVAL)
+
+
+def _note_peak(child: Child, state: _Drive) -> bool:
+    """Record the run's current VmHWM; False once it has none (exited, or no procfs)."""
+    try:
+        with open(f"/proc/{child.pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    state.sampled_peak = max(int(line.split()[1]) * 1024, state.sampled_peak or 0)
+                    return True
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def _reap(child: Child) -> tuple[int, float, int]:

@@ -1,0 +1,150 @@
+"""The MCP layer through the SDK's in-process client, in both protocol eras, against a real pool."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client
+
+from runner.config import Config
+from runner.pool import Pool
+from runner.protocol import build_server
+from runner.schemas import input_schema, output_schema
+from tests.helpers import SEED_PLAIN, check_structured
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["legacy", "auto"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def client(config: Config, mode: str, no_leaks: None) -> AsyncIterator[Client]:
+    async with Pool.open(config) as pool, Client(build_server(config, pool), mode=mode) as client:  # type: ignore[arg-type]
+        yield client
+
+
+def text_of(result: types.CallToolResult) -> str:
+    [block] = result.content
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+async def call(client: Client, arguments: Any, name: str = "run_python") -> tuple[str, dict[str, Any], bool]:
+    result = await client.call_tool(name, arguments)
+    structured = check_structured(result.structured_content)
+    assert f"[request_id={structured['request_id']}]" in text_of(result)
+    assert result.is_error == (structured["status"] != "ok")
+    return text_of(result), structured, result.is_error
+
+
+async def test_tools_list_returns_exactly_the_hand_written_schemas(client: Client, config: Config) -> None:
+    listed = await client.list_tools()
+    [tool] = listed.tools
+    assert tool.name == "run_python"
+    assert tool.title == "Run Python"
+    assert tool.input_schema == input_schema(config)
+    assert tool.output_schema == output_schema()
+    assert tool.annotations is not None
+    assert tool.annotations.read_only_hint is False
+    assert tool.annotations.open_world_hint is False
+    assert tool.description is not None
+    assert f"{config.max_memory_mb} MiB memory" in tool.description
+
+
+async def test_a_call_returns_the_seed_format_and_structured_content(client: Client) -> None:
+    text, structured, is_error = await call(client, {"code": "print(sum(range(10)))", "timeout": 5})
+    assert re.fullmatch(SEED_PLAIN, text)
+    assert not is_error
+    assert structured["status"] == "ok"
+    assert (structured["stdout"], structured["exit_code"], structured["signal"]) == ("45\n", 0, None)
+
+
+async def test_a_failing_run_is_an_error_result_with_its_traceback(client: Client) -> None:
+    text, structured, is_error = await call(client, {"code": "raise ValueError('nope')"})
+    assert is_error
+    assert structured["status"] == "error"
+    assert "--- stderr ---\nTraceback (most recent call last):" in text
+    assert text.endswith("ValueError: nope\n\n--- exit_code: 1 | duration: " + text.rsplit("duration: ", 1)[1])
+
+
+async def test_a_timeout_is_reported_in_text_and_structure(client: Client) -> None:
+    text, structured, is_error = await call(client, {"code": "import time; time.sleep(30)", "timeout": 0.3})
+    assert is_error
+    assert structured["status"] == "timeout"
+    assert "--- timeout: wall-clock limit of 0.3s reached; process group killed ---" in text
+    assert "--- exit_code: -9 (SIGKILL) |" in text
+
+
+async def test_stdin_reaches_the_program(client: Client) -> None:
+    _, structured, _ = await call(client, {"code": "print(input()[::-1])", "stdin": "abc\n"})
+    assert structured["stdout"] == "cba\n"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ({}, "missing argument: 'code' is a required property"),
+        ({"code": "1", "timeout": 0}, "invalid argument 'timeout'"),
+        ({"code": "1", "timeout": "soon"}, "invalid argument 'timeout'"),
+        ({"code": "1", "timeout": 10_000}, "invalid argument 'timeout'"),
+        ({"code": ["print(1)"]}, "invalid argument 'code'"),
+        ({"code": "1", "env": {"A": "1"}}, "unknown argument 'env'"),
+    ],
+)
+async def test_bad_arguments_give_an_error_result_naming_the_field(
+    client: Client, arguments: dict[str, Any], says: str
+) -> None:
+    text, structured, is_error = await call(client, arguments)
+    assert is_error
+    assert structured["status"] == "invalid_arguments"
+    assert says in structured["message"]
+    assert f"--- invalid_arguments: {structured['message']} ---" in text
+    assert structured["exit_code"] is None
+
+
+async def test_an_unknown_tool_is_an_error_result_and_the_server_keeps_serving(client: Client) -> None:
+    _, structured, is_error = await call(client, {"code": "1"}, name="run_ruby")
+    assert is_error
+    assert "unknown tool 'run_ruby'" in structured["message"]
+    _, structured, _ = await call(client, {"code": "print(2)"})
+    assert structured["stdout"] == "2\n"
+
+
+async def test_a_runner_fault_becomes_an_internal_error_result_with_the_request_id(
+    config: Config, mode: str, no_leaks: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = dataclasses.replace(config, python="/bin/false", pool_size=0)
+    async with Pool.open(broken) as pool, Client(build_server(broken, pool), mode=mode) as client:  # type: ignore[arg-type]
+        text, structured, is_error = await call(client, {"code": "print(1)"})
+        assert is_error
+        assert structured["status"] == "internal_error"
+        assert "the server log has details under this request_id" in text
+        _, again, _ = await call(client, {"code": "print(1)"})
+        assert again["status"] == "internal_error"
+    faults = [r for r in caplog.records if r.getMessage() == "internal error"]
+    assert [getattr(r, "request_id", None) for r in faults] == [structured["request_id"], again["request_id"]]
+    assert all(r.exc_info for r in faults), "the traceback goes to the log"
+
+
+async def test_calls_in_parallel_each_get_their_own_request_id(client: Client) -> None:
+    seen: list[str] = []
+
+    async def one(i: int) -> None:
+        _, structured, _ = await call(client, {"code": f"print({i} * 2)"})
+        assert structured["stdout"] == f"{i * 2}\n"
+        seen.append(structured["request_id"])
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(one, i)
+    assert len(set(seen)) == 8
