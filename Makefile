@@ -29,7 +29,6 @@ $(DEV_STAMP): requirements-dev.lock | $(PY)
 	@touch $@ $(RUN_STAMP)
 
 run: $(RUN_STAMP) ## Serve MCP on stdio (installs from requirements.lock into .venv first)
-	@if [ -t 0 ]; then echo "python-runner-mcp: waiting for an MCP client on stdin/stdout; connect one with 'make inspect' or a config from mcp-config-examples/ (Ctrl-C to stop)" >&2; fi
 	@exec $(PY) -m runner
 
 lint: $(DEV_STAMP) ## ruff lint and format check

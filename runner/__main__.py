@@ -55,6 +55,11 @@ def main() -> int:
         sys.stderr.write(f"python-runner-mcp: invalid configuration: {exc}\n")
         return 2
     configure_logging(config.log_level, config.log_format)
+    if sys.stdin.isatty():
+        sys.stderr.write(
+            "python-runner-mcp: waiting for an MCP client on stdin/stdout (JSON-RPC); connect one with "
+            "'make inspect' or a config from mcp-config-examples/. Ctrl-C stops.\n"
+        )
     # A second Ctrl-C during shutdown: everything is already being torn down.
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(serve, config)

@@ -67,11 +67,13 @@ def tool_definition(config: Config) -> types.Tool:
         output_schema=output_schema(),
         annotations=types.ToolAnnotations(
             title="Run Python",
-            # Each run gets a throwaway directory, but code can do anything its limits allow.
+            # Each run starts in a throwaway directory, but code can do whatever the server's user
+            # may do within its limits: write and delete files, and reach the network unless the
+            # deployment (Docker --network=none --read-only) takes that away.
             read_only_hint=False,
-            destructive_hint=False,
+            destructive_hint=True,
             idempotent_hint=False,
-            open_world_hint=False,
+            open_world_hint=True,
         ),
     )
 

@@ -10,6 +10,7 @@ import signal
 import stat
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,18 +135,24 @@ def _own_peak_rss() -> int:
 def remove_tree(path: str) -> None:
     """Delete a run's directory even if the run took away its own permissions."""
 
-    def make_writable_and_retry(function: object, target: str, _exc: object) -> None:
-        try:
-            parent = os.path.dirname(target)
-            os.chmod(parent, stat.S_IRWXU)
+    def make_writable_and_retry(_function: object, target: str, _error: object) -> None:
+        # The run may have taken the permissions away from directories it created.
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(target), stat.S_IRWXU)
             if os.path.isdir(target) and not os.path.islink(target):
                 os.chmod(target, stat.S_IRWXU)
-                shutil.rmtree(target, ignore_errors=True)
+                _rmtree(target, make_writable_and_retry)
             else:
                 os.unlink(target)
-        except OSError:
-            pass
 
-    if os.path.lexists(path):
-        os.chmod(path, stat.S_IRWXU) if not os.path.islink(path) else None
-        shutil.rmtree(path, onerror=make_writable_and_retry)
+    if os.path.isdir(path) and not os.path.islink(path):
+        with contextlib.suppress(OSError):
+            os.chmod(path, stat.S_IRWXU)
+        _rmtree(path, make_writable_and_retry)
+
+
+def _rmtree(path: str, on_error: Callable[[object, str, object], None]) -> None:
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=on_error)
+    else:
+        shutil.rmtree(path, onerror=on_error)

@@ -55,7 +55,7 @@ async def test_tools_list_returns_exactly_the_hand_written_schemas(client: Clien
     assert tool.output_schema == output_schema()
     assert tool.annotations is not None
     assert tool.annotations.read_only_hint is False
-    assert tool.annotations.open_world_hint is False
+    assert tool.annotations.destructive_hint is True
     assert tool.description is not None
     assert f"{config.max_memory_mb} MiB memory" in tool.description
 
