@@ -15,7 +15,11 @@ from runner.capture import StreamText
 
 
 class Status(StrEnum):
-    """Why a call ended. Every status but OK makes the tool result an error."""
+    """Why a call ended. Every status but OK makes the tool result an error.
+
+    CANCELLED never reaches a client (a cancelled request gets no response); it names the end of
+    the run in the log.
+    """
 
     OK = "ok"
     ERROR = "error"
@@ -61,7 +65,6 @@ class ProcessEnd:
     peak_memory_bytes: int
     timed_out: bool = False
     output_exceeded: bool = False
-    cancelled: bool = False
 
 
 _EMPTY = StreamText("", 0, 0)
@@ -120,8 +123,6 @@ def classify(end: ProcessEnd, stderr_tail: bytes, limits: RunLimits) -> tuple[St
     """Decide why a run ended; the first matching reason wins, in order of what the server did to it."""
     code = end.returncode
     signum = -code if code < 0 else 0
-    if end.cancelled:
-        return Status.CANCELLED, "cancelled by the client; process group killed"
     if end.output_exceeded:
         return Status.OUTPUT_LIMIT, f"output budget of {limits.output_bytes:,} bytes exceeded; process group killed"
     if end.timed_out:

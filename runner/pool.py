@@ -17,7 +17,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import anyio
-import anyio.abc
 
 from runner.bootstrap import READY_PREFIX
 from runner.capture import OutputCap, keep_bytes_for, render_stream

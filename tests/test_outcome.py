@@ -31,7 +31,6 @@ def end(returncode: int, cpu: float = 0.1, **flags: bool) -> ProcessEnd:
         (end(-signal.SIGXFSZ), b"", Status.FILE_SIZE_LIMIT, "SIGXFSZ"),
         (end(-signal.SIGSEGV), b"", Status.SIGNAL, "killed by SIGSEGV"),
         (end(-signal.SIGKILL, output_exceeded=True), b"", Status.OUTPUT_LIMIT, "1,000 bytes"),
-        (end(-signal.SIGKILL, cancelled=True, timed_out=True), b"", Status.CANCELLED, "cancelled"),
         (end(0), b"MemoryError\n", Status.OK, ""),
     ],
 )
