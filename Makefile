@@ -45,11 +45,11 @@ test: lint typecheck unit ## Install dev tools, then lint, type check and run th
 
 lock: | $(PY) ## Regenerate requirements.lock and requirements-dev.lock from their .in files
 	$(PIP) install --quiet pip-tools
-	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras -o requirements.lock requirements.in
-	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras -o requirements-dev.lock requirements-dev.in
+	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements.lock requirements.in
+	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-dev.lock requirements-dev.in
 
 inspect: $(RUN_STAMP) ## Open the MCP Inspector (npx) against this server
-	npx --yes @modelcontextprotocol/inspector $(abspath $(PY)) -m runner
+	npx --yes @modelcontextprotocol/inspector@2.12.0 $(abspath $(PY)) -m runner
 
 clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -22,7 +22,7 @@ async def serve(config: Config) -> None:
 
     from runner.pool import Pool
     from runner.protocol import build_server
-    from runner.wire import LineReader
+    from runner.wire import LineReader, too_large_reply
 
     logger = get_logger()
     async with Pool.open(config, logger) as pool, anyio.create_task_group() as tg:
@@ -32,6 +32,11 @@ async def serve(config: Config) -> None:
             LineReader(sys.stdin.fileno(), config.max_message_bytes, logger) as stdin,
             stdio_server(stdin=cast("anyio.AsyncFile[str]", stdin)) as (read_stream, write_stream),
         ):
+
+            async def answer_too_large(request_id: str | int | None, size: int) -> None:
+                await write_stream.send(too_large_reply(request_id, size, config.max_message_bytes))
+
+            stdin.on_oversize = answer_too_large
             log_event(logger, logging.INFO, "serving on stdio")
             await server.run(read_stream, write_stream, server.create_initialization_options())
         log_event(logger, logging.INFO, "stdin closed; shutting down")

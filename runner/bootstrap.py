@@ -17,6 +17,7 @@ import types
 CODE_FD = 3
 FILENAME = "<run_python>"
 READY_PREFIX = b"\x00runner-ready"
+PR_SET_DUMPABLE = 4
 
 
 def apply_limits(cpu: int, address_space: int, nproc: int, fsize: int) -> list[str]:
@@ -49,6 +50,23 @@ def apply_limits(cpu: int, address_space: int, nproc: int, fsize: int) -> list[s
         except (ValueError, OSError):
             refused.append(name)
     return refused
+
+
+def make_undumpable() -> None:
+    """Close this process's /proc entries and ptrace to other processes of the same uid (Linux).
+
+    A pre-spawned interpreter waits for its code while processes left behind by earlier runs may
+    still live under the same uid; without this they could open /proc/<pid>/fd/1 of the next run
+    and write into its output.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def read_code() -> bytes:
@@ -107,6 +125,7 @@ def main() -> None:
     os.closerange(CODE_FD + 1, 1 << 20)
     os.chdir(workdir)
     os.umask(0o077)
+    make_undumpable()
     refused = apply_limits(cpu, address_space, nproc, fsize)
     os.write(1, READY_PREFIX + b" " + ",".join(refused).encode() + b"\n")
     run(read_code())

@@ -102,6 +102,13 @@ async def test_every_limit_is_applied_inside_the_run(pool: Pool, config: Config)
     assert limits["RLIMIT_CORE"] == [0, 0]
 
 
+async def test_a_run_is_not_dumpable_so_other_processes_of_the_uid_cannot_open_its_proc_entries(
+    pool: Pool,
+) -> None:
+    result = await run(pool, "import ctypes\nprint(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))")  # PR_GET_DUMPABLE
+    assert result.stdout.text == "0\n"
+
+
 async def test_a_cpu_loop_is_stopped_by_the_cpu_limit(config: Config, no_leaks: None) -> None:
     async with Pool.open(tuned(config, max_cpu_seconds=1)) as pool:
         result = await run(pool, "while True: pass", timeout=30)

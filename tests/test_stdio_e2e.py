@@ -226,6 +226,9 @@ async def test_garbage_on_the_wire_gets_json_rpc_errors_and_the_server_keeps_ser
         # A line far beyond the largest legal call is dropped without growing the server's memory.
         huge = {"name": "run_python", "arguments": {"code": "#" * 20_000_000}}
         await rpc(process, {"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": huge})
+        too_large = await read_response(process, buffer, 10)
+        assert too_large["error"]["code"] == -32600
+        assert too_large["error"]["message"].startswith("request too large: 20,000,1")
         call = {"name": "run_python", "arguments": {"code": "print('alive')"}}
         await rpc(process, {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": call})
         response = await read_response(process, buffer, 9)
@@ -234,4 +237,4 @@ async def test_garbage_on_the_wire_gets_json_rpc_errors_and_the_server_keeps_ser
         with anyio.fail_after(20):
             assert await process.wait() == 0
     log = (tmp_path / "stderr.log").read_text()
-    assert re.search(r"message dropped: too large size_bytes=200001\d\d limit_bytes=\d+", log)
+    assert re.search(r"message dropped: too large jsonrpc_id=10 size_bytes=200001\d\d limit_bytes=\d+", log)
