@@ -21,10 +21,8 @@ async def run_code(
 ) -> RunResult:
     """Run `code` once under the server's limits and return the result (see `RunResult.to_text()`).
 
-    The configuration comes from the RUNNER_* environment unless given. Example::
-
-        result = await run_code("print(1+1)", timeout=5)
-        print(result.to_text())
+    The configuration comes from the RUNNER_* environment unless given. For example,
+    ``(await run_code("print(1+1)", timeout=5)).to_text()`` is the same text block a tool call returns.
     """
     config = dataclasses.replace(config or Config.from_env(), pool_size=0)
     request_id = request_id or secrets.token_hex(4)
