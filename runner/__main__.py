@@ -6,7 +6,6 @@ import contextlib
 import logging
 import signal
 import sys
-from typing import cast
 
 import anyio
 
@@ -18,25 +17,15 @@ from runner.logs import configure_logging, get_logger, log_event
 async def serve(config: Config) -> None:
     """Serve one stdio session; every run and pooled interpreter is gone when this returns."""
     # Imported here so a configuration error is reported before the SDK's ~0.7 s import.
-    from mcp.server.stdio import stdio_server
-
     from runner.pool import Pool
     from runner.protocol import build_server
-    from runner.wire import LineReader, too_large_reply
+    from runner.wire import stdio_transport
 
     logger = get_logger()
     async with Pool.open(config, logger) as pool, anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
         server = build_server(config, pool, logger)
-        async with (
-            LineReader(sys.stdin.fileno(), config.max_message_bytes, logger) as stdin,
-            stdio_server(stdin=cast("anyio.AsyncFile[str]", stdin)) as (read_stream, write_stream),
-        ):
-
-            async def answer_too_large(request_id: str | int | None, size: int) -> None:
-                await write_stream.send(too_large_reply(request_id, size, config.max_message_bytes))
-
-            stdin.on_oversize = answer_too_large
+        async with stdio_transport(config.max_message_bytes, logger) as (read_stream, write_stream):
             log_event(logger, logging.INFO, "serving on stdio")
             await server.run(read_stream, write_stream, server.create_initialization_options())
         log_event(logger, logging.INFO, "stdin closed; shutting down")

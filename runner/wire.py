@@ -1,23 +1,33 @@
-"""Reading the MCP wire (newline-delimited JSON-RPC on stdin) without a thread and with a size bound.
+"""The MCP wire on stdio: newline-delimited JSON-RPC read and written without threads, with bounds.
 
-The SDK's default stdin reader blocks a worker thread in readline(), which has two consequences
-for a server that must stop on SIGTERM and never exhaust memory: a blocked read cannot be
-cancelled, so shutdown would wait for the client's next byte; and a line without a newline grows
-without limit. This reader waits on the fd in the event loop and drops oversized lines.
+Why not the SDK's stdio transport: it reads stdin in a worker thread (a blocked readline cannot be
+cancelled, so SIGTERM would wait for the client's next byte), buffers a line without limit, and
+drops malformed messages without the error response JSON-RPC requires, so such a client waits
+forever. Here every line is parsed once; what is not a JSON-RPC message is answered with a parse
+error or an invalid-request error, and a line over the size bound is discarded unread and answered.
+
+While serving, fd 0 reads /dev/null and fd 1 writes to stderr, so nothing else in the process can
+read from or write to the wire by accident.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable
-from types import TracebackType
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from runner.logs import log_event
 
@@ -26,7 +36,7 @@ READ_SIZE = 64 * 1024
 ID_SEARCH_BYTES = 4096
 _ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)')
 
-OversizeHandler = Callable[[str | int | None, int], Awaitable[None]]
+Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 
 
 def request_id_in(head: bytes) -> str | int | None:
@@ -41,51 +51,97 @@ def request_id_in(head: bytes) -> str | int | None:
     return value if isinstance(value, str | int) else None
 
 
-class LineReader:
-    """Async iterator of text lines from a file descriptor, each at most `max_line_bytes` long."""
+def error_reply(request_id: str | int | None, code: int, message: str) -> types.JSONRPCError:
+    """A JSON-RPC error response."""
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
 
-    def __init__(self, fd: int, max_line_bytes: int, logger: logging.Logger) -> None:
+
+class InvalidMessage(Exception):
+    """A line that is not a JSON-RPC message; `reply` is the error response that answers it."""
+
+    def __init__(self, reply: types.JSONRPCError) -> None:
+        super().__init__(reply.error.message)
+        self.reply = reply
+
+
+def parse_message(line: bytes) -> types.JSONRPCMessage:
+    """Parse one line of the wire; raise `InvalidMessage` carrying the JSON-RPC error that answers it."""
+    try:
+        return types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValidationError:
+        raise InvalidMessage(_explain_invalid(line)) from None
+
+
+def _explain_invalid(line: bytes) -> types.JSONRPCError:
+    try:
+        value: Any = json.loads(line)
+    except ValueError as exc:
+        return error_reply(None, types.PARSE_ERROR, f"Parse error: {exc}")
+    if not isinstance(value, dict):
+        what = "batches are not supported" if isinstance(value, list) else "a message must be a JSON object"
+        return error_reply(None, types.INVALID_REQUEST, f"Invalid Request: {what}")
+    request_id = value.get("id")
+    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+        request_id = None
+    problems = []
+    if value.get("jsonrpc") != "2.0":
+        problems.append('"jsonrpc" must be "2.0"')
+    if "method" in value and not isinstance(value["method"], str):
+        problems.append('"method" must be a string')
+    if "params" in value and not isinstance(value["params"], dict):
+        problems.append('"params" must be an object')
+    if not {"method", "result", "error"} & value.keys():
+        problems.append('a request needs a "method"')
+    detail = "; ".join(problems) or "not a valid JSON-RPC 2.0 message"
+    return error_reply(request_id, types.INVALID_REQUEST, f"Invalid Request: {detail}")
+
+
+def too_large_reply(head: bytes, size: int, limit: int) -> types.JSONRPCError:
+    """The answer to a line discarded for its size, addressed to its id when that is visible."""
+    message = f"Invalid Request: {size:,} bytes, more than the limit of {limit:,} (see RUNNER_MAX_CODE_BYTES)"
+    return error_reply(request_id_in(head), types.INVALID_REQUEST, message)
+
+
+class LineReader:
+    """Async iterator of lines (newline included) from a non-blocking fd, each at most `max_line_bytes`.
+
+    A longer line is discarded as it arrives, never held whole; in its place the iterator yields a
+    `Dropped` with the line's head and size, so the caller can answer it.
+    """
+
+    def __init__(self, fd: int, max_line_bytes: int) -> None:
         self._fd = fd
         self._max = max_line_bytes
-        self._log = logger
         self._buffer = bytearray()
-        self._discarding = 0  # bytes dropped so far of an oversized line
-        self._dropped_head = b""
+        self._discarded = 0  # bytes of an oversized line discarded so far
+        self._discarded_head = b""
         self._eof = False
-        self._was_blocking = os.get_blocking(fd)
-        self.on_oversize: OversizeHandler | None = None
-        """Called with the request id (if visible) and size of each dropped line, to answer it."""
-
-    async def __aenter__(self) -> LineReader:
-        os.set_blocking(self._fd, False)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        # A terminal's file description is shared with the shell: give it back as it was.
-        os.set_blocking(self._fd, self._was_blocking)
 
     def __aiter__(self) -> LineReader:
         return self
 
-    async def __anext__(self) -> str:
+    async def __anext__(self) -> bytes | Dropped:
         while True:
             newline = self._buffer.find(b"\n")
             if newline >= 0:
                 line = bytes(self._buffer[: newline + 1])
                 del self._buffer[: newline + 1]
-                if self._discarding or len(line) > self._max:
-                    await self._drop(line)
-                    continue
-                return line.decode("utf-8", "replace")
+                if self._discarded or len(line) > self._max:
+                    head = self._discarded_head if self._discarded else line[:ID_SEARCH_BYTES]
+                    dropped = Dropped(head, self._discarded + len(line))
+                    self._discarded, self._discarded_head = 0, b""
+                    return dropped
+                return line
             if len(self._buffer) > self._max:
-                self._discard_buffer()
+                if not self._discarded:
+                    self._discarded_head = bytes(self._buffer[:ID_SEARCH_BYTES])
+                self._discarded += len(self._buffer)
+                self._buffer.clear()
             if self._eof:
-                if self._buffer and not self._discarding:
+                if self._buffer and not self._discarded:
                     line = bytes(self._buffer)
                     self._buffer.clear()
-                    return line.decode("utf-8", "replace")
+                    return line
                 raise StopAsyncIteration
             await anyio.wait_readable(self._fd)
             try:
@@ -97,34 +153,95 @@ class LineReader:
             else:
                 self._eof = True
 
-    def _discard_buffer(self) -> None:
-        if not self._discarding:
-            self._dropped_head = bytes(self._buffer[:ID_SEARCH_BYTES])
-        self._discarding += len(self._buffer)
-        self._buffer.clear()
 
-    async def _drop(self, last_part: bytes) -> None:
-        head = self._dropped_head if self._discarding else last_part
-        size = self._discarding + len(last_part)
-        self._discarding = 0
-        self._dropped_head = b""
-        request_id = request_id_in(head)
-        log_event(
-            self._log,
-            logging.WARNING,
-            "message dropped: too large",
-            jsonrpc_id=request_id,
-            size_bytes=size,
-            limit_bytes=self._max,
-        )
-        if self.on_oversize is not None:
-            await self.on_oversize(request_id, size)
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """An oversized line that was discarded: its first bytes and its whole size."""
+
+    head: bytes
+    size: int
 
 
-def too_large_reply(request_id: str | int | None, size: int, limit: int) -> SessionMessage:
-    """The JSON-RPC error answering a dropped oversized request, so the client does not wait forever."""
-    error = types.ErrorData(
-        code=types.INVALID_REQUEST,
-        message=f"request too large: {size:,} bytes, the limit is {limit:,} (see RUNNER_MAX_CODE_BYTES)",
-    )
-    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+@asynccontextmanager
+async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncIterator[Streams]:
+    """Serve this process's stdin and stdout as the (read, write) stream pair `Server.run` takes."""
+    with _claimed(0, os.O_RDONLY) as wire_in, _claimed(1, os.O_WRONLY) as wire_out:
+        to_server, from_wire = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        to_wire, from_server = anyio.create_memory_object_stream[SessionMessage](16)
+        replies = to_wire.clone()
+        written_all = anyio.Event()
+
+        async def read_wire() -> None:
+            async with to_server, replies:
+                async for line in LineReader(wire_in, max_line_bytes):
+                    try:
+                        if isinstance(line, Dropped):
+                            raise InvalidMessage(too_large_reply(line.head, line.size, max_line_bytes))
+                        message = parse_message(line)
+                    except InvalidMessage as invalid:
+                        log_event(logger, logging.WARNING, "invalid message answered", error=str(invalid))
+                        await replies.send(SessionMessage(invalid.reply))
+                        continue
+                    await to_server.send(SessionMessage(message))
+
+        async def write_wire() -> None:
+            try:
+                async with from_server:
+                    async for message in from_server:
+                        data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                        await _write_all(wire_out, data.encode() + b"\n")
+            finally:
+                written_all.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_wire)
+            tg.start_soon(write_wire)
+            try:
+                yield from_wire, to_wire
+            finally:
+                # Let responses already queued reach the client, but never wait on a stuck client.
+                to_wire.close()
+                with anyio.move_on_after(1.0, shield=True):
+                    await written_all.wait()
+                tg.cancel_scope.cancel()
+
+
+@contextlib.contextmanager
+def _claimed(fd: int, flags: int) -> Iterator[int]:
+    """A private non-blocking descriptor for what `fd` (0 or 1) points at, with `fd` diverted meanwhile.
+
+    Reopening /proc/self/fd/N gives a new open file description, so O_NONBLOCK stays ours and does
+    not leak to a terminal or to stderr sharing the same description; where that is impossible
+    (a socket, no procfs) a duplicate is used and its blocking mode restored afterwards.
+    """
+    saved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    try:
+        private = os.open(f"/proc/self/fd/{fd}", flags | os.O_CLOEXEC)
+        restore_blocking = None
+    except OSError:
+        private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+        restore_blocking = os.get_blocking(private)
+    os.set_blocking(private, False)
+    # Stray reads get EOF and stray writes land on stderr, never on the wire.
+    diversion = os.open(os.devnull, os.O_RDONLY) if fd == 0 else os.dup(2)
+    os.dup2(diversion, fd)
+    os.close(diversion)
+    try:
+        yield private
+    finally:
+        if restore_blocking is not None:
+            os.set_blocking(private, restore_blocking)
+        os.close(private)
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
+async def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            await anyio.wait_writable(fd)
+            continue
+        view = view[written:]

@@ -301,8 +301,10 @@ async def test_a_segfault_is_reported_by_signal_name(pool: Pool) -> None:
 async def test_runs_beyond_the_concurrency_bound_wait_in_fifo_order(config: Config, no_leaks: None) -> None:
     code = "import time\nstart = time.time()\ntime.sleep(0.3)\nprint(start, time.time())"
     results: dict[int, RunResult] = {}
+    submitted: dict[int, float] = {}
 
     async def one(index: int) -> None:
+        submitted[index] = anyio.current_time()
         results[index] = checked(await pool.run(request(code, request_id=f"{index:08x}")))
 
     async with Pool.open(tuned(config, max_concurrent=2, pool_size=2)) as pool, anyio.create_task_group() as tg:
@@ -311,9 +313,10 @@ async def test_runs_beyond_the_concurrency_bound_wait_in_fifo_order(config: Conf
             await anyio.lowlevel.checkpoint()
     intervals = [tuple(map(float, results[i].stdout.text.split())) for i in range(6)]
     assert max_overlap(intervals) == 2
-    starts = [start for start, _ in intervals]
-    assert starts[2:] == sorted(starts[2:]), "queued runs start in the order they arrived"
     assert all(results[i].queue_wait > 0 for i in range(2, 6))
+    slot_taken = [submitted[i] + results[i].queue_wait for i in range(6)]
+    assert [submitted[i] for i in range(6)] == sorted(submitted.values())
+    assert slot_taken[2:] == sorted(slot_taken[2:]), "queued runs get a slot in the order they arrived"
 
 
 async def test_a_full_queue_answers_busy_instead_of_waiting(config: Config, no_leaks: None) -> None:

@@ -156,7 +156,7 @@ async def rpc(process: Process, message: dict[str, Any]) -> None:
     await process.stdin.send((json.dumps(message) + "\n").encode())
 
 
-async def read_response(process: Process, buffer: bytearray, request_id: int) -> dict[str, Any]:
+async def read_response(process: Process, buffer: bytearray, request_id: int | None) -> dict[str, Any]:
     assert process.stdout is not None
     while True:
         while b"\n" in buffer:
@@ -219,16 +219,19 @@ async def test_garbage_on_the_wire_gets_json_rpc_errors_and_the_server_keeps_ser
     async with process:
         assert process.stdin is not None
         await process.stdin.send(b"{this is not json\n")
+        assert (await read_response(process, buffer, None))["error"]["code"] == -32700
+        await process.stdin.send(b'{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": "x"}\n')
+        assert (await read_response(process, buffer, 6))["error"]["code"] == -32600
         await rpc(process, {"jsonrpc": "2.0", "id": 7, "method": "no/such/method"})
         assert (await read_response(process, buffer, 7))["error"]["code"] == -32601
         await rpc(process, {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": 5}})
-        assert "error" in await read_response(process, buffer, 8)
+        assert (await read_response(process, buffer, 8))["error"]["code"] == -32602
         # A line far beyond the largest legal call is dropped without growing the server's memory.
         huge = {"name": "run_python", "arguments": {"code": "#" * 20_000_000}}
         await rpc(process, {"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": huge})
         too_large = await read_response(process, buffer, 10)
         assert too_large["error"]["code"] == -32600
-        assert too_large["error"]["message"].startswith("request too large: 20,000,1")
+        assert too_large["error"]["message"].startswith("Invalid Request: 20,000,1")
         call = {"name": "run_python", "arguments": {"code": "print('alive')"}}
         await rpc(process, {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": call})
         response = await read_response(process, buffer, 9)
@@ -237,4 +240,4 @@ async def test_garbage_on_the_wire_gets_json_rpc_errors_and_the_server_keeps_ser
         with anyio.fail_after(20):
             assert await process.wait() == 0
     log = (tmp_path / "stderr.log").read_text()
-    assert re.search(r"message dropped: too large jsonrpc_id=10 size_bytes=200001\d\d limit_bytes=\d+", log)
+    assert re.search(r'invalid message answered error="Invalid Request: 20,000,1\d\d bytes', log)
