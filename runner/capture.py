@@ -50,6 +50,12 @@ class OutputCap:
                 # Trim in batches so a flood of small chunks costs amortised O(1) per byte.
                 del self._tail[: len(self._tail) - self._keep]
 
+    def last_line(self, max_chars: int) -> str:
+        """The last non-empty line written so far, decoded safely and cut to `max_chars` (for progress)."""
+        recent = bytes((self._tail or self._head)[-4 * max_chars :])
+        lines = [line for line in recent.splitlines() if line.strip()]
+        return decode_safely(lines[-1])[-max_chars:] if lines else ""
+
     def parts(self) -> tuple[bytes, bytes]:
         """The kept head and tail (the tail is empty when nothing was dropped between them)."""
         return bytes(self._head), bytes(self._tail[-self._keep :])

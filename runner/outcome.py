@@ -67,6 +67,23 @@ class ProcessEnd:
     output_exceeded: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A running run's state, reported about once a second to callers that asked for it."""
+
+    elapsed: float
+    timeout: float
+    stdout_bytes: int
+    stderr_bytes: int
+    last_line: str
+
+    def describe(self) -> str:
+        """One line for a progress notification."""
+        output = self.stdout_bytes + self.stderr_bytes
+        text = f"running for {self.elapsed:.0f}s of {self.timeout:g}s; output {output:,} bytes"
+        return text + (f"; last line: {self.last_line}" if self.last_line else "")
+
+
 _EMPTY = StreamText("", 0, 0)
 
 

@@ -12,7 +12,7 @@ import os
 import sys
 import tempfile
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -24,7 +24,7 @@ from runner.config import Config
 from runner.errors import SpawnError
 from runner.limits import Limits, count_tasks_of_uid, limits_for
 from runner.logs import get_logger, log_event
-from runner.outcome import ProcessEnd, RunLimits, RunRequest, RunResult, Status, classify
+from runner.outcome import ProcessEnd, Progress, RunLimits, RunRequest, RunResult, Status, classify
 from runner.spawn import Child, remove_tree, spawn_child
 
 CHUNK = 64 * 1024
@@ -35,6 +35,10 @@ STARTUP_TIMEOUT = 15.0
 REAP_TIMEOUT = 5.0
 POLL_INTERVAL = 0.005
 PEAK_SAMPLE_INTERVAL = 0.01
+PROGRESS_INTERVAL = 1.0
+PROGRESS_LINE_CHARS = 200
+
+ProgressCallback = Callable[[Progress], Awaitable[None]]
 
 
 @dataclass
@@ -139,8 +143,11 @@ class Pool:
         c = self._config
         return RunLimits(timeout, c.max_cpu_seconds, c.max_memory_mb, c.max_file_size_mb, c.max_output_bytes)
 
-    async def run(self, request: RunRequest) -> RunResult:
-        """Run one request to its end and return the outcome; raises only for cancellation."""
+    async def run(self, request: RunRequest, on_progress: ProgressCallback | None = None) -> RunResult:
+        """Run one request to its end and return the outcome; raises only for cancellation.
+
+        `on_progress`, if given, is called about once a second while the code runs.
+        """
         config = self._config
         queued = anyio.current_time()
         try:
@@ -160,16 +167,18 @@ class Pool:
             finally:
                 self._waiting -= 1
         try:
-            return await self._run_in_slot(request, anyio.current_time() - queued)
+            return await self._run_in_slot(request, anyio.current_time() - queued, on_progress)
         finally:
             self._slots.release()
 
-    async def _run_in_slot(self, request: RunRequest, queue_wait: float) -> RunResult:
+    async def _run_in_slot(
+        self, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None
+    ) -> RunResult:
         child = await self._take_child()
         log_event(self._log, logging.INFO, "run started", request.request_id, pid=child.pid, queue_wait=queue_wait)
         self._live.add(child)
         try:
-            result = await self._drive(child, request, queue_wait)
+            result = await self._drive(child, request, queue_wait, on_progress)
         except anyio.get_cancelled_exc_class():
             log_event(self._log, logging.INFO, "run finished", request.request_id, status=Status.CANCELLED.value)
             raise
@@ -192,7 +201,9 @@ class Pool:
         )
         return result
 
-    async def _drive(self, child: Child, request: RunRequest, queue_wait: float) -> RunResult:
+    async def _drive(
+        self, child: Child, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None
+    ) -> RunResult:
         out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
         state = _Drive(budget=self._config.max_output_bytes, child=child)
         timed_out = False
@@ -206,6 +217,8 @@ class Pool:
             tg.start_soon(_pump, child.stdout, out, state)
             tg.start_soon(_pump, child.stderr, err, state)
             tg.start_soon(_sample_peak, child, state)
+            if on_progress is not None:
+                tg.start_soon(self._report_progress, request, started, out, err, on_progress)
             with anyio.move_on_after(request.timeout) as deadline:
                 await _wait_exit(child)
             if deadline.cancelled_caught:
@@ -235,6 +248,29 @@ class Pool:
             peak_memory_bytes=peak,
             queue_wait=queue_wait,
         )
+
+    async def _report_progress(
+        self, request: RunRequest, started: float, out: OutputCap, err: OutputCap, on_progress: ProgressCallback
+    ) -> None:
+        while True:
+            await anyio.sleep(PROGRESS_INTERVAL)
+            progress = Progress(
+                elapsed=anyio.current_time() - started,
+                timeout=request.timeout,
+                stdout_bytes=out.total,
+                stderr_bytes=err.total,
+                last_line=(err if err.total and not out.total else out).last_line(PROGRESS_LINE_CHARS),
+            )
+            try:
+                await on_progress(progress)
+            except Exception:
+                # A client that cannot take notifications still gets its result.
+                self._log.warning(
+                    "progress report failed; no more for this run",
+                    exc_info=True,
+                    extra={"request_id": request.request_id, "fields": {}},
+                )
+                return
 
     @staticmethod
     async def _feed_stdin(child: Child, data: bytes) -> None:

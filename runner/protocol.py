@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -20,7 +21,7 @@ from runner import __version__
 from runner.config import Config
 from runner.errors import ArgumentError
 from runner.logs import get_logger, log_event
-from runner.outcome import RunRequest, RunResult, Status
+from runner.outcome import Progress, RunRequest, RunResult, Status
 from runner.schemas import TOOL_NAME, ArgumentParser, input_schema, output_schema, structured_result
 
 SERVER_NAME = "python-runner-mcp"
@@ -39,8 +40,10 @@ DESCRIPTION = (
 class Runner(Protocol):
     """What the protocol layer needs from the pool."""
 
-    async def run(self, request: RunRequest) -> RunResult:
-        """Run one request to its end."""
+    async def run(
+        self, request: RunRequest, on_progress: Callable[[Progress], Awaitable[None]] | None = None
+    ) -> RunResult:
+        """Run one request to its end, reporting progress if asked."""
         ...
 
 
@@ -109,7 +112,7 @@ class Handlers:
         """tools/call: validate, run, and turn every outcome (or fault) into a result."""
         request_id = new_request_id()
         try:
-            return await self._call(request_id, params)
+            return await self._call(request_id, params, ctx)
         except anyio.get_cancelled_exc_class():
             log_event(self._log, logging.INFO, "call cancelled", request_id)
             raise
@@ -127,7 +130,9 @@ class Handlers:
                 )
             )
 
-    async def _call(self, request_id: str, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _call(
+        self, request_id: str, params: types.CallToolRequestParams, ctx: ServerRequestContext[Any]
+    ) -> types.CallToolResult:
         code_size = len(str((params.arguments or {}).get("code", "")))
         log_event(self._log, logging.INFO, "call received", request_id, tool=params.name, code_chars=code_size)
         if params.name != TOOL_NAME:
@@ -140,7 +145,16 @@ class Handlers:
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="invalid arguments")
             return to_call_result(RunResult(request_id, Status.INVALID_ARGUMENTS, str(exc)))
         request = RunRequest(request_id=request_id, code=args.code, timeout=args.timeout, stdin=args.stdin)
-        return to_call_result(await self._runner.run(request))
+        # report_progress is a no-op for a caller that did not ask for progress (no progressToken).
+        return to_call_result(await self._runner.run(request, _progress_reporter(ctx)))
+
+
+def _progress_reporter(ctx: ServerRequestContext[Any]) -> Callable[[Progress], Awaitable[None]]:
+    async def report(progress: Progress) -> None:
+        # No known total: the elapsed seconds count up, and the message says the rest.
+        await ctx.session.report_progress(round(progress.elapsed, 3), None, progress.describe())
+
+    return report
 
 
 def build_server(config: Config, runner: Runner, logger: logging.Logger | None = None) -> Server[Any]:

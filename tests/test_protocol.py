@@ -148,3 +148,28 @@ async def test_calls_in_parallel_each_get_their_own_request_id(client: Client) -
             for i in range(8):
                 tg.start_soon(one, i)
     assert len(set(seen)) == 8
+
+
+async def test_a_run_longer_than_a_second_reports_progress_to_a_client_that_asked(client: Client) -> None:
+    updates: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        updates.append((progress, total, message))
+
+    code = "import time\nprint('warming up', flush=True)\ntime.sleep(2.6)\nprint('done')"
+    result = await client.call_tool("run_python", {"code": code, "timeout": 10}, progress_callback=on_progress)
+    assert check_structured(result.structured_content)["stdout"] == "warming up\ndone\n"
+    assert len(updates) >= 2
+    assert [p for p, _, _ in updates] == sorted(p for p, _, _ in updates), "progress only goes up"
+    assert updates[0][2] is not None
+    assert updates[0][2].startswith("running for 1s of 10s; output 11 bytes; last line: warming up")
+
+
+async def test_a_run_shorter_than_a_second_gets_no_progress(client: Client) -> None:
+    updates: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        updates.append(progress)
+
+    await client.call_tool("run_python", {"code": "print(1)"}, progress_callback=on_progress)
+    assert updates == []

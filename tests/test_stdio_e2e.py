@@ -241,3 +241,21 @@ async def test_garbage_on_the_wire_gets_json_rpc_errors_and_the_server_keeps_ser
             assert await process.wait() == 0
     log = (tmp_path / "stderr.log").read_text()
     assert re.search(r'invalid message answered error="Invalid Request: 20,000,1\d\d bytes', log)
+
+
+async def test_progress_reaches_a_client_over_stdio_while_a_long_run_goes_on(
+    work_dir: Path, tmp_path: Path, mode: str, left_nothing: None
+) -> None:
+    messages: list[str | None] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message)
+
+    code = "import time\nfor i in range(3):\n    print('step', i, flush=True)\n    time.sleep(0.9)"
+    with open(tmp_path / "stderr.log", "w") as errlog:
+        async with stdio_session(work_dir, errlog, mode) as client:
+            result = await client.call_tool("run_python", {"code": code}, progress_callback=on_progress)
+    assert check_structured(result.structured_content)["status"] == "ok"
+    assert len(messages) >= 2
+    assert all(m is not None and m.startswith("running for ") for m in messages)
+    assert any(m is not None and "last line: step" in m for m in messages)
