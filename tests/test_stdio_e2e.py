@@ -14,7 +14,6 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from anyio.abc import Process
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -22,6 +21,7 @@ from runner.config import Config
 from runner.schemas import input_schema, output_schema
 from tests.conftest import REPO
 from tests.helpers import SEED_PLAIN, alive, check_structured, max_overlap
+from tests.raw import raw_server
 
 pytestmark = pytest.mark.anyio
 
@@ -151,111 +151,46 @@ async def test_a_cancelled_call_kills_its_process_and_the_server_keeps_serving(
     assert "status=cancelled" in (tmp_path / "stderr.log").read_text()
 
 
-async def rpc(process: Process, message: dict[str, Any]) -> None:
-    assert process.stdin is not None
-    await process.stdin.send((json.dumps(message) + "\n").encode())
-
-
-async def read_response(process: Process, buffer: bytearray, request_id: int | None) -> dict[str, Any]:
-    assert process.stdout is not None
-    while True:
-        while b"\n" in buffer:
-            line, _, rest = bytes(buffer).partition(b"\n")
-            buffer[:] = rest
-            message: dict[str, Any] = json.loads(line)
-            if message.get("id") == request_id:
-                return message
-        buffer += await process.stdout.receive()
-
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
-}
-
-
-async def start_raw(work_dir: Path, stderr_path: Path) -> tuple[Process, bytearray]:
-    with open(stderr_path, "w") as errlog:
-        process = await anyio.open_process(
-            [sys.executable, "-m", "runner"], cwd=REPO, env=server_env(work_dir), stderr=errlog
-        )
-    buffer = bytearray()
-    await rpc(process, INITIALIZE)
-    assert (await read_response(process, buffer, 1))["result"]["protocolVersion"] == "2025-06-18"
-    await rpc(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
-    return process, buffer
-
-
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "stdin EOF"])
 async def test_the_server_stops_cleanly_mid_run_killing_everything_and_exiting_0(
     work_dir: Path, tmp_path: Path, how: str, left_nothing: None
 ) -> None:
     marker = tmp_path / "pid"
     code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)"
-    process, _ = await start_raw(work_dir, tmp_path / "stderr.log")
-    async with process:
+    async with raw_server(work_dir, tmp_path / "stderr.log") as session:
+        await session.initialize()
         call = {"name": "run_python", "arguments": {"code": code, "timeout": 60}}
-        await rpc(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+        await session.send_line(
+            json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}).encode() + b"\n"
+        )
         with anyio.fail_after(20):
             while not marker.exists() or not marker.read_text():
                 await anyio.sleep(0.02)
-        if how == "stdin EOF":
-            assert process.stdin is not None
-            await process.stdin.aclose()
-        else:
-            process.send_signal(getattr(signal, how))
-        with anyio.fail_after(20):
-            assert await process.wait() == 0
+        if how != "stdin EOF":
+            # For EOF, leaving the block closes stdin and requires exit status 0.
+            session.process.send_signal(getattr(signal, how))
+            with anyio.fail_after(20):
+                assert await session.process.wait() == 0
     assert not alive(int(marker.read_text()))
     assert "server stopped" in (tmp_path / "stderr.log").read_text()
 
 
-async def test_garbage_on_the_wire_gets_json_rpc_errors_and_the_server_keeps_serving(
+async def test_an_oversized_message_is_answered_and_the_server_keeps_serving(
     work_dir: Path, tmp_path: Path, left_nothing: None
 ) -> None:
-    process, buffer = await start_raw(work_dir, tmp_path / "stderr.log")
-    async with process:
-        assert process.stdin is not None
-        await process.stdin.send(b"{this is not json\n")
-        assert (await read_response(process, buffer, None))["error"]["code"] == -32700
-        await process.stdin.send(b'{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": "x"}\n')
-        assert (await read_response(process, buffer, 6))["error"]["code"] == -32600
-        await rpc(process, {"jsonrpc": "2.0", "id": 7, "method": "no/such/method"})
-        assert (await read_response(process, buffer, 7))["error"]["code"] == -32601
-        await rpc(process, {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": 5}})
-        assert (await read_response(process, buffer, 8))["error"]["code"] == -32602
-        # A line far beyond the largest legal call is dropped without growing the server's memory.
+    async with raw_server(work_dir, tmp_path / "stderr.log") as session:
+        await session.initialize()
+        # Far beyond the largest legal call: discarded as it arrives, never held whole.
         huge = {"name": "run_python", "arguments": {"code": "#" * 20_000_000}}
-        await rpc(process, {"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": huge})
-        too_large = await read_response(process, buffer, 10)
+        await session.send_line(
+            json.dumps({"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": huge}).encode() + b"\n"
+        )
+        too_large = await session.response(10)
         assert too_large["error"]["code"] == -32600
         assert too_large["error"]["message"].startswith("Invalid Request: 20,000,1")
-        call = {"name": "run_python", "arguments": {"code": "print('alive')"}}
-        await rpc(process, {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": call})
-        response = await read_response(process, buffer, 9)
-        assert response["result"]["structuredContent"]["stdout"] == "alive\n"
-        await process.stdin.aclose()
-        with anyio.fail_after(20):
-            assert await process.wait() == 0
+        alive_call = await session.request(
+            "tools/call", {"name": "run_python", "arguments": {"code": "print('alive')"}}
+        )
+        assert alive_call["result"]["structuredContent"]["stdout"] == "alive\n"
     log = (tmp_path / "stderr.log").read_text()
     assert re.search(r'invalid message answered error="Invalid Request: 20,000,1\d\d bytes', log)
-
-
-async def test_progress_reaches_a_client_over_stdio_while_a_long_run_goes_on(
-    work_dir: Path, tmp_path: Path, mode: str, left_nothing: None
-) -> None:
-    messages: list[str | None] = []
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        messages.append(message)
-
-    code = "import time\nfor i in range(3):\n    print('step', i, flush=True)\n    time.sleep(0.9)"
-    with open(tmp_path / "stderr.log", "w") as errlog:
-        async with stdio_session(work_dir, errlog, mode) as client:
-            result = await client.call_tool("run_python", {"code": code}, progress_callback=on_progress)
-    assert check_structured(result.structured_content)["status"] == "ok"
-    assert len(messages) >= 2
-    assert all(m is not None and m.startswith("running for ") for m in messages)
-    assert any(m is not None and "last line: step" in m for m in messages)
