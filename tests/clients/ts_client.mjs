@@ -1,0 +1,169 @@
+// A TypeScript-SDK client (@modelcontextprotocol/sdk, Client + StdioClientTransport) driven by
+// tests/test_real_clients.py. It starts the server itself, runs a fixed list of checks, and prints
+// one JSON object per check on stdout: {"check": name, ...observations} or {"check": name, "error": ...}.
+// It asserts nothing: pytest does. The server's stderr goes to this process's stderr.
+//
+// Usage: node ts_client.mjs '<json>' where json is
+//   {"command": str, "args": [str], "env": {str: str}, "cwd": str, "pidFile": str}
+// pidFile: a path that does not exist yet; the cancelled run writes its own pid there.
+
+import { existsSync, readFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+
+const config = JSON.parse(process.argv[2]);
+
+function emit(check, observations) {
+  process.stdout.write(JSON.stringify({ check, ...observations }) + "\n");
+}
+
+function describe(error) {
+  return { error: String(error?.message ?? error), name: error?.name ?? null, code: error?.code ?? null };
+}
+
+// Same rule as tests/helpers.py `alive`: a zombie counts as dead.
+function alive(pid) {
+  let stat;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+  } catch {
+    return false;
+  }
+  const state = stat.slice(stat.lastIndexOf(")") + 1).trim().split(/\s+/)[0];
+  return state !== "Z" && state !== "X";
+}
+
+async function waitFor(predicate, timeoutMs) {
+  const start = Date.now();
+  while (!predicate()) {
+    if (Date.now() - start > timeoutMs) return false;
+    await sleep(20);
+  }
+  return true;
+}
+
+async function check(name, body) {
+  try {
+    emit(name, await body());
+  } catch (error) {
+    emit(name, describe(error));
+  }
+}
+
+const transport = new StdioClientTransport({
+  command: config.command,
+  args: config.args,
+  env: config.env,
+  cwd: config.cwd,
+  stderr: "inherit",
+});
+
+// Record every message the server sends (the SDK installs its handler through this property), to report
+// the negotiated protocol version and the raw progress notifications next to what the callbacks saw.
+const received = [];
+let sdkHandler;
+Object.defineProperty(transport, "onmessage", {
+  configurable: true,
+  get() {
+    return sdkHandler && ((message, extra) => {
+      received.push(message);
+      return sdkHandler(message, extra);
+    });
+  },
+  set(handler) {
+    sdkHandler = handler;
+  },
+});
+
+const client = new Client({ name: "python-runner-mcp-ts-test", version: "1.0.0" });
+
+await check("connect", async () => {
+  await client.connect(transport);
+  const initialize = received.find((m) => m.id !== undefined && m.result?.protocolVersion);
+  return {
+    protocolVersion: initialize?.result.protocolVersion ?? null,
+    serverInfo: client.getServerVersion() ?? null,
+    capabilities: client.getServerCapabilities() ?? null,
+    serverPid: transport.pid,
+  };
+});
+
+await check("list", async () => {
+  const { tools } = await client.listTools();
+  return {
+    names: tools.map((t) => t.name),
+    inputSchema: tools[0]?.inputSchema ?? null,
+    outputSchema: tools[0]?.outputSchema ?? null,
+  };
+});
+
+function callReport(result) {
+  return {
+    text: result.content.length === 1 && result.content[0].type === "text" ? result.content[0].text : null,
+    content: result.content,
+    structuredContent: result.structuredContent ?? null,
+    isError: result.isError ?? null,
+  };
+}
+
+await check("call", async () =>
+  callReport(await client.callTool({ name: "run_python", arguments: { code: "print(sum(range(10)))" } })),
+);
+
+await check("error", async () =>
+  callReport(
+    await client.callTool({ name: "run_python", arguments: { code: "raise ValueError('boom')" } }),
+  ),
+);
+
+await check("progress", async () => {
+  const notifications = [];
+  const before = received.length;
+  const start = Date.now();
+  const result = await client.callTool(
+    { name: "run_python", arguments: { code: "import time; time.sleep(2.5); print('done')" } },
+    undefined,
+    {
+      onprogress: (progress) => notifications.push({ ...progress, afterMs: Date.now() - start }),
+    },
+  );
+  const raw = received.slice(before).filter((m) => m.method === "notifications/progress");
+  return { ...callReport(result), notifications, rawNotifications: raw.map((m) => m.params) };
+});
+
+await check("cancel", async () => {
+  const code =
+    `import os, time\n` +
+    `open(${JSON.stringify(config.pidFile)}, 'w').write(str(os.getpid()))\n` +
+    `time.sleep(60)`;
+  const controller = new AbortController();
+  const call = client.callTool({ name: "run_python", arguments: { code, timeout: 60 } }, undefined, {
+    signal: controller.signal,
+  });
+  let settled = null;
+  call.then(
+    (result) => (settled = { resolved: callReport(result) }),
+    (error) => (settled = { rejected: describe(error) }),
+  );
+  const started = await waitFor(() => existsSync(config.pidFile) && readFileSync(config.pidFile, "utf8") !== "", 20_000);
+  if (!started) return { error: "the run never wrote its pid file", settled };
+  const pid = Number(readFileSync(config.pidFile, "utf8"));
+  const abortedAt = Date.now();
+  controller.abort("cancelled by the TypeScript test client");
+  await waitFor(() => settled !== null, 5_000);
+  // While the server is still connected: the run's process must go away without the server stopping.
+  const gone = await waitFor(() => !alive(pid), 10_000);
+  const goneAfterMs = Date.now() - abortedAt;
+  const after = callReport(
+    await client.callTool({ name: "run_python", arguments: { code: "print('still here')" } }),
+  );
+  return { pid, settled, goneWhileConnected: gone, goneAfterMs, serverPidAlive: alive(transport.pid), after };
+});
+
+await check("close", async () => {
+  const serverPid = transport.pid;
+  await client.close();
+  const exited = await waitFor(() => !alive(serverPid), 10_000);
+  return { serverPid, exited };
+});
