@@ -12,6 +12,7 @@ import anyio
 from runner.config import Config
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
+from runner.procctl import set_dumpable
 
 
 async def serve(config: Config) -> None:
@@ -22,7 +23,7 @@ async def serve(config: Config) -> None:
     from runner.wire import stdio_transport
 
     logger = get_logger()
-    async with Pool.open(config, logger) as pool, anyio.create_task_group() as tg:
+    async with Pool.open(config, logger, reap_strays=True) as pool, anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
         server = build_server(config, pool, logger)
         async with stdio_transport(config.max_message_bytes, logger) as (read_stream, write_stream):
@@ -49,6 +50,9 @@ def main() -> int:
         sys.stderr.write(f"python-runner-mcp: invalid configuration: {exc}\n")
         return 2
     configure_logging(config.log_level, config.log_format)
+    # Code of runs runs as our uid: keep it out of our /proc/<pid>/environ, fds, memory and ptrace.
+    if not set_dumpable(False):
+        log_event(get_logger(), logging.WARNING, "cannot make the server non-dumpable on this platform")
     if sys.stdin.isatty():
         sys.stderr.write(
             "python-runner-mcp: waiting for an MCP client on stdin/stdout (JSON-RPC); connect one with "

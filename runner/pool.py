@@ -7,8 +7,10 @@ it, closes its fds and deletes its working directory, in a shielded scope.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
 import tempfile
 from collections import deque
@@ -25,6 +27,7 @@ from runner.errors import SpawnError
 from runner.limits import Limits, count_tasks_of_uid, limits_for
 from runner.logs import get_logger, log_event
 from runner.outcome import ProcessEnd, Progress, RunLimits, RunRequest, RunResult, Status, classify
+from runner.procctl import children_of_self, command_line, is_zombie, reap_if_exited, set_child_subreaper
 from runner.spawn import Child, remove_tree, spawn_child
 
 CHUNK = 64 * 1024
@@ -36,6 +39,9 @@ REAP_TIMEOUT = 5.0
 POLL_INTERVAL = 0.005
 PEAK_SAMPLE_INTERVAL = 0.01
 PROGRESS_INTERVAL = 1.0
+STRAY_SWEEP_INTERVAL = 1.0
+STRAY_ROUNDS = 10
+STRAY_GRACE = 0.02
 PROGRESS_LINE_CHARS = 200
 
 ProgressCallback = Callable[[Progress], Awaitable[None]]
@@ -79,12 +85,21 @@ class Pool:
         self._live: set[Child] = set()
         self._wanted = anyio.Event()
         self._refused_reported: set[str] = set()
+        self._ours: set[int] = set()  # pids of every interpreter spawned and not yet reaped
+        self._sweep_wanted = anyio.Event()
         self._keep_bytes = keep_bytes_for(config.max_output_chars)
 
     @classmethod
     @asynccontextmanager
-    async def open(cls, config: Config, logger: logging.Logger | None = None) -> AsyncIterator[Pool]:
-        """Start a pool (its interpreters fill in the background); on exit, kill and remove everything."""
+    async def open(
+        cls, config: Config, logger: logging.Logger | None = None, *, reap_strays: bool = False
+    ) -> AsyncIterator[Pool]:
+        """Start a pool (its interpreters fill in the background); on exit, kill and remove everything.
+
+        With `reap_strays` (the server's own process, never a library caller's) this process becomes a
+        child subreaper: whatever a run leaves behind, a setsid daemon included, is re-parented to
+        us, and every child that is not a run or pooled interpreter is killed and reaped.
+        """
         logger = logger or get_logger()
         base_dir = tempfile.mkdtemp(prefix="python-runner-", dir=config.work_dir)
         limits = limits_for(config, count_tasks_of_uid())
@@ -105,10 +120,15 @@ class Pool:
                 logging.WARNING,
                 "running as root: RLIMIT_NPROC is not enforced, a fork loop is stopped only by the timeout",
             )
+        reaping = reap_strays and set_child_subreaper(True)
+        if reap_strays and not reaping:
+            log_event(logger, logging.WARNING, "cannot become a child subreaper; a run's daemons may outlive it")
         try:
             async with anyio.create_task_group() as tg:
                 if config.pool_size:
                     tg.start_soon(pool._refill_forever)
+                if reaping:
+                    tg.start_soon(pool._reap_strays_forever)
                 try:
                     yield pool
                 finally:
@@ -116,6 +136,9 @@ class Pool:
         finally:
             with anyio.CancelScope(shield=True):
                 await pool._shutdown()
+                if reaping:
+                    await pool._reap_strays()
+                    set_child_subreaper(False)
                 await anyio.to_thread.run_sync(remove_tree, base_dir)
 
     @property
@@ -186,6 +209,7 @@ class Pool:
             with anyio.CancelScope(shield=True):
                 await self._destroy(child)
                 self._live.discard(child)
+                self._sweep_wanted.set()
         log_event(
             self._log,
             logging.INFO,
@@ -228,7 +252,7 @@ class Pool:
             duration = anyio.current_time() - started
             # Whatever the run left in its group dies with it, before the leader is reaped.
             child.kill_group()
-            returncode, cpu, reaped_peak = _reap(child)
+            returncode, cpu, reaped_peak = self._reap(child)
             with anyio.move_on_after(EXIT_GRACE):
                 await state.pumps_done.wait()
             tg.cancel_scope.cancel()
@@ -293,6 +317,7 @@ class Pool:
     async def _spawn_ready(self) -> Child:
         """Spawn an interpreter and wait until its bootstrap has applied the limits."""
         child = spawn_child(self._config.python, self._base_dir, self._limits)
+        self._ours.add(child.pid)
         try:
             with anyio.fail_after(STARTUP_TIMEOUT):
                 line = await _read_line(child.stdout)
@@ -336,9 +361,45 @@ class Pool:
             if _still_running(child):
                 log_event(self._log, logging.ERROR, "process did not die after SIGKILL", pid=child.pid)
             else:
-                _reap(child)
+                self._reap(child)
         child.close_all()
         await anyio.to_thread.run_sync(remove_tree, child.workdir)
+
+    def _reap(self, child: Child) -> tuple[int, float, int]:
+        self._ours.discard(child.pid)
+        return _reap(child)
+
+    async def _reap_strays_forever(self) -> None:
+        while True:
+            with anyio.move_on_after(STRAY_SWEEP_INTERVAL):
+                await self._sweep_wanted.wait()
+            self._sweep_wanted = anyio.Event()
+            await self._reap_strays()
+
+    async def _reap_strays(self) -> None:
+        """Kill and reap every child of ours that is neither a run nor a pooled interpreter.
+
+        Such children are orphans a run left behind and the kernel handed to us as subreaper. A
+        killed stray's own children come to us next, hence the rounds.
+        """
+        for _ in range(STRAY_ROUNDS):
+            strays = [pid for pid in children_of_self() if pid not in self._ours]
+            if not strays:
+                return
+            for pid in strays:
+                if not is_zombie(pid):
+                    log_event(
+                        self._log,
+                        logging.WARNING,
+                        "killing a process a run left behind",
+                        pid=pid,
+                        command=command_line(pid),
+                    )
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            await anyio.sleep(STRAY_GRACE)
+            for pid in strays:
+                reap_if_exited(pid)
 
     async def _shutdown(self) -> None:
         for child in self._live:

@@ -376,3 +376,33 @@ async def test_an_interpreter_that_cannot_start_is_an_infrastructure_error(confi
     async with Pool.open(tuned(config, python="/bin/false", pool_size=0)) as pool:
         with pytest.raises(SpawnError):
             await pool.run(request("print(1)"))
+
+
+async def test_a_setsid_double_fork_daemon_is_killed_soon_after_its_run(
+    config: Config, no_leaks: None, tmp_path: Path
+) -> None:
+    marker = tmp_path / "daemon.pid"
+    code = f"""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.close(1)
+                os.close(2)
+                with open({str(marker)!r} + ".tmp", "w") as f:
+                    f.write(str(os.getpid()))
+                os.rename({str(marker)!r} + ".tmp", {str(marker)!r})
+                time.sleep(60)
+                os._exit(0)
+            os._exit(0)
+        while not os.path.exists({str(marker)!r}):
+            time.sleep(0.01)
+        print("parent done")
+    """
+    async with Pool.open(tuned(config, pool_size=0), reap_strays=True) as pool:
+        result = await run(pool, code)
+        assert (result.status, result.stdout.text) == (Status.OK, "parent done\n")
+        daemon = int(marker.read_text())
+        with anyio.fail_after(5):
+            while alive(daemon):
+                await anyio.sleep(0.02)

@@ -1,0 +1,74 @@
+"""Linux process controls the server uses on itself: child subreaper, non-dumpable, its children.
+
+ctypes reaches prctl(2); everywhere else these are no-ops that say so by returning False.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import sys
+
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, value: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def set_child_subreaper(enabled: bool) -> bool:
+    """Adopt orphaned descendants (daemons that left a run's session) instead of letting init have them."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1 if enabled else 0)
+
+
+def set_dumpable(enabled: bool) -> bool:
+    """Non-dumpable closes /proc/<pid>/{environ,fd,mem,...} and ptrace to other processes of our uid."""
+    return _prctl(PR_SET_DUMPABLE, 1 if enabled else 0)
+
+
+def children_of_self() -> list[int]:
+    """Our direct children, adopted orphans included (Linux; empty where /proc cannot tell)."""
+    children: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return children
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children", "rb") as listing:
+                children.extend(int(pid) for pid in listing.read().split())
+        except (OSError, ValueError):
+            continue
+    return children
+
+
+def is_zombie(pid: int) -> bool:
+    """True if `pid` has exited and waits to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def command_line(pid: int) -> str:
+    """A process's command line for the log, or '?' once it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200] or "?"
+    except OSError:
+        return "?"
+
+
+def reap_if_exited(pid: int) -> None:
+    """Collect a child that has exited; never waits (a child still dying is reaped by a later call)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
