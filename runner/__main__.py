@@ -13,9 +13,10 @@ from runner.config import Config
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
 from runner.procctl import set_dumpable
+from runner.sandbox import Sandbox, choose_sandbox
 
 
-async def serve(config: Config) -> None:
+async def serve(config: Config, sandbox: Sandbox) -> None:
     """Serve one stdio session; every run and pooled interpreter is gone when this returns."""
     # Imported here so a configuration error is reported before the SDK's ~0.7 s import.
     from runner.pool import Pool
@@ -23,7 +24,10 @@ async def serve(config: Config) -> None:
     from runner.wire import stdio_transport
 
     logger = get_logger()
-    async with Pool.open(config, logger, reap_strays=True) as pool, anyio.create_task_group() as tg:
+    async with (
+        Pool.open(config, logger, reap_strays=True, sandbox=sandbox) as pool,
+        anyio.create_task_group() as tg,
+    ):
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
         server = build_server(config, pool, logger)
         async with stdio_transport(config.max_message_bytes, logger) as (read_stream, write_stream):
@@ -46,6 +50,7 @@ def main() -> int:
     """Entry point: configure from the environment, serve, and return the exit status."""
     try:
         config = Config.from_env()
+        sandbox = choose_sandbox(config)
     except ConfigError as exc:
         sys.stderr.write(f"python-runner-mcp: invalid configuration: {exc}\n")
         return 2
@@ -60,7 +65,7 @@ def main() -> int:
         )
     # A second Ctrl-C during shutdown: everything is already being torn down.
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(serve, config)
+        anyio.run(serve, config, sandbox)
     log_event(get_logger(), logging.INFO, "server stopped")
     return 0
 

@@ -13,6 +13,8 @@ from typing import Literal, TypeVar, cast, get_args
 from runner.errors import ConfigError
 
 LogFormat = Literal["text", "json"]
+SandboxMode = Literal["auto", "none", "bwrap"]
+SandboxNetwork = Literal["isolated", "shared"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 MIB = 1024 * 1024
@@ -39,6 +41,9 @@ class Config:
     log_format: LogFormat = "text"
     python: str = ""
     work_dir: str = ""
+    sandbox: SandboxMode = "auto"
+    sandbox_network: SandboxNetwork = "isolated"
+    sandbox_tmp_mb: int = 64
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -64,6 +69,11 @@ class Config:
             log_format=cast(LogFormat, _choice(env, "RUNNER_LOG_FORMAT", d.log_format, get_args(LogFormat))),
             python=_python(env),
             work_dir=_work_dir(env),
+            sandbox=cast(SandboxMode, _choice(env, "RUNNER_SANDBOX", d.sandbox, get_args(SandboxMode))),
+            sandbox_network=cast(
+                SandboxNetwork, _choice(env, "RUNNER_SANDBOX_NETWORK", d.sandbox_network, get_args(SandboxNetwork))
+            ),
+            sandbox_tmp_mb=_integer(env, "RUNNER_SANDBOX_TMP_MB", d.sandbox_tmp_mb, 1, 1_048_576),
         )
 
     @property

@@ -28,6 +28,7 @@ from runner.limits import Limits, count_tasks_of_uid, limits_for
 from runner.logs import get_logger, log_event
 from runner.outcome import ProcessEnd, Progress, RunLimits, RunRequest, RunResult, Status, classify
 from runner.procctl import children_of_self, command_line, is_zombie, reap_if_exited, set_child_subreaper
+from runner.sandbox import Sandbox, choose_sandbox, exit_code_of_sandboxed
 from runner.spawn import Child, remove_tree, spawn_child
 
 CHUNK = 64 * 1024
@@ -37,7 +38,8 @@ EXIT_GRACE = 0.25
 STARTUP_TIMEOUT = 15.0
 REAP_TIMEOUT = 5.0
 POLL_INTERVAL = 0.005
-PEAK_SAMPLE_INTERVAL = 0.01
+USAGE_SAMPLE_INTERVAL = 0.01
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PROGRESS_INTERVAL = 1.0
 STRAY_SWEEP_INTERVAL = 1.0
 STRAY_ROUNDS = 10
@@ -58,6 +60,7 @@ class _Drive:
     pumps_left: int = 2
     pumps_done: anyio.Event = field(default_factory=anyio.Event)
     sampled_peak: int | None = None
+    sampled_cpu: float = 0.0
 
     def count(self, n: int) -> None:
         self.written += n
@@ -74,8 +77,9 @@ class _Drive:
 class Pool:
     """Runs code in one-shot interpreters, at most `max_concurrent` at a time, FIFO beyond that."""
 
-    def __init__(self, config: Config, base_dir: str, limits: Limits, logger: logging.Logger) -> None:
+    def __init__(self, config: Config, base_dir: str, limits: Limits, sandbox: Sandbox, logger: logging.Logger) -> None:
         self._config = config
+        self._sandbox = sandbox
         self._base_dir = base_dir
         self._limits = limits
         self._log = logger
@@ -92,18 +96,26 @@ class Pool:
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, config: Config, logger: logging.Logger | None = None, *, reap_strays: bool = False
+        cls,
+        config: Config,
+        logger: logging.Logger | None = None,
+        *,
+        reap_strays: bool = False,
+        sandbox: Sandbox | None = None,
     ) -> AsyncIterator[Pool]:
         """Start a pool (its interpreters fill in the background); on exit, kill and remove everything.
 
         With `reap_strays` (the server's own process, never a library caller's) this process becomes a
         child subreaper: whatever a run leaves behind, a setsid daemon included, is re-parented to
         us, and every child that is not a run or pooled interpreter is killed and reaped.
+        Without `sandbox`, it is chosen from the configuration (`ConfigError` if bwrap was demanded
+        and cannot work).
         """
         logger = logger or get_logger()
+        sandbox = sandbox or choose_sandbox(config)
         base_dir = tempfile.mkdtemp(prefix="python-runner-", dir=config.work_dir)
         limits = limits_for(config, count_tasks_of_uid())
-        pool = cls(config, base_dir, limits, logger)
+        pool = cls(config, base_dir, limits, sandbox, logger)
         log_event(
             logger,
             logging.INFO,
@@ -113,6 +125,8 @@ class Pool:
             max_concurrent=config.max_concurrent,
             rlimit_nproc=limits.nproc,
             work_dir=base_dir,
+            sandbox=sandbox.kind,
+            sandbox_reason=sandbox.reason,
         )
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             log_event(
@@ -236,11 +250,11 @@ class Pool:
             child.close_fd(child.code)
             started = anyio.current_time()
             # One sample now: a run that ends within the first interval still gets a number.
-            _note_peak(child, state)
+            _note_usage(child, state)
             tg.start_soon(self._feed_stdin, child, request.stdin.encode("utf-8"))
             tg.start_soon(_pump, child.stdout, out, state)
             tg.start_soon(_pump, child.stderr, err, state)
-            tg.start_soon(_sample_peak, child, state)
+            tg.start_soon(_sample_usage, child, state)
             if on_progress is not None:
                 tg.start_soon(self._report_progress, request, started, out, err, on_progress)
             with anyio.move_on_after(request.timeout) as deadline:
@@ -257,6 +271,7 @@ class Pool:
                 await state.pumps_done.wait()
             tg.cancel_scope.cancel()
         peak = reaped_peak if reaped_peak > child.inherited_peak else state.sampled_peak
+        cpu = max(cpu, state.sampled_cpu)
         end = ProcessEnd(returncode, cpu, peak or 0, timed_out=timed_out, output_exceeded=state.output_exceeded)
         status, message = classify(end, err.parts()[1] or err.parts()[0], self.run_limits(request.timeout))
         max_chars = self._config.max_output_chars
@@ -316,7 +331,7 @@ class Pool:
 
     async def _spawn_ready(self) -> Child:
         """Spawn an interpreter and wait until its bootstrap has applied the limits."""
-        child = spawn_child(self._config.python, self._base_dir, self._limits)
+        child = spawn_child(self._config.python, self._base_dir, self._limits, self._sandbox)
         self._ours.add(child.pid)
         try:
             with anyio.fail_after(STARTUP_TIMEOUT):
@@ -329,6 +344,8 @@ class Pool:
             if isinstance(exc, TimeoutError):
                 raise SpawnError(f"interpreter {self._config.python} not ready after {STARTUP_TIMEOUT:g}s") from exc
             raise
+        if child.sandboxed:
+            child.interpreter_pid = _interpreter_pid(child)
         refused = line[len(READY_PREFIX) :].decode().split()
         child.refused_limits = tuple(",".join(refused).split(",")) if refused else ()
         for name in set(child.refused_limits) - self._refused_reported:
@@ -363,7 +380,8 @@ class Pool:
             else:
                 self._reap(child)
         child.close_all()
-        await anyio.to_thread.run_sync(remove_tree, child.workdir)
+        if child.workdir is not None:
+            await anyio.to_thread.run_sync(remove_tree, child.workdir)
 
     def _reap(self, child: Child) -> tuple[int, float, int]:
         self._ours.discard(child.pid)
@@ -477,35 +495,63 @@ async def _wait_exit(child: Child) -> None:
         await anyio.sleep(POLL_INTERVAL)
 
 
-async def _sample_peak(child: Child, state: _Drive) -> None:
-    """Follow the run's resident high-water mark while it lives (Linux).
+async def _sample_usage(child: Child, state: _Drive) -> None:
+    """Follow the run's resident high-water mark (and, in a sandbox, its CPU time) while it lives (Linux).
 
     wait4's ru_maxrss cannot be trusted on its own: posix_spawn starts the child in the server's
     address space (vfork), and the kernel carries that address space's high-water mark across exec,
     so every run would report at least the server's own size. VmHWM belongs to the run's own
     address space. A run whose peak tops the server's size is measured exactly by wait4 instead.
+    In a bwrap sandbox wait4 sees no CPU time at all (bwrap does not reap its namespace's init), so
+    the interpreter's own counters are sampled too.
     """
-    while _note_peak(child, state):  # noqa: ASYNC110  (sampling on a clock is the point)
-        await anyio.sleep(PEAK_SAMPLE_INTERVAL)
+    while _note_usage(child, state):  # noqa: ASYNC110  (sampling on a clock is the point)
+        await anyio.sleep(USAGE_SAMPLE_INTERVAL)
 
 
-def _note_peak(child: Child, state: _Drive) -> bool:
-    """Record the run's current VmHWM; False once it has none (exited, or no procfs)."""
+def _note_usage(child: Child, state: _Drive) -> bool:
+    """Record the run's current VmHWM and CPU seconds; False once they are gone (exited, or no procfs)."""
+    pid = child.interpreter_pid
     try:
-        with open(f"/proc/{child.pid}/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"VmHWM:"):
-                    state.sampled_peak = max(int(line.split()[1]) * 1024, state.sampled_peak or 0)
-                    return True
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        with open(f"/proc/{pid}/status", "rb") as status:
+            hwm = next((line for line in status if line.startswith(b"VmHWM:")), None)
+    except (OSError, IndexError):
+        return False
+    if hwm is None:
+        return False  # a zombie: its address space is gone
+    # utime, stime, cutime, cstime are fields 14-17 of stat; fields[0] here is field 3.
+    state.sampled_cpu = sum(int(tick) for tick in fields[11:15]) / CLOCK_TICKS
+    state.sampled_peak = max(int(hwm.split()[1]) * 1024, state.sampled_peak or 0)
+    return True
+
+
+def _interpreter_pid(child: Child) -> int:
+    """The host pid of the run's interpreter: the child itself, or inside a sandbox the command that
+    bwrap's namespace init started (bwrap -> init -> interpreter)."""
+    if not child.sandboxed:
+        return child.pid
+    pid = child.pid
+    for _ in range(2):
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children", "rb") as children:
+                pid = int(children.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return pid
+    return pid
 
 
 def _reap(child: Child) -> tuple[int, float, int]:
-    """Collect the exited child's status and resource usage: (returncode, cpu seconds, peak RSS bytes)."""
+    """Collect the exited child's status and resource usage: (returncode, cpu seconds, peak RSS bytes).
+
+    The usage includes every descendant the child reaped: a sandbox's own processes and the run.
+    """
     _, status, usage = os.wait4(child.pid, 0)
     child.reaped = True
     # Linux reports ru_maxrss in KiB, macOS in bytes.
     peak = usage.ru_maxrss if sys.platform == "darwin" else usage.ru_maxrss * 1024
-    return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, peak
+    code = os.waitstatus_to_exitcode(status)
+    if child.sandboxed:
+        code = exit_code_of_sandboxed(code)
+    return code, usage.ru_utime + usage.ru_stime, peak

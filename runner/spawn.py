@@ -16,6 +16,8 @@ from pathlib import Path
 
 from runner.errors import SpawnError
 from runner.limits import Limits
+from runner.sandbox import WORKDIR as SANDBOX_WORKDIR
+from runner.sandbox import Sandbox
 
 BOOTSTRAP = str(Path(__file__).with_name("bootstrap.py"))
 # Every signal a process may set a disposition for: posix_spawn otherwise passes on the server's
@@ -29,7 +31,7 @@ class Child:
     """One interpreter: its pid (also its session and process group id) and the server's pipe ends."""
 
     pid: int
-    workdir: str
+    workdir: str | None  # the host directory to delete afterwards; None inside a sandbox's own tmpfs
     stdin: int
     stdout: int
     stderr: int
@@ -38,6 +40,8 @@ class Child:
     reaped: bool = False
     refused_limits: tuple[str, ...] = ()
     inherited_peak: int = 0
+    sandboxed: bool = False
+    interpreter_pid: int = 0  # host pid of the interpreter itself (differs from pid inside a sandbox)
     _open: set[int] = field(default_factory=set)
 
     def close_fd(self, fd: int) -> None:
@@ -72,12 +76,15 @@ def minimal_environment(workdir: str) -> dict[str, str]:
     }
 
 
-def spawn_child(python: str, base_dir: str, limits: Limits) -> Child:
+def spawn_child(python: str, base_dir: str, limits: Limits, sandbox: Sandbox) -> Child:
     """Create a fresh working directory and pipes, and start the bootstrap in a new session.
 
+    In a sandbox the working directory is the sandbox's own tmpfs and nothing is made on the host.
     Raises `SpawnError` when the interpreter cannot be started; nothing is left behind then.
     """
-    workdir = tempfile.mkdtemp(prefix="run-", dir=base_dir)
+    host_dir = None if sandbox.enabled else tempfile.mkdtemp(prefix="run-", dir=base_dir)
+    workdir = host_dir or SANDBOX_WORKDIR
+    argv = [*sandbox.wrapper, python, "-I", "-S", "-X", "utf8", BOOTSTRAP, workdir, *limits.argv()]
     parent_fds: list[int] = []
     child_fds: list[int] = []
     try:
@@ -89,9 +96,8 @@ def spawn_child(python: str, base_dir: str, limits: Limits) -> Child:
         parent_fds += [stdin_w, stdout_r, stderr_r, code_w]
         child_fds += [stdin_r, stdout_w, stderr_w, code_r]
         actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(child_fds)]
-        argv = [python, "-I", "-S", "-X", "utf8", BOOTSTRAP, workdir, *limits.argv()]
         pid = os.posix_spawn(
-            python,
+            argv[0],
             argv,
             minimal_environment(workdir),
             file_actions=actions,
@@ -102,20 +108,23 @@ def spawn_child(python: str, base_dir: str, limits: Limits) -> Child:
     except OSError as exc:
         for fd in parent_fds + child_fds:
             os.close(fd)
-        remove_tree(workdir)
-        raise SpawnError(f"cannot start {python}: {exc}") from exc
+        if host_dir:
+            remove_tree(host_dir)
+        raise SpawnError(f"cannot start {argv[0]}: {exc}") from exc
     for fd in child_fds:
         os.close(fd)
     for fd in parent_fds:
         os.set_blocking(fd, False)
     child = Child(
         pid=pid,
-        workdir=workdir,
+        workdir=host_dir,
         stdin=stdin_w,
         stdout=stdout_r,
         stderr=stderr_r,
         code=code_w,
         inherited_peak=_own_peak_rss(),
+        sandboxed=sandbox.enabled,
+        interpreter_pid=pid,
     )
     child._open.update(parent_fds)
     try:

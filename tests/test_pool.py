@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import resource
+import shutil
 import signal
 import textwrap
 from pathlib import Path
@@ -19,6 +20,24 @@ from runner.pool import Pool
 from tests.helpers import alive, checked, max_overlap, pids_in
 
 pytestmark = pytest.mark.anyio
+
+HOST_VIEW = "watches the run's pids or files from the host; inside a sandbox those are the namespace's own"
+
+
+@pytest.fixture(params=["none", "bwrap"])
+def config(config: Config, request: pytest.FixtureRequest) -> Config:
+    """Every pool test runs with plain rlimits and again inside a bubblewrap sandbox."""
+    mode = str(request.param)
+    if mode == "bwrap" and shutil.which("bwrap") is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must install bubblewrap (.ci/run does)")
+        pytest.skip("bubblewrap is not installed")
+    return dataclasses.replace(config, sandbox=mode)
+
+
+def plain_only(config: Config) -> None:
+    if config.sandbox != "none":
+        pytest.skip(HOST_VIEW)
 
 
 def request(code: str, timeout: float = 10.0, stdin: str = "", request_id: str = "0badc0de") -> RunRequest:
@@ -149,7 +168,8 @@ async def test_an_oversized_file_hits_the_file_size_limit(config: Config, no_lea
     assert "File too large" in result.stderr.text
 
 
-async def test_a_fork_loop_is_contained_and_nothing_of_it_survives(pool: Pool) -> None:
+async def test_a_fork_loop_is_contained_and_nothing_of_it_survives(pool: Pool, config: Config) -> None:
+    plain_only(config)
     # Each child reports its pid and sleeps; the parent forks until the limit or the timeout stops it.
     code = """
         import os, sys, time
@@ -171,7 +191,8 @@ async def test_a_fork_loop_is_contained_and_nothing_of_it_survives(pool: Pool) -
     assert [pid for pid in children if alive(pid)] == []
 
 
-async def test_a_child_left_in_the_group_is_killed_when_the_main_process_exits(pool: Pool) -> None:
+async def test_a_child_left_in_the_group_is_killed_when_the_main_process_exits(pool: Pool, config: Config) -> None:
+    plain_only(config)
     code = """
         import os, time
         pid = os.fork()
@@ -186,7 +207,8 @@ async def test_a_child_left_in_the_group_is_killed_when_the_main_process_exits(p
     assert not alive(child)
 
 
-async def test_a_descendant_outside_the_group_holding_stdout_cannot_hold_the_call(pool: Pool) -> None:
+async def test_a_descendant_outside_the_group_holding_stdout_cannot_hold_the_call(pool: Pool, config: Config) -> None:
+    plain_only(config)
     # setsid puts the grandchild beyond the group kill (containing it is a later hardening step);
     # what must hold here is that the call still returns promptly with what was written.
     code = """
@@ -225,9 +247,11 @@ async def test_the_run_sees_only_a_minimal_environment(monkeypatch: pytest.Monke
     async with Pool.open(config) as pool:
         result = await run(pool, "import os, json\nprint(json.dumps(dict(os.environ)))")
     env = json.loads(result.stdout.text)
-    assert set(env) == {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED"}
+    # bubblewrap's --chdir adds PWD, the sandbox's own working directory.
+    sandbox_extra = {"PWD"} if config.sandbox == "bwrap" else set()
+    assert set(env) == {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED"} | sandbox_extra
     assert "hunter2" not in result.stdout.text
-    assert env["HOME"] == env["TMPDIR"]
+    assert env["HOME"] == env["TMPDIR"] == env.get("PWD", env["HOME"])
 
 
 async def test_the_run_inherits_no_file_descriptor_beyond_its_three_streams(config: Config, no_leaks: None) -> None:
@@ -244,16 +268,21 @@ async def test_the_run_inherits_no_file_descriptor_beyond_its_three_streams(conf
     assert json.loads(result.stdout.text) in ([0, 1, 2], [0, 1, 2, 3])
 
 
-async def test_each_run_gets_a_fresh_directory_that_is_deleted_afterwards(pool: Pool) -> None:
-    first = await run(pool, "import os\nopen('note.txt', 'w').write('x')\nprint(os.getcwd())\nprint(os.getpid())")
-    second = await run(pool, "import os\nprint(os.getcwd())\nprint(os.listdir('.'))\nprint(os.getpid())")
-    first_dir, first_pid = first.stdout.text.split()
-    second_dir, listing, second_pid = second.stdout.text.split()
-    assert first_dir != second_dir
-    assert listing == "[]"
-    assert first_pid != second_pid, "each interpreter is used exactly once"
-    assert not Path(first_dir).exists()
-    assert not Path(second_dir).exists()
+async def test_each_run_gets_a_fresh_directory_that_is_deleted_afterwards(pool: Pool, config: Config) -> None:
+    code = (
+        "import os\nprint(os.getcwd(), os.listdir('.'), os.listdir(os.environ['TMPDIR']))\nopen('note', 'w').write('x')"
+    )
+    first = await run(pool, code)
+    second = await run(pool, code)
+    first_dir, first_listing, first_tmp = first.stdout.text.split()
+    second_dir, second_listing, second_tmp = second.stdout.text.split()
+    assert first_listing == second_listing == first_tmp == second_tmp == "[]", "nothing of an earlier run is seen"
+    if config.sandbox == "none":
+        assert first_dir != second_dir
+        assert not Path(first_dir).exists()
+        assert not Path(second_dir).exists()
+    else:
+        assert first_dir == second_dir == "/tmp", "each sandbox has its own tmpfs at /tmp"
 
 
 async def test_a_run_that_locks_its_own_directory_is_still_cleaned_up(pool: Pool) -> None:
@@ -333,7 +362,10 @@ async def test_a_full_queue_answers_busy_instead_of_waiting(config: Config, no_l
     assert busy.exit_code is None
 
 
-async def test_cancelling_a_run_kills_its_process_group_and_leaves_nothing(pool: Pool, tmp_path: Path) -> None:
+async def test_cancelling_a_run_kills_its_process_group_and_leaves_nothing(
+    pool: Pool, tmp_path: Path, config: Config
+) -> None:
+    plain_only(config)
     marker = tmp_path / "started"
     code = f"""
         import os, time
@@ -371,9 +403,16 @@ async def test_closing_the_pool_kills_pooled_interpreters_and_removes_every_dire
 
 
 async def test_an_interpreter_that_cannot_start_is_an_infrastructure_error(config: Config, no_leaks: None) -> None:
-    from runner.errors import SpawnError
+    from runner.errors import ConfigError, SpawnError
 
-    async with Pool.open(tuned(config, python="/bin/false", pool_size=0)) as pool:
+    broken = tuned(config, python="/bin/false", pool_size=0)
+    if config.sandbox == "bwrap":
+        # The sandbox probe starts the interpreter exactly as runs will: it refuses to start.
+        with pytest.raises(ConfigError, match="RUNNER_SANDBOX: bwrap was asked for but cannot be used"):
+            async with Pool.open(broken):
+                pass
+        return
+    async with Pool.open(broken) as pool:
         with pytest.raises(SpawnError):
             await pool.run(request("print(1)"))
 
@@ -381,6 +420,7 @@ async def test_an_interpreter_that_cannot_start_is_an_infrastructure_error(confi
 async def test_a_setsid_double_fork_daemon_is_killed_soon_after_its_run(
     config: Config, no_leaks: None, tmp_path: Path
 ) -> None:
+    plain_only(config)
     marker = tmp_path / "daemon.pid"
     code = f"""
         import os, time

@@ -162,7 +162,8 @@ def inspector(node_clients: Node, work_dir: Path, tmp_path: Path) -> Iterator[Ca
     """Run `mcp-inspector --cli <python> -m runner ...` (cwd: the repo, RUNNER_WORK_DIR: work_dir)."""
 
     def run(*args: str, server: list[str] | None = None) -> Run:
-        target = server or [sys.executable, "-m", "runner", "-e", f"RUNNER_WORK_DIR={work_dir}", "--cwd", str(REPO)]
+        ours = [sys.executable, "-m", "runner", "-e", f"RUNNER_WORK_DIR={work_dir}", "-e", "RUNNER_SANDBOX=none"]
+        target = server or [*ours, "--cwd", str(REPO)]
         done = subprocess.run(
             [node_clients.node, str(node_clients.inspector), "--cli", *target, *args],
             cwd=CLIENTS,
@@ -303,7 +304,12 @@ def ts_session(node_clients: Node, tmp_path_factory: pytest.TempPathFactory) -> 
     config = {
         "command": sys.executable,
         "args": ["-m", "runner"],
-        "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir)},
+        # No sandbox: the cancelled run writes its pid to a file the test reads on the host.
+        "env": {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "RUNNER_WORK_DIR": str(work_dir),
+            "RUNNER_SANDBOX": "none",
+        },
         "cwd": str(REPO),
         "pidFile": str(base / "pid"),
     }

@@ -31,6 +31,8 @@ def server_env(work_dir: Path, **extra: str) -> dict[str, str]:
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "RUNNER_WORK_DIR": str(work_dir),
         "RUNNER_POOL_SIZE": "2",
+        # These tests watch runs from the host (pid files in tmp_path): no PID/mount namespaces.
+        "RUNNER_SANDBOX": "none",
         **extra,
     }
 
@@ -157,7 +159,7 @@ async def test_the_server_stops_cleanly_mid_run_killing_everything_and_exiting_0
 ) -> None:
     marker = tmp_path / "pid"
     code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)"
-    async with raw_server(work_dir, tmp_path / "stderr.log") as session:
+    async with raw_server(work_dir, tmp_path / "stderr.log", RUNNER_SANDBOX="none") as session:
         await session.initialize()
         call = {"name": "run_python", "arguments": {"code": code, "timeout": 60}}
         await session.send_line(

@@ -1,0 +1,172 @@
+"""The bubblewrap layer: what it contains that plain rlimits cannot (checked from the host)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import socket
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from runner.config import Config
+from runner.errors import ConfigError
+from runner.outcome import RunRequest, RunResult, Status
+from runner.pool import Pool
+from runner.sandbox import choose_sandbox, exit_code_of_sandboxed
+from runner.spawn import BOOTSTRAP
+from tests.conftest import REPO
+from tests.helpers import alive, checked
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def bwrap_config(config: Config) -> Config:
+    if shutil.which("bwrap") is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must install bubblewrap (.ci/run does)")
+        pytest.skip("bubblewrap is not installed")
+    return dataclasses.replace(config, sandbox="bwrap", pool_size=0)
+
+
+@pytest.fixture
+async def sandboxed(bwrap_config: Config, no_leaks: None) -> AsyncIterator[Pool]:
+    async with Pool.open(bwrap_config, reap_strays=True) as pool:
+        yield pool
+
+
+async def run(pool: Pool, code: str, timeout: float = 10) -> RunResult:
+    return checked(await pool.run(RunRequest("5a4db0c5", textwrap.dedent(code), timeout)))
+
+
+def sandboxed_interpreters() -> list[int]:
+    """Host pids of live run interpreters (and their forks) in a PID namespace other than ours."""
+    ours = os.readlink("/proc/self/ns/pid")
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            namespace = os.readlink(f"/proc/{entry}/ns/pid")
+        except OSError:
+            continue
+        if BOOTSTRAP.encode() in cmdline and namespace != ours and b"bwrap" not in cmdline and alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def quiet_machine() -> None:
+    """These checks look at every sandboxed interpreter on the machine: none may exist before."""
+    assert sandboxed_interpreters() == [], "another sandboxed run is alive on this machine"
+
+
+async def test_a_daemonized_grandchild_dies_with_its_run(sandboxed: Pool, quiet_machine: None) -> None:
+    code = """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(60)
+                os._exit(0)
+            os._exit(0)
+        time.sleep(0.2)
+        print(len([p for p in os.listdir('/proc') if p.isdigit()]))
+    """
+    result = await run(sandboxed, code)
+    assert result.status is Status.OK
+    assert int(result.stdout.text) >= 3, "the daemon was alive in the sandbox while the run was"
+    with anyio.fail_after(5):
+        while sandboxed_interpreters():
+            await anyio.sleep(0.02)
+
+
+async def test_kill_minus_one_reaches_only_the_sandbox(sandboxed: Pool) -> None:
+    # The guard makes sure this never runs outside a PID namespace: there it would kill everything.
+    code = """
+        import os, signal
+        if len([p for p in os.listdir('/proc') if p.isdigit()]) > 5 or os.getppid() != 1:
+            raise SystemExit('not in a fresh PID namespace: refusing')
+        print('the server is out of sight:', os.getppid(), flush=True)
+        for target in (-1, os.getppid()):
+            try:
+                os.kill(target, signal.SIGKILL)
+                print(target, 'signalled')
+            except OSError as exc:
+                print(target, type(exc).__name__)
+        print('still here')
+    """
+    result = await run(sandboxed, code)
+    # -1 finds no process it may signal; the namespace's init ignores a SIGKILL from inside.
+    assert result.stdout.text == "the server is out of sight: 1\n-1 ProcessLookupError\n1 signalled\nstill here\n"
+    assert result.status is Status.OK
+    follow_up = await run(sandboxed, "print('the server serves on')")
+    assert follow_up.stdout.text == "the server serves on\n"
+
+
+async def test_the_network_is_unreachable(sandboxed: Pool) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        code = f"""
+            import socket
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+                print("connected")
+            except OSError as exc:
+                print("refused:", type(exc).__name__)
+        """
+        result = await run(sandboxed, code)
+    assert result.stdout.text.startswith("refused:")
+
+
+async def test_the_file_system_is_read_only_outside_the_private_tmpfs(sandboxed: Pool) -> None:
+    # Outside /tmp, where the host (root, here) could write.
+    target = REPO / "written-from-a-run"
+    code = f"""
+        import errno
+        try:
+            open({str(target)!r}, "w").write("x")
+            print("written")
+        except OSError as exc:
+            print(errno.errorcode[exc.errno])
+        open("/tmp/fine", "w").write("private")
+        print(open("/tmp/fine").read())
+    """
+    result = await run(sandboxed, code)
+    written = target.exists()
+    target.unlink(missing_ok=True)
+    assert result.stdout.text == "EROFS\nprivate\n"
+    assert not written
+
+
+async def test_the_private_tmpfs_is_size_limited(bwrap_config: Config, no_leaks: None) -> None:
+    config = dataclasses.replace(bwrap_config, sandbox_tmp_mb=2, max_file_size_mb=16)
+    async with Pool.open(config) as pool:
+        result = await run(pool, "open('big', 'wb').write(b'x' * (4 * 1024 * 1024))")
+    assert result.status is Status.ERROR
+    assert "No space left on device" in result.stderr.text
+
+
+async def test_deaths_by_signal_keep_their_names_through_the_sandbox(sandboxed: Pool) -> None:
+    result = await run(sandboxed, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+    assert (result.status, result.signal) == (Status.SIGNAL, "SIGSEGV")
+    assert exit_code_of_sandboxed(7) == 7
+    assert exit_code_of_sandboxed(128 + 9) == -9
+
+
+def test_auto_falls_back_to_rlimits_when_bubblewrap_cannot_work(config: Config) -> None:
+    broken = dataclasses.replace(config, sandbox="auto", python="/bin/false")
+    chosen = choose_sandbox(broken)
+    assert (chosen.kind, chosen.enabled) == ("none", False)
+    assert chosen.reason.startswith("RUNNER_SANDBOX=auto fell back to rlimits only:")
+    with pytest.raises(ConfigError):
+        choose_sandbox(dataclasses.replace(broken, sandbox="bwrap"))
+    assert choose_sandbox(dataclasses.replace(config, sandbox="none")).reason == "RUNNER_SANDBOX=none"
