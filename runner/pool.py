@@ -11,7 +11,6 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 import tempfile
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -28,7 +27,7 @@ from runner.limits import Limits, count_tasks_of_uid, limits_for
 from runner.logs import get_logger, log_event
 from runner.outcome import ProcessEnd, Progress, RunLimits, RunRequest, RunResult, Status, classify
 from runner.procctl import children_of_self, command_line, is_zombie, reap_if_exited, set_child_subreaper
-from runner.sandbox import Sandbox, choose_sandbox, exit_code_of_sandboxed
+from runner.sandbox import Sandbox, choose_sandbox
 from runner.spawn import Child, remove_tree, spawn_child
 
 CHUNK = 64 * 1024
@@ -37,7 +36,6 @@ CHUNK = 64 * 1024
 EXIT_GRACE = 0.25
 STARTUP_TIMEOUT = 15.0
 REAP_TIMEOUT = 5.0
-POLL_INTERVAL = 0.005
 USAGE_SAMPLE_INTERVAL = 0.01
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PROGRESS_INTERVAL = 1.0
@@ -258,11 +256,11 @@ class Pool:
             if on_progress is not None:
                 tg.start_soon(self._report_progress, request, started, out, err, on_progress)
             with anyio.move_on_after(request.timeout) as deadline:
-                await _wait_exit(child)
+                await child.wait_exit()
             if deadline.cancelled_caught:
                 timed_out = True
                 child.kill_group()
-                await _wait_exit(child)
+                await child.wait_exit()
             duration = anyio.current_time() - started
             # Whatever the run left in its group dies with it, before the leader is reaped.
             child.kill_group()
@@ -324,7 +322,7 @@ class Pool:
         while self._ready:
             child = self._ready.popleft()
             self._wanted.set()
-            if _still_running(child):
+            if child.still_running():
                 return child
             await self._destroy(child)
         return await self._spawn_ready()
@@ -344,8 +342,7 @@ class Pool:
             if isinstance(exc, TimeoutError):
                 raise SpawnError(f"interpreter {self._config.python} not ready after {STARTUP_TIMEOUT:g}s") from exc
             raise
-        if child.sandboxed:
-            child.interpreter_pid = _interpreter_pid(child)
+        child.find_interpreter()
         refused = line[len(READY_PREFIX) :].decode().split()
         child.refused_limits = tuple(",".join(refused).split(",")) if refused else ()
         for name in set(child.refused_limits) - self._refused_reported:
@@ -374,8 +371,8 @@ class Pool:
         if not child.reaped:
             child.kill_group()
             with anyio.move_on_after(REAP_TIMEOUT):
-                await _wait_exit(child)
-            if _still_running(child):
+                await child.wait_exit()
+            if child.still_running():
                 log_event(self._log, logging.ERROR, "process did not die after SIGKILL", pid=child.pid)
             else:
                 self._reap(child)
@@ -385,7 +382,7 @@ class Pool:
 
     def _reap(self, child: Child) -> tuple[int, float, int]:
         self._ours.discard(child.pid)
-        return _reap(child)
+        return child.reap()
 
     async def _reap_strays_forever(self) -> None:
         while True:
@@ -476,25 +473,6 @@ def _pending(fd: int) -> bytes:
         return b""
 
 
-def _still_running(child: Child) -> bool:
-    if child.reaped:
-        return False
-    try:
-        return os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
-    except ChildProcessError:
-        return False
-
-
-async def _wait_exit(child: Child) -> None:
-    """Return once the child has exited (it stays a zombie: its pid, and so its group id, stay ours)."""
-    if child.pidfd is not None:
-        await anyio.wait_readable(child.pidfd)
-        return
-    # No pidfd (macOS, Linux < 5.3): there is nothing to wait on but time.
-    while _still_running(child):  # noqa: ASYNC110
-        await anyio.sleep(POLL_INTERVAL)
-
-
 async def _sample_usage(child: Child, state: _Drive) -> None:
     """Follow the run's resident high-water mark (and, in a sandbox, its CPU time) while it lives (Linux).
 
@@ -525,33 +503,3 @@ def _note_usage(child: Child, state: _Drive) -> bool:
     state.sampled_cpu = sum(int(tick) for tick in fields[11:15]) / CLOCK_TICKS
     state.sampled_peak = max(int(hwm.split()[1]) * 1024, state.sampled_peak or 0)
     return True
-
-
-def _interpreter_pid(child: Child) -> int:
-    """The host pid of the run's interpreter: the child itself, or inside a sandbox the command that
-    bwrap's namespace init started (bwrap -> init -> interpreter)."""
-    if not child.sandboxed:
-        return child.pid
-    pid = child.pid
-    for _ in range(2):
-        try:
-            with open(f"/proc/{pid}/task/{pid}/children", "rb") as children:
-                pid = int(children.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            return pid
-    return pid
-
-
-def _reap(child: Child) -> tuple[int, float, int]:
-    """Collect the exited child's status and resource usage: (returncode, cpu seconds, peak RSS bytes).
-
-    The usage includes every descendant the child reaped: a sandbox's own processes and the run.
-    """
-    _, status, usage = os.wait4(child.pid, 0)
-    child.reaped = True
-    # Linux reports ru_maxrss in KiB, macOS in bytes.
-    peak = usage.ru_maxrss if sys.platform == "darwin" else usage.ru_maxrss * 1024
-    code = os.waitstatus_to_exitcode(status)
-    if child.sandboxed:
-        code = exit_code_of_sandboxed(code)
-    return code, usage.ru_utime + usage.ru_stime, peak

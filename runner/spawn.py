@@ -14,16 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
+
 from runner.errors import SpawnError
 from runner.limits import Limits
 from runner.sandbox import WORKDIR as SANDBOX_WORKDIR
-from runner.sandbox import Sandbox
+from runner.sandbox import Sandbox, exit_code_of_sandboxed
 
 BOOTSTRAP = str(Path(__file__).with_name("bootstrap.py"))
 # Every signal a process may set a disposition for: posix_spawn otherwise passes on the server's
 # blocked mask and ignored signals (SIGPIPE is ignored in every Python process).
 _RESETTABLE_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+POLL_INTERVAL = 0.005
 
 
 @dataclass(eq=False)
@@ -62,6 +65,55 @@ class Child:
         """
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
+
+    def still_running(self) -> bool:
+        """True until the child has exited (a zombie has exited)."""
+        if self.reaped:
+            return False
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:
+            return False
+
+    async def wait_exit(self) -> None:
+        """Return once the child has exited; it stays a zombie, so its pid (and group id) stay ours."""
+        if self.pidfd is not None:
+            await anyio.wait_readable(self.pidfd)
+            return
+        # No pidfd (macOS, Linux < 5.3): there is nothing to wait on but time.
+        while self.still_running():  # noqa: ASYNC110
+            await anyio.sleep(POLL_INTERVAL)
+
+    def reap(self) -> tuple[int, float, int]:
+        """Collect the exited child: (returncode, cpu seconds, peak RSS bytes).
+
+        The usage includes every descendant the child reaped: a sandbox's own processes and the run.
+        """
+        _, status, usage = os.wait4(self.pid, 0)
+        self.reaped = True
+        code = os.waitstatus_to_exitcode(status)
+        if self.sandboxed:
+            code = exit_code_of_sandboxed(code)
+        return code, usage.ru_utime + usage.ru_stime, maxrss_bytes(usage.ru_maxrss)
+
+    def find_interpreter(self) -> None:
+        """Point `interpreter_pid` at the interpreter itself: inside a sandbox that is the command
+        bwrap's namespace init started (bwrap -> init -> interpreter)."""
+        if not self.sandboxed:
+            return
+        pid = self.pid
+        for _ in range(2):
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children", "rb") as children:
+                    pid = int(children.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                break
+        self.interpreter_pid = pid
+
+
+def maxrss_bytes(ru_maxrss: int) -> int:
+    """ru_maxrss in bytes: Linux reports KiB, macOS bytes."""
+    return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024
 
 
 def minimal_environment(workdir: str) -> dict[str, str]:
@@ -137,8 +189,7 @@ def spawn_child(python: str, base_dir: str, limits: Limits, sandbox: Sandbox) ->
 
 def _own_peak_rss() -> int:
     """The server's own peak RSS in bytes: what a posix_spawned child's ru_maxrss starts from."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
+    return maxrss_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def remove_tree(path: str) -> None:
