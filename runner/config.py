@@ -15,6 +15,7 @@ from runner.errors import ConfigError
 LogFormat = Literal["text", "json"]
 SandboxMode = Literal["auto", "none", "bwrap"]
 SandboxNetwork = Literal["isolated", "shared"]
+SpawnMode = Literal["auto", "posix-spawn", "fork-server"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 MIB = 1024 * 1024
@@ -44,6 +45,7 @@ class Config:
     sandbox: SandboxMode = "auto"
     sandbox_network: SandboxNetwork = "isolated"
     sandbox_tmp_mb: int = 64
+    spawn_mode: SpawnMode = "auto"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -74,6 +76,7 @@ class Config:
                 SandboxNetwork, _choice(env, "RUNNER_SANDBOX_NETWORK", d.sandbox_network, get_args(SandboxNetwork))
             ),
             sandbox_tmp_mb=_integer(env, "RUNNER_SANDBOX_TMP_MB", d.sandbox_tmp_mb, 1, 1_048_576),
+            spawn_mode=cast(SpawnMode, _choice(env, "RUNNER_SPAWN_MODE", d.spawn_mode, get_args(SpawnMode))),
         )
 
     @property

@@ -23,6 +23,7 @@ from runner.bootstrap import READY_PREFIX
 from runner.capture import OutputCap, keep_bytes_for, render_stream
 from runner.config import Config
 from runner.errors import SpawnError
+from runner.forkserver import ForkServer
 from runner.limits import Limits, count_tasks_of_uid, limits_for
 from runner.logs import get_logger, log_event
 from runner.outcome import ProcessEnd, Progress, RunLimits, RunRequest, RunResult, Status, classify
@@ -78,6 +79,7 @@ class Pool:
     def __init__(self, config: Config, base_dir: str, limits: Limits, sandbox: Sandbox, logger: logging.Logger) -> None:
         self._config = config
         self._sandbox = sandbox
+        self._forkserver: ForkServer | None = None
         self._base_dir = base_dir
         self._limits = limits
         self._log = logger
@@ -114,6 +116,7 @@ class Pool:
         base_dir = tempfile.mkdtemp(prefix="python-runner-", dir=config.work_dir)
         limits = limits_for(config, count_tasks_of_uid())
         pool = cls(config, base_dir, limits, sandbox, logger)
+        fork_server = config.spawn_mode != "posix-spawn" and not sandbox.enabled
         log_event(
             logger,
             logging.INFO,
@@ -123,6 +126,7 @@ class Pool:
             max_concurrent=config.max_concurrent,
             rlimit_nproc=limits.nproc,
             work_dir=base_dir,
+            spawn_mode="fork-server" if fork_server else "posix-spawn",
             sandbox=sandbox.kind,
             sandbox_reason=sandbox.reason,
         )
@@ -136,15 +140,22 @@ class Pool:
         if reap_strays and not reaping:
             log_event(logger, logging.WARNING, "cannot become a child subreaper; a run's daemons may outlive it")
         try:
-            async with anyio.create_task_group() as tg:
-                if config.pool_size:
-                    tg.start_soon(pool._refill_forever)
-                if reaping:
-                    tg.start_soon(pool._reap_strays_forever)
-                try:
-                    yield pool
-                finally:
-                    tg.cancel_scope.cancel()
+            async with contextlib.AsyncExitStack() as stack:
+                if fork_server:
+                    forkserver = ForkServer.running(config, base_dir, limits, logger)
+                    pool._forkserver = await stack.enter_async_context(forkserver)
+                async with anyio.create_task_group() as tg:
+                    if config.pool_size:
+                        tg.start_soon(pool._refill_forever)
+                    if reaping:
+                        tg.start_soon(pool._reap_strays_forever)
+                    try:
+                        yield pool
+                    finally:
+                        tg.cancel_scope.cancel()
+                        # Pooled interpreters go before the fork server that made them.
+                        with anyio.CancelScope(shield=True):
+                            await pool._shutdown()
         finally:
             with anyio.CancelScope(shield=True):
                 await pool._shutdown()
@@ -329,8 +340,11 @@ class Pool:
 
     async def _spawn_ready(self) -> Child:
         """Spawn an interpreter and wait until its bootstrap has applied the limits."""
-        child = spawn_child(self._config.python, self._base_dir, self._limits, self._sandbox)
-        self._ours.add(child.pid)
+        if self._forkserver is not None:
+            child: Child = await self._forkserver.fork()
+        else:
+            child = spawn_child(self._config.python, self._base_dir, self._limits, self._sandbox)
+            self._ours.add(child.pid)
         try:
             with anyio.fail_after(STARTUP_TIMEOUT):
                 line = await _read_line(child.stdout)
@@ -398,7 +412,8 @@ class Pool:
         killed stray's own children come to us next, hence the rounds.
         """
         for _ in range(STRAY_ROUNDS):
-            strays = [pid for pid in children_of_self() if pid not in self._ours]
+            zygote = self._forkserver.zygote_pid if self._forkserver is not None else None
+            strays = [pid for pid in children_of_self() if pid not in self._ours and pid != zygote]
             if not strays:
                 return
             for pid in strays:

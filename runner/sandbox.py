@@ -71,6 +71,14 @@ def choose_sandbox(config: Config) -> Sandbox:
     """Decide once how runs are wrapped; an explicit `bwrap` that cannot work stops the server."""
     if config.sandbox == "none":
         return Sandbox("none", "RUNNER_SANDBOX=none")
+    if config.spawn_mode == "fork-server":
+        if config.sandbox == "bwrap":
+            raise ConfigError(
+                "RUNNER_SPAWN_MODE",
+                "fork-server cannot be combined with RUNNER_SANDBOX=bwrap (a sandbox per run needs its own "
+                "interpreter); use posix-spawn or auto",
+            )
+        return Sandbox("none", "RUNNER_SPAWN_MODE=fork-server: runs fork from one zygote, not one sandbox each")
     bwrap = shutil.which("bwrap")
     problem = "bubblewrap (bwrap) is not installed" if bwrap is None else _probe(bwrap_argv(bwrap, config), config)
     if bwrap is not None and problem is None:

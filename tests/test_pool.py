@@ -24,15 +24,17 @@ pytestmark = pytest.mark.anyio
 HOST_VIEW = "watches the run's pids or files from the host; inside a sandbox those are the namespace's own"
 
 
-@pytest.fixture(params=["none", "bwrap"])
+@pytest.fixture(params=["posix-spawn", "fork-server", "bwrap"])
 def config(config: Config, request: pytest.FixtureRequest) -> Config:
-    """Every pool test runs with plain rlimits and again inside a bubblewrap sandbox."""
+    """Every pool test runs in each spawn mode with plain rlimits, and inside a bubblewrap sandbox."""
     mode = str(request.param)
     if mode == "bwrap" and shutil.which("bwrap") is None:
         if os.environ.get("CI"):
             pytest.fail("CI must install bubblewrap (.ci/run does)")
         pytest.skip("bubblewrap is not installed")
-    return dataclasses.replace(config, sandbox=mode)
+    if mode == "bwrap":
+        return dataclasses.replace(config, sandbox="bwrap", spawn_mode="posix-spawn")
+    return dataclasses.replace(config, sandbox="none", spawn_mode=mode)
 
 
 def plain_only(config: Config) -> None:

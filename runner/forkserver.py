@@ -1,0 +1,270 @@
+"""Fork-server mode: one zygote interpreter forks every run, instead of a fresh interpreter per run.
+
+The zygote is started like any run interpreter (posix_spawn, the bootstrap, a minimal environment,
+a new session) with ``--zygote``; it holds no secrets and imports nothing user code could not see
+anyway. The server asks it for a run with one byte on a Unix socket; it answers with the run's pid
+and the server's ends of the run's pipes (SCM_RIGHTS), and reports each run's exit status and
+resource usage when it reaps it. A zygote that dies is restarted; runs it had die with it.
+
+Trade-off, documented in the README: runs of one zygote share its ASLR layout and its str hash
+seed (PYTHONHASHSEED), which a fresh interpreter per run would not.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+
+from runner.config import Config
+from runner.errors import SpawnError
+from runner.limits import Limits
+from runner.logs import log_event
+from runner.spawn import _RESETTABLE_SIGNALS, BOOTSTRAP, Child, maxrss_bytes, minimal_environment
+
+MAX_MESSAGE = 8192
+STARTUP_TIMEOUT = 15.0
+REAP_TIMEOUT = 5.0
+ZYGOTE_DIED_STATUS = signal.SIGKILL  # what a run whose zygote died is reported to have died of
+
+
+@dataclass(eq=False)
+class ForkedChild(Child):
+    """A run forked by the zygote: the zygote, not the server, is its parent and reaps it."""
+
+    exited: anyio.Event = field(default_factory=anyio.Event)
+    report: tuple[int, float, int] | None = None  # (returncode, cpu seconds, peak RSS bytes)
+
+    def kill_group(self) -> None:
+        """SIGKILL the run's group, unless the zygote has reaped its leader (the pid may be reused)."""
+        if self.report is None:
+            super().kill_group()
+
+    def still_running(self) -> bool:
+        """True until the zygote reports the run's end."""
+        return self.report is None
+
+    async def wait_exit(self) -> None:
+        """Return once the zygote has reported the run's end."""
+        await self.exited.wait()
+
+    def reap(self) -> tuple[int, float, int]:
+        """The end the zygote reported."""
+        assert self.report is not None, "reap() after wait_exit()"
+        self.reaped = True
+        return self.report
+
+    def ended(self, returncode: int, cpu: float, peak: int) -> None:
+        """Record the run's end (from the zygote's report, or because the zygote died)."""
+        if self.report is None:
+            self.report = (returncode, cpu, peak)
+            self.exited.set()
+
+
+class ForkServer:
+    """The server's side of the zygote: started on first use, asked for runs, replaced if it dies."""
+
+    def __init__(self, config: Config, base_dir: str, limits: Limits, logger: logging.Logger) -> None:
+        self._config = config
+        self._base_dir = base_dir
+        self._limits = limits
+        self._log = logger
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._socket: socket.socket | None = None
+        self._zygote: int | None = None
+        self._runs: dict[int, ForkedChild] = {}
+        self._replies: list[tuple[bytes, list[int]]] = []
+        self._reply_ready = anyio.Event()
+        self._lock = anyio.Lock()
+
+    @property
+    def zygote_pid(self) -> int | None:
+        """The zygote's pid (a child of the server), if one is running."""
+        return self._zygote
+
+    @classmethod
+    @asynccontextmanager
+    async def running(
+        cls, config: Config, base_dir: str, limits: Limits, logger: logging.Logger
+    ) -> AsyncIterator[ForkServer]:
+        """A fork server; on exit the zygote and every run it forked are gone."""
+        server = cls(config, base_dir, limits, logger)
+        try:
+            async with anyio.create_task_group() as tg:
+                server._tg = tg
+                try:
+                    yield server
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await server._stop()
+
+    async def fork(self) -> ForkedChild:
+        """A new run, forked by the zygote (not yet ready: it still applies its limits).
+
+        Starts the zygote if there is none; raises `SpawnError` if that or the fork fails.
+        """
+        async with self._lock:
+            if self._socket is None:
+                await self._start()
+            message, fds = await self._request(b"F")
+        kind, _, rest = message.partition(b" ")
+        if kind != b"S" or len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            raise SpawnError(f"the fork server could not fork: {rest.decode(errors='replace')}")
+        pid_text, _, workdir = rest.partition(b" ")
+        stdin, stdout, stderr, code = fds
+        for fd in fds:
+            os.set_blocking(fd, False)
+        child = ForkedChild(
+            pid=int(pid_text),
+            workdir=workdir.decode(),
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            code=code,
+            interpreter_pid=int(pid_text),
+        )
+        child._open.update(fds)
+        self._runs[child.pid] = child
+        return child
+
+    async def _request(self, request: bytes | None) -> tuple[bytes, list[int]]:
+        """Send `request` (None: only wait) and wait for the zygote's next reply."""
+        assert self._socket is not None
+        self._reply_ready = anyio.Event()
+        if request is not None:
+            try:
+                self._socket.send(request)
+            except OSError as exc:
+                raise SpawnError(f"the fork server is gone: {exc}") from exc
+        with anyio.move_on_after(STARTUP_TIMEOUT):
+            await self._reply_ready.wait()
+        if not self._replies:
+            raise SpawnError("the fork server did not answer")
+        return self._replies.pop(0)
+
+    async def _start(self) -> None:
+        pid, ours = _spawn_zygote(self._config, self._base_dir, self._limits)
+        ours.setblocking(False)
+        self._socket, self._zygote, self._replies = ours, pid, []
+        assert self._tg is not None
+        self._tg.start_soon(self._serve_replies, ours)
+        try:
+            message, _ = await self._request(None)
+            if message != b"R":
+                raise SpawnError(f"the fork server said {message[:80]!r} instead of being ready")
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._zygote_gone(ours)
+            raise
+        log_event(self._log, logging.INFO, "fork server started", pid=pid)
+
+    async def _serve_replies(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                await anyio.wait_readable(sock)
+                message, ancillary, _, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(4 * array.array("i").itemsize))
+            except BlockingIOError:
+                continue
+            except (OSError, anyio.ClosedResourceError):
+                message, ancillary = b"", []
+            if not message:
+                await self._zygote_gone(sock)
+                return
+            fds = array.array("i")
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+            if message.startswith(b"X "):
+                self._run_ended(message)
+            else:
+                self._replies.append((message, list(fds)))
+                self._reply_ready.set()
+
+    def _run_ended(self, message: bytes) -> None:
+        _, pid, status, utime, stime, maxrss = message.split()
+        child = self._runs.pop(int(pid), None)
+        if child is not None:
+            code = os.waitstatus_to_exitcode(int(status))
+            child.ended(code, float(utime) + float(stime), maxrss_bytes(int(maxrss)))
+
+    async def _zygote_gone(self, sock: socket.socket) -> None:
+        """That zygote is gone (or must go): its runs die too, and it is reaped."""
+        if self._socket is not sock:
+            return  # already handled
+        self._socket = None
+        with contextlib.suppress(OSError):
+            # EOF tells a live zygote to kill every run and exit.
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        for child in self._runs.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.ended(-ZYGOTE_DIED_STATUS, 0.0, 0)
+        self._runs.clear()
+        self._reply_ready.set()  # a request waiting for an answer gets none
+        pid, self._zygote = self._zygote, None
+        if pid is None:
+            return
+        # Shielded: whoever noticed the death first must finish reaping even if cancelled meanwhile.
+        with anyio.move_on_after(REAP_TIMEOUT, shield=True) as scope:
+            while not _reap_nowait(pid):  # noqa: ASYNC110  (no pidfd needed for a once-per-zygote wait)
+                await anyio.sleep(0.005)
+        if scope.cancelled_caught:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            log_event(self._log, logging.ERROR, "fork server did not exit; killed", pid=pid)
+
+    async def _stop(self) -> None:
+        if self._socket is not None:
+            await self._zygote_gone(self._socket)
+
+
+def _spawn_zygote(config: Config, base_dir: str, limits: Limits) -> tuple[int, socket.socket]:
+    """Start the zygote like a run interpreter, with its end of a socket pair on fd 3."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    argv = [config.python, "-I", "-S", "-X", "utf8", BOOTSTRAP, "--zygote", base_dir, *limits.argv()]
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        # Its stdin is /dev/null; what it might say goes to the server's own stderr (the log).
+        actions = [
+            (os.POSIX_SPAWN_DUP2, null, 0),
+            (os.POSIX_SPAWN_DUP2, 2, 1),
+            (os.POSIX_SPAWN_DUP2, theirs.fileno(), 3),
+        ]
+        pid = os.posix_spawn(
+            argv[0],
+            argv,
+            minimal_environment(base_dir),
+            file_actions=actions,
+            setsid=True,
+            setsigmask=(),
+            setsigdef=_RESETTABLE_SIGNALS,
+        )
+    except OSError as exc:
+        ours.close()
+        raise SpawnError(f"cannot start the fork server: {exc}") from exc
+    finally:
+        os.close(null)
+        theirs.close()
+    return pid, ours
+
+
+def _reap_nowait(pid: int) -> bool:
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done != 0
