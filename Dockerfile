@@ -1,32 +1,82 @@
-# python-runner-mcp: MCP server on stdio. Run it with the hardened flags from README.md:
-#   docker run -i --rm --network=none --read-only --tmpfs /tmp:size=64m,mode=1777 \
-#     --security-opt no-new-privileges:true --cap-drop=ALL --memory=512m --cpus=1.0 --pids-limit=64 IMAGE
-# The lock is compiled for Python 3.11: keep both stages on the same 3.11 image so the venv's
-# interpreter link (/usr/local/bin/python3.11) exists in the final stage too.
+# python-runner-mcp: an MCP server on stdio. Build and run it with make (the flags are the hardened
+# line from README.md; the container needs nothing more):
+#   make docker-build      docker build -t turhal-ai/python-runner-mcp:latest .
+#   make docker-run        docker run -i --rm --network=none --read-only --tmpfs /tmp:size=64m,mode=1777 \
+#                            --security-opt no-new-privileges:true --cap-drop=ALL \
+#                            --memory=512m --cpus=1.0 --pids-limit=64 turhal-ai/python-runner-mcp:latest
+#   make docker-test       build, then one MCP session through the container with the Python client
+#
+# Both stages use the same base: requirements.lock is compiled for CPython 3.11, and the venv's
+# interpreter link (/usr/local/bin/python3.11) must exist in the final stage too. bookworm is the Debian
+# release of the machines that test this file without Docker (same tini package, same Python minor).
 
-FROM python:3.11-slim AS builder
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-WORKDIR /app
-COPY requirements.lock .
-# Hash-checked, no resolver: exactly what the lock lists, nothing pulled in besides.
+FROM python:3.11-slim-bookworm AS builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
+COPY requirements.lock /tmp/requirements.lock
+# Dependencies only (a layer that changes when the lock does, not when the code does). Hash-checked and
+# without the resolver: exactly what the lock lists. pip and setuptools are removed from the venv: the
+# server never installs anything. Bytecode is compiled once here, hash-checked so that it stays valid
+# whatever the copied files' mtimes are; nothing can write bytecode at run time on a read-only root.
 RUN python -m venv /app/.venv \
-    && /app/.venv/bin/pip install --no-cache-dir --require-hashes --no-deps -r requirements.lock
+    && /app/.venv/bin/pip install --no-cache-dir --no-compile --require-hashes --no-deps -r /tmp/requirements.lock \
+    && /app/.venv/bin/pip uninstall --yes --quiet pip setuptools \
+    && /app/.venv/bin/python -m compileall -q --invalidation-mode checked-hash /app/.venv/lib
 
-FROM python:3.11-slim
-# tini as PID 1: run code can leave orphans (killed grandchildren, daemons); without an init they
-# become zombies of the server that nothing reaps and that count against --pids-limit.
+FROM python:3.11-slim-bookworm
+LABEL org.opencontainers.image.title="python-runner-mcp" \
+      org.opencontainers.image.description="MCP server (stdio) that runs Python code in one-shot, resource-limited processes" \
+      org.opencontainers.image.licenses="MIT"
+# - tini: see ENTRYPOINT.
+# - uid/gid 10001, no home directory (HOME=/nonexistent), no login shell; owns no file in the image.
+# - The base image ships the standard library without bytecode. Every run is a fresh interpreter in
+#   isolated mode (-I), which ignores PYTHONDONTWRITEBYTECODE: without this step each run compiled
+#   every module it imported from source (json, re, datetime, ...: about 0.1 s of CPU per run,
+#   measured) and tried to write __pycache__ into the read-only root.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends 'tini=0.19.*' \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --gid 10001 runner \
     && useradd --uid 10001 --gid 10001 --no-log-init --no-create-home --home-dir /nonexistent \
-       --shell /usr/sbin/nologin runner
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PYTHONPATH=/app PATH=/app/.venv/bin:$PATH
+       --shell /usr/sbin/nologin runner \
+    && python -m compileall -q --invalidation-mode checked-hash -x '/site-packages/' /usr/local/lib/python3.11
+# Defaults sized for the hardened line's container limits (all overridable with -e):
+# - RUNNER_MAX_CONCURRENT=2 and RUNNER_MAX_MEMORY_MB=128: --memory=512m is shared by tini and the
+#   server (about 72 MiB resident), its fork server and 2 pooled interpreters (about 12 MiB each), the
+#   /tmp and /dev/shm tmpfs mounts (up to 64 MiB each: tmpfs pages are charged to the container's
+#   memory) and the runs: 72 + 36 + 64 + 64 + 2 x 128 = 492 MiB < 512 MiB (resident sizes measured
+#   with this layout outside Docker). A run's 128 MiB of address space leaves it about 90 MiB of
+#   data. RLIMIT_AS bounds each process of a run, not a run's children together: --memory stays the
+#   backstop (the kernel then kills the largest process in the container).
+# - RUNNER_MAX_PROCESSES=16: --pids-limit=64 counts every task in the container (tini, the server,
+#   the fork server, the pool: 5 at rest; every run's processes and threads): 5 + 2 runs x 16 = 37.
+#   The server sizes RLIMIT_NPROC with a fixed margin of 48 on top (84 for uid 10001 with these
+#   values), so in the container a fork loop gets EAGAIN from the pids limit first.
+# - Runs and the server work in /tmp (TMPDIR unset: tempfile's default), the 64 MiB tmpfs; the code
+#   under /app is root-owned and read-only; bytecode is never written (PYTHONDONTWRITEBYTECODE and
+#   the compile steps above).
+ENV PATH=/app/.venv/bin:$PATH \
+    PYTHONPATH=/app \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    RUNNER_MAX_CONCURRENT=2 \
+    RUNNER_MAX_MEMORY_MB=128 \
+    RUNNER_MAX_PROCESSES=16
 WORKDIR /app
 COPY --from=builder /app/.venv /app/.venv
 COPY runner/ /app/runner/
-# Compiled at build time: with --read-only nothing can write bytecode at run time.
-RUN python -m compileall -q /app/runner
-# Files stay root-owned and read-only to the server; runs work under $TMPDIR (default /tmp, a tmpfs).
+RUN python -m compileall -q --invalidation-mode checked-hash /app/runner
 USER 10001:10001
-ENTRYPOINT ["/usr/bin/tini", "--", "/app/.venv/bin/python", "-m", "runner"]
+# tini is PID 1 (or, with `docker run --init`, the child of Docker's init), with the server as its child:
+# - Signals: PID 1 gets no default signal actions. With the server itself as PID 1, a SIGTERM that
+#   arrived before its handler was installed (its first second: SDK import, pool start) was lost:
+#   the server kept serving and `docker stop` would wait 10 s, then SIGKILL (seen in a PID namespace
+#   without Docker). tini forwards SIGTERM/SIGINT to the server, which kills every run,
+#   removes their directories and exits 0; tini exits with that status. -e 143 maps "killed by
+#   SIGTERM before its handler existed" to 0 too, so a stop exits 0 whenever it comes.
+# - Orphans: the server is a child subreaper and reaps what its runs leave behind; anything else that
+#   ends up re-parented to PID 1 is reaped by tini instead of staying a zombie that counts against
+#   --pids-limit.
+# - -s (child subreaper) keeps both true under `docker run --init`: Docker's init is then PID 1 and
+#   forwards signals to this tini, which still reaps what the server leaves instead of leaving it to
+#   PID 1, and does not print tini's "not running as PID 1" warning. Either way works.
+ENTRYPOINT ["/usr/bin/tini", "-s", "-e", "143", "--", "/app/.venv/bin/python", "-m", "runner"]

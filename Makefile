@@ -41,7 +41,7 @@ typecheck: $(DEV_STAMP) ## mypy --strict on runner/
 unit: $(DEV_STAMP) ## Only the pytest suite
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test: lint typecheck unit ## Install dev tools, then lint, type check and run the whole suite
+test: container-tools lint typecheck unit ## Install dev tools, then lint, type check and run the whole suite
 
 lock: | $(PY) ## Regenerate requirements.lock and requirements-dev.lock from their .in files
 	$(PIP) install --quiet pip-tools
@@ -53,3 +53,37 @@ inspect: $(RUN_STAMP) ## Open the MCP Inspector (npx) against this server
 
 clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# --- Docker and the Inspector CLI ---------------------------------------------------------------------
+IMAGE ?= turhal-ai/python-runner-mcp:latest
+DOCKER ?= docker
+# The seed's hardened line (README.md, "Docker"); the *-docker entries of mcp-config-examples/ use the same.
+DOCKER_RUN_FLAGS := -i --rm --network=none --read-only --tmpfs /tmp:size=64m,mode=1777 \
+	--security-opt no-new-privileges:true --cap-drop=ALL --memory=512m --cpus=1.0 --pids-limit=64
+INSPECTOR := @modelcontextprotocol/inspector@2.12.0
+
+.PHONY: docker-build docker-run docker-test inspect-cli hadolint container-tools
+
+docker-build: ## Build the image turhal-ai/python-runner-mcp:latest (IMAGE=...; needs a Docker engine)
+	$(DOCKER) build -t $(IMAGE) .
+
+docker-run: ## Serve MCP on stdio from the image with the hardened docker run -i line
+	@exec $(DOCKER) run $(DOCKER_RUN_FLAGS) $(IMAGE)
+
+docker-test: docker-build $(RUN_STAMP) ## Build, then one MCP session through the container (Python client)
+	$(PY) scripts/docker_session.py --container -- $(DOCKER) run $(DOCKER_RUN_FLAGS) $(IMAGE)
+
+inspect-cli: $(RUN_STAMP) ## MCP Inspector CLI against the server: make inspect-cli ARGS='--method tools/list'
+	npx --yes $(INSPECTOR) --cli $(abspath $(PY)) -m runner $(ARGS)
+
+hadolint: $(DEV_STAMP) ## Lint the Dockerfile (make test runs the same check in tests/test_packaging.py)
+	$(VENV)/bin/hadolint Dockerfile
+
+# tests/test_packaging.py runs the image's ENTRYPOINT outside Docker, tini included: as root with apt-get,
+# install Debian's tini (the image's package); elsewhere those tests say why they are skipped.
+container-tools: ## Install Debian's tini for the container stand-in tests (root with apt-get only)
+	@if [ -x /usr/bin/tini ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing tini from Debian's packages"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tini >/dev/null; \
+	else echo "no /usr/bin/tini: the container stand-in tests will be skipped"; fi

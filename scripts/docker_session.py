@@ -1,0 +1,212 @@
+"""One MCP session with the official Python client through a container, or through any command that serves
+this server on stdio, checking what a run sees from inside.
+
+    python scripts/docker_session.py --container -- docker run -i --rm ... turhal-ai/python-runner-mcp:latest
+
+`make docker-test` runs it against the image with the hardened `docker run` line; the test suite runs it
+against the same ENTRYPOINT outside Docker (tests/test_packaging.py). The session: initialize (or discover,
+with --mode auto), tools/list, a tools/call of `print(sum(range(10)))`, a probe run (who it runs as, its
+capabilities, mounts, network interfaces, and files it tries to create), and with --reaping a run that
+leaves an orphan behind plus a later run that checks the orphan was reaped. Prints what was seen as one
+JSON object on stdout; exits 1 after listing every expectation that failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from contextlib import nullcontext
+from typing import Any, TextIO
+
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+IMAGE_UID = 10001
+# Where a run in the image must not be able to create a file: the code and venv (root-owned, read-only
+# root), the root, /etc, /var/tmp, the standard library, and the user's HOME.
+IMAGE_DENIED = [
+    "/app/probe",
+    "/app/runner/probe",
+    "/app/.venv/probe",
+    "/probe",
+    "/etc/probe",
+    "/var/tmp/probe",
+    "/usr/local/lib/python3.11/probe",
+    "/nonexistent/probe",
+]
+
+PROBE = r"""
+import errno, json, os, socket, sys, tempfile
+
+def attempt(path):
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+    os.write(fd, b"probe")
+    os.close(fd)
+    os.unlink(path)
+    return "written"
+
+status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
+mounts = {}
+for line in open("/proc/self/mounts"):
+    device, target, fstype, options = line.split()[:4]
+    mounts[target] = fstype + " " + options
+try:
+    pid1 = open("/proc/1/cmdline", "rb").read().replace(b"\0", b" ").decode().strip()
+except OSError as exc:
+    pid1 = "unreadable: " + errno.errorcode.get(exc.errno, str(exc.errno))
+print(json.dumps({
+    "uid": os.getuid(), "gid": os.getgid(), "euid": os.geteuid(), "groups": os.getgroups(),
+    "cwd": os.getcwd(), "tmpdir": tempfile.gettempdir(),
+    "cwd_write": attempt(os.path.join(os.getcwd(), "probe")),
+    "tmp_write": attempt(os.path.join(tempfile.gettempdir(), "probe-%d" % os.getpid())),
+    "denied": {path: attempt(path) for path in json.loads(sys.stdin.read())},
+    "interfaces": sorted(name for _, name in socket.if_nameindex()),
+    "cap_eff": status["CapEff"].strip(), "cap_bnd": status["CapBnd"].strip(),
+    "no_new_privs": status.get("NoNewPrivs", "?").strip(),
+    "root_mount": mounts.get("/", ""), "tmp_mount": mounts.get("/tmp", ""),
+    "tmp_mode": oct(os.stat("/tmp").st_mode & 0o7777),
+    "pid1": pid1,
+}))
+"""
+
+# The orphan: a setsid() grandchild outlives the run (the group kill cannot reach it) and exits 0.3 s later.
+ORPHAN = r"""
+import os, time
+r, w = os.pipe()
+child = os.fork()
+if child == 0:
+    os.setsid()
+    grandchild = os.fork()
+    if grandchild == 0:
+        os.close(r)
+        os.close(w)
+        for fd in (0, 1, 2):
+            os.close(fd)
+        time.sleep(0.3)
+        os._exit(0)
+    os.write(w, str(grandchild).encode())
+    os._exit(0)
+os.close(w)
+os.waitpid(child, 0)
+print(os.read(r, 32).decode())
+"""
+
+REAPED = r"""
+import sys
+pid = sys.stdin.read().strip()
+try:
+    state = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[0]
+except OSError:
+    state = "gone"
+print(state)
+"""
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", default="legacy", choices=["legacy", "auto"], help="client protocol mode")
+    parser.add_argument(
+        "--container",
+        action="store_true",
+        help=f"expect the image under the hardened line: uid {IMAGE_UID}, no capabilities, no_new_privs, "
+        "read-only root, /tmp a 64 MiB noexec tmpfs, no network but lo, tini as PID 1, orphans reaped, "
+        "and no file creatable at " + " ".join(IMAGE_DENIED),
+    )
+    parser.add_argument("--uid", type=int, help="runs must have this uid and gid")
+    parser.add_argument("--no-network", action="store_true", help="runs must see no interface but lo")
+    parser.add_argument("--deny", action="append", default=[], metavar="PATH", help="creating PATH must fail")
+    parser.add_argument("--reaping", action="store_true", help="an orphan left by a run must be reaped")
+    parser.add_argument("--pid1", metavar="TEXT", help="/proc/1/cmdline must contain TEXT")
+    parser.add_argument("--errlog", metavar="FILE", help="write the server's stderr to FILE")
+    parser.add_argument("command", nargs="+", help="the command that serves MCP on stdio (after --)")
+    args = parser.parse_args(argv)
+    if args.container:
+        args.uid = IMAGE_UID if args.uid is None else args.uid
+        args.no_network = True
+        args.deny = IMAGE_DENIED + args.deny
+        args.reaping = True
+        args.pid1 = args.pid1 or "tini"
+    return args
+
+
+async def call(client: Client, code: str, stdin: str | None = None) -> dict[str, Any]:
+    arguments: dict[str, Any] = {"code": code, "timeout": 20}
+    if stdin is not None:
+        arguments["stdin"] = stdin
+    result = await client.call_tool("run_python", arguments)
+    structured = result.structured_content
+    if result.is_error or structured is None or structured.get("status") != "ok":
+        raise AssertionError(f"run failed: {structured if structured is not None else result}")
+    return structured
+
+
+async def session(args: argparse.Namespace, errlog: TextIO) -> tuple[dict[str, Any], list[str]]:
+    failures: list[str] = []
+    seen: dict[str, Any] = {}
+
+    def expect(ok: bool, what: str) -> None:
+        if not ok:
+            failures.append(what)
+
+    command, *command_args = args.command
+    params = StdioServerParameters(command=command, args=command_args, env=dict(os.environ))
+    async with Client(stdio_client(params, errlog=errlog), mode=args.mode) as client:  # type: ignore[arg-type]
+        seen["protocol_version"] = client.protocol_version
+        seen["tools"] = [tool.name for tool in (await client.list_tools()).tools]
+        expect(seen["tools"] == ["run_python"], f"tools/list returned {seen['tools']}")
+        first = await call(client, "print(sum(range(10)))")
+        seen["sum"] = first["stdout"]
+        expect(first["stdout"] == "45\n", f"print(sum(range(10))) printed {first['stdout']!r}")
+        probe = json.loads((await call(client, PROBE, stdin=json.dumps(args.deny)))["stdout"])
+        seen["probe"] = probe
+        if args.reaping:
+            orphan = (await call(client, ORPHAN))["stdout"].strip()
+            await asyncio.sleep(0.6)
+            state = (await call(client, REAPED, stdin=orphan))["stdout"].strip()
+            seen["orphan"] = {"pid": orphan, "state_after_0.6s": state}
+            expect(state == "gone", f"the orphan {orphan} was not reaped (state {state})")
+
+    expect(probe["tmp_write"] == "written", f"a run could not write to its temp dir: {probe['tmp_write']}")
+    expect(probe["cwd_write"] == "written", f"a run could not write to its working dir: {probe['cwd_write']}")
+    for path, outcome in probe["denied"].items():
+        expect(outcome != "written", f"a run created {path}")
+    if args.uid is not None:
+        expect((probe["uid"], probe["gid"]) == (args.uid, args.uid), f"runs as {probe['uid']}:{probe['gid']}")
+        expect(probe["cap_eff"] == "0000000000000000", f"effective capabilities {probe['cap_eff']}")
+    if args.container:
+        expect(probe["cap_bnd"] == "0000000000000000", f"capability bounding set {probe['cap_bnd']}")
+        expect(probe["no_new_privs"] == "1", f"NoNewPrivs {probe['no_new_privs']}")
+        root_options = probe["root_mount"].split(" ", 1)[-1].split(",")
+        expect("ro" in root_options, f"the root is not read-only: {probe['root_mount']!r}")
+        tmp_options = set(probe["tmp_mount"].replace(" ", ",").split(","))
+        wanted = {"tmpfs", "rw", "nosuid", "nodev", "noexec", "size=65536k"}
+        expect(wanted <= tmp_options, f"/tmp is not a 64 MiB noexec tmpfs: {probe['tmp_mount']!r}")
+        expect(probe["tmp_mode"] == "0o1777", f"/tmp has mode {probe['tmp_mode']}")
+        expect(probe["tmpdir"].startswith("/tmp/python-runner-"), f"runs work in {probe['tmpdir']}, not in /tmp")
+    if args.no_network:
+        expect(probe["interfaces"] == ["lo"], f"network interfaces {probe['interfaces']}")
+    if args.pid1:
+        expect(args.pid1 in probe["pid1"], f"PID 1 is {probe['pid1']!r}")
+    return seen, failures
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    with open(args.errlog, "w") if args.errlog else nullcontext(sys.stderr) as errlog:
+        seen, failures = asyncio.run(session(args, errlog))
+    sys.stdout.write(json.dumps(seen, indent=2) + "\n")
+    for failure in failures:
+        sys.stderr.write(f"FAILED: {failure}\n")
+    if not failures:
+        sys.stderr.write("session ok\n")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
