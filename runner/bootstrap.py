@@ -7,12 +7,15 @@ the code on fd 3, closes it and runs the code as ``__main__``. This file must no
 ``runner`` package: it runs under ``-I -S`` with nothing but the standard library.
 """
 
+import array
 import atexit
 import contextlib
 import linecache
 import os
 import resource
+import select
 import signal
+import socket
 import sys
 import traceback
 import types
@@ -177,10 +180,6 @@ def zygote(base_dir: str, limits: list[int]) -> None:
     run is killed and the zygote exits. It holds nothing of the server's: a minimal environment,
     no secrets, and only modules the bootstrap itself needs (nothing seeds `random` before a fork).
     """
-    import array
-    import select
-    import socket
-
     server = socket.socket(fileno=CODE_FD)
     os.closerange(CODE_FD + 1, MAX_FD)
     make_undumpable()
@@ -190,7 +189,16 @@ def zygote(base_dir: str, limits: list[int]) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     runs: set[int] = set()
     warm_up()
-    server.send(b"R")
+    try:
+        server.send(b"R")
+        _serve(server, wake_r, base_dir, limits, runs)
+    except OSError:
+        pass  # the server is gone: so must every run be
+    for pid in runs:
+        _kill_group(pid)
+
+
+def _serve(server: socket.socket, wake_r: int, base_dir: str, limits: list[int], runs: set[int]) -> None:
     while True:
         readable, _, _ = select.select([server.fileno(), wake_r], [], [])
         if wake_r in readable:
@@ -199,10 +207,7 @@ def zygote(base_dir: str, limits: list[int]) -> None:
                 report = b"X %d %d %r %r %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss)
                 server.send(report)
         if server.fileno() in readable:
-            request = server.recv(16)
-            if not request:
-                for pid in runs:
-                    _kill_group(pid)
+            if not server.recv(16):
                 return
             try:
                 workdir = os.path.join(base_dir, "run-" + os.urandom(6).hex())
@@ -215,7 +220,7 @@ def zygote(base_dir: str, limits: list[int]) -> None:
             ours = [ends[0][1], ends[1][0], ends[2][0], ends[3][1]]
             pid = os.fork()
             if pid == 0:
-                _forked_run(theirs, workdir, limits)  # never returns
+                _forked_run(theirs, workdir, limits)
             for fd in theirs:
                 os.close(fd)
             runs.add(pid)
@@ -225,16 +230,24 @@ def zygote(base_dir: str, limits: list[int]) -> None:
                 os.close(fd)
 
 
-def _forked_run(theirs: list[int], workdir: str, limits: list[int]) -> None:
-    """In the forked child: become a run like a freshly spawned interpreter would, then run its code."""
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    os.setsid()
-    for target, fd in enumerate(theirs):
-        os.dup2(fd, target)
-    os.environ["HOME"] = os.environ["TMPDIR"] = workdir
-    become_run(workdir, limits)
-    run(read_code())
+def _forked_run(theirs: list[int], workdir: str, limits: list[int]) -> NoReturn:
+    """In the forked child: become a run like a freshly spawned interpreter would, then run its code.
+
+    Never returns: whatever happens, this process must not go back into the zygote's loop.
+    """
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        for target, fd in enumerate(theirs):
+            os.dup2(fd, target)
+        os.environ["HOME"] = os.environ["TMPDIR"] = workdir
+        become_run(workdir, limits)
+        run(read_code())
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(1)
 
 
 def _exited_runs(runs: set[int]) -> list[tuple[int, int, resource.struct_rusage]]:

@@ -29,7 +29,8 @@ from runner.config import Config
 from runner.errors import SpawnError
 from runner.limits import Limits
 from runner.logs import log_event
-from runner.spawn import _RESETTABLE_SIGNALS, BOOTSTRAP, Child, maxrss_bytes, minimal_environment
+from runner.sandbox import BOOTSTRAP
+from runner.spawn import _RESETTABLE_SIGNALS, Child, maxrss_bytes, minimal_environment
 
 MAX_MESSAGE = 8192
 STARTUP_TIMEOUT = 15.0

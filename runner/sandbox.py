@@ -9,16 +9,23 @@ even visible. Chosen once at start-up: `auto` probes bubblewrap and falls back t
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from typing import Literal
 
+from runner.bootstrap import __file__ as _bootstrap_file
 from runner.config import MIB, Config
 from runner.errors import ConfigError
 
 WORKDIR = "/tmp"
+# /run is replaced by an empty tmpfs (host sockets stay out of reach) that carries the bootstrap, so
+# runs work wherever the server's files are, even under /tmp, which the sandbox hides.
+BOOTSTRAP_INSIDE = "/run/runner/bootstrap.py"
+HIDDEN = (WORKDIR, "/run")
 PROBE_TIMEOUT = 10.0
+BOOTSTRAP = os.path.realpath(_bootstrap_file)
 # bwrap reports a command killed by signal N as exit status 128 + N.
 SIGNAL_EXIT_BASE = 128
 
@@ -32,6 +39,11 @@ class Sandbox:
     wrapper: tuple[str, ...] = ()
 
     @property
+    def bootstrap(self) -> str:
+        """Where the run interpreter finds the bootstrap."""
+        return BOOTSTRAP_INSIDE if self.wrapper else BOOTSTRAP
+
+    @property
     def enabled(self) -> bool:
         """Whether runs get their own namespaces."""
         return bool(self.wrapper)
@@ -40,6 +52,9 @@ class Sandbox:
 def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
     """The bubblewrap command line up to and including `--` (bwrap adds PWD=/tmp to the environment)."""
     network = ("--unshare-net",) if config.sandbox_network == "isolated" else ()
+    # An interpreter installed under a hidden directory must stay visible.
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
+    keep = ("--ro-bind", prefix, prefix) if any(_within(prefix, hidden) for hidden in HIDDEN) else ()
     return (
         bwrap,
         "--unshare-pid",
@@ -61,10 +76,20 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         str(config.sandbox_tmp_mb * MIB),
         "--tmpfs",
         WORKDIR,
+        "--tmpfs",
+        "/run",
+        "--ro-bind",
+        BOOTSTRAP,
+        BOOTSTRAP_INSIDE,
+        *keep,
         "--chdir",
         WORKDIR,
         "--",
     )
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def choose_sandbox(config: Config) -> Sandbox:

@@ -12,7 +12,6 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 
@@ -21,7 +20,6 @@ from runner.limits import Limits
 from runner.sandbox import WORKDIR as SANDBOX_WORKDIR
 from runner.sandbox import Sandbox, exit_code_of_sandboxed
 
-BOOTSTRAP = str(Path(__file__).with_name("bootstrap.py"))
 # Every signal a process may set a disposition for: posix_spawn otherwise passes on the server's
 # blocked mask and ignored signals (SIGPIPE is ignored in every Python process).
 _RESETTABLE_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
@@ -136,7 +134,7 @@ def spawn_child(python: str, base_dir: str, limits: Limits, sandbox: Sandbox) ->
     """
     host_dir = None if sandbox.enabled else tempfile.mkdtemp(prefix="run-", dir=base_dir)
     workdir = host_dir or SANDBOX_WORKDIR
-    argv = [*sandbox.wrapper, python, "-I", "-S", "-X", "utf8", BOOTSTRAP, workdir, *limits.argv()]
+    argv = [*sandbox.wrapper, python, "-I", "-S", "-X", "utf8", sandbox.bootstrap, workdir, *limits.argv()]
     parent_fds: list[int] = []
     child_fds: list[int] = []
     try:

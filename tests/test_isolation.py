@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.spawn import BOOTSTRAP
+from runner.sandbox import BOOTSTRAP
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 NOBODY = 65534

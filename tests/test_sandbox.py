@@ -17,8 +17,7 @@ from runner.config import Config
 from runner.errors import ConfigError
 from runner.outcome import RunRequest, RunResult, Status
 from runner.pool import Pool
-from runner.sandbox import choose_sandbox, exit_code_of_sandboxed
-from runner.spawn import BOOTSTRAP
+from runner.sandbox import BOOTSTRAP_INSIDE, choose_sandbox, exit_code_of_sandboxed
 from tests.conftest import REPO
 from tests.helpers import alive, checked
 
@@ -56,7 +55,7 @@ def sandboxed_interpreters() -> list[int]:
             namespace = os.readlink(f"/proc/{entry}/ns/pid")
         except OSError:
             continue
-        if BOOTSTRAP.encode() in cmdline and namespace != ours and b"bwrap" not in cmdline and alive(int(entry)):
+        if BOOTSTRAP_INSIDE.encode() in cmdline and namespace != ours and b"bwrap" not in cmdline and alive(int(entry)):
             found.append(int(entry))
     return found
 
