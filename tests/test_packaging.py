@@ -254,24 +254,26 @@ class StandIn:
 @pytest.fixture(scope="module")
 def standin(standin_venv: Path) -> Iterator[StandIn]:
     base = Path(tempfile.mkdtemp(prefix=STANDIN_PREFIX))
-    base.chmod(0o755)
-    app = base / "app"
-    app.mkdir()
-    runner = app / "runner"
-    shutil.copytree(REPO / "runner", runner, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    (app / ".venv").symlink_to(standin_venv)
-    image = final_image()
-    # The final stage's steps after the code is copied in (compiling it), on the copy.
-    final = dockerfile_stages(DOCKERFILE.read_text())[-1]
-    after_code = final.instructions[[args for _, args in final.instructions].index("runner/ /app/runner/") + 1 :]
-    for keyword, args in after_code:
-        if keyword == "RUN":
-            command = re.sub(r"(?<![\w/.])python(?= )", SYSTEM_PYTHON, args.replace("/app", str(app)))
-            subprocess.run(["/bin/sh", "-ec", command], check=True, timeout=60)
-    subprocess.run(["chmod", "-R", "a-w", str(runner)], check=True)
-    yield StandIn(base=base, app=app, runner=runner, venv=standin_venv, image=image)
-    subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
-    shutil.rmtree(base, ignore_errors=True)
+    try:
+        base.chmod(0o755)
+        app = base / "app"
+        app.mkdir()
+        runner = app / "runner"
+        shutil.copytree(REPO / "runner", runner, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        (app / ".venv").symlink_to(standin_venv)
+        image = final_image()
+        # The final stage's steps after the code is copied in (compiling it), on the copy.
+        final = dockerfile_stages(DOCKERFILE.read_text())[-1]
+        code_copy = [args for _, args in final.instructions].index("runner/ /app/runner/")
+        for keyword, args in final.instructions[code_copy + 1 :]:
+            if keyword == "RUN":
+                command = re.sub(r"(?<![\w/.])python(?= )", SYSTEM_PYTHON, args.replace("/app", str(app)))
+                subprocess.run(["/bin/sh", "-ec", command], check=True, timeout=60)
+        subprocess.run(["chmod", "-R", "a-w", str(runner)], check=True)
+        yield StandIn(base=base, app=app, runner=runner, venv=standin_venv, image=image)
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def session_script(*options: str, command: list[str], errlog: Path) -> dict[str, Any]:
@@ -447,6 +449,7 @@ def test_the_container_command_line_runs_as_uid_10001_from_a_read_only_copy_and_
     assert not os.path.exists(IMAGE_HOME)
     assert list(tmp.iterdir()) == [], "the server removed its directory from the stand-in for /tmp"
     assert written_by(image.uid, since=marker, outside=tmp) == []
+    assert processes_where(str(tmp), "environ") == [], "nothing of the server or its runs is left"
     log = (tmp_path / "server.log").read_text()
     assert "server stopped" in log
     assert "Tini is not running as PID 1" not in log
@@ -557,15 +560,20 @@ def namespaces(standin: StandIn) -> None:
         pytest.skip(f"this machine refuses new namespaces to root: {done.stderr.strip()}")
 
 
-def processes_of(uid: int) -> list[int]:
+def processes_where(pattern: str, part: str) -> list[int]:
+    """Processes whose /proc/<pid>/<part> (a file, or a link such as ns/pid) contains `pattern`. Other
+    runs of this suite on the same machine use the same uid, so processes are matched by what is theirs
+    alone: a directory in their environment, or their PID namespace."""
     found = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
+        if entry.isdigit() and int(entry) != os.getpid():
+            path = f"/proc/{entry}/{part}"
             try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    found.append(int(entry))
+                text = os.readlink(path) if os.path.islink(path) else Path(path).read_bytes().decode(errors="replace")
             except OSError:
                 continue
+            if pattern in text:
+                found.append(int(entry))
     return found
 
 
@@ -597,7 +605,6 @@ def test_the_entrypoint_serves_in_a_read_only_root_with_the_seed_s_tmpfs_no_netw
     assert "Tini is not running as PID 1" not in log
     assert "server stopped" in log
     assert "sandbox=bwrap" not in log, "no user namespaces, as under Docker's seccomp profile"
-    assert processes_of(standin.image.uid) == [], "nothing of the container is left"
 
 
 def children(pid: int) -> list[int]:
@@ -650,6 +657,7 @@ def test_sigterm_to_the_container_s_pid_1_stops_the_server_mid_run_with_exit_sta
                 assert process.poll() is None, log_path.read_text()
                 time.sleep(0.02)
             [pid1] = children(process.pid)  # unshare's child: PID 1 of the new PID namespace
+            namespace = os.readlink(f"/proc/{pid1}/ns/pid")
             os.kill(pid1, signal.SIGTERM)
             assert process.wait(timeout=20) == 0, log_path.read_text()
             replies = [json.loads(line) for line in process.stdout.read().splitlines()]
@@ -662,7 +670,7 @@ def test_sigterm_to_the_container_s_pid_1_stops_the_server_mid_run_with_exit_sta
     assert "signal received; shutting down signal=SIGTERM" in log
     assert "server stopped" in log
     assert "Tini is not running as PID 1" not in log
-    assert processes_of(standin.image.uid) == []
+    assert processes_where(namespace, "ns/pid") == [], "nothing of the container is left"
 
 
 def server_started_under(pid: int) -> bool:
@@ -696,6 +704,7 @@ def test_sigterm_during_start_up_stops_the_container_at_once_with_exit_status_0(
                 assert time.monotonic() < deadline
                 time.sleep(0.005)
             [pid1] = children(process.pid)
+            namespace = os.readlink(f"/proc/{pid1}/ns/pid")
             os.kill(pid1, signal.SIGTERM)
             started = time.monotonic()
             assert process.wait(timeout=10) == 0
@@ -703,7 +712,7 @@ def test_sigterm_during_start_up_stops_the_container_at_once_with_exit_status_0(
         finally:
             if process.poll() is None:
                 process.kill()
-    assert processes_of(standin.image.uid) == []
+    assert processes_where(namespace, "ns/pid") == [], "nothing of the container is left"
 
 
 # --- make and compose ---------------------------------------------------------------------------------
