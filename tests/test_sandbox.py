@@ -18,7 +18,6 @@ from runner.errors import ConfigError
 from runner.outcome import RunRequest, RunResult, Status
 from runner.pool import Pool
 from runner.sandbox import BOOTSTRAP_INSIDE, choose_sandbox, exit_code_of_sandboxed
-from tests.conftest import REPO
 from tests.helpers import alive, checked
 
 pytestmark = pytest.mark.anyio
@@ -127,8 +126,8 @@ async def test_the_network_is_unreachable(sandboxed: Pool) -> None:
 
 
 async def test_the_file_system_is_read_only_outside_the_private_tmpfs(sandboxed: Pool) -> None:
-    # Outside /tmp, where the host (root, here) could write.
-    target = REPO / "written-from-a-run"
+    # Outside /tmp and /run (which the sandbox replaces), where the host (root, here) could write.
+    target = Path("/var/tmp") / f"written-from-a-run-{os.getpid()}"
     code = f"""
         import errno
         try:
