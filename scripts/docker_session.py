@@ -60,6 +60,28 @@ try:
     pid1 = open("/proc/1/cmdline", "rb").read().replace(b"\0", b" ").decode().strip()
 except OSError as exc:
     pid1 = "unreadable: " + errno.errorcode.get(exc.errno, str(exc.errno))
+
+def server_pid():
+    # A run's parent is the server, or in fork-server mode the zygote, whose parent is the server.
+    parent = os.getppid()
+    if b"--zygote" in open("/proc/%d/cmdline" % parent, "rb").read():
+        parent = int(open("/proc/%d/stat" % parent).read().rsplit(")", 1)[1].split()[1])
+    return parent
+
+def reach_server(pid):
+    import ctypes
+    try:
+        open("/proc/%d/environ" % pid, "rb").read()
+        environ = "read"
+    except OSError as exc:
+        environ = errno.errorcode.get(exc.errno, str(exc.errno))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.ptrace(16, pid, 0, 0) == 0:  # PTRACE_ATTACH
+        ptrace = "attached"
+        libc.ptrace(17, pid, 0, 0)  # PTRACE_DETACH
+    else:
+        ptrace = errno.errorcode.get(ctypes.get_errno(), "?")
+    return {"environ": environ, "ptrace": ptrace}
 print(json.dumps({
     "uid": os.getuid(), "gid": os.getgid(), "euid": os.geteuid(), "groups": os.getgroups(),
     "cwd": os.getcwd(), "tmpdir": tempfile.gettempdir(),
@@ -72,6 +94,7 @@ print(json.dumps({
     "root_mount": mounts.get("/", ""), "tmp_mount": mounts.get("/tmp", ""),
     "tmp_mode": oct(os.stat("/tmp").st_mode & 0o7777),
     "pid1": pid1,
+    "server": reach_server(server_pid()),
 }))
 """
 
@@ -178,6 +201,9 @@ async def session(args: argparse.Namespace, errlog: TextIO) -> tuple[dict[str, A
         expect(outcome != "written", f"a run created {path}")
     if args.uid is not None:
         expect((probe["uid"], probe["gid"]) == (args.uid, args.uid), f"runs as {probe['uid']}:{probe['gid']}")
+        # Same uid as the server: only its non-dumpable flag keeps the run out of it.
+        expect(probe["server"]["environ"] == "EACCES", f"a run read the server's environment: {probe['server']}")
+        expect(probe["server"]["ptrace"] == "EPERM", f"a run could ptrace the server: {probe['server']}")
         expect(probe["cap_eff"] == "0000000000000000", f"effective capabilities {probe['cap_eff']}")
     if args.container:
         expect(probe["cap_bnd"] == "0000000000000000", f"capability bounding set {probe['cap_bnd']}")
