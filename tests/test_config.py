@@ -48,6 +48,10 @@ def test_every_variable_is_read() -> None:
             "RUNNER_LOG_FORMAT": "json",
             "RUNNER_PYTHON": sys.executable,
             "RUNNER_WORK_DIR": "/tmp",
+            "RUNNER_SPAWN_MODE": "fork-server",
+            "RUNNER_SANDBOX": "none",
+            "RUNNER_SANDBOX_NETWORK": "shared",
+            "RUNNER_SANDBOX_TMP_MB": "8",
         }
     )
     assert (config.max_cpu_seconds, config.max_memory_mb, config.max_processes) == (3, 128, 8)
@@ -57,6 +61,12 @@ def test_every_variable_is_read() -> None:
     assert (config.max_queue, config.pool_size, config.log_level, config.log_format) == (0, 0, "debug", "json")
     assert config.python == sys.executable
     assert config.work_dir == "/tmp"
+    assert (config.spawn_mode, config.sandbox, config.sandbox_network, config.sandbox_tmp_mb) == (
+        "fork-server",
+        "none",
+        "shared",
+        8,
+    )
 
 
 @pytest.mark.parametrize(
@@ -76,6 +86,10 @@ def test_every_variable_is_read() -> None:
         ("RUNNER_PYTHON", "python3", "absolute path"),
         ("RUNNER_PYTHON", "/nonexistent/python", "executable file"),
         ("RUNNER_WORK_DIR", "/nonexistent", "writable directory"),
+        ("RUNNER_SPAWN_MODE", "vfork", "auto|posix-spawn|fork-server"),
+        ("RUNNER_SANDBOX", "docker", "auto|none|bwrap"),
+        ("RUNNER_SANDBOX_NETWORK", "open", "isolated|shared"),
+        ("RUNNER_SANDBOX_TMP_MB", "0", "from 1 to"),
     ],
 )
 def test_a_bad_value_is_rejected_with_a_message_naming_the_variable(variable: str, value: str, says: str) -> None:

@@ -168,3 +168,15 @@ def test_auto_falls_back_to_rlimits_when_bubblewrap_cannot_work(config: Config) 
     with pytest.raises(ConfigError):
         choose_sandbox(dataclasses.replace(broken, sandbox="bwrap"))
     assert choose_sandbox(dataclasses.replace(config, sandbox="none")).reason == "RUNNER_SANDBOX=none"
+
+
+def test_the_fork_server_and_a_per_run_sandbox_exclude_each_other(config: Config) -> None:
+    forking = dataclasses.replace(config, spawn_mode="fork-server")
+    with pytest.raises(ConfigError) as caught:
+        choose_sandbox(dataclasses.replace(forking, sandbox="bwrap"))
+    assert caught.value.variable == "RUNNER_SPAWN_MODE"
+    chosen = choose_sandbox(dataclasses.replace(forking, sandbox="auto"))
+    assert (chosen.kind, chosen.reason) == (
+        "none",
+        "RUNNER_SPAWN_MODE=fork-server: runs fork from one zygote, not one sandbox each",
+    )
