@@ -1,0 +1,1364 @@
+"""The hostile snippets: each with the status it must end with and what else its result must show.
+
+Placeholders in a snippet are filled in per run: @TMP@ (the test's own temporary directory, as a
+string literal), @TOKEN@ (a string literal unique to the run), @SERVER_PID@ (this process's pid),
+@PORT@ (a loopback port this process listens on, for cases with `listener=True`).
+
+Every loop that creates processes or threads is bounded: the tests run as root in CI, where
+RLIMIT_NPROC is not enforced, so only these bounds and the timeout stop a bomb.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.config import MIB
+from runner.outcome import RunResult, Status
+
+# The test's own bounds: limits of the shared pool (conftest.small_limits).
+OUTPUT_BUDGET = 4 * MIB
+MAX_CODE_BYTES = 1 * MIB
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a case's snippet and checks may refer to."""
+
+    tmp: Path
+    token: str
+    server_pid: int
+    port: int
+    mode: str
+    environ_digest: str
+    capabilities: int
+
+
+Check = Callable[[RunResult, Context], None]
+Applies = Callable[[Context], bool]
+
+
+@dataclass(frozen=True)
+class Hole:
+    """A known hole: where `applies(context)`, the case fails for `reason`, and every problem the
+    harness finds must contain one of `signatures` (anything else is a real failure)."""
+
+    reason: str
+    applies: Applies
+    signatures: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    code: str
+    expect: frozenset[Status]
+    timeout: float = 5.0  # generous: only a case that hangs waits for it; timeout cases set their own
+    stdin: str = ""
+    needs_pid_namespace: bool = False  # could reach this process or every process without one
+    listener: bool = False
+    stdout: str | None = None
+    stdout_has: tuple[str, ...] = ()
+    stdout_lacks: tuple[str, ...] = ()
+    stderr: str | None = None
+    stderr_has: tuple[str, ...] = ()
+    stderr_lacks: tuple[str, ...] = ()
+    exit_code: int | None = None
+    signal: str | None = None
+    stdout_truncated: bool | None = None
+    stderr_truncated: bool | None = None
+    max_call_seconds: float | None = None  # wall-clock bound on the whole call
+    check: Check | None = None
+    probe_after: bool = False  # run a trivial snippet afterwards: the pool must still serve
+    holes: tuple[Hole, ...] = field(default_factory=tuple)
+
+    def render(self, context: Context) -> str:
+        return (
+            self.code.replace("@TMP@", repr(str(context.tmp)))
+            .replace("@TOKEN@", repr(context.token))
+            .replace("@SERVER_PID@", str(context.server_pid))
+            .replace("@PORT@", str(context.port))
+        )
+
+
+def case(id: str, code: str, expect: Status | frozenset[Status], **extra: object) -> Case:
+    statuses = expect if isinstance(expect, frozenset) else frozenset({expect})
+    return Case(id=id, code=textwrap.dedent(code).strip("\n") + "\n", expect=statuses, **extra)  # type: ignore[arg-type]
+
+
+# --- conditions of known holes -------------------------------------------------------------------
+
+CAP_SYS_PTRACE = 19
+CAP_SYS_RESOURCE = 24
+
+
+def plain(context: Context) -> bool:
+    return context.mode == "none"
+
+
+def plain_with(capability: int) -> Applies:
+    return lambda context: plain(context) and bool(context.capabilities >> capability & 1)
+
+
+NO_FILESYSTEM_ISOLATION = Hole(
+    "plain mode does not confine the filesystem: a run writes wherever the server's uid may (README, security scope)",
+    plain,
+    ("outside the run's directory", "left in the pool's base directory"),
+)
+NO_NETWORK_ISOLATION = Hole(
+    "plain mode does not isolate the network: a run reaches the server's loopback (README, security scope)",
+    plain,
+    ("'connected\\n'", "the listener on the server's loopback got a connection"),
+)
+ROOT_READS_ANY_ENVIRON = Hole(
+    "in plain mode a run keeps the server's CAP_SYS_PTRACE (root): the server's non-dumpable flag does "
+    "not stop it from reading /proc/<server>/environ (README, security scope)",
+    plain_with(CAP_SYS_PTRACE),
+    ("check environ_not_leaked: the run read the server's environment",),
+)
+RUN_KEEPS_CAP_SYS_RESOURCE = Hole(
+    "in plain mode a run keeps the server's CAP_SYS_RESOURCE (root without a capability drop) and "
+    "raises its own hard rlimits; the bootstrap drops no capabilities",
+    plain_with(CAP_SYS_RESOURCE),
+    ("stdout 'raised\\n", "status ok", "status timeout"),
+)
+
+
+def always(reason: str, *signatures: str) -> Hole:
+    return Hole(reason, lambda context: True, signatures)
+
+
+# --- checks -----------------------------------------------------------------------------------
+
+
+def fail(message: str) -> None:
+    raise AssertionError(message)
+
+
+def cpu_at_least(seconds: float) -> Check:
+    def check(result: RunResult, context: Context) -> None:
+        assert result.cpu_seconds is not None
+        assert result.cpu_seconds >= seconds, f"cpu_seconds {result.cpu_seconds} < {seconds}"
+
+    return check
+
+
+def flooded(stream: str) -> Check:
+    """The stream blew the budget, and the server stopped reading soon after."""
+
+    def check(result: RunResult, context: Context) -> None:
+        text = getattr(result, stream)
+        assert text.truncated
+        assert text.total_bytes > OUTPUT_BUDGET // 2, text.total_bytes
+        assert result.stdout.total_bytes + result.stderr.total_bytes < OUTPUT_BUDGET + MIB, "reading stops at once"
+
+    return check
+
+
+def started_fewer_than(limit: int) -> Check:
+    def check(result: RunResult, context: Context) -> None:
+        counts = [int(line.split()[1]) for line in result.stdout.text.splitlines() if line.startswith("started ")]
+        assert counts, result.stdout.text
+        assert counts[-1] < limit, f"all {limit} started: nothing but the timeout bounded them"
+
+    return check
+
+
+def environ_not_leaked(result: RunResult, context: Context) -> None:
+    # Reading its parent's environment is no leak in a sandbox, where the parent is the sandbox's init.
+    assert context.environ_digest not in result.stdout.text, "the run read the server's environment"
+
+
+def minimal_environment(result: RunResult, context: Context) -> None:
+    names = set(result.stdout.text.split())
+    # bubblewrap adds PWD; nothing of the server's own environment may show.
+    assert names <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "PWD"}, names
+    assert {"PATH", "HOME", "TMPDIR"} <= names, names
+
+
+def no_escapes_in_text(result: RunResult, context: Context) -> None:
+    assert result.stdout.truncated
+    assert "\\x" not in result.stdout.text, "a multibyte character was cut in half"
+    assert "\ufffd" not in result.stdout.text
+
+
+# --- the cases --------------------------------------------------------------------------------
+
+S = Status
+FORK_DAEMON = """
+    import os, time
+    if os.fork() == 0:
+        os.setsid()
+        pid = os.fork()
+        if pid:
+            print(f"pid={pid}", flush=True)
+            os._exit(0)
+        for fd in (0, 1, 2):
+            os.close(fd)
+        time.sleep(20)
+        os._exit(0)
+    os.wait()
+    print("parent done")
+"""
+
+TIME_AND_CPU = [
+    case(
+        "a cpu loop is stopped by the cpu limit",
+        "while True: pass",
+        S.CPU_LIMIT,
+        timeout=8,  # CPU seconds, not wall-clock ones: a loaded machine gives them slowly
+        signal="SIGXCPU",
+        # The kernel's CPU timer and the rusage the run is measured by differ: on a loaded machine
+        # the run was reported at 0.86 s when SIGXCPU came at the 1 s limit.
+        check=cpu_at_least(0.5),
+    ),
+    case(
+        "a cpu loop that catches sigxcpu is killed at the hard limit",
+        """
+        import signal
+        signal.signal(signal.SIGXCPU, lambda *args: print("caught SIGXCPU", flush=True))
+        while True: pass
+        """,
+        S.CPU_LIMIT,
+        timeout=10,
+        signal="SIGKILL",
+        stdout_has=("caught SIGXCPU",),
+        check=cpu_at_least(1),
+    ),
+    case(
+        "a cpu loop that ignores sigxcpu is killed at the hard limit",
+        """
+        import signal
+        signal.signal(signal.SIGXCPU, signal.SIG_IGN)
+        while True: pass
+        """,
+        S.CPU_LIMIT,
+        timeout=10,
+        signal="SIGKILL",
+        check=cpu_at_least(1),
+    ),
+    case(
+        # RLIMIT_CPU is per process: forked spinners each get their own second; the wall clock
+        # is what bounds the whole run.
+        "cpu loops in forked children are stopped by the timeout",
+        """
+        import os, time
+        for _ in range(4):
+            pid = os.fork()
+            if pid == 0:
+                while True: pass
+            print(f"pid={pid}", flush=True)
+        time.sleep(30)
+        """,
+        S.TIMEOUT,
+        timeout=1.5,
+        signal="SIGKILL",
+    ),
+    case(
+        "sleeping past the timeout is killed",
+        """
+        import time
+        print("start", flush=True)
+        time.sleep(60)
+        """,
+        S.TIMEOUT,
+        timeout=1,
+        signal="SIGKILL",
+        stdout="start\n",
+    ),
+    case(
+        "ignoring sigterm and sleeping past the timeout is still killed",
+        """
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        time.sleep(60)
+        """,
+        S.TIMEOUT,
+        timeout=1,
+        signal="SIGKILL",
+    ),
+    case(
+        "blocking every signal and sleeping past the timeout is still killed",
+        """
+        import signal, time
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        time.sleep(60)
+        """,
+        S.TIMEOUT,
+        timeout=1,
+        signal="SIGKILL",
+    ),
+    case(
+        "a run that stops itself with sigstop is killed at the timeout",
+        """
+        import os, signal
+        print("stopping", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        print("resumed")
+        """,
+        S.TIMEOUT,
+        timeout=1,
+        stdout="stopping\n",
+        signal="SIGKILL",
+    ),
+    case(
+        "an atexit handler that never returns is killed at the timeout",
+        """
+        import atexit, time
+        atexit.register(time.sleep, 60)
+        print("main done", flush=True)
+        """,
+        S.TIMEOUT,
+        timeout=1,
+        stdout="main done\n",
+    ),
+    case(
+        "output printed without a flush before a timeout is kept",
+        """
+        import sys, time
+        print("before", sys.stdout.write_through)
+        time.sleep(60)
+        """,
+        S.TIMEOUT,
+        timeout=1,
+        stdout="before True\n",
+        holes=(
+            always(
+                "runs get PYTHONUNBUFFERED=1 (README) but start with -I, which ignores PYTHON* variables: "
+                "stdout to the pipe is block-buffered (write_through False) and what a run printed "
+                "without a flush is lost when the timeout kills it",
+                "stdout ''",
+            ),
+        ),
+    ),
+    case(
+        "a thread printing after the main thread ends keeps the run going until the timeout",
+        """
+        import threading, time
+        def tick():
+            while True:
+                print("tick", flush=True)
+                time.sleep(0.05)
+        threading.Thread(target=tick).start()
+        print("main done", flush=True)
+        """,
+        S.TIMEOUT,
+        timeout=1,
+        stdout_has=("main done\n", "tick\n"),
+    ),
+]
+
+MEMORY = [
+    case(
+        "a bytearray bomb hits the memory limit",
+        "x = bytearray(4 * 1024 ** 3)",
+        S.MEMORY_LIMIT,
+        exit_code=1,
+        stderr_has=("MemoryError",),
+    ),
+    case("a list bomb hits the memory limit", "x = [0] * 10 ** 9", S.MEMORY_LIMIT, stderr_has=("MemoryError",)),
+    case(
+        "a growing list hits the memory limit",
+        """
+        x = []
+        while True:
+            x.append([0] * 100_000)
+        """,
+        S.MEMORY_LIMIT,
+        stderr_has=("MemoryError",),
+    ),
+    case(
+        "a doubling string hits the memory limit",
+        """
+        s = "x"
+        while True:
+            s += s
+        """,
+        S.MEMORY_LIMIT,
+        stderr_has=("MemoryError",),
+    ),
+    case(
+        "a huge mmap is refused by the memory limit",
+        """
+        import mmap
+        m = mmap.mmap(-1, 1 << 34)
+        """,
+        S.MEMORY_LIMIT,
+        stderr_has=("OSError: [Errno 12]",),
+    ),
+    case(
+        "a raised memoryerror is not reported as the memory limit",
+        "raise MemoryError",
+        S.ERROR,
+        stderr_has=("MemoryError",),
+        holes=(
+            always(
+                "classify() decides memory_limit from the last stderr line alone: a MemoryError the code "
+                "raises itself (peak ~10 MB of 256 MiB) is reported as 'memory limit of 256 MiB exceeded'",
+                "status memory_limit",
+            ),
+        ),
+    ),
+    case(
+        "deep recursion is a recursion error",
+        """
+        def f():
+            return f()
+        f()
+        """,
+        S.ERROR,
+        stderr_has=("RecursionError",),
+        stderr_lacks=("bootstrap",),
+    ),
+    case(
+        "deep recursion in c with the limit raised is a segfault",
+        """
+        import functools, sys
+        sys.setrecursionlimit(10 ** 8)
+        @functools.lru_cache(None)
+        def f(n):
+            return f(n + 1)
+        f(0)
+        """,
+        S.SIGNAL,
+        signal="SIGSEGV",
+    ),
+]
+
+PROCESSES = [
+    case(
+        "a thread bomb is bounded by the address space limit",
+        """
+        import threading, time
+        started = 0
+        try:
+            for _ in range(300):
+                threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+                started += 1
+        except RuntimeError as exc:
+            print("stopped:", exc)
+        print("started", started, flush=True)
+        time.sleep(60)
+        """,
+        S.TIMEOUT,
+        timeout=1,
+        stdout_has=("can't start new thread",),
+        check=started_fewer_than(300),
+    ),
+    case(
+        "a thread bomb with small stacks dies with its process",
+        """
+        import threading, time
+        threading.stack_size(64 * 1024)
+        for _ in range(300):
+            threading.Thread(target=time.sleep, args=(60,)).start()
+        print("started", threading.active_count() - 1, flush=True)
+        """,
+        S.TIMEOUT,
+        timeout=2,
+        stdout="started 300\n",
+    ),
+    case(
+        "an os fork bomb is stopped by the timeout",
+        """
+        import os, time
+        for _ in range(200):
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                print("stopped:", exc, flush=True)
+                break
+            if pid == 0:
+                time.sleep(30)
+                os._exit(0)
+            print(f"pid={pid}", flush=True)
+        time.sleep(30)
+        """,
+        S.TIMEOUT,
+        timeout=1.5,
+        stdout_has=("pid=",),
+    ),
+    case(
+        "an exponential fork bomb is stopped by the timeout",
+        """
+        import os, time
+        for _ in range(7):  # at most 128 processes
+            try:
+                os.fork()
+            except OSError:
+                pass
+        print(f"pid={os.getpid()}", flush=True)
+        time.sleep(30)
+        """,
+        S.TIMEOUT,
+        timeout=1.5,
+        stdout_has=("pid=",),
+    ),
+    case(
+        "a subprocess bomb is stopped by the timeout",
+        """
+        import subprocess, time
+        for _ in range(100):
+            try:
+                child = subprocess.Popen(["sleep", "30"])
+            except OSError as exc:
+                print("stopped:", exc, flush=True)
+                break
+            print(f"pid={child.pid}", flush=True)
+        time.sleep(30)
+        """,
+        S.TIMEOUT,
+        timeout=1.5,
+        stdout_has=("pid=",),
+    ),
+    case(
+        "a shell background job dies with the run",
+        """
+        import subprocess
+        subprocess.run(["sh", "-c", "sleep 30 & echo pid=$!"], check=True)
+        """,
+        S.OK,
+        stdout_has=("pid=",),
+    ),
+    case(
+        "a child left in the group is killed when the main process exits",
+        """
+        import os, time
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        print(f"pid={pid}")
+        """,
+        S.OK,
+        stdout_has=("pid=",),
+    ),
+    case(
+        "a setsid double fork daemon is killed after the run",
+        FORK_DAEMON,
+        S.OK,
+        stdout_has=("pid=", "parent done\n"),
+    ),
+    case(
+        "a setpgid child holding stdout cannot hold the call",
+        """
+        import os, time
+        pid = os.fork()
+        if pid == 0:
+            os.setpgid(0, 0)
+            for _ in range(400):  # at most 20 s
+                try:
+                    print("late", flush=True)
+                except OSError:
+                    pass
+                time.sleep(0.05)
+            os._exit(0)
+        print(f"pid={pid}", flush=True)
+        time.sleep(0.1)
+        print("parent done", flush=True)
+        """,
+        S.OK,
+        timeout=5,
+        stdout_has=("pid=", "parent done\n"),
+        max_call_seconds=3,  # well before the timeout: the child's stdout does not hold the call
+    ),
+    case(
+        "a new session started with subprocess is killed after the run",
+        """
+        import subprocess
+        child = subprocess.Popen(["sleep", "20"], start_new_session=True)
+        print(f"pid={child.pid}")
+        """,
+        S.OK,
+        stdout_has=("pid=",),
+    ),
+    case(
+        "a daemon that clears its environment and execs is still killed",
+        """
+        import os
+        if os.fork() == 0:
+            os.setsid()
+            pid = os.fork()
+            if pid:
+                print(f"pid={pid}", flush=True)
+                os._exit(0)
+            os.closerange(0, 3)
+            os.execve("/bin/sh", ["sh", "-c", "sleep 20"], {})
+        os.wait()
+        print("parent done")
+        """,
+        S.OK,
+        stdout_has=("pid=", "parent done\n"),
+    ),
+    case(
+        "a daemon that keeps forking new generations is still killed",
+        """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            for _ in range(200):  # a new process every 50 ms, for at most 10 s
+                if os.fork():
+                    os._exit(0)
+                time.sleep(0.05)
+            os._exit(0)
+        os.wait()
+        print("started")
+        """,
+        S.OK,
+        stdout="started\n",
+    ),
+    case(
+        "an atexit handler that forks a daemon leaves nothing",
+        """
+        import atexit, os, time
+        def linger():
+            if os.fork() == 0:
+                os.setsid()
+                pid = os.fork()
+                if pid:
+                    print(f"pid={pid}", flush=True)
+                    os._exit(0)
+                time.sleep(20)
+                os._exit(0)
+            os.wait()
+        atexit.register(linger)
+        print("main done")
+        """,
+        S.OK,
+        stdout_has=("main done\n", "pid="),
+    ),
+    case(
+        "unreaped zombies of a run leave nothing",
+        """
+        import os
+        for _ in range(20):
+            if os.fork() == 0:
+                os._exit(0)
+        print("left 20 zombies")
+        """,
+        S.OK,
+        stdout="left 20 zombies\n",
+    ),
+    case(
+        "an exec of a shell reports the shell's exit code",
+        """
+        import os
+        os.execv("/bin/sh", ["sh", "-c", "echo from sh; exit 3"])
+        """,
+        S.ERROR,
+        exit_code=3,
+        stdout="from sh\n",
+    ),
+    case(
+        "killing its own process group ends the run by sigkill",
+        """
+        import os, signal
+        print("bye", flush=True)
+        os.killpg(0, signal.SIGKILL)
+        """,
+        S.SIGNAL,
+        signal="SIGKILL",
+        stdout="bye\n",
+    ),
+]
+
+# Without a PID namespace these reach this very process (the server) or every process on the machine.
+SERVER_REACH = [
+    case(
+        # In the namespace the parent is the sandbox's init: the kill is ignored (the run goes on, ok)
+        # or takes the sandbox down (the run ends by SIGKILL). Either way the server is unharmed.
+        "killing the parent does not reach the server",
+        """
+        import os, signal, time
+        try:
+            os.kill(os.getppid(), signal.SIGKILL)
+            print("sent", flush=True)
+        except OSError as exc:
+            print("refused", type(exc).__name__, flush=True)
+        time.sleep(0.2)
+        print("still here")
+        """,
+        frozenset({S.OK, S.SIGNAL}),
+        needs_pid_namespace=True,
+        probe_after=True,
+    ),
+    case(
+        "kill of every process does not reach the server",
+        """
+        import os, signal, time
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        time.sleep(0.2)
+        print("survived")
+        """,
+        S.OK,
+        stdout="survived\n",
+        needs_pid_namespace=True,
+        probe_after=True,
+    ),
+    case(
+        "the server's process group is out of reach",
+        """
+        import os, signal
+        try:
+            os.killpg(os.getpgid(@SERVER_PID@), signal.SIGKILL)
+            print("sent")
+        except OSError as exc:
+            print("refused", type(exc).__name__)
+        """,
+        S.OK,
+        stdout_has=("refused",),
+        needs_pid_namespace=True,
+        probe_after=True,
+    ),
+    case(
+        # PTRACE_SEIZE does not stop the tracee, but an attach to the test runner is not worth the risk.
+        "ptrace of the server is refused",
+        """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        PTRACE_SEIZE = 0x4206
+        rc = libc.ptrace(PTRACE_SEIZE, @SERVER_PID@, None, None)
+        print("attached" if rc == 0 else f"refused errno={ctypes.get_errno()}")
+        """,
+        S.OK,
+        stdout_has=("refused",),
+        needs_pid_namespace=True,
+        probe_after=True,
+    ),
+]
+
+OUTPUT = [
+    case(
+        "a stdout flood with newlines hits the output budget",
+        "while True: print('x' * 99)",
+        S.OUTPUT_LIMIT,
+        signal="SIGKILL",
+        check=flooded("stdout"),
+    ),
+    case(
+        "a stdout flood without newlines hits the output budget",
+        """
+        import sys
+        while True:
+            sys.stdout.write("x" * 65536)
+        """,
+        S.OUTPUT_LIMIT,
+        check=flooded("stdout"),
+    ),
+    case(
+        "a stderr flood with newlines hits the output budget",
+        """
+        import sys
+        while True:
+            print("e" * 99, file=sys.stderr)
+        """,
+        S.OUTPUT_LIMIT,
+        check=flooded("stderr"),
+    ),
+    case(
+        "a stderr flood without newlines hits the output budget",
+        """
+        import sys
+        while True:
+            sys.stderr.write("e" * 65536)
+        """,
+        S.OUTPUT_LIMIT,
+        check=flooded("stderr"),
+    ),
+    case(
+        "floods on both streams at once hit the output budget",
+        """
+        import sys, threading
+        def flood(stream):
+            while True:
+                stream.write("y" * 65536)
+        threading.Thread(target=flood, args=(sys.stderr,), daemon=True).start()
+        flood(sys.stdout)
+        """,
+        S.OUTPUT_LIMIT,
+        stdout_truncated=True,
+        check=lambda result, context: flooded("stdout" if result.stdout.total_bytes > 2 * MIB else "stderr")(
+            result, context
+        ),
+    ),
+    case(
+        "one 200 mib write hits the output budget",
+        """
+        import sys
+        sys.stdout.buffer.write(b"x" * (200 << 20))
+        """,
+        S.OUTPUT_LIMIT,
+        check=flooded("stdout"),
+    ),
+    case(
+        "one 200 mib writev of a small buffer hits the output budget",
+        """
+        import os
+        os.writev(1, [b"v" * (1 << 20)] * 200)
+        """,
+        S.OUTPUT_LIMIT,
+        check=flooded("stdout"),
+    ),
+    case(
+        "a bounded print flood is truncated but ok",
+        """
+        for i in range(100_000):
+            print(i)
+        """,
+        S.OK,
+        stdout_truncated=True,
+        check=lambda result, context: (
+            None
+            if result.stdout.text.startswith("0\n1\n2\n") and result.stdout.text.endswith("\n99998\n99999\n")
+            else fail(f"head or tail lost: {result.stdout.text[:40]!r} ... {result.stdout.text[-40:]!r}")
+        ),
+    ),
+    case(
+        "a multibyte flood is cut on character boundaries",
+        "print('\u00e9' * 1_000_000, end='')",
+        S.OK,
+        check=no_escapes_in_text,
+    ),
+    case(
+        "binary invalid utf8 and nul output is escaped",
+        r"""
+        import sys
+        sys.stdout.buffer.write(b"ok\xff\xfe\x00end\n")
+        """,
+        S.OK,
+        stdout="ok\\xff\\xfe\\x00end\n",
+    ),
+    case(
+        "terminal control sequences are escaped",
+        r"print('\x1b[2J\x1b]0;title\x07bell\rcr\x7f')",
+        S.OK,
+        stdout="\\x1b[2J\\x1b]0;title\\x07bell\rcr\\x7f\n",
+    ),
+    case(
+        "a printed lone low surrogate comes out as an escaped byte",
+        r"print('\udcff')",
+        S.OK,
+        stdout="\\xff\n",
+    ),
+    case(
+        "a printed lone high surrogate is a unicode error",
+        r"print('\ud800')",
+        S.ERROR,
+        stderr_has=("UnicodeEncodeError", "surrogates not allowed"),
+    ),
+    case(
+        "closing fds 1 and 2 and exiting is ok",
+        """
+        import os
+        os.close(1)
+        os.close(2)
+        """,
+        S.OK,
+        stdout="",
+        stderr="",
+    ),
+    case(
+        "closing fds 1 and 2 then printing exits with 120",
+        """
+        import os
+        os.close(1)
+        os.close(2)
+        print("nowhere")
+        """,
+        S.ERROR,
+        exit_code=120,
+        holes=(
+            always(
+                "bootstrap.finish() (fork-server work, uncommitted) ignores a failed flush of the standard "
+                "streams and exits 0; the interpreter exits 120 when it cannot flush stdout at exit",
+                "status ok",
+                "exit_code 0,",
+            ),
+        ),
+    ),
+    case(
+        "closing fds 1 and 2 then sleeping is still killed at the timeout",
+        """
+        import os, time
+        os.close(1)
+        os.close(2)
+        time.sleep(60)
+        """,
+        S.TIMEOUT,
+        timeout=1,
+    ),
+    case(
+        "output from a daemon thread after the main thread ends is cut off cleanly",
+        """
+        import threading, time
+        def tick():
+            while True:
+                print("tick", flush=True)
+                time.sleep(0.001)
+        threading.Thread(target=tick, daemon=True).start()
+        time.sleep(0.05)
+        print("main done", flush=True)
+        """,
+        S.OK,
+        stdout_has=("tick\n", "main done\n"),
+    ),
+    case(
+        "a run that floods before reading a large stdin does not deadlock",
+        """
+        import sys
+        sys.stdout.write("o" * 2_000_000)
+        sys.stdout.flush()
+        data = sys.stdin.buffer.read()
+        print()
+        print("read", len(data))
+        """,
+        S.OK,
+        stdin="i" * 1_000_000,
+        check=lambda result, context: (
+            None if result.stdout.text.endswith("\nread 1000000\n") else fail(result.stdout.text[-80:])
+        ),
+    ),
+]
+
+EXITS = [
+    case("os exit with code 3 is an error", "import os\nos._exit(3)", S.ERROR, exit_code=3),
+    case("os exit with code 255 is an error", "import os\nos._exit(255)", S.ERROR, exit_code=255),
+    case(
+        # The kernel keeps the low 8 bits of an exit status: 256 is 0.
+        "os exit with code 256 wraps to zero",
+        "import os\nos._exit(256)",
+        S.OK,
+        exit_code=0,
+    ),
+    case(
+        "sys exit with a message is an error with the message on stderr",
+        "import sys\nsys.exit('bye')",
+        S.ERROR,
+        exit_code=1,
+        stderr="bye\n",
+    ),
+    case("sys exit with none is ok", "import sys\nprint('x')\nsys.exit(None)", S.OK, exit_code=0, stdout="x\n"),
+    case(
+        "keyboard interrupt ends the run by sigint",
+        "raise KeyboardInterrupt",
+        S.SIGNAL,
+        signal="SIGINT",
+        stderr_has=("KeyboardInterrupt",),
+        stderr_lacks=("bootstrap",),
+    ),
+    case(
+        "a segfault through ctypes is reported as sigsegv",
+        "import ctypes\nctypes.string_at(0)",
+        S.SIGNAL,
+        signal="SIGSEGV",
+    ),
+    case("os abort is reported as sigabrt", "import os\nos.abort()", S.SIGNAL, signal="SIGABRT"),
+    case(
+        "a self sent sigkill is a signal",
+        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+        S.SIGNAL,
+        signal="SIGKILL",
+    ),
+    case(
+        "a self sent sigxcpu is not reported as the cpu limit",
+        "import os, signal\nos.kill(os.getpid(), signal.SIGXCPU)",
+        S.SIGNAL,
+        signal="SIGXCPU",
+        holes=(
+            always(
+                "classify() reports every death by SIGXCPU as cpu_limit ('CPU time limit of 1s exceeded') "
+                "without comparing the CPU used (~0.03 s) with the limit",
+                "status cpu_limit",
+            ),
+        ),
+    ),
+    case(
+        "atexit handlers run after the main code",
+        "import atexit\natexit.register(print, 'bye')\nprint('main')",
+        S.OK,
+        stdout="main\nbye\n",
+    ),
+]
+
+LIMITS_AND_FILES = [
+    case(
+        "raising its own cpu limit does not free it from the wall clock",
+        """
+        import resource
+        try:
+            resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            print("raised", flush=True)
+        except (ValueError, OSError):
+            print("refused", flush=True)
+        while True: pass
+        """,
+        # cpu_limit where the kernel refuses to raise a hard limit (no CAP_SYS_RESOURCE); timeout
+        # where the run may raise it (root with every capability), or where a loaded machine does
+        # not give it a second of CPU within the timeout.
+        frozenset({S.CPU_LIMIT, S.TIMEOUT}),
+        timeout=2.5,
+    ),
+    case(
+        "raising its own memory limit is refused",
+        """
+        import resource
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            print("raised", flush=True)
+        except (ValueError, OSError):
+            print("refused", flush=True)
+        block = bytearray(1 << 30)
+        print("allocated 1 GiB")
+        """,
+        S.MEMORY_LIMIT,
+        stdout="refused\n",
+        holes=(RUN_KEEPS_CAP_SYS_RESOURCE,),
+    ),
+    case(
+        "raising its own file size limit is refused",
+        """
+        import resource
+        try:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            print("raised", flush=True)
+        except (ValueError, OSError):
+            print("refused", flush=True)
+        with open("big", "wb") as f:
+            f.write(b"x" * (2 << 20))
+        """,
+        S.FILE_SIZE_LIMIT,
+        stdout="refused\n",
+        holes=(RUN_KEEPS_CAP_SYS_RESOURCE,),
+    ),
+    case(
+        "a file over the size limit is a file size error",
+        "open('big', 'wb').write(b'x' * (2 << 20))",
+        S.FILE_SIZE_LIMIT,
+        exit_code=1,
+        stderr_has=("File too large",),
+    ),
+    case(
+        "a sparse file past the size limit is a file size error",
+        """
+        with open("sparse", "wb") as f:
+            f.seek(10 << 20)
+            f.write(b"x")
+        """,
+        S.FILE_SIZE_LIMIT,
+        stderr_has=("File too large",),
+    ),
+    case(
+        "a file over the size limit with sigxfsz restored is killed by sigxfsz",
+        """
+        import signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        open("big", "wb").write(b"x" * (2 << 20))
+        """,
+        S.FILE_SIZE_LIMIT,
+        signal="SIGXFSZ",
+    ),
+    case(
+        "many files filling the working directory are removed afterwards",
+        """
+        import os
+        for i in range(1000):
+            with open(f"small-{i}", "w") as f:
+                f.write("x")
+        block = b"z" * (1 << 20)
+        for i in range(20):
+            with open(f"big-{i}", "wb") as f:
+                f.write(block)
+        os.makedirs("/".join(["deep"] * 60))
+        print(len(os.listdir(".")))
+        """,
+        S.OK,
+        stdout="1021\n",
+    ),
+    case(
+        "a deep locked directory tree is removed afterwards",
+        """
+        import os
+        path = "."
+        for i in range(100):
+            path = os.path.join(path, f"d{i}")
+            os.mkdir(path)
+            open(os.path.join(path, "f"), "w").close()
+        for _ in range(101):
+            os.chmod(path, 0)
+            path = os.path.dirname(path) or "."
+        print("locked")
+        """,
+        S.OK,
+        stdout="locked\n",
+    ),
+    case(
+        "writing outside the working directory is refused",
+        """
+        import os
+        targets = [
+            os.path.join(@TMP@, "escaped.txt"),
+            "/tmp/adversarial-" + @TOKEN@,
+            os.path.join(os.environ["HOME"], "..", "escaped-" + @TOKEN@),
+        ]
+        for path in targets:
+            try:
+                with open(path, "w") as f:
+                    f.write("escaped")
+                print("written", path)
+            except OSError as exc:
+                print("refused", path, type(exc).__name__)
+        """,
+        # Whether a write escaped is judged on this side: in a sandbox /tmp is the run's own directory.
+        S.OK,
+        holes=(NO_FILESYSTEM_ISOLATION,),
+    ),
+    case(
+        "symlinks out of the working directory are not followed by the clean-up",
+        """
+        import os
+        os.symlink(@TMP@, "tmp-link")
+        os.symlink("/tmp", "slash-tmp-link")
+        os.mkdir("locked")
+        os.symlink(@TMP@, "locked/inner-link")
+        os.chmod("locked", 0)
+        print("links made")
+        """,
+        S.OK,
+        stdout="links made\n",
+    ),
+    case(
+        "a working directory replaced by a symlink is cleaned up without following it",
+        """
+        import os
+        home = os.environ["HOME"]
+        os.chdir("/")
+        try:
+            os.rmdir(home)
+        except OSError as exc:  # in a sandbox it is a mount point
+            print("kept", type(exc).__name__)
+        else:
+            os.symlink(os.path.join(@TMP@, "decoy"), home)
+            print("replaced")
+        """,
+        S.OK,
+        holes=(
+            Hole(
+                "remove_tree() skips a working directory that is a symlink, so the link the run left in "
+                "its place stays in the pool's base directory until the pool closes (the target is untouched)",
+                plain,
+                ("left in the pool's base directory: run-",),
+            ),
+        ),
+    ),
+    case(
+        "a run that deletes its own working directory is fine",
+        """
+        import os
+        home = os.environ["HOME"]
+        os.chdir("/")
+        try:
+            os.rmdir(home)
+            print("gone")
+        except OSError as exc:  # in a sandbox it is a mount point
+            print("kept", type(exc).__name__)
+        """,
+        S.OK,
+    ),
+]
+
+STDIN = [
+    case(
+        "reading stdin gets the given text",
+        "import sys\nprint(sys.stdin.read().upper(), end='')",
+        S.OK,
+        stdin="h\u00e9llo\nworld\n",
+        stdout="H\u00c9LLO\nWORLD\n",
+    ),
+    case(
+        "reading stdin when none was given gets eof",
+        "input()",
+        S.ERROR,
+        stderr_has=("EOFError",),
+    ),
+    case(
+        "reading a megabyte of stdin gets all of it",
+        "import sys\nprint(len(sys.stdin.buffer.read()))",
+        S.OK,
+        stdin="s" * 1_000_000,
+        stdout="1000000\n",
+    ),
+    case(
+        "a child process reads the run's stdin",
+        "import subprocess\nsubprocess.run(['cat'], check=True)",
+        S.OK,
+        stdin="from stdin\n",
+        stdout="from stdin\n",
+    ),
+]
+
+CODE_INPUT = [
+    case(
+        "code with a lone surrogate is rejected as invalid arguments",
+        "print('\ud800')",
+        S.INVALID_ARGUMENTS,
+        check=lambda result, context: None if "lone surrogate" in result.message else fail(result.message),
+    ),
+    case(
+        "stdin with a lone surrogate is rejected as invalid arguments",
+        "print(input())",
+        S.INVALID_ARGUMENTS,
+        stdin="\udcff\n",
+    ),
+    case(
+        # What an invalid UTF-8 byte becomes once a client decodes it: a valid character, run as is.
+        "code with the replacement character runs",
+        "print('\ufffd')",
+        S.OK,
+        stdout="\ufffd\n",
+    ),
+    case(
+        "code over the size cap is rejected as invalid arguments",
+        "#" * (MAX_CODE_BYTES + 1),
+        S.INVALID_ARGUMENTS,
+        check=lambda result, context: None if "more than the limit" in result.message else fail(result.message),
+    ),
+    case(
+        "code over the size cap in utf8 bytes is rejected as invalid arguments",
+        "#" + "\u00e9" * (MAX_CODE_BYTES // 2),
+        S.INVALID_ARGUMENTS,
+    ),
+    case(
+        "huge code just under the size cap runs",
+        "x = '" + "a" * (MAX_CODE_BYTES - 100) + "'\nprint(len(x))",
+        S.OK,
+        stdout=f"{MAX_CODE_BYTES - 100}\n",
+    ),
+    case(
+        "code with nul bytes is a syntax error",
+        "print(1)\x00print(2)",
+        S.ERROR,
+        stderr_has=("null bytes",),
+        stderr_lacks=("bootstrap",),
+    ),
+    case(
+        "a syntax error is reported without runner frames",
+        "def f(:\n    pass",
+        S.ERROR,
+        exit_code=1,
+        stderr_has=("SyntaxError",),
+        stderr_lacks=("bootstrap", "/runner/"),
+    ),
+    case(
+        "an indentation error is reported without runner frames",
+        "if True:\nprint(1)",
+        S.ERROR,
+        stderr_has=("IndentationError",),
+        stderr_lacks=("bootstrap",),
+    ),
+    case(
+        "too many nested parentheses is a syntax error",
+        "x = " + "(" * 1000 + "1" + ")" * 1000,
+        S.ERROR,
+        stderr_has=("too many nested parentheses",),
+        stderr_lacks=("bootstrap",),
+    ),
+    case(
+        "an expression too deep to compile is reported without runner frames",
+        "x = " + "+".join(["1"] * 100_000),
+        S.ERROR,
+        stderr_has=("RecursionError",),
+        stderr_lacks=("bootstrap", "/runner/"),
+        holes=(
+            always(
+                "the bootstrap catches only SyntaxError and ValueError from compile(): a RecursionError "
+                "during compilation escapes with the bootstrap's frames and the server's install path",
+                "stderr has 'bootstrap'",
+                "stderr has '/runner/'",
+            ),
+        ),
+    ),
+    case(
+        "a coding cookie does not re-decode the code",
+        "# -*- coding: latin-1 -*-\nprint('\u00e9')",
+        S.OK,
+        stdout="\u00e9\n",
+        holes=(
+            always(
+                "the bootstrap compiles the UTF-8 bytes of the code, so a PEP 263 coding cookie re-decodes "
+                "them: print('\u00e9') under a latin-1 cookie prints '\u00c3\u00a9' (compile() of the str ignores it)",
+                "stdout '\u00c3\u00a9\\n'",
+            ),
+        ),
+    ),
+    case(
+        "a byte order mark at the start of the code is accepted",
+        "\ufeffprint(1)",
+        S.OK,
+        stdout="1\n",
+    ),
+]
+
+ISOLATION = [
+    case(
+        "listing inherited fds shows only the three streams",
+        """
+        import os, resource
+        def is_open(fd):
+            try:
+                os.fstat(fd)
+            except OSError:
+                return False
+            return True
+        print([fd for fd in range(min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 65536)) if is_open(fd)])
+        """,
+        S.OK,
+        stdout="[0, 1, 2]\n",
+    ),
+    case(
+        "the run sees only its minimal environment",
+        "import os\nprint(*sorted(os.environ))",
+        S.OK,
+        check=minimal_environment,
+    ),
+    case(
+        "reading the server's environment is refused",
+        """
+        import hashlib, os
+        for pid in sorted({@SERVER_PID@, os.getppid()}):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    print("read", hashlib.sha256(f.read()).hexdigest())
+            except OSError as exc:
+                print("refused", type(exc).__name__)
+        """,
+        S.OK,
+        check=environ_not_leaked,
+        holes=(ROOT_READS_ANY_ENVIRON,),
+    ),
+    case(
+        "a network connect to the server's loopback is refused",
+        """
+        import socket
+        try:
+            socket.create_connection(("127.0.0.1", @PORT@), timeout=1).close()
+            print("connected")
+        except OSError as exc:
+            print("blocked", type(exc).__name__)
+        """,
+        S.OK,
+        listener=True,
+        stdout_has=("blocked",),
+        holes=(NO_NETWORK_ISOLATION,),
+    ),
+]
+
+
+CASES = TIME_AND_CPU + MEMORY + PROCESSES + SERVER_REACH + OUTPUT + EXITS + LIMITS_AND_FILES + STDIN + CODE_INPUT
+CASES += ISOLATION
