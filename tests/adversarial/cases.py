@@ -876,8 +876,8 @@ OUTPUT = [
         exit_code=120,
         holes=(
             always(
-                "bootstrap.finish() (fork-server work, uncommitted) ignores a failed flush of the standard "
-                "streams and exits 0; the interpreter exits 120 when it cannot flush stdout at exit",
+                "bootstrap.finish() ignores a failed flush of the standard streams and exits 0; the "
+                "interpreter exits 120 when it cannot flush stdout at exit, so the lost output goes unnoticed",
                 "status ok",
                 "exit_code 0,",
             ),
