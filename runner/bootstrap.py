@@ -10,6 +10,7 @@ the code on fd 3, closes it and runs the code as ``__main__``. This file must no
 import array
 import atexit
 import contextlib
+import errno
 import linecache
 import os
 import resource
@@ -26,6 +27,9 @@ FILENAME = "<run_python>"
 READY_PREFIX = b"\x00runner-ready"
 MAX_FD = 1 << 20
 PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
 def apply_limits(cpu: int, address_space: int, nproc: int, fsize: int) -> list[str]:
@@ -54,6 +58,28 @@ def apply_limits(cpu: int, address_space: int, nproc: int, fsize: int) -> list[s
         except (ValueError, OSError):
             refused.append(name)
     return refused
+
+
+def drop_privileges() -> None:
+    """No capabilities and no way to regain any (Linux): a run as root then cannot raise its own hard
+    limits (CAP_SYS_RESOURCE), read or trace the server (CAP_SYS_PTRACE), or bypass file permissions."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        cap = 0
+        while libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0 or ctypes.get_errno() == errno.EPERM:
+            cap += 1  # EPERM: no CAP_SETPCAP (not root); EINVAL past the last capability
+            if cap > 63:
+                break
+        header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+        data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words, all empty
+        libc.capset(header, data)
+    except (OSError, AttributeError):
+        pass
 
 
 def make_undumpable() -> None:
@@ -90,12 +116,13 @@ def run(source: bytes) -> NoReturn:
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     sys.argv = [""]
-    text = source.decode("utf-8", "replace")
+    text = source.decode("utf-8", "replace").removeprefix("\ufeff")  # a BOM, as compile() of bytes allows
     # Seed linecache so tracebacks print the offending source lines of the run's code.
     linecache.cache[FILENAME] = (len(text), None, text.splitlines(True), FILENAME)
     try:
-        code = compile(source, FILENAME, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as exc:
+        # The text, not the bytes: the tool takes a str, so a coding cookie must not re-decode it.
+        code = compile(text, FILENAME, "exec", dont_inherit=True)
+    except Exception as exc:  # SyntaxError, ValueError (NUL), RecursionError, MemoryError...
         report(exc.with_traceback(None))
         finish(1)
     try:
@@ -136,19 +163,27 @@ def finish(status: int) -> NoReturn:
     if threading is not None:
         threading._shutdown()
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a closed stream has nothing left to flush
-            stream.flush()
+    try:
+        sys.stdout.flush()
+    except Exception:
+        # What the interpreter does when stdout cannot be flushed at exit.
+        status = status or 120
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
     os._exit(status)
 
 
 def report(exc: BaseException) -> None:
-    """Print an uncaught exception as the interpreter would, honouring a user-installed excepthook."""
-    if sys.excepthook is not sys.__excepthook__:
-        sys.excepthook(type(exc), exc, exc.__traceback__)
-    else:
-        # The C-level hook reads source lines from disk; this one reads the seeded linecache.
-        traceback.print_exception(exc)
+    """Print an uncaught exception as the interpreter would, honouring a user-installed excepthook.
+
+    Never raises: with stderr closed (or a failing excepthook) there is nowhere to report to.
+    """
+    with contextlib.suppress(Exception):
+        if sys.excepthook is not sys.__excepthook__:
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        else:
+            # The C-level hook reads source lines from disk; this one reads the seeded linecache.
+            traceback.print_exception(exc)
 
 
 def warm_up() -> None:
@@ -165,6 +200,11 @@ def become_run(workdir: str, limits: list[int]) -> None:
     make_undumpable()
     warm_up()
     refused = apply_limits(*limits)
+    drop_privileges()
+    # -I ignores PYTHONUNBUFFERED, and a block-buffered stdout loses what a run printed before a
+    # timeout kill. Line buffering keeps every finished line, written whole (one write per line, so
+    # lines of concurrent processes do not interleave mid-line).
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     os.write(1, READY_PREFIX + b" " + ",".join(refused).encode() + b"\n")
 
 
@@ -183,6 +223,7 @@ def zygote(base_dir: str, limits: list[int]) -> None:
     server = socket.socket(fileno=CODE_FD)
     os.closerange(CODE_FD + 1, MAX_FD)
     make_undumpable()
+    drop_privileges()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)

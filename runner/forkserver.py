@@ -30,7 +30,7 @@ from runner.errors import SpawnError
 from runner.limits import Limits
 from runner.logs import log_event
 from runner.sandbox import BOOTSTRAP
-from runner.spawn import _RESETTABLE_SIGNALS, Child, maxrss_bytes, minimal_environment
+from runner.spawn import _RESETTABLE_SIGNALS, Child, interpreter_argv, maxrss_bytes, minimal_environment
 
 MAX_MESSAGE = 8192
 STARTUP_TIMEOUT = 15.0
@@ -236,7 +236,7 @@ class ForkServer:
 def _spawn_zygote(config: Config, base_dir: str, limits: Limits) -> tuple[int, socket.socket]:
     """Start the zygote like a run interpreter, with its end of a socket pair on fd 3."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    argv = [config.python, "-I", "-S", "-X", "utf8", BOOTSTRAP, "--zygote", base_dir, *limits.argv()]
+    argv = [*interpreter_argv(config.python), BOOTSTRAP, "--zygote", base_dir, *limits.argv()]
     null = os.open(os.devnull, os.O_RDONLY)
     try:
         # Its stdin is /dev/null; what it might say goes to the server's own stderr (the log).

@@ -127,6 +127,7 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+CPU_ACCOUNTING_SLACK = 0.5
 _MEMORY_ERROR = re.compile(rb"^(MemoryError\b|OSError: \[Errno 12\]|.*Cannot allocate memory)")
 _FILE_TOO_LARGE = re.compile(rb"^OSError: \[Errno 27\]")
 
@@ -144,7 +145,9 @@ def classify(end: ProcessEnd, stderr_tail: bytes, limits: RunLimits) -> tuple[St
         return Status.OUTPUT_LIMIT, f"output budget of {limits.output_bytes:,} bytes exceeded; process group killed"
     if end.timed_out:
         return Status.TIMEOUT, f"wall-clock limit of {limits.timeout:g}s reached; process group killed"
-    if signum == signal.SIGXCPU or (signum == signal.SIGKILL and end.cpu_seconds >= limits.cpu_seconds):
+    # A SIGXCPU the run sent itself early is a signal, not the limit (accounting may lag a little).
+    spent = end.cpu_seconds >= limits.cpu_seconds * CPU_ACCOUNTING_SLACK
+    if (signum == signal.SIGXCPU and spent) or (signum == signal.SIGKILL and end.cpu_seconds >= limits.cpu_seconds):
         return Status.CPU_LIMIT, f"CPU time limit of {limits.cpu_seconds}s exceeded ({signal_name(signum)})"
     if signum == signal.SIGXFSZ:
         return Status.FILE_SIZE_LIMIT, f"file size limit of {limits.file_size_mb} MiB exceeded (SIGXFSZ)"

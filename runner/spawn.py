@@ -114,6 +114,11 @@ def maxrss_bytes(ru_maxrss: int) -> int:
     return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024
 
 
+def interpreter_argv(python: str) -> list[str]:
+    """How every run interpreter (and the zygote) is started: isolated, no site-packages, UTF-8."""
+    return [python, "-I", "-S", "-X", "utf8"]
+
+
 def minimal_environment(workdir: str) -> dict[str, str]:
     """The whole environment of a run: nothing of the server's leaks through."""
     return {
@@ -134,7 +139,7 @@ def spawn_child(python: str, base_dir: str, limits: Limits, sandbox: Sandbox) ->
     """
     host_dir = None if sandbox.enabled else tempfile.mkdtemp(prefix="run-", dir=base_dir)
     workdir = host_dir or SANDBOX_WORKDIR
-    argv = [*sandbox.wrapper, python, "-I", "-S", "-X", "utf8", sandbox.bootstrap, workdir, *limits.argv()]
+    argv = [*sandbox.wrapper, *interpreter_argv(python), sandbox.bootstrap, workdir, *limits.argv()]
     parent_fds: list[int] = []
     child_fds: list[int] = []
     try:
@@ -203,7 +208,10 @@ def remove_tree(path: str) -> None:
             else:
                 os.unlink(target)
 
-    if os.path.isdir(path) and not os.path.islink(path):
+    if os.path.islink(path):
+        # The run replaced its directory by a link: remove the link, never what it points to.
+        os.unlink(path)
+    elif os.path.isdir(path):
         with contextlib.suppress(OSError):
             os.chmod(path, stat.S_IRWXU)
         _rmtree(path, make_writable_and_retry)

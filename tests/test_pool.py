@@ -130,6 +130,13 @@ async def test_a_run_is_not_dumpable_so_other_processes_of_the_uid_cannot_open_i
     assert result.stdout.text == "0\n"
 
 
+async def test_a_run_holds_no_capability_and_cannot_gain_one(pool: Pool) -> None:
+    wanted = "('CapEff', 'CapBnd', 'NoNewPrivs')"
+    code = f"print(*[line.split()[1] for line in open('/proc/self/status') if line.startswith({wanted})])"
+    result = await run(pool, code)
+    assert result.stdout.text == "0000000000000000 0000000000000000 1\n"
+
+
 async def test_a_cpu_loop_is_stopped_by_the_cpu_limit(config: Config, no_leaks: None) -> None:
     async with Pool.open(tuned(config, max_cpu_seconds=1)) as pool:
         result = await run(pool, "while True: pass", timeout=30)

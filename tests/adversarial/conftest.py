@@ -1,7 +1,7 @@
 """One pool per sandbox mode for the whole module, set up the way the server sets itself up.
 
-`SANDBOX_MODES` lists the values of `Config.sandbox` the suite runs under ("none": rlimits and
-process groups only; "bwrap": each run in bubblewrap namespaces). Cases flagged
+`SANDBOX_MODES` lists the modes the suite runs under ("posix-spawn" and "fork-server": rlimits and
+process groups only, in each spawn mode; "bwrap": each run in bubblewrap namespaces). Cases flagged
 `needs_pid_namespace` run only in "bwrap" mode, and only once a run has shown that it lives in
 another PID namespace than this process.
 
@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import inspect
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -34,7 +35,8 @@ from runner.pool import Pool
 from tests.adversarial.leaks import Checkout
 from tests.conftest import REPO
 
-SANDBOX_MODES = ["none"]
+# Plain rlimits with each spawn mode, and inside a bubblewrap sandbox (which spawns per run).
+SANDBOX_MODES = ["posix-spawn", "fork-server", "bwrap"]
 
 PR_SET_DUMPABLE = 4
 PR_GET_DUMPABLE = 3
@@ -124,11 +126,13 @@ def _decoy_in_tmp() -> Any:
 
 
 def _with_sandbox(config: Config, mode: str) -> Config:
-    if "sandbox" in {f.name for f in dataclasses.fields(Config)}:
-        return dataclasses.replace(config, sandbox=mode)  # type: ignore[call-arg]
-    if mode != "none":
-        pytest.skip(f"this runner has no sandbox setting, so no {mode!r} mode")
-    return config
+    if mode == "bwrap":
+        if shutil.which("bwrap") is None:
+            if os.environ.get("CI"):
+                pytest.fail("CI must install bubblewrap (.ci/run does)")
+            pytest.skip("bubblewrap is not installed")
+        return dataclasses.replace(config, sandbox="bwrap", spawn_mode="posix-spawn")
+    return dataclasses.replace(config, sandbox="none", spawn_mode=mode)
 
 
 def _open_kwargs() -> dict[str, Any]:

@@ -148,7 +148,7 @@ async def _leftover_processes(
             for pid, _ in sorted(leaks.processes_marked(target.markers) - infrastructure)
         ]
         found += [f"new child {leaks.describe(pid)}" for pid in leaks.new_children(children_before)]
-        if target.mode == "none":  # inside a PID namespace the printed pids are not ours
+        if target.mode != "bwrap":  # inside a PID namespace the printed pids are not ours
             found += [f"printed pid {leaks.describe(pid)}" for pid in leaks.reported_survivors(reported)]
         return found
 
