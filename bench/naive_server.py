@@ -1,0 +1,72 @@
+"""The naive baseline of issue 5: what users pick today, kept small and honest.
+
+A high-level MCP framework server (the SDK's `MCPServer`, formerly FastMCP) with one tool,
+`run_python(code, timeout)`, that starts a fresh interpreter per call with `subprocess.run` and a
+`preexec_fn` applying the same rlimits as the real server's (CPU, AS, NPROC, FSIZE, CORE, computed by
+`runner.limits` from the same RUNNER_* variables and defaults), and returns stdout (and stderr if
+any). No pool, no output cap, no process-group kill: one `subprocess.run` per call. The framework
+runs a sync tool in a worker thread, so calls do overlap.
+
+Run from the repository root: ``.venv/bin/python bench/naive_server.py`` (stdio).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+
+from mcp.server.mcpserver import MCPServer
+
+try:  # the checkout on PYTHONPATH (the harness sets it), else the one this file is in
+    from runner.config import Config
+    from runner.limits import count_tasks_of_uid, limits_for
+except ImportError:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from runner.config import Config
+    from runner.limits import count_tasks_of_uid, limits_for
+
+CONFIG = Config.from_env()
+LIMITS = limits_for(CONFIG, count_tasks_of_uid())
+
+mcp = MCPServer("naive-python-runner", log_level="WARNING")
+
+
+def _apply_limits() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CPU, (LIMITS.cpu_seconds, LIMITS.cpu_seconds + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (LIMITS.address_space_bytes, LIMITS.address_space_bytes))
+    resource.setrlimit(resource.RLIMIT_NPROC, (LIMITS.nproc, LIMITS.nproc))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMITS.file_size_bytes, LIMITS.file_size_bytes))
+
+
+@mcp.tool()
+def run_python(code: str, timeout: float = CONFIG.default_timeout) -> str:
+    """Run Python code in a fresh interpreter and return its output."""
+    with tempfile.TemporaryDirectory(prefix="naive-run-") as workdir:
+        try:
+            done = subprocess.run(
+                [CONFIG.python, "-I", "-S", "-c", code],
+                cwd=workdir,
+                env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir},
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=min(timeout, CONFIG.max_timeout),
+                preexec_fn=_apply_limits,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout or b""
+            return out.decode(errors="replace") + f"\n[timed out after {timeout}s]"
+    text = done.stdout.decode(errors="replace")
+    if done.stderr:
+        text += "\n[stderr]\n" + done.stderr.decode(errors="replace")
+    if done.returncode:
+        text += f"\n[exit code {done.returncode}]"
+    return text
+
+
+if __name__ == "__main__":
+    mcp.run("stdio")

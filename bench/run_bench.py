@@ -1,0 +1,1569 @@
+"""Benchmark harness of issue 5: the real server against a naive baseline and the no-op floor.
+
+    python bench/run_bench.py [--quick] [--out DIR] [--server-env K=V ...] [--variant LABEL:K=V[,K=V...] ...]
+                              [--server-commit REV | --server-root DIR] [--only calls,flood,startup,memory]
+
+e.g. posix-spawn against fork-server, both against the naive baseline, on the committed runner/:
+
+    python bench/run_bench.py --server-commit HEAD \
+        --variant posix-spawn:RUNNER_SANDBOX=none,RUNNER_SPAWN_MODE=posix-spawn \
+        --variant fork-server:RUNNER_SPAWN_MODE=fork-server
+
+Every scenario runs, in the same invocation and interleaved (batches alternate between servers, the
+order rotating from batch to batch, so machine noise hits all of them):
+
+- the real server, `python -m runner` (one column per --variant; default: one variant, "runner",
+  with the server's defaults plus --server-env);
+- the naive baseline, `bench/naive_server.py` (MCPServer + subprocess + preexec_fn rlimits);
+- the no-op floor: a `ping` round trip on the same connection as the calls it is compared with.
+
+Two client modes drive the calls: "client", the official SDK client (`mcp.Client` over the SDK's
+stdio transport, `mode="legacy"`), and "raw", hand-written JSON-RPC lines written to the server's
+stdin and read back from its stdout (pre-encoded requests, responses matched by id), which takes
+the client's own cost out. Scenarios that need the server's pid (flood, memory, start-up) use raw.
+
+Scenarios: trivial `print(1)` latency at concurrency 1 (p50, p99, mean) with the ping floor and the
+CPU per call of the server and of everything under it (/proc/PID/stat); throughput at concurrency
+1, 4, 8, 16 (RUNNER_MAX_CONCURRENT=8); a ~0.2 s CPU-bound snippet; a 1 GiB stdout flood (server
+RSS growth, and the time from crossing RUNNER_MAX_OUTPUT_BYTES to the kill, from timestamps the run
+writes into its own output: see `analyse_flood`); start-up to the initialize response against a
+bare `import mcp.server.lowlevel`; idle RSS/PSS and per pooled interpreter (RUNNER_POOL_SIZE 0 vs 8).
+
+Prints absolute numbers and the ratios the issue's targets are stated in, writes
+`bench-<timestamp>.json` and `.md` (and the servers' stderr logs) to --out (default
+bench/results/). This is a script that prints numbers: nothing here asserts on time. --quick
+takes about a minute with one variant; the full run about 5 minutes (7-10 with three variants).
+
+The server runs from the working tree (--server-root, default this repository) or from a commit
+exported to bench/results/server-SHA/ (--server-commit). Not from under /tmp: the bwrap sandbox
+mounts its own /tmp over it and the runs cannot find runner/bootstrap.py (the preflight says so).
+
+--server-env is given to every real-server variant (never to the naive baseline, which reads the
+same RUNNER_* limits' defaults); nothing the caller does not ask for is passed, so e.g.
+RUNNER_SPAWN_MODE is set only with `--variant fork:RUNNER_SPAWN_MODE=fork-server`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+NAIVE_SERVER = BENCH_DIR / "naive_server.py"
+PROTOCOL_VERSION = "2025-11-25"
+# What the SDK's stdio client passes down from its own environment (mcp.client.stdio); raw mode does the same.
+INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+CALL_TIMEOUT = 30.0  # the tool's own `timeout` argument, the same for every server
+TRIVIAL_CODE = "print(1)"
+CPU_N = 3_000_000  # ~0.2 s of CPU on the machine this was written on
+CPU_CODE = f"print(sum(i * i for i in range({CPU_N})))"
+CPU_EXPECTED = str(sum(i * i for i in range(CPU_N)))
+FLOOD_TOTAL = 1 << 30
+FLOOD_RECORD = 4096  # = PIPE_BUF: each os.write of a record is atomic and complete on a blocking pipe
+# Every 4 KiB record starts with "\n@<CLOCK_MONOTONIC ns> <bytes written before it>@": the output
+# itself says when each part of it was written, on the clock the server's durations use too.
+
+
+def flood_code(total: int) -> str:
+    """A run that writes `total` bytes to stdout in time-stamped 4 KiB records."""
+    return f"""\
+import os, time
+pad = b"x" * {FLOOD_RECORD}
+now = time.monotonic_ns
+n = 0
+while n < {total}:
+    head = b"\\n@%d %d@" % (now(), n)
+    n += os.write(1, head + pad[: {FLOOD_RECORD} - len(head)])
+"""
+
+
+FLOOD_CODE = flood_code(FLOOD_TOTAL)
+FLOOD_MARK = re.compile(r"@(\d{6,}) (\d+)@")
+BIG_LINE = 16 * 1024 * 1024  # responses longer than this are counted, not kept (the naive flood answer)
+RSS_SAMPLE_INTERVAL = 0.002
+CONCURRENCY_LEVELS = (1, 4, 8, 16)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+THROUGHPUT_ENV = {"RUNNER_MAX_CONCURRENT": "8"}
+BARE_IMPORT = "bare import mcp.server.lowlevel"
+BARE_IMPORT_EXIT = "bare import mcp.server.lowlevel, to process exit"
+BARE_IMPORT_CODE = "import mcp.server.lowlevel, sys; sys.stdout.write('imported\\n'); sys.stdout.flush()"
+
+TARGETS = {
+    "trivial_vs_ping": "trivial call p50 <= 2x the ping round trip",
+    "trivial_vs_naive": "trivial call p50 >= 10x faster than the naive baseline",
+    "throughput_c8": "throughput at concurrency 8 >= 5x the naive baseline",
+    "flood_rss": "server RSS growth during a 1 GiB flood <= 10 MiB",
+    "flood_kill": "run killed within 100 ms of crossing the output budget",
+    "startup": "start-up to initialize response <= 1.15x bare `import mcp.server.lowlevel`",
+}
+
+
+@dataclass(frozen=True)
+class Params:
+    """How much of each scenario to run."""
+
+    warmup: int
+    trivial_calls: int
+    batch: int
+    cpu_calls: int
+    throughput_calls: int
+    throughput_rounds: int
+    flood_reps: int
+    startup_reps: int
+    memory_reps: int
+    naive_flood_mib: int
+    modes: tuple[str, ...] = ("raw", "client")
+
+
+QUICK = Params(
+    warmup=8,
+    trivial_calls=60,
+    batch=10,
+    cpu_calls=4,
+    throughput_calls=48,
+    throughput_rounds=2,
+    flood_reps=1,
+    startup_reps=3,
+    memory_reps=1,
+    naive_flood_mib=128,
+)
+FULL = Params(
+    warmup=20,
+    trivial_calls=300,
+    batch=20,
+    cpu_calls=16,
+    throughput_calls=192,
+    throughput_rounds=4,
+    flood_reps=3,
+    startup_reps=10,
+    memory_reps=2,
+    naive_flood_mib=1024,
+)
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One server under test: the real one (a variant with its env) or the naive baseline."""
+
+    label: str
+    kind: str  # "runner" | "naive"
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self, python: str) -> list[str]:
+        """The command line that starts this server."""
+        if self.kind == "naive":
+            return [python, str(NAIVE_SERVER)]
+        return [python, "-m", "runner"]
+
+
+@dataclass
+class Launch:
+    """Where and with what every process is started."""
+
+    python: str
+    root: Path
+    logs: Path
+    started: float = field(default_factory=time.time)
+
+    def env(self, spec: ServerSpec | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """Only the variables the SDK's stdio client would pass, the checkout on PYTHONPATH, and the spec's."""
+        env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
+        env["PYTHONPATH"] = str(self.root)
+        env.update(self.extra_env(spec, extra))
+        return env
+
+    def extra_env(self, spec: ServerSpec | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """What the harness adds on top of the inherited environment."""
+        env = {"PYTHONPATH": str(self.root)}
+        if spec is not None and spec.kind == "runner":
+            env.update(extra or {})
+            env.update(spec.env)  # the caller's --server-env / --variant win over scenario settings
+        return env
+
+    def log_path(self, spec: ServerSpec, scenario: str) -> Path:
+        """Where a server's stderr goes."""
+        safe = re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{spec.label}-{scenario}")
+        return self.logs / f"{safe}.log"
+
+
+class ServerGone(Exception):
+    """The server closed its stdout (exited) while a request was outstanding."""
+
+
+@dataclass
+class CallResult:
+    """One tools/call (or ping) as seen by the harness."""
+
+    latency: float
+    ok: bool
+    problem: str = ""
+    run_duration: float | None = None  # the real server's own duration_seconds
+    structured: dict[str, Any] | None = None
+    size: int = 0
+
+
+def check_result(
+    spec: ServerSpec, result: dict[str, Any] | None, expected: str
+) -> tuple[bool, str, dict[str, Any] | None]:
+    """Whether a tools/call result is the expected successful output; what went wrong if not."""
+    if result is None:
+        return False, "response too large to parse", None
+    structured = result.get("structuredContent")
+    text = "".join(block.get("text", "") for block in result.get("content", []) if isinstance(block, dict))
+    if result.get("isError"):
+        return False, f"isError: {text[:200]!r}", structured
+    if spec.kind == "runner":
+        if not structured or structured.get("status") != "ok":
+            return False, f"status {structured and structured.get('status')!r}", structured
+        output = structured.get("stdout", "")
+    else:
+        output = text
+    if output.strip() != expected:
+        return False, f"unexpected output {output[:120]!r}", structured
+    return True, "", structured
+
+
+# --- raw JSON-RPC over the server's stdio ------------------------------------------------------------
+
+
+class RawConn:
+    """A server process driven with hand-written JSON-RPC lines; responses matched by id."""
+
+    mode = "raw"
+
+    def __init__(self, spec: ServerSpec, proc: asyncio.subprocess.Process, spawned_at: float, log: Path) -> None:
+        self.spec = spec
+        self.proc = proc
+        self.pid = proc.pid
+        self.spawned_at = spawned_at
+        self.log = log
+        self._next_id = 0
+        self._pending: dict[int, asyncio.Future[tuple[float, dict[str, Any] | None, int]]] = {}
+        self._encoded: dict[tuple[str, float], bytes] = {}
+        self._reader = asyncio.create_task(self._read_loop())
+        self.initialized_at: float | None = None
+
+    @classmethod
+    async def start(
+        cls, spec: ServerSpec, launch: Launch, scenario: str, extra: dict[str, str] | None = None
+    ) -> RawConn:
+        """Start the server; nothing is sent yet."""
+        log = launch.log_path(spec, scenario)
+        with open(log, "ab") as errlog:  # noqa: ASYNC230 (a local log file for the child's stderr)
+            spawned_at = time.perf_counter()
+            proc = await asyncio.create_subprocess_exec(
+                *spec.argv(launch.python),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=errlog,
+                cwd=launch.root,
+                env=launch.env(spec, extra),
+                limit=BIG_LINE,
+            )
+        return cls(spec, proc, spawned_at, log)
+
+    async def _read_loop(self) -> None:
+        assert self.proc.stdout is not None
+        buffer = bytearray()
+        skipping_head: bytes | None = None  # head of an oversized line being skipped
+        skipped = 0
+        try:
+            while True:
+                chunk = await self.proc.stdout.read(1 << 20)
+                if not chunk:
+                    break
+                now = time.perf_counter()
+                start = 0
+                while True:
+                    newline = chunk.find(b"\n", start)
+                    piece = chunk[start:] if newline < 0 else chunk[start:newline]
+                    if skipping_head is not None:
+                        skipped += len(piece)
+                    else:
+                        buffer += piece
+                        if len(buffer) > BIG_LINE:
+                            skipping_head, skipped = bytes(buffer[:4096]), len(buffer)
+                            buffer.clear()
+                    if newline < 0:
+                        break
+                    if skipping_head is not None:
+                        self._dispatch_big(skipping_head, skipped + 1, now)
+                        skipping_head, skipped = None, 0
+                    else:
+                        self._dispatch(bytes(buffer), now)
+                        buffer.clear()
+                    start = newline + 1
+        finally:
+            code = await self.proc.wait()
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(ServerGone(f"{self.spec.label} exited with status {code}; see {self.log}"))
+            self._pending.clear()
+
+    def _dispatch(self, line: bytes, now: float) -> None:
+        if not line.strip():
+            return
+        message = json.loads(line)
+        if "method" in message or "id" not in message:
+            return  # a notification (progress, log) or a request from the server: not ours to time
+        future = self._pending.pop(message["id"], None)
+        if future is not None and not future.done():
+            future.set_result((now, message, len(line) + 1))
+
+    def _dispatch_big(self, head: bytes, size: int, now: float) -> None:
+        found = re.search(rb'"id"\s*:\s*(\d+)', head)
+        if found is None:
+            return
+        future = self._pending.pop(int(found.group(1)), None)
+        if future is not None and not future.done():
+            future.set_result((now, None, size))
+
+    async def _send(self, body: bytes) -> tuple[float, dict[str, Any] | None, int, float]:
+        """Write `{"jsonrpc":"2.0","id":N,<body>}`; return (received at, message, size, sent at)."""
+        assert self.proc.stdin is not None
+        self._next_id += 1
+        request_id = self._next_id
+        future: asyncio.Future[tuple[float, dict[str, Any] | None, int]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        line = b'{"jsonrpc":"2.0","id":' + str(request_id).encode() + b"," + body + b"}\n"
+        sent = time.perf_counter()
+        self.proc.stdin.write(line)
+        await self.proc.stdin.drain()
+        received, message, size = await future
+        return received, message, size, sent
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> tuple[float, dict[str, Any] | None]:
+        """Any request; returns (latency, response)."""
+        body = b'"method":' + json.dumps(method).encode()
+        if params is not None:
+            body += b',"params":' + json.dumps(params, separators=(",", ":")).encode()
+        received, message, _, sent = await self._send(body)
+        return received - sent, message
+
+    async def initialize(self) -> float:
+        """The handshake; returns the time from spawn to the initialize response."""
+        params = {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"},
+        }
+        body = b'"method":"initialize","params":' + json.dumps(params).encode()
+        received, message, _, _ = await self._send(body)
+        if message is None or "result" not in message:
+            raise RuntimeError(f"{self.spec.label}: initialize failed: {message}")
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        await self.proc.stdin.drain()
+        self.initialized_at = received
+        return received - self.spawned_at
+
+    async def ping(self) -> float:
+        """One ping round trip."""
+        received, _, _, sent = await self._send(b'"method":"ping"')
+        return received - sent
+
+    async def call(self, code: str, expected: str | None, run_timeout: float = CALL_TIMEOUT) -> CallResult:
+        """One tools/call of run_python with pre-encoded arguments."""
+        key = (code, run_timeout)
+        body = self._encoded.get(key)
+        if body is None:
+            params = {"name": "run_python", "arguments": {"code": code, "timeout": run_timeout}}
+            body = b'"method":"tools/call","params":' + json.dumps(params, separators=(",", ":")).encode()
+            self._encoded[key] = body
+        received, message, size, sent = await self._send(body)
+        latency = received - sent
+        if message is None:
+            return CallResult(latency, expected is None, "response not parsed (too large)", size=size)
+        if "result" not in message:
+            return CallResult(latency, False, f"JSON-RPC error {message.get('error')}", size=size)
+        if expected is None:
+            structured = message["result"].get("structuredContent")
+            return CallResult(latency, True, structured=structured, size=size)
+        ok, problem, structured = check_result(self.spec, message["result"], expected)
+        duration = structured.get("duration_seconds") if self.spec.kind == "runner" and structured else None
+        return CallResult(latency, ok, problem, duration, structured, size)
+
+    async def close(self) -> int:
+        """Close stdin (the server's cue to stop) and wait; kill after 15 s."""
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.proc.stdin.close()
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), 15)
+        except TimeoutError:
+            self.proc.kill()
+            code = await self.proc.wait()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        return code
+
+
+# --- the official SDK client ------------------------------------------------------------------------
+
+
+class ClientConn:
+    """The official Python client: `mcp.Client` over the SDK's stdio transport, legacy handshake."""
+
+    mode = "client"
+
+    def __init__(self, spec: ServerSpec, client: Any, pid: int | None) -> None:
+        self.spec = spec
+        self.client = client
+        self.pid = pid  # found among our children: the SDK's transport does not tell
+
+    @classmethod
+    async def start(
+        cls,
+        spec: ServerSpec,
+        launch: Launch,
+        scenario: str,
+        stack: contextlib.AsyncExitStack,
+        extra: dict[str, str] | None = None,
+    ) -> ClientConn:
+        """Start and initialize; the connection lives as long as `stack`."""
+        from mcp import Client, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        argv = spec.argv(launch.python)
+        errlog = stack.enter_context(open(launch.log_path(spec, scenario), "a"))  # noqa: SIM115, ASYNC230
+        params = StdioServerParameters(
+            command=argv[0], args=argv[1:], env=launch.extra_env(spec, extra), cwd=launch.root
+        )
+        # Client(StdioServerParameters) is Client(stdio_client(params)); the transport is built here only
+        # to send the server's stderr to a log file instead of ours.
+        client = Client(stdio_client(params, errlog=errlog), mode="legacy")
+        before = set(children_of(os.getpid()))
+        await stack.enter_async_context(client)
+        new = sorted(set(children_of(os.getpid())) - before)
+        return cls(spec, client, new[0] if len(new) == 1 else None)
+
+    async def ping(self) -> float:
+        """One ping round trip."""
+        start = time.perf_counter()
+        await self.client.send_ping()
+        return time.perf_counter() - start
+
+    async def call(self, code: str, expected: str | None, run_timeout: float = CALL_TIMEOUT) -> CallResult:
+        """One tools/call through the client (its parsing and output-schema validation included)."""
+        start = time.perf_counter()
+        result = await self.client.call_tool("run_python", {"code": code, "timeout": run_timeout})
+        latency = time.perf_counter() - start
+        dumped = result.model_dump(by_alias=True, exclude_none=True)
+        if expected is None:
+            return CallResult(latency, True, structured=dumped.get("structuredContent"))
+        ok, problem, structured = check_result(self.spec, dumped, expected)
+        duration = structured.get("duration_seconds") if self.spec.kind == "runner" and structured else None
+        return CallResult(latency, ok, problem, duration, structured)
+
+
+Conn = RawConn | ClientConn
+
+
+# --- /proc -----------------------------------------------------------------------------------------
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS, VmHWM (bytes) of a process; empty if it is gone."""
+    values: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith((b"VmRSS:", b"VmHWM:")):
+                    name, value = line.split(b":", 1)
+                    values[name.decode()] = int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    return values
+
+
+def stat_cpu(pid: int) -> tuple[float, float]:
+    """(own utime+stime, reaped children's cutime+cstime) of a process, in seconds; zeros if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
+    # fields[0] is field 3 (state); utime, stime, cutime, cstime are fields 14-17.
+    own = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    children = (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+    return own, children
+
+
+def proc_pss(pid: int) -> int | None:
+    """Proportional set size in bytes (shared pages divided among their users), if readable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Reset VmHWM to the current RSS (clear_refs 5, Linux >= 4.0; needs owner or root)."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as clear:
+            clear.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of a process (Linux)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as children:
+                found += [int(kid) for kid in children.read().split()]
+    return found
+
+
+def tree_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds so far of a server (own) and of everything under it (children).
+
+    Children: the server's reaped children (cutime+cstime) plus, for every live descendant, its own
+    and its reaped children's time. A difference of two readings is the tree's CPU in between, also
+    where runs are reaped by a descendant (a fork server's zygote) rather than by the server.
+    """
+    own, reaped = stat_cpu(pid)
+    below = reaped
+    for kid in descendants(pid):
+        kid_own, kid_reaped = stat_cpu(kid)
+        below += kid_own + kid_reaped
+    return own, below
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of a process."""
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as children:
+                    kids = [int(kid) for kid in children.read().split()]
+            except OSError:
+                continue
+            found += kids
+            frontier += kids
+    return found
+
+
+def comm(pid: int) -> str:
+    """The process's command name."""
+    try:
+        with open(f"/proc/{pid}/comm") as name:
+            return name.read().strip()
+    except OSError:
+        return "?"
+
+
+def server_config_line(log: Path) -> str:
+    """The real server's own 'pool starting' log line (python, pool size, sandbox, ...), if any."""
+    try:
+        for line in log.read_text(errors="replace").splitlines():
+            if "pool starting" in line:
+                return line.split("pool starting", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+# --- statistics ------------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0-100)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """p50, p90, p99, mean, min, max, n."""
+    if not values:
+        return {"n": 0}
+    return {
+        "n": len(values),
+        "p50": percentile(values, 50),
+        "p90": percentile(values, 90),
+        "p99": percentile(values, 99),
+        "mean": statistics.fmean(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def rotate(items: Sequence[Any], by: int) -> list[Any]:
+    """`items` rotated left by `by`: who goes first changes from batch to batch."""
+    if not items:
+        return []
+    by %= len(items)
+    return [*items[by:], *items[:by]]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when either is missing."""
+    if a is None or b is None or b == 0 or a != a or b != b:
+        return None
+    return a / b
+
+
+# --- scenarios -------------------------------------------------------------------------------------
+
+
+def say(message: str) -> None:
+    """Progress on stderr (the table goes to stdout)."""
+    sys.stderr.write(f"[bench {time.strftime('%H:%M:%S')}] {message}\n")
+    sys.stderr.flush()
+
+
+async def open_conn(
+    mode: str, spec: ServerSpec, launch: Launch, scenario: str, stack: contextlib.AsyncExitStack, extra: dict[str, str]
+) -> Conn:
+    """A connection of the given mode, initialized, closed with `stack`."""
+    if mode == "client":
+        return await ClientConn.start(spec, launch, scenario, stack, extra)
+    conn = await RawConn.start(spec, launch, scenario, extra)
+    stack.push_async_callback(conn.close)
+    await conn.initialize()
+    return conn
+
+
+async def run_concurrently(job: Callable[[], Awaitable[Any]], total: int, concurrency: int) -> tuple[float, list[Any]]:
+    """Run `job` `total` times with `concurrency` workers; (elapsed seconds, results)."""
+    remaining = total
+    results: list[Any] = []
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            results.append(await job())
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - start, results
+
+
+async def scenario_calls(mode: str, specs: list[ServerSpec], launch: Launch, p: Params) -> dict[str, Any]:
+    """Trivial-call latency, ping floor, CPU-bound latency and throughput, all on one connection per server."""
+    out: dict[str, Any] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        conns: list[Conn] = []
+        for spec in specs:
+            conns.append(await open_conn(mode, spec, launch, f"calls-{mode}", stack, THROUGHPUT_ENV))
+        await asyncio.sleep(1.0)  # pools fill
+        say(f"[{mode}] warm-up")
+        for conn in conns:
+            for _ in range(p.warmup):
+                await conn.ping()
+                await conn.call(TRIVIAL_CODE, "1")
+            await conn.call(CPU_CODE, CPU_EXPECTED)
+        lat: dict[str, list[float]] = {c.spec.label: [] for c in conns}
+        pings: dict[str, list[float]] = {c.spec.label: [] for c in conns}
+        durations: dict[str, list[float]] = {c.spec.label: [] for c in conns}
+        failures: dict[str, list[str]] = {c.spec.label: [] for c in conns}
+        say(f"[{mode}] trivial latency and ping floor: {p.trivial_calls} each, batches of {p.batch}, interleaved")
+        cpu_before = {c.spec.label: tree_cpu(c.pid) for c in conns if c.pid is not None}
+        for batch in range(p.trivial_calls // p.batch):
+            for conn in rotate(conns, batch):
+                label = conn.spec.label
+                for _ in range(p.batch):
+                    pings[label].append(await conn.ping())
+                for _ in range(p.batch):
+                    result = await conn.call(TRIVIAL_CODE, "1")
+                    lat[label].append(result.latency)
+                    if result.run_duration is not None:
+                        durations[label].append(result.run_duration)
+                    if not result.ok:
+                        failures[label].append(result.problem)
+        await asyncio.sleep(0.5)  # the last refills finish
+        cpu_per_call: dict[str, dict[str, float]] = {}
+        for conn in conns:
+            if conn.pid is not None:
+                (own0, kids0), (own1, kids1) = cpu_before[conn.spec.label], tree_cpu(conn.pid)
+                n = len(lat[conn.spec.label])
+                cpu_per_call[conn.spec.label] = {"server": (own1 - own0) / n, "children": (kids1 - kids0) / n}
+        say(f"[{mode}] CPU-bound latency: {p.cpu_calls} calls each")
+        cpu: dict[str, list[float]] = {c.spec.label: [] for c in conns}
+        cpu_run: dict[str, list[float]] = {c.spec.label: [] for c in conns}
+        cpu_self: dict[str, list[float]] = {c.spec.label: [] for c in conns}
+        for i in range(p.cpu_calls):
+            for conn in rotate(conns, i):
+                result = await conn.call(CPU_CODE, CPU_EXPECTED)
+                cpu[conn.spec.label].append(result.latency)
+                if result.run_duration is not None:
+                    cpu_run[conn.spec.label].append(result.run_duration)
+                if result.structured and result.structured.get("cpu_seconds") is not None:
+                    cpu_self[conn.spec.label].append(result.structured["cpu_seconds"])
+                if not result.ok:
+                    failures[conn.spec.label].append(result.problem)
+        throughput: dict[str, dict[str, Any]] = {}
+        per_round = max(1, p.throughput_calls // p.throughput_rounds)
+        for level in CONCURRENCY_LEVELS:
+            say(f"[{mode}] throughput at concurrency {level}: {per_round * p.throughput_rounds} calls each")
+            elapsed = {c.spec.label: 0.0 for c in conns}
+            ping_elapsed = {c.spec.label: 0.0 for c in conns}
+            done = {c.spec.label: 0 for c in conns}
+            for rnd in range(p.throughput_rounds):
+                for conn in rotate(conns, rnd + level):
+                    label = conn.spec.label
+                    took, _ = await run_concurrently(conn.ping, per_round, level)
+                    ping_elapsed[label] += took
+
+                    async def trivial(conn: Conn = conn) -> CallResult:
+                        return await conn.call(TRIVIAL_CODE, "1")
+
+                    took, results = await run_concurrently(trivial, per_round, level)
+                    elapsed[label] += took
+                    done[label] += len(results)
+                    failures[label] += [r.problem for r in results if not r.ok]
+            for conn in conns:
+                label = conn.spec.label
+                throughput.setdefault(label, {})[str(level)] = {
+                    "calls": done[label],
+                    "seconds": elapsed[label],
+                    "calls_per_s": done[label] / elapsed[label],
+                    "ping_per_s": done[label] / ping_elapsed[label],
+                }
+        for conn in conns:
+            label = conn.spec.label
+            out[label] = {
+                "kind": conn.spec.kind,
+                "trivial": summary(lat[label]),
+                "trivial_samples": lat[label],
+                "ping": summary(pings[label]),
+                "ping_samples": pings[label],
+                "trivial_run_duration": summary(durations[label]),
+                "trivial_cpu_per_call": cpu_per_call.get(label),
+                "cpu": summary(cpu[label]),
+                "cpu_run_duration": summary(cpu_run[label]),
+                "cpu_seconds_in_run": summary(cpu_self[label]),
+                "throughput": throughput[label],
+                "failures": len(failures[label]),
+                "failure_examples": sorted(set(failures[label]))[:5],
+            }
+            if conn.spec.kind == "runner":
+                out[label]["server_config"] = server_config_line(launch.log_path(conn.spec, f"calls-{mode}"))
+    return out
+
+
+async def sample_rss(pid: int, peak: list[int], stop: asyncio.Event) -> None:
+    """Follow VmRSS of `pid` every RSS_SAMPLE_INTERVAL until `stop`; the maximum goes to peak[0]."""
+    while not stop.is_set():
+        rss = proc_status(pid).get("VmRSS")
+        if rss is not None and rss > peak[0]:
+            peak[0] = rss
+        await asyncio.sleep(RSS_SAMPLE_INTERVAL)
+
+
+def analyse_flood(structured: dict[str, Any] | None) -> dict[str, Any]:
+    """From a real server's output_limit result, estimate the time from crossing the budget to the kill.
+
+    The run writes 4 KiB records, each starting with the CLOCK_MONOTONIC time at which it was about
+    to be written and the byte count before it. The server keeps the head and the tail of what it
+    read; its tail ends where it stopped reading, right after the count crossed the budget. So:
+      t_first  = stamp of the first record (head): the run's code had started by then;
+      t_exit   = t_first + duration_seconds (the server's own time from code delivery to exit,
+                 same clock; delivery happened before t_first, so this is a little late);
+      t_cross  = stamp of the last complete record in the tail: written before the server read it,
+                 and the server crossed the budget on (or after) reading it, so this is early;
+      kill latency <= t_exit - t_cross. Both errors make the estimate larger, never smaller.
+    """
+    if not structured:
+        return {"method_ok": False, "why": "no structured result"}
+    head_and_tail = structured.get("stdout", "")
+    marks = [(int(t), int(n)) for t, n in FLOOD_MARK.findall(head_and_tail)]
+    duration = structured.get("duration_seconds")
+    info: dict[str, Any] = {
+        "status": structured.get("status"),
+        "stdout_bytes_read": structured.get("stdout_bytes"),
+        "duration_s": duration,
+        "records_seen": len(marks),
+    }
+    if len(marks) < 2 or duration is None:
+        info.update(method_ok=False, why="no timestamp records in head and tail")
+        return info
+    t_first = marks[0][0] / 1e9
+    t_cross, n_cross = marks[-1][0] / 1e9, marks[-1][1]
+    t_exit = t_first + duration
+    info.update(
+        method_ok=True,
+        first_record_s=0.0,
+        crossing_record_at_s=t_cross - t_first,
+        crossing_record_offset=n_cross,
+        kill_latency_upper_s=t_exit - t_cross,
+        write_rate_mib_s=(n_cross / (t_cross - t_first) / (1 << 20)) if t_cross > t_first else None,
+    )
+    return info
+
+
+def naive_flood_bytes(wanted_mib: int) -> int:
+    """How much the naive baseline is flooded with: it keeps everything (about 7x the bytes in RSS, as
+    measured here), so the size shrinks (by halves) to fit in an eighth of the available memory."""
+    available = 0
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    size = wanted_mib << 20
+    while available and size > (16 << 20) and size * 8 > available:
+        size //= 2
+    return size
+
+
+async def scenario_flood(specs: list[ServerSpec], launch: Launch, p: Params) -> dict[str, Any]:
+    """A run writes 1 GiB to stdout: server peak RSS growth, and for the real server the kill latency.
+
+    The naive baseline buffers all of it (and answers with all of it, twice: text and structured
+    content), so it is flooded once, with `naive_flood_mib` (fitted to the free memory).
+    """
+    out: dict[str, list[dict[str, Any]]] = {s.label: [] for s in specs}
+    naive_total = naive_flood_bytes(p.naive_flood_mib)
+    for rep in range(p.flood_reps):
+        for spec in rotate(specs, rep):
+            if spec.kind == "naive" and rep > 0:
+                continue
+            total = naive_total if spec.kind == "naive" else FLOOD_TOTAL
+            say(f"[flood] {spec.label} writes {total >> 20} MiB, repetition {rep + 1}/{p.flood_reps}")
+            conn = await RawConn.start(spec, launch, "flood")
+            try:
+                await conn.initialize()
+                await conn.call(TRIVIAL_CODE, "1")
+                await asyncio.sleep(1.0)  # let the pool refill settle
+                before = proc_status(conn.pid)
+                reset = reset_peak_rss(conn.pid)
+                peak = [before.get("VmRSS", 0)]
+                stop = asyncio.Event()
+                sampler = asyncio.create_task(sample_rss(conn.pid, peak, stop))
+                try:
+                    result = await asyncio.wait_for(conn.call(flood_code(total), None, CALL_TIMEOUT), 300)
+                except TimeoutError:
+                    result = None
+                stop.set()
+                await sampler
+                after = proc_status(conn.pid)
+                rss0 = before.get("VmRSS", 0)
+                growth_sampled = peak[0] - rss0
+                growth_hwm = after.get("VmHWM", 0) - rss0 if reset else None
+                entry: dict[str, Any] = {
+                    "flood_bytes": total,
+                    "rss_before": rss0,
+                    "peak_rss_sampled": peak[0],
+                    "vmhwm_after": after.get("VmHWM"),
+                    "hwm_reset": reset,
+                    "rss_growth_sampled": growth_sampled,
+                    "rss_growth_hwm": growth_hwm,
+                    "rss_growth": max(growth_sampled, growth_hwm or 0),
+                }
+                if result is None:
+                    entry["answered"] = False
+                else:
+                    entry.update(answered=True, latency_s=result.latency, response_bytes=result.size)
+                    if spec.kind == "runner":
+                        entry.update(analyse_flood(result.structured))
+                out[spec.label].append(entry)
+            finally:
+                await conn.close()
+    return out
+
+
+async def scenario_startup(specs: list[ServerSpec], launch: Launch, p: Params) -> dict[str, Any]:
+    """Spawn to initialize response, against `python -c "import mcp.server.lowlevel"` spawn to exit."""
+    subjects: list[tuple[str, ServerSpec | None, dict[str, str]]] = [(BARE_IMPORT, None, {})]
+    for spec in specs:
+        subjects.append((spec.label, spec, {}))
+        if spec.kind == "runner":
+            subjects.append((f"{spec.label} (RUNNER_POOL_SIZE=0)", spec, {"RUNNER_POOL_SIZE": "0"}))
+    times: dict[str, list[float]] = {name: [] for name, _, _ in subjects}
+    times[BARE_IMPORT_EXIT] = []
+    for rep in range(p.startup_reps):
+        say(f"[startup] repetition {rep + 1}/{p.startup_reps}")
+        for name, spec, extra in rotate(subjects, rep):
+            if spec is None:
+                # Spawn to a line written right after the import, as a server's clock stops at its first
+                # line; the exit (~0.25 s of module teardown here) is timed apart and not compared.
+                start = time.perf_counter()
+                proc = await asyncio.create_subprocess_exec(
+                    *(launch.python, "-c", BARE_IMPORT_CODE),
+                    stdout=asyncio.subprocess.PIPE,
+                    cwd=launch.root,
+                    env=launch.env(None),
+                )
+                assert proc.stdout is not None
+                await proc.stdout.readline()
+                times[name].append(time.perf_counter() - start)
+                await proc.wait()
+                times[BARE_IMPORT_EXIT].append(time.perf_counter() - start)
+                continue
+            # A real server's spec env wins over the scenario's pool size only if it sets one itself.
+            conn = await RawConn.start(spec, launch, "startup", extra)
+            try:
+                times[name].append(await conn.initialize())
+            finally:
+                await conn.close()
+    return {name: summary(values) | {"samples": values} for name, values in times.items()}
+
+
+async def wait_settled(pid: int, pythons: int, limit: float = 20.0) -> bool:
+    """Wait until at least `pythons` interpreter descendants exist and the tree stops changing."""
+    deadline = time.monotonic() + limit
+    last: tuple[Any, ...] | None = None
+    stable_since = time.monotonic()
+    while time.monotonic() < deadline:
+        kids = sorted(descendants(pid))
+        shape = tuple((kid, proc_status(kid).get("VmRSS")) for kid in kids)
+        count = sum(1 for kid in kids if comm(kid).startswith("python"))
+        if shape != last:
+            last, stable_since = shape, time.monotonic()
+        elif count >= pythons and time.monotonic() - stable_since >= 0.75:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def scenario_memory(specs: list[ServerSpec], launch: Launch, p: Params) -> dict[str, Any]:
+    """Idle server RSS, and RSS/PSS per pooled interpreter from RUNNER_POOL_SIZE 0 vs 8."""
+    out: dict[str, Any] = {}
+    for rep in range(p.memory_reps):
+        for spec in rotate(specs, rep):
+            sizes = (0, 8) if spec.kind == "runner" else (None,)
+            for size in sizes:
+                say(f"[memory] {spec.label} pool={size}, repetition {rep + 1}/{p.memory_reps}")
+                extra = {} if size is None else {"RUNNER_POOL_SIZE": str(size)}
+                conn = await RawConn.start(spec, launch, "memory", extra)
+                try:
+                    await conn.initialize()
+                    await asyncio.sleep(0.5)
+                    settled = await wait_settled(conn.pid, size or 0)
+                    kids = descendants(conn.pid)
+                    by_comm: dict[str, int] = {}
+                    for kid in kids:
+                        by_comm[comm(kid)] = by_comm.get(comm(kid), 0) + 1
+                    entry = {
+                        "settled": settled,
+                        "server_rss": proc_status(conn.pid).get("VmRSS"),
+                        "server_pss": proc_pss(conn.pid),
+                        "descendants": len(kids),
+                        "descendants_by_name": by_comm,
+                        "descendants_rss": sum(proc_status(kid).get("VmRSS", 0) for kid in kids),
+                        "descendants_pss": sum(proc_pss(kid) or 0 for kid in kids),
+                    }
+                finally:
+                    await conn.close()
+                out.setdefault(spec.label, {}).setdefault(str(size), []).append(entry)
+    for spec in specs:
+        if spec.kind != "runner":
+            continue
+        runs = out[spec.label]
+        zero = statistics.median(e["descendants_rss"] for e in runs["0"])
+        eight = statistics.median(e["descendants_rss"] for e in runs["8"])
+        zero_pss = statistics.median(e["descendants_pss"] for e in runs["0"])
+        eight_pss = statistics.median(e["descendants_pss"] for e in runs["8"])
+        runs["per_pooled_interpreter_rss"] = (eight - zero) / 8
+        runs["per_pooled_interpreter_pss"] = (eight_pss - zero_pss) / 8
+    return out
+
+
+# --- report ----------------------------------------------------------------------------------------
+
+
+def ms(seconds: float | None) -> str:
+    """Seconds as milliseconds for the table."""
+    return "-" if seconds is None or seconds != seconds else f"{seconds * 1000:.2f}"
+
+
+def mib(n: float | None) -> str:
+    """Bytes as MiB for the table."""
+    return "-" if n is None else f"{n / (1 << 20):.1f}"
+
+
+def times(x: float | None) -> str:
+    """A ratio for the table."""
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def verdict(ok: bool | None) -> str:
+    """Target met?"""
+    return "n/a" if ok is None else ("yes" if ok else "**no**")
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory = ""
+    with contextlib.suppress(OSError):
+        memory = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
+    try:
+        mcp_version = importlib.metadata.version("mcp")
+    except importlib.metadata.PackageNotFoundError:
+        mcp_version = "?"
+    return {
+        "cpu": model,
+        "cpus": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "memory": memory,
+        "kernel": platform.release(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "mcp": mcp_version,
+        "uid": os.getuid(),
+        "loadavg_start": os.getloadavg(),
+    }
+
+
+def row(*cells: object) -> str:
+    """One markdown table row."""
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def header(*titles: str) -> list[str]:
+    """A markdown table's header and rule."""
+    return [row(*titles), row(*["---"] * len(titles))]
+
+
+def target_rows(report: dict[str, Any], runners: list[str], naive: str | None) -> list[str]:
+    """One row per target, server and mode: measured value, ratio, met or not."""
+    rows: list[str] = []
+    for mode, by_label in report.get("calls", {}).items():
+        nv = by_label.get(naive, {}) if naive else {}
+        for label in runners:
+            r = by_label.get(label)
+            if not r:
+                continue
+            where = f"{label} [{mode}]" + (f" ({r['failures']} failed calls)" if r["failures"] else "")
+            p50, ping50 = r["trivial"].get("p50"), r["ping"].get("p50")
+            naive50 = nv.get("trivial", {}).get("p50")
+            vs_ping, vs_naive = ratio(p50, ping50), ratio(naive50, p50)
+            rows.append(
+                row(
+                    TARGETS["trivial_vs_ping"],
+                    where,
+                    f"{ms(p50)} ms vs ping {ms(ping50)} ms",
+                    times(vs_ping),
+                    verdict(None if vs_ping is None else vs_ping <= 2),
+                )
+            )
+            rows.append(
+                row(
+                    TARGETS["trivial_vs_naive"],
+                    where,
+                    f"{ms(p50)} ms vs naive {ms(naive50)} ms",
+                    times(vs_naive),
+                    verdict(None if vs_naive is None else vs_naive >= 10),
+                )
+            )
+            tp = r["throughput"].get("8", {}).get("calls_per_s")
+            ntp = nv.get("throughput", {}).get("8", {}).get("calls_per_s")
+            tp_ratio = ratio(tp, ntp)
+            measured = f"{tp:.1f} vs naive {ntp:.1f} calls/s" if tp and ntp else "-"
+            rows.append(
+                row(
+                    TARGETS["throughput_c8"],
+                    where,
+                    measured,
+                    times(tp_ratio),
+                    verdict(None if tp_ratio is None else tp_ratio >= 5),
+                )
+            )
+    flood = report.get("flood", {})
+    for label in runners:
+        entries = flood.get(label, [])
+        if not entries:
+            continue
+        growth = max(e["rss_growth"] for e in entries)
+        rows.append(
+            row(
+                TARGETS["flood_rss"],
+                f"{label} [raw]",
+                f"max {mib(growth)} MiB over {len(entries)} runs",
+                "-",
+                verdict(growth <= 10 * (1 << 20)),
+            )
+        )
+        kills = [e["kill_latency_upper_s"] for e in entries if e.get("method_ok")]
+        if kills:
+            rows.append(
+                row(
+                    TARGETS["flood_kill"],
+                    f"{label} [raw]",
+                    f"max {ms(max(kills))} ms (upper bound)",
+                    "-",
+                    verdict(max(kills) <= 0.1),
+                )
+            )
+    startup = report.get("startup", {})
+    bare = startup.get(BARE_IMPORT, {})
+    for label in runners:
+        s = startup.get(label, {})
+        r = ratio(s.get("p50"), bare.get("p50"))
+        r_min = ratio(s.get("min"), bare.get("min"))
+        rows.append(
+            row(
+                TARGETS["startup"],
+                f"{label} [raw]",
+                f"{ms(s.get('p50'))} ms vs {ms(bare.get('p50'))} ms (medians; minima {ms(s.get('min'))} vs "
+                f"{ms(bare.get('min'))}: {times(r_min)})",
+                times(r),
+                verdict(None if r is None else r <= 1.15),
+            )
+        )
+    return rows
+
+
+def call_rows(by_label: dict[str, Any], mode: str, naive: str | None) -> list[str]:
+    """Latency, CPU and throughput rows of one client mode."""
+    rows: list[str] = []
+    nv = by_label.get(naive, {}) if naive else {}
+
+    def vs_naive(r: dict[str, Any], naive_value: float | None, value: float | None, faster_is_bigger: bool) -> str:
+        if r["kind"] == "naive":
+            return "-"
+        return times(ratio(value, naive_value) if faster_is_bigger else ratio(naive_value, value))
+
+    cpu_title = f"CPU-bound (sum of squares, {CPU_N:,})"
+    for key, title in (("trivial", "trivial `print(1)`"), ("cpu", cpu_title)):
+        for stat in ("p50", "p99", "mean"):
+            for label, r in by_label.items():
+                value, floor = r[key].get(stat), r["ping"].get(stat)
+                naive_value = nv.get(key, {}).get(stat)
+                rows.append(
+                    row(
+                        f"{title} {stat}",
+                        mode,
+                        label,
+                        ms(value),
+                        ms(floor),
+                        times(ratio(value, floor)),
+                        vs_naive(r, naive_value, value, faster_is_bigger=False),
+                    )
+                )
+    for label, r in by_label.items():
+        if r["kind"] == "runner":
+            d = r["trivial_run_duration"].get("p50")
+            rows.append(
+                row(
+                    "trivial: run duration p50 reported by the server (code delivery to exit)",
+                    mode,
+                    label,
+                    ms(d),
+                    "",
+                    "",
+                    "",
+                )
+            )
+    for label, r in by_label.items():
+        c = r.get("trivial_cpu_per_call")
+        if c:
+            rows.append(
+                row(
+                    "trivial: CPU per call, server + everything under it (/proc/PID/stat)",
+                    mode,
+                    label,
+                    f"{ms(c['server'])} + {ms(c['children'])}",
+                    "",
+                    "",
+                    "",
+                )
+            )
+    for level in CONCURRENCY_LEVELS:
+        for label, r in by_label.items():
+            t = r["throughput"][str(level)]
+            naive_value = nv.get("throughput", {}).get(str(level), {}).get("calls_per_s")
+            rows.append(
+                row(
+                    f"throughput c={level} (calls/s)",
+                    mode,
+                    label,
+                    f"{t['calls_per_s']:.1f}",
+                    f"{t['ping_per_s']:.0f}",
+                    f"{times(ratio(t['ping_per_s'], t['calls_per_s']))} slower",
+                    vs_naive(r, naive_value, t["calls_per_s"], faster_is_bigger=True),
+                )
+            )
+    bad = {label: r["failures"] for label, r in by_label.items() if r["failures"]}
+    if bad:
+        rows.append(f"\nFailed calls in {mode} mode: {bad} (examples in the JSON).\n")
+    return rows
+
+
+def render(report: dict[str, Any]) -> str:
+    """The markdown report: targets first, then every scenario's absolute numbers."""
+    m = report["machine"]
+    lines = [
+        f"# python-runner-mcp benchmark, {report['started']}",
+        "",
+        f"Machine: {m['cpu']}, {m['cpus']} CPUs ({m['affinity']} usable), {m['memory']} RAM, Linux {m['kernel']}, "
+        f"Python {m['python']}, mcp {m['mcp']}, uid {m['uid']}. Load average at start {m['loadavg_start']}, "
+        f"at end {report.get('loadavg_end')}. Mode: {'--quick' if report['quick'] else 'full'}; "
+        f"took {report.get('elapsed_s', 0):.0f} s. Server checkout: `{report['server_root']}` ({report['commit']}).",
+        "",
+    ]
+    for spec in report["servers"]:
+        env = " ".join(f"{k}={v}" for k, v in spec["env"].items()) or "(defaults)"
+        lines.append(f"- **{spec['label']}** ({spec['kind']}): env {env}")
+        if spec.get("server_config"):
+            lines.append(f"  - server reports: `{spec['server_config']}`")
+    lines += [
+        "- **ping floor**: a `ping` round trip on the same connection as the calls it is compared with.",
+        "- Modes: **raw** = hand-written JSON-RPC lines on the server's stdio (client cost out); "
+        '**client** = `mcp.Client(..., mode="legacy")` over the SDK\'s stdio transport.',
+        f"- Call scenarios run with {THROUGHPUT_ENV} on every real server; all servers alternate batch by batch.",
+        "",
+    ]
+    runners = [s["label"] for s in report["servers"] if s["kind"] == "runner"]
+    naive = next((s["label"] for s in report["servers"] if s["kind"] == "naive"), None)
+    targets = target_rows(report, runners, naive)
+    if targets:
+        lines += ["## Targets (issue 5)", "", *header("target", "server [mode]", "measured", "ratio", "met"), *targets]
+        lines.append("")
+    calls = report.get("calls", {})
+    if calls:
+        lines += [
+            "## Calls: latency (ms) and throughput (calls/s)",
+            "",
+            "Latency: from writing the request to reading its response. `x ping`: over the ping floor of the same "
+            "connection (same statistic). `vs naive`: how many times faster than the naive baseline (same mode, "
+            "statistic or concurrency).",
+            "",
+            *header("metric", "mode", "server", "value", "ping floor", "x ping", "vs naive"),
+        ]
+        for mode, by_label in calls.items():
+            lines += call_rows(by_label, mode, naive)
+        lines.append("")
+    flood = report.get("flood", {})
+    if flood:
+        lines += [
+            "## Output flood: a run writes 1 GiB to stdout",
+            "",
+            "RSS growth: peak server RSS during the call minus its RSS just before (peak: the larger of VmRSS "
+            f"sampled every {RSS_SAMPLE_INTERVAL * 1000:.0f} ms and VmHWM after a reset through /proc/PID/clear_refs). "
+            "Kill latency: the run stamps every 4 KiB record with CLOCK_MONOTONIC and the server keeps the head and "
+            "tail of what it read; `t_exit = first stamp + the server's duration_seconds`, `t_cross = last stamp in "
+            "the tail` (the last record read before the count crossed the budget); `t_exit - t_cross` is an upper "
+            "bound, both errors make it larger. The naive baseline keeps everything, so it is flooded once and "
+            "with less when memory is short (column 2).",
+            "",
+            *header(
+                "server",
+                "run writes (MiB)",
+                "RSS before (MiB)",
+                "peak growth (MiB)",
+                "status",
+                "bytes read",
+                "kill latency, upper bound (ms)",
+                "call latency (ms)",
+                "response (bytes)",
+            ),
+        ]
+        for label, entries in flood.items():
+            for e in entries:
+                lines.append(
+                    row(
+                        label,
+                        e["flood_bytes"] >> 20,
+                        mib(e["rss_before"]),
+                        mib(e["rss_growth"]),
+                        e.get("status", "-"),
+                        e.get("stdout_bytes_read", "-"),
+                        ms(e.get("kill_latency_upper_s")),
+                        ms(e.get("latency_s")),
+                        e.get("response_bytes", "no answer"),
+                    )
+                )
+        lines.append("")
+    startup = report.get("startup", {})
+    if startup:
+        bare = startup.get(BARE_IMPORT, {}).get("p50")
+        lines += [
+            "## Start-up: spawn to initialize response",
+            "",
+            "Bare import: spawn to a line the interpreter writes right after `import mcp.server.lowlevel` (its exit, "
+            "with module teardown, is the extra row and is not compared). Each server: spawn to its initialize "
+            "response (the request is already in its stdin pipe).",
+            "",
+            *header("subject", "p50 (ms)", "min (ms)", "max (ms)", "x bare import (p50)", "x bare import (min)"),
+        ]
+        bare_min = startup.get(BARE_IMPORT, {}).get("min")
+        for name, s in startup.items():
+            lines.append(
+                row(
+                    name,
+                    ms(s.get("p50")),
+                    ms(s.get("min")),
+                    ms(s.get("max")),
+                    times(ratio(s.get("p50"), bare)),
+                    times(ratio(s.get("min"), bare_min)),
+                )
+            )
+        lines.append("")
+    memory = report.get("memory", {})
+    if memory:
+        lines += [
+            "## Memory at idle (after initialize, pool filled)",
+            "",
+            *header(
+                "server",
+                "pool",
+                "server RSS (MiB)",
+                "server PSS (MiB)",
+                "descendants",
+                "descendants RSS (MiB)",
+                "descendants PSS (MiB)",
+            ),
+        ]
+        for label, by_size in memory.items():
+            for size, entries in by_size.items():
+                if not isinstance(entries, list):
+                    continue
+                e = entries[-1]
+                names = ", ".join(f"{n} x{c}" for n, c in sorted(e["descendants_by_name"].items())) or "none"
+                lines.append(
+                    row(
+                        label,
+                        size if size != "None" else "-",
+                        mib(e["server_rss"]),
+                        mib(e["server_pss"]),
+                        names,
+                        mib(e["descendants_rss"]),
+                        mib(e["descendants_pss"]),
+                    )
+                )
+        for label, by_size in memory.items():
+            if "per_pooled_interpreter_rss" in by_size:
+                lines.append(
+                    f"\n{label}: per pooled interpreter, (pool 8 - pool 0) / 8 over every process under the server "
+                    f"(sandbox helpers included): RSS {mib(by_size['per_pooled_interpreter_rss'])} MiB, "
+                    f"PSS {mib(by_size['per_pooled_interpreter_pss'])} MiB (RSS counts shared pages in every process, "
+                    "PSS divides them)."
+                )
+        lines.append("")
+    return "\n".join(lines)
+
+
+# --- main ------------------------------------------------------------------------------------------
+
+
+def parse_env_pairs(pairs: Sequence[str], what: str) -> dict[str, str]:
+    """K=V strings into a dict."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"run_bench: {what}: expected K=V, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Command line."""
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions: under ~2 minutes")
+    parser.add_argument(
+        "--out", type=Path, default=BENCH_DIR / "results", help="results directory (default bench/results)"
+    )
+    parser.add_argument(
+        "--server-env", action="append", default=[], metavar="K=V", help="environment for every real-server variant"
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL:K=V[,K=V...]",
+        help="a real-server variant with its own env (repeatable; default: one variant 'runner')",
+    )
+    parser.add_argument("--no-naive", action="store_true", help="leave the naive baseline out")
+    parser.add_argument(
+        "--only",
+        default="calls,flood,startup,memory",
+        help="comma-separated scenarios: calls, flood, startup, memory (default: all)",
+    )
+    parser.add_argument(
+        "--modes", default="raw,client", help="client modes for the call scenarios (default raw,client)"
+    )
+    parser.add_argument(
+        "--python", default=sys.executable, help="interpreter that starts every server (default: this one)"
+    )
+    parser.add_argument(
+        "--server-root",
+        type=Path,
+        default=REPO,
+        help="checkout whose runner/ is benchmarked (default: this repository)",
+    )
+    parser.add_argument(
+        "--server-commit",
+        metavar="REV",
+        help="benchmark runner/ as of a commit (exported to bench/results/server-SHA/), not the working tree",
+    )
+    return parser.parse_args(argv)
+
+
+def build_specs(args: argparse.Namespace) -> list[ServerSpec]:
+    """The servers under test."""
+    common = parse_env_pairs(args.server_env, "--server-env")
+    specs: list[ServerSpec] = []
+    for variant in args.variant or ["runner:"]:
+        label, _, pairs = variant.partition(":")
+        if not label or label == "naive":
+            raise SystemExit(f"run_bench: --variant needs a label other than 'naive': {variant!r}")
+        env = common | parse_env_pairs([p for p in pairs.split(",") if p], f"--variant {label}")
+        specs.append(ServerSpec(label, "runner", env))
+    if len({s.label for s in specs}) != len(specs):
+        raise SystemExit("run_bench: variant labels must differ")
+    if not args.no_naive:
+        specs.append(ServerSpec("naive", "naive"))
+    return specs
+
+
+async def preflight(specs: list[ServerSpec], launch: Launch) -> None:
+    """Start each server once: a bad configuration (exit 2) stops the bench here, with the server's words."""
+    for spec in specs:
+        conn = await RawConn.start(spec, launch, "preflight")
+        try:
+            await asyncio.wait_for(conn.initialize(), 60)
+            result = await asyncio.wait_for(conn.call(TRIVIAL_CODE, "1"), 60)
+        except (ServerGone, TimeoutError, RuntimeError) as exc:
+            await conn.close()
+            said = conn.log.read_text(errors="replace").strip().splitlines()[-3:]
+            raise SystemExit(f"run_bench: server {spec.label!r} did not start: {exc}\n  " + "\n  ".join(said)) from None
+        await conn.close()
+        if not result.ok:
+            hint = ""
+            if str(launch.root).startswith(("/tmp/", "/dev/shm/")):
+                hint = " (the checkout is under /tmp, which a bwrap sandbox replaces with its own tmpfs)"
+            raise SystemExit(
+                f"run_bench: server {spec.label!r} cannot run print(1): {result.problem}; see {conn.log}{hint}"
+            )
+
+
+def git(*args: str) -> str:
+    """Output of a git command in this repository; '' if it fails."""
+    exe = shutil.which("git")
+    if exe is None:
+        return ""
+    done = subprocess.run([exe, "-C", str(REPO), *args], capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def describe_root(root: Path) -> str:
+    """The checkout's commit, '+dirty runner/' if runner/ has local changes."""
+    if root != REPO:
+        marker = root / ".commit"
+        return marker.read_text().strip() if marker.exists() else "not this repository"
+    head = git("rev-parse", "--short", "HEAD") or "?"
+    return head + ("+dirty runner/" if git("status", "--porcelain", "--", "runner") else "")
+
+
+def export_commit(rev: str) -> Path:
+    """`git archive REV runner` into bench/results/server-SHA/ (never under /tmp: a bwrap sandbox hides /tmp)."""
+    sha = git("rev-parse", "--short", f"{rev}^{{commit}}")
+    if not sha:
+        raise SystemExit(f"run_bench: --server-commit: unknown revision {rev!r}")
+    root = BENCH_DIR / "results" / f"server-{sha}"
+    if not (root / "runner" / "__main__.py").exists():
+        root.mkdir(parents=True, exist_ok=True)
+        git_exe, tar_exe = shutil.which("git"), shutil.which("tar")
+        if git_exe is None or tar_exe is None:
+            raise SystemExit("run_bench: --server-commit needs git and tar")
+        archive = subprocess.run([git_exe, "-C", str(REPO), "archive", sha, "runner"], capture_output=True, check=True)
+        subprocess.run([tar_exe, "-x", "-C", str(root)], input=archive.stdout, check=True)
+    (root / ".commit").write_text(f"{sha} (exported with --server-commit {rev})\n")
+    return root
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    """Run the chosen scenarios and write the report."""
+    params = QUICK if args.quick else FULL
+    modes = tuple(m for m in args.modes.split(",") if m)
+    scenarios = {s for s in args.only.split(",") if s}
+    unknown = scenarios - {"calls", "flood", "startup", "memory"} | set(modes) - {"raw", "client"}
+    if unknown:
+        raise SystemExit(f"run_bench: unknown scenario or mode: {sorted(unknown)}")
+    specs = build_specs(args)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir: Path = args.out
+    logs = out_dir / f"logs-{stamp}"
+    logs.mkdir(parents=True, exist_ok=True)
+    root = export_commit(args.server_commit) if args.server_commit else args.server_root.resolve()
+    launch = Launch(python=args.python, root=root, logs=logs)
+    report: dict[str, Any] = {
+        "started": dt.datetime.now().isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "params": params.__dict__ | {"modes": list(modes)},
+        "machine": machine(),
+        "server_root": str(launch.root),
+        "commit": describe_root(launch.root),
+        "servers": [{"label": s.label, "kind": s.kind, "env": s.env} for s in specs],
+        "workload": {"trivial": TRIVIAL_CODE, "cpu": CPU_CODE, "flood": FLOOD_CODE, "call_timeout": CALL_TIMEOUT},
+    }
+    begin = time.perf_counter()
+    say(f"servers: {', '.join(s.label for s in specs)}; logs in {logs}")
+    await preflight(specs, launch)
+    for spec, entry in zip(specs, report["servers"], strict=True):
+        if spec.kind == "runner":
+            entry["server_config"] = server_config_line(launch.log_path(spec, "preflight"))
+    if "calls" in scenarios:
+        report["calls"] = {}
+        for mode in modes:
+            report["calls"][mode] = await scenario_calls(mode, specs, launch, params)
+    if "flood" in scenarios:
+        report["flood"] = await scenario_flood(specs, launch, params)
+    if "startup" in scenarios:
+        report["startup"] = await scenario_startup(specs, launch, params)
+    if "memory" in scenarios:
+        report["memory"] = await scenario_memory(specs, launch, params)
+    report["elapsed_s"] = time.perf_counter() - begin
+    report["loadavg_end"] = os.getloadavg()
+    markdown = render(report)
+    json_path = out_dir / f"bench-{stamp}.json"
+    md_path = out_dir / f"bench-{stamp}.md"
+    json_path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    md_path.write_text(markdown + "\n")
+    sys.stdout.write(markdown + "\n")
+    say(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point."""
+    args = parse_args(argv)
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
