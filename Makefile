@@ -11,10 +11,10 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: help run test lint typecheck unit lock inspect clean
+.PHONY: help run test lint typecheck unit lock inspect clean bench bench-profile soak
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -87,3 +87,14 @@ container-tools: ## Install Debian's tini for the container stand-in tests (root
 		echo "installing tini from Debian's packages"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tini >/dev/null; \
 	else echo "no /usr/bin/tini: the container stand-in tests will be skipped"; fi
+
+BENCH_ARGS ?=
+PROFILE_ARGS ?=
+PROFILE_VENV ?= /tmp/python-runner-profile
+
+bench: $(RUN_STAMP) ## Benchmark vs the naive baseline and the ping floor (BENCH_ARGS='--quick' or '--variant L:K=V,...')
+	$(PY) bench/run_bench.py $(BENCH_ARGS)
+
+bench-profile: $(RUN_STAMP) ## py-spy profile of trivial calls (py-spy goes into a throwaway venv under /tmp)
+	@test -x $(PROFILE_VENV)/bin/py-spy || { $(PYTHON) -m venv $(PROFILE_VENV) && $(PROFILE_VENV)/bin/pip install --quiet py-spy; }
+	$(PY) bench/profile_calls.py --py-spy $(PROFILE_VENV)/bin/py-spy $(PROFILE_ARGS)
