@@ -7,20 +7,24 @@ the code on fd 3, closes it and runs the code as ``__main__``. This file must no
 ``runner`` package: it runs under ``-I -S`` with nothing but the standard library.
 """
 
-import array
+from __future__ import annotations
+
 import atexit
-import contextlib
 import errno
 import linecache
 import os
 import resource
-import select
 import signal
-import socket
 import sys
 import traceback
 import types
-from typing import NoReturn
+
+# Every import here is paid by every run interpreter before it is ready: typing, contextlib and the
+# zygote's socket modules stay out of it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from typing import NoReturn
 
 CODE_FD = 3
 FILENAME = "<run_python>"
@@ -147,8 +151,10 @@ def exit_status(exc: SystemExit) -> int:
         return 0
     if isinstance(exc.code, int):
         return exc.code & 0xFF
-    with contextlib.suppress(Exception):  # stderr closed by the run: nothing to report to
+    try:
         sys.stderr.write(f"{exc.code}\n")
+    except Exception:  # noqa: S110  (stderr closed by the run: nothing to report to)
+        pass
     return 1
 
 
@@ -168,8 +174,10 @@ def finish(status: int) -> NoReturn:
     except Exception:
         # What the interpreter does when stdout cannot be flushed at exit.
         status = status or 120
-    with contextlib.suppress(Exception):
+    try:
         sys.stderr.flush()
+    except Exception:  # noqa: S110  (a closed stderr has nothing left to flush)
+        pass
     os._exit(status)
 
 
@@ -178,12 +186,14 @@ def report(exc: BaseException) -> None:
 
     Never raises: with stderr closed (or a failing excepthook) there is nowhere to report to.
     """
-    with contextlib.suppress(Exception):
+    try:
         if sys.excepthook is not sys.__excepthook__:
             sys.excepthook(type(exc), exc, exc.__traceback__)
         else:
             # The C-level hook reads source lines from disk; this one reads the seeded linecache.
             traceback.print_exception(exc)
+    except Exception:  # noqa: S110  (nowhere left to report to)
+        pass
 
 
 def warm_up() -> None:
@@ -220,6 +230,8 @@ def zygote(base_dir: str, limits: list[int]) -> None:
     run is killed and the zygote exits. It holds nothing of the server's: a minimal environment,
     no secrets, and only modules the bootstrap itself needs (nothing seeds `random` before a fork).
     """
+    import socket  # only the zygote needs these
+
     server = socket.socket(fileno=CODE_FD)
     os.closerange(CODE_FD + 1, MAX_FD)
     make_undumpable()
@@ -240,6 +252,10 @@ def zygote(base_dir: str, limits: list[int]) -> None:
 
 
 def _serve(server: socket.socket, wake_r: int, base_dir: str, limits: list[int], runs: set[int]) -> None:
+    import array
+    import select
+    import socket
+
     while True:
         readable, _, _ = select.select([server.fileno(), wake_r], [], [])
         if wake_r in readable:
@@ -307,8 +323,10 @@ def _exited_runs(runs: set[int]) -> list[tuple[int, int, resource.struct_rusage]
 
 
 def _kill_group(pid: int) -> None:
-    with contextlib.suppress(OSError):
+    try:
         os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass  # already gone
 
 
 def main() -> None:

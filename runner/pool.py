@@ -392,7 +392,10 @@ class Pool:
                 self._reap(child)
         child.close_all()
         if child.workdir is not None:
-            await anyio.to_thread.run_sync(remove_tree, child.workdir)
+            try:
+                os.rmdir(child.workdir)  # most runs leave their directory empty: no thread needed
+            except OSError:
+                await anyio.to_thread.run_sync(remove_tree, child.workdir)
 
     def _reap(self, child: Child) -> tuple[int, float, int]:
         self._ours.discard(child.pid)

@@ -395,9 +395,11 @@ async def test_cancelling_a_run_kills_its_process_group_and_leaves_nothing(
                     await anyio.sleep(0.01)
             scope.cancel()
     main_pid, child_pid, workdir = marker.read_text().split()
-    assert not alive(int(main_pid))
-    assert not alive(int(child_pid))
     assert not Path(workdir).exists()
+    # SIGKILL is sent to the whole group before the call returns; dying takes the kernel a moment.
+    with anyio.fail_after(5):
+        while alive(int(main_pid)) or alive(int(child_pid)):
+            await anyio.sleep(0.01)
 
 
 async def test_closing_the_pool_kills_pooled_interpreters_and_removes_every_directory(
