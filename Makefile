@@ -98,3 +98,10 @@ bench: $(RUN_STAMP) ## Benchmark vs the naive baseline and the ping floor (BENCH
 bench-profile: $(RUN_STAMP) ## py-spy profile of trivial calls (py-spy goes into a throwaway venv under /tmp)
 	@test -x $(PROFILE_VENV)/bin/py-spy || { $(PYTHON) -m venv $(PROFILE_VENV) && $(PROFILE_VENV)/bin/pip install --quiet py-spy; }
 	$(PY) bench/profile_calls.py --py-spy $(PROFILE_VENV)/bin/py-spy $(PROFILE_ARGS)
+
+SOAK_RUNS ?= 2000
+
+soak: $(DEV_STAMP) ## Long soak (bench/soak.py, both spawn modes) and protocol fuzzing at 10x; not in make test
+	$(PY) bench/soak.py --runs $(SOAK_RUNS) --spawn-mode fork-server
+	$(PY) bench/soak.py --runs $(SOAK_RUNS) --spawn-mode posix-spawn
+	FUZZ_SCALE=10 $(VENV)/bin/pytest -q tests/test_fuzz.py

@@ -46,9 +46,19 @@ class ForkedChild(Child):
     report: tuple[int, float, int] | None = None  # (returncode, cpu seconds, peak RSS bytes)
 
     def kill_group(self) -> None:
-        """SIGKILL the run's group, unless the zygote has reaped its leader (the pid may be reused)."""
+        """SIGKILL the run's group, unless the zygote has reaped its leader (the pid may be reused).
+
+        A run killed right after the fork may not have called setsid yet: then it has no group of
+        its own (and nothing in one), so it is killed by pid.
+        """
         if self.report is None:
-            super().kill_group()
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+            except PermissionError:
+                pass
 
     def still_running(self) -> bool:
         """True until the zygote reports the run's end."""
@@ -118,7 +128,11 @@ class ForkServer:
         async with self._lock:
             if self._socket is None:
                 await self._start()
-            message, fds = await self._request(b"F")
+            # Shielded (and bounded inside): a request the zygote has seen must have its answer
+            # taken, or it would be handed to the next fork() and the forked run left behind. The
+            # caller owns the run from here and kills it if it was cancelled meanwhile.
+            with anyio.CancelScope(shield=True):
+                message, fds = await self._request(b"F")
         kind, _, rest = message.partition(b" ")
         if kind != b"S" or len(fds) != 4:
             for fd in fds:

@@ -67,22 +67,35 @@ class InvalidMessage(Exception):
 def parse_message(line: bytes) -> types.JSONRPCMessage:
     """Parse one line of the wire; raise `InvalidMessage` carrying the JSON-RPC error that answers it."""
     try:
-        return types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-    except ValidationError:
+        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except (ValidationError, ValueError, RecursionError):
         raise InvalidMessage(_explain_invalid(line)) from None
+    request_id = getattr(message, "id", None)
+    if isinstance(request_id, str) and not _encodable(request_id):
+        # No answer could carry this id back (it is not valid Unicode): answer as for a missing one.
+        raise InvalidMessage(error_reply(None, types.INVALID_REQUEST, "Invalid Request: the id is not valid Unicode"))
+    return message
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _explain_invalid(line: bytes) -> types.JSONRPCError:
     try:
         value: Any = json.loads(line)
+    except RecursionError:
+        return error_reply(_usable_id(request_id_in(line)), types.INVALID_REQUEST, "Invalid Request: nested too deeply")
     except ValueError as exc:
         return error_reply(None, types.PARSE_ERROR, f"Parse error: {exc}")
     if not isinstance(value, dict):
         what = "batches are not supported" if isinstance(value, list) else "a message must be a JSON object"
         return error_reply(None, types.INVALID_REQUEST, f"Invalid Request: {what}")
-    request_id = value.get("id")
-    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
-        request_id = None
+    request_id = _usable_id(value.get("id"))
     problems = []
     if value.get("jsonrpc") != "2.0":
         problems.append('"jsonrpc" must be "2.0"')
@@ -96,10 +109,17 @@ def _explain_invalid(line: bytes) -> types.JSONRPCError:
     return error_reply(request_id, types.INVALID_REQUEST, f"Invalid Request: {detail}")
 
 
+def _usable_id(value: object) -> str | int | None:
+    """An id an error reply can carry back: a string of valid Unicode or an integer, else None."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    return value if not isinstance(value, str) or _encodable(value) else None
+
+
 def too_large_reply(head: bytes, size: int, limit: int) -> types.JSONRPCError:
     """The answer to a line discarded for its size, addressed to its id when that is visible."""
     message = f"Invalid Request: {size:,} bytes, more than the limit of {limit:,} (see RUNNER_MAX_CODE_BYTES)"
-    return error_reply(request_id_in(head), types.INVALID_REQUEST, message)
+    return error_reply(_usable_id(request_id_in(head)), types.INVALID_REQUEST, message)
 
 
 class LineReader:
@@ -188,8 +208,16 @@ async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncI
             try:
                 async with from_server:
                     async for message in from_server:
-                        data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                        await _write_all(wire_out, data.encode() + b"\n")
+                        try:
+                            data = message.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+                        except Exception:  # one message that cannot be written must not end the session
+                            logger.error(
+                                "message could not be serialized; dropped",
+                                exc_info=True,
+                                extra={"request_id": "-", "fields": {}},
+                            )
+                            continue
+                        await _write_all(wire_out, data + b"\n")
             finally:
                 written_all.set()
 

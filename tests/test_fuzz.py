@@ -25,9 +25,9 @@ Frames tried are counted per test, printed in pytest's terminal summary and writ
 `fuzz-frames.json` in pytest's base temporary directory. `FUZZ_SCALE=N` multiplies every test's
 number of examples (`make soak` runs them bigger).
 
-Two server bugs this fuzzing found are pinned by the strict xfail tests at the end. The strategies
-stay out of their way (no lone surrogates in ids, JSON nested at most 800 deep) so that the other
-properties keep being checked; widen them when the bugs are fixed.
+Two server bugs this fuzzing found (a lone-surrogate id and JSON nested about 1000 deep each killed
+the server) are fixed and checked by the tests at the end; the random strategies stay below those
+depths to keep each example fast.
 """
 
 from __future__ import annotations
@@ -917,7 +917,7 @@ def test_tool_arguments_inside_and_outside_the_schema(served: Wire) -> None:
     assert served.frames >= 150 * SCALE
 
 
-# --- server bugs the fuzzing found (strict xfail: fix the server, then drop the mark) -------------------
+# --- frames that once killed the server: a lone-surrogate id, deep nesting -------------------------------
 
 
 def one_answer_and_alive(wire: Wire, line: bytes, request_id: str | int | None) -> None:
@@ -937,14 +937,6 @@ def one_answer_and_alive(wire: Wire, line: bytes, request_id: str | int | None) 
     wire.null_bounds = [len(wire.nulls)] * 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: a request whose id is a string with a lone surrogate escape (\\ud800) is answered "
-        "with an error carrying that id, which pydantic cannot serialize: write_wire raises "
-        "PydanticSerializationError and the server exits 1"
-    ),
-)
 @pytest.mark.parametrize("request_id", ["\ud800"])
 def test_an_id_with_a_lone_surrogate_is_answered_and_the_server_lives(
     work_dir: Path, tmp_path: Path, request_id: str
@@ -955,14 +947,6 @@ def test_an_id_with_a_lone_surrogate_is_answered_and_the_server_lives(
         one_answer_and_alive(wire, line, request_id)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug: JSON nested about 1000 deep in a line of a few KB makes wire._explain_invalid's "
-        "json.loads raise RecursionError, which only ValueError is caught for; read_wire dies and the "
-        "server exits 1"
-    ),
-)
 @pytest.mark.parametrize(
     ("line", "request_id"),
     [

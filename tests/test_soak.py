@@ -21,16 +21,7 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.timeout(150)
 
 RUNS = 100
-CANCEL_RACE = (
-    "server bug: in fork-server mode a call cancelled while its interpreter is being forked leaks that "
-    "interpreter, its run directory and 4 server fds until shutdown: ForkServer.fork() is cancelled while "
-    "awaiting the zygote's reply, the reply (pid + SCM_RIGHTS fds) stays queued in _replies, and every later "
-    "fork() pops the reply before its own; 20 calls cancelled at once leave about 16 interpreters behind"
-)
-SPAWN_MODES = [
-    "posix-spawn",
-    pytest.param("fork-server", marks=pytest.mark.xfail(strict=True, reason=CANCEL_RACE)),
-]
+SPAWN_MODES = ["posix-spawn", "fork-server"]
 
 
 def soak(tmp_path: Path, *options: str) -> tuple[dict, str]:
