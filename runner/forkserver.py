@@ -30,7 +30,7 @@ from runner.errors import SpawnError
 from runner.limits import Limits
 from runner.logs import log_event
 from runner.sandbox import BOOTSTRAP
-from runner.spawn import _RESETTABLE_SIGNALS, Child, interpreter_argv, maxrss_bytes, minimal_environment
+from runner.spawn import Child, interpreter_argv, maxrss_bytes, spawn_in_new_session
 
 MAX_MESSAGE = 8192
 STARTUP_TIMEOUT = 15.0
@@ -254,20 +254,7 @@ def _spawn_zygote(config: Config, base_dir: str, limits: Limits) -> tuple[int, s
     null = os.open(os.devnull, os.O_RDONLY)
     try:
         # Its stdin is /dev/null; what it might say goes to the server's own stderr (the log).
-        actions = [
-            (os.POSIX_SPAWN_DUP2, null, 0),
-            (os.POSIX_SPAWN_DUP2, 2, 1),
-            (os.POSIX_SPAWN_DUP2, theirs.fileno(), 3),
-        ]
-        pid = os.posix_spawn(
-            argv[0],
-            argv,
-            minimal_environment(base_dir),
-            file_actions=actions,
-            setsid=True,
-            setsigmask=(),
-            setsigdef=_RESETTABLE_SIGNALS,
-        )
+        pid = spawn_in_new_session(argv, base_dir, [null, 2, 2, theirs.fileno()])
     except OSError as exc:
         ours.close()
         raise SpawnError(f"cannot start the fork server: {exc}") from exc

@@ -114,6 +114,25 @@ def maxrss_bytes(ru_maxrss: int) -> int:
     return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024
 
 
+def spawn_in_new_session(argv: list[str], home: str, fds: list[int]) -> int:
+    """posix_spawn `argv` in a new session with `fds` as its fds 0, 1, 2, ... and nothing else.
+
+    The signal mask and every disposition are reset and the environment is the minimal one: the
+    child inherits nothing of the server's but what is passed here.
+    """
+    # os.pipe() and socketpair() fds are close-on-exec; dup2 onto 0..n clears that for the targets.
+    actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(fds)]
+    return os.posix_spawn(
+        argv[0],
+        argv,
+        minimal_environment(home),
+        file_actions=actions,
+        setsid=True,
+        setsigmask=(),
+        setsigdef=_RESETTABLE_SIGNALS,
+    )
+
+
 def interpreter_argv(python: str) -> list[str]:
     """How every run interpreter (and the zygote) is started: isolated, no site-packages, UTF-8."""
     return [python, "-I", "-S", "-X", "utf8"]
@@ -150,16 +169,7 @@ def spawn_child(python: str, base_dir: str, limits: Limits, sandbox: Sandbox) ->
         code_r, code_w = os.pipe()
         parent_fds += [stdin_w, stdout_r, stderr_r, code_w]
         child_fds += [stdin_r, stdout_w, stderr_w, code_r]
-        actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(child_fds)]
-        pid = os.posix_spawn(
-            argv[0],
-            argv,
-            minimal_environment(workdir),
-            file_actions=actions,
-            setsid=True,
-            setsigmask=(),
-            setsigdef=_RESETTABLE_SIGNALS,
-        )
+        pid = spawn_in_new_session(argv, workdir, child_fds)
     except OSError as exc:
         for fd in parent_fds + child_fds:
             os.close(fd)
