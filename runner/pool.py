@@ -23,6 +23,7 @@ from runner.bootstrap import READY_PREFIX
 from runner.capture import OutputCap, keep_bytes_for, render_stream
 from runner.config import Config
 from runner.errors import SpawnError
+from runner.fdio import write_all
 from runner.forkserver import ForkServer
 from runner.limits import Limits, count_tasks_of_uid, limits_for
 from runner.logs import get_logger, log_event
@@ -255,7 +256,7 @@ class Pool:
         state = _Drive(budget=self._config.max_output_bytes, child=child)
         timed_out = False
         async with anyio.create_task_group() as tg:
-            await _write_all(child.code, request.code.encode("utf-8"))
+            await write_all(child.code, request.code.encode("utf-8"))
             child.close_fd(child.code)
             started = anyio.current_time()
             # One sample now: a run that ends within the first interval still gets a number.
@@ -323,7 +324,7 @@ class Pool:
     @staticmethod
     async def _feed_stdin(child: Child, data: bytes) -> None:
         try:
-            await _write_all(child.stdin, data)
+            await write_all(child.stdin, data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the run closed its stdin or ended: what it did not read is not our problem
         finally:
@@ -439,17 +440,6 @@ class Pool:
             child.kill_group()  # their own runs reap them; this makes sure they die now
         while self._ready:
             await self._destroy(self._ready.popleft())
-
-
-async def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            written = os.write(fd, view)
-        except BlockingIOError:
-            await anyio.wait_writable(fd)
-            continue
-        view = view[written:]
 
 
 async def _pump(fd: int, cap: OutputCap, state: _Drive) -> None:

@@ -29,6 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from runner.fdio import write_all
 from runner.logs import log_event
 
 READ_SIZE = 64 * 1024
@@ -217,7 +218,7 @@ async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncI
                                 extra={"request_id": "-", "fields": {}},
                             )
                             continue
-                        await _write_all(wire_out, data + b"\n")
+                        await write_all(wire_out, data + b"\n")
             finally:
                 written_all.set()
 
@@ -262,14 +263,3 @@ def _claimed(fd: int, flags: int) -> Iterator[int]:
         os.close(private)
         os.dup2(saved, fd)
         os.close(saved)
-
-
-async def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            written = os.write(fd, view)
-        except BlockingIOError:
-            await anyio.wait_writable(fd)
-            continue
-        view = view[written:]
