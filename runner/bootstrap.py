@@ -150,7 +150,8 @@ def exit_status(exc: SystemExit) -> int:
     if exc.code is None:
         return 0
     if isinstance(exc.code, int):
-        return exc.code & 0xFF
+        # The interpreter converts to a C long: what does not fit becomes -1, i.e. status 255.
+        return exc.code & 0xFF if -(2**63) <= exc.code < 2**63 else 255
     try:
         sys.stderr.write(f"{exc.code}\n")
     except Exception:  # noqa: S110  (stderr closed by the run: nothing to report to)

@@ -35,6 +35,7 @@ from runner.spawn import Child, interpreter_argv, maxrss_bytes, spawn_in_new_ses
 MAX_MESSAGE = 8192
 STARTUP_TIMEOUT = 15.0
 REAP_TIMEOUT = 5.0
+ZYGOTE_EXIT_GRACE = 0.5
 ZYGOTE_DIED_STATUS = signal.SIGKILL  # what a run whose zygote died is reported to have died of
 
 
@@ -44,6 +45,7 @@ class ForkedChild(Child):
 
     exited: anyio.Event = field(default_factory=anyio.Event)
     report: tuple[int, float, int] | None = None  # (returncode, cpu seconds, peak RSS bytes)
+    zygote_pid: int = 0
 
     def kill_group(self) -> None:
         """SIGKILL the run's group, unless the zygote has reaped its leader (the pid may be reused).
@@ -55,8 +57,10 @@ class ForkedChild(Child):
             try:
                 os.killpg(self.pid, signal.SIGKILL)
             except ProcessLookupError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, signal.SIGKILL)
+                # Only while it is still the zygote's child: a reaped pid may already be someone else's.
+                if _parent_of(self.pid) == self.zygote_pid:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self.pid, signal.SIGKILL)
             except PermissionError:
                 pass
 
@@ -133,6 +137,7 @@ class ForkServer:
             # caller owns the run from here and kills it if it was cancelled meanwhile.
             with anyio.CancelScope(shield=True):
                 message, fds = await self._request(b"F")
+            zygote, sock = self._zygote, self._socket
         kind, _, rest = message.partition(b" ")
         if kind != b"S" or len(fds) != 4:
             for fd in fds:
@@ -150,9 +155,15 @@ class ForkServer:
             stderr=stderr,
             code=code,
             interpreter_pid=int(pid_text),
+            zygote_pid=zygote or 0,
         )
         child._open.update(fds)
-        self._runs[child.pid] = child
+        if sock is None:
+            # The zygote died between answering and now: nobody will report this run's end.
+            child.kill_group()
+            child.ended(-ZYGOTE_DIED_STATUS, 0.0, 0)
+        else:
+            self._runs[child.pid] = child
         return child
 
     async def _request(self, request: bytes | None) -> tuple[bytes, list[int]]:
@@ -164,11 +175,20 @@ class ForkServer:
                 self._socket.send(request)
             except OSError as exc:
                 raise SpawnError(f"the fork server is gone: {exc}") from exc
+        sock = self._socket
         with anyio.move_on_after(STARTUP_TIMEOUT):
             await self._reply_ready.wait()
         if not self._replies:
-            raise SpawnError("the fork server did not answer")
+            # Stopped or wedged: a late answer must not go to the next request. Start afresh.
+            await self._zygote_gone(sock)
+            raise SpawnError("the fork server did not answer; replaced")
         return self._replies.pop(0)
+
+    async def abandon(self) -> None:
+        """Give up on the current zygote (it stopped reporting): its runs end as killed, a new one follows."""
+        if self._socket is not None:
+            log_event(self._log, logging.ERROR, "fork server stopped answering; replacing it", pid=self._zygote)
+            await self._zygote_gone(self._socket)
 
     async def _start(self) -> None:
         pid, ours = _spawn_zygote(self._config, self._base_dir, self._limits)
@@ -223,6 +243,8 @@ class ForkServer:
         with contextlib.suppress(OSError):
             # EOF tells a live zygote to kill every run and exit.
             sock.shutdown(socket.SHUT_RDWR)
+        # Wake its reader before the fd number can be reused by the next zygote's socket.
+        anyio.notify_closing(sock)
         sock.close()
         for child in self._runs.values():
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -234,13 +256,17 @@ class ForkServer:
         if pid is None:
             return
         # Shielded: whoever noticed the death first must finish reaping even if cancelled meanwhile.
-        with anyio.move_on_after(REAP_TIMEOUT, shield=True) as scope:
-            while not _reap_nowait(pid):  # noqa: ASYNC110  (no pidfd needed for a once-per-zygote wait)
-                await anyio.sleep(0.005)
-        if scope.cancelled_caught:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            log_event(self._log, logging.ERROR, "fork server did not exit; killed", pid=pid)
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(ZYGOTE_EXIT_GRACE) as scope:
+                while not _reap_nowait(pid):  # noqa: ASYNC110  (no pidfd needed for a once-per-zygote wait)
+                    await anyio.sleep(0.005)
+            if scope.cancelled_caught:
+                # Stopped, or ignoring its socket: it goes by force.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                with anyio.move_on_after(REAP_TIMEOUT):
+                    while not _reap_nowait(pid):  # noqa: ASYNC110
+                        await anyio.sleep(0.005)
 
     async def _stop(self) -> None:
         if self._socket is not None:
@@ -262,6 +288,14 @@ def _spawn_zygote(config: Config, base_dir: str, limits: Limits) -> tuple[int, s
         os.close(null)
         theirs.close()
     return pid, ours
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _reap_nowait(pid: int) -> bool:

@@ -24,7 +24,7 @@ from runner.capture import OutputCap, keep_bytes_for, render_stream
 from runner.config import Config
 from runner.errors import SpawnError
 from runner.fdio import write_all
-from runner.forkserver import ForkServer
+from runner.forkserver import ForkedChild, ForkServer
 from runner.limits import Limits, count_tasks_of_uid, limits_for
 from runner.logs import get_logger, log_event
 from runner.outcome import ProcessEnd, Progress, RunLimits, RunRequest, RunResult, Status, classify
@@ -38,6 +38,7 @@ CHUNK = 64 * 1024
 EXIT_GRACE = 0.25
 STARTUP_TIMEOUT = 15.0
 REAP_TIMEOUT = 5.0
+KILL_GRACE = 2.0
 USAGE_SAMPLE_INTERVAL = 0.01
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PROGRESS_INTERVAL = 1.0
@@ -272,7 +273,7 @@ class Pool:
             if deadline.cancelled_caught:
                 timed_out = True
                 child.kill_group()
-                await child.wait_exit()
+                await self._wait_after_kill(child)
             duration = anyio.current_time() - started
             # Whatever the run left in its group dies with it, before the leader is reaped.
             child.kill_group()
@@ -297,6 +298,17 @@ class Pool:
             peak_memory_bytes=peak,
             queue_wait=queue_wait,
         )
+
+    async def _wait_after_kill(self, child: Child) -> None:
+        """Wait for a SIGKILLed run to be gone; a zygote that stopped reporting is replaced."""
+        with anyio.move_on_after(KILL_GRACE):
+            await child.wait_exit()
+        if not child.still_running():
+            return
+        if isinstance(child, ForkedChild) and self._forkserver is not None:
+            await self._forkserver.abandon()  # ends its runs, this one included
+        else:
+            raise SpawnError(f"process {child.pid} did not end after SIGKILL")
 
     async def _report_progress(
         self, request: RunRequest, started: float, out: OutputCap, err: OutputCap, on_progress: ProgressCallback

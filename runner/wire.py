@@ -219,6 +219,10 @@ async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncI
                             )
                             continue
                         await write_all(wire_out, data + b"\n")
+            except (BrokenPipeError, ConnectionResetError):
+                # The client stopped reading: the session is over, as on stdin EOF.
+                log_event(logger, logging.INFO, "client closed its end of stdout; shutting down")
+                tg.cancel_scope.cancel()
             finally:
                 written_all.set()
 
@@ -245,7 +249,9 @@ def _claimed(fd: int, flags: int) -> Iterator[int]:
     """
     saved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
     try:
-        private = os.open(f"/proc/self/fd/{fd}", flags | os.O_CLOEXEC)
+        # Keep O_APPEND: a log file opened with >> must not be overwritten from its start.
+        append = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND
+        private = os.open(f"/proc/self/fd/{fd}", flags | append | os.O_CLOEXEC)
         restore_blocking = None
     except OSError:
         private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)

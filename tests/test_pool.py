@@ -457,3 +457,26 @@ async def test_a_setsid_double_fork_daemon_is_killed_soon_after_its_run(
         with anyio.fail_after(5):
             while alive(daemon):
                 await anyio.sleep(0.02)
+
+
+async def test_a_run_that_stops_the_zygote_ends_and_the_next_run_gets_a_new_one(config: Config, no_leaks: None) -> None:
+    if config.spawn_mode != "fork-server":
+        pytest.skip("only a forked run's parent is a zygote")
+    # The guard keeps this from ever stopping anything but a zygote.
+    code = """
+        import os, signal
+        if b"--zygote" not in open(f"/proc/{os.getppid()}/cmdline", "rb").read():
+            raise SystemExit("parent is not a zygote: refusing")
+        os.kill(os.getppid(), signal.SIGSTOP)
+    """
+    async with Pool.open(tuned(config, pool_size=0)) as pool:
+        with anyio.fail_after(20):
+            stopped = await run(pool, code, timeout=1)
+            after = await run(pool, "print('served by a new zygote')")
+    assert stopped.status in (Status.OK, Status.TIMEOUT, Status.SIGNAL)
+    assert after.stdout.text == "served by a new zygote\n"
+
+
+async def test_an_exit_code_beyond_a_c_long_is_255_as_for_the_interpreter(pool: Pool) -> None:
+    result = await run(pool, "import sys\nsys.exit(2**70)")
+    assert (result.status, result.exit_code) == (Status.ERROR, 255)
