@@ -348,7 +348,8 @@ class Pool:
             self._wanted.set()
             if child.still_running():
                 return child
-            await self._destroy(child)
+            with anyio.CancelScope(shield=True):
+                await self._destroy(child)  # it is no longer in the pool: nobody else would
         return await self._spawn_ready()
 
     async def _spawn_ready(self) -> Child:
