@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -196,3 +198,34 @@ async def test_an_oversized_message_is_answered_and_the_server_keeps_serving(
         assert alive_call["result"]["structuredContent"]["stdout"] == "alive\n"
     log = (tmp_path / "stderr.log").read_text()
     assert re.search(r'invalid message answered error="Invalid Request: 20,000,1\d\d bytes', log)
+
+
+def test_a_client_that_stops_reading_ends_the_session_with_exit_0(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+    with open(tmp_path / "stderr.log", "w") as errlog:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "runner"],
+            cwd=REPO,
+            env=server_env(work_dir),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errlog,
+        )
+    assert server.stdin is not None
+    assert server.stdout is not None
+    server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize}).encode())
+    server.stdin.write(b"\n")
+    server.stdin.flush()
+    assert json.loads(server.stdout.readline())["id"] == 1
+    server.stdout.close()  # no reader left: the server's next write fails with EPIPE
+    with contextlib.suppress(BrokenPipeError):
+        server.stdin.write(b'{"jsonrpc": "2.0", "id": 2, "method": "ping"}\n')
+        server.stdin.flush()
+    try:
+        assert server.wait(timeout=20) == 0
+    finally:
+        server.kill()
+        server.stdin.close()
+    assert "client closed its end of stdout; shutting down" in (tmp_path / "stderr.log").read_text()
