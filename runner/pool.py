@@ -256,12 +256,13 @@ class Pool:
         out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
         state = _Drive(budget=self._config.max_output_bytes, child=child)
         timed_out = False
+        # One sample while the interpreter still waits for its code: a run that ends before the
+        # first interval (a millisecond is enough) still gets a number.
+        _note_usage(child, state)
         async with anyio.create_task_group() as tg:
             await write_all(child.code, request.code.encode("utf-8"))
             child.close_fd(child.code)
             started = anyio.current_time()
-            # One sample now: a run that ends within the first interval still gets a number.
-            _note_usage(child, state)
             tg.start_soon(self._feed_stdin, child, request.stdin.encode("utf-8"))
             tg.start_soon(_pump, child.stdout, out, state)
             tg.start_soon(_pump, child.stderr, err, state)
