@@ -38,6 +38,26 @@ def alive(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes (not this one) with `text` in their command line or environment: a server has
+    its RUNNER_WORK_DIR in its environment, run interpreters their directory in theirs."""
+    needle = text.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        for part in ("cmdline", "environ"):
+            try:
+                with open(f"/proc/{entry}/{part}", "rb") as source:
+                    data = source.read()
+            except OSError:
+                continue
+            if needle in data and alive(int(entry)):
+                found.append(int(entry))
+                break
+    return found
+
+
 def children_of(pid: int) -> list[int]:
     """Direct children of `pid`, including zombies (a zombie is an unreaped leak too)."""
     found = []

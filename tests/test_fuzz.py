@@ -55,7 +55,7 @@ from jsonschema import Draft202012Validator
 from runner.config import Config
 from runner.schemas import input_schema
 from tests.conftest import REPO
-from tests.helpers import alive, check_structured
+from tests.helpers import check_structured, processes_mentioning
 
 SCALE = float(os.environ.get("FUZZ_SCALE", "1"))
 MAX_CODE_BYTES = 2000
@@ -185,24 +185,6 @@ def wire_problem(raw: bytes) -> str | None:
     elif not isinstance(message["result"], dict):
         return "a result that is not an object"
     return None
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line or environment contains `text` (not this process)."""
-    found = []
-    needle = text.encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        for name in ("cmdline", "environ"):
-            try:
-                data = Path(f"/proc/{entry}/{name}").read_bytes()
-            except OSError:
-                continue
-            if needle in data and alive(int(entry)):
-                found.append(int(entry))
-                break
-    return found
 
 
 class Wire:

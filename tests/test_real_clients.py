@@ -25,7 +25,7 @@ import pytest
 from runner.config import Config
 from runner.schemas import input_schema, output_schema
 from tests.conftest import REPO
-from tests.helpers import SEED_PLAIN, alive, check_structured
+from tests.helpers import SEED_PLAIN, alive, check_structured, processes_mentioning
 
 CLIENTS = REPO / "tests" / "clients"
 NODE_MODULES = CLIENTS / "node_modules"
@@ -47,24 +47,6 @@ def wait_until(predicate: Callable[[], bool], seconds: float) -> bool:
             return False
         time.sleep(0.02)
     return True
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes with `text` in their command line or environment (the server has it in
-    RUNNER_WORK_DIR, run interpreters in their command line)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        for part in ("cmdline", "environ"):
-            try:
-                data = Path(f"/proc/{entry}/{part}").read_bytes()
-            except OSError:
-                continue
-            if text.encode() in data and alive(int(entry)):
-                found.append(int(entry))
-                break
-    return found
 
 
 def assert_left_nothing(work_dir: Path) -> None:

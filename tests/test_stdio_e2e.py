@@ -22,7 +22,7 @@ from mcp.client.stdio import stdio_client
 from runner.config import Config
 from runner.schemas import input_schema, output_schema
 from tests.conftest import REPO
-from tests.helpers import SEED_PLAIN, alive, check_structured, max_overlap
+from tests.helpers import SEED_PLAIN, alive, check_structured, max_overlap, processes_mentioning
 from tests.raw import raw_server
 
 pytestmark = pytest.mark.anyio
@@ -37,20 +37,6 @@ def server_env(work_dir: Path, **extra: str) -> dict[str, str]:
         "RUNNER_SANDBOX": "none",
         **extra,
     }
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains `text` (run interpreters carry their work dir)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if text.encode() in cmdline and alive(int(entry)):
-                found.append(int(entry))
-    return found
 
 
 @pytest.fixture
