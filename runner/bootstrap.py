@@ -3,7 +3,8 @@
 Started as ``python -I -S -X utf8 bootstrap.py WORKDIR CPU AS NPROC FSIZE`` with the run's pipes on
 fds 0-2 and the code pipe on fd 3. It closes every other inherited fd, enters WORKDIR, applies the
 rlimits, reports readiness as one line on stdout (before any user output can exist), then waits for
-the code on fd 3, closes it and runs the code as ``__main__``. This file must not import the
+the code on fd 3 (framed: its byte count and a newline first), closes it and runs the code as
+``__main__``. This file must not import the
 ``runner`` package: it runs under ``-I -S`` with nothing but the standard library.
 """
 
@@ -103,20 +104,38 @@ def make_undumpable() -> None:
         pass
 
 
-def read_code() -> bytes:
-    """Read the code until the server closes the pipe."""
-    chunks = []
-    while True:
+def frame_code(code: bytes) -> bytes:
+    """What the server writes on the code pipe: the byte count, a newline, the code."""
+    return b"%d\n" % len(code) + code
+
+
+def read_code() -> bytes | None:
+    """Read the code the server framed with `frame_code`; None if the pipe closed before all of it came.
+
+    The count lets the run start as soon as the last byte arrives: waiting for the server to close
+    the pipe would cost a second wake-up.
+    """
+    data = bytearray()
+    size = -1
+    while size < 0 or len(data) < size:
         chunk = os.read(CODE_FD, 1 << 16)
         if not chunk:
             break
-        chunks.append(chunk)
+        data += chunk
+        if size < 0 and b"\n" in data:
+            head, _, rest = bytes(data).partition(b"\n")
+            size, data = int(head), bytearray(rest)
     os.close(CODE_FD)
-    return b"".join(chunks)
+    return bytes(data) if 0 <= size == len(data) else None
 
 
-def run(source: bytes) -> NoReturn:
-    """Run `source` as the ``__main__`` module, with tracebacks that show the user's lines only, then exit."""
+def run(source: bytes | None) -> NoReturn:
+    """Run `source` as the ``__main__`` module, with tracebacks that show the user's lines only, then exit.
+
+    None (the code never fully arrived: the call was cancelled) runs nothing.
+    """
+    if source is None:
+        os._exit(1)
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
     sys.argv = [""]
@@ -202,20 +221,29 @@ def warm_up() -> None:
     exec(compile("pass", FILENAME, "exec", dont_inherit=True), {})
 
 
+def prepare_process() -> None:
+    """What every run needs once per interpreter, before any run's code: a forked run inherits it.
+
+    Non-dumpable, no capabilities (both survive fork, and a run cannot undo them), the compiler
+    warmed up, and a line-buffered stdout: -I ignores PYTHONUNBUFFERED, and a block-buffered stdout
+    loses what a run printed before a timeout kill. Line buffering keeps every finished line,
+    written whole (one write per line, so lines of concurrent processes do not interleave mid-line).
+    """
+    make_undumpable()
+    warm_up()
+    drop_privileges()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+
+
 def become_run(workdir: str, limits: list[int]) -> None:
     """Enter the working directory, apply the limits and say so on stdout: then the code may come."""
-    # Anything the server's own parent passed down stops here; fd 3 goes once the code is read.
+    # Anything the server's own parent passed down stops here (in a forked run: the zygote's
+    # socket and the server's ends of the pipes); fd 3 goes once the code is read.
     os.closerange(CODE_FD + 1, MAX_FD)
     os.chdir(workdir)
     os.umask(0o077)
-    make_undumpable()
-    warm_up()
+    # Lowering limits needs no capability, so the order against prepare_process() does not matter.
     refused = apply_limits(*limits)
-    drop_privileges()
-    # -I ignores PYTHONUNBUFFERED, and a block-buffered stdout loses what a run printed before a
-    # timeout kill. Line buffering keeps every finished line, written whole (one write per line, so
-    # lines of concurrent processes do not interleave mid-line).
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     os.write(1, READY_PREFIX + b" " + ",".join(refused).encode() + b"\n")
 
 
@@ -226,33 +254,39 @@ def zygote(base_dir: str, limits: list[int]) -> None:
     working directory and four pipes, forks, and sends back ``S <pid> <workdir>`` with the
     server's pipe ends attached (SCM_RIGHTS).
     When a run exits it kills whatever is left in the run's process group (the leader is still a
-    zombie, so the group id cannot have been reused), reaps it and sends
-    ``X <pid> <wait status> <utime> <stime> <maxrss>``. When the server closes the socket, every
-    run is killed and the zygote exits. It holds nothing of the server's: a minimal environment,
-    no secrets, and only modules the bootstrap itself needs (nothing seeds `random` before a fork).
+    zombie, so the group id cannot have been reused), reaps it, removes its working directory if
+    the run left it empty, and sends ``X <pid> <wait status> <utime> <stime> <maxrss> <removed>``
+    (removed: 1 if the directory is gone, 0 if the server must delete what is in it). When the
+    server closes the socket, every run is killed and reaped and the zygote exits. It holds nothing
+    of the server's: a minimal environment, no secrets, and only modules the bootstrap itself needs
+    (nothing seeds `random` before a fork).
     """
     import socket  # only the zygote needs these
 
     server = socket.socket(fileno=CODE_FD)
     os.closerange(CODE_FD + 1, MAX_FD)
-    make_undumpable()
-    drop_privileges()
+    prepare_process()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    runs: set[int] = set()
-    warm_up()
+    runs: dict[int, str] = {}  # pid -> working directory
     try:
         server.send(b"R")
         _serve(server, wake_r, base_dir, limits, runs)
     except OSError:
         pass  # the server is gone: so must every run be
+    # Reaped here, not left to the server: orphans would reach it as strays of unknown origin.
     for pid in runs:
         _kill_group(pid)
+    for pid in runs:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
 
-def _serve(server: socket.socket, wake_r: int, base_dir: str, limits: list[int], runs: set[int]) -> None:
+def _serve(server: socket.socket, wake_r: int, base_dir: str, limits: list[int], runs: dict[int, str]) -> None:
     import array
     import select
     import socket
@@ -261,8 +295,15 @@ def _serve(server: socket.socket, wake_r: int, base_dir: str, limits: list[int],
         readable, _, _ = select.select([server.fileno(), wake_r], [], [])
         if wake_r in readable:
             os.read(wake_r, 4096)
-            for pid, status, usage in _exited_runs(runs):
-                report = b"X %d %d %r %r %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss)
+            for pid, status, usage, removed in _exited_runs(runs):
+                report = b"X %d %d %r %r %d %d" % (
+                    pid,
+                    status,
+                    usage.ru_utime,
+                    usage.ru_stime,
+                    usage.ru_maxrss,
+                    removed,
+                )
                 server.send(report)
         if server.fileno() in readable:
             if not server.recv(16):
@@ -281,7 +322,7 @@ def _serve(server: socket.socket, wake_r: int, base_dir: str, limits: list[int],
                 _forked_run(theirs, workdir, limits)
             for fd in theirs:
                 os.close(fd)
-            runs.add(pid)
+            runs[pid] = workdir
             fds = array.array("i", ours)
             server.sendmsg([b"S %d %s" % (pid, workdir.encode())], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
             for fd in ours:
@@ -308,8 +349,8 @@ def _forked_run(theirs: list[int], workdir: str, limits: list[int]) -> NoReturn:
         os._exit(1)
 
 
-def _exited_runs(runs: set[int]) -> list[tuple[int, int, resource.struct_rusage]]:
-    exited: list[tuple[int, int, resource.struct_rusage]] = []
+def _exited_runs(runs: dict[int, str]) -> list[tuple[int, int, resource.struct_rusage, bool]]:
+    exited: list[tuple[int, int, resource.struct_rusage, bool]] = []
     while True:
         try:
             info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -319,15 +360,26 @@ def _exited_runs(runs: set[int]) -> list[tuple[int, int, resource.struct_rusage]
             return exited
         _kill_group(info.si_pid)
         pid, status, usage = os.wait4(info.si_pid, 0)
-        runs.discard(pid)
-        exited.append((pid, status, usage))
+        # Here, not in the server: rmdir costs the server's single thread up to 0.1 ms on a disk.
+        try:
+            os.rmdir(runs.pop(pid))
+            removed = True
+        except (KeyError, OSError):
+            removed = False  # not empty (or not ours): the server deletes the tree
+        exited.append((pid, status, usage, removed))
 
 
 def _kill_group(pid: int) -> None:
+    """SIGKILL an unreaped run's group, or the run alone if it has not called setsid yet."""
     try:
         os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        try:
+            os.kill(pid, signal.SIGKILL)  # still our child (unreaped): the pid cannot be someone else's
+        except OSError:
+            pass
     except OSError:
-        pass  # already gone
+        pass
 
 
 def main() -> None:
@@ -335,6 +387,7 @@ def main() -> None:
     if sys.argv[1] == "--zygote":
         zygote(sys.argv[2], [int(arg) for arg in sys.argv[3:7]])
         return
+    prepare_process()
     become_run(sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
     run(read_code())
 

@@ -78,10 +78,12 @@ class ForkedChild(Child):
         self.reaped = True
         return self.report
 
-    def ended(self, returncode: int, cpu: float, peak: int) -> None:
+    def ended(self, returncode: int, cpu: float, peak: int, *, workdir_removed: bool = False) -> None:
         """Record the run's end (from the zygote's report, or because the zygote died)."""
         if self.report is None:
             self.report = (returncode, cpu, peak)
+            if workdir_removed:
+                self.workdir = None  # the zygote removed it, empty: nothing left to delete
             self.exited.set()
 
 
@@ -229,11 +231,12 @@ class ForkServer:
                 self._reply_ready.set()
 
     def _run_ended(self, message: bytes) -> None:
-        _, pid, status, utime, stime, maxrss = message.split()
+        _, pid, status, utime, stime, maxrss, removed = message.split()
         child = self._runs.pop(int(pid), None)
         if child is not None:
             code = os.waitstatus_to_exitcode(int(status))
-            child.ended(code, float(utime) + float(stime), maxrss_bytes(int(maxrss)))
+            cpu = float(utime) + float(stime)
+            child.ended(code, cpu, maxrss_bytes(int(maxrss)), workdir_removed=removed == b"1")
 
     async def _zygote_gone(self, sock: socket.socket) -> None:
         """That zygote is gone (or must go): its runs die too, and it is reaped."""

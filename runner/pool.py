@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from runner.bootstrap import READY_PREFIX
+from runner.bootstrap import READY_PREFIX, frame_code
 from runner.capture import OutputCap, keep_bytes_for, render_stream
 from runner.config import Config
 from runner.errors import SpawnError
@@ -235,6 +235,7 @@ class Pool:
                 await self._destroy(child)
                 self._live.discard(child)
                 self._sweep_wanted.set()
+                self._wanted.set()
         log_event(
             self._log,
             logging.INFO,
@@ -260,10 +261,13 @@ class Pool:
         # first interval (a millisecond is enough) still gets a number.
         _note_usage(child, state)
         async with anyio.create_task_group() as tg:
-            await write_all(child.code, request.code.encode("utf-8"))
+            await write_all(child.code, frame_code(request.code.encode("utf-8")))
             child.close_fd(child.code)
             started = anyio.current_time()
-            tg.start_soon(self._feed_stdin, child, request.stdin.encode("utf-8"))
+            if request.stdin:
+                tg.start_soon(self._feed_stdin, child, request.stdin.encode("utf-8"))
+            else:
+                child.close_fd(child.stdin)  # EOF at once; no task needed
             tg.start_soon(_pump, child.stdout, out, state)
             tg.start_soon(_pump, child.stderr, err, state)
             tg.start_soon(_sample_usage, child, state)
@@ -346,7 +350,8 @@ class Pool:
     async def _take_child(self) -> Child:
         while self._ready:
             child = self._ready.popleft()
-            self._wanted.set()
+            if not self._ready:
+                self._wanted.set()
             if child.still_running():
                 return child
             with anyio.CancelScope(shield=True):
@@ -474,17 +479,22 @@ async def _pump(fd: int, cap: OutputCap, state: _Drive) -> None:
 
 
 async def _read_line(fd: int) -> bytes:
-    """Read up to and including the first newline, byte-exact (nothing after it is consumed)."""
+    """Read the interpreter's ready line: up to and including the first newline.
+
+    Nothing can follow it before the code is sent, and the bootstrap writes it with one write()
+    of less than PIPE_BUF bytes, so it arrives whole: one read, not one per byte. A longer line
+    (not ours) is read to its newline all the same.
+    """
     line = bytearray()
     while not line.endswith(b"\n"):
         await anyio.wait_readable(fd)
         try:
-            byte = os.read(fd, 1)
+            chunk = os.read(fd, 4096)
         except BlockingIOError:
             continue
-        if not byte:
+        if not chunk:
             break
-        line += byte
+        line += chunk
     return bytes(line)
 
 
@@ -505,23 +515,31 @@ async def _sample_usage(child: Child, state: _Drive) -> None:
     In a bwrap sandbox wait4 sees no CPU time at all (bwrap does not reap its namespace's init), so
     the interpreter's own counters are sampled too.
     """
-    while _note_usage(child, state):  # noqa: ASYNC110  (sampling on a clock is the point)
+    while True:
+        # The first sample was taken before the code was sent.
         await anyio.sleep(USAGE_SAMPLE_INTERVAL)
+        if not _note_usage(child, state):
+            return
 
 
 def _note_usage(child: Child, state: _Drive) -> bool:
-    """Record the run's current VmHWM and CPU seconds; False once they are gone (exited, or no procfs)."""
+    """Record the run's current VmHWM (and in a sandbox its CPU seconds); False once it is gone.
+
+    Gone: exited, a zombie, or no procfs. Outside a sandbox wait4 reports the CPU time exactly,
+    so /proc/PID/stat is read only in one.
+    """
     pid = child.interpreter_pid
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
+        if child.sandboxed:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            # utime, stime, cutime, cstime are fields 14-17 of stat; fields[0] here is field 3.
+            state.sampled_cpu = sum(int(tick) for tick in fields[11:15]) / CLOCK_TICKS
         with open(f"/proc/{pid}/status", "rb") as status:
             hwm = next((line for line in status if line.startswith(b"VmHWM:")), None)
     except (OSError, IndexError):
         return False
     if hwm is None:
         return False  # a zombie: its address space is gone
-    # utime, stime, cutime, cstime are fields 14-17 of stat; fields[0] here is field 3.
-    state.sampled_cpu = sum(int(tick) for tick in fields[11:15]) / CLOCK_TICKS
     state.sampled_peak = max(int(hwm.split()[1]) * 1024, state.sampled_peak or 0)
     return True

@@ -1,0 +1,86 @@
+"""The bootstrap on its own: how the code reaches a run interpreter on fd 3."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from runner.bootstrap import READY_PREFIX, frame_code
+from runner.sandbox import BOOTSTRAP
+from runner.spawn import interpreter_argv, spawn_in_new_session
+
+LIMITS = ["10", str(256 << 20), "64", str(1 << 20)]
+
+
+@dataclass
+class Bootstrapped:
+    """A run interpreter started as the pool starts one, waiting for its code on fd 3."""
+
+    pid: int
+    code_w: int
+    stdout_r: int
+    stderr_r: int
+
+    def finish(self) -> tuple[int, bytes, bytes]:
+        """Wait for its end: (exit status, stdout after the ready line, stderr)."""
+        with os.fdopen(self.stdout_r, "rb") as out, os.fdopen(self.stderr_r, "rb") as err:
+            stdout, stderr = out.read(), err.read()
+        _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status), stdout, stderr
+
+
+def start_bootstrap(workdir: Path) -> Bootstrapped:
+    """Spawn the bootstrap with the server's own spawn call and wait for its ready line."""
+    stdout_r, stdout_w = os.pipe()
+    stderr_r, stderr_w = os.pipe()
+    code_r, code_w = os.pipe()
+    null = os.open(os.devnull, os.O_RDONLY)
+    argv = [*interpreter_argv(sys.executable), BOOTSTRAP, str(workdir), *LIMITS]
+    try:
+        pid = spawn_in_new_session(argv, str(workdir), [null, stdout_w, stderr_w, code_r])
+    finally:
+        for fd in (null, stdout_w, stderr_w, code_r):
+            os.close(fd)
+    line = b""
+    while not line.endswith(b"\n"):
+        line += os.read(stdout_r, 1)
+    assert line.startswith(READY_PREFIX)
+    return Bootstrapped(pid, code_w, stdout_r, stderr_r)
+
+
+def test_framed_code_runs_without_the_pipe_being_closed(tmp_path: Path) -> None:
+    child = start_bootstrap(tmp_path)
+    try:
+        # The pipe stays open: the byte count alone tells the interpreter the code is complete.
+        os.write(child.code_w, frame_code(b"print('hello', end='')"))
+        assert child.finish() == (0, b"hello", b"")
+    finally:
+        os.close(child.code_w)
+
+
+def test_code_cut_short_by_a_closed_pipe_runs_nothing(tmp_path: Path) -> None:
+    child = start_bootstrap(tmp_path)
+    framed = frame_code(b"open('ran', 'w').write('yes'); print('ran')")
+    os.write(child.code_w, framed[:-5])
+    os.close(child.code_w)
+    status, stdout, _ = child.finish()
+    assert (status, stdout) == (1, b"")
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("size", [0, 1, 65_535, 65_536, 300_000])
+def test_a_frame_of_any_size_arrives_whole(tmp_path: Path, size: int) -> None:
+    child = start_bootstrap(tmp_path)
+    code = f"s = {'x' * size!r}\nprint(len(s))".encode()
+    framed = frame_code(code)
+    try:
+        # Written in pieces, as the server's non-blocking writes may split it.
+        for start in range(0, len(framed), 40_000):
+            os.write(child.code_w, framed[start : start + 40_000])
+        assert child.finish() == (0, f"{size}\n".encode(), b"")
+    finally:
+        os.close(child.code_w)
