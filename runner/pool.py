@@ -440,7 +440,7 @@ class Pool:
             if not strays:
                 return
             for pid in strays:
-                if not is_zombie(pid):
+                if not is_zombie(pid) and not self._sandbox_own(pid):
                     log_event(
                         self._log,
                         logging.WARNING,
@@ -453,6 +453,20 @@ class Pool:
             await anyio.sleep(STRAY_GRACE)
             for pid in strays:
                 reap_if_exited(pid)
+
+    def _sandbox_own(self, pid: int) -> bool:
+        """True for a process of a sandbox being torn down: its namespace init or the interpreter.
+
+        When a bwrap process is killed, those can outlive it for a moment and reach us as orphans.
+        Nothing a sandboxed run leaves behind can: its namespace's init inherits it. So in sandbox
+        mode an orphan from another PID namespace (or one already exiting) is the run itself.
+        """
+        if not self._sandbox.enabled:
+            return False
+        try:
+            return os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+        except OSError:
+            return True  # exiting: its namespaces are already gone
 
     async def _shutdown(self) -> None:
         for child in self._live:

@@ -180,3 +180,16 @@ def test_the_fork_server_and_a_per_run_sandbox_exclude_each_other(config: Config
         "none",
         "RUNNER_SPAWN_MODE=fork-server: runs fork from one zygote, not one sandbox each",
     )
+
+
+async def test_killing_a_sandbox_logs_no_process_left_behind(
+    bwrap_config: Config, no_leaks: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A killed bwrap's namespace init (and interpreter) can reach the server as orphans for a
+    # moment: they are the run's own, not something it left behind, and not reported as such.
+    async with Pool.open(dataclasses.replace(bwrap_config, pool_size=2), reap_strays=True) as pool:
+        result = await pool.run(RunRequest("5a4db0c5", "import time; time.sleep(30)", 0.3))
+        assert result.status == Status.TIMEOUT
+    # Closing the pool killed its pooled (or still starting) sandboxes; the last sweep has run.
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "left behind" in r.getMessage()]
+    assert [(r.getMessage(), getattr(r, "fields", None)) for r in warnings] == []
