@@ -129,16 +129,21 @@ def read_code() -> bytes | None:
     return bytes(data) if 0 <= size == len(data) else None
 
 
-def run(source: bytes | None) -> NoReturn:
-    """Run `source` as the ``__main__`` module, with tracebacks that show the user's lines only, then exit.
+def new_main() -> types.ModuleType:
+    """The run's fresh ``__main__`` module, made while the interpreter still waits for its code."""
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    sys.argv = [""]
+    return main
+
+
+def run(source: bytes | None, main: types.ModuleType) -> NoReturn:
+    """Run `source` in `main`, with tracebacks that show the user's lines only, then exit.
 
     None (the code never fully arrived: the call was cancelled) runs nothing.
     """
     if source is None:
         os._exit(1)
-    main = types.ModuleType("__main__")
-    sys.modules["__main__"] = main
-    sys.argv = [""]
     text = source.decode("utf-8", "replace").removeprefix("\ufeff")  # a BOM, as compile() of bytes allows
     # Seed linecache so tracebacks print the offending source lines of the run's code.
     linecache.cache[FILENAME] = (len(text), None, text.splitlines(True), FILENAME)
@@ -341,8 +346,12 @@ def _forked_run(theirs: list[int], workdir: str, limits: list[int]) -> NoReturn:
         for target, fd in enumerate(theirs):
             os.dup2(fd, target)
         os.environ["HOME"] = os.environ["TMPDIR"] = workdir
+        # Again: after a fork the compiler's first writes copy pages, better now than once the
+        # code has come and the call is waiting.
+        warm_up()
         become_run(workdir, limits)
-        run(read_code())
+        main = new_main()
+        run(read_code(), main)
     except BaseException:
         traceback.print_exc()
     finally:
@@ -389,7 +398,8 @@ def main() -> None:
         return
     prepare_process()
     become_run(sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
-    run(read_code())
+    main = new_main()
+    run(read_code(), main)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from typing import Any, TextIO
@@ -12,6 +13,7 @@ from runner.config import LogFormat, LogLevel
 
 LOGGER_NAME = "runner"
 NO_REQUEST = "-"
+_NEEDS_QUOTES = re.compile(r'[ ="\n]')
 
 
 def get_logger() -> logging.Logger:
@@ -43,7 +45,7 @@ def _text_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4f}".rstrip("0").rstrip(".") if value else "0"
     text = str(value)
-    return json.dumps(text) if (not text or any(c in text for c in ' ="\n')) else text
+    return json.dumps(text) if (not text or _NEEDS_QUOTES.search(text)) else text
 
 
 class _JsonFormatter(logging.Formatter):
@@ -63,6 +65,10 @@ class _JsonFormatter(logging.Formatter):
 
 def configure_logging(level: LogLevel, fmt: LogFormat, stream: TextIO | None = None) -> None:
     """Send every logger (ours and the SDK's) to stderr in the chosen format."""
+    # Several lines per call: skip what no line shows, the caller's frame (logging's documented
+    # _srcfile switch) and the thread and process names.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(_JsonFormatter() if fmt == "json" else _TextFormatter())
     root = logging.getLogger()
