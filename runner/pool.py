@@ -43,6 +43,8 @@ USAGE_SAMPLE_INTERVAL = 0.01
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PROGRESS_INTERVAL = 1.0
 STRAY_SWEEP_INTERVAL = 1.0
+# Runs ending back to back share a sweep: at most one per this many seconds (each reads /proc).
+STRAY_SWEEP_MIN_GAP = 0.05
 STRAY_ROUNDS = 10
 STRAY_GRACE = 0.02
 PROGRESS_LINE_CHARS = 200
@@ -427,6 +429,7 @@ class Pool:
                 await self._sweep_wanted.wait()
             self._sweep_wanted = anyio.Event()
             await self._reap_strays()
+            await anyio.sleep(STRAY_SWEEP_MIN_GAP)
 
     async def _reap_strays(self) -> None:
         """Kill and reap every child of ours that is neither a run nor a pooled interpreter.
