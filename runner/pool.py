@@ -258,7 +258,6 @@ class Pool:
     ) -> RunResult:
         out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
         state = _Drive(budget=self._config.max_output_bytes, child=child)
-        timed_out = False
         # One sample while the interpreter still waits for its code: a run that ends before the
         # first interval (a millisecond is enough) still gets a number.
         _note_usage(child, state)
@@ -272,13 +271,10 @@ class Pool:
                 child.close_fd(child.stdin)  # EOF at once; no task needed
             tg.start_soon(_pump, child.stdout, out, state)
             tg.start_soon(_pump, child.stderr, err, state)
-            tg.start_soon(_sample_usage, child, state)
             if on_progress is not None:
                 tg.start_soon(self._report_progress, request, started, out, err, on_progress)
-            with anyio.move_on_after(request.timeout) as deadline:
-                await child.wait_exit()
-            if deadline.cancelled_caught:
-                timed_out = True
+            timed_out = not await _wait_sampling(child, state, started + request.timeout)
+            if timed_out:
                 child.kill_group()
                 await self._wait_after_kill(child)
             duration = anyio.current_time() - started
@@ -287,7 +283,8 @@ class Pool:
             returncode, cpu, reaped_peak = self._reap(child)
             with anyio.move_on_after(EXIT_GRACE):
                 await state.pumps_done.wait()
-            tg.cancel_scope.cancel()
+            if request.stdin or on_progress is not None or not state.pumps_done.is_set():
+                tg.cancel_scope.cancel()  # not free (anyio formats the task's repr): only if needed
         peak = reaped_peak if reaped_peak > child.inherited_peak else state.sampled_peak
         cpu = max(cpu, state.sampled_cpu)
         end = ProcessEnd(returncode, cpu, peak or 0, timed_out=timed_out, output_exceeded=state.output_exceeded)
@@ -522,21 +519,30 @@ def _pending(fd: int) -> bytes:
         return b""
 
 
-async def _sample_usage(child: Child, state: _Drive) -> None:
-    """Follow the run's resident high-water mark (and, in a sandbox, its CPU time) while it lives (Linux).
+async def _wait_sampling(child: Child, state: _Drive, deadline: float) -> bool:
+    """Wait for the run to exit, sampling its usage every interval meanwhile; False at the deadline.
+
+    Sampling here rather than in a task of its own saves a task per run: a run that ends within
+    the first interval costs one timer and no sample.
 
     wait4's ru_maxrss cannot be trusted on its own: posix_spawn starts the child in the server's
     address space (vfork), and the kernel carries that address space's high-water mark across exec,
-    so every run would report at least the server's own size. VmHWM belongs to the run's own
-    address space. A run whose peak tops the server's size is measured exactly by wait4 instead.
-    In a bwrap sandbox wait4 sees no CPU time at all (bwrap does not reap its namespace's init), so
-    the interpreter's own counters are sampled too.
+    so every run would report at least the server's own size (a forked run inherits the zygote's).
+    VmHWM belongs to the run's own address space. A run whose peak tops that size is measured
+    exactly by wait4 instead. In a bwrap sandbox wait4 sees no CPU time at all (bwrap does not
+    reap its namespace's init), so the interpreter's own counters are sampled too.
     """
+    sampling = True
     while True:
-        # The first sample was taken before the code was sent.
-        await anyio.sleep(USAGE_SAMPLE_INTERVAL)
-        if not _note_usage(child, state):
-            return
+        remaining = deadline - anyio.current_time()
+        if remaining <= 0:
+            return False
+        with anyio.move_on_after(min(USAGE_SAMPLE_INTERVAL, remaining) if sampling else remaining) as waiting:
+            await child.wait_exit()
+        if not waiting.cancelled_caught:
+            return True
+        if sampling:
+            sampling = _note_usage(child, state)  # False once there is nothing left to sample
 
 
 def _note_usage(child: Child, state: _Drive) -> bool:
