@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError, best_match
+from typing import TYPE_CHECKING, Any
 
 from runner.config import Config
 from runner.errors import ArgumentError
 from runner.outcome import RunResult, Status
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 TOOL_NAME = "run_python"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -147,13 +149,21 @@ class ArgumentParser:
 
     def __init__(self, config: Config) -> None:
         self._config = config
-        self._validator = Draft202012Validator(input_schema(config))
+        self._validator: Draft202012Validator | None = None
+        self._best_match: Callable[[Iterable[ValidationError]], ValidationError | None] | None = None
 
     def parse(self, arguments: Any) -> Arguments:
         """Return validated arguments or raise `ArgumentError` with a message naming the field."""
         if arguments is None:
             arguments = {}
-        error = best_match(self._validator.iter_errors(arguments))
+        if self._validator is None or self._best_match is None:
+            # Imported at the first call: jsonschema takes ~30 ms to import (a twentieth of the
+            # server's start), which the initialize response does not need to wait for.
+            from jsonschema import Draft202012Validator
+            from jsonschema.exceptions import best_match
+
+            self._validator, self._best_match = Draft202012Validator(input_schema(self._config)), best_match
+        error = self._best_match(self._validator.iter_errors(arguments))
         if error is not None:
             raise ArgumentError(_describe(error))
         code: str = arguments["code"]
