@@ -11,7 +11,7 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: help run test lint typecheck unit lock inspect clean bench bench-profile soak
+.PHONY: help run test lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -98,6 +98,9 @@ bench: $(RUN_STAMP) ## Benchmark vs the naive baseline and the ping floor (BENCH
 bench-profile: $(RUN_STAMP) ## py-spy profile of trivial calls (py-spy goes into a throwaway venv under /tmp)
 	@test -x $(PROFILE_VENV)/bin/py-spy || { $(PYTHON) -m venv $(PROFILE_VENV) && $(PROFILE_VENV)/bin/pip install --quiet py-spy; }
 	$(PY) bench/profile_calls.py --py-spy $(PROFILE_VENV)/bin/py-spy $(PROFILE_ARGS)
+
+bench-timeline: $(RUN_STAMP) ## Per-stage timeline of sequential trivial calls (TIMELINE_ARGS='--server-env RUNNER_SPAWN_MODE=posix-spawn')
+	$(PY) bench/timeline.py $(TIMELINE_ARGS)
 
 SOAK_RUNS ?= 2000
 
