@@ -109,24 +109,32 @@ def frame_code(code: bytes) -> bytes:
     return b"%d\n" % len(code) + code
 
 
-def read_code() -> bytes | None:
+def read_code() -> bytearray | None:
     """Read the code the server framed with `frame_code`; None if the pipe closed before all of it came.
 
-    The count lets the run start as soon as the last byte arrives: waiting for the server to close
-    the pipe would cost a second wake-up.
+    The count lets the run start as soon as the last byte arrives (waiting for the server to close
+    the pipe would cost a second wake-up), and the code is read into one buffer of its size.
     """
-    data = bytearray()
-    size = -1
-    while size < 0 or len(data) < size:
-        chunk = os.read(CODE_FD, 1 << 16)
+    head = b""
+    while b"\n" not in head:
+        chunk = os.read(CODE_FD, 64)
         if not chunk:
+            os.close(CODE_FD)
+            return None
+        head += chunk
+    count, _, first = head.partition(b"\n")
+    code = bytearray(int(count))
+    got = min(len(first), len(code))
+    code[:got] = first[:got]
+    view = memoryview(code)
+    while got < len(code):
+        n = os.readv(CODE_FD, [view[got:]])
+        if not n:
             break
-        data += chunk
-        if size < 0 and b"\n" in data:
-            head, _, rest = bytes(data).partition(b"\n")
-            size, data = int(head), bytearray(rest)
+        got += n
+    view.release()
     os.close(CODE_FD)
-    return bytes(data) if 0 <= size == len(data) else None
+    return code if got == len(code) else None  # no copy: decode() takes a bytearray too
 
 
 def new_main() -> types.ModuleType:
@@ -137,7 +145,7 @@ def new_main() -> types.ModuleType:
     return main
 
 
-def run(source: bytes | None, main: types.ModuleType) -> NoReturn:
+def run(source: bytes | bytearray | None, main: types.ModuleType) -> NoReturn:
     """Run `source` in `main`, with tracebacks that show the user's lines only, then exit.
 
     None (the code never fully arrived: the call was cancelled) runs nothing.
@@ -229,7 +237,8 @@ def warm_up() -> None:
 def prepare_process() -> None:
     """What every run needs once per interpreter, before any run's code: a forked run inherits it.
 
-    Non-dumpable, no capabilities (both survive fork, and a run cannot undo them), the compiler
+    Non-dumpable and no capabilities (both survive fork; a run can make only itself dumpable
+    again, which exposes nothing but its own process, and can never regain a capability), the compiler
     warmed up, and a line-buffered stdout: -I ignores PYTHONUNBUFFERED, and a block-buffered stdout
     loses what a run printed before a timeout kill. Line buffering keeps every finished line,
     written whole (one write per line, so lines of concurrent processes do not interleave mid-line).
@@ -281,14 +290,22 @@ def zygote(base_dir: str, limits: list[int]) -> None:
         _serve(server, wake_r, base_dir, limits, runs)
     except OSError:
         pass  # the server is gone: so must every run be
-    # Reaped here, not left to the server: orphans would reach it as strays of unknown origin.
+    # Reaped here, not left to the server: orphans would reach it as strays of unknown origin. For a
+    # second at most: a run stuck in the kernel must not keep the zygote alive with it.
+    import time
+
     for pid in runs:
         _kill_group(pid)
-    for pid in runs:
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
+    left, deadline = set(runs), time.monotonic() + 1.0
+    while left and time.monotonic() < deadline:
+        for pid in list(left):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    left.discard(pid)
+            except ChildProcessError:
+                left.discard(pid)
+        if left:
+            time.sleep(0.005)
 
 
 def _serve(server: socket.socket, wake_r: int, base_dir: str, limits: list[int], runs: dict[int, str]) -> None:
@@ -313,25 +330,43 @@ def _serve(server: socket.socket, wake_r: int, base_dir: str, limits: list[int],
         if server.fileno() in readable:
             if not server.recv(16):
                 return
-            try:
-                workdir = os.path.join(base_dir, "run-" + os.urandom(6).hex())
-                os.mkdir(workdir, 0o700)
-                ends = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, code
-            except OSError as exc:
-                server.send(b"E " + str(exc).encode())
-                continue
-            theirs = [ends[0][0], ends[1][1], ends[2][1], ends[3][0]]
-            ours = [ends[0][1], ends[1][0], ends[2][0], ends[3][1]]
-            pid = os.fork()
-            if pid == 0:
-                _forked_run(theirs, workdir, limits)
-            for fd in theirs:
-                os.close(fd)
-            runs[pid] = workdir
-            fds = array.array("i", ours)
-            server.sendmsg([b"S %d %s" % (pid, workdir.encode())], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            reply, ours = _fork_run(base_dir, limits, runs)
+            if ours:
+                server.sendmsg([reply], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", ours))])
+            else:
+                server.send(reply)
             for fd in ours:
                 os.close(fd)
+
+
+def _fork_run(base_dir: str, limits: list[int], runs: dict[int, str]) -> tuple[bytes, list[int]]:
+    """Fork one run: (``S <pid> <workdir>``, the server's pipe ends), or (``E <why>``, []) leaving nothing.
+
+    A failed fork (EAGAIN once a run's fork loop has used up the process limit) fails this request
+    only: the zygote and the runs in flight carry on.
+    """
+    workdir = os.path.join(base_dir, "run-" + os.urandom(6).hex())
+    made = False
+    ends: list[int] = []
+    try:
+        os.mkdir(workdir, 0o700)
+        made = True
+        for _ in range(4):  # stdin, stdout, stderr, code: read end, write end each
+            ends.extend(os.pipe())
+        pid = os.fork()
+    except OSError as exc:
+        for fd in ends:
+            os.close(fd)
+        if made:
+            os.rmdir(workdir)
+        return b"E " + str(exc).encode(), []
+    theirs = [ends[0], ends[3], ends[5], ends[6]]
+    if pid == 0:
+        _forked_run(theirs, workdir, limits)
+    for fd in theirs:
+        os.close(fd)
+    runs[pid] = workdir
+    return b"S %d %s" % (pid, workdir.encode()), [ends[1], ends[2], ends[4], ends[7]]
 
 
 def _forked_run(theirs: list[int], workdir: str, limits: list[int]) -> NoReturn:

@@ -42,6 +42,7 @@ KILL_GRACE = 2.0
 USAGE_SAMPLE_INTERVAL = 0.01
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PROGRESS_INTERVAL = 1.0
+REFILL_DELAY = 0.01
 STRAY_SWEEP_INTERVAL = 1.0
 # Runs ending back to back share a sweep: at most one per this many seconds (each reads /proc).
 STRAY_SWEEP_MIN_GAP = 0.05
@@ -262,7 +263,10 @@ class Pool:
         # first interval (a millisecond is enough) still gets a number.
         _note_usage(child, state)
         async with anyio.create_task_group() as tg:
-            await write_all(child.code, frame_code(request.code.encode("utf-8")))
+            with contextlib.suppress(BrokenPipeError):
+                # A run that died before reading all its code (say, out of memory) ends below
+                # like any other, with what it printed.
+                await write_all(child.code, frame_code(request.code.encode("utf-8")))
             child.close_fd(child.code)
             started = anyio.current_time()
             if request.stdin:
@@ -349,8 +353,7 @@ class Pool:
     async def _take_child(self) -> Child:
         while self._ready:
             child = self._ready.popleft()
-            if not self._ready:
-                self._wanted.set()
+            self._wanted.set()
             if child.still_running():
                 return child
             with anyio.CancelScope(shield=True):
@@ -398,6 +401,13 @@ class Pool:
                 self._ready.append(child)
             self._wanted = anyio.Event()
             await self._wanted.wait()
+            if self._forkserver is not None and self._ready and self._live:
+                # A fork while a run is in progress makes the zygote late to report that run's
+                # exit: wait for a run to end, but not past REFILL_DELAY (a long run must not
+                # leave the pool short for a burst).
+                self._wanted = anyio.Event()
+                with anyio.move_on_after(REFILL_DELAY):
+                    await self._wanted.wait()
 
     async def _destroy(self, child: Child) -> None:
         """Kill, reap, close and delete; safe to call more than once."""
@@ -440,7 +450,9 @@ class Pool:
             if not strays:
                 return
             for pid in strays:
-                if not is_zombie(pid) and not self._sandbox_own(pid):
+                if is_zombie(pid):
+                    continue
+                if not self._sandbox_own(pid):
                     log_event(
                         self._log,
                         logging.WARNING,
@@ -448,8 +460,8 @@ class Pool:
                         pid=pid,
                         command=command_line(pid),
                     )
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             await anyio.sleep(STRAY_GRACE)
             for pid in strays:
                 reap_if_exited(pid)
@@ -459,14 +471,17 @@ class Pool:
 
         When a bwrap process is killed, those can outlive it for a moment and reach us as orphans.
         Nothing a sandboxed run leaves behind can: its namespace's init inherits it. So in sandbox
-        mode an orphan from another PID namespace (or one already exiting) is the run itself.
+        mode an orphan from another PID namespace (or one already exiting) is the run itself, and
+        is killed without a warning.
         """
         if not self._sandbox.enabled:
             return False
         try:
             return os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
-        except OSError:
+        except (FileNotFoundError, ProcessLookupError):
             return True  # exiting: its namespaces are already gone
+        except OSError:
+            return False
 
     async def _shutdown(self) -> None:
         for child in self._live:
@@ -497,19 +512,19 @@ async def _read_line(fd: int) -> bytes:
 
     Nothing can follow it before the code is sent, and the bootstrap writes it with one write()
     of less than PIPE_BUF bytes, so it arrives whole: one read, not one per byte. A longer line
-    (not ours) is read to its newline all the same.
+    (not ours) is read to its newline all the same, and nothing after the newline is kept.
     """
     line = bytearray()
-    while not line.endswith(b"\n"):
+    while b"\n" not in line:
         await anyio.wait_readable(fd)
         try:
             chunk = os.read(fd, 4096)
         except BlockingIOError:
             continue
         if not chunk:
-            break
+            return bytes(line)
         line += chunk
-    return bytes(line)
+    return bytes(line.partition(b"\n")[0]) + b"\n"
 
 
 def _pending(fd: int) -> bytes:

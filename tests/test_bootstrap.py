@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,3 +85,31 @@ def test_a_frame_of_any_size_arrives_whole(tmp_path: Path, size: int) -> None:
         assert child.finish() == (0, f"{size}\n".encode(), b"")
     finally:
         os.close(child.code_w)
+
+
+FORK_FAILS = """
+import os, resource, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import bootstrap
+base = sys.argv[2]
+before = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+# Room for three more fds: the directory and one pipe get made, the second pipe fails (EMFILE).
+resource.setrlimit(resource.RLIMIT_NOFILE, (max(before) + 4, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+runs = {}
+reply, fds = bootstrap._fork_run(base, [10, 1 << 28, 64, 1 << 20], runs)
+after = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+print(reply.decode(), fds, runs, os.listdir(base), before == after, sep="|")
+"""
+
+
+def test_a_fork_request_that_fails_answers_an_error_and_leaves_nothing(tmp_path: Path) -> None:
+    done = subprocess.run(  # the limit must not touch the test process
+        [sys.executable, "-I", "-c", FORK_FAILS, BOOTSTRAP, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    reply, fds, runs, listing, same_fds = done.stdout.strip().split("|")
+    assert reply.startswith("E [Errno 24] Too many open files")
+    assert (fds, runs, listing, same_fds) == ("[]", "{}", "[]", "True")

@@ -480,3 +480,19 @@ async def test_a_run_that_stops_the_zygote_ends_and_the_next_run_gets_a_new_one(
 async def test_an_exit_code_beyond_a_c_long_is_255_as_for_the_interpreter(pool: Pool) -> None:
     result = await run(pool, "import sys\nsys.exit(2**70)")
     assert (result.status, result.exit_code) == (Status.ERROR, 255)
+
+
+async def test_a_long_run_does_not_leave_the_pool_short(config: Config, no_leaks: None) -> None:
+    # A fork-server pool waits for a run to end before refilling (the zygote reports that run's
+    # exit sooner), but only briefly: a burst during a long run still finds the pool full.
+    async with Pool.open(tuned(config, pool_size=2)) as pool:
+        with anyio.fail_after(30):
+            while pool.ready < 2:
+                await anyio.sleep(0.01)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, pool, "import time; time.sleep(3)")
+            with anyio.fail_after(2):
+                while pool.running < 1 or pool.ready < 2:
+                    await anyio.sleep(0.01)
+            assert pool.running == 1  # refilled while the run is still going
+            tg.cancel_scope.cancel()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -193,3 +195,29 @@ async def test_killing_a_sandbox_logs_no_process_left_behind(
     # Closing the pool killed its pooled (or still starting) sandboxes; the last sweep has run.
     warnings = [r for r in caplog.records if r.levelname == "WARNING" and "left behind" in r.getMessage()]
     assert [(r.getMessage(), getattr(r, "fields", None)) for r in warnings] == []
+
+
+async def test_an_orphan_from_another_pid_namespace_is_still_killed(sandboxed: Pool) -> None:
+    # Such an orphan is taken for the sandbox's own (no warning), and killed all the same.
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1)")
+    quiet = subprocess.DEVNULL
+    command = ["unshare", "--pid", "--fork", "sleep", "60"]
+    async with await anyio.open_process(command, stdin=quiet, stdout=quiet, stderr=quiet) as outer:
+        children = Path(f"/proc/{outer.pid}/task/{outer.pid}/children")
+        with anyio.fail_after(10):
+            while not children.read_text().split() and outer.returncode is None:
+                await anyio.sleep(0.01)
+        if outer.returncode is not None:
+            pytest.skip("unshare --pid is not allowed here")
+        orphan = int(children.read_text().split()[0])
+        outer.kill()
+        await outer.wait()  # the orphan is now a child of this process, the pool's subreaper
+    try:
+        await run(sandboxed, "print(1)")  # a sweep follows every run
+        with anyio.fail_after(5):
+            while alive(orphan):
+                await anyio.sleep(0.02)
+    finally:
+        if alive(orphan):
+            os.kill(orphan, signal.SIGKILL)
