@@ -259,9 +259,13 @@ class Pool:
     ) -> RunResult:
         out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
         state = _Drive(budget=self._config.max_output_bytes, child=child)
-        # One sample while the interpreter still waits for its code: a run that ends before the
-        # first interval (a millisecond is enough) still gets a number.
-        _note_usage(child, state)
+        # Sampling is needed only where wait4 cannot tell (see _wait_sampling); then one sample is
+        # taken while the interpreter still waits for its code, so a run that ends before the
+        # first interval (a millisecond is enough) still gets a number. A forked run's wait4,
+        # taken by the zygote, is exact.
+        sampling = child.sandboxed or child.inherited_peak > 0
+        if sampling:
+            _note_usage(child, state)
         async with anyio.create_task_group() as tg:
             with contextlib.suppress(BrokenPipeError):
                 # A run that died before reading all its code (say, out of memory) ends below
@@ -277,7 +281,7 @@ class Pool:
             tg.start_soon(_pump, child.stderr, err, state)
             if on_progress is not None:
                 tg.start_soon(self._report_progress, request, started, out, err, on_progress)
-            timed_out = not await _wait_sampling(child, state, started + request.timeout)
+            timed_out = not await _wait_sampling(child, state, started + request.timeout, sampling=sampling)
             if timed_out:
                 child.kill_group()
                 await self._wait_after_kill(child)
@@ -534,20 +538,21 @@ def _pending(fd: int) -> bytes:
         return b""
 
 
-async def _wait_sampling(child: Child, state: _Drive, deadline: float) -> bool:
-    """Wait for the run to exit, sampling its usage every interval meanwhile; False at the deadline.
+async def _wait_sampling(child: Child, state: _Drive, deadline: float, *, sampling: bool) -> bool:
+    """Wait for the run to exit, sampling its usage every interval if asked; False at the deadline.
 
     Sampling here rather than in a task of its own saves a task per run: a run that ends within
     the first interval costs one timer and no sample.
 
     wait4's ru_maxrss cannot be trusted on its own: posix_spawn starts the child in the server's
     address space (vfork), and the kernel carries that address space's high-water mark across exec,
-    so every run would report at least the server's own size (a forked run inherits the zygote's).
-    VmHWM belongs to the run's own address space. A run whose peak tops that size is measured
-    exactly by wait4 instead. In a bwrap sandbox wait4 sees no CPU time at all (bwrap does not
-    reap its namespace's init), so the interpreter's own counters are sampled too.
+    so every run would report at least the server's own size. VmHWM belongs to the run's own
+    address space. A run whose peak tops that size is measured exactly by wait4 instead. In a
+    bwrap sandbox wait4 sees no CPU time at all (bwrap does not reap its namespace's init), so the
+    interpreter's own counters are sampled too. A forked run needs neither: it has its own address
+    space from the fork on (its peak counts the zygote's pages it shares, as VmHWM would), and the
+    zygote's wait4 reports both exactly.
     """
-    sampling = True
     while True:
         remaining = deadline - anyio.current_time()
         if remaining <= 0:
