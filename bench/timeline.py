@@ -31,8 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from run_bench import BENCH_DIR, INHERITED_ENV, REPO, parse_env_pairs
 
 # Runs in the server process before runner.__main__.main(): wraps the functions whose calls mark the
 # stages. Module globals are looked up at call time, so assigning the module attribute is enough.
@@ -199,9 +200,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--server-env", action="append", default=[], metavar="K=V")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
     args = parser.parse_args()
-    env = dict(pair.split("=", 1) for pair in args.server_env)
+    env = parse_env_pairs(args.server_env, "--server-env")
     rows, config = asyncio.run(drive(args.calls, env))
     table = summarize(rows)
     lines = [
