@@ -1,9 +1,35 @@
-"""python-runner-mcp: an MCP server that runs Python code in one-shot, resource-limited processes."""
+"""python-runner-mcp: an MCP server that runs Python code in one-shot, resource-limited processes.
+
+The package is layered; each sub-package's docstring says what it owns and what it must not import
+(`tests/test_layout.py` enforces it):
+
+- `runner.protocol`: the MCP side (the tool, its schemas, argument checks, the handlers).
+- `runner.transports`: moving JSON-RPC messages (stdio today).
+- `runner.execution`: running a request to its result (admission, interpreter supply, driving a run).
+- `runner.processes`: one interpreter process (spawn, fork server, bootstrap, limits, sandbox).
+- Shared by all: `config`, `errors`, `logs`, `fdio`, and `outcome`, the frozen dataclasses where the
+  protocol and execution sides meet.
+- Composition roots, the only modules that import both sides: `__main__` (the server) and `api`
+  (`run_code`, one call without a client).
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from runner.api import run_code
+if TYPE_CHECKING:
+    from runner.api import run_code
 
 __all__ = ["__version__", "run_code"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: importing any part of the package (say, the protocol side) must not import the
+    # execution side through this file.
+    if name == "run_code":
+        from runner.api import run_code
+
+        return run_code
+    raise AttributeError(f"module 'runner' has no attribute {name!r}")

@@ -12,16 +12,16 @@ import anyio
 from runner.config import Config
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
-from runner.procctl import set_dumpable
-from runner.sandbox import Sandbox, choose_sandbox
+from runner.processes.procctl import set_dumpable
+from runner.processes.sandbox import Sandbox, choose_sandbox
 
 
 async def serve(config: Config, sandbox: Sandbox) -> None:
     """Serve one stdio session; every run and pooled interpreter is gone when this returns."""
     # Imported here so a configuration error is reported before the SDK's ~0.7 s import.
-    from runner.pool import Pool
-    from runner.protocol import build_server
-    from runner.wire import stdio_transport
+    from runner.execution.pool import Pool
+    from runner.protocol.handlers import build_server
+    from runner.transports.stdio import stdio_transport
 
     logger = get_logger()
     async with (

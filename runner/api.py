@@ -7,9 +7,9 @@ import secrets
 
 from runner.config import Config
 from runner.errors import ArgumentError
+from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
-from runner.pool import Pool
-from runner.schemas import ArgumentParser
+from runner.protocol.arguments import ArgumentParser
 
 
 async def run_code(

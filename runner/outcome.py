@@ -1,17 +1,17 @@
-"""How a run ended, as data: the request and result dataclasses and the pure classification.
+"""Where the two sides meet: the request, progress and result of one run, as frozen data.
 
-The pool fills in the facts it observed (`ProcessEnd`); `classify` turns them into a status and a
-one-line explanation. Exceptions are for the server's own faults, never for a run's outcome.
+The protocol side builds a `RunRequest` and renders a `RunResult`; the execution side takes the
+request and fills in the result. Neither side imports the other, only this module. The text block
+of a result (the product description's format) lives here too, because it is the result's own
+printed form: the Python API returns it (`RunResult.to_text()`) without any MCP in the way.
+Pure data and formatting; no I/O.
 """
 
 from __future__ import annotations
 
-import re
 import signal
 from dataclasses import dataclass
 from enum import StrEnum
-
-from runner.capture import StreamText
 
 
 class Status(StrEnum):
@@ -46,28 +46,6 @@ class RunRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class RunLimits:
-    """The limits a run was held to, for the explanations in its result."""
-
-    timeout: float
-    cpu_seconds: int
-    memory_mb: int
-    file_size_mb: int
-    output_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessEnd:
-    """What the pool observed when the run's process ended."""
-
-    returncode: int
-    cpu_seconds: float
-    peak_memory_bytes: int
-    timed_out: bool = False
-    output_exceeded: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class Progress:
     """A running run's state, reported about once a second to callers that asked for it."""
 
@@ -82,6 +60,20 @@ class Progress:
         output = self.stdout_bytes + self.stderr_bytes
         text = f"running for {self.elapsed:.0f}s of {self.timeout:g}s; output {output:,} bytes"
         return text + (f"; last line: {self.last_line}" if self.last_line else "")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamText:
+    """What a stream shows: its text, how many bytes the run wrote, and how many were left out."""
+
+    text: str
+    total_bytes: int
+    dropped_bytes: int
+
+    @property
+    def truncated(self) -> bool:
+        """True when some of what the run wrote is not in `text`."""
+        return self.dropped_bytes > 0
 
 
 _EMPTY = StreamText("", 0, 0)
@@ -113,10 +105,42 @@ class RunResult:
         return self.status is not Status.OK
 
     def to_text(self) -> str:
-        """The human-readable result block (the format of the product description)."""
-        from runner.render import render_text
+        """The text block of the product description, e.g.::
 
-        return render_text(self)
+            [request_id=a1b2c3d4]
+            --- stdout ---
+            45
+
+            --- exit_code: 0 | duration: 0.041s ---
+
+        A stderr section follows stdout when there is stderr; lines for truncation and for the
+        reason a run did not end normally come before the closing line.
+        """
+        parts = [f"[request_id={self.request_id}]\n"]
+        ran = self.exit_code is not None
+        if ran or self.stdout.total_bytes:
+            parts.append(_section("stdout", self.stdout))
+        if self.stderr.total_bytes:
+            parts.append(_section("stderr", self.stderr))
+        for name, stream in (("stdout", self.stdout), ("stderr", self.stderr)):
+            if stream.truncated:
+                parts.append(
+                    f"--- {name} truncated: {stream.dropped_bytes:,} of {stream.total_bytes:,} bytes dropped ---\n"
+                )
+        if self.status not in (Status.OK, Status.ERROR) and self.message:
+            parts.append(f"--- {self.status}: {self.message} ---\n")
+        exit_code = "none"
+        if ran:
+            exit_code = f"{self.exit_code}" + (f" ({self.signal})" if self.signal else "")
+        parts.append(f"--- exit_code: {exit_code} | duration: {self.duration:.3f}s ---")
+        return "".join(parts)
+
+
+def _section(name: str, stream: StreamText) -> str:
+    body = stream.text
+    if body and not body.endswith("\n"):
+        body += "\n"
+    return f"--- {name} ---\n{body}\n"
 
 
 def signal_name(number: int) -> str:
@@ -125,39 +149,3 @@ def signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-
-CPU_ACCOUNTING_SLACK = 0.5
-_MEMORY_ERROR = re.compile(rb"^(MemoryError\b|OSError: \[Errno 12\]|.*Cannot allocate memory)")
-_FILE_TOO_LARGE = re.compile(rb"^OSError: \[Errno 27\]")
-
-
-def _last_line(data: bytes) -> bytes:
-    lines = data.rstrip().splitlines()
-    return lines[-1].strip() if lines else b""
-
-
-def classify(end: ProcessEnd, stderr_tail: bytes, limits: RunLimits) -> tuple[Status, str]:
-    """Decide why a run ended; the first matching reason wins, in order of what the server did to it."""
-    code = end.returncode
-    signum = -code if code < 0 else 0
-    if end.output_exceeded:
-        return Status.OUTPUT_LIMIT, f"output budget of {limits.output_bytes:,} bytes exceeded; process group killed"
-    if end.timed_out:
-        return Status.TIMEOUT, f"wall-clock limit of {limits.timeout:g}s reached; process group killed"
-    # A SIGXCPU the run sent itself early is a signal, not the limit (accounting may lag a little).
-    spent = end.cpu_seconds >= limits.cpu_seconds * CPU_ACCOUNTING_SLACK
-    if (signum == signal.SIGXCPU and spent) or (signum == signal.SIGKILL and end.cpu_seconds >= limits.cpu_seconds):
-        return Status.CPU_LIMIT, f"CPU time limit of {limits.cpu_seconds}s exceeded ({signal_name(signum)})"
-    if signum == signal.SIGXFSZ:
-        return Status.FILE_SIZE_LIMIT, f"file size limit of {limits.file_size_mb} MiB exceeded (SIGXFSZ)"
-    if signum:
-        return Status.SIGNAL, f"killed by {signal_name(signum)}"
-    if code == 0:
-        return Status.OK, ""
-    last = _last_line(stderr_tail)
-    if _MEMORY_ERROR.match(last):
-        return Status.MEMORY_LIMIT, f"memory limit of {limits.memory_mb} MiB exceeded"
-    if _FILE_TOO_LARGE.match(last):
-        return Status.FILE_SIZE_LIMIT, f"file size limit of {limits.file_size_mb} MiB exceeded"
-    return Status.ERROR, f"exited with status {code}"

@@ -64,7 +64,7 @@ except OSError as exc:
 def server_pid():
     # A run's parent is the server, or in fork-server mode the zygote, whose parent is the server.
     parent = os.getppid()
-    if b"--zygote" in open("/proc/%d/cmdline" % parent, "rb").read():
+    if b"zygote.py" in open("/proc/%d/cmdline" % parent, "rb").read():
         parent = int(open("/proc/%d/stat" % parent).read().rsplit(")", 1)[1].split()[1])
     return parent
 

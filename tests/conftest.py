@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.config import Config
-from runner.pool import Pool
+from runner.execution.pool import Pool
 from tests.helpers import children_of
 
 REPO = Path(__file__).resolve().parent.parent

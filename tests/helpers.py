@@ -9,7 +9,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from runner.outcome import RunResult
-from runner.schemas import output_schema, structured_result
+from runner.protocol.results import structured_result
+from runner.protocol.schemas import output_schema
 
 OUTPUT_VALIDATOR = Draft202012Validator(output_schema())
 SEED_PLAIN = r"\[request_id=[0-9a-f]{8}\]\n--- stdout ---\n45\n\n--- exit_code: 0 \| duration: \d+\.\d{3}s ---"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.bootstrap import READY_PREFIX, frame_code
-from runner.sandbox import BOOTSTRAP
-from runner.spawn import interpreter_argv, spawn_in_new_session
+from runner.processes.bootstrap import READY_PREFIX, frame_code
+from runner.processes.sandbox import BOOTSTRAP
+from runner.processes.spawn import interpreter_argv, spawn_in_new_session
 
 LIMITS = ["10", str(256 << 20), "64", str(1 << 20)]
 
@@ -90,13 +90,13 @@ def test_a_frame_of_any_size_arrives_whole(tmp_path: Path, size: int) -> None:
 FORK_FAILS = """
 import os, resource, sys
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
-import bootstrap
+import zygote
 base = sys.argv[2]
 before = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
 # Room for three more fds: the directory and one pipe get made, the second pipe fails (EMFILE).
 resource.setrlimit(resource.RLIMIT_NOFILE, (max(before) + 4, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 runs = {}
-reply, fds = bootstrap._fork_run(base, [10, 1 << 28, 64, 1 << 20], runs)
+reply, fds = zygote._fork_run(base, [10, 1 << 28, 64, 1 << 20], runs)
 after = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
 print(reply.decode(), fds, runs, os.listdir(base), before == after, sep="|")
 """

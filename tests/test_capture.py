@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.capture import OutputCap, decode_safely, keep_bytes_for, render_stream
+from runner.execution.capture import OutputCap, decode_safely, keep_bytes_for, render_stream
 
 
 def capture(data: bytes, max_chars: int, chunk: int = 7) -> OutputCap:

@@ -53,7 +53,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from runner.config import Config
-from runner.schemas import input_schema
+from runner.protocol.schemas import input_schema
 from tests.conftest import REPO
 from tests.helpers import check_structured, processes_mentioning
 

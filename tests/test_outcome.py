@@ -6,7 +6,8 @@ import signal
 
 import pytest
 
-from runner.outcome import ProcessEnd, RunLimits, Status, classify
+from runner.execution.classify import ProcessEnd, RunLimits, classify
+from runner.outcome import Status
 
 LIMITS = RunLimits(timeout=5, cpu_seconds=2, memory_mb=64, file_size_mb=1, output_bytes=1000)
 

@@ -15,8 +15,8 @@ import anyio
 import pytest
 
 from runner.config import Config
+from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
-from runner.pool import Pool
 from tests.helpers import alive, checked, max_overlap, pids_in
 
 pytestmark = pytest.mark.anyio
@@ -465,7 +465,7 @@ async def test_a_run_that_stops_the_zygote_ends_and_the_next_run_gets_a_new_one(
     # The guard keeps this from ever stopping anything but a zygote.
     code = """
         import os, signal
-        if b"--zygote" not in open(f"/proc/{os.getppid()}/cmdline", "rb").read():
+        if b"zygote.py" not in open(f"/proc/{os.getppid()}/cmdline", "rb").read():
             raise SystemExit("parent is not a zygote: refusing")
         os.kill(os.getppid(), signal.SIGSTOP)
     """

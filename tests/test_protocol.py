@@ -13,9 +13,9 @@ import pytest
 from mcp import Client
 
 from runner.config import Config
-from runner.pool import Pool
-from runner.protocol import build_server
-from runner.schemas import input_schema, output_schema
+from runner.execution.pool import Pool
+from runner.protocol.handlers import build_server
+from runner.protocol.schemas import input_schema, output_schema
 from tests.helpers import SEED_PLAIN, check_structured
 
 pytestmark = pytest.mark.anyio

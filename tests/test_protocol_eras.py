@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from runner.config import Config
-from runner.schemas import input_schema, output_schema
+from runner.protocol.schemas import input_schema, output_schema
 from tests.helpers import SEED_PLAIN, check_structured
 from tests.raw import RawSession, raw_server
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from runner.config import Config
-from runner.schemas import input_schema, output_schema
+from runner.protocol.schemas import input_schema, output_schema
 from tests.conftest import REPO
 from tests.helpers import SEED_PLAIN, alive, check_structured, processes_mentioning
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-from runner.capture import StreamText
-from runner.outcome import RunResult, Status
+from runner.outcome import RunResult, Status, StreamText
 from tests.helpers import SEED_PLAIN
 
 

@@ -17,9 +17,9 @@ import pytest
 
 from runner.config import Config
 from runner.errors import ConfigError
+from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
-from runner.pool import Pool
-from runner.sandbox import BOOTSTRAP_INSIDE, choose_sandbox, exit_code_of_sandboxed
+from runner.processes.sandbox import BOOTSTRAP_INSIDE, choose_sandbox, exit_code_of_sandboxed
 from tests.helpers import alive, checked
 
 pytestmark = pytest.mark.anyio

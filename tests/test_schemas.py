@@ -9,7 +9,8 @@ from jsonschema import Draft202012Validator
 
 from runner.config import Config
 from runner.errors import ArgumentError
-from runner.schemas import ArgumentParser, input_schema, output_schema
+from runner.protocol.arguments import ArgumentParser
+from runner.protocol.schemas import input_schema, output_schema
 
 CONFIG = dataclasses.replace(Config.from_env({}), max_code_bytes=100, max_stdin_bytes=10, max_timeout=30)
 

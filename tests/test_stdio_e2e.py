@@ -20,7 +20,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from runner.config import Config
-from runner.schemas import input_schema, output_schema
+from runner.protocol.schemas import input_schema, output_schema
 from tests.conftest import REPO
 from tests.helpers import SEED_PLAIN, alive, check_structured, max_overlap, processes_mentioning
 from tests.raw import raw_server

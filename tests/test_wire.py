@@ -8,7 +8,8 @@ import anyio
 import mcp_types as types
 import pytest
 
-from runner.wire import Dropped, InvalidMessage, LineReader, parse_message, request_id_in, too_large_reply
+from runner.transports.jsonrpc import InvalidMessage, parse_message, request_id_in, too_large_reply
+from runner.transports.stdio import Dropped, LineReader
 
 
 async def read_all(chunks: list[bytes], max_line: int) -> list[bytes | Dropped]:

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from runner.config import MIB, Config
+from runner.execution.pool import Pool
 from runner.outcome import RunRequest, Status
-from runner.pool import Pool
 from tests.adversarial.leaks import Checkout
 from tests.conftest import REPO
 

@@ -36,7 +36,7 @@ import pytest
 from runner.api import run_code
 from runner.errors import ArgumentError
 from runner.outcome import RunRequest, RunResult, Status
-from runner.schemas import ArgumentParser
+from runner.protocol.arguments import ArgumentParser
 from tests.adversarial import leaks
 from tests.adversarial.cases import CASES, Case, Context
 from tests.adversarial.conftest import Target

@@ -15,9 +15,9 @@ import subprocess
 from dataclasses import dataclass
 from typing import Literal
 
-from runner.bootstrap import __file__ as _bootstrap_file
 from runner.config import MIB, Config
 from runner.errors import ConfigError
+from runner.processes.bootstrap import __file__ as _bootstrap_file
 
 WORKDIR = "/tmp"
 # /run is replaced by an empty tmpfs (host sockets stay out of reach) that carries the bootstrap, so

@@ -1,8 +1,8 @@
 """Fork-server mode: one zygote interpreter forks every run, instead of a fresh interpreter per run.
 
-The zygote is started like any run interpreter (posix_spawn, the bootstrap, a minimal environment,
-a new session) with ``--zygote``; it holds no secrets and imports nothing user code could not see
-anyway. The server asks it for a run with one byte on a Unix socket; it answers with the run's pid
+The zygote (`zygote.py`, which imports the bootstrap) is started like any run interpreter
+(posix_spawn, a minimal environment, a new session); it holds no secrets and imports nothing user
+code could not see anyway. The server asks it for a run with one byte on a Unix socket; it answers with the run's pid
 and the server's ends of the run's pipes (SCM_RIGHTS), and reports each run's exit status and
 resource usage when it reaps it. A zygote that dies is restarted; runs it had die with it.
 
@@ -27,11 +27,14 @@ import anyio.abc
 
 from runner.config import Config
 from runner.errors import SpawnError
-from runner.limits import Limits
 from runner.logs import log_event
-from runner.sandbox import BOOTSTRAP
-from runner.spawn import Child, interpreter_argv, maxrss_bytes, spawn_in_new_session
+from runner.processes.child import Child, maxrss_bytes
+from runner.processes.limits import Limits
+from runner.processes.sandbox import BOOTSTRAP
+from runner.processes.spawn import interpreter_argv, spawn_in_new_session
 
+# The zygote's script, next to the bootstrap it imports.
+ZYGOTE = os.path.join(os.path.dirname(BOOTSTRAP), "zygote.py")
 MAX_MESSAGE = 8192
 STARTUP_TIMEOUT = 15.0
 REAP_TIMEOUT = 5.0
@@ -279,7 +282,7 @@ class ForkServer:
 def _spawn_zygote(config: Config, base_dir: str, limits: Limits) -> tuple[int, socket.socket]:
     """Start the zygote like a run interpreter, with its end of a socket pair on fd 3."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    argv = [*interpreter_argv(config.python), BOOTSTRAP, "--zygote", base_dir, *limits.argv()]
+    argv = [*interpreter_argv(config.python), ZYGOTE, base_dir, *limits.argv()]
     null = os.open(os.devnull, os.O_RDONLY)
     try:
         # Its stdin is /dev/null; what it might say goes to the server's own stderr (the log).

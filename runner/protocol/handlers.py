@@ -1,4 +1,4 @@
-"""The MCP layer: tools/list and tools/call on the low-level SDK server. Knows nothing of processes.
+"""The MCP handlers: tools/list and tools/call on the low-level SDK server. Knows nothing of processes.
 
 Every call ends in a result: bad arguments, a busy server and the server's own faults become
 `isError` results carrying the request_id, because an exception escaping a handler would become a
@@ -22,19 +22,11 @@ from runner.config import Config
 from runner.errors import ArgumentError
 from runner.logs import get_logger, log_event
 from runner.outcome import Progress, RunRequest, RunResult, Status
-from runner.schemas import TOOL_NAME, ArgumentParser, input_schema, output_schema, structured_result
+from runner.protocol.arguments import ArgumentParser
+from runner.protocol.results import to_call_result
+from runner.protocol.tool import TOOL_NAME, tool_definition
 
 SERVER_NAME = "python-runner-mcp"
-
-DESCRIPTION = (
-    "Run a Python 3 program in its own fresh, isolated interpreter process and return its stdout, "
-    "stderr and exit code. Each call is a one-shot process (no state is kept between calls) with no "
-    "site-packages (standard library only), an empty private working directory that is deleted "
-    "afterwards, and hard limits: {cpu}s CPU, {mem} MiB memory, {procs} processes, {fsize} MiB per "
-    "written file, wall-clock timeout {timeout:g}s by default (at most {max_timeout:g}s), output "
-    "capped at {chars:,} characters per stream. The status field says why a run ended (ok, error, "
-    "timeout, cpu_limit, memory_limit, file_size_limit, output_limit, signal, ...)."
-)
 
 
 class Runner(Protocol):
@@ -50,44 +42,6 @@ class Runner(Protocol):
 def new_request_id() -> str:
     """8 random hex characters, as in the logs and the result."""
     return secrets.token_hex(4)
-
-
-def tool_definition(config: Config) -> types.Tool:
-    """The one tool this server offers, with its hand-written schemas."""
-    return types.Tool(
-        name=TOOL_NAME,
-        title="Run Python",
-        description=DESCRIPTION.format(
-            cpu=config.max_cpu_seconds,
-            mem=config.max_memory_mb,
-            procs=config.max_processes,
-            fsize=config.max_file_size_mb,
-            timeout=config.default_timeout,
-            max_timeout=config.max_timeout,
-            chars=config.max_output_chars,
-        ),
-        input_schema=input_schema(config),
-        output_schema=output_schema(),
-        annotations=types.ToolAnnotations(
-            title="Run Python",
-            # Each run starts in a throwaway directory, but code can do whatever the server's user
-            # may do within its limits: write and delete files, and reach the network unless the
-            # deployment (Docker --network=none --read-only) takes that away.
-            read_only_hint=False,
-            destructive_hint=True,
-            idempotent_hint=False,
-            open_world_hint=True,
-        ),
-    )
-
-
-def to_call_result(result: RunResult) -> types.CallToolResult:
-    """Text block in the documented format plus structured content; isError unless status is ok."""
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=result.to_text())],
-        structured_content=structured_result(result),
-        is_error=result.is_error,
-    )
 
 
 class Handlers:

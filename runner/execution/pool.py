@@ -19,18 +19,20 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from runner.bootstrap import READY_PREFIX, frame_code
-from runner.capture import OutputCap, keep_bytes_for, render_stream
 from runner.config import Config
 from runner.errors import SpawnError
+from runner.execution.capture import OutputCap, keep_bytes_for, render_stream
+from runner.execution.classify import ProcessEnd, RunLimits, classify
 from runner.fdio import write_all
-from runner.forkserver import ForkedChild, ForkServer
-from runner.limits import Limits, count_tasks_of_uid, limits_for
 from runner.logs import get_logger, log_event
-from runner.outcome import ProcessEnd, Progress, RunLimits, RunRequest, RunResult, Status, classify
-from runner.procctl import children_of_self, command_line, is_zombie, reap_if_exited, set_child_subreaper
-from runner.sandbox import Sandbox, choose_sandbox
-from runner.spawn import Child, remove_tree, spawn_child
+from runner.outcome import Progress, RunRequest, RunResult, Status
+from runner.processes.bootstrap import READY_PREFIX, frame_code
+from runner.processes.child import Child
+from runner.processes.forkserver import ForkedChild, ForkServer
+from runner.processes.limits import Limits, count_tasks_of_uid, limits_for
+from runner.processes.procctl import children_of_self, command_line, is_zombie, reap_if_exited, set_child_subreaper
+from runner.processes.sandbox import Sandbox, choose_sandbox
+from runner.processes.spawn import remove_tree, spawn_child
 
 CHUNK = 64 * 1024
 # How long output may still drain after the run's group is dead: only a process that left the

@@ -7,25 +7,12 @@ rest. Memory per stream is bounded by twice `keep_bytes` whatever the run writes
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from runner.outcome import StreamText
 
 # Control characters that would corrupt a terminal or a JSON consumer; tab, newline and CR stay.
 _UNSAFE_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CHAR_START = re.compile(rb"[^\x80-\xbf]")
-
-
-@dataclass(frozen=True, slots=True)
-class StreamText:
-    """What a stream shows: its text, how many bytes the run wrote, and how many were left out."""
-
-    text: str
-    total_bytes: int
-    dropped_bytes: int
-
-    @property
-    def truncated(self) -> bool:
-        """True when some of what the run wrote is not in `text`."""
-        return self.dropped_bytes > 0
 
 
 class OutputCap:

@@ -1,0 +1,71 @@
+"""Why a run ended, decided from what the pool observed: a pure function, no I/O.
+
+The pool fills in the facts (`ProcessEnd`); `classify` turns them into a status and a one-line
+explanation. A run's outcome is data, never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+
+from runner.outcome import Status, signal_name
+
+
+@dataclass(frozen=True, slots=True)
+class RunLimits:
+    """The limits a run was held to, for the explanations in its result."""
+
+    timeout: float
+    cpu_seconds: int
+    memory_mb: int
+    file_size_mb: int
+    output_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessEnd:
+    """What the pool observed when the run's process ended."""
+
+    returncode: int
+    cpu_seconds: float
+    peak_memory_bytes: int
+    timed_out: bool = False
+    output_exceeded: bool = False
+
+
+CPU_ACCOUNTING_SLACK = 0.5
+_MEMORY_ERROR = re.compile(rb"^(MemoryError\b|OSError: \[Errno 12\]|.*Cannot allocate memory)")
+_FILE_TOO_LARGE = re.compile(rb"^OSError: \[Errno 27\]")
+
+
+def _last_line(data: bytes) -> bytes:
+    lines = data.rstrip().splitlines()
+    return lines[-1].strip() if lines else b""
+
+
+def classify(end: ProcessEnd, stderr_tail: bytes, limits: RunLimits) -> tuple[Status, str]:
+    """Decide why a run ended; the first matching reason wins, in order of what the server did to it."""
+    code = end.returncode
+    signum = -code if code < 0 else 0
+    if end.output_exceeded:
+        return Status.OUTPUT_LIMIT, f"output budget of {limits.output_bytes:,} bytes exceeded; process group killed"
+    if end.timed_out:
+        return Status.TIMEOUT, f"wall-clock limit of {limits.timeout:g}s reached; process group killed"
+    # A SIGXCPU the run sent itself early is a signal, not the limit (accounting may lag a little).
+    spent = end.cpu_seconds >= limits.cpu_seconds * CPU_ACCOUNTING_SLACK
+    if (signum == signal.SIGXCPU and spent) or (signum == signal.SIGKILL and end.cpu_seconds >= limits.cpu_seconds):
+        return Status.CPU_LIMIT, f"CPU time limit of {limits.cpu_seconds}s exceeded ({signal_name(signum)})"
+    if signum == signal.SIGXFSZ:
+        return Status.FILE_SIZE_LIMIT, f"file size limit of {limits.file_size_mb} MiB exceeded (SIGXFSZ)"
+    if signum:
+        return Status.SIGNAL, f"killed by {signal_name(signum)}"
+    if code == 0:
+        return Status.OK, ""
+    last = _last_line(stderr_tail)
+    if _MEMORY_ERROR.match(last):
+        return Status.MEMORY_LIMIT, f"memory limit of {limits.memory_mb} MiB exceeded"
+    if _FILE_TOO_LARGE.match(last):
+        return Status.FILE_SIZE_LIMIT, f"file size limit of {limits.file_size_mb} MiB exceeded"
+    return Status.ERROR, f"exited with status {code}"

@@ -1,0 +1,102 @@
+"""The handle the pool keeps for one interpreter: its pid, the server's pipe ends, and its end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+
+import anyio
+
+from runner.processes.sandbox import exit_code_of_sandboxed
+
+POLL_INTERVAL = 0.005
+
+
+@dataclass(eq=False)
+class Child:
+    """One interpreter: its pid (also its session and process group id) and the server's pipe ends."""
+
+    pid: int
+    workdir: str | None  # the host directory to delete afterwards; None inside a sandbox's own tmpfs
+    stdin: int
+    stdout: int
+    stderr: int
+    code: int
+    pidfd: int | None = None
+    reaped: bool = False
+    refused_limits: tuple[str, ...] = ()
+    inherited_peak: int = 0
+    sandboxed: bool = False
+    interpreter_pid: int = 0  # host pid of the interpreter itself (differs from pid inside a sandbox)
+    _open: set[int] = field(default_factory=set)
+
+    def close_fd(self, fd: int) -> None:
+        """Close one of our pipe ends once; later calls are no-ops."""
+        if fd in self._open:
+            self._open.discard(fd)
+            os.close(fd)
+
+    def close_all(self) -> None:
+        """Close every fd the server holds for this child."""
+        for fd in list(self._open):
+            self.close_fd(fd)
+
+    def kill_group(self) -> None:
+        """SIGKILL the child's whole process group; a group that is already gone is fine.
+
+        Only called before the leader is reaped, so its pid cannot have been reused.
+        """
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+    def still_running(self) -> bool:
+        """True until the child has exited (a zombie has exited)."""
+        if self.reaped:
+            return False
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:
+            return False
+
+    async def wait_exit(self) -> None:
+        """Return once the child has exited; it stays a zombie, so its pid (and group id) stay ours."""
+        if self.pidfd is not None:
+            await anyio.wait_readable(self.pidfd)
+            return
+        # No pidfd (macOS, Linux < 5.3): there is nothing to wait on but time.
+        while self.still_running():  # noqa: ASYNC110
+            await anyio.sleep(POLL_INTERVAL)
+
+    def reap(self) -> tuple[int, float, int]:
+        """Collect the exited child: (returncode, cpu seconds, peak RSS bytes).
+
+        The usage includes every descendant the child reaped: a sandbox's own processes and the run.
+        """
+        _, status, usage = os.wait4(self.pid, 0)
+        self.reaped = True
+        code = os.waitstatus_to_exitcode(status)
+        if self.sandboxed:
+            code = exit_code_of_sandboxed(code)
+        return code, usage.ru_utime + usage.ru_stime, maxrss_bytes(usage.ru_maxrss)
+
+    def find_interpreter(self) -> None:
+        """Point `interpreter_pid` at the interpreter itself: inside a sandbox that is the command
+        bwrap's namespace init started (bwrap -> init -> interpreter)."""
+        if not self.sandboxed:
+            return
+        pid = self.pid
+        for _ in range(2):
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children", "rb") as children:
+                    pid = int(children.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                break
+        self.interpreter_pid = pid
+
+
+def maxrss_bytes(ru_maxrss: int) -> int:
+    """ru_maxrss in bytes: Linux reports KiB, macOS bytes."""
+    return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024

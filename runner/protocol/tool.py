@@ -1,0 +1,49 @@
+"""The one tool this server offers, `run_python`: its name, description, schemas and annotations."""
+
+from __future__ import annotations
+
+import mcp_types as types
+
+from runner.config import Config
+from runner.protocol.schemas import input_schema, output_schema
+
+TOOL_NAME = "run_python"
+
+DESCRIPTION = (
+    "Run a Python 3 program in its own fresh, isolated interpreter process and return its stdout, "
+    "stderr and exit code. Each call is a one-shot process (no state is kept between calls) with no "
+    "site-packages (standard library only), an empty private working directory that is deleted "
+    "afterwards, and hard limits: {cpu}s CPU, {mem} MiB memory, {procs} processes, {fsize} MiB per "
+    "written file, wall-clock timeout {timeout:g}s by default (at most {max_timeout:g}s), output "
+    "capped at {chars:,} characters per stream. The status field says why a run ended (ok, error, "
+    "timeout, cpu_limit, memory_limit, file_size_limit, output_limit, signal, ...)."
+)
+
+
+def tool_definition(config: Config) -> types.Tool:
+    """The one tool this server offers, with its hand-written schemas."""
+    return types.Tool(
+        name=TOOL_NAME,
+        title="Run Python",
+        description=DESCRIPTION.format(
+            cpu=config.max_cpu_seconds,
+            mem=config.max_memory_mb,
+            procs=config.max_processes,
+            fsize=config.max_file_size_mb,
+            timeout=config.default_timeout,
+            max_timeout=config.max_timeout,
+            chars=config.max_output_chars,
+        ),
+        input_schema=input_schema(config),
+        output_schema=output_schema(),
+        annotations=types.ToolAnnotations(
+            title="Run Python",
+            # Each run starts in a throwaway directory, but code can do whatever the server's user
+            # may do within its limits: write and delete files, and reach the network unless the
+            # deployment (Docker --network=none --read-only) takes that away.
+            read_only_hint=False,
+            destructive_hint=True,
+            idempotent_hint=False,
+            open_world_hint=True,
+        ),
+    )
