@@ -13,7 +13,7 @@ server's own CPU time (utime+stime) and its reaped children's (cutime+cstime: ev
 and sandbox helper) from /proc/PID/stat over the same calls. Output: top frames by self and by
 inclusive samples, self time by source area, in ms per call.
 
-Part 2, the run interpreter (the child): the server's own `runner.spawn.spawn_child` (same argv,
+Part 2, the run interpreter (the child): the server's own `runner.processes.spawn.spawn_child` (same argv,
 environment, sandbox wrapper, limits) driven by hand: spawn to the bootstrap's ready line (what the
 warm pool hides), code delivery to exit for `print(1)`, `pass` and `os._exit(0)` (interpreter
 finalization is the difference), CPU of the whole life from wait4; plus ``-X importtime`` of the

@@ -42,7 +42,8 @@ import atexit, os, sys, time
 marks = []
 stamp = time.monotonic
 atexit.register(lambda: open(os.environ["TIMELINE_MARKS"], "w").writelines(f"{k} {t!r}\\n" for k, t in marks))
-import runner.forkserver, runner.pool, runner.protocol, runner.spawn, runner.wire
+import runner.execution.driver, runner.processes.child, runner.processes.forkserver, runner.protocol.handlers
+import runner.transports.stdio
 
 def before(module, name, label):
     inner = getattr(module, name)
@@ -62,19 +63,19 @@ def around_async(owner, name, label_in, label_out):
         return result
     setattr(owner, name, wrapper)
 
-before(runner.wire, "parse_message", "request_read")
-before(runner.pool, "frame_code", "code_framed")
-before(runner.pool, "classify", "result")
-around_async(runner.protocol.Handlers, "call_tool", "handler", "handler_returns")
-around_async(runner.wire, "write_all", "response_write", None)
-around_async(runner.spawn.Child, "wait_exit", None, "exit_seen")
-around_async(runner.forkserver.ForkedChild, "wait_exit", None, "exit_seen")
-close_fd = runner.spawn.Child.close_fd
+before(runner.transports.stdio, "parse_message", "request_read")
+before(runner.execution.driver, "frame_code", "code_framed")
+before(runner.execution.driver, "classify", "result")
+around_async(runner.protocol.handlers.Handlers, "call_tool", "handler", "handler_returns")
+around_async(runner.transports.stdio, "write_all", "response_write", None)
+around_async(runner.processes.child.Child, "wait_exit", None, "exit_seen")
+around_async(runner.processes.forkserver.ForkedChild, "wait_exit", None, "exit_seen")
+close_fd = runner.processes.child.Child.close_fd
 def close_code(self, fd):
     if fd == self.code and fd in self._open:
         marks.append(("code_written", stamp()))
     close_fd(self, fd)
-runner.spawn.Child.close_fd = close_code
+runner.processes.child.Child.close_fd = close_code
 
 from runner.__main__ import main
 sys.exit(main())

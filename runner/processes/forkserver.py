@@ -106,9 +106,13 @@ class ForkServer:
         self._reply_ready = anyio.Event()
         self._lock = anyio.Lock()
 
+    kind = "fork-server"
+    # A fork while a run is in progress makes the zygote late to report that run's exit.
+    forks_delay_runs = True
+
     @property
-    def zygote_pid(self) -> int | None:
-        """The zygote's pid (a child of the server), if one is running."""
+    def helper_pid(self) -> int | None:
+        """The zygote's pid (a child of the server, not a run), if one is running."""
         return self._zygote
 
     @classmethod
@@ -129,14 +133,14 @@ class ForkServer:
             with anyio.CancelScope(shield=True):
                 await server._stop()
 
-    async def fork(self) -> ForkedChild:
+    async def start(self) -> ForkedChild:
         """A new run, forked by the zygote (not yet ready: it still applies its limits).
 
         Starts the zygote if there is none; raises `SpawnError` if that or the fork fails.
         """
         async with self._lock:
             if self._socket is None:
-                await self._start()
+                await self._start_zygote()
             # Shielded (and bounded inside): a request the zygote has seen must have its answer
             # taken, or it would be handed to the next fork() and the forked run left behind. The
             # caller owns the run from here and kills it if it was cancelled meanwhile.
@@ -189,13 +193,17 @@ class ForkServer:
             raise SpawnError("the fork server did not answer; replaced")
         return self._replies.pop(0)
 
+    async def unresponsive(self, child: Child) -> None:
+        """`child` did not end after SIGKILL: its zygote stopped reporting, so it is replaced."""
+        await self.abandon()  # ends its runs, this one included
+
     async def abandon(self) -> None:
         """Give up on the current zygote (it stopped reporting): its runs end as killed, a new one follows."""
         if self._socket is not None:
             log_event(self._log, logging.ERROR, "fork server stopped answering; replacing it", pid=self._zygote)
             await self._zygote_gone(self._socket)
 
-    async def _start(self) -> None:
+    async def _start_zygote(self) -> None:
         pid, ours = _spawn_zygote(self._config, self._base_dir, self._limits)
         ours.setblocking(False)
         self._socket, self._zygote, self._replies = ours, pid, []

@@ -110,6 +110,28 @@ def spawn_child(python: str, base_dir: str, limits: Limits, sandbox: Sandbox) ->
     return child
 
 
+class SpawnSource:
+    """Interpreters started one `posix_spawn` each (inside bubblewrap when the sandbox is on)."""
+
+    kind = "posix-spawn"
+    helper_pid = None  # no process of its own among the server's children
+    forks_delay_runs = False
+
+    def __init__(self, python: str, base_dir: str, limits: Limits, sandbox: Sandbox) -> None:
+        self._python = python
+        self._base_dir = base_dir
+        self._limits = limits
+        self._sandbox = sandbox
+
+    async def start(self) -> Child:
+        """A freshly spawned interpreter (not yet ready: it still applies its limits)."""
+        return spawn_child(self._python, self._base_dir, self._limits, self._sandbox)
+
+    async def unresponsive(self, child: Child) -> None:
+        """`child` did not end after SIGKILL: nothing can be done but fail the call."""
+        raise SpawnError(f"process {child.pid} did not end after SIGKILL")
+
+
 def _own_peak_rss() -> int:
     """The server's own peak RSS in bytes: what a posix_spawned child's ru_maxrss starts from."""
     return maxrss_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)

@@ -1,0 +1,188 @@
+"""Driving one run to its end: code in, stdin fed, both streams read and capped, the deadline, the
+kill, and the facts handed to `classify`.
+
+The run's interpreter is ready (its limits applied) when it gets here. Whatever happens, its whole
+process group is dead and the leader reaped when `drive` returns; closing its fds and deleting its
+directory is the supply's part (`InterpreterSupply.destroy`), which the pool calls on every path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from runner.config import Config
+from runner.execution.capture import OutputCap, keep_bytes_for, render_stream
+from runner.execution.classify import ProcessEnd, RunLimits, classify
+from runner.execution.usage import UsageSamples, wait_exit_sampling
+from runner.fdio import write_all
+from runner.outcome import Progress, RunRequest, RunResult
+from runner.processes.bootstrap import frame_code
+from runner.processes.child import Child
+
+CHUNK = 64 * 1024
+# How long output may still drain after the run's group is dead: only a process that left the
+# group (setsid) can hold a pipe that long, and it does not get to keep the call waiting.
+EXIT_GRACE = 0.25
+KILL_GRACE = 2.0
+PROGRESS_INTERVAL = 1.0
+PROGRESS_LINE_CHARS = 200
+
+ProgressCallback = Callable[[Progress], Awaitable[None]]
+
+
+@dataclass
+class _Streams:
+    """The output side of one run while it is driven: the byte budget and the two readers."""
+
+    budget: int
+    child: Child
+    written: int = 0
+    output_exceeded: bool = False
+    pumps_left: int = 2
+    pumps_done: anyio.Event = field(default_factory=anyio.Event)
+
+    def count(self, n: int) -> None:
+        self.written += n
+        if self.written > self.budget and not self.output_exceeded:
+            self.output_exceeded = True
+            self.child.kill_group()
+
+    def pump_finished(self) -> None:
+        self.pumps_left -= 1
+        if self.pumps_left == 0:
+            self.pumps_done.set()
+
+
+class RunDriver:
+    """Drives runs under one configuration; `unresponsive` is called for a run that outlives SIGKILL."""
+
+    def __init__(
+        self, config: Config, logger: logging.Logger, unresponsive: Callable[[Child], Awaitable[None]]
+    ) -> None:
+        self._config = config
+        self._log = logger
+        self._unresponsive = unresponsive
+        self._keep_bytes = keep_bytes_for(config.max_output_chars)
+
+    def run_limits(self, timeout: float) -> RunLimits:
+        """The limits a run with this timeout is held to."""
+        c = self._config
+        return RunLimits(timeout, c.max_cpu_seconds, c.max_memory_mb, c.max_file_size_mb, c.max_output_bytes)
+
+    async def drive(
+        self, child: Child, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None
+    ) -> RunResult:
+        """Run `request` in the ready interpreter `child` and return its result."""
+        out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
+        streams = _Streams(budget=self._config.max_output_bytes, child=child)
+        # Sampled only where wait4 cannot tell (see `usage`); then once while the interpreter still
+        # waits for its code, so a run that ends within a millisecond still gets a number.
+        samples = UsageSamples(child) if UsageSamples.needed(child) else None
+        if samples is not None:
+            samples.take()
+        async with anyio.create_task_group() as tg:
+            with contextlib.suppress(BrokenPipeError):
+                # A run that died before reading all its code (say, out of memory) ends below
+                # like any other, with what it printed.
+                await write_all(child.code, frame_code(request.code.encode("utf-8")))
+            child.close_fd(child.code)
+            started = anyio.current_time()
+            if request.stdin:
+                tg.start_soon(_feed_stdin, child, request.stdin.encode("utf-8"))
+            else:
+                child.close_fd(child.stdin)  # EOF at once; no task needed
+            tg.start_soon(_pump, child.stdout, out, streams)
+            tg.start_soon(_pump, child.stderr, err, streams)
+            if on_progress is not None:
+                tg.start_soon(self._report_progress, request, started, out, err, on_progress)
+            timed_out = not await wait_exit_sampling(child, samples, started + request.timeout)
+            if timed_out:
+                child.kill_group()
+                await self._wait_after_kill(child)
+            duration = anyio.current_time() - started
+            # Whatever the run left in its group dies with it, before the leader is reaped.
+            child.kill_group()
+            returncode, cpu, reaped_peak = child.reap()
+            with anyio.move_on_after(EXIT_GRACE):
+                await streams.pumps_done.wait()
+            if request.stdin or on_progress is not None or not streams.pumps_done.is_set():
+                tg.cancel_scope.cancel()  # not free (anyio formats the task's repr): only if needed
+        peak = reaped_peak if reaped_peak > child.inherited_peak else (samples.peak if samples else None)
+        cpu = max(cpu, samples.cpu if samples else 0.0)
+        end = ProcessEnd(returncode, cpu, peak or 0, timed_out=timed_out, output_exceeded=streams.output_exceeded)
+        status, message = classify(end, err.parts()[1] or err.parts()[0], self.run_limits(request.timeout))
+        max_chars = self._config.max_output_chars
+        return RunResult(
+            request_id=request.request_id,
+            status=status,
+            message=message,
+            exit_code=returncode,
+            stdout=render_stream(out, max_chars),
+            stderr=render_stream(err, max_chars),
+            duration=duration,
+            cpu_seconds=cpu,
+            peak_memory_bytes=peak,
+            queue_wait=queue_wait,
+        )
+
+    async def _wait_after_kill(self, child: Child) -> None:
+        """Wait for a SIGKILLed run to be gone; one that is not is the source's to deal with."""
+        with anyio.move_on_after(KILL_GRACE):
+            await child.wait_exit()
+        if child.still_running():
+            await self._unresponsive(child)
+
+    async def _report_progress(
+        self, request: RunRequest, started: float, out: OutputCap, err: OutputCap, on_progress: ProgressCallback
+    ) -> None:
+        while True:
+            await anyio.sleep(PROGRESS_INTERVAL)
+            progress = Progress(
+                elapsed=anyio.current_time() - started,
+                timeout=request.timeout,
+                stdout_bytes=out.total,
+                stderr_bytes=err.total,
+                last_line=(err if err.total and not out.total else out).last_line(PROGRESS_LINE_CHARS),
+            )
+            try:
+                await on_progress(progress)
+            except Exception:
+                # A client that cannot take notifications still gets its result.
+                self._log.warning(
+                    "progress report failed; no more for this run",
+                    exc_info=True,
+                    extra={"request_id": request.request_id, "fields": {}},
+                )
+                return
+
+
+async def _feed_stdin(child: Child, data: bytes) -> None:
+    try:
+        await write_all(child.stdin, data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the run closed its stdin or ended: what it did not read is not our problem
+    finally:
+        child.close_fd(child.stdin)
+
+
+async def _pump(fd: int, cap: OutputCap, streams: _Streams) -> None:
+    """Read a stream in chunks into its cap until EOF or until the run blew the output budget."""
+    try:
+        while not streams.output_exceeded:
+            await anyio.wait_readable(fd)
+            try:
+                chunk = os.read(fd, CHUNK)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return
+            cap.feed(chunk)
+            streams.count(len(chunk))
+    finally:
+        streams.pump_finished()

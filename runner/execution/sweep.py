@@ -1,0 +1,92 @@
+"""The stray sweep: kill and reap whatever a run left behind and the kernel handed to the server.
+
+The server is a child subreaper, so a run's orphans (a `setsid` daemon, a double fork) become its
+children. Every child that is not an interpreter of ours is such an orphan: it is killed and reaped
+soon after the run that made it ends, and once a second besides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable
+
+import anyio
+
+from runner.logs import log_event
+from runner.processes.procctl import children_of_self, command_line, is_zombie, reap_if_exited
+
+SWEEP_INTERVAL = 1.0
+# Runs ending back to back share a sweep: at most one per this many seconds (each reads /proc).
+SWEEP_MIN_GAP = 0.05
+ROUNDS = 10
+GRACE = 0.02
+
+
+class StraySweeper:
+    """Sweeps the server's children that `known_pids` does not name."""
+
+    def __init__(self, known_pids: Callable[[], set[int]], sandboxed: bool, logger: logging.Logger) -> None:
+        self._known_pids = known_pids
+        self._sandboxed = sandboxed
+        self._log = logger
+        self._wanted = anyio.Event()
+
+    def wanted(self) -> None:
+        """Ask for a sweep soon (a run just ended)."""
+        self._wanted.set()
+
+    async def sweep_forever(self) -> None:
+        """Sweep when asked, and at least once a second."""
+        while True:
+            with anyio.move_on_after(SWEEP_INTERVAL):
+                await self._wanted.wait()
+            self._wanted = anyio.Event()
+            await self.sweep()
+            await anyio.sleep(SWEEP_MIN_GAP)
+
+    async def sweep(self) -> None:
+        """Kill and reap every child of ours that is neither a run nor a pooled interpreter.
+
+        A killed stray's own children come to us next, hence the rounds.
+        """
+        for _ in range(ROUNDS):
+            known = self._known_pids()
+            strays = [pid for pid in children_of_self() if pid not in known]
+            if not strays:
+                return
+            for pid in strays:
+                if is_zombie(pid):
+                    continue
+                if not self._sandbox_own(pid):
+                    log_event(
+                        self._log,
+                        logging.WARNING,
+                        "killing a process a run left behind",
+                        pid=pid,
+                        command=command_line(pid),
+                    )
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            await anyio.sleep(GRACE)
+            for pid in strays:
+                reap_if_exited(pid)
+
+    def _sandbox_own(self, pid: int) -> bool:
+        """True for a process of a sandbox being torn down: its namespace init or the interpreter.
+
+        When a bwrap process is killed, those can outlive it for a moment and reach us as orphans.
+        Nothing a sandboxed run leaves behind can: its namespace's init inherits it. So in sandbox
+        mode an orphan from another PID namespace (or one already exiting) is the run itself, and
+        is killed without a warning.
+        """
+        if not self._sandboxed:
+            return False
+        try:
+            return os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+        except (FileNotFoundError, ProcessLookupError):
+            return True  # exiting: its namespaces are already gone
+        except OSError:
+            return False
