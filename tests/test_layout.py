@@ -1,0 +1,206 @@
+"""The package's layout holds: the protocol and execution sides never import each other, nothing
+imports in a circle, and every module and class can be read in one sitting.
+
+The rules are the sub-packages' docstrings, checked on the source (every import, lazy ones
+included) and once more on what a fresh interpreter really loads.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "runner"
+MAX_MODULE_LINES = 400
+MAX_CLASS_LINES = 200
+SDK = ("mcp", "mcp_types", "pydantic", "jsonschema", "starlette", "uvicorn", "httpx")
+SIDES = ("runner.protocol", "runner.transports", "runner.execution", "runner.processes")
+SHARED = ("runner.config", "runner.errors", "runner.logs", "runner.fdio", "runner.outcome")
+# Composition roots: the only modules that may put the two sides together.
+ROOTS = ("runner", "runner.__main__", "runner.api")
+FORBIDDEN = {
+    "runner.protocol": ("runner.execution", "runner.processes", "runner.transports"),
+    "runner.transports": ("runner.protocol", "runner.execution", "runner.processes"),
+    "runner.execution": ("runner.protocol", "runner.transports", *SDK),
+    "runner.processes": ("runner.protocol", "runner.transports", "runner.execution", *SDK),
+    **{shared: (*SIDES, *ROOTS[1:], *SDK) for shared in SHARED},
+}
+# Run as scripts under `python -I -S`: the standard library only, nothing of `runner` at run time.
+STDLIB_ONLY = ("runner.processes.bootstrap", "runner.processes.zygote")
+
+
+@dataclass(frozen=True)
+class Import:
+    target: str
+    line: int
+    type_checking: bool  # under `if TYPE_CHECKING:`: never executed
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+
+
+def imports_of(name: str) -> list[Import]:
+    """Every import in the module, at any depth; `from runner.x import y` names runner.x.y when that is a module."""
+    tree = ast.parse(MODULES[name].read_text(), str(MODULES[name]))
+    found: list[Import] = []
+
+    def visit(node: ast.AST, type_checking: bool) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                visit(child, True)
+            for child in node.orelse:
+                visit(child, type_checking)
+            return
+        if isinstance(node, ast.Import):
+            found.extend(Import(alias.name, node.lineno, type_checking) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.append(Import(submodule if submodule in MODULES else node.module, node.lineno, type_checking))
+        for child in ast.iter_child_nodes(node):
+            visit(child, type_checking)
+
+    visit(tree, False)
+    return found
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def rule_for(name: str) -> str | None:
+    return next((prefix for prefix in FORBIDDEN if within(name, prefix)), None)
+
+
+def test_the_sides_and_the_shared_modules_import_only_what_their_docstrings_allow() -> None:
+    breaches = []
+    for name in MODULES:
+        rule = rule_for(name)
+        if rule is None:
+            continue
+        for imported in imports_of(name):
+            if any(within(imported.target, forbidden) for forbidden in FORBIDDEN[rule]):
+                breaches.append(f"{name}:{imported.line} imports {imported.target} ({rule} must not)")
+    assert breaches == []
+
+
+def test_every_module_belongs_to_a_side_is_shared_or_is_a_composition_root() -> None:
+    # A new top-level module must be placed on purpose, and its rule written down here.
+    unplaced = [name for name in MODULES if rule_for(name) is None and name not in ROOTS]
+    assert unplaced == []
+
+
+def test_each_sub_package_says_what_it_owns_and_what_it_must_not_import() -> None:
+    for side in SIDES:
+        docstring = ast.get_docstring(ast.parse(MODULES[side].read_text())) or ""
+        assert "Must not import" in docstring, side
+        for forbidden in FORBIDDEN[side]:
+            if forbidden.startswith("runner."):
+                assert f"`{forbidden}`" in docstring, f"{side}'s docstring does not name {forbidden}"
+
+
+def test_the_bootstrap_and_the_zygote_run_on_the_standard_library_alone() -> None:
+    for name in STDLIB_ONLY:
+        for imported in imports_of(name):
+            top = imported.target.split(".")[0]
+            if imported.type_checking:
+                continue  # for mypy only: `TYPE_CHECKING = False` in these files
+            assert top in sys.stdlib_module_names or top == "bootstrap", f"{name}:{imported.line} {imported.target}"
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path, if any (depth-first search with colours)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target) :], target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    # A package's __init__ that only re-exports lazily (runner) is not an edge to its users.
+    return {
+        name: {i.target for i in imports_of(name) if not i.type_checking and i.target in MODULES and i.target != name}
+        for name in MODULES
+        if name != "runner"
+    }
+
+
+def test_no_module_imports_itself_in_a_circle_not_even_lazily() -> None:
+    assert find_cycle(import_graph()) is None
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    # The check above is only as good as this.
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_module_can_be_read_in_one_sitting(name: str) -> None:
+    source = MODULES[name].read_text()
+    assert source.count("\n") <= MAX_MODULE_LINES
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            assert length <= MAX_CLASS_LINES, f"class {node.name} is {length} lines"
+
+
+LOADED = """
+import importlib, json, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def loaded_by(*modules: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED, *modules], cwd=REPO, capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded: list[str] = json.loads(done.stdout)
+    return loaded
+
+
+@pytest.mark.parametrize(
+    ("side", "must_not_load"),
+    [
+        (("runner.protocol.handlers", "runner.transports.stdio"), ("runner.execution", "runner.processes")),
+        (("runner.execution.pool",), ("runner.protocol", "runner.transports", "mcp")),
+    ],
+)
+def test_importing_one_side_does_not_load_the_other(side: tuple[str, ...], must_not_load: tuple[str, ...]) -> None:
+    loaded = loaded_by(*side)
+    assert set(side) <= set(loaded)
+    assert [name for name in loaded if any(within(name, prefix) for prefix in must_not_load)] == []

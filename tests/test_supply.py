@@ -1,0 +1,93 @@
+"""The interpreter supply on its own, with real interpreters: ready ones handed out, the pool kept
+full, and every interpreter's end leaving nothing behind, in both spawn modes."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from runner.config import Config
+from runner.errors import SpawnError
+from runner.execution.supply import InterpreterSupply
+from runner.processes.bootstrap import frame_code
+from runner.processes.limits import count_tasks_of_uid, limits_for
+from runner.processes.sandbox import Sandbox
+from runner.processes.source import opened_source
+from tests.helpers import alive
+
+pytestmark = pytest.mark.anyio
+LOG = logging.getLogger("tests.supply")
+
+
+@pytest.fixture(params=["posix-spawn", "fork-server"])
+def spawn_config(request: pytest.FixtureRequest, config: Config) -> Config:
+    return dataclasses.replace(config, spawn_mode=request.param, pool_size=2)
+
+
+@pytest.fixture
+async def supply(spawn_config: Config, work_dir: Path, no_leaks: None) -> AsyncIterator[InterpreterSupply]:
+    base_dir = tempfile.mkdtemp(dir=work_dir)
+    limits = limits_for(spawn_config, count_tasks_of_uid())
+    async with opened_source(spawn_config, base_dir, limits, Sandbox("none", "tests"), LOG) as source:
+        supply = InterpreterSupply(spawn_config, source, LOG)
+        try:
+            yield supply
+        finally:
+            with anyio.CancelScope(shield=True):
+                await supply.shutdown()
+    os.rmdir(base_dir)
+
+
+async def test_a_taken_interpreter_is_ready_for_code_and_its_end_leaves_nothing(supply: InterpreterSupply) -> None:
+    child = await supply.take()
+    assert supply.in_use == 1
+    assert child.pid in supply.known_pids()  # not a stray to sweep
+    assert child.workdir is not None
+    assert os.path.isdir(child.workdir)
+    os.write(child.code, frame_code(b"open('left.txt', 'w').write('x')"))
+    with anyio.fail_after(10):
+        await child.wait_exit()
+    workdir, pid = child.workdir, child.pid
+    await supply.destroy(child)
+    await supply.destroy(child)  # a second time is a no-op
+    assert supply.in_use == 0
+    assert not os.path.exists(workdir)
+    assert not alive(pid)
+    assert pid not in supply.known_pids()
+
+
+async def test_the_refill_keeps_the_pool_full_after_an_interpreter_is_taken(supply: InterpreterSupply) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(supply.refill_forever)
+        with anyio.fail_after(20):
+            while supply.ready < 2:  # the pool fills in the background
+                await anyio.sleep(0.01)
+        child = await supply.take()
+        assert supply.ready == 1
+        await supply.destroy(child)
+        with anyio.fail_after(20):
+            while supply.ready < 2:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+
+
+async def test_an_interpreter_that_cannot_start_fails_the_take_and_leaves_nothing(
+    config: Config, work_dir: Path, no_leaks: None
+) -> None:
+    broken = dataclasses.replace(config, python="/bin/true", spawn_mode="posix-spawn")
+    base_dir = tempfile.mkdtemp(dir=work_dir)
+    limits = limits_for(broken, count_tasks_of_uid())
+    async with opened_source(broken, base_dir, limits, Sandbox("none", "tests"), LOG) as source:
+        supply = InterpreterSupply(broken, source, LOG)
+        with pytest.raises(SpawnError, match="did not start"):
+            await supply.take()
+        assert (supply.in_use, supply.known_pids()) == (0, set())
+    assert os.listdir(base_dir) == []
+    os.rmdir(base_dir)
