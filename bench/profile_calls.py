@@ -45,10 +45,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.workloads import TRIVIAL_CODE
 from run_bench import (
     BENCH_DIR,
     REPO,
-    TRIVIAL_CODE,
     Launch,
     RawConn,
     ServerSpec,
