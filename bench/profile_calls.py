@@ -45,6 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.procfs import tree_cpu
 from harness.workloads import TRIVIAL_CODE
 from run_bench import (
     BENCH_DIR,
@@ -54,7 +55,6 @@ from run_bench import (
     ServerSpec,
     parse_env_pairs,
     server_config_line,
-    tree_cpu,
 )
 
 WAIT_LEAVES = ("EpollSelector.select ", "select (")

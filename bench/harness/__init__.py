@@ -1,6 +1,7 @@
 """The benchmark harness behind bench/run_bench.py, by responsibility (each module says what it holds):
 
     workloads  what runs: the code snippets and their expected output, scenario sizes, the targets
+    procfs     /proc readers for a server's pid and the processes under it
 
 Imported as `harness` (not `bench.harness`): bench/'s scripts run as scripts, with bench/ first on
 sys.path, and put it there themselves when they are imported instead.
