@@ -68,6 +68,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.procfs import children_of, comm, descendants, proc_pss, proc_status, reset_peak_rss, tree_cpu
+from harness.stats import ratio, summary
 from harness.workloads import (
     BARE_IMPORT,
     BARE_IMPORT_CODE,
@@ -428,46 +429,12 @@ def server_config_line(log: Path) -> str:
     return ""
 
 
-# --- statistics ------------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0-100)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
-
-
-def summary(values: Sequence[float]) -> dict[str, float]:
-    """p50, p90, p99, mean, min, max, n."""
-    if not values:
-        return {"n": 0}
-    return {
-        "n": len(values),
-        "p50": percentile(values, 50),
-        "p90": percentile(values, 90),
-        "p99": percentile(values, 99),
-        "mean": statistics.fmean(values),
-        "min": min(values),
-        "max": max(values),
-    }
-
-
 def rotate(items: Sequence[Any], by: int) -> list[Any]:
     """`items` rotated left by `by`: who goes first changes from batch to batch."""
     if not items:
         return []
     by %= len(items)
     return [*items[by:], *items[:by]]
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    """a / b, or None when either is missing."""
-    if a is None or b is None or b == 0 or a != a or b != b:
-        return None
-    return a / b
 
 
 # --- scenarios -------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
     workloads  what runs: the code snippets and their expected output, scenario sizes, the targets
     procfs     /proc readers for a server's pid and the processes under it
+    stats      percentiles, summaries, ratios
 
 Imported as `harness` (not `bench.harness`): bench/'s scripts run as scripts, with bench/ first on
 sys.path, and put it there themselves when they are imported instead.
