@@ -1,6 +1,7 @@
 """The benchmark harness behind bench/run_bench.py, by responsibility (each module says what it holds):
 
     workloads  what runs: the code snippets and their expected output, scenario sizes, the targets
+    servers    what runs it: the servers under test, how they are launched, the checkout they run from
     procfs     /proc readers for a server's pid and the processes under it
     stats      percentiles, summaries, ratios
 
