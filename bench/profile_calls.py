@@ -45,10 +45,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.drivers import RawConn
 from harness.procfs import tree_cpu
 from harness.servers import BENCH_DIR, REPO, Launch, ServerSpec, parse_env_pairs, server_config_line
 from harness.workloads import TRIVIAL_CODE
-from run_bench import RawConn
 
 WAIT_LEAVES = ("EpollSelector.select ", "select (")
 FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")

@@ -3,6 +3,7 @@
     workloads  what runs: the code snippets and their expected output, scenario sizes, the targets
     servers    what runs it: the servers under test, how they are launched, the checkout they run from
     procfs     /proc readers for a server's pid and the processes under it
+    drivers    how a server is talked to: raw JSON-RPC over stdio, or the official SDK client
     stats      percentiles, summaries, ratios
 
 Imported as `harness` (not `bench.harness`): bench/'s scripts run as scripts, with bench/ first on
