@@ -5,6 +5,7 @@
     procfs     /proc readers for a server's pid and the processes under it
     drivers    how a server is talked to: raw JSON-RPC over stdio, or the official SDK client
     stats      percentiles, summaries, ratios
+    scenarios  the measurements: preflight, calls, flood, startup, memory
 
 Imported as `harness` (not `bench.harness`): bench/'s scripts run as scripts, with bench/ first on
 sys.path, and put it there themselves when they are imported instead.
