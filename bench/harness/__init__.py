@@ -6,6 +6,7 @@
     drivers    how a server is talked to: raw JSON-RPC over stdio, or the official SDK client
     stats      percentiles, summaries, ratios
     scenarios  the measurements: preflight, calls, flood, startup, memory
+    report     the markdown report and the machine it was measured on
 
 Imported as `harness` (not `bench.harness`): bench/'s scripts run as scripts, with bench/ first on
 sys.path, and put it there themselves when they are imported instead.
