@@ -26,8 +26,9 @@ Scenarios: trivial `print(1)` latency at concurrency 1 (p50, p99, mean) with the
 CPU per call of the server and of everything under it (/proc/PID/stat); throughput at concurrency
 1, 4, 8, 16 (RUNNER_MAX_CONCURRENT=8); a ~0.2 s CPU-bound snippet; a 1 GiB stdout flood (server
 RSS growth, and the time from crossing RUNNER_MAX_OUTPUT_BYTES to the kill, from timestamps the run
-writes into its own output: see `analyse_flood`); start-up to the initialize response against a
-bare `import mcp.server.lowlevel`; idle RSS/PSS and per pooled interpreter (RUNNER_POOL_SIZE 0 vs 8).
+writes into its own output: see `analyse_flood` in harness/scenarios.py); start-up to the initialize
+response against a bare `import mcp.server.lowlevel`; idle RSS/PSS and per pooled interpreter
+(RUNNER_POOL_SIZE 0 vs 8).
 
 Prints absolute numbers and the ratios the issue's targets are stated in, writes
 `bench-<timestamp>.json` and `.md` (and the servers' stderr logs) to --out (default
@@ -41,6 +42,9 @@ mounts its own /tmp over it and the runs cannot find runner/bootstrap.py (the pr
 --server-env is given to every real-server variant (never to the naive baseline, which reads the
 same RUNNER_* limits' defaults); nothing the caller does not ask for is passed, so e.g.
 RUNNER_SPAWN_MODE is set only with `--variant fork:RUNNER_SPAWN_MODE=fork-server`.
+
+This file is the command line; the harness itself is the package bench/harness/ (workloads, servers,
+procfs, drivers, stats, scenarios, report: its __init__ says what each holds).
 """
 
 from __future__ import annotations
