@@ -45,17 +45,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run_bench import (
-    BENCH_DIR,
-    REPO,
-    TRIVIAL_CODE,
-    Launch,
-    RawConn,
-    ServerSpec,
-    parse_env_pairs,
-    server_config_line,
-    tree_cpu,
-)
+from harness.drivers import RawConn
+from harness.procfs import tree_cpu
+from harness.servers import BENCH_DIR, REPO, Launch, ServerSpec, parse_env_pairs, server_config_line
+from harness.workloads import TRIVIAL_CODE
 
 WAIT_LEAVES = ("EpollSelector.select ", "select (")
 FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")

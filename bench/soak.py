@@ -56,7 +56,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+# harness/ is next to this file: on sys.path already when this runs as a script, not when it is imported
+# (tests/test_soak.py imports it as bench.soak).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness.procfs import proc_status
+from harness.servers import REPO
+
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "soak", "version": "1"}}
 LINE_LIMIT = 64 * 1024 * 1024  # the client's own bound on one line from the server
 MIB = 1024 * 1024
@@ -108,16 +114,6 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return "?"
-
-
-def rss_bytes(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def fd_count(pid: int) -> int | None:
@@ -507,7 +503,7 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
         warm = Tally()
         await drive(client, plans(rng, args.warmup), args.concurrency, warm)
         figures["quiet_after_warmup"] = await quiet(process.pid, work_dir)
-        rss_before, fds_before = rss_bytes(process.pid), fd_count(process.pid)
+        rss_before, fds_before = proc_status(process.pid).get("VmRSS"), fd_count(process.pid)
         helpers_before, entries_before = ours(work_dir, process.pid), entries(work_dir)
         figures["helpers_after_warmup"] = describe(helpers_before)
 
@@ -517,7 +513,7 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
         wall = time.monotonic() - started
         await cancel_storm(client, args.cancel_storm, tally)
         figures["quiet_at_end"] = await quiet(process.pid, work_dir)
-        rss_after, fds_after = rss_bytes(process.pid), fd_count(process.pid)
+        rss_after, fds_after = proc_status(process.pid).get("VmRSS"), fd_count(process.pid)
         helpers_after, entries_after = ours(work_dir, process.pid), entries(work_dir)
         helpers_described = figures["helpers_at_end"] = describe(helpers_after)
         figures["work_dir_at_end"] = [str(path.relative_to(work_dir)) for path in entries_after]

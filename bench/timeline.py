@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run_bench import BENCH_DIR, INHERITED_ENV, REPO, parse_env_pairs
+from harness.servers import BENCH_DIR, INHERITED_ENV, REPO, parse_env_pairs
 
 # Runs in the server process before runner.__main__.main(): wraps the functions whose calls mark the
 # stages. Module globals are looked up at call time, so assigning the module attribute is enough.
