@@ -179,6 +179,7 @@ def child_stages(server_root: Path, sandbox_mode: str, reps: int) -> dict[str, A
     """Part 2: the run interpreter's stages, spawned exactly as the server spawns it."""
     sys.path.insert(0, str(server_root))
     from runner.config import Config
+    from runner.processes.bootstrap import frame_code
     from runner.processes.limits import count_tasks_of_uid, limits_for
     from runner.processes.sandbox import choose_sandbox
     from runner.processes.spawn import remove_tree, spawn_child
@@ -211,7 +212,7 @@ def child_stages(server_root: Path, sandbox_mode: str, reps: int) -> dict[str, A
                 t1 = time.perf_counter()
                 os.set_blocking(child.code, True)
                 t2 = time.perf_counter()
-                os.write(child.code, code)
+                os.write(child.code, frame_code(code))
                 child.close_fd(child.code)
                 if child.pidfd is not None:
                     select.select([child.pidfd], [], [])
@@ -261,11 +262,20 @@ def import_times(server_root: Path, python: str) -> list[tuple[str, int, int]]:
     workdir = tempfile.mkdtemp(prefix="importtime-")
     code_r, code_w = os.pipe()
     try:
-        os.write(code_w, b"pass")
+        os.write(code_w, b"4\npass")  # framed as the server frames code: its byte count first
         os.close(code_w)
         done = subprocess.run(
             [
-                *(python, "-I", "-S", "-X", "utf8", "-X", "importtime", str(server_root / "runner" / "bootstrap.py")),
+                *(
+                    python,
+                    "-I",
+                    "-S",
+                    "-X",
+                    "utf8",
+                    "-X",
+                    "importtime",
+                    str(server_root / "runner" / "processes" / "bootstrap.py"),
+                ),
                 *(workdir, "10", str(256 << 20), "4096", str(16 << 20)),
             ],
             stdin=subprocess.DEVNULL,
