@@ -6,7 +6,7 @@ code could not see anyway. The server asks it for a run with one byte on a Unix 
 and the server's ends of the run's pipes (SCM_RIGHTS), and reports each run's exit status and
 resource usage when it reaps it. A zygote that dies is restarted; runs it had die with it.
 
-Trade-off, documented in the README: runs of one zygote share its ASLR layout and its str hash
+Trade-off, documented in docs/spawn-modes.md: runs of one zygote share its ASLR layout and its str hash
 seed (PYTHONHASHSEED), which a fresh interpreter per run would not.
 """
 

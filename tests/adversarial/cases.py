@@ -99,12 +99,12 @@ def plain(context: Context) -> bool:
 
 
 NO_FILESYSTEM_ISOLATION = Hole(
-    "plain mode does not confine the filesystem: a run writes wherever the server's uid may (README, security scope)",
+    "plain mode does not confine the filesystem: a run writes wherever the server's uid may (docs/security.md)",
     plain,
     ("outside the run's directory", "left in the pool's base directory"),
 )
 NO_NETWORK_ISOLATION = Hole(
-    "plain mode does not isolate the network: a run reaches the server's loopback (README, security scope)",
+    "plain mode does not isolate the network: a run reaches the server's loopback (docs/security.md)",
     plain,
     ("'connected\\n'", "the listener on the server's loopback got a connection"),
 )
