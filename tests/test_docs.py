@@ -25,9 +25,6 @@ README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 PAGE_IDS = [str(page.relative_to(REPO)) for page in PAGES]
 README_MAX_LINES = 250
-# Pages written on another branch: a link to one may dangle until that branch is merged. Once the file
-# exists, links into it (anchors included) are checked like any other.
-PENDING_PAGES = {REPO / "docs" / "architecture.md"}
 # Paths the pages name that running something creates; they are not in the repository.
 GENERATED_PATHS = {"bench/results/"}
 # What a path of ours looks like in code: under one of these directories, or one of these files.
@@ -177,8 +174,7 @@ def test_every_relative_link_in_the_readme_and_docs_resolves(path: Path) -> None
         file_part, _, anchor = target.partition("#")
         resolved = (path.parent / file_part).resolve() if file_part else path
         if not resolved.exists():
-            if resolved not in PENDING_PAGES:
-                broken.append(f"{target}: no such file")
+            broken.append(f"{target}: no such file")
             continue
         if anchor and anchor not in anchors(read_page(resolved)):
             broken.append(f"{target}: no heading with the anchor #{anchor} in {resolved.relative_to(REPO)}")
