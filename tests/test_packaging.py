@@ -19,6 +19,7 @@ No Docker engine runs on these machines, so the image is checked in three ways:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -224,8 +225,17 @@ def standin_venv() -> Path:
     lock = REPO / lock_source
     key = hashlib.sha256(lock.read_bytes() + run.encode() + SYSTEM_PYTHON.encode()).hexdigest()[:16]
     venv = Path(tempfile.gettempdir()) / f"{STANDIN_PREFIX}venv-{key}"
-    if (venv / ".complete").exists():
-        return venv
+    # Other runs of this suite on the machine share the cached venv: one builds it while they wait, and
+    # none removes it while another may be using it.
+    with open(f"{venv}.lock", "w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        if not (venv / ".complete").exists():
+            build_standin_venv(venv, builder, run, lock, lock_target)
+    return venv
+
+
+def build_standin_venv(venv: Path, builder: Stage, run: str, lock: Path, lock_target: str) -> None:
+    """The builder's RUN line into a build directory, then renamed to `venv` (under the caller's lock)."""
     shutil.rmtree(venv, ignore_errors=True)  # an interrupted build
     build = Path(tempfile.mkdtemp(prefix=f"{venv.name}.build-"))
     command = run.replace("/app/.venv", str(build / "venv")).replace(lock_target, str(lock))
@@ -235,12 +245,8 @@ def standin_venv() -> Path:
     assert done.returncode == 0, f"the builder's RUN failed:\n{command}\n{done.stdout}\n{done.stderr}"
     subprocess.run(["chmod", "-R", "a+rX,go-w", str(build)], check=True)
     (build / "venv" / ".complete").touch()
-    try:
-        (build / "venv").rename(venv)
-    except OSError:
-        assert (venv / ".complete").exists(), f"{venv} exists but is incomplete"
+    (build / "venv").rename(venv)
     shutil.rmtree(build, ignore_errors=True)
-    return venv
 
 
 @dataclass
