@@ -615,6 +615,26 @@ def test_the_entrypoint_serves_in_a_read_only_root_with_the_seed_s_tmpfs_no_netw
     assert "sandbox=bwrap" not in log, "no user namespaces, as under Docker's seccomp profile"
 
 
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (with the pid, it names one process)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def processes_in(namespace: str) -> set[tuple[int, int | None]]:
+    """(pid, start time) of the processes in a live PID namespace. Only while it lives: once it is gone,
+    the kernel gives its inode number to the next namespace made on the machine (a sandbox of another
+    test run, say), and a look by that number finds strangers."""
+    return {(pid, start_time(pid)) for pid in processes_where(namespace, "ns/pid")}
+
+
+def left_of(processes: set[tuple[int, int | None]]) -> list[int]:
+    """The pids of `processes` that still exist (the same pid with the same start time)."""
+    return sorted(pid for pid, started in processes if started is not None and start_time(pid) == started)
+
+
 def children(pid: int) -> list[int]:
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
@@ -665,7 +685,8 @@ def test_sigterm_to_the_container_s_pid_1_stops_the_server_mid_run_with_exit_sta
                 assert process.poll() is None, log_path.read_text()
                 time.sleep(0.02)
             [pid1] = children(process.pid)  # unshare's child: PID 1 of the new PID namespace
-            namespace = os.readlink(f"/proc/{pid1}/ns/pid")
+            container = processes_in(os.readlink(f"/proc/{pid1}/ns/pid"))
+            assert (pid1, start_time(pid1)) in container
             os.kill(pid1, signal.SIGTERM)
             assert process.wait(timeout=20) == 0, log_path.read_text()
             replies = [json.loads(line) for line in process.stdout.read().splitlines()]
@@ -678,7 +699,7 @@ def test_sigterm_to_the_container_s_pid_1_stops_the_server_mid_run_with_exit_sta
     assert "signal received; shutting down signal=SIGTERM" in log
     assert "server stopped" in log
     assert "Tini is not running as PID 1" not in log
-    assert settled(lambda: processes_where(namespace, "ns/pid")) == [], "nothing of the container is left"
+    assert settled(lambda: left_of(container)) == [], "nothing of the container is left"
 
 
 def server_started_under(pid: int) -> bool:
@@ -712,7 +733,8 @@ def test_sigterm_during_start_up_stops_the_container_at_once_with_exit_status_0(
                 assert time.monotonic() < deadline
                 time.sleep(0.005)
             [pid1] = children(process.pid)
-            namespace = os.readlink(f"/proc/{pid1}/ns/pid")
+            container = processes_in(os.readlink(f"/proc/{pid1}/ns/pid"))
+            assert (pid1, start_time(pid1)) in container
             os.kill(pid1, signal.SIGTERM)
             started = time.monotonic()
             assert process.wait(timeout=10) == 0
@@ -720,7 +742,7 @@ def test_sigterm_during_start_up_stops_the_container_at_once_with_exit_status_0(
         finally:
             if process.poll() is None:
                 process.kill()
-    assert settled(lambda: processes_where(namespace, "ns/pid")) == [], "nothing of the container is left"
+    assert settled(lambda: left_of(container)) == [], "nothing of the container is left"
 
 
 # --- make and compose ---------------------------------------------------------------------------------
