@@ -86,15 +86,19 @@ def none_of_ours_sandboxed() -> None:
 
 
 async def test_a_daemonized_grandchild_dies_with_its_run(sandboxed: Pool, none_of_ours_sandboxed: None) -> None:
+    # The daemon says it is up through a pipe: the run counts the sandbox's processes only then.
     code = """
         import os, time
+        ready_r, ready_w = os.pipe()
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
+                os.write(ready_w, b"up")
                 time.sleep(60)
                 os._exit(0)
             os._exit(0)
-        time.sleep(0.2)
+        os.close(ready_w)
+        assert os.read(ready_r, 2) == b"up"
         print(len([p for p in os.listdir('/proc') if p.isdigit()]))
     """
     result = await run(sandboxed, code)
