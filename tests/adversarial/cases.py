@@ -877,11 +877,14 @@ OUTPUT = [
         "output from a daemon thread after the main thread ends is cut off cleanly",
         """
         import threading, time
+        ticked = threading.Event()
         def tick():
             while True:
                 print("tick", flush=True)
+                ticked.set()
                 time.sleep(0.001)
         threading.Thread(target=tick, daemon=True).start()
+        ticked.wait()
         time.sleep(0.05)
         print("main done", flush=True)
         """,
