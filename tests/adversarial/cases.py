@@ -752,7 +752,11 @@ OUTPUT = [
         "floods on both streams at once hit the output budget",
         """
         import sys, threading
+        both = threading.Barrier(2)  # each stream has had its first write before either floods on
         def flood(stream):
+            stream.write("y" * 65536)
+            stream.flush()
+            both.wait()
             while True:
                 stream.write("y" * 65536)
         threading.Thread(target=flood, args=(sys.stderr,), daemon=True).start()
