@@ -12,7 +12,7 @@ import pytest
 
 from runner.config import Config
 from runner.execution.pool import Pool
-from tests.helpers import children_of
+from tests.helpers import children_of, settled
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,8 +47,8 @@ def config(work_dir: Path) -> Config:
 def no_leaks(work_dir: Path) -> Iterator[None]:
     """After the test: no child process of ours remains (not even a zombie) and no directory is left."""
     yield
-    assert children_of(os.getpid()) == []
-    assert list(work_dir.iterdir()) == []
+    assert settled(lambda: children_of(os.getpid())) == []
+    assert settled(lambda: list(work_dir.iterdir())) == []
 
 
 @pytest.fixture

@@ -1,18 +1,27 @@
-"""Shared test helpers: process inspection, overlap counting, and schema checks of every result."""
+"""Shared test helpers: process inspection, waiting out asynchronous ends, overlap counting, and schema
+checks of every result."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from typing import Any
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
+import anyio
 from jsonschema import Draft202012Validator
 
 from runner.outcome import RunResult
 from runner.protocol.results import structured_result
 from runner.protocol.schemas import output_schema
 
+T = TypeVar("T")
+
 OUTPUT_VALIDATOR = Draft202012Validator(output_schema())
+# How long an end that the kernel or another process brings about on its own may take to show on a busy
+# machine: a SIGKILLed process dying, an orphan being reaped, an exiting server's last clean-up.
+SETTLE_SECONDS = 2.0
+POLL_SECONDS = 0.01
 SEED_PLAIN = r"\[request_id=[0-9a-f]{8}\]\n--- stdout ---\n45\n\n--- exit_code: 0 \| duration: \d+\.\d{3}s ---"
 
 
@@ -39,9 +48,43 @@ def alive(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
+def living(pids: Iterable[int]) -> list[int]:
+    """The pids among `pids` that are live processes, sorted."""
+    return sorted(pid for pid in set(pids) if alive(pid))
+
+
+def settled(probe: Callable[[], T], timeout: float = SETTLE_SECONDS, interval: float = POLL_SECONDS) -> T:
+    """`probe()` as soon as it comes back empty (falsy), else its value at the deadline.
+
+    For checks of an end that happens asynchronously: a process killed with SIGKILL still dies a moment
+    after the signal, an orphan is reaped by someone else. `assert settled(lambda: living(pids)) == []`
+    fails only if a pid is still alive `timeout` seconds on, and the message names those. What must
+    *not* happen (a process must stay alive, a file must not appear) stays a single check.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if not value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+async def settled_async(probe: Callable[[], T], timeout: float = SETTLE_SECONDS, interval: float = POLL_SECONDS) -> T:
+    """`settled` for async tests: the event loop (a pool's sweeps and refills) runs on while it waits."""
+    deadline = anyio.current_time() + timeout
+    while True:
+        value = probe()
+        if not value or anyio.current_time() >= deadline:
+            return value
+        await anyio.sleep(interval)
+
+
 def processes_mentioning(text: str) -> list[int]:
     """Live processes (not this one) with `text` in their command line or environment: a server has
-    its RUNNER_WORK_DIR in its environment, run interpreters their directory in theirs."""
+    its RUNNER_WORK_DIR in its environment, run interpreters their directory in theirs.
+
+    Every process on the machine is looked at, other copies of this suite included: `text` must be
+    unique to this test (a path under its tmp_path), never a fixed string."""
     needle = text.encode()
     found = []
     for entry in os.listdir("/proc"):

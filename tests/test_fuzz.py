@@ -55,7 +55,7 @@ from jsonschema import Draft202012Validator
 from runner.config import Config
 from runner.protocol.schemas import input_schema
 from tests.conftest import REPO
-from tests.helpers import check_structured, processes_mentioning
+from tests.helpers import check_structured, processes_mentioning, settled
 
 SCALE = float(os.environ.get("FUZZ_SCALE", "1"))
 MAX_CODE_BYTES = 2000
@@ -269,9 +269,10 @@ class Wire:
             assert not strangers, f"responses addressed to ids never sent: {sorted(strangers)[:5]}"
             low, high = self.null_bounds
             assert low <= len(self.nulls) <= high, f"{len(self.nulls)} errors with id null, not {low}-{high}"
-        left = processes_mentioning(str(self.work_dir))
+        # What the server killed on its way out may take the kernel a moment longer to end.
+        left = settled(lambda: processes_mentioning(str(self.work_dir)))
         assert left == [], f"processes left behind: {left}"
-        assert list(self.work_dir.iterdir()) == [], "files left in the work dir"
+        assert settled(lambda: list(self.work_dir.iterdir())) == [], "files left in the work dir"
 
     # Reading.
 

@@ -12,7 +12,7 @@ import pytest
 
 from runner.config import Config
 from runner.protocol.schemas import input_schema, output_schema
-from tests.helpers import SEED_PLAIN, check_structured
+from tests.helpers import SEED_PLAIN, check_structured, settled_async
 from tests.raw import RawSession, raw_server
 
 pytestmark = pytest.mark.anyio
@@ -26,7 +26,7 @@ MODERN_META = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelconte
 async def session(work_dir: Path, tmp_path: Path) -> AsyncIterator[RawSession]:
     async with raw_server(work_dir, tmp_path / "stderr.log") as session:
         yield session
-    assert list(work_dir.iterdir()) == []
+    assert await settled_async(lambda: list(work_dir.iterdir())) == []
 
 
 async def check_tools(session: RawSession, meta: dict[str, Any] | None = None) -> None:

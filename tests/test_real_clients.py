@@ -14,7 +14,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ import pytest
 from runner.config import Config
 from runner.protocol.schemas import input_schema, output_schema
 from tests.conftest import REPO
-from tests.helpers import SEED_PLAIN, alive, check_structured, processes_mentioning
+from tests.helpers import SEED_PLAIN, alive, check_structured, processes_mentioning, settled
 
 CLIENTS = REPO / "tests" / "clients"
 NODE_MODULES = CLIENTS / "node_modules"
@@ -40,19 +39,9 @@ SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 pytestmark = pytest.mark.timeout(240)
 
 
-def wait_until(predicate: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def assert_left_nothing(work_dir: Path) -> None:
-    wait_until(lambda: processes_mentioning(str(work_dir)) == [], 5)
-    assert processes_mentioning(str(work_dir)) == [], "no server or run process outlives the client"
-    assert list(work_dir.iterdir()) == [], "the work dir is left empty"
+    assert settled(lambda: processes_mentioning(str(work_dir)), 5) == [], "no server or run process outlives the client"
+    assert settled(lambda: list(work_dir.iterdir())) == [], "the work dir is left empty"
 
 
 # --- npm install, once per session ------------------------------------------------------------------

@@ -20,7 +20,7 @@ from runner.errors import ConfigError
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
 from runner.processes.sandbox import BOOTSTRAP_INSIDE, choose_sandbox, exit_code_of_sandboxed
-from tests.helpers import alive, checked
+from tests.helpers import alive, checked, living, settled_async
 
 pytestmark = pytest.mark.anyio
 
@@ -44,47 +44,68 @@ async def run(pool: Pool, code: str, timeout: float = 10) -> RunResult:
     return checked(await pool.run(RunRequest("5a4db0c5", textwrap.dedent(code), timeout)))
 
 
+def descendants_of_this_process() -> set[int]:
+    """Every process below this one: a sandbox's bwrap is our child, its namespace's processes below it
+    (and an orphan of a run comes to us, the pools here being child subreapers)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_bytes()
+                parents[int(entry)] = int(stat.rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
 def sandboxed_interpreters() -> list[int]:
-    """Host pids of live run interpreters (and their forks) in a PID namespace other than ours."""
+    """Host pids of live run interpreters (and their forks) in a PID namespace other than ours, below this
+    process: sandboxes of other test runs or servers on the same machine look just the same."""
     ours = os.readlink("/proc/self/ns/pid")
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in sorted(descendants_of_this_process()):
         try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            namespace = os.readlink(f"/proc/{entry}/ns/pid")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            namespace = os.readlink(f"/proc/{pid}/ns/pid")
         except OSError:
             continue
-        if BOOTSTRAP_INSIDE.encode() in cmdline and namespace != ours and b"bwrap" not in cmdline and alive(int(entry)):
-            found.append(int(entry))
+        if BOOTSTRAP_INSIDE.encode() in cmdline and namespace != ours and b"bwrap" not in cmdline and alive(pid):
+            found.append(pid)
     return found
 
 
 @pytest.fixture
-def quiet_machine() -> None:
-    """These checks look at every sandboxed interpreter on the machine: none may exist before."""
-    assert sandboxed_interpreters() == [], "another sandboxed run is alive on this machine"
+def none_of_ours_sandboxed() -> None:
+    """These checks look at every sandboxed interpreter of this process: none may exist before."""
+    assert sandboxed_interpreters() == [], "a sandboxed run of an earlier test is still alive"
 
 
-async def test_a_daemonized_grandchild_dies_with_its_run(sandboxed: Pool, quiet_machine: None) -> None:
+async def test_a_daemonized_grandchild_dies_with_its_run(sandboxed: Pool, none_of_ours_sandboxed: None) -> None:
+    # The daemon says it is up through a pipe: the run counts the sandbox's processes only then.
     code = """
         import os, time
+        ready_r, ready_w = os.pipe()
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
+                os.write(ready_w, b"up")
                 time.sleep(60)
                 os._exit(0)
             os._exit(0)
-        time.sleep(0.2)
+        os.close(ready_w)
+        assert os.read(ready_r, 2) == b"up"
         print(len([p for p in os.listdir('/proc') if p.isdigit()]))
     """
     result = await run(sandboxed, code)
     assert result.status is Status.OK
     assert int(result.stdout.text) >= 3, "the daemon was alive in the sandbox while the run was"
-    with anyio.fail_after(5):
-        while sandboxed_interpreters():
-            await anyio.sleep(0.02)
+    # The namespace dies with its bwrap, which the pool killed before the call returned.
+    assert await settled_async(sandboxed_interpreters, timeout=5) == []
 
 
 async def test_kill_minus_one_reaches_only_the_sandbox(sandboxed: Pool) -> None:
@@ -215,9 +236,7 @@ async def test_an_orphan_from_another_pid_namespace_is_still_killed(sandboxed: P
         await outer.wait()  # the orphan is now a child of this process, the pool's subreaper
     try:
         await run(sandboxed, "print(1)")  # a sweep follows every run
-        with anyio.fail_after(5):
-            while alive(orphan):
-                await anyio.sleep(0.02)
+        assert await settled_async(lambda: living([orphan]), timeout=5) == []
     finally:
         if alive(orphan):
             os.kill(orphan, signal.SIGKILL)

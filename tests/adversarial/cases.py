@@ -752,7 +752,11 @@ OUTPUT = [
         "floods on both streams at once hit the output budget",
         """
         import sys, threading
+        both = threading.Barrier(2)  # each stream has had its first write before either floods on
         def flood(stream):
+            stream.write("y" * 65536)
+            stream.flush()
+            both.wait()
             while True:
                 stream.write("y" * 65536)
         threading.Thread(target=flood, args=(sys.stderr,), daemon=True).start()
@@ -877,11 +881,14 @@ OUTPUT = [
         "output from a daemon thread after the main thread ends is cut off cleanly",
         """
         import threading, time
+        ticked = threading.Event()
         def tick():
             while True:
                 print("tick", flush=True)
+                ticked.set()
                 time.sleep(0.001)
         threading.Thread(target=tick, daemon=True).start()
+        ticked.wait()
         time.sleep(0.05)
         print("main done", flush=True)
         """,

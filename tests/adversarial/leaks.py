@@ -19,6 +19,7 @@ import os
 import re
 import stat
 import subprocess
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +32,27 @@ SKIPPED_DIRS = frozenset(
     {".venv", ".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", "node_modules"}
 )
 
+# This copy of the suite: the names its runs write at the top level of /tmp start with
+# `adversarial-<SUITE_ID>`. Other copies running on the same machine write `adversarial-*` names of their own.
+SUITE_ID = uuid.uuid4().hex[:8]
+
 # Top-level /tmp entries that other processes on a shared machine create and delete at any moment
-# (tempfile and mktemp defaults, pip, pytest, other runner pools, the job runner of this machine).
-# A run's own writes in this suite use names that match none of these.
-NOISY_TMP_ENTRIES = ("tmp*", "pip-*", "pytest-of-*", "python-runner-*", "bash_jobs.*", "bash_tool_*")
+# (tempfile and mktemp defaults, pip, pytest, other runner pools, the job runner of this machine, and
+# other copies of this suite: their decoys and escaped writes, test_isolation's and bench/soak.py's
+# directories). A run's own writes in this suite use names that match none of these but `adversarial-*`,
+# and those are told apart by OWN_TMP_ENTRIES.
+NOISY_TMP_ENTRIES = (
+    "tmp*",
+    "pip-*",
+    "pytest-of-*",
+    "python-runner-*",
+    "bash_jobs.*",
+    "bash_tool_*",
+    "adversarial-*",
+    "runner-isolation-*",
+    "runner-soak-*",
+)
+OWN_TMP_ENTRIES = (f"adversarial-{SUITE_ID}*",)
 
 Entry = tuple[str, int, int]  # kind, size, mtime_ns (0, 0 for directories: their content is walked)
 
@@ -51,6 +69,7 @@ class Tree:
     recursive: bool = True
     exclude: tuple[Path, ...] = ()
     noise: tuple[str, ...] = ()
+    own: tuple[str, ...] = ()  # names that are watched even though they match `noise`
     contents: bool = True
 
 
@@ -117,7 +136,9 @@ def snapshot(trees: Iterable[Tree], files: Iterable[Path] = ()) -> dict[str, Ent
             except (FileNotFoundError, NotADirectoryError, PermissionError):
                 continue
             for entry in entries:
-                if entry.path in excluded or (tree.noise and _noisy(entry.name, tree.noise)):
+                if entry.path in excluded or (
+                    tree.noise and _noisy(entry.name, tree.noise) and not _noisy(entry.name, tree.own)
+                ):
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)

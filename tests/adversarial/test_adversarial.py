@@ -185,7 +185,9 @@ def _private_trees(target: Target, tmp: Path) -> list[leaks.Tree]:
 def _shared_snapshot(target: Target) -> dict[str, leaks.Entry]:
     """Places other processes of the machine may change at the same time (people editing the
     checkout, other jobs using /tmp)."""
-    tmp = leaks.Tree(Path("/tmp"), recursive=False, noise=leaks.NOISY_TMP_ENTRIES, contents=False)
+    tmp = leaks.Tree(
+        Path("/tmp"), recursive=False, noise=leaks.NOISY_TMP_ENTRIES, own=leaks.OWN_TMP_ENTRIES, contents=False
+    )
     if target.checkout is None:
         return leaks.snapshot([leaks.Tree(REPO), tmp])
     return target.checkout.snapshot() | leaks.snapshot([tmp])
@@ -215,7 +217,7 @@ class Attempt:
 
 async def _attempt(target: Target, case: Case, tmp: Path) -> Attempt:
     """Run the case once with every check around it."""
-    token = uuid.uuid4().hex[:12]
+    token = leaks.SUITE_ID + uuid.uuid4().hex[:12]  # escaped writes to /tmp are told apart by SUITE_ID
     fds_before = leaks.open_fds()
     with _listener(case.listener) as listener:
         context = _context(target, tmp, token, listener.getsockname()[1] if listener else 0)
