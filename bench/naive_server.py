@@ -3,7 +3,7 @@
 A high-level MCP framework server (the SDK's `MCPServer`, formerly FastMCP) with one tool,
 `run_python(code, timeout)`, that starts a fresh interpreter per call with `subprocess.run` and a
 `preexec_fn` applying the same rlimits as the real server's (CPU, AS, NPROC, FSIZE, CORE, computed by
-`runner.limits` from the same RUNNER_* variables and defaults), and returns stdout (and stderr if
+`runner.processes.limits` from the same RUNNER_* variables and defaults), and returns stdout (and stderr if
 any). No pool, no output cap, no process-group kill: one `subprocess.run` per call. The framework
 runs a sync tool in a worker thread, so calls do overlap.
 

@@ -33,3 +33,7 @@ def __getattr__(name: str) -> Any:
 
         return run_code
     raise AttributeError(f"module 'runner' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), "run_code"])

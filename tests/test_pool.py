@@ -17,7 +17,7 @@ import pytest
 from runner.config import Config
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
-from tests.helpers import checked, living, max_overlap, pids_in, settled_async
+from tests.helpers import checked, children_of, living, max_overlap, pids_in, settled_async
 
 pytestmark = pytest.mark.anyio
 
@@ -48,6 +48,13 @@ def request(code: str, timeout: float = 10.0, stdin: str = "", request_id: str =
 
 async def run(pool: Pool, code: str, timeout: float = 10.0, stdin: str = "") -> RunResult:
     return checked(await pool.run(request(code, timeout, stdin)))
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def tuned(config: Config, **changes: object) -> Config:
@@ -475,6 +482,36 @@ async def test_a_run_that_stops_the_zygote_ends_and_the_next_run_gets_a_new_one(
             after = await run(pool, "print('served by a new zygote')")
     assert stopped.status in (Status.OK, Status.TIMEOUT, Status.SIGNAL)
     assert after.stdout.text == "served by a new zygote\n"
+
+
+async def test_when_the_zygote_dies_its_waiting_interpreters_are_reaped_without_a_run(
+    config: Config, no_leaks: None
+) -> None:
+    # They are orphaned to the server (a child subreaper): strays, which the sweep must reap even if no
+    # run ever comes to take them out of the pool.
+    if config.spawn_mode != "fork-server":
+        pytest.skip("only a fork server has a zygote")
+    async with Pool.open(tuned(config, pool_size=3), reap_strays=True) as pool:
+        assert await settled_async(lambda: pool.ready < 3, timeout=20) is False
+        [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
+        os.kill(zygote, signal.SIGKILL)
+        # Within a few of the sweeps that run every second, nothing is left but the new zygote, if any.
+        leftover = await settled_async(
+            lambda: [pid for pid in children_of(os.getpid()) if b"zygote.py" not in cmdline(pid)], timeout=5
+        )
+        assert leftover == []
+
+
+async def test_a_forked_run_can_import_nothing_of_the_zygote_s_own(pool: Pool) -> None:
+    code = """
+        import sys
+        try:
+            import bootstrap
+            print("imported", bootstrap.__file__)
+        except ImportError:
+            print("not importable", "bootstrap" in sys.modules)
+    """
+    assert (await run(pool, code)).stdout.text == "not importable False\n"
 
 
 async def test_an_exit_code_beyond_a_c_long_is_255_as_for_the_interpreter(pool: Pool) -> None:

@@ -48,7 +48,13 @@ async def supply(spawn_config: Config, work_dir: Path, no_leaks: None) -> AsyncI
 async def test_a_taken_interpreter_is_ready_for_code_and_its_end_leaves_nothing(supply: InterpreterSupply) -> None:
     child = await supply.take()
     assert supply.in_use == 1
-    assert child.pid in supply.known_pids()  # not a stray to sweep
+    if child.server_is_parent:
+        assert child.pid in supply.known_pids()  # not a stray to sweep
+    else:
+        # Forked: the server's child is the zygote; the run is the zygote's (orphaned to the server when
+        # the zygote dies, it is a stray).
+        assert len(supply.known_pids()) == 1
+        assert child.pid not in supply.known_pids()
     assert child.workdir is not None
     assert os.path.isdir(child.workdir)
     os.write(child.code, frame_code(b"open('left.txt', 'w').write('x')"))
@@ -90,4 +96,26 @@ async def test_an_interpreter_that_cannot_start_fails_the_take_and_leaves_nothin
             await supply.take()
         assert (supply.in_use, supply.known_pids()) == (0, set())
     assert os.listdir(base_dir) == []
+    os.rmdir(base_dir)
+
+
+async def test_an_interpreter_that_outlives_its_kill_stays_known_and_is_not_swept_as_a_stray(
+    config: Config, work_dir: Path, no_leaks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stands in for a process the kernel cannot kill at once (stuck in a system call): the SIGKILL is
+    # never sent. It is still the supply's own, never a process a run left behind.
+    monkeypatch.setattr("runner.execution.supply.REAP_TIMEOUT", 0.2)
+    spawning = dataclasses.replace(config, spawn_mode="posix-spawn")
+    base_dir = tempfile.mkdtemp(dir=work_dir)
+    limits = limits_for(spawning, count_tasks_of_uid())
+    async with opened_source(spawning, base_dir, limits, Sandbox("none", "tests"), LOG) as source:
+        supply = InterpreterSupply(spawning, source, LOG)
+        child = await supply.take()
+        real_kill = child.kill_group
+        child.kill_group = lambda: None  # type: ignore[method-assign]
+        await supply.destroy(child)
+        assert child.pid in supply.known_pids()
+        child.kill_group = real_kill  # type: ignore[method-assign]
+        real_kill()
+        os.waitpid(child.pid, 0)
     os.rmdir(base_dir)

@@ -51,7 +51,7 @@ class InterpreterSupply:
 
     def known_pids(self) -> set[int]:
         """The server's children that are interpreters of ours or the source's own (not strays)."""
-        pids = {child.pid for child in self._alive if not child.reaped}
+        pids = {child.pid for child in self._alive if child.server_is_parent and not child.reaped}
         if self._source.helper_pid is not None:
             pids.add(self._source.helper_pid)
         return pids
@@ -86,7 +86,9 @@ class InterpreterSupply:
                 os.rmdir(child.workdir)  # most runs leave their directory empty: no thread needed
             except OSError:
                 await anyio.to_thread.run_sync(remove_tree, child.workdir)
-        self._alive.discard(child)
+        if child.reaped or not child.server_is_parent:
+            # One that did not die stays known: it is ours, not a stray, whatever the sweep sees.
+            self._alive.discard(child)
         if child in self._in_use:
             self._in_use.discard(child)
             self._wanted.set()

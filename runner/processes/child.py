@@ -19,6 +19,9 @@ POLL_INTERVAL = 0.005
 class Child:
     """One interpreter: its pid (also its session and process group id) and the server's pipe ends."""
 
+    # The server is its parent and reaps it (a forked run's parent is the zygote).
+    server_is_parent = True
+
     pid: int
     workdir: str | None  # the host directory to delete afterwards; None inside a sandbox's own tmpfs
     stdin: int

@@ -46,6 +46,9 @@ ZYGOTE_DIED_STATUS = signal.SIGKILL  # what a run whose zygote died is reported 
 class ForkedChild(Child):
     """A run forked by the zygote: the zygote, not the server, is its parent and reaps it."""
 
+    # If the zygote dies first, its runs are orphaned to the server: strays, for the sweep to reap.
+    server_is_parent = False
+
     exited: anyio.Event = field(default_factory=anyio.Event)
     report: tuple[int, float, int] | None = None  # (returncode, cpu seconds, peak RSS bytes)
     zygote_pid: int = 0

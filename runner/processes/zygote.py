@@ -26,12 +26,20 @@ if TYPE_CHECKING:
 
     from runner.processes import bootstrap
 else:
-    # -I keeps the script's directory off sys.path; the bootstrap sits next to this file. Taken off
-    # again at once, so that runs cannot import this directory's other modules.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    # -I keeps the script's directory off sys.path; the bootstrap sits next to this file. Everything
+    # the import leaves is taken away again, so that a forked run can import nothing more than a
+    # spawned one: the path entry, its importer, the module's name. No bytecode is written next to
+    # the code (-I ignores PYTHONDONTWRITEBYTECODE; the image precompiles it).
+    _here = os.path.dirname(os.path.abspath(__file__))
+    _writes_bytecode = not sys.dont_write_bytecode
+    sys.path.insert(0, _here)
+    sys.dont_write_bytecode = True
     import bootstrap
 
+    sys.dont_write_bytecode = not _writes_bytecode
     del sys.path[0]
+    sys.path_importer_cache.pop(_here, None)
+    del sys.modules["bootstrap"]
 
 
 def serve(base_dir: str, limits: list[int]) -> None:
