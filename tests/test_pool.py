@@ -268,9 +268,23 @@ async def test_the_run_sees_only_a_minimal_environment(monkeypatch: pytest.Monke
     env = json.loads(result.stdout.text)
     # bubblewrap's --chdir adds PWD, the sandbox's own working directory.
     sandbox_extra = {"PWD"} if config.sandbox == "bwrap" else set()
-    assert set(env) == {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED"} | sandbox_extra
+    assert set(env) == {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "MALLOC_ARENA_MAX"} | sandbox_extra
     assert "hunter2" not in result.stdout.text
     assert env["HOME"] == env["TMPDIR"] == env.get("PWD", env["HOME"])
+
+
+async def test_an_ordinary_thread_pool_runs_under_the_default_memory_limit(pool: Pool) -> None:
+    # Eight threads each get a malloc arena; glibc reserves 64 MiB of address space for each, which
+    # RLIMIT_AS counts, so without a cap on arenas this fails with "can't start new thread".
+    code = """
+        import concurrent.futures, os, zlib
+        data = [os.urandom(1 << 20) for _ in range(8)]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as workers:
+            sizes = list(workers.map(lambda chunk: len(zlib.compress(chunk * 4, 9)), data))
+        print(len(sizes))
+    """
+    result = await run(pool, code, timeout=30)
+    assert (result.status, result.stdout.text) == (Status.OK, "8\n"), result.stderr.text
 
 
 async def test_the_run_inherits_no_file_descriptor_beyond_its_three_streams(config: Config, no_leaks: None) -> None:

@@ -57,6 +57,10 @@ def minimal_environment(workdir: str) -> dict[str, str]:
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
+        # glibc reserves 64 MiB of address space per malloc arena, one arena per thread, and RLIMIT_AS
+        # counts reservations: without this, eight threads fail to start under the default 256 MiB.
+        # In the environment, not a mallopt() call, so that the run's own subprocesses get it too.
+        "MALLOC_ARENA_MAX": "2",
     }
 
 
