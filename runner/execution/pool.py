@@ -38,7 +38,7 @@ class Pool:
         limits: Limits,
         supply: InterpreterSupply,
         driver: RunDriver,
-        sweeper: StraySweeper,
+        sweeper: StraySweeper | None,
         logger: logging.Logger,
     ) -> None:
         self._config = config
@@ -98,12 +98,13 @@ class Pool:
         try:
             async with opened_source(config, base_dir, limits, sandbox, logger) as source:
                 supply = InterpreterSupply(config, source, logger)
-                sweeper = StraySweeper(supply.known_pids, sandbox.enabled, logger)
+                if reaping:
+                    sweeper = StraySweeper(supply.known_pids, sandbox.enabled, logger)
                 driver = RunDriver(config, logger, source.unresponsive)
                 async with anyio.create_task_group() as tg:
                     if config.pool_size:
                         tg.start_soon(supply.refill_forever)
-                    if reaping:
+                    if sweeper is not None:
                         tg.start_soon(sweeper.sweep_forever)
                     try:
                         yield cls(config, limits, supply, driver, sweeper, logger)
@@ -116,9 +117,9 @@ class Pool:
             with anyio.CancelScope(shield=True):
                 if supply is not None:
                     await supply.shutdown()
+                if sweeper is not None:
+                    await sweeper.sweep()
                 if reaping:
-                    if sweeper is not None:
-                        await sweeper.sweep()
                     set_child_subreaper(False)
                 await anyio.to_thread.run_sync(remove_tree, base_dir)
 
@@ -165,8 +166,13 @@ class Pool:
         self, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None
     ) -> RunResult:
         child = await self._supply.take()
-        log_event(self._log, logging.INFO, "run started", request.request_id, pid=child.pid, queue_wait=queue_wait)
         try:
+            if self._sweeper is not None:
+                # No process of an earlier run may still be alive when this one gets its code: a daemon
+                # left behind could write into its directory. Cheap when there is none (one /proc read
+                # per server thread); the bootstrap then empties the directory of what was written before.
+                await self._sweeper.sweep()
+            log_event(self._log, logging.INFO, "run started", request.request_id, pid=child.pid, queue_wait=queue_wait)
             result = await self._driver.drive(child, request, queue_wait, on_progress)
         except anyio.get_cancelled_exc_class():
             log_event(self._log, logging.INFO, "run finished", request.request_id, status=Status.CANCELLED.value)
@@ -174,7 +180,8 @@ class Pool:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._supply.destroy(child)
-                self._sweeper.wanted()
+                if self._sweeper is not None:
+                    self._sweeper.wanted()
         log_event(
             self._log,
             logging.INFO,

@@ -144,6 +144,37 @@ def new_main() -> types.ModuleType:
     return main
 
 
+def empty_directory(top: str) -> None:
+    """Make `top` empty, whatever is in it and whatever its permissions.
+
+    The pool makes a run's directory before its code arrives, and in plain mode every run has the
+    same uid: another run may have written into this one (or taken its permissions away) while it
+    waited. Called when the code has arrived, after the pool made sure no earlier run's process is
+    left, so the run starts with nothing but what it makes itself. An empty directory costs one
+    listdir; the walk is iterative, so no depth of nesting can stop it.
+    """
+    try:
+        names = os.listdir(top)
+    except PermissionError:
+        names = None
+    if names == []:
+        return
+    directories = []
+    pending = [top]
+    while pending:
+        path = pending.pop()
+        os.chmod(path, 0o700)  # ours (the same uid made it): listable and writable again
+        directories.append(path)
+        for name in os.listdir(path):
+            entry = os.path.join(path, name)
+            if os.path.isdir(entry) and not os.path.islink(entry):
+                pending.append(entry)
+            else:
+                os.unlink(entry)
+    for path in reversed(directories[1:]):  # a directory's children come after it: deepest first
+        os.rmdir(path)
+
+
 def run(source: bytes | bytearray | None, main: types.ModuleType) -> NoReturn:
     """Run `source` in `main`, with tracebacks that show the user's lines only, then exit.
 
@@ -151,6 +182,7 @@ def run(source: bytes | bytearray | None, main: types.ModuleType) -> NoReturn:
     """
     if source is None:
         os._exit(1)
+    empty_directory(".")
     text = source.decode("utf-8", "replace").removeprefix("\ufeff")  # a BOM, as compile() of bytes allows
     # Seed linecache so tracebacks print the offending source lines of the run's code.
     linecache.cache[FILENAME] = (len(text), None, text.splitlines(True), FILENAME)

@@ -1,0 +1,114 @@
+"""No run starts with anything an earlier run wrote: its directory, the directories of interpreters
+waiting in the pool, and (where the mode gives each run its own) /tmp and /dev/shm.
+
+Every case runs in each mode and with pool sizes from none to several, in a pool like the server's
+(a child subreaper that sweeps what runs leave behind).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import textwrap
+from collections.abc import AsyncIterator
+
+import pytest
+
+from runner.config import Config
+from runner.execution.pool import Pool
+from runner.outcome import RunRequest, RunResult, Status
+from tests.helpers import checked
+
+pytestmark = pytest.mark.anyio
+
+LIST_OWN_DIRECTORY = "import os; print(sorted(os.listdir('.')))"
+
+# Writes a file into every directory beside its own: where a pooled interpreter waits for its code.
+PLANT_IN_SIBLINGS = """
+    import os
+    planted = 0
+    for name in os.listdir(".."):
+        path = os.path.join("..", name)
+        if os.path.realpath(path) == os.getcwd():
+            continue
+        try:
+            os.chmod(path, 0o700)
+            with open(os.path.join(path, "planted.txt"), "w") as f:
+                f.write("from an earlier run")
+            planted += 1
+        except OSError:
+            pass
+    print(planted)
+"""
+
+# Leaves a daemon (its own session, so the group kill misses it) that keeps planting for two seconds
+# after the run has ended.
+PLANT_FROM_A_DAEMON = """
+    import os, time
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.close(1)
+            os.close(2)
+            os.write(write_end, b"up")
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                for name in os.listdir(".."):
+                    try:
+                        with open(os.path.join("..", name, "planted-later.txt"), "w") as f:
+                            f.write("from a daemon")
+                    except OSError:
+                        pass
+                time.sleep(0.001)
+            os._exit(0)
+        os._exit(0)
+    os.read(read_end, 2)
+    print("daemon up")
+"""
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(("posix-spawn", 0), id="posix-spawn-pool0"),
+        pytest.param(("posix-spawn", 3), id="posix-spawn-pool3"),
+        pytest.param(("fork-server", 0), id="fork-server-pool0"),
+        pytest.param(("fork-server", 1), id="fork-server-pool1"),
+        pytest.param(("fork-server", 3), id="fork-server-pool3"),
+        pytest.param(("bwrap", 2), id="bwrap-pool2"),
+    ]
+)
+def mode_config(config: Config, request: pytest.FixtureRequest) -> Config:
+    mode, pool_size = request.param
+    if mode == "bwrap":
+        if shutil.which("bwrap") is None:
+            if os.environ.get("CI"):
+                pytest.fail("CI must install bubblewrap (.ci/run does)")
+            pytest.skip("bubblewrap is not installed")
+        return dataclasses.replace(config, sandbox="bwrap", spawn_mode="posix-spawn", pool_size=pool_size)
+    return dataclasses.replace(config, sandbox="none", spawn_mode=mode, pool_size=pool_size)
+
+
+@pytest.fixture
+async def server_pool(mode_config: Config, no_leaks: None) -> AsyncIterator[Pool]:
+    async with Pool.open(mode_config, reap_strays=True) as pool:
+        yield pool
+
+
+async def run(pool: Pool, code: str) -> RunResult:
+    result = checked(await pool.run(RunRequest("c0ffee00", textwrap.dedent(code), 10.0)))
+    assert result.status is Status.OK, result.to_text()
+    return result
+
+
+async def test_a_run_cannot_plant_files_in_the_directories_of_later_runs(server_pool: Pool) -> None:
+    await run(server_pool, PLANT_IN_SIBLINGS)
+    for _ in range(4):
+        assert (await run(server_pool, LIST_OWN_DIRECTORY)).stdout.text == "[]\n"
+
+
+async def test_a_daemon_left_behind_cannot_plant_files_in_later_runs(server_pool: Pool) -> None:
+    assert (await run(server_pool, PLANT_FROM_A_DAEMON)).stdout.text == "daemon up\n"
+    for _ in range(4):
+        assert (await run(server_pool, LIST_OWN_DIRECTORY)).stdout.text == "[]\n"
