@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.processes.bootstrap import READY_PREFIX, frame_code
+from runner.processes.bootstrap import READY_PREFIX, empty_directory, frame_code
 from runner.processes.sandbox import BOOTSTRAP
 from runner.processes.spawn import interpreter_argv, spawn_in_new_session
 
@@ -113,3 +113,31 @@ def test_a_fork_request_that_fails_answers_an_error_and_leaves_nothing(tmp_path:
     reply, fds, runs, listing, same_fds = done.stdout.strip().split("|")
     assert reply.startswith("E [Errno 24] Too many open files")
     assert (fds, runs, listing, same_fds) == ("[]", "{}", "[]", "True")
+
+
+def test_emptying_a_directory_removes_everything_planted_in_it_and_follows_no_link(tmp_path: Path) -> None:
+    top, outside = tmp_path / "run", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not the run's")
+    deep = top.joinpath(*["d"] * 300)  # deeper than the interpreter's recursion limit allows recursing
+    deep.mkdir(parents=True)
+    (deep / "planted.txt").write_text("x")
+    locked = top / "locked"
+    locked.mkdir()
+    (locked / "planted.txt").write_text("x")
+    (top / "link-to-outside").symlink_to(outside)
+    os.mkfifo(top / "fifo")
+    locked.chmod(0)
+    top.chmod(0)
+    try:
+        empty_directory(str(top))
+        assert os.listdir(top) == []
+    finally:
+        top.chmod(0o700)
+    assert os.listdir(outside) == ["keep.txt"]
+
+
+def test_an_empty_directory_is_left_as_it_is(tmp_path: Path) -> None:
+    tmp_path.chmod(0o750)
+    empty_directory(str(tmp_path))
+    assert (os.listdir(tmp_path), tmp_path.stat().st_mode & 0o777) == ([], 0o750)

@@ -268,7 +268,9 @@ async def test_the_run_sees_only_a_minimal_environment(monkeypatch: pytest.Monke
     env = json.loads(result.stdout.text)
     # bubblewrap's --chdir adds PWD, the sandbox's own working directory.
     sandbox_extra = {"PWD"} if config.sandbox == "bwrap" else set()
-    assert set(env) == {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "MALLOC_ARENA_MAX"} | sandbox_extra
+    assert (
+        set(env) == {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "MALLOC_ARENA_MAX"} | sandbox_extra
+    )
     assert "hunter2" not in result.stdout.text
     assert env["HOME"] == env["TMPDIR"] == env.get("PWD", env["HOME"])
 

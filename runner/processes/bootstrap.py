@@ -182,7 +182,12 @@ def run(source: bytes | bytearray | None, main: types.ModuleType) -> NoReturn:
     """
     if source is None:
         os._exit(1)
-    empty_directory(".")
+    try:
+        empty_directory(".")
+    except OSError as exc:
+        # Never run in a directory that still holds what another run put there.
+        os.write(2, b"the run's working directory could not be emptied: %s\n" % str(exc).encode())
+        os._exit(1)
     text = source.decode("utf-8", "replace").removeprefix("\ufeff")  # a BOM, as compile() of bytes allows
     # Seed linecache so tracebacks print the offending source lines of the run's code.
     linecache.cache[FILENAME] = (len(text), None, text.splitlines(True), FILENAME)
