@@ -176,6 +176,36 @@ async def test_the_private_tmpfs_is_size_limited(bwrap_config: Config, no_leaks:
     assert "No space left on device" in result.stderr.text
 
 
+async def test_shared_memory_is_bounded_like_the_private_tmpfs(bwrap_config: Config, no_leaks: None) -> None:
+    # bwrap's --dev puts /dev/shm on a tmpfs of half the host's memory, which no limit of the run counts.
+    config = dataclasses.replace(bwrap_config, sandbox_tmp_mb=8, max_file_size_mb=16)
+    code = """
+        import os
+        from multiprocessing import shared_memory
+        held = []
+        try:
+            for n in range(6):
+                with open(f"/dev/shm/block{n}", "wb") as f:
+                    f.write(b"x" * (3 * 1024 * 1024))
+                held.append(n)
+        except OSError as exc:
+            print("files", len(held), exc.errno)
+        try:
+            block = shared_memory.SharedMemory(create=True, size=16 * 1024 * 1024)
+            block.buf[:] = b"x" * block.size
+            print("segment written")
+        except (OSError, BufferError) as exc:
+            print("segment refused")
+    """
+    async with Pool.open(config) as pool:
+        result = await run(pool, code)
+    assert result.stdout.text.splitlines()[0] == "files 2 28", result.to_text()  # ENOSPC after 6 of 8 MiB
+    assert "segment written" not in result.stdout.text
+    assert result.status in (Status.OK, Status.SIGNAL), (
+        result.to_text()
+    )  # a SIGBUS for touching a page that cannot be backed
+
+
 async def test_deaths_by_signal_keep_their_names_through_the_sandbox(sandboxed: Pool) -> None:
     result = await run(sandboxed, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
     assert (result.status, result.signal) == (Status.SIGNAL, "SIGSEGV")

@@ -70,6 +70,11 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         "/",
         "--dev",
         "/dev",
+        # --dev's /dev/shm would be a tmpfs of half the host's memory, outside every limit of the run.
+        "--size",
+        str(config.sandbox_tmp_mb * MIB),
+        "--tmpfs",
+        "/dev/shm",
         "--proc",
         "/proc",
         "--size",
