@@ -205,6 +205,24 @@ async def test_shared_memory_is_bounded_like_the_private_tmpfs(bwrap_config: Con
     assert result.status in (Status.OK, Status.SIGNAL), result.to_text()
 
 
+async def test_the_sandboxs_init_is_held_to_the_runs_limits(sandboxed: Pool) -> None:
+    # PID 1 of the sandbox is bwrap's reaper, of the run's uid: a run can ptrace it, so it must not be a
+    # process that no limit of the run bounds.
+    code = """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        print("seized" if libc.ptrace(0x4206, 1, 0, 0) == 0 else "refused")  # PTRACE_SEIZE
+        def limits(pid):
+            lines = open(f"/proc/{pid}/limits").read().splitlines()
+            names = ("Max cpu time", "Max file size", "Max core file size", "Max processes", "Max address space")
+            return [line for line in lines if line.startswith(names)]
+        print(open("/proc/1/comm").read().strip(), limits(1) == limits("self"), len(limits(1)))
+    """
+    result = await run(sandboxed, code)
+    assert result.status is Status.OK, result.to_text()
+    assert result.stdout.text.splitlines()[1] == "bwrap True 5"
+
+
 async def test_deaths_by_signal_keep_their_names_through_the_sandbox(sandboxed: Pool) -> None:
     result = await run(sandboxed, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
     assert (result.status, result.signal) == (Status.SIGNAL, "SIGSEGV")

@@ -36,7 +36,7 @@ async def supply(spawn_config: Config, work_dir: Path, no_leaks: None) -> AsyncI
     base_dir = tempfile.mkdtemp(dir=work_dir)
     limits = limits_for(spawn_config, count_tasks_of_uid())
     async with opened_source(spawn_config, base_dir, limits, Sandbox("none", "tests"), LOG) as source:
-        supply = InterpreterSupply(spawn_config, source, LOG)
+        supply = InterpreterSupply(spawn_config, limits, source, LOG)
         try:
             yield supply
         finally:
@@ -91,7 +91,7 @@ async def test_an_interpreter_that_cannot_start_fails_the_take_and_leaves_nothin
     base_dir = tempfile.mkdtemp(dir=work_dir)
     limits = limits_for(broken, count_tasks_of_uid())
     async with opened_source(broken, base_dir, limits, Sandbox("none", "tests"), LOG) as source:
-        supply = InterpreterSupply(broken, source, LOG)
+        supply = InterpreterSupply(broken, limits, source, LOG)
         with pytest.raises(SpawnError, match="did not start"):
             await supply.take()
         assert (supply.in_use, supply.known_pids()) == (0, set())

@@ -97,7 +97,7 @@ class Pool:
         sweeper: StraySweeper | None = None
         try:
             async with opened_source(config, base_dir, limits, sandbox, logger) as source:
-                supply = InterpreterSupply(config, source, logger)
+                supply = InterpreterSupply(config, limits, source, logger)
                 if reaping:
                     sweeper = StraySweeper(supply.known_pids, sandbox.enabled, logger)
                 driver = RunDriver(config, logger, source.unresponsive)

@@ -18,6 +18,7 @@ from runner.errors import SpawnError
 from runner.logs import log_event
 from runner.processes.bootstrap import READY_PREFIX
 from runner.processes.child import Child
+from runner.processes.limits import Limits
 from runner.processes.source import InterpreterSource
 from runner.processes.spawn import remove_tree
 
@@ -29,8 +30,9 @@ REFILL_DELAY = 0.01
 class InterpreterSupply:
     """Hands out ready interpreters from `source`, keeping `config.pool_size` of them waiting."""
 
-    def __init__(self, config: Config, source: InterpreterSource, logger: logging.Logger) -> None:
+    def __init__(self, config: Config, limits: Limits, source: InterpreterSource, logger: logging.Logger) -> None:
         self._config = config
+        self._limits = limits
         self._source = source
         self._log = logger
         self._ready: deque[Child] = deque()
@@ -139,6 +141,14 @@ class InterpreterSupply:
                 raise SpawnError(f"interpreter {self._config.python} not ready after {STARTUP_TIMEOUT:g}s") from exc
             raise
         child.find_interpreter()
+        if child.sandbox_init_pid:
+            # Before any code: the sandbox's init is within the run's reach, so within its limits too.
+            try:
+                self._limits.impose_on(child.sandbox_init_pid)
+            except OSError as exc:
+                with anyio.CancelScope(shield=True):
+                    await self.destroy(child)
+                raise SpawnError(f"cannot hold the sandbox's init to the run's limits: {exc}") from exc
         refused = line[len(READY_PREFIX) :].decode().split()
         child.refused_limits = tuple(",".join(refused).split(",")) if refused else ()
         for name in set(child.refused_limits) - self._refused_reported:

@@ -34,6 +34,7 @@ class Child:
     inherited_peak: int = 0
     sandboxed: bool = False
     interpreter_pid: int = 0  # host pid of the interpreter itself (differs from pid inside a sandbox)
+    sandbox_init_pid: int = 0  # host pid of the sandbox's PID 1 (bwrap's reaper), 0 outside a sandbox
     _open: set[int] = field(default_factory=set)
 
     def close_fd(self, fd: int) -> None:
@@ -86,18 +87,19 @@ class Child:
         return code, usage.ru_utime + usage.ru_stime, maxrss_bytes(usage.ru_maxrss)
 
     def find_interpreter(self) -> None:
-        """Point `interpreter_pid` at the interpreter itself: inside a sandbox that is the command
-        bwrap's namespace init started (bwrap -> init -> interpreter)."""
+        """Point `interpreter_pid` at the interpreter itself and `sandbox_init_pid` at the sandbox's init:
+        inside a sandbox, bwrap -> its namespace's init -> the interpreter."""
         if not self.sandboxed:
             return
-        pid = self.pid
+        found = [self.pid]
         for _ in range(2):
             try:
-                with open(f"/proc/{pid}/task/{pid}/children", "rb") as children:
-                    pid = int(children.read().split()[0])
+                with open(f"/proc/{found[-1]}/task/{found[-1]}/children", "rb") as children:
+                    found.append(int(children.read().split()[0]))
             except (OSError, ValueError, IndexError):
                 break
-        self.interpreter_pid = pid
+        self.interpreter_pid = found[-1]
+        self.sandbox_init_pid = found[1] if len(found) == 3 else 0
 
 
 def maxrss_bytes(ru_maxrss: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 from dataclasses import dataclass
 
 from runner.config import Config
@@ -23,6 +24,31 @@ class Limits:
     def argv(self) -> list[str]:
         """The bootstrap's positional arguments after the working directory."""
         return [str(self.cpu_seconds), str(self.address_space_bytes), str(self.nproc), str(self.file_size_bytes)]
+
+    def impose_on(self, pid: int) -> None:
+        """Hold another process to the same limits as the bootstrap sets on a run (prlimit(2), Linux).
+
+        For a sandbox's own init: a run can ptrace it (same uid, same namespace), and without this
+        it would be a process inside the sandbox that no limit of the run bounds. Raises OSError if
+        the kernel refuses; a process that is already gone is fine.
+        """
+        cpu = (self.cpu_seconds, self.cpu_seconds + 1)
+        wanted = [
+            (resource.RLIMIT_CORE, (0, 0)),
+            (resource.RLIMIT_CPU, cpu),
+            (resource.RLIMIT_AS, (self.address_space_bytes, self.address_space_bytes)),
+            (resource.RLIMIT_NPROC, (self.nproc, self.nproc)),
+            (resource.RLIMIT_FSIZE, (self.file_size_bytes, self.file_size_bytes)),
+        ]
+        try:
+            for which, (soft, hard) in wanted:
+                _, current_hard = resource.prlimit(pid, which)
+                if current_hard != resource.RLIM_INFINITY:
+                    hard = min(hard, current_hard)
+                    soft = min(soft, hard)
+                resource.prlimit(pid, which, (soft, hard))
+        except ProcessLookupError:
+            pass  # gone: its sandbox has ended, and the run with it
 
 
 def limits_for(config: Config, tasks_of_uid_at_start: int) -> Limits:
