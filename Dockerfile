@@ -1,40 +1,54 @@
-# python-runner-mcp: an MCP server on stdio. Build and run it with make (the flags are the hardened
-# line from README.md; the container needs nothing more):
-#   make docker-build      docker build -t turhal-ai/python-runner-mcp:latest .
-#   make docker-run        docker run -i --rm --network=none --read-only --tmpfs /tmp:size=64m,mode=1777 \
-#                            --security-opt no-new-privileges:true --cap-drop=ALL \
-#                            --memory=512m --cpus=1.0 --pids-limit=64 turhal-ai/python-runner-mcp:latest
-#   make docker-test       build, then one MCP session through the container with the Python client
+# python-runner-mcp: an MCP server on stdio. Build and run it with make (docs/docker.md has the lines):
+#   make docker-build      build turhal-ai/python-runner-mcp:latest (DOCKER=podman, DOCKER_BUILD_FLAGS=...,
+#                          DOCKER_CA_BUNDLE=... for an HTTPS-intercepting proxy, BASE_IMAGE=...)
+#   make docker-run        the recommended line: hardened, with the seccomp profile that lets bubblewrap
+#                          give every run its own namespaces (deploy/seccomp/README.md says what it opens)
+#   make docker-run-plain  the hardened line of the product description alone (no per-run sandbox)
+#   make test-container    build from a local base and run the container tests with both lines
 #
 # Both stages use the same base: requirements.lock is compiled for CPython 3.11, and the venv's
 # interpreter link (/usr/local/bin/python3.11) must exist in the final stage too. bookworm is the Debian
-# release of the machines that test this file without Docker (same tini package, same Python minor).
+# release of the machines that test this file (same tini and bubblewrap packages, same Python minor).
+# BASE_IMAGE stands in for the official image where it cannot be pulled (make test-container builds one
+# with debootstrap; docs/docker.md lists how it differs).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
 
-FROM python:3.11-slim-bookworm AS builder
+FROM ${BASE_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 COPY requirements.lock /tmp/requirements.lock
 # Dependencies only (a layer that changes when the lock does, not when the code does). Hash-checked and
 # without the resolver: exactly what the lock lists. pip and setuptools are removed from the venv: the
 # server never installs anything. Bytecode is compiled once here, hash-checked so that it stays valid
 # whatever the copied files' mtimes are; nothing can write bytecode at run time on a read-only root.
-RUN python -m venv /app/.venv \
+# Where HTTPS is intercepted (a corporate proxy), pip needs that CA: `make docker-build` passes the host's
+# bundle as the build secret `ca-bundle` (DOCKER_CA_BUNDLE=...); it is mounted for this step only and is
+# not in any layer. Without the secret, pip uses the base image's CAs.
+RUN --mount=type=secret,id=ca-bundle \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
+    && python -m venv /app/.venv \
     && /app/.venv/bin/pip install --no-cache-dir --no-compile --require-hashes --no-deps -r /tmp/requirements.lock \
     && /app/.venv/bin/pip uninstall --yes --quiet pip setuptools \
     && /app/.venv/bin/python -m compileall -q --invalidation-mode checked-hash /app/.venv/lib
 
-FROM python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="python-runner-mcp" \
       org.opencontainers.image.description="MCP server (stdio) that runs Python code in one-shot, resource-limited processes" \
       org.opencontainers.image.licenses="MIT"
-# - tini: see ENTRYPOINT.
+# - tini: see ENTRYPOINT. Execute-only (0711): PID 1 runs as uid 10001 like the runs, and a process
+#   that execs a file it cannot read is made non-dumpable by the kernel, so no run can read PID 1's
+#   /proc/1/environ (the container's whole environment, -e settings included) or ptrace it (a traced
+#   tini stays stopped, the server is left an unreaped zombie and the container never ends).
+# - bubblewrap: each run in its own namespaces where the container line allows it (make docker-run);
+#   RUNNER_SANDBOX=auto probes it at start and falls back to plain rlimits, saying why, where not.
 # - uid/gid 10001, no home directory (HOME=/nonexistent), no login shell; owns no file in the image.
 # - The base image ships the standard library without bytecode. Every run is a fresh interpreter in
 #   isolated mode (-I), which ignores PYTHONDONTWRITEBYTECODE: without this step each run compiled
 #   every module it imported from source (json, re, datetime, ...: about 0.1 s of CPU per run,
 #   measured) and tried to write __pycache__ into the read-only root.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends 'tini=0.19.*' \
+    && apt-get install -y --no-install-recommends 'tini=0.19.*' 'bubblewrap=0.8.*' \
     && rm -rf /var/lib/apt/lists/* \
+    && chmod 0711 /usr/bin/tini \
     && groupadd --gid 10001 runner \
     && useradd --uid 10001 --gid 10001 --no-log-init --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin runner \
@@ -60,7 +74,8 @@ ENV PATH=/app/.venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     RUNNER_MAX_CONCURRENT=2 \
     RUNNER_MAX_MEMORY_MB=128 \
-    RUNNER_MAX_PROCESSES=16
+    RUNNER_MAX_PROCESSES=16 \
+    RUNNER_SANDBOX_TMP_MB=32
 WORKDIR /app
 COPY --from=builder /app/.venv /app/.venv
 COPY runner/ /app/runner/
