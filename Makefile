@@ -10,6 +10,7 @@ PIP := $(PY) -m pip
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
+, := ,
 
 .PHONY: help run test lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak
 
@@ -56,22 +57,45 @@ clean: ## Remove the venv and caches
 
 # --- Docker and the Inspector CLI ---------------------------------------------------------------------
 IMAGE ?= turhal-ai/python-runner-mcp:latest
+# docker or podman (both tested with podman 4.3 here; docs/docker.md).
 DOCKER ?= docker
-# The seed's hardened line (README.md, "Docker"); the *-docker entries of mcp-config-examples/ use the same.
-DOCKER_RUN_FLAGS := -i --rm --network=none --read-only --tmpfs /tmp:size=64m,mode=1777 \
+# More flags for the build, e.g. --pull=never, --no-cache, --network=host, --secret id=...,src=...
+DOCKER_BUILD_FLAGS ?=
+# Where HTTPS is intercepted by a proxy: the CA bundle pip in the build must trust (a build secret, in no layer).
+DOCKER_CA_BUNDLE ?=
+# Another base than python:3.11-slim-bookworm (make test-container builds one with debootstrap).
+BASE_IMAGE ?=
+# The product description's hardened line with every tmpfs option spelled out: Docker adds
+# noexec,nosuid,nodev to a --tmpfs by itself, podman does not. The *-docker entries of
+# mcp-config-examples/ and docker-compose.yml carry the same flags.
+DOCKER_RUN_PLAIN_FLAGS := -i --rm --network=none --read-only --tmpfs /tmp:rw,noexec,nosuid,nodev,size=64m,mode=1777 \
 	--security-opt no-new-privileges:true --cap-drop=ALL --memory=512m --cpus=1.0 --pids-limit=64
+# podman's --read-only also mounts writable, unbounded tmpfs at /var/tmp and /run unless told not to.
+ifeq ($(notdir $(firstword $(DOCKER))),podman)
+DOCKER_RUN_PLAIN_FLAGS += --read-only-tmpfs=false
+endif
+# The recommended line: the same, plus what the image's bubblewrap needs to give every run its own
+# namespaces (deploy/seccomp/README.md says what each of the two opens, and why).
+SECCOMP_PROFILE := $(abspath deploy/seccomp/runner-sandbox.json)
+DOCKER_RUN_FLAGS := $(DOCKER_RUN_PLAIN_FLAGS) --security-opt seccomp=$(SECCOMP_PROFILE) \
+	--security-opt systempaths=unconfined
 INSPECTOR := @modelcontextprotocol/inspector@2.12.0
 
-.PHONY: docker-build docker-run docker-test inspect-cli hadolint container-tools
+.PHONY: docker-build docker-run docker-run-plain docker-test inspect-cli hadolint container-tools container-engine test-container
 
-docker-build: ## Build the image turhal-ai/python-runner-mcp:latest (IMAGE=...; needs a Docker engine)
-	$(DOCKER) build -t $(IMAGE) .
+docker-build: ## Build the image (IMAGE=, DOCKER=podman, DOCKER_BUILD_FLAGS=, DOCKER_CA_BUNDLE=, BASE_IMAGE=)
+	$(DOCKER) build $(if $(DOCKER_CA_BUNDLE),--secret id=ca-bundle$(,)src=$(DOCKER_CA_BUNDLE)) \
+		$(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) $(DOCKER_BUILD_FLAGS) -t $(IMAGE) .
 
-docker-run: ## Serve MCP on stdio from the image with the hardened docker run -i line
+docker-run: ## Serve MCP on stdio from the image: the hardened line, every run in its own sandbox
 	@exec $(DOCKER) run $(DOCKER_RUN_FLAGS) $(IMAGE)
 
-docker-test: docker-build $(RUN_STAMP) ## Build, then one MCP session through the container (Python client)
-	$(PY) scripts/docker_session.py --container -- $(DOCKER) run $(DOCKER_RUN_FLAGS) $(IMAGE)
+docker-run-plain: ## The same without the per-run sandbox, for hosts that refuse its seccomp profile
+	@exec $(DOCKER) run $(DOCKER_RUN_PLAIN_FLAGS) $(IMAGE)
+
+docker-test: docker-build $(RUN_STAMP) ## Build, then one MCP session through the container with each line
+	$(PY) scripts/docker_session.py --container --sandbox bwrap -- $(DOCKER) run $(DOCKER_RUN_FLAGS) $(IMAGE)
+	$(PY) scripts/docker_session.py --container --sandbox none -- $(DOCKER) run $(DOCKER_RUN_PLAIN_FLAGS) $(IMAGE)
 
 inspect-cli: $(RUN_STAMP) ## MCP Inspector CLI against the server: make inspect-cli ARGS='--method tools/list'
 	npx --yes $(INSPECTOR) --cli $(abspath $(PY)) -m runner $(ARGS)
@@ -87,6 +111,35 @@ container-tools: ## Install Debian's tini for the container stand-in tests (root
 		echo "installing tini from Debian's packages"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tini >/dev/null; \
 	else echo "no /usr/bin/tini: the container stand-in tests will be skipped"; fi
+
+# make test-container: the image built for real with podman (Debian's, one package away) from a local
+# base, and the container tests run against it with both lines. The machines here reach no image
+# registry: the base is made with debootstrap (scripts/standin_base.py; docs/docker.md lists how it
+# differs from the official image). tests/container/containers.conf holds this machine's podman quirks.
+CONTAINER_ENGINE ?= podman
+CONTAINER_TEST_IMAGE ?= localhost/python-runner-mcp:test
+CONTAINER_BASE_IMAGE ?= localhost/python-runner-base:bookworm
+CONTAINER_CA_BUNDLE ?= $(firstword $(wildcard $(PIP_CERT) /etc/ssl/certs/ca-certificates.crt))
+CONTAINER_CONF := $(abspath tests/container/containers.conf)
+
+container-engine: ## Install podman, runc and debootstrap for make test-container (root with apt-get only)
+	@if command -v $(CONTAINER_ENGINE) >/dev/null && command -v debootstrap >/dev/null && command -v runc >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing podman, runc and debootstrap from Debian's packages"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			podman runc debootstrap uidmap fuse-overlayfs slirp4netns ca-certificates >/dev/null; \
+	else echo "no $(CONTAINER_ENGINE): make test-container will skip the container tests"; fi
+
+test-container: $(DEV_STAMP) container-engine ## Build the image with podman from a local base, then the container tests
+	@export CONTAINERS_CONF=$(CONTAINER_CONF); \
+	if command -v $(CONTAINER_ENGINE) >/dev/null; then \
+		$(PY) scripts/standin_base.py --engine $(CONTAINER_ENGINE) --image $(CONTAINER_BASE_IMAGE) && \
+		$(MAKE) --no-print-directory docker-build DOCKER=$(CONTAINER_ENGINE) IMAGE=$(CONTAINER_TEST_IMAGE) \
+			BASE_IMAGE=$(CONTAINER_BASE_IMAGE) DOCKER_CA_BUNDLE=$(CONTAINER_CA_BUNDLE) \
+			DOCKER_BUILD_FLAGS='--pull=never --no-cache $(DOCKER_BUILD_FLAGS)' && \
+		CONTAINER_ENGINE=$(CONTAINER_ENGINE) CONTAINER_TEST_IMAGE=$(CONTAINER_TEST_IMAGE) \
+			$(VENV)/bin/pytest $(PYTEST_ARGS) tests/test_container.py; \
+	else $(VENV)/bin/pytest $(PYTEST_ARGS) tests/test_container.py; fi
 
 BENCH_ARGS ?=
 PROFILE_ARGS ?=

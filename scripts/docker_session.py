@@ -63,11 +63,16 @@ except OSError as exc:
     pid1 = "unreadable: " + errno.errorcode.get(exc.errno, str(exc.errno))
 
 def server_pid():
-    # A run's parent is the server, or in fork-server mode the zygote, whose parent is the server.
+    # A run's parent is the server, or in fork-server mode the zygote, whose parent is the server. In a
+    # sandbox the parent is the sandbox's own init (PID 1 of its namespace): the server is not visible.
     parent = os.getppid()
     if b"zygote.py" in open("/proc/%d/cmdline" % parent, "rb").read():
         parent = int(open("/proc/%d/stat" % parent).read().rsplit(")", 1)[1].split()[1])
     return parent
+
+def limits(pid):
+    names = ("Max cpu time", "Max file size", "Max core file size", "Max processes", "Max address space")
+    return [line for line in open("/proc/%s/limits" % pid).read().splitlines() if line.startswith(names)]
 
 def reach_server(pid):
     import ctypes
@@ -95,7 +100,12 @@ print(json.dumps({
     "root_mount": mounts.get("/", ""), "tmp_mount": mounts.get("/tmp", ""),
     "tmp_mode": oct(os.stat("/tmp").st_mode & 0o7777),
     "pid1": pid1,
-    "server": reach_server(server_pid()),
+    # In a sandbox the parent is the sandbox's init, not the server; stopping it would hang this run.
+    "server": reach_server(server_pid()) if os.getppid() != 1 else "not visible",
+    "visible_pids": sorted(int(entry) for entry in os.listdir("/proc") if entry.isdigit()),
+    "pid": os.getpid(),
+    "pid1_limits_as_own": limits(1) == limits("self"),
+    "shm_mount": mounts.get("/dev/shm", ""),
 }))
 """
 
@@ -145,6 +155,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "read-only root, /tmp a 64 MiB noexec tmpfs, no network but lo, tini as PID 1, orphans reaped, "
         "and no file creatable at " + " ".join(IMAGE_DENIED),
     )
+    parser.add_argument(
+        "--sandbox",
+        choices=["none", "bwrap"],
+        help="runs must be in this mode: none (plain rlimits; the server is the run's parent or grandparent) "
+        "or bwrap (each run alone in its namespaces: PID 1 is the sandbox's init, held to the run's limits, "
+        "nothing else is visible, /tmp and /dev/shm are the run's own tmpfs of --sandbox-tmp-mb MiB)",
+    )
+    parser.add_argument("--sandbox-tmp-mb", type=int, default=32, help="size of a sandbox's /tmp and /dev/shm")
     parser.add_argument("--uid", type=int, help="runs must have this uid and gid")
     parser.add_argument("--no-network", action="store_true", help="runs must see no interface but lo")
     parser.add_argument("--deny", action="append", default=[], metavar="PATH", help="creating PATH must fail")
@@ -157,8 +175,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.uid = IMAGE_UID if args.uid is None else args.uid
         args.no_network = True
         args.deny = IMAGE_DENIED + args.deny
-        args.reaping = True
-        args.pid1 = args.pid1 or "tini"
+        args.sandbox = args.sandbox or "none"
+        # In a sandbox, PID 1 is the sandbox's init and an orphan dies with its namespace: from a later
+        # run (another namespace) there is nothing to see.
+        args.reaping = args.sandbox == "none"
+        args.pid1 = args.pid1 or ("bwrap" if args.sandbox == "bwrap" else "tini")
     return args
 
 
@@ -211,20 +232,34 @@ async def session(args: argparse.Namespace, errlog: TextIO) -> tuple[dict[str, A
         expect(outcome != "written", f"a run created {path}")
     if args.uid is not None:
         expect((probe["uid"], probe["gid"]) == (args.uid, args.uid), f"runs as {probe['uid']}:{probe['gid']}")
+        expect(probe["cap_eff"] == "0000000000000000", f"effective capabilities {probe['cap_eff']}")
+    if args.sandbox == "bwrap":
+        # Alone in its PID namespace: its init (PID 1), itself, nothing of the server or other runs.
+        expect(probe["pid"] == 2, f"the run is pid {probe['pid']} of its namespace, not 2")
+        expect(set(probe["visible_pids"]) <= {1, 2}, f"a run sees processes {probe['visible_pids']}")
+        expect(probe["pid1_limits_as_own"], "the sandbox's init is not held to the run's limits")
+        sandbox_tmp = {"tmpfs", "rw", f"size={args.sandbox_tmp_mb * 1024}k"}
+        for name in ("tmp_mount", "shm_mount"):
+            options = set(probe[name].replace(" ", ",").split(","))
+            expect(
+                sandbox_tmp <= options, f"{name}: not the run's own {args.sandbox_tmp_mb} MiB tmpfs: {probe[name]!r}"
+            )
+        expect(probe["cwd"] == "/tmp", f"a sandboxed run works in {probe['cwd']}, not in its own /tmp")
+    elif args.sandbox == "none" or args.uid is not None:
         # Same uid as the server: only its non-dumpable flag keeps the run out of it.
         expect(probe["server"]["environ"] == "EACCES", f"a run read the server's environment: {probe['server']}")
         expect(probe["server"]["ptrace"] == "EPERM", f"a run could ptrace the server: {probe['server']}")
-        expect(probe["cap_eff"] == "0000000000000000", f"effective capabilities {probe['cap_eff']}")
     if args.container:
         expect(probe["cap_bnd"] == "0000000000000000", f"capability bounding set {probe['cap_bnd']}")
         expect(probe["no_new_privs"] == "1", f"NoNewPrivs {probe['no_new_privs']}")
         root_options = probe["root_mount"].split(" ", 1)[-1].split(",")
         expect("ro" in root_options, f"the root is not read-only: {probe['root_mount']!r}")
-        tmp_options = set(probe["tmp_mount"].replace(" ", ",").split(","))
-        wanted = {"tmpfs", "rw", "nosuid", "nodev", "noexec", "size=65536k"}
-        expect(wanted <= tmp_options, f"/tmp is not a 64 MiB noexec tmpfs: {probe['tmp_mount']!r}")
-        expect(probe["tmp_mode"] == "0o1777", f"/tmp has mode {probe['tmp_mode']}")
-        expect(probe["tmpdir"].startswith("/tmp/python-runner-"), f"runs work in {probe['tmpdir']}, not in /tmp")
+        if args.sandbox == "none":
+            tmp_options = set(probe["tmp_mount"].replace(" ", ",").split(","))
+            wanted = {"tmpfs", "rw", "nosuid", "nodev", "noexec", "size=65536k"}
+            expect(wanted <= tmp_options, f"/tmp is not a 64 MiB noexec tmpfs: {probe['tmp_mount']!r}")
+            expect(probe["tmp_mode"] == "0o1777", f"/tmp has mode {probe['tmp_mode']}")
+            expect(probe["tmpdir"].startswith("/tmp/python-runner-"), f"runs work in {probe['tmpdir']}, not in /tmp")
     if args.no_network:
         expect(probe["interfaces"] == ["lo"], f"network interfaces {probe['interfaces']}")
     if args.pid1:

@@ -51,19 +51,24 @@ SESSION_SCRIPT = REPO / "scripts" / "docker_session.py"
 CONFIG_DIR = REPO / "mcp-config-examples"
 PLACEHOLDER = "/path/to/python-runner-mcp"
 IMAGE = "turhal-ai/python-runner-mcp:latest"
-# The seed's hardened `docker run` line, flag by flag (README.md, "Docker").
+# The seed's hardened `docker run` line, flag by flag (README.md, "Docker"), the tmpfs options spelled out:
+# Docker adds noexec,nosuid,nodev to a --tmpfs by itself, podman does not.
+SEED_TMPFS = "/tmp:rw,noexec,nosuid,nodev,size=64m,mode=1777"
 SEED_FLAGS = [
     ("-i", None),
     ("--rm", None),
     ("--network", "none"),
     ("--read-only", None),
-    ("--tmpfs", "/tmp:size=64m,mode=1777"),
+    ("--tmpfs", SEED_TMPFS),
     ("--security-opt", "no-new-privileges:true"),
     ("--cap-drop", "ALL"),
     ("--memory", "512m"),
     ("--cpus", "1.0"),
     ("--pids-limit", "64"),
 ]
+# What the recommended line adds: the image's bubblewrap may build each run's namespaces (deploy/seccomp/).
+SECCOMP_PROFILE = REPO / "deploy" / "seccomp" / "runner-sandbox.json"
+SANDBOX_FLAGS = [("--security-opt", f"seccomp={SECCOMP_PROFILE}"), ("--security-opt", "systempaths=unconfined")]
 VALUE_FLAGS = {"--network", "--tmpfs", "--security-opt", "--cap-drop", "--memory", "--cpus", "--pids-limit", "-e"}
 VALUE_FLAGS |= {"--env", "--name", "--user", "--workdir", "--entrypoint", "--ulimit", "--shm-size"}
 # The image's base (python:3.11-slim-bookworm) sets these; Docker adds HOME from the image's passwd entry.
@@ -131,9 +136,13 @@ def dockerfile_stages(text: str) -> list[Stage]:
         keyword, _, args = joined.partition(" ")
         instructions.append((keyword.upper(), args.strip()))
     stages: list[Stage] = []
+    defaults: dict[str, str] = {}  # ARGs before the first FROM: what FROM lines may use
     for keyword, args in instructions:
-        if keyword == "FROM":
-            words = args.split()
+        if keyword == "ARG" and not stages:
+            name, _, value = args.partition("=")
+            defaults[name] = value
+        elif keyword == "FROM":
+            words = re.sub(r"\$\{(\w+)\}", lambda match: defaults[match.group(1)], args).split()
             stages.append(Stage(base=words[0], name=words[2] if len(words) == 3 else None))
         else:
             stages[-1].instructions.append((keyword, args))
@@ -238,7 +247,13 @@ def build_standin_venv(venv: Path, builder: Stage, run: str, lock: Path, lock_ta
     """The builder's RUN line into a build directory, then renamed to `venv` (under the caller's lock)."""
     shutil.rmtree(venv, ignore_errors=True)  # an interrupted build
     build = Path(tempfile.mkdtemp(prefix=f"{venv.name}.build-"))
-    command = run.replace("/app/.venv", str(build / "venv")).replace(lock_target, str(lock))
+    # RUN --mount=type=secret,id=NAME: the build secret is a file at /run/secrets/NAME for that step. Here
+    # the ca-bundle secret is the CA bundle this machine's pip uses (or none: the step must work either way).
+    secrets = re.findall(r"--mount=type=secret,id=([\w-]+)", run)
+    command = re.sub(r"^(?:--mount=\S+\s+)+", "", run)
+    for secret in secrets:
+        command = command.replace(f"/run/secrets/{secret}", os.environ.get("PIP_CERT", "/nonexistent"))
+    command = command.replace("/app/.venv", str(build / "venv")).replace(lock_target, str(lock))
     command = re.sub(r"(?<![\w/.])python(?= )", SYSTEM_PYTHON, command)  # the image's `python`
     env = stage_env(builder, dict(os.environ))
     done = subprocess.run(["/bin/sh", "-ec", command], env=env, capture_output=True, text=True, timeout=170)
@@ -482,7 +497,7 @@ mount --bind -o ro "$passwd" "$root/etc/passwd"
 mount --bind -o ro "$group" "$root/etc/group"
 mount --bind -o ro "$runner" "$root/app/runner"
 mount --bind -o ro "$venv" "$root/app/.venv"
-# --tmpfs /tmp:size=64m,mode=1777 as Docker mounts it (its defaults noexec,nosuid,nodev come first).
+# --tmpfs /tmp:rw,noexec,nosuid,nodev,size=64m,mode=1777, as the hardened line spells it out.
 mount -t tmpfs -o noexec,nosuid,nodev,size=64m,mode=1777 tmpfs "$root/tmp"
 mount -t tmpfs -o noexec,nosuid,nodev,size=64m,mode=1777 shm "$root/dev/shm"
 for dev in null zero full random urandom; do
@@ -762,31 +777,84 @@ def flag_pairs(args: list[str]) -> tuple[list[tuple[str, str | None]], list[str]
     return pairs, args[i:]
 
 
-def assert_hardened(args: list[str]) -> None:
+def assert_hardened(args: list[str], *, sandboxed: bool, profile: str = str(SECCOMP_PROFILE)) -> None:
+    """The seed's hardened line, and with `sandboxed` the two options of the recommended line (and only then)."""
     assert args[0] == "run"
     pairs, rest = flag_pairs(args[1:])
     missing = [flag for flag in SEED_FLAGS if flag not in pairs]
     assert missing == [], f"not the seed's hardened line: {missing} missing from {args}"
+    sandbox = [("--security-opt", f"seccomp={profile}"), ("--security-opt", "systempaths=unconfined")]
+    assert [flag for flag in sandbox if flag in pairs] == (sandbox if sandboxed else [])
     assert rest == [IMAGE], f"the image comes right after the flags: {rest}"
 
 
 def make_dry_run(target: str) -> list[str]:
+    """The commands `make -n target` prints, continuation lines joined."""
     done = subprocess.run(["make", "-n", target], capture_output=True, text=True, cwd=REPO, check=True, timeout=30)
-    return done.stdout.splitlines()
+    return done.stdout.replace("\\\n", " ").splitlines()
 
 
 def test_make_docker_run_and_docker_test_use_every_flag_of_the_seed_s_hardened_line() -> None:
-    [run] = [line for line in make_dry_run("docker-run") if " run " in line]
-    words = shlex.split(run.removeprefix("exec "))
-    assert words[0] == "docker"
-    assert_hardened(words[1:])
+    for target, sandboxed in (("docker-run", True), ("docker-run-plain", False)):
+        [run] = [line for line in make_dry_run(target) if " run " in line]
+        words = shlex.split(run.removeprefix("exec "))
+        assert words[0] == "docker"
+        assert_hardened(words[1:], sandboxed=sandboxed)
     lines = make_dry_run("docker-test")
     assert any(shlex.split(line)[:4] == ["docker", "build", "-t", IMAGE] for line in lines)
-    [session] = [line for line in lines if "docker_session.py" in line]
-    words = shlex.split(session)
-    assert words[words.index("--") + 1] == "docker"
-    assert "--container" in words
-    assert_hardened(words[words.index("--") + 2 :])
+    sessions = [shlex.split(line) for line in lines if "docker_session.py" in line]
+    assert [words[words.index("--sandbox") + 1] for words in sessions] == ["bwrap", "none"]
+    for words in sessions:
+        assert words[words.index("--") + 1] == "docker"
+        assert "--container" in words
+        assert_hardened(words[words.index("--") + 2 :], sandboxed=words[words.index("--sandbox") + 1] == "bwrap")
+
+
+def test_with_podman_the_lines_turn_off_podman_s_extra_read_only_tmpfs_mounts() -> None:
+    # podman's --read-only mounts writable, unbounded tmpfs at /var/tmp and /run unless told not to.
+    for target in ("docker-run", "docker-run-plain"):
+        done = subprocess.run(["make", "-n", target, "DOCKER=podman"], capture_output=True, text=True, cwd=REPO)
+        assert "--read-only-tmpfs=false" in shlex.split(done.stdout.removeprefix("exec "))
+
+
+def test_make_docker_build_passes_a_ca_bundle_as_a_secret_and_takes_build_flags_and_a_base() -> None:
+    done = subprocess.run(
+        [
+            "make",
+            "-n",
+            "docker-build",
+            "DOCKER_CA_BUNDLE=/etc/ca.pem",
+            "BASE_IMAGE=local/base:1",
+            "DOCKER_BUILD_FLAGS=--pull=never --no-cache",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
+    words = shlex.split(done.stdout.replace("\\\n", " "))
+    assert words[:2] == ["docker", "build"]
+    assert "id=ca-bundle,src=/etc/ca.pem" in words
+    assert words[words.index("--build-arg") + 1] == "BASE_IMAGE=local/base:1"
+    assert {"--pull=never", "--no-cache"} <= set(words)
+    assert words[-3:] == ["-t", IMAGE, "."]
+
+
+def test_the_seccomp_profile_is_the_engines_default_plus_what_bubblewrap_needs() -> None:
+    profile = json.loads(SECCOMP_PROFILE.read_text())
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO", "an allow list, as the engines' defaults are"
+    added = [rule for rule in profile["syscalls"] if "python-runner-mcp" in rule.get("comment", "")]
+    assert [rule["names"] for rule in added] == [
+        ["clone", "clone3", "mount", "pivot_root", "setdomainname", "sethostname", "umount2", "unshare"]
+    ]
+    assert added[0]["action"] == "SCMP_ACT_ALLOW"
+    assert (added[0]["includes"], added[0]["excludes"], added[0]["args"]) == ({}, {}, [])
+    elsewhere = [name for rule in profile["syscalls"] if rule not in added for name in rule["names"]]
+    assert not set(added[0]["names"]) & set(elsewhere), "each of them in one rule only"
+    base = Path("/usr/share/containers/seccomp.json")
+    if base.exists():  # podman's default, from which the file is made: it must be what the script gives
+        done = subprocess.run([sys.executable, str(REPO / "scripts" / "seccomp_profile.py"), "--check"])
+        assert done.returncode == 0
 
 
 def test_the_compose_file_mirrors_the_hardened_line() -> None:
@@ -796,7 +864,9 @@ def test_the_compose_file_mirrors_the_hardened_line() -> None:
         "stdin_open: true",
         "network_mode: none",
         "read_only: true",
-        "- /tmp:size=64m,mode=1777",
+        "- /tmp:rw,noexec,nosuid,nodev,size=64m,mode=1777",
+        "- seccomp=deploy/seccomp/runner-sandbox.json",
+        "- systempaths=unconfined",
         "- no-new-privileges:true",
         "cap_drop:\n      - ALL",
         "mem_limit: 512m",
@@ -850,7 +920,8 @@ async def test_a_config_example_entry_starts_as_written_and_completes_a_session(
     assert set(entry) <= {"type", "command", "args", "env"}
     assert entry.get("type", "stdio") == "stdio"
     if entry["command"] == "docker":
-        assert_hardened(entry["args"])
+        profile = f"{PLACEHOLDER}/deploy/seccomp/runner-sandbox.json"
+        assert_hardened(entry["args"], sandboxed=server.endswith("-docker"), profile=profile)
         return
     # Started from / (not the repository) with the entry's env on top of the client's default environment.
     params = StdioServerParameters(
