@@ -31,8 +31,11 @@ def build(engine: str, image: str, mirror: str) -> None:
     # Not under /tmp: a run's sandbox hides /tmp, and tests here may clean it.
     with tempfile.TemporaryDirectory(prefix="standin-base-", dir="/var/tmp") as scratch:
         root = Path(scratch) / "root"
+        debootstrap, tar_command = shutil.which("debootstrap"), shutil.which("tar")
+        if debootstrap is None or tar_command is None:
+            raise SystemExit("needs debootstrap and tar")
         subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", "bookworm", str(root), mirror],
+            [debootstrap, "--variant=minbase", f"--include={PACKAGES}", "bookworm", str(root), mirror],
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -43,7 +46,7 @@ def build(engine: str, image: str, mirror: str) -> None:
         (root / "etc/resolv.conf").write_text("")  # the host's resolver is no business of the image's
         shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
         (root / "var/lib/apt/lists/partial").mkdir(parents=True)
-        tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+        tar = subprocess.Popen([tar_command, "--numeric-owner", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
         subprocess.run(
             [
                 engine,

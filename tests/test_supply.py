@@ -109,7 +109,7 @@ async def test_an_interpreter_that_outlives_its_kill_stays_known_and_is_not_swep
     base_dir = tempfile.mkdtemp(dir=work_dir)
     limits = limits_for(spawning, count_tasks_of_uid())
     async with opened_source(spawning, base_dir, limits, Sandbox("none", "tests"), LOG) as source:
-        supply = InterpreterSupply(spawning, source, LOG)
+        supply = InterpreterSupply(spawning, limits, source, LOG)
         child = await supply.take()
         real_kill = child.kill_group
         child.kill_group = lambda: None  # type: ignore[method-assign]
