@@ -241,6 +241,20 @@ async def test_in_the_sandboxed_line_concurrent_runs_cannot_see_each_other(tmp_p
         assert set(seen["pids"]) <= {1, 2}
 
 
+THREAD_POOL = """
+    import concurrent.futures, os, zlib
+    data = [os.urandom(1 << 20) for _ in range(8)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as workers:
+        print(len(list(workers.map(lambda chunk: len(zlib.compress(chunk, 6)), data))))
+"""
+
+
+@pytest.mark.anyio
+async def test_an_ordinary_thread_pool_runs_under_the_images_default_limits(line_name: str, tmp_path: Path) -> None:
+    async with served(line_name, tmp_path / "server.log") as client:
+        assert await stdout_of(client, THREAD_POOL) == "8\n"
+
+
 # --- PID 1 and the container's environment ----------------------------------------------------------
 
 REACH_PID1 = """
