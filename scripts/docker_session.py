@@ -259,6 +259,11 @@ async def session(args: argparse.Namespace, errlog: TextIO) -> tuple[dict[str, A
             wanted = {"tmpfs", "rw", "nosuid", "nodev", "noexec", "size=65536k"}
             expect(wanted <= tmp_options, f"/tmp is not a 64 MiB noexec tmpfs: {probe['tmp_mount']!r}")
             expect(probe["tmp_mode"] == "0o1777", f"/tmp has mode {probe['tmp_mode']}")
+            # The engine's own /dev/shm: 64 MB with Docker and podman alike (65536k or 64000k).
+            shm_options = set(probe["shm_mount"].replace(" ", ",").split(","))
+            shm_size = next((int(o[5:-1]) for o in shm_options if o.startswith("size=") and o.endswith("k")), None)
+            bounded = shm_size is not None and shm_size <= 65536 and {"nosuid", "nodev", "noexec"} <= shm_options
+            expect(bounded, f"/dev/shm is not a bounded noexec tmpfs: {probe['shm_mount']!r}")
             expect(probe["tmpdir"].startswith("/tmp/python-runner-"), f"runs work in {probe['tmpdir']}, not in /tmp")
     if args.no_network:
         expect(probe["interfaces"] == ["lo"], f"network interfaces {probe['interfaces']}")
