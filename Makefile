@@ -121,6 +121,8 @@ CONTAINER_TEST_IMAGE ?= localhost/python-runner-mcp:test
 CONTAINER_BASE_IMAGE ?= localhost/python-runner-base:bookworm
 CONTAINER_CA_BUNDLE ?= $(firstword $(wildcard $(PIP_CERT) /etc/ssl/certs/ca-certificates.crt))
 CONTAINER_CONF := $(abspath tests/container/containers.conf)
+# Rootless podman's default build network does not work on these machines; the host's does.
+ROOTLESS_BUILD_FLAGS := $(if $(filter-out 0,$(shell id -u)),--network=host)
 
 container-engine: ## Install podman, runc and debootstrap for make test-container (root with apt-get only)
 	@if command -v $(CONTAINER_ENGINE) >/dev/null && command -v debootstrap >/dev/null && command -v runc >/dev/null; then :; \
@@ -136,7 +138,7 @@ test-container: $(DEV_STAMP) container-engine ## Build the image with podman fro
 		$(PY) scripts/standin_base.py --engine $(CONTAINER_ENGINE) --image $(CONTAINER_BASE_IMAGE) && \
 		$(MAKE) --no-print-directory docker-build DOCKER=$(CONTAINER_ENGINE) IMAGE=$(CONTAINER_TEST_IMAGE) \
 			BASE_IMAGE=$(CONTAINER_BASE_IMAGE) DOCKER_CA_BUNDLE=$(CONTAINER_CA_BUNDLE) \
-			DOCKER_BUILD_FLAGS='--pull=never --no-cache $(DOCKER_BUILD_FLAGS)' && \
+			DOCKER_BUILD_FLAGS='--pull=never --no-cache $(ROOTLESS_BUILD_FLAGS) $(DOCKER_BUILD_FLAGS)' && \
 		CONTAINER_ENGINE=$(CONTAINER_ENGINE) CONTAINER_TEST_IMAGE=$(CONTAINER_TEST_IMAGE) \
 			$(VENV)/bin/pytest $(PYTEST_ARGS) tests/test_container.py; \
 	else $(VENV)/bin/pytest $(PYTEST_ARGS) tests/test_container.py; fi
