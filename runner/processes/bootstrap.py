@@ -36,29 +36,36 @@ PR_SET_NO_NEW_PRIVS = 38
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
-def apply_limits(cpu: int, address_space: int, nproc: int, fsize: int) -> list[str]:
-    """Apply every rlimit it can; return the names of those the OS refused (e.g. RLIMIT_AS on macOS)."""
-    # CPU hard sits one second above soft: SIGXCPU at soft, SIGKILL at hard if code catches SIGXCPU.
-    wanted = [
+def wanted_limits(cpu: int, address_space: int, nproc: int, fsize: int) -> list[tuple[str, int, int]]:
+    """Every rlimit of a run as (name, soft, hard). CPU hard sits one second above soft: SIGXCPU at
+    soft, SIGKILL at hard if the code catches SIGXCPU."""
+    return [
         ("RLIMIT_CORE", 0, 0),
         ("RLIMIT_CPU", cpu, cpu + 1),
         ("RLIMIT_AS", address_space, address_space),
         ("RLIMIT_NPROC", nproc, nproc),
         ("RLIMIT_FSIZE", fsize, fsize),
     ]
+
+
+def lowered(soft: int, hard: int, current_hard: int) -> tuple[int, int]:
+    """What may be set under a hard limit already there: an unprivileged process can only lower it."""
+    if current_hard != resource.RLIM_INFINITY:
+        hard = min(hard, current_hard)
+        soft = min(soft, hard)
+    return soft, hard
+
+
+def apply_limits(cpu: int, address_space: int, nproc: int, fsize: int) -> list[str]:
+    """Apply every rlimit it can; return the names of those the OS refused (e.g. RLIMIT_AS on macOS)."""
     refused = []
-    for name, soft, hard in wanted:
+    for name, soft, hard in wanted_limits(cpu, address_space, nproc, fsize):
         which = getattr(resource, name, None)
         if which is None:
             refused.append(name)
             continue
         try:
-            _, current_hard = resource.getrlimit(which)
-            if current_hard != resource.RLIM_INFINITY:
-                # An unprivileged process can only lower its hard limit.
-                hard = min(hard, current_hard)
-                soft = min(soft, hard)
-            resource.setrlimit(which, (soft, hard))
+            resource.setrlimit(which, lowered(soft, hard, resource.getrlimit(which)[1]))
         except (ValueError, OSError):
             refused.append(name)
     return refused

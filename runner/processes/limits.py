@@ -7,6 +7,7 @@ import resource
 from dataclasses import dataclass
 
 from runner.config import Config
+from runner.processes.bootstrap import lowered, wanted_limits
 
 # Threads the server itself may hold beyond what was counted at start (anyio workers, stdio readers).
 SERVER_THREAD_HEADROOM = 48
@@ -32,21 +33,12 @@ class Limits:
         it would be a process inside the sandbox that no limit of the run bounds. Raises OSError if
         the kernel refuses; a process that is already gone is fine.
         """
-        cpu = (self.cpu_seconds, self.cpu_seconds + 1)
-        wanted = [
-            (resource.RLIMIT_CORE, (0, 0)),
-            (resource.RLIMIT_CPU, cpu),
-            (resource.RLIMIT_AS, (self.address_space_bytes, self.address_space_bytes)),
-            (resource.RLIMIT_NPROC, (self.nproc, self.nproc)),
-            (resource.RLIMIT_FSIZE, (self.file_size_bytes, self.file_size_bytes)),
-        ]
         try:
-            for which, (soft, hard) in wanted:
-                _, current_hard = resource.prlimit(pid, which)
-                if current_hard != resource.RLIM_INFINITY:
-                    hard = min(hard, current_hard)
-                    soft = min(soft, hard)
-                resource.prlimit(pid, which, (soft, hard))
+            for name, soft, hard in wanted_limits(
+                self.cpu_seconds, self.address_space_bytes, self.nproc, self.file_size_bytes
+            ):
+                which = getattr(resource, name)
+                resource.prlimit(pid, which, lowered(soft, hard, resource.prlimit(pid, which)[1]))
         except ProcessLookupError:
             pass  # gone: its sandbox has ended, and the run with it
 
