@@ -169,9 +169,9 @@ class Pool:
         try:
             if self._sweeper is not None:
                 # No process of an earlier run may still be alive when this one gets its code: a daemon
-                # left behind could write into its directory. Cheap when there is none (one /proc read
-                # per server thread); the bootstrap then empties the directory of what was written before.
-                await self._sweeper.sweep()
+                # left behind could write into its directory. Usually the sweep after that run has seen
+                # to it already; the bootstrap then empties the directory of what was written before.
+                await self._sweeper.settle()
             log_event(self._log, logging.INFO, "run started", request.request_id, pid=child.pid, queue_wait=queue_wait)
             result = await self._driver.drive(child, request, queue_wait, on_progress)
         except anyio.get_cancelled_exc_class():

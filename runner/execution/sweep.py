@@ -33,10 +33,18 @@ class StraySweeper:
         self._sandboxed = sandboxed
         self._log = logger
         self._wanted = anyio.Event()
+        self._runs_ended = 0  # wanted() calls
+        self._swept_through = 0  # runs ended before the start of the last sweep that left no stray
 
     def wanted(self) -> None:
         """Ask for a sweep soon (a run just ended)."""
+        self._runs_ended += 1
         self._wanted.set()
+
+    async def settle(self) -> None:
+        """Return once no process of a run that has ended is left: at once if a sweep since saw none."""
+        if self._swept_through < self._runs_ended:
+            await self.sweep()
 
     async def sweep_forever(self) -> None:
         """Sweep when asked, and at least once a second."""
@@ -52,10 +60,12 @@ class StraySweeper:
 
         A killed stray's own children come to us next, hence the rounds.
         """
+        ended = self._runs_ended
         for _ in range(ROUNDS):
             known = self._known_pids()
             strays = [pid for pid in children_of_self() if pid not in known]
             if not strays:
+                self._swept_through = max(self._swept_through, ended)
                 return
             for pid in strays:
                 if is_zombie(pid):
