@@ -128,7 +128,7 @@ container-engine: ## Install podman, runc and debootstrap for make test-containe
 	@if command -v $(CONTAINER_ENGINE) >/dev/null && command -v debootstrap >/dev/null && command -v runc >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing podman, runc and debootstrap from Debian's packages"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			podman runc debootstrap uidmap fuse-overlayfs slirp4netns ca-certificates >/dev/null; \
 	else echo "no $(CONTAINER_ENGINE): make test-container will skip the container tests"; fi
 
