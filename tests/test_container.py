@@ -52,7 +52,7 @@ IMAGE_SANDBOX_TMP_MB = 32
 def line(name: str, *settings: str) -> list[str]:
     """The Makefile's `docker run` line, with `-e` settings put before the image."""
     done = subprocess.run(
-        ["make", "-n", LINES[name], f"DOCKER={ENGINE}", f"IMAGE={IMAGE}"],
+        ["make", "--no-print-directory", "-n", LINES[name], f"DOCKER={ENGINE}", f"IMAGE={IMAGE}"],
         cwd=REPO,
         capture_output=True,
         text=True,

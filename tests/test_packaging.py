@@ -788,9 +788,17 @@ def assert_hardened(args: list[str], *, sandboxed: bool, profile: str = str(SECC
     assert rest == [IMAGE], f"the image comes right after the flags: {rest}"
 
 
-def make_dry_run(target: str) -> list[str]:
-    """The commands `make -n target` prints, continuation lines joined."""
-    done = subprocess.run(["make", "-n", target], capture_output=True, text=True, cwd=REPO, check=True, timeout=30)
+def make_dry_run(target: str, *settings: str) -> list[str]:
+    """The commands `make -n target` prints, continuation lines joined (and no "Entering directory" line
+    when this runs under make itself)."""
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-n", target, *settings],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+        timeout=30,
+    )
     return done.stdout.replace("\\\n", " ").splitlines()
 
 
@@ -813,26 +821,14 @@ def test_make_docker_run_and_docker_test_use_every_flag_of_the_seed_s_hardened_l
 def test_with_podman_the_lines_turn_off_podman_s_extra_read_only_tmpfs_mounts() -> None:
     # podman's --read-only mounts writable, unbounded tmpfs at /var/tmp and /run unless told not to.
     for target in ("docker-run", "docker-run-plain"):
-        done = subprocess.run(["make", "-n", target, "DOCKER=podman"], capture_output=True, text=True, cwd=REPO)
-        assert "--read-only-tmpfs=false" in shlex.split(done.stdout.removeprefix("exec "))
+        [run] = [line for line in make_dry_run(target, "DOCKER=podman") if " run " in line]
+        assert "--read-only-tmpfs=false" in shlex.split(run.removeprefix("exec "))
 
 
 def test_make_docker_build_passes_a_ca_bundle_as_a_secret_and_takes_build_flags_and_a_base() -> None:
-    done = subprocess.run(
-        [
-            "make",
-            "-n",
-            "docker-build",
-            "DOCKER_CA_BUNDLE=/etc/ca.pem",
-            "BASE_IMAGE=local/base:1",
-            "DOCKER_BUILD_FLAGS=--pull=never --no-cache",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=True,
-    )
-    words = shlex.split(done.stdout.replace("\\\n", " "))
+    settings = ("DOCKER_CA_BUNDLE=/etc/ca.pem", "BASE_IMAGE=local/base:1", "DOCKER_BUILD_FLAGS=--pull=never --no-cache")
+    [build] = [line for line in make_dry_run("docker-build", *settings) if line.startswith("docker build")]
+    words = shlex.split(build)
     assert words[:2] == ["docker", "build"]
     assert "id=ca-bundle,src=/etc/ca.pem" in words
     assert words[words.index("--build-arg") + 1] == "BASE_IMAGE=local/base:1"
