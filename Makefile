@@ -117,7 +117,8 @@ container-tools: ## Install Debian's tini for the container stand-in tests (root
 # registry: the base is made with debootstrap (scripts/standin_base.py; docs/docker.md lists how it
 # differs from the official image). tests/container/containers.conf holds this machine's podman quirks.
 CONTAINER_ENGINE ?= podman
-CONTAINER_TEST_IMAGE ?= localhost/python-runner-mcp:test
+# One tag per checkout, so that two checkouts testing at once do not take each other's image.
+CONTAINER_TEST_IMAGE ?= localhost/python-runner-mcp:test-$(shell printf %s '$(CURDIR)' | cksum | cut -d' ' -f1)
 CONTAINER_BASE_IMAGE ?= localhost/python-runner-base:bookworm
 CONTAINER_CA_BUNDLE ?= $(firstword $(wildcard $(PIP_CERT) /etc/ssl/certs/ca-certificates.crt))
 CONTAINER_CONF := $(abspath tests/container/containers.conf)
@@ -141,6 +142,7 @@ test-container: $(DEV_STAMP) container-engine ## Build the image with podman fro
 			DOCKER_BUILD_FLAGS='--pull=never --no-cache $(ROOTLESS_BUILD_FLAGS) $(DOCKER_BUILD_FLAGS)' && \
 		CONTAINER_ENGINE=$(CONTAINER_ENGINE) CONTAINER_TEST_IMAGE=$(CONTAINER_TEST_IMAGE) \
 			$(VENV)/bin/pytest $(PYTEST_ARGS) tests/test_container.py; \
+		status=$$?; $(CONTAINER_ENGINE) rmi --force $(CONTAINER_TEST_IMAGE) >/dev/null 2>&1; exit $$status; \
 	else $(VENV)/bin/pytest $(PYTEST_ARGS) tests/test_container.py; fi
 
 BENCH_ARGS ?=
