@@ -13,7 +13,7 @@ from typing import Literal, TypeVar, cast, get_args
 from runner.errors import ConfigError
 
 LogFormat = Literal["text", "json"]
-SandboxMode = Literal["auto", "none", "bwrap"]
+SandboxMode = Literal["auto", "none", "bwrap", "namespaces"]
 SandboxNetwork = Literal["isolated", "shared"]
 SpawnMode = Literal["auto", "posix-spawn", "fork-server"]
 LogLevel = Literal["debug", "info", "warning", "error"]

@@ -3,15 +3,22 @@ checks of every result."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import anyio
+import pytest
 from jsonschema import Draft202012Validator
 
+from runner.config import Config
+from runner.errors import ConfigError
 from runner.outcome import RunResult
+from runner.processes.sandbox import choose_sandbox
 from runner.protocol.results import structured_result
 from runner.protocol.schemas import output_schema
 
@@ -23,6 +30,40 @@ OUTPUT_VALIDATOR = Draft202012Validator(output_schema())
 SETTLE_SECONDS = 2.0
 POLL_SECONDS = 0.01
 SEED_PLAIN = r"\[request_id=[0-9a-f]{8}\]\n--- stdout ---\n45\n\n--- exit_code: 0 \| duration: \d+\.\d{3}s ---"
+
+
+# Every way runs can be isolated: plain rlimits in each spawn mode, each run in bubblewrap, and each
+# forked run in namespaces the zygote makes.
+MODES = ("posix-spawn", "fork-server", "bwrap", "namespaces")
+
+
+def in_mode(config: Config, mode: str, **changes: Any) -> Config:
+    """`config` set up for `mode`; the test is skipped where the mode cannot work (failed in CI)."""
+    if mode == "bwrap":
+        if shutil.which("bwrap") is None:
+            _unavailable("bubblewrap is not installed (.ci/run installs it)")
+        return dataclasses.replace(config, sandbox="bwrap", spawn_mode="posix-spawn", **changes)
+    if mode == "namespaces":
+        problem = _namespaces_problem(config.python)
+        if problem:
+            _unavailable(f"the zygote cannot make namespaces here: {problem}")
+        return dataclasses.replace(config, sandbox="namespaces", spawn_mode="fork-server", **changes)
+    return dataclasses.replace(config, sandbox="none", spawn_mode=mode, **changes)
+
+
+@functools.cache
+def _namespaces_problem(python: str) -> str:
+    try:
+        choose_sandbox(dataclasses.replace(Config(), python=python, sandbox="namespaces"))
+    except ConfigError as exc:
+        return str(exc)
+    return ""
+
+
+def _unavailable(why: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must be able to run every mode: {why}")
+    pytest.skip(why)
 
 
 def checked(result: RunResult) -> RunResult:

@@ -7,9 +7,6 @@ Every case runs in each mode and with pool sizes from none to several, in a pool
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import shutil
 import textwrap
 from collections.abc import AsyncIterator
 
@@ -18,7 +15,7 @@ import pytest
 from runner.config import Config
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
-from tests.helpers import checked
+from tests.helpers import checked, in_mode
 
 pytestmark = pytest.mark.anyio
 
@@ -77,17 +74,13 @@ PLANT_FROM_A_DAEMON = """
         pytest.param(("fork-server", 1), id="fork-server-pool1"),
         pytest.param(("fork-server", 3), id="fork-server-pool3"),
         pytest.param(("bwrap", 2), id="bwrap-pool2"),
+        pytest.param(("namespaces", 0), id="namespaces-pool0"),
+        pytest.param(("namespaces", 3), id="namespaces-pool3"),
     ]
 )
 def mode_config(config: Config, request: pytest.FixtureRequest) -> Config:
     mode, pool_size = request.param
-    if mode == "bwrap":
-        if shutil.which("bwrap") is None:
-            if os.environ.get("CI"):
-                pytest.fail("CI must install bubblewrap (.ci/run does)")
-            pytest.skip("bubblewrap is not installed")
-        return dataclasses.replace(config, sandbox="bwrap", spawn_mode="posix-spawn", pool_size=pool_size)
-    return dataclasses.replace(config, sandbox="none", spawn_mode=mode, pool_size=pool_size)
+    return in_mode(config, mode, pool_size=pool_size)
 
 
 @pytest.fixture

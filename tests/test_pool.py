@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import resource
-import shutil
 import signal
 import textwrap
 from pathlib import Path
@@ -15,26 +15,21 @@ import anyio
 import pytest
 
 from runner.config import Config
+from runner.errors import SpawnError
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
-from tests.helpers import checked, children_of, living, max_overlap, pids_in, settled_async
+from tests.helpers import MODES, alive, checked, children_of, in_mode, living, max_overlap, pids_in, settled_async
 
 pytestmark = pytest.mark.anyio
 
 HOST_VIEW = "watches the run's pids or files from the host; inside a sandbox those are the namespace's own"
 
 
-@pytest.fixture(params=["posix-spawn", "fork-server", "bwrap"])
+@pytest.fixture(params=MODES)
 def config(config: Config, request: pytest.FixtureRequest) -> Config:
-    """Every pool test runs in each spawn mode with plain rlimits, and inside a bubblewrap sandbox."""
-    mode = str(request.param)
-    if mode == "bwrap" and shutil.which("bwrap") is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must install bubblewrap (.ci/run does)")
-        pytest.skip("bubblewrap is not installed")
-    if mode == "bwrap":
-        return dataclasses.replace(config, sandbox="bwrap", spawn_mode="posix-spawn")
-    return dataclasses.replace(config, sandbox="none", spawn_mode=mode)
+    """Every pool test runs in each spawn mode with plain rlimits, inside a bubblewrap sandbox, and
+    forked into namespaces of its own."""
+    return in_mode(config, str(request.param))
 
 
 def plain_only(config: Config) -> None:
@@ -441,9 +436,11 @@ async def test_an_interpreter_that_cannot_start_is_an_infrastructure_error(confi
     from runner.errors import ConfigError, SpawnError
 
     broken = tuned(config, python="/bin/false", pool_size=0)
-    if config.sandbox == "bwrap":
+    if config.sandbox != "none":
         # The sandbox probe starts the interpreter exactly as runs will: it refuses to start.
-        with pytest.raises(ConfigError, match="RUNNER_SANDBOX: bwrap was asked for but cannot be used"):
+        with pytest.raises(
+            ConfigError, match=f"RUNNER_SANDBOX: {config.sandbox} (was|were) asked for but cannot be used"
+        ):
             async with Pool.open(broken):
                 pass
         return
@@ -494,10 +491,16 @@ async def test_a_run_that_stops_the_zygote_ends_and_the_next_run_gets_a_new_one(
     """
     async with Pool.open(tuned(config, pool_size=0)) as pool:
         with anyio.fail_after(20):
+            await run(pool, "pass")
+            [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
             stopped = await run(pool, code, timeout=1)
             after = await run(pool, "print('served by a new zygote')")
+        zygotes_after = [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
     assert stopped.status in (Status.OK, Status.TIMEOUT, Status.SIGNAL)
     assert after.stdout.text == "served by a new zygote\n"
+    if config.sandbox == "namespaces":
+        # Its parent is its namespace's init, which ignores a SIGSTOP from inside: nothing stopped.
+        assert (stopped.status, zygotes_after) == (Status.OK, [zygote])
 
 
 async def test_when_the_zygote_dies_its_waiting_interpreters_are_reaped_without_a_run(
@@ -516,6 +519,48 @@ async def test_when_the_zygote_dies_its_waiting_interpreters_are_reaped_without_
             lambda: [pid for pid in children_of(os.getpid()) if b"zygote.py" not in cmdline(pid)], timeout=5
         )
         assert leftover == []
+
+
+async def test_a_zygote_stopped_from_outside_is_replaced_and_the_next_run_is_served(
+    config: Config, no_leaks: None
+) -> None:
+    # In a namespaced run the zygote is out of the run's sight, so this test stops it itself: the run
+    # that was waiting in the pool ends unreported, and the zygote goes.
+    if config.spawn_mode != "fork-server":
+        pytest.skip("only a fork server has a zygote")
+    async with Pool.open(tuned(config, pool_size=1), reap_strays=True) as pool:
+        assert await settled_async(lambda: pool.ready < 1, timeout=20) is False
+        [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
+        os.kill(zygote, signal.SIGSTOP)
+        try:
+            with anyio.fail_after(30):
+                unreported = await run(pool, "print('ended, but nobody says so')", timeout=1)
+                after = await run(pool, "print('served by a new zygote')")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(zygote, signal.SIGCONT)
+    assert unreported.status is Status.TIMEOUT, unreported.to_text()
+    assert after.stdout.text == "served by a new zygote\n"
+    assert not alive(zygote)
+
+
+async def test_a_zygote_out_of_file_descriptors_fails_that_run_only_and_serves_again(
+    config: Config, no_leaks: None
+) -> None:
+    if config.spawn_mode != "fork-server":
+        pytest.skip("only a fork server has a zygote")
+    async with Pool.open(tuned(config, pool_size=0), reap_strays=True) as pool:
+        assert (await run(pool, "print(1)")).stdout.text == "1\n"  # the zygote is up
+        [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
+        was = resource.prlimit(zygote, resource.RLIMIT_NOFILE)
+        open_now = len(os.listdir(f"/proc/{zygote}/fd"))
+        resource.prlimit(zygote, resource.RLIMIT_NOFILE, (open_now + 2, was[1]))  # one pipe, not four
+        with pytest.raises(SpawnError, match="could not fork"):
+            await run(pool, "print('never')")
+        resource.prlimit(zygote, resource.RLIMIT_NOFILE, was)
+        after = await run(pool, "print('served by the same zygote')")
+        assert [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)] == [zygote]
+    assert after.stdout.text == "served by the same zygote\n"
 
 
 async def test_a_forked_run_can_import_nothing_of_the_zygote_s_own(pool: Pool) -> None:

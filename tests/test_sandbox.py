@@ -20,23 +20,21 @@ from runner.errors import ConfigError
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
 from runner.processes.sandbox import BOOTSTRAP_INSIDE, choose_sandbox, exit_code_of_sandboxed
-from tests.helpers import alive, checked, living, settled_async
+from runner.processes.source import uses_fork_server
+from tests.helpers import alive, checked, in_mode, living, settled_async
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def bwrap_config(config: Config) -> Config:
-    if shutil.which("bwrap") is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must install bubblewrap (.ci/run does)")
-        pytest.skip("bubblewrap is not installed")
-    return dataclasses.replace(config, sandbox="bwrap", pool_size=0)
+@pytest.fixture(params=["bwrap", "namespaces"])
+def sandbox_config(config: Config, request: pytest.FixtureRequest) -> Config:
+    """Each run in bubblewrap, or forked into namespaces the zygote makes: the same guarantees."""
+    return in_mode(config, str(request.param), pool_size=0)
 
 
 @pytest.fixture
-async def sandboxed(bwrap_config: Config, no_leaks: None) -> AsyncIterator[Pool]:
-    async with Pool.open(bwrap_config, reap_strays=True) as pool:
+async def sandboxed(sandbox_config: Config, no_leaks: None) -> AsyncIterator[Pool]:
+    async with Pool.open(sandbox_config, reap_strays=True) as pool:
         yield pool
 
 
@@ -64,8 +62,9 @@ def descendants_of_this_process() -> set[int]:
 
 
 def sandboxed_interpreters() -> list[int]:
-    """Host pids of live run interpreters (and their forks) in a PID namespace other than ours, below this
-    process: sandboxes of other test runs or servers on the same machine look just the same."""
+    """Host pids of live run interpreters (and their forks, and a zygote's namespace init) in a PID
+    namespace other than ours, below this process: sandboxes of other test runs or servers on the
+    same machine look just the same."""
     ours = os.readlink("/proc/self/ns/pid")
     found = []
     for pid in sorted(descendants_of_this_process()):
@@ -74,7 +73,8 @@ def sandboxed_interpreters() -> list[int]:
             namespace = os.readlink(f"/proc/{pid}/ns/pid")
         except OSError:
             continue
-        if BOOTSTRAP_INSIDE.encode() in cmdline and namespace != ours and b"bwrap" not in cmdline and alive(pid):
+        run_or_init = BOOTSTRAP_INSIDE.encode() in cmdline or b"zygote.py" in cmdline
+        if run_or_init and namespace != ours and b"bwrap" not in cmdline and alive(pid):
             found.append(pid)
     return found
 
@@ -168,17 +168,17 @@ async def test_the_file_system_is_read_only_outside_the_private_tmpfs(sandboxed:
     assert not written
 
 
-async def test_the_private_tmpfs_is_size_limited(bwrap_config: Config, no_leaks: None) -> None:
-    config = dataclasses.replace(bwrap_config, sandbox_tmp_mb=2, max_file_size_mb=16)
+async def test_the_private_tmpfs_is_size_limited(sandbox_config: Config, no_leaks: None) -> None:
+    config = dataclasses.replace(sandbox_config, sandbox_tmp_mb=2, max_file_size_mb=16)
     async with Pool.open(config) as pool:
         result = await run(pool, "open('big', 'wb').write(b'x' * (4 * 1024 * 1024))")
     assert result.status is Status.ERROR
     assert "No space left on device" in result.stderr.text
 
 
-async def test_shared_memory_is_bounded_like_the_private_tmpfs(bwrap_config: Config, no_leaks: None) -> None:
+async def test_shared_memory_is_bounded_like_the_private_tmpfs(sandbox_config: Config, no_leaks: None) -> None:
     # bwrap's --dev puts /dev/shm on a tmpfs of half the host's memory, which no limit of the run counts.
-    config = dataclasses.replace(bwrap_config, sandbox_tmp_mb=8, max_file_size_mb=16)
+    config = dataclasses.replace(sandbox_config, sandbox_tmp_mb=8, max_file_size_mb=16)
     code = """
         import os
         from multiprocessing import shared_memory
@@ -205,9 +205,10 @@ async def test_shared_memory_is_bounded_like_the_private_tmpfs(bwrap_config: Con
     assert result.status in (Status.OK, Status.SIGNAL), result.to_text()
 
 
-async def test_the_sandboxs_init_is_held_to_the_runs_limits(sandboxed: Pool) -> None:
+async def test_the_sandboxs_init_is_held_to_the_runs_limits(sandbox_config: Config, sandboxed: Pool) -> None:
     # PID 1 of the sandbox is bwrap's reaper, of the run's uid: a run can ptrace it, so it must not be a
-    # process that no limit of the run bounds.
+    # process that no limit of the run bounds. The zygote's init for a namespaced run cannot even be
+    # traced (it is not dumpable), and is held to the same limits all the same.
     code = """
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -220,7 +221,11 @@ async def test_the_sandboxs_init_is_held_to_the_runs_limits(sandboxed: Pool) -> 
     """
     result = await run(sandboxed, code)
     assert result.status is Status.OK, result.to_text()
-    assert result.stdout.text.splitlines()[1] == "bwrap True 5"
+    traced, held = result.stdout.text.splitlines()
+    if sandbox_config.sandbox == "bwrap":
+        assert held == "bwrap True 5"
+    else:
+        assert (traced, held) == ("refused", f"{os.path.basename(sandbox_config.python)[:15]} True 5")
 
 
 async def test_deaths_by_signal_keep_their_names_through_the_sandbox(sandboxed: Pool) -> None:
@@ -240,24 +245,50 @@ def test_auto_falls_back_to_rlimits_when_bubblewrap_cannot_work(config: Config) 
     assert choose_sandbox(dataclasses.replace(config, sandbox="none")).reason == "RUNNER_SANDBOX=none"
 
 
-def test_the_fork_server_and_a_per_run_sandbox_exclude_each_other(config: Config) -> None:
-    forking = dataclasses.replace(config, spawn_mode="fork-server")
+def test_bubblewrap_needs_posix_spawn_and_the_zygote_s_namespaces_need_the_fork_server(config: Config) -> None:
     with pytest.raises(ConfigError) as caught:
-        choose_sandbox(dataclasses.replace(forking, sandbox="bwrap"))
+        choose_sandbox(dataclasses.replace(config, sandbox="bwrap", spawn_mode="fork-server"))
     assert caught.value.variable == "RUNNER_SPAWN_MODE"
-    chosen = choose_sandbox(dataclasses.replace(forking, sandbox="auto"))
-    assert (chosen.kind, chosen.reason) == (
-        "none",
-        "RUNNER_SPAWN_MODE=fork-server: runs fork from one zygote, not one sandbox each",
+    assert "RUNNER_SANDBOX=namespaces" in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        choose_sandbox(dataclasses.replace(config, sandbox="namespaces", spawn_mode="posix-spawn"))
+    assert caught.value.variable == "RUNNER_SPAWN_MODE"
+
+
+@pytest.mark.parametrize(
+    ("spawn_mode", "chosen"), [("auto", "namespaces"), ("fork-server", "namespaces"), ("posix-spawn", "bwrap")]
+)
+def test_auto_picks_the_zygote_s_namespaces_unless_runs_are_spawned(
+    config: Config, spawn_mode: str, chosen: str
+) -> None:
+    in_mode(config, "namespaces")  # skipped (failed in CI) where the zygote cannot make namespaces
+    if chosen == "bwrap":
+        in_mode(config, "bwrap")
+    sandbox = choose_sandbox(dataclasses.replace(config, sandbox="auto", spawn_mode=spawn_mode))
+    assert sandbox.kind == chosen
+    assert uses_fork_server(dataclasses.replace(config, spawn_mode=spawn_mode), sandbox) == (chosen == "namespaces")
+
+
+def test_auto_says_why_it_fell_back_for_each_kind_of_sandbox(config: Config) -> None:
+    broken = dataclasses.replace(config, sandbox="auto", python="/bin/false")
+    assert choose_sandbox(broken).reason.startswith(
+        "RUNNER_SANDBOX=auto fell back to rlimits only: namespaces: probe exited with status 1"
     )
+    assert "; bubblewrap: " in choose_sandbox(broken).reason
+    forking = choose_sandbox(dataclasses.replace(broken, spawn_mode="fork-server")).reason
+    assert "namespaces: " in forking
+    assert "bubblewrap" not in forking
+    spawning = choose_sandbox(dataclasses.replace(broken, spawn_mode="posix-spawn")).reason
+    assert "bubblewrap: " in spawning
+    assert "namespaces" not in spawning
 
 
 async def test_killing_a_sandbox_logs_no_process_left_behind(
-    bwrap_config: Config, no_leaks: None, caplog: pytest.LogCaptureFixture
+    sandbox_config: Config, no_leaks: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A killed bwrap's namespace init (and interpreter) can reach the server as orphans for a
     # moment: they are the run's own, not something it left behind, and not reported as such.
-    async with Pool.open(dataclasses.replace(bwrap_config, pool_size=2), reap_strays=True) as pool:
+    async with Pool.open(dataclasses.replace(sandbox_config, pool_size=2), reap_strays=True) as pool:
         result = await pool.run(RunRequest("5a4db0c5", "import time; time.sleep(30)", 0.3))
         assert result.status == Status.TIMEOUT
     # Closing the pool killed its pooled (or still starting) sandboxes; the last sweep has run.

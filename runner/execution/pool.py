@@ -70,7 +70,7 @@ class Pool:
         logger = logger or get_logger()
         sandbox = sandbox or choose_sandbox(config)
         base_dir = tempfile.mkdtemp(prefix="python-runner-", dir=config.work_dir)
-        limits = limits_for(config, count_tasks_of_uid())
+        limits = limits_for(config, count_tasks_of_uid(), sandbox.helpers_per_run)
         log_event(
             logger,
             logging.INFO,

@@ -279,7 +279,7 @@ def warm_up() -> None:
     os.listdir("/")
 
 
-def prepare_process() -> None:
+def prepare_process(*, keep_capabilities: bool = False) -> None:
     """What every run needs once per interpreter, before any run's code: a forked run inherits it.
 
     Non-dumpable and no capabilities (both survive fork; a run can make only itself dumpable
@@ -290,7 +290,8 @@ def prepare_process() -> None:
     """
     make_undumpable()
     warm_up()
-    drop_privileges()
+    if not keep_capabilities:  # a namespaced zygote's: each run drops them after its set-up
+        drop_privileges()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 

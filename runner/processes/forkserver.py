@@ -30,11 +30,9 @@ from runner.errors import SpawnError
 from runner.logs import log_event
 from runner.processes.child import Child, maxrss_bytes
 from runner.processes.limits import Limits
-from runner.processes.sandbox import BOOTSTRAP
-from runner.processes.spawn import interpreter_argv, spawn_in_new_session
+from runner.processes.sandbox import ZYGOTE, Sandbox, interpreter_argv
+from runner.processes.spawn import spawn_in_new_session
 
-# The zygote's script, next to the bootstrap it imports.
-ZYGOTE = os.path.join(os.path.dirname(BOOTSTRAP), "zygote.py")
 MAX_MESSAGE = 8192
 STARTUP_TIMEOUT = 15.0
 REAP_TIMEOUT = 5.0
@@ -96,8 +94,11 @@ class ForkedChild(Child):
 class ForkServer:
     """The server's side of the zygote: started on first use, asked for runs, replaced if it dies."""
 
-    def __init__(self, config: Config, base_dir: str, limits: Limits, logger: logging.Logger) -> None:
+    def __init__(
+        self, config: Config, base_dir: str, limits: Limits, logger: logging.Logger, sandbox: Sandbox | None = None
+    ) -> None:
         self._config = config
+        self._sandbox = sandbox or Sandbox("none", "plain forks")
         self._base_dir = base_dir
         self._limits = limits
         self._log = logger
@@ -121,10 +122,11 @@ class ForkServer:
     @classmethod
     @asynccontextmanager
     async def running(
-        cls, config: Config, base_dir: str, limits: Limits, logger: logging.Logger
+        cls, config: Config, base_dir: str, limits: Limits, logger: logging.Logger, sandbox: Sandbox | None = None
     ) -> AsyncIterator[ForkServer]:
-        """A fork server; on exit the zygote and every run it forked are gone."""
-        server = cls(config, base_dir, limits, logger)
+        """A fork server (its runs in namespaces of their own if `sandbox` says so); on exit the zygote
+        and every run it forked are gone."""
+        server = cls(config, base_dir, limits, logger, sandbox)
         try:
             async with anyio.create_task_group() as tg:
                 server._tg = tg
@@ -161,7 +163,8 @@ class ForkServer:
             os.set_blocking(fd, False)
         child = ForkedChild(
             pid=int(pid_text),
-            workdir=workdir.decode(),
+            workdir=workdir.decode() or None,  # none on disk: a namespaced run's is its own tmpfs
+            sandboxed=self._sandbox.enabled,
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
@@ -207,7 +210,7 @@ class ForkServer:
             await self._zygote_gone(self._socket)
 
     async def _start_zygote(self) -> None:
-        pid, ours = _spawn_zygote(self._config, self._base_dir, self._limits)
+        pid, ours = _spawn_zygote(self._config, self._base_dir, self._limits, self._sandbox)
         ours.setblocking(False)
         self._socket, self._zygote, self._replies = ours, pid, []
         assert self._tg is not None
@@ -290,10 +293,10 @@ class ForkServer:
             await self._zygote_gone(self._socket)
 
 
-def _spawn_zygote(config: Config, base_dir: str, limits: Limits) -> tuple[int, socket.socket]:
+def _spawn_zygote(config: Config, base_dir: str, limits: Limits, sandbox: Sandbox) -> tuple[int, socket.socket]:
     """Start the zygote like a run interpreter, with its end of a socket pair on fd 3."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    argv = [*interpreter_argv(config.python), ZYGOTE, base_dir, *limits.argv()]
+    argv = [*interpreter_argv(config.python), ZYGOTE, base_dir, *limits.argv(), *sandbox.zygote_args]
     null = os.open(os.devnull, os.O_RDONLY)
     try:
         # Its stdin is /dev/null; what it might say goes to the server's own stderr (the log).

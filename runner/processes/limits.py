@@ -43,15 +43,22 @@ class Limits:
             pass  # gone: its sandbox has ended, and the run with it
 
 
-def limits_for(config: Config, tasks_of_uid_at_start: int) -> Limits:
+def limits_for(config: Config, tasks_of_uid_at_start: int, helpers_per_run: int = 0) -> Limits:
     """The limits of every run.
 
     RLIMIT_NPROC counts every process and thread of the real uid, not of the run: the server, the
     pool and every concurrent run share it. It is sized so that each concurrent run can have
-    RUNNER_MAX_PROCESSES of its own on top of what the uid already held at start-up.
+    RUNNER_MAX_PROCESSES of its own on top of what the uid already held at start-up, and
+    `helpers_per_run` processes of the server's own next to every interpreter (a namespaced
+    run's outer process and its namespace's init).
     """
+    interpreters = config.pool_size + config.max_concurrent
     nproc = (
-        tasks_of_uid_at_start + SERVER_THREAD_HEADROOM + config.pool_size + config.max_concurrent * config.max_processes
+        tasks_of_uid_at_start
+        + SERVER_THREAD_HEADROOM
+        + config.pool_size
+        + config.max_concurrent * config.max_processes
+        + interpreters * helpers_per_run
     )
     return Limits(
         cpu_seconds=config.max_cpu_seconds,

@@ -1,10 +1,13 @@
-"""The optional OS-level layer: every run inside its own bubblewrap sandbox.
+"""The optional OS-level layer: every run in namespaces of its own, made by the zygote or by bubblewrap.
 
 Each run gets new PID, mount, IPC, UTS and (unless turned off) network namespaces, a read-only view
 of the file system, and a private size-limited tmpfs as its working directory. In a PID namespace
 a daemonized grandchild dies with the run, `kill(-1)` reaches nothing outside, and the server is not
-even visible. Chosen once at start-up: `auto` probes bubblewrap and falls back to plain rlimits
-(inside Docker's default seccomp profile the probe fails) and says why.
+even visible. Two ways to get there: ``namespaces``, where the zygote of the fork server builds
+them for each forked run before its code arrives (zygote.py, namespaces.py), and ``bwrap``, one
+bubblewrap and one fresh interpreter per run. Chosen once at start-up: `auto` probes the first,
+then the second (unless the spawn mode rules one out), and falls back to plain rlimits (inside
+Docker's default seccomp profile every probe fails) saying why.
 """
 
 from __future__ import annotations
@@ -26,17 +29,21 @@ BOOTSTRAP_INSIDE = "/run/runner/bootstrap.py"
 HIDDEN = (WORKDIR, "/run")
 PROBE_TIMEOUT = 10.0
 BOOTSTRAP = os.path.realpath(_bootstrap_file)
+# The fork server's zygote, next to the bootstrap it imports.
+ZYGOTE = os.path.join(os.path.dirname(BOOTSTRAP), "zygote.py")
 # bwrap reports a command killed by signal N as exit status 128 + N.
 SIGNAL_EXIT_BASE = 128
 
 
 @dataclass(frozen=True, slots=True)
 class Sandbox:
-    """How runs are wrapped: `wrapper` is the argv that goes before the interpreter's (empty: none)."""
+    """How runs are isolated: `wrapper` is the argv that goes before a spawned interpreter's (bwrap),
+    `zygote_args` what the fork server's zygote is told to do for each run (namespaces)."""
 
-    kind: Literal["none", "bwrap"]
+    kind: Literal["none", "bwrap", "namespaces"]
     reason: str
     wrapper: tuple[str, ...] = ()
+    zygote_args: tuple[str, ...] = ()
 
     @property
     def bootstrap(self) -> str:
@@ -44,17 +51,21 @@ class Sandbox:
         return BOOTSTRAP_INSIDE if self.wrapper else BOOTSTRAP
 
     @property
+    def helpers_per_run(self) -> int:
+        """Processes next to each run interpreter: the outer one (bwrap, or the zygote's child) and
+        the namespace's init."""
+        return 2 if self.enabled else 0
+
+    @property
     def enabled(self) -> bool:
         """Whether runs get their own namespaces."""
-        return bool(self.wrapper)
+        return self.kind != "none"
 
 
 def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
     """The bubblewrap command line up to and including `--` (bwrap adds PWD=/tmp to the environment)."""
     network = ("--unshare-net",) if config.sandbox_network == "isolated" else ()
-    # An interpreter installed under a hidden directory must stay visible.
-    prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
-    keep = ("--ro-bind", prefix, prefix) if any(_within(prefix, hidden) for hidden in HIDDEN) else ()
+    keep = tuple(arg for path in _kept(config) for arg in ("--ro-bind", path, path))
     return (
         bwrap,
         "--unshare-pid",
@@ -93,37 +104,80 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
     )
 
 
+def namespace_args(config: Config) -> tuple[str, ...]:
+    """What the zygote is told after the limits: ``namespaces TMP_BYTES NETWORK KEEP...``."""
+    return ("namespaces", str(config.sandbox_tmp_mb * MIB), config.sandbox_network, *_kept(config))
+
+
+def _kept(config: Config) -> list[str]:
+    """An interpreter installed under a directory the sandbox hides must stay visible."""
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
+    return [prefix] if any(_within(prefix, hidden) for hidden in (*HIDDEN, "/dev/shm")) else []
+
+
 def _within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def choose_sandbox(config: Config) -> Sandbox:
-    """Decide once how runs are wrapped; an explicit `bwrap` that cannot work stops the server."""
+    """Decide once how runs are isolated; an explicit choice that cannot work stops the server.
+
+    `auto` takes the namespaced fork server where namespaces work (unless RUNNER_SPAWN_MODE is
+    posix-spawn), then bubblewrap (unless it is fork-server), then plain rlimits.
+    """
     if config.sandbox == "none":
         return Sandbox("none", "RUNNER_SANDBOX=none")
-    if config.spawn_mode == "fork-server":
-        if config.sandbox == "bwrap":
-            raise ConfigError(
-                "RUNNER_SPAWN_MODE",
-                "fork-server cannot be combined with RUNNER_SANDBOX=bwrap (a sandbox per run needs its own "
-                "interpreter); use posix-spawn or auto",
+    if config.sandbox == "namespaces" and config.spawn_mode == "posix-spawn":
+        raise ConfigError(
+            "RUNNER_SPAWN_MODE",
+            "posix-spawn cannot be combined with RUNNER_SANDBOX=namespaces (its runs are forked by the zygote); "
+            "use fork-server or auto",
+        )
+    if config.sandbox == "bwrap" and config.spawn_mode == "fork-server":
+        raise ConfigError(
+            "RUNNER_SPAWN_MODE",
+            "fork-server cannot be combined with RUNNER_SANDBOX=bwrap (bubblewrap needs an interpreter per run); "
+            "use RUNNER_SANDBOX=namespaces for forked runs in namespaces of their own",
+        )
+    problems = []
+    if config.sandbox != "bwrap" and config.spawn_mode != "posix-spawn":
+        problem = _probe(
+            [*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:]], config, env={}
+        )
+        if problem is None:
+            return Sandbox(
+                "namespaces", "the zygote can give each run its own namespaces", zygote_args=namespace_args(config)
             )
-        return Sandbox("none", "RUNNER_SPAWN_MODE=fork-server: runs fork from one zygote, not one sandbox each")
-    bwrap = shutil.which("bwrap")
-    problem = "bubblewrap (bwrap) is not installed" if bwrap is None else _probe(bwrap_argv(bwrap, config), config)
-    if bwrap is not None and problem is None:
-        return Sandbox("bwrap", f"bubblewrap at {bwrap} works", bwrap_argv(bwrap, config))
-    if config.sandbox == "bwrap":
-        raise ConfigError("RUNNER_SANDBOX", f"bwrap was asked for but cannot be used: {problem}")
-    return Sandbox("none", f"RUNNER_SANDBOX=auto fell back to rlimits only: {problem}")
+        if config.sandbox == "namespaces":
+            raise ConfigError("RUNNER_SANDBOX", f"namespaces were asked for but cannot be used: {problem}")
+        problems.append(f"namespaces: {problem}")
+    if config.spawn_mode != "fork-server":
+        bwrap = shutil.which("bwrap")
+        problem = (
+            "not installed"
+            if bwrap is None
+            else _probe([*bwrap_argv(bwrap, config), config.python, "-I", "-S", "-c", "pass"], config)
+        )
+        if bwrap is not None and problem is None:
+            return Sandbox("bwrap", f"bubblewrap at {bwrap} works", bwrap_argv(bwrap, config))
+        if config.sandbox == "bwrap":
+            raise ConfigError("RUNNER_SANDBOX", f"bwrap was asked for but cannot be used: {problem}")
+        problems.append(f"bubblewrap: {problem}")
+    return Sandbox("none", "RUNNER_SANDBOX=auto fell back to rlimits only: " + "; ".join(problems))
 
 
-def _probe(wrapper: tuple[str, ...], config: Config) -> str | None:
-    """Run `pass` in the sandbox exactly as runs will be; None if it worked, else why not."""
+def interpreter_argv(python: str) -> list[str]:
+    """How every run interpreter (and the zygote) is started: isolated, no site-packages, UTF-8."""
+    return [python, "-I", "-S", "-X", "utf8"]
+
+
+def _probe(argv: list[str], config: Config, env: dict[str, str] | None = None) -> str | None:
+    """Run a run of `pass` as runs will be run; None if it worked, else why not."""
     try:
         done = subprocess.run(
-            [*wrapper, config.python, "-I", "-S", "-c", "pass"],
+            argv,
             stdin=subprocess.DEVNULL,
+            env=env,
             capture_output=True,
             timeout=PROBE_TIMEOUT,
             check=False,

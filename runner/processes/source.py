@@ -46,8 +46,11 @@ class InterpreterSource(Protocol):
 
 
 def uses_fork_server(config: Config, sandbox: Sandbox) -> bool:
-    """`auto` means fork-server unless the sandbox is on: a sandbox per run needs its own interpreter."""
-    return config.spawn_mode != "posix-spawn" and not sandbox.enabled
+    """Forked runs, in namespaces of their own or plain, unless bubblewrap (one interpreter per run)
+    or RUNNER_SPAWN_MODE=posix-spawn says otherwise."""
+    if sandbox.kind != "none":
+        return sandbox.kind == "namespaces"
+    return config.spawn_mode != "posix-spawn"
 
 
 @contextlib.asynccontextmanager
@@ -56,7 +59,7 @@ async def opened_source(
 ) -> AsyncIterator[InterpreterSource]:
     """The source the configuration asks for; on exit, whatever it runs itself (a zygote) is gone."""
     if uses_fork_server(config, sandbox):
-        async with ForkServer.running(config, base_dir, limits, logger) as server:
+        async with ForkServer.running(config, base_dir, limits, logger, sandbox) as server:
             yield server
     else:
         yield SpawnSource(config.python, base_dir, limits, sandbox)

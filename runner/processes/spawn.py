@@ -16,7 +16,7 @@ from runner.errors import SpawnError
 from runner.processes.child import Child, maxrss_bytes
 from runner.processes.limits import Limits
 from runner.processes.sandbox import WORKDIR as SANDBOX_WORKDIR
-from runner.processes.sandbox import Sandbox
+from runner.processes.sandbox import Sandbox, interpreter_argv
 
 # Every signal a process may set a disposition for: posix_spawn otherwise passes on the server's
 # blocked mask and ignored signals (SIGPIPE is ignored in every Python process).
@@ -41,11 +41,6 @@ def spawn_in_new_session(argv: list[str], home: str, fds: list[int]) -> int:
         setsigmask=(),
         setsigdef=_RESETTABLE_SIGNALS,
     )
-
-
-def interpreter_argv(python: str) -> list[str]:
-    """How every run interpreter (and the zygote) is started: isolated, no site-packages, UTF-8."""
-    return [python, "-I", "-S", "-X", "utf8"]
 
 
 def minimal_environment(workdir: str) -> dict[str, str]:

@@ -1,14 +1,16 @@
 """One pool per sandbox mode for the whole module, set up the way the server sets itself up.
 
 `SANDBOX_MODES` lists the modes the suite runs under ("posix-spawn" and "fork-server": rlimits and
-process groups only, in each spawn mode; "bwrap": each run in bubblewrap namespaces). Cases flagged
-`needs_pid_namespace` run only in "bwrap" mode, and only once a run has shown that it lives in
-another PID namespace than this process.
+process groups only, in each spawn mode; "bwrap": each run in bubblewrap namespaces; "namespaces":
+each forked run in namespaces the zygote makes). Cases flagged `needs_pid_namespace` run only in
+the sandboxed modes, and only once a run has shown that it lives in another PID namespace than
+this process.
 
 Processes of a run are recognised by `Target.markers` (the pool's base directory, which is in
-every plain run's environment and command line). A sandboxed run sees its own /tmp instead; its
-bwrap process is a child of this process and the namespace dies with it, which the new-children
-check covers.
+every plain run's environment and command line, and in the command line of every process a
+zygote forks). A sandboxed run sees its own /tmp instead; its bwrap process is a child of this
+process and the namespace dies with it, which the new-children check covers; a namespaced run's
+processes carry the zygote's command line.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import dataclasses
 import hashlib
 import inspect
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -34,9 +35,11 @@ from runner.execution.pool import Pool
 from runner.outcome import RunRequest, Status
 from tests.adversarial.leaks import Checkout
 from tests.conftest import REPO
+from tests.helpers import MODES, in_mode
 
-# Plain rlimits with each spawn mode, and inside a bubblewrap sandbox (which spawns per run).
-SANDBOX_MODES = ["posix-spawn", "fork-server", "bwrap"]
+# Plain rlimits with each spawn mode, inside a bubblewrap sandbox (which spawns per run), and forked into
+# namespaces by the zygote.
+SANDBOX_MODES = list(MODES)
 
 PR_SET_DUMPABLE = 4
 PR_GET_DUMPABLE = 3
@@ -125,16 +128,6 @@ def _decoy_in_tmp() -> Any:
         Path(name).unlink(missing_ok=True)
 
 
-def _with_sandbox(config: Config, mode: str) -> Config:
-    if mode == "bwrap":
-        if shutil.which("bwrap") is None:
-            if os.environ.get("CI"):
-                pytest.fail("CI must install bubblewrap (.ci/run does)")
-            pytest.skip("bubblewrap is not installed")
-        return dataclasses.replace(config, sandbox="bwrap", spawn_mode="posix-spawn")
-    return dataclasses.replace(config, sandbox="none", spawn_mode=mode)
-
-
 def _open_kwargs() -> dict[str, Any]:
     # The server opens its pool as a child subreaper that sweeps away what runs leave behind.
     return {"reap_strays": True} if "reap_strays" in inspect.signature(Pool.open).parameters else {}
@@ -149,7 +142,7 @@ def anyio_backend() -> str:
 async def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Target]:
     mode: str = request.param
     work_dir = tmp_path_factory.mktemp("adversarial-work")
-    config = _with_sandbox(small_limits(Config.from_env({}), work_dir), mode)
+    config = in_mode(small_limits(Config.from_env({}), work_dir), mode)
     with open("/proc/self/environ", "rb") as environ:
         digest = hashlib.sha256(environ.read()).hexdigest()
     with _like_the_server(), _inheritable_decoy_fds(), _decoy_in_tmp() as decoy:

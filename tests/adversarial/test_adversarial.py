@@ -38,7 +38,7 @@ from runner.errors import ArgumentError
 from runner.outcome import RunRequest, RunResult, Status
 from runner.protocol.arguments import ArgumentParser
 from tests.adversarial import leaks
-from tests.adversarial.cases import CASES, Case, Context
+from tests.adversarial.cases import CASES, SANDBOXED, Case, Context
 from tests.adversarial.conftest import Target
 from tests.conftest import REPO
 from tests.helpers import checked, pids_in
@@ -148,7 +148,7 @@ async def _leftover_processes(
             for pid, _ in sorted(leaks.processes_marked(target.markers) - infrastructure)
         ]
         found += [f"new child {leaks.describe(pid)}" for pid in leaks.new_children(children_before)]
-        if target.mode != "bwrap":  # inside a PID namespace the printed pids are not ours
+        if target.mode not in SANDBOXED:  # inside a PID namespace the printed pids are not ours
             found += [f"printed pid {leaks.describe(pid)}" for pid in leaks.reported_survivors(reported)]
         return found
 
@@ -274,7 +274,7 @@ def _context(target: Target, tmp: Path, token: str = "", port: int = 0) -> Conte
 async def test_a_hostile_run_ends_as_expected_and_leaves_nothing(
     case: Case, target: Target, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    if case.needs_pid_namespace and target.mode != "bwrap":
+    if case.needs_pid_namespace and target.mode not in SANDBOXED:
         pytest.skip("without a PID namespace this would signal or trace the test runner or every process")
     if case.needs_pid_namespace and not target.own_pid_namespace:
         pytest.fail(f"sandbox mode {target.mode!r} but runs share this process's PID namespace: not running this")

@@ -1,0 +1,194 @@
+"""Linux namespaces for forked runs: the system calls the namespaced fork server needs. Stdlib only.
+
+Imported by the zygote (``zygote.py``) under ``-I -S``, never by the server: like the bootstrap,
+it must not import the ``runner`` package. Python 3.11 has no ``os.unshare`` and no Python has
+``mount``, ``mount_setattr`` or ``sethostname`` for a process of its own, so they are called
+through ctypes over libc; ``os.unshare`` is used where the interpreter has it (3.12+).
+
+Who calls what (see zygote.py): the zygote enters a user namespace once, if it lacks
+CAP_SYS_ADMIN; for each run a forked child calls `isolate_pids`, its first child (the namespace's
+PID 1) calls `isolate_the_rest` and `make_private_view`, and the run is PID 1's child.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+
+# mount_setattr(2): Linux 5.12+, the same number on every architecture but alpha.
+SYS_MOUNT_SETATTR = 442
+MOUNT_ATTR_RDONLY = 0x1
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+
+PR_SET_PDEATHSIG = 1
+CAP_SYS_ADMIN = 21
+
+HOSTNAME = b"sandbox"
+# The run's private, size-limited file systems: its working directory (and HOME, TMPDIR) is /tmp.
+PRIVATE_DIRECTORIES = ("/tmp", "/dev/shm", "/run")
+WORKDIR = "/tmp"
+# Parts of a fresh /proc that are not per-namespace and would let a root run reach the host's
+# kernel settings: covered read-only, as bubblewrap does.
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")
+
+
+class Isolation:
+    """What each run gets, from the zygote's arguments ``TMP_BYTES NETWORK KEEP...``."""
+
+    __slots__ = ("keep", "network", "tmp_bytes")
+
+    def __init__(self, args: list[str]) -> None:
+        self.tmp_bytes = int(args[0])  # the size of each private tmpfs
+        self.network = args[1] == "isolated"  # an empty network namespace of its own
+        self.keep = args[2:]  # see make_private_view
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _checked(result: int, what: str) -> None:
+    if result != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def unshare(flags: int) -> None:
+    """unshare(2): os.unshare where the interpreter has it, libc's otherwise."""
+    native = getattr(os, "unshare", None)
+    if native is not None:
+        native(flags)
+    else:
+        _checked(_libc().unshare(flags), "unshare")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    """mount(2); OSError naming the target if it fails."""
+    _checked(
+        _libc().mount(
+            None if source is None else source.encode(),
+            target.encode(),
+            None if fstype is None else fstype.encode(),
+            ctypes.c_ulong(flags),
+            None if data is None else data.encode(),
+        ),
+        f"mount {target}",
+    )
+
+
+def make_read_only(path: str) -> None:
+    """Every mount at and below `path` read-only, in one call (mount_setattr, Linux 5.12+).
+
+    Only adds the flag: the flags a user namespace may not clear (nosuid, nodev, noexec of the
+    host's mounts) stay as they are.
+    """
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    _checked(
+        _libc().syscall(
+            SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
+        ),
+        f"mount_setattr {path}",
+    )
+
+
+def has_cap_sys_admin() -> bool:
+    """Whether this process may create namespaces and mount without a user namespace of its own."""
+    with open("/proc/self/status", "rb") as status:
+        for line in status:
+            if line.startswith(b"CapEff:"):
+                return bool(int(line.split()[1], 16) >> CAP_SYS_ADMIN & 1)
+    return False
+
+
+def enter_user_namespace() -> None:
+    """Become the owner of a new user namespace, keeping the same uid and gid inside.
+
+    Gives this process (and what it forks) every capability over the namespaces it creates from
+    now on, and none over anything else. Called before the process makes itself non-dumpable:
+    the maps are written through its own /proc entries, which then belong to root.
+    """
+    uid, gid = os.getuid(), os.getgid()
+    unshare(CLONE_NEWUSER)
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as proc_file:
+            proc_file.write(text)
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent exits; exit now if the parent is already gone."""
+    parent = os.getppid()
+    _checked(_libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def isolate_pids() -> None:
+    """The next process forked from here is PID 1 of a new PID namespace (this one stays where it is)."""
+    unshare(CLONE_NEWPID)
+
+
+def isolate_the_rest(network: bool) -> None:
+    """Own mount, IPC and UTS namespaces, and an empty network namespace unless `network` is False."""
+    unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if network else 0))
+    _checked(_libc().sethostname(HOSTNAME, len(HOSTNAME)), "sethostname")
+
+
+def make_private_view(tmp_bytes: int, keep: list[str]) -> None:
+    """In this mount namespace: everything read-only, a private tmpfs on each of PRIVATE_DIRECTORIES,
+    a /proc of this PID namespace. Called by the namespace's PID 1, before the run exists.
+
+    `keep`: directories under a private one that must stay visible (an interpreter installed
+    under /tmp), bound back read-only from the view underneath.
+    """
+    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host, or back
+    make_read_only("/")
+    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)) for path in keep]
+    try:
+        for directory in PRIVATE_DIRECTORIES:
+            if os.path.isdir(directory) and not os.path.islink(directory):
+                options = f"size={tmp_bytes},mode=1777,nr_inodes={max(tmp_bytes // 4096, 64)}"
+                mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, options)
+        for path, fd in kept:
+            os.makedirs(path, exist_ok=True)
+            mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+            make_read_only(path)
+    finally:
+        for _, fd in kept:
+            os.close(fd)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name in PROC_READ_ONLY:
+        path = "/proc/" + name
+        try:
+            mount(path, path, None, MS_BIND | MS_REC)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                continue  # not in this kernel
+            raise
+        make_read_only(path)

@@ -1,0 +1,156 @@
+"""The namespaced fork server: what the zygote builds for each run, and that it is built before the code.
+
+The guarantees every sandboxed mode shares (kill(-1), daemons, network, read-only file system, the
+private tmpfs) are tested in both sandboxed modes by test_sandbox.py, test_pool.py, test_cross_run.py
+and the adversarial suite; this file holds what is particular to the zygote's namespaces.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from runner.config import MIB, Config
+from runner.execution.pool import Pool
+from runner.outcome import RunRequest, RunResult, Status
+from runner.processes.sandbox import ZYGOTE, interpreter_argv, namespace_args
+from tests.helpers import checked, children_of, in_mode, settled_async
+
+pytestmark = pytest.mark.anyio
+
+NAMESPACES = ("mnt", "pid", "net", "ipc", "uts")
+
+
+@pytest.fixture
+def namespaced_config(config: Config) -> Config:
+    return in_mode(config, "namespaces", pool_size=1, max_concurrent=2)
+
+
+@pytest.fixture
+async def namespaced(namespaced_config: Config, no_leaks: None) -> AsyncIterator[Pool]:
+    async with Pool.open(namespaced_config, reap_strays=True) as pool:
+        yield pool
+
+
+async def run(pool: Pool, code: str, timeout: float = 10) -> RunResult:
+    return checked(await pool.run(RunRequest("5a4db0c5", textwrap.dedent(code), timeout)))
+
+
+def status_fields(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
+
+
+def waiting_interpreter() -> int:
+    """The one pooled run interpreter: zygote -> its child -> the namespace's init -> the interpreter."""
+    [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    [outer] = children_of(zygote)
+    [init] = children_of(outer)
+    [interpreter] = children_of(init)
+    return interpreter
+
+
+async def test_a_pooled_run_is_in_its_own_namespaces_with_no_privilege_before_its_code_arrives(
+    namespaced: Pool,
+) -> None:
+    assert await settled_async(lambda: namespaced.ready < 1, timeout=20) is False
+    interpreter = waiting_interpreter()
+    before = {name: os.readlink(f"/proc/{interpreter}/ns/{name}") for name in NAMESPACES}
+    assert all(before[name] != os.readlink(f"/proc/self/ns/{name}") for name in NAMESPACES), before
+    fields = status_fields(interpreter)
+    assert (int(fields["CapEff"], 16), int(fields["CapBnd"], 16), fields["NoNewPrivs"]) == (0, 0, "1")
+    mounts = Path(f"/proc/{interpreter}/mountinfo").read_text().splitlines()
+    assert any(line.split()[4] == "/tmp" and " - tmpfs " in line for line in mounts)
+    # The code runs in that very process, in the namespaces it had before the code came.
+    result = await run(namespaced, f"import os\nfor n in {NAMESPACES!r}: print(os.readlink('/proc/self/ns/' + n))")
+    assert result.stdout.text.split() == [before[name] for name in NAMESPACES]
+
+
+async def test_the_run_s_private_directories_are_size_limited_tmpfs_and_the_rest_is_read_only(
+    namespaced: Pool, namespaced_config: Config
+) -> None:
+    code = """
+        import os
+        tmpfs = {}
+        for line in open("/proc/self/mountinfo"):
+            fields = line.split()
+            if fields[4] in ("/tmp", "/dev/shm", "/run"):
+                size = os.statvfs(fields[4])
+                tmpfs[fields[4]] = fields[fields.index("-") + 1], size.f_blocks * size.f_frsize
+        print(sorted(tmpfs.items()))
+        print(os.getcwd(), os.environ["HOME"], os.environ["TMPDIR"], os.uname().nodename)
+        places = ("/", "/etc", "/usr", "/var/tmp", "/proc/sys/kernel", "/dev")
+        print([path for path in places if not os.statvfs(path).f_flag & os.ST_RDONLY])
+    """
+    result = await run(namespaced, code)
+    assert result.status is Status.OK, result.to_text()
+    size = namespaced_config.sandbox_tmp_mb * MIB
+    expected = [(path, ("tmpfs", size)) for path in ("/dev/shm", "/run", "/tmp") if os.path.isdir(path)]
+    tmpfs, where, writable = result.stdout.text.splitlines()
+    assert tmpfs == repr(expected)
+    assert where == "/tmp /tmp /tmp sandbox"
+    assert writable == "[]"
+
+
+async def test_concurrent_runs_cannot_reach_each_other_through_any_shared_namespace(namespaced: Pool) -> None:
+    # One run offers an abstract unix socket (one name space per network namespace: a network namespace
+    # shared by all runs would let them meet here) and files in /tmp and /dev/shm; the other looks for
+    # them the whole time it runs.
+    offer = """
+        import os, socket, time
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind("\\0python-runner-test-rendezvous")
+        listener.listen()
+        open("/tmp/offered", "w").write("x")
+        open("/dev/shm/offered", "w").write("x")
+        listener.settimeout(3)
+        try:
+            listener.accept()
+            print("reached")
+        except TimeoutError:
+            print("alone")
+    """
+    look = """
+        import os, socket, time
+        seen = set()
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            try:
+                socket.socket(socket.AF_UNIX).connect("\\0python-runner-test-rendezvous")
+                seen.add("socket")
+            except OSError:
+                pass
+            seen.update(path for path in ("/tmp/offered", "/dev/shm/offered") if os.path.exists(path))
+            time.sleep(0.01)
+        print(sorted(seen))
+    """
+    results: dict[str, RunResult] = {}
+
+    async def call(name: str, code: str) -> None:
+        results[name] = await run(namespaced, code)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call, "offer", offer)
+        tg.start_soon(call, "look", look)
+    assert results["look"].stdout.text == "[]\n", results["look"].to_text()
+    assert results["offer"].stdout.text == "alone\n", results["offer"].to_text()
+
+
+def test_the_zygote_makes_namespaces_as_an_unprivileged_user_through_a_user_namespace(config: Config) -> None:
+    # The container's case: no capability at all, so the zygote first enters a user namespace it owns.
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or os.geteuid() != 0:
+        pytest.skip("needs root and setpriv(1) to drop to an unprivileged uid")
+    if Path("/proc/sys/user/max_user_namespaces").read_text().strip() == "0":
+        pytest.skip("user namespaces are turned off on this machine")
+    drop = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
+    probe = [*drop, *interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:]]
+    done = subprocess.run(probe, capture_output=True, text=True, timeout=60, check=False, cwd="/")
+    assert done.returncode == 0, done.stderr
