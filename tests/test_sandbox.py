@@ -168,6 +168,19 @@ async def test_the_file_system_is_read_only_outside_the_private_tmpfs(sandboxed:
     assert not written
 
 
+async def test_dev_holds_only_harmless_devices(sandboxed: Pool) -> None:
+    # A root run (as in CI) could read the host's disks through their device nodes.
+    code = """
+        import os, stat
+        print([name for name in os.listdir("/dev") if stat.S_ISBLK(os.lstat("/dev/" + name).st_mode)])
+        with open("/dev/null", "w") as null:
+            null.write("x")
+        print(len(open("/dev/urandom", "rb").read(8)), os.path.exists("/dev/mem"), os.path.exists("/dev/kmsg"))
+    """
+    result = await run(sandboxed, code)
+    assert result.stdout.text == "[]\n8 False False\n", result.to_text()
+
+
 async def test_the_private_tmpfs_is_size_limited(sandbox_config: Config, no_leaks: None) -> None:
     config = dataclasses.replace(sandbox_config, sandbox_tmp_mb=2, max_file_size_mb=16)
     async with Pool.open(config) as pool:

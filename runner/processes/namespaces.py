@@ -43,7 +43,16 @@ CAP_SYS_ADMIN = 21
 
 HOSTNAME = b"sandbox"
 # The run's private, size-limited file systems: its working directory (and HOME, TMPDIR) is /tmp.
-PRIVATE_DIRECTORIES = ("/tmp", "/dev/shm", "/run")
+# /dev/shm is made in the run's own /dev, which holds only these devices (as bubblewrap's --dev):
+# a root run must not find the host's disks there.
+PRIVATE_DIRECTORIES = ("/tmp", "/run")
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+DEVICE_LINKS = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+)
 WORKDIR = "/tmp"
 # Parts of a fresh /proc that are not per-namespace and would let a root run reach the host's
 # kernel settings: covered read-only, as bubblewrap does.
@@ -103,17 +112,17 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     )
 
 
-def make_read_only(path: str) -> None:
-    """Every mount at and below `path` read-only, in one call (mount_setattr, Linux 5.12+).
+def make_read_only(path: str, *, recursive: bool = True) -> None:
+    """The mount at `path` read-only, and every mount below it unless not `recursive`, in one call
+    (mount_setattr, Linux 5.12+).
 
     Only adds the flag: the flags a user namespace may not clear (nosuid, nodev, noexec of the
     host's mounts) stay as they are.
     """
     attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    flags = AT_RECURSIVE if recursive else 0
     _checked(
-        _libc().syscall(
-            SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)
-        ),
+        _libc().syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), flags, ctypes.byref(attr), ctypes.sizeof(attr)),
         f"mount_setattr {path}",
     )
 
@@ -170,11 +179,12 @@ def make_private_view(tmp_bytes: int, keep: list[str]) -> None:
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host, or back
     make_read_only("/")
     kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)) for path in keep]
+    options = f"size={tmp_bytes},mode=1777,nr_inodes={max(tmp_bytes // 4096, 64)}"
     try:
         for directory in PRIVATE_DIRECTORIES:
             if os.path.isdir(directory) and not os.path.islink(directory):
-                options = f"size={tmp_bytes},mode=1777,nr_inodes={max(tmp_bytes // 4096, 64)}"
                 mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, options)
+        _make_dev(options)
         for path, fd in kept:
             os.makedirs(path, exist_ok=True)
             mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
@@ -183,6 +193,30 @@ def make_private_view(tmp_bytes: int, keep: list[str]) -> None:
         for _, fd in kept:
             os.close(fd)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _cover_proc()
+
+
+def _make_dev(shm_options: str) -> None:
+    """A /dev of a few harmless devices (bound from the host's), the usual links, and a private /dev/shm."""
+    devices = [
+        (name, os.open("/dev/" + name, os.O_PATH | os.O_CLOEXEC)) for name in DEVICES if os.path.exists("/dev/" + name)
+    ]
+    try:
+        mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=65536,mode=755,nr_inodes=64")
+        for name, fd in devices:
+            os.close(os.open("/dev/" + name, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666))
+            mount(f"/proc/self/fd/{fd}", "/dev/" + name, None, MS_BIND)
+    finally:
+        for _, fd in devices:
+            os.close(fd)
+    for name, target in DEVICE_LINKS:
+        os.symlink(target, "/dev/" + name)
+    os.mkdir("/dev/shm")
+    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, shm_options)
+    make_read_only("/dev", recursive=False)  # /dev itself: its devices and /dev/shm stay usable
+
+
+def _cover_proc() -> None:
     for name in PROC_READ_ONLY:
         path = "/proc/" + name
         try:
