@@ -1,8 +1,9 @@
 # python-runner-mcp: an MCP server on stdio. Build and run it with make (docs/docker.md has the lines):
 #   make docker-build      build turhal-ai/python-runner-mcp:latest (DOCKER=podman, DOCKER_BUILD_FLAGS=...,
 #                          DOCKER_CA_BUNDLE=... for an HTTPS-intercepting proxy, BASE_IMAGE=...)
-#   make docker-run        the recommended line: hardened, with the seccomp profile that lets bubblewrap
-#                          give every run its own namespaces (deploy/seccomp/README.md says what it opens)
+#   make docker-run        the recommended line: hardened, with the seccomp profile that lets the fork
+#                          server give every run its own namespaces (deploy/seccomp/README.md says what
+#                          it opens)
 #   make docker-run-plain  the hardened line of the product description alone (no per-run sandbox)
 #   make test-container    build from a local base and run the container tests with both lines
 #
@@ -38,8 +39,10 @@ LABEL org.opencontainers.image.title="python-runner-mcp" \
 #   that execs a file it cannot read is made non-dumpable by the kernel, so no run can read PID 1's
 #   /proc/1/environ (the container's whole environment, -e settings included) or ptrace it (a traced
 #   tini stays stopped, the server is left an unreaped zombie and the container never ends).
-# - bubblewrap: each run in its own namespaces where the container line allows it (make docker-run);
-#   RUNNER_SANDBOX=auto probes it at start and falls back to plain rlimits, saying why, where not.
+# - bubblewrap: each run in its own namespaces where the fork server's zygote cannot make them but
+#   bubblewrap can (RUNNER_SPAWN_MODE=posix-spawn, or RUNNER_SANDBOX=bwrap). With the recommended line
+#   RUNNER_SANDBOX=auto picks the zygote's namespaces; it falls back to plain rlimits, saying why,
+#   where neither works (make docker-run-plain).
 # - uid/gid 10001, no home directory (HOME=/nonexistent), no login shell; owns no file in the image.
 # - The base image ships the standard library without bytecode. Every run is a fresh interpreter in
 #   isolated mode (-I), which ignores PYTHONDONTWRITEBYTECODE: without this step each run compiled
@@ -62,7 +65,9 @@ RUN apt-get update \
 #   data. RLIMIT_AS bounds each process of a run, not a run's children together: --memory stays the
 #   backstop (the kernel then kills the largest process in the container).
 # - RUNNER_MAX_PROCESSES=16: --pids-limit=64 counts every task in the container (tini, the server,
-#   the fork server, the pool: 5 at rest; every run's processes and threads): 5 + 2 runs x 16 = 37.
+#   the fork server, the pool: 5 at rest, 9 with the recommended line, where each pooled or running
+#   interpreter has two processes of the sandbox's beside it; every run's processes and threads):
+#   9 + 2 runs x (16 + 2) = 45.
 #   The server sizes RLIMIT_NPROC with a fixed margin of 48 on top (84 for uid 10001 with these
 #   values), so in the container a fork loop gets EAGAIN from the pids limit first.
 # - Runs and the server work in /tmp (TMPDIR unset: tempfile's default), the 64 MiB tmpfs; the code

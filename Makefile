@@ -94,7 +94,7 @@ docker-run-plain: ## The same without the per-run sandbox, for hosts that refuse
 	@exec $(DOCKER) run $(DOCKER_RUN_PLAIN_FLAGS) $(IMAGE)
 
 docker-test: docker-build $(RUN_STAMP) ## Build, then one MCP session through the container with each line
-	$(PY) scripts/docker_session.py --container --sandbox bwrap -- $(DOCKER) run $(DOCKER_RUN_FLAGS) $(IMAGE)
+	$(PY) scripts/docker_session.py --container --sandbox namespaces -- $(DOCKER) run $(DOCKER_RUN_FLAGS) $(IMAGE)
 	$(PY) scripts/docker_session.py --container --sandbox none -- $(DOCKER) run $(DOCKER_RUN_PLAIN_FLAGS) $(IMAGE)
 
 inspect-cli: $(RUN_STAMP) ## MCP Inspector CLI against the server: make inspect-cli ARGS='--method tools/list'
@@ -145,7 +145,9 @@ test-container: $(DEV_STAMP) container-engine ## Build the image with podman fro
 		status=$$?; $(CONTAINER_ENGINE) rmi --force $(CONTAINER_TEST_IMAGE) >/dev/null 2>&1; exit $$status; \
 	else $(VENV)/bin/pytest $(PYTEST_ARGS) tests/test_container.py; fi
 
-BENCH_ARGS ?=
+# The server as configured by default (on a machine with namespaces: every run in its own) against the
+# plain fork server and the naive baseline: the ratios of issues 5 and 11 in one run.
+BENCH_ARGS ?= --variant runner: --variant plain-fork:RUNNER_SANDBOX=none,RUNNER_SPAWN_MODE=fork-server
 PROFILE_ARGS ?=
 PROFILE_VENV ?= /tmp/python-runner-profile
 

@@ -39,6 +39,9 @@ IMAGE_DENIED = [
     "/nonexistent/probe",
 ]
 
+# What PID 1 is to a run in each mode: the container's tini, or the init of the run's own namespace.
+PID1_OF = {"none": "tini", "bwrap": "bwrap", "namespaces": "zygote.py"}
+
 PROBE = r"""
 import errno, json, os, socket, sys, tempfile
 
@@ -157,10 +160,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--sandbox",
-        choices=["none", "bwrap"],
-        help="runs must be in this mode: none (plain rlimits; the server is the run's parent or grandparent) "
-        "or bwrap (each run alone in its namespaces: PID 1 is the sandbox's init, held to the run's limits, "
-        "nothing else is visible, /tmp and /dev/shm are the run's own tmpfs of --sandbox-tmp-mb MiB)",
+        choices=["none", "bwrap", "namespaces"],
+        help="runs must be in this mode: none (plain rlimits; the server is the run's parent or grandparent), "
+        "bwrap or namespaces (each run alone in its namespaces, made by bubblewrap or by the zygote: PID 1 is "
+        "the sandbox's init, held to the run's limits, nothing else is visible, /tmp and /dev/shm are the run's "
+        "own tmpfs of --sandbox-tmp-mb MiB)",
     )
     parser.add_argument("--sandbox-tmp-mb", type=int, default=32, help="size of a sandbox's /tmp and /dev/shm")
     parser.add_argument("--uid", type=int, help="runs must have this uid and gid")
@@ -179,7 +183,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         # In a sandbox, PID 1 is the sandbox's init and an orphan dies with its namespace: from a later
         # run (another namespace) there is nothing to see.
         args.reaping = args.sandbox == "none"
-        args.pid1 = args.pid1 or ("bwrap" if args.sandbox == "bwrap" else "tini")
+        args.pid1 = args.pid1 or PID1_OF[args.sandbox]
     return args
 
 
@@ -233,7 +237,7 @@ async def session(args: argparse.Namespace, errlog: TextIO) -> tuple[dict[str, A
     if args.uid is not None:
         expect((probe["uid"], probe["gid"]) == (args.uid, args.uid), f"runs as {probe['uid']}:{probe['gid']}")
         expect(probe["cap_eff"] == "0000000000000000", f"effective capabilities {probe['cap_eff']}")
-    if args.sandbox == "bwrap":
+    if args.sandbox in ("bwrap", "namespaces"):
         # Alone in its PID namespace: its init (PID 1), itself, nothing of the server or other runs.
         expect(probe["pid"] == 2, f"the run is pid {probe['pid']} of its namespace, not 2")
         expect(set(probe["visible_pids"]) <= {1, 2}, f"a run sees processes {probe['visible_pids']}")

@@ -19,7 +19,7 @@ from runner.config import Config
 from runner.errors import ConfigError
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
-from runner.processes.sandbox import BOOTSTRAP_INSIDE, choose_sandbox, exit_code_of_sandboxed
+from runner.processes.sandbox import BOOTSTRAP_INSIDE, RUN_TMPFS_BYTES, choose_sandbox, exit_code_of_sandboxed
 from runner.processes.source import uses_fork_server
 from tests.helpers import alive, checked, in_mode, living, settled_async
 
@@ -187,6 +187,17 @@ async def test_the_private_tmpfs_is_size_limited(sandbox_config: Config, no_leak
         result = await run(pool, "open('big', 'wb').write(b'x' * (4 * 1024 * 1024))")
     assert result.status is Status.ERROR
     assert "No space left on device" in result.stderr.text
+
+
+async def test_run_is_a_small_private_tmpfs(sandboxed: Pool) -> None:
+    # Unbounded, it was a tmpfs of half the host's memory in the bubblewrap sandbox.
+    code = """
+        import os
+        size = os.statvfs("/run")
+        print(size.f_blocks * size.f_frsize, sorted(os.listdir("/run")) in ([], ["runner"]))
+    """
+    result = await run(sandboxed, code)
+    assert result.stdout.text == f"{RUN_TMPFS_BYTES} True\n", result.to_text()
 
 
 async def test_shared_memory_is_bounded_like_the_private_tmpfs(sandbox_config: Config, no_leaks: None) -> None:

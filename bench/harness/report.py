@@ -241,6 +241,47 @@ def call_rows(by_label: dict[str, Any], mode: str, naive: str | None) -> list[st
     return rows
 
 
+def isolation_rows(report: dict[str, Any], naive: str | None) -> list[str]:
+    """Issue 11's targets: the variant whose server says sandbox=namespaces against the one that says
+    spawn_mode=fork-server sandbox=none (their own start-up lines decide, not their labels)."""
+    configs = {spec["label"]: spec.get("server_config", "") for spec in report["servers"] if spec["kind"] == "runner"}
+    namespaced = next((label for label, line in configs.items() if "sandbox=namespaces" in line), None)
+    plain = next(
+        (label for label, line in configs.items() if "spawn_mode=fork-server" in line and "sandbox=none" in line), None
+    )
+    rows: list[str] = []
+    for mode, by_label in report.get("calls", {}).items():
+        ns = by_label.get(namespaced or "", {})
+        if not ns:
+            continue
+        where = f"{namespaced} [{mode}]"
+        if plain and by_label.get(plain):
+            p50, plain50 = ns["trivial"].get("p50"), by_label[plain]["trivial"].get("p50")
+            slower = ratio(p50, plain50)
+            rows.append(
+                row(
+                    TARGETS["namespaced_vs_plain"],
+                    where,
+                    f"{ms(p50)} ms vs {plain} {ms(plain50)} ms",
+                    times(slower),
+                    verdict(None if slower is None else slower <= 1.3),
+                )
+            )
+        tp = ns["throughput"].get("8", {}).get("calls_per_s")
+        ntp = by_label.get(naive or "", {}).get("throughput", {}).get("8", {}).get("calls_per_s")
+        faster = ratio(tp, ntp)
+        rows.append(
+            row(
+                TARGETS["namespaced_throughput"],
+                where,
+                f"{tp:.1f} vs naive {ntp:.1f} calls/s" if tp and ntp else "-",
+                times(faster),
+                verdict(None if faster is None else faster >= 3),
+            )
+        )
+    return rows
+
+
 def render(report: dict[str, Any]) -> str:
     """The markdown report: targets first, then every scenario's absolute numbers."""
     m = report["machine"]
@@ -271,6 +312,15 @@ def render(report: dict[str, Any]) -> str:
     if targets:
         lines += ["## Targets (issue 5)", "", *header("target", "server [mode]", "measured", "ratio", "met"), *targets]
         lines.append("")
+    isolation = isolation_rows(report, naive)
+    if isolation:
+        lines += [
+            "## Targets (issue 11: isolated and fast)",
+            "",
+            *header("target", "server [mode]", "measured", "ratio", "met"),
+            *isolation,
+            "",
+        ]
     calls = report.get("calls", {})
     if calls:
         lines += [

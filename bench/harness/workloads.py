@@ -48,6 +48,8 @@ TARGETS = {
     "flood_rss": "server RSS growth during a 1 GiB flood <= 10 MiB",
     "flood_kill": "run killed within 100 ms of crossing the output budget",
     "startup": "start-up to initialize response <= 1.15x bare `import mcp.server.lowlevel`",
+    "namespaced_vs_plain": "namespaced fork server: trivial call p50 <= 1.3x the plain fork server's",
+    "namespaced_throughput": "namespaced fork server: throughput at concurrency 8 >= 3x the naive baseline",
 }
 
 

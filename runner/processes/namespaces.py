@@ -46,6 +46,9 @@ HOSTNAME = b"sandbox"
 # /dev/shm is made in the run's own /dev, which holds only these devices (as bubblewrap's --dev):
 # a root run must not find the host's disks there.
 PRIVATE_DIRECTORIES = ("/tmp", "/run")
+# /run holds sockets and pid files, if anything: a small tmpfs, so that a run cannot pin three times
+# RUNNER_SANDBOX_TMP_MB of memory that no limit of its own counts (the sandbox module's RUN_TMPFS_BYTES).
+RUN_BYTES = 1 << 20
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 DEVICE_LINKS = (
     ("fd", "/proc/self/fd"),
@@ -179,12 +182,12 @@ def make_private_view(tmp_bytes: int, keep: list[str]) -> None:
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host, or back
     make_read_only("/")
     kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)) for path in keep]
-    options = f"size={tmp_bytes},mode=1777,nr_inodes={max(tmp_bytes // 4096, 64)}"
     try:
         for directory in PRIVATE_DIRECTORIES:
             if os.path.isdir(directory) and not os.path.islink(directory):
-                mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, options)
-        _make_dev(options)
+                size = RUN_BYTES if directory == "/run" else tmp_bytes
+                mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, _tmpfs_options(size))
+        _make_dev(_tmpfs_options(tmp_bytes))
         for path, fd in kept:
             os.makedirs(path, exist_ok=True)
             mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
@@ -194,6 +197,11 @@ def make_private_view(tmp_bytes: int, keep: list[str]) -> None:
             os.close(fd)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _cover_proc()
+
+
+def _tmpfs_options(size: int) -> str:
+    # Inodes bounded too: they take kernel memory that the size does not count.
+    return f"size={size},mode=1777,nr_inodes={max(size // 4096, 64)}"
 
 
 def _make_dev(shm_options: str) -> None:

@@ -27,6 +27,9 @@ WORKDIR = "/tmp"
 # runs work wherever the server's files are, even under /tmp, which the sandbox hides.
 BOOTSTRAP_INSIDE = "/run/runner/bootstrap.py"
 HIDDEN = (WORKDIR, "/run")
+# /run holds sockets and pid files, if anything: without a size it would be a tmpfs of half the
+# host's memory (bubblewrap's default), outside every limit of the run.
+RUN_TMPFS_BYTES = 1 * MIB
 PROBE_TIMEOUT = 10.0
 BOOTSTRAP = os.path.realpath(_bootstrap_file)
 # The fork server's zygote, next to the bootstrap it imports.
@@ -92,6 +95,8 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         str(config.sandbox_tmp_mb * MIB),
         "--tmpfs",
         WORKDIR,
+        "--size",
+        str(RUN_TMPFS_BYTES),
         "--tmpfs",
         "/run",
         "--ro-bind",
