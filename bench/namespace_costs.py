@@ -3,8 +3,9 @@
     python bench/namespace_costs.py [--runs N]
 
 A small parent (this interpreter, the standard library and runner/processes/namespaces.py loaded,
-like the zygote) forks a child that makes one kind of namespace, or all of them as the zygote does
-for a run, and exits; the parent waits for it. Every variant runs in the same invocation,
+like the zygote) clones a child into one kind of namespace, or into all of them as the zygote does
+for a run (the child then builds the run's view and forks the run), and the child exits; the
+parent waits for it. Every variant runs in the same invocation,
 interleaved round by round, so that machine noise hits all of them alike. Printed per variant:
 the wall time from fork to reaped (p50, p90: the namespace's set-up and the teardown the exit
 waits for), the CPU time of the processes (p50 of utime + stime of the reaped children), and both
@@ -35,11 +36,12 @@ import namespaces  # the zygote's own module, imported as the zygote imports it
 TMP_BYTES = 32 << 20
 
 
-def in_child(setup: Callable[[], None]) -> Callable[[], None]:
-    """A variant: fork, run `setup` in the child, exit."""
+def in_child(setup: Callable[[], None], namespaces_flags: int | None = None) -> Callable[[], None]:
+    """A variant: fork (os.fork), or clone into these namespaces as the zygote does, run `setup` in the
+    child, exit."""
 
     def one() -> None:
-        pid = os.fork()
+        pid = os.fork() if namespaces_flags is None else namespaces.clone(namespaces_flags)
         if pid == 0:
             try:
                 setup()
@@ -50,50 +52,36 @@ def in_child(setup: Callable[[], None]) -> Callable[[], None]:
     return one
 
 
-def with_pid_namespace(inner: Callable[[], None]) -> Callable[[], None]:
-    """A variant with a PID namespace: the child makes it, and its own child (PID 1) runs `inner`."""
-
-    def setup() -> None:
-        namespaces.isolate_pids()
-        init = os.fork()
-        if init == 0:
-            try:
-                inner()
-            finally:
-                os._exit(0)
-        os.waitpid(init, 0)
-
-    return in_child(setup)
+def nothing() -> None:
+    pass
 
 
-def mount_view() -> None:
-    namespaces.unshare(namespaces.CLONE_NEWNS)
+def private_view() -> None:
+    namespaces.name_host()
     namespaces.make_private_view(TMP_BYTES, [])
 
 
-def whole_run(network: bool) -> Callable[[], None]:
-    """What the zygote's init does for a run: every namespace, the private view, and the run's fork."""
-
-    def init() -> None:
-        namespaces.isolate_the_rest(network)
-        namespaces.make_private_view(TMP_BYTES, [])
-        run = os.fork()
-        if run == 0:
-            os._exit(0)
-        os.waitpid(run, 0)
-
-    return init
+def whole_run() -> None:
+    """What the zygote's child does for a run: the private view, then the run's own fork."""
+    private_view()
+    run = os.fork()
+    if run == 0:
+        os._exit(0)
+    os.waitpid(run, 0)
 
 
+ALL = namespaces.CLONE_NEWPID | namespaces.CLONE_NEWNS | namespaces.CLONE_NEWIPC | namespaces.CLONE_NEWUTS
 VARIANTS: dict[str, Callable[[], None]] = {
-    "fork": in_child(lambda: None),
-    "+ uts": in_child(lambda: namespaces.unshare(namespaces.CLONE_NEWUTS)),
-    "+ ipc": in_child(lambda: namespaces.unshare(namespaces.CLONE_NEWIPC)),
-    "+ net (one per run)": in_child(lambda: namespaces.unshare(namespaces.CLONE_NEWNET)),
-    "+ pid (a second fork: PID 1)": with_pid_namespace(lambda: None),
-    "+ pid + mount: read-only view, tmpfs, /dev, /proc": with_pid_namespace(mount_view),
-    "the zygote's run: all, + the run's fork": with_pid_namespace(whole_run(network=True)),
-    "the same, the host's network (no net namespace)": with_pid_namespace(whole_run(network=False)),
+    "fork": in_child(nothing),
+    "clone, no namespace": in_child(nothing, 0),
+    "+ uts": in_child(nothing, namespaces.CLONE_NEWUTS),
+    "+ ipc": in_child(nothing, namespaces.CLONE_NEWIPC),
+    "+ net": in_child(nothing, namespaces.CLONE_NEWNET),
+    "+ pid": in_child(nothing, namespaces.CLONE_NEWPID),
+    "+ mount": in_child(nothing, namespaces.CLONE_NEWNS),
+    "+ pid, mount and the private view": in_child(private_view, namespaces.CLONE_NEWPID | namespaces.CLONE_NEWNS),
+    "the zygote's run: all, the view, the run's fork": in_child(whole_run, ALL | namespaces.CLONE_NEWNET),
+    "the same on the host's network": in_child(whole_run, ALL),
 }
 
 
@@ -147,8 +135,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{name:46} {wall * 1e3:9.2f} {p90 * 1e3:7.2f} {(wall - base_wall) * 1e3:+10.2f} "
             f"{cpu * 1e3:8.2f} {(cpu - base_cpu) * 1e3:+10.2f}"
         )
-    with_net = back_to_back(VARIANTS["the zygote's run: all, + the run's fork"], args.runs)
-    without_net = back_to_back(VARIANTS["the same, the host's network (no net namespace)"], args.runs)
+    with_net = back_to_back(VARIANTS["the zygote's run: all, the view, the run's fork"], args.runs)
+    without_net = back_to_back(VARIANTS["the same on the host's network"], args.runs)
     say(
         f"back to back, {args.runs} runs each: {with_net * 1e3:.2f} ms a run with a network namespace of its own, "
         f"{without_net * 1e3:.2f} ms without"

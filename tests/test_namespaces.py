@@ -49,10 +49,9 @@ def status_fields(pid: int) -> dict[str, str]:
 
 
 def waiting_interpreter() -> int:
-    """The one pooled run interpreter: zygote -> its child -> the namespace's init -> the interpreter."""
+    """The one pooled run interpreter: zygote -> its child, the namespace's init -> the interpreter."""
     [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-    [outer] = children_of(zygote)
-    [init] = children_of(outer)
+    [init] = children_of(zygote)
     [interpreter] = children_of(init)
     return interpreter
 

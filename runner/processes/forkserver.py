@@ -68,6 +68,17 @@ class ForkedChild(Child):
             except PermissionError:
                 pass
 
+    def find_interpreter(self) -> None:
+        """A namespaced run: the zygote's child is its namespace's init, the interpreter that init's child."""
+        if not self.sandboxed:
+            return
+        try:
+            with open(f"/proc/{self.pid}/task/{self.pid}/children", "rb") as children:
+                self.interpreter_pid = int(children.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return  # gone already: the run's end will say why
+        self.sandbox_init_pid = self.pid
+
     def still_running(self) -> bool:
         """True until the zygote reports the run's end."""
         return self.report is None

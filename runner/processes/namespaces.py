@@ -6,8 +6,8 @@ it must not import the ``runner`` package. Python 3.11 has no ``os.unshare`` and
 through ctypes over libc; ``os.unshare`` is used where the interpreter has it (3.12+).
 
 Who calls what (see zygote.py): the zygote enters a user namespace once, if it lacks
-CAP_SYS_ADMIN; for each run a forked child calls `isolate_pids`, its first child (the namespace's
-PID 1) calls `isolate_the_rest` and `make_private_view`, and the run is PID 1's child.
+CAP_SYS_ADMIN; for each run it calls `clone_into_namespaces`, the child (PID 1 of the new PID
+namespace) calls `name_host` and `make_private_view`, and forks the run.
 """
 
 from __future__ import annotations
@@ -82,8 +82,17 @@ class _MountAttr(ctypes.Structure):
     ]
 
 
+# Loaded once, in the zygote: every forked run and init inherits the handle and its resolved functions,
+# where a CDLL made per call cost each of them a dlopen and new function objects (and the pages these
+# dirty, copied from the zygote).
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PYLIBC = ctypes.PyDLL(None, use_errno=True)
+# clone(2) by number: the flags come first on both, and every other argument here is 0.
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, -1)
+
+
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+    return _LIBC
 
 
 def _checked(result: int, what: str) -> None:
@@ -161,14 +170,34 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def isolate_pids() -> None:
-    """The next process forked from here is PID 1 of a new PID namespace (this one stays where it is)."""
-    unshare(CLONE_NEWPID)
+def clone_into_namespaces(network: bool) -> int:
+    """Fork into new PID, mount, IPC, UTS and (if `network`) network namespaces: 0 in the child, which
+    is PID 1 of its PID namespace, the child's pid in the parent.
+
+    One clone(2) where ``unshare(CLONE_NEWPID)`` and a fork would need a process more (unshare puts
+    only the caller's next child in a new PID namespace, once: a second unshare fails, and going back
+    needs a capability over the caller's own PID namespace, which a user namespace does not give).
+    """
+    return clone(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if network else 0))
 
 
-def isolate_the_rest(network: bool) -> None:
-    """Own mount, IPC and UTS namespaces, and an empty network namespace unless `network` is False."""
-    unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if network else 0))
+def clone(namespaces: int) -> int:
+    """clone(2) with these CLONE_NEW* flags, as fork: 0 in the child, its pid in the parent.
+
+    The raw system call skips glibc's and CPython's fork handlers: the caller must be single-threaded
+    (the zygote is), and the child must not use what they would have reset (the thread id glibc caches
+    for raise() and recursive locks): the zygote's child only mounts, forks the run with os.fork
+    (which is complete), reaps and exits. PyDLL keeps the GIL held across the call.
+    """
+    pid = _PYLIBC.syscall(_SYS_CLONE, namespaces | signal.SIGCHLD, None, None, None, None)
+    if pid < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"clone: {os.strerror(code)}")
+    return int(pid)
+
+
+def name_host() -> None:
+    """The UTS namespace's host name: the run's own, not the server's."""
     _checked(_libc().sethostname(HOSTNAME, len(HOSTNAME)), "sethostname")
 
 

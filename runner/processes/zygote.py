@@ -8,13 +8,13 @@ itself (`bootstrap.prepare_process`); each forked child then becomes a run exact
 interpreter would.
 
 With ``namespaces`` every run gets its own PID, mount, IPC, UTS and (NETWORK ``isolated``)
-network namespaces, set up before its code can arrive. Three processes per run, all forked:
-the zygote's child A (the server's handle: its pid, its process group) makes the next process
-PID 1 of a new PID namespace and waits for it; that init, B, builds the private view of the file
-system and forks the run, C, then reaps whatever is orphaned to it until the run ends. B reports
-the run's exact end on a pipe of its own *before* the namespaces are torn down, so the kernel's
-teardown never delays an answer. ``python zygote.py --probe TMP_BYTES NETWORK KEEP...`` runs one
-such run of ``pass`` and exits 0 if it worked (the server's start-up check).
+network namespaces, set up before its code can arrive. Two processes per run: the zygote's
+child, cloned straight into the new namespaces (the server's handle: its pid, its process group),
+is PID 1 there; it builds the private view of the file system, forks the run, and reaps whatever
+is orphaned to it until the run ends. It reports the run's exact end on a pipe of its own
+*before* the namespaces are torn down, so the kernel's teardown never delays an answer.
+``python zygote.py --probe TMP_BYTES NETWORK KEEP...`` runs one such run of ``pass`` and exits 0
+if it worked (the server's start-up check).
 
 This file must not import the ``runner`` package: like the bootstrap, it runs under ``-I -S`` with
 nothing but the standard library.
@@ -53,7 +53,7 @@ else:
     sys.path_importer_cache.pop(_here, None)
     del sys.modules["bootstrap"], sys.modules["namespaces"]
 
-# Where a namespaced run's fds sit in A and B: the run's four pipe ends on 0-3, B's status pipe next.
+# Where a namespaced run's fds sit in its init: the run's four pipe ends on 0-3, the status pipe next.
 STATUS_FD = bootstrap.CODE_FD + 1
 
 
@@ -166,7 +166,7 @@ def _fork_run(
             made = True
         for _ in range(4 if isolation is None else 5):  # stdin, stdout, stderr, code (, status): read, write
             ends.extend(os.pipe())
-        pid = os.fork()
+        pid = os.fork() if isolation is None else namespaces.clone_into_namespaces(isolation.network)
     except OSError as exc:
         for fd in ends:
             os.close(fd)
@@ -180,13 +180,14 @@ def _fork_run(
     if pid == 0:
         if isolation is None:
             _forked_run(theirs, workdir or "", limits)
-        _namespaced_run([*theirs, ends[9]], limits, isolation)
+        _namespace_init([*theirs, ends[9]], limits, isolation)
     for fd in theirs:
         os.close(fd)
     status_fd = None
     if isolation is not None:
         os.close(ends[9])
         status_fd = ends[8]
+        os.set_blocking(status_fd, False)
     runs[pid] = Run(workdir, status_fd)
     where = b"" if workdir is None else b" " + workdir.encode()
     return b"S %d%s" % (pid, where), [ends[1], ends[2], ends[4], ends[7]]
@@ -220,46 +221,24 @@ def _become_run(workdir: str, limits: list[int]) -> NoReturn:
     bootstrap.run(bootstrap.read_code(), main)
 
 
-def _namespaced_run(fds: list[int], limits: list[int], isolation: namespaces.Isolation) -> NoReturn:
-    """A, the zygote's child: the next fork is PID 1 of a new PID namespace; mirror its end.
+def _namespace_init(fds: list[int], limits: list[int], isolation: namespaces.Isolation) -> NoReturn:
+    """PID 1 of the run's namespaces: build its view, fork the run, reap until it ends, report its end.
 
-    `fds`: the run's stdin, stdout, stderr and code pipe ends, then B's status pipe. A keeps none
-    of them once B has them, so that the run's output ends when the run does.
+    `fds`: the run's stdin, stdout, stderr and code pipe ends, then the status pipe. It keeps none
+    of the run's once the run has them, so that the run's output ends when the run does. Nothing
+    inside can signal it (PID 1 gets only the signals it has a handler for, and it has none) or
+    trace it (it is not dumpable); it is held to the run's limits like the run.
     """
     try:
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setsid()  # the server's SIGKILL to this group reaches A and B; B's end ends the namespace
+        for number in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(number, signal.SIG_DFL)
+        os.setsid()  # the server's SIGKILL to this group ends the namespace, and the run with it
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         os.closerange(STATUS_FD + 1, bootstrap.MAX_FD)  # the zygote's socket and other runs' pipes
         namespaces.die_with_parent()
-        namespaces.isolate_pids()
-        init = os.fork()
-        if init == 0:
-            _namespace_init(limits, isolation)
-        os.closerange(0, STATUS_FD + 1)
-        _, status = os.waitpid(init, 0)
-    except BaseException:
-        _fail()
-    if os.WIFSIGNALED(status):
-        # B died by a signal (the server's kill, the kernel's): so does A, that the zygote sees it.
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(status))
-    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-
-
-def _namespace_init(limits: list[int], isolation: namespaces.Isolation) -> NoReturn:
-    """B, PID 1 of the run's namespaces: set them up, fork the run, reap until it ends, report its end.
-
-    Nothing inside can signal it: PID 1 gets only the signals it has a handler for, and it has
-    none. It is held to the run's limits like the run (it is within the run's reach).
-    """
-    try:
-        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-            signal.signal(number, signal.SIG_DFL)
-        namespaces.die_with_parent()
-        namespaces.isolate_the_rest(isolation.network)
+        namespaces.name_host()
         namespaces.make_private_view(isolation.tmp_bytes, isolation.keep)
         bootstrap.apply_limits(*limits)
         run = os.fork()
@@ -296,11 +275,13 @@ def _fail() -> NoReturn:
 def _status_of(run: Run) -> bytes | None:
     """What a namespaced run's init reported (``<wait status> <utime> <stime> <maxrss>``), once.
 
-    None if it said nothing (it was killed): then the run's end is A's, reported when it is reaped.
+    None if it said nothing (it was killed): then the run's end is its init's, reported when it is reaped.
     """
     assert run.status_fd is not None
     try:
         said = os.read(run.status_fd, 256)
+    except BlockingIOError:
+        said = b""  # it has not written: it was killed, not done
     finally:
         os.close(run.status_fd)
         run.status_fd = None
@@ -322,7 +303,7 @@ def _exited_runs(runs: dict[int, Run]) -> list[bytes]:
         pid, status, usage = os.wait4(info.si_pid, 0)
         run = runs.pop(pid, None)
         if run is not None and run.status_fd is not None:
-            said = _status_of(run)  # written before A ended, not yet seen by the loop
+            said = _status_of(run)  # written before the init ended, not yet seen by the loop
             if said is not None:
                 reports.append(b"X %d %s 1" % (pid, said))
         if run is not None and run.reported:
@@ -371,12 +352,12 @@ def probe(isolation: namespaces.Isolation) -> int:
         os.write(code, bootstrap.frame_code(PROBE_CODE))
     os.close(code)
     [(pid, run)] = runs.items()
+    _, init_status = os.waitpid(pid, 0)  # the init wrote the run's end before it exited
     said = _status_of(run) if run.status_fd is not None else None
-    _, a_status = os.waitpid(pid, 0)
     errors = b""
     while chunk := os.read(stderr, 65536):
         errors += chunk
-    status = int(said.split()[0]) if said else a_status
+    status = int(said.split()[0]) if said else init_status
     if not ready.startswith(bootstrap.READY_PREFIX) or status != 0:
         lines = errors.decode(errors="replace").strip().splitlines()
         sys.stderr.write((lines[-1] if lines else f"the run ended with wait status {status}") + "\n")
