@@ -3,7 +3,8 @@
     python bench/namespace_costs.py [--runs N]
 
 A small parent (this interpreter, the standard library and runner/processes/namespaces.py loaded,
-like the zygote) clones a child into one kind of namespace, or into all of them as the zygote does
+and the view runs share prepared, like the zygote) clones a child into one kind of namespace, or
+into all of them as the zygote does
 for a run (the child then builds the run's view and forks the run), and the child exits; the
 parent waits for it. Every variant runs in the same invocation,
 interleaved round by round, so that machine noise hits all of them alike. Printed per variant:
@@ -56,9 +57,12 @@ def nothing() -> None:
     pass
 
 
+ISOLATION = namespaces.Isolation([str(TMP_BYTES), "isolated"])
+
+
 def private_view() -> None:
     namespaces.name_host()
-    namespaces.make_private_view(TMP_BYTES, [])
+    namespaces.make_private_view(ISOLATION)
 
 
 def whole_run() -> None:
@@ -112,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not namespaces.has_cap_sys_admin():
         namespaces.enter_user_namespace()
+    namespaces.prepare_shared_view(ISOLATION)  # as the zygote does once: this process's view is read-only now
     walls: dict[str, list[float]] = {name: [] for name in VARIANTS}
     cpus: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for one in VARIANTS.values():

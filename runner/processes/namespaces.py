@@ -7,13 +7,14 @@ through ctypes over libc; ``os.unshare`` is used where the interpreter has it (3
 
 Who calls what (see zygote.py): the zygote enters a user namespace once, if it lacks
 CAP_SYS_ADMIN; for each run it calls `clone_into_namespaces`, the child (PID 1 of the new PID
-namespace) calls `name_host` and `make_private_view`, and forks the run.
+namespace) calls `name_host` and `make_private_view`, and forks the run. The zygote has made the
+part of the view that runs share once, at start, in a mount namespace of its own
+(`prepare_shared_view`): each run's is a copy of it.
 """
 
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import signal
 
@@ -65,12 +66,16 @@ PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")
 class Isolation:
     """What each run gets, from the zygote's arguments ``TMP_BYTES NETWORK KEEP...``."""
 
-    __slots__ = ("keep", "network", "tmp_bytes")
+    __slots__ = ("keep", "mounts", "network", "proc_covers", "tmp_bytes")
 
     def __init__(self, args: list[str]) -> None:
         self.tmp_bytes = int(args[0])  # the size of each private tmpfs
         self.network = args[1] == "isolated"  # an empty network namespace of its own
         self.keep = args[2:]  # see make_private_view
+        # mount(2)'s arguments for each of a run's tmpfs mounts, encoded once (prepare_shared_view).
+        self.mounts: list[tuple[bytes, bytes, bytes, int, bytes]] = []
+        # The parts of /proc that a run's own /proc gets covered read-only (prepare_shared_view).
+        self.proc_covers: list[bytes] = []
 
 
 class _MountAttr(ctypes.Structure):
@@ -86,6 +91,7 @@ class _MountAttr(ctypes.Structure):
 # where a CDLL made per call cost each of them a dlopen and new function objects (and the pages these
 # dirty, copied from the zygote).
 _LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _PYLIBC = ctypes.PyDLL(None, use_errno=True)
 # clone(2) by number: the flags come first on both, and every other argument here is 0.
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, -1)
@@ -201,22 +207,44 @@ def name_host() -> None:
     _checked(_libc().sethostname(HOSTNAME, len(HOSTNAME)), "sethostname")
 
 
-def make_private_view(tmp_bytes: int, keep: list[str]) -> None:
-    """In this mount namespace: everything read-only, a private tmpfs on each of PRIVATE_DIRECTORIES,
-    a /proc of this PID namespace. Called by the namespace's PID 1, before the run exists.
+def prepare_shared_view(isolation: Isolation) -> None:
+    """Once, in the zygote: the part of every run's view that runs can share, in a mount namespace of
+    the zygote's own that each run's is then copied from.
 
-    `keep`: directories under a private one that must stay visible (an interpreter installed
-    under /tmp), bound back read-only from the view underneath.
+    Everything read-only, nothing propagating to the host or back, and a read-only /dev of a few
+    harmless devices. What must be a run's alone (its tmpfs mounts, a /proc of its PID namespace)
+    `make_private_view` adds in the copy; done there per run, this part cost every run a dozen
+    mounts more. The zygote writes nothing to the file system in this mode.
     """
-    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host, or back
+    unshare(CLONE_NEWNS)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
     make_read_only("/")
-    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)) for path in keep]
+    _make_dev()
+    flags = MS_NOSUID | MS_NODEV
+    for directory in (*PRIVATE_DIRECTORIES, "/dev/shm"):
+        if os.path.isdir(directory) and not os.path.islink(directory):
+            size = RUN_BYTES if directory == "/run" else isolation.tmp_bytes
+            isolation.mounts.append((b"tmpfs", directory.encode(), b"tmpfs", flags, _tmpfs_options(size).encode()))
+    # A run of uid 0 (a root server's) could write the host's kernel settings through them; in a user
+    # namespace of another uid, they are not the run's to write anyway. Looked up once: what this
+    # kernel lacks, no run's /proc has.
+    if os.getuid() == 0:
+        isolation.proc_covers = [
+            b"/proc/" + name.encode() for name in PROC_READ_ONLY if os.path.exists("/proc/" + name)
+        ]
+
+
+def make_private_view(isolation: Isolation) -> None:
+    """In a run's copy of the zygote's mount namespace: a private tmpfs on each of PRIVATE_DIRECTORIES
+    and /dev/shm, a /proc of the run's PID namespace. Called by the namespace's PID 1, before the run exists.
+
+    `isolation.keep`: directories under a private one that must stay visible (an interpreter
+    installed under /tmp), bound back read-only from the view underneath.
+    """
+    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)) for path in isolation.keep]
     try:
-        for directory in PRIVATE_DIRECTORIES:
-            if os.path.isdir(directory) and not os.path.islink(directory):
-                size = RUN_BYTES if directory == "/run" else tmp_bytes
-                mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, _tmpfs_options(size))
-        _make_dev(_tmpfs_options(tmp_bytes))
+        for source, target, fstype, flags, options in isolation.mounts:
+            _checked(_LIBC.mount(source, target, fstype, flags, options), f"mount {target.decode()}")
         for path, fd in kept:
             os.makedirs(path, exist_ok=True)
             mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
@@ -225,7 +253,9 @@ def make_private_view(tmp_bytes: int, keep: list[str]) -> None:
         for _, fd in kept:
             os.close(fd)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    _cover_proc()
+    for cover in isolation.proc_covers:
+        _checked(_LIBC.mount(cover, cover, None, MS_BIND | MS_REC, None), f"mount {cover.decode()}")
+        make_read_only(cover.decode())
 
 
 def _tmpfs_options(size: int) -> str:
@@ -233,8 +263,9 @@ def _tmpfs_options(size: int) -> str:
     return f"size={size},mode=1777,nr_inodes={max(size // 4096, 64)}"
 
 
-def _make_dev(shm_options: str) -> None:
-    """A /dev of a few harmless devices (bound from the host's), the usual links, and a private /dev/shm."""
+def _make_dev() -> None:
+    """A read-only /dev of a few harmless devices (bound from the host's), the usual links, and a
+    directory for each run's /dev/shm."""
     devices = [
         (name, os.open("/dev/" + name, os.O_PATH | os.O_CLOEXEC)) for name in DEVICES if os.path.exists("/dev/" + name)
     ]
@@ -248,18 +279,5 @@ def _make_dev(shm_options: str) -> None:
             os.close(fd)
     for name, target in DEVICE_LINKS:
         os.symlink(target, "/dev/" + name)
-    os.mkdir("/dev/shm")
-    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, shm_options)
-    make_read_only("/dev", recursive=False)  # /dev itself: its devices and /dev/shm stay usable
-
-
-def _cover_proc() -> None:
-    for name in PROC_READ_ONLY:
-        path = "/proc/" + name
-        try:
-            mount(path, path, None, MS_BIND | MS_REC)
-        except OSError as exc:
-            if exc.errno == errno.ENOENT:
-                continue  # not in this kernel
-            raise
-        make_read_only(path)
+    os.mkdir("/dev/shm", 0o1777)
+    make_read_only("/dev", recursive=False)  # /dev itself: its devices (and each run's /dev/shm) stay usable

@@ -83,8 +83,10 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
     of the server's: a minimal environment, no secrets, and only modules the bootstrap itself needs
     (nothing seeds `random` before a fork).
     """
-    if isolation is not None and not namespaces.has_cap_sys_admin():
-        namespaces.enter_user_namespace()  # before prepare_process: see its docstring
+    if isolation is not None:
+        if not namespaces.has_cap_sys_admin():
+            namespaces.enter_user_namespace()  # before prepare_process: see its docstring
+        namespaces.prepare_shared_view(isolation)
     server = socket.socket(fileno=bootstrap.CODE_FD)
     os.closerange(bootstrap.CODE_FD + 1, bootstrap.MAX_FD)
     # A namespaced zygote keeps its capabilities (in its own user namespace, if it needed one) to
@@ -239,7 +241,7 @@ def _namespace_init(fds: list[int], limits: list[int], isolation: namespaces.Iso
         os.closerange(STATUS_FD + 1, bootstrap.MAX_FD)  # the zygote's socket and other runs' pipes
         namespaces.die_with_parent()
         namespaces.name_host()
-        namespaces.make_private_view(isolation.tmp_bytes, isolation.keep)
+        namespaces.make_private_view(isolation)
         bootstrap.apply_limits(*limits)
         run = os.fork()
         if run == 0:
@@ -339,6 +341,7 @@ def probe(isolation: namespaces.Isolation) -> int:
     """Run ``pass`` as a namespaced run exactly as the server would; 0 if it worked, else why on stderr."""
     if not namespaces.has_cap_sys_admin():
         namespaces.enter_user_namespace()
+    namespaces.prepare_shared_view(isolation)
     bootstrap.prepare_process(keep_capabilities=True)
     runs: dict[int, Run] = {}
     reply, ours = _fork_run("", [10, 1 << 30, 4096, 1 << 20], runs, isolation)
