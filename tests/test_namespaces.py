@@ -143,6 +143,47 @@ async def test_concurrent_runs_cannot_reach_each_other_through_any_shared_namesp
     assert results["offer"].stdout.text == "alone\n", results["offer"].to_text()
 
 
+# Leaves a daemon (its own session) listening on an abstract unix socket, which lives in the network
+# namespace: if a later run got the same namespace with the daemon still in it, it could connect.
+LEAVE_A_LISTENER = """
+    import os, socket, time
+    print(os.readlink("/proc/self/ns/net"))
+    ready_r, ready_w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            listener = socket.socket(socket.AF_UNIX)
+            listener.bind("\\0python-runner-test-left-behind")
+            listener.listen()
+            os.write(ready_w, b"up")
+            time.sleep(60)
+        os._exit(0)
+    assert os.read(ready_r, 2) == b"up"
+"""
+LOOK_FOR_IT = """
+    import os, socket
+    print(os.readlink("/proc/self/ns/net"))
+    try:
+        socket.socket(socket.AF_UNIX).connect("\\0python-runner-test-left-behind")
+        print("reached")
+    except OSError as exc:
+        print(type(exc).__name__)
+"""
+
+
+async def test_a_later_run_in_a_reused_network_namespace_finds_nothing_an_earlier_one_left(
+    namespaced: Pool,
+) -> None:
+    # Network namespaces are lent to one run at a time and reused: the test needs a reuse to mean anything.
+    left = await run(namespaced, LEAVE_A_LISTENER)
+    assert left.status is Status.OK, left.to_text()
+    namespace = left.stdout.text.split()[0]
+    later = [await run(namespaced, LOOK_FOR_IT) for _ in range(4)]
+    seen = [result.stdout.text.split() for result in later]
+    assert [outcome for _, outcome in seen] == ["ConnectionRefusedError"] * 4, seen
+    assert namespace in [inode for inode, _ in seen], f"no later run reused {namespace}: {seen}"
+
+
 def test_the_zygote_makes_namespaces_as_an_unprivileged_user_through_a_user_namespace(config: Config) -> None:
     # The container's case: no capability at all, so the zygote first enters a user namespace it owns.
     setpriv = shutil.which("setpriv")

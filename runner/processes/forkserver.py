@@ -122,8 +122,13 @@ class ForkServer:
         self._lock = anyio.Lock()
 
     kind = "fork-server"
-    # A fork while a run is in progress makes the zygote late to report that run's exit.
-    forks_delay_runs = True
+
+    @property
+    def forks_delay_runs(self) -> bool:
+        """A plain fork while a run is in progress makes the zygote late to report that run's exit. A
+        namespaced one costs the zygote a clone(2) alone (the run's init builds the rest): the pool
+        refills at once, and the set-up, now the longer part, overlaps the run instead of the next call."""
+        return not self._sandbox.enabled
 
     @property
     def helper_pid(self) -> int | None:

@@ -43,6 +43,8 @@ PR_SET_PDEATHSIG = 1
 CAP_SYS_ADMIN = 21
 
 HOSTNAME = b"sandbox"
+# Empty network namespaces kept for later runs, beyond which the zygote closes them.
+MAX_FREE_NETWORKS = 32
 # The run's private, size-limited file systems: its working directory (and HOME, TMPDIR) is /tmp.
 # /dev/shm is made in the run's own /dev, which holds only these devices (as bubblewrap's --dev):
 # a root run must not find the host's disks there.
@@ -64,9 +66,10 @@ PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")
 
 
 class Isolation:
-    """What each run gets, from the zygote's arguments ``TMP_BYTES NETWORK KEEP...``."""
+    """What each run gets, from the zygote's arguments ``TMP_BYTES NETWORK KEEP...``, and the zygote's
+    empty network namespaces, each lent to one run at a time."""
 
-    __slots__ = ("keep", "mounts", "network", "proc_covers", "tmp_bytes")
+    __slots__ = ("_free_networks", "_home_network", "keep", "mounts", "network", "proc_covers", "tmp_bytes")
 
     def __init__(self, args: list[str]) -> None:
         self.tmp_bytes = int(args[0])  # the size of each private tmpfs
@@ -76,6 +79,40 @@ class Isolation:
         self.mounts: list[tuple[bytes, bytes, bytes, int, bytes]] = []
         # The parts of /proc that a run's own /proc gets covered read-only (prepare_shared_view).
         self.proc_covers: list[bytes] = []
+        self._home_network: int | None = None
+        self._free_networks: list[int] = []
+
+    def lend_network(self) -> int | None:
+        """An empty network namespace (an fd) that no live run is in; None: runs keep the host's network.
+
+        Made on demand (about 0.5 ms of the zygote's time, and as much again for the kernel to tear it
+        down later), then reused: a run's namespace comes back with `give_back` once its init is
+        reaped, when no process of that run is left. Nothing a run does can outlast it there: a run
+        holds no capability to configure its namespace (lo stays down), its sockets close with its
+        processes, and /proc/sys is read-only to it.
+        """
+        if not self.network:
+            return None
+        if self._free_networks:
+            return self._free_networks.pop()
+        if self._home_network is None:
+            # The zygote leaves the host's network for an empty namespace of its own, to come back to:
+            # going back to the host's needs a capability over it, which a user namespace lacks.
+            unshare(CLONE_NEWNET)
+            self._home_network = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        unshare(CLONE_NEWNET)
+        made = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        setns(self._home_network, CLONE_NEWNET)
+        return made
+
+    def give_back(self, network: int | None) -> None:
+        """A lent namespace whose run is over, every process of it gone."""
+        if network is None:
+            return
+        if len(self._free_networks) < MAX_FREE_NETWORKS:
+            self._free_networks.append(network)
+        else:
+            os.close(network)
 
 
 class _MountAttr(ctypes.Structure):
@@ -105,6 +142,15 @@ def _checked(result: int, what: str) -> None:
     if result != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def setns(fd: int, kind: int) -> None:
+    """setns(2): os.setns where the interpreter has it, libc's otherwise."""
+    native = getattr(os, "setns", None)
+    if native is not None:
+        native(fd, kind)
+    else:
+        _checked(_libc().setns(fd, kind), "setns")
 
 
 def unshare(flags: int) -> None:
@@ -176,15 +222,15 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def clone_into_namespaces(network: bool) -> int:
-    """Fork into new PID, mount, IPC, UTS and (if `network`) network namespaces: 0 in the child, which
-    is PID 1 of its PID namespace, the child's pid in the parent.
+def clone_into_namespaces() -> int:
+    """Fork into new PID, mount, IPC and UTS namespaces: 0 in the child, which is PID 1 of its PID
+    namespace, the child's pid in the parent. (The network namespace is lent: `Isolation.lend_network`.)
 
     One clone(2) where ``unshare(CLONE_NEWPID)`` and a fork would need a process more (unshare puts
     only the caller's next child in a new PID namespace, once: a second unshare fails, and going back
     needs a capability over the caller's own PID namespace, which a user namespace does not give).
     """
-    return clone(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if network else 0))
+    return clone(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS)
 
 
 def clone(namespaces: int) -> int:

@@ -60,11 +60,12 @@ STATUS_FD = bootstrap.CODE_FD + 1
 class Run:
     """The zygote's record of one run: its directory on disk (plain) or its init's status pipe."""
 
-    __slots__ = ("reported", "status_fd", "workdir")
+    __slots__ = ("network", "reported", "status_fd", "workdir")
 
-    def __init__(self, workdir: str | None, status_fd: int | None) -> None:
+    def __init__(self, workdir: str | None, status_fd: int | None, network: int | None = None) -> None:
         self.workdir = workdir
         self.status_fd = status_fd
+        self.network = network  # the network namespace lent to it, until its init is reaped
         self.reported = False
 
 
@@ -137,7 +138,7 @@ def _serve(
                     server.send(b"X %d %s 1" % (pid, said))
         if wake_r in readable:
             os.read(wake_r, 4096)
-            for report in _exited_runs(runs):
+            for report in _exited_runs(runs, isolation):
                 server.send(report)
         if server.fileno() in readable:
             if not server.recv(16):
@@ -162,16 +163,23 @@ def _fork_run(
     workdir = None if isolation is not None else os.path.join(base_dir, "run-" + os.urandom(6).hex())
     made = False
     ends: list[int] = []
+    network = None
     try:
         if workdir is not None:
             os.mkdir(workdir, 0o700)
             made = True
         for _ in range(4 if isolation is None else 5):  # stdin, stdout, stderr, code (, status): read, write
             ends.extend(os.pipe())
-        pid = os.fork() if isolation is None else namespaces.clone_into_namespaces(isolation.network)
+        if isolation is None:
+            pid = os.fork()
+        else:
+            network = isolation.lend_network()
+            pid = namespaces.clone_into_namespaces()
     except OSError as exc:
         for fd in ends:
             os.close(fd)
+        if isolation is not None:
+            isolation.give_back(network)
         if made:
             try:
                 os.rmdir(workdir)  # type: ignore[arg-type]
@@ -182,7 +190,7 @@ def _fork_run(
     if pid == 0:
         if isolation is None:
             _forked_run(theirs, workdir or "", limits)
-        _namespace_init([*theirs, ends[9]], limits, isolation)
+        _namespace_init([*theirs, ends[9]], limits, isolation, network)
     for fd in theirs:
         os.close(fd)
     status_fd = None
@@ -190,7 +198,7 @@ def _fork_run(
         os.close(ends[9])
         status_fd = ends[8]
         os.set_blocking(status_fd, False)
-    runs[pid] = Run(workdir, status_fd)
+    runs[pid] = Run(workdir, status_fd, network)
     where = b"" if workdir is None else b" " + workdir.encode()
     return b"S %d%s" % (pid, where), [ends[1], ends[2], ends[4], ends[7]]
 
@@ -223,7 +231,9 @@ def _become_run(workdir: str, limits: list[int]) -> NoReturn:
     bootstrap.run(bootstrap.read_code(), main)
 
 
-def _namespace_init(fds: list[int], limits: list[int], isolation: namespaces.Isolation) -> NoReturn:
+def _namespace_init(
+    fds: list[int], limits: list[int], isolation: namespaces.Isolation, network: int | None
+) -> NoReturn:
     """PID 1 of the run's namespaces: build its view, fork the run, reap until it ends, report its end.
 
     `fds`: the run's stdin, stdout, stderr and code pipe ends, then the status pipe. It keeps none
@@ -232,6 +242,8 @@ def _namespace_init(fds: list[int], limits: list[int], isolation: namespaces.Iso
     trace it (it is not dumpable); it is held to the run's limits like the run.
     """
     try:
+        if network is not None:
+            namespaces.setns(network, namespaces.CLONE_NEWNET)  # before its fd goes with the zygote's others
         signal.set_wakeup_fd(-1)
         for number in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(number, signal.SIG_DFL)
@@ -243,12 +255,12 @@ def _namespace_init(fds: list[int], limits: list[int], isolation: namespaces.Iso
         namespaces.name_host()
         namespaces.make_private_view(isolation)
         bootstrap.apply_limits(*limits)
+        bootstrap.drop_privileges()  # here, not in the run: the init needs none from now on either
         run = os.fork()
         if run == 0:
             os.close(STATUS_FD)
             signal.signal(signal.SIGINT, signal.default_int_handler)  # a run's ^C is KeyboardInterrupt
             os.setsid()
-            bootstrap.drop_privileges()
             _become_run(namespaces.WORKDIR, limits)
         os.closerange(0, STATUS_FD)
         while True:
@@ -291,7 +303,7 @@ def _status_of(run: Run) -> bytes | None:
     return said or None
 
 
-def _exited_runs(runs: dict[int, Run]) -> list[bytes]:
+def _exited_runs(runs: dict[int, Run], isolation: namespaces.Isolation | None) -> list[bytes]:
     """Reap every exited child; the ``X`` report of each whose end the server has not been told yet."""
     reports: list[bytes] = []
     while True:
@@ -304,6 +316,8 @@ def _exited_runs(runs: dict[int, Run]) -> list[bytes]:
         _kill_group(info.si_pid)
         pid, status, usage = os.wait4(info.si_pid, 0)
         run = runs.pop(pid, None)
+        if run is not None and isolation is not None:
+            isolation.give_back(run.network)  # its init is gone, and every process of its namespaces
         if run is not None and run.status_fd is not None:
             said = _status_of(run)  # written before the init ended, not yet seen by the loop
             if said is not None:
