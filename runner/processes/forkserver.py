@@ -122,14 +122,10 @@ class ForkServer:
         self._lock = anyio.Lock()
 
     kind = "fork-server"
-
-    @property
-    def forks_delay_runs(self) -> bool:
-        """A plain fork while a run is in progress makes the zygote late to report that run's exit. A
-        namespaced one costs the zygote a clone(2) alone (the run's init builds the rest): the pool
-        refills at once, and the set-up, now the longer part, overlaps the run instead of the next call."""
-        return not self._sandbox.enabled
-
+    # A fork while a run is in progress makes the zygote late to report that run's exit. (A namespaced
+    # fork costs the zygote a clone(2) alone, but refilling at once measured no better: the set-up then
+    # contends with the run it overlaps.)
+    forks_delay_runs = True
     @property
     def helper_pid(self) -> int | None:
         """The zygote's pid (a child of the server, not a run), if one is running."""
