@@ -126,6 +126,7 @@ class ForkServer:
     # fork costs the zygote a clone(2) alone, but refilling at once measured no better: the set-up then
     # contends with the run it overlaps.)
     forks_delay_runs = True
+
     @property
     def helper_pid(self) -> int | None:
         """The zygote's pid (a child of the server, not a run), if one is running."""
