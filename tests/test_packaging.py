@@ -811,11 +811,11 @@ def test_make_docker_run_and_docker_test_use_every_flag_of_the_seed_s_hardened_l
     lines = make_dry_run("docker-test")
     assert any(shlex.split(line)[:4] == ["docker", "build", "-t", IMAGE] for line in lines)
     sessions = [shlex.split(line) for line in lines if "docker_session.py" in line]
-    assert [words[words.index("--sandbox") + 1] for words in sessions] == ["bwrap", "none"]
+    assert [words[words.index("--sandbox") + 1] for words in sessions] == ["namespaces", "none"]
     for words in sessions:
         assert words[words.index("--") + 1] == "docker"
         assert "--container" in words
-        assert_hardened(words[words.index("--") + 2 :], sandboxed=words[words.index("--sandbox") + 1] == "bwrap")
+        assert_hardened(words[words.index("--") + 2 :], sandboxed=words[words.index("--sandbox") + 1] != "none")
 
 
 def test_with_podman_the_lines_turn_off_podman_s_extra_read_only_tmpfs_mounts() -> None:

@@ -122,9 +122,7 @@ class ForkServer:
         self._lock = anyio.Lock()
 
     kind = "fork-server"
-    # A fork while a run is in progress makes the zygote late to report that run's exit. (A namespaced
-    # fork costs the zygote a clone(2) alone, but refilling at once measured no better: the set-up then
-    # contends with the run it overlaps.)
+    # A fork while a run is in progress makes the zygote late to report that run's exit.
     forks_delay_runs = True
 
     @property
