@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from runner.processes.bootstrap import READY_PREFIX, empty_directory, frame_code
-from runner.processes.sandbox import BOOTSTRAP
-from runner.processes.spawn import interpreter_argv, spawn_in_new_session
+from runner.processes.sandbox import BOOTSTRAP, interpreter_argv
+from runner.processes.spawn import spawn_in_new_session
 
 LIMITS = ["10", str(256 << 20), "64", str(1 << 20)]
 
@@ -141,3 +142,48 @@ def test_an_empty_directory_is_left_as_it_is(tmp_path: Path) -> None:
     tmp_path.chmod(0o750)
     empty_directory(str(tmp_path))
     assert (os.listdir(tmp_path), tmp_path.stat().st_mode & 0o777) == ([], 0o750)
+
+
+EMPTY_AROUND_A_MOUNT = """
+import os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+from bootstrap import empty_directory
+top = sys.argv[2]
+os.makedirs(top + "/mounted")
+os.makedirs(top + "/on/the/way/to")
+os.system("mount -t tmpfs tmpfs " + top + "/mounted")
+os.system("mount -t tmpfs tmpfs " + top + "/on/the/way/to")
+open(top + "/mounted/kept.txt", "w").write("the sandbox's")
+open(top + "/on/the/planted.txt", "w").write("a run's")
+open(top + "/planted.txt", "w").write("a run's")
+os.chmod(top, 0o1777)
+empty_directory(top)
+mode = oct(os.stat(top).st_mode & 0o7777)
+print(sorted(os.listdir(top)), mode, os.listdir(top + "/mounted"), os.listdir(top + "/on/the"))
+"""
+
+
+def test_emptying_a_directory_leaves_a_mount_in_it_and_its_mode(tmp_path: Path) -> None:
+    # The sandbox's /tmp (mode 1777) holds an interpreter installed under /tmp, bound back read-only:
+    # removing it failed (EROFS) and the run refused to start.
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to mount in a mount namespace of its own")
+    done = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            sys.executable,
+            "-I",
+            "-c",
+            EMPTY_AROUND_A_MOUNT,
+            BOOTSTRAP,
+            str(tmp_path / "top"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert done.stdout.strip() == "['mounted', 'on'] 0o1777 ['kept.txt'] ['way']"

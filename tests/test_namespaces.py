@@ -143,11 +143,17 @@ async def test_concurrent_runs_cannot_reach_each_other_through_any_shared_namesp
     assert results["offer"].stdout.text == "alone\n", results["offer"].to_text()
 
 
-# Leaves a daemon (its own session) listening on an abstract unix socket, which lives in the network
-# namespace: if a later run got the same namespace with the daemon still in it, it could connect.
-LEAVE_A_LISTENER = """
+# Looks for what an earlier run left, then leaves a daemon (its own session) listening on an abstract
+# unix socket, which lives in the network namespace: if a later run got the same namespace with the
+# daemon still in it, it could connect.
+LOOK_THEN_LEAVE_A_LISTENER = """
     import os, socket, time
     print(os.readlink("/proc/self/ns/net"))
+    try:
+        socket.socket(socket.AF_UNIX).connect("\\0python-runner-test-left-behind")
+        print("reached")
+    except OSError as exc:
+        print(type(exc).__name__)
     ready_r, ready_w = os.pipe()
     if os.fork() == 0:
         os.setsid()
@@ -160,28 +166,32 @@ LEAVE_A_LISTENER = """
         os._exit(0)
     assert os.read(ready_r, 2) == b"up"
 """
-LOOK_FOR_IT = """
-    import os, socket
-    print(os.readlink("/proc/self/ns/net"))
-    try:
-        socket.socket(socket.AF_UNIX).connect("\\0python-runner-test-left-behind")
-        print("reached")
-    except OSError as exc:
-        print(type(exc).__name__)
-"""
 
 
 async def test_a_later_run_in_a_reused_network_namespace_finds_nothing_an_earlier_one_left(
     namespaced: Pool,
 ) -> None:
-    # Network namespaces are lent to one run at a time and reused: the test needs a reuse to mean anything.
-    left = await run(namespaced, LEAVE_A_LISTENER)
-    assert left.status is Status.OK, left.to_text()
-    namespace = left.stdout.text.split()[0]
-    later = [await run(namespaced, LOOK_FOR_IT) for _ in range(4)]
-    seen = [result.stdout.text.split() for result in later]
-    assert [outcome for _, outcome in seen] == ["ConnectionRefusedError"] * 4, seen
-    assert namespace in [inode for inode, _ in seen], f"no later run reused {namespace}: {seen}"
+    # Network namespaces are lent to one run at a time and reused: the test needs reuses to mean anything.
+    seen = []
+    for _ in range(8):
+        result = await run(namespaced, LOOK_THEN_LEAVE_A_LISTENER)
+        assert result.status is Status.OK, result.to_text()
+        seen.append(result.stdout.text.split())
+    assert [outcome for _, outcome in seen] == ["ConnectionRefusedError"] * 8, seen
+    assert len({namespace for namespace, _ in seen}) < 8, f"no namespace was reused: {seen}"
+
+
+def test_an_interpreter_installed_under_tmp_stays_visible_read_only_in_the_run_s_own_tmp(
+    config: Config, tmp_path: Path
+) -> None:
+    # The probe runs one namespaced run; /tmp is its own tmpfs and its working directory.
+    installed = tmp_path / "python"
+    (installed / "lib").mkdir(parents=True)
+    probe = [*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:], str(installed)]
+    if not str(tmp_path).startswith("/tmp/"):
+        pytest.skip("the test's directory is not under /tmp")
+    done = subprocess.run(probe, capture_output=True, text=True, timeout=60, check=False, cwd="/")
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_zygote_makes_namespaces_as_an_unprivileged_user_through_a_user_namespace(config: Config) -> None:

@@ -16,6 +16,7 @@ import linecache
 import os
 import resource
 import signal
+import stat
 import sys
 import traceback
 import types
@@ -152,13 +153,15 @@ def new_main() -> types.ModuleType:
 
 
 def empty_directory(top: str) -> None:
-    """Make `top` empty, whatever is in it and whatever its permissions.
+    """Make `top` empty, whatever is in it and whatever its permissions, but for mount points.
 
     The pool makes a run's directory before its code arrives, and in plain mode every run has the
     same uid: another run may have written into this one (or taken its permissions away) while it
     waited. Called when the code has arrived, after the pool made sure no earlier run's process is
     left, so the run starts with nothing but what it makes itself. An empty directory costs one
-    listdir; the walk is iterative, so no depth of nesting can stop it.
+    listdir; the walk is iterative, so no depth of nesting can stop it. A mount point (another
+    device) is the sandbox's own, never a run's (no run can mount): an interpreter installed under
+    /tmp, bound back into the sandbox's /tmp, stays.
     """
     try:
         names = os.listdir(top)
@@ -166,7 +169,9 @@ def empty_directory(top: str) -> None:
         names = None
     if names == []:
         return
+    top_info = os.stat(top)
     directories = []
+    around_mounts = set()  # directories on the way to a mount point: they stay too
     pending = [top]
     while pending:
         path = pending.pop()
@@ -174,12 +179,20 @@ def empty_directory(top: str) -> None:
         directories.append(path)
         for name in os.listdir(path):
             entry = os.path.join(path, name)
-            if os.path.isdir(entry) and not os.path.islink(entry):
+            info = os.lstat(entry)
+            if info.st_dev != top_info.st_dev:
+                parent = path
+                while parent != top and parent not in around_mounts:
+                    around_mounts.add(parent)
+                    parent = os.path.dirname(parent)
+            elif stat.S_ISDIR(info.st_mode):
                 pending.append(entry)
             else:
                 os.unlink(entry)
     for path in reversed(directories[1:]):  # a directory's children come after it: deepest first
-        os.rmdir(path)
+        if path not in around_mounts:
+            os.rmdir(path)
+    os.chmod(top, stat.S_IMODE(top_info.st_mode) | 0o700)  # the sandbox's /tmp stays 1777
 
 
 def run(source: bytes | bytearray | None, main: types.ModuleType) -> NoReturn:
