@@ -101,9 +101,10 @@ class Isolation:
             unshare(CLONE_NEWNET)
             self._home_network = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         unshare(CLONE_NEWNET)
-        made = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        setns(self._home_network, CLONE_NEWNET)
-        return made
+        try:
+            return os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            setns(self._home_network, CLONE_NEWNET)  # back home even if the open failed (EMFILE)
 
     def give_back(self, network: int | None) -> None:
         """A lent namespace whose run is over, every process of it gone."""
