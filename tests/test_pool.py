@@ -32,6 +32,17 @@ def config(config: Config, request: pytest.FixtureRequest) -> Config:
     return in_mode(config, str(request.param))
 
 
+def fork_server_only(config: Config) -> None:
+    if config.spawn_mode != "fork-server":
+        pytest.skip("only a fork server has a zygote")
+
+
+def the_zygote() -> int:
+    """The pool's zygote: its only child whose command line is zygote.py."""
+    [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
+    return zygote
+
+
 def plain_only(config: Config) -> None:
     if config.sandbox != "none":
         pytest.skip(HOST_VIEW)
@@ -492,7 +503,7 @@ async def test_a_run_that_stops_the_zygote_ends_and_the_next_run_gets_a_new_one(
     async with Pool.open(tuned(config, pool_size=0)) as pool:
         with anyio.fail_after(20):
             await run(pool, "pass")
-            [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
+            zygote = the_zygote()
             stopped = await run(pool, code, timeout=1)
             after = await run(pool, "print('served by a new zygote')")
         zygotes_after = [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
@@ -508,11 +519,10 @@ async def test_when_the_zygote_dies_its_waiting_interpreters_are_reaped_without_
 ) -> None:
     # They are orphaned to the server (a child subreaper): strays, which the sweep must reap even if no
     # run ever comes to take them out of the pool.
-    if config.spawn_mode != "fork-server":
-        pytest.skip("only a fork server has a zygote")
+    fork_server_only(config)
     async with Pool.open(tuned(config, pool_size=3), reap_strays=True) as pool:
         assert await settled_async(lambda: pool.ready < 3, timeout=20) is False
-        [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
+        zygote = the_zygote()
         os.kill(zygote, signal.SIGKILL)
         # Within a few of the sweeps that run every second, nothing is left but the new zygote, if any.
         leftover = await settled_async(
@@ -526,11 +536,10 @@ async def test_a_zygote_stopped_from_outside_is_replaced_and_the_next_run_is_ser
 ) -> None:
     # In a namespaced run the zygote is out of the run's sight, so this test stops it itself: the run
     # that was waiting in the pool ends unreported, and the zygote goes.
-    if config.spawn_mode != "fork-server":
-        pytest.skip("only a fork server has a zygote")
+    fork_server_only(config)
     async with Pool.open(tuned(config, pool_size=1), reap_strays=True) as pool:
         assert await settled_async(lambda: pool.ready < 1, timeout=20) is False
-        [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
+        zygote = the_zygote()
         os.kill(zygote, signal.SIGSTOP)
         try:
             with anyio.fail_after(30):
@@ -547,11 +556,10 @@ async def test_a_zygote_stopped_from_outside_is_replaced_and_the_next_run_is_ser
 async def test_a_zygote_out_of_file_descriptors_fails_that_run_only_and_serves_again(
     config: Config, no_leaks: None
 ) -> None:
-    if config.spawn_mode != "fork-server":
-        pytest.skip("only a fork server has a zygote")
+    fork_server_only(config)
     async with Pool.open(tuned(config, pool_size=0), reap_strays=True) as pool:
         assert (await run(pool, "print(1)")).stdout.text == "1\n"  # the zygote is up
-        [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
+        zygote = the_zygote()
         was = resource.prlimit(zygote, resource.RLIMIT_NOFILE)
         open_now = len(os.listdir(f"/proc/{zygote}/fd"))
         resource.prlimit(zygote, resource.RLIMIT_NOFILE, (open_now + 2, was[1]))  # one pipe, not four
