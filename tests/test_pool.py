@@ -571,6 +571,50 @@ async def test_a_zygote_out_of_file_descriptors_fails_that_run_only_and_serves_a
     assert after.stdout.text == "served by the same zygote\n"
 
 
+PIDS_CGROUP = Path("/sys/fs/cgroup/pids")
+
+
+def busy_removing(group: Path) -> bool:
+    """Remove the cgroup; True while processes are still in it."""
+    try:
+        group.rmdir()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return False
+
+
+async def test_a_zygote_starved_of_pids_fails_that_run_only_and_serves_again(
+    config: Config, no_leaks: None, tmp_path: Path
+) -> None:
+    # The pids controller (cgroup v1) counts what the zygote may fork, root or not; RLIMIT_NPROC does
+    # not hold a root zygote.
+    fork_server_only(config)
+    if os.geteuid() != 0 or not (PIDS_CGROUP / "cgroup.procs").exists():
+        pytest.skip("needs root and the cgroup v1 pids controller")
+    group = PIDS_CGROUP / f"python-runner-test-{os.getpid()}-{tmp_path.name}"
+    group.mkdir()
+    try:
+        async with Pool.open(tuned(config, pool_size=0), reap_strays=True) as pool:
+            assert (await run(pool, "print(1)")).stdout.text == "1\n"  # the zygote is up
+            zygote = the_zygote()
+            (group / "pids.max").write_text("1")  # the zygote itself, and nothing it could fork
+            (group / "cgroup.procs").write_text(str(zygote))
+            try:
+                with pytest.raises(SpawnError, match="could not fork"):
+                    await run(pool, "print('never')")
+                (group / "pids.max").write_text("max")
+                after = await run(pool, "print('served by the same zygote')")
+                assert the_zygote() == zygote
+            finally:
+                (PIDS_CGROUP / "cgroup.procs").write_text(str(zygote))
+        assert after.stdout.text == "served by the same zygote\n"
+    finally:
+        # Empty once the run's processes are gone (a namespaced run's init may still be ending).
+        assert await settled_async(lambda: busy_removing(group), timeout=5) is False
+
+
 async def test_a_forked_run_can_import_nothing_of_the_zygote_s_own(pool: Pool) -> None:
     code = """
         import sys
