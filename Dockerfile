@@ -65,9 +65,9 @@ RUN apt-get update \
 #   data. RLIMIT_AS bounds each process of a run, not a run's children together: --memory stays the
 #   backstop (the kernel then kills the largest process in the container).
 # - RUNNER_MAX_PROCESSES=16: --pids-limit=64 counts every task in the container (tini, the server,
-#   the fork server, the pool: 5 at rest, 9 with the recommended line, where each pooled or running
-#   interpreter has two processes of the sandbox's beside it; every run's processes and threads):
-#   9 + 2 runs x (16 + 2) = 45.
+#   the fork server, the pool: 5 at rest, 7 with the recommended line, where each pooled or running
+#   interpreter has its namespace's init beside it; every run's processes and threads):
+#   7 + 2 runs x (16 + 1) = 41.
 #   The server sizes RLIMIT_NPROC with a fixed margin of 48 on top (84 for uid 10001 with these
 #   values), so in the container a fork loop gets EAGAIN from the pids limit first.
 # - Runs and the server work in /tmp (TMPDIR unset: tempfile's default), the 64 MiB tmpfs; the code

@@ -119,3 +119,12 @@ async def test_an_interpreter_that_outlives_its_kill_stays_known_and_is_not_swep
         real_kill()
         os.waitpid(child.pid, 0)
     os.rmdir(base_dir)
+
+
+def test_rlimit_nproc_leaves_room_for_each_sandbox_s_own_processes(config: Config) -> None:
+    # Every pooled or running interpreter has its sandbox's processes beside it, of the same uid.
+    interpreters = config.pool_size + config.max_concurrent
+    plain = limits_for(config, 100).nproc
+    assert limits_for(config, 100, Sandbox("namespaces", "").helpers_per_run).nproc == plain + interpreters
+    assert limits_for(config, 100, Sandbox("bwrap", "").helpers_per_run).nproc == plain + 2 * interpreters
+    assert Sandbox("none", "").helpers_per_run == 0

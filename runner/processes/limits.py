@@ -49,8 +49,8 @@ def limits_for(config: Config, tasks_of_uid_at_start: int, helpers_per_run: int 
     RLIMIT_NPROC counts every process and thread of the real uid, not of the run: the server, the
     pool and every concurrent run share it. It is sized so that each concurrent run can have
     RUNNER_MAX_PROCESSES of its own on top of what the uid already held at start-up, and
-    `helpers_per_run` processes of the server's own next to every interpreter (a namespaced
-    run's outer process and its namespace's init).
+    `helpers_per_run` processes of the sandbox's next to every interpreter (see
+    `Sandbox.helpers_per_run`).
     """
     interpreters = config.pool_size + config.max_concurrent
     nproc = (

@@ -55,9 +55,9 @@ class Sandbox:
 
     @property
     def helpers_per_run(self) -> int:
-        """Processes next to each run interpreter: the outer one (bwrap, or the zygote's child) and
-        the namespace's init."""
-        return 2 if self.enabled else 0
+        """Processes next to each run interpreter: bwrap and its namespace's init, or the init the
+        zygote clones."""
+        return {"none": 0, "bwrap": 2, "namespaces": 1}[self.kind]
 
     @property
     def enabled(self) -> bool:
