@@ -1,9 +1,10 @@
 """Linux namespaces for forked runs: the system calls the namespaced fork server needs. Stdlib only.
 
 Imported by the zygote (``zygote.py``) under ``-I -S``, never by the server: like the bootstrap,
-it must not import the ``runner`` package. Python 3.11 has no ``os.unshare`` and no Python has
-``mount``, ``mount_setattr`` or ``sethostname`` for a process of its own, so they are called
-through ctypes over libc; ``os.unshare`` is used where the interpreter has it (3.12+).
+it must not import the ``runner`` package. Python 3.11 has no ``os.unshare`` or ``os.setns``, and
+no Python has ``mount``, ``mount_setattr``, ``sethostname`` or a ``clone`` with namespace flags,
+so they are called through ctypes over libc; ``os.unshare`` and ``os.setns`` are used where the
+interpreter has them (3.12+).
 
 Who calls what (see zygote.py): the zygote enters a user namespace once, if it lacks
 CAP_SYS_ADMIN; for each run it calls `clone_into_namespaces`, the child (PID 1 of the new PID
@@ -25,7 +26,6 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 
-MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
@@ -61,7 +61,7 @@ DEVICE_LINKS = (
 )
 WORKDIR = "/tmp"
 # Parts of a fresh /proc that are not per-namespace and would let a root run reach the host's
-# kernel settings: covered read-only, as bubblewrap does.
+# kernel settings: covered read-only for a root run, as bubblewrap does.
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")
 
 
@@ -135,10 +135,6 @@ _PYLIBC = ctypes.PyDLL(None, use_errno=True)
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, -1)
 
 
-def _libc() -> ctypes.CDLL:
-    return _LIBC
-
-
 def _checked(result: int, what: str) -> None:
     if result != 0:
         code = ctypes.get_errno()
@@ -151,7 +147,7 @@ def setns(fd: int, kind: int) -> None:
     if native is not None:
         native(fd, kind)
     else:
-        _checked(_libc().setns(fd, kind), "setns")
+        _checked(_LIBC.setns(fd, kind), "setns")
 
 
 def unshare(flags: int) -> None:
@@ -160,13 +156,13 @@ def unshare(flags: int) -> None:
     if native is not None:
         native(flags)
     else:
-        _checked(_libc().unshare(flags), "unshare")
+        _checked(_LIBC.unshare(flags), "unshare")
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     """mount(2); OSError naming the target if it fails."""
     _checked(
-        _libc().mount(
+        _LIBC.mount(
             None if source is None else source.encode(),
             target.encode(),
             None if fstype is None else fstype.encode(),
@@ -187,7 +183,7 @@ def make_read_only(path: str, *, recursive: bool = True) -> None:
     attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
     flags = AT_RECURSIVE if recursive else 0
     _checked(
-        _libc().syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), flags, ctypes.byref(attr), ctypes.sizeof(attr)),
+        _LIBC.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), flags, ctypes.byref(attr), ctypes.sizeof(attr)),
         f"mount_setattr {path}",
     )
 
@@ -218,7 +214,7 @@ def enter_user_namespace() -> None:
 def die_with_parent() -> None:
     """SIGKILL this process when its parent exits; exit now if the parent is already gone."""
     parent = os.getppid()
-    _checked(_libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+    _checked(_LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
     if os.getppid() != parent:
         os._exit(1)
 
@@ -251,7 +247,7 @@ def clone(namespaces: int) -> int:
 
 def name_host() -> None:
     """The UTS namespace's host name: the run's own, not the server's."""
-    _checked(_libc().sethostname(HOSTNAME, len(HOSTNAME)), "sethostname")
+    _checked(_LIBC.sethostname(HOSTNAME, len(HOSTNAME)), "sethostname")
 
 
 def prepare_shared_view(isolation: Isolation) -> None:
