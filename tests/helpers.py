@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import os
 import shutil
+import textwrap
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -17,7 +18,8 @@ from jsonschema import Draft202012Validator
 
 from runner.config import Config
 from runner.errors import ConfigError
-from runner.outcome import RunResult
+from runner.execution.pool import Pool
+from runner.outcome import RunRequest, RunResult
 from runner.processes.sandbox import choose_sandbox
 from runner.protocol.results import structured_result
 from runner.protocol.schemas import output_schema
@@ -64,6 +66,11 @@ def _unavailable(why: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"CI must be able to run every mode: {why}")
     pytest.skip(why)
+
+
+async def run_dedented(pool: Pool, code: str, timeout: float = 10) -> RunResult:
+    """Run `code` (dedented) in `pool`, its result checked against the output schema."""
+    return checked(await pool.run(RunRequest("5a4db0c5", textwrap.dedent(code), timeout)))
 
 
 def checked(result: RunResult) -> RunResult:

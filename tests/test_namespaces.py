@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,9 +18,10 @@ import pytest
 
 from runner.config import MIB, Config
 from runner.execution.pool import Pool
-from runner.outcome import RunRequest, RunResult, Status
+from runner.outcome import RunResult, Status
 from runner.processes.sandbox import RUN_TMPFS_BYTES, ZYGOTE, interpreter_argv, namespace_args
-from tests.helpers import checked, children_of, in_mode, settled_async
+from tests.helpers import children_of, in_mode, settled_async
+from tests.helpers import run_dedented as run
 
 pytestmark = pytest.mark.anyio
 
@@ -37,10 +37,6 @@ def namespaced_config(config: Config) -> Config:
 async def namespaced(namespaced_config: Config, no_leaks: None) -> AsyncIterator[Pool]:
     async with Pool.open(namespaced_config, reap_strays=True) as pool:
         yield pool
-
-
-async def run(pool: Pool, code: str, timeout: float = 10) -> RunResult:
-    return checked(await pool.run(RunRequest("5a4db0c5", textwrap.dedent(code), timeout)))
 
 
 def status_fields(pid: int) -> dict[str, str]:

@@ -37,10 +37,21 @@ def fork_server_only(config: Config) -> None:
         pytest.skip("only a fork server has a zygote")
 
 
+def zygotes() -> list[int]:
+    """This process's children whose command line is zygote.py."""
+    return [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
+
+
 def the_zygote() -> int:
     """The pool's zygote: its only child whose command line is zygote.py."""
-    [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
+    [zygote] = zygotes()
     return zygote
+
+
+async def the_zygote_once_ready(pool: Pool, interpreters: int) -> int:
+    """The zygote, once the pool holds `interpreters` ready ones it forked."""
+    assert await settled_async(lambda: pool.ready < interpreters, timeout=20) is False
+    return the_zygote()
 
 
 def plain_only(config: Config) -> None:
@@ -506,7 +517,7 @@ async def test_a_run_that_stops_the_zygote_ends_and_the_next_run_gets_a_new_one(
             zygote = the_zygote()
             stopped = await run(pool, code, timeout=1)
             after = await run(pool, "print('served by a new zygote')")
-        zygotes_after = [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)]
+        zygotes_after = zygotes()
     assert stopped.status in (Status.OK, Status.TIMEOUT, Status.SIGNAL)
     assert after.stdout.text == "served by a new zygote\n"
     if config.sandbox == "namespaces":
@@ -521,8 +532,7 @@ async def test_when_the_zygote_dies_its_waiting_interpreters_are_reaped_without_
     # run ever comes to take them out of the pool.
     fork_server_only(config)
     async with Pool.open(tuned(config, pool_size=3), reap_strays=True) as pool:
-        assert await settled_async(lambda: pool.ready < 3, timeout=20) is False
-        zygote = the_zygote()
+        zygote = await the_zygote_once_ready(pool, 3)
         os.kill(zygote, signal.SIGKILL)
         # Within a few of the sweeps that run every second, nothing is left but the new zygote, if any.
         leftover = await settled_async(
@@ -538,8 +548,7 @@ async def test_a_zygote_stopped_from_outside_is_replaced_and_the_next_run_is_ser
     # that was waiting in the pool ends unreported, and the zygote goes.
     fork_server_only(config)
     async with Pool.open(tuned(config, pool_size=1), reap_strays=True) as pool:
-        assert await settled_async(lambda: pool.ready < 1, timeout=20) is False
-        zygote = the_zygote()
+        zygote = await the_zygote_once_ready(pool, 1)
         os.kill(zygote, signal.SIGSTOP)
         try:
             with anyio.fail_after(30):
@@ -567,7 +576,7 @@ async def test_a_zygote_out_of_file_descriptors_fails_that_run_only_and_serves_a
             await run(pool, "print('never')")
         resource.prlimit(zygote, resource.RLIMIT_NOFILE, was)
         after = await run(pool, "print('served by the same zygote')")
-        assert [pid for pid in children_of(os.getpid()) if b"zygote.py" in cmdline(pid)] == [zygote]
+        assert zygotes() == [zygote]
     assert after.stdout.text == "served by the same zygote\n"
 
 

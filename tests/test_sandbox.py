@@ -8,7 +8,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,10 +17,11 @@ import pytest
 from runner.config import Config
 from runner.errors import ConfigError
 from runner.execution.pool import Pool
-from runner.outcome import RunRequest, RunResult, Status
+from runner.outcome import RunRequest, Status
 from runner.processes.sandbox import BOOTSTRAP_INSIDE, RUN_TMPFS_BYTES, choose_sandbox, exit_code_of_sandboxed
 from runner.processes.source import uses_fork_server
-from tests.helpers import alive, checked, in_mode, living, settled_async
+from tests.helpers import alive, in_mode, living, settled_async
+from tests.helpers import run_dedented as run
 
 pytestmark = pytest.mark.anyio
 
@@ -36,10 +36,6 @@ def sandbox_config(config: Config, request: pytest.FixtureRequest) -> Config:
 async def sandboxed(sandbox_config: Config, no_leaks: None) -> AsyncIterator[Pool]:
     async with Pool.open(sandbox_config, reap_strays=True) as pool:
         yield pool
-
-
-async def run(pool: Pool, code: str, timeout: float = 10) -> RunResult:
-    return checked(await pool.run(RunRequest("5a4db0c5", textwrap.dedent(code), timeout)))
 
 
 def descendants_of_this_process() -> set[int]:

@@ -216,9 +216,8 @@ def _forked_run(theirs: list[int], workdir: str, limits: list[int]) -> NoReturn:
             os.dup2(fd, target)
         _become_run(workdir, limits)
     except BaseException:
-        traceback.print_exc()
-    finally:
-        os._exit(1)
+        _fail()
+    os._exit(1)  # _become_run never returns; this keeps the type checker sure of it
 
 
 def _become_run(workdir: str, limits: list[int]) -> NoReturn:
