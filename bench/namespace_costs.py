@@ -4,18 +4,19 @@
 
 A small parent (this interpreter, the standard library and runner/processes/namespaces.py loaded,
 and the view runs share prepared, like the zygote) clones a child into one kind of namespace, or
-into all of them as the zygote does
-for a run (the child then builds the run's view and forks the run), and the child exits; the
-parent waits for it. Every variant runs in the same invocation,
-interleaved round by round, so that machine noise hits all of them alike. Printed per variant:
-the wall time from fork to reaped (p50, p90: the namespace's set-up and the teardown the exit
-waits for), the CPU time of the processes (p50 of utime + stime of the reaped children), and both
-over plain fork. Kernel work done later on a worker thread (a network namespace's cleanup) is not
-in them; the last line measures it the way it shows: back-to-back runs, with and without one
-network namespace each, and with one lent from those made before as the zygote does. (One empty
-network namespace shared by every run costs what the host's network costs: it is made once. It is
-not an option: concurrent runs sharing it could meet on abstract unix sockets, see
-tests/test_namespaces.py; a lent one is never any other live run's.)
+into all of them with an init that builds the run's view and forks the run, and the child exits; the
+parent waits for it. Every variant runs in the same invocation, interleaved round by round, so that
+machine noise hits all of them alike. Printed per variant: the wall time from fork to reaped (p50,
+p90: the namespace's set-up and the teardown the exit waits for), the CPU time of the processes (p50
+of utime + stime of the reaped children), and both over plain fork. Kernel work done later on a
+worker thread (a network namespace's cleanup) is not in them; the next lines measure it the way it
+shows: back-to-back runs, with and without one network namespace each, and with one lent from those
+made before as the zygote does. (One empty network namespace shared by every run costs what the
+host's network costs: it is made once. It is not an option: concurrent runs sharing it could meet
+on abstract unix sockets, see tests/test_namespaces.py; a lent one is never any other live run's.)
+The last lines compare a whole run made that way (a PID namespace and an init of its own) with the
+zygote's way (the run forked into a kept PID namespace whose init cleans up after it, pidspaces.py),
+back to back, all CPU counted: this process's, its children's and the kept inits'.
 
 Run as root, or where user namespaces are allowed (it enters one of its own first, as the zygote
 does without CAP_SYS_ADMIN). This is a script that prints numbers; nothing here asserts on time.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import select
 import statistics
 import sys
 import time
@@ -33,7 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "runner" / "processes"))
-import namespaces  # the zygote's own module, imported as the zygote imports it
+import namespaces  # the zygote's own modules, imported as the zygote imports them
+import pidspaces
 
 TMP_BYTES = 32 << 20
 
@@ -76,7 +79,8 @@ def whole_run() -> None:
 
 
 def lent_network_run() -> None:
-    """The zygote's way: a network namespace lent from those made before, the rest cloned anew."""
+    """The zygote's way before kept PID namespaces: a network namespace lent, the rest cloned anew with
+    an init that forks the run."""
     network = ISOLATION.lend_network()
     pid = namespaces.clone(ALL)
     if pid == 0:
@@ -102,7 +106,7 @@ VARIANTS: dict[str, Callable[[], None]] = {
     "+ pid, mount and the private view": in_child(private_view, namespaces.CLONE_NEWPID | namespaces.CLONE_NEWNS),
     "a run, a new network namespace each": in_child(whole_run, ALL | namespaces.CLONE_NEWNET),
     "a run, on the host's network": in_child(whole_run, ALL),
-    "a run, a network namespace lent (the zygote's way)": lent_network_run,
+    "a run, a network namespace lent, its own init": lent_network_run,
 }
 
 
@@ -125,6 +129,72 @@ def back_to_back(one: Callable[[], None], runs: int) -> float:
     for _ in range(runs):
         one()
     return (time.perf_counter() - started) / runs
+
+
+def all_cpu_per_run(one: Callable[[], None], runs: int, spaces: pidspaces.PidSpaces | None = None) -> float:
+    """CPU seconds per run of this process and every process it made, kept inits included (they are
+    ended and reaped at the end, so that their time counts as their children's)."""
+
+    def spent() -> float:
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    before = spent()
+    for _ in range(runs):
+        one()
+    if spaces is not None:
+        for init, space in list(spaces.by_init.items()):
+            spaces.retire(space)
+            os.waitpid(init, 0)
+            spaces.lost(init)
+    return (spent() - before) / runs
+
+
+def kept_namespace_run(spaces: pidspaces.PidSpaces) -> Callable[[], None]:
+    """The zygote's way: the run forked into a kept PID namespace, a network namespace lent; the run
+    makes the rest and its view; the namespace's init cleans up after it."""
+
+    def one() -> None:
+        network = ISOLATION.lend_network()
+        space = spaces.lend()
+        pid = spaces.fork_into(space)
+        if pid == 0:
+            try:
+                if network is not None:
+                    namespaces.setns(network, namespaces.CLONE_NEWNET)
+                namespaces.unshare(namespaces.CLONE_NEWNS | namespaces.CLONE_NEWIPC | namespaces.CLONE_NEWUTS)
+                private_view()
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        spaces.clean(space, b"", network)
+        answer = os.read(space.replies, 1) if select.select([space.replies], [], [], 5)[0] else b""
+        ISOLATION.give_back(spaces.finished(space, answer)[1])
+
+    return one
+
+
+def in_kept_namespaces(runs: int) -> tuple[float, float]:
+    """(wall, CPU) per run the zygote's way, measured in a child of this process: kept PID namespaces
+    are made in a PID namespace of the parent's own, after which it can clone no new one itself."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            spaces = pidspaces.PidSpaces([60, 1 << 40, 1 << 20, 1 << 40])
+            spaces.prepare()
+            one = kept_namespace_run(spaces)
+            one()  # the namespace made, the first faults
+            wall = back_to_back(one, runs)
+            cpu = all_cpu_per_run(one, runs, spaces)
+            os.write(write_end, f"{wall} {cpu}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    said = os.read(read_end, 100).split()
+    os.close(read_end)
+    os.waitpid(child, 0)
+    return float(said[0]), float(said[1])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -161,6 +231,15 @@ def main(argv: list[str] | None = None) -> None:
     say(f"back to back, {args.runs} runs each (wall per run, teardown included):")
     for name, seconds in rates.items():
         say(f"  {name:50} {seconds * 1e3:.2f} ms")
+    # What a whole run costs in all, the way before and the zygote's way now, alternated three times.
+    totals: dict[str, list[tuple[float, float]]] = {"its own init": [], "a kept PID namespace": []}
+    for _ in range(3):
+        wall = back_to_back(lent_network_run, args.runs)
+        totals["its own init"].append((wall, all_cpu_per_run(lent_network_run, args.runs)))
+        totals["a kept PID namespace"].append(in_kept_namespaces(args.runs))
+    say(f"a whole run with a lent network namespace, back to back, {args.runs} runs x 3 (wall, all CPU, ms):")
+    for name, pairs in totals.items():
+        say(f"  {name:30} " + "  ".join(f"{wall * 1e3:.2f}, {cpu * 1e3:.2f}" for wall, cpu in pairs))
 
 
 if __name__ == "__main__":

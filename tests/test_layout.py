@@ -36,9 +36,14 @@ FORBIDDEN = {
     **{shared: (*SIDES, *SDK) for shared in SHARED},
 }
 # Run as scripts under `python -I -S`: the standard library only, nothing of `runner` at run time.
-STDLIB_ONLY = ("runner.processes.bootstrap", "runner.processes.namespaces", "runner.processes.zygote")
+STDLIB_ONLY = (
+    "runner.processes.bootstrap",
+    "runner.processes.namespaces",
+    "runner.processes.pidspaces",
+    "runner.processes.zygote",
+)
 # What the zygote imports from its own directory (it runs under -I -S, outside the package).
-ZYGOTE_SIBLINGS = ("bootstrap", "namespaces")
+ZYGOTE_SIBLINGS = ("bootstrap", "namespaces", "pidspaces")
 
 
 @dataclass(frozen=True)

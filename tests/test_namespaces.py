@@ -45,10 +45,10 @@ def status_fields(pid: int) -> dict[str, str]:
 
 
 def waiting_interpreter() -> int:
-    """The one pooled run interpreter: zygote -> its child, the namespace's init -> the interpreter."""
+    """The one pooled run interpreter: the zygote's child that is not PID 1 of its PID namespace (the
+    zygote's other children are: the holder of the namespace runs' are made in, and their inits)."""
     [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-    [init] = children_of(zygote)
-    [interpreter] = children_of(init)
+    [interpreter] = [pid for pid in children_of(zygote) if status_fields(pid)["NSpid"].split()[-1] != "1"]
     return interpreter
 
 

@@ -68,17 +68,6 @@ class ForkedChild(Child):
             except PermissionError:
                 pass
 
-    def find_interpreter(self) -> None:
-        """A namespaced run: the zygote's child is its namespace's init, the interpreter that init's child."""
-        if not self.sandboxed:
-            return
-        try:
-            with open(f"/proc/{self.pid}/task/{self.pid}/children", "rb") as children:
-                self.interpreter_pid = int(children.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            return  # gone already: the run's end will say why
-        self.sandbox_init_pid = self.pid
-
     def still_running(self) -> bool:
         """True until the zygote reports the run's end."""
         return self.report is None
@@ -175,7 +164,6 @@ class ForkServer:
         child = ForkedChild(
             pid=int(pid_text),
             workdir=workdir.decode() or None,  # none on disk: a namespaced run's is its own tmpfs
-            sandboxed=self._sandbox.enabled,
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,

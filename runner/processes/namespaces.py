@@ -7,10 +7,12 @@ so they are called through ctypes over libc; ``os.unshare`` and ``os.setns`` are
 interpreter has them (3.12+).
 
 Who calls what (see zygote.py): the zygote enters a user namespace once, if it lacks
-CAP_SYS_ADMIN; for each run it calls `clone_into_namespaces`, the child (PID 1 of the new PID
-namespace) calls `name_host` and `make_private_view`, and forks the run. The zygote has made the
-part of the view that runs share once, at start, in a mount namespace of its own
-(`prepare_shared_view`): each run's is a copy of it.
+CAP_SYS_ADMIN, makes the part of the view that runs share in a mount namespace of its own
+(`prepare_shared_view`) and the PID namespace that runs' are made in (pidspaces.py). For
+each run it lends a kept PID namespace and a network namespace
+(`Isolation.lend_network`) and forks the run into the first; the run enters
+the second, makes its own mount, IPC and UTS namespaces (`unshare`), and calls `name_host` and
+`make_private_view`, all before its code can arrive.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import ctypes
 import os
 import signal
 
+CLONE_PARENT = 0x00008000
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
@@ -86,10 +89,10 @@ class Isolation:
         """An empty network namespace (an fd) that no live run is in; None: runs keep the host's network.
 
         Made on demand (about 0.5 ms of the zygote's time, and as much again for the kernel to tear it
-        down later), then reused: a run's namespace comes back with `give_back` once its init is
-        reaped, when no process of that run is left. Nothing a run does can outlast it there: a run
-        holds no capability to configure its namespace (lo stays down), its sockets close with its
-        processes, and /proc/sys is read-only to it.
+        down later), then reused: a run's namespace comes back with `give_back` once no process of
+        that run is left (its PID namespace's init has killed and reaped them). Nothing a run does
+        can outlast it there: a run holds no capability to configure its namespace (lo stays down),
+        its sockets close with its processes, and /proc/sys is read-only to it.
         """
         if not self.network:
             return None
@@ -219,24 +222,14 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def clone_into_namespaces() -> int:
-    """Fork into new PID, mount, IPC and UTS namespaces: 0 in the child, which is PID 1 of its PID
-    namespace, the child's pid in the parent. (The network namespace is lent: `Isolation.lend_network`.)
-
-    One clone(2) where ``unshare(CLONE_NEWPID)`` and a fork would need a process more (unshare puts
-    only the caller's next child in a new PID namespace, once: a second unshare fails, and going back
-    needs a capability over the caller's own PID namespace, which a user namespace does not give).
-    """
-    return clone(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS)
-
-
 def clone(namespaces: int) -> int:
     """clone(2) with these CLONE_NEW* flags, as fork: 0 in the child, its pid in the parent.
 
-    The raw system call skips glibc's and CPython's fork handlers: the caller must be single-threaded
-    (the zygote is), and the child must not use what they would have reset (the thread id glibc caches
-    for raise() and recursive locks): the zygote's child only mounts, forks the run with os.fork
-    (which is complete), reaps and exits. PyDLL keeps the GIL held across the call.
+    The raw system call skips glibc's and CPython's fork handlers (0.2-0.3 ms of a child's CPU): the
+    caller must be single-threaded (the zygote is), and the child must not use what they would have
+    reset (the thread id glibc caches for raise() and recursive locks). Its children here are a kept
+    PID namespace's maker and init (pidspaces.py), which only select, read, write, kill, reap and exit;
+    a run is forked with os.fork, complete. PyDLL keeps the GIL held across the call.
     """
     pid = _PYLIBC.syscall(_SYS_CLONE, namespaces | signal.SIGCHLD, None, None, None, None)
     if pid < 0:
@@ -279,7 +272,7 @@ def prepare_shared_view(isolation: Isolation) -> None:
 
 def make_private_view(isolation: Isolation) -> None:
     """In a run's copy of the zygote's mount namespace: a private tmpfs on each of PRIVATE_DIRECTORIES
-    and /dev/shm, a /proc of the run's PID namespace. Called by the namespace's PID 1, before the run exists.
+    and /dev/shm, a /proc of the run's PID namespace. Called by the run, before its code can arrive.
 
     `isolation.keep`: directories under a private one that must stay visible (an interpreter
     installed under /tmp), bound back read-only from the view underneath.

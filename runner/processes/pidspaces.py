@@ -1,0 +1,263 @@
+"""Kept PID namespaces for forked runs, each lent to one run at a time. Stdlib only.
+
+Imported by the zygote (``zygote.py``) under ``-I -S``, like ``namespaces.py``, never by the server.
+
+A PID namespace made and torn down with each run costs a process more than the run itself: the
+namespace's init, forked from the zygote (its page tables copied, the pages its first Python code
+touches copied on write) and torn down again, about 1.5 ms of CPU per run (docs/performance.md).
+A kept namespace's init is made once. The run is the zygote's own child, forked into the namespace
+(``setns``), so the zygote reaps it and reports its end exactly as it does a plain forked run's. When
+the run has ended, the init kills whatever it left (``kill(-1)`` from PID 1 reaches every process in
+the namespace and nothing outside it) and reaps it, and only then is the namespace lent again: a run
+never meets a process of an earlier one.
+
+Runs' namespaces are made in a PID namespace of the zygote's own (`PidSpaces.prepare`), not in the
+zygote's: setns back to a PID namespace needs CAP_SYS_ADMIN over the user namespace that owns it,
+which a zygote in a user namespace of its own has for a namespace it made and not for the host's.
+That namespace's init only holds it; when the zygote dies, it dies (PDEATHSIG), and the kernel kills
+every process in it: every kept init and every run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import select
+import signal
+import socket
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+    from runner.processes import bootstrap, namespaces
+else:
+    import bootstrap  # from this file's directory, put on sys.path by the zygote
+    import namespaces
+
+# Kept namespaces free at once (each one an idle init), beyond which the extra ones end.
+MAX_FREE_SPACES = 32
+# What an init answers once its run's processes are all gone, or when some would not die in time.
+CLEAN = b"C"
+NOT_CLEAN = b"D"
+# How long an init waits for what a run left to die before it gives up on its namespace (a process
+# stuck in the kernel): the namespace is then ended instead of lent again.
+CLEAN_SECONDS = 1.0
+
+
+class Space:
+    """A kept PID namespace: its init (the zygote's child, PID 1 inside), an fd of the namespace, and the
+    pipe and socket ends on which the zygote says a run has ended and the init answers."""
+
+    __slots__ = ("commands", "init", "namespace", "pending", "replies")
+
+    def __init__(self, init: int, namespace: int, commands: int, replies: int) -> None:
+        self.init = init
+        self.namespace = namespace
+        self.commands = commands
+        self.replies = replies
+        self.pending: tuple[bytes, int | None] | None = None  # its ended run's report and network
+
+
+class PidSpaces:
+    """The zygote's kept PID namespaces, and the one they are made in."""
+
+    __slots__ = ("_free", "_home", "_limits", "by_init", "cleaning", "holder")
+
+    def __init__(self, limits: list[int]) -> None:
+        self._limits = limits  # the runs': each init is held to them, but for CPU time
+        self._free: list[Space] = []
+        self._home = -1  # the zygote's namespace for its children, between two forks into a kept one
+        self.holder = 0  # that namespace's init
+        self.by_init: dict[int, Space] = {}  # every kept namespace whose init is not reaped yet
+        self.cleaning: dict[int, Space] = {}  # those whose init is cleaning up after a run, by reply fd
+
+    def prepare(self) -> None:
+        """Once, in the zygote, before any run: the PID namespace runs' are made in, and its holder."""
+        namespaces.unshare(namespaces.CLONE_NEWPID)
+        holder = os.fork()
+        if holder == 0:
+            try:
+                signal.set_wakeup_fd(-1)
+                os.closerange(0, 1 << 16)
+                os.setsid()
+                namespaces.die_with_parent()
+                while True:
+                    signal.pause()
+            finally:
+                os._exit(1)
+        self.holder = holder
+        self._home = os.open("/proc/self/ns/pid_for_children", os.O_RDONLY | os.O_CLOEXEC)
+
+    def lend(self) -> Space:
+        """A kept PID namespace that no live process is in but its init (made now if none is free)."""
+        if self._free:
+            return self._free.pop()
+        ends = [*os.pipe(), *(end.detach() for end in socket.socketpair())]  # commands: read, write; replies
+        try:
+            # Only a process whose children are born in its own PID namespace may make a new one, and
+            # the zygote's are born in the one runs' are made in. So a child of the zygote, born
+            # there, makes it and exits; with CLONE_PARENT the init is the zygote's child all the same.
+            # The init then sends its pid and its namespace (keep).
+            maker = namespaces.clone(0)
+            if maker == 0:
+                try:
+                    if namespaces.clone(namespaces.CLONE_NEWPID | namespaces.CLONE_PARENT) == 0:
+                        keep(ends[0], ends[3], self._limits)
+                finally:
+                    os._exit(0)
+        except OSError:
+            for fd in ends:
+                os.close(fd)
+            raise
+        os.close(ends[0])
+        os.close(ends[3])  # so that the read below ends if no init comes
+        replies = socket.socket(fileno=ends[2])
+        try:
+            said, fds, _, _ = socket.recv_fds(replies, 32, 1)
+            if not fds:
+                raise OSError(f"no init for a PID namespace: its maker ended with {os.waitpid(maker, 0)[1]}")
+        except OSError:
+            replies.close()
+            os.close(ends[1])
+            raise
+        replies.detach()
+        init, namespace = int(said), fds[0]
+        os.set_blocking(ends[2], False)
+        space = Space(init, namespace, ends[1], ends[2])
+        self.by_init[init] = space
+        return space
+
+    def fork_into(self, space: Space) -> int:
+        """os.fork with the child in `space`: 0 in the child, its pid here."""
+        namespaces.setns(space.namespace, namespaces.CLONE_NEWPID)
+        try:
+            pid = os.fork()
+        except OSError:
+            namespaces.setns(self._home, namespaces.CLONE_NEWPID)
+            raise
+        if pid:
+            namespaces.setns(self._home, namespaces.CLONE_NEWPID)
+        return pid
+
+    def give_back(self, space: Space) -> None:
+        """A lent namespace that no run was forked into (the fork failed)."""
+        self._free.append(space)
+
+    def clean(self, space: Space, report: bytes, network: int | None) -> None:
+        """Its run has ended: ask its init to kill and reap what the run left; `report` and the run's
+        network namespace wait for the answer (`finished`) or for the init's end (`lost`)."""
+        space.pending = (report, network)
+        self.cleaning[space.replies] = space
+        with contextlib.suppress(OSError):  # the init is gone, and its namespace with it: `lost` follows
+            os.write(space.commands, b"K")
+
+    def finished(self, space: Space, answer: bytes) -> tuple[bytes, int | None]:
+        """The init of `space` answered: its run's report, and the run's network namespace if it is free
+        again (None, and closed, if a process of the run may still be in it)."""
+        del self.cleaning[space.replies]
+        assert space.pending is not None
+        report, network = space.pending
+        space.pending = None
+        if answer == CLEAN and len(self._free) < MAX_FREE_SPACES:
+            self._free.append(space)
+            return report, network
+        self.retire(space)
+        if answer != CLEAN and network is not None:
+            os.close(network)
+            network = None
+        return report, network
+
+    def lost(self, init: int) -> tuple[bytes, int | None] | None:
+        """A kept namespace's init was reaped (and so every process in it is gone): forget the
+        namespace; the report and network of a run it was cleaning up after, if any."""
+        space = self.by_init.pop(init, None)
+        if space is None:
+            return None
+        if space in self._free:
+            self._free.remove(space)
+        self.cleaning.pop(space.replies, None)
+        for fd in (space.namespace, space.commands, space.replies):
+            os.close(fd)
+        pending, space.pending = space.pending, None
+        return pending
+
+    def retire(self, space: Space) -> None:
+        """End a kept namespace: its init is killed, and every process in it with it (`lost` follows)."""
+        if space in self._free:
+            self._free.remove(space)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(space.init, signal.SIGKILL)
+
+
+def keep(commands: int, replies: int, limits: list[int]) -> NoReturn:
+    """PID 1 of a kept PID namespace: reap what runs leave to it; told on `commands` that
+    a run has ended, kill and reap whatever is left of it, then answer on `replies`.
+
+    Nothing inside can signal it (PID 1 gets only the signals it has a handler for: SIGCHLD's only
+    wakes it) or trace it (it is not dumpable), and it holds no capability.
+    """
+    try:
+        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(number, signal.SIG_DFL)
+        os.setsid()
+        wake_r, wake_w = os.pipe()
+        for target, fd in enumerate((commands, replies, wake_r, wake_w)):
+            os.dup2(fd, target)
+        os.closerange(4, bootstrap.MAX_FD)  # the zygote's socket, other runs' pipes, other namespaces
+        os.set_blocking(2, False)
+        os.set_blocking(3, False)
+        signal.set_wakeup_fd(3)
+        namespaces.die_with_parent()
+        # Within a run's reach, so within a run's limits, but for CPU time, which adds up from run to run.
+        for name, soft, hard in bootstrap.wanted_limits(*limits):
+            if name != "RLIMIT_CPU":
+                which = getattr(resource, name)
+                resource.setrlimit(which, bootstrap.lowered(soft, hard, resource.getrlimit(which)[1]))
+        bootstrap.drop_privileges()
+        # Its pid as the zygote knows it (/proc here is the zygote's, of the zygote's PID namespace), and
+        # its namespace: a zygote in a user namespace may not open a non-dumpable process's /proc/PID/ns.
+        with socket.socket(fileno=1) as channel:
+            namespace = os.open("/proc/self/ns/pid", os.O_RDONLY)
+            socket.send_fds(channel, [os.readlink("/proc/self").encode()], [namespace])
+            os.close(namespace)
+            channel.detach()
+        while True:
+            readable, _, _ = select.select([0, 2], [], [])
+            if 2 in readable:
+                os.read(2, 4096)
+            _reap_orphans()
+            if 0 in readable:
+                if not os.read(0, 1):
+                    break  # the zygote is gone
+                os.write(1, CLEAN if _kill_all() else NOT_CLEAN)
+    finally:
+        os._exit(0)
+
+
+def _kill_all() -> bool:
+    """Kill every other process in this PID namespace and reap it: True once none is left."""
+    deadline = time.monotonic() + CLEAN_SECONDS
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            return True  # nothing left to signal, not even a zombie
+        if not _reap_orphans():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+
+
+def _reap_orphans() -> int:
+    """Reap every exited child (processes of runs, orphaned to this init); how many."""
+    reaped = 0
+    while True:
+        try:
+            if not os.waitpid(-1, os.WNOHANG)[0]:
+                return reaped
+        except ChildProcessError:
+            return reaped
+        reaped += 1
