@@ -133,6 +133,9 @@ class _MountAttr(ctypes.Structure):
 # dirty, copied from the zygote).
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _LIBC.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+for _function in ("mount", "prctl", "sethostname", "setns", "syscall", "unshare"):
+    getattr(_LIBC, _function)  # resolved and kept by the CDLL now, not in every fork that calls it
+del _function
 _PYLIBC = ctypes.PyDLL(None, use_errno=True)
 # clone(2) by number: the flags come first on both, and every other argument here is 0.
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, -1)

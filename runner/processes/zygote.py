@@ -54,6 +54,8 @@ else:
     del sys.modules["bootstrap"], sys.modules["namespaces"], sys.modules["pidspaces"]
 
 UNSHARED_BY_RUN = namespaces.CLONE_NEWNS | namespaces.CLONE_NEWIPC | namespaces.CLONE_NEWUTS
+# A namespaced run drops its capabilities itself, after its set-up: with what ctypes needs made once, here.
+DROP_PRIVILEGES = bootstrap.privilege_dropper()
 
 
 # A namespaced zygote's: what each run gets, and the kept PID namespaces runs are forked into.
@@ -234,7 +236,7 @@ def _forked_run(
         if isolation is not None:
             namespaces.name_host()
             namespaces.make_private_view(isolation)
-            bootstrap.drop_privileges()
+            DROP_PRIVILEGES()
         _become_run(workdir, limits)
     except BaseException:
         _fail()
