@@ -7,8 +7,10 @@ and the adversarial suite; this file holds what is particular to the zygote's na
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +19,7 @@ import anyio
 import pytest
 
 from runner.config import MIB, Config
+from runner.errors import SpawnError
 from runner.execution.pool import Pool
 from runner.outcome import RunResult, Status
 from runner.processes.sandbox import RUN_TMPFS_BYTES, ZYGOTE, interpreter_argv, namespace_args
@@ -44,11 +47,26 @@ def status_fields(pid: int) -> dict[str, str]:
     return {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
 
 
-def waiting_interpreter() -> int:
-    """The one pooled run interpreter: the zygote's child that is not PID 1 of its PID namespace (the
-    zygote's other children are: the holder of the namespace runs' are made in, and their inits)."""
+def the_zygote() -> int:
     [zygote] = [pid for pid in children_of(os.getpid()) if b"zygote.py" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-    [interpreter] = [pid for pid in children_of(zygote) if status_fields(pid)["NSpid"].split()[-1] != "1"]
+    return zygote
+
+
+def zygote_children(depth: int, pid_inside: str | None = None) -> list[int]:
+    """The zygote's children `depth` PID namespaces below it (their NSpid has 1 + depth entries) whose
+    pid in the innermost one is `pid_inside` (any if None): the holder of the namespace runs' are made
+    in is (1, "1"), kept namespaces' inits (2, "1"), runs (2, not "1")."""
+    found = []
+    for pid in children_of(the_zygote()):
+        nspid = status_fields(pid)["NSpid"].split()
+        if len(nspid) == 1 + depth and (pid_inside is None or nspid[-1] == pid_inside):
+            found.append(pid)
+    return found
+
+
+def waiting_interpreter() -> int:
+    """The one pooled run interpreter: the zygote's child that is not PID 1 of its PID namespace."""
+    [interpreter] = [pid for pid in zygote_children(2) if status_fields(pid)["NSpid"].split()[-1] != "1"]
     return interpreter
 
 
@@ -175,6 +193,71 @@ async def test_a_later_run_in_a_reused_network_namespace_finds_nothing_an_earlie
         seen.append(result.stdout.text.split())
     assert [outcome for _, outcome in seen] == ["ConnectionRefusedError"] * 8, seen
     assert len({namespace for namespace, _ in seen}) < 8, f"no namespace was reused: {seen}"
+
+
+# Says which PID namespace it is in and whether anything but its init and itself is in it, then leaves a
+# daemon (its own session) behind.
+LOOK_AROUND_THEN_LEAVE_A_DAEMON = """
+    import os, time
+    pids = sorted(int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+    print(os.readlink("/proc/self/ns/pid"), pids == [1, os.getpid()])
+    ready_r, ready_w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(ready_w, b"up")
+            time.sleep(60)
+        os._exit(0)
+    assert os.read(ready_r, 2) == b"up"
+"""
+
+
+async def test_a_kept_pid_namespace_is_lent_again_only_once_nothing_of_the_earlier_run_is_in_it(
+    namespaced: Pool,
+) -> None:
+    seen = []
+    for _ in range(6):
+        result = await run(namespaced, LOOK_AROUND_THEN_LEAVE_A_DAEMON)
+        assert result.status is Status.OK, result.to_text()
+        seen.append(result.stdout.text.split())
+    assert [alone for _, alone in seen] == ["True"] * 6, seen
+    assert len({namespace for namespace, _ in seen}) < 6, f"no PID namespace was reused: {seen}"
+
+
+async def test_a_kept_namespace_s_init_killed_from_outside_takes_only_its_own_run_with_it(
+    namespaced: Pool,
+) -> None:
+    # Nothing inside can kill an init; the host can. Every process of its namespace dies with it, here
+    # the run waiting in the pool, which the next call may take before its end is known (as when a
+    # pooled interpreter is killed in any mode); the zygote forgets the namespaces, and calls are served.
+    assert (await run(namespaced, "pass")).status is Status.OK
+    assert await settled_async(lambda: namespaced.ready < 1, timeout=20) is False
+    inits = zygote_children(2, "1")
+    assert inits, "no kept PID namespace"
+    for init in inits:
+        os.kill(init, signal.SIGKILL)
+    first = await run(namespaced, "print('served')")
+    assert (first.status, first.signal) in ((Status.OK, None), (Status.SIGNAL, "SIGKILL")), first.to_text()
+    for _ in range(2):
+        result = await run(namespaced, "print('served')")
+        assert (result.status, result.stdout.text) == (Status.OK, "served\n"), result.to_text()
+    assert not set(inits) & set(zygote_children(2, "1"))
+
+
+async def test_when_the_holder_of_runs_namespaces_dies_the_zygote_goes_and_a_new_one_serves(
+    namespaced: Pool,
+) -> None:
+    assert (await run(namespaced, "pass")).status is Status.OK
+    zygote = the_zygote()
+    [holder] = zygote_children(1, "1")
+    os.kill(holder, signal.SIGKILL)
+    # The kernel kills every process in the holder's namespace, the run waiting in the pool too, and
+    # the zygote ends: the first call may fail as when a zygote dies; from the next on, a new one serves.
+    with contextlib.suppress(SpawnError):
+        await run(namespaced, "print('served')")
+    results = [await run(namespaced, "print('served')") for _ in range(2)]
+    assert [(r.status, r.stdout.text) for r in results] == [(Status.OK, "served\n")] * 2, results
+    assert the_zygote() != zygote
 
 
 def test_an_interpreter_installed_under_tmp_stays_visible_read_only_in_the_run_s_own_tmp(

@@ -183,13 +183,13 @@ class ForkServer:
     async def _request(self, request: bytes | None) -> tuple[bytes, list[int]]:
         """Send `request` (None: only wait) and wait for the zygote's next reply."""
         assert self._socket is not None
-        self._reply_ready = anyio.Event()
+        self._reply_ready, sock = anyio.Event(), self._socket
         if request is not None:
             try:
-                self._socket.send(request)
+                sock.send(request)
             except OSError as exc:
+                await self._zygote_gone(sock)  # it died since its last answer: the next call starts anew
                 raise SpawnError(f"the fork server is gone: {exc}") from exc
-        sock = self._socket
         with anyio.move_on_after(STARTUP_TIMEOUT):
             await self._reply_ready.wait()
         if not self._replies:

@@ -21,6 +21,7 @@ every process in it: every kept init and every run.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import resource
 import select
@@ -45,6 +46,10 @@ NOT_CLEAN = b"D"
 # How long an init waits for what a run left to die before it gives up on its namespace (a process
 # stuck in the kernel): the namespace is then ended instead of lent again.
 CLEAN_SECONDS = 1.0
+
+
+class HolderGone(Exception):
+    """The holder of the PID namespace runs' are made in has died: the zygote can fork no run any more."""
 
 
 class Space:
@@ -130,21 +135,32 @@ class PidSpaces:
         self.by_init[init] = space
         return space
 
-    def fork_into(self, space: Space) -> int:
-        """os.fork with the child in `space`: 0 in the child, its pid here."""
-        namespaces.setns(space.namespace, namespaces.CLONE_NEWPID)
-        try:
-            pid = os.fork()
-        except OSError:
-            namespaces.setns(self._home, namespaces.CLONE_NEWPID)
-            raise
-        if pid:
-            namespaces.setns(self._home, namespaces.CLONE_NEWPID)
-        return pid
+    def fork(self) -> tuple[int, Space]:
+        """os.fork, the child in a kept PID namespace lent to it: (0 in the child, its pid here; the
+        namespace), or OSError (then nothing is lent).
 
-    def give_back(self, space: Space) -> None:
-        """A lent namespace that no run was forked into (the fork failed)."""
-        self._free.append(space)
+        A namespace whose init was killed from outside takes no process any more (ENOMEM), and the
+        zygote may not have reaped that init yet: it is ended, and the fork tried in another one. If
+        the holder is dead, no namespace will ever take one: `HolderGone`.
+        """
+        for _ in range(len(self._free) + 1):
+            space = self.lend()
+            namespaces.setns(space.namespace, namespaces.CLONE_NEWPID)
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                namespaces.setns(self._home, namespaces.CLONE_NEWPID)
+                if exc.errno != errno.ENOMEM:
+                    self._free.append(space)
+                    raise
+                self.retire(space)
+                if os.waitid(os.P_PID, self.holder, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    raise HolderGone("the PID namespace runs' are made in has ended") from exc
+                continue
+            if pid:
+                namespaces.setns(self._home, namespaces.CLONE_NEWPID)
+            return pid, space
+        raise OSError(errno.ENOMEM, "no kept PID namespace takes a process")
 
     def clean(self, space: Space, report: bytes, network: int | None) -> None:
         """Its run has ended: ask its init to kill and reap what the run left; `report` and the run's

@@ -110,7 +110,7 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
     try:
         server.send(b"R")
         _serve(server, wake_r, base_dir, limits, namespaced, runs)
-    except OSError:
+    except (OSError, pidspaces.HolderGone):
         pass  # the server is gone (or runs' PID namespaces are): so must every run be
     # Reaped here, not left to the server: orphans would reach it as strays of unknown origin. For a
     # second at most: a run stuck in the kernel must not keep the zygote alive with it.
@@ -188,15 +188,12 @@ def _fork_run(
             pid = os.fork()
         else:
             network = namespaced[0].lend_network()
-            space = namespaced[1].lend()
-            pid = namespaced[1].fork_into(space)
+            pid, space = namespaced[1].fork()
     except OSError as exc:
         for fd in ends:
             os.close(fd)
         if namespaced is not None:
             namespaced[0].give_back(network)
-            if space is not None:
-                namespaced[1].give_back(space)
         if made:
             try:
                 os.rmdir(workdir)  # type: ignore[arg-type]
@@ -281,7 +278,7 @@ def _exited_runs(runs: dict[int, Run], namespaced: Namespaced | None) -> list[by
             if namespaced is not None:
                 isolation, spaces = namespaced
                 if pid == spaces.holder:
-                    raise OSError("the PID namespace that runs' are made in has ended")
+                    raise pidspaces.HolderGone("the PID namespace that runs' are made in has ended")
                 pending = spaces.lost(pid)  # a kept namespace's init
                 if pending is not None:
                     isolation.give_back(pending[1])
@@ -314,43 +311,61 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-# The first run in a kept PID namespace is PID 2 there (its init is 1).
-PROBE_CODE = b"import os\nassert os.getpid() == 2, os.getpid()\n"
+# Run twice, the second time in the namespace the first one had: PID 2 there, then 3 (its init is 1),
+# its parent (the zygote) out of sight.
+PROBE_CODE = b"import os\nassert (os.getpid(), os.getppid()) == (%d, 0), (os.getpid(), os.getppid())\n"
 PROBE_LIMITS = [10, 1 << 30, 4096, 1 << 20]
 
 
 def probe(isolation: namespaces.Isolation) -> int:
-    """Run ``pass`` as a namespaced run exactly as the server would; 0 if it worked, else why on stderr."""
+    """Run ``pass`` twice as namespaced runs exactly as the server would, the second in the PID namespace
+    the first one had; 0 if it worked, else why on stderr."""
     if not namespaces.has_cap_sys_admin():
         namespaces.enter_user_namespace()
     namespaces.prepare_shared_view(isolation)
     bootstrap.prepare_process(keep_capabilities=True)
     spaces = pidspaces.PidSpaces(PROBE_LIMITS)
-    runs: dict[int, Run] = {}
     try:
         spaces.prepare()
-        reply, ours = _fork_run("", PROBE_LIMITS, runs, (isolation, spaces))
-    except OSError as exc:
-        reply, ours = str(exc).encode(), []
-    if not ours:
-        sys.stderr.write(reply.decode(errors="replace") + "\n")
+        for pid_inside in (2, 3):
+            why = _probe_run((isolation, spaces), pid_inside)
+            if why:
+                sys.stderr.write(why + "\n")
+                return 1
+    except (OSError, pidspaces.HolderGone) as exc:
+        sys.stderr.write(f"{exc}\n")
         return 1
+    return 0
+
+
+def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
+    """One run of the probe, and its clean-up: why it failed, or ''."""
+    runs: dict[int, Run] = {}
+    reply, ours = _fork_run("", PROBE_LIMITS, runs, namespaced)
+    if not ours:
+        return reply.decode(errors="replace")
     stdin, stdout, stderr, code = ours
     os.close(stdin)
     ready = os.read(stdout, 256)
     if ready.startswith(bootstrap.READY_PREFIX):
-        os.write(code, bootstrap.frame_code(PROBE_CODE))
+        os.write(code, bootstrap.frame_code(PROBE_CODE % pid_inside))
     os.close(code)
-    [pid] = runs
+    [(pid, run)] = runs.items()
     _, status = os.waitpid(pid, 0)
     errors = b""
     while chunk := os.read(stderr, 65536):
         errors += chunk
+    for fd in (stdout, stderr):
+        os.close(fd)
     if not ready.startswith(bootstrap.READY_PREFIX) or status != 0:
         lines = errors.decode(errors="replace").strip().splitlines()
-        sys.stderr.write((lines[-1] if lines else f"the run ended with wait status {status}") + "\n")
-        return 1
-    return 0
+        return lines[-1] if lines else f"the run ended with wait status {status}"
+    isolation, spaces = namespaced
+    assert run.space is not None
+    spaces.clean(run.space, b"", run.network)
+    answer = os.read(run.space.replies, 1) if select.select([run.space.replies], [], [], 5)[0] else b""
+    isolation.give_back(spaces.finished(run.space, answer)[1])
+    return "" if answer == pidspaces.CLEAN else f"the PID namespace's init answered {answer!r}"
 
 
 if __name__ == "__main__":
