@@ -180,23 +180,28 @@ class ForkServer:
             self._runs[child.pid] = child
         return child
 
-    async def _request(self, request: bytes | None) -> tuple[bytes, list[int]]:
-        """Send `request` (None: only wait) and wait for the zygote's next reply."""
+    async def _request(self, request: bytes | None, retry: bool = True) -> tuple[bytes, list[int]]:
+        """Send `request` (None: only wait) and wait for the zygote's next reply. If the zygote dies
+        before it answers, a new one gets the request, once: whatever the dead one forked is killed."""
         assert self._socket is not None
-        self._reply_ready, sock = anyio.Event(), self._socket
+        self._reply_ready, sock, died = anyio.Event(), self._socket, False
         if request is not None:
             try:
                 sock.send(request)
-            except OSError as exc:
-                await self._zygote_gone(sock)  # it died since its last answer: the next call starts anew
-                raise SpawnError(f"the fork server is gone: {exc}") from exc
-        with anyio.move_on_after(STARTUP_TIMEOUT):
-            await self._reply_ready.wait()
-        if not self._replies:
-            # Stopped or wedged: a late answer must not go to the next request. Start afresh.
-            await self._zygote_gone(sock)
-            raise SpawnError("the fork server did not answer; replaced")
-        return self._replies.pop(0)
+            except OSError:
+                died = True
+        if not died:
+            with anyio.move_on_after(STARTUP_TIMEOUT) as waiting:
+                await self._reply_ready.wait()
+            if self._replies:
+                return self._replies.pop(0)
+            died = not waiting.cancelled_caught  # else stopped or wedged
+        # A late answer must not go to the next request: start afresh.
+        await self._zygote_gone(sock)
+        if died and retry and request is not None:
+            await self._start_zygote()
+            return await self._request(request, retry=False)
+        raise SpawnError("the fork server is gone" if died else "the fork server did not answer; replaced")
 
     async def unresponsive(self, child: Child) -> None:
         """`child` did not end after SIGKILL: its zygote stopped reporting, so it is replaced."""
@@ -276,16 +281,7 @@ class ForkServer:
             return
         # Shielded: whoever noticed the death first must finish reaping even if cancelled meanwhile.
         with anyio.CancelScope(shield=True):
-            with anyio.move_on_after(ZYGOTE_EXIT_GRACE) as scope:
-                while not _reap_nowait(pid):  # noqa: ASYNC110  (no pidfd needed for a once-per-zygote wait)
-                    await anyio.sleep(0.005)
-            if scope.cancelled_caught:
-                # Stopped, or ignoring its socket: it goes by force.
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                with anyio.move_on_after(REAP_TIMEOUT):
-                    while not _reap_nowait(pid):  # noqa: ASYNC110
-                        await anyio.sleep(0.005)
+            await _reap_zygote(pid)
 
     async def _stop(self) -> None:
         if self._socket is not None:
@@ -315,6 +311,20 @@ def _parent_of(pid: int) -> int | None:
             return int(stat.read().rsplit(b")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+async def _reap_zygote(pid: int) -> None:
+    """Reap a zygote told to go; SIGKILL it if it has not gone within ZYGOTE_EXIT_GRACE."""
+    with anyio.move_on_after(ZYGOTE_EXIT_GRACE) as scope:
+        while not _reap_nowait(pid):  # noqa: ASYNC110  (no pidfd needed for a once-per-zygote wait)
+            await anyio.sleep(0.005)
+    if scope.cancelled_caught:
+        # Stopped, or ignoring its socket: it goes by force.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with anyio.move_on_after(REAP_TIMEOUT):
+            while not _reap_nowait(pid):  # noqa: ASYNC110
+                await anyio.sleep(0.005)
 
 
 def _reap_nowait(pid: int) -> bool:

@@ -46,6 +46,7 @@ NOT_CLEAN = b"D"
 # How long an init waits for what a run left to die before it gives up on its namespace (a process
 # stuck in the kernel): the namespace is then ended instead of lent again.
 CLEAN_SECONDS = 1.0
+PF_EXITING = 0x4  # in a process's flags (field 9 of /proc/PID/stat) once it has begun to exit
 
 
 class HolderGone(Exception):
@@ -144,7 +145,11 @@ class PidSpaces:
         the holder is dead, no namespace will ever take one: `HolderGone`.
         """
         for _ in range(len(self._free) + 1):
-            space = self.lend()
+            try:
+                space = self.lend()
+            except OSError as exc:
+                self._unless_holder_gone(exc)
+                raise
             namespaces.setns(space.namespace, namespaces.CLONE_NEWPID)
             try:
                 pid = os.fork()
@@ -154,13 +159,27 @@ class PidSpaces:
                     self._free.append(space)
                     raise
                 self.retire(space)
-                if os.waitid(os.P_PID, self.holder, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                    raise HolderGone("the PID namespace runs' are made in has ended") from exc
+                self._unless_holder_gone(exc)
                 continue
             if pid:
                 namespaces.setns(self._home, namespaces.CLONE_NEWPID)
             return pid, space
         raise OSError(errno.ENOMEM, "no kept PID namespace takes a process")
+
+    def _unless_holder_gone(self, exc: OSError) -> None:
+        """HolderGone if `exc` is ENOMEM because the holder is dying or dead: no process can be made
+        under it any more. (Its death waits for the zygote to reap what died with it, so it is
+        `PF_EXITING` in its stat, not yet a zombie, when a fork fails.)"""
+        if exc.errno != errno.ENOMEM:
+            return
+        try:
+            with open(f"/proc/{self.holder}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            dying = fields[0] in (b"Z", b"X") or int(fields[6]) & PF_EXITING
+        except (OSError, IndexError, ValueError):
+            dying = True
+        if dying:
+            raise HolderGone("the PID namespace runs' are made in has ended") from exc
 
     def clean(self, space: Space, report: bytes, network: int | None) -> None:
         """Its run has ended: ask its init to kill and reap what the run left; `report` and the run's

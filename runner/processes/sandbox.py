@@ -55,8 +55,9 @@ class Sandbox:
 
     @property
     def helpers_per_run(self) -> int:
-        """Processes next to each run interpreter: bwrap and its namespace's init, or the init the
-        zygote clones."""
+        """Processes next to each run interpreter: bwrap and its namespace's init, or the init of the
+        kept PID namespace the zygote lends it (one per run in flight or waiting). The zygote, and
+        the holder of the namespace those are made in, are within limits.SERVER_THREAD_HEADROOM."""
         return {"none": 0, "bwrap": 2, "namespaces": 1}[self.kind]
 
     @property
