@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 from runner.config import MIB, Config
 from runner.execution.pool import Pool
 from runner.outcome import RunResult, Status
+from runner.processes import namespaces
 from runner.processes.sandbox import RUN_TMPFS_BYTES, ZYGOTE, interpreter_argv, namespace_args
 from tests.helpers import children_of, in_mode, settled_async
 from tests.helpers import run_dedented as run
@@ -257,6 +259,37 @@ async def test_when_the_holder_of_runs_namespaces_dies_the_zygote_goes_and_a_new
     results = [await run(namespaced, "print('served')") for _ in range(2)]
     assert [(r.status, r.stdout.text) for r in results] == [(Status.OK, "served\n")] * 2, results
     assert the_zygote() != zygote
+
+
+async def test_a_kept_namespace_s_init_catches_no_signal_so_a_run_cannot_make_it_spend_cpu(namespaced: Pool) -> None:
+    # PID 1 gets only the signals it catches; it catches none, and ignores SIGCHLD (the kernel reaps what
+    # is orphaned to it). A run signalling it in a loop costs it nothing.
+    code = """
+        import os, signal
+        for _ in range(200):
+            os.kill(1, signal.SIGCHLD)
+        fields = dict(line.split(":", 1) for line in open("/proc/1/status"))
+        print(int(fields["SigCgt"], 16), bool(int(fields["SigIgn"], 16) >> (signal.SIGCHLD - 1) & 1))
+    """
+    result = await run(namespaced, code)
+    assert (result.status, result.stdout.text) == (Status.OK, "0 True\n"), result.to_text()
+
+
+def test_a_namespaced_run_refuses_to_go_on_holding_any_privilege() -> None:
+    # The run checks after dropping (the dropping itself ignores what fails): here, as root, the check
+    # fails; in a child that dropped everything, it passes.
+    if os.geteuid() != 0:
+        pytest.skip("needs capabilities to hold")
+    with pytest.raises(OSError, match="capabilities not dropped"):
+        namespaces.require_no_privileges()
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(ZYGOTE).parent)!r}); import bootstrap, namespaces; "
+        "bootstrap.drop_privileges(); namespaces.require_no_privileges()"
+    )
+    done = subprocess.run(
+        [*interpreter_argv(sys.executable), "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_an_interpreter_installed_under_tmp_stays_visible_read_only_in_the_run_s_own_tmp(

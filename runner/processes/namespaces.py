@@ -203,6 +203,16 @@ def has_cap_sys_admin() -> bool:
     return False
 
 
+def require_no_privileges() -> None:
+    """OSError unless this process holds no capability and has no_new_privs set: what a namespaced
+    run must have dropped before its code may come (the zygote's were every one over the namespaces)."""
+    with open("/proc/self/status", "rb") as status:
+        fields = dict(line.split(b":", 1) for line in status if b":" in line)
+    held = [name.decode() for name in (b"CapPrm", b"CapEff", b"CapBnd", b"CapAmb") if int(fields.get(name, b"1"), 16)]
+    if held or fields.get(b"NoNewPrivs", b"0").strip() != b"1":
+        raise OSError(f"capabilities not dropped: {held or 'no_new_privs unset'}")
+
+
 def enter_user_namespace() -> None:
     """Become the owner of a new user namespace, keeping the same uid and gid inside.
 
@@ -231,7 +241,8 @@ def clone(namespaces: int) -> int:
     The raw system call skips glibc's and CPython's fork handlers (0.2-0.3 ms of a child's CPU): the
     caller must be single-threaded (the zygote is), and the child must not use what they would have
     reset (the thread id glibc caches for raise() and recursive locks). Its children here are a kept
-    PID namespace's maker and init (pidspaces.py), which only select, read, write, kill, reap and exit;
+    PID namespace's maker and init (pidspaces.py): the init sets signal dispositions and rlimits, drops
+    its capabilities (ctypes), sends its pid and namespace, then only reads, writes, kills and sleeps;
     a run is forked with os.fork, complete. PyDLL keeps the GIL held across the call.
     """
     pid = _PYLIBC.syscall(_SYS_CLONE, namespaces | signal.SIGCHLD, None, None, None, None)

@@ -6,10 +6,10 @@ A PID namespace made and torn down with each run costs a process more than the r
 namespace's init, forked from the zygote (its page tables copied, the pages its first Python code
 touches copied on write) and torn down again, about 1.5 ms of CPU per run (docs/performance.md).
 A kept namespace's init is made once. The run is the zygote's own child, forked into the namespace
-(``setns``), so the zygote reaps it and reports its end exactly as it does a plain forked run's. When
-the run has ended, the init kills whatever it left (``kill(-1)`` from PID 1 reaches every process in
-the namespace and nothing outside it) and reaps it, and only then is the namespace lent again: a run
-never meets a process of an earlier one.
+(``setns``), so the zygote reaps it and reports its end at once, exactly as it does a plain forked
+run's. Then the init kills whatever the run left (``kill(-1)`` from PID 1 reaches every process in
+the namespace and nothing outside it), and only once nothing is left is the namespace lent again: a
+run never meets a process of an earlier one.
 
 Runs' namespaces are made in a PID namespace of the zygote's own (`PidSpaces.prepare`), not in the
 zygote's: setns back to a PID namespace needs CAP_SYS_ADMIN over the user namespace that owns it,
@@ -24,7 +24,6 @@ import contextlib
 import errno
 import os
 import resource
-import select
 import signal
 import socket
 import time
@@ -46,6 +45,7 @@ NOT_CLEAN = b"D"
 # How long an init waits for what a run left to die before it gives up on its namespace (a process
 # stuck in the kernel): the namespace is then ended instead of lent again.
 CLEAN_SECONDS = 1.0
+CLEAN_POLL = 0.0005
 PF_EXITING = 0x4  # in a process's flags (field 9 of /proc/PID/stat) once it has begun to exit
 
 
@@ -57,26 +57,27 @@ class Space:
     """A kept PID namespace: its init (the zygote's child, PID 1 inside), an fd of the namespace, and the
     pipe and socket ends on which the zygote says a run has ended and the init answers."""
 
-    __slots__ = ("commands", "init", "namespace", "pending", "replies")
+    __slots__ = ("commands", "init", "namespace", "network", "replies")
 
     def __init__(self, init: int, namespace: int, commands: int, replies: int) -> None:
         self.init = init
         self.namespace = namespace
         self.commands = commands
         self.replies = replies
-        self.pending: tuple[bytes, int | None] | None = None  # its ended run's report and network
+        self.network: int | None = None  # the ended run's network namespace, while the init cleans up
 
 
 class PidSpaces:
     """The zygote's kept PID namespaces, and the one they are made in."""
 
-    __slots__ = ("_free", "_home", "_limits", "by_init", "cleaning", "holder")
+    __slots__ = ("_free", "_home", "_limits", "by_init", "cleaning", "holder", "holder_reaped")
 
     def __init__(self, limits: list[int]) -> None:
         self._limits = limits  # the runs': each init is held to them, but for CPU time
         self._free: list[Space] = []
         self._home = -1  # the zygote's namespace for its children, between two forks into a kept one
         self.holder = 0  # that namespace's init
+        self.holder_reaped = False
         self.by_init: dict[int, Space] = {}  # every kept namespace whose init is not reaped yet
         self.cleaning: dict[int, Space] = {}  # those whose init is cleaning up after a run, by reply fd
 
@@ -89,6 +90,8 @@ class PidSpaces:
                 signal.set_wakeup_fd(-1)
                 os.closerange(0, 1 << 16)
                 os.setsid()
+                # getppid() is 0 here either way (the zygote is outside this PID namespace): if the
+                # zygote died before this line, the server's stray sweep kills this orphan.
                 namespaces.die_with_parent()
                 while True:
                     signal.pause()
@@ -101,39 +104,40 @@ class PidSpaces:
         """A kept PID namespace that no live process is in but its init (made now if none is free)."""
         if self._free:
             return self._free.pop()
-        ends = [*os.pipe(), *(end.detach() for end in socket.socketpair())]  # commands: read, write; replies
+        commands_r, commands_w = os.pipe()
         try:
-            # Only a process whose children are born in its own PID namespace may make a new one, and
-            # the zygote's are born in the one runs' are made in. So a child of the zygote, born
-            # there, makes it and exits; with CLONE_PARENT the init is the zygote's child all the same.
-            # The init then sends its pid and its namespace (keep).
-            maker = namespaces.clone(0)
-            if maker == 0:
-                try:
-                    if namespaces.clone(namespaces.CLONE_NEWPID | namespaces.CLONE_PARENT) == 0:
-                        keep(ends[0], ends[3], self._limits)
-                finally:
-                    os._exit(0)
+            theirs, ours = socket.socketpair()
         except OSError:
-            for fd in ends:
-                os.close(fd)
+            os.close(commands_r)
+            os.close(commands_w)
             raise
-        os.close(ends[0])
-        os.close(ends[3])  # so that the read below ends if no init comes
-        replies = socket.socket(fileno=ends[2])
         try:
-            said, fds, _, _ = socket.recv_fds(replies, 32, 1)
-            if not fds:
-                raise OSError(f"no init for a PID namespace: its maker ended with {os.waitpid(maker, 0)[1]}")
+            try:
+                # Only a process whose children are born in its own PID namespace may make a new one,
+                # and the zygote's are born in the one runs' are made in. So a child of the zygote,
+                # born there, makes it and exits; with CLONE_PARENT the init is the zygote's child
+                # all the same. The init then sends its pid and its namespace (keep).
+                if namespaces.clone(0) == 0:
+                    try:
+                        if namespaces.clone(namespaces.CLONE_NEWPID | namespaces.CLONE_PARENT) == 0:
+                            keep(commands_r, theirs.fileno(), self._limits)
+                    finally:
+                        os._exit(0)
+            finally:
+                os.close(commands_r)
+                theirs.close()  # so that the read below ends if no init comes
+            said, fds, _, _ = socket.recv_fds(ours, 32, 1)
+            if len(fds) != 1 or not said.isdigit():
+                for fd in fds:
+                    os.close(fd)
+                raise OSError(errno.ECHILD, "no init came for a new PID namespace")
         except OSError:
-            replies.close()
-            os.close(ends[1])
+            os.close(commands_w)
+            ours.close()
             raise
-        replies.detach()
-        init, namespace = int(said), fds[0]
-        os.set_blocking(ends[2], False)
-        space = Space(init, namespace, ends[1], ends[2])
-        self.by_init[init] = space
+        space = Space(int(said), fds[0], commands_w, ours.detach())
+        os.set_blocking(space.replies, False)
+        self.by_init[space.init] = space
         return space
 
     def fork(self) -> tuple[int, Space]:
@@ -142,7 +146,7 @@ class PidSpaces:
 
         A namespace whose init was killed from outside takes no process any more (ENOMEM), and the
         zygote may not have reaped that init yet: it is ended, and the fork tried in another one. If
-        the holder is dead, no namespace will ever take one: `HolderGone`.
+        the holder is dying, no namespace will ever take one: `HolderGone`.
         """
         for _ in range(len(self._free) + 1):
             try:
@@ -150,11 +154,15 @@ class PidSpaces:
             except OSError as exc:
                 self._unless_holder_gone(exc)
                 raise
-            namespaces.setns(space.namespace, namespaces.CLONE_NEWPID)
+            try:
+                namespaces.setns(space.namespace, namespaces.CLONE_NEWPID)
+            except OSError:
+                self._free.append(space)
+                raise
             try:
                 pid = os.fork()
             except OSError as exc:
-                namespaces.setns(self._home, namespaces.CLONE_NEWPID)
+                self._go_home()
                 if exc.errno != errno.ENOMEM:
                     self._free.append(space)
                     raise
@@ -162,9 +170,15 @@ class PidSpaces:
                 self._unless_holder_gone(exc)
                 continue
             if pid:
-                namespaces.setns(self._home, namespaces.CLONE_NEWPID)
+                self._go_home()
             return pid, space
         raise OSError(errno.ENOMEM, "no kept PID namespace takes a process")
+
+    def _go_home(self) -> None:
+        try:
+            namespaces.setns(self._home, namespaces.CLONE_NEWPID)
+        except OSError as exc:  # every later fork would land in a lent namespace: the zygote must go
+            raise HolderGone(f"cannot return to the PID namespace runs' are made in: {exc}") from exc
 
     def _unless_holder_gone(self, exc: OSError) -> None:
         """HolderGone if `exc` is ENOMEM because the holder is dying or dead: no process can be made
@@ -181,34 +195,35 @@ class PidSpaces:
         if dying:
             raise HolderGone("the PID namespace runs' are made in has ended") from exc
 
-    def clean(self, space: Space, report: bytes, network: int | None) -> None:
-        """Its run has ended: ask its init to kill and reap what the run left; `report` and the run's
-        network namespace wait for the answer (`finished`) or for the init's end (`lost`)."""
-        space.pending = (report, network)
+    def clean(self, space: Space, network: int | None) -> None:
+        """Its run has ended: its init is to kill what the run left; the run's network namespace waits
+        for the answer (`finished`) or for the init's end (`lost`)."""
+        space.network = network
         self.cleaning[space.replies] = space
         with contextlib.suppress(OSError):  # the init is gone, and its namespace with it: `lost` follows
             os.write(space.commands, b"K")
 
-    def finished(self, space: Space, answer: bytes) -> tuple[bytes, int | None]:
-        """The init of `space` answered: its run's report, and the run's network namespace if it is free
-        again (None, and closed, if a process of the run may still be in it)."""
+    def finished(self, space: Space, answer: bytes) -> int | None:
+        """The init of `space` answered: the run's network namespace if it is free again (None, and
+        closed, if a process of the run may still be in it)."""
         del self.cleaning[space.replies]
-        assert space.pending is not None
-        report, network = space.pending
-        space.pending = None
+        network, space.network = space.network, None
         if answer == CLEAN and len(self._free) < MAX_FREE_SPACES:
             self._free.append(space)
-            return report, network
+            return network
         self.retire(space)
         if answer != CLEAN and network is not None:
             os.close(network)
             network = None
-        return report, network
+        return network
 
-    def lost(self, init: int) -> tuple[bytes, int | None] | None:
-        """A kept namespace's init was reaped (and so every process in it is gone): forget the
-        namespace; the report and network of a run it was cleaning up after, if any."""
-        space = self.by_init.pop(init, None)
+    def lost(self, pid: int) -> int | None:
+        """A child of the zygote that is not a run was reaped. If it is a kept namespace's init (and
+        so every process in its namespace is gone), forget the namespace, and return the network
+        namespace of a run it was cleaning up after, now free."""
+        if pid == self.holder:
+            self.holder_reaped = True
+        space = self.by_init.pop(pid, None)
         if space is None:
             return None
         if space in self._free:
@@ -216,8 +231,8 @@ class PidSpaces:
         self.cleaning.pop(space.replies, None)
         for fd in (space.namespace, space.commands, space.replies):
             os.close(fd)
-        pending, space.pending = space.pending, None
-        return pending
+        network, space.network = space.network, None
+        return network
 
     def retire(self, space: Space) -> None:
         """End a kept namespace: its init is killed, and every process in it with it (`lost` follows)."""
@@ -226,25 +241,36 @@ class PidSpaces:
         with contextlib.suppress(ProcessLookupError):
             os.kill(space.init, signal.SIGKILL)
 
+    def end(self) -> list[int]:
+        """When the zygote stops: kill every init and the holder; their pids, to reap."""
+        for space in list(self.by_init.values()):
+            self.retire(space)
+        if self.holder_reaped:
+            return list(self.by_init)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.holder, signal.SIGKILL)  # not reaped: the pid cannot be anyone else's
+        return [*self.by_init, self.holder]
+
 
 def keep(commands: int, replies: int, limits: list[int]) -> NoReturn:
-    """PID 1 of a kept PID namespace: reap what runs leave to it; told on `commands` that
-    a run has ended, kill and reap whatever is left of it, then answer on `replies`.
+    """PID 1 of a kept PID namespace: told on `commands` that a run has ended, kill whatever is left of
+    it, then answer on `replies`.
 
-    Nothing inside can signal it (PID 1 gets only the signals it has a handler for: SIGCHLD's only
-    wakes it) or trace it (it is not dumpable), and it holds no capability.
+    It ignores SIGCHLD, so the kernel reaps what is orphaned to it, and every signal from inside the
+    namespace (PID 1 gets none it has no handler for): nothing a run does makes it spend CPU. It is
+    not dumpable (nothing can trace or read it) and holds no capability.
     """
     try:
+        signal.set_wakeup_fd(-1)
         for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(number, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
         os.setsid()
-        wake_r, wake_w = os.pipe()
-        for target, fd in enumerate((commands, replies, wake_r, wake_w)):
+        for target, fd in enumerate((commands, replies)):
             os.dup2(fd, target)
-        os.closerange(4, bootstrap.MAX_FD)  # the zygote's socket, other runs' pipes, other namespaces
-        os.set_blocking(2, False)
-        os.set_blocking(3, False)
-        signal.set_wakeup_fd(3)
+        os.closerange(2, bootstrap.MAX_FD)  # the zygote's socket, other runs' pipes, other namespaces
+        # getppid() is 0 here either way (the zygote is outside this PID namespace): if the zygote
+        # died before this line, the server's stray sweep kills this orphan.
         namespaces.die_with_parent()
         # Within a run's reach, so within a run's limits, but for CPU time, which adds up from run to run.
         for name, soft, hard in bootstrap.wanted_limits(*limits):
@@ -259,40 +285,21 @@ def keep(commands: int, replies: int, limits: list[int]) -> NoReturn:
             socket.send_fds(channel, [os.readlink("/proc/self").encode()], [namespace])
             os.close(namespace)
             channel.detach()
-        while True:
-            readable, _, _ = select.select([0, 2], [], [])
-            if 2 in readable:
-                os.read(2, 4096)
-            _reap_orphans()
-            if 0 in readable:
-                if not os.read(0, 1):
-                    break  # the zygote is gone
-                os.write(1, CLEAN if _kill_all() else NOT_CLEAN)
+        while os.read(0, 1):  # EOF: the zygote is gone
+            os.write(1, CLEAN if _kill_all() else NOT_CLEAN)
     finally:
         os._exit(0)
 
 
 def _kill_all() -> bool:
-    """Kill every other process in this PID namespace and reap it: True once none is left."""
+    """Kill every other process in this PID namespace: True once none is left, not even a zombie (the
+    kernel reaps those of this init's children; a run's CLONE_PARENT children are the zygote's)."""
     deadline = time.monotonic() + CLEAN_SECONDS
     while True:
         try:
             os.kill(-1, signal.SIGKILL)
         except ProcessLookupError:
-            return True  # nothing left to signal, not even a zombie
-        if not _reap_orphans():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.001)
-
-
-def _reap_orphans() -> int:
-    """Reap every exited child (processes of runs, orphaned to this init); how many."""
-    reaped = 0
-    while True:
-        try:
-            if not os.waitpid(-1, os.WNOHANG)[0]:
-                return reaped
-        except ChildProcessError:
-            return reaped
-        reaped += 1
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(CLEAN_POLL)

@@ -9,11 +9,13 @@ interpreter would.
 
 With ``namespaces`` every run gets its own PID, mount, IPC, UTS and (NETWORK ``isolated``)
 network namespaces, set up before its code can arrive. The PID namespace is a kept one, lent to one
-run at a time (pidspaces.py): the run is forked into it, and its init, made once, kills and reaps
-whatever a run left before the zygote reports the run's end and lends the namespace again. The run
+run at a time (pidspaces.py): the run is forked into it, and once the zygote has reaped the run and
+reported its end, the namespace's init, made once, kills whatever the run left before the namespace
+is lent again. The run
 itself makes the rest (mount, IPC, UTS), enters its lent network namespace and builds its private
 view of the file system, then drops every capability. ``python zygote.py --probe TMP_BYTES NETWORK
-KEEP...`` runs one such run of ``pass`` and exits 0 if it worked (the server's start-up check).
+KEEP...`` runs two such runs of ``pass``, the second in the first one's PID namespace, and exits 0 if
+they worked (the server's start-up check).
 
 This file must not import the ``runner`` package: like the bootstrap, it runs under ``-I -S`` with
 nothing but the standard library.
@@ -117,6 +119,8 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
     for pid in runs:
         _kill_group(pid)
     left, deadline = set(runs), time.monotonic() + 1.0
+    if namespaced is not None:
+        left.update(namespaced[1].end())  # the inits and the holder, and with them every namespace
     while left and time.monotonic() < deadline:
         for pid in list(left):
             try:
@@ -142,18 +146,17 @@ def _serve(
         for fd in readable:
             if fd in cleaning:
                 assert namespaced is not None
-                isolation, spaces = namespaced
                 try:
                     answer = os.read(fd, 1)
                 except OSError:
                     answer = b""
-                report, network = spaces.finished(cleaning[fd], answer)
-                isolation.give_back(network)
-                server.send(report)
+                namespaced[0].give_back(namespaced[1].finished(cleaning[fd], answer))
         if wake_r in readable:
             os.read(wake_r, 4096)
             for report in _exited_runs(runs, namespaced):
                 server.send(report)
+            if namespaced is not None and namespaced[1].holder_reaped:
+                raise pidspaces.HolderGone("the PID namespace that runs' are made in has ended")
         if server.fileno() in readable:
             if not server.recv(16):
                 return
@@ -234,6 +237,7 @@ def _forked_run(
             namespaces.name_host()
             namespaces.make_private_view(isolation)
             DROP_PRIVILEGES()
+            namespaces.require_no_privileges()  # fail closed: the dropping ignores what fails
         _become_run(workdir, limits)
     except BaseException:
         _fail()
@@ -259,10 +263,8 @@ def _fail() -> NoReturn:
 
 
 def _exited_runs(runs: dict[int, Run], namespaced: Namespaced | None) -> list[bytes]:
-    """Reap every exited child; the ``X`` report of each run whose end the server may be told now.
-
-    A namespaced run's report waits for its PID namespace's init to clean up after it (`_serve`).
-    """
+    """Reap every exited child; the ``X`` report of each run. A namespaced run's init is told to kill
+    what the run left, and its namespaces are lent again once it has (`_serve`)."""
     reports: list[bytes] = []
     while True:
         try:
@@ -275,14 +277,8 @@ def _exited_runs(runs: dict[int, Run], namespaced: Namespaced | None) -> list[by
         pid, status, usage = os.wait4(info.si_pid, 0)
         run = runs.pop(pid, None)
         if run is None:
-            if namespaced is not None:
-                isolation, spaces = namespaced
-                if pid == spaces.holder:
-                    raise pidspaces.HolderGone("the PID namespace that runs' are made in has ended")
-                pending = spaces.lost(pid)  # a kept namespace's init
-                if pending is not None:
-                    isolation.give_back(pending[1])
-                    reports.append(pending[0])
+            if namespaced is not None:  # a kept namespace's init, its maker, or the holder
+                namespaced[0].give_back(namespaced[1].lost(pid))
             continue
         removed = True
         if run.workdir is not None:
@@ -291,11 +287,9 @@ def _exited_runs(runs: dict[int, Run], namespaced: Namespaced | None) -> list[by
                 os.rmdir(run.workdir)
             except OSError:
                 removed = False  # not empty (or not ours): the server deletes the tree
-        report = b"X %d %d %r %r %d %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss, removed)
+        reports.append(b"X %d %d %r %r %d %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss, removed))
         if namespaced is not None and run.space is not None:
-            namespaced[1].clean(run.space, report, run.network)
-        else:
-            reports.append(report)
+            namespaced[1].clean(run.space, run.network)
 
 
 def _kill_group(pid: int) -> None:
@@ -362,9 +356,9 @@ def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
         return lines[-1] if lines else f"the run ended with wait status {status}"
     isolation, spaces = namespaced
     assert run.space is not None
-    spaces.clean(run.space, b"", run.network)
+    spaces.clean(run.space, run.network)
     answer = os.read(run.space.replies, 1) if select.select([run.space.replies], [], [], 5)[0] else b""
-    isolation.give_back(spaces.finished(run.space, answer)[1])
+    isolation.give_back(spaces.finished(run.space, answer))
     return "" if answer == pidspaces.CLEAN else f"the PID namespace's init answered {answer!r}"
 
 
