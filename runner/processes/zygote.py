@@ -11,9 +11,8 @@ With ``namespaces`` every run gets its own PID, mount, IPC, UTS and (NETWORK ``i
 network namespaces, set up before its code can arrive. The PID namespace is a kept one, lent to one
 run at a time (pidspaces.py): the run is forked into it, and once the zygote has reaped the run and
 reported its end, the namespace's init, made once, kills whatever the run left before the namespace
-is lent again. The run
-itself makes the rest (mount, IPC, UTS), enters its lent network namespace and builds its private
-view of the file system, then drops every capability. ``python zygote.py --probe TMP_BYTES NETWORK
+is lent again. The run itself makes the rest (mount, IPC, UTS), enters its lent network namespace
+and builds its private view of the file system, then drops every capability. ``python zygote.py --probe TMP_BYTES NETWORK
 KEEP...`` runs two such runs of ``pass``, the second in the first one's PID namespace, and exits 0 if
 they worked (the server's start-up check).
 
@@ -85,8 +84,8 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
     (removed: 1 if no directory of the run is left on disk, 0 if the server must delete what is in
     it). A plain run has ended when the zygote has killed whatever is left in its process group
     (the leader is still a zombie, so the group id cannot have been reused), reaped it and removed
-    its directory if the run left it empty; a namespaced run when, besides, its PID namespace's
-    init has killed and reaped whatever the run left in it. When the server closes the socket,
+    its directory if the run left it empty (a namespaced run's PID namespace is lent again only
+    once its init has killed whatever else the run left there). When the server closes the socket,
     every run is killed and reaped and the zygote exits. It holds nothing of the server's: a
     minimal environment, no secrets, and only modules the bootstrap itself needs (nothing seeds
     `random` before a fork).
