@@ -12,9 +12,9 @@ network namespaces, set up before its code can arrive. The PID namespace is a ke
 run at a time (pidspaces.py): the run is forked into it, and once the zygote has reaped the run and
 reported its end, the namespace's init, made once, kills whatever the run left before the namespace
 is lent again. The run itself makes the rest (mount, IPC, UTS), enters its lent network namespace
-and builds its private view of the file system, then drops every capability. ``python zygote.py --probe TMP_BYTES NETWORK
-KEEP...`` runs two such runs of ``pass``, the second in the first one's PID namespace, and exits 0 if
-they worked (the server's start-up check).
+and builds its private view of the file system, then drops every capability.
+``python zygote.py --probe TMP_BYTES NETWORK KEEP...`` runs two such runs of ``pass``, the second in
+the first one's PID namespace, and exits 0 if they worked (the server's start-up check).
 
 This file must not import the ``runner`` package: like the bootstrap, it runs under ``-I -S`` with
 nothing but the standard library.
