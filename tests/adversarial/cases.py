@@ -649,8 +649,9 @@ PROCESSES = [
 # Without a PID namespace these reach this very process (the server) or every process on the machine.
 SERVER_REACH = [
     case(
-        # In the namespace the parent is the sandbox's init: the kill is ignored (the run goes on, ok)
-        # or takes the sandbox down (the run ends by SIGKILL). Either way the server is unharmed.
+        # In bwrap's namespace the parent is the sandbox's init: the kill is ignored (the run goes on, ok)
+        # or takes the sandbox down (the run ends by SIGKILL). In the zygote's, the parent is out of
+        # sight (getppid() is 0): kill(0) ends the run's own group. Either way the server is unharmed.
         "killing the parent does not reach the server",
         """
         import os, signal, time
