@@ -105,3 +105,26 @@ async def test_a_daemon_left_behind_cannot_plant_files_in_later_runs(server_pool
     assert (await run(server_pool, PLANT_FROM_A_DAEMON)).stdout.text == "daemon up\n"
     for _ in range(4):
         assert (await run(server_pool, LIST_OWN_DIRECTORY)).stdout.text == "[]\n"
+
+
+# The kernel's key store belongs to the uid, not to a run: a key added to the user keyring (for a root
+# server, root's own) outlives the run that added it, and any later run of the uid could read it.
+LEAVE_A_KEY_THEN_LOOK = """
+    import ctypes, errno, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    ADD_KEY, REQUEST_KEY, KEYCTL = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}[os.uname().machine]
+    outcomes = []
+    for call in (
+        lambda: libc.syscall(REQUEST_KEY, b"user", b"python-runner-cross-run", None, 0),
+        lambda: libc.syscall(ADD_KEY, b"user", b"python-runner-cross-run", b"left", 4, -4),  # the user keyring
+        lambda: libc.syscall(KEYCTL, 0, -4, 0),  # KEYCTL_GET_KEYRING_ID of the user keyring
+    ):
+        outcomes.append(errno.errorcode.get(ctypes.get_errno(), "?") if call() < 0 else "allowed")
+    print(*outcomes)
+"""
+
+
+async def test_a_run_can_neither_leave_nor_find_a_key_in_the_kernel_s_keyrings(server_pool: Pool) -> None:
+    for _ in range(2):
+        assert (await run(server_pool, LEAVE_A_KEY_THEN_LOOK)).stdout.text == "EPERM EPERM EPERM\n"

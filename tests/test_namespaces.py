@@ -277,14 +277,14 @@ async def test_a_kept_namespace_s_init_catches_no_signal_so_a_run_cannot_make_it
 
 def test_a_namespaced_run_refuses_to_go_on_holding_any_privilege() -> None:
     # The run checks after dropping (the dropping itself ignores what fails): here, as root, the check
-    # fails; in a child that dropped everything, it passes.
+    # fails; in a child that dropped everything and is under the keyring filter, it passes.
     if os.geteuid() != 0:
         pytest.skip("needs capabilities to hold")
     with pytest.raises(OSError, match="capabilities not dropped"):
         namespaces.require_no_privileges()
     code = (
         f"import sys; sys.path.insert(0, {str(Path(ZYGOTE).parent)!r}); import bootstrap, namespaces; "
-        "bootstrap.drop_privileges(); namespaces.require_no_privileges()"
+        "bootstrap.drop_privileges(); bootstrap.block_keyrings(); namespaces.require_no_privileges()"
     )
     done = subprocess.run(
         [*interpreter_argv(sys.executable), "-c", code], capture_output=True, text=True, timeout=60, check=False

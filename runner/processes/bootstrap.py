@@ -35,7 +35,13 @@ MAX_FD = 1 << 20
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# The kernel's key store belongs to a uid, not to a process: a key a run adds to the user keyring (a
+# root server's: root's own) outlives the run, and a later run of the uid could find it. So no run
+# may call add_key, request_key or keyctl. Per machine: (AUDIT_ARCH_*, their numbers).
+KEYRING_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
 
 
 def wanted_limits(cpu: int, address_space: int, nproc: int, fsize: int) -> list[tuple[str, int, int]]:
@@ -111,6 +117,45 @@ def privilege_dropper() -> Callable[[], None]:
 
 def _nothing() -> None:
     pass
+
+
+def block_keyrings() -> None:
+    """A seccomp filter on this process and everything it forks or starts: add_key, request_key and
+    keyctl fail with EPERM, and so does every system call of another ABI (i386 or x32 on x86_64, whose
+    numbers differ). Needs no_new_privs or CAP_SYS_ADMIN. OSError if the kernel refuses it; nothing on
+    other platforms."""
+    machine = KEYRING_SYSCALLS.get(os.uname().machine)
+    if not sys.platform.startswith("linux") or machine is None:
+        return
+    import ctypes
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    arch, (add_key, request_key, keyctl) = machine
+    deny, allow = 0x00050000 | errno.EPERM, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
+    load, equal, at_least, give = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, JGE|K, BPF_RET|K
+    program = [
+        (load, 0, 0, 4),  # seccomp_data.arch
+        (equal, 1, 0, arch),
+        (give, 0, 0, deny),
+        (load, 0, 0, 0),  # seccomp_data.nr
+        (at_least, 4, 0, 0x40000000),  # x32 (__X32_SYSCALL_BIT)
+        (equal, 3, 0, add_key),
+        (equal, 2, 0, request_key),
+        (equal, 1, 0, keyctl),
+        (give, 0, 0, allow),
+        (give, 0, 0, deny),
+    ]
+    filters = (SockFilter * len(program))(*(SockFilter(*op) for op in program))
+    libc = ctypes.CDLL(None, use_errno=True)
+    fprog = SockFprog(len(program), filters)
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"seccomp filter: {os.strerror(code)}")
 
 
 def make_undumpable() -> None:
@@ -315,7 +360,8 @@ def prepare_process(*, keep_capabilities: bool = False) -> None:
     """What every run needs once per interpreter, before any run's code: a forked run inherits it.
 
     Non-dumpable and no capabilities (both survive fork; a run can make only itself dumpable
-    again, which exposes nothing but its own process, and can never regain a capability), the compiler
+    again, which exposes nothing but its own process, and can never regain a capability), no kernel
+    keyrings (a seccomp filter, which survives fork and exec and cannot be lifted), the compiler
     warmed up, and a line-buffered stdout: -I ignores PYTHONUNBUFFERED, and a block-buffered stdout
     loses what a run printed before a timeout kill. Line buffering keeps every finished line,
     written whole (one write per line, so lines of concurrent processes do not interleave mid-line).
@@ -324,6 +370,7 @@ def prepare_process(*, keep_capabilities: bool = False) -> None:
     warm_up()
     if not keep_capabilities:  # a namespaced zygote's: each run drops them after its set-up
         drop_privileges()
+    block_keyrings()  # after no_new_privs, or with the namespaced zygote's CAP_SYS_ADMIN
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 

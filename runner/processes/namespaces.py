@@ -204,13 +204,16 @@ def has_cap_sys_admin() -> bool:
 
 
 def require_no_privileges() -> None:
-    """OSError unless this process holds no capability and has no_new_privs set: what a namespaced
-    run must have dropped before its code may come (the zygote's were every one over the namespaces)."""
+    """OSError unless this process holds no capability, has no_new_privs set and is under a seccomp
+    filter (bootstrap.block_keyrings, inherited from the zygote): what a namespaced run must hold
+    before its code may come (the zygote's capabilities were every one over the namespaces)."""
     with open("/proc/self/status", "rb") as status:
         fields = dict(line.split(b":", 1) for line in status if b":" in line)
     held = [name.decode() for name in (b"CapPrm", b"CapEff", b"CapBnd", b"CapAmb") if int(fields.get(name, b"1"), 16)]
     if held or fields.get(b"NoNewPrivs", b"0").strip() != b"1":
         raise OSError(f"capabilities not dropped: {held or 'no_new_privs unset'}")
+    if fields.get(b"Seccomp", b"0").strip() != b"2":
+        raise OSError("no seccomp filter: the kernel's keyrings are open")
 
 
 def enter_user_namespace() -> None:
