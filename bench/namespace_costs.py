@@ -156,8 +156,7 @@ def kept_namespace_run(spaces: pidspaces.PidSpaces) -> Callable[[], None]:
 
     def one() -> None:
         network = ISOLATION.lend_network()
-        space = spaces.lend()
-        pid = spaces.fork_into(space)
+        pid, space = spaces.fork()
         if pid == 0:
             try:
                 if network is not None:
@@ -167,9 +166,9 @@ def kept_namespace_run(spaces: pidspaces.PidSpaces) -> Callable[[], None]:
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
-        spaces.clean(space, b"", network)
+        spaces.clean(space, network)
         answer = os.read(space.replies, 1) if select.select([space.replies], [], [], 5)[0] else b""
-        ISOLATION.give_back(spaces.finished(space, answer)[1])
+        ISOLATION.give_back(spaces.finished(space, answer))
 
     return one
 

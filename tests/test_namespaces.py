@@ -305,6 +305,17 @@ def test_an_interpreter_installed_under_tmp_stays_visible_read_only_in_the_run_s
     assert done.returncode == 0, done.stderr
 
 
+def test_the_namespace_cost_benchmark_runs_to_its_last_line(config: Config) -> None:
+    # A script that prints numbers, not a test of them: it must keep up with the zygote's own modules.
+    in_mode(config, "namespaces")  # skipped where the zygote cannot make namespaces
+    script = Path(__file__).resolve().parent.parent / "bench" / "namespace_costs.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--runs", "2"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].lstrip().startswith("a kept PID namespace"), done.stdout
+
+
 def test_the_zygote_makes_namespaces_as_an_unprivileged_user_through_a_user_namespace(config: Config) -> None:
     # The container's case: no capability at all, so the zygote first enters a user namespace it owns.
     setpriv = shutil.which("setpriv")
