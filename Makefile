@@ -9,10 +9,14 @@ PIP := $(PY) -m pip
 # Stamps record which lock the venv was last installed from, so a lock change reinstalls.
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
+# What runs may import (RUNNER_PACKAGES): numpy, pandas, matplotlib, scipy from requirements-sandbox.lock,
+# in an environment of its own, never the server's venv.
+SANDBOX_ENV ?= .sandbox-env
+SANDBOX_STAMP := $(SANDBOX_ENV)/.built
 PYTEST_ARGS ?=
 , := ,
 
-.PHONY: help run test lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak
+.PHONY: help run test lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak sandbox-env check-sandbox-env
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -29,8 +33,18 @@ $(DEV_STAMP): requirements-dev.lock | $(PY)
 	$(PIP) install --quiet --require-hashes -r requirements-dev.lock
 	@touch $@ $(RUN_STAMP)
 
-run: $(RUN_STAMP) ## Serve MCP on stdio (installs from requirements.lock into .venv first)
-	@exec $(PY) -m runner
+$(SANDBOX_STAMP): requirements-sandbox.lock scripts/sandbox_env.py | $(PY)
+	$(PY) scripts/sandbox_env.py build $(SANDBOX_ENV)
+	@touch $@
+
+sandbox-env: $(SANDBOX_STAMP) ## Build the package environment runs import from (requirements-sandbox.lock into .sandbox-env)
+
+check-sandbox-env: $(SANDBOX_STAMP) ## Fail if the package environment is not exactly what requirements-sandbox.lock says
+	@$(PY) scripts/sandbox_env.py check $(SANDBOX_ENV)
+
+# RUNNER_PACKAGES set in the environment (even empty: standard library only) wins over the built one.
+run: $(RUN_STAMP) check-sandbox-env ## Serve MCP on stdio (installs from the locks into .venv and .sandbox-env first)
+	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" exec $(PY) -m runner
 
 lint: $(DEV_STAMP) ## ruff lint and format check
 	$(VENV)/bin/ruff check runner tests
@@ -39,21 +53,22 @@ lint: $(DEV_STAMP) ## ruff lint and format check
 typecheck: $(DEV_STAMP) ## mypy --strict on runner/
 	$(VENV)/bin/mypy runner
 
-unit: $(DEV_STAMP) ## Only the pytest suite
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+unit: $(DEV_STAMP) check-sandbox-env ## Only the pytest suite
+	RUNNER_TEST_PACKAGES=$(abspath $(SANDBOX_ENV)) $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test: container-tools lint typecheck unit ## Install dev tools, then lint, type check and run the whole suite
 
-lock: | $(PY) ## Regenerate requirements.lock and requirements-dev.lock from their .in files
+lock: | $(PY) ## Regenerate requirements.lock, requirements-dev.lock and requirements-sandbox.lock from their .in files
 	$(PIP) install --quiet pip-tools
 	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements.lock requirements.in
 	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-dev.lock requirements-dev.in
+	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-sandbox.lock requirements-sandbox.in
 
 inspect: $(RUN_STAMP) ## Open the MCP Inspector (npx) against this server
 	npx --yes @modelcontextprotocol/inspector@2.12.0 $(abspath $(PY)) -m runner
 
-clean: ## Remove the venv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+clean: ## Remove the venv, the package environment and caches
+	rm -rf $(VENV) $(SANDBOX_ENV) .pytest_cache .mypy_cache .ruff_cache
 
 # --- Docker and the Inspector CLI ---------------------------------------------------------------------
 IMAGE ?= turhal-ai/python-runner-mcp:latest

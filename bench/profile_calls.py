@@ -179,7 +179,7 @@ def child_stages(server_root: Path, sandbox_mode: str, reps: int) -> dict[str, A
     """Part 2: the run interpreter's stages, spawned exactly as the server spawns it."""
     sys.path.insert(0, str(server_root))
     from runner.config import Config
-    from runner.processes.bootstrap import frame_code
+    from runner.processes.jobs import frame_code
     from runner.processes.limits import count_tasks_of_uid, limits_for
     from runner.processes.sandbox import choose_sandbox
     from runner.processes.spawn import remove_tree, spawn_child

@@ -64,7 +64,7 @@ def around_async(owner, name, label_in, label_out):
     setattr(owner, name, wrapper)
 
 before(runner.transports.stdio, "parse_message", "request_read")
-before(runner.execution.driver, "frame_code", "code_framed")
+before(runner.execution.driver, "frame_job", "code_framed")
 before(runner.execution.driver, "classify", "result")
 around_async(runner.protocol.handlers.Handlers, "call_tool", "handler", "handler_returns")
 around_async(runner.transports.stdio, "write_all", "response_write", None)

@@ -34,4 +34,4 @@ async def run_code(
     except ArgumentError as exc:
         return RunResult(request_id, Status.INVALID_ARGUMENTS, str(exc))
     async with Pool.open(config) as pool:
-        return await pool.run(RunRequest(request_id, args.code, args.timeout, args.stdin))
+        return await pool.run(RunRequest(request_id, args.code, args.timeout, args.stdin, args.files))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import glob
 import math
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -46,6 +48,15 @@ class Config:
     sandbox_network: SandboxNetwork = "isolated"
     sandbox_tmp_mb: int = 64
     spawn_mode: SpawnMode = "auto"
+    packages: str = ""
+    packages_site: str = ""
+    package_versions: tuple[str, ...] = ()  # "numpy 2.4.6", ... what runs may import besides the stdlib
+    preload: tuple[str, ...] = ()
+    max_images: int = 4
+    max_image_kb: int = 256
+    max_returned_kb: int = 512
+    max_files_kb: int = 48
+    max_input_mb: int = 8
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -53,6 +64,7 @@ class Config:
         env = os.environ if environ is None else environ
         d = cls()
         max_timeout = _number(env, "RUNNER_MAX_TIMEOUT", d.max_timeout, 0.1, 86_400.0)
+        packages, packages_site = _packages(env)
         return cls(
             max_cpu_seconds=_integer(env, "RUNNER_MAX_CPU_SECONDS", d.max_cpu_seconds, 1, 86_400),
             max_memory_mb=_integer(env, "RUNNER_MAX_MEMORY_MB", d.max_memory_mb, 32, 1_048_576),
@@ -77,6 +89,15 @@ class Config:
             ),
             sandbox_tmp_mb=_integer(env, "RUNNER_SANDBOX_TMP_MB", d.sandbox_tmp_mb, 1, 1_048_576),
             spawn_mode=cast(SpawnMode, _choice(env, "RUNNER_SPAWN_MODE", d.spawn_mode, get_args(SpawnMode))),
+            packages=packages,
+            packages_site=packages_site,
+            package_versions=_installed(packages_site),
+            preload=_preload(env, packages_site),
+            max_images=_integer(env, "RUNNER_MAX_IMAGES", d.max_images, 0, 64),
+            max_image_kb=_integer(env, "RUNNER_MAX_IMAGE_KB", d.max_image_kb, 1, 64 * 1024),
+            max_returned_kb=_integer(env, "RUNNER_MAX_RETURNED_KB", d.max_returned_kb, 0, 1024 * 1024),
+            max_files_kb=_integer(env, "RUNNER_MAX_FILES_KB", d.max_files_kb, 0, 1024 * 1024),
+            max_input_mb=_integer(env, "RUNNER_MAX_INPUT_MB", d.max_input_mb, 0, 1024),
         )
 
     @property
@@ -86,8 +107,27 @@ class Config:
 
     @property
     def max_message_bytes(self) -> int:
-        """Largest JSON-RPC line accepted: the largest legal call, with room for JSON escaping."""
-        return 6 * (self.max_code_bytes + self.max_stdin_bytes) + 64 * 1024
+        """Largest JSON-RPC line accepted: the largest legal call, with room for JSON escaping (and
+        for base64, which files may come in)."""
+        return 6 * (self.max_code_bytes + self.max_stdin_bytes + self.max_input_bytes) + 64 * 1024
+
+    @property
+    def max_input_bytes(self) -> int:
+        """What the files of one call may hold in all, decoded."""
+        return self.max_input_mb * MIB
+
+    @property
+    def returns(self) -> tuple[int, int, int, int, int]:
+        """What a run may return besides its output, in the order the run takes them (`harvest.Budgets`):
+        images, bytes per image, bytes in all, bytes of files that are not images, result characters."""
+        images = self.max_images if self.max_returned_kb else 0
+        return (
+            images,
+            self.max_image_kb * 1024,
+            self.max_returned_kb * 1024,
+            self.max_files_kb * 1024,
+            self.max_output_chars,
+        )
 
     @property
     def file_size_bytes(self) -> int:
@@ -151,3 +191,50 @@ def _work_dir(env: Mapping[str, str]) -> str:
     if not (os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)):
         raise ConfigError("RUNNER_WORK_DIR", f"expected a writable directory, got {path!r}")
     return path
+
+
+def _packages(env: Mapping[str, str]) -> tuple[str, str]:
+    """RUNNER_PACKAGES: the environment runs import from, and the directory of it that goes on sys.path
+    (its ``site-packages``, or a virtual environment's ``lib/pythonX.Y/site-packages``)."""
+    raw = env.get("RUNNER_PACKAGES", "").strip()
+    if not raw:
+        return "", ""
+    if not os.path.isabs(raw) or not os.path.isdir(raw):
+        raise ConfigError("RUNNER_PACKAGES", f"expected an absolute path to a package environment, got {raw!r}")
+    found = [os.path.join(raw, "site-packages")] if os.path.isdir(os.path.join(raw, "site-packages")) else []
+    found = found or sorted(glob.glob(os.path.join(raw, "lib", "python3*", "site-packages")))
+    if len(found) != 1:
+        raise ConfigError(
+            "RUNNER_PACKAGES",
+            f"expected {raw!r} to hold one site-packages directory (make sandbox-env builds one), found {len(found)}",
+        )
+    return os.path.realpath(raw), os.path.realpath(found[0])
+
+
+DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib.pyplot")
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _preload(env: Mapping[str, str], packages_site: str) -> tuple[str, ...]:
+    """RUNNER_PRELOAD: the modules a second zygote imports before its first fork (comma-separated;
+    empty: no such zygote). By default those of numpy, pandas and matplotlib.pyplot installed in
+    RUNNER_PACKAGES; nothing without it."""
+    raw = env.get("RUNNER_PRELOAD")
+    if raw is None:
+        present = (name for name in DEFAULT_PRELOAD if os.path.isdir(os.path.join(packages_site, name.split(".")[0])))
+        return tuple(present) if packages_site else ()
+    names = tuple(name.strip() for name in raw.split(",") if name.strip())
+    for name in names:
+        if not _MODULE_NAME.match(name):
+            raise ConfigError("RUNNER_PRELOAD", f"expected comma-separated module names, got {name!r}")
+    if names and not packages_site:
+        raise ConfigError("RUNNER_PRELOAD", "needs RUNNER_PACKAGES: the modules to preload come from there")
+    return names
+
+
+def _installed(site: str) -> tuple[str, ...]:
+    """ "name version" of every distribution in `site`, from its .dist-info directory's name."""
+    if not site:
+        return ()
+    names = sorted(entry[: -len(".dist-info")] for entry in os.listdir(site) if entry.endswith(".dist-info"))
+    return tuple(" ".join(name.rsplit("-", 1)) for name in names)

@@ -36,13 +36,50 @@ class Status(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class InputFile:
+    """A file the call hands in: written into the run's directory before its code starts."""
+
+    path: str  # relative, checked: no "..", no empty or "." part, no NUL
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class RunRequest:
-    """One run: the code, what to feed its stdin, and its wall-clock timeout in seconds."""
+    """One run: the code, what to feed its stdin, its wall-clock timeout in seconds, and its files."""
 
     request_id: str
     code: str
     timeout: float
     stdin: str = ""
+    files: tuple[InputFile, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """Something a run returns besides its output: a figure or image file (`kind` "image"), or
+    another file it made or changed, as text or as bytes ("text" or "blob")."""
+
+    name: str  # figure-N.png, or the file's path in the run's directory
+    data: bytes
+    mime_type: str
+    kind: str
+    width: int = 0
+    height: int = 0
+    note: str = ""
+
+    def describe(self) -> str:
+        """e.g. ``plot.png (640x480, 23,053 bytes)`` or ``out.csv (text/csv, 1,204 bytes)``."""
+        what = f"{self.width}x{self.height}" if self.kind == "image" else self.mime_type
+        return f"{self.name} ({what}, {len(self.data):,} bytes{'; ' + self.note if self.note else ''})"
+
+
+@dataclass(frozen=True, slots=True)
+class Omitted:
+    """Something the run made that does not come back, and why (a budget, a link, ...)."""
+
+    name: str
+    size: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +130,20 @@ class RunResult:
     cpu_seconds: float | None = None
     peak_memory_bytes: int | None = None
     queue_wait: float = 0.0
+    result: str | None = None  # repr() of the last expression's value, when not None
+    result_chars: int = 0  # of the whole repr(): more than len(result) when it was cut
+    attachments: tuple[Attachment, ...] = ()
+    omitted: tuple[Omitted, ...] = ()
+
+    @property
+    def images(self) -> tuple[Attachment, ...]:
+        """The attachments that are images."""
+        return tuple(a for a in self.attachments if a.kind == "image")
+
+    @property
+    def files(self) -> tuple[Attachment, ...]:
+        """The attachments that are not images."""
+        return tuple(a for a in self.attachments if a.kind != "image")
 
     @property
     def signal(self) -> str | None:
@@ -113,8 +164,10 @@ class RunResult:
 
             --- exit_code: 0 | duration: 0.041s ---
 
-        A stderr section follows stdout when there is stderr; lines for truncation and for the
-        reason a run did not end normally come before the closing line.
+        A stderr section follows stdout when there is stderr, and a result section (the value of
+        the last expression) when there is one; lines for truncation, for images and files that
+        came back or did not, and for the reason a run did not end normally come before the
+        closing line. A run with none of these renders exactly as the product description shows.
         """
         parts = [f"[request_id={self.request_id}]\n"]
         ran = self.exit_code is not None
@@ -122,11 +175,21 @@ class RunResult:
             parts.append(_section("stdout", self.stdout))
         if self.stderr.total_bytes:
             parts.append(_section("stderr", self.stderr))
+        if self.result is not None:
+            cut = self.result_chars - len(self.result)
+            body = self.result + (f"\n... [{cut:,} more characters]" if cut > 0 else "")
+            parts.append(_section("result", StreamText(body, 0, 0)))
         for name, stream in (("stdout", self.stdout), ("stderr", self.stderr)):
             if stream.truncated:
                 parts.append(
                     f"--- {name} truncated: {stream.dropped_bytes:,} of {stream.total_bytes:,} bytes dropped ---\n"
                 )
+        for label, attached in (("images", self.images), ("files", self.files)):
+            if attached:
+                parts.append(f"--- {label}: {', '.join(a.describe() for a in attached)} ---\n")
+        for omitted in self.omitted:
+            size = f" ({omitted.size:,} bytes)" if omitted.size else ""
+            parts.append(f"--- not returned: {omitted.name}{size}: {omitted.reason} ---\n")
         if self.status not in (Status.OK, Status.ERROR) and self.message:
             parts.append(f"--- {self.status}: {self.message} ---\n")
         exit_code = "none"

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.processes.bootstrap import READY_PREFIX, empty_directory, frame_code
+from runner.processes.bootstrap import READY_PREFIX
+from runner.processes.jobs import frame_code
 from runner.processes.sandbox import BOOTSTRAP, interpreter_argv
 from runner.processes.spawn import spawn_in_new_session
+from runner.processes.workdir import empty_directory
 
 LIMITS = ["10", str(256 << 20), "64", str(1 << 20)]
 
@@ -147,7 +149,7 @@ def test_an_empty_directory_is_left_as_it_is(tmp_path: Path) -> None:
 EMPTY_AROUND_A_MOUNT = """
 import os, sys
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
-from bootstrap import empty_directory
+from workdir import empty_directory
 top = sys.argv[2]
 os.makedirs(top + "/mounted")
 os.makedirs(top + "/on/the/way/to")

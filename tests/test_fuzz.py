@@ -68,6 +68,7 @@ SERVER_ENV = {
     "RUNNER_MAX_TIMEOUT": "5",
     "RUNNER_DEFAULT_TIMEOUT": "2",
     "RUNNER_MAX_CPU_SECONDS": "5",
+    "RUNNER_MAX_INPUT_MB": "0",
 }
 CONFIG = Config.from_env(SERVER_ENV)
 LIMIT = CONFIG.max_message_bytes  # the longest line served, newline included
@@ -715,10 +716,23 @@ def oversized_lines(draw: st.DrawFn) -> list[Frame]:
 # --- tool arguments from the input schema -------------------------------------------------------------
 
 KNOWN_KEYWORDS = {"type", "description", "default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+FILE_ENTRY_KEYWORDS = {"type", "properties", "required", "additionalProperties"}
+# RUNNER_MAX_INPUT_MB=0 keeps the longest legal line small enough to fuzz around: files hold nothing.
+FILE_NAMES = st.text(alphabet=st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1)
 
 
 def value_in(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     """Values valid against one property's schema, from the keywords it uses (and no others)."""
+    if schema.get("type") == "array":
+        entry = schema["items"]
+        assert set(schema) == {"type", "maxItems", "description", "items"}, schema
+        assert set(entry) == FILE_ENTRY_KEYWORDS
+        assert set(entry["properties"]) == {"path", "content", "encoding"}
+        names = FILE_NAMES.filter(lambda n: n not in (".", "..") and len(n.encode()) <= 255)
+        files = st.lists(names, max_size=3, unique=True).map(
+            lambda paths: [{"path": p, "content": "", "encoding": "utf-8"} for p in paths]
+        )
+        return files
     unknown = set(schema) - KNOWN_KEYWORDS
     assert not unknown, f"the input schema uses {unknown}: teach this fuzzer about them"
     if schema["type"] == "string":

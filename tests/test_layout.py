@@ -38,12 +38,17 @@ FORBIDDEN = {
 # Run as scripts under `python -I -S`: the standard library only, nothing of `runner` at run time.
 STDLIB_ONLY = (
     "runner.processes.bootstrap",
+    "runner.processes.figures",
+    "runner.processes.harvest",
+    "runner.processes.jobs",
     "runner.processes.namespaces",
     "runner.processes.pidspaces",
+    "runner.processes.preload",
+    "runner.processes.workdir",
     "runner.processes.zygote",
 )
 # What the zygote imports from its own directory (it runs under -I -S, outside the package).
-ZYGOTE_SIBLINGS = ("bootstrap", "namespaces", "pidspaces")
+ZYGOTE_SIBLINGS = ("bootstrap", "figures", "harvest", "jobs", "namespaces", "pidspaces", "preload", "workdir")
 
 
 @dataclass(frozen=True)

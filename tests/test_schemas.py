@@ -29,7 +29,8 @@ def test_the_input_schema_carries_the_configured_limits() -> None:
     assert schema["required"] == ["code"]
     assert schema["properties"]["timeout"]["maximum"] == 30
     assert schema["properties"]["timeout"]["exclusiveMinimum"] == 0
-    assert set(schema["properties"]) == {"code", "timeout", "stdin"}
+    assert set(schema["properties"]) == {"code", "timeout", "stdin", "files"}
+    assert f"at most {CONFIG.max_input_mb} MiB together" in schema["properties"]["files"]["description"]
 
 
 def test_valid_arguments_parse_with_defaults() -> None:

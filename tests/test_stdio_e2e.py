@@ -177,7 +177,7 @@ async def test_the_server_stops_cleanly_mid_run_killing_everything_and_exiting_0
 async def test_an_oversized_message_is_answered_and_the_server_keeps_serving(
     work_dir: Path, tmp_path: Path, left_nothing: None
 ) -> None:
-    async with raw_server(work_dir, tmp_path / "stderr.log") as session:
+    async with raw_server(work_dir, tmp_path / "stderr.log", RUNNER_MAX_INPUT_MB="0") as session:
         await session.initialize()
         # Far beyond the largest legal call: discarded as it arrives, never held whole.
         huge = {"name": "run_python", "arguments": {"code": "#" * 20_000_000}}

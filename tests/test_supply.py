@@ -16,7 +16,7 @@ import pytest
 from runner.config import Config
 from runner.errors import SpawnError
 from runner.execution.supply import InterpreterSupply
-from runner.processes.bootstrap import frame_code
+from runner.processes.jobs import frame_code
 from runner.processes.limits import count_tasks_of_uid, limits_for
 from runner.processes.sandbox import Sandbox
 from runner.processes.source import opened_source

@@ -19,11 +19,12 @@ import anyio
 from runner.config import Config
 from runner.execution.capture import OutputCap, keep_bytes_for, render_stream
 from runner.execution.classify import ProcessEnd, RunLimits, classify
+from runner.execution.report import Budgets, frame_length, parse_report
 from runner.execution.usage import UsageSamples, wait_exit_sampling
 from runner.fdio import write_all
 from runner.outcome import Progress, RunRequest, RunResult
-from runner.processes.bootstrap import frame_code
 from runner.processes.child import Child
+from runner.processes.jobs import frame_inputs, frame_job
 
 CHUNK = 64 * 1024
 # How long output may still drain after the run's group is dead: only a process that left the
@@ -44,7 +45,7 @@ class _Streams:
     child: Child
     written: int = 0
     output_exceeded: bool = False
-    pumps_left: int = 2
+    pumps_left: int = 3  # stdout, stderr, the report
     pumps_done: anyio.Event = field(default_factory=anyio.Event)
 
     def count(self, n: int) -> None:
@@ -69,6 +70,7 @@ class RunDriver:
         self._log = logger
         self._unresponsive = unresponsive
         self._keep_bytes = keep_bytes_for(config.max_output_chars)
+        self._budgets = Budgets(*config.returns)
 
     def run_limits(self, timeout: float) -> RunLimits:
         """The limits a run with this timeout is held to."""
@@ -81,6 +83,7 @@ class RunDriver:
         """Run `request` in the ready interpreter `child` and return its result."""
         out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
         streams = _Streams(budget=self._config.max_output_bytes, child=child)
+        report = bytearray()
         # Sampled only where wait4 cannot tell (see `usage`); then once while the interpreter still
         # waits for its code, so a run that ends within a millisecond still gets a number.
         samples = UsageSamples(child) if UsageSamples.needed(child) else None
@@ -90,8 +93,8 @@ class RunDriver:
             with contextlib.suppress(BrokenPipeError):
                 # A run that died before reading all its code (say, out of memory) ends below
                 # like any other, with what it printed.
-                await write_all(child.code, frame_code(request.code.encode("utf-8")))
-            child.close_fd(child.code)
+                inputs = frame_inputs([(f.path, f.data) for f in request.files])
+                await write_all(child.code, frame_job(request.code.encode("utf-8"), inputs, self._config.returns))
             started = anyio.current_time()
             if request.stdin:
                 tg.start_soon(_feed_stdin, child, request.stdin.encode("utf-8"))
@@ -99,6 +102,7 @@ class RunDriver:
                 child.close_fd(child.stdin)  # EOF at once; no task needed
             tg.start_soon(_pump, child.stdout, out, streams)
             tg.start_soon(_pump, child.stderr, err, streams)
+            tg.start_soon(_read_report, child, self._budgets.report_bytes, report, streams)
             if on_progress is not None:
                 tg.start_soon(self._report_progress, request, started, out, err, on_progress)
             timed_out = not await wait_exit_sampling(child, samples, started + request.timeout)
@@ -118,6 +122,7 @@ class RunDriver:
         end = ProcessEnd(returncode, cpu, peak or 0, timed_out=timed_out, output_exceeded=streams.output_exceeded)
         status, message = classify(end, err.parts()[1] or err.parts()[0], self.run_limits(request.timeout))
         max_chars = self._config.max_output_chars
+        returned = parse_report(report, self._budgets)
         return RunResult(
             request_id=request.request_id,
             status=status,
@@ -129,6 +134,10 @@ class RunDriver:
             cpu_seconds=cpu,
             peak_memory_bytes=peak,
             queue_wait=queue_wait,
+            result=returned.result,
+            result_chars=returned.result_chars,
+            attachments=returned.attachments,
+            omitted=returned.omitted,
         )
 
     async def _wait_after_kill(self, child: Child) -> None:
@@ -184,5 +193,36 @@ async def _pump(fd: int, cap: OutputCap, streams: _Streams) -> None:
                 return
             cap.feed(chunk)
             streams.count(len(chunk))
+    finally:
+        streams.pump_finished()
+
+
+async def _read_report(child: Child, limit: int, report: bytearray, streams: _Streams) -> None:
+    """Read the run's report from the job socket into `report`, until it is whole or the socket closes.
+
+    Whole is what its first line says, so a process the run left holding the socket cannot keep
+    the call waiting. Too much, or not a report at all, is dropped, and the socket closed: a run
+    still writing gets EPIPE rather than blocking until its timeout.
+    """
+    try:
+        while True:
+            await anyio.wait_readable(child.code)
+            try:
+                chunk = os.read(child.code, CHUNK)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return  # reset by the run's end
+            if not chunk:
+                return
+            report += chunk
+            length = frame_length(report)
+            if length == -1 or len(report) > limit or (length is not None and length > limit):
+                report.clear()
+                child.close_fd(child.code)
+                return
+            if length is not None and len(report) >= length:
+                del report[length:]
+                return
     finally:
         streams.pump_finished()

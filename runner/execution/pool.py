@@ -18,14 +18,14 @@ import anyio
 from runner.config import Config
 from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
-from runner.execution.supply import InterpreterSupply
+from runner.execution.supplies import Supplies
 from runner.execution.sweep import StraySweeper
 from runner.logs import get_logger, log_event
 from runner.outcome import RunRequest, RunResult, Status
 from runner.processes.limits import Limits, count_tasks_of_uid, limits_for
 from runner.processes.procctl import set_child_subreaper
 from runner.processes.sandbox import Sandbox, choose_sandbox
-from runner.processes.source import opened_source, uses_fork_server
+from runner.processes.source import uses_fork_server, uses_preloading
 from runner.processes.spawn import remove_tree
 
 
@@ -36,7 +36,7 @@ class Pool:
         self,
         config: Config,
         limits: Limits,
-        supply: InterpreterSupply,
+        supplies: Supplies,
         driver: RunDriver,
         sweeper: StraySweeper | None,
         logger: logging.Logger,
@@ -44,7 +44,7 @@ class Pool:
         self._config = config
         self._limits = limits
         self._admission = Admission(config.max_concurrent, config.max_queue)
-        self._supply = supply
+        self._supplies = supplies
         self._driver = driver
         self._sweeper = sweeper
         self._log = logger
@@ -70,7 +70,9 @@ class Pool:
         logger = logger or get_logger()
         sandbox = sandbox or choose_sandbox(config)
         base_dir = tempfile.mkdtemp(prefix="python-runner-", dir=config.work_dir)
-        limits = limits_for(config, count_tasks_of_uid(), sandbox.helpers_per_run)
+        limits = limits_for(
+            config, count_tasks_of_uid(), sandbox.helpers_per_run, 2 if uses_preloading(config, sandbox) else 1
+        )
         log_event(
             logger,
             logging.INFO,
@@ -81,6 +83,7 @@ class Pool:
             rlimit_nproc=limits.nproc,
             work_dir=base_dir,
             spawn_mode="fork-server" if uses_fork_server(config, sandbox) else "posix-spawn",
+            preload=",".join(config.preload) if uses_preloading(config, sandbox) else "",
             sandbox=sandbox.kind,
             sandbox_reason=sandbox.reason,
         )
@@ -93,30 +96,29 @@ class Pool:
         reaping = reap_strays and set_child_subreaper(True)
         if reap_strays and not reaping:
             log_event(logger, logging.WARNING, "cannot become a child subreaper; a run's daemons may outlive it")
-        supply: InterpreterSupply | None = None
+        supplies: Supplies | None = None
         sweeper: StraySweeper | None = None
         try:
-            async with opened_source(config, base_dir, limits, sandbox, logger) as source:
-                supply = InterpreterSupply(config, limits, source, logger)
+            async with Supplies.opened(config, base_dir, limits, sandbox, logger) as supplies:
                 if reaping:
-                    sweeper = StraySweeper(supply.known_pids, sandbox.enabled, logger)
-                driver = RunDriver(config, logger, source.unresponsive)
+                    sweeper = StraySweeper(supplies.known_pids, sandbox.enabled, logger)
+                driver = RunDriver(config, logger, supplies.unresponsive)
                 async with anyio.create_task_group() as tg:
                     if config.pool_size:
-                        tg.start_soon(supply.refill_forever)
+                        supplies.start_refilling(tg)
                     if sweeper is not None:
                         tg.start_soon(sweeper.sweep_forever)
                     try:
-                        yield cls(config, limits, supply, driver, sweeper, logger)
+                        yield cls(config, limits, supplies, driver, sweeper, logger)
                     finally:
                         tg.cancel_scope.cancel()
-                        # Pooled interpreters go before the source (a zygote) that made them.
+                        # Pooled interpreters go before the sources (zygotes) that made them.
                         with anyio.CancelScope(shield=True):
-                            await supply.shutdown()
+                            await supplies.shutdown()
         finally:
             with anyio.CancelScope(shield=True):
-                if supply is not None:
-                    await supply.shutdown()
+                if supplies is not None:
+                    await supplies.shutdown()
                 if sweeper is not None:
                     await sweeper.sweep()
                 if reaping:
@@ -131,12 +133,12 @@ class Pool:
     @property
     def running(self) -> int:
         """Runs in progress."""
-        return self._supply.in_use
+        return self._supplies.in_use
 
     @property
     def ready(self) -> int:
         """Pre-spawned interpreters waiting for code."""
-        return self._supply.ready
+        return self._supplies.ready
 
     @property
     def limits(self) -> Limits:
@@ -165,7 +167,8 @@ class Pool:
     async def _run_in_slot(
         self, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None
     ) -> RunResult:
-        child = await self._supply.take()
+        supply = self._supplies.for_code(request.code)
+        child = await supply.take()
         try:
             if self._sweeper is not None:
                 # No process of an earlier run may still be alive when this one gets its code: a daemon
@@ -179,7 +182,7 @@ class Pool:
             raise
         finally:
             with anyio.CancelScope(shield=True):
-                await self._supply.destroy(child)
+                await supply.destroy(child)
                 if self._sweeper is not None:
                     self._sweeper.wanted()
         log_event(

@@ -51,6 +51,10 @@ class InterpreterSupply:
         """Interpreters handed out and not yet destroyed: runs in progress."""
         return len(self._in_use)
 
+    def holds(self, child: Child) -> bool:
+        """Whether `child` came from this supply and is not destroyed yet."""
+        return child in self._alive
+
     def known_pids(self) -> set[int]:
         """The server's children that are interpreters of ours or the source's own (not strays)."""
         pids = {child.pid for child in self._alive if child.server_is_parent and not child.reaped}

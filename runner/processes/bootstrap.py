@@ -16,7 +16,6 @@ import linecache
 import os
 import resource
 import signal
-import stat
 import sys
 import traceback
 import types
@@ -28,10 +27,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn
 
+    from runner.processes import jobs
+
 CODE_FD = 3
 FILENAME = "<run_python>"
 READY_PREFIX = b"\x00runner-ready"
 MAX_FD = 1 << 20
+# What a run needs besides this file, loaded by `load_sibling` before the code can come.
+SIBLINGS = ("jobs", "workdir", "figures", "harvest")
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
@@ -175,37 +178,16 @@ def make_undumpable() -> None:
         pass
 
 
-def frame_code(code: bytes) -> bytes:
-    """What the server writes on the code pipe: the byte count, a newline, the code."""
-    return b"%d\n" % len(code) + code
+def load_sibling(name: str) -> types.ModuleType:
+    """A module next to this file (stdlib only), loaded without putting its directory on sys.path
+    or its name in sys.modules: the code of a run can import nothing more than the standard library."""
+    from importlib.machinery import SourceFileLoader
 
-
-def read_code() -> bytearray | None:
-    """Read the code the server framed with `frame_code`; None if the pipe closed before all of it came.
-
-    The count lets the run start as soon as the last byte arrives (waiting for the server to close
-    the pipe would cost a second wake-up), and the code is read into one buffer of its size.
-    """
-    head = b""
-    while b"\n" not in head:
-        chunk = os.read(CODE_FD, 64)
-        if not chunk:
-            os.close(CODE_FD)
-            return None
-        head += chunk
-    count, _, first = head.partition(b"\n")
-    code = bytearray(int(count))
-    got = min(len(first), len(code))
-    code[:got] = first[:got]
-    view = memoryview(code)
-    while got < len(code):
-        n = os.readv(CODE_FD, [view[got:]])
-        if not n:
-            break
-        got += n
-    view.release()
-    os.close(CODE_FD)
-    return code if got == len(code) else None  # no copy: decode() takes a bytearray too
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    module = types.ModuleType(name)
+    module.__file__ = path
+    SourceFileLoader(name, path).exec_module(module)
+    return module
 
 
 def new_main() -> types.ModuleType:
@@ -216,75 +198,51 @@ def new_main() -> types.ModuleType:
     return main
 
 
-def empty_directory(top: str) -> None:
-    """Make `top` empty, whatever is in it and whatever its permissions, but for mount points.
+def run(job: jobs.Job | None, main: types.ModuleType, siblings: tuple[types.ModuleType, ...]) -> NoReturn:
+    """Run the job's code in `main`, with tracebacks that show the user's lines only, then exit.
 
-    The pool makes a run's directory before its code arrives, and in plain mode every run has the
-    same uid: another run may have written into this one (or taken its permissions away) while it
-    waited. Called when the code has arrived, after the pool made sure no earlier run's process is
-    left, so the run starts with nothing but what it makes itself. An empty directory costs one
-    listdir; the walk is iterative, so no depth of nesting can stop it. A mount point (another
-    device) is the sandbox's own, never a run's (no run can mount): an interpreter installed under
-    /tmp, bound back into the sandbox's /tmp, stays.
+    None (the job never fully arrived: the call was cancelled) runs nothing. `siblings` are the
+    modules named in SIBLINGS (`load_sibling`).
     """
-    try:
-        names = os.listdir(top)
-    except PermissionError:
-        names = None
-    if names == []:
-        return
-    top_info = os.stat(top)
-    directories = []
-    around_mounts = set()  # directories on the way to a mount point: they stay too
-    pending = [top]
-    while pending:
-        path = pending.pop()
-        os.chmod(path, 0o700)  # ours (the same uid made it): listable and writable again
-        directories.append(path)
-        for name in os.listdir(path):
-            entry = os.path.join(path, name)
-            info = os.lstat(entry)
-            if info.st_dev != top_info.st_dev:
-                parent = path
-                while parent != top and parent not in around_mounts:
-                    around_mounts.add(parent)
-                    parent = os.path.dirname(parent)
-            elif stat.S_ISDIR(info.st_mode):
-                pending.append(entry)
-            else:
-                os.unlink(entry)
-    for path in reversed(directories[1:]):  # a directory's children come after it: deepest first
-        if path not in around_mounts:
-            os.rmdir(path)
-    os.chmod(top, stat.S_IMODE(top_info.st_mode) | 0o700)  # the sandbox's /tmp stays 1777
-
-
-def run(source: bytes | bytearray | None, main: types.ModuleType) -> NoReturn:
-    """Run `source` in `main`, with tracebacks that show the user's lines only, then exit.
-
-    None (the code never fully arrived: the call was cancelled) runs nothing.
-    """
-    if source is None:
+    if job is None:
         os._exit(1)
+    jobs, workdir, figures, harvest = siblings
     try:
-        empty_directory(".")
-    except OSError as exc:
         # Never run in a directory that still holds what another run put there.
-        os.write(2, b"the run's working directory could not be emptied: %s\n" % str(exc).encode())
+        workdir.empty_directory(".")
+        inputs = workdir.write_inputs(jobs.parse_inputs(job.inputs)) if job.inputs else {}
+    except (OSError, ValueError) as exc:
+        os.write(2, b"the run's working directory could not be prepared: %s\n" % str(exc).encode())
         os._exit(1)
-    text = source.decode("utf-8", "replace").removeprefix("\ufeff")  # a BOM, as compile() of bytes allows
+    text = job.code.decode("utf-8", "replace").removeprefix("\ufeff")  # a BOM, as compile() of bytes allows
     # Seed linecache so tracebacks print the offending source lines of the run's code.
     linecache.cache[FILENAME] = (len(text), None, text.splitlines(True), FILENAME)
+    budgets = harvest.Budgets(*job.budgets)
+    shown = figures.Figures(budgets.images, budgets.image_bytes)
+    value: list[object] = [None]
+
+    def gather() -> None:
+        data = harvest.gather(budgets, value[0], shown, inputs, workdir.walk, workdir.read_regular)
+        if data and jobs.same_socket(CODE_FD, job):  # not a file the code opened where the socket was
+            harvest.send(CODE_FD, data)
+
+    ending = gather if any(job.budgets) else None
     try:
         # The text, not the bytes: the tool takes a str, so a coding cookie must not re-decode it.
-        code = compile(text, FILENAME, "exec", dont_inherit=True)
+        if budgets.result_chars:
+            code, last = harvest.split_last_expression(text, FILENAME)
+        else:
+            code, last = compile(text, FILENAME, "exec", dont_inherit=True), None
     except Exception as exc:  # SyntaxError, ValueError (NUL), RecursionError, MemoryError...
         report(exc.with_traceback(None))
-        finish(1)
+        finish(1, ending)
+    shown.install()
     try:
         exec(code, main.__dict__)
+        if last is not None:
+            value[0] = eval(last, main.__dict__)  # noqa: S307  (the run's own code, as exec above)
     except SystemExit as exc:
-        finish(exit_status(exc))
+        finish(exit_status(exc), ending)
     except BaseException as exc:
         # Drop this module's frame so the traceback starts at the user's code.
         report(exc.with_traceback(exc.__traceback__.tb_next if exc.__traceback__ else None))
@@ -293,8 +251,8 @@ def run(source: bytes | bytearray | None, main: types.ModuleType) -> NoReturn:
             sys.stderr.flush()
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
-        finish(1)
-    finish(0)
+        finish(1, ending)
+    finish(0, ending)
 
 
 def exit_status(exc: SystemExit) -> int:
@@ -311,16 +269,21 @@ def exit_status(exc: SystemExit) -> int:
     return 1
 
 
-def finish(status: int) -> NoReturn:
+def finish(status: int, gather: Callable[[], None] | None = None) -> NoReturn:
     """Leave as interpreter shutdown would, minus the heap teardown nothing can observe.
 
-    Non-daemon threads are joined, atexit handlers run, and the standard streams are flushed; then
-    os._exit skips finalizing every object, which costs milliseconds and, in a forked run,
-    copies the whole inherited heap page by page.
+    Non-daemon threads are joined, what the run returns is gathered (`gather`), atexit handlers
+    run, and the standard streams are flushed; then os._exit skips finalizing every object, which
+    costs milliseconds and, in a forked run, copies the whole inherited heap page by page.
     """
     threading = sys.modules.get("threading")
     if threading is not None:
         threading._shutdown()
+    if gather is not None:
+        try:
+            gather()
+        except Exception as exc:
+            os.write(2, b"the run's images, files and result could not be gathered: %r\n" % exc)
     atexit._run_exitfuncs()
     try:
         sys.stdout.flush()
@@ -356,6 +319,14 @@ def warm_up() -> None:
     os.listdir("/")
 
 
+def add_packages() -> None:
+    """Put the package environment (RUNNER_PACKAGES, handed down as PYTHONPATH, which -I ignores)
+    after the standard library on sys.path: a run cannot shadow a standard module with a package."""
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if entry and entry not in sys.path:
+            sys.path.append(entry)
+
+
 def prepare_process(*, keep_capabilities: bool = False) -> None:
     """What every run needs once per interpreter, before any run's code: a forked run inherits it.
 
@@ -367,6 +338,7 @@ def prepare_process(*, keep_capabilities: bool = False) -> None:
     written whole (one write per line, so lines of concurrent processes do not interleave mid-line).
     """
     make_undumpable()
+    add_packages()
     warm_up()
     if not keep_capabilities:  # a namespaced zygote's: each run drops them after its set-up
         drop_privileges()
@@ -390,8 +362,9 @@ def main() -> None:
     """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE`` (the zygote is `zygote.py`, which imports this)."""
     prepare_process()
     become_run(sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
+    siblings = tuple(load_sibling(name) for name in SIBLINGS)
     main = new_main()
-    run(read_code(), main)
+    run(siblings[0].read_job(CODE_FD), main, siblings)
 
 
 if __name__ == "__main__":

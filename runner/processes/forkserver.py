@@ -30,11 +30,14 @@ from runner.errors import SpawnError
 from runner.logs import log_event
 from runner.processes.child import Child, maxrss_bytes
 from runner.processes.limits import Limits
+from runner.processes.preload import PRELOAD_VARIABLE
 from runner.processes.sandbox import ZYGOTE, Sandbox, interpreter_argv
-from runner.processes.spawn import spawn_in_new_session
+from runner.processes.spawn import package_environment, spawn_in_new_session
 
 MAX_MESSAGE = 8192
 STARTUP_TIMEOUT = 15.0
+# Importing numpy, pandas and pyplot takes 1-2 s on an idle machine, many times that on a busy one.
+PRELOAD_TIMEOUT = 120.0
 REAP_TIMEOUT = 5.0
 ZYGOTE_EXIT_GRACE = 0.5
 ZYGOTE_DIED_STATUS = signal.SIGKILL  # what a run whose zygote died is reported to have died of
@@ -95,9 +98,16 @@ class ForkServer:
     """The server's side of the zygote: started on first use, asked for runs, replaced if it dies."""
 
     def __init__(
-        self, config: Config, base_dir: str, limits: Limits, logger: logging.Logger, sandbox: Sandbox | None = None
+        self,
+        config: Config,
+        base_dir: str,
+        limits: Limits,
+        logger: logging.Logger,
+        sandbox: Sandbox | None = None,
+        preload: tuple[str, ...] = (),
     ) -> None:
         self._config = config
+        self.preload = preload
         self._sandbox = sandbox or Sandbox("none", "plain forks")
         self._base_dir = base_dir
         self._limits = limits
@@ -122,11 +132,17 @@ class ForkServer:
     @classmethod
     @asynccontextmanager
     async def running(
-        cls, config: Config, base_dir: str, limits: Limits, logger: logging.Logger, sandbox: Sandbox | None = None
+        cls,
+        config: Config,
+        base_dir: str,
+        limits: Limits,
+        logger: logging.Logger,
+        sandbox: Sandbox | None = None,
+        preload: tuple[str, ...] = (),
     ) -> AsyncIterator[ForkServer]:
-        """A fork server (its runs in namespaces of their own if `sandbox` says so); on exit the zygote
-        and every run it forked are gone."""
-        server = cls(config, base_dir, limits, logger, sandbox)
+        """A fork server (its runs in namespaces of their own if `sandbox` says so; its zygote importing
+        `preload` before its first fork); on exit the zygote and every run it forked are gone."""
+        server = cls(config, base_dir, limits, logger, sandbox, preload)
         try:
             async with anyio.create_task_group() as tg:
                 server._tg = tg
@@ -152,26 +168,7 @@ class ForkServer:
             with anyio.CancelScope(shield=True):
                 message, fds = await self._request(b"F")
             zygote, sock = self._zygote, self._socket
-        kind, _, rest = message.partition(b" ")
-        if kind != b"S" or len(fds) != 4:
-            for fd in fds:
-                os.close(fd)
-            raise SpawnError(f"the fork server could not fork: {rest.decode(errors='replace')}")
-        pid_text, _, workdir = rest.partition(b" ")
-        stdin, stdout, stderr, code = fds
-        for fd in fds:
-            os.set_blocking(fd, False)
-        child = ForkedChild(
-            pid=int(pid_text),
-            workdir=workdir.decode() or None,  # none on disk: a namespaced run's is its own tmpfs
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            code=code,
-            interpreter_pid=int(pid_text),
-            zygote_pid=zygote or 0,
-        )
-        child._open.update(fds)
+        child = _forked_child(message, fds, zygote or 0)
         if sock is None:
             # The zygote died between answering and now: nobody will report this run's end.
             child.kill_group()
@@ -180,7 +177,9 @@ class ForkServer:
             self._runs[child.pid] = child
         return child
 
-    async def _request(self, request: bytes | None, retry: bool = True) -> tuple[bytes, list[int]]:
+    async def _request(
+        self, request: bytes | None, retry: bool = True, patience: float = STARTUP_TIMEOUT
+    ) -> tuple[bytes, list[int]]:
         """Send `request` (None: only wait) and wait for the zygote's next reply. If the zygote dies
         before it answers, a new one gets the request, once: whatever the dead one forked is killed."""
         assert self._socket is not None
@@ -191,7 +190,7 @@ class ForkServer:
             except OSError:
                 died = True
         if not died:
-            with anyio.move_on_after(STARTUP_TIMEOUT) as waiting:
+            with anyio.move_on_after(patience) as waiting:
                 await self._reply_ready.wait()
             if self._replies:
                 return self._replies.pop(0)
@@ -214,20 +213,20 @@ class ForkServer:
             await self._zygote_gone(self._socket)
 
     async def _start_zygote(self) -> None:
-        pid, ours = _spawn_zygote(self._config, self._base_dir, self._limits, self._sandbox)
+        pid, ours = _spawn_zygote(self._config, self._base_dir, self._limits, self._sandbox, self.preload)
         ours.setblocking(False)
         self._socket, self._zygote, self._replies = ours, pid, []
         assert self._tg is not None
         self._tg.start_soon(self._serve_replies, ours)
         try:
-            message, _ = await self._request(None)
+            message, _ = await self._request(None, patience=PRELOAD_TIMEOUT if self.preload else STARTUP_TIMEOUT)
             if message != b"R":
                 raise SpawnError(f"the fork server said {message[:80]!r} instead of being ready")
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._zygote_gone(ours)
             raise
-        log_event(self._log, logging.INFO, "fork server started", pid=pid)
+        log_event(self._log, logging.INFO, "fork server started", pid=pid, preload=",".join(self.preload))
 
     async def _serve_replies(self, sock: socket.socket) -> None:
         while True:
@@ -288,14 +287,17 @@ class ForkServer:
             await self._zygote_gone(self._socket)
 
 
-def _spawn_zygote(config: Config, base_dir: str, limits: Limits, sandbox: Sandbox) -> tuple[int, socket.socket]:
+def _spawn_zygote(
+    config: Config, base_dir: str, limits: Limits, sandbox: Sandbox, preload: tuple[str, ...]
+) -> tuple[int, socket.socket]:
     """Start the zygote like a run interpreter, with its end of a socket pair on fd 3."""
+    environment = package_environment(config) | ({PRELOAD_VARIABLE: ",".join(preload)} if preload else {})
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     argv = [*interpreter_argv(config.python), ZYGOTE, base_dir, *limits.argv(), *sandbox.zygote_args]
     null = os.open(os.devnull, os.O_RDONLY)
     try:
         # Its stdin is /dev/null; what it might say goes to the server's own stderr (the log).
-        pid = spawn_in_new_session(argv, base_dir, [null, 2, 2, theirs.fileno()])
+        pid = spawn_in_new_session(argv, base_dir, [null, 2, 2, theirs.fileno()], environment)
     except OSError as exc:
         ours.close()
         raise SpawnError(f"cannot start the fork server: {exc}") from exc
@@ -303,6 +305,32 @@ def _spawn_zygote(config: Config, base_dir: str, limits: Limits, sandbox: Sandbo
         os.close(null)
         theirs.close()
     return pid, ours
+
+
+def _forked_child(message: bytes, fds: list[int], zygote: int) -> ForkedChild:
+    """The run the zygote's answer ``S <pid> [<workdir>]`` names, with the pipe ends it sent; SpawnError
+    (the ends closed) for any other answer."""
+    kind, _, rest = message.partition(b" ")
+    if kind != b"S" or len(fds) != 4:
+        for fd in fds:
+            os.close(fd)
+        raise SpawnError(f"the fork server could not fork: {rest.decode(errors='replace')}")
+    pid_text, _, workdir = rest.partition(b" ")
+    stdin, stdout, stderr, code = fds
+    for fd in fds:
+        os.set_blocking(fd, False)
+    child = ForkedChild(
+        pid=int(pid_text),
+        workdir=workdir.decode() or None,  # none on disk: a namespaced run's is its own tmpfs
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        code=code,
+        interpreter_pid=int(pid_text),
+        zygote_pid=zygote,
+    )
+    child._open.update(fds)
+    return child
 
 
 def _parent_of(pid: int) -> int | None:

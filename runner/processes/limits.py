@@ -43,20 +43,20 @@ class Limits:
             pass  # gone: its sandbox has ended, and the run with it
 
 
-def limits_for(config: Config, tasks_of_uid_at_start: int, helpers_per_run: int = 0) -> Limits:
+def limits_for(config: Config, tasks_of_uid_at_start: int, helpers_per_run: int = 0, pools: int = 1) -> Limits:
     """The limits of every run.
 
     RLIMIT_NPROC counts every process and thread of the real uid, not of the run: the server, the
     pool and every concurrent run share it. It is sized so that each concurrent run can have
     RUNNER_MAX_PROCESSES of its own on top of what the uid already held at start-up, and
     `helpers_per_run` processes of the sandbox's next to every interpreter (see
-    `Sandbox.helpers_per_run`).
+    `Sandbox.helpers_per_run`), with `pools` pools of ready interpreters (two with a preloading zygote).
     """
-    interpreters = config.pool_size + config.max_concurrent
+    interpreters = pools * config.pool_size + config.max_concurrent
     nproc = (
         tasks_of_uid_at_start
         + SERVER_THREAD_HEADROOM
-        + config.pool_size
+        + pools * config.pool_size
         + config.max_concurrent * config.max_processes
         + interpreters * helpers_per_run
     )

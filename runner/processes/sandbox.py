@@ -23,8 +23,9 @@ from runner.errors import ConfigError
 from runner.processes.bootstrap import __file__ as _bootstrap_file
 
 WORKDIR = "/tmp"
-# /run is replaced by an empty tmpfs (host sockets stay out of reach) that carries the bootstrap, so
-# runs work wherever the server's files are, even under /tmp, which the sandbox hides.
+# /run is replaced by an empty tmpfs (host sockets stay out of reach) that carries the bootstrap and
+# the modules it loads next to it, so runs work wherever the server's files are, even under /tmp,
+# which the sandbox hides.
 BOOTSTRAP_INSIDE = "/run/runner/bootstrap.py"
 HIDDEN = (WORKDIR, "/run")
 # /run holds sockets and pid files, if anything: without a size it would be a tmpfs of half the
@@ -101,8 +102,8 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         "--tmpfs",
         "/run",
         "--ro-bind",
-        BOOTSTRAP,
-        BOOTSTRAP_INSIDE,
+        os.path.dirname(BOOTSTRAP),
+        os.path.dirname(BOOTSTRAP_INSIDE),
         *keep,
         "--chdir",
         WORKDIR,

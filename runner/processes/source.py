@@ -62,4 +62,21 @@ async def opened_source(
         async with ForkServer.running(config, base_dir, limits, logger, sandbox) as server:
             yield server
     else:
-        yield SpawnSource(config.python, base_dir, limits, sandbox)
+        yield SpawnSource(config, base_dir, limits, sandbox)
+
+
+def uses_preloading(config: Config, sandbox: Sandbox) -> bool:
+    """A second zygote that preloads RUNNER_PRELOAD: only where runs are forked at all."""
+    return bool(config.preload) and uses_fork_server(config, sandbox)
+
+
+@contextlib.asynccontextmanager
+async def opened_preloading_source(
+    config: Config, base_dir: str, limits: Limits, sandbox: Sandbox, logger: logging.Logger
+) -> AsyncIterator[InterpreterSource | None]:
+    """The preloading zygote's source, if the configuration has one (`uses_preloading`)."""
+    if not uses_preloading(config, sandbox):
+        yield None
+        return
+    async with ForkServer.running(config, base_dir, limits, logger, sandbox, config.preload) as server:
+        yield server

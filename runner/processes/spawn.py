@@ -7,11 +7,13 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import stat
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from runner.config import Config
 from runner.errors import SpawnError
 from runner.processes.child import Child, maxrss_bytes
 from runner.processes.limits import Limits
@@ -24,7 +26,7 @@ _RESETTABLE_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signa
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
-def spawn_in_new_session(argv: list[str], home: str, fds: list[int]) -> int:
+def spawn_in_new_session(argv: list[str], home: str, fds: list[int], extra: Mapping[str, str] | None = None) -> int:
     """posix_spawn `argv` in a new session with `fds` as its fds 0, 1, 2, ... and nothing else.
 
     The signal mask and every disposition are reset and the environment is the minimal one: the
@@ -35,7 +37,7 @@ def spawn_in_new_session(argv: list[str], home: str, fds: list[int]) -> int:
     return os.posix_spawn(
         argv[0],
         argv,
-        minimal_environment(home),
+        minimal_environment(home) | dict(extra or {}),
         file_actions=actions,
         setsid=True,
         setsigmask=(),
@@ -57,10 +59,33 @@ def minimal_environment(workdir: str) -> dict[str, str]:
         # all, the same 8-thread pool peaked at 68 MiB of address space instead of 124 (with two). In
         # the environment, not a mallopt() call, so that the run's own subprocesses get it too.
         "MALLOC_ARENA_MAX": "1",
+        # Numeric libraries start a thread per core at import unless told otherwise: threads a fork
+        # server must not have, that count against the run's process limit, for CPU the run has
+        # only one second of per second anyway.
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        # No display: figures are drawn to PNG (and come back as images, `figures`).
+        "MPLBACKEND": "Agg",
     }
 
 
-def spawn_child(python: str, base_dir: str, limits: Limits, sandbox: Sandbox) -> Child:
+def package_environment(config: Config) -> dict[str, str]:
+    """What runs need to import from RUNNER_PACKAGES: its site-packages on the path (the bootstrap
+    puts it there itself, under -I; a Python the code starts finds it through PYTHONPATH) and
+    matplotlib's font cache, built with the environment (`scripts/sandbox_env.py`)."""
+    if not config.packages_site:
+        return {}
+    found = {"PYTHONPATH": config.packages_site}
+    mplconfig = os.path.join(config.packages, "mplconfig")
+    if os.path.isdir(mplconfig):
+        found["MPLCONFIGDIR"] = mplconfig
+    return found
+
+
+def spawn_child(
+    python: str, base_dir: str, limits: Limits, sandbox: Sandbox, extra: Mapping[str, str] | None = None
+) -> Child:
     """Create a fresh working directory and pipes, and start the bootstrap in a new session.
 
     In a sandbox the working directory is the sandbox's own tmpfs and nothing is made on the host.
@@ -72,14 +97,17 @@ def spawn_child(python: str, base_dir: str, limits: Limits, sandbox: Sandbox) ->
     parent_fds: list[int] = []
     child_fds: list[int] = []
     try:
-        # os.pipe() fds are close-on-exec; dup2 onto 0-3 gives the child exactly these four.
-        stdin_r, stdin_w = os.pipe()
-        stdout_r, stdout_w = os.pipe()
-        stderr_r, stderr_w = os.pipe()
-        code_r, code_w = os.pipe()
-        parent_fds += [stdin_w, stdout_r, stderr_r, code_w]
-        child_fds += [stdin_r, stdout_w, stderr_w, code_r]
-        pid = spawn_in_new_session(argv, workdir, child_fds)
+        # os.pipe() and socketpair() fds are close-on-exec; dup2 onto 0-3 gives the child exactly these
+        # four: stdin, stdout, stderr (read, write each), and the job socket, on which the code goes in
+        # and the run's report (images, files, result) comes back.
+        for theirs_first in (True, False, False):
+            read_end, write_end = os.pipe()
+            child_fds.append(read_end if theirs_first else write_end)
+            parent_fds.append(write_end if theirs_first else read_end)
+        theirs, ours = socket.socketpair()
+        child_fds.append(theirs.detach())
+        parent_fds.append(ours.detach())
+        pid = spawn_in_new_session(argv, workdir, child_fds, extra)
     except OSError as exc:
         for fd in parent_fds + child_fds:
             os.close(fd)
@@ -90,13 +118,14 @@ def spawn_child(python: str, base_dir: str, limits: Limits, sandbox: Sandbox) ->
         os.close(fd)
     for fd in parent_fds:
         os.set_blocking(fd, False)
+    stdin, stdout, stderr, code = parent_fds
     child = Child(
         pid=pid,
         workdir=host_dir,
-        stdin=stdin_w,
-        stdout=stdout_r,
-        stderr=stderr_r,
-        code=code_w,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        code=code,
         inherited_peak=_own_peak_rss(),
         sandboxed=sandbox.enabled,
         interpreter_pid=pid,
@@ -117,15 +146,16 @@ class SpawnSource:
     helper_pid = None  # no process of its own among the server's children
     forks_delay_runs = False
 
-    def __init__(self, python: str, base_dir: str, limits: Limits, sandbox: Sandbox) -> None:
-        self._python = python
+    def __init__(self, config: Config, base_dir: str, limits: Limits, sandbox: Sandbox) -> None:
+        self._python = config.python
         self._base_dir = base_dir
         self._limits = limits
         self._sandbox = sandbox
+        self._extra = package_environment(config)
 
     async def start(self) -> Child:
         """A freshly spawned interpreter (not yet ready: it still applies its limits)."""
-        return spawn_child(self._python, self._base_dir, self._limits, self._sandbox)
+        return spawn_child(self._python, self._base_dir, self._limits, self._sandbox, self._extra)
 
     async def unresponsive(self, child: Child) -> None:
         """`child` did not end after SIGKILL: nothing can be done but fail the call."""

@@ -35,7 +35,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn
 
-    from runner.processes import bootstrap, namespaces, pidspaces
+    from runner.processes import bootstrap, figures, harvest, jobs, namespaces, pidspaces, preload, workdir
 else:
     # -I keeps the script's directory off sys.path; the bootstrap sits next to this file. Everything
     # the import leaves is taken away again, so that a forked run can import nothing more than a
@@ -46,14 +46,22 @@ else:
     sys.path.insert(0, _here)
     sys.dont_write_bytecode = True
     import bootstrap
+    import figures
+    import harvest
+    import jobs
     import namespaces
     import pidspaces
+    import preload
+    import workdir
 
     sys.dont_write_bytecode = not _writes_bytecode
     del sys.path[0]
     sys.path_importer_cache.pop(_here, None)
-    del sys.modules["bootstrap"], sys.modules["namespaces"], sys.modules["pidspaces"]
+    for _name in ("bootstrap", "figures", "harvest", "jobs", "namespaces", "pidspaces", "preload", "workdir"):
+        del sys.modules[_name]
 
+# What a run loads next to the bootstrap (`bootstrap.SIBLINGS`), in its order: imported once, here.
+SIBLINGS = (jobs, workdir, figures, harvest)
 UNSHARED_BY_RUN = namespaces.CLONE_NEWNS | namespaces.CLONE_NEWIPC | namespaces.CLONE_NEWUTS
 # A namespaced run drops its capabilities itself, after its set-up: with what ctypes needs made once, here.
 DROP_PRIVILEGES = bootstrap.privilege_dropper()
@@ -88,16 +96,18 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
     once its init has killed whatever else the run left there). When the server closes the socket,
     every run is killed and reaped and the zygote exits. It holds nothing of the server's: a
     minimal environment, no secrets, and only modules the bootstrap itself needs (nothing seeds
-    `random` before a fork).
+    `random` before a fork, and each run reseeds what a preloading zygote's modules seeded).
     """
-    namespaced = None
-    if isolation is not None:
-        if not namespaces.has_cap_sys_admin():
-            namespaces.enter_user_namespace()  # before prepare_process: see its docstring
-        namespaces.prepare_shared_view(isolation)
-        namespaced = (isolation, pidspaces.PidSpaces(limits))
     server = socket.socket(fileno=bootstrap.CODE_FD)
     os.closerange(bootstrap.CODE_FD + 1, bootstrap.MAX_FD)
+    if isolation is not None and not namespaces.has_cap_sys_admin():
+        namespaces.enter_user_namespace()  # before prepare_process: see its docstring
+    namespaced = None
+    run_limits = _preloaded(base_dir, limits)  # before the view is read-only: see `preload.preload`
+    if isolation is not None:
+        namespaces.prepare_shared_view(isolation)
+        namespaced = (isolation, pidspaces.PidSpaces(limits))
+    limits = run_limits
     # A namespaced zygote keeps its capabilities (in its own user namespace, if it needed one) to
     # build each run's namespaces; every run drops them before its code can arrive.
     bootstrap.prepare_process(keep_capabilities=isolation is not None)
@@ -129,6 +139,19 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
                 left.discard(pid)
         if left:
             time.sleep(0.005)
+
+
+def _preloaded(base_dir: str, limits: list[int]) -> list[int]:
+    """A preloading zygote (`preload.requested`) imports and warms its modules; a run of it may then
+    allocate RUNNER_MAX_MEMORY_MB on top of what they map. Others' limits stay as they are."""
+    names = preload.requested()
+    if not names:
+        return limits
+    bootstrap.add_packages()
+    mapped = preload.preload(names, base_dir, figures.private_config)
+    if preload.threads() != 1:
+        raise SystemExit(f"preloading {','.join(names)} started {preload.threads()} threads; a fork server needs one")
+    return [limits[0], limits[1] + mapped, *limits[2:]]
 
 
 def _serve(
@@ -184,8 +207,9 @@ def _fork_run(
         if workdir is not None:
             os.mkdir(workdir, 0o700)
             made = True
-        for _ in range(4):  # stdin, stdout, stderr, code: read, write
+        for _ in range(3):  # stdin, stdout, stderr: read, write
             ends.extend(os.pipe())
+        ends.extend(sock.detach() for sock in socket.socketpair())  # the job socket: the run's, ours
         if namespaced is None:
             pid = os.fork()
         else:
@@ -245,12 +269,13 @@ def _forked_run(
 
 def _become_run(workdir: str, limits: list[int]) -> NoReturn:
     os.environ["HOME"] = os.environ["TMPDIR"] = workdir
+    preload.reseed()
     # Again: after a fork the compiler's first writes copy pages, better now than once the
     # code has come and the call is waiting.
     bootstrap.warm_up()
     bootstrap.become_run(workdir, limits)
     main = bootstrap.new_main()
-    bootstrap.run(bootstrap.read_code(), main)
+    bootstrap.run(jobs.read_job(bootstrap.CODE_FD), main, SIBLINGS)
 
 
 def _fail() -> NoReturn:
@@ -341,7 +366,7 @@ def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
     os.close(stdin)
     ready = os.read(stdout, 256)
     if ready.startswith(bootstrap.READY_PREFIX):
-        os.write(code, bootstrap.frame_code(PROBE_CODE % pid_inside))
+        os.write(code, jobs.frame_code(PROBE_CODE % pid_inside))
     os.close(code)
     [(pid, run)] = runs.items()
     _, status = os.waitpid(pid, 0)

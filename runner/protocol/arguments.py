@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from runner.config import Config
 from runner.errors import ArgumentError
+from runner.outcome import InputFile
+from runner.protocol.files import check_files
 from runner.protocol.schemas import input_schema
 
 if TYPE_CHECKING:
@@ -25,6 +27,7 @@ class Arguments:
     code: str
     timeout: float
     stdin: str
+    files: tuple[InputFile, ...] = ()
 
 
 class ArgumentParser:
@@ -54,7 +57,8 @@ class ArgumentParser:
         timeout = float(arguments.get("timeout", self._config.default_timeout))
         _check_bytes("code", code, self._config.max_code_bytes)
         _check_bytes("stdin", stdin, self._config.max_stdin_bytes)
-        return Arguments(code=code, timeout=timeout, stdin=stdin)
+        files = check_files(arguments.get("files", ()), self._config.max_input_bytes, self._config.file_size_bytes)
+        return Arguments(code=code, timeout=timeout, stdin=stdin, files=files)
 
 
 def _check_bytes(name: str, value: str, limit: int) -> None:
@@ -68,7 +72,7 @@ def _check_bytes(name: str, value: str, limit: int) -> None:
         raise ArgumentError(f"invalid argument '{name}': {size:,} bytes of UTF-8, more than the limit of {limit:,}")
 
 
-_KNOWN_ARGUMENTS = frozenset({"code", "timeout", "stdin"})
+_KNOWN_ARGUMENTS = frozenset({"code", "timeout", "stdin", "files"})
 
 
 def _describe(error: ValidationError) -> str:
@@ -76,7 +80,10 @@ def _describe(error: ValidationError) -> str:
         instance: dict[str, Any] = error.instance  # type: ignore[assignment]  # an object, per the schema
         extra = sorted(name for name in instance if name not in _KNOWN_ARGUMENTS)
         names = ", ".join(repr(name) for name in extra)
-        return f"unknown argument {names}: run_python takes 'code', and optionally 'timeout' and 'stdin'"
+        if error.absolute_path:  # inside an entry of `files`
+            field = ".".join(str(part) for part in error.absolute_path)
+            return f"invalid argument '{field}': unknown field {names}; a file has 'path', 'content' and 'encoding'"
+        return f"unknown argument {names}: run_python takes 'code', and optionally 'timeout', 'stdin' and 'files'"
     if error.validator == "required":
         return f"missing argument: {error.message}"
     if error.validator == "type" and not error.path:

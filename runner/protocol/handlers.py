@@ -98,7 +98,7 @@ class Handlers:
         except ArgumentError as exc:
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="invalid arguments")
             return to_call_result(RunResult(request_id, Status.INVALID_ARGUMENTS, str(exc)))
-        request = RunRequest(request_id=request_id, code=args.code, timeout=args.timeout, stdin=args.stdin)
+        request = RunRequest(request_id, args.code, args.timeout, args.stdin, args.files)
         # report_progress is a no-op for a caller that did not ask for progress (no progressToken).
         return to_call_result(await self._runner.run(request, _progress_reporter(ctx)))
 

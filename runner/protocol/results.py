@@ -1,21 +1,45 @@
-"""A `RunResult` in MCP's shape: the text block, structuredContent, and isError."""
+"""A `RunResult` in MCP's shape: the text block, the images and files, structuredContent, and isError."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
+from urllib.parse import quote
 
 import mcp_types as types
 
-from runner.outcome import RunResult
+from runner.outcome import Attachment, RunResult
+
+Block = types.TextContent | types.ImageContent | types.EmbeddedResource
 
 
 def to_call_result(result: RunResult) -> types.CallToolResult:
-    """Text block in the documented format plus structured content; isError unless status is ok."""
+    """Text block in the documented format, then each image and file; structured content (which names
+    the images and files but never carries their bytes: a client may show it to the model as text);
+    isError unless status is ok."""
+    content: list[Block] = [types.TextContent(type="text", text=result.to_text())]
+    for attachment in result.images:
+        data = base64.b64encode(attachment.data).decode("ascii")
+        content.append(types.ImageContent(type="image", data=data, mime_type=attachment.mime_type))
+    for attachment in result.files:
+        content.append(types.EmbeddedResource(type="resource", resource=_resource(result.request_id, attachment)))
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=result.to_text())],
+        content=list(content),
         structured_content=structured_result(result),
         is_error=result.is_error,
     )
+
+
+def file_uri(request_id: str, path: str) -> str:
+    """Where a returned file is said to be: the run's directory is gone, so the call names it."""
+    return f"run://{request_id}/{quote(path)}"
+
+
+def _resource(request_id: str, file: Attachment) -> types.TextResourceContents | types.BlobResourceContents:
+    uri = file_uri(request_id, file.name)
+    if file.kind == "text":
+        return types.TextResourceContents(uri=uri, mime_type=file.mime_type, text=file.data.decode("utf-8"))
+    return types.BlobResourceContents(uri=uri, mime_type=file.mime_type, blob=base64.b64encode(file.data).decode())
 
 
 def structured_result(result: RunResult) -> dict[str, Any]:
@@ -38,4 +62,27 @@ def structured_result(result: RunResult) -> dict[str, Any]:
         "queue_wait_seconds": round(result.queue_wait, 6),
         "cpu_seconds": None if result.cpu_seconds is None else round(result.cpu_seconds, 6),
         "peak_memory_bytes": result.peak_memory_bytes,
+        "result": result.result,
+        "result_truncated": result.result is not None and result.result_chars > len(result.result),
+        "images": [
+            {
+                "name": image.name,
+                "mime_type": image.mime_type,
+                "bytes": len(image.data),
+                "width": image.width,
+                "height": image.height,
+                "note": image.note,
+            }
+            for image in result.images
+        ],
+        "files": [
+            {
+                "path": file.name,
+                "uri": file_uri(result.request_id, file.name),
+                "mime_type": file.mime_type,
+                "bytes": len(file.data),
+            }
+            for file in result.files
+        ],
+        "not_returned": [{"name": o.name, "bytes": o.size, "reason": o.reason} for o in result.omitted],
     }

@@ -10,6 +10,7 @@ from typing import Any
 
 from runner.config import Config
 from runner.outcome import Status
+from runner.protocol.files import MAX_FILES, MAX_PATH_CHARS
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -43,6 +44,25 @@ def input_schema(config: Config) -> dict[str, Any]:
                     f"Text fed to the program's standard input (at most {config.max_stdin_bytes:,} bytes). "
                     "Without it, stdin is empty and reads return EOF at once."
                 ),
+            },
+            "files": {
+                "type": "array",
+                "maxItems": MAX_FILES,
+                "description": (
+                    "Files written into the run's working directory before the code starts, e.g. a CSV to load "
+                    f"(at most {config.max_input_mb} MiB together, decoded). Paths are relative to that "
+                    "directory; subdirectories are made as needed."
+                ),
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string", "minLength": 1, "maxLength": MAX_PATH_CHARS},
+                        "content": {"type": "string"},
+                        "encoding": {"type": "string", "enum": ["utf-8", "base64"], "default": "utf-8"},
+                    },
+                    "required": ["path", "content"],
+                    "additionalProperties": False,
+                },
             },
         },
         "required": ["code"],
@@ -84,6 +104,35 @@ def output_schema() -> dict[str, Any]:
             "queue_wait_seconds": {"type": "number", "minimum": 0},
             "cpu_seconds": _NULLABLE_NUMBER,
             "peak_memory_bytes": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}]},
+            "result": {
+                "anyOf": [{"type": "string"}, {"type": "null"}],
+                "description": "repr() of the last expression's value when the code ends with one that is not None.",
+            },
+            "result_truncated": {"type": "boolean"},
+            "images": {
+                "type": "array",
+                "description": "The images returned as image content, in order (their bytes are there, not here).",
+                "items": _object(
+                    name={"type": "string"},
+                    mime_type={"type": "string"},
+                    bytes=count,
+                    width=count,
+                    height=count,
+                    note={"type": "string"},
+                ),
+            },
+            "files": {
+                "type": "array",
+                "description": "Files the code made or changed, returned as embedded resources (content there).",
+                "items": _object(
+                    path={"type": "string"}, uri={"type": "string"}, mime_type={"type": "string"}, bytes=count
+                ),
+            },
+            "not_returned": {
+                "type": "array",
+                "description": "What the run made that did not come back, and why (a budget, a link, ...).",
+                "items": _object(name={"type": "string"}, bytes=count, reason={"type": "string"}),
+            },
         },
         "required": [
             "request_id",
@@ -103,6 +152,16 @@ def output_schema() -> dict[str, Any]:
             "queue_wait_seconds",
             "cpu_seconds",
             "peak_memory_bytes",
+            "result",
+            "result_truncated",
+            "images",
+            "files",
+            "not_returned",
         ],
         "additionalProperties": False,
     }
+
+
+def _object(**properties: dict[str, Any]) -> dict[str, Any]:
+    """An object with exactly these properties, all of them required."""
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}

@@ -11,12 +11,18 @@ TOOL_NAME = "run_python"
 
 DESCRIPTION = (
     "Run a Python 3 program in its own fresh, isolated interpreter process and return its stdout, "
-    "stderr and exit code. Each call is a one-shot process (no state is kept between calls) with no "
-    "site-packages (standard library only), an empty private working directory that is deleted "
+    "stderr and exit code. Each call is a one-shot process (no state is kept between calls) with "
+    "{importable}, an empty private working directory that is deleted "
     "afterwards, and hard limits: {cpu}s CPU, {mem} MiB memory, {procs} processes, {fsize} MiB per "
     "written file, wall-clock timeout {timeout:g}s by default (at most {max_timeout:g}s), output "
     "capped at {chars:,} characters per stream. The status field says why a run ended (ok, error, "
-    "timeout, cpu_limit, memory_limit, file_size_limit, output_limit, signal, ...)."
+    "timeout, cpu_limit, memory_limit, file_size_limit, output_limit, signal, ...).{returns}"
+)
+RETURNS = (
+    " If the code ends with an expression, its repr() comes back as the result (a DataFrame as its "
+    "table). Pass input files with 'files'; files the code writes in its directory come back (at "
+    "most {files_kb} KiB of non-image files per call), and matplotlib figures (shown or left open) "
+    "come back as PNG images (at most {images} per call, {image_kb} KiB each); there is no display."
 )
 
 
@@ -26,6 +32,10 @@ def tool_definition(config: Config) -> types.Tool:
         name=TOOL_NAME,
         title="Run Python",
         description=DESCRIPTION.format(
+            importable=_importable(config),
+            returns=RETURNS.format(images=config.max_images, image_kb=config.max_image_kb, files_kb=config.max_files_kb)
+            if config.max_returned_kb
+            else "",
             cpu=config.max_cpu_seconds,
             mem=config.max_memory_mb,
             procs=config.max_processes,
@@ -47,3 +57,9 @@ def tool_definition(config: Config) -> types.Tool:
             open_world_hint=True,
         ),
     )
+
+
+def _importable(config: Config) -> str:
+    if not config.package_versions:
+        return "no site-packages (standard library only)"
+    return "the standard library and these packages importable: " + ", ".join(config.package_versions)

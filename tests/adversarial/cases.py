@@ -161,8 +161,11 @@ def environ_not_leaked(result: RunResult, context: Context) -> None:
 
 def minimal_environment(result: RunResult, context: Context) -> None:
     names = set(result.stdout.text.split())
-    # bubblewrap adds PWD; nothing of the server's own environment may show.
-    assert names <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "MALLOC_ARENA_MAX", "PWD"}, names
+    # bubblewrap adds PWD; the package environment (RUNNER_PACKAGES) adds PYTHONPATH and MPLCONFIGDIR;
+    # nothing of the server's own environment may show.
+    minimal = {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "MALLOC_ARENA_MAX", "PWD"}
+    numeric = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MPLBACKEND"}
+    assert names <= minimal | numeric | {"PYTHONPATH", "MPLCONFIGDIR"}, names
     assert {"PATH", "HOME", "TMPDIR"} <= names, names
 
 
@@ -1266,19 +1269,23 @@ CODE_INPUT = [
 
 ISOLATION = [
     case(
-        "listing inherited fds shows only the three streams",
+        "listing inherited fds shows the three streams and the run's own job socket, nothing else",
         """
-        import os, resource
+        import os, resource, stat, socket
         def is_open(fd):
             try:
                 os.fstat(fd)
             except OSError:
                 return False
             return True
-        print([fd for fd in range(min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 65536)) if is_open(fd)])
+        found = [fd for fd in range(min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 65536)) if is_open(fd)]
+        # fd 3 is where the job came in and the report goes out: a Unix socket to the server, not
+        # inherited by what the code starts.
+        job = socket.socket(fileno=os.dup(3))
+        print(found, stat.S_ISSOCK(os.fstat(3).st_mode), job.family == socket.AF_UNIX, os.get_inheritable(3))
         """,
         S.OK,
-        stdout="[0, 1, 2]\n",
+        stdout="[0, 1, 2, 3] True True False\n",
     ),
     case(
         "the run sees only its minimal environment",

@@ -1,0 +1,210 @@
+"""The run's report (the value of its last expression, its figures, its files), read back and checked:
+pure functions over bytes, no I/O.
+
+The report is written by the bootstrap inside the run (`runner.processes.harvest`), where the code
+could have written one of its own first. So nothing in it is trusted: every size is checked against
+the blobs and the call's budgets, image sizes are read from the images themselves, and what a file
+is (image, text, bytes) is decided here from its name and content. A report that does not hold
+together is dropped whole, with a note; it can never make the call fail.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from runner.outcome import Attachment, Omitted
+
+REPORT_HEAD = b"report "
+MAX_HEADER_BYTES = 256 * 1024
+MAX_NAME_CHARS = 1024
+MAX_OMITTED = 50
+_CONTROLS = re.compile("[\x00-\x1f\x7f]")
+
+# Images MCP clients show (ImageContent), known by their first bytes.
+_IMAGE_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+_TEXT_TYPES = {
+    ".csv": "text/csv",
+    ".tsv": "text/tab-separated-values",
+    ".json": "application/json",
+    ".md": "text/markdown",
+    ".html": "text/html",
+    ".htm": "text/html",
+    ".xml": "application/xml",
+    ".svg": "image/svg+xml",
+    ".py": "text/x-python",
+    ".txt": "text/plain",
+    ".log": "text/plain",
+    ".yaml": "application/yaml",
+    ".yml": "application/yaml",
+}
+_BINARY_TYPES = {
+    ".pdf": "application/pdf",
+    ".zip": "application/zip",
+    ".gz": "application/gzip",
+    ".parquet": "application/vnd.apache.parquet",
+    ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    ".npy": "application/octet-stream",
+    ".pkl": "application/octet-stream",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Budgets:
+    """What one call may return (the server's own copy of what it told the run)."""
+
+    images: int
+    image_bytes: int
+    call_bytes: int
+    file_bytes: int
+    result_chars: int
+
+    @property
+    def report_bytes(self) -> int:
+        """The most a well-formed report can take on the wire."""
+        return len(REPORT_HEAD) + 32 + MAX_HEADER_BYTES + 6 * self.result_chars + self.call_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """What came back besides the output."""
+
+    result: str | None = None
+    result_chars: int = 0
+    attachments: tuple[Attachment, ...] = ()
+    omitted: tuple[Omitted, ...] = ()
+
+
+NOTHING = Returned()
+
+
+def frame_length(data: bytes | bytearray) -> int | None:
+    """The length of the whole report once its first line is in `data`; None until then, or -1 when
+    `data` does not start like a report."""
+    line_end = data.find(b"\n", 0, 64)
+    if line_end < 0:
+        return None if len(data) < 64 else -1
+    parts = bytes(data[:line_end]).split(b" ")
+    if len(parts) != 3 or parts[0] != REPORT_HEAD.strip() or not all(p.isdigit() for p in parts[1:]):
+        return -1
+    return line_end + 1 + int(parts[1]) + int(parts[2])
+
+
+def parse_report(data: bytes | bytearray, budgets: Budgets) -> Returned:
+    """What a complete report (as `frame_length` measured it) says, checked; NOTHING for no report."""
+    if not data:
+        return NOTHING
+    try:
+        return _parse(bytes(data), budgets)
+    except (ValueError, KeyError, TypeError) as exc:
+        return Returned(omitted=(Omitted("(the run's report)", len(data), f"malformed, dropped: {exc}"),))
+
+
+def _parse(data: bytes, budgets: Budgets) -> Returned:
+    line_end = data.index(b"\n")
+    head_size, blob_size = (int(n) for n in data[:line_end].split(b" ")[1:])
+    _require(head_size <= MAX_HEADER_BYTES, "header too large")
+    _require(blob_size <= budgets.call_bytes, "more bytes than the call's budget")
+    head = json.loads(data[line_end + 1 : line_end + 1 + head_size])
+    blobs = memoryview(data)[line_end + 1 + head_size :]
+    _require(len(blobs) == blob_size, "blobs cut short")
+    _require(isinstance(head, dict), "header is not an object")
+    result = head.get("result")
+    _require(result is None or isinstance(result, str), "result is not text")
+    if result is not None:
+        result = result[: budgets.result_chars]
+    result_chars = max(_count(head.get("result_chars", 0)), len(result or ""))
+    attachments: list[Attachment] = []
+    at = 0
+    for entry in _entries(head, "images"):
+        size = _count(entry["bytes"])
+        png = bytes(blobs[at : at + size])
+        at += size
+        _require(png.startswith(_IMAGE_MAGIC[0][0]), "a figure is not a PNG")
+        width, height = png_size(png)
+        attachments.append(Attachment(_name(entry["name"]), png, "image/png", "image", width, height, _text(entry)))
+    for entry in _entries(head, "files"):
+        size = _count(entry["bytes"])
+        attachments.append(classify_file(_name(entry["path"]), bytes(blobs[at : at + size])))
+        at += size
+    _require(at == blob_size, "sizes do not add up to the blobs")
+    _check_budgets(attachments, budgets)
+    omitted = [Omitted(_name(e["name"]), _count(e["bytes"]), _text(e, "reason")) for e in _entries(head, "omitted")]
+    more = _count(head.get("more_omitted", 0))
+    if more:
+        omitted.append(Omitted(f"{more:,} more", 0, "not listed"))
+    return Returned(result, result_chars, tuple(attachments), tuple(omitted[: MAX_OMITTED + 1]))
+
+
+def _check_budgets(attachments: list[Attachment], budgets: Budgets) -> None:
+    images = [a for a in attachments if a.kind == "image"]
+    _require(len(images) <= budgets.images, "more images than the budget")
+    _require(all(len(a.data) <= budgets.image_bytes for a in images), "an image over the image budget")
+    files = sum(len(a.data) for a in attachments if a.kind != "image")
+    _require(files <= budgets.file_bytes, "more file bytes than the budget")
+
+
+def classify_file(path: str, data: bytes) -> Attachment:
+    """An image if its bytes say so, text if it is UTF-8 without NUL, else bytes; typed by its name."""
+    suffix = posixpath.splitext(path)[1].lower()
+    for magic, mime in (*_IMAGE_MAGIC, (b"RIFF", "image/webp")):
+        if data.startswith(magic) and (mime != "image/webp" or data[8:12] == b"WEBP"):
+            width, height = png_size(data) if mime == "image/png" else (0, 0)
+            return Attachment(path, data, mime, "image", width, height)
+    if b"\x00" not in data:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            return Attachment(path, data, _TEXT_TYPES.get(suffix, "text/plain"), "text")
+    return Attachment(path, data, _BINARY_TYPES.get(suffix, "application/octet-stream"), "blob")
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk; (0, 0) if there is none."""
+    if len(data) < 24 or data[12:16] != b"IHDR":
+        return 0, 0
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def _require(condition: bool, problem: str) -> None:
+    if not condition:
+        raise ValueError(problem)
+
+
+def _entries(head: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = head.get(key, [])
+    if not (isinstance(value, list) and all(isinstance(e, dict) for e in value)):
+        raise ValueError(f"{key} is not a list of objects")
+    return value
+
+
+def _count(value: object) -> int:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        raise ValueError("a size is not a count")
+    return value
+
+
+def _name(value: object) -> str:
+    _require(isinstance(value, str) and 0 < len(value) <= MAX_NAME_CHARS and "\x00" not in value, "a bad name")
+    return _printable(str(value))
+
+
+def _text(entry: dict[str, Any], key: str = "note") -> str:
+    value = entry.get(key, "")
+    _require(isinstance(value, str), f"{key} is not text")
+    return _printable(value[:500])
+
+
+def _printable(text: str) -> str:
+    """Control characters (a file name may hold any) as visible escapes, as in the output."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)

@@ -1,0 +1,216 @@
+"""What a run returns besides its output, gathered inside the run once its code has ended: the value
+of its last expression, its figures and the files it made or changed, within the call's budgets,
+written to the server as one report on the job socket (fd 3).
+
+Standard library only: loaded by the bootstrap (`bootstrap.load_sibling`) and run under the run's
+limits, so whatever the code left (a ``__repr__`` that never returns, a figure of 400 million
+pixels, a file that keeps growing) costs the run, not the server. The server trusts none of it: it
+checks every number and byte of the report again (`runner.execution.report`).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from types import CodeType
+    from typing import Any
+
+REPORT_HEAD = b"report"
+MAX_OMITTED = 50
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
+
+
+class Budgets:
+    """What one call may return: images, bytes per image, bytes in all, bytes of files that are not
+    images (a client may read those as text, and count them against its limits), and characters of
+    the last expression's value."""
+
+    __slots__ = ("call_bytes", "file_bytes", "image_bytes", "images", "result_chars")
+
+    def __init__(self, images: int, image_bytes: int, call_bytes: int, file_bytes: int, result_chars: int) -> None:
+        self.images, self.image_bytes, self.call_bytes = images, image_bytes, call_bytes
+        self.file_bytes, self.result_chars = file_bytes, result_chars
+
+
+def split_last_expression(text: str, filename: str) -> tuple[CodeType, CodeType | None]:
+    """The code compiled as a module, and its last statement compiled apart when it is an expression.
+
+    As in a notebook, an expression whose line ends with ``;`` is not a value to show. Errors are
+    those of ``compile(text, filename, "exec")``.
+    """
+    flags = ast.PyCF_ONLY_AST
+    tree = compile(text, filename, "exec", flags=flags, dont_inherit=True)
+    last = tree.body[-1] if tree.body else None
+    if not isinstance(last, ast.Expr) or _silenced(text, last):
+        return compile(tree, filename, "exec", dont_inherit=True), None
+    tree.body.pop()
+    expression = ast.Expression(last.value)
+    return (
+        compile(tree, filename, "exec", dont_inherit=True),
+        compile(expression, filename, "eval", dont_inherit=True),
+    )
+
+
+def _silenced(text: str, statement: ast.stmt) -> bool:
+    lines = text.splitlines()
+    end_line, end_column = statement.end_lineno, statement.end_col_offset
+    if end_line is None or end_column is None or end_line > len(lines):
+        return False
+    rest = lines[end_line - 1].encode("utf-8")[end_column:]  # offsets count UTF-8 bytes
+    return rest.lstrip().startswith(b";")
+
+
+def describe_value(value: object, max_chars: int) -> tuple[str, int]:
+    """``repr(value)`` cut to `max_chars`, and its whole length; a ``__repr__`` that fails says so."""
+    try:
+        text = repr(value)
+        if not isinstance(text, str):
+            raise TypeError(f"__repr__ returned {type(text).__name__}")
+    except Exception as exc:
+        text = f"<repr() of a {_type_name(value)} failed: {_exception_text(exc)}>"
+    return text[:max_chars], len(text)
+
+
+def _type_name(value: object) -> str:
+    try:
+        return type(value).__name__
+    except Exception:
+        return "value"
+
+
+def _exception_text(exc: BaseException) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"[:500]
+    except Exception:
+        return type(exc).__name__
+
+
+class Report:
+    """Everything the run returns besides its output, within `budgets`, in the order it was found."""
+
+    def __init__(self, budgets: Budgets) -> None:
+        self.budgets = budgets
+        self.result: str | None = None
+        self.result_chars = 0
+        self.images: list[dict[str, Any]] = []
+        self.files: list[dict[str, Any]] = []
+        self.omitted: list[dict[str, Any]] = []
+        self.more_omitted = 0
+        self.blobs: list[bytes] = []
+        self.bytes_left = budgets.call_bytes
+        self.file_bytes_left = budgets.file_bytes
+
+    def omit(self, name: str, size: int, reason: str) -> None:
+        if len(self.omitted) < MAX_OMITTED:
+            self.omitted.append({"name": name, "bytes": size, "reason": reason})
+        else:
+            self.more_omitted += 1
+
+    def add_figure(self, name: str, png: bytes | None, width: int, height: int, note: str) -> None:
+        if png is None:
+            self.omit(name, 0, note)
+        elif len(png) > self.bytes_left:
+            self.omit(name, len(png), f"over what is left of the call's {self.budgets.call_bytes:,}-byte budget")
+        else:
+            self.images.append({"name": name, "bytes": len(png), "width": width, "height": height, "note": note})
+            self.blobs.append(png)
+            self.bytes_left -= len(png)
+
+    def add_files(
+        self,
+        entries: Iterator[tuple[str, os.stat_result | None]],
+        inputs: dict[str, tuple[int, int, int]],
+        read: Callable[[str, os.stat_result, int], bytes | None],
+    ) -> None:
+        """The files the code made or changed: `entries` from `workdir.walk`, read with `workdir.read_regular`."""
+        import stat
+
+        for path, info in entries:
+            if info is None:
+                self.omit("...", 0, "not looked at: the directory holds too many entries")
+                break
+            if inputs.get(path) == (info.st_ino, info.st_size, info.st_mtime_ns):
+                continue  # handed in by the call and not changed
+            if stat.S_ISLNK(info.st_mode):
+                self.omit(path, 0, "a symbolic link (never followed)")
+            elif not stat.S_ISREG(info.st_mode):
+                self.omit(path, 0, "not a regular file")
+            else:
+                self._add_file(path, info, read)
+
+    def _add_file(
+        self, path: str, info: os.stat_result, read: Callable[[str, os.stat_result, int], bytes | None]
+    ) -> None:
+        size = info.st_size
+        is_image = path.lower().endswith(IMAGE_SUFFIXES)
+        if is_image and len(self.images) + sum(f["image"] for f in self.files) >= self.budgets.images:
+            self.omit(path, size, f"more than {self.budgets.images} images in one call")
+        elif is_image and size > self.budgets.image_bytes:
+            self.omit(path, size, f"over the {self.budgets.image_bytes:,}-byte image budget")
+        elif size > self.bytes_left:
+            self.omit(path, size, f"over what is left of the call's {self.budgets.call_bytes:,}-byte budget")
+        elif not is_image and size > self.file_bytes_left:
+            reason = f"over what is left of the call's {self.budgets.file_bytes:,}-byte budget for files"
+            self.omit(path, size, reason)
+        else:
+            data = read(path, info, self.bytes_left if is_image else min(self.bytes_left, self.file_bytes_left))
+            if data is None:
+                self.omit(path, size, "it changed or went away while it was read")
+                return
+            self.files.append({"path": path, "bytes": len(data), "image": is_image})
+            self.blobs.append(data)
+            self.bytes_left -= len(data)
+            if not is_image:
+                self.file_bytes_left -= len(data)
+
+    def empty(self) -> bool:
+        return self.result is None and not (self.images or self.files or self.omitted)
+
+    def encode(self) -> bytes:
+        """``report <header bytes> <blob bytes>``, a newline, the JSON header, the blobs in order."""
+        header = {
+            "result": self.result,
+            "result_chars": self.result_chars,
+            "images": self.images,
+            "files": [{"path": f["path"], "bytes": f["bytes"]} for f in self.files],
+            "omitted": self.omitted,
+            "more_omitted": self.more_omitted,
+        }
+        head = json.dumps(header, ensure_ascii=True).encode("ascii")
+        blobs = b"".join(self.blobs)
+        return REPORT_HEAD + b" %d %d\n" % (len(head), len(blobs)) + head + blobs
+
+
+def gather(
+    budgets: Budgets,
+    value: object,
+    figures: Any,
+    inputs: dict[str, tuple[int, int, int]],
+    walk: Callable[[str], Iterator[tuple[str, os.stat_result | None]]],
+    read: Callable[[str, os.stat_result, int], bytes | None],
+) -> bytes | None:
+    """The run's report once its code has ended (`figures`: its `figures.Figures`); None if empty."""
+    report = Report(budgets)
+    if value is not None and budgets.result_chars:
+        report.result, report.result_chars = describe_value(value, budgets.result_chars)
+    for rendered in figures.finish():
+        report.add_figure(rendered.name, rendered.png, rendered.width, rendered.height, rendered.note)
+    if budgets.call_bytes:
+        report.add_files(walk("."), inputs, read)
+    return None if report.empty() else report.encode()
+
+
+def send(fd: int, data: bytes) -> None:
+    """Write the report whole; a server that stopped listening (the call is over) gets nothing."""
+    view = memoryview(data)
+    done = 0
+    try:
+        while done < len(data):
+            done += os.write(fd, view[done:])
+    except OSError:
+        pass

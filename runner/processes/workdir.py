@@ -1,0 +1,155 @@
+"""A run's working directory, from inside the run: emptied, filled with the call's files, and read
+back for what the code made. Standard library only: it runs in the run interpreter, loaded by the
+bootstrap (`bootstrap.load_sibling`), under the run's limits.
+
+Nothing here follows a symbolic link: the code may have replaced any file or directory by a link
+to somewhere else (`/etc/passwd`, the server's files), and what comes back must be only what is in
+the directory itself.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+# How much of a directory the scan looks at: a run that makes a million files must not make its
+# answer wait for a walk over all of them.
+MAX_SCANNED = 10_000
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+# Never returned: bytecode of the run's own modules, and matplotlib's cache where the run has no
+# other place for it (`figures.private_config`).
+SKIPPED_NAMES = frozenset({"__pycache__", ".matplotlib"})
+
+
+def empty_directory(top: str) -> None:
+    """Make `top` empty, whatever is in it and whatever its permissions, but for mount points.
+
+    The pool makes a run's directory before its code arrives, and in plain mode every run has the
+    same uid: another run may have written into this one (or taken its permissions away) while it
+    waited. Called when the code has arrived, after the pool made sure no earlier run's process is
+    left, so the run starts with nothing but what it makes itself. An empty directory costs one
+    listdir; the walk is iterative, so no depth of nesting can stop it. A mount point (another
+    device) is the sandbox's own, never a run's (no run can mount): an interpreter installed under
+    /tmp, bound back into the sandbox's /tmp, stays.
+    """
+    try:
+        names = os.listdir(top)
+    except PermissionError:
+        names = None
+    if names == []:
+        return
+    top_info = os.stat(top)
+    directories = []
+    around_mounts = set()  # directories on the way to a mount point: they stay too
+    pending = [top]
+    while pending:
+        path = pending.pop()
+        os.chmod(path, 0o700)  # ours (the same uid made it): listable and writable again
+        directories.append(path)
+        for name in os.listdir(path):
+            entry = os.path.join(path, name)
+            info = os.lstat(entry)
+            if info.st_dev != top_info.st_dev:
+                parent = path
+                while parent != top and parent not in around_mounts:
+                    around_mounts.add(parent)
+                    parent = os.path.dirname(parent)
+            elif stat.S_ISDIR(info.st_mode):
+                pending.append(entry)
+            else:
+                os.unlink(entry)
+    for path in reversed(directories[1:]):  # a directory's children come after it: deepest first
+        if path not in around_mounts:
+            os.rmdir(path)
+    os.chmod(top, stat.S_IMODE(top_info.st_mode) | 0o700)  # the sandbox's /tmp stays 1777
+
+
+def write_inputs(files: list[tuple[str, bytes]]) -> dict[str, tuple[int, int, int]]:
+    """Write the call's files under the current directory; return what each is, to tell later whether
+    the code changed it: path -> (inode, size, mtime in ns).
+
+    The server checked every path (relative, no `..`, no empty part); creating with O_EXCL and
+    O_NOFOLLOW makes sure nothing is written anywhere else all the same.
+    """
+    written = {}
+    for path, data in files:
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            done = 0
+            while done < len(data):
+                done += os.write(fd, view[done:])
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+        written[path] = (info.st_ino, info.st_size, info.st_mtime_ns)
+    return written
+
+
+def walk(top: str = ".") -> Iterator[tuple[str, os.stat_result | None]]:
+    """Every entry under `top` but directories, as (relative path, lstat); links are not followed.
+
+    At most MAX_SCANNED entries; then one ("", None) says the rest was not looked at.
+    """
+    pending = [""]
+    seen = 0
+    while pending:
+        relative = pending.pop()
+        try:
+            entries = sorted(os.scandir(os.path.join(top, relative) if relative else top), key=lambda e: e.name)
+        except OSError:
+            continue  # taken away by the code (no permission, or gone): nothing to return from it
+        subdirectories = []
+        for entry in entries:
+            seen += 1
+            if seen > MAX_SCANNED:
+                yield "", None
+                return
+            if entry.name in SKIPPED_NAMES:
+                continue
+            path = os.path.join(relative, entry.name) if relative else entry.name
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                subdirectories.append(path)
+            else:
+                yield path, info
+        pending.extend(reversed(subdirectories))  # depth first, in name order
+
+
+def read_regular(path: str, info: os.stat_result, limit: int) -> bytes | None:
+    """Up to `limit` bytes of the regular file at `path`, if it is still the file `info` describes.
+
+    Opened without following a link and without blocking (a FIFO put in its place cannot stall the
+    run's end); a file another process still writes is read as far as it was when looked at.
+    """
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError:
+        return None
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
+            return None
+        chunks = []
+        left = min(limit, now.st_size)
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -1,0 +1,212 @@
+"""Data work: numpy, pandas and matplotlib from the package environment (RUNNER_PACKAGES), the
+preloading zygote, figures as images, and limits that mean what they meant without them.
+
+Needs the environment `make sandbox-env` builds (`make test` builds it and points
+RUNNER_TEST_PACKAGES at it); without it these tests are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from runner.config import Config
+from runner.execution.pool import Pool
+from runner.outcome import RunRequest, RunResult, Status
+from tests.conftest import REPO
+from tests.helpers import checked, children_of, in_mode
+
+pytestmark = pytest.mark.anyio
+
+PACKAGES = os.environ.get("RUNNER_TEST_PACKAGES") or str(REPO / ".sandbox-env")
+# Every mode data work runs in: the preloading zygote plain and namespaced, and a fresh interpreter
+# per run, plain and in bubblewrap (those import what they need themselves).
+DATA_MODES = ("fork-server", "namespaces", "posix-spawn", "bwrap")
+
+
+def with_packages(config: Config, mode: str, **changes: object) -> Config:
+    if not os.path.isdir(os.path.join(PACKAGES, "site-packages")):
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must build the package environment: no {PACKAGES} (make sandbox-env)")
+        pytest.skip(f"no package environment at {PACKAGES}: make sandbox-env builds it")
+    packaged = Config.from_env({"RUNNER_PACKAGES": PACKAGES})
+    return in_mode(
+        dataclasses.replace(
+            config, packages=packaged.packages, packages_site=packaged.packages_site, preload=packaged.preload
+        ),
+        mode,
+        **changes,
+    )
+
+
+@pytest.fixture(params=DATA_MODES)
+async def data_pool(request: pytest.FixtureRequest, config: Config, no_leaks: None) -> AsyncIterator[Pool]:
+    async with Pool.open(with_packages(config, request.param), reap_strays=True) as pool:
+        yield pool
+
+
+@pytest.fixture
+async def preloading_pool(config: Config, no_leaks: None) -> AsyncIterator[Pool]:
+    async with Pool.open(with_packages(config, "fork-server"), reap_strays=True) as pool:
+        yield pool
+
+
+async def run(pool: Pool, code: str, timeout: float = 60) -> RunResult:
+    return checked(await pool.run(RunRequest("da7a0001", textwrap.dedent(code), timeout)))
+
+
+async def test_pandas_under_the_default_memory_limit_and_a_plot_never_shown_comes_back(data_pool: Pool) -> None:
+    code = """
+        import numpy as np, pandas as pd
+        import matplotlib.pyplot as plt
+        frame = pd.DataFrame({"x": np.arange(1000), "y": np.arange(1000) ** 0.5})
+        frame.plot(x="x", y="y")
+        frame.describe()
+    """
+    result = await run(data_pool, code)
+    assert result.status is Status.OK, result.to_text()
+    assert result.result is not None
+    assert result.result.splitlines()[0].split() == ["x", "y"]
+    assert "count  1000.000000  1000.000000" in result.result  # the DataFrame's own text table
+    [image] = result.images
+    assert (image.name, image.mime_type, image.width, image.height) == ("figure-1.png", "image/png", 640, 480)
+    assert image.data.startswith(b"\x89PNG")
+    assert "--- images: figure-1.png (640x480, " in result.to_text()
+    assert result.stderr.text == ""  # no warning from matplotlib about its cache or the backend
+
+
+async def test_every_shown_figure_comes_back_even_when_closed_after_show(data_pool: Pool) -> None:
+    code = """
+        import matplotlib.pyplot as plt
+        for n in range(2):
+            plt.figure(figsize=(2, 1))
+            plt.plot([0, n])
+            plt.show()
+            plt.close()
+        plt.figure(figsize=(3, 1))
+        fig = plt.gcf()
+        fig.savefig("saved.png")
+    """
+    result = await run(data_pool, code)
+    assert result.status is Status.OK, result.to_text()
+    # Two shown, one only saved to a file by the code itself: that file comes back, not a copy of it.
+    assert [(i.name, i.width, i.height) for i in result.images] == [
+        ("figure-1.png", 200, 100),
+        ("figure-2.png", 200, 100),
+        ("saved.png", 300, 100),
+    ]
+
+
+async def test_fifty_figures_come_back_as_the_first_four_and_a_note(preloading_pool: Pool) -> None:
+    code = """
+        import matplotlib.pyplot as plt
+        for n in range(50):
+            plt.figure(figsize=(1, 1)).gca().plot([0, n])
+    """
+    result = await run(preloading_pool, code)
+    assert result.status is Status.OK, result.to_text()
+    assert [i.name for i in result.images] == [f"figure-{n}.png" for n in range(1, 5)]
+    assert len(result.omitted) == 46
+    assert {o.reason for o in result.omitted} == {"more than 4 images in one call"}
+    assert "--- not returned: figure-50.png: more than 4 images in one call ---" in result.to_text()
+
+
+async def test_a_figure_of_twenty_thousand_pixels_square_is_drawn_smaller_and_says_so(preloading_pool: Pool) -> None:
+    code = """
+        import matplotlib.pyplot as plt
+        plt.figure(figsize=(200, 200), dpi=100).gca().plot([0, 1])
+    """
+    result = await run(preloading_pool, code)
+    assert result.status is Status.OK, result.to_text()
+    [image] = result.images
+    assert image.width * image.height <= 4_000_000
+    assert len(image.data) <= 256 * 1024
+    assert image.note.startswith("20000x20000 px at full size: rendered at dpi")
+
+
+async def test_a_call_that_imports_a_preloaded_module_goes_to_the_preloading_zygote(preloading_pool: Pool) -> None:
+    probe = "import sys\nprint(sorted(m for m in ('numpy', 'pandas', 'matplotlib') if m in sys.modules))"
+    lean = await run(preloading_pool, probe)
+    data = await run(preloading_pool, "import json\nimport numpy\n" + probe)
+    assert (lean.stdout.text, data.stdout.text) == ("[]\n", "['matplotlib', 'numpy', 'pandas']\n")
+
+
+async def test_the_preloading_zygote_has_one_thread_and_runs_cannot_import_the_server(preloading_pool: Pool) -> None:
+    result = await run(preloading_pool, "import numpy, os\nprint(os.getppid())")
+    zygote = int(result.stdout.text)
+    assert zygote in children_of(os.getpid())
+    status = Path(f"/proc/{zygote}/status").read_text()
+    assert re.search(r"^Threads:\s+1$", status, re.MULTILINE), status
+    code = """
+        import numpy
+        for name in ("mcp", "pydantic", "runner", "anyio", "jsonschema", "bootstrap", "zygote", "preload"):
+            try:
+                __import__(name)
+                print(name, "imported")
+            except ImportError:
+                pass
+        print("done")
+    """
+    assert (await run(preloading_pool, code)).stdout.text == "done\n"
+
+
+async def test_every_run_draws_fresh_random_numbers(preloading_pool: Pool) -> None:
+    code = "import random, numpy as np\nprint(random.random(), np.random.random(), np.random.default_rng().random())"
+    draws = [(await run(preloading_pool, code)).stdout.text.split() for _ in range(3)]
+    for column in zip(*draws, strict=True):
+        assert len(set(column)) == 3, draws
+
+
+async def test_a_run_that_monkeypatches_pandas_leaves_the_next_run_a_clean_pandas(preloading_pool: Pool) -> None:
+    spoil = "import pandas\npandas.DataFrame = None\npandas.read_csv = lambda *a: 'spoiled'\nprint('spoiled')"
+    assert (await run(preloading_pool, spoil)).stdout.text == "spoiled\n"
+    after = await run(preloading_pool, "import pandas\nprint(pandas.DataFrame.__name__, pandas.read_csv.__name__)")
+    assert after.stdout.text == "DataFrame read_csv\n"
+
+
+async def test_twice_the_memory_limit_is_still_the_memory_limit_in_both_zygotes(preloading_pool: Pool) -> None:
+    limit = 256 * 1024 * 1024
+    for imports in ("", "import pandas\n"):
+        result = await run(preloading_pool, f"{imports}b = bytearray({2 * limit})")
+        assert result.status is Status.MEMORY_LIMIT, (imports, result.to_text())
+    # What the limit means with pandas loaded: this much on top of it.
+    result = await run(preloading_pool, f"import pandas\nb = bytearray({limit * 3 // 4})\nprint(len(b))")
+    assert (result.status, result.stdout.text) == (Status.OK, f"{limit * 3 // 4}\n"), result.to_text()
+
+
+@pytest.mark.parametrize("mode", ["namespaces", "bwrap"])
+async def test_the_package_environment_is_read_only_to_a_sandboxed_run(
+    config: Config, mode: str, no_leaks: None
+) -> None:
+    code = f"""
+        import os
+        target = os.path.join({PACKAGES!r}, "site-packages", "pandas", "__init__.py")
+        try:
+            open(target, "a").write("# planted")
+            print("written")
+        except OSError as exc:
+            print(type(exc).__name__)
+    """
+    async with Pool.open(with_packages(config, mode), reap_strays=True) as pool:
+        result = await run(pool, code)
+    assert result.stdout.text in ("OSError\n", "PermissionError\n"), result.to_text()
+
+
+@pytest.mark.parametrize("status_code", ["timeout", "cpu", "error", "exit"])
+async def test_statuses_are_the_same_with_pandas_loaded(preloading_pool: Pool, status_code: str) -> None:
+    code, timeout, expected = {
+        "timeout": ("import pandas, time\ntime.sleep(30)", 1.0, Status.TIMEOUT),
+        "cpu": ("import pandas\nwhile True: pass", 60, Status.CPU_LIMIT),
+        "error": ("import pandas\npandas.DataFrame({'a': [1]})['b']", 60, Status.ERROR),
+        "exit": ("import pandas, sys\nsys.exit(3)", 60, Status.ERROR),
+    }[status_code]
+    result = await run(preloading_pool, code, timeout)
+    assert result.status is expected, result.to_text()
+    if status_code == "error":
+        assert "KeyError: 'b'" in result.stderr.text

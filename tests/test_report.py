@@ -1,0 +1,142 @@
+"""The pure parts of what a run returns: the report read back and checked, files typed, the files
+argument checked, and the choice of zygote. No processes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runner.errors import ArgumentError
+from runner.execution.report import Budgets, classify_file, frame_length, parse_report
+from runner.execution.routing import imported_packages, wants_preloaded
+from runner.protocol.files import check_files
+
+BUDGETS = Budgets(images=2, image_bytes=1000, call_bytes=5000, file_bytes=3000, result_chars=100)
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x02\x80\x00\x00\x01\xe0" + bytes(20)
+
+
+def report(head: dict[str, object], blobs: bytes = b"") -> bytes:
+    encoded = json.dumps(head).encode()
+    return b"report %d %d\n" % (len(encoded), len(blobs)) + encoded + blobs
+
+
+def test_a_report_is_whole_when_its_first_line_says_so() -> None:
+    data = report({"result": "1"}, b"xy")
+    assert frame_length(data[:5]) is None
+    assert frame_length(data) == len(data)
+    assert frame_length(b"hello world\n") == -1
+    assert frame_length(b"x" * 100) == -1
+
+
+def test_a_good_report_gives_the_result_images_and_typed_files() -> None:
+    head = {
+        "result": "42",
+        "result_chars": 2,
+        "images": [{"name": "figure-1.png", "bytes": len(PNG), "width": 1, "height": 1, "note": ""}],
+        "files": [{"path": "out.csv", "bytes": 4}, {"path": "x.bin", "bytes": 2}],
+        "omitted": [{"name": "link", "bytes": 0, "reason": "a symbolic link (never followed)"}],
+    }
+    returned = parse_report(report(head, PNG + b"a,b\n" + b"\x00\x01"), BUDGETS)
+    assert returned.result == "42"
+    image, csv, blob = returned.attachments
+    assert (image.kind, image.width, image.height) == ("image", 640, 480)  # read from the PNG, not the report
+    assert (csv.kind, csv.mime_type, blob.kind, blob.mime_type) == (
+        "text",
+        "text/csv",
+        "blob",
+        "application/octet-stream",
+    )
+    assert [o.name for o in returned.omitted] == ["link"]
+
+
+@pytest.mark.parametrize(
+    ("head", "blobs", "problem"),
+    [
+        ({"images": [{"name": "a.png", "bytes": 3}]}, b"abc", "a figure is not a PNG"),
+        ({"files": [{"path": "a", "bytes": 5}]}, b"abc", "sizes do not add up"),
+        ({"files": [{"path": "a", "bytes": -1}]}, b"", "a size is not a count"),
+        ({"files": [{"path": "", "bytes": 0}]}, b"", "a bad name"),
+        ({"files": "all of them"}, b"", "files is not a list of objects"),
+        ({"files": [{"path": "big", "bytes": 4000}]}, bytes(4000), "more file bytes than the budget"),
+        ({"images": [{"name": f"{n}.png", "bytes": len(PNG)} for n in range(3)]}, PNG * 3, "more images than"),
+        ({"result": ["not", "text"]}, b"", "result is not text"),
+    ],
+)
+def test_a_report_that_does_not_hold_together_is_dropped_whole_with_a_note(
+    head: dict[str, object], blobs: bytes, problem: str
+) -> None:
+    returned = parse_report(report(head, blobs), BUDGETS)
+    assert returned.attachments == ()
+    assert returned.result is None
+    [note] = returned.omitted
+    assert note.name == "(the run's report)"
+    assert problem in note.reason
+
+
+def test_names_from_a_report_are_shown_with_control_characters_escaped() -> None:
+    returned = parse_report(report({"files": [{"path": "a\x1b[2Jb", "bytes": 1}]}, b"x"), BUDGETS)
+    assert returned.attachments[0].name == "a\\x1b[2Jb"
+
+
+def test_a_file_is_an_image_by_its_bytes_text_if_utf8_and_bytes_otherwise() -> None:
+    assert classify_file("looks.txt", PNG).kind == "image"
+    assert classify_file("a.jpg", b"\xff\xd8\xff\xe0rest").mime_type == "image/jpeg"
+    assert classify_file("fake.png", b"not an image").kind == "text"
+    assert classify_file("notes.md", "h\u00e9".encode()).mime_type == "text/markdown"
+    assert classify_file("data.parquet", b"PAR1\x00\x01").mime_type == "application/vnd.apache.parquet"
+
+
+def test_imports_are_found_in_every_spelling() -> None:
+    code = (
+        "import os, numpy as np\n"
+        "from pandas.io import json\n"
+        "  import matplotlib.pyplot as plt  # indented\n"
+        "from . import sibling\n"
+        "x = __import__('scipy.stats')\n"
+        'importlib.import_module("sklearn")\n'
+    )
+    assert imported_packages(code) == {"os", "numpy", "pandas", "matplotlib", "scipy", "sklearn"}
+
+
+def test_only_code_that_imports_beyond_the_standard_library_goes_to_the_preloading_zygote() -> None:
+    preload = ("numpy", "pandas", "matplotlib.pyplot")
+    assert not wants_preloaded("print(1)", preload)
+    assert not wants_preloaded("import json, os.path\nfrom collections import deque", preload)
+    assert wants_preloaded("from matplotlib import pyplot", preload)
+    assert wants_preloaded("import scipy", preload)  # a package: most likely built on numpy
+    assert not wants_preloaded("import numpy", ())
+
+
+def entry(path: str, content: str = "x", encoding: str = "utf-8") -> dict[str, str]:
+    return {"path": path, "content": content, "encoding": encoding}
+
+
+@pytest.mark.parametrize(
+    ("entries", "problem"),
+    [
+        ([entry("../escape")], "files[0]' ('../escape'): every part of the path must be a name"),
+        ([entry("a/../../b")], "every part of the path must be a name"),
+        ([entry("/etc/passwd")], "an absolute path"),
+        ([entry("a//b")], "every part of the path must be a name"),
+        ([entry("./a")], "every part of the path must be a name"),
+        ([entry("nul\x00byte")], "NUL"),
+        ([entry("x" * 256)], "256 bytes long, more than 255"),
+        ([entry("a"), entry("a")], "files[1]' ('a'): the same path is given twice"),
+        ([entry("a/b"), entry("a")], "a file cannot also be a directory of another file"),
+        ([entry("a"), entry("a/b")], "a file cannot also be a directory of another file"),
+        ([entry("bin", "not base64!", "base64")], "not valid base64"),
+        ([entry("big", "x" * 600), entry("more", "x" * 500)], "files[1]' ('more'): the files come to more than"),
+        ([entry("one", "x" * 300)], "more than a run may write to one file (256)"),
+        ([entry("lone", "\ud800")], "lone surrogate"),
+    ],
+)
+def test_a_bad_file_entry_is_refused_naming_it(entries: list[dict[str, str]], problem: str) -> None:
+    with pytest.raises(ArgumentError) as caught:
+        check_files(entries, max_bytes=1000, max_file_bytes=256 if problem.startswith("more than a run") else 1000)
+    assert problem in str(caught.value)
+
+
+def test_good_file_entries_are_decoded() -> None:
+    files = check_files([entry("a/b.txt", "h\u00e9"), entry("c.bin", "AAE=", "base64")], 100, 100)
+    assert [(f.path, f.data) for f in files] == [("a/b.txt", "h\u00e9".encode()), ("c.bin", b"\x00\x01")]

@@ -1,0 +1,180 @@
+"""What a run returns besides its output, with the standard library alone: the value of its last
+expression, the files it is handed and the files it makes, in every mode.
+
+The data packages' part (figures, pandas, the preloading zygote) is `test_data.py`.
+"""
+
+from __future__ import annotations
+
+import base64
+import textwrap
+from collections.abc import AsyncIterator
+
+import pytest
+
+from runner.config import Config
+from runner.execution.pool import Pool
+from runner.outcome import InputFile, RunRequest, RunResult, Status
+from tests.helpers import MODES, checked, in_mode
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=MODES)
+async def any_pool(request: pytest.FixtureRequest, config: Config, no_leaks: None) -> AsyncIterator[Pool]:
+    async with Pool.open(in_mode(config, request.param), reap_strays=True) as pool:
+        yield pool
+
+
+async def run(pool: Pool, code: str, timeout: float = 10, files: tuple[InputFile, ...] = ()) -> RunResult:
+    return checked(await pool.run(RunRequest("0123abcd", textwrap.dedent(code), timeout, "", files)))
+
+
+async def test_the_value_of_the_last_expression_comes_back_as_a_result_section(any_pool: Pool) -> None:
+    result = await run(any_pool, "x = 6\nprint('side')\nx * 7")
+    assert (result.status, result.stdout.text, result.result) == (Status.OK, "side\n", "42")
+    assert "--- stdout ---\nside\n\n--- result ---\n42\n\n--- exit_code: 0 |" in result.to_text()
+
+
+async def test_a_run_with_nothing_more_to_show_renders_exactly_as_before(any_pool: Pool) -> None:
+    for code in ("print(45)", "print(45)\nNone", "print(45)\nx = 1", "print(45)\n1 + 1;"):
+        result = await run(any_pool, code)
+        assert (result.result, result.attachments, result.omitted) == (None, (), ()), code
+        assert result.to_text().startswith("[request_id=0123abcd]\n--- stdout ---\n45\n\n--- exit_code: 0 | "), code
+
+
+async def test_a_repr_that_raises_says_so_and_the_run_is_still_ok(any_pool: Pool) -> None:
+    code = """
+        class Broken:
+            def __repr__(self):
+                raise ValueError("no repr today")
+        Broken()
+    """
+    result = await run(any_pool, code)
+    assert result.status is Status.OK
+    assert result.result == "<repr() of a Broken failed: ValueError: no repr today>"
+
+
+async def test_a_huge_repr_is_cut_and_says_how_much_was_left_out(config: Config, no_leaks: None) -> None:
+    async with Pool.open(in_mode(config, "fork-server", max_output_chars=1000)) as pool:
+        result = await run(pool, "'x' * 50_000")
+    assert result.result is not None
+    assert len(result.result) == 1000
+    assert result.result_chars == 50_002  # the quotes
+    assert "... [49,002 more characters]" in result.to_text()
+
+
+async def test_a_repr_that_never_returns_ends_in_the_runs_timeout(any_pool: Pool) -> None:
+    code = """
+        import time
+        class Slow:
+            def __repr__(self):
+                time.sleep(3600)
+        print("before", flush=True)
+        Slow()
+    """
+    result = await run(any_pool, code, timeout=1.5)
+    assert (result.status, result.stdout.text, result.result) == (Status.TIMEOUT, "before\n", None)
+
+
+async def test_the_calls_files_are_in_the_directory_before_the_code_starts(any_pool: Pool) -> None:
+    files = (
+        InputFile("data.csv", b"a,b\n1,2\n"),
+        InputFile("deep/er/blob.bin", bytes(range(256))),
+        InputFile("caf\u00e9.txt", "caf\u00e9".encode()),
+    )
+    code = """
+        import os
+        print(open("data.csv").read().splitlines())
+        print(open("deep/er/blob.bin", "rb").read() == bytes(range(256)))
+        print(open("caf\u00e9.txt", encoding="utf-8").read())
+        print(sorted(os.listdir(".")))
+    """
+    result = await run(any_pool, code, files=files)
+    assert result.stdout.text == "['a,b', '1,2']\nTrue\ncaf\u00e9\n['caf\u00e9.txt', 'data.csv', 'deep']\n"
+    assert result.attachments == ()
+    assert result.omitted == ()
+
+
+async def test_files_the_code_makes_or_changes_come_back_and_links_never_are_followed(any_pool: Pool) -> None:
+    code = """
+        import os
+        open("given.txt", "a").write("and more")
+        open("made.csv", "w").write("x,y\\n1,2\\n")
+        os.makedirs("sub")
+        open("sub/raw.bin", "wb").write(bytes([0, 255, 1]))
+        os.symlink("/etc/passwd", "passwd-link")
+        os.mkfifo("a-fifo")
+    """
+    result = await run(any_pool, code, files=(InputFile("given.txt", b"given "), InputFile("same.txt", b"kept")))
+    returned = {a.name: (a.kind, a.mime_type, a.data) for a in result.attachments}
+    assert returned == {
+        "given.txt": ("text", "text/plain", b"given and more"),
+        "made.csv": ("text", "text/csv", b"x,y\n1,2\n"),
+        "sub/raw.bin": ("blob", "application/octet-stream", b"\x00\xff\x01"),
+    }
+    omitted = {o.name: o.reason for o in result.omitted}
+    assert omitted == {"passwd-link": "a symbolic link (never followed)", "a-fifo": "not a regular file"}
+    assert "root:" not in result.to_text()
+    assert "--- files: given.txt (text/plain, 14 bytes), made.csv (text/csv, 8 bytes), sub/raw.bin" in result.to_text()
+
+
+async def test_what_does_not_fit_the_budgets_is_listed_with_its_size_and_why(config: Config, no_leaks: None) -> None:
+    tight = in_mode(config, "fork-server", max_files_kb=4, max_returned_kb=16, max_images=1, max_image_kb=2)
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+    )
+    code = f"""
+        open("a-small.txt", "w").write("x" * 3000)
+        open("b-big.txt", "w").write("y" * 3000)
+        open("c.png", "wb").write({png!r})
+        open("d.png", "wb").write({png!r})
+        open("e-huge.png", "wb").write({png!r} + bytes(20_000))
+    """
+    async with Pool.open(tight) as pool:
+        result = await run(pool, code)
+    assert [(a.name, a.kind) for a in result.attachments] == [("a-small.txt", "text"), ("c.png", "image")]
+    assert result.images[0].mime_type == "image/png"
+    assert (result.images[0].width, result.images[0].height) == (1, 1)
+    reasons = {o.name: (o.size, o.reason) for o in result.omitted}
+    assert reasons == {
+        "b-big.txt": (3000, "over what is left of the call's 4,096-byte budget for files"),
+        "d.png": (len(png), "more than 1 images in one call"),
+        "e-huge.png": (len(png) + 20_000, "more than 1 images in one call"),
+    }
+    assert "--- not returned: b-big.txt (3,000 bytes): over what is left" in result.to_text()
+
+
+async def test_a_file_still_growing_from_a_left_behind_process_does_not_hold_the_answer(any_pool: Pool) -> None:
+    code = """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            with open("grows.log", "a") as f:
+                while True:
+                    f.write("line\\n" * 100)
+                    f.flush()
+        while not os.path.exists("grows.log") or os.path.getsize("grows.log") < 10_000:
+            time.sleep(0.01)
+    """
+    result = await run(any_pool, code, timeout=10)
+    assert result.status is Status.OK, result.stderr.text
+    assert result.duration < 9  # not the timeout: the daemon is the sweep's, not the answer's
+    grown = [a for a in result.attachments if a.name == "grows.log"] + [
+        o for o in result.omitted if o.name == "grows.log"
+    ]
+    assert len(grown) == 1
+
+
+async def test_a_forged_report_on_the_job_socket_can_only_change_what_its_own_call_shows(any_pool: Pool) -> None:
+    code = """
+        import os
+        os.write(3, b"report 10 0\\n{not json}")
+        os.close(3)
+        print("still ran")
+        41 + 1
+    """
+    result = await run(any_pool, code)
+    assert (result.status, result.stdout.text) == (Status.OK, "still ran\n")
+    assert result.result is None
+    assert [o.name for o in result.omitted] == ["(the run's report)"]
