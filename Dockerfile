@@ -30,6 +30,17 @@ RUN --mount=type=secret,id=ca-bundle \
     && /app/.venv/bin/pip install --no-cache-dir --no-compile --require-hashes --no-deps -r /tmp/requirements.lock \
     && /app/.venv/bin/pip uninstall --yes --quiet pip setuptools \
     && /app/.venv/bin/python -m compileall -q --invalidation-mode checked-hash /app/.venv/lib
+# What runs may import (RUNNER_PACKAGES): numpy, pandas, matplotlib and scipy from their own hashed lock,
+# in an environment of their own (never the server's venv: no run can import mcp, pydantic or runner),
+# with matplotlib's font cache built here once. Built by the same script as `make sandbox-env`, which
+# also checks the result against the lock (pip from a throwaway venv, which stays in this stage); its
+# bytecode is hash-checked like the venv's.
+COPY requirements-sandbox.lock scripts/sandbox_env.py /tmp/sandbox/
+RUN --mount=type=secret,id=ca-bundle \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
+    && python -m venv /tmp/sandbox/pip \
+    && /tmp/sandbox/pip/bin/python /tmp/sandbox/sandbox_env.py build /opt/sandbox-env --lock /tmp/sandbox/requirements-sandbox.lock \
+    && python -m compileall -q -f --invalidation-mode checked-hash /opt/sandbox-env/site-packages
 
 FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="python-runner-mcp" \
@@ -75,6 +86,7 @@ RUN apt-get update \
 #   the compile steps above).
 ENV PATH=/app/.venv/bin:$PATH \
     PYTHONPATH=/app \
+    RUNNER_PACKAGES=/opt/sandbox-env \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     RUNNER_MAX_CONCURRENT=2 \
@@ -83,6 +95,7 @@ ENV PATH=/app/.venv/bin:$PATH \
     RUNNER_SANDBOX_TMP_MB=32
 WORKDIR /app
 COPY --from=builder /app/.venv /app/.venv
+COPY --from=builder /opt/sandbox-env /opt/sandbox-env
 COPY runner/ /app/runner/
 RUN python -m compileall -q --invalidation-mode checked-hash /app/runner
 USER 10001:10001

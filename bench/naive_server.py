@@ -30,6 +30,16 @@ except ImportError:
 
 CONFIG = Config.from_env()
 LIMITS = limits_for(CONFIG, count_tasks_of_uid())
+# With RUNNER_PACKAGES (the data scenario): each fresh interpreter imports from the same package
+# environment as the real server's runs, told the same things (one BLAS thread, no display, the
+# prebuilt font cache), with room for what numpy, pandas and pyplot map (~230 MB) on top of the limit.
+PACKAGE_ENV = {
+    "PYTHONPATH": CONFIG.packages_site,
+    "MPLCONFIGDIR": os.path.join(CONFIG.packages, "mplconfig"),
+    "MPLBACKEND": "Agg",
+    "OPENBLAS_NUM_THREADS": "1",
+}
+ADDRESS_SPACE = LIMITS.address_space_bytes + (512 << 20 if CONFIG.packages_site else 0)
 
 mcp = MCPServer("naive-python-runner", log_level="WARNING")
 
@@ -37,7 +47,7 @@ mcp = MCPServer("naive-python-runner", log_level="WARNING")
 def _apply_limits() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CPU, (LIMITS.cpu_seconds, LIMITS.cpu_seconds + 1))
-    resource.setrlimit(resource.RLIMIT_AS, (LIMITS.address_space_bytes, LIMITS.address_space_bytes))
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
     resource.setrlimit(resource.RLIMIT_NPROC, (LIMITS.nproc, LIMITS.nproc))
     resource.setrlimit(resource.RLIMIT_FSIZE, (LIMITS.file_size_bytes, LIMITS.file_size_bytes))
 
@@ -47,10 +57,14 @@ def run_python(code: str, timeout: float = CONFIG.default_timeout) -> str:
     """Run Python code in a fresh interpreter and return its output."""
     with tempfile.TemporaryDirectory(prefix="naive-run-") as workdir:
         try:
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir}
             done = subprocess.run(
-                [CONFIG.python, "-I", "-S", "-c", code],
+                # -I ignores PYTHONPATH: with packages, -E -s -S keep the rest of what -I does.
+                [CONFIG.python, "-E", "-s", "-S", "-c", f"import sys; sys.path.append({CONFIG.packages_site!r})\n{code}"]
+                if CONFIG.packages_site
+                else [CONFIG.python, "-I", "-S", "-c", code],
                 cwd=workdir,
-                env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir},
+                env=env | PACKAGE_ENV if CONFIG.packages_site else env,
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=min(timeout, CONFIG.max_timeout),

@@ -63,6 +63,7 @@ from typing import Any
 # harness/ is next to this file: on sys.path already when this runs as a script, not when it is imported.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.data import DATA_CODE, scenario_data
 from harness.report import machine, render
 from harness.scenarios import preflight, say, scenario_calls, scenario_flood, scenario_memory, scenario_startup
 from harness.servers import BENCH_DIR, REPO, Launch, build_specs, describe_root, export_commit, server_config_line
@@ -91,8 +92,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-naive", action="store_true", help="leave the naive baseline out")
     parser.add_argument(
         "--only",
-        default="calls,flood,startup,memory",
-        help="comma-separated scenarios: calls, flood, startup, memory (default: all)",
+        default="calls,flood,startup,memory,data",
+        help="comma-separated scenarios: calls, flood, startup, memory, data (default: all)",
     )
     parser.add_argument(
         "--modes", default="raw,client", help="client modes for the call scenarios (default raw,client)"
@@ -107,6 +108,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="checkout whose runner/ is benchmarked (default: this repository)",
     )
     parser.add_argument(
+        "--packages",
+        type=Path,
+        default=REPO / ".sandbox-env",
+        help="the package environment of the data scenario (RUNNER_PACKAGES; default .sandbox-env)",
+    )
+    parser.add_argument(
+        "--variant-commit",
+        action="append",
+        default=[],
+        metavar="LABEL:REV",
+        help="a real-server variant running runner/ as of a commit, e.g. the code before a change (repeatable)",
+    )
+    parser.add_argument(
         "--server-commit",
         metavar="REV",
         help="benchmark runner/ as of a commit (exported to bench/results/server-SHA/), not the working tree",
@@ -119,7 +133,7 @@ async def main_async(args: argparse.Namespace) -> int:
     params = QUICK if args.quick else FULL
     modes = tuple(m for m in args.modes.split(",") if m)
     scenarios = {s for s in args.only.split(",") if s}
-    unknown = scenarios - {"calls", "flood", "startup", "memory"} | set(modes) - {"raw", "client"}
+    unknown = scenarios - {"calls", "flood", "startup", "memory", "data"} | set(modes) - {"raw", "client"}
     if unknown:
         raise SystemExit(f"run_bench: unknown scenario or mode: {sorted(unknown)}")
     specs = build_specs(args)
@@ -137,7 +151,13 @@ async def main_async(args: argparse.Namespace) -> int:
         "server_root": str(launch.root),
         "commit": describe_root(launch.root),
         "servers": [{"label": s.label, "kind": s.kind, "env": s.env} for s in specs],
-        "workload": {"trivial": TRIVIAL_CODE, "cpu": CPU_CODE, "flood": FLOOD_CODE, "call_timeout": CALL_TIMEOUT},
+        "workload": {
+            "trivial": TRIVIAL_CODE,
+            "cpu": CPU_CODE,
+            "flood": FLOOD_CODE,
+            "data": DATA_CODE,
+            "call_timeout": CALL_TIMEOUT,
+        },
     }
     begin = time.perf_counter()
     say(f"servers: {', '.join(s.label for s in specs)}; logs in {logs}")
@@ -155,6 +175,12 @@ async def main_async(args: argparse.Namespace) -> int:
         report["startup"] = await scenario_startup(specs, launch, params)
     if "memory" in scenarios:
         report["memory"] = await scenario_memory(specs, launch, params)
+    if "data" in scenarios:
+        if not (args.packages / "site-packages").is_dir():
+            raise SystemExit(f"run_bench: no package environment at {args.packages}: make sandbox-env builds it")
+        report["data"] = {}
+        for mode in modes:
+            report["data"][mode] = await scenario_data(mode, specs, launch, params, str(args.packages.resolve()))
     report["elapsed_s"] = time.perf_counter() - begin
     report["loadavg_end"] = os.getloadavg()
     markdown = render(report)

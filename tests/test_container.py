@@ -255,6 +255,49 @@ async def test_an_ordinary_thread_pool_runs_under_the_images_default_limits(line
         assert await stdout_of(client, THREAD_POOL) == "8\n"
 
 
+DATA_WORK = """
+    import numpy as np, pandas as pd
+    import matplotlib.pyplot as plt
+    frame = pd.DataFrame({"x": np.arange(1000), "y": np.random.default_rng(1).normal(size=1000).cumsum()})
+    frame.plot(x="x", y="y")
+    frame.to_csv("frame.csv", index=False)
+    frame.describe()
+"""
+
+
+# A data run (in the preloading zygote) tries to import the server's own packages.
+SERVER_IMPORTS = """
+    import numpy
+    for name in ("mcp", "pydantic", "runner"):
+        try:
+            __import__(name)
+            print(name)
+        except ImportError:
+            pass
+"""
+
+
+@pytest.mark.anyio
+async def test_data_work_returns_its_table_its_plot_and_its_file_under_the_images_default_limits(
+    line_name: str, tmp_path: Path
+) -> None:
+    async with served(line_name, tmp_path / "server.log") as client:
+        for _ in range(2):  # the second from the warm preloading zygote
+            result = await client.call_tool("run_python", {"code": textwrap.dedent(DATA_WORK), "timeout": 60})
+            structured = result.structured_content
+            assert structured is not None
+            assert structured["status"] == "ok", structured
+            assert "count  1000.000000" in structured["result"]
+            assert [(i["name"], i["width"], i["height"]) for i in structured["images"]] == [("figure-1.png", 640, 480)]
+            kinds = [block.type for block in result.content]
+            assert kinds[:2] == ["text", "image"], kinds
+            [csv] = structured["files"]
+            assert (csv["path"], csv["mime_type"], kinds[2]) == ("frame.csv", "text/csv", "resource")
+        assert await stdout_of(client, SERVER_IMPORTS) == ""
+    log = (tmp_path / "server.log").read_text()
+    assert "preload=numpy,pandas,matplotlib.pyplot" in log, log
+
+
 # --- PID 1 and the container's environment ----------------------------------------------------------
 
 REACH_PID1 = """

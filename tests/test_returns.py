@@ -178,3 +178,35 @@ async def test_a_forged_report_on_the_job_socket_can_only_change_what_its_own_ca
     assert (result.status, result.stdout.text) == (Status.OK, "still ran\n")
     assert result.result is None
     assert [o.name for o in result.omitted] == ["(the run's report)"]
+
+
+async def test_files_come_back_from_the_runs_directory_whatever_directory_the_code_ends_in(any_pool: Pool) -> None:
+    code = """
+        import os
+        open("mine.txt", "w").write("mine")
+        os.makedirs("elsewhere")
+        os.chdir("/")
+        print(len(os.listdir(".")) > 0)
+    """
+    result = await run(any_pool, code)
+    assert [a.name for a in result.attachments] == ["mine.txt"]
+    assert result.omitted == ()
+
+
+async def test_a_run_that_puts_a_link_in_place_of_its_directory_gets_nothing_scanned(
+    config: Config, no_leaks: None
+) -> None:
+    code = """
+        import os
+        home = os.getcwd()
+        open("before.txt", "w").write("x")
+        os.rename(home, home + "-moved")
+        os.symlink("/etc", home)
+        os.chdir("/")
+        print("swapped")
+    """
+    async with Pool.open(in_mode(config, "fork-server"), reap_strays=True) as pool:
+        result = await run(pool, code)
+    assert (result.status, result.stdout.text) == (Status.OK, "swapped\n"), result.to_text()
+    assert (result.attachments, result.omitted) == ((), ())
+    # What the run left on the host (plain mode: its directory is the server's to delete) is gone too.

@@ -114,3 +114,12 @@ def comm(pid: int) -> str:
             return name.read().strip()
     except OSError:
         return "?"
+
+
+def proc_cmdline(pid: int) -> str:
+    """The command line of `pid`, its arguments joined by spaces; '' if it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""

@@ -12,6 +12,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from .data import data_rows
 from .scenarios import RSS_SAMPLE_INTERVAL
 from .stats import ratio
 from .workloads import BARE_IMPORT, CONCURRENCY_LEVELS, CPU_N, TARGETS, THROUGHPUT_ENV
@@ -321,6 +322,9 @@ def render(report: dict[str, Any]) -> str:
             *isolation,
             "",
         ]
+    data = data_rows(report, naive)
+    if data:
+        lines += ["## Data work (issue 12)", "", *data]
     calls = report.get("calls", {})
     if calls:
         lines += [

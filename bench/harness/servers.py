@@ -30,6 +30,7 @@ class ServerSpec:
     label: str
     kind: str  # "runner" | "naive"
     env: dict[str, str] = field(default_factory=dict)
+    root: Path | None = None  # runner/ from another checkout than the Launch's (--variant-commit)
 
     def argv(self, python: str) -> list[str]:
         """The command line that starts this server."""
@@ -50,16 +51,17 @@ class Launch:
     def env(self, spec: ServerSpec | None, extra: dict[str, str] | None = None) -> dict[str, str]:
         """Only the variables the SDK's stdio client would pass, the checkout on PYTHONPATH, and the spec's."""
         env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
-        env["PYTHONPATH"] = str(self.root)
         env.update(self.extra_env(spec, extra))
         return env
 
     def extra_env(self, spec: ServerSpec | None, extra: dict[str, str] | None = None) -> dict[str, str]:
         """What the harness adds on top of the inherited environment."""
-        env = {"PYTHONPATH": str(self.root)}
+        env = {"PYTHONPATH": str(spec.root if spec is not None and spec.root is not None else self.root)}
         if spec is not None and spec.kind == "runner":
             env.update(extra or {})
             env.update(spec.env)  # the caller's --server-env / --variant win over scenario settings
+        elif spec is not None and extra and "RUNNER_PACKAGES" in extra:
+            env["RUNNER_PACKAGES"] = extra["RUNNER_PACKAGES"]  # the data scenario's environment is every server's
         return env
 
     def log_path(self, spec: ServerSpec, scenario: str) -> Path:
@@ -105,6 +107,11 @@ def build_specs(args: argparse.Namespace) -> list[ServerSpec]:
         specs.append(ServerSpec(label, "runner", env))
     if len({s.label for s in specs}) != len(specs):
         raise SystemExit("run_bench: variant labels must differ")
+    for variant in getattr(args, "variant_commit", []):
+        label, _, rev = variant.partition(":")
+        if not label or not rev:
+            raise SystemExit(f"run_bench: --variant-commit needs LABEL:REV, got {variant!r}")
+        specs.append(ServerSpec(label, "runner", dict(common), export_commit(rev)))
     if not args.no_naive:
         specs.append(ServerSpec("naive", "naive"))
     return specs

@@ -220,9 +220,18 @@ def run(job: jobs.Job | None, main: types.ModuleType, siblings: tuple[types.Modu
     budgets = harvest.Budgets(*job.budgets)
     shown = figures.Figures(budgets.images, budgets.image_bytes)
     value: list[object] = [None]
+    home = os.getcwd()  # the code may chdir: its files are looked for here, and only here
+    home_info = os.stat(home)
 
     def gather() -> None:
-        data = harvest.gather(budgets, value[0], shown, inputs, workdir.walk, workdir.read_regular)
+        data = harvest.gather(
+            budgets,
+            value[0],
+            shown,
+            inputs,
+            lambda: workdir.walk(home, (home_info.st_dev, home_info.st_ino)),
+            lambda path, info, limit: workdir.read_regular(os.path.join(home, path), info, limit),
+        )
         if data and jobs.same_socket(CODE_FD, job):  # not a file the code opened where the socket was
             harvest.send(CODE_FD, data)
 

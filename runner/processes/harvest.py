@@ -191,17 +191,21 @@ def gather(
     value: object,
     figures: Any,
     inputs: dict[str, tuple[int, int, int]],
-    walk: Callable[[str], Iterator[tuple[str, os.stat_result | None]]],
+    walk: Callable[[], Iterator[tuple[str, os.stat_result | None]]],
     read: Callable[[str, os.stat_result, int], bytes | None],
 ) -> bytes | None:
-    """The run's report once its code has ended (`figures`: its `figures.Figures`); None if empty."""
+    """The run's report once its code has ended (`figures`: its `figures.Figures`); None if empty.
+
+    `walk` lists the run's directory (`workdir.walk`), `read` reads a file it listed, by its path
+    relative to that directory (`workdir.read_regular`).
+    """
     report = Report(budgets)
     if value is not None and budgets.result_chars:
         report.result, report.result_chars = describe_value(value, budgets.result_chars)
     for rendered in figures.finish():
         report.add_figure(rendered.name, rendered.png, rendered.width, rendered.height, rendered.note)
     if budgets.call_bytes:
-        report.add_files(walk("."), inputs, read)
+        report.add_files(walk(), inputs, read)
     return None if report.empty() else report.encode()
 
 

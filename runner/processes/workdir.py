@@ -93,17 +93,26 @@ def write_inputs(files: list[tuple[str, bytes]]) -> dict[str, tuple[int, int, in
     return written
 
 
-def walk(top: str = ".") -> Iterator[tuple[str, os.stat_result | None]]:
-    """Every entry under `top` but directories, as (relative path, lstat); links are not followed.
+def walk(top: str, identity: tuple[int, int]) -> Iterator[tuple[str, os.stat_result | None]]:
+    """Every entry under `top` but directories, as (path relative to `top`, lstat); links not followed.
 
-    At most MAX_SCANNED entries; then one ("", None) says the rest was not looked at.
+    `top` must still be the directory `identity` (st_dev, st_ino) names: a run that moved its
+    directory away and put a link or another directory in its place gets nothing scanned. At most
+    MAX_SCANNED entries; then ("", None) says the rest was not looked at. Whatever the scan reads,
+    the run could have read itself: it runs with the run's rights, in the run.
     """
+    try:
+        info = os.lstat(top)
+    except OSError:
+        return
+    if not stat.S_ISDIR(info.st_mode) or (info.st_dev, info.st_ino) != identity:
+        return
     pending = [""]
     seen = 0
     while pending:
         relative = pending.pop()
         try:
-            entries = sorted(os.scandir(os.path.join(top, relative) if relative else top), key=lambda e: e.name)
+            entries = sorted(os.scandir(os.path.join(top, relative)), key=lambda e: e.name)
         except OSError:
             continue  # taken away by the code (no permission, or gone): nothing to return from it
         subdirectories = []
