@@ -61,7 +61,10 @@ def _warm() -> None:
         figure = pyplot.figure()
         pyplot.plot([0, 1], [0, 1], label="warm")
         pyplot.legend()
+        pyplot.title("warm")
         figure.savefig(io.BytesIO(), format="png")
+        if pandas is not None:  # pandas' plotting backend loads at its first plot
+            pandas.DataFrame({"x": [1, 2], "y": [3.0, 4.0]}).plot(x="x", y="y", title="warm")
         pyplot.close("all")
 
 
