@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import importlib.machinery
 import math
 import os
 import re
@@ -229,7 +230,24 @@ def _preload(env: Mapping[str, str], packages_site: str) -> tuple[str, ...]:
             raise ConfigError("RUNNER_PRELOAD", f"expected comma-separated module names, got {name!r}")
     if names and not packages_site:
         raise ConfigError("RUNNER_PRELOAD", "needs RUNNER_PACKAGES: the modules to preload come from there")
+    for name in names:
+        if not _findable(name, packages_site):
+            raise ConfigError("RUNNER_PRELOAD", f"no module {name!r} in RUNNER_PACKAGES or the standard library")
     return names
+
+
+def _findable(name: str, site: str) -> bool:
+    """Whether `name` is a module of the standard library or of `site`, found without importing it
+    (a module that is there but fails to import stops its zygote, which says why in the log)."""
+    top, _, rest = name.partition(".")
+    if top in sys.stdlib_module_names:
+        return True
+    spec = importlib.machinery.PathFinder.find_spec(top, [site])
+    for part in rest.split(".") if rest else []:
+        if spec is None or not spec.submodule_search_locations:
+            return False
+        spec = importlib.machinery.PathFinder.find_spec(part, list(spec.submodule_search_locations))
+    return spec is not None
 
 
 def _installed(site: str) -> tuple[str, ...]:

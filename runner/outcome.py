@@ -69,7 +69,7 @@ class Attachment:
 
     def describe(self) -> str:
         """e.g. ``plot.png (640x480, 23,053 bytes)`` or ``out.csv (text/csv, 1,204 bytes)``."""
-        what = f"{self.width}x{self.height}" if self.kind == "image" else self.mime_type
+        what = f"{self.width}x{self.height}" if self.kind == "image" and self.width else self.mime_type
         return f"{self.name} ({what}, {len(self.data):,} bytes{'; ' + self.note if self.note else ''})"
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import subprocess
+import sys
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from runner.config import Config
+from runner.errors import ConfigError
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
 from tests.conftest import REPO
@@ -210,3 +213,43 @@ async def test_statuses_are_the_same_with_pandas_loaded(preloading_pool: Pool, s
     assert result.status is expected, result.to_text()
     if status_code == "error":
         assert "KeyError: 'b'" in result.stderr.text
+
+
+def test_a_module_runner_preload_cannot_find_stops_the_server_at_start_naming_the_variable(tmp_path: Path) -> None:
+    with_packages(Config(), "fork-server")  # skips without the package environment
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "RUNNER_PACKAGES": PACKAGES,
+        "RUNNER_PRELOAD": "numpy,no_such_module",
+        "RUNNER_WORK_DIR": str(tmp_path),
+        "RUNNER_SPAWN_MODE": "fork-server",
+        "RUNNER_SANDBOX": "none",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "runner"],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.PIPE,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "python-runner-mcp: invalid configuration: RUNNER_PRELOAD: no module 'no_such_module' in RUNNER_PACKAGES "
+        "or the standard library\n"
+    ), done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_preloaded_modules_are_found_without_importing_them() -> None:
+    with_packages(Config(), "fork-server")
+    found = Config.from_env(
+        {"RUNNER_PACKAGES": PACKAGES, "RUNNER_PRELOAD": "numpy, matplotlib.pyplot,json,scipy.stats"}
+    )
+    assert found.preload == ("numpy", "matplotlib.pyplot", "json", "scipy.stats")
+    for wrong in ("matplotlib.nope", "numpy..x", "pandas.DataFrame"):
+        with pytest.raises(ConfigError, match="RUNNER_PRELOAD"):
+            Config.from_env({"RUNNER_PACKAGES": PACKAGES, "RUNNER_PRELOAD": wrong})
+    assert Config.from_env({"RUNNER_PACKAGES": PACKAGES}).preload == ("numpy", "pandas", "matplotlib.pyplot")
+    assert Config.from_env({"RUNNER_PACKAGES": PACKAGES, "RUNNER_PRELOAD": ""}).preload == ()

@@ -58,8 +58,7 @@ def test_a_good_report_gives_the_result_images_and_typed_files() -> None:
         ({"files": [{"path": "a", "bytes": -1}]}, b"", "a size is not a count"),
         ({"files": [{"path": "", "bytes": 0}]}, b"", "a bad name"),
         ({"files": "all of them"}, b"", "files is not a list of objects"),
-        ({"files": [{"path": "big", "bytes": 4000}]}, bytes(4000), "more file bytes than the budget"),
-        ({"images": [{"name": f"{n}.png", "bytes": len(PNG)} for n in range(3)]}, PNG * 3, "more images than"),
+        ({"files": [{"path": "big", "bytes": 6000}]}, bytes(6000), "more bytes than the call's budget"),
         ({"result": ["not", "text"]}, b"", "result is not text"),
     ],
 )
@@ -140,3 +139,53 @@ def test_a_bad_file_entry_is_refused_naming_it(entries: list[dict[str, str]], pr
 def test_good_file_entries_are_decoded() -> None:
     files = check_files([entry("a/b.txt", "h\u00e9"), entry("c.bin", "AAE=", "base64")], 100, 100)
     assert [(f.path, f.data) for f in files] == [("a/b.txt", "h\u00e9".encode()), ("c.bin", b"\x00\x01")]
+
+
+def test_a_report_of_more_than_the_budgets_keeps_what_fits_and_lists_the_rest() -> None:
+    head = {
+        "files": [
+            {"path": "fake.png", "bytes": 2900},  # text, whatever its name says
+            {"path": "more.txt", "bytes": 200},
+            {"path": "a.png", "bytes": len(PNG)},
+            {"path": "b.png", "bytes": len(PNG)},
+            {"path": "c.png", "bytes": len(PNG)},
+        ]
+    }
+    returned = parse_report(report(head, b"x" * 2900 + b"y" * 200 + PNG * 3), BUDGETS)
+    assert [(a.name, a.kind) for a in returned.attachments] == [
+        ("fake.png", "text"),
+        ("a.png", "image"),
+        ("b.png", "image"),
+    ]
+    assert [(o.name, o.reason) for o in returned.omitted] == [
+        ("more.txt", "over what is left of the call's 3,000-byte budget for files"),
+        ("c.png", "more than 2 images in one call"),
+    ]
+
+
+def test_image_sizes_are_read_from_png_gif_and_jpeg_headers() -> None:
+    gif = b"GIF89a" + (300).to_bytes(2, "little") + (200).to_bytes(2, "little") + bytes(10)
+    jpeg = (
+        b"\xff\xd8"
+        + b"\xff\xe0\x00\x04ab"
+        + b"\xff\xc0\x00\x11\x08"
+        + (120).to_bytes(2, "big")
+        + (160).to_bytes(2, "big")
+    )
+    assert (classify_file("p.png", PNG).width, classify_file("p.png", PNG).height) == (640, 480)
+    assert (classify_file("g.gif", gif).width, classify_file("g.gif", gif).height) == (300, 200)
+    assert (classify_file("j.jpg", jpeg + bytes(8)).width, classify_file("j.jpg", jpeg + bytes(8)).height) == (160, 120)
+
+
+def test_an_unknown_field_in_a_file_entry_is_named_with_where_it_is() -> None:
+    from runner.config import Config
+    from runner.protocol.arguments import ArgumentParser
+
+    with pytest.raises(ArgumentError) as caught:
+        ArgumentParser(Config()).parse({"code": "x", "files": [{"path": "a", "content": "", "mode": 1}]})
+    assert str(caught.value) == (
+        "invalid argument 'files[0]': unknown field 'mode'; a file has 'path', 'content' and 'encoding'"
+    )
+    with pytest.raises(ArgumentError) as caught:
+        ArgumentParser(Config()).parse({"code": "x", "files": [{"path": 3, "content": ""}]})
+    assert str(caught.value).startswith("invalid argument 'files[0].path': 3 is not of type 'string'")

@@ -140,7 +140,7 @@ async def test_what_does_not_fit_the_budgets_is_listed_with_its_size_and_why(con
     assert reasons == {
         "b-big.txt": (3000, "over what is left of the call's 4,096-byte budget for files"),
         "d.png": (len(png), "more than 1 images in one call"),
-        "e-huge.png": (len(png) + 20_000, "more than 1 images in one call"),
+        "e-huge.png": (len(png) + 20_000, "over what is left of the call's 16,384-byte budget"),
     }
     assert "--- not returned: b-big.txt (3,000 bytes): over what is left" in result.to_text()
 

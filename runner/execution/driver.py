@@ -2,8 +2,11 @@
 kill, and the facts handed to `classify`.
 
 The run's interpreter is ready (its limits applied) when it gets here. Whatever happens, its whole
-process group is dead and the leader reaped when `drive` returns; closing its fds and deleting its
-directory is the supply's part (`InterpreterSupply.destroy`), which the pool calls on every path.
+process group has been sent SIGKILL when `drive` returns. A run that told its own end (once its
+output was flushed and closed: `harvest.ended`) is answered without waiting for the kernel to tear
+it down; the pool reaps it afterwards, while the run still holds its slot. Any other run is reaped
+here. Closing its fds and deleting its directory is the supply's part (`InterpreterSupply.destroy`),
+which the pool calls on every path.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import anyio
 from runner.config import Config
 from runner.execution.capture import OutputCap, keep_bytes_for, render_stream
 from runner.execution.classify import ProcessEnd, RunLimits, classify
-from runner.execution.report import Budgets, frame_length, parse_report
+from runner.execution.report import Budgets, Returned, frame_length, parse_report
 from runner.execution.usage import UsageSamples, wait_exit_sampling
 from runner.fdio import write_all
 from runner.outcome import Progress, RunRequest, RunResult
@@ -105,14 +108,24 @@ class RunDriver:
             tg.start_soon(_read_report, child, self._budgets.report_bytes, report, streams)
             if on_progress is not None:
                 tg.start_soon(self._report_progress, request, started, out, err, on_progress)
-            timed_out = not await wait_exit_sampling(child, samples, started + request.timeout)
+            reported = anyio.CancelScope()
+            returned: list[Returned] = []
+            tg.start_soon(self._end_when_reported, streams, report, returned, reported)
+            timed_out = False
+            with reported:
+                timed_out = not await wait_exit_sampling(child, samples, started + request.timeout)
             if timed_out:
                 child.kill_group()
                 await self._wait_after_kill(child)
             duration = anyio.current_time() - started
-            # Whatever the run left in its group dies with it, before the leader is reaped.
+            # Whatever the run left in its group dies with it, before the leader is reaped (by the
+            # pool, after the answer, when the run told its own end).
             child.kill_group()
-            returncode, cpu, reaped_peak = child.reap()
+            told = returned[0].end if reported.cancel_called and returned else None
+            if told is not None:
+                returncode, cpu, reaped_peak = told.status, told.cpu_seconds, told.peak_memory_bytes
+            else:
+                returncode, cpu, reaped_peak = child.reap()
             with anyio.move_on_after(EXIT_GRACE):
                 await streams.pumps_done.wait()
             if request.stdin or on_progress is not None or not streams.pumps_done.is_set():
@@ -122,7 +135,7 @@ class RunDriver:
         end = ProcessEnd(returncode, cpu, peak or 0, timed_out=timed_out, output_exceeded=streams.output_exceeded)
         status, message = classify(end, err.parts()[1] or err.parts()[0], self.run_limits(request.timeout))
         max_chars = self._config.max_output_chars
-        returned = parse_report(report, self._budgets)
+        got = returned[0] if returned else parse_report(report, self._budgets)
         return RunResult(
             request_id=request.request_id,
             status=status,
@@ -134,11 +147,21 @@ class RunDriver:
             cpu_seconds=cpu,
             peak_memory_bytes=peak,
             queue_wait=queue_wait,
-            result=returned.result,
-            result_chars=returned.result_chars,
-            attachments=returned.attachments,
-            omitted=returned.omitted,
+            result=got.result,
+            result_chars=got.result_chars,
+            attachments=got.attachments,
+            omitted=got.omitted,
         )
+
+    async def _end_when_reported(
+        self, streams: _Streams, report: bytearray, returned: list[Returned], reported: anyio.CancelScope
+    ) -> None:
+        """Once both streams are closed and the report is whole: if it tells the run's end, stop waiting
+        for the exit (`reported`). The kernel's teardown of the process then happens after the answer."""
+        await streams.pumps_done.wait()
+        returned.append(parse_report(report, self._budgets))
+        if returned[0].end is not None and not streams.output_exceeded:
+            reported.cancel()
 
     async def _wait_after_kill(self, child: Child) -> None:
         """Wait for a SIGKILLed run to be gone; one that is not is the source's to deal with."""

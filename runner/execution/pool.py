@@ -19,9 +19,12 @@ from runner.config import Config
 from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
 from runner.execution.supplies import Supplies
+from runner.execution.supply import InterpreterSupply
 from runner.execution.sweep import StraySweeper
+from runner.execution.teardown import Teardowns
 from runner.logs import get_logger, log_event
 from runner.outcome import RunRequest, RunResult, Status
+from runner.processes.child import Child
 from runner.processes.limits import Limits, count_tasks_of_uid, limits_for
 from runner.processes.procctl import set_child_subreaper
 from runner.processes.sandbox import Sandbox, choose_sandbox
@@ -40,6 +43,7 @@ class Pool:
         driver: RunDriver,
         sweeper: StraySweeper | None,
         logger: logging.Logger,
+        teardowns: Teardowns,
     ) -> None:
         self._config = config
         self._limits = limits
@@ -48,6 +52,7 @@ class Pool:
         self._driver = driver
         self._sweeper = sweeper
         self._log = logger
+        self._teardowns = teardowns
 
     @classmethod
     @asynccontextmanager
@@ -109,7 +114,7 @@ class Pool:
                     if sweeper is not None:
                         tg.start_soon(sweeper.sweep_forever)
                     try:
-                        yield cls(config, limits, supplies, driver, sweeper, logger)
+                        yield cls(config, limits, supplies, driver, sweeper, logger, Teardowns(tg))
                     finally:
                         tg.cancel_scope.cancel()
                         # Pooled interpreters go before the sources (zygotes) that made them.
@@ -159,32 +164,41 @@ class Pool:
             )
             log_event(self._log, logging.WARNING, "call rejected", request.request_id, reason="busy")
             return RunResult(request.request_id, Status.BUSY, message)
+        handed_on = False
         try:
-            return await self._run_in_slot(request, anyio.current_time() - queued, on_progress)
+            result, supply, child = await self._run_in_slot(request, anyio.current_time() - queued, on_progress)
+            if child.reaped:
+                with anyio.CancelScope(shield=True):
+                    await self._destroy(supply, child)
+            else:
+                # A run that told its own end is answered now and torn down after, still in its slot.
+                self._teardowns.start(lambda: self._tear_down(supply, child))
+                handed_on = True
+            return result
         finally:
-            self._admission.leave()
+            if not handed_on:
+                self._admission.leave()
 
     async def _run_in_slot(
         self, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None
-    ) -> RunResult:
+    ) -> tuple[RunResult, InterpreterSupply, Child]:
         supply = self._supplies.for_code(request.code)
         child = await supply.take()
         try:
+            # No process of an earlier run may still be alive when this one gets its code: a daemon
+            # left behind could write into its directory. Usually the sweep after that run has seen
+            # to it already; the bootstrap then empties the directory of what was written before.
+            await self._teardowns.wait_for_earlier()
             if self._sweeper is not None:
-                # No process of an earlier run may still be alive when this one gets its code: a daemon
-                # left behind could write into its directory. Usually the sweep after that run has seen
-                # to it already; the bootstrap then empties the directory of what was written before.
                 await self._sweeper.settle()
             log_event(self._log, logging.INFO, "run started", request.request_id, pid=child.pid, queue_wait=queue_wait)
             result = await self._driver.drive(child, request, queue_wait, on_progress)
-        except anyio.get_cancelled_exc_class():
-            log_event(self._log, logging.INFO, "run finished", request.request_id, status=Status.CANCELLED.value)
-            raise
-        finally:
+        except BaseException as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                log_event(self._log, logging.INFO, "run finished", request.request_id, status=Status.CANCELLED.value)
             with anyio.CancelScope(shield=True):
-                await supply.destroy(child)
-                if self._sweeper is not None:
-                    self._sweeper.wanted()
+                await self._destroy(supply, child)
+            raise
         log_event(
             self._log,
             logging.INFO,
@@ -198,4 +212,16 @@ class Pool:
             stdout_bytes=result.stdout.total_bytes,
             stderr_bytes=result.stderr.total_bytes,
         )
-        return result
+        return result, supply, child
+
+    async def _destroy(self, supply: InterpreterSupply, child: Child) -> None:
+        await supply.destroy(child)
+        if self._sweeper is not None:
+            self._sweeper.wanted()
+
+    async def _tear_down(self, supply: InterpreterSupply, child: Child) -> None:
+        """Kill (again), reap, close and delete after the answer; then the slot is free."""
+        try:
+            await self._destroy(supply, child)
+        finally:
+            self._admission.leave()

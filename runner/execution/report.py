@@ -81,6 +81,16 @@ class Returned:
     result_chars: int = 0
     attachments: tuple[Attachment, ...] = ()
     omitted: tuple[Omitted, ...] = ()
+    end: RunEnd | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """The run's own account of its end, sent once its output was flushed and closed."""
+
+    status: int  # its exit status, 0-255
+    cpu_seconds: float  # of itself and every child it reaped
+    peak_memory_bytes: int
 
 
 NOTHING = Returned()
@@ -136,20 +146,48 @@ def _parse(data: bytes, budgets: Budgets) -> Returned:
         attachments.append(classify_file(_name(entry["path"]), bytes(blobs[at : at + size])))
         at += size
     _require(at == blob_size, "sizes do not add up to the blobs")
-    _check_budgets(attachments, budgets)
+    attachments, over = _within_budgets(attachments, budgets)
     omitted = [Omitted(_name(e["name"]), _count(e["bytes"]), _text(e, "reason")) for e in _entries(head, "omitted")]
+    omitted += over
     more = _count(head.get("more_omitted", 0))
     if more:
         omitted.append(Omitted(f"{more:,} more", 0, "not listed"))
-    return Returned(result, result_chars, tuple(attachments), tuple(omitted[: MAX_OMITTED + 1]))
+    return Returned(result, result_chars, tuple(attachments), tuple(omitted[: MAX_OMITTED + 1]), _end(head.get("end")))
 
 
-def _check_budgets(attachments: list[Attachment], budgets: Budgets) -> None:
-    images = [a for a in attachments if a.kind == "image"]
-    _require(len(images) <= budgets.images, "more images than the budget")
-    _require(all(len(a.data) <= budgets.image_bytes for a in images), "an image over the image budget")
-    files = sum(len(a.data) for a in attachments if a.kind != "image")
-    _require(files <= budgets.file_bytes, "more file bytes than the budget")
+def _end(value: object) -> RunEnd | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("end is not an object")
+    status, cpu = value.get("status"), value.get("cpu")
+    if not (isinstance(status, int) and not isinstance(status, bool) and 0 <= status <= 255):
+        raise ValueError("an exit status out of range")
+    if not (isinstance(cpu, (int, float)) and not isinstance(cpu, bool) and 0 <= cpu < 1e9):
+        raise ValueError("CPU is not a number")
+    return RunEnd(status, float(cpu), _count(value.get("maxrss_kb")) * 1024)
+
+
+def _within_budgets(attachments: list[Attachment], budgets: Budgets) -> tuple[list[Attachment], list[Omitted]]:
+    """What fits the budgets, in order, and what does not (the run keeps to them too: this is for a
+    report the code wrote itself)."""
+    kept: list[Attachment] = []
+    over: list[Omitted] = []
+    images = files = 0
+    for attachment in attachments:
+        size = len(attachment.data)
+        if attachment.kind == "image" and images >= budgets.images:
+            over.append(Omitted(attachment.name, size, f"more than {budgets.images} images in one call"))
+        elif attachment.kind == "image" and size > budgets.image_bytes:
+            over.append(Omitted(attachment.name, size, f"over the {budgets.image_bytes:,}-byte image budget"))
+        elif attachment.kind != "image" and files + size > budgets.file_bytes:
+            reason = f"over what is left of the call's {budgets.file_bytes:,}-byte budget for files"
+            over.append(Omitted(attachment.name, size, reason))
+        else:
+            kept.append(attachment)
+            images += attachment.kind == "image"
+            files += 0 if attachment.kind == "image" else size
+    return kept, over
 
 
 def classify_file(path: str, data: bytes) -> Attachment:
@@ -157,8 +195,7 @@ def classify_file(path: str, data: bytes) -> Attachment:
     suffix = posixpath.splitext(path)[1].lower()
     for magic, mime in (*_IMAGE_MAGIC, (b"RIFF", "image/webp")):
         if data.startswith(magic) and (mime != "image/webp" or data[8:12] == b"WEBP"):
-            width, height = png_size(data) if mime == "image/png" else (0, 0)
-            return Attachment(path, data, mime, "image", width, height)
+            return Attachment(path, data, mime, "image", *image_size(data, mime))
     if b"\x00" not in data:
         try:
             data.decode("utf-8")
@@ -174,6 +211,21 @@ def png_size(data: bytes) -> tuple[int, int]:
     if len(data) < 24 or data[12:16] != b"IHDR":
         return 0, 0
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def image_size(data: bytes, mime: str) -> tuple[int, int]:
+    """Width and height of a PNG, GIF or JPEG (its first frame header); (0, 0) where they cannot be read."""
+    if mime == "image/png":
+        return png_size(data)
+    if mime == "image/gif" and len(data) >= 10:
+        return int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
+    at = 2
+    while mime == "image/jpeg" and at + 9 < len(data) and data[at] == 0xFF:
+        marker, length = data[at + 1], int.from_bytes(data[at + 2 : at + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # a start of frame
+            return int.from_bytes(data[at + 7 : at + 9], "big"), int.from_bytes(data[at + 5 : at + 7], "big")
+        at += 2 + length
+    return 0, 0
 
 
 def _require(condition: bool, problem: str) -> None:

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
     from runner.processes import jobs
+    from runner.processes.harvest import Report
+
+    # What the run returns and how its end is told: (gather the report, or None; send it with the end).
+    Ending = tuple[Callable[[], Report] | None, Callable[[Report | None, int], None]]
 
 CODE_FD = 3
 FILENAME = "<run_python>"
@@ -223,8 +227,8 @@ def run(job: jobs.Job | None, main: types.ModuleType, siblings: tuple[types.Modu
     home = os.getcwd()  # the code may chdir: its files are looked for here, and only here
     home_info = os.stat(home)
 
-    def gather() -> None:
-        data = harvest.gather(
+    def gather() -> Report:
+        report: Report = harvest.gather(
             budgets,
             value[0],
             shown,
@@ -232,10 +236,14 @@ def run(job: jobs.Job | None, main: types.ModuleType, siblings: tuple[types.Modu
             lambda: workdir.walk(home, (home_info.st_dev, home_info.st_ino)),
             lambda path, info, limit: workdir.read_regular(os.path.join(home, path), info, limit),
         )
-        if data and jobs.same_socket(CODE_FD, job):  # not a file the code opened where the socket was
-            harvest.send(CODE_FD, data)
+        return report
 
-    ending = gather if any(job.budgets) else None
+    def send(report: Report | None, status: int) -> None:
+        harvest.close_output()
+        if jobs.same_socket(CODE_FD, job):  # not a file the code opened where the socket was
+            harvest.send(CODE_FD, (report or harvest.Report(budgets)).encode(harvest.ended(status)))
+
+    ending = (gather if any(job.budgets) else None, send)
     try:
         # The text, not the bytes: the tool takes a str, so a coding cookie must not re-decode it.
         if budgets.result_chars:
@@ -278,19 +286,22 @@ def exit_status(exc: SystemExit) -> int:
     return 1
 
 
-def finish(status: int, gather: Callable[[], None] | None = None) -> NoReturn:
+def finish(status: int, ending: Ending | None = None) -> NoReturn:
     """Leave as interpreter shutdown would, minus the heap teardown nothing can observe.
 
-    Non-daemon threads are joined, what the run returns is gathered (`gather`), atexit handlers
-    run, and the standard streams are flushed; then os._exit skips finalizing every object, which
-    costs milliseconds and, in a forked run, copies the whole inherited heap page by page.
+    Non-daemon threads are joined, what the run returns is gathered (`ending`: gather, send),
+    atexit handlers run, and the standard streams are flushed and closed; the run then reports its
+    own end, so the server can answer without waiting for the kernel to tear the process down, and
+    os._exit skips finalizing every object, which costs milliseconds and, in a forked run, copies the
+    whole inherited heap page by page.
     """
     threading = sys.modules.get("threading")
     if threading is not None:
         threading._shutdown()
-    if gather is not None:
+    report = None
+    if ending is not None and ending[0] is not None:
         try:
-            gather()
+            report = ending[0]()
         except Exception as exc:
             os.write(2, b"the run's images, files and result could not be gathered: %r\n" % exc)
     atexit._run_exitfuncs()
@@ -303,6 +314,11 @@ def finish(status: int, gather: Callable[[], None] | None = None) -> NoReturn:
         sys.stderr.flush()
     except Exception:  # noqa: S110  (a closed stderr has nothing left to flush)
         pass
+    if ending is not None:
+        try:
+            ending[1](report, status)
+        except Exception:  # noqa: S110  (the server then learns the end from the exit, as for a killed run)
+            pass
     os._exit(status)
 
 

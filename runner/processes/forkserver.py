@@ -221,7 +221,8 @@ class ForkServer:
         try:
             message, _ = await self._request(None, patience=PRELOAD_TIMEOUT if self.preload else STARTUP_TIMEOUT)
             if message != b"R":
-                raise SpawnError(f"the fork server said {message[:80]!r} instead of being ready")
+                said = message[2:].decode(errors="replace") if message.startswith(b"E ") else repr(message[:80])
+                raise SpawnError(f"the fork server did not start: {said}")
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._zygote_gone(ours)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import resource
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 REPORT_HEAD = b"report"
 MAX_OMITTED = 50
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
+IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a")
 
 
 class Budgets:
@@ -147,21 +148,24 @@ class Report:
         self, path: str, info: os.stat_result, read: Callable[[str, os.stat_result, int], bytes | None]
     ) -> None:
         size = info.st_size
-        is_image = path.lower().endswith(IMAGE_SUFFIXES)
-        if is_image and len(self.images) + sum(f["image"] for f in self.files) >= self.budgets.images:
-            self.omit(path, size, f"more than {self.budgets.images} images in one call")
-        elif is_image and size > self.budgets.image_bytes:
-            self.omit(path, size, f"over the {self.budgets.image_bytes:,}-byte image budget")
-        elif size > self.bytes_left:
+        if size > self.bytes_left:
             self.omit(path, size, f"over what is left of the call's {self.budgets.call_bytes:,}-byte budget")
-        elif not is_image and size > self.file_bytes_left:
+            return
+        data = read(path, info, self.bytes_left)
+        if data is None:
+            self.omit(path, size, "it changed or went away while it was read")
+            return
+        # An image by its bytes, as the server will judge it (`runner.execution.report`), not by its name.
+        is_image = data.startswith(IMAGE_MAGIC) or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")
+        images = len(self.images) + sum(f["image"] for f in self.files)
+        if is_image and images >= self.budgets.images:
+            self.omit(path, len(data), f"more than {self.budgets.images} images in one call")
+        elif is_image and len(data) > self.budgets.image_bytes:
+            self.omit(path, len(data), f"over the {self.budgets.image_bytes:,}-byte image budget")
+        elif not is_image and len(data) > self.file_bytes_left:
             reason = f"over what is left of the call's {self.budgets.file_bytes:,}-byte budget for files"
-            self.omit(path, size, reason)
+            self.omit(path, len(data), reason)
         else:
-            data = read(path, info, self.bytes_left if is_image else min(self.bytes_left, self.file_bytes_left))
-            if data is None:
-                self.omit(path, size, "it changed or went away while it was read")
-                return
             self.files.append({"path": path, "bytes": len(data), "image": is_image})
             self.blobs.append(data)
             self.bytes_left -= len(data)
@@ -171,9 +175,13 @@ class Report:
     def empty(self) -> bool:
         return self.result is None and not (self.images or self.files or self.omitted)
 
-    def encode(self) -> bytes:
-        """``report <header bytes> <blob bytes>``, a newline, the JSON header, the blobs in order."""
+    def encode(self, end: dict[str, Any] | None = None) -> bytes:
+        """``report <header bytes> <blob bytes>``, a newline, the JSON header, the blobs in order.
+
+        `end` is the run's own account of its end (`ended`), when it has one.
+        """
         header = {
+            "end": end,
             "result": self.result,
             "result_chars": self.result_chars,
             "images": self.images,
@@ -193,8 +201,8 @@ def gather(
     inputs: dict[str, tuple[int, int, int]],
     walk: Callable[[], Iterator[tuple[str, os.stat_result | None]]],
     read: Callable[[str, os.stat_result, int], bytes | None],
-) -> bytes | None:
-    """The run's report once its code has ended (`figures`: its `figures.Figures`); None if empty.
+) -> Report:
+    """The run's report once its code has ended (`figures`: its `figures.Figures`).
 
     `walk` lists the run's directory (`workdir.walk`), `read` reads a file it listed, by its path
     relative to that directory (`workdir.read_regular`).
@@ -206,7 +214,20 @@ def gather(
         report.add_figure(rendered.name, rendered.png, rendered.width, rendered.height, rendered.note)
     if budgets.call_bytes:
         report.add_files(walk(), inputs, read)
-    return None if report.empty() else report.encode()
+    return report
+
+
+def ended(status: int) -> dict[str, Any]:
+    """The run's end as the run knows it, once its output is flushed: its exit status, and the CPU and
+    peak memory of itself and every child it reaped (what wait4 would tell the server)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return {"status": status, "cpu": cpu, "maxrss_kb": max(own.ru_maxrss, children.ru_maxrss)}
+
+
+def close_output() -> None:
+    """Close stdout and stderr: once no process of the run holds them, the server has all the output."""
+    os.closerange(1, 3)
 
 
 def send(fd: int, data: bytes) -> None:

@@ -103,7 +103,11 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
     if isolation is not None and not namespaces.has_cap_sys_admin():
         namespaces.enter_user_namespace()  # before prepare_process: see its docstring
     namespaced = None
-    run_limits = _preloaded(base_dir, limits)  # before the view is read-only: see `preload.preload`
+    try:
+        run_limits = _preloaded(base_dir, limits)  # before the view is read-only: see `preload.preload`
+    except Exception as exc:  # a module that cannot be imported: RUNNER_PRELOAD is wrong
+        server.send(b"E " + f"{type(exc).__name__}: {exc}".encode(errors="replace")[:2000])
+        return
     if isolation is not None:
         namespaces.prepare_shared_view(isolation)
         namespaced = (isolation, pidspaces.PidSpaces(limits))
@@ -150,7 +154,7 @@ def _preloaded(base_dir: str, limits: list[int]) -> list[int]:
     bootstrap.add_packages()
     mapped = preload.preload(names, base_dir, figures.private_config)
     if preload.threads() != 1:
-        raise SystemExit(f"preloading {','.join(names)} started {preload.threads()} threads; a fork server needs one")
+        raise RuntimeError(f"preloading {','.join(names)} started {preload.threads()} threads; a fork server needs one")
     return [limits[0], limits[1] + mapped, *limits[2:]]
 
 

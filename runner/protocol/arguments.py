@@ -73,20 +73,26 @@ def _check_bytes(name: str, value: str, limit: int) -> None:
 
 
 _KNOWN_ARGUMENTS = frozenset({"code", "timeout", "stdin", "files"})
+_FILE_FIELDS = frozenset({"path", "content", "encoding"})
 
 
 def _describe(error: ValidationError) -> str:
     if error.validator == "additionalProperties":
         instance: dict[str, Any] = error.instance  # type: ignore[assignment]  # an object, per the schema
-        extra = sorted(name for name in instance if name not in _KNOWN_ARGUMENTS)
-        names = ", ".join(repr(name) for name in extra)
+        known = _FILE_FIELDS if error.absolute_path else _KNOWN_ARGUMENTS
+        names = ", ".join(repr(name) for name in sorted(name for name in instance if name not in known))
         if error.absolute_path:  # inside an entry of `files`
-            field = ".".join(str(part) for part in error.absolute_path)
-            return f"invalid argument '{field}': unknown field {names}; a file has 'path', 'content' and 'encoding'"
+            where = _field(error)
+            return f"invalid argument '{where}': unknown field {names}; a file has 'path', 'content' and 'encoding'"
         return f"unknown argument {names}: run_python takes 'code', and optionally 'timeout', 'stdin' and 'files'"
     if error.validator == "required":
         return f"missing argument: {error.message}"
     if error.validator == "type" and not error.path:
         return f"arguments must be a JSON object, got {type(error.instance).__name__}"
-    field = ".".join(str(part) for part in error.absolute_path) or "arguments"
-    return f"invalid argument '{field}': {error.message}"
+    return f"invalid argument '{_field(error)}': {error.message}"
+
+
+def _field(error: ValidationError) -> str:
+    """e.g. files[0].path: where in the arguments the error is."""
+    parts = [f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path]
+    return "".join(parts).lstrip(".") or "arguments"

@@ -13,7 +13,7 @@ DESCRIPTION = (
     "Run a Python 3 program in its own fresh, isolated interpreter process and return its stdout, "
     "stderr and exit code. Each call is a one-shot process (no state is kept between calls) with "
     "{importable}, an empty private working directory that is deleted "
-    "afterwards, and hard limits: {cpu}s CPU, {mem} MiB memory, {procs} processes, {fsize} MiB per "
+    "afterwards, and hard limits: {cpu}s CPU, {mem} MiB memory{preloaded}, {procs} processes, {fsize} MiB per "
     "written file, wall-clock timeout {timeout:g}s by default (at most {max_timeout:g}s), output "
     "capped at {chars:,} characters per stream. The status field says why a run ended (ok, error, "
     "timeout, cpu_limit, memory_limit, file_size_limit, output_limit, signal, ...).{returns}"
@@ -33,6 +33,7 @@ def tool_definition(config: Config) -> types.Tool:
         title="Run Python",
         description=DESCRIPTION.format(
             importable=_importable(config),
+            preloaded=f" (on top of what {', '.join(config.preload)} take, once imported)" if config.preload else "",
             returns=RETURNS.format(images=config.max_images, image_kb=config.max_image_kb, files_kb=config.max_files_kb)
             if config.max_returned_kb
             else "",
