@@ -3,8 +3,10 @@ checks of every result."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
+import json
 import os
 import shutil
 import textwrap
@@ -179,3 +181,40 @@ def max_overlap(intervals: Iterable[tuple[float, float]]) -> int:
 def pids_in(text: str) -> list[int]:
     """Integers printed one per line as `pid=N`."""
     return [int(line.split("=", 1)[1]) for line in text.splitlines() if line.startswith("pid=")]
+
+
+# A call whose result holds every kind of content: an image (a PNG the standard library writes), a
+# text resource and a blob resource (files the code made, one from a file handed in), and a result.
+RETURNS_CODE = """
+import struct, zlib
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+header = struct.pack(">IIBBBBB", 2, 1, 8, 0, 0, 0, 0)
+pixels = zlib.compress(b"\\x00\\x00\\xff")
+png = b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+open("dot.png", "wb").write(png)
+open("table.csv", "w").write(open("in.csv").read().upper())
+open("raw.bin", "wb").write(bytes(range(8)))
+21 * 2
+"""
+RETURNS_ARGUMENTS = {"code": RETURNS_CODE, "files": [{"path": "in.csv", "content": "a,b\n1,2\n"}]}
+
+
+def check_returns(result: dict[str, Any]) -> None:
+    """What a client got for RETURNS_ARGUMENTS: text, image, then the two files as resources, in order."""
+    kinds = [block["type"] for block in result["content"]]
+    assert kinds == ["text", "image", "resource", "resource"], kinds
+    text, image, raw, csv = result["content"]  # files in name order
+    assert "--- result ---\n42\n" in text["text"]
+    assert "--- images: dot.png (2x1, " in text["text"]
+    assert image["mimeType"] == "image/png"
+    assert base64.b64decode(image["data"]).startswith(b"\x89PNG")
+    assert csv["resource"]["mimeType"] == "text/csv"
+    assert csv["resource"]["text"] == "A,B\n1,2\n"
+    assert raw["resource"]["uri"].endswith("/raw.bin")
+    assert base64.b64decode(raw["resource"]["blob"]) == bytes(range(8))
+    structured = check_structured(result["structuredContent"])
+    assert structured["result"] == "42"
+    assert [i["name"] for i in structured["images"]] == ["dot.png"]
+    assert [f["path"] for f in structured["files"]] == ["raw.bin", "table.csv"]
+    assert "data" not in json.dumps(structured["images"]), "no image bytes in structuredContent"

@@ -201,18 +201,28 @@ async def test_the_package_environment_is_read_only_to_a_sandboxed_run(
     assert result.stdout.text in ("OSError\n", "PermissionError\n"), result.to_text()
 
 
-@pytest.mark.parametrize("status_code", ["timeout", "cpu", "error", "exit"])
-async def test_statuses_are_the_same_with_pandas_loaded(preloading_pool: Pool, status_code: str) -> None:
-    code, timeout, expected = {
-        "timeout": ("import pandas, time\ntime.sleep(30)", 1.0, Status.TIMEOUT),
-        "cpu": ("import pandas\nwhile True: pass", 60, Status.CPU_LIMIT),
-        "error": ("import pandas\npandas.DataFrame({'a': [1]})['b']", 60, Status.ERROR),
-        "exit": ("import pandas, sys\nsys.exit(3)", 60, Status.ERROR),
-    }[status_code]
-    result = await run(preloading_pool, code, timeout)
-    assert result.status is expected, result.to_text()
-    if status_code == "error":
-        assert "KeyError: 'b'" in result.stderr.text
+STATUSES = {
+    "ok": ("import pandas\nprint(len(pandas.DataFrame({'a': [1, 2]})))", 60, Status.OK, 0),
+    "timeout": ("import pandas, time\ntime.sleep(30)", 1.0, Status.TIMEOUT, -9),
+    "cpu": ("import pandas\nwhile True: pass", 60, Status.CPU_LIMIT, None),
+    "memory": ("import pandas\nb = bytearray(2 << 30)", 60, Status.MEMORY_LIMIT, 1),
+    "file size": ("import pandas\nopen('big', 'wb').write(bytes(2 << 20))", 60, Status.FILE_SIZE_LIMIT, 1),
+    "output": ("import pandas, sys\nwhile True: sys.stdout.write('x' * 65536)", 60, Status.OUTPUT_LIMIT, -9),
+    "error": ("import pandas\npandas.DataFrame({'a': [1]})['b']", 60, Status.ERROR, 1),
+    "exit": ("import pandas, sys\nsys.exit(3)", 60, Status.ERROR, 3),
+    "signal": ("import pandas, os, signal\nos.kill(os.getpid(), signal.SIGTERM)", 60, Status.SIGNAL, -15),
+}
+
+
+@pytest.mark.parametrize("mode", DATA_MODES)
+async def test_every_status_is_the_same_with_pandas_loaded(config: Config, mode: str, no_leaks: None) -> None:
+    tight = with_packages(config, mode, max_cpu_seconds=2, max_file_size_mb=1, max_output_bytes=1 << 20)
+    found = {}
+    async with Pool.open(tight, reap_strays=True) as pool:
+        for name, (code, timeout, _, _) in STATUSES.items():
+            result = await run(pool, code, timeout)
+            found[name] = (result.status, result.exit_code if name != "cpu" else None)
+    assert found == {name: (status, code) for name, (_, _, status, code) in STATUSES.items()}
 
 
 def test_a_module_runner_preload_cannot_find_stops_the_server_at_start_naming_the_variable(tmp_path: Path) -> None:

@@ -24,7 +24,15 @@ import pytest
 from runner.config import Config
 from runner.protocol.schemas import input_schema, output_schema
 from tests.conftest import REPO
-from tests.helpers import SEED_PLAIN, alive, check_structured, processes_mentioning, settled
+from tests.helpers import (
+    RETURNS_ARGUMENTS,
+    SEED_PLAIN,
+    alive,
+    check_returns,
+    check_structured,
+    processes_mentioning,
+    settled,
+)
 
 CLIENTS = REPO / "tests" / "clients"
 NODE_MODULES = CLIENTS / "node_modules"
@@ -250,6 +258,18 @@ def test_an_error_run_makes_the_inspector_exit_with_its_is_error_code_5(
     ]
 
 
+def test_the_inspector_calls_run_python_with_files_and_gets_an_image_resources_and_a_result(
+    inspector: Callable[..., Run],
+) -> None:
+    run = inspector(
+        "--method", "tools/call", "--tool-name", "run_python", "--tool-args-json", json.dumps(RETURNS_ARGUMENTS),
+        "--format", "json",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    check_returns(run.envelope()["result"])
+    assert run.inspector_stderr() == []
+
+
 # --- TypeScript SDK ------------------------------------------------------------------------------------
 
 
@@ -283,6 +303,7 @@ def ts_session(node_clients: Node, tmp_path_factory: pytest.TempPathFactory) -> 
         },
         "cwd": str(REPO),
         "pidFile": str(base / "pid"),
+        "returnsArguments": RETURNS_ARGUMENTS,
     }
     done = subprocess.run(
         [node_clients.node, str(CLIENTS / "ts_client.mjs"), json.dumps(config)],
@@ -319,6 +340,12 @@ def test_the_typescript_sdk_calls_run_python_and_gets_the_seed_text_and_structur
     structured = check_structured(call["structuredContent"])
     assert (structured["status"], structured["stdout"]) == ("ok", "45\n")
     assert call["isError"] is False
+
+
+def test_the_typescript_sdk_accepts_an_image_resources_and_a_result_from_handed_in_files(
+    ts_session: TsSession,
+) -> None:
+    check_returns(ts_session.report("returns"))
 
 
 def test_the_typescript_sdk_sees_is_error_for_a_failing_run(ts_session: TsSession) -> None:

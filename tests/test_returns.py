@@ -7,14 +7,24 @@ The data packages' part (figures, pandas, the preloading zygote) is `test_data.p
 from __future__ import annotations
 
 import base64
+import json
+import logging
+import os
+import signal
+import socket
 import textwrap
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import anyio
 import pytest
 
 from runner.config import Config
+from runner.execution.driver import RunDriver
 from runner.execution.pool import Pool
 from runner.outcome import InputFile, RunRequest, RunResult, Status
+from runner.processes.child import Child
+from runner.processes.spawn import spawn_in_new_session
 from tests.helpers import MODES, checked, in_mode
 
 pytestmark = pytest.mark.anyio
@@ -210,3 +220,44 @@ async def test_a_run_that_puts_a_link_in_place_of_its_directory_gets_nothing_sca
     assert (result.status, result.stdout.text) == (Status.OK, "swapped\n"), result.to_text()
     assert (result.attachments, result.omitted) == ((), ())
     # What the run left on the host (plain mode: its directory is the server's to delete) is gone too.
+
+
+async def test_a_run_that_tells_its_end_is_answered_without_waiting_for_its_exit(
+    config: Config, tmp_path: Path
+) -> None:
+    # A stand-in for a run whose process is still there after it told its end, as while the kernel
+    # tears down a large process: a `sleep` in a session of its own is the process; this test writes
+    # what a run would (its output, then its report with its end) and closes the streams.
+    null = os.open(os.devnull, os.O_RDWR)
+    pid = spawn_in_new_session(["/bin/sleep", "30"], str(tmp_path), [null, null, null])
+    os.close(null)
+    (out_r, out_w), (err_r, err_w), (in_r, in_w) = os.pipe(), os.pipe(), os.pipe()
+    ours, theirs = socket.socketpair()
+    child = Child(pid, None, in_w, out_r, err_r, ours.detach(), pidfd=os.pidfd_open(pid))
+    child._open.update({in_w, out_r, err_r, child.code, child.pidfd})
+    for fd in (out_r, err_r, in_w, child.code):
+        os.set_blocking(fd, False)
+    os.write(out_w, b"told\n")
+    head = json.dumps({"end": {"status": 7, "cpu": 0.25, "maxrss_kb": 1}}).encode()
+    theirs.sendall(b"report %d 0\n" % len(head) + head)
+    for fd in (out_w, err_w, in_r):
+        os.close(fd)
+    driver = RunDriver(config, logging.getLogger("test"), lambda _child: anyio.sleep(0))
+    try:
+        with anyio.fail_after(5):  # the process would live 30 s
+            result = await driver.drive(child, RunRequest("7e11e11d", "ignored", 20), 0.0, None)
+        assert (result.status, result.exit_code, result.cpu_seconds, result.stdout.text) == (
+            Status.ERROR,
+            7,
+            0.25,
+            "told\n",
+        )
+        assert not child.reaped  # the pool reaps it after the answer
+        assert os.waitid(os.P_PID, pid, os.WEXITED)  # and its group was killed before the answer
+        child.reaped = True
+    finally:
+        theirs.close()
+        child.close_all()
+        if not child.reaped:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)

@@ -23,7 +23,9 @@ from runner.config import Config
 from runner.protocol.schemas import input_schema, output_schema
 from tests.conftest import REPO
 from tests.helpers import (
+    RETURNS_ARGUMENTS,
     SEED_PLAIN,
+    check_returns,
     check_structured,
     living,
     max_overlap,
@@ -224,3 +226,22 @@ def test_a_client_that_stops_reading_ends_the_session_with_exit_0(
         server.kill()
         server.stdin.close()
     assert "client closed its end of stdout; shutting down" in (tmp_path / "stderr.log").read_text()
+
+
+async def test_the_python_client_accepts_an_image_resources_and_a_result_from_handed_in_files(
+    work_dir: Path, tmp_path: Path, mode: str, left_nothing: None
+) -> None:
+    with open(tmp_path / "stderr.log", "w") as errlog:
+        async with stdio_session(work_dir, errlog, mode) as client:
+            # The client checks structuredContent against the output schema as it receives it.
+            result = await client.call_tool("run_python", RETURNS_ARGUMENTS)
+            escape = {"path": "../../planted", "content": "x"}
+            refused = await client.call_tool("run_python", {"code": "print('ran')", "files": [escape]})
+    check_returns(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+    assert refused.is_error
+    structured = check_structured(refused.structured_content)
+    assert structured["status"] == "invalid_arguments"
+    assert structured["message"].startswith("invalid argument 'files[0]' ('../../planted'): every part of the path")
+    log = (tmp_path / "stderr.log").read_text()
+    assert f"request_id={structured['request_id']} run started" not in log, "nothing ran"
+    assert not (work_dir.parent / "planted").exists()

@@ -17,7 +17,7 @@ import anyio
 
 from runner.config import Config
 from runner.execution.admission import Admission
-from runner.execution.driver import ProgressCallback, RunDriver
+from runner.execution.driver import KILL_GRACE, ProgressCallback, RunDriver
 from runner.execution.supplies import Supplies
 from runner.execution.supply import InterpreterSupply
 from runner.execution.sweep import StraySweeper
@@ -78,26 +78,7 @@ class Pool:
         limits = limits_for(
             config, count_tasks_of_uid(), sandbox.helpers_per_run, 2 if uses_preloading(config, sandbox) else 1
         )
-        log_event(
-            logger,
-            logging.INFO,
-            "pool starting",
-            python=config.python,
-            pool_size=config.pool_size,
-            max_concurrent=config.max_concurrent,
-            rlimit_nproc=limits.nproc,
-            work_dir=base_dir,
-            spawn_mode="fork-server" if uses_fork_server(config, sandbox) else "posix-spawn",
-            preload=",".join(config.preload) if uses_preloading(config, sandbox) else "",
-            sandbox=sandbox.kind,
-            sandbox_reason=sandbox.reason,
-        )
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            log_event(
-                logger,
-                logging.WARNING,
-                "running as root: RLIMIT_NPROC is not enforced, a fork loop is stopped only by the timeout",
-            )
+        _log_start(logger, config, sandbox, limits, base_dir)
         reaping = reap_strays and set_child_subreaper(True)
         if reap_strays and not reaping:
             log_event(logger, logging.WARNING, "cannot become a child subreaper; a run's daemons may outlive it")
@@ -172,6 +153,7 @@ class Pool:
                     await self._destroy(supply, child)
             else:
                 # A run that told its own end is answered now and torn down after, still in its slot.
+                supply.release(child)
                 self._teardowns.start(lambda: self._tear_down(supply, child))
                 handed_on = True
             return result
@@ -182,13 +164,13 @@ class Pool:
     async def _run_in_slot(
         self, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None
     ) -> tuple[RunResult, InterpreterSupply, Child]:
+        # No process of an earlier run may still be alive when this one gets its code: a daemon left
+        # behind could write into its directory. Usually the sweep after that run has seen to it
+        # already; the bootstrap then empties the directory of what was written before.
+        await self._teardowns.wait_for_earlier()
         supply = self._supplies.for_code(request.code)
         child = await supply.take()
         try:
-            # No process of an earlier run may still be alive when this one gets its code: a daemon
-            # left behind could write into its directory. Usually the sweep after that run has seen
-            # to it already; the bootstrap then empties the directory of what was written before.
-            await self._teardowns.wait_for_earlier()
             if self._sweeper is not None:
                 await self._sweeper.settle()
             log_event(self._log, logging.INFO, "run started", request.request_id, pid=child.pid, queue_wait=queue_wait)
@@ -220,8 +202,40 @@ class Pool:
             self._sweeper.wanted()
 
     async def _tear_down(self, supply: InterpreterSupply, child: Child) -> None:
-        """Kill (again), reap, close and delete after the answer; then the slot is free."""
+        """Kill (again), reap, close and delete after the answer; then the slot is free. A run whose end
+        its zygote does not report is the zygote's fault, as in the driver: it is replaced."""
         try:
+            with anyio.move_on_after(KILL_GRACE):
+                await child.wait_exit()
+            if child.still_running():
+                await self._supplies.unresponsive(child)
             await self._destroy(supply, child)
         finally:
             self._admission.leave()
+
+    async def quiesced(self) -> None:
+        """Return once every run answered so far is torn down (reaped, closed, deleted)."""
+        await self._teardowns.wait_for_earlier()
+
+
+def _log_start(logger: logging.Logger, config: Config, sandbox: Sandbox, limits: Limits, base_dir: str) -> None:
+    log_event(
+        logger,
+        logging.INFO,
+        "pool starting",
+        python=config.python,
+        pool_size=config.pool_size,
+        max_concurrent=config.max_concurrent,
+        rlimit_nproc=limits.nproc,
+        work_dir=base_dir,
+        spawn_mode="fork-server" if uses_fork_server(config, sandbox) else "posix-spawn",
+        preload=",".join(config.preload) if uses_preloading(config, sandbox) else "",
+        sandbox=sandbox.kind,
+        sandbox_reason=sandbox.reason,
+    )
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        log_event(
+            logger,
+            logging.WARNING,
+            "running as root: RLIMIT_NPROC is not enforced, a fork loop is stopped only by the timeout",
+        )

@@ -76,6 +76,17 @@ class InterpreterSupply:
         self._in_use.add(child)
         return child
 
+    def release(self, child: Child) -> None:
+        """What can go at once of a run that told its own end, before it is reaped: its pipes and its
+        directory, if it left that empty (`destroy` does the rest, and deletes what is in it)."""
+        child.close_streams()
+        if child.workdir is not None:
+            try:
+                os.rmdir(child.workdir)
+                child.workdir = None
+            except OSError:
+                pass
+
     async def destroy(self, child: Child) -> None:
         """Kill, reap, close and delete; safe to call more than once."""
         if not child.reaped:

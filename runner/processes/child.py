@@ -43,6 +43,12 @@ class Child:
             self._open.discard(fd)
             os.close(fd)
 
+    def close_streams(self) -> None:
+        """Close every fd the server holds for this child but its pidfd (still needed to see it exit)."""
+        for fd in list(self._open):
+            if fd != self.pidfd:
+                self.close_fd(fd)
+
     def close_all(self) -> None:
         """Close every fd the server holds for this child."""
         for fd in list(self._open):

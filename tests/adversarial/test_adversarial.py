@@ -218,6 +218,7 @@ class Attempt:
 async def _attempt(target: Target, case: Case, tmp: Path) -> Attempt:
     """Run the case once with every check around it."""
     token = leaks.SUITE_ID + uuid.uuid4().hex[:12]  # escaped writes to /tmp are told apart by SUITE_ID
+    await target.pool.quiesced()  # an earlier run's teardown, after its answer, still holds its pidfd
     fds_before = leaks.open_fds()
     with _listener(case.listener) as listener:
         context = _context(target, tmp, token, listener.getsockname()[1] if listener else 0)
@@ -232,6 +233,9 @@ async def _attempt(target: Target, case: Case, tmp: Path) -> Attempt:
         try:
             with anyio.fail_after(case.timeout + 30):
                 result = checked(await _call(target, case, case.render(context)))
+                # A run that told its own end was answered before it was reaped: what it leaves is
+                # judged once its teardown, which still holds its slot, is done.
+                await target.pool.quiesced()
             problems = _expectations(case, result, context, anyio.current_time() - started)
             if _connections(listener):
                 problems.append("the listener on the server's loopback got a connection")

@@ -117,6 +117,12 @@ await check("error", async () =>
   ),
 );
 
+// Every kind of content a result can hold besides its text: an image, a text resource and a blob
+// resource (files the code made, from a file handed in), and the value of the last expression.
+await check("returns", async () =>
+  callReport(await client.callTool({ name: "run_python", arguments: config.returnsArguments })),
+);
+
 await check("progress", async () => {
   const notifications = [];
   const before = received.length;
