@@ -60,7 +60,14 @@ def run_python(code: str, timeout: float = CONFIG.default_timeout) -> str:
             env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir}
             done = subprocess.run(
                 # -I ignores PYTHONPATH: with packages, -E -s -S keep the rest of what -I does.
-                [CONFIG.python, "-E", "-s", "-S", "-c", f"import sys; sys.path.append({CONFIG.packages_site!r})\n{code}"]
+                [
+                    CONFIG.python,
+                    "-E",
+                    "-s",
+                    "-S",
+                    "-c",
+                    f"import sys; sys.path.append({CONFIG.packages_site!r})\n{code}",
+                ]
                 if CONFIG.packages_site
                 else [CONFIG.python, "-I", "-S", "-c", code],
                 cwd=workdir,

@@ -17,7 +17,7 @@ import statistics
 from typing import Any
 
 from .drivers import Conn, open_conn
-from .procfs import descendants, proc_cmdline, proc_status
+from .procfs import children_of, descendants, proc_cmdline, proc_status
 from .scenarios import rotate, say
 from .servers import Launch, ServerSpec
 from .stats import summary
@@ -115,16 +115,14 @@ async def _data_call(conn: Conn) -> tuple[float, str, dict[str, Any] | None]:
 
 
 def _tree_memory(server: int) -> dict[str, Any]:
-    """RSS of the server, of each zygote, and of everything under it (kB, from /proc)."""
+    """RSS (bytes) of the server, of each zygote (its children running zygote.py; their own forks, the
+    pooled runs, share most of their pages), and of everything under the server, summed."""
     kids = descendants(server)
-    zygotes = {}
-    for kid in kids:
-        command = proc_cmdline(kid)
-        if "zygote.py" in command and "--probe" not in command:
-            zygotes[kid] = proc_status(kid).get("VmRSS")
+    zygotes = [kid for kid in children_of(server) if "zygote.py" in proc_cmdline(kid)]
     return {
         "server_rss": proc_status(server).get("VmRSS"),
-        "zygotes_rss": sorted(v for v in zygotes.values() if v is not None),
+        "zygotes_rss": sorted(proc_status(kid).get("VmRSS", 0) for kid in zygotes),
+        "descendants": len(kids),
         "all_descendants_rss": sum(proc_status(kid).get("VmRSS", 0) for kid in kids),
     }
 
@@ -160,12 +158,17 @@ def data_rows(report: dict[str, Any], naive: str | None) -> list[str]:
                 lines.append(f"|  | {TARGETS['trivial_vs_naive']}: {met} | | | | | | | |")
         idle = scenario.get("idle", {})
         if idle:
-            lines += ["", "Memory at rest after the warm-up (RSS): server, each zygote, everything under the server.", ""]
+            lines += [
+                "",
+                "Memory at rest after the warm-up (RSS): server, each zygote, everything under the server.",
+                "",
+            ]
             for label, m in idle.items():
-                zygotes = ", ".join(f"{kb / 1024:.0f} MiB" for kb in m["zygotes_rss"]) or "none"
+                zygotes = ", ".join(f"{n / 2**20:.0f} MiB" for n in m["zygotes_rss"]) or "none"
                 lines.append(
-                    f"- {label}: server {m['server_rss'] / 1024:.0f} MiB; zygotes {zygotes}; "
-                    f"all under the server {m['all_descendants_rss'] / 1024:.0f} MiB"
+                    f"- {label}: server {m['server_rss'] / 2**20:.0f} MiB; zygotes {zygotes}; "
+                    f"{m['descendants']} processes under the server, {m['all_descendants_rss'] / 2**20:.0f} MiB "
+                    "of RSS summed (shared pages counted in each)"
                 )
         lines.append("")
     return lines

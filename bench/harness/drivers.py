@@ -98,7 +98,7 @@ class RawConn:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=errlog,
-                cwd=launch.root,
+                cwd=launch.root_of(spec),
                 env=launch.env(spec, extra),
                 limit=BIG_LINE,
             )
@@ -269,7 +269,7 @@ class ClientConn:
         argv = spec.argv(launch.python)
         errlog = stack.enter_context(open(launch.log_path(spec, scenario), "a"))  # noqa: SIM115, ASYNC230
         params = StdioServerParameters(
-            command=argv[0], args=argv[1:], env=launch.extra_env(spec, extra), cwd=launch.root
+            command=argv[0], args=argv[1:], env=launch.extra_env(spec, extra), cwd=launch.root_of(spec)
         )
         # Client(StdioServerParameters) is Client(stdio_client(params)); the transport is built here only
         # to send the server's stderr to a log file instead of ours.

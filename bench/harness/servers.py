@@ -64,6 +64,10 @@ class Launch:
             env["RUNNER_PACKAGES"] = extra["RUNNER_PACKAGES"]  # the data scenario's environment is every server's
         return env
 
+    def root_of(self, spec: ServerSpec) -> Path:
+        """The checkout a server runs from (its cwd too: `-m runner` looks there first)."""
+        return spec.root if spec.root is not None else self.root
+
     def log_path(self, spec: ServerSpec, scenario: str) -> Path:
         """Where a server's stderr goes."""
         safe = re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{spec.label}-{scenario}")

@@ -105,12 +105,11 @@ class RunDriver:
                 child.close_fd(child.stdin)  # EOF at once; no task needed
             tg.start_soon(_pump, child.stdout, out, streams)
             tg.start_soon(_pump, child.stderr, err, streams)
-            tg.start_soon(_read_report, child, self._budgets.report_bytes, report, streams)
-            if on_progress is not None:
-                tg.start_soon(self._report_progress, request, started, out, err, on_progress)
             reported = anyio.CancelScope()
             returned: list[Returned] = []
-            tg.start_soon(self._end_when_reported, streams, report, returned, reported)
+            tg.start_soon(self._take_report, child, streams, report, returned, reported)
+            if on_progress is not None:
+                tg.start_soon(self._report_progress, request, started, out, err, on_progress)
             timed_out = False
             with reported:
                 timed_out = not await wait_exit_sampling(child, samples, started + request.timeout)
@@ -153,15 +152,26 @@ class RunDriver:
             omitted=got.omitted,
         )
 
-    async def _end_when_reported(
-        self, streams: _Streams, report: bytearray, returned: list[Returned], reported: anyio.CancelScope
+    async def _take_report(
+        self,
+        child: Child,
+        streams: _Streams,
+        report: bytearray,
+        returned: list[Returned],
+        reported: anyio.CancelScope,
     ) -> None:
-        """Once both streams are closed and the report is whole: if it tells the run's end, stop waiting
-        for the exit (`reported`). The kernel's teardown of the process then happens after the answer."""
-        await streams.pumps_done.wait()
-        returned.append(parse_report(report, self._budgets))
-        if returned[0].end is not None and not streams.output_exceeded:
-            reported.cancel()
+        """Read the run's report; once it is whole and both streams are closed, if it tells the run's
+        end, stop waiting for the exit (`reported`): the kernel's teardown of the process then happens
+        after the answer."""
+        try:
+            whole = await _read_report(child, self._budgets.report_bytes, report)
+        finally:
+            streams.pump_finished()
+        if whole:
+            await streams.pumps_done.wait()
+            returned.append(parse_report(report, self._budgets))
+            if returned[0].end is not None and not streams.output_exceeded:
+                reported.cancel()
 
     async def _wait_after_kill(self, child: Child) -> None:
         """Wait for a SIGKILLed run to be gone; one that is not is the source's to deal with."""
@@ -220,32 +230,30 @@ async def _pump(fd: int, cap: OutputCap, streams: _Streams) -> None:
         streams.pump_finished()
 
 
-async def _read_report(child: Child, limit: int, report: bytearray, streams: _Streams) -> None:
-    """Read the run's report from the job socket into `report`, until it is whole or the socket closes.
+async def _read_report(child: Child, limit: int, report: bytearray) -> bool:
+    """Read the run's report from the job socket into `report`, until it is whole (True) or the socket
+    closes (False).
 
     Whole is what its first line says, so a process the run left holding the socket cannot keep
     the call waiting. Too much, or not a report at all, is dropped, and the socket closed: a run
     still writing gets EPIPE rather than blocking until its timeout.
     """
-    try:
-        while True:
-            await anyio.wait_readable(child.code)
-            try:
-                chunk = os.read(child.code, CHUNK)
-            except BlockingIOError:
-                continue
-            except OSError:
-                return  # reset by the run's end
-            if not chunk:
-                return
-            report += chunk
-            length = frame_length(report)
-            if length == -1 or len(report) > limit or (length is not None and length > limit):
-                report.clear()
-                child.close_fd(child.code)
-                return
-            if length is not None and len(report) >= length:
-                del report[length:]
-                return
-    finally:
-        streams.pump_finished()
+    while True:
+        await anyio.wait_readable(child.code)
+        try:
+            chunk = os.read(child.code, CHUNK)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return False  # reset by the run's end
+        if not chunk:
+            return False
+        report += chunk
+        length = frame_length(report)
+        if length == -1 or len(report) > limit or (length is not None and length > limit):
+            report.clear()
+            child.close_fd(child.code)
+            return False
+        if length is not None and len(report) >= length:
+            del report[length:]
+            return True

@@ -10,8 +10,7 @@ checks every number and byte of the report again (`runner.execution.report`).
 
 from __future__ import annotations
 
-import ast
-import json
+import _ast  # the compiler's own node classes: `ast`, the module around them, is not needed here
 import os
 import resource
 
@@ -44,20 +43,20 @@ def split_last_expression(text: str, filename: str) -> tuple[CodeType, CodeType 
     As in a notebook, an expression whose line ends with ``;`` is not a value to show. Errors are
     those of ``compile(text, filename, "exec")``.
     """
-    flags = ast.PyCF_ONLY_AST
+    flags = _ast.PyCF_ONLY_AST
     tree = compile(text, filename, "exec", flags=flags, dont_inherit=True)
     last = tree.body[-1] if tree.body else None
-    if not isinstance(last, ast.Expr) or _silenced(text, last):
+    if not isinstance(last, _ast.Expr) or _silenced(text, last):
         return compile(tree, filename, "exec", dont_inherit=True), None
     tree.body.pop()
-    expression = ast.Expression(last.value)
+    expression = _ast.Expression(last.value)
     return (
         compile(tree, filename, "exec", dont_inherit=True),
         compile(expression, filename, "eval", dont_inherit=True),
     )
 
 
-def _silenced(text: str, statement: ast.stmt) -> bool:
+def _silenced(text: str, statement: _ast.stmt) -> bool:
     lines = text.splitlines()
     end_line, end_column = statement.end_lineno, statement.end_col_offset
     if end_line is None or end_column is None or end_line > len(lines):
@@ -189,6 +188,16 @@ class Report:
             "omitted": self.omitted,
             "more_omitted": self.more_omitted,
         }
+        if end is not None and self.empty() and not self.more_omitted:
+            # Most runs return nothing but their end: no JSON encoder to run (and pages to copy) for it.
+            head = b'{"end": {"status": %d, "cpu": %r, "maxrss_kb": %d}}' % (
+                end["status"],
+                end["cpu"],
+                end["maxrss_kb"],
+            )
+            return REPORT_HEAD + b" %d 0\n" % len(head) + head
+        import json  # not before: most runs return nothing but their end
+
         head = json.dumps(header, ensure_ascii=True).encode("ascii")
         blobs = b"".join(self.blobs)
         return REPORT_HEAD + b" %d %d\n" % (len(head), len(blobs)) + head + blobs

@@ -27,6 +27,22 @@ def requested() -> list[str]:
     return [name for name in os.environ.pop(PRELOAD_VARIABLE, "").split(",") if name]
 
 
+def limits_after(
+    scratch: str, limits: list[int], add_packages: Callable[[], None], private_config: Callable[[str], None]
+) -> list[int]:
+    """A preloading zygote (`requested`) imports and warms its modules; a run of it may then allocate
+    RUNNER_MAX_MEMORY_MB on top of what they map (its RLIMIT_AS, limits[1], grows by that). Any other
+    zygote's limits stay as they are. `add_packages` puts the package environment on sys.path."""
+    names = requested()
+    if not names:
+        return limits
+    add_packages()
+    mapped = preload(names, scratch, private_config)
+    if threads() != 1:
+        raise RuntimeError(f"preloading {','.join(names)} started {threads()} threads; a fork server needs one")
+    return [limits[0], limits[1] + mapped, *limits[2:]]
+
+
 def preload(names: list[str], scratch: str, private_config: Callable[[str], None]) -> int:
     """Import and warm `names`; return the address space mapped then (VmSize, bytes).
 

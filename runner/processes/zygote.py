@@ -23,6 +23,7 @@ nothing but the standard library.
 from __future__ import annotations
 
 import array
+import gc
 import os
 import select
 import signal
@@ -104,7 +105,8 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
         namespaces.enter_user_namespace()  # before prepare_process: see its docstring
     namespaced = None
     try:
-        run_limits = _preloaded(base_dir, limits)  # before the view is read-only: see `preload.preload`
+        # Before the view is read-only: see `preload.preload`.
+        run_limits = preload.limits_after(base_dir, limits, bootstrap.add_packages, figures.private_config)
     except Exception as exc:  # a module that cannot be imported: RUNNER_PRELOAD is wrong
         server.send(b"E " + f"{type(exc).__name__}: {exc}".encode(errors="replace")[:2000])
         return
@@ -122,6 +124,8 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     runs: dict[int, Run] = {}
+    gc.collect()
+    gc.freeze()  # what it holds lives as long as it does: no run's collection walks (and copies) it
     try:
         server.send(b"R")
         _serve(server, wake_r, base_dir, limits, namespaced, runs)
@@ -143,19 +147,6 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
                 left.discard(pid)
         if left:
             time.sleep(0.005)
-
-
-def _preloaded(base_dir: str, limits: list[int]) -> list[int]:
-    """A preloading zygote (`preload.requested`) imports and warms its modules; a run of it may then
-    allocate RUNNER_MAX_MEMORY_MB on top of what they map. Others' limits stay as they are."""
-    names = preload.requested()
-    if not names:
-        return limits
-    bootstrap.add_packages()
-    mapped = preload.preload(names, base_dir, figures.private_config)
-    if preload.threads() != 1:
-        raise RuntimeError(f"preloading {','.join(names)} started {preload.threads()} threads; a fork server needs one")
-    return [limits[0], limits[1] + mapped, *limits[2:]]
 
 
 def _serve(

@@ -33,7 +33,7 @@ def tool_definition(config: Config) -> types.Tool:
         title="Run Python",
         description=DESCRIPTION.format(
             importable=_importable(config),
-            preloaded=f" (on top of what {', '.join(config.preload)} take, once imported)" if config.preload else "",
+            preloaded=f" (beyond what {', '.join(config.preload)} map, when imported)" if config.preload else "",
             returns=RETURNS.format(images=config.max_images, image_kb=config.max_image_kb, files_kb=config.max_files_kb)
             if config.max_returned_kb
             else "",
