@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,15 @@ def test_the_tool_description_names_what_runs_may_import(tmp_path: Path) -> None
 def test_a_runner_packages_that_is_no_environment_stops_the_server_naming_it(value: str) -> None:
     with pytest.raises(ConfigError, match="RUNNER_PACKAGES"):
         Config.from_env({"RUNNER_PACKAGES": value})
+
+
+def test_a_package_environment_under_a_directory_the_sandbox_hides_is_bound_back(tmp_path: Path) -> None:
+    # /tmp is each sandboxed run's own tmpfs: an environment under it (a checkout in /tmp) was out of
+    # the runs' sight, and matplotlib failed to draw.
+    from runner.processes.sandbox import bwrap_argv, namespace_args
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as under_tmp:
+        packaged = Config.from_env({"RUNNER_PACKAGES": str(fake_env(Path(under_tmp) / "env", {}))})
+        assert packaged.packages in namespace_args(packaged)
+        argv = bwrap_argv("/usr/bin/bwrap", packaged)
+        assert argv[argv.index(packaged.packages) - 1] == "--ro-bind"

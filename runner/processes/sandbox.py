@@ -117,9 +117,11 @@ def namespace_args(config: Config) -> tuple[str, ...]:
 
 
 def _kept(config: Config) -> list[str]:
-    """An interpreter installed under a directory the sandbox hides must stay visible."""
+    """An interpreter, or a package environment (RUNNER_PACKAGES), under a directory the sandbox hides
+    must stay visible (read-only, as everything else)."""
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
-    return [prefix] if any(_within(prefix, hidden) for hidden in (*HIDDEN, "/dev/shm")) else []
+    wanted = [prefix, *([config.packages] if config.packages else [])]
+    return [path for path in wanted if any(_within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))]
 
 
 def _within(path: str, directory: str) -> bool:

@@ -97,7 +97,9 @@ def walk(top: str, identity: tuple[int, int]) -> Iterator[tuple[str, os.stat_res
     """Every entry under `top` but directories, as (path relative to `top`, lstat); links not followed.
 
     `top` must still be the directory `identity` (st_dev, st_ino) names: a run that moved its
-    directory away and put a link or another directory in its place gets nothing scanned. At most
+    directory away and put a link or another directory in its place gets nothing scanned. What is
+    mounted inside it is the sandbox's (an interpreter or package environment that lives under /tmp,
+    bound back read-only), never something the run made: it is not walked into. At most
     MAX_SCANNED entries; then ("", None) says the rest was not looked at. Whatever the scan reads,
     the run could have read itself: it runs with the run's rights, in the run.
     """
@@ -107,6 +109,7 @@ def walk(top: str, identity: tuple[int, int]) -> Iterator[tuple[str, os.stat_res
         return
     if not stat.S_ISDIR(info.st_mode) or (info.st_dev, info.st_ino) != identity:
         return
+    device = info.st_dev
     pending = [""]
     seen = 0
     while pending:
@@ -129,7 +132,8 @@ def walk(top: str, identity: tuple[int, int]) -> Iterator[tuple[str, os.stat_res
             except OSError:
                 continue
             if stat.S_ISDIR(info.st_mode):
-                subdirectories.append(path)
+                if info.st_dev == device:  # not a mount point: the sandbox's, never the run's
+                    subdirectories.append(path)
             else:
                 yield path, info
         pending.extend(reversed(subdirectories))  # depth first, in name order
