@@ -3,6 +3,7 @@ argument checked, and the choice of zygote. No processes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -189,3 +190,35 @@ def test_an_unknown_field_in_a_file_entry_is_named_with_where_it_is() -> None:
     with pytest.raises(ArgumentError) as caught:
         ArgumentParser(Config()).parse({"code": "x", "files": [{"path": 3, "content": ""}]})
     assert str(caught.value).startswith("invalid argument 'files[0].path': 3 is not of type 'string'")
+
+
+def test_names_and_results_that_are_not_unicode_come_back_escaped_and_serialisable() -> None:
+    from runner.outcome import RunResult, Status
+    from runner.protocol.results import to_call_result
+
+    head = {
+        "result": "caf\udce9",
+        "files": [{"path": "\udce9t\udce9.txt", "bytes": 1}],
+        "omitted": [{"name": "link-\udcff", "bytes": 0, "reason": "a symbolic link (never followed)"}],
+    }
+    returned = parse_report(report(head, b"x"), BUDGETS)
+    assert returned.result == "caf\\udce9"
+    assert returned.attachments[0].name == "\\udce9t\\udce9.txt"
+    assert returned.omitted[0].name == "link-\\udcff"
+    result = RunResult("0000abcd", Status.OK, exit_code=0, result=returned.result, result_chars=9)
+    result = dataclasses.replace(result, attachments=returned.attachments, omitted=returned.omitted)
+    to_call_result(result).model_dump_json()  # what the transport writes: it must not fail
+
+
+def test_a_report_nested_too_deep_for_the_parser_is_dropped_with_a_note() -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    data = b"report %d 0\n" % len(deep) + deep
+    [note] = parse_report(data, dataclasses.replace(BUDGETS, result_chars=100_000)).omitted
+    assert note.name == "(the run's report)"
+
+
+def test_a_report_listing_as_many_files_as_a_run_may_is_taken_whole() -> None:
+    files = [{"path": "\u00e9" * 1000 + str(n), "bytes": 0} for n in range(100)]
+    omitted = [{"name": "\u00e9" * 1000 + str(n), "bytes": 5, "reason": "r" * 200} for n in range(50)]
+    returned = parse_report(report({"files": files, "omitted": omitted, "more_omitted": 7}), BUDGETS)
+    assert (len(returned.attachments), len(returned.omitted)) == (100, 51)

@@ -23,9 +23,10 @@ from runner.config import Config
 from runner.execution.driver import RunDriver
 from runner.execution.pool import Pool
 from runner.outcome import InputFile, RunRequest, RunResult, Status
-from runner.processes.child import Child
+from runner.processes.child import Child, process_exists
 from runner.processes.spawn import spawn_in_new_session
-from tests.helpers import MODES, checked, in_mode
+from runner.protocol.results import to_call_result
+from tests.helpers import MODES, checked, in_mode, settled
 
 pytestmark = pytest.mark.anyio
 
@@ -261,3 +262,44 @@ async def test_a_run_that_tells_its_end_is_answered_without_waiting_for_its_exit
         if not child.reaped:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+
+
+async def test_files_with_undecodable_names_and_more_files_than_listed_come_back_as_far_as_they_may(
+    config: Config, no_leaks: None
+) -> None:
+    code = """
+        import os
+        open(b"caf\\xe9.txt", "w").write("latin-1 name")
+        os.makedirs("many")
+        for n in range(120):
+            open(f"many/{n:03}.txt", "w").write("")
+        deep = "d/" * 600
+        os.makedirs(deep)
+        open(deep + "f", "w").write("far down")
+    """
+    async with Pool.open(in_mode(config, "fork-server"), reap_strays=True) as pool:
+        result = await run(pool, code)
+    names = [a.name for a in result.attachments]
+    assert names[0] == "caf\\udce9.txt"
+    assert len(names) == 100
+    reasons = {o.reason for o in result.omitted}
+    assert "more than 100 files in one call" in reasons
+    assert to_call_result(result).model_dump_json()  # what the transport writes: it must not fail
+
+
+@pytest.mark.parametrize("code", ["x = 1\\x0c\\nx;", "x = 1\\n# \\u2028 ;\\nx", "s = '\\u2028'\\ns;"])
+async def test_only_the_compilers_own_line_breaks_decide_a_silencing_semicolon(any_pool: Pool, code: str) -> None:
+    result = await run(any_pool, code.encode().decode("unicode_escape"))
+    assert (result.result is None) is code.endswith(";"), result.to_text()
+
+
+def test_a_process_that_has_exited_no_longer_exists_for_the_teardown_even_unreaped() -> None:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        assert settled(lambda: process_exists(pid)) is False  # a zombie: exited, not reaped yet
+        assert process_exists(os.getpid())
+    finally:
+        os.waitpid(pid, 0)
+    assert not process_exists(pid)

@@ -24,12 +24,15 @@ from runner.execution.sweep import StraySweeper
 from runner.execution.teardown import Teardowns
 from runner.logs import get_logger, log_event
 from runner.outcome import RunRequest, RunResult, Status
-from runner.processes.child import Child
+from runner.processes.child import Child, process_exists
 from runner.processes.limits import Limits, count_tasks_of_uid, limits_for
 from runner.processes.procctl import set_child_subreaper
 from runner.processes.sandbox import Sandbox, choose_sandbox
 from runner.processes.source import uses_fork_server, uses_preloading
 from runner.processes.spawn import remove_tree
+
+# How long a run answered before its exit may take to be gone before its teardown gives up on it.
+TEARDOWN_PATIENCE = 30.0
 
 
 class Pool:
@@ -202,16 +205,26 @@ class Pool:
             self._sweeper.wanted()
 
     async def _tear_down(self, supply: InterpreterSupply, child: Child) -> None:
-        """Kill (again), reap, close and delete after the answer; then the slot is free. A run whose end
-        its zygote does not report is the zygote's fault, as in the driver: it is replaced."""
+        """Kill (again), reap, close and delete after the answer; then the slot is free.
+
+        A run slow to exit (a loaded machine) is waited for. One that is gone while its zygote still
+        does not report it means the zygote is stuck (stopped): it is replaced, as in the driver. No
+        fault here reaches the pool: it is logged, and the run is destroyed all the same.
+        """
         try:
-            with anyio.move_on_after(KILL_GRACE):
-                await child.wait_exit()
-            if child.still_running():
-                await self._supplies.unresponsive(child)
-            await self._destroy(supply, child)
+            deadline = anyio.current_time() + TEARDOWN_PATIENCE
+            while child.still_running() and anyio.current_time() < deadline:
+                with anyio.move_on_after(KILL_GRACE):
+                    await child.wait_exit()
+                if child.still_running() and not process_exists(child.pid):
+                    await self._supplies.unresponsive(child)
+        except Exception:
+            self._log.error("teardown after the answer failed", exc_info=True, extra={"request_id": "-", "fields": {}})
         finally:
-            self._admission.leave()
+            try:
+                await self._destroy(supply, child)
+            finally:
+                self._admission.leave()
 
     async def quiesced(self) -> None:
         """Return once every run answered so far is torn down (reaped, closed, deleted)."""

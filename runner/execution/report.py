@@ -19,9 +19,12 @@ from typing import Any
 from runner.outcome import Attachment, Omitted
 
 REPORT_HEAD = b"report "
-MAX_HEADER_BYTES = 256 * 1024
+# The header's most besides the result: the run lists at most MAX_FILES files and MAX_OMITTED more,
+# each name at most MAX_NAME_CHARS, 6 bytes a character at worst in JSON.
+MAX_FILES = 100
 MAX_NAME_CHARS = 1024
 MAX_OMITTED = 50
+MAX_HEADER_BYTES = 64 * 1024 + (MAX_FILES + MAX_OMITTED + 64) * (6 * MAX_NAME_CHARS + 600)
 _CONTROLS = re.compile("[\x00-\x1f\x7f]")
 
 # Images MCP clients show (ImageContent), known by their first bytes.
@@ -114,14 +117,14 @@ def parse_report(data: bytes | bytearray, budgets: Budgets) -> Returned:
         return NOTHING
     try:
         return _parse(bytes(data), budgets)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: JSON nested deep
         return Returned(omitted=(Omitted("(the run's report)", len(data), f"malformed, dropped: {exc}"),))
 
 
 def _parse(data: bytes, budgets: Budgets) -> Returned:
     line_end = data.index(b"\n")
     head_size, blob_size = (int(n) for n in data[:line_end].split(b" ")[1:])
-    _require(head_size <= MAX_HEADER_BYTES, "header too large")
+    _require(head_size <= MAX_HEADER_BYTES + 6 * budgets.result_chars, "header too large")
     _require(blob_size <= budgets.call_bytes, "more bytes than the call's budget")
     head = json.loads(data[line_end + 1 : line_end + 1 + head_size])
     blobs = memoryview(data)[line_end + 1 + head_size :]
@@ -130,7 +133,7 @@ def _parse(data: bytes, budgets: Budgets) -> Returned:
     result = head.get("result")
     _require(result is None or isinstance(result, str), "result is not text")
     if result is not None:
-        result = result[: budgets.result_chars]
+        result = _unicode(result[: budgets.result_chars])
     result_chars = max(_count(head.get("result_chars", 0)), len(result or ""))
     attachments: list[Attachment] = []
     at = 0
@@ -258,5 +261,11 @@ def _text(entry: dict[str, Any], key: str = "note") -> str:
 
 
 def _printable(text: str) -> str:
-    """Control characters (a file name may hold any) as visible escapes, as in the output."""
-    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """Control characters (a file name may hold any) as visible escapes, as in the output, and what
+    is not Unicode (a name's undecodable bytes, as lone surrogates) as `\\udcXX`: no JSON or URI
+    encoder downstream may fail on it."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", _unicode(text))
+
+
+def _unicode(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

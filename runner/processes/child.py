@@ -108,6 +108,19 @@ class Child:
         self.sandbox_init_pid = found[1] if len(found) == 3 else 0
 
 
+def process_exists(pid: int) -> bool:
+    """Whether `pid` is a process that has not exited (a zombie has exited), from /proc (Linux);
+    True where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        return True
+    return state not in (b"Z", b"X")
+
+
 def maxrss_bytes(ru_maxrss: int) -> int:
     """ru_maxrss in bytes: Linux reports KiB, macOS bytes."""
     return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024

@@ -13,6 +13,7 @@ from __future__ import annotations
 import _ast  # the compiler's own node classes: `ast`, the module around them, is not needed here
 import os
 import resource
+import zlib
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -21,7 +22,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 REPORT_HEAD = b"report"
+# What one report lists at most, as the server takes it (`runner.execution.report`): more is counted.
 MAX_OMITTED = 50
+MAX_FILES = 100
+MAX_NAME_CHARS = 1024
 IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a")
 
 
@@ -57,7 +61,8 @@ def split_last_expression(text: str, filename: str) -> tuple[CodeType, CodeType 
 
 
 def _silenced(text: str, statement: _ast.stmt) -> bool:
-    lines = text.splitlines()
+    # The compiler's line breaks only: str.splitlines() also breaks at \x0c, \u2028 and the like.
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     end_line, end_column = statement.end_lineno, statement.end_col_offset
     if end_line is None or end_column is None or end_line > len(lines):
         return False
@@ -107,6 +112,8 @@ class Report:
 
     def omit(self, name: str, size: int, reason: str) -> None:
         if len(self.omitted) < MAX_OMITTED:
+            if len(name) > MAX_NAME_CHARS:  # as the server takes it: the name's start, and that it was cut
+                name = name[: MAX_NAME_CHARS - 20] + "... (name cut)"
             self.omitted.append({"name": name, "bytes": size, "reason": reason})
         else:
             self.more_omitted += 1
@@ -124,7 +131,7 @@ class Report:
     def add_files(
         self,
         entries: Iterator[tuple[str, os.stat_result | None]],
-        inputs: dict[str, tuple[int, int, int]],
+        inputs: dict[str, tuple[int, int, int, int]],
         read: Callable[[str, os.stat_result, int], bytes | None],
     ) -> None:
         """The files the code made or changed: `entries` from `workdir.walk`, read with `workdir.read_regular`."""
@@ -134,9 +141,16 @@ class Report:
             if info is None:
                 self.omit("...", 0, "not looked at: the directory holds too many entries")
                 break
-            if inputs.get(path) == (info.st_ino, info.st_size, info.st_mtime_ns):
-                continue  # handed in by the call and not changed
-            if stat.S_ISLNK(info.st_mode):
+            given = inputs.get(path)
+            if given is not None and given[:3] == (info.st_ino, info.st_size, info.st_mtime_ns):
+                data = read(path, info, info.st_size)
+                if data is not None and zlib.crc32(data) == given[3]:
+                    continue  # handed in by the call and not changed (a coarse mtime alone could miss a rewrite)
+            if len(self.files) >= MAX_FILES:
+                self.omit(path, info.st_size, f"more than {MAX_FILES} files in one call")
+            elif len(path) > MAX_NAME_CHARS:
+                self.omit(path, info.st_size, f"a path longer than {MAX_NAME_CHARS:,} characters")
+            elif stat.S_ISLNK(info.st_mode):
                 self.omit(path, 0, "a symbolic link (never followed)")
             elif not stat.S_ISREG(info.st_mode):
                 self.omit(path, 0, "not a regular file")
@@ -207,7 +221,7 @@ def gather(
     budgets: Budgets,
     value: object,
     figures: Any,
-    inputs: dict[str, tuple[int, int, int]],
+    inputs: dict[str, tuple[int, int, int, int]],
     walk: Callable[[], Iterator[tuple[str, os.stat_result | None]]],
     read: Callable[[str, os.stat_result, int], bytes | None],
 ) -> Report:

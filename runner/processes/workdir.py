@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+import zlib
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,12 +69,13 @@ def empty_directory(top: str) -> None:
     os.chmod(top, stat.S_IMODE(top_info.st_mode) | 0o700)  # the sandbox's /tmp stays 1777
 
 
-def write_inputs(files: list[tuple[str, bytes]]) -> dict[str, tuple[int, int, int]]:
+def write_inputs(files: list[tuple[str, bytes]]) -> dict[str, tuple[int, int, int, int]]:
     """Write the call's files under the current directory; return what each is, to tell later whether
-    the code changed it: path -> (inode, size, mtime in ns).
+    the code changed it: path -> (inode, size, mtime in ns, CRC-32 of the content).
 
-    The server checked every path (relative, no `..`, no empty part); creating with O_EXCL and
-    O_NOFOLLOW makes sure nothing is written anywhere else all the same.
+    The server checked every path (relative, no `..`, no empty part), and the directory was emptied
+    just before: nothing of another run is in it. O_EXCL and O_NOFOLLOW keep the last part of a path
+    from being an existing file or a link; directories on the way are made here.
     """
     written = {}
     for path, data in files:
@@ -89,7 +91,7 @@ def write_inputs(files: list[tuple[str, bytes]]) -> dict[str, tuple[int, int, in
             info = os.fstat(fd)
         finally:
             os.close(fd)
-        written[path] = (info.st_ino, info.st_size, info.st_mtime_ns)
+        written[path] = (info.st_ino, info.st_size, info.st_mtime_ns, zlib.crc32(data))
     return written
 
 

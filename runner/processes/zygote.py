@@ -112,7 +112,8 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
         return
     if isolation is not None:
         namespaces.prepare_shared_view(isolation)
-        namespaced = (isolation, pidspaces.PidSpaces(limits))
+        # The inits are forked from this zygote too: what it maps counts for them as for its runs.
+        namespaced = (isolation, pidspaces.PidSpaces(run_limits))
     limits = run_limits
     # A namespaced zygote keeps its capabilities (in its own user namespace, if it needed one) to
     # build each run's namespaces; every run drops them before its code can arrive.
