@@ -213,11 +213,16 @@ class Pool:
         """
         try:
             deadline = anyio.current_time() + TEARDOWN_PATIENCE
+            seen_gone = False
             while child.still_running() and anyio.current_time() < deadline:
                 with anyio.move_on_after(KILL_GRACE):
                     await child.wait_exit()
+                # Gone, and still unreported a whole grace later (not just between the zygote's
+                # reaping and its report): the zygote is stuck.
                 if child.still_running() and not process_exists(child.pid):
-                    await self._supplies.unresponsive(child)
+                    if seen_gone:
+                        await self._supplies.unresponsive(child)
+                    seen_gone = True
         except Exception:
             self._log.error("teardown after the answer failed", exc_info=True, extra={"request_id": "-", "fields": {}})
         finally:
