@@ -58,7 +58,10 @@ def zygote_children(depth: int, pid_inside: str | None = None) -> list[int]:
     in is (1, "1"), kept namespaces' inits (2, "1"), runs (2, not "1")."""
     found = []
     for pid in children_of(the_zygote()):
-        nspid = status_fields(pid)["NSpid"].split()
+        try:
+            nspid = status_fields(pid)["NSpid"].split()
+        except FileNotFoundError:
+            continue  # reaped since it was listed (a run answered before its teardown, say)
         if len(nspid) == 1 + depth and (pid_inside is None or nspid[-1] == pid_inside):
             found.append(pid)
     return found

@@ -81,10 +81,11 @@ def kept_init(pid: int) -> bool:
     every run, by design; what a run leaves dies at the end of the run all the same."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return False
+        return False  # gone since it was listed
     nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
-    return b"zygote.py" in Path(f"/proc/{pid}/cmdline").read_bytes() and nspid[-1:] == ["1"]
+    return b"zygote.py" in cmdline and nspid[-1:] == ["1"]
 
 
 @pytest.fixture
