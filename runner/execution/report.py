@@ -17,13 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.outcome import Attachment, Omitted
+from runner.processes.harvest import MAX_FILES, MAX_NAME_CHARS, MAX_OMITTED, REPORT_HEAD
 
-REPORT_HEAD = b"report "
 # The header's most besides the result: the run lists at most MAX_FILES files and MAX_OMITTED more,
 # each name at most MAX_NAME_CHARS, 6 bytes a character at worst in JSON.
-MAX_FILES = 100
-MAX_NAME_CHARS = 1024
-MAX_OMITTED = 50
 MAX_HEADER_BYTES = 64 * 1024 + (MAX_FILES + MAX_OMITTED + 64) * (6 * MAX_NAME_CHARS + 600)
 _CONTROLS = re.compile("[\x00-\x1f\x7f]")
 
@@ -106,7 +103,7 @@ def frame_length(data: bytes | bytearray) -> int | None:
     if line_end < 0:
         return None if len(data) < 64 else -1
     parts = bytes(data[:line_end]).split(b" ")
-    if len(parts) != 3 or parts[0] != REPORT_HEAD.strip() or not all(p.isdigit() for p in parts[1:]):
+    if len(parts) != 3 or parts[0] != REPORT_HEAD or not all(p.isdigit() for p in parts[1:]):
         return -1
     return line_end + 1 + int(parts[1]) + int(parts[2])
 

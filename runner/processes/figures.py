@@ -27,12 +27,13 @@ PNG_ATTEMPTS = 3
 
 
 class Rendered:
-    """One figure as it comes back: a PNG and its size in pixels, or why it does not."""
+    """One figure as it comes back: a PNG, or why it does not (its size in pixels is the server's
+    to read from the PNG: nothing the run says about it is trusted)."""
 
-    __slots__ = ("height", "name", "note", "png", "width")
+    __slots__ = ("name", "note", "png")
 
-    def __init__(self, name: str, png: bytes | None, width: int, height: int, note: str) -> None:
-        self.name, self.png, self.width, self.height, self.note = name, png, width, height, note
+    def __init__(self, name: str, png: bytes | None, note: str) -> None:
+        self.name, self.png, self.note = name, png, note
 
 
 class Figures:
@@ -94,7 +95,7 @@ class Figures:
 
     def _render(self, figure: Any, name: str) -> Rendered:
         if sum(1 for done in self.rendered if done.png is not None) >= self.max_images:
-            return Rendered(name, None, 0, 0, f"more than {self.max_images} images in one call")
+            return Rendered(name, None, f"more than {self.max_images} images in one call")
         try:
             width_in, height_in = (float(x) for x in figure.get_size_inches())
             dpi = float(figure.dpi)
@@ -110,14 +111,13 @@ class Figures:
                 figure.savefig(buffer, format="png", dpi=dpi)
                 png = buffer.getvalue()
                 if len(png) <= self.max_image_bytes:
-                    width, height = png_size(png)
-                    return Rendered(name, png, width, height, note)
+                    return Rendered(name, png, note)
                 dpi *= max(0.3, 0.9 * math.sqrt(self.max_image_bytes / len(png)))
                 note = f"{full[0]}x{full[1]} px at full size: rendered at dpi {dpi:.0f} to fit the image budget"
             reason = f"over the {self.max_image_bytes:,}-byte image budget even at a low dpi"
-            return Rendered(name, None, 0, 0, reason)
+            return Rendered(name, None, reason)
         except Exception as exc:
-            return Rendered(name, None, 0, 0, f"could not be rendered: {_describe(exc)}")
+            return Rendered(name, None, f"could not be rendered: {_describe(exc)}")
 
 
 def private_config(place: str | None = None) -> None:
@@ -150,13 +150,6 @@ def _close(pyplot: ModuleType, figure: Any) -> None:
 
     with contextlib.suppress(Exception):  # a figure the code broke: it is gone from our list anyway
         pyplot.close(figure)
-
-
-def png_size(data: bytes) -> tuple[int, int]:
-    """Width and height from a PNG's IHDR chunk; (0, 0) if `data` is not a PNG."""
-    if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
-        return 0, 0
-    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
 def _describe(exc: BaseException) -> str:

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 REPORT_HEAD = b"report"
-# What one report lists at most, as the server takes it (`runner.execution.report`): more is counted.
+# What one report lists at most (more is counted, not listed). The server reads these same numbers
+# (`runner.execution.report`) to bound the report it will take.
 MAX_OMITTED = 50
 MAX_FILES = 100
 MAX_NAME_CHARS = 1024
@@ -118,13 +119,13 @@ class Report:
         else:
             self.more_omitted += 1
 
-    def add_figure(self, name: str, png: bytes | None, width: int, height: int, note: str) -> None:
+    def add_figure(self, name: str, png: bytes | None, note: str) -> None:
         if png is None:
             self.omit(name, 0, note)
         elif len(png) > self.bytes_left:
             self.omit(name, len(png), f"over what is left of the call's {self.budgets.call_bytes:,}-byte budget")
         else:
-            self.images.append({"name": name, "bytes": len(png), "width": width, "height": height, "note": note})
+            self.images.append({"name": name, "bytes": len(png), "note": note})
             self.blobs.append(png)
             self.bytes_left -= len(png)
 
@@ -234,7 +235,7 @@ def gather(
     if value is not None and budgets.result_chars:
         report.result, report.result_chars = describe_value(value, budgets.result_chars)
     for rendered in figures.finish():
-        report.add_figure(rendered.name, rendered.png, rendered.width, rendered.height, rendered.note)
+        report.add_figure(rendered.name, rendered.png, rendered.note)
     if budgets.call_bytes:
         report.add_files(walk(), inputs, read)
     return report
