@@ -264,6 +264,40 @@ async def test_a_run_that_tells_its_end_is_answered_without_waiting_for_its_exit
             os.waitpid(pid, 0)
 
 
+@pytest.mark.parametrize(
+    ("mode", "waits"), [("fork-server", True), ("posix-spawn", True), ("namespaces", False), ("bwrap", False)]
+)
+async def test_a_later_run_waits_for_earlier_teardowns_only_where_runs_share_the_file_system(
+    config: Config, mode: str, waits: bool, no_leaks: None
+) -> None:
+    # Unsandboxed, a daemon an earlier run left could write into a later run's directory until its
+    # teardown is over; a sandboxed run's leftovers see nothing of a later run, and waiting for them
+    # would put the earlier run's exit back on the path of a call that follows it at once.
+    torn_down = anyio.Event()
+    async with Pool.open(in_mode(config, mode), reap_strays=True) as pool:
+        pool._teardowns.start(torn_down.wait)  # an earlier run's teardown, not over yet
+        results: list[RunResult] = []
+
+        async def call() -> None:
+            results.append(await pool.run(RunRequest("1a7e2000", "print('later')", 10)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            try:
+                if waits:
+                    with anyio.move_on_after(1):
+                        while not results:
+                            await anyio.sleep(0.01)
+                    assert results == []  # it cannot have its code while the teardown is going
+                else:
+                    with anyio.fail_after(10):
+                        while not results:
+                            await anyio.sleep(0.01)
+            finally:
+                torn_down.set()
+    assert [r.stdout.text for r in results] == ["later\n"], results
+
+
 async def test_files_with_undecodable_names_and_more_files_than_listed_come_back_as_far_as_they_may(
     config: Config, no_leaks: None
 ) -> None:

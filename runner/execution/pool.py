@@ -98,7 +98,8 @@ class Pool:
                     if sweeper is not None:
                         tg.start_soon(sweeper.sweep_forever)
                     try:
-                        yield cls(config, limits, supplies, driver, sweeper, logger, Teardowns(tg))
+                        teardowns = Teardowns(tg, runs_share_files=not sandbox.enabled)
+                        yield cls(config, limits, supplies, driver, sweeper, logger, teardowns)
                     finally:
                         tg.cancel_scope.cancel()
                         # Pooled interpreters go before the sources (zygotes) that made them.
@@ -167,10 +168,7 @@ class Pool:
     async def _run_in_slot(
         self, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None
     ) -> tuple[RunResult, InterpreterSupply, Child]:
-        # No process of an earlier run may still be alive when this one gets its code: a daemon left
-        # behind could write into its directory. Usually the sweep after that run has seen to it
-        # already; the bootstrap then empties the directory of what was written before.
-        await self._teardowns.wait_for_earlier()
+        await self._teardowns.before_next_run()
         supply = self._supplies.for_code(request.code)
         child = await supply.take()
         try:

@@ -266,9 +266,9 @@ def _forked_run(
 def _become_run(workdir: str, limits: list[int]) -> NoReturn:
     os.environ["HOME"] = os.environ["TMPDIR"] = workdir
     preload.reseed()
-    # Again: after a fork the compiler's first writes copy pages, better now than once the
-    # code has come and the call is waiting.
-    bootstrap.warm_up()
+    # Again, and what a run does after its code: after a fork the first writes copy pages, better
+    # now than once the code has come and the call is waiting.
+    bootstrap.warm_up(SIBLINGS, workdir)
     bootstrap.become_run(workdir, limits)
     main = bootstrap.new_main()
     bootstrap.run(jobs.read_job(bootstrap.CODE_FD), main, SIBLINGS)
