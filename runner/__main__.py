@@ -1,19 +1,28 @@
-"""`python -m runner`: serve MCP on stdio until stdin closes or SIGTERM/SIGINT arrives, then exit 0."""
+"""`python -m runner`: serve MCP on stdio until stdin closes, or on HTTP (`--transport http`), until
+SIGTERM/SIGINT arrives; then exit 0."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import anyio
+import anyio.abc
 
 from runner.config import Config
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
 from runner.processes.procctl import set_dumpable
 from runner.processes.sandbox import Sandbox, choose_sandbox
+from runner.transports.auth import BearerTokens
+
+if TYPE_CHECKING:
+    from runner.transports.http import HttpServer
 
 
 async def serve(config: Config, sandbox: Sandbox) -> None:
@@ -37,6 +46,53 @@ async def serve(config: Config, sandbox: Sandbox) -> None:
         tg.cancel_scope.cancel()
 
 
+async def serve_http(config: Config, sandbox: Sandbox, tokens: BearerTokens | None) -> None:
+    """Serve Streamable HTTP until a signal; runs in flight then get RUNNER_SHUTDOWN_GRACE seconds."""
+    from runner.execution.pool import Pool
+    from runner.protocol.handlers import build_server
+    from runner.protocol.metrics import Metrics
+    from runner.protocol.shares import CallerShares, fair_share
+    from runner.transports.http import HttpServer, caller_of, http_app
+
+    logger = get_logger()
+    async with (
+        Pool.open(config, logger, reap_strays=True, sandbox=sandbox) as pool,
+        anyio.create_task_group() as tg,
+    ):
+        metrics = Metrics(pool.state, config.max_concurrent, config.pool_size)
+        share = fair_share(
+            config.max_concurrent, len(tokens.names) if tokens else 0, config.http.max_concurrent_per_token
+        )
+        shares = CallerShares(share, config.max_queue)
+        server = build_server(config, pool, logger, metrics=metrics, caller_of=caller_of, shares=shares)
+
+        def not_ready() -> str | None:
+            state = pool.state()
+            if state.queue_full:
+                return "the queue is full"
+            if config.pool_size and not state.ready:
+                return "no interpreter is ready"
+            return None
+
+        http_server = HttpServer(
+            http_app(server, config.http, tokens, not_ready, metrics.exposition), config.http, logger
+        )
+        # Listening only once a SIGTERM would be heard: a stop that comes at once is not lost.
+        await tg.start(_stop_http_on_signal, http_server)
+        await http_server.serve()
+        log_event(logger, logging.INFO, "HTTP server stopped; shutting down")
+        tg.cancel_scope.cancel()
+
+
+async def _stop_http_on_signal(server: HttpServer, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            log_event(get_logger(), logging.INFO, "signal received; finishing the calls in flight", signal=name)
+            server.stop()
+
+
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
@@ -46,11 +102,49 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
-def main() -> int:
-    """Entry point: configure from the environment, serve, and return the exit status."""
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m runner", description="python-runner-mcp: run Python over MCP.")
+    parser.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        help="how clients reach the server (default: RUNNER_TRANSPORT, else stdio)",
+    )
+    parser.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve HTTP on a non-loopback address without RUNNER_AUTH_TOKENS_FILE "
+        "(anyone who reaches the port runs code)",
+    )
+    return parser.parse_args(argv)
+
+
+def _configured(args: argparse.Namespace) -> tuple[Config, Sandbox, BearerTokens | None]:
+    """The configuration, the sandbox and the tokens; `ConfigError` for anything that must stop the start."""
+    environ = dict(os.environ)
+    if args.transport:
+        environ["RUNNER_TRANSPORT"] = args.transport
+    config = Config.from_env(environ)
+    tokens = None
+    if config.transport == "http":
+        http = config.http
+        tokens = BearerTokens.read(http.tokens_file) if http.tokens_file else None
+        if tokens is None and not http.loopback and not args.insecure_no_auth:
+            raise ConfigError(
+                "RUNNER_AUTH_TOKENS_FILE",
+                f"required to serve HTTP on {http.host}, which is not a loopback address: without tokens anyone who "
+                "reaches the port runs code here. Give a tokens file, or --insecure-no-auth if something in front "
+                "of the server authenticates every request",
+            )
+    elif args.insecure_no_auth:
+        raise ConfigError("--insecure-no-auth", "applies to --transport http only")
+    return config, choose_sandbox(config), tokens
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: configure from the environment and the arguments, serve, and return the exit status."""
+    args = _arguments(argv)
     try:
-        config = Config.from_env()
-        sandbox = choose_sandbox(config)
+        config, sandbox, tokens = _configured(args)
     except ConfigError as exc:
         sys.stderr.write(f"python-runner-mcp: invalid configuration: {exc}\n")
         return 2
@@ -58,6 +152,8 @@ def main() -> int:
     # Code of runs runs as our uid: keep it out of our /proc/<pid>/environ, fds, memory and ptrace.
     if not set_dumpable(False):
         log_event(get_logger(), logging.WARNING, "cannot make the server non-dumpable on this platform")
+    if config.transport == "http":
+        return _main_http(config, sandbox, tokens)
     if sys.stdin.isatty():
         sys.stderr.write(
             "python-runner-mcp: waiting for an MCP client on stdin/stdout (JSON-RPC); connect one with "
@@ -67,6 +163,27 @@ def main() -> int:
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(serve, config, sandbox)
     log_event(get_logger(), logging.INFO, "server stopped")
+    return 0
+
+
+def _main_http(config: Config, sandbox: Sandbox, tokens: BearerTokens | None) -> int:
+    logger = get_logger()
+    if tokens is not None and not sandbox.enabled:
+        log_event(
+            logger,
+            logging.WARNING,
+            "runs are not sandboxed and share the server's uid: a run can read RUNNER_AUTH_TOKENS_FILE, every "
+            "client's token in it; give runs a sandbox (RUNNER_SANDBOX, docs/security.md) before sharing this server",
+        )
+    if tokens is None:
+        log_event(logger, logging.WARNING, "HTTP without authentication: whoever reaches the port runs code")
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            anyio.run(serve_http, config, sandbox, tokens)
+    except OSError as exc:
+        log_event(logger, logging.ERROR, "cannot serve HTTP", error=str(exc))
+        return 1
+    log_event(logger, logging.INFO, "server stopped")
     return 0
 
 

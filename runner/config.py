@@ -19,9 +19,71 @@ LogFormat = Literal["text", "json"]
 SandboxMode = Literal["auto", "none", "bwrap", "namespaces"]
 SandboxNetwork = Literal["isolated", "shared"]
 SpawnMode = Literal["auto", "posix-spawn", "fork-server"]
+Transport = Literal["stdio", "http"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 MIB = 1024 * 1024
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# Paths the HTTP transport serves besides the MCP endpoint; RUNNER_HTTP_PATH may not take one.
+OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    """How the server listens when RUNNER_TRANSPORT=http (docs/http.md). Unused on stdio."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    path: str = "/mcp"
+    # DNS-rebinding protection: Host and Origin values the MCP endpoint accepts ("name:*": any port).
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    tokens_file: str = ""  # one bearer token per line, "name:token" or "token"; empty: no authentication
+    max_body_bytes: int = 0  # a request body beyond this is refused with 413 before it is parsed
+    max_concurrent_per_token: int = 0  # 0: a fair share, max_concurrent divided among the tokens
+    shutdown_grace: int = 10  # seconds runs in flight may finish after SIGTERM
+
+    @property
+    def loopback(self) -> bool:
+        """Whether the server listens on a loopback address only."""
+        return self.host in LOOPBACK_HOSTS or self.host.startswith("127.")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], max_message_bytes: int) -> HttpConfig:
+        """Read the RUNNER_HTTP_* variables, RUNNER_AUTH_TOKENS_FILE and RUNNER_SHUTDOWN_GRACE."""
+        d = cls()
+        host = env.get("RUNNER_HTTP_HOST", "").strip() or d.host
+        path = env.get("RUNNER_HTTP_PATH", "").strip() or d.path
+        if not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", path) or path in OPERATIONS_PATHS:
+            raise ConfigError(
+                "RUNNER_HTTP_PATH",
+                f"expected a path such as /mcp, not one of {', '.join(OPERATIONS_PATHS)}; got {path!r}",
+            )
+        loopback = cls(host=host).loopback
+        hosts = _names(env, "RUNNER_HTTP_ALLOWED_HOSTS")
+        if not hosts and not loopback:
+            raise ConfigError(
+                "RUNNER_HTTP_ALLOWED_HOSTS",
+                f"required when RUNNER_HTTP_HOST ({host}) is not a loopback address: the Host values clients use "
+                "(for example runner.example.com,runner:8000); any other Host is refused with 421",
+            )
+        origins = _names(env, "RUNNER_HTTP_ALLOWED_ORIGINS", origins=True)
+        tokens_file = env.get("RUNNER_AUTH_TOKENS_FILE", "").strip()
+        if tokens_file and not (os.path.isabs(tokens_file) and os.path.isfile(tokens_file)):
+            raise ConfigError("RUNNER_AUTH_TOKENS_FILE", f"expected an absolute path to a file, got {tokens_file!r}")
+        body_kb = _integer(env, "RUNNER_HTTP_MAX_BODY_KB", 0, 0, 1024 * 1024)
+        return cls(
+            host=host,
+            port=_integer(env, "RUNNER_HTTP_PORT", d.port, 0, 65_535),
+            path=path,
+            allowed_hosts=hosts or ("127.0.0.1:*", "localhost:*", "[::1]:*"),
+            allowed_origins=origins
+            or (("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*") if loopback else ()),
+            tokens_file=os.path.realpath(tokens_file) if tokens_file else "",
+            max_body_bytes=body_kb * 1024 or max_message_bytes,
+            max_concurrent_per_token=_integer(env, "RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN", 0, 0, 256),
+            shutdown_grace=_integer(env, "RUNNER_SHUTDOWN_GRACE", d.shutdown_grace, 0, 3600),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +120,8 @@ class Config:
     max_returned_kb: int = 512
     max_files_kb: int = 48
     max_input_mb: int = 8
+    transport: Transport = "stdio"
+    http: HttpConfig = HttpConfig()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -66,6 +130,11 @@ class Config:
         d = cls()
         max_timeout = _number(env, "RUNNER_MAX_TIMEOUT", d.max_timeout, 0.1, 86_400.0)
         packages, packages_site = _packages(env)
+        max_code_bytes = _integer(env, "RUNNER_MAX_CODE_BYTES", d.max_code_bytes, 1, 64 * MIB)
+        max_stdin_bytes = _integer(env, "RUNNER_MAX_STDIN_BYTES", d.max_stdin_bytes, 0, 64 * MIB)
+        max_input_mb = _integer(env, "RUNNER_MAX_INPUT_MB", d.max_input_mb, 0, 1024)
+        transport = cast(Transport, _choice(env, "RUNNER_TRANSPORT", d.transport, get_args(Transport)))
+        sized = cls(max_code_bytes=max_code_bytes, max_stdin_bytes=max_stdin_bytes, max_input_mb=max_input_mb)
         return cls(
             max_cpu_seconds=_integer(env, "RUNNER_MAX_CPU_SECONDS", d.max_cpu_seconds, 1, 86_400),
             max_memory_mb=_integer(env, "RUNNER_MAX_MEMORY_MB", d.max_memory_mb, 32, 1_048_576),
@@ -75,8 +144,8 @@ class Config:
             max_concurrent=_integer(env, "RUNNER_MAX_CONCURRENT", d.max_concurrent, 1, 256),
             default_timeout=_number(env, "RUNNER_DEFAULT_TIMEOUT", d.default_timeout, 0.1, max_timeout),
             max_timeout=max_timeout,
-            max_code_bytes=_integer(env, "RUNNER_MAX_CODE_BYTES", d.max_code_bytes, 1, 64 * MIB),
-            max_stdin_bytes=_integer(env, "RUNNER_MAX_STDIN_BYTES", d.max_stdin_bytes, 0, 64 * MIB),
+            max_code_bytes=max_code_bytes,
+            max_stdin_bytes=max_stdin_bytes,
             max_output_bytes=_integer(env, "RUNNER_MAX_OUTPUT_BYTES", d.max_output_bytes, 4096, 1024 * MIB),
             max_queue=_integer(env, "RUNNER_MAX_QUEUE", d.max_queue, 0, 100_000),
             pool_size=_integer(env, "RUNNER_POOL_SIZE", d.pool_size, 0, 64),
@@ -98,7 +167,10 @@ class Config:
             max_image_kb=_integer(env, "RUNNER_MAX_IMAGE_KB", d.max_image_kb, 1, 64 * 1024),
             max_returned_kb=_integer(env, "RUNNER_MAX_RETURNED_KB", d.max_returned_kb, 0, 1024 * 1024),
             max_files_kb=_integer(env, "RUNNER_MAX_FILES_KB", d.max_files_kb, 0, 1024 * 1024),
-            max_input_mb=_integer(env, "RUNNER_MAX_INPUT_MB", d.max_input_mb, 0, 1024),
+            max_input_mb=max_input_mb,
+            transport=transport,
+            # Read only for HTTP: a stdio server must not fail on settings it never uses.
+            http=HttpConfig.from_env(env, sized.max_message_bytes) if transport == "http" else d.http,
         )
 
     @property
@@ -170,6 +242,17 @@ def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str,
     if value not in choices:
         raise ConfigError(name, f"expected one of {'|'.join(choices)}, got {env.get(name)!r}")
     return value
+
+
+def _names(env: Mapping[str, str], name: str, *, origins: bool = False) -> tuple[str, ...]:
+    """A comma-separated list of Host values (host[:port], port may be *) or of origins (scheme://host[:port])."""
+    names = tuple(part.strip() for part in env.get(name, "").split(",") if part.strip())
+    pattern = r"https?://[^/\s?#@]+" if origins else r"[^/\s?#@]+"
+    expected = "scheme://host[:port] origins" if origins else "host[:port] values"
+    for part in names:
+        if not re.fullmatch(pattern, part):
+            raise ConfigError(name, f"expected comma-separated {expected}, got {part!r}")
+    return names
 
 
 def _python(env: Mapping[str, str]) -> str:

@@ -100,6 +100,17 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolState:
+    """The pool at one moment, for health checks and metrics."""
+
+    running: int  # runs in progress (their interpreters taken)
+    waiting: int  # calls queued for a slot
+    ready: int  # interpreters started and waiting for code
+    queue_full: bool  # one more call would be turned away as busy
+    source_restarts: int  # zygotes started again after one died or stopped answering
+
+
+@dataclass(frozen=True, slots=True)
 class StreamText:
     """What a stream shows: its text, how many bytes the run wrote, and how many were left out."""
 

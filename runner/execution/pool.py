@@ -23,7 +23,7 @@ from runner.execution.supply import InterpreterSupply
 from runner.execution.sweep import StraySweeper
 from runner.execution.teardown import Teardowns
 from runner.logs import get_logger, log_event
-from runner.outcome import RunRequest, RunResult, Status
+from runner.outcome import PoolState, RunRequest, RunResult, Status
 from runner.processes.child import Child, process_exists
 from runner.processes.limits import Limits, count_tasks_of_uid, limits_for
 from runner.processes.procctl import set_child_subreaper
@@ -135,6 +135,10 @@ class Pool:
         """The rlimits every run gets."""
         return self._limits
 
+    def state(self) -> PoolState:
+        """Its numbers at this moment, taken together."""
+        return PoolState(self.running, self.waiting, self.ready, self._admission.queue_full, self._supplies.restarts)
+
     async def run(self, request: RunRequest, on_progress: ProgressCallback | None = None) -> RunResult:
         """Run one request to its end and return the outcome; raises only for cancellation.
 
@@ -203,12 +207,9 @@ class Pool:
             self._sweeper.wanted()
 
     async def _tear_down(self, supply: InterpreterSupply, child: Child) -> None:
-        """Kill (again), reap, close and delete after the answer; then the slot is free.
-
-        A run slow to exit (a loaded machine) is waited for. One that is gone while its zygote still
-        does not report it means the zygote is stuck (stopped): it is replaced, as in the driver. No
-        fault here reaches the pool: it is logged, and the run is destroyed all the same.
-        """
+        """Kill (again), reap, close and delete after the answer; then the slot is free. A run slow to
+        exit is waited for; one gone but unreported means its zygote is stuck, and it is replaced. A
+        fault here is logged, and the run destroyed all the same."""
         try:
             deadline = anyio.current_time() + TEARDOWN_PATIENCE
             seen_gone = False

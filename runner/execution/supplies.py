@@ -75,6 +75,11 @@ class Supplies:
         """Runs in progress, in all supplies."""
         return sum(supply.in_use for supply in self.all)
 
+    @property
+    def restarts(self) -> int:
+        """Zygotes started again, in all sources."""
+        return sum(source.restarts for _, source in filter(None, (self._lean, self._preloaded)))
+
     def start_refilling(self, tg: anyio.abc.TaskGroup) -> None:
         """Keep every supply's interpreters ready, in the background."""
         for supply in self.all:

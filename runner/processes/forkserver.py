@@ -119,10 +119,16 @@ class ForkServer:
         self._replies: list[tuple[bytes, list[int]]] = []
         self._reply_ready = anyio.Event()
         self._lock = anyio.Lock()
+        self._starts = 0
 
     kind = "fork-server"
     # A fork while a run is in progress makes the zygote late to report that run's exit.
     forks_delay_runs = True
+
+    @property
+    def restarts(self) -> int:
+        """Zygotes started after the first (each after one died or stopped answering)."""
+        return max(0, self._starts - 1)
 
     @property
     def helper_pid(self) -> int | None:
@@ -214,6 +220,7 @@ class ForkServer:
 
     async def _start_zygote(self) -> None:
         pid, ours = _spawn_zygote(self._config, self._base_dir, self._limits, self._sandbox, self.preload)
+        self._starts += 1
         ours.setblocking(False)
         self._socket, self._zygote, self._replies = ours, pid, []
         assert self._tg is not None

@@ -66,18 +66,22 @@ WORKDIR = "/tmp"
 # Parts of a fresh /proc that are not per-namespace and would let a root run reach the host's
 # kernel settings: covered read-only for a root run, as bubblewrap does.
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")
+# Marks a file to hide among the zygote's KEEP arguments (which are absolute paths, so never start so).
+HIDE_PREFIX = "!"
 
 
 class Isolation:
     """What each run gets, from the zygote's arguments ``TMP_BYTES NETWORK KEEP...``, and the zygote's
     empty network namespaces, each lent to one run at a time."""
 
-    __slots__ = ("_free_networks", "_home_network", "keep", "mounts", "network", "proc_covers", "tmp_bytes")
+    __slots__ = ("_free_networks", "_home_network", "hide", "keep", "mounts", "network", "proc_covers", "tmp_bytes")
 
     def __init__(self, args: list[str]) -> None:
         self.tmp_bytes = int(args[0])  # the size of each private tmpfs
         self.network = args[1] == "isolated"  # an empty network namespace of its own
-        self.keep = args[2:]  # see make_private_view
+        self.keep = [arg for arg in args[2:] if not arg.startswith(HIDE_PREFIX)]  # see make_private_view
+        # Files of the server's no run may read (the HTTP tokens), each covered by an empty file.
+        self.hide = [arg[len(HIDE_PREFIX) :] for arg in args[2:] if arg.startswith(HIDE_PREFIX)]
         # mount(2)'s arguments for each of a run's tmpfs mounts, encoded once (prepare_shared_view).
         self.mounts: list[tuple[bytes, bytes, bytes, int, bytes]] = []
         # The parts of /proc that a run's own /proc gets covered read-only (prepare_shared_view).
@@ -271,6 +275,8 @@ def prepare_shared_view(isolation: Isolation) -> None:
     """
     unshare(CLONE_NEWNS)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
+    for path in isolation.hide:
+        mount("/dev/null", path, None, MS_BIND)
     make_read_only("/")
     _make_dev()
     flags = MS_NOSUID | MS_NODEV

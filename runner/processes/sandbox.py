@@ -71,6 +71,9 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
     """The bubblewrap command line up to and including `--` (bwrap adds PWD=/tmp to the environment)."""
     network = ("--unshare-net",) if config.sandbox_network == "isolated" else ()
     keep = tuple(arg for path in _kept(config) for arg in ("--ro-bind", path, path))
+    # --dev-bind: bwrap's other binds are nodev, where /dev/null could not be opened (reads fail with
+    # EACCES instead of finding nothing). Writes to it go nowhere.
+    hide = tuple(arg for path in hidden_files(config) for arg in ("--dev-bind", "/dev/null", path))
     return (
         bwrap,
         "--unshare-pid",
@@ -105,6 +108,7 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         os.path.dirname(BOOTSTRAP),
         os.path.dirname(BOOTSTRAP_INSIDE),
         *keep,
+        *hide,
         "--chdir",
         WORKDIR,
         "--",
@@ -113,7 +117,15 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
 
 def namespace_args(config: Config) -> tuple[str, ...]:
     """What the zygote is told after the limits: ``namespaces TMP_BYTES NETWORK KEEP...``."""
-    return ("namespaces", str(config.sandbox_tmp_mb * MIB), config.sandbox_network, *_kept(config))
+    hide = ("!" + path for path in hidden_files(config))  # namespaces.HIDE_PREFIX
+    return ("namespaces", str(config.sandbox_tmp_mb * MIB), config.sandbox_network, *_kept(config), *hide)
+
+
+def hidden_files(config: Config) -> list[str]:
+    """Files of the server's that runs see as empty: the HTTP transport's tokens. One under a directory
+    the sandbox replaces anyway (/tmp, /run: a Kubernetes Secret under /var/run) is not there to hide."""
+    wanted = [config.http.tokens_file] if config.transport == "http" and config.http.tokens_file else []
+    return [path for path in wanted if not any(_within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))]
 
 
 def _kept(config: Config) -> list[str]:

@@ -32,6 +32,11 @@ class InterpreterSource(Protocol):
         ...
 
     @property
+    def restarts(self) -> int:
+        """Helpers (zygotes) started again after one died or stopped answering."""
+        ...
+
+    @property
     def forks_delay_runs(self) -> bool:
         """Whether starting an interpreter while a run is in progress delays that run's end."""
         ...

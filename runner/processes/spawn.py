@@ -145,6 +145,7 @@ class SpawnSource:
     kind = "posix-spawn"
     helper_pid = None  # no process of its own among the server's children
     forks_delay_runs = False
+    restarts = 0  # no helper of its own to restart
 
     def __init__(self, config: Config, base_dir: str, limits: Limits, sandbox: Sandbox) -> None:
         self._python = config.python

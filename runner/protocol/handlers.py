@@ -23,7 +23,9 @@ from runner.errors import ArgumentError
 from runner.logs import get_logger, log_event
 from runner.outcome import Progress, RunRequest, RunResult, Status
 from runner.protocol.arguments import ArgumentParser
+from runner.protocol.metrics import Metrics
 from runner.protocol.results import to_call_result
+from runner.protocol.shares import CallerShares
 from runner.protocol.tool import TOOL_NAME, tool_definition
 
 SERVER_NAME = "python-runner-mcp"
@@ -44,15 +46,31 @@ def new_request_id() -> str:
     return secrets.token_hex(4)
 
 
+# The caller (a token's name) of the request a handler serves; None where no transport says.
+CallerOf = Callable[[object], "str | None"]
+
+
 class Handlers:
     """The request handlers, bound to one configuration and one runner."""
 
-    def __init__(self, config: Config, runner: Runner, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        runner: Runner,
+        logger: logging.Logger | None = None,
+        *,
+        metrics: Metrics | None = None,
+        caller_of: CallerOf | None = None,
+        shares: CallerShares | None = None,
+    ) -> None:
         self._config = config
         self._runner = runner
         self._log = logger or get_logger()
         self._tool = tool_definition(config)
         self._parser = ArgumentParser(config)
+        self._metrics = metrics
+        self._caller_of = caller_of
+        self._shares = shares or CallerShares(0, 0)
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -65,8 +83,9 @@ class Handlers:
     ) -> types.CallToolResult:
         """tools/call: validate, run, and turn every outcome (or fault) into a result."""
         request_id = new_request_id()
+        caller = self._caller_of(ctx.request) if self._caller_of is not None and ctx.request is not None else None
         try:
-            return await self._call(request_id, params, ctx)
+            result = await self._call(request_id, params, ctx, caller)
         except anyio.get_cancelled_exc_class():
             log_event(self._log, logging.INFO, "call cancelled", request_id)
             raise
@@ -76,31 +95,43 @@ class Handlers:
                 exc_info=True,
                 extra={"request_id": request_id, "fields": {"error": type(exc).__name__}},
             )
-            return to_call_result(
-                RunResult(
-                    request_id,
-                    Status.INTERNAL_ERROR,
-                    f"the runner failed ({type(exc).__name__}); the server log has details under this request_id",
-                )
+            result = RunResult(
+                request_id,
+                Status.INTERNAL_ERROR,
+                f"the runner failed ({type(exc).__name__}); the server log has details under this request_id",
             )
+        if self._metrics is not None:
+            self._metrics.observe(result, caller)
+        return to_call_result(result)
 
     async def _call(
-        self, request_id: str, params: types.CallToolRequestParams, ctx: ServerRequestContext[Any]
-    ) -> types.CallToolResult:
+        self, request_id: str, params: types.CallToolRequestParams, ctx: ServerRequestContext[Any], caller: str | None
+    ) -> RunResult:
         code_size = len(str((params.arguments or {}).get("code", "")))
-        log_event(self._log, logging.INFO, "call received", request_id, tool=params.name, code_chars=code_size)
+        fields: dict[str, Any] = {"tool": params.name, "code_chars": code_size}
+        if caller is not None:
+            fields["caller"] = caller
+        log_event(self._log, logging.INFO, "call received", request_id, **fields)
         if params.name != TOOL_NAME:
             message = f"unknown tool {params.name!r}: this server offers only {TOOL_NAME!r}"
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="unknown tool")
-            return to_call_result(RunResult(request_id, Status.INVALID_ARGUMENTS, message))
+            return RunResult(request_id, Status.INVALID_ARGUMENTS, message)
         try:
             args = self._parser.parse(params.arguments)
         except ArgumentError as exc:
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="invalid arguments")
-            return to_call_result(RunResult(request_id, Status.INVALID_ARGUMENTS, str(exc)))
+            return RunResult(request_id, Status.INVALID_ARGUMENTS, str(exc))
         request = RunRequest(request_id, args.code, args.timeout, args.stdin, args.files)
-        # report_progress is a no-op for a caller that did not ask for progress (no progressToken).
-        return to_call_result(await self._runner.run(request, _progress_reporter(ctx)))
+        async with self._shares.admitted(caller) as admitted:
+            if not admitted:
+                log_event(self._log, logging.WARNING, "call rejected", request_id, reason="caller's share busy")
+                message = (
+                    f"server busy for this client: {self._shares.share} of its runs in progress and "
+                    f"{self._shares.waiting(caller or '')} waiting (RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN); retry later"
+                )
+                return RunResult(request_id, Status.BUSY, message)
+            # report_progress is a no-op for a caller that did not ask for progress (no progressToken).
+            return await self._runner.run(request, _progress_reporter(ctx))
 
 
 def _progress_reporter(ctx: ServerRequestContext[Any]) -> Callable[[Progress], Awaitable[None]]:
@@ -111,9 +142,17 @@ def _progress_reporter(ctx: ServerRequestContext[Any]) -> Callable[[Progress], A
     return report
 
 
-def build_server(config: Config, runner: Runner, logger: logging.Logger | None = None) -> Server[Any]:
+def build_server(
+    config: Config,
+    runner: Runner,
+    logger: logging.Logger | None = None,
+    *,
+    metrics: Metrics | None = None,
+    caller_of: CallerOf | None = None,
+    shares: CallerShares | None = None,
+) -> Server[Any]:
     """The low-level MCP server with explicit handlers."""
-    handlers = Handlers(config, runner, logger)
+    handlers = Handlers(config, runner, logger, metrics=metrics, caller_of=caller_of, shares=shares)
     server: Server[Any] = Server(
         SERVER_NAME,
         version=__version__,

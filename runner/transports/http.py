@@ -1,0 +1,154 @@
+"""The MCP wire over Streamable HTTP: the SDK's own app, behind bearer tokens, served by uvicorn.
+
+The SDK's `Server.streamable_http_app` does the protocol: every version the stdio server speaks
+(2024-11-05 to 2025-11-25 in stateless mode, so no request needs the replica that saw an earlier
+one, and 2026-07-28, which has no sessions at all), SSE for progress, the Host and Origin checks
+(421, 403) and the body bound (413). This module adds what a remote server needs around it:
+
+- `BearerAuth` in front of the MCP endpoint (`runner.transports.auth`);
+- /healthz, /readyz and /metrics, which carry no MCP and so need neither a token nor a known Host
+  (a kubelet's probe names the pod's IP);
+- one listening socket of our own, so that port 0 works and the port is logged;
+- shutdown on request: stop accepting, let requests in flight finish for `shutdown_grace` seconds,
+  then cancel what is left (the runs are killed and cleaned by the pool as on stdio).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from mcp.server.lowlevel import Server
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from runner.config import OPERATIONS_PATHS, HttpConfig
+from runner.logs import log_event
+from runner.transports.auth import CALLER_STATE_KEY, BearerAuth, BearerTokens
+
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def caller_of(request: object) -> str | None:
+    """The name of the token an HTTP request came with (set by `BearerAuth`), if any."""
+    scope = getattr(request, "scope", None)
+    state = scope.get("state") if isinstance(scope, dict) else None
+    caller = state.get(CALLER_STATE_KEY) if isinstance(state, dict) else None
+    return caller if isinstance(caller, str) else None
+
+
+def http_app(
+    server: Server[Any],
+    http: HttpConfig,
+    tokens: BearerTokens | None,
+    ready: Callable[[], str | None],
+    metrics: Callable[[], bytes],
+) -> ASGIApp:
+    """The whole ASGI app. `ready()` says why the server is not ready, or None; `metrics()` is the
+    Prometheus text for a scrape."""
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    async def readyz(request: Request) -> Response:
+        why = ready()
+        return PlainTextResponse("ready\n" if why is None else f"not ready: {why}\n", 200 if why is None else 503)
+
+    async def scrape(request: Request) -> Response:
+        return Response(metrics(), media_type=METRICS_CONTENT_TYPE)
+
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=list(http.allowed_hosts),
+        allowed_origins=list(http.allowed_origins),
+    )
+    app = server.streamable_http_app(
+        streamable_http_path=http.path,
+        stateless_http=True,
+        transport_security=security,
+        max_request_body_size=http.max_body_bytes,
+        host=http.host,
+        custom_starlette_routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", scrape, methods=["GET"]),
+        ],
+    )
+    return _Front(app, BearerAuth(app, tokens) if tokens is not None else app)
+
+
+class _Front:
+    """Operations endpoints go straight to the app; everything else through authentication."""
+
+    def __init__(self, app: ASGIApp, guarded: ASGIApp) -> None:
+        self._app = app
+        self._guarded = guarded
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPERATIONS_PATHS:
+            await self._app(scope, receive, send)
+        else:
+            await self._guarded(scope, receive, send)
+
+
+class HttpServer:
+    """uvicorn on a socket of ours. `serve()` returns after `stop()` and the grace period."""
+
+    def __init__(self, app: ASGIApp, http: HttpConfig, logger: logging.Logger) -> None:
+        self._http = http
+        self._log = logger
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            ws="none",
+            server_header=False,
+            proxy_headers=False,
+            timeout_graceful_shutdown=http.shutdown_grace,
+        )
+        self._server = _QuietServer(config)
+
+    async def serve(self) -> None:
+        """Listen and serve until `stop()`; requests still open after the grace are cancelled."""
+        with _listening(self._http.host, self._http.port) as sock:
+            host, port = sock.getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+            log_event(self._log, logging.INFO, "serving on HTTP", url=f"http://{shown}:{port}{self._http.path}")
+            await self._server.serve(sockets=[sock])
+
+    def stop(self) -> None:
+        """Stop accepting; requests in flight get the grace period. A second call stops at once."""
+        if self._server.should_exit:
+            self._server.force_exit = True
+        self._server.should_exit = True
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the server's signal task decides when to stop (uvicorn
+    would re-raise SIGTERM after its shutdown, ending the process before the pool is cleaned up)."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@contextmanager
+def _listening(host: str, port: int) -> Iterator[socket.socket]:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.set_inheritable(False)
+        yield sock
+    finally:
+        sock.close()

@@ -1,0 +1,80 @@
+"""`python -m runner --transport http` as a real process on a loopback port, for the HTTP tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import REPO
+
+START_TIMEOUT = 30.0
+_URL = re.compile(r"serving on HTTP url=(http://\S+)")
+
+
+@dataclass
+class HttpServer:
+    process: subprocess.Popen[bytes]
+    url: str  # the MCP endpoint
+    log: Path
+
+    @property
+    def base(self) -> str:
+        """scheme://host:port, for /healthz, /readyz and /metrics."""
+        return self.url.rsplit("/", 1)[0]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        """Send `sig` and return the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout)
+
+
+def server_env(work_dir: Path, **extra: str) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "RUNNER_WORK_DIR": str(work_dir),
+        "RUNNER_POOL_SIZE": "1",
+        "RUNNER_HTTP_PORT": "0",
+        "RUNNER_SANDBOX": "none",
+        **extra,
+    }
+
+
+@contextmanager
+def http_server(work_dir: Path, log: Path, *args: str, **env: str) -> Iterator[HttpServer]:
+    """Start the server, wait until it says where it listens; on exit SIGTERM it (if still running)."""
+    with open(log, "wb") as errlog:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "runner", "--transport", "http", *args],
+            cwd=REPO,
+            env=server_env(work_dir, **env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errlog,
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while (found := _URL.search(log.read_text(errors="replace"))) is None:
+            if process.poll() is not None:
+                raise AssertionError(f"the server exited with {process.returncode}: {log.read_text()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the server did not start listening: {log.read_text()}")
+            time.sleep(0.05)
+        server = HttpServer(process, found.group(1), log)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
