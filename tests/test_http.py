@@ -280,6 +280,35 @@ async def test_a_client_that_drops_the_connection_mid_run_kills_the_run(
         assert post(server, INITIALIZE).status_code == 200, "the server keeps serving"
 
 
+async def test_a_posted_cancel_kills_the_run_of_its_own_client_only(
+    work_dir: Path, tmp_path: Path, tokens_file: Path, left_nothing: None
+) -> None:
+    """Stateless HTTP: the cancel arrives as a POST of its own, beside the request it names."""
+    marker = tmp_path / "pid"
+    code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)"
+    legacy = {"mcp-protocol-version": "2025-06-18"}
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7, "reason": "test"}}
+    answers: list[httpx2.Response] = []
+    with http_server(work_dir, tmp_path / "log", RUNNER_AUTH_TOKENS_FILE=str(tokens_file)) as server:
+
+        async def alices_call() -> None:
+            answers.append(
+                await anyio.to_thread.run_sync(lambda: post(server, call(code, 7, timeout=60), ALICE, **legacy))
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(alices_call)
+            pid = await _pid_written(marker)
+            assert post(server, cancel, BOB, **legacy).status_code == 202
+            assert await settled_async(functools.partial(living, [pid]), timeout=1) == [pid], "bob cannot cancel it"
+            assert post(server, cancel, ALICE, **legacy).status_code == 202
+            assert await settled_async(functools.partial(living, [pid]), timeout=10) == [], "alice can"
+        [answer] = answers
+        assert answer.status_code in (200, 204)
+        assert sse_messages(answer.text) == [], "a cancelled request gets no JSON-RPC answer"
+        assert "status=cancelled" in server.log.read_text()
+
+
 async def _pid_written(marker: Path) -> int:
     with anyio.fail_after(30):
         while not marker.exists() or not marker.read_text():

@@ -6,6 +6,7 @@ one, and 2026-07-28, which has no sessions at all), SSE for progress, the Host a
 (421, 403) and the body bound (413). This module adds what a remote server needs around it:
 
 - `BearerAuth` in front of the MCP endpoint (`runner.transports.auth`);
+- `PostedCancels`: a `notifications/cancelled` POSTed beside a request cancels it (`runner.transports.cancels`);
 - /healthz, /readyz and /metrics, which carry no MCP and so need neither a token nor a known Host
   (a kubelet's probe names the pod's IP);
 - one listening socket of our own, so that port 0 works and the port is logged;
@@ -32,6 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from runner.config import OPERATIONS_PATHS, HttpConfig
 from runner.logs import log_event
 from runner.transports.auth import CALLER_STATE_KEY, BearerAuth, BearerTokens
+from runner.transports.cancels import PostedCancels
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -81,7 +83,8 @@ def http_app(
             Route("/metrics", scrape, methods=["GET"]),
         ],
     )
-    return _Front(app, BearerAuth(app, tokens) if tokens is not None else app)
+    mcp = PostedCancels(app, http.max_body_bytes)
+    return _Front(app, BearerAuth(mcp, tokens) if tokens is not None else mcp)
 
 
 class _Front:

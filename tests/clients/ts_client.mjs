@@ -4,13 +4,15 @@
 // It asserts nothing: pytest does. The server's stderr goes to this process's stderr.
 //
 // Usage: node ts_client.mjs '<json>' where json is
-//   {"command": str, "args": [str], "env": {str: str}, "cwd": str, "pidFile": str}
+//   {"command": str, "args": [str], "env": {str: str}, "cwd": str, "pidFile": str}  (stdio), or
+//   {"url": str, "headers": {str: str}, "pidFile": str}  (Streamable HTTP to a running server)
 // pidFile: a path that does not exist yet; the cancelled run writes its own pid there.
 
 import { existsSync, readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 const config = JSON.parse(process.argv[2]);
 
@@ -51,13 +53,15 @@ async function check(name, body) {
   }
 }
 
-const transport = new StdioClientTransport({
-  command: config.command,
-  args: config.args,
-  env: config.env,
-  cwd: config.cwd,
-  stderr: "inherit",
-});
+const transport = config.url
+  ? new StreamableHTTPClientTransport(new URL(config.url), { requestInit: { headers: config.headers ?? {} } })
+  : new StdioClientTransport({
+      command: config.command,
+      args: config.args,
+      env: config.env,
+      cwd: config.cwd,
+      stderr: "inherit",
+    });
 
 // Record every message the server sends (the SDK installs its handler through this property), to report
 // the negotiated protocol version and the raw progress notifications next to what the callbacks saw.
@@ -164,10 +168,15 @@ await check("cancel", async () => {
   const after = callReport(
     await client.callTool({ name: "run_python", arguments: { code: "print('still here')" } }),
   );
-  return { pid, settled, goneWhileConnected: gone, goneAfterMs, serverPidAlive: alive(transport.pid), after };
+  const serverPidAlive = config.url ? null : alive(transport.pid);
+  return { pid, settled, goneWhileConnected: gone, goneAfterMs, serverPidAlive, after };
 });
 
 await check("close", async () => {
+  if (config.url) {
+    await client.close();
+    return { closed: true };
+  }
   const serverPid = transport.pid;
   await client.close();
   const exited = await waitFor(() => !alive(serverPid), 10_000);
