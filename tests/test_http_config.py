@@ -1,0 +1,170 @@
+"""The HTTP transport's settings and tokens, without a server: parsing, refusals, fair shares, and a
+comparison of tokens that does not stop at the first difference."""
+
+from __future__ import annotations
+
+import hmac
+import re
+import statistics
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from runner.config import Config
+from runner.errors import ConfigError
+from runner.protocol.shares import CallerShares, fair_share
+from runner.transports.auth import BearerTokens
+
+HTTP = {"RUNNER_TRANSPORT": "http"}
+
+
+def test_http_defaults_are_loopback_with_localhost_hosts_and_origins() -> None:
+    http = Config.from_env(HTTP).http
+    assert (http.host, http.port, http.path) == ("127.0.0.1", 8000, "/mcp")
+    assert http.allowed_hosts == ("127.0.0.1:*", "localhost:*", "[::1]:*")
+    assert http.allowed_origins == ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+    assert http.loopback
+    assert http.max_body_bytes == Config.from_env({}).max_message_bytes, "the stdio line bound by default"
+    assert http.shutdown_grace == 10
+
+
+def test_a_stdio_server_ignores_the_http_settings() -> None:
+    config = Config.from_env({"RUNNER_HTTP_PORT": "not a port", "RUNNER_HTTP_HOST": "0.0.0.0"})
+    assert config.transport == "stdio"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("RUNNER_TRANSPORT", "websocket", "expected one of stdio|http"),
+        ("RUNNER_HTTP_PORT", "70000", "expected an integer from 0 to 65535"),
+        ("RUNNER_HTTP_PATH", "mcp", "expected a path such as /mcp"),
+        ("RUNNER_HTTP_PATH", "/metrics", "not one of /healthz, /readyz, /metrics"),
+        ("RUNNER_HTTP_ALLOWED_HOSTS", "good:80,bad/path", "expected comma-separated host[:port] values"),
+        ("RUNNER_HTTP_ALLOWED_ORIGINS", "localhost:3000", "scheme://host[:port] origins"),
+        ("RUNNER_AUTH_TOKENS_FILE", "relative/tokens", "expected an absolute path to a file"),
+        ("RUNNER_SHUTDOWN_GRACE", "-1", "expected an integer from 0 to 3600"),
+        ("RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN", "x", "expected an integer"),
+    ],
+)
+def test_a_bad_http_setting_is_refused_naming_the_variable(variable: str, value: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)) as raised:
+        Config.from_env({**HTTP, variable: value})
+    assert raised.value.variable == variable
+
+
+def test_a_public_address_needs_the_host_names_clients_use() -> None:
+    with pytest.raises(ConfigError, match="required when RUNNER_HTTP_HOST") as raised:
+        Config.from_env({**HTTP, "RUNNER_HTTP_HOST": "0.0.0.0"})
+    assert raised.value.variable == "RUNNER_HTTP_ALLOWED_HOSTS"
+    http = Config.from_env({**HTTP, "RUNNER_HTTP_HOST": "0.0.0.0", "RUNNER_HTTP_ALLOWED_HOSTS": "runner:8000"}).http
+    assert http.allowed_hosts == ("runner:8000",)
+    assert http.allowed_origins == (), "no browser origin unless configured"
+    assert not http.loopback
+
+
+def test_tokens_are_named_by_their_line_or_their_prefix_and_never_kept() -> None:
+    text = "# comment\n\nalice:aaaaaaaaaaaaaaaaaaaaaa\nbbbbbbbbbbbbbbbbbbbbbbbb\n"
+    tokens = BearerTokens.parse(text)
+    assert tokens.names == ("alice", "token-4")
+    assert tokens.name_of(b"aaaaaaaaaaaaaaaaaaaaaa") == "alice"
+    assert tokens.name_of(b"bbbbbbbbbbbbbbbbbbbbbbbb") == "token-4"
+    assert tokens.name_of(b"aaaaaaaaaaaaaaaaaaaaaX") is None
+    assert "aaaaaaaaaaaaaaaaaaaaaa" not in repr(tokens), "only digests are kept"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "no token in the file"),
+        ("alice:short\n", "line 1: a token is at least 16"),
+        ("alice:has a space in it somewhere\n", "line 1: a token is at least 16"),
+        ("bad name:aaaaaaaaaaaaaaaaaaaa\n", "line 1: a name is"),
+        ("a:aaaaaaaaaaaaaaaaaaaa\nb:aaaaaaaaaaaaaaaaaaaa\n", "line 2: the same token"),
+        ("a:aaaaaaaaaaaaaaaaaaaa\na:bbbbbbbbbbbbbbbbbbbb\n", "line 2: the name 'a' is used twice"),
+    ],
+)
+def test_a_bad_tokens_file_is_refused_naming_the_line_but_not_the_token(text: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says) as raised:
+        BearerTokens.parse(text)
+    assert raised.value.variable == "RUNNER_AUTH_TOKENS_FILE"
+    assert "aaaaaaaaaaaaaaaaaaaa" not in str(raised.value)
+    assert "short" not in str(raised.value)
+
+
+def test_an_unreadable_tokens_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        BearerTokens.read(str(tmp_path / "missing"))
+
+
+def test_a_token_is_compared_with_every_known_token_whatever_matches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No early exit: the work done does not tell which token, or how much of one, a guess matched."""
+    tokens = BearerTokens.parse("".join(f"t{i}:{chr(97 + i) * 20}\n" for i in range(5)))
+    compared: list[int] = []
+    real = hmac.compare_digest
+
+    def counting(a: bytes, b: bytes) -> bool:
+        compared.append(1)
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", counting)
+    for guess in (b"a" * 20, b"e" * 20, b"a" * 19 + b"b", b"nothing like it at all"):
+        compared.clear()
+        tokens.name_of(guess)
+        assert len(compared) == 5, guess
+
+
+def test_checking_a_token_takes_as_long_whatever_prefix_a_guess_shares_within_noise() -> None:
+    secret = "s3cr3t-" + "x" * 40
+    tokens = BearerTokens.parse(f"team:{secret}\n")
+    near = (secret[:-1] + "y").encode()  # all but the last character right
+    far = ("z" + secret[1:]).encode()  # the first character wrong
+    rounds: dict[bytes, list[float]] = {near: [], far: []}
+    for _ in range(15):
+        for guess in (near, far):
+            start = time.perf_counter_ns()
+            for _ in range(500):
+                tokens.name_of(guess)
+            rounds[guess].append((time.perf_counter_ns() - start) / 500)
+    ratio = statistics.median(rounds[near]) / statistics.median(rounds[far])
+    assert 0.7 < ratio < 1.4, f"near/far time ratio {ratio:.2f}"
+
+
+def test_a_fair_share_divides_the_slots_among_the_tokens() -> None:
+    assert fair_share(4, 0, 0) == 0, "no tokens: no share to keep"
+    assert fair_share(4, 1, 0) == 0, "one token may use every slot"
+    assert fair_share(4, 2, 0) == 2
+    assert fair_share(4, 3, 0) == 2, "rounded up: together they can fill every slot"
+    assert fair_share(2, 8, 0) == 1
+    assert fair_share(4, 2, 3) == 3, "configured"
+    assert fair_share(4, 2, 9) == 4, "never more than every slot"
+
+
+@pytest.mark.anyio
+async def test_a_callers_line_is_bounded_and_a_cancelled_wait_holds_nothing() -> None:
+    shares = CallerShares(1, 1)
+    async with shares.admitted("alice") as first:
+        assert first
+        async with anyio.create_task_group() as tg:
+            waited = anyio.Event()
+
+            async def second() -> None:
+                async with shares.admitted("alice") as admitted:
+                    assert admitted
+                    waited.set()
+
+            tg.start_soon(second)
+            await anyio.wait_all_tasks_blocked()
+            assert shares.waiting("alice") == 1
+            async with shares.admitted("alice") as third:
+                assert not third, "the line of 1 is full"
+            async with shares.admitted("bob") as other:
+                assert other, "another caller is not held by alice's share"
+            async with shares.admitted(None) as anonymous:
+                assert anonymous
+            tg.cancel_scope.cancel()
+        assert shares.waiting("alice") == 0
+    async with shares.admitted("alice") as again:
+        assert again, "nothing is left held"
