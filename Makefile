@@ -16,7 +16,7 @@ SANDBOX_STAMP := $(SANDBOX_ENV)/.built
 PYTEST_ARGS ?=
 , := ,
 
-.PHONY: help run test lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak sandbox-env check-sandbox-env
+.PHONY: help run serve test lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak sandbox-env check-sandbox-env
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -45,6 +45,11 @@ check-sandbox-env: $(SANDBOX_STAMP) ## Fail if the package environment is not ex
 # RUNNER_PACKAGES set in the environment (even empty: standard library only) wins over the built one.
 run: $(RUN_STAMP) check-sandbox-env ## Serve MCP on stdio (installs from the locks into .venv and .sandbox-env first)
 	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" exec $(PY) -m runner
+
+# Streamable HTTP on 127.0.0.1:8000/mcp by default; RUNNER_HTTP_*, RUNNER_AUTH_TOKENS_FILE and ARGS
+# (e.g. ARGS=--insecure-no-auth) as docs/http.md says.
+serve: $(RUN_STAMP) check-sandbox-env ## Serve MCP over Streamable HTTP (docs/http.md), installing first as `make run` does
+	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" exec $(PY) -m runner --transport http $(ARGS)
 
 lint: $(DEV_STAMP) ## ruff lint and format check
 	$(VENV)/bin/ruff check runner tests

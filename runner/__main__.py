@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ import anyio.abc
 from runner.config import Config
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
-from runner.processes.procctl import set_dumpable
+from runner.processes.procctl import die_with_parent, set_dumpable
 from runner.processes.sandbox import Sandbox, choose_sandbox
 from runner.transports.auth import BearerTokens
 
@@ -46,7 +47,9 @@ async def serve(config: Config, sandbox: Sandbox) -> None:
         tg.cancel_scope.cancel()
 
 
-async def serve_http(config: Config, sandbox: Sandbox, tokens: BearerTokens | None) -> None:
+async def serve_http(
+    config: Config, sandbox: Sandbox, tokens: BearerTokens | None, sock: socket.socket, early: list[int]
+) -> None:
     """Serve Streamable HTTP until a signal; runs in flight then get RUNNER_SHUTDOWN_GRACE seconds."""
     from runner.execution.pool import Pool
     from runner.protocol.handlers import build_server
@@ -74,19 +77,25 @@ async def serve_http(config: Config, sandbox: Sandbox, tokens: BearerTokens | No
                 return "no interpreter is ready"
             return None
 
-        http_server = HttpServer(
-            http_app(server, config.http, tokens, not_ready, metrics.exposition), config.http, logger
-        )
+        app = http_app(server, config.http, tokens, not_ready, metrics.exposition)
+        http_server = HttpServer(app, config.http, logger, sock)
+        if metrics.multiprocess:
+            tg.start_soon(metrics.refresh_forever)
         # Listening only once a SIGTERM would be heard: a stop that comes at once is not lost.
-        await tg.start(_stop_http_on_signal, http_server)
+        await tg.start(_stop_http_on_signal, http_server, early)
         await http_server.serve()
         log_event(logger, logging.INFO, "HTTP server stopped; shutting down")
         tg.cancel_scope.cancel()
 
 
-async def _stop_http_on_signal(server: HttpServer, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+async def _stop_http_on_signal(
+    server: HttpServer, early: list[int], *, task_status: anyio.abc.TaskStatus[None]
+) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         task_status.started()
+        if early:  # a signal that came before this receiver did
+            log_event(get_logger(), logging.INFO, "signal received at start; stopping", signal=early[0])
+            server.stop()
         async for signum in signals:
             name = signal.Signals(signum).name
             log_event(get_logger(), logging.INFO, "signal received; finishing the calls in flight", signal=name)
@@ -115,6 +124,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="serve HTTP on a non-loopback address without RUNNER_AUTH_TOKENS_FILE "
         "(anyone who reaches the port runs code)",
     )
+    # Internal: how the supervisor (RUNNER_HTTP_WORKERS) hands its listening socket to a worker.
+    parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -153,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if not set_dumpable(False):
         log_event(get_logger(), logging.WARNING, "cannot make the server non-dumpable on this platform")
     if config.transport == "http":
-        return _main_http(config, sandbox, tokens)
+        return _main_http(config, sandbox, tokens, args)
     if sys.stdin.isatty():
         sys.stderr.write(
             "python-runner-mcp: waiting for an MCP client on stdin/stdout (JSON-RPC); connect one with "
@@ -166,23 +177,42 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _main_http(config: Config, sandbox: Sandbox, tokens: BearerTokens | None) -> int:
+def _main_http(config: Config, sandbox: Sandbox, tokens: BearerTokens | None, args: argparse.Namespace) -> int:
+    from runner.transports.http import listening, url_of
+
     logger = get_logger()
-    if tokens is not None and not sandbox.enabled:
+    worker = args.listen_fd is not None
+    if worker:
+        # A worker: stop (gracefully) when the supervisor is gone, whatever ended it.
+        die_with_parent(signal.SIGTERM)
+    elif tokens is not None and not sandbox.enabled:
         log_event(
             logger,
             logging.WARNING,
             "runs are not sandboxed and share the server's uid: a run can read RUNNER_AUTH_TOKENS_FILE, every "
             "client's token in it; give runs a sandbox (RUNNER_SANDBOX, docs/security.md) before sharing this server",
         )
-    if tokens is None:
+    elif tokens is None:
         log_event(logger, logging.WARNING, "HTTP without authentication: whoever reaches the port runs code")
+    http = config.http
     try:
-        with contextlib.suppress(KeyboardInterrupt):
-            anyio.run(serve_http, config, sandbox, tokens)
+        sock = socket.socket(fileno=args.listen_fd) if worker else listening(http.host, http.port)
     except OSError as exc:
-        log_event(logger, logging.ERROR, "cannot serve HTTP", error=str(exc))
+        log_event(logger, logging.ERROR, "cannot listen", host=http.host, port=http.port, error=exc.strerror)
         return 1
+    with sock:
+        if not worker and http.workers > 1:
+            from runner.supervisor import supervise
+
+            return supervise(config, sock, ["--insecure-no-auth"] if args.insecure_no_auth else [])
+        # Clients may connect from now on; a stop asked for before the server's own handler is
+        # installed is kept for it, not lost (the default action would end the process at once).
+        early: list[int] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, frame: early.append(signum))
+        if not worker:
+            log_event(logger, logging.INFO, "serving on HTTP", url=url_of(sock, http.path))
+        anyio.run(serve_http, config, sandbox, tokens, sock, early)
     log_event(logger, logging.INFO, "server stopped")
     return 0
 

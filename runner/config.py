@@ -42,6 +42,7 @@ class HttpConfig:
     max_body_bytes: int = 0  # a request body beyond this is refused with 413 before it is parsed
     max_concurrent_per_token: int = 0  # 0: a fair share, max_concurrent divided among the tokens
     shutdown_grace: int = 10  # seconds runs in flight may finish after SIGTERM
+    workers: int = 1  # server processes accepting on the one port, each with its own pool
 
     @property
     def loopback(self) -> bool:
@@ -83,6 +84,7 @@ class HttpConfig:
             max_body_bytes=body_kb * 1024 or max_message_bytes,
             max_concurrent_per_token=_integer(env, "RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN", 0, 0, 256),
             shutdown_grace=_integer(env, "RUNNER_SHUTDOWN_GRACE", d.shutdown_grace, 0, 3600),
+            workers=_integer(env, "RUNNER_HTTP_WORKERS", d.workers, 1, 64),
         )
 
 

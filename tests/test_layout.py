@@ -26,7 +26,7 @@ SIDES = ("runner.protocol", "runner.transports", "runner.execution", "runner.pro
 SHARED = ("runner.config", "runner.errors", "runner.logs", "runner.fdio", "runner.outcome")
 # Composition roots: the only modules that may put the two sides together. No side and no shared
 # module imports one (the package's own `__version__` aside), or it would reach the other side through it.
-ROOTS = ("runner", "runner.__main__", "runner.api")
+ROOTS = ("runner", "runner.__main__", "runner.api", "runner.supervisor")
 VERSION = "runner.__version__"
 FORBIDDEN = {
     "runner.protocol": ("runner.execution", "runner.processes", "runner.transports"),

@@ -10,6 +10,7 @@ import ctypes
 import os
 import sys
 
+PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -27,6 +28,11 @@ def _prctl(option: int, value: int) -> bool:
 def set_child_subreaper(enabled: bool) -> bool:
     """Adopt orphaned descendants (daemons that left a run's session) instead of letting init have them."""
     return _prctl(PR_SET_CHILD_SUBREAPER, 1 if enabled else 0)
+
+
+def die_with_parent(signal_number: int) -> bool:
+    """Be sent `signal_number` when the parent (thread) that started us ends."""
+    return _prctl(PR_SET_PDEATHSIG, signal_number)
 
 
 def set_dumpable(enabled: bool) -> bool:

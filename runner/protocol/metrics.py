@@ -1,54 +1,67 @@
 """What /metrics says, in the Prometheus text format: the calls as they end, and the pool as it is.
 
 Counters and histograms are updated by the handlers once per call, from the call's `RunResult`;
-the pool's gauges are read at scrape time from a `PoolState`, so they cannot drift from the pool.
+the pool's gauges are refreshed from a `PoolState` at every scrape, and every `REFRESH_SECONDS`
+where several workers serve one port. There prometheus_client's multiprocess mode (its
+`PROMETHEUS_MULTIPROC_DIR`, set by the supervisor) adds up every worker's numbers, so a scrape that
+reaches any worker reports the whole server.
+
 A registry of our own, not the library's global one: no module-level state, and two servers in one
 process (the tests) do not mix their numbers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+import anyio
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from runner.outcome import PoolState, RunResult
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Seconds: a trivial run takes milliseconds, a data run a few hundred, the longest RUNNER_MAX_TIMEOUT.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0)
 ANONYMOUS = "-"  # the caller label of a call without a token (stdio, or HTTP without auth)
+REFRESH_SECONDS = 1.0
+MULTIPROCESS_DIRECTORY = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class Metrics:
-    """The server's metrics registry."""
+    """The server's metrics (one worker's share of them, with several workers)."""
 
     def __init__(self, pool_state: Callable[[], PoolState], max_concurrent: int, pool_size: int) -> None:
+        self._state = pool_state
         self.registry = CollectorRegistry()
+        self.multiprocess = bool(os.environ.get(MULTIPROCESS_DIRECTORY))
+        r = self.registry
         self._calls = Counter(
-            "runner_calls", "tools/call results, by status and caller", ["status", "caller"], registry=self.registry
+            "runner_calls", "tools/call results, by status and caller", ["status", "caller"], registry=r
         )
         self._duration = Histogram(
-            "runner_run_duration_seconds",
-            "Wall time of runs that started",
-            buckets=DURATION_BUCKETS,
-            registry=self.registry,
+            "runner_run_duration_seconds", "Wall time of runs that started", buckets=DURATION_BUCKETS, registry=r
         )
         self._queue_wait = Histogram(
-            "runner_queue_wait_seconds",
-            "Time calls waited for a run slot",
-            buckets=QUEUE_BUCKETS,
-            registry=self.registry,
+            "runner_queue_wait_seconds", "Time calls waited for a run slot", buckets=QUEUE_BUCKETS, registry=r
         )
         self._dropped = Counter(
-            "runner_output_dropped_bytes",
-            "Bytes of stdout and stderr runs wrote beyond the cap",
-            registry=self.registry,
+            "runner_output_dropped_bytes", "Bytes of stdout and stderr runs wrote beyond the cap", registry=r
         )
-        self.registry.register(_PoolCollector(pool_state, max_concurrent, pool_size))
+        self._restarts = Counter(
+            "runner_zygote_restarts", "Fork-server zygotes started again after one failed", registry=r
+        )
+        self._restarts_seen = 0
+
+        def gauge(name: str, documentation: str) -> Gauge:
+            return Gauge(name, documentation, registry=r, multiprocess_mode="livesum")
+
+        self._in_flight = gauge("runner_runs_in_flight", "Runs in progress")
+        self._queued = gauge("runner_queue_depth", "Calls waiting for a run slot")
+        self._ready = gauge("runner_pool_ready", "Interpreters ready for code now")
+        gauge("runner_max_concurrent", "Runs allowed at once").set(max_concurrent)
+        gauge("runner_pool_size", "Interpreters kept ready (RUNNER_POOL_SIZE)").set(pool_size)
 
     def observe(self, result: RunResult, caller: str | None) -> None:
         """Count one call that ended with `result`."""
@@ -60,24 +73,27 @@ class Metrics:
         if dropped:
             self._dropped.inc(dropped)
 
-    def exposition(self) -> bytes:
-        """The text a scrape gets."""
-        return generate_latest(self.registry)
-
-
-class _PoolCollector(Collector):
-    def __init__(self, pool_state: Callable[[], PoolState], max_concurrent: int, pool_size: int) -> None:
-        self._state = pool_state
-        self._max_concurrent = max_concurrent
-        self._pool_size = pool_size
-
-    def collect(self) -> Iterator[Metric]:
+    def refresh(self) -> None:
+        """The pool's gauges from its state now."""
         state = self._state()
-        yield GaugeMetricFamily("runner_runs_in_flight", "Runs in progress", value=state.running)
-        yield GaugeMetricFamily("runner_queue_depth", "Calls waiting for a run slot", value=state.waiting)
-        yield GaugeMetricFamily("runner_max_concurrent", "Runs allowed at once", value=self._max_concurrent)
-        yield GaugeMetricFamily("runner_pool_size", "Interpreters kept ready (RUNNER_POOL_SIZE)", value=self._pool_size)
-        yield GaugeMetricFamily("runner_pool_ready", "Interpreters ready for code now", value=state.ready)
-        yield CounterMetricFamily(
-            "runner_zygote_restarts", "Fork-server zygotes started again after one failed", value=state.source_restarts
-        )
+        self._in_flight.set(state.running)
+        self._queued.set(state.waiting)
+        self._ready.set(state.ready)
+        if state.source_restarts > self._restarts_seen:
+            self._restarts.inc(state.source_restarts - self._restarts_seen)
+            self._restarts_seen = state.source_restarts
+
+    async def refresh_forever(self) -> None:
+        """Keep this worker's gauges fresh for scrapes that reach another worker."""
+        while True:
+            self.refresh()
+            await anyio.sleep(REFRESH_SECONDS)
+
+    def exposition(self) -> bytes:
+        """The text a scrape gets: every worker's numbers added up, where there are several."""
+        self.refresh()
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        combined = CollectorRegistry()
+        MultiProcessCollector(combined)  # type: ignore[no-untyped-call]  # untyped in prometheus_client
+        return generate_latest(combined)

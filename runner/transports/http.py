@@ -9,7 +9,8 @@ one, and 2026-07-28, which has no sessions at all), SSE for progress, the Host a
 - `PostedCancels`: a `notifications/cancelled` POSTed beside a request cancels it (`runner.transports.cancels`);
 - /healthz, /readyz and /metrics, which carry no MCP and so need neither a token nor a known Host
   (a kubelet's probe names the pod's IP);
-- one listening socket of our own, so that port 0 works and the port is logged;
+- a listening socket made before anything else starts (so that a port in use stops the start with a
+  clear line, port 0 works, and workers can share it);
 - shutdown on request: stop accepting, let requests in flight finish for `shutdown_grace` seconds,
   then cancel what is left (the runs are killed and cleaned by the pool as on stdio).
 """
@@ -31,7 +32,6 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runner.config import OPERATIONS_PATHS, HttpConfig
-from runner.logs import log_event
 from runner.transports.auth import CALLER_STATE_KEY, BearerAuth, BearerTokens
 from runner.transports.cancels import PostedCancels
 
@@ -102,11 +102,12 @@ class _Front:
 
 
 class HttpServer:
-    """uvicorn on a socket of ours. `serve()` returns after `stop()` and the grace period."""
+    """uvicorn on a listening socket of ours. `serve()` returns after `stop()` and the grace period."""
 
-    def __init__(self, app: ASGIApp, http: HttpConfig, logger: logging.Logger) -> None:
+    def __init__(self, app: ASGIApp, http: HttpConfig, logger: logging.Logger, sock: socket.socket) -> None:
         self._http = http
         self._log = logger
+        self._sock = sock
         config = uvicorn.Config(
             app,
             log_config=None,
@@ -120,12 +121,8 @@ class HttpServer:
         self._server = _QuietServer(config)
 
     async def serve(self) -> None:
-        """Listen and serve until `stop()`; requests still open after the grace are cancelled."""
-        with _listening(self._http.host, self._http.port) as sock:
-            host, port = sock.getsockname()[:2]
-            shown = f"[{host}]" if ":" in host else host
-            log_event(self._log, logging.INFO, "serving on HTTP", url=f"http://{shown}:{port}{self._http.path}")
-            await self._server.serve(sockets=[sock])
+        """Serve until `stop()`; requests still open after the grace are cancelled."""
+        await self._server.serve(sockets=[self._sock])
 
     def stop(self) -> None:
         """Stop accepting; requests in flight get the grace period. A second call stops at once."""
@@ -143,15 +140,23 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
-@contextmanager
-def _listening(host: str, port: int) -> Iterator[socket.socket]:
+def url_of(sock: socket.socket, path: str) -> str:
+    """Where clients find the MCP endpoint on `sock`."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}{path}"
+
+
+def listening(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on `host`:`port` (0: any free port). Raises `OSError` (in use, no such
+    address) before anything else starts."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(1024)
-        sock.set_inheritable(False)
-        yield sock
-    finally:
+    except OSError:
         sock.close()
+        raise
+    return sock

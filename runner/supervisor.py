@@ -1,0 +1,103 @@
+"""Several HTTP workers behind one port (RUNNER_HTTP_WORKERS above 1): one server process per core.
+
+The supervisor binds the port and starts that many `python -m runner --transport http` workers,
+which all accept on its socket, each with its own pool and zygotes. A worker that dies is started
+again; five in a row that end within `QUICK_EXIT` of their start stop the whole server
+(it would fail the same way forever). SIGTERM or SIGINT is passed on to every worker, which
+finishes its calls in flight within RUNNER_SHUTDOWN_GRACE, and the supervisor exits once all have.
+
+Metrics: the workers share one PROMETHEUS_MULTIPROC_DIR, so that any worker's /metrics adds up all
+of them; a worker's files are marked dead when it ends, and the directory is removed at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from types import FrameType
+
+from prometheus_client.multiprocess import mark_process_dead
+
+from runner.config import Config
+from runner.logs import get_logger, log_event
+from runner.protocol.metrics import MULTIPROCESS_DIRECTORY
+from runner.transports.http import url_of
+
+# A worker that ends within this many seconds of its start failed to start; five in a row stop the server.
+QUICK_EXIT = 10.0
+MAX_QUICK_EXITS = 5
+
+
+def supervise(config: Config, sock: socket.socket, worker_args: list[str]) -> int:
+    """Serve on `sock` with `config.http.workers` workers until a signal; return the exit status."""
+    logger = get_logger()
+    http = config.http
+    metrics_dir = tempfile.mkdtemp(prefix="python-runner-metrics-", dir=config.work_dir)
+    env = {**os.environ, MULTIPROCESS_DIRECTORY: metrics_dir}
+    workers: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
+    stopping: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log_event(logger, logging.INFO, "signal received; stopping the workers", signal=signal.Signals(signum).name)
+        stopping.append(signum)
+        for process, _ in workers.values():
+            process.send_signal(signum)
+
+    argv = [sys.executable, "-m", "runner", "--transport", "http", "--listen-fd", str(sock.fileno()), *worker_args]
+
+    def start() -> None:
+        # A group of its own: a terminal's Ctrl-C reaches the supervisor only, which passes it on once.
+        process = subprocess.Popen(argv, env=env, pass_fds=[sock.fileno()], stdin=subprocess.DEVNULL, process_group=0)
+        workers[process.pid] = (process, time.monotonic())
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for _ in range(http.workers):
+            start()
+        log_event(logger, logging.INFO, "serving on HTTP", url=url_of(sock, http.path), workers=http.workers)
+        return _watch(workers, stopping, start, metrics_dir, logger)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for process, _ in workers.values():  # only after a fault of the supervisor's own
+            process.kill()
+            process.wait()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _watch(
+    workers: dict[int, tuple[subprocess.Popen[bytes], float]],
+    stopping: list[int],
+    start: Callable[[], None],
+    metrics_dir: str,
+    logger: logging.Logger,
+) -> int:
+    quick_exits = 0
+    failed = False
+    while workers:
+        pid, status = os.wait()  # a signal's handler runs in between; the wait goes on (PEP 475)
+        if pid not in workers:
+            continue
+        process, started = workers.pop(pid)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        mark_process_dead(pid, metrics_dir)  # type: ignore[no-untyped-call]  # untyped in prometheus_client
+        if stopping or failed:
+            continue
+        quick_exits = quick_exits + 1 if time.monotonic() - started < QUICK_EXIT else 0
+        log_event(logger, logging.ERROR, "worker ended; starting another", pid=pid, status=process.returncode)
+        if quick_exits >= MAX_QUICK_EXITS:
+            log_event(logger, logging.ERROR, "workers keep failing at start; stopping the server")
+            failed = True
+            for other, _ in workers.values():
+                other.send_signal(signal.SIGTERM)
+            continue
+        start()
+    return 1 if failed else 0

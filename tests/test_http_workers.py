@@ -1,0 +1,131 @@
+"""Several workers behind one port (RUNNER_HTTP_WORKERS): load spread over them, metrics added up,
+a dead worker replaced, and everything gone after SIGTERM. 64 official clients at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import alive, check_structured, processes_mentioning, settled
+from tests.http_server import HttpServer, http_server
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
+
+CLIENTS = 64
+CALLS_PER_CLIENT = 20
+
+
+@pytest.fixture
+def left_nothing(work_dir: Path) -> Iterator[None]:
+    yield
+    assert settled(lambda: processes_mentioning(str(work_dir)), 10) == []
+    assert settled(lambda: list(work_dir.iterdir()), 10) == []
+
+
+def workers_of(server: HttpServer) -> list[int]:
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
+    return [int(pid) for pid in children]
+
+
+def when(probe: Callable[[], list[int]], timeout: float = 20) -> list[int]:
+    """`probe()` once it is not empty, or at the deadline."""
+    deadline = time.monotonic() + timeout
+    while not (value := probe()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return value
+
+
+def scrape(server: HttpServer) -> dict[str, float]:
+    text = httpx2.get(server.base + "/metrics").text
+    return {
+        sample.name + json.dumps(sample.labels, sort_keys=True): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def test_sixty_four_clients_making_twenty_calls_each_all_succeed_across_two_workers(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    env = {"RUNNER_HTTP_WORKERS": "2", "RUNNER_POOL_SIZE": "2", "RUNNER_MAX_QUEUE": "0"}
+    served_by: Counter[int] = Counter()
+    failures: list[str] = []
+    with http_server(work_dir, tmp_path / "log", **env) as server:
+        workers = await anyio.to_thread.run_sync(lambda: when(lambda: workers_of(server)))
+        assert len(workers) == 2
+
+        async def one_client(number: int) -> None:
+            mode = "legacy" if number % 2 else "auto"
+            async with Client(streamable_http_client(server.url), mode=mode) as client:  # type: ignore[arg-type]
+                for call in range(CALLS_PER_CLIENT):
+                    code = f"import os; print(os.getppid(), {number * 100 + call})"
+                    result = await client.call_tool("run_python", {"code": code})
+                    structured = check_structured(result.structured_content)
+                    parent, echoed = structured["stdout"].split()
+                    if structured["status"] != "ok" or int(echoed) != number * 100 + call:
+                        failures.append(f"client {number} call {call}: {structured}")
+                    served_by[int(parent)] += 1
+
+        with anyio.fail_after(240):
+            async with anyio.create_task_group() as tg:
+                for number in range(CLIENTS):
+                    tg.start_soon(one_client, number)
+        metrics = scrape(server)
+        assert server.stop() == 0
+    assert failures == []
+    assert sum(served_by.values()) == CLIENTS * CALLS_PER_CLIENT
+    assert len(served_by) == 2, "both workers' zygotes ran calls"
+    assert metrics['runner_calls_total{"caller": "-", "status": "ok"}'] == CLIENTS * CALLS_PER_CLIENT, (
+        "a scrape that reaches one worker counts the calls of both"
+    )
+    assert metrics["runner_max_concurrent{}"] == 8, "4 slots in each of 2 workers"
+    assert not any(alive(pid) for pid in workers)
+    assert not list(tmp_path.glob("work/python-runner-metrics-*")), "the shared metrics directory is removed"
+
+
+async def test_a_worker_that_dies_is_replaced_and_the_port_keeps_serving(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    with http_server(work_dir, tmp_path / "log", RUNNER_HTTP_WORKERS="2") as server:
+        first = await anyio.to_thread.run_sync(lambda: when(lambda: workers_of(server)))
+        assert len(first) == 2
+        os.kill(first[0], signal.SIGKILL)
+
+        def two_without_the_killed_one() -> list[int]:
+            now = workers_of(server)
+            return now if len(now) == 2 and first[0] not in now else []
+
+        replaced = await anyio.to_thread.run_sync(lambda: when(two_without_the_killed_one))
+        assert len(replaced) == 2
+        assert first[0] not in replaced
+        for _ in range(6):
+            answer = httpx2.post(
+                server.url,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {"name": "run_python", "arguments": {"code": "print('up')"}},
+                },
+                headers={
+                    "content-type": "application/json",
+                    "accept": "application/json, text/event-stream",
+                    "mcp-protocol-version": "2025-06-18",
+                },
+                timeout=60,
+            )
+            assert '"stdout":"up\\n"' in answer.text
+        assert server.stop() == 0
+    assert "worker ended; starting another" in (tmp_path / "log").read_text()
