@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +74,7 @@ UNREACHABLE = re.compile(
     r"|network request to \S+ failed"
 )
 RESULT_DIR = re.compile(r"server-(?P<scenario>.+)-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z")
+ENTRY = re.compile(r"(?P<scenario>[^:\s]+):(?P<check>[^:\s]+)")
 LISTED = re.compile(r"  - (?P<name>\S+) \[(?P<tags>[^\]]*)\]")
 
 # The first test pays for `npm ci` (about 15 s from an empty npm cache, the Node binary included) and the
@@ -180,9 +180,9 @@ def expected_failures() -> list[tuple[str, str]]:
     entries = []
     for entry in document["server"]:
         assert isinstance(entry, str), f"{entry!r}: an entry is `<scenario>:<check-id>`, without a space"
-        scenario, colon, check = entry.partition(":")
-        assert colon and scenario and check, f"{entry!r}: name a check, not a whole scenario"
-        entries.append((scenario, check))
+        named = ENTRY.fullmatch(entry)
+        assert named is not None, f"{entry!r}: name a check as `<scenario>:<check-id>`, not a whole scenario"
+        entries.append((named["scenario"], named["check"]))
     assert len(entries) == len(set(entries)), "an entry is listed twice"
     return entries
 
@@ -195,19 +195,32 @@ class SuiteRun:
     returncode: int
     output: str
     checks: dict[str, list[dict[str, Any]]]  # scenario -> its checks, from the suite's checks.json files
+    server_exit: int | None = None  # the server's exit status if it had ended by the end of the run
 
-    def failures(self) -> list[str]:
+    def unexpected(self, expected: list[tuple[str, str]]) -> list[str]:
+        """Failing checks expected-failures.yml does not list, with the suite's message for each."""
         return [
             f"{scenario}:{check['id']} {check['status']}: {check.get('errorMessage') or ''}"
             for scenario, checks in sorted(self.checks.items())
             for check in checks
-            if check["status"] in FAILED
+            if check["status"] in FAILED and (scenario, check["id"]) not in expected
         ]
 
-    def summary(self) -> str:
-        """The suite's own summary and baseline verdict: every scenario's counts, then what was unexpected."""
+    def stale(self, expected: list[tuple[str, str]]) -> list[str]:
+        """Entries of expected-failures.yml whose check passed in this run."""
+        passed = {
+            (scenario, check["id"])
+            for scenario, checks in self.checks.items()
+            for check in checks
+            if check["status"] == "SUCCESS"
+        }
+        return [f"{scenario}:{check}" for scenario, check in expected if (scenario, check) in passed]
+
+    def verdict(self) -> str:
+        """The end of the suite's output (its totals and baseline verdict), without the expected failures."""
         output = ANSI.sub("", self.output)
-        return output[output.find("=== SUMMARY ===") :][-8000:]
+        lines = output[output.rfind("Total:") :].splitlines()
+        return "\n".join(line for line in lines if not line.startswith("  ~ "))[-6000:]
 
 
 @dataclass
@@ -244,7 +257,7 @@ def run_suite(suite: Suite, url: str, run: str, directory: Path) -> SuiteRun:
 
 
 @pytest.fixture(scope="module")
-def served(suite: Suite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedSuite]:
+def served(suite: Suite, tmp_path_factory: pytest.TempPathFactory) -> ServedSuite:
     """Every run of RUNS against one server, then the server stopped with SIGTERM."""
     root = tmp_path_factory.mktemp("conformance")
     work_dir = root / "work"
@@ -255,8 +268,9 @@ def served(suite: Suite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         for run in RUNS:
             (root / run).mkdir()
             runs[run] = run_suite(suite, server.url, run, root / run)
+            runs[run].server_exit = server.process.poll()
         status = server.stop()
-    yield ServedSuite(
+    return ServedSuite(
         runs,
         status,
         log.read_text(errors="replace"),
@@ -271,10 +285,17 @@ def served(suite: Suite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
 @pytest.mark.parametrize("run", RUNS)
 def test_the_official_conformance_suite_passes_against_the_http_server(served: ServedSuite, run: str) -> None:
     result = served.runs[run]
+    returncode = result.returncode
     assert result.checks, f"no scenario ran:\n{ANSI.sub('', result.output)[-4000:]}"
-    assert result.returncode == 0, (
-        f"conformance server --suite all ({run}) exited with {result.returncode}. Failing checks (those of "
-        f"expected-failures.yml included):\n" + "\n".join(result.failures()) + f"\n\n{result.summary()}"
+    expected = expected_failures()
+    assert result.server_exit is None, f"the server ended ({result.server_exit}) during the run:\n{served.server_log}"
+    assert returncode == 0, (
+        f"conformance server --suite all ({run}) exited with {returncode}.\n"
+        "Failing checks that tests/conformance/expected-failures.yml does not list:\n"
+        + "\n".join(result.unexpected(expected))
+        + "\nListed checks that passed (remove their entries):\n"
+        + "\n".join(result.stale(expected))
+        + f"\n\nThe suite's verdict:\n{result.verdict()}"
     )
 
 

@@ -3,8 +3,11 @@ comparison of tokens that does not stop at the first difference."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import os
 import re
+import socket
 import statistics
 import time
 from pathlib import Path
@@ -16,6 +19,7 @@ from runner.config import Config
 from runner.errors import ConfigError
 from runner.protocol.shares import CallerShares, fair_share
 from runner.transports.auth import BearerTokens
+from runner.transports.http import listening
 
 HTTP = {"RUNNER_TRANSPORT": "http"}
 
@@ -168,3 +172,25 @@ async def test_a_callers_line_is_bounded_and_a_cancelled_wait_holds_nothing() ->
         assert shares.waiting("alice") == 0
     async with shares.admitted("alice") as again:
         assert again, "nothing is left held"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("shared", [False, True], ids=["own socket", "a worker's inherited socket"])
+async def test_connections_on_the_listening_socket_send_without_delay(shared: bool) -> None:
+    """TCP_NODELAY on every accepted connection (asyncio sets it only for a socket that says IPPROTO_TCP):
+    without it each answer on a kept-alive connection waited ~40 ms for the client's delayed ACK."""
+    own = listening("127.0.0.1", 0)
+    sock = socket.socket(fileno=os.dup(own.fileno())) if shared else own
+    seen: list[int] = []
+
+    async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    with own, sock:
+        server = await asyncio.start_server(accepted, sock=sock)
+        async with server:
+            reader, writer = await asyncio.open_connection(*own.getsockname()[:2])
+            await reader.read()
+            writer.close()
+    assert seen and seen[0] != 0

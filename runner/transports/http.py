@@ -151,7 +151,10 @@ def listening(host: str, port: int) -> socket.socket:
     """A listening TCP socket on `host`:`port` (0: any free port). Raises `OSError` (in use, no such
     address) before anything else starts."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP said outright: asyncio sets TCP_NODELAY only on connections of a socket whose proto
+    # is IPPROTO_TCP, and with proto 0 every answer on a kept-alive connection waited ~40 ms for the
+    # client's delayed ACK (Nagle's algorithm holding the response's last chunk).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
