@@ -44,7 +44,7 @@ RUN --mount=type=secret,id=ca-bundle \
 
 FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="python-runner-mcp" \
-      org.opencontainers.image.description="MCP server (stdio) that runs Python code in one-shot, resource-limited processes" \
+      org.opencontainers.image.description="MCP server (stdio or Streamable HTTP) that runs Python code in one-shot, resource-limited processes" \
       org.opencontainers.image.licenses="MIT"
 # - tini: see ENTRYPOINT. Execute-only (0711): PID 1 runs as uid 10001 like the runs, and a process
 #   that execs a file it cannot read is made non-dumpable by the kernel, so no run can read PID 1's
@@ -99,6 +99,9 @@ COPY --from=builder /opt/sandbox-env /opt/sandbox-env
 COPY runner/ /app/runner/
 RUN python -m compileall -q --invalidation-mode checked-hash /app/runner
 USER 10001:10001
+# Streamable HTTP, when asked for (RUNNER_TRANSPORT=http or `--transport http`, with RUNNER_HTTP_HOST=0.0.0.0,
+# RUNNER_HTTP_ALLOWED_HOSTS and RUNNER_AUTH_TOKENS_FILE: docs/http.md); stdio, the default, needs no port.
+EXPOSE 8000
 # tini is PID 1 (or, with `docker run --init`, the child of Docker's init), with the server as its child:
 # - Signals: PID 1 gets no default signal actions. With the server itself as PID 1, a SIGTERM that
 #   arrived before its handler was installed (its first second: SDK import, pool start) was lost:

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -131,6 +132,7 @@ def one_load(url: str, clients: int, calls: int, processes: int) -> dict[str, ob
         if n
     ]
     time.sleep(1.5)  # the loaders import the SDK before the clock starts
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     for loader in loaders:
         assert loader.stdin is not None
@@ -138,12 +140,15 @@ def one_load(url: str, clients: int, calls: int, processes: int) -> dict[str, ob
         loader.stdin.flush()
     outputs = [json.loads(loader.communicate()[0]) for loader in loaders]
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the loaders, reaped by communicate()
+    client_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     latencies = sorted(x for out in outputs for x in out["latencies"])
     return {
         "calls": len(latencies),
         "elapsed": elapsed,
         "failures": sum(out["failures"] for out in outputs),
         "latencies": latencies,
+        "client_cpu": client_cpu,
     }
 
 
@@ -179,6 +184,7 @@ def main() -> None:
                             "p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
                             "failures": load["failures"],
                             "server_cpu_ms_per_call": 1000 * cpu / max(1, load["calls"]),  # type: ignore[arg-type]
+                            "client_cpu_ms_per_call": 1000 * load["client_cpu"] / max(1, load["calls"]),  # type: ignore[operator,arg-type]
                         }
                         results.setdefault(f"{workers} worker(s), {count} clients", []).append(row)  # type: ignore[arg-type]
                         print(
@@ -193,14 +199,14 @@ def main() -> None:
     lines = [
         f"# HTTP load, {args.calls} calls per client, {args.rounds} rounds, {args.client_processes} client processes, {os.cpu_count()} CPUs",
         "",
-        "| setup | calls/s (median of rounds) | p50 ms | p99 ms | failures | server CPU ms/call |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| setup | calls/s (median of rounds) | p50 ms | p99 ms | failures | server CPU ms/call | client CPU ms/call |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, rows in results.items():
         med = {key: statistics.median(row[key] for row in rows) for key in rows[0]}
         fails = sum(row["failures"] for row in rows)
         lines.append(
-            f"| {name} | {med['calls_per_second']:.0f} | {med['p50_ms']:.1f} | {med['p99_ms']:.1f} | {fails:.0f} | {med['server_cpu_ms_per_call']:.2f} |"
+            f"| {name} | {med['calls_per_second']:.0f} | {med['p50_ms']:.1f} | {med['p99_ms']:.1f} | {fails:.0f} | {med['server_cpu_ms_per_call']:.2f} | {med['client_cpu_ms_per_call']:.2f} |"
         )
     for count in clients:
         one, two = (results.get(f"{w} worker(s), {count} clients") for w in (1, 2))

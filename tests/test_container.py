@@ -14,6 +14,8 @@ import json
 import os
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -24,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from runner.outcome import Status
 from tests.adversarial.cases import CASES, Case
@@ -453,3 +457,64 @@ async def test_every_hostile_snippet_that_applies_ends_as_expected_and_the_serve
             failures += [f"{case.id}: {problem}" for problem in problems_of(case, reply["result"]["structuredContent"])]
             assert await raw_stdout(session, "print('next')") == "next\n", f"the server stopped serving after {case.id}"
     assert failures == [], "\n".join(failures)
+
+
+# --- Streamable HTTP from the image --------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_image_serves_http_with_a_token_hides_the_tokens_from_runs_and_stops_cleanly(
+    line_name: str, tmp_path: Path
+) -> None:
+    """The Makefile's line with the host's network instead of none (the port must be reachable), the
+    tokens file mounted read-only under /run/secrets as Kubernetes mounts a Secret."""
+    token = "container-http-" + uuid.uuid4().hex
+    (tmp_path / "tokens").write_text(f"tester:{token}\n")
+    (tmp_path / "tokens").chmod(0o644)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = (
+        "RUNNER_TRANSPORT=http",
+        f"RUNNER_HTTP_PORT={port}",
+        "RUNNER_AUTH_TOKENS_FILE=/run/secrets/runner/tokens",
+    )
+    command = [
+        "--network=host" if word == "--network=none" else word for word in line(line_name, *settings) if word != "-i"
+    ]
+    image = command.pop()
+    command += ["-v", f"{tmp_path / 'tokens'}:/run/secrets/runner/tokens:ro,Z", image]
+    log = tmp_path / "server.log"
+    with open(log, "wb") as errlog:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errlog)
+    try:
+        with anyio.fail_after(120):
+            while "serving on HTTP" not in log.read_text(errors="replace"):
+                assert process.poll() is None, log.read_text()
+                await anyio.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/mcp"
+        assert httpx2.post(url, json={}, headers={"content-type": "application/json"}).status_code == 401
+        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=60)
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+            seen = await stdout_of(
+                client,
+                """
+                try:
+                    print(repr(open('/run/secrets/runner/tokens').read()))
+                except OSError as exc:
+                    print(type(exc).__name__)
+                """,
+            )
+        if line_name == "sandboxed":
+            assert token not in seen, "the tokens are not in a run's view"
+        else:
+            assert token in seen, "the plain line's documented hole: runs share the server's uid"
+            assert "a run can read RUNNER_AUTH_TOKENS_FILE" in log.read_text(), "and the server said so"
+        ready = httpx2.get(f"http://127.0.0.1:{port}/readyz")
+        assert ready.status_code == 200, ready.text
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)  # podman passes it to tini, which passes it to the server
+        returncode = await anyio.to_thread.run_sync(lambda: process.wait(60))
+    assert returncode == 0, log.read_text()
+    assert token not in log.read_text()
