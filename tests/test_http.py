@@ -156,7 +156,8 @@ async def test_every_legacy_request_stands_alone_so_any_replica_can_answer_it(
 async def test_tokens_are_required_checked_and_kept_out_of_urls(
     work_dir: Path, tmp_path: Path, tokens_file: Path, left_nothing: None
 ) -> None:
-    with http_server(work_dir, tmp_path / "log", RUNNER_AUTH_TOKENS_FILE=str(tokens_file)) as server:
+    env = {"RUNNER_AUTH_TOKENS_FILE": str(tokens_file), "RUNNER_LOG_FORMAT": "json"}
+    with http_server(work_dir, tmp_path / "log", **env) as server:
         none = post(server, INITIALIZE)
         assert none.status_code == 401
         assert none.headers["www-authenticate"] == 'Bearer realm="python-runner-mcp"'
@@ -172,7 +173,14 @@ async def test_tokens_are_required_checked_and_kept_out_of_urls(
         assert post(server, INITIALIZE, token=BOB).status_code == 200
         for path in ("/healthz", "/readyz", "/metrics"):
             assert httpx2.get(server.base + path).status_code in (200, 503), f"{path} needs no token"
-    assert ALICE not in (tmp_path / "log").read_text()
+        assert post(server, call("print(1)"), token=BOB, **{"mcp-protocol-version": "2025-06-18"}).status_code == 200
+    log = (tmp_path / "log").read_text()
+    assert ALICE not in log
+    assert BOB not in log
+    events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    [received] = [event for event in events if event["event"] == "call received"]
+    assert received["caller"] == "bob", "a JSON log line names the token"
+    assert re.fullmatch(r"[0-9a-f]{8}", received["request_id"])
 
 
 def test_the_server_refuses_to_serve_a_public_address_without_tokens_and_says_why(work_dir: Path) -> None:
