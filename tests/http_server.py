@@ -16,7 +16,8 @@ from pathlib import Path
 from tests.conftest import REPO
 
 START_TIMEOUT = 30.0
-_URL = re.compile(r"serving on HTTP url=(http://\S+)")
+# The log line that says where the server listens, as text or as JSON (RUNNER_LOG_FORMAT=json).
+_URL = re.compile(r'serving on HTTP(?: url=|", "url": ")(http://[^\s"]+)')
 
 
 @dataclass

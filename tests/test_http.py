@@ -150,6 +150,20 @@ async def test_every_legacy_request_stands_alone_so_any_replica_can_answer_it(
         assert message["result"]["structuredContent"]["stdout"] == "42\n"
 
 
+@pytest.mark.parametrize("version", ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"])
+async def test_every_handshake_era_version_is_echoed_and_served_over_http(
+    work_dir: Path, tmp_path: Path, version: str, left_nothing: None
+) -> None:
+    with http_server(work_dir, tmp_path / "log") as server:
+        init = {**INITIALIZE, "params": {**INITIALIZE["params"], "protocolVersion": version}}
+        [answer] = sse_messages(post(server, init).text)
+        assert answer["result"]["protocolVersion"] == version
+        # 2024-11-05 had no MCP-Protocol-Version header; later versions send it on every request.
+        headers = {} if version == "2024-11-05" else {"mcp-protocol-version": version}
+        [result] = sse_messages(post(server, call("print(6 * 7)"), **headers).text)
+        assert result["result"]["structuredContent"]["stdout"] == "42\n"
+
+
 # --- authentication -------------------------------------------------------------------------------
 
 
