@@ -15,8 +15,6 @@ fails the run, and so does one that passes (its entry is stale).
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import os
 import re
@@ -32,11 +30,10 @@ import yaml
 from tests.conftest import REPO
 from tests.helpers import processes_mentioning, settled
 from tests.http_server import http_server
+from tests.npm import npm_ci_once
 
 SUITE_DIR = REPO / "tests" / "conformance"
 NODE_MODULES = SUITE_DIR / "node_modules"
-LOCK = SUITE_DIR / "package-lock.json"
-STAMP = NODE_MODULES / ".installed-lock.sha256"
 EXPECTED_FAILURES = SUITE_DIR / "expected-failures.yml"
 SUITE_PACKAGE = "@modelcontextprotocol/conformance"
 SUITE_VERSION = "0.2.0-alpha.12"
@@ -69,11 +66,6 @@ FAILED = ("FAILURE", "WARNING")  # the suite's baseline counts a WARNING as a fa
 NPM_CI_TIMEOUT = 300
 SUITE_RUN_TIMEOUT = 120
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# npm's codes for a registry it cannot reach: the one reason to skip rather than fail.
-UNREACHABLE = re.compile(
-    r"\b(ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|EHOSTUNREACH|ERR_SOCKET_TIMEOUT)\b"
-    r"|network request to \S+ failed"
-)
 RESULT_DIR = re.compile(r"server-(?P<scenario>.+)-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z")
 ENTRY = re.compile(r"(?P<scenario>[^:\s]+):(?P<check>[^:\s]+)")
 LISTED = re.compile(r"  - (?P<name>\S+) \[(?P<tags>[^\]]*)\]")
@@ -112,26 +104,6 @@ class Suite:
             pytest.fail(f"conformance {' '.join(args)} took more than {timeout} s:\n{exc.stdout!r}", pytrace=False)
 
 
-def _npm_ci(npm: str) -> None:
-    try:
-        install = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=SUITE_DIR,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=NPM_CI_TIMEOUT,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"npm ci in tests/conformance took more than {NPM_CI_TIMEOUT} s", pytrace=False)
-    output = f"{install.stdout[-3000:]}\n{install.stderr[-3000:]}"
-    unreachable = UNREACHABLE.search(output)
-    if install.returncode != 0 and unreachable:
-        pytest.skip(f"npm ci in tests/conformance cannot reach the npm registry ({unreachable[0]}):\n{output[-1500:]}")
-    if install.returncode != 0:
-        pytest.fail(f"npm ci in tests/conformance failed ({install.returncode}):\n{output}", pytrace=False)
-
-
 @pytest.fixture(scope="session")
 def suite() -> Suite:
     """`npm ci` in tests/conformance unless node_modules was installed from the current lock."""
@@ -141,14 +113,7 @@ def suite() -> Suite:
             "npm not found on PATH: tests/test_conformance.py installs the MCP conformance suite and Node.js 22 "
             "from npm (tests/conformance/package-lock.json)"
         )
-    digest = hashlib.sha256(LOCK.read_bytes()).hexdigest()
-    # Another pytest session on this checkout must not install at the same time (npm ci starts by
-    # removing node_modules): an advisory lock on the lock file, which no one writes.
-    with open(LOCK, "rb") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (STAMP.exists() and STAMP.read_text() == digest):
-            _npm_ci(npm)
-            STAMP.write_text(digest)
+    npm_ci_once(npm, SUITE_DIR, NPM_CI_TIMEOUT, skip_if_unreachable=True)
     suite_package = json.loads((NODE_MODULES / SUITE_PACKAGE / "package.json").read_text())
     assert suite_package["version"] == SUITE_VERSION
     node_package = json.loads((NODE_MODULES / "node" / "package.json").read_text())

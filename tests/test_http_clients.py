@@ -8,7 +8,6 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,7 +15,7 @@ from runner.config import Config
 from runner.protocol.schemas import input_schema, output_schema
 from tests.helpers import RETURNS_ARGUMENTS, SEED_PLAIN, alive, check_returns, check_structured
 from tests.http_server import HttpServer, http_server
-from tests.test_real_clients import CLIENTS, Node, assert_left_nothing, client_env, node_clients
+from tests.test_real_clients import CLIENTS, Node, assert_left_nothing, client_env, node_clients, run_ts_client
 
 __all__ = ["node_clients"]  # the session fixture, shared with tests/test_real_clients.py
 
@@ -45,19 +44,7 @@ def test_the_typescript_sdk_works_over_http_with_a_token(
         "pidFile": str(tmp_path / "pid"),
         "returnsArguments": RETURNS_ARGUMENTS,
     }
-    done = subprocess.run(
-        [node_clients.node, str(CLIENTS / "ts_client.mjs"), json.dumps(config)],
-        cwd=CLIENTS,
-        env=client_env(tmp_path / "home"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    reports: dict[str, dict[str, Any]] = {}
-    for line in done.stdout.splitlines():
-        report = json.loads(line)
-        reports[report.pop("check")] = report
+    reports, _ = run_ts_client(node_clients, config, tmp_path / "home", timeout=120)
     assert "error" not in reports["connect"], reports["connect"]
     assert reports["connect"]["protocolVersion"] == "2025-11-25"
     listed = reports["list"]

@@ -7,7 +7,6 @@ fail (they are part of `make test`), they are not skipped.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -33,11 +32,10 @@ from tests.helpers import (
     processes_mentioning,
     settled,
 )
+from tests.npm import npm_ci_once
 
 CLIENTS = REPO / "tests" / "clients"
 NODE_MODULES = CLIENTS / "node_modules"
-LOCK = CLIENTS / "package-lock.json"
-STAMP = NODE_MODULES / ".installed-lock.sha256"
 INSPECTOR_VERSION = "2.12.0"
 SDK_VERSION = "1.32.2"
 SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
@@ -76,26 +74,7 @@ class Node:
 def node_clients() -> Node:
     """`npm ci` in tests/clients unless node_modules was installed from the current lock."""
     node = required_tool("node")
-    npm = required_tool("npm")
-    digest = hashlib.sha256(LOCK.read_bytes()).hexdigest()
-    if not (STAMP.exists() and STAMP.read_text() == digest):
-        try:
-            install = subprocess.run(
-                [npm, "ci", "--no-audit", "--no-fund"],
-                cwd=CLIENTS,
-                capture_output=True,
-                text=True,
-                timeout=200,
-            )
-        except subprocess.TimeoutExpired:
-            pytest.fail("npm ci in tests/clients took more than 200 s", pytrace=False)
-        if install.returncode != 0:
-            pytest.fail(
-                f"npm ci in tests/clients failed with exit status {install.returncode}:\n"
-                f"{install.stdout[-3000:]}\n{install.stderr[-3000:]}",
-                pytrace=False,
-            )
-        STAMP.write_text(digest)
+    npm_ci_once(required_tool("npm"), CLIENTS, 200, skip_if_unreachable=False)
     installed = {
         name: json.loads((NODE_MODULES / name / "package.json").read_text())
         for name in ("@modelcontextprotocol/inspector", "@modelcontextprotocol/sdk")
@@ -305,19 +284,27 @@ def ts_session(node_clients: Node, tmp_path_factory: pytest.TempPathFactory) -> 
         "pidFile": str(base / "pid"),
         "returnsArguments": RETURNS_ARGUMENTS,
     }
+    reports, stderr = run_ts_client(node_clients, config, base / "home", timeout=60)
+    return TsSession(reports, stderr, work_dir)
+
+
+def run_ts_client(
+    node_clients: Node, config: dict[str, Any], home: Path, timeout: float
+) -> tuple[dict[str, dict[str, Any]], str]:
+    """Run tests/clients/ts_client.mjs with `config`; its reports by check name, and its stderr."""
     done = subprocess.run(
         [node_clients.node, str(CLIENTS / "ts_client.mjs"), json.dumps(config)],
         cwd=CLIENTS,
-        env=client_env(base / "home"),
+        env=client_env(home),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     reports = {line.pop("check"): line for line in lines}
     assert len(reports) == len(lines), "one report per check"
-    return TsSession(reports, done.stderr, work_dir)
+    return reports, done.stderr
 
 
 def test_the_typescript_sdk_negotiates_2025_11_25_and_lists_the_tool_with_the_published_schemas(
