@@ -126,6 +126,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     # Internal: how the supervisor (RUNNER_HTTP_WORKERS) hands its listening socket to a worker.
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--supervisor-pid", type=int, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -183,8 +184,12 @@ def _main_http(config: Config, sandbox: Sandbox, tokens: BearerTokens | None, ar
     logger = get_logger()
     worker = args.listen_fd is not None
     if worker:
-        # A worker: stop (gracefully) when the supervisor is gone, whatever ended it.
+        # A worker: stop (gracefully) when the supervisor is gone, whatever ended it; if it is gone
+        # already (before the call below), at once.
         die_with_parent(signal.SIGTERM)
+        if args.supervisor_pid is not None and os.getppid() != args.supervisor_pid:
+            log_event(logger, logging.ERROR, "the supervisor is gone; not serving")
+            return 1
     elif tokens is not None and not sandbox.enabled:
         log_event(
             logger,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import importlib.machinery
+import ipaddress
 import math
 import os
 import re
@@ -23,7 +24,6 @@ Transport = Literal["stdio", "http"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 MIB = 1024 * 1024
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 # Paths the HTTP transport serves besides the MCP endpoint; RUNNER_HTTP_PATH may not take one.
 OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")
 
@@ -47,7 +47,12 @@ class HttpConfig:
     @property
     def loopback(self) -> bool:
         """Whether the server listens on a loopback address only."""
-        return self.host in LOOPBACK_HOSTS or self.host.startswith("127.")
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False  # a host name: whatever it resolves to, it is not known to be loopback
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], max_message_bytes: int) -> HttpConfig:

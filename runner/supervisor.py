@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 
 from prometheus_client.multiprocess import mark_process_dead
@@ -36,27 +37,57 @@ QUICK_EXIT = 10.0
 MAX_QUICK_EXITS = 5
 
 
+@dataclass
+class Worker:
+    """One worker process, when it started, and the work directory it was given."""
+
+    process: subprocess.Popen[bytes]
+    started: float
+    work_dir: str
+    signalled: bool = False
+
+
 def supervise(config: Config, sock: socket.socket, worker_args: list[str]) -> int:
     """Serve on `sock` with `config.http.workers` workers until a signal; return the exit status."""
     logger = get_logger()
     http = config.http
     metrics_dir = tempfile.mkdtemp(prefix="python-runner-metrics-", dir=config.work_dir)
     env = {**os.environ, MULTIPROCESS_DIRECTORY: metrics_dir}
-    workers: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
+    workers: dict[int, Worker] = {}
     stopping: list[int] = []
+
+    def pass_on(signum: int) -> None:
+        for worker in workers.values():
+            if not worker.signalled:
+                worker.signalled = True
+                worker.process.send_signal(signum)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log_event(logger, logging.INFO, "signal received; stopping the workers", signal=signal.Signals(signum).name)
         stopping.append(signum)
-        for process, _ in workers.values():
-            process.send_signal(signum)
+        pass_on(signum)
 
-    argv = [sys.executable, "-m", "runner", "--transport", "http", "--listen-fd", str(sock.fileno()), *worker_args]
+    argv = [
+        *(sys.executable, "-m", "runner", "--transport", "http"),
+        *("--listen-fd", str(sock.fileno()), "--supervisor-pid", str(os.getpid()), *worker_args),
+    ]
 
     def start() -> None:
+        if stopping:
+            return
+        # A directory of its own, removed when it ends: a worker that dies cannot clean up after itself.
+        work_dir = tempfile.mkdtemp(prefix="worker-", dir=config.work_dir)
         # A group of its own: a terminal's Ctrl-C reaches the supervisor only, which passes it on once.
-        process = subprocess.Popen(argv, env=env, pass_fds=[sock.fileno()], stdin=subprocess.DEVNULL, process_group=0)
-        workers[process.pid] = (process, time.monotonic())
+        process = subprocess.Popen(
+            argv,
+            env={**env, "RUNNER_WORK_DIR": work_dir},
+            pass_fds=[sock.fileno()],
+            stdin=subprocess.DEVNULL,
+            process_group=0,
+        )
+        workers[process.pid] = Worker(process, time.monotonic(), work_dir)
+        if stopping:  # the signal came while this one was being started
+            pass_on(stopping[0])
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -67,14 +98,15 @@ def supervise(config: Config, sock: socket.socket, worker_args: list[str]) -> in
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for process, _ in workers.values():  # only after a fault of the supervisor's own
-            process.kill()
-            process.wait()
+        for worker in workers.values():  # only after a fault of the supervisor's own
+            worker.process.kill()
+            worker.process.wait()
+            shutil.rmtree(worker.work_dir, ignore_errors=True)
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def _watch(
-    workers: dict[int, tuple[subprocess.Popen[bytes], float]],
+    workers: dict[int, Worker],
     stopping: list[int],
     start: Callable[[], None],
     metrics_dir: str,
@@ -86,18 +118,19 @@ def _watch(
         pid, status = os.wait()  # a signal's handler runs in between; the wait goes on (PEP 475)
         if pid not in workers:
             continue
-        process, started = workers.pop(pid)
-        process.returncode = os.waitstatus_to_exitcode(status)
+        worker = workers.pop(pid)
+        worker.process.returncode = os.waitstatus_to_exitcode(status)
         mark_process_dead(pid, metrics_dir)  # type: ignore[no-untyped-call]  # untyped in prometheus_client
+        shutil.rmtree(worker.work_dir, ignore_errors=True)
         if stopping or failed:
             continue
-        quick_exits = quick_exits + 1 if time.monotonic() - started < QUICK_EXIT else 0
-        log_event(logger, logging.ERROR, "worker ended; starting another", pid=pid, status=process.returncode)
+        quick_exits = quick_exits + 1 if time.monotonic() - worker.started < QUICK_EXIT else 0
+        log_event(logger, logging.ERROR, "worker ended; starting another", pid=pid, status=worker.process.returncode)
         if quick_exits >= MAX_QUICK_EXITS:
             log_event(logger, logging.ERROR, "workers keep failing at start; stopping the server")
             failed = True
-            for other, _ in workers.values():
-                other.send_signal(signal.SIGTERM)
+            for other in workers.values():
+                other.process.send_signal(signal.SIGTERM)
             continue
         start()
     return 1 if failed else 0

@@ -233,6 +233,16 @@ def test_without_a_sandbox_the_server_warns_that_runs_can_read_the_tokens(
     assert "a run can read RUNNER_AUTH_TOKENS_FILE" in (tmp_path / "log").read_text()
 
 
+async def test_the_endpoint_takes_post_only(work_dir: Path, tmp_path: Path, left_nothing: None) -> None:
+    """Stateless: a GET stream would never carry a message, and would hold the shutdown's grace."""
+    with http_server(work_dir, tmp_path / "log") as server:
+        for method in ("GET", "DELETE", "PUT"):
+            answer = httpx2.request(method, server.url, headers={"accept": "text/event-stream"}, timeout=10)
+            assert answer.status_code == 405, method
+            assert answer.headers["allow"] == "POST"
+        assert server.stop() == 0
+
+
 # --- DNS rebinding and bounds ---------------------------------------------------------------------
 
 
@@ -264,6 +274,14 @@ async def test_a_body_over_the_bound_is_refused_before_it_is_read(
             yield from (body[i : i + 65536] for i in range(0, len(body), 65536))
 
         assert httpx2.post(server.url, content=chunks(), headers=JSON_AND_SSE).status_code == 413
+        # A declared length over the bound is refused at once, without waiting for the body.
+        host, port = server.url.split("//")[1].split("/")[0].split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(
+                f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {10**9}\r\n\r\n{{}}".encode()
+            )
+            assert sock.recv(65536).startswith(b"HTTP/1.1 413")
         assert post(server, INITIALIZE).status_code == 200, "the server keeps serving"
 
 
@@ -322,7 +340,11 @@ async def test_a_posted_cancel_kills_the_run_of_its_own_client_only(
             tg.start_soon(alices_call)
             pid = await _pid_written(marker)
             assert post(server, cancel, BOB, **legacy).status_code == 202
-            assert await settled_async(functools.partial(living, [pid]), timeout=1) == [pid], "bob cannot cancel it"
+            # What the SDK refuses cannot cancel either: a web page's simple POST, a foreign Origin.
+            as_text = {"content-type": "text/plain", "authorization": f"Bearer {ALICE}"}
+            assert httpx2.post(server.url, content=json.dumps(cancel), headers=as_text).status_code == 400
+            assert post(server, cancel, ALICE, origin="http://evil.example", **legacy).status_code == 403
+            assert await settled_async(functools.partial(living, [pid]), timeout=1) == [pid], "still running"
             assert post(server, cancel, ALICE, **legacy).status_code == 202
             assert await settled_async(functools.partial(living, [pid]), timeout=10) == [], "alice can"
         [answer] = answers

@@ -195,3 +195,21 @@ async def test_connections_on_the_listening_socket_send_without_delay(shared: bo
             writer.close()
     [nodelay] = seen
     assert nodelay != 0
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("127.example.com", False),
+        ("10.0.0.1", False),
+    ],
+)
+def test_only_loopback_addresses_count_as_loopback(host: str, loopback: bool) -> None:
+    """A name that merely starts like one (127.example.com) could resolve anywhere."""
+    env = {**HTTP, "RUNNER_HTTP_HOST": host, "RUNNER_HTTP_ALLOWED_HOSTS": "runner:*"}
+    assert Config.from_env(env).http.loopback is loopback

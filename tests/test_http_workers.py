@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -18,8 +20,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.conftest import REPO
 from tests.helpers import alive, check_structured, processes_mentioning, settled
-from tests.http_server import HttpServer, http_server
+from tests.http_server import HttpServer, http_server, server_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
@@ -129,3 +132,18 @@ async def test_a_worker_that_dies_is_replaced_and_the_port_keeps_serving(
             assert '"stdout":"up\\n"' in answer.text
         assert server.stop() == 0
     assert "worker ended; starting another" in (tmp_path / "log").read_text()
+
+
+def test_a_sigterm_while_the_workers_start_stops_them_all(work_dir: Path, tmp_path: Path, left_nothing: None) -> None:
+    """The signal comes once the first worker exists, before the supervisor has started the others."""
+    env = server_env(work_dir, RUNNER_HTTP_WORKERS="4")
+    with open(tmp_path / "log", "wb") as errlog:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "runner", "--transport", "http"], cwd=REPO, env=env, stderr=errlog
+        )
+    deadline = time.monotonic() + 60
+    while not Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split():
+        assert time.monotonic() < deadline, "no worker started"
+        time.sleep(0.0005)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(60) == 0, (tmp_path / "log").read_text()

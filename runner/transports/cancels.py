@@ -5,12 +5,16 @@ where that request is unknown, and the SDK acknowledges and drops it. Yet that i
 the handshake era cancel (the TypeScript SDK's AbortSignal sends one and leaves the request's
 response open), and the run would go on to its timeout. So every request in flight here is kept
 under (who, JSON-RPC id), and a cancel from the same who for that id cancels the request's exchange,
-as a dropped connection does: the handler is cancelled and the run killed. Who is the token's name,
-or without tokens the client's address, so a client can cancel only its own requests (a cancel
-for an id that two requests of one client share cancels both: the client reused an id in flight).
+as a dropped connection does: the handler is cancelled and the run killed.
 
-The body is read here once, within the endpoint's bound, and handed on unchanged; past the bound
-it is handed on as it comes, and the SDK refuses it (413).
+Who is the token's name. Without tokens it is the client's address, and then posted cancels are
+honoured only on a loopback address: behind a proxy (`--insecure-no-auth`) every client has the
+proxy's address. A cancel acts only if the SDK would take the POST itself: to the endpoint, as JSON,
+with an allowed Host and Origin (a web page must not be able to cancel a local user's runs). A
+cancel for an id that two requests of one client share cancels both: the client reused an id.
+
+The body is read here once, within the endpoint's bound, and handed on unchanged; one declared or
+found to be over the bound is handed on as it comes, for the SDK to refuse (413).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import json
 from typing import Any, TypeGuard
 
 import anyio
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runner.transports.auth import CALLER_STATE_KEY
@@ -27,35 +33,47 @@ Key = tuple[str, str | int]
 
 
 class PostedCancels:
-    """ASGI middleware in front of the SDK's MCP endpoint."""
+    """ASGI middleware in front of the SDK's MCP endpoint at `path`."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        path: str,
+        max_body_bytes: int,
+        security: TransportSecuritySettings,
+        *,
+        anonymous_cancels: bool,
+    ) -> None:
         self._app = app
+        self._path = path
         self._max = max_body_bytes
+        self._checks = TransportSecurityMiddleware(security)
+        self._anonymous_cancels = anonymous_cancels  # honour cancels without a token (loopback only)
         self._in_flight: dict[Key, set[anyio.CancelScope]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self._path:
             await self._app(scope, receive, send)
             return
-        buffered, body = await _buffer(receive, self._max)
+        buffered, body = await _buffer(scope, receive, self._max)
 
         async def replay() -> Message:
             return buffered.pop(0) if buffered else await receive()
 
-        message = _parsed(body)
-        who = _who(scope)
-        if message.get("method") == "notifications/cancelled":
-            params = message.get("params")
-            request_id = params.get("requestId") if isinstance(params, dict) else None
-            if _is_id(request_id):
-                for cancel_scope in self._in_flight.get((who, request_id), ()):
+        # Only what is needed is kept for the length of the call, not the body or its parse.
+        method, request_id, cancels = _routing(body)
+        del body
+        # What the SDK will refuse (a bad Host, Origin or Content-Type) must not act here either.
+        refused = method is None or await self._checks.validate_request(Request(scope), is_post=True) is not None
+        who = None if refused else _who(scope, self._anonymous_cancels)
+        if who is not None:
+            if _is_id(cancels):
+                for cancel_scope in self._in_flight.get((who, cancels), ()):
                     cancel_scope.cancel()
-        request_id = message.get("id")
-        if "method" not in message or not _is_id(request_id):
-            await self._app(scope, replay, send)
-            return
-        await self._serve_request(scope, replay, send, (who, request_id))
+            if _is_id(request_id):
+                await self._serve_request(scope, replay, send, (who, request_id))
+                return
+        await self._app(scope, replay, send)
 
     async def _serve_request(self, scope: Scope, receive: Receive, send: Send, key: Key) -> None:
         started = ended = False
@@ -84,8 +102,12 @@ class PostedCancels:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def _buffer(receive: Receive, limit: int) -> tuple[list[Message], bytes]:
-    """The request's messages up to its end, or up to `limit` bytes of body (then b"" as the body)."""
+async def _buffer(scope: Scope, receive: Receive, limit: int) -> tuple[list[Message], bytes]:
+    """The request's messages up to its end, or up to `limit` bytes of body (then b"" as the body);
+    nothing when its Content-Length is over the limit already."""
+    declared = next((value for key, value in scope["headers"] if key == b"content-length"), None)
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return [], b""
     messages: list[Message] = []
     size = 0
     while True:
@@ -100,21 +122,28 @@ async def _buffer(receive: Receive, limit: int) -> tuple[list[Message], bytes]:
             return messages, b"".join(part.get("body", b"") for part in messages)
 
 
-def _parsed(body: bytes) -> dict[str, Any]:
+def _routing(body: bytes) -> tuple[str | None, object, object]:
+    """A message's method, its id, and the id a `notifications/cancelled` names (None where absent)."""
     try:
-        value = json.loads(body) if body else None
+        value: Any = json.loads(body) if body else None
     except (ValueError, RecursionError):
-        return {}
-    return value if isinstance(value, dict) else {}
+        return None, None, None
+    if not isinstance(value, dict) or not isinstance(value.get("method"), str):
+        return None, None, None
+    params = value.get("params")
+    cancels = (
+        params.get("requestId") if value["method"] == "notifications/cancelled" and isinstance(params, dict) else None
+    )
+    return value["method"], value.get("id"), cancels
 
 
 def _is_id(value: object) -> TypeGuard[str | int]:
     return isinstance(value, str | int) and not isinstance(value, bool)
 
 
-def _who(scope: Scope) -> str:
+def _who(scope: Scope, anonymous: bool) -> str | None:
     caller = scope.get("state", {}).get(CALLER_STATE_KEY)
     if isinstance(caller, str):
         return "token:" + caller
     client = scope.get("client")
-    return "address:" + (client[0] if client else "")
+    return "address:" + client[0] if anonymous and client else None

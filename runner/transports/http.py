@@ -83,20 +83,25 @@ def http_app(
             Route("/metrics", scrape, methods=["GET"]),
         ],
     )
-    mcp = PostedCancels(app, http.max_body_bytes)
-    return _Front(app, BearerAuth(mcp, tokens) if tokens is not None else mcp)
+    mcp = PostedCancels(app, http.path, http.max_body_bytes, security, anonymous_cancels=http.loopback)
+    return _Front(app, BearerAuth(mcp, tokens) if tokens is not None else mcp, http.path)
 
 
 class _Front:
-    """Operations endpoints go straight to the app; everything else through authentication."""
+    """Operations endpoints go straight to the app; everything else through authentication. The MCP
+    endpoint takes POST only: stateless, a GET stream would never carry anything (and would hold a
+    connection and the shutdown's grace), and there is no session to DELETE."""
 
-    def __init__(self, app: ASGIApp, guarded: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, guarded: ASGIApp, path: str) -> None:
         self._app = app
         self._guarded = guarded
+        self._path = path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPERATIONS_PATHS:
             await self._app(scope, receive, send)
+        elif scope["path"] == self._path and scope["method"] != "POST":
+            await PlainTextResponse("Method Not Allowed\n", 405, headers={"allow": "POST"})(scope, receive, send)
         else:
             await self._guarded(scope, receive, send)
 
