@@ -477,18 +477,47 @@ async def test_one_token_cannot_take_every_slot(
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_a_sandboxed_run_reads_the_tokens_file_as_empty(
+async def test_a_sandboxed_run_sees_nothing_of_the_tokens_even_after_the_file_is_replaced(
     config: Config, mode: str, tokens_file: Path, no_leaks: None
 ) -> None:
     """In plain modes a run shares the server's uid and reads the file (the server warns at start, see
-    above); in a sandbox the file is covered by an empty one."""
+    above). In a sandbox the file's own directory, which holds nothing else, is covered by an empty one:
+    a file put in its place after start (as editors save) is not seen either."""
     http = dataclasses.replace(config.http, tokens_file=str(tokens_file))
     sandboxed = in_mode(config, mode, transport="http", http=http)
-    code = f"print(repr(open({str(tokens_file)!r}).read()))"
+    code = f"""
+        import os
+        try:
+            print(repr(open({str(tokens_file)!r}).read()))
+        except OSError as exc:
+            print(type(exc).__name__)
+        """
+    async with Pool.open(sandboxed) as pool:
+        before = await run_dedented(pool, code)
+        replacement = tokens_file.with_name(".tokens.new")
+        replacement.write_text(f"carol:{ALICE}-rotated\n")
+        replacement.chmod(0o644)
+        os.replace(replacement, tokens_file)
+        after = await run_dedented(pool, code)
+    for result in (before, after):
+        assert result.status is Status.OK, result.stderr.text
+        if mode in ("bwrap", "namespaces"):
+            assert ALICE not in result.stdout.text, result.stdout.text
+        else:
+            assert ALICE in result.stdout.text
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "namespaces"])
+async def test_a_tokens_file_among_other_files_is_covered_by_itself(
+    config: Config, mode: str, tokens_file: Path, no_leaks: None
+) -> None:
+    """Its directory holds more than the tokens: that stays visible, the file reads as empty."""
+    (tokens_file.parent / "notes.txt").write_text("visible\n")
+    (tokens_file.parent / "notes.txt").chmod(0o644)
+    http = dataclasses.replace(config.http, tokens_file=str(tokens_file))
+    sandboxed = in_mode(config, mode, transport="http", http=http)
+    code = f"print(repr(open({str(tokens_file)!r}).read()), open({str(tokens_file.parent / 'notes.txt')!r}).read())"
     async with Pool.open(sandboxed) as pool:
         result = await run_dedented(pool, code)
     assert result.status is Status.OK, result.stderr.text
-    if mode in ("bwrap", "namespaces"):
-        assert result.stdout.text == "''\n"
-    else:
-        assert ALICE in result.stdout.text
+    assert result.stdout.text == "'' visible\n\n"

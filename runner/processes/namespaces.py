@@ -80,7 +80,8 @@ class Isolation:
         self.tmp_bytes = int(args[0])  # the size of each private tmpfs
         self.network = args[1] == "isolated"  # an empty network namespace of its own
         self.keep = [arg for arg in args[2:] if not arg.startswith(HIDE_PREFIX)]  # see make_private_view
-        # Files of the server's no run may read (the HTTP tokens), each covered by an empty file.
+        # What of the server's no run may read (the HTTP tokens): a file covered by an empty one, a
+        # directory by an empty tmpfs.
         self.hide = [arg[len(HIDE_PREFIX) :] for arg in args[2:] if arg.startswith(HIDE_PREFIX)]
         # mount(2)'s arguments for each of a run's tmpfs mounts, encoded once (prepare_shared_view).
         self.mounts: list[tuple[bytes, bytes, bytes, int, bytes]] = []
@@ -275,8 +276,11 @@ def prepare_shared_view(isolation: Isolation) -> None:
     """
     unshare(CLONE_NEWNS)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    for path in isolation.hide:
-        mount("/dev/null", path, None, MS_BIND)
+    for path in isolation.hide:  # made read-only with the rest just below
+        if os.path.isdir(path):
+            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4096,mode=755,nr_inodes=4")
+        else:
+            mount("/dev/null", path, None, MS_BIND)
     make_read_only("/")
     _make_dev()
     flags = MS_NOSUID | MS_NODEV

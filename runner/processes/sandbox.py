@@ -71,9 +71,16 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
     """The bubblewrap command line up to and including `--` (bwrap adds PWD=/tmp to the environment)."""
     network = ("--unshare-net",) if config.sandbox_network == "isolated" else ()
     keep = tuple(arg for path in _kept(config) for arg in ("--ro-bind", path, path))
-    # --dev-bind: bwrap's other binds are nodev, where /dev/null could not be opened (reads fail with
-    # EACCES instead of finding nothing). Writes to it go nowhere.
-    hide = tuple(arg for path in hidden_files(config) for arg in ("--dev-bind", "/dev/null", path))
+    # A file: --dev-bind, because bwrap's other binds are nodev, where /dev/null could not be opened
+    # (reads would fail with EACCES instead of finding nothing); writes to it go nowhere. A directory:
+    # an empty tmpfs, read-only.
+    hide = tuple(
+        arg
+        for path in hidden_files(config)
+        for arg in (
+            ("--tmpfs", path, "--remount-ro", path) if os.path.isdir(path) else ("--dev-bind", "/dev/null", path)
+        )
+    )
     return (
         bwrap,
         "--unshare-pid",
@@ -122,10 +129,21 @@ def namespace_args(config: Config) -> tuple[str, ...]:
 
 
 def hidden_files(config: Config) -> list[str]:
-    """Files of the server's that runs see as empty: the HTTP transport's tokens. One under a directory
-    the sandbox replaces anyway (/tmp, /run: a Kubernetes Secret under /var/run) is not there to hide."""
-    wanted = [config.http.tokens_file] if config.transport == "http" and config.http.tokens_file else []
-    return [path for path in wanted if not any(_within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))]
+    """What of the server's runs see as empty: the HTTP transport's tokens file, or the directory that
+    holds it when nothing else is there (dot-files aside), so that a file put in its place after start
+    (editors save by rename) is hidden too. One under a directory the sandbox replaces anyway (/tmp,
+    /run: a Kubernetes Secret under /var/run) is not there to hide."""
+    if config.transport != "http" or not config.http.tokens_file:
+        return []
+    path = config.http.tokens_file
+    if any(_within(path, hidden) for hidden in (*HIDDEN, "/dev/shm")):
+        return []
+    directory, name = os.path.split(path)
+    try:
+        alone = directory != "/" and all(entry == name or entry.startswith(".") for entry in os.listdir(directory))
+    except OSError:
+        alone = False
+    return [directory if alone else path]
 
 
 def _kept(config: Config) -> list[str]:
