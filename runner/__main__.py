@@ -78,7 +78,7 @@ async def serve_http(
             return None
 
         app = http_app(server, config.http, tokens, not_ready, metrics.exposition)
-        http_server = HttpServer(app, config.http, logger, sock)
+        http_server = HttpServer(app, config.http, sock)
         if metrics.multiprocess:
             tg.start_soon(metrics.refresh_forever)
         # Listening only once a SIGTERM would be heard: a stop that comes at once is not lost.

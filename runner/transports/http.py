@@ -17,7 +17,6 @@ one, and 2026-07-28, which has no sessions at all), SSE for progress, the Host a
 
 from __future__ import annotations
 
-import logging
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -109,9 +108,7 @@ class _Front:
 class HttpServer:
     """uvicorn on a listening socket of ours. `serve()` returns after `stop()` and the grace period."""
 
-    def __init__(self, app: ASGIApp, http: HttpConfig, logger: logging.Logger, sock: socket.socket) -> None:
-        self._http = http
-        self._log = logger
+    def __init__(self, app: ASGIApp, http: HttpConfig, sock: socket.socket) -> None:
         self._sock = sock
         config = uvicorn.Config(
             app,
