@@ -187,6 +187,11 @@ def child_stages(server_root: Path, sandbox_mode: str, reps: int) -> dict[str, A
     config = Config.from_env({**os.environ, "RUNNER_SANDBOX": sandbox_mode})
     sandbox = choose_sandbox(config)
     limits = limits_for(config, count_tasks_of_uid())
+    if sandbox.enabled and not sandbox.wrapper:
+        # The zygote's namespaces: its runs are forked, never spawned (spawn_child refuses); part 1
+        # measures them through the server.
+        sys.path.remove(str(server_root))
+        return {"sandbox": sandbox.kind, "python": config.python, "skipped": "runs are forked by the zygote"}
     base = tempfile.mkdtemp(prefix="profile-", dir=config.work_dir)
     results: dict[str, Any] = {"sandbox": sandbox.kind, "python": config.python}
     try:
@@ -336,6 +341,9 @@ def render(report: dict[str, Any]) -> str:
         lines += [f"== Run interpreter, spawned as the server does ({key}: sandbox {child['sandbox']}) =="]
         if child["sandbox"] == "bwrap":
             lines.append("  (CPU from wait4 is bwrap's own only: bwrap does not reap the sandboxed interpreter)")
+        if "skipped" in child:
+            lines += [f"  skipped: {child['skipped']}", ""]
+            continue
         for label in ("print(1)", "pass", "print(1); os._exit(0)"):
             c = child[label]
             lines.append(

@@ -90,7 +90,11 @@ def spawn_child(
 
     In a sandbox the working directory is the sandbox's own tmpfs and nothing is made on the host.
     Raises `SpawnError` when the interpreter cannot be started; nothing is left behind then.
+    A sandbox without a wrapper (the zygote's namespaces) forks its runs; one spawned here would run
+    on the host in the sandbox's directory, /tmp, and empty it when its code came: `ValueError`.
     """
+    if sandbox.enabled and not sandbox.wrapper:
+        raise ValueError(f"a {sandbox.kind} sandbox's runs are forked by its zygote, never spawned")
     host_dir = None if sandbox.enabled else tempfile.mkdtemp(prefix="run-", dir=base_dir)
     workdir = host_dir or SANDBOX_WORKDIR
     argv = [*sandbox.wrapper, *interpreter_argv(python), sandbox.bootstrap, workdir, *limits.argv()]
