@@ -9,10 +9,12 @@ stamps its own first and last line with the same clock, and the client stamps th
 the response read, so every stage of a sequential call is measured on one clock:
 
     client sent -> request read -> handler -> code framed -> code written -> code starts ->
-    code ends -> exit seen -> result -> handler returns -> response write -> client read
+    code ends -> report read -> result -> handler returns -> response write -> client read
 
-"code ends -> exit seen" is the run's exit path: its atexit/flush, the kernel tearing the process
-down, and (fork-server) the zygote reaping it and reporting. The wrappers cost a list append each.
+"code ends -> report read" is what the run does after its code: it looks for figures, files and
+the last expression's value, flushes and closes its output, and sends its report with its own end
+(exit status, CPU, peak memory); the kernel tears the process down after the answer. The wrappers
+cost a list append each.
 Prints a table of p50 and mean per stage and writes timeline-<stamp>.json to --out (default
 bench/results/).
 """
@@ -68,20 +70,15 @@ before(runner.execution.driver, "frame_job", "code_framed")
 before(runner.execution.driver, "classify", "result")
 around_async(runner.protocol.handlers.Handlers, "call_tool", "handler", "handler_returns")
 around_async(runner.transports.stdio, "write_all", "response_write", None)
-around_async(runner.processes.child.Child, "wait_exit", None, "exit_seen")
-around_async(runner.processes.forkserver.ForkedChild, "wait_exit", None, "exit_seen")
-close_fd = runner.processes.child.Child.close_fd
-def close_code(self, fd):
-    if fd == self.code and fd in self._open:
-        marks.append(("code_written", stamp()))
-    close_fd(self, fd)
-runner.processes.child.Child.close_fd = close_code
+around_async(runner.execution.driver, "write_all", None, "code_written")
+around_async(runner.execution.driver, "_read_report", None, "report_read")
 
 from runner.__main__ import main
 sys.exit(main())
 """
 
-CODE = "import sys, time\nfirst = time.monotonic()\nprint(1)\nsys.stderr.write(repr((first, time.monotonic())))"
+# The last statement is not an expression, so that no value comes back: as with print(1).
+CODE = "import sys, time\nfirst = time.monotonic()\nprint(1)\n_ = sys.stderr.write(repr((first, time.monotonic())))"
 
 STAGES = [
     ("client_sent", "request_read", "client -> server: the request line arrives"),
@@ -90,8 +87,8 @@ STAGES = [
     ("code_framed", "code_written", "code written to the interpreter"),
     ("code_written", "code_starts", "interpreter wakes, reads, compiles"),
     ("code_starts", "code_ends", "the code itself (print(1))"),
-    ("code_ends", "exit_seen", "atexit/flush, process teardown, exit reported"),
-    ("exit_seen", "result", "output drained, group killed, reaped"),
+    ("code_ends", "report_read", "the run looks for images, files and a value, reports its end"),
+    ("report_read", "result", "both streams closed, the group killed"),
     ("result", "handler_returns", "result built, directory removed, logged"),
     ("handler_returns", "response_write", "SDK serializes the response"),
     ("response_write", "client_read", "server -> client: written, the line arrives"),
