@@ -73,6 +73,14 @@ def waiting_interpreter() -> int:
     return interpreter
 
 
+async def test_the_namespaced_zygote_keeps_its_capabilities_but_not_its_bounding_set(namespaced: Pool) -> None:
+    # Emptied once in the zygote, so each run has only its own capabilities to drop (and checks).
+    assert await settled_async(lambda: namespaced.ready < 1, timeout=20) is False
+    fields = status_fields(the_zygote())
+    assert int(fields["CapEff"], 16) & (1 << 21)  # CAP_SYS_ADMIN: it still builds namespaces
+    assert int(fields["CapBnd"], 16) == 0
+
+
 async def test_a_pooled_run_is_in_its_own_namespaces_with_no_privilege_before_its_code_arrives(
     namespaced: Pool,
 ) -> None:

@@ -64,8 +64,9 @@ else:
 # What a run loads next to the bootstrap (`bootstrap.SIBLINGS`), in its order: imported once, here.
 SIBLINGS = (jobs, workdir, figures, harvest)
 UNSHARED_BY_RUN = namespaces.CLONE_NEWNS | namespaces.CLONE_NEWIPC | namespaces.CLONE_NEWUTS
-# A namespaced run drops its capabilities itself, after its set-up: with what ctypes needs made once, here.
-DROP_PRIVILEGES = bootstrap.privilege_dropper()
+# A namespaced run drops its capabilities itself, after its set-up: with what ctypes needs made once,
+# here. The bounding set is already empty: the zygote emptied it for all of them (`prepare_process`).
+DROP_PRIVILEGES = bootstrap.privilege_dropper(bounding_set=False)
 
 
 # A namespaced zygote's: what each run gets, and the kept PID namespaces runs are forked into.
