@@ -4,16 +4,17 @@
 
 The server runs as ``python -m runner`` would, with a few of its functions wrapped to record
 CLOCK_MONOTONIC stamps (the request read, the tool handler, the code framed and written, the run's
-exit seen, the result classified, the response about to be written); nothing else changes. Each call's code
+report read, the result classified, the response about to be written); nothing else changes. Each call's code
 stamps its own first and last line with the same clock, and the client stamps the request sent and
 the response read, so every stage of a sequential call is measured on one clock:
 
     client sent -> request read -> handler -> code framed -> code written -> code starts ->
     code ends -> report read -> result -> handler returns -> response write -> client read
 
-"code ends -> report read" is what the run does after its code: it looks for figures, files and
-the last expression's value, flushes and closes its output, and sends its report with its own end
-(exit status, CPU, peak memory); the kernel tears the process down after the answer. The wrappers
+"code ends -> report read" is what the run does after its code, and the server reading it: the run
+looks for figures, files and the last expression's value, flushes and closes its output, and sends
+its report with its own end (exit status, CPU, peak memory); the server has read both streams to
+their end and the whole report. The kernel tears the process down after the answer. The wrappers
 cost a list append each.
 Prints a table of p50 and mean per stage and writes timeline-<stamp>.json to --out (default
 bench/results/).
@@ -71,7 +72,7 @@ before(runner.execution.driver, "classify", "result")
 around_async(runner.protocol.handlers.Handlers, "call_tool", "handler", "handler_returns")
 around_async(runner.transports.stdio, "write_all", "response_write", None)
 around_async(runner.execution.driver, "write_all", None, "code_written")
-around_async(runner.execution.driver, "_read_report", None, "report_read")
+before(runner.execution.driver, "parse_report", "report_read")
 
 from runner.__main__ import main
 sys.exit(main())
@@ -87,8 +88,8 @@ STAGES = [
     ("code_framed", "code_written", "code written to the interpreter"),
     ("code_written", "code_starts", "interpreter wakes, reads, compiles"),
     ("code_starts", "code_ends", "the code itself (print(1))"),
-    ("code_ends", "report_read", "the run looks for images, files and a value, reports its end"),
-    ("report_read", "result", "both streams closed, the group killed"),
+    ("code_ends", "report_read", "the run gathers what it returns, closes its streams, reports its end"),
+    ("report_read", "result", "the report parsed, the group killed"),
     ("result", "handler_returns", "result built, directory removed, logged"),
     ("handler_returns", "response_write", "SDK serializes the response"),
     ("response_write", "client_read", "server -> client: written, the line arrives"),

@@ -1,4 +1,4 @@
-"""Driving one run to its end: code in, stdin fed, both streams read and capped, the deadline, the
+"""Driving one run to its end: code in, stdin fed, its output read (`output`), the deadline, the
 kill, and the facts handed to `classify`.
 
 The run's interpreter is ready (its limits applied) when it gets here. Whatever happens, its whole
@@ -13,23 +13,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
 import anyio
 
 from runner.config import Config
 from runner.execution.capture import OutputCap, keep_bytes_for, render_stream
 from runner.execution.classify import ProcessEnd, RunLimits, classify
-from runner.execution.report import Budgets, Returned, frame_length, parse_report
+from runner.execution.output import RunOutput
+from runner.execution.report import Budgets, Returned, parse_report
 from runner.execution.usage import UsageSamples, wait_exit_sampling
 from runner.fdio import write_all
 from runner.outcome import Progress, RunRequest, RunResult
 from runner.processes.child import Child
 from runner.processes.jobs import frame_inputs, frame_job
 
-CHUNK = 64 * 1024
 # How long output may still drain after the run's group is dead: only a process that left the
 # group (setsid) can hold a pipe that long, and it does not get to keep the call waiting.
 EXIT_GRACE = 0.25
@@ -38,29 +36,6 @@ PROGRESS_INTERVAL = 1.0
 PROGRESS_LINE_CHARS = 200
 
 ProgressCallback = Callable[[Progress], Awaitable[None]]
-
-
-@dataclass
-class _Streams:
-    """The output side of one run while it is driven: the byte budget and the two readers."""
-
-    budget: int
-    child: Child
-    written: int = 0
-    output_exceeded: bool = False
-    pumps_left: int = 3  # stdout, stderr, the report
-    pumps_done: anyio.Event = field(default_factory=anyio.Event)
-
-    def count(self, n: int) -> None:
-        self.written += n
-        if self.written > self.budget and not self.output_exceeded:
-            self.output_exceeded = True
-            self.child.kill_group()
-
-    def pump_finished(self) -> None:
-        self.pumps_left -= 1
-        if self.pumps_left == 0:
-            self.pumps_done.set()
 
 
 class RunDriver:
@@ -85,8 +60,7 @@ class RunDriver:
     ) -> RunResult:
         """Run `request` in the ready interpreter `child` and return its result."""
         out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
-        streams = _Streams(budget=self._config.max_output_bytes, child=child)
-        report = bytearray()
+        output = RunOutput(child, out, err, self._config.max_output_bytes, self._budgets.report_bytes)
         # Sampled only where wait4 cannot tell (see `usage`); then once while the interpreter still
         # waits for its code, so a run that ends within a millisecond still gets a number.
         samples = UsageSamples(child) if UsageSamples.needed(child) else None
@@ -103,11 +77,9 @@ class RunDriver:
                 tg.start_soon(_feed_stdin, child, request.stdin.encode("utf-8"))
             else:
                 child.close_fd(child.stdin)  # EOF at once; no task needed
-            tg.start_soon(_pump, child.stdout, out, streams)
-            tg.start_soon(_pump, child.stderr, err, streams)
             reported = anyio.CancelScope()
             returned: list[Returned] = []
-            tg.start_soon(self._take_report, child, streams, report, returned, reported)
+            tg.start_soon(self._read_output, output, returned, reported)
             if on_progress is not None:
                 tg.start_soon(self._report_progress, request, started, out, err, on_progress)
             timed_out = False
@@ -126,15 +98,15 @@ class RunDriver:
             else:
                 returncode, cpu, reaped_peak = child.reap()
             with anyio.move_on_after(EXIT_GRACE):
-                await streams.pumps_done.wait()
-            if request.stdin or on_progress is not None or not streams.pumps_done.is_set():
+                await output.done.wait()
+            if request.stdin or on_progress is not None or not output.done.is_set():
                 tg.cancel_scope.cancel()  # not free (anyio formats the task's repr): only if needed
         peak = reaped_peak if reaped_peak > child.inherited_peak else (samples.peak if samples else None)
         cpu = max(cpu, samples.cpu if samples else 0.0)
-        end = ProcessEnd(returncode, cpu, peak or 0, timed_out=timed_out, output_exceeded=streams.output_exceeded)
+        end = ProcessEnd(returncode, cpu, peak or 0, timed_out=timed_out, output_exceeded=output.output_exceeded)
         status, message = classify(end, err.parts()[1] or err.parts()[0], self.run_limits(request.timeout))
         max_chars = self._config.max_output_chars
-        got = returned[0] if returned else parse_report(report, self._budgets)
+        got = returned[0] if returned else parse_report(output.report, self._budgets)
         return RunResult(
             request_id=request.request_id,
             status=status,
@@ -152,25 +124,14 @@ class RunDriver:
             omitted=got.omitted,
         )
 
-    async def _take_report(
-        self,
-        child: Child,
-        streams: _Streams,
-        report: bytearray,
-        returned: list[Returned],
-        reported: anyio.CancelScope,
-    ) -> None:
-        """Read the run's report; once it is whole and both streams are closed, if it tells the run's
-        end, stop waiting for the exit (`reported`): the kernel's teardown of the process then happens
-        after the answer."""
-        try:
-            whole = await _read_report(child, self._budgets.report_bytes, report)
-        finally:
-            streams.pump_finished()
-        if whole:
-            await streams.pumps_done.wait()
-            returned.append(parse_report(report, self._budgets))
-            if returned[0].end is not None and not streams.output_exceeded:
+    async def _read_output(self, output: RunOutput, returned: list[Returned], reported: anyio.CancelScope) -> None:
+        """Read the run's streams and report; once the report is whole and both streams are closed,
+        if it tells the run's end, stop waiting for the exit (`reported`): the kernel's teardown of
+        the process then happens after the answer."""
+        await output.read_all()
+        if output.report_whole:
+            returned.append(parse_report(output.report, self._budgets))
+            if returned[0].end is not None and not output.output_exceeded:
                 reported.cancel()
 
     async def _wait_after_kill(self, child: Child) -> None:
@@ -211,49 +172,3 @@ async def _feed_stdin(child: Child, data: bytes) -> None:
         pass  # the run closed its stdin or ended: what it did not read is not our problem
     finally:
         child.close_fd(child.stdin)
-
-
-async def _pump(fd: int, cap: OutputCap, streams: _Streams) -> None:
-    """Read a stream in chunks into its cap until EOF or until the run blew the output budget."""
-    try:
-        while not streams.output_exceeded:
-            await anyio.wait_readable(fd)
-            try:
-                chunk = os.read(fd, CHUNK)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                return
-            cap.feed(chunk)
-            streams.count(len(chunk))
-    finally:
-        streams.pump_finished()
-
-
-async def _read_report(child: Child, limit: int, report: bytearray) -> bool:
-    """Read the run's report from the job socket into `report`, until it is whole (True) or the socket
-    closes (False).
-
-    Whole is what its first line says, so a process the run left holding the socket cannot keep
-    the call waiting. Too much, or not a report at all, is dropped, and the socket closed: a run
-    still writing gets EPIPE rather than blocking until its timeout.
-    """
-    while True:
-        await anyio.wait_readable(child.code)
-        try:
-            chunk = os.read(child.code, CHUNK)
-        except BlockingIOError:
-            continue
-        except OSError:
-            return False  # reset by the run's end
-        if not chunk:
-            return False
-        report += chunk
-        length = frame_length(report)
-        if length == -1 or len(report) > limit or (length is not None and length > limit):
-            report.clear()
-            child.close_fd(child.code)
-            return False
-        if length is not None and len(report) >= length:
-            del report[length:]
-            return True
