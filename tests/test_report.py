@@ -9,6 +9,7 @@ import json
 import pytest
 
 from runner.errors import ArgumentError
+from runner.execution import report as report_module
 from runner.execution.report import Budgets, classify_file, frame_length, parse_report
 from runner.execution.routing import imported_packages, wants_preloaded
 from runner.protocol.files import check_files
@@ -222,3 +223,61 @@ def test_a_report_listing_as_many_files_as_a_run_may_is_taken_whole() -> None:
     omitted = [{"name": "\u00e9" * 1000 + str(n), "bytes": 5, "reason": "r" * 200} for n in range(50)]
     returned = parse_report(report({"files": files, "omitted": omitted, "more_omitted": 7}), BUDGETS)
     assert (len(returned.attachments), len(returned.omitted)) == (100, 51)
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        (0, 0.0, 0),
+        (1, 0.0123, 9876),
+        (255, 12345.678, 10**14),
+        (3, 1.5e-05, 1),
+        (7, 1e-05, 2),  # repr without a point: the JSON path
+        (256, 0.1, 1),  # out of range: dropped either way
+        (0, 1e9, 1),
+    ],
+)
+def test_an_end_only_report_reads_as_the_json_decoder_reads_it(end: tuple[int, float, int]) -> None:
+    # The server reads the run's usual report without the JSON decoder; it must say the same.
+    status, cpu, maxrss = end
+    head = b'{"end": {"status": %d, "cpu": %r, "maxrss_kb": %d}}' % (status, cpu, maxrss)
+    data = b"report %d 0\n" % len(head) + head
+    budgets = Budgets(0, 0, 0, 0, 0)
+    assert parse_report(data, budgets) == parse_report_slowly(data, budgets)
+
+
+def test_the_usual_end_only_report_is_read_without_the_json_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = report_module
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("decoded as JSON")
+
+    head = b'{"end": {"status": 0, "cpu": 0.0123, "maxrss_kb": 9876}}'
+    monkeypatch.setattr(module.json, "loads", refuse)
+    returned = parse_report(b"report %d 0\n" % len(head) + head, Budgets(0, 0, 0, 0, 0))
+    assert returned == module.Returned(end=module.RunEnd(0, 0.0123, 9876 * 1024))
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b'{"end": {"status": 007, "cpu": 0.1, "maxrss_kb": 1}}',
+        b'{"end": {"status": 7, "cpu": 01.5, "maxrss_kb": 1}}',
+        b'{"end": {"status": 7, "cpu": 0.1, "maxrss_kb": 01}}',
+        b'{"end": {"status": 7, "cpu": 0.1, "maxrss_kb": 1}} ',
+        b'{"end": {"status": 7, "cpu": 0.1, "maxrss_kb": 1}, "result": "x"}',
+    ],
+)
+def test_a_report_near_the_end_only_form_is_read_the_whole_way(head: bytes) -> None:
+    data = b"report %d 0\n" % len(head) + head
+    budgets = Budgets(100, 0, 0, 0, 0)
+    assert parse_report(data, budgets) == parse_report_slowly(data, budgets)
+
+
+def parse_report_slowly(data: bytes, budgets: Budgets) -> object:
+    """`parse_report` through the JSON decoder only."""
+    module = report_module
+    try:
+        return module._parse(data, budgets)
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        return module.Returned(omitted=(module.Omitted("(the run's report)", len(data), f"malformed, dropped: {exc}"),))
