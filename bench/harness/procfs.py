@@ -39,6 +39,13 @@ def stat_cpu(pid: int) -> tuple[float, float]:
     return own, children
 
 
+def machine_busy() -> float:
+    """CPU seconds every core of the machine has spent busy (not idle, not waiting on I/O) since boot."""
+    with open("/proc/stat", "rb") as stat:
+        ticks = [int(n) for n in stat.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / CLOCK_TICKS
+
+
 def proc_pss(pid: int) -> int | None:
     """Proportional set size in bytes (shared pages divided among their users), if readable."""
     try:

@@ -2,7 +2,8 @@
 drives them and returns its part of the report (a dict that goes to the JSON as is).
 
 - preflight: every server started once; one that cannot start or run print(1) stops the bench;
-- scenario_calls: trivial-call latency against the ping floor of the same connection, CPU per call,
+- scenario_calls: trivial-call latency against the ping floor of the same connection, CPU per call
+  (the server's tree, and the whole machine's), paced trivial calls (PACE after the previous answer),
   a CPU-bound snippet, throughput at each concurrency level; one connection per server;
 - scenario_flood: a run writes 1 GiB to stdout: server RSS growth, and the kill latency read from
   the output's own timestamps (analyse_flood);
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import statistics
 import sys
 import time
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .drivers import CallResult, Conn, RawConn, ServerGone, open_conn, run_concurrently
-from .procfs import comm, descendants, proc_pss, proc_status, reset_peak_rss, tree_cpu
+from .procfs import comm, descendants, machine_busy, proc_pss, proc_status, reset_peak_rss, tree_cpu
 from .servers import Launch, ServerSpec, server_config_line
 from .stats import summary
 from .workloads import (
@@ -38,6 +40,7 @@ from .workloads import (
     CPU_EXPECTED,
     FLOOD_MARK,
     FLOOD_TOTAL,
+    PACE,
     THROUGHPUT_ENV,
     TRIVIAL_CODE,
     Params,
@@ -102,11 +105,16 @@ async def scenario_calls(mode: str, specs: list[ServerSpec], launch: Launch, p: 
         failures: dict[str, list[str]] = {c.spec.label: [] for c in conns}
         say(f"[{mode}] trivial latency and ping floor: {p.trivial_calls} each, batches of {p.batch}, interleaved")
         cpu_before = {c.spec.label: tree_cpu(c.pid) for c in conns if c.pid is not None}
+        # The whole machine's CPU (client, server, zygotes, runs, kernel threads) and wall time over
+        # each server's back-to-back calls: what one call costs all the cores, and how busy they were.
+        busy = {c.spec.label: 0.0 for c in conns}
+        wall = {c.spec.label: 0.0 for c in conns}
         for batch in range(p.trivial_calls // p.batch):
             for conn in rotate(conns, batch):
                 label = conn.spec.label
                 for _ in range(p.batch):
                     pings[label].append(await conn.ping())
+                busy0, wall0 = machine_busy(), time.perf_counter()
                 for _ in range(p.batch):
                     result = await conn.call(TRIVIAL_CODE, "1")
                     lat[label].append(result.latency)
@@ -114,7 +122,18 @@ async def scenario_calls(mode: str, specs: list[ServerSpec], launch: Launch, p: 
                         durations[label].append(result.run_duration)
                     if not result.ok:
                         failures[label].append(result.problem)
+                busy[label] += machine_busy() - busy0
+                wall[label] += time.perf_counter() - wall0
         await asyncio.sleep(0.5)  # the last refills finish
+        say(f"[{mode}] paced trivial calls: {p.paced_calls} each, {PACE * 1000:.0f} ms after the previous answer")
+        paced: dict[str, list[float]] = {c.spec.label: [] for c in conns}
+        for i in range(p.paced_calls):
+            for conn in rotate(conns, i):
+                await asyncio.sleep(PACE)
+                result = await conn.call(TRIVIAL_CODE, "1")
+                paced[conn.spec.label].append(result.latency)
+                if not result.ok:
+                    failures[conn.spec.label].append(result.problem)
         cpu_per_call: dict[str, dict[str, float]] = {}
         for conn in conns:
             if conn.pid is not None:
@@ -172,6 +191,12 @@ async def scenario_calls(mode: str, specs: list[ServerSpec], launch: Launch, p: 
                 "ping": summary(pings[label]),
                 "ping_samples": pings[label],
                 "trivial_run_duration": summary(durations[label]),
+                "trivial_paced": summary(paced[label]),
+                "trivial_machine": {
+                    "busy_cpu_per_call": busy[label] / len(lat[label]),
+                    "busy_share": busy[label] / ((os.cpu_count() or 1) * wall[label]),
+                    "cpus": os.cpu_count(),
+                },
                 "trivial_cpu_per_call": cpu_per_call.get(label),
                 "cpu": summary(cpu[label]),
                 "cpu_run_duration": summary(cpu_run[label]),

@@ -35,6 +35,10 @@ while n < {total}:
 FLOOD_CODE = flood_code(FLOOD_TOTAL)
 FLOOD_MARK = re.compile(r"@(\d{6,}) (\d+)@")
 CONCURRENCY_LEVELS = (1, 4, 8, 16)
+# Paced calls: each this long after the previous answer, as an LLM client's come (seconds apart, in
+# fact). What a call leaves to do after its answer (the pool's refill, the run's teardown) is done by
+# then, so the call has the machine to itself; back-to-back calls share it with that work.
+PACE = 0.02
 THROUGHPUT_ENV = {"RUNNER_MAX_CONCURRENT": "8"}
 BARE_IMPORT = "bare import mcp.server.lowlevel"
 BARE_IMPORT_EXIT = "bare import mcp.server.lowlevel, to process exit"
@@ -67,6 +71,7 @@ class Params:
     startup_reps: int
     memory_reps: int
     naive_flood_mib: int
+    paced_calls: int = 30
     modes: tuple[str, ...] = ("raw", "client")
 
 
@@ -93,4 +98,5 @@ FULL = Params(
     startup_reps=10,
     memory_reps=2,
     naive_flood_mib=1024,
+    paced_calls=150,
 )
