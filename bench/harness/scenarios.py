@@ -125,6 +125,12 @@ async def scenario_calls(mode: str, specs: list[ServerSpec], launch: Launch, p: 
                 busy[label] += machine_busy() - busy0
                 wall[label] += time.perf_counter() - wall0
         await asyncio.sleep(0.5)  # the last refills finish
+        cpu_per_call: dict[str, dict[str, float]] = {}
+        for conn in conns:
+            if conn.pid is not None:
+                (own0, kids0), (own1, kids1) = cpu_before[conn.spec.label], tree_cpu(conn.pid)
+                n = len(lat[conn.spec.label])
+                cpu_per_call[conn.spec.label] = {"server": (own1 - own0) / n, "children": (kids1 - kids0) / n}
         say(f"[{mode}] paced trivial calls: {p.paced_calls} each, {PACE * 1000:.0f} ms after the previous answer")
         paced: dict[str, list[float]] = {c.spec.label: [] for c in conns}
         for i in range(p.paced_calls):
@@ -134,12 +140,6 @@ async def scenario_calls(mode: str, specs: list[ServerSpec], launch: Launch, p: 
                 paced[conn.spec.label].append(result.latency)
                 if not result.ok:
                     failures[conn.spec.label].append(result.problem)
-        cpu_per_call: dict[str, dict[str, float]] = {}
-        for conn in conns:
-            if conn.pid is not None:
-                (own0, kids0), (own1, kids1) = cpu_before[conn.spec.label], tree_cpu(conn.pid)
-                n = len(lat[conn.spec.label])
-                cpu_per_call[conn.spec.label] = {"server": (own1 - own0) / n, "children": (kids1 - kids0) / n}
         say(f"[{mode}] CPU-bound latency: {p.cpu_calls} calls each")
         cpu: dict[str, list[float]] = {c.spec.label: [] for c in conns}
         cpu_run: dict[str, list[float]] = {c.spec.label: [] for c in conns}
