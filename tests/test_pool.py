@@ -359,6 +359,17 @@ async def test_a_print_flood_is_truncated_keeping_the_final_traceback(config: Co
     assert result.stderr.text.endswith("ValueError: the end\n")
 
 
+async def test_a_last_write_past_the_byte_budget_as_the_streams_close_is_an_output_limit(
+    config: Config, no_leaks: None
+) -> None:
+    # The write that blows the budget and the end of both streams reach the server together: the
+    # one task reading them once failed the call with an internal error here, most times.
+    async with Pool.open(tuned(config, max_output_bytes=4096)) as pool:
+        for _ in range(5):
+            result = await run(pool, "import sys\nsys.stdout.write('x' * 5000)")
+            assert result.status is Status.OUTPUT_LIMIT, result
+
+
 async def test_output_past_the_byte_budget_kills_the_run_with_bounded_server_memory(
     config: Config, no_leaks: None
 ) -> None:

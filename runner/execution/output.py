@@ -53,6 +53,8 @@ class RunOutput:
             while selector.get_map():
                 await anyio.wait_readable(selector.fileno())
                 for key, _ in selector.select(0):
+                    if key.fd not in selector.get_map():
+                        continue  # let go earlier in this batch: the other stream, once the budget is blown
                     if key.data is None:
                         self._read_report(selector)
                     else:
