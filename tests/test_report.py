@@ -274,6 +274,23 @@ def test_a_report_near_the_end_only_form_is_read_the_whole_way(head: bytes) -> N
     assert parse_report(data, budgets) == parse_report_slowly(data, budgets)
 
 
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"report 10 0\n",  # shorter than its header: the JSON is cut
+        b"report 57 0\n",  # one byte longer than its header
+        b"report 0056 0\n",  # the right length, zero-padded
+        b"report 99999999 0\n",  # over the header's bound
+    ],
+)
+def test_an_end_only_report_whose_frame_does_not_fit_its_header_is_read_the_whole_way(frame: bytes) -> None:
+    # A run cut short sends a frame that was never whole; the server then reads what came.
+    head = b'{"end": {"status": 0, "cpu": 0.0123, "maxrss_kb": 9876}}'
+    assert len(head) == 56
+    budgets = Budgets(100, 0, 0, 0, 0)
+    assert parse_report(frame + head, budgets) == parse_report_slowly(frame + head, budgets)
+
+
 def parse_report_slowly(data: bytes, budgets: Budgets) -> object:
     """`parse_report` through the JSON decoder only."""
     module = report_module

@@ -117,17 +117,19 @@ def parse_report(data: bytes | bytearray, budgets: Budgets) -> Returned:
         # read without the JSON decoder; anything else, this form's values out of range included,
         # goes the whole way.
         end = _END_ONLY.fullmatch(data)
-        if end is not None and int(end[1]) <= 255 and float(end[2]) < 1e9:
-            return Returned(end=RunEnd(int(end[1]), float(end[2]), int(end[3]) * 1024))
+        header_bytes = len(data) - end.end(1) - len(b" 0\n") if end is not None else -1
+        if end is not None and int(end[1]) == header_bytes and int(end[2]) <= 255 and float(end[3]) < 1e9:
+            return Returned(end=RunEnd(int(end[2]), float(end[3]), int(end[4]) * 1024))
         return _parse(bytes(data), budgets)
     except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: JSON nested deep
         return Returned(omitted=(Omitted("(the run's report)", len(data), f"malformed, dropped: {exc}"),))
 
 
-# Numbers as JSON spells them (no leading zeros), so this reads exactly what the decoder would.
+# Numbers as JSON spells them (no leading zeros) and short, so this reads exactly what the decoder
+# would; the declared header length must be the header's.
 _END_ONLY = re.compile(
-    REPORT_HEAD + rb' [0-9]+ 0\n\{"end": \{"status": (0|[1-9][0-9]{0,2}), '
-    rb'"cpu": ((?:0|[1-9][0-9]*)\.[0-9]+(?:e-[0-9]+)?), "maxrss_kb": (0|[1-9][0-9]{0,14})\}\}'
+    REPORT_HEAD + rb' ([0-9]{1,4}) 0\n\{"end": \{"status": (0|[1-9][0-9]{0,2}), '
+    rb'"cpu": ((?:0|[1-9][0-9]{0,9})\.[0-9]{1,20}(?:e-[0-9]{1,3})?), "maxrss_kb": (0|[1-9][0-9]{0,14})\}\}'
 )
 
 
