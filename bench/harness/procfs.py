@@ -40,10 +40,12 @@ def stat_cpu(pid: int) -> tuple[float, float]:
 
 
 def machine_busy() -> float:
-    """CPU seconds every core of the machine has spent busy (not idle, not waiting on I/O) since boot."""
+    """CPU seconds every core of the machine has spent running something since boot: user, nice,
+    system, irq and softirq time. Not idle or I/O wait; not steal (the hypervisor running someone
+    else); not guest time, which user time already holds."""
     with open("/proc/stat", "rb") as stat:
-        ticks = [int(n) for n in stat.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / CLOCK_TICKS
+        user, nice, system, _idle, _iowait, irq, softirq = (int(n) for n in stat.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / CLOCK_TICKS
 
 
 def proc_pss(pid: int) -> int | None:

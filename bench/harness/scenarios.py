@@ -122,8 +122,9 @@ async def scenario_calls(mode: str, specs: list[ServerSpec], launch: Launch, p: 
                         durations[label].append(result.run_duration)
                     if not result.ok:
                         failures[label].append(result.problem)
-                busy[label] += machine_busy() - busy0
                 wall[label] += time.perf_counter() - wall0
+                await asyncio.sleep(0.05)  # what the last call left to do (refill, teardown) is its CPU too
+                busy[label] += machine_busy() - busy0
         await asyncio.sleep(0.5)  # the last refills finish
         cpu_per_call: dict[str, dict[str, float]] = {}
         for conn in conns:
