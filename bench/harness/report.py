@@ -12,10 +12,10 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from .data import TARGETS as DATA_TARGETS
 from .data import data_rows
 from .scenarios import RSS_SAMPLE_INTERVAL
 from .stats import ratio
-from .data import TARGETS as DATA_TARGETS
 from .workloads import BARE_IMPORT, CONCURRENCY_LEVELS, CPU_N, PACE, TARGETS, THROUGHPUT_ENV
 
 
