@@ -11,12 +11,15 @@ p90: the namespace's set-up and the teardown the exit waits for), the CPU time o
 of utime + stime of the reaped children), and both over plain fork. Kernel work done later on a
 worker thread (a network namespace's cleanup) is not in them; the next lines measure it the way it
 shows: back-to-back runs, with and without one network namespace each, and with one lent from those
-made before as the zygote does. (One empty network namespace shared by every run costs what the
-host's network costs: it is made once. It is not an option: concurrent runs sharing it could meet
-on abstract unix sockets, see tests/test_namespaces.py; a lent one is never any other live run's.)
-The last lines compare a whole run made that way (a PID namespace and an init of its own) with the
-zygote's way (the run forked into a kept PID namespace whose init cleans up after it, pidspaces.py),
-back to back, all CPU counted: this process's, its children's and the kept inits'.
+made before, as the zygote did until a lent one was found to carry its counters from run to run.
+(One empty network namespace shared by every run costs what the host's network costs: it is made
+once. It is not an option: concurrent runs sharing it could meet on abstract unix sockets, see
+tests/test_namespaces.py, and read each other's counters.) The last lines compare a whole run made
+with a PID namespace and an init of its own with the zygote's way (the run forked into a kept PID
+namespace whose init cleans up after it, pidspaces.py), with a network namespace lent and with one of
+the run's own (the zygote's way now), back to back, all CPU counted: this process's, its children's
+and the kept inits', and the whole machine's from /proc/stat (which includes the kernel's teardown
+of network namespaces on its worker threads, and whatever else the machine did meanwhile).
 
 Run as root, or where user namespaces are allowed (it enters one of its own first, as the zygote
 does without CAP_SYS_ADMIN). This is a script that prints numbers; nothing here asserts on time.
@@ -62,6 +65,34 @@ def nothing() -> None:
 
 
 ISOLATION = namespaces.Isolation([str(TMP_BYTES), "isolated"])
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class NetworkLender:
+    """The zygote's way until lent network namespaces were found to carry counters from run to run:
+    empty network namespaces made once each, then lent to one run after another."""
+
+    def __init__(self) -> None:
+        self._free: list[int] = []
+        self._home: int | None = None
+
+    def lend(self) -> int:
+        if self._free:
+            return self._free.pop()
+        if self._home is None:
+            namespaces.unshare(namespaces.CLONE_NEWNET)
+            self._home = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        namespaces.unshare(namespaces.CLONE_NEWNET)
+        try:
+            return os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            namespaces.setns(self._home, namespaces.CLONE_NEWNET)
+
+    def give_back(self, network: int) -> None:
+        self._free.append(network)
+
+
+LENDER = NetworkLender()
 
 
 def private_view() -> None:
@@ -81,17 +112,16 @@ def whole_run() -> None:
 def lent_network_run() -> None:
     """The zygote's way before kept PID namespaces: a network namespace lent, the rest cloned anew with
     an init that forks the run."""
-    network = ISOLATION.lend_network()
+    network = LENDER.lend()
     pid = namespaces.clone(ALL)
     if pid == 0:
         try:
-            if network is not None:
-                namespaces.setns(network, namespaces.CLONE_NEWNET)
+            namespaces.setns(network, namespaces.CLONE_NEWNET)
             whole_run()
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
-    ISOLATION.give_back(network)
+    LENDER.give_back(network)
 
 
 ALL = namespaces.CLONE_NEWPID | namespaces.CLONE_NEWNS | namespaces.CLONE_NEWIPC | namespaces.CLONE_NEWUTS
@@ -131,15 +161,25 @@ def back_to_back(one: Callable[[], None], runs: int) -> float:
     return (time.perf_counter() - started) / runs
 
 
-def all_cpu_per_run(one: Callable[[], None], runs: int, spaces: pidspaces.PidSpaces | None = None) -> float:
+def machine_busy() -> float:
+    """CPU seconds the whole machine has been busy (user, nice, system, irq, softirq; guest is in user)."""
+    with open("/proc/stat") as stat:
+        fields = [int(field) for field in stat.readline().split()[1:8]]
+    return (sum(fields[:3]) + fields[5] + fields[6]) / CLOCK_TICKS
+
+
+def all_cpu_per_run(
+    one: Callable[[], None], runs: int, spaces: pidspaces.PidSpaces | None = None
+) -> tuple[float, float]:
     """CPU seconds per run of this process and every process it made, kept inits included (they are
-    ended and reaped at the end, so that their time counts as their children's)."""
+    ended and reaped at the end, so that their time counts as their children's), and the whole
+    machine's (a network namespace's teardown is a kernel worker's)."""
 
     def spent() -> float:
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
-    before = spent()
+    before, machine_before = spent(), machine_busy()
     for _ in range(runs):
         one()
     if spaces is not None:
@@ -147,53 +187,60 @@ def all_cpu_per_run(one: Callable[[], None], runs: int, spaces: pidspaces.PidSpa
             spaces.retire(space)
             os.waitpid(init, 0)
             spaces.lost(init)
-    return (spent() - before) / runs
+    time.sleep(0.2)  # the kernel's teardown of the last namespaces, on its own threads
+    return (spent() - before) / runs, (machine_busy() - machine_before) / runs
 
 
-def kept_namespace_run(spaces: pidspaces.PidSpaces) -> Callable[[], None]:
-    """The zygote's way: the run forked into a kept PID namespace, a network namespace lent; the run
-    makes the rest and its view; the namespace's init cleans up after it."""
+def kept_namespace_run(spaces: pidspaces.PidSpaces, lent_network: bool) -> Callable[[], None]:
+    """The zygote's way: the run forked into a kept PID namespace; the run makes the rest (with a
+    network namespace of its own, or enters one lent to it) and its view; the namespace's init cleans
+    up after it."""
 
     def one() -> None:
-        network = ISOLATION.lend_network()
+        network = LENDER.lend() if lent_network else None
         pid, space = spaces.fork()
         if pid == 0:
             try:
                 if network is not None:
                     namespaces.setns(network, namespaces.CLONE_NEWNET)
-                namespaces.unshare(namespaces.CLONE_NEWNS | namespaces.CLONE_NEWIPC | namespaces.CLONE_NEWUTS)
+                    namespaces.unshare(ISOLATION.unshared & ~namespaces.CLONE_NEWNET)
+                else:
+                    namespaces.unshare(ISOLATION.unshared)
                 private_view()
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
-        spaces.clean(space, network)
+        spaces.clean(space)
         answer = os.read(space.replies, 1) if select.select([space.replies], [], [], 5)[0] else b""
-        ISOLATION.give_back(spaces.finished(space, answer))
+        spaces.finished(space, answer)
+        if network is not None:
+            LENDER.give_back(network)
 
     return one
 
 
-def in_kept_namespaces(runs: int) -> tuple[float, float]:
-    """(wall, CPU) per run the zygote's way, measured in a child of this process: kept PID namespaces
-    are made in a PID namespace of the parent's own, after which it can clone no new one itself."""
+def in_kept_namespaces(runs: int, lent_network: bool) -> tuple[float, float, float]:
+    """(wall, CPU, the machine's CPU) per run the zygote's way, measured in a child of this process: kept
+    PID namespaces are made in a PID namespace of the parent's own, after which it can clone no new
+    one itself."""
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:
         try:
             spaces = pidspaces.PidSpaces([60, 1 << 40, 1 << 20, 1 << 40])
             spaces.prepare()
-            one = kept_namespace_run(spaces)
+            one = kept_namespace_run(spaces, lent_network)
             one()  # the namespace made, the first faults
             wall = back_to_back(one, runs)
-            cpu = all_cpu_per_run(one, runs, spaces)
-            os.write(write_end, f"{wall} {cpu}".encode())
+            cpu, machine = all_cpu_per_run(one, runs, spaces)
+            os.write(write_end, f"{wall} {cpu} {machine}".encode())
         finally:
             os._exit(0)
     os.close(write_end)
     said = os.read(read_end, 100).split()
     os.close(read_end)
     os.waitpid(child, 0)
-    return float(said[0]), float(said[1])
+    return float(said[0]), float(said[1]), float(said[2])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -230,15 +277,20 @@ def main(argv: list[str] | None = None) -> None:
     say(f"back to back, {args.runs} runs each (wall per run, teardown included):")
     for name, seconds in rates.items():
         say(f"  {name:50} {seconds * 1e3:.2f} ms")
-    # What a whole run costs in all, the way before and the zygote's way now, alternated three times.
-    totals: dict[str, list[tuple[float, float]]] = {"its own init": [], "a kept PID namespace": []}
+    # What a whole run costs in all, the ways before and the zygote's way now, alternated three times.
+    totals: dict[str, list[tuple[float, float, float]]] = {
+        "its own init, network lent": [],
+        "a kept PID namespace, network lent": [],
+        "a kept PID namespace, network its own": [],
+    }
     for _ in range(3):
         wall = back_to_back(lent_network_run, args.runs)
-        totals["its own init"].append((wall, all_cpu_per_run(lent_network_run, args.runs)))
-        totals["a kept PID namespace"].append(in_kept_namespaces(args.runs))
-    say(f"a whole run with a lent network namespace, back to back, {args.runs} runs x 3 (wall, all CPU, ms):")
-    for name, pairs in totals.items():
-        say(f"  {name:30} " + "  ".join(f"{wall * 1e3:.2f}, {cpu * 1e3:.2f}" for wall, cpu in pairs))
+        totals["its own init, network lent"].append((wall, *all_cpu_per_run(lent_network_run, args.runs)))
+        totals["a kept PID namespace, network lent"].append(in_kept_namespaces(args.runs, lent_network=True))
+        totals["a kept PID namespace, network its own"].append(in_kept_namespaces(args.runs, lent_network=False))
+    say(f"a whole run, back to back, {args.runs} runs x 3 (wall, all CPU, the machine's CPU; ms):")
+    for name, rows in totals.items():
+        say(f"  {name:38} " + "  ".join(f"{w * 1e3:.2f}, {c * 1e3:.2f}, {m * 1e3:.2f}" for w, c, m in rows))
 
 
 if __name__ == "__main__":

@@ -44,12 +44,14 @@ child.wait()
 def shared_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="runner-isolation-"))
     path.chmod(0o777)
-    shutil.copy(BOOTSTRAP, path / "bootstrap.py")
+    # The bootstrap and what it loads from beside it before it is ready (its seccomp filter).
+    for name in ("bootstrap.py", "seccomp.py"):
+        shutil.copy(Path(BOOTSTRAP).with_name(name), path / name)
+        (path / name).chmod(0o644)
     (path / "probe.py").write_text(PROBE)
     (path / "work").mkdir(mode=0o777)
     (path / "work").chmod(0o777)
-    for name in ("bootstrap.py", "probe.py"):
-        (path / name).chmod(0o644)
+    (path / "probe.py").chmod(0o644)
     yield path
     shutil.rmtree(path)
 

@@ -44,11 +44,22 @@ STDLIB_ONLY = (
     "runner.processes.namespaces",
     "runner.processes.pidspaces",
     "runner.processes.preload",
+    "runner.processes.seccomp",
     "runner.processes.workdir",
     "runner.processes.zygote",
 )
 # What the zygote imports from its own directory (it runs under -I -S, outside the package).
-ZYGOTE_SIBLINGS = ("bootstrap", "figures", "harvest", "jobs", "namespaces", "pidspaces", "preload", "workdir")
+ZYGOTE_SIBLINGS = (
+    "bootstrap",
+    "figures",
+    "harvest",
+    "jobs",
+    "namespaces",
+    "pidspaces",
+    "preload",
+    "seccomp",
+    "workdir",
+)
 
 
 @dataclass(frozen=True)

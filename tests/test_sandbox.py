@@ -158,6 +158,49 @@ async def test_the_network_is_unreachable(sandboxed: Pool) -> None:
     assert result.stdout.text.startswith("refused:")
 
 
+# What the kernel counts in the run's network namespace and whether a listener is there, then some
+# counting of its own (sends with no route), and a daemon (its own session) listening on an abstract unix
+# socket, which lives in the network namespace. A namespace lent from run to run once carried its
+# counters along (Ip OutNoRoutes 29, then 58).
+LOOK_THEN_LEAVE_TRACES_IN_THE_NETWORK = """
+    import hashlib, os, socket, time
+    counted = "".join(open(f"/proc/net/{name}").read() for name in ("snmp", "netstat", "dev", "snmp6")
+                      if os.path.exists(f"/proc/net/{name}"))
+    lines = open("/proc/net/snmp").read().splitlines()
+    no_routes = dict(zip(lines[0].split(), lines[1].split()))["OutNoRoutes"]
+    try:
+        socket.socket(socket.AF_UNIX).connect("\\0python-runner-test-left-behind")
+        found = "reached"
+    except OSError as exc:
+        found = type(exc).__name__
+    print(hashlib.sha256(counted.encode()).hexdigest()[:16], no_routes, found)
+    for _ in range(3):
+        try:
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("10.1.2.3", 9))
+        except OSError:
+            pass
+    ready_r, ready_w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            listener = socket.socket(socket.AF_UNIX)
+            listener.bind("\\0python-runner-test-left-behind")
+            listener.listen()
+            os.write(ready_w, b"up")
+            time.sleep(60)
+        os._exit(0)
+    assert os.read(ready_r, 2) == b"up"
+"""
+
+
+async def test_a_run_s_network_namespace_holds_nothing_of_an_earlier_run_not_even_its_counters(
+    sandboxed: Pool,
+) -> None:
+    seen = [(await run(sandboxed, LOOK_THEN_LEAVE_TRACES_IN_THE_NETWORK)).stdout.text.split() for _ in range(6)]
+    assert {(no_routes, found) for _, no_routes, found in seen} == {("0", "ConnectionRefusedError")}, seen
+    assert len({counted for counted, _, _ in seen}) == 1, f"a run found counts of an earlier one: {seen}"
+
+
 async def test_the_file_system_is_read_only_outside_the_private_tmpfs(sandboxed: Pool) -> None:
     # Outside /tmp and /run (which the sandbox replaces), where the host (root, here) could write.
     target = Path("/var/tmp") / f"written-from-a-run-{os.getpid()}"
@@ -176,6 +219,61 @@ async def test_the_file_system_is_read_only_outside_the_private_tmpfs(sandboxed:
     target.unlink(missing_ok=True)
     assert result.stdout.text == "EROFS\nprivate\n"
     assert not written
+
+
+# Every entry of /proc (the run's own processes included) and /sys that some write bit or access(W_OK)
+# says could be written, opened for writing (nothing is written); /dev/null, which covers what /proc
+# would show of the host, aside. A root run that could open /proc/sys/kernel/core_pattern could make
+# the kernel run a program of its own as root on the host at the next crash.
+WRITABLE_UNDER_PROC_AND_SYS = """
+    import os, stat
+    found, looked = [], 0
+    for top in ("/proc", "/sys"):
+        directories = [top]
+        while directories:
+            directory = directories.pop()
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue
+            for entry in entries:
+                looked += 1
+                try:
+                    info = os.lstat(entry.path)
+                except OSError:
+                    continue
+                if stat.S_ISLNK(info.st_mode):
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    if os.access(entry.path, os.W_OK):
+                        found.append(entry.path + "/")
+                    directories.append(entry.path)
+                elif info.st_mode & 0o222 or os.access(entry.path, os.W_OK):
+                    if stat.S_ISCHR(info.st_mode) and info.st_rdev == os.makedev(1, 3):
+                        continue  # /dev/null
+                    try:
+                        os.close(os.open(entry.path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW))
+                    except OSError:
+                        continue
+                    found.append(entry.path)
+    # The host's settings first, then the run's own processes' entries.
+    print(looked > 1000, len(found), sorted(found, key=lambda path: path.split("/")[2].isdigit())[:20])
+"""
+
+
+async def test_nothing_under_proc_or_sys_opens_for_writing(sandboxed: Pool) -> None:
+    result = await run(sandboxed, WRITABLE_UNDER_PROC_AND_SYS, timeout=60)
+    assert result.stdout.text == "True 0 []\n", result.to_text()
+
+
+async def test_proc_shows_none_of_the_host_s_keys(sandboxed: Pool) -> None:
+    # A root run read the host's keys there (descriptions, owners, permissions), keyctl refused or not.
+    code = """
+        for name in ("/proc/keys", "/proc/key-users"):
+            print(name, repr(open(name).read()))
+    """
+    result = await run(sandboxed, code)
+    assert result.stdout.text == "/proc/keys ''\n/proc/key-users ''\n", result.to_text()
 
 
 async def test_dev_holds_only_harmless_devices(sandboxed: Pool) -> None:

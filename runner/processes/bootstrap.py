@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn
 
-    from runner.processes import jobs
+    from runner.processes import jobs, seccomp
     from runner.processes.harvest import Report
 
     # What the run returns and how its end is told: (gather the report, or None; send it with the end).
@@ -41,13 +41,12 @@ SIBLINGS = ("jobs", "workdir", "figures", "harvest")
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
-PR_SET_SECCOMP = 22
-SECCOMP_MODE_FILTER = 2
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
-# The kernel's key store belongs to a uid, not to a process: a key a run adds to the user keyring (a
-# root server's: root's own) outlives the run, and a later run of the uid could find it. So no run
-# may call add_key, request_key or keyctl. Per machine: (AUDIT_ARCH_*, their numbers).
-KEYRING_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+# A run's open files, per process. Each can hold kernel memory that RLIMIT_AS does not count (a
+# socket's queue, a pipe's buffer); with the socket buffers a run may not raise (seccomp.py), this bounds
+# that memory to about 256 x 208 KiB per process (docs/security.md). Python's own needs are a few
+# dozen; 256 is macOS's default.
+OPEN_FILES = 256
 
 
 def wanted_limits(cpu: int, address_space: int, nproc: int, fsize: int) -> list[tuple[str, int, int]]:
@@ -59,6 +58,7 @@ def wanted_limits(cpu: int, address_space: int, nproc: int, fsize: int) -> list[
         ("RLIMIT_AS", address_space, address_space),
         ("RLIMIT_NPROC", nproc, nproc),
         ("RLIMIT_FSIZE", fsize, fsize),
+        ("RLIMIT_NOFILE", OPEN_FILES, OPEN_FILES),
     ]
 
 
@@ -119,45 +119,6 @@ def privilege_dropper(*, bounding_set: bool = True, held: bool = True) -> Callab
             capset(header, data)
 
     return drop
-
-
-def block_keyrings() -> None:
-    """A seccomp filter on this process and everything it forks or starts: add_key, request_key and
-    keyctl fail with EPERM, and so does every system call of another ABI (i386 or x32 on x86_64, whose
-    numbers differ). Needs no_new_privs or CAP_SYS_ADMIN. OSError if the kernel refuses it; nothing on
-    other platforms."""
-    machine = KEYRING_SYSCALLS.get(os.uname().machine)
-    if not sys.platform.startswith("linux") or machine is None:
-        return
-    import ctypes
-
-    class SockFilter(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
-
-    class SockFprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
-
-    arch, (add_key, request_key, keyctl) = machine
-    deny, allow = 0x00050000 | errno.EPERM, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
-    load, equal, at_least, give = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, JGE|K, BPF_RET|K
-    program = [
-        (load, 0, 0, 4),  # seccomp_data.arch
-        (equal, 1, 0, arch),
-        (give, 0, 0, deny),
-        (load, 0, 0, 0),  # seccomp_data.nr
-        (at_least, 4, 0, 0x40000000),  # x32 (__X32_SYSCALL_BIT)
-        (equal, 3, 0, add_key),
-        (equal, 2, 0, request_key),
-        (equal, 1, 0, keyctl),
-        (give, 0, 0, allow),
-        (give, 0, 0, deny),
-    ]
-    filters = (SockFilter * len(program))(*(SockFilter(*op) for op in program))
-    libc = ctypes.CDLL(None, use_errno=True)
-    fprog = SockFprog(len(program), filters)
-    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"seccomp filter: {os.strerror(code)}")
 
 
 def make_undumpable() -> None:
@@ -355,22 +316,26 @@ def add_packages() -> None:
             sys.path.append(entry)
 
 
-def prepare_process(*, keep_capabilities: bool = False) -> None:
+def prepare_process(syscalls: seccomp.Filter, *, namespaced_zygote: bool = False) -> None:
     """What every run needs once per interpreter, before any run's code: a forked run inherits it.
 
     Non-dumpable and no capabilities (both survive fork; a run can make only itself dumpable
-    again, which exposes nothing but its own process, and can never regain a capability; a
-    namespaced zygote keeps all but its bounding set), no kernel
-    keyrings (a seccomp filter, which survives fork and exec and cannot be lifted), the compiler
-    warmed up, and a line-buffered stdout: -I ignores PYTHONUNBUFFERED, and a block-buffered stdout
-    loses what a run printed before a timeout kill. Line buffering keeps every finished line,
-    written whole (one write per line, so lines of concurrent processes do not interleave mid-line).
+    again, which exposes nothing but its own process, and can never regain a capability), the
+    system calls no run may make refused (`syscalls`, seccomp filters, which survive fork and exec and
+    cannot be lifted), the compiler warmed up, and a line-buffered stdout: -I ignores PYTHONUNBUFFERED, and a
+    block-buffered stdout loses what a run printed before a timeout kill. Line buffering keeps every
+    finished line, written whole (one write per line, so lines of concurrent processes do not
+    interleave mid-line).
+
+    A `namespaced_zygote` keeps its capabilities but its bounding set, and its `syscalls` let it make
+    namespaces and mount: each run drops the capabilities and refuses the rest itself once its view
+    is made (zygote.py).
     """
     make_undumpable()
     add_packages()
     warm_up()
-    privilege_dropper(held=not keep_capabilities)()  # a namespaced zygote's runs drop them after set-up
-    block_keyrings()  # after no_new_privs, or with the namespaced zygote's CAP_SYS_ADMIN
+    privilege_dropper(held=not namespaced_zygote)()
+    syscalls.install()  # after no_new_privs, or with the namespaced zygote's CAP_SYS_ADMIN
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
@@ -388,7 +353,8 @@ def become_run(workdir: str, limits: list[int]) -> None:
 
 def main() -> None:
     """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE`` (the zygote is `zygote.py`, which imports this)."""
-    prepare_process()
+    seccomp = load_sibling("seccomp")
+    prepare_process(seccomp.Filter(seccomp.WHOLE))
     become_run(sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
     siblings = tuple(load_sibling(name) for name in SIBLINGS)
     warm_up(siblings, ".")

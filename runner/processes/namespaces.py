@@ -9,9 +9,8 @@ interpreter has them (3.12+).
 Who calls what (see zygote.py): the zygote enters a user namespace once, if it lacks
 CAP_SYS_ADMIN, makes the part of the view that runs share in a mount namespace of its own
 (`prepare_shared_view`) and the PID namespace that runs' are made in (pidspaces.py). For
-each run it lends a kept PID namespace and a network namespace
-(`Isolation.lend_network`) and forks the run into the first; the run enters
-the second, makes its own mount, IPC and UTS namespaces (`unshare`), and calls `name_host` and
+each run it lends a kept PID namespace and forks the run into it; the run makes its own mount, IPC,
+UTS and network namespaces (`unshare` of `Isolation.unshared`), and calls `name_host` and
 `make_private_view`, all before its code can arrive.
 """
 
@@ -29,6 +28,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 
+MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
@@ -46,8 +46,6 @@ PR_SET_PDEATHSIG = 1
 CAP_SYS_ADMIN = 21
 
 HOSTNAME = b"sandbox"
-# Empty network namespaces kept for later runs, beyond which the zygote closes them.
-MAX_FREE_NETWORKS = 32
 # The run's private, size-limited file systems: its working directory (and HOME, TMPDIR) is /tmp.
 # /dev/shm is made in the run's own /dev, which holds only these devices (as bubblewrap's --dev):
 # a root run must not find the host's disks there.
@@ -63,65 +61,36 @@ DEVICE_LINKS = (
     ("stderr", "/proc/self/fd/2"),
 )
 WORKDIR = "/tmp"
-# Parts of a fresh /proc that are not per-namespace and would let a root run reach the host's
-# kernel settings: covered read-only for a root run, as bubblewrap does.
-PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")
+# A run's /proc is read-only whole: much of it is not per-namespace (/proc/sys, /proc/sysrq-trigger,
+# /proc/pressure, ...), and a root run could write the host's kernel settings through it. What it would
+# show of the host, these are covered by an empty file (/dev/null): the kernel's keyrings (whose calls
+# no run may make, seccomp.py) list every key the reader could view, with owners and descriptions.
+# The same for bubblewrap (sandbox.bwrap_argv).
+PROC_COVERED = ("keys", "key-users")
 # Marks a file to hide among the zygote's KEEP arguments (which are absolute paths, so never start so).
 HIDE_PREFIX = "!"
 
 
 class Isolation:
-    """What each run gets, from the zygote's arguments ``TMP_BYTES NETWORK KEEP...``, and the zygote's
-    empty network namespaces, each lent to one run at a time."""
+    """What each run gets, from the zygote's arguments ``TMP_BYTES NETWORK KEEP...``."""
 
-    __slots__ = ("_free_networks", "_home_network", "hide", "keep", "mounts", "network", "proc_covers", "tmp_bytes")
+    __slots__ = ("hide", "keep", "mounts", "proc_covers", "tmp_bytes", "unshared")
 
     def __init__(self, args: list[str]) -> None:
         self.tmp_bytes = int(args[0])  # the size of each private tmpfs
-        self.network = args[1] == "isolated"  # an empty network namespace of its own
+        # The namespaces a run makes for itself: a network namespace too unless NETWORK is "shared".
+        # Never one lent from an earlier run: what the kernel counts there (/proc/net/snmp, the
+        # interfaces' counters) would tell a run what the earlier one did. About 0.5 ms of the run's
+        # CPU before its code, and as much for the kernel's teardown after it (docs/performance.md).
+        self.unshared = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if args[1] == "isolated" else 0)
         self.keep = [arg for arg in args[2:] if not arg.startswith(HIDE_PREFIX)]  # see make_private_view
         # What of the server's no run may read (the HTTP tokens): a file covered by an empty one, a
         # directory by an empty tmpfs.
         self.hide = [arg[len(HIDE_PREFIX) :] for arg in args[2:] if arg.startswith(HIDE_PREFIX)]
         # mount(2)'s arguments for each of a run's tmpfs mounts, encoded once (prepare_shared_view).
         self.mounts: list[tuple[bytes, bytes, bytes, int, bytes]] = []
-        # The parts of /proc that a run's own /proc gets covered read-only (prepare_shared_view).
+        # What of a run's /proc is covered by /dev/null (prepare_shared_view).
         self.proc_covers: list[bytes] = []
-        self._home_network: int | None = None
-        self._free_networks: list[int] = []
-
-    def lend_network(self) -> int | None:
-        """An empty network namespace (an fd) that no live run is in; None: runs keep the host's network.
-
-        Made on demand (about 0.5 ms of the zygote's time, and as much again for the kernel to tear it
-        down later), then reused: a run's namespace comes back with `give_back` once no process of
-        that run is left (its PID namespace's init has killed and reaped them). Nothing a run does
-        can outlast it there: a run holds no capability to configure its namespace (lo stays down),
-        its sockets close with its processes, and /proc/sys is read-only to it.
-        """
-        if not self.network:
-            return None
-        if self._free_networks:
-            return self._free_networks.pop()
-        if self._home_network is None:
-            # The zygote leaves the host's network for an empty namespace of its own, to come back to:
-            # going back to the host's needs a capability over it, which a user namespace lacks.
-            unshare(CLONE_NEWNET)
-            self._home_network = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        unshare(CLONE_NEWNET)
-        try:
-            return os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        finally:
-            setns(self._home_network, CLONE_NEWNET)  # back home even if the open failed (EMFILE)
-
-    def give_back(self, network: int | None) -> None:
-        """A lent namespace whose run is over, every process of it gone."""
-        if network is None:
-            return
-        if len(self._free_networks) < MAX_FREE_NETWORKS:
-            self._free_networks.append(network)
-        else:
-            os.close(network)
 
 
 class _MountAttr(ctypes.Structure):
@@ -210,7 +179,7 @@ def has_cap_sys_admin() -> bool:
 
 def require_no_privileges() -> None:
     """OSError unless this process holds no capability, has no_new_privs set and is under a seccomp
-    filter (bootstrap.block_keyrings, inherited from the zygote): what a namespaced run must hold
+    filter (seccomp.py's, inherited from the zygote): what a namespaced run must hold
     before its code may come (the zygote's capabilities were every one over the namespaces)."""
     with open("/proc/self/status", "rb") as status:
         fields = dict(line.split(b":", 1) for line in status if b":" in line)
@@ -218,7 +187,7 @@ def require_no_privileges() -> None:
     if held or fields.get(b"NoNewPrivs", b"0").strip() != b"1":
         raise OSError(f"capabilities not dropped: {held or 'no_new_privs unset'}")
     if fields.get(b"Seccomp", b"0").strip() != b"2":
-        raise OSError("no seccomp filter: the kernel's keyrings are open")
+        raise OSError("no seccomp filter: the system calls no run may make are open")
 
 
 def enter_user_namespace() -> None:
@@ -288,13 +257,8 @@ def prepare_shared_view(isolation: Isolation) -> None:
         if os.path.isdir(directory) and not os.path.islink(directory):
             size = RUN_BYTES if directory == "/run" else isolation.tmp_bytes
             isolation.mounts.append((b"tmpfs", directory.encode(), b"tmpfs", flags, _tmpfs_options(size).encode()))
-    # A run of uid 0 (a root server's) could write the host's kernel settings through them; in a user
-    # namespace of another uid, they are not the run's to write anyway. Looked up once: what this
-    # kernel lacks, no run's /proc has.
-    if os.getuid() == 0:
-        isolation.proc_covers = [
-            b"/proc/" + name.encode() for name in PROC_READ_ONLY if os.path.exists("/proc/" + name)
-        ]
+    # Looked up once: what this kernel lacks, no run's /proc has.
+    isolation.proc_covers = [b"/proc/" + name.encode() for name in PROC_COVERED if os.path.exists("/proc/" + name)]
 
 
 def make_private_view(isolation: Isolation) -> None:
@@ -315,10 +279,9 @@ def make_private_view(isolation: Isolation) -> None:
     finally:
         for _, fd in kept:
             os.close(fd)
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount("proc", "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for cover in isolation.proc_covers:
-        _checked(_LIBC.mount(cover, cover, None, MS_BIND | MS_REC, None), f"mount {cover.decode()}")
-        make_read_only(cover.decode())
+        _checked(_LIBC.mount(b"/dev/null", cover, None, MS_BIND, None), f"mount {cover.decode()}")
 
 
 def _tmpfs_options(size: int) -> str:

@@ -57,14 +57,13 @@ class Space:
     """A kept PID namespace: its init (the zygote's child, PID 1 inside), an fd of the namespace, and the
     pipe and socket ends on which the zygote says a run has ended and the init answers."""
 
-    __slots__ = ("commands", "init", "namespace", "network", "replies")
+    __slots__ = ("commands", "init", "namespace", "replies")
 
     def __init__(self, init: int, namespace: int, commands: int, replies: int) -> None:
         self.init = init
         self.namespace = namespace
         self.commands = commands
         self.replies = replies
-        self.network: int | None = None  # the ended run's network namespace, while the init cleans up
 
 
 class PidSpaces:
@@ -195,44 +194,35 @@ class PidSpaces:
         if dying:
             raise HolderGone("the PID namespace runs' are made in has ended") from exc
 
-    def clean(self, space: Space, network: int | None) -> None:
-        """Its run has ended: its init is to kill what the run left; the run's network namespace waits
-        for the answer (`finished`) or for the init's end (`lost`)."""
-        space.network = network
+    def clean(self, space: Space) -> None:
+        """Its run has ended: its init is to kill what the run left, then answer (`finished`), or it
+        ends (`lost`)."""
         self.cleaning[space.replies] = space
         with contextlib.suppress(OSError):  # the init is gone, and its namespace with it: `lost` follows
             os.write(space.commands, b"K")
 
-    def finished(self, space: Space, answer: bytes) -> int | None:
-        """The init of `space` answered: the run's network namespace if it is free again (None, and
-        closed, if a process of the run may still be in it)."""
+    def finished(self, space: Space, answer: bytes) -> None:
+        """The init of `space` answered: the namespace is free again, or ended if a process of the run
+        may still be in it."""
         del self.cleaning[space.replies]
-        network, space.network = space.network, None
         if answer == CLEAN and len(self._free) < MAX_FREE_SPACES:
             self._free.append(space)
-            return network
-        self.retire(space)
-        if answer != CLEAN and network is not None:
-            os.close(network)
-            network = None
-        return network
+        else:
+            self.retire(space)
 
-    def lost(self, pid: int) -> int | None:
+    def lost(self, pid: int) -> None:
         """A child of the zygote that is not a run was reaped. If it is a kept namespace's init (and
-        so every process in its namespace is gone), forget the namespace, and return the network
-        namespace of a run it was cleaning up after, now free."""
+        so every process in its namespace is gone), forget the namespace."""
         if pid == self.holder:
             self.holder_reaped = True
         space = self.by_init.pop(pid, None)
         if space is None:
-            return None
+            return
         if space in self._free:
             self._free.remove(space)
         self.cleaning.pop(space.replies, None)
         for fd in (space.namespace, space.commands, space.replies):
             os.close(fd)
-        network, space.network = space.network, None
-        return network
 
     def retire(self, space: Space) -> None:
         """End a kept namespace: its init is killed, and every process in it with it (`lost` follows)."""

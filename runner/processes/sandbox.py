@@ -21,6 +21,7 @@ from typing import Literal
 from runner.config import MIB, Config
 from runner.errors import ConfigError
 from runner.processes.bootstrap import __file__ as _bootstrap_file
+from runner.processes.namespaces import PROC_COVERED
 
 WORKDIR = "/tmp"
 # /run is replaced by an empty tmpfs (host sockets stay out of reach) that carries the bootstrap and
@@ -101,8 +102,18 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         str(config.sandbox_tmp_mb * MIB),
         "--tmpfs",
         "/dev/shm",
+        # Read-only whole, with the same covers as the namespaced mode's (namespaces.PROC_COVERED):
+        # bubblewrap covers /proc/sys only where access(W_OK) on it succeeds, and on its root it does not.
         "--proc",
         "/proc",
+        "--remount-ro",
+        "/proc",
+        *(
+            arg
+            for name in PROC_COVERED
+            if os.path.exists("/proc/" + name)
+            for arg in ("--dev-bind", "/dev/null", "/proc/" + name)
+        ),
         "--size",
         str(config.sandbox_tmp_mb * MIB),
         "--tmpfs",

@@ -11,8 +11,9 @@ With ``namespaces`` every run gets its own PID, mount, IPC, UTS and (NETWORK ``i
 network namespaces, set up before its code can arrive. The PID namespace is a kept one, lent to one
 run at a time (pidspaces.py): the run is forked into it, and once the zygote has reaped the run and
 reported its end, the namespace's init, made once, kills whatever the run left before the namespace
-is lent again. The run itself makes the rest (mount, IPC, UTS), enters its lent network namespace
-and builds its private view of the file system, then drops every capability.
+is lent again. The run itself makes the rest (mount, IPC, UTS, network: never lent, see
+`namespaces.Isolation`) and builds its private view of the file system, then drops every capability
+and refuses what only that set-up needed (`seccomp.AFTER_SET_UP`).
 ``python zygote.py --probe TMP_BYTES NETWORK KEEP...`` runs two such runs of ``pass``, the second in
 the first one's PID namespace, and exits 0 if they worked (the server's start-up check).
 
@@ -36,7 +37,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn
 
-    from runner.processes import bootstrap, figures, harvest, jobs, namespaces, pidspaces, preload, workdir
+    from runner.processes import bootstrap, figures, harvest, jobs, namespaces, pidspaces, preload, seccomp, workdir
 else:
     # -I keeps the script's directory off sys.path; the bootstrap sits next to this file. Everything
     # the import leaves is taken away again, so that a forked run can import nothing more than a
@@ -46,6 +47,7 @@ else:
     _writes_bytecode = not sys.dont_write_bytecode
     sys.path.insert(0, _here)
     sys.dont_write_bytecode = True
+    _SIBLINGS = ("bootstrap", "figures", "harvest", "jobs", "namespaces", "pidspaces", "preload", "seccomp", "workdir")
     import bootstrap
     import figures
     import harvest
@@ -53,20 +55,22 @@ else:
     import namespaces
     import pidspaces
     import preload
+    import seccomp
     import workdir
 
     sys.dont_write_bytecode = not _writes_bytecode
     del sys.path[0]
     sys.path_importer_cache.pop(_here, None)
-    for _name in ("bootstrap", "figures", "harvest", "jobs", "namespaces", "pidspaces", "preload", "workdir"):
+    for _name in _SIBLINGS:
         del sys.modules[_name]
 
 # What a run loads next to the bootstrap (`bootstrap.SIBLINGS`), in its order: imported once, here.
 SIBLINGS = (jobs, workdir, figures, harvest)
-UNSHARED_BY_RUN = namespaces.CLONE_NEWNS | namespaces.CLONE_NEWIPC | namespaces.CLONE_NEWUTS
 # A namespaced run drops its capabilities itself, after its set-up: with what ctypes needs made once,
 # here. The bounding set is already empty: the zygote emptied it for all of them (`prepare_process`).
 DROP_PRIVILEGES = bootstrap.privilege_dropper(bounding_set=False)
+# And refuses what only its set-up needed (mount, setns): on top of the zygote's own filter.
+SET_UP_DONE = seccomp.Filter(seccomp.AFTER_SET_UP)
 
 
 # A namespaced zygote's: what each run gets, and the kept PID namespaces runs are forked into.
@@ -74,13 +78,12 @@ Namespaced = tuple[namespaces.Isolation, pidspaces.PidSpaces]
 
 
 class Run:
-    """The zygote's record of one run: its directory on disk (plain), or the namespaces lent to it."""
+    """The zygote's record of one run: its directory on disk (plain), or the PID namespace lent to it."""
 
-    __slots__ = ("network", "space", "workdir")
+    __slots__ = ("space", "workdir")
 
-    def __init__(self, workdir: str | None, network: int | None = None, space: pidspaces.Space | None = None) -> None:
+    def __init__(self, workdir: str | None, space: pidspaces.Space | None = None) -> None:
         self.workdir = workdir
-        self.network = network
         self.space = space
 
 
@@ -118,7 +121,8 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
     limits = run_limits
     # A namespaced zygote keeps its capabilities (in its own user namespace, if it needed one) to
     # build each run's namespaces; every run drops them before its code can arrive.
-    bootstrap.prepare_process(keep_capabilities=isolation is not None)
+    rules = seccomp.WHOLE if isolation is None else seccomp.EVERY_PROCESS
+    bootstrap.prepare_process(seccomp.Filter(rules), namespaced_zygote=isolation is not None)
     if namespaced is not None:
         namespaced[1].prepare()
     wake_r, wake_w = os.pipe()
@@ -169,7 +173,7 @@ def _serve(
                     answer = os.read(fd, 1)
                 except OSError:
                     answer = b""
-                namespaced[0].give_back(namespaced[1].finished(cleaning[fd], answer))
+                namespaced[1].finished(cleaning[fd], answer)
         if wake_r in readable:
             os.read(wake_r, 4096)
             for report in _exited_runs(runs, namespaced):
@@ -199,7 +203,7 @@ def _fork_run(
     workdir = None if namespaced is not None else os.path.join(base_dir, "run-" + os.urandom(6).hex())
     made = False
     ends: list[int] = []
-    network = space = None
+    space = None
     try:
         if workdir is not None:
             os.mkdir(workdir, 0o700)
@@ -210,13 +214,10 @@ def _fork_run(
         if namespaced is None:
             pid = os.fork()
         else:
-            network = namespaced[0].lend_network()
             pid, space = namespaced[1].fork()
     except OSError as exc:
         for fd in ends:
             os.close(fd)
-        if namespaced is not None:
-            namespaced[0].give_back(network)
         if made:
             try:
                 os.rmdir(workdir)  # type: ignore[arg-type]
@@ -225,38 +226,35 @@ def _fork_run(
         return b"E " + str(exc).encode(), []
     theirs = [ends[0], ends[3], ends[5], ends[6]]
     if pid == 0:
-        _forked_run(theirs, workdir or namespaces.WORKDIR, limits, namespaced and namespaced[0], network)
+        _forked_run(theirs, workdir or namespaces.WORKDIR, limits, namespaced and namespaced[0])
     for fd in theirs:
         os.close(fd)
-    runs[pid] = Run(workdir, network, space)
+    runs[pid] = Run(workdir, space)
     where = b"" if workdir is None else b" " + workdir.encode()
     return b"S %d%s" % (pid, where), [ends[1], ends[2], ends[4], ends[7]]
 
 
-def _forked_run(
-    theirs: list[int], workdir: str, limits: list[int], isolation: namespaces.Isolation | None, network: int | None
-) -> NoReturn:
+def _forked_run(theirs: list[int], workdir: str, limits: list[int], isolation: namespaces.Isolation | None) -> NoReturn:
     """In the forked child: become a run like a freshly spawned interpreter would, then run its code.
 
     A namespaced run (`isolation`), forked into its kept PID namespace, first makes its own mount,
-    IPC and UTS namespaces, enters the network namespace lent to it, builds its view of the file
-    system and drops every capability. Never returns: whatever happens, this process must not go
-    back into the zygote's loop.
+    IPC, UTS and network namespaces, builds its view of the file system, drops every capability and
+    refuses mounting and setns from then on. Never returns: whatever happens, this process must not
+    go back into the zygote's loop.
     """
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         if isolation is not None:
-            if network is not None:
-                namespaces.setns(network, namespaces.CLONE_NEWNET)
-            namespaces.unshare(UNSHARED_BY_RUN)
+            namespaces.unshare(isolation.unshared)
         for target, fd in enumerate(theirs):
             os.dup2(fd, target)
         if isolation is not None:
             namespaces.name_host()
             namespaces.make_private_view(isolation)
             DROP_PRIVILEGES()
+            SET_UP_DONE.install()
             namespaces.require_no_privileges()  # fail closed: the dropping ignores what fails
         _become_run(workdir, limits)
     except BaseException:
@@ -285,7 +283,7 @@ def _fail() -> NoReturn:
 
 def _exited_runs(runs: dict[int, Run], namespaced: Namespaced | None) -> list[bytes]:
     """Reap every exited child; the ``X`` report of each run. A namespaced run's init is told to kill
-    what the run left, and its namespaces are lent again once it has (`_serve`)."""
+    what the run left, and its PID namespace is lent again once it has (`_serve`)."""
     reports: list[bytes] = []
     while True:
         try:
@@ -299,7 +297,7 @@ def _exited_runs(runs: dict[int, Run], namespaced: Namespaced | None) -> list[by
         run = runs.pop(pid, None)
         if run is None:
             if namespaced is not None:  # a kept namespace's init, its maker, or the holder
-                namespaced[0].give_back(namespaced[1].lost(pid))
+                namespaced[1].lost(pid)
             continue
         removed = True
         if run.workdir is not None:
@@ -310,7 +308,7 @@ def _exited_runs(runs: dict[int, Run], namespaced: Namespaced | None) -> list[by
                 removed = False  # not empty (or not ours): the server deletes the tree
         reports.append(b"X %d %d %r %r %d %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss, removed))
         if namespaced is not None and run.space is not None:
-            namespaced[1].clean(run.space, run.network)
+            namespaced[1].clean(run.space)
 
 
 def _kill_group(pid: int) -> None:
@@ -338,7 +336,7 @@ def probe(isolation: namespaces.Isolation) -> int:
     if not namespaces.has_cap_sys_admin():
         namespaces.enter_user_namespace()
     namespaces.prepare_shared_view(isolation)
-    bootstrap.prepare_process(keep_capabilities=True)
+    bootstrap.prepare_process(seccomp.Filter(seccomp.EVERY_PROCESS), namespaced_zygote=True)
     spaces = pidspaces.PidSpaces(PROBE_LIMITS)
     try:
         spaces.prepare()
@@ -375,11 +373,11 @@ def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
     if not ready.startswith(bootstrap.READY_PREFIX) or status != 0:
         lines = errors.decode(errors="replace").strip().splitlines()
         return lines[-1] if lines else f"the run ended with wait status {status}"
-    isolation, spaces = namespaced
+    spaces = namespaced[1]
     assert run.space is not None
-    spaces.clean(run.space, run.network)
+    spaces.clean(run.space)
     answer = os.read(run.space.replies, 1) if select.select([run.space.replies], [], [], 5)[0] else b""
-    isolation.give_back(spaces.finished(run.space, answer))
+    spaces.finished(run.space, answer)
     return "" if answer == pidspaces.CLEAN else f"the PID namespace's init answered {answer!r}"
 
 

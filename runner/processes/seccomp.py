@@ -1,0 +1,256 @@
+"""The system calls no run may make: seccomp filters, installed before any code of a run. Stdlib only.
+
+Loaded by the bootstrap (`bootstrap.load_sibling`) and imported by the zygote, under ``-I -S``,
+never by the server. A filter holds for the process that installs it and everything it forks or
+starts, and nothing lifts it. Two sets of rules:
+
+- `EVERY_PROCESS`: what no process of a run needs and a hostile run could use against the host or
+  against other runs: a user namespace of its own (in which it holds every capability and could mount
+  a cgroup2 file system writable to it, with ``cgroup.kill`` over the server), io_uring and
+  userfaultfd (kernel attack surface Docker's default profile also refuses), kernel modules and
+  kexec, file handles, the kernel's keyrings (a uid's, so they outlive a run), inotify and fanotify
+  (a run would see what others open, and could take every instance of its uid), and memory held by
+  neither an address space nor a size limit: memfds, SysV shared memory, message queues and semaphore
+  sets, and socket buffers raised past the default (a request for one is taken and ignored). A
+  namespaced zygote installs these once for all its forks: it still makes namespaces and mounts.
+- `AFTER_SET_UP`: what only the making of a run's namespaces and view needs: mount(2) and the new mount
+  API, pivot_root and setns. A namespaced run installs these itself once its view is made; a spawned
+  interpreter (plain, or in bubblewrap, which made its view before the exec) and a plain zygote
+  install both sets at once.
+
+clone3(2) fails with ENOSYS (its flags are in memory a filter cannot read): glibc then falls back to
+clone(2), whose flags it can. Every system call of another ABI (i386 or x32 on x86_64) is refused.
+The programs are pure data (`program`), tested without processes against a reading of classic BPF.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+RET_ALLOW = 0x7FFF0000
+RET_ERRNO = 0x00050000
+X32_SYSCALL_BIT = 0x40000000
+CLONE_NEWUSER = 0x10000000
+SOL_SOCKET = 1
+# SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE: the same on both machines.
+SOCKET_BUFFER_OPTIONS = (7, 8, 32, 33)
+# Classic BPF: BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_JMP|BPF_JGE|BPF_K, BPF_JMP|BPF_JSET|BPF_K,
+# BPF_RET|BPF_K; offsets into struct seccomp_data.
+LOAD, JUMP_EQUAL, JUMP_AT_LEAST, JUMP_ANY_BIT, RETURN = 0x20, 0x15, 0x35, 0x45, 0x06
+NR, ARCH = 0, 4
+
+
+def argument(index: int) -> int:
+    """The offset of argument `index`'s low 32 bits (both machines are little-endian)."""
+    return 16 + 8 * index
+
+
+# Each call named in the rules and its number on x86_64 and on aarch64 (None: the machine has no such
+# call, as aarch64 has no inotify_init), and each machine's AUDIT_ARCH_* and column.
+CALLS: tuple[tuple[str, int | None, int | None], ...] = (
+    ("shmget", 29, 194),
+    ("setsockopt", 54, 208),
+    ("clone", 56, 220),
+    ("semget", 64, 190),
+    ("msgget", 68, 186),
+    ("pivot_root", 155, 41),
+    ("mount", 165, 40),
+    ("umount2", 166, 39),
+    ("init_module", 175, 105),
+    ("delete_module", 176, 106),
+    ("kexec_load", 246, 104),
+    ("add_key", 248, 217),
+    ("request_key", 249, 218),
+    ("keyctl", 250, 219),
+    ("inotify_init", 253, None),
+    ("unshare", 272, 97),
+    ("inotify_init1", 294, 26),
+    ("perf_event_open", 298, 241),
+    ("fanotify_init", 300, 262),
+    ("open_by_handle_at", 304, 265),
+    ("setns", 308, 268),
+    ("finit_module", 313, 273),
+    ("memfd_create", 319, 279),
+    ("kexec_file_load", 320, 294),
+    ("bpf", 321, 280),
+    ("userfaultfd", 323, 282),
+    ("io_uring_setup", 425, 425),
+    ("io_uring_enter", 426, 426),
+    ("io_uring_register", 427, 427),
+    ("open_tree", 428, 428),
+    ("move_mount", 429, 429),
+    ("fsopen", 430, 430),
+    ("fsconfig", 431, 431),
+    ("fsmount", 432, 432),
+    ("fspick", 433, 433),
+    ("clone3", 435, 435),
+    ("mount_setattr", 442, 442),
+    ("memfd_secret", 447, 447),
+    ("open_tree_attr", 467, 467),
+)
+MACHINES = {"x86_64": (0xC000003E, 1), "aarch64": (0xC00000B7, 2)}
+
+
+# What a rule does with a call: refuse it (EPERM), say the kernel lacks it (ENOSYS), refuse it when
+# it asks for a new user namespace (clone, unshare: flags in argument 0) or for entering one or any
+# namespace at all (setns: its type in argument 1, 0 meaning any), or take and ignore a request for
+# socket buffers (setsockopt at SOL_SOCKET: they would hold kernel memory outside every limit).
+REFUSE, NO_SUCH_CALL, NO_NEW_USER_NAMESPACE, NO_USER_NAMESPACE_TO_ENTER, IGNORE_BUFFER_SIZES = (
+    "refuse",
+    "ENOSYS",
+    "no new user namespace",
+    "no user namespace to enter",
+    "ignore socket buffer sizes",
+)
+EVERY_PROCESS = {
+    **dict.fromkeys(("add_key", "request_key", "keyctl"), REFUSE),
+    "clone": NO_NEW_USER_NAMESPACE,
+    "unshare": NO_NEW_USER_NAMESPACE,
+    "setns": NO_USER_NAMESPACE_TO_ENTER,
+    "clone3": NO_SUCH_CALL,
+    **dict.fromkeys(("io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd"), REFUSE),
+    **dict.fromkeys(("kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module"), REFUSE),
+    **dict.fromkeys(("open_by_handle_at", "bpf", "perf_event_open"), REFUSE),
+    **dict.fromkeys(("inotify_init", "inotify_init1", "fanotify_init"), REFUSE),
+    **dict.fromkeys(("memfd_create", "memfd_secret", "shmget", "msgget", "semget"), REFUSE),
+    "setsockopt": IGNORE_BUFFER_SIZES,
+}
+AFTER_SET_UP = dict.fromkeys(
+    (
+        "mount",
+        "umount2",
+        "pivot_root",
+        "setns",
+        "mount_setattr",
+        "open_tree",
+        "open_tree_attr",
+        "move_mount",
+        "fsopen",
+        "fsconfig",
+        "fsmount",
+        "fspick",
+    ),
+    REFUSE,
+)
+WHOLE = {**EVERY_PROCESS, **AFTER_SET_UP}  # setns refused whatever it enters
+
+Instruction = tuple[int, int, int, int]
+
+
+def program(machine: str, rules: dict[str, str]) -> list[Instruction]:
+    """The filter for `rules` on `machine` (an `os.uname().machine`): (code, jump if true, jump if
+    false, constant) as sock_filter has them. KeyError for a machine not in MACHINES."""
+    arch, column = MACHINES[machine]
+    numbers: dict[str, int] = {}
+    for name, *on in CALLS:
+        number = on[column - 1]
+        if number is not None:
+            numbers[name] = number
+
+    def calls(action: str) -> list[int]:
+        return [numbers[name] for name, wanted in rules.items() if wanted == action and name in numbers]
+
+    branches = (NO_SUCH_CALL, NO_NEW_USER_NAMESPACE, NO_USER_NAMESPACE_TO_ENTER, IGNORE_BUFFER_SIZES)
+    lines: list[tuple[Any, ...] | str] = [
+        (LOAD, 0, 0, ARCH),
+        (JUMP_EQUAL, 0, "refuse", arch),
+        (LOAD, 0, 0, NR),
+        (JUMP_AT_LEAST, "refuse", 0, X32_SYSCALL_BIT),
+        *((JUMP_EQUAL, "refuse", 0, number) for number in calls(REFUSE)),
+        *((JUMP_EQUAL, label, 0, number) for label in branches for number in calls(label)),
+        (RETURN, 0, 0, RET_ALLOW),
+        "no new user namespace",
+        (LOAD, 0, 0, argument(0)),
+        (JUMP_ANY_BIT, "refuse", "allow", CLONE_NEWUSER),
+        "no user namespace to enter",
+        (LOAD, 0, 0, argument(1)),
+        (JUMP_EQUAL, "refuse", 0, 0),
+        (JUMP_ANY_BIT, "refuse", "allow", CLONE_NEWUSER),
+        "ignore socket buffer sizes",
+        (LOAD, 0, 0, argument(1)),
+        (JUMP_EQUAL, 0, "allow", SOL_SOCKET),
+        (LOAD, 0, 0, argument(2)),
+        *((JUMP_EQUAL, "ignore", 0, option) for option in SOCKET_BUFFER_OPTIONS),
+        "allow",
+        (RETURN, 0, 0, RET_ALLOW),
+        "refuse",
+        (RETURN, 0, 0, RET_ERRNO | errno.EPERM),
+        "ENOSYS",
+        (RETURN, 0, 0, RET_ERRNO | errno.ENOSYS),
+        "ignore",
+        (RETURN, 0, 0, RET_ERRNO | 0),  # the call returns 0, as if done
+    ]
+    return _assemble(lines)
+
+
+def _assemble(lines: list[tuple[Any, ...] | str]) -> list[Instruction]:
+    """Labels (strings) out, jumps to them as the forward offsets classic BPF takes."""
+    at: dict[str, int] = {}
+    instructions: list[tuple[Any, ...]] = []
+    for line in lines:
+        if isinstance(line, str):
+            at[line] = len(instructions)
+        else:
+            instructions.append(line)
+
+    def offset(target: int | str, index: int) -> int:
+        if isinstance(target, int):
+            return target
+        jump = at[target] - index - 1
+        if not 0 <= jump <= 255:
+            raise ValueError(f"a jump to {target!r} does not fit classic BPF")
+        return jump
+
+    return [(code, offset(yes, i), offset(no, i), k) for i, (code, yes, no, k) in enumerate(instructions)]
+
+
+class Filter:
+    """A filter ready to install: its ctypes objects made once (in the zygote: for every fork to
+    install without making its own, which would cost it copied pages). None of it where the machine
+    is not in MACHINES or this is not Linux: `install` then does nothing."""
+
+    __slots__ = ("_prctl", "_program")
+
+    def __init__(self, rules: dict[str, str]) -> None:
+        self._program: Any = None
+        self._prctl: Any = None
+        machine = os.uname().machine
+        if not sys.platform.startswith("linux") or machine not in MACHINES:
+            return
+        import ctypes
+
+        class SockFilter(ctypes.Structure):
+            _fields_ = [
+                ("code", ctypes.c_uint16),
+                ("jt", ctypes.c_uint8),
+                ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32),
+            ]
+
+        class SockFprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+        instructions = program(machine, rules)
+        filters = (SockFilter * len(instructions))(*(SockFilter(*op) for op in instructions))
+        self._program = (SockFprog(len(instructions), filters), filters)  # the array lives as long as the fprog
+        self._prctl = ctypes.CDLL(None, use_errno=True).prctl
+        self._prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+
+    def install(self) -> None:
+        """On this process and all it forks or starts; needs no_new_privs or CAP_SYS_ADMIN. OSError if
+        the kernel refuses."""
+        if self._program is None:
+            return
+        import ctypes
+
+        if self._prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(self._program[0]), 0, 0) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"seccomp filter: {os.strerror(code)}")

@@ -1,0 +1,298 @@
+"""The system calls no run may make: the filters as data, read by a reading of classic BPF, and the
+same calls tried by real runs in every mode.
+
+A run that could make a user namespace of its own could mount a cgroup2 file system there, writable
+to it, and kill the server through ``cgroup.kill``; io_uring and userfaultfd are kernel attack surface
+no Python program here needs; inotify would show a run what others open and let it take every
+instance of its uid; memfds, SysV IPC and raised socket buffers hold memory outside every limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import struct
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from runner.config import Config
+from runner.execution.pool import Pool
+from runner.outcome import RunRequest, RunResult, Status
+from runner.processes import seccomp
+from runner.processes.bootstrap import OPEN_FILES
+from tests.helpers import MODES, checked, in_mode
+
+CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_PARENT = 0x00020000, 0x20000000, 0x40000000, 0x00008000
+SIGCHLD = 17
+ALLOW, EPERM, ENOSYS, DONE = (
+    seccomp.RET_ALLOW,
+    seccomp.RET_ERRNO | errno.EPERM,
+    seccomp.RET_ERRNO | errno.ENOSYS,
+    seccomp.RET_ERRNO,
+)
+
+
+def decide(instructions: list[seccomp.Instruction], nr: int, args: tuple[int, ...] = (), arch: int = 0) -> int:
+    """What the kernel's classic BPF would return for this call (seccomp_data: nr, arch, ip, args)."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *(list(args) + [0] * (6 - len(args))))
+    pc = accumulator = 0
+    while True:
+        code, yes, no, k = instructions[pc]
+        pc += 1
+        if code == seccomp.LOAD:
+            accumulator = struct.unpack_from("<I", data, k)[0]
+        elif code == seccomp.RETURN:
+            return k
+        else:
+            taken = {
+                seccomp.JUMP_EQUAL: accumulator == k,
+                seccomp.JUMP_AT_LEAST: accumulator >= k,
+                seccomp.JUMP_ANY_BIT: bool(accumulator & k),
+            }[code]
+            pc += yes if taken else no
+
+
+def number(machine: str, name: str) -> int:
+    _, column = seccomp.MACHINES[machine]
+    found = next(row[column] for row in seccomp.CALLS if row[0] == name)
+    assert found is not None
+    return found
+
+
+def verdict(machine: str, rules: dict[str, str], name: str, *args: int) -> int:
+    arch = seccomp.MACHINES[machine][0]
+    return decide(seccomp.program(machine, rules), number(machine, name), args, arch)
+
+
+machines = pytest.mark.parametrize("machine", sorted(seccomp.MACHINES))
+
+
+@machines
+def test_every_call_a_rule_names_is_numbered_on_each_machine_or_known_to_be_absent(machine: str) -> None:
+    named = {row[0] for row in seccomp.CALLS}
+    assert set(seccomp.WHOLE) <= named
+    _, column = seccomp.MACHINES[machine]
+    absent = {row[0] for row in seccomp.CALLS if row[column] is None}
+    assert absent <= ({"inotify_init"} if machine == "aarch64" else set())
+    numbers = [row[column] for row in seccomp.CALLS if row[column] is not None]
+    assert len(numbers) == len(set(numbers))
+
+
+@machines
+def test_a_new_user_namespace_is_refused_but_the_namespaces_a_zygote_makes_are_not(machine: str) -> None:
+    rules = seccomp.EVERY_PROCESS
+    assert verdict(machine, rules, "unshare", seccomp.CLONE_NEWUSER | CLONE_NEWNS) == EPERM
+    assert verdict(machine, rules, "clone", seccomp.CLONE_NEWUSER | SIGCHLD) == EPERM
+    assert verdict(machine, rules, "unshare", CLONE_NEWNET) == ALLOW
+    assert verdict(machine, rules, "unshare", CLONE_NEWNS) == ALLOW
+    assert verdict(machine, rules, "clone", CLONE_NEWPID | CLONE_PARENT | SIGCHLD) == ALLOW
+    assert verdict(machine, rules, "clone", SIGCHLD) == ALLOW  # fork()
+    # Flags a filter cannot read (clone3 takes them in memory): libc falls back to clone.
+    assert verdict(machine, rules, "clone3", 0x1000, 88) == ENOSYS
+
+
+@machines
+def test_setns_may_enter_a_named_namespace_until_set_up_is_done_and_never_a_user_namespace(machine: str) -> None:
+    assert verdict(machine, seccomp.EVERY_PROCESS, "setns", 5, CLONE_NEWNET) == ALLOW
+    assert verdict(machine, seccomp.EVERY_PROCESS, "setns", 5, CLONE_NEWPID) == ALLOW
+    assert verdict(machine, seccomp.EVERY_PROCESS, "setns", 5, seccomp.CLONE_NEWUSER) == EPERM
+    assert verdict(machine, seccomp.EVERY_PROCESS, "setns", 5, 0) == EPERM  # 0: whatever the fd is
+    for rules in (seccomp.AFTER_SET_UP, seccomp.WHOLE):
+        assert verdict(machine, rules, "setns", 5, CLONE_NEWNET) == EPERM
+
+
+@machines
+def test_mounting_is_a_zygote_s_until_set_up_is_done(machine: str) -> None:
+    mounting = ("mount", "umount2", "pivot_root", "mount_setattr", "open_tree", "move_mount", "fsopen", "fsmount")
+    for name in mounting:
+        assert verdict(machine, seccomp.EVERY_PROCESS, name) == ALLOW, name
+        assert verdict(machine, seccomp.AFTER_SET_UP, name) == EPERM, name
+        assert verdict(machine, seccomp.WHOLE, name) == EPERM, name
+
+
+@machines
+def test_what_holds_memory_outside_every_limit_or_watches_others_is_refused(machine: str) -> None:
+    refused = (
+        "memfd_create",
+        "memfd_secret",
+        "shmget",
+        "msgget",
+        "semget",
+        "inotify_init1",
+        "fanotify_init",
+        "io_uring_setup",
+        "userfaultfd",
+        "kexec_load",
+        "finit_module",
+        "open_by_handle_at",
+        "bpf",
+        "perf_event_open",
+        "add_key",
+        "request_key",
+        "keyctl",
+    )
+    for name in refused:
+        assert verdict(machine, seccomp.EVERY_PROCESS, name) == EPERM, name
+        assert verdict(machine, seccomp.WHOLE, name) == EPERM, name
+        assert verdict(machine, seccomp.AFTER_SET_UP, name) == ALLOW, name  # the zygote's filter holds it
+
+
+@machines
+def test_socket_buffer_requests_are_taken_and_ignored_and_other_socket_options_are_not(machine: str) -> None:
+    sol_socket, so_reuseaddr, ipproto_tcp, tcp_nodelay = 1, 2, 6, 1
+    for option in seccomp.SOCKET_BUFFER_OPTIONS:
+        assert verdict(machine, seccomp.WHOLE, "setsockopt", 3, sol_socket, option) == DONE  # returns 0
+    assert verdict(machine, seccomp.WHOLE, "setsockopt", 3, sol_socket, so_reuseaddr) == ALLOW
+    assert verdict(machine, seccomp.WHOLE, "setsockopt", 3, ipproto_tcp, tcp_nodelay) == ALLOW
+    assert verdict(machine, seccomp.WHOLE, "setsockopt", 3, ipproto_tcp, 7) == ALLOW  # 7 at another level
+
+
+@machines
+def test_calls_no_rule_names_are_allowed_and_other_abis_are_refused_whole(machine: str) -> None:
+    program = seccomp.program(machine, seccomp.WHOLE)
+    arch = seccomp.MACHINES[machine][0]
+    named = {row[seccomp.MACHINES[machine][1]] for row in seccomp.CALLS}
+    for nr in range(0, 470):
+        if nr not in named:
+            assert decide(program, nr, (), arch) == ALLOW, nr
+    assert decide(program, 0, (), 0x40000003) == EPERM  # i386 (AUDIT_ARCH_I386) on x86_64
+    assert decide(program, 0x40000000 | 1, (), arch) == EPERM  # an x32 call
+
+
+# --- the same in real runs -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module", params=MODES)
+async def mode_pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pool]:
+    work_dir = tmp_path_factory.mktemp("seccomp-work")
+    config = dataclasses.replace(
+        Config.from_env({}), python=os.path.realpath(sys.executable), work_dir=str(work_dir), pool_size=1
+    )
+    async with Pool.open(in_mode(config, str(request.param)), reap_strays=True) as pool:
+        yield pool
+    assert list(Path(work_dir).iterdir()) == []
+
+
+async def run(pool: Pool, code: str) -> RunResult:
+    result = checked(await pool.run(RunRequest("5ecc0000", textwrap.dedent(code), 20.0)))
+    assert result.status is Status.OK, result.to_text()
+    return result
+
+
+# Each call as a run would make it, through libc's syscall(): its errno's name, or "allowed".
+TRY_CALLS = """
+    import ctypes, errno, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    N = {"x86_64": dict(clone=56, unshare=272, setns=308, clone3=435, io_uring_setup=425, userfaultfd=323,
+                        memfd_create=319, shmget=29, msgget=68, semget=64, inotify_init1=294, fanotify_init=300,
+                        mount=165, kexec_load=246, finit_module=313, open_by_handle_at=304),
+         "aarch64": dict(clone=220, unshare=97, setns=268, clone3=435, io_uring_setup=425, userfaultfd=282,
+                         memfd_create=279, shmget=194, msgget=186, semget=190, inotify_init1=26, fanotify_init=262,
+                         mount=40, kexec_load=104, finit_module=273, open_by_handle_at=265)}[os.uname().machine]
+    params = ctypes.create_string_buffer(120)
+    def attempt(name, *args):
+        result = libc.syscall(N[name], *args)
+        if result < 0:
+            return errno.errorcode[ctypes.get_errno()]
+        if name != "clone":
+            os.close(result) if name not in ("unshare", "shmget", "msgget", "semget") else None
+        return "allowed"
+    CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWCGROUP = 0x10000000, 0x00020000, 0x02000000
+    print("unshare(NEWUSER|NEWNS|NEWCGROUP)", attempt("unshare", CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWCGROUP))
+    print("clone(NEWUSER)", attempt("clone", CLONE_NEWUSER | 17, None, None, None, None))
+    print("clone3", attempt("clone3", params, 88))
+    own = os.open("/proc/self/ns/user", os.O_RDONLY)
+    print("setns(user)", attempt("setns", own, CLONE_NEWUSER), "setns(any)", attempt("setns", own, 0))
+    for name, args in [("io_uring_setup", (1, params)), ("userfaultfd", (0,)), ("memfd_create", (b"m", 0)),
+                       ("shmget", (0, 1 << 20, 0o1600)), ("msgget", (0, 0o1600)), ("semget", (0, 1, 0o1600)),
+                       ("inotify_init1", (0,)), ("fanotify_init", (0, 0)), ("kexec_load", (0, 0, None, 0)),
+                       ("finit_module", (0, b"", 0)), ("open_by_handle_at", (0, None, 0)),
+                       ("mount", (b"none", b"/tmp", b"tmpfs", 0, None))]:
+        print(name, attempt(name, *args))
+"""
+
+REFUSED = """\
+unshare(NEWUSER|NEWNS|NEWCGROUP) EPERM
+clone(NEWUSER) EPERM
+clone3 ENOSYS
+setns(user) EPERM setns(any) EPERM
+io_uring_setup EPERM
+userfaultfd EPERM
+memfd_create EPERM
+shmget EPERM
+msgget EPERM
+semget EPERM
+inotify_init1 EPERM
+fanotify_init EPERM
+kexec_load EPERM
+finit_module EPERM
+open_by_handle_at EPERM
+mount EPERM
+"""
+
+
+@pytest.mark.anyio
+async def test_a_run_can_make_no_user_namespace_and_none_of_the_refused_calls(mode_pool: Pool) -> None:
+    assert (await run(mode_pool, TRY_CALLS)).stdout.text == REFUSED
+
+
+@pytest.mark.anyio
+async def test_threads_processes_and_subprocesses_still_start_through_libc_s_fallback_to_clone(
+    mode_pool: Pool,
+) -> None:
+    code = """
+        import multiprocessing, subprocess, sys, threading
+        done = []
+        thread = threading.Thread(target=done.append, args=(1,))
+        thread.start(); thread.join()
+        child = subprocess.run([sys.executable, "-I", "-S", "-c", "print(2)"], capture_output=True, text=True)
+        with multiprocessing.get_context("fork").Pool(2) as workers:
+            squares = workers.map(abs, [-3, -4])
+        print(done, child.stdout.strip(), squares)
+    """
+    assert (await run(mode_pool, code)).stdout.text == "[1] 2 [3, 4]\n"
+
+
+@pytest.mark.anyio
+async def test_a_run_s_sockets_keep_their_default_buffers_so_its_fds_bound_what_they_hold(mode_pool: Pool) -> None:
+    # Before: 100 socket pairs, each asking for 64 MiB of send buffer, held 784 MiB of kernel memory
+    # under a 256 MiB limit. Now each keeps the default (net.core.wmem_default), and a run holds at
+    # most OPEN_FILES descriptors per process.
+    default = int(Path("/proc/sys/net/core/wmem_default").read_text())
+    code = """
+        import resource, socket
+        pairs, queued = [], 0
+        try:
+            while True:
+                a, b = socket.socketpair()
+                pairs.append((a, b))
+                a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 20)
+                a.setblocking(False)
+                try:
+                    while True:
+                        queued += a.send(bytes(65536))
+                except BlockingIOError:
+                    pass
+        except OSError as exc:
+            stopped = exc.errno
+        print(resource.getrlimit(resource.RLIMIT_NOFILE), len(pairs), stopped, queued, a.getsockopt(
+            socket.SOL_SOCKET, socket.SO_SNDBUF))
+    """
+    limit, pairs, stopped, queued, buffer = (await run(mode_pool, code)).stdout.text.rsplit(" ", 4)
+    assert limit == f"({OPEN_FILES}, {OPEN_FILES})"
+    assert int(pairs) <= OPEN_FILES // 2
+    assert int(stopped) == errno.EMFILE
+    assert int(buffer) == default  # asked for 64 MiB, which the kernel would have made 2 x net.core.wmem_max
+    # A stream socket's queue passes its buffer by at most one message: before, 7.8 MiB a pair here.
+    assert int(queued) <= int(pairs) * 2 * default
