@@ -115,9 +115,27 @@ async def test_fifty_figures_come_back_as_the_first_four_and_a_note(preloading_p
     result = await run(preloading_pool, code)
     assert result.status is Status.OK, result.to_text()
     assert [i.name for i in result.images] == [f"figure-{n}.png" for n in range(1, 5)]
-    assert len(result.omitted) == 46
-    assert {o.reason for o in result.omitted} == {"more than 4 images in one call"}
-    assert "--- not returned: figure-50.png: more than 4 images in one call ---" in result.to_text()
+    assert [(o.name, o.reason) for o in result.omitted] == [("46 more figures", "more than 4 images in one call")]
+    assert "--- not returned: 46 more figures: more than 4 images in one call ---" in result.to_text()
+
+
+async def test_a_thousand_open_figures_that_use_up_the_memory_still_bring_back_four_and_count_the_rest(
+    data_pool: Pool,
+) -> None:
+    # Before: `error`, and every figure lost (rendering them needed memory the figures held).
+    code = """
+        import matplotlib.pyplot as plt
+        for n in range(1000):
+            figure = plt.figure(figsize=(2, 2))
+            figure.gca().plot([0, n])
+            figure.ballast = bytearray(1 << 20)  # what a figure of a large image holds
+    """
+    result = await run(data_pool, code)
+    assert result.status is Status.MEMORY_LIMIT, result.to_text()
+    assert [i.name for i in result.images] == [f"figure-{n}.png" for n in range(1, 5)], result.to_text()
+    [(left_out, reason)] = [(o.name, o.reason) for o in result.omitted]
+    assert re.fullmatch(r"[1-9][0-9]* more figures", left_out), left_out
+    assert reason == "more than 4 images in one call"
 
 
 async def test_a_figure_of_twenty_thousand_pixels_square_is_drawn_smaller_and_says_so(preloading_pool: Pool) -> None:

@@ -180,6 +180,51 @@ def test_image_sizes_are_read_from_png_gif_and_jpeg_headers() -> None:
     assert (classify_file("j.jpg", jpeg + bytes(8)).width, classify_file("j.jpg", jpeg + bytes(8)).height) == (160, 120)
 
 
+def png_of(width: int, height: int) -> bytes:
+    return b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes(20)
+
+
+def test_webp_sizes_are_read_from_each_kind_of_header_and_gif_from_its_largest_frame() -> None:
+    def riff(chunk: bytes, body: bytes) -> bytes:
+        return (
+            b"RIFF" + (len(body) + 12).to_bytes(4, "little") + b"WEBP" + chunk + len(body).to_bytes(4, "little") + body
+        )
+
+    extended = riff(b"VP8X", bytes(4) + (799).to_bytes(3, "little") + (599).to_bytes(3, "little"))
+    lossy = riff(b"VP8 ", bytes(3) + b"\x9d\x01\x2a" + (320).to_bytes(2, "little") + (240).to_bytes(2, "little"))
+    lossless = riff(b"VP8L", b"\x2f" + ((100 - 1) | (50 - 1) << 14).to_bytes(4, "little"))
+    frames = (
+        b"GIF89a" + (10).to_bytes(2, "little") * 2 + b"\x80\x00\x00" + bytes(6)  # a 2-colour global table
+        + b"\x21\xf9\x04" + bytes(4) + b"\x00"  # an extension
+        + b"\x2c" + (5).to_bytes(2, "little") * 2 + (300).to_bytes(2, "little") + (20).to_bytes(2, "little")
+        + b"\x00\x02\x02\x44\x01\x00;"
+    )  # fmt: skip
+    jpeg = b"\xff\xd8\xff\xff\xe0\x00\x04ab\xff\xc2\x00\x11\x08" + (90).to_bytes(2, "big") + (70).to_bytes(2, "big")
+    for data, size in ((extended, (800, 600)), (lossy, (320, 240)), (lossless, (100, 50)), (frames, (305, 25))):
+        attachment = classify_file("image", data)
+        assert (attachment.kind, attachment.width, attachment.height) == ("image", *size), data
+    filled = classify_file("fill.jpg", jpeg + bytes(8))  # fill bytes before a marker, a progressive frame
+    assert (filled.width, filled.height) == (70, 90)
+
+
+def test_an_image_over_the_pixel_cap_or_without_a_size_never_comes_back_even_from_a_forged_report() -> None:
+    # The run leaves such an image out itself; a report the code wrote could list it all the same.
+    big, fine, sizeless = png_of(30000, 30000), png_of(2000, 2000), b"GIF89a"
+    budgets = dataclasses.replace(BUDGETS, images=4, image_bytes=10_000, call_bytes=10_000)
+    head = {
+        "images": [{"name": "figure-1.png", "bytes": len(big)}],
+        "files": [{"path": p, "bytes": len(d)} for p, d in (("b.png", big), ("f.png", fine), ("g.gif", sizeless))],
+    }
+    returned = parse_report(report(head, big + big + fine + sizeless), budgets)
+    assert [(a.name, a.width) for a in returned.attachments] == [("f.png", 2000)]
+    cap = "30000x30000 px: over the 4,000,000-pixel cap for images"
+    assert [(o.name, o.reason) for o in returned.omitted] == [
+        ("figure-1.png", cap),
+        ("b.png", cap),
+        ("g.gif", "an image whose headers give no size"),
+    ]
+
+
 def test_an_unknown_field_in_a_file_entry_is_named_with_where_it_is() -> None:
     from runner.config import Config
     from runner.protocol.arguments import ArgumentParser

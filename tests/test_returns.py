@@ -156,6 +156,45 @@ async def test_what_does_not_fit_the_budgets_is_listed_with_its_size_and_why(con
     assert "--- not returned: b-big.txt (3,000 bytes): over what is left" in result.to_text()
 
 
+# Small files of huge images, as a run could write them (each header is all a client needs to decide to
+# decode, at about 4 bytes a pixel): 30,000 x 30,000 px in 109 KB of PNG, a GIF whose one frame is
+# far larger than its screen, a WebP canvas of 16,384 px square; and one image well within the cap.
+WRITE_DECOMPRESSION_BOMBS = """
+    import struct, zlib
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    def png(width, height, depth):
+        rows = zlib.compressobj(9)
+        row = bytes(1 + (width * depth + 7) // 8)
+        pixels = b"".join(rows.compress(row) for _ in range(height)) + rows.flush()
+        header = struct.pack(">IIBBBBB", width, height, depth, 0, 0, 0, 0)
+        return b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    open("bomb.png", "wb").write(png(30000, 30000, 1))
+    open("fine.png", "wb").write(png(1000, 1000, 8))
+    frame = b"\\x2c" + struct.pack("<HHHH", 0, 0, 20000, 20000) + b"\\x00\\x02\\x02\\x44\\x01\\x00"
+    open("frame.gif", "wb").write(b"GIF89a" + struct.pack("<HH", 10, 10) + b"\\x00\\x00\\x00" + frame + b";")
+    canvas = bytes(4) + (16383).to_bytes(3, "little") * 2
+    open("canvas.webp", "wb").write(b"RIFF" + struct.pack("<I", 22) + b"WEBPVP8X" + struct.pack("<I", 10) + canvas)
+    print(len(open("bomb.png", "rb").read()))
+"""
+
+
+async def test_an_image_too_large_to_decode_is_listed_with_its_size_not_returned(any_pool: Pool) -> None:
+    # Before: the 109 KB PNG came back as an image of 30,000 x 30,000 px, 3.4 GiB for a client to decode.
+    result = await run(any_pool, WRITE_DECOMPRESSION_BOMBS)
+    assert result.status is Status.OK, result.to_text()
+    assert int(result.stdout.text) < 120_000
+    assert [(a.name, a.width, a.height) for a in result.images] == [("fine.png", 1000, 1000)]
+    cap = "over the 4,000,000-pixel cap for images"
+    assert sorted((o.name, o.reason) for o in result.omitted) == [
+        ("bomb.png", f"30000x30000 px: {cap}"),
+        ("canvas.webp", f"16384x16384 px: {cap}"),
+        ("frame.gif", f"20000x20000 px: {cap}"),
+    ]
+    [bomb] = [o for o in result.omitted if o.name == "bomb.png"]
+    assert f"--- not returned: bomb.png ({bomb.size:,} bytes): 30000x30000 px: {cap} ---" in result.to_text()
+
+
 async def test_a_file_still_growing_from_a_left_behind_process_does_not_hold_the_answer(any_pool: Pool) -> None:
     code = """
         import os, time

@@ -362,6 +362,19 @@ async def test_the_sandboxs_init_is_held_to_the_runs_limits(sandbox_config: Conf
         assert (traced, held) == ("refused", f"{os.path.basename(sandbox_config.python)[:15]} False True 5")
 
 
+async def test_the_peak_memory_counts_what_the_run_holds_in_its_own_tmpfs(sandboxed: Pool) -> None:
+    # Pages of a tmpfs are memory that no rlimit counts: before, this run's peak said about 12 MB.
+    code = """
+        for n in range(3):
+            with open(f"/dev/shm/held-{n}", "wb") as held:
+                held.write(bytes(12 << 20))
+    """
+    result = await run(sandboxed, code)
+    assert result.status is Status.OK, result.to_text()
+    assert result.peak_memory_bytes is not None
+    assert result.peak_memory_bytes >= 36 << 20, result.peak_memory_bytes
+
+
 async def test_deaths_by_signal_keep_their_names_through_the_sandbox(sandboxed: Pool) -> None:
     result = await run(sandboxed, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
     assert (result.status, result.signal) == (Status.SIGNAL, "SIGSEGV")

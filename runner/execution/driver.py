@@ -101,12 +101,16 @@ class RunDriver:
                 await output.done.wait()
             if request.stdin or on_progress is not None or not output.done.is_set():
                 tg.cancel_scope.cancel()  # not free (anyio formats the task's repr): only if needed
+        got = returned[0] if returned else parse_report(output.report, self._budgets)
+        # wait4's count carries a spawned run's spawner's (usage.py); the run's own, when it sent one
+        # (first or not), never does, and counts its tmpfs (harvest.ended).
         peak = reaped_peak if reaped_peak > child.inherited_peak else (samples.peak if samples else None)
+        if got.end is not None:
+            peak = max(peak or 0, got.end.peak_memory_bytes)
         cpu = max(cpu, samples.cpu if samples else 0.0)
         end = ProcessEnd(returncode, cpu, peak or 0, timed_out=timed_out, output_exceeded=output.output_exceeded)
         status, message = classify(end, err.parts()[1] or err.parts()[0], self.run_limits(request.timeout))
         max_chars = self._config.max_output_chars
-        got = returned[0] if returned else parse_report(output.report, self._budgets)
         return RunResult(
             request_id=request.request_id,
             status=status,

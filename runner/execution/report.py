@@ -18,19 +18,13 @@ from typing import Any
 
 from runner.outcome import Attachment, Omitted
 from runner.processes.harvest import MAX_FILES, MAX_NAME_CHARS, MAX_OMITTED, REPORT_HEAD
+from runner.processes.images import PNG_MAGIC, image_size, image_type, refused
 
 # The header's most besides the result: the run lists at most MAX_FILES files and MAX_OMITTED more,
 # each name at most MAX_NAME_CHARS, 6 bytes a character at worst in JSON.
 MAX_HEADER_BYTES = 64 * 1024 + (MAX_FILES + MAX_OMITTED + 64) * (6 * MAX_NAME_CHARS + 600)
 _CONTROLS = re.compile("[\x00-\x1f\x7f]")
 
-# Images MCP clients show (ImageContent), known by their first bytes.
-_IMAGE_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-)
 _TEXT_TYPES = {
     ".csv": "text/csv",
     ".tsv": "text/tab-separated-values",
@@ -153,8 +147,8 @@ def _parse(data: bytes, budgets: Budgets) -> Returned:
         size = _count(entry["bytes"])
         png = bytes(blobs[at : at + size])
         at += size
-        _require(png.startswith(_IMAGE_MAGIC[0][0]), "a figure is not a PNG")
-        width, height = png_size(png)
+        _require(png.startswith(PNG_MAGIC), "a figure is not a PNG")
+        width, height = image_size(png, "image/png")
         attachments.append(Attachment(_name(entry["name"]), png, "image/png", "image", width, height, _text(entry)))
     for entry in _entries(head, "files"):
         size = _count(entry["bytes"])
@@ -191,7 +185,10 @@ def _within_budgets(attachments: list[Attachment], budgets: Budgets) -> tuple[li
     images = files = 0
     for attachment in attachments:
         size = len(attachment.data)
-        if attachment.kind == "image" and images >= budgets.images:
+        why = refused(attachment.width, attachment.height) if attachment.kind == "image" else None
+        if why is not None:
+            over.append(Omitted(attachment.name, size, why))
+        elif attachment.kind == "image" and images >= budgets.images:
             over.append(Omitted(attachment.name, size, f"more than {budgets.images} images in one call"))
         elif attachment.kind == "image" and size > budgets.image_bytes:
             over.append(Omitted(attachment.name, size, f"over the {budgets.image_bytes:,}-byte image budget"))
@@ -208,9 +205,9 @@ def _within_budgets(attachments: list[Attachment], budgets: Budgets) -> tuple[li
 def classify_file(path: str, data: bytes) -> Attachment:
     """An image if its bytes say so, text if it is UTF-8 without NUL, else bytes; typed by its name."""
     suffix = posixpath.splitext(path)[1].lower()
-    for magic, mime in (*_IMAGE_MAGIC, (b"RIFF", "image/webp")):
-        if data.startswith(magic) and (mime != "image/webp" or data[8:12] == b"WEBP"):
-            return Attachment(path, data, mime, "image", *image_size(data, mime))
+    mime = image_type(data)
+    if mime is not None:
+        return Attachment(path, data, mime, "image", *image_size(data, mime))
     if b"\x00" not in data:
         try:
             data.decode("utf-8")
@@ -219,28 +216,6 @@ def classify_file(path: str, data: bytes) -> Attachment:
         else:
             return Attachment(path, data, _TEXT_TYPES.get(suffix, "text/plain"), "text")
     return Attachment(path, data, _BINARY_TYPES.get(suffix, "application/octet-stream"), "blob")
-
-
-def png_size(data: bytes) -> tuple[int, int]:
-    """Width and height from a PNG's IHDR chunk; (0, 0) if there is none."""
-    if len(data) < 24 or data[12:16] != b"IHDR":
-        return 0, 0
-    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-
-
-def image_size(data: bytes, mime: str) -> tuple[int, int]:
-    """Width and height of a PNG, GIF or JPEG (its first frame header); (0, 0) where they cannot be read."""
-    if mime == "image/png":
-        return png_size(data)
-    if mime == "image/gif" and len(data) >= 10:
-        return int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
-    at = 2
-    while mime == "image/jpeg" and at + 9 < len(data) and data[at] == 0xFF:
-        marker, length = data[at + 1], int.from_bytes(data[at + 2 : at + 4], "big")
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # a start of frame
-            return int.from_bytes(data[at + 7 : at + 9], "big"), int.from_bytes(data[at + 5 : at + 7], "big")
-        at += 2 + length
-    return 0, 0
 
 
 def _require(condition: bool, problem: str) -> None:

@@ -37,7 +37,7 @@ FILENAME = "<run_python>"
 READY_PREFIX = b"\x00runner-ready"
 MAX_FD = 1 << 20
 # What a run needs besides this file, loaded by `load_sibling` before the code can come.
-SIBLINGS = ("jobs", "workdir", "figures", "harvest")
+SIBLINGS = ("jobs", "workdir", "figures", "harvest", "images")
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
@@ -158,15 +158,22 @@ def new_main() -> types.ModuleType:
     return main
 
 
-def run(job: jobs.Job | None, main: types.ModuleType, siblings: tuple[types.ModuleType, ...]) -> NoReturn:
+def run(
+    job: jobs.Job | None,
+    main: types.ModuleType,
+    siblings: tuple[types.ModuleType, ...],
+    tmpfs: tuple[str, ...] = (),
+    spawned: bool = False,
+) -> NoReturn:
     """Run the job's code in `main`, with tracebacks that show the user's lines only, then exit.
 
     None (the job never fully arrived: the call was cancelled) runs nothing. `siblings` are the
-    modules named in SIBLINGS (`load_sibling`).
+    modules named in SIBLINGS (`load_sibling`). How the run counts its peak memory (`harvest.ended`):
+    `tmpfs`, its own tmpfs mounts, and whether it is a `spawned` interpreter, not a fork.
     """
     if job is None:
         os._exit(1)
-    jobs, workdir, figures, harvest = siblings
+    jobs, workdir, figures, harvest, images = siblings
     try:
         # Never run in a directory that still holds what another run put there.
         workdir.empty_directory(".")
@@ -178,7 +185,7 @@ def run(job: jobs.Job | None, main: types.ModuleType, siblings: tuple[types.Modu
     # Seed linecache so tracebacks print the offending source lines of the run's code.
     linecache.cache[FILENAME] = (len(text), None, text.splitlines(True), FILENAME)
     budgets = harvest.Budgets(*job.budgets)
-    shown = figures.Figures(budgets.images, budgets.image_bytes)
+    shown = figures.Figures(budgets.images, budgets.image_bytes, images.MAX_PIXELS)
     value: list[object] = [None]
     home = os.getcwd()  # the code may chdir: its files are looked for here, and only here
     home_info = os.stat(home)
@@ -191,13 +198,14 @@ def run(job: jobs.Job | None, main: types.ModuleType, siblings: tuple[types.Modu
             inputs,
             lambda: workdir.walk(home, (home_info.st_dev, home_info.st_ino)),
             lambda path, info, limit: workdir.read_regular(os.path.join(home, path), info, limit),
+            images,
         )
         return report
 
     def send(report: Report | None, status: int) -> None:
         harvest.close_output()
         if jobs.same_socket(CODE_FD, job):  # not a file the code opened where the socket was
-            harvest.send(CODE_FD, (report or harvest.Report(budgets)).encode(harvest.ended(status)))
+            harvest.send(CODE_FD, (report or harvest.Report(budgets)).encode(harvest.ended(status, tmpfs, spawned)))
 
     ending = (gather if any(job.budgets) else None, send)
     try:
@@ -299,9 +307,9 @@ def warm_up(siblings: tuple[types.ModuleType, ...] = (), workdir: str = "/") -> 
     exec(compile("pass", FILENAME, "exec", dont_inherit=True), {})
     os.listdir(workdir)
     if siblings:
-        jobs, directory, figures, harvest = siblings
+        jobs, directory, figures, harvest, images = siblings
         harvest.split_last_expression("x", FILENAME)
-        figures.Figures(0, 0)
+        figures.Figures(0, 0, images.MAX_PIXELS)
         home = os.stat(workdir)
         any(directory.walk(workdir, (home.st_dev, home.st_ino)))
         harvest.Report(harvest.Budgets(0, 0, 0, 0, 0)).encode(harvest.ended(0))
@@ -352,14 +360,16 @@ def become_run(workdir: str, limits: list[int]) -> None:
 
 
 def main() -> None:
-    """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE`` (the zygote is `zygote.py`, which imports this)."""
+    """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE [TMPFS]`` (TMPFS: the run's own tmpfs mounts,
+    colon-separated, in a sandbox); the zygote is `zygote.py`, which imports this."""
     seccomp = load_sibling("seccomp")
     prepare_process(seccomp.Filter(seccomp.WHOLE))
     become_run(sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
+    tmpfs = tuple(sys.argv[6].split(":")) if len(sys.argv) > 6 and sys.argv[6] else ()
     siblings = tuple(load_sibling(name) for name in SIBLINGS)
     warm_up(siblings, ".")
     main = new_main()
-    run(siblings[0].read_job(CODE_FD), main, siblings)
+    run(siblings[0].read_job(CODE_FD), main, siblings, tmpfs, spawned=True)
 
 
 if __name__ == "__main__":

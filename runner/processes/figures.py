@@ -19,9 +19,6 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-# Rendering a 20,000 x 20,000 px figure would need 1.6 GB of pixels: a figure is drawn at a dpi that
-# keeps it within this many pixels, whatever the budgets say.
-MAX_PIXELS = 4_000_000
 MIN_DPI = 10
 PNG_ATTEMPTS = 3
 
@@ -37,12 +34,18 @@ class Rendered:
 
 
 class Figures:
-    """The figures of one run. `install` before the code; `finish` after it."""
+    """The figures of one run. `install` before the code; `finish` after it.
 
-    def __init__(self, max_images: int, max_image_bytes: int) -> None:
+    Rendering a 20,000 x 20,000 px figure would need 1.6 GB of pixels: a figure is drawn at a dpi that
+    keeps it within `max_pixels` (`harvest.MAX_IMAGE_PIXELS`), whatever the budgets say.
+    """
+
+    def __init__(self, max_images: int, max_image_bytes: int, max_pixels: int) -> None:
         self.max_images = max_images
         self.max_image_bytes = max_image_bytes
+        self.max_pixels = max_pixels
         self.rendered: list[Rendered] = []
+        self.left_out = 0  # figures past max_images, closed unrendered
         self._pyplot: ModuleType | None = None
 
     def install(self) -> None:
@@ -55,10 +58,14 @@ class Figures:
             sys.meta_path.insert(0, _MatplotlibFinder(self._patch if self.max_images > 0 else None))
 
     def finish(self) -> list[Rendered]:
-        """Render what is still open (but figures the code saved to a file itself, and never showed)."""
+        """Render what is still open (but figures the code saved to a file itself, and never showed);
+        what was left out past the budget comes last, as one note."""
         if self._pyplot is not None:
             self._take_open(skip_saved=True)
-        return self.rendered
+        if not self.left_out:
+            return self.rendered
+        more = f"{self.left_out:,} more figure{'s' if self.left_out > 1 else ''}"
+        return [*self.rendered, Rendered(more, None, f"more than {self.max_images} images in one call")]
 
     def _patch(self, pyplot: ModuleType) -> None:
         self._pyplot = pyplot
@@ -87,22 +94,33 @@ class Figures:
             managers = sys.modules["matplotlib._pylab_helpers"].Gcf.get_all_fig_managers()
         except Exception:
             return
-        for manager in managers:
-            figure = manager.canvas.figure
-            if not (skip_saved and getattr(figure, "_runner_saved", False)):
-                self.rendered.append(self._render(figure, f"figure-{len(self.rendered) + 1}.png"))
+        every = [manager.canvas.figure for manager in managers]
+        wanted = [figure for figure in every if not (skip_saved and getattr(figure, "_runner_saved", False))]
+        room = max(0, self.max_images - sum(1 for done in self.rendered if done.png is not None))
+        shown = wanted[:room]
+        self.left_out += len(wanted) - len(shown)
+        # The rest are closed first, never drawn: a run that used up its memory holding a thousand of
+        # them has room to draw the few that come back once the others are gone.
+        for figure in every:
+            if not any(figure is kept for kept in shown):
+                _close(pyplot, figure)
+        if len(every) > len(shown):
+            import gc  # figures hold reference cycles: their memory comes back only when collected
+
+            del every, wanted, managers
+            gc.collect()
+        for figure in shown:
+            self.rendered.append(self._render(figure, f"figure-{len(self.rendered) + 1}.png"))
             _close(pyplot, figure)
 
     def _render(self, figure: Any, name: str) -> Rendered:
-        if sum(1 for done in self.rendered if done.png is not None) >= self.max_images:
-            return Rendered(name, None, f"more than {self.max_images} images in one call")
         try:
             width_in, height_in = (float(x) for x in figure.get_size_inches())
             dpi = float(figure.dpi)
             full = (round(width_in * dpi), round(height_in * dpi))
             note = ""
-            if full[0] * full[1] > MAX_PIXELS:
-                dpi *= math.sqrt(MAX_PIXELS / (full[0] * full[1]))
+            if full[0] * full[1] > self.max_pixels:
+                dpi *= math.sqrt(self.max_pixels / (full[0] * full[1]))
                 note = f"{full[0]}x{full[1]} px at full size: rendered at dpi {dpi:.0f}"
             for _ in range(PNG_ATTEMPTS):
                 if dpi < MIN_DPI:

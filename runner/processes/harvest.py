@@ -18,7 +18,7 @@ import zlib
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-    from types import CodeType
+    from types import CodeType, ModuleType
     from typing import Any
 
 REPORT_HEAD = b"report"
@@ -27,7 +27,6 @@ REPORT_HEAD = b"report"
 MAX_OMITTED = 50
 MAX_FILES = 100
 MAX_NAME_CHARS = 1024
-IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a")
 
 
 class Budgets:
@@ -134,8 +133,10 @@ class Report:
         entries: Iterator[tuple[str, os.stat_result | None]],
         inputs: dict[str, tuple[int, int, int, int]],
         read: Callable[[str, os.stat_result, int], bytes | None],
+        image_headers: ModuleType,
     ) -> None:
-        """The files the code made or changed: `entries` from `workdir.walk`, read with `workdir.read_regular`."""
+        """The files the code made or changed: `entries` from `workdir.walk`, read with `workdir.read_regular`;
+        which are images, and which of those may come back as such, `image_headers` (`images.py`) says."""
         import stat
 
         for path, info in entries:
@@ -156,10 +157,14 @@ class Report:
             elif not stat.S_ISREG(info.st_mode):
                 self.omit(path, 0, "not a regular file")
             else:
-                self._add_file(path, info, read)
+                self._add_file(path, info, read, image_headers)
 
     def _add_file(
-        self, path: str, info: os.stat_result, read: Callable[[str, os.stat_result, int], bytes | None]
+        self,
+        path: str,
+        info: os.stat_result,
+        read: Callable[[str, os.stat_result, int], bytes | None],
+        image_headers: ModuleType,
     ) -> None:
         size = info.st_size
         if size > self.bytes_left:
@@ -170,9 +175,13 @@ class Report:
             self.omit(path, size, "it changed or went away while it was read")
             return
         # An image by its bytes, as the server will judge it (`runner.execution.report`), not by its name.
-        is_image = data.startswith(IMAGE_MAGIC) or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")
-        images = len(self.images) + sum(f["image"] for f in self.files)
-        if is_image and images >= self.budgets.images:
+        mime = image_headers.image_type(data)
+        is_image = mime is not None
+        refused = image_headers.refused(*image_headers.image_size(data, mime)) if is_image else None
+        shown = len(self.images) + sum(f["image"] for f in self.files)
+        if refused is not None:
+            self.omit(path, len(data), refused)
+        elif is_image and shown >= self.budgets.images:
             self.omit(path, len(data), f"more than {self.budgets.images} images in one call")
         elif is_image and len(data) > self.budgets.image_bytes:
             self.omit(path, len(data), f"over the {self.budgets.image_bytes:,}-byte image budget")
@@ -225,28 +234,63 @@ def gather(
     inputs: dict[str, tuple[int, int, int, int]],
     walk: Callable[[], Iterator[tuple[str, os.stat_result | None]]],
     read: Callable[[str, os.stat_result, int], bytes | None],
+    image_headers: ModuleType,
 ) -> Report:
     """The run's report once its code has ended (`figures`: its `figures.Figures`).
 
     `walk` lists the run's directory (`workdir.walk`), `read` reads a file it listed, by its path
-    relative to that directory (`workdir.read_regular`).
+    relative to that directory (`workdir.read_regular`), `image_headers` is `images.py`.
     """
     report = Report(budgets)
-    if value is not None and budgets.result_chars:
-        report.result, report.result_chars = describe_value(value, budgets.result_chars)
-    for rendered in figures.finish():
-        report.add_figure(rendered.name, rendered.png, rendered.note)
-    if budgets.call_bytes:
-        report.add_files(walk(), inputs, read)
+    try:
+        if value is not None and budgets.result_chars:
+            report.result, report.result_chars = describe_value(value, budgets.result_chars)
+        for rendered in figures.finish():
+            report.add_figure(rendered.name, rendered.png, rendered.note)
+        if budgets.call_bytes:
+            report.add_files(walk(), inputs, read, image_headers)
+    except Exception as exc:  # a MemoryError of a run that used up its memory, or what the code broke
+        # A note, not a line on stderr: the run's own last line there is what its status is read from.
+        report.omit("(the rest of what the run returns)", 0, f"could not be gathered: {_exception_text(exc)}")
     return report
 
 
-def ended(status: int) -> dict[str, Any]:
+def ended(status: int, tmpfs: tuple[str, ...] = (), spawned: bool = False) -> dict[str, Any]:
     """The run's end as the run knows it, once its output is flushed: its exit status, and the CPU and
-    peak memory of itself and every child it reaped (what wait4 would tell the server)."""
+    peak memory of itself and every child it reaped (what wait4 would tell the server).
+
+    A `spawned` interpreter reads its own peak from its address space (VmHWM): the kernel's count for
+    the process carries the high-water mark of the server it was spawned from (posix_spawn is vfork).
+    `tmpfs`: the run's own tmpfs mounts (a sandboxed run's: its directory, /dev/shm, /run), whose pages
+    are memory no rlimit counts. The kernel tells how much they hold now, so the peak is at least that
+    with what the run's process holds now (its own memory, not its mapped files).
+    """
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-    return {"status": status, "cpu": cpu, "maxrss_kb": max(own.ru_maxrss, children.ru_maxrss)}
+    held_kb = sum(_tmpfs_kb(path) for path in tmpfs)
+    memory = _own_memory_kb() if spawned or held_kb else {}
+    peak_kb = max(memory.get(b"VmHWM", 0) if spawned else own.ru_maxrss, children.ru_maxrss)
+    if held_kb:
+        peak_kb = max(peak_kb, held_kb + memory.get(b"RssAnon", 0))
+    return {"status": status, "cpu": cpu, "maxrss_kb": peak_kb}
+
+
+def _tmpfs_kb(path: str) -> int:
+    try:
+        usage = os.statvfs(path)
+    except OSError:
+        return 0
+    return (usage.f_blocks - usage.f_bfree) * usage.f_frsize // 1024
+
+
+def _own_memory_kb() -> dict[bytes, int]:
+    """VmHWM and RssAnon of this process, in kB (none where /proc cannot tell)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            lines = [line.split() for line in status if line.startswith((b"VmHWM:", b"RssAnon:"))]
+    except OSError:
+        return {}
+    return {fields[0][:-1]: int(fields[1]) for fields in lines if len(fields) > 1}
 
 
 def close_output() -> None:

@@ -74,7 +74,7 @@ HIDE_PREFIX = "!"
 class Isolation:
     """What each run gets, from the zygote's arguments ``TMP_BYTES NETWORK KEEP...``."""
 
-    __slots__ = ("hide", "keep", "mounts", "proc_covers", "tmp_bytes", "unshared")
+    __slots__ = ("hide", "keep", "mounts", "proc_covers", "tmp_bytes", "tmpfs", "unshared")
 
     def __init__(self, args: list[str]) -> None:
         self.tmp_bytes = int(args[0])  # the size of each private tmpfs
@@ -87,8 +87,10 @@ class Isolation:
         # What of the server's no run may read (the HTTP tokens): a file covered by an empty one, a
         # directory by an empty tmpfs.
         self.hide = [arg[len(HIDE_PREFIX) :] for arg in args[2:] if arg.startswith(HIDE_PREFIX)]
-        # mount(2)'s arguments for each of a run's tmpfs mounts, encoded once (prepare_shared_view).
+        # mount(2)'s arguments for each of a run's tmpfs mounts, encoded once, and their paths
+        # (prepare_shared_view).
         self.mounts: list[tuple[bytes, bytes, bytes, int, bytes]] = []
+        self.tmpfs: tuple[str, ...] = ()
         # What of a run's /proc is covered by /dev/null (prepare_shared_view).
         self.proc_covers: list[bytes] = []
 
@@ -257,6 +259,7 @@ def prepare_shared_view(isolation: Isolation) -> None:
         if os.path.isdir(directory) and not os.path.islink(directory):
             size = RUN_BYTES if directory == "/run" else isolation.tmp_bytes
             isolation.mounts.append((b"tmpfs", directory.encode(), b"tmpfs", flags, _tmpfs_options(size).encode()))
+    isolation.tmpfs = tuple(target.decode() for _, target, *_ in isolation.mounts)
     # Looked up once: what this kernel lacks, no run's /proc has.
     isolation.proc_covers = [b"/proc/" + name.encode() for name in PROC_COVERED if os.path.exists("/proc/" + name)]
 

@@ -24,6 +24,8 @@ from runner.processes.bootstrap import __file__ as _bootstrap_file
 from runner.processes.namespaces import PROC_COVERED
 
 WORKDIR = "/tmp"
+# A bwrap run's own tmpfs mounts (bwrap_argv), whose pages its peak memory counts (harvest.ended).
+BWRAP_TMPFS = (WORKDIR, "/dev/shm", "/run")
 # /run is replaced by an empty tmpfs (host sockets stay out of reach) that carries the bootstrap and
 # the modules it loads next to it, so runs work wherever the server's files are, even under /tmp,
 # which the sandbox hides.
@@ -54,6 +56,11 @@ class Sandbox:
     def bootstrap(self) -> str:
         """Where the run interpreter finds the bootstrap."""
         return BOOTSTRAP_INSIDE if self.wrapper else BOOTSTRAP
+
+    @property
+    def tmpfs(self) -> str:
+        """The spawned interpreter's own tmpfs mounts, for its last argument (the zygote knows its own)."""
+        return ":".join(BWRAP_TMPFS) if self.wrapper else ""
 
     @property
     def helpers_per_run(self) -> int:

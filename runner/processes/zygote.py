@@ -37,7 +37,18 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn
 
-    from runner.processes import bootstrap, figures, harvest, jobs, namespaces, pidspaces, preload, seccomp, workdir
+    from runner.processes import (
+        bootstrap,
+        figures,
+        harvest,
+        images,
+        jobs,
+        namespaces,
+        pidspaces,
+        preload,
+        seccomp,
+        workdir,
+    )
 else:
     # -I keeps the script's directory off sys.path; the bootstrap sits next to this file. Everything
     # the import leaves is taken away again, so that a forked run can import nothing more than a
@@ -47,16 +58,10 @@ else:
     _writes_bytecode = not sys.dont_write_bytecode
     sys.path.insert(0, _here)
     sys.dont_write_bytecode = True
-    _SIBLINGS = ("bootstrap", "figures", "harvest", "jobs", "namespaces", "pidspaces", "preload", "seccomp", "workdir")
-    import bootstrap
-    import figures
-    import harvest
-    import jobs
-    import namespaces
-    import pidspaces
-    import preload
-    import seccomp
-    import workdir
+    _SIBLINGS = ("bootstrap", "figures", "harvest", "images", "jobs", "namespaces", "pidspaces", "preload")
+    _SIBLINGS += ("seccomp", "workdir")
+    for _name in _SIBLINGS:
+        globals()[_name] = __import__(_name)
 
     sys.dont_write_bytecode = not _writes_bytecode
     del sys.path[0]
@@ -65,7 +70,7 @@ else:
         del sys.modules[_name]
 
 # What a run loads next to the bootstrap (`bootstrap.SIBLINGS`), in its order: imported once, here.
-SIBLINGS = (jobs, workdir, figures, harvest)
+SIBLINGS = (jobs, workdir, figures, harvest, images)
 # A namespaced run drops its capabilities itself, after its set-up: with what ctypes needs made once,
 # here. The bounding set is already empty: the zygote emptied it for all of them (`prepare_process`).
 DROP_PRIVILEGES = bootstrap.privilege_dropper(bounding_set=False)
@@ -256,13 +261,13 @@ def _forked_run(theirs: list[int], workdir: str, limits: list[int], isolation: n
             DROP_PRIVILEGES()
             SET_UP_DONE.install()
             namespaces.require_no_privileges()  # fail closed: the dropping ignores what fails
-        _become_run(workdir, limits)
+        _become_run(workdir, limits, () if isolation is None else isolation.tmpfs)
     except BaseException:
         _fail()
     os._exit(1)  # _become_run never returns; this keeps the type checker sure of it
 
 
-def _become_run(workdir: str, limits: list[int]) -> NoReturn:
+def _become_run(workdir: str, limits: list[int], tmpfs: tuple[str, ...]) -> NoReturn:
     os.environ["HOME"] = os.environ["TMPDIR"] = workdir
     preload.reseed()
     # Again, and what a run does after its code: after a fork the first writes copy pages, better
@@ -270,7 +275,7 @@ def _become_run(workdir: str, limits: list[int]) -> NoReturn:
     bootstrap.warm_up(SIBLINGS, workdir)
     bootstrap.become_run(workdir, limits)
     main = bootstrap.new_main()
-    bootstrap.run(jobs.read_job(bootstrap.CODE_FD), main, SIBLINGS)
+    bootstrap.run(jobs.read_job(bootstrap.CODE_FD), main, SIBLINGS, tmpfs)
 
 
 def _fail() -> NoReturn:
