@@ -10,6 +10,7 @@ RLIMIT_NPROC is not enforced, so only these bounds and the timeout stop a bomb.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -1325,5 +1326,138 @@ ISOLATION = [
 ]
 
 
+def plain_as_root(context: Context) -> bool:
+    return plain(context) and os.geteuid() == 0
+
+
+PLAIN_ROOT_WRITES_KERNEL_SETTINGS = Hole(
+    "plain mode does not confine the file system: a root server's run writes /proc/sys as root does (docs/security.md)",
+    plain_as_root,
+    ("stdout has 'writable'",),
+)
+PLAIN_READS_THE_KEYS = Hole(
+    "plain mode shows /proc as the server's uid sees it, the kernel's keys included (docs/security.md)",
+    lambda context: plain(context) and Path("/proc/keys").read_text() != "",
+    ("stdout '/proc/keys ",),
+)
+
+# What reaches the kernel beyond the run: the review's reproductions (issue 22), each refused now.
+KERNEL = [
+    case(
+        "a user namespace of its own to mount a cgroup2 file system in is refused",
+        """
+        import ctypes, errno, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWCGROUP = 0x10000000, 0x00020000, 0x02000000
+        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWCGROUP) != 0:
+            print(errno.errorcode[ctypes.get_errno()])
+        else:
+            os.makedirs("cg", exist_ok=True)
+            print("mounted" if libc.mount(b"cgroup2", b"cg", b"cgroup2", 0, None) == 0 else "unshared")
+        """,
+        S.OK,
+        stdout="EPERM\n",
+    ),
+    case(
+        "io_uring and userfaultfd are refused",
+        """
+        import ctypes, errno, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        io_uring_setup, userfaultfd = {"x86_64": (425, 323), "aarch64": (425, 282)}[os.uname().machine]
+        params = ctypes.create_string_buffer(120)
+        for result in (libc.syscall(io_uring_setup, 8, params), libc.syscall(userfaultfd, 0)):
+            print(errno.errorcode[ctypes.get_errno()] if result < 0 else "allowed")
+        """,
+        S.OK,
+        stdout="EPERM\nEPERM\n",
+    ),
+    case(
+        "inotify and fanotify are refused",
+        """
+        import ctypes, errno
+        libc = ctypes.CDLL(None, use_errno=True)
+        for result in (libc.inotify_init1(0), libc.fanotify_init(0, 0)):
+            print(errno.errorcode[ctypes.get_errno()] if result < 0 else "allowed")
+        """,
+        S.OK,
+        stdout="EPERM\nEPERM\n",
+    ),
+    case(
+        "memfds holding memory outside the memory limit are refused",
+        """
+        import os
+        held = []
+        try:
+            for n in range(40):
+                fd = os.memfd_create(f"m{n}")
+                os.posix_fallocate(fd, 0, 15 << 20)
+                held.append(fd)
+        except OSError as exc:
+            print(type(exc).__name__, len(held))
+        """,
+        S.OK,
+        stdout="PermissionError 0\n",
+    ),
+    case(
+        "sysv shared memory and message queues outside the memory limit are refused",
+        """
+        import ctypes, errno
+        libc = ctypes.CDLL(None, use_errno=True)
+        for result in (libc.shmget(0, 100 << 20, 0o1600), libc.msgget(0, 0o1600), libc.semget(0, 1, 0o1600)):
+            print(errno.errorcode[ctypes.get_errno()] if result < 0 else "allowed")
+        """,
+        S.OK,
+        stdout="EPERM\nEPERM\nEPERM\n",
+    ),
+    case(
+        "socket buffers asked for past the default are not given",
+        """
+        import socket
+        default = int(open("/proc/sys/net/core/wmem_default").read())
+        pairs, queued = [], 0
+        for _ in range(100):
+            a, b = socket.socketpair()
+            pairs.append((a, b))
+            a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 20)
+            a.setblocking(False)
+            try:
+                while True:
+                    queued += a.send(bytes(65536))
+            except BlockingIOError:
+                pass
+        print("bounded" if queued <= len(pairs) * 2 * default else f"{queued >> 20} MiB queued")
+        """,
+        S.OK,
+        stdout="bounded\n",
+    ),
+    case(
+        "the kernel's core pattern cannot be opened for writing",
+        """
+        import os
+        for path in ("/proc/sys/kernel/core_pattern", "/proc/sys/kernel/printk_ratelimit_burst"):
+            try:
+                os.close(os.open(path, os.O_WRONLY))
+                print("writable", path)
+            except OSError as exc:
+                print(type(exc).__name__)
+        """,
+        S.OK,
+        stdout_lacks=("writable",),
+        holes=(PLAIN_ROOT_WRITES_KERNEL_SETTINGS,),
+    ),
+    case(
+        "the kernel's keys are not listed",
+        """
+        for path in ("/proc/keys", "/proc/key-users"):
+            text = open(path).read()
+            print(path, len(text.splitlines()), "lines") if text else None
+        print("none")
+        """,
+        S.OK,
+        stdout="none\n",
+        holes=(PLAIN_READS_THE_KEYS,),
+    ),
+]
+
 CASES = TIME_AND_CPU + MEMORY + PROCESSES + SERVER_REACH + OUTPUT + EXITS + LIMITS_AND_FILES + STDIN + CODE_INPUT
-CASES += ISOLATION
+CASES += ISOLATION + KERNEL
