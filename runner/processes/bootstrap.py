@@ -44,7 +44,7 @@ PR_SET_NO_NEW_PRIVS = 38
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # A run's open files, per process. Each can hold kernel memory that RLIMIT_AS does not count (a
 # socket's queue, a pipe's buffer); with the socket buffers a run may not raise (seccomp.py), this bounds
-# that memory to about 256 x 208 KiB per process (docs/security.md). Python's own needs are a few
+# a process's socket queues to about 256 x 2 x 208 KiB (docs/security.md). Python's own needs are a few
 # dozen; 256 is macOS's default.
 OPEN_FILES = 256
 

@@ -80,8 +80,8 @@ class Isolation:
         self.tmp_bytes = int(args[0])  # the size of each private tmpfs
         # The namespaces a run makes for itself: a network namespace too unless NETWORK is "shared".
         # Never one lent from an earlier run: what the kernel counts there (/proc/net/snmp, the
-        # interfaces' counters) would tell a run what the earlier one did. About 0.5 ms of the run's
-        # CPU before its code, and as much for the kernel's teardown after it (docs/performance.md).
+        # interfaces' counters) would tell a run what the earlier one did. It costs the run 0.5-0.9 ms
+        # of CPU before its code, and the kernel its teardown after (docs/performance.md).
         self.unshared = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if args[1] == "isolated" else 0)
         self.keep = [arg for arg in args[2:] if not arg.startswith(HIDE_PREFIX)]  # see make_private_view
         # What of the server's no run may read (the HTTP tokens): a file covered by an empty one, a
