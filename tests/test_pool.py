@@ -18,6 +18,7 @@ from runner.config import Config
 from runner.errors import SpawnError
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
+from runner.processes.bootstrap import OPEN_FILES
 from tests.helpers import MODES, alive, checked, children_of, in_mode, living, max_overlap, pids_in, settled_async
 
 pytestmark = pytest.mark.anyio
@@ -135,7 +136,7 @@ async def test_every_limit_is_applied_inside_the_run(pool: Pool, config: Config)
         pool,
         """
         import json, resource
-        names = ["RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE"]
+        names = ["RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE", "RLIMIT_NOFILE"]
         print(json.dumps({n: resource.getrlimit(getattr(resource, n)) for n in names}))
         """,
     )
@@ -145,6 +146,7 @@ async def test_every_limit_is_applied_inside_the_run(pool: Pool, config: Config)
     assert limits["RLIMIT_NPROC"] == [pool.limits.nproc] * 2
     assert limits["RLIMIT_FSIZE"] == [config.file_size_bytes] * 2
     assert limits["RLIMIT_CORE"] == [0, 0]
+    assert limits["RLIMIT_NOFILE"] == [OPEN_FILES, OPEN_FILES]
 
 
 async def test_a_run_is_not_dumpable_so_other_processes_of_the_uid_cannot_open_its_proc_entries(
