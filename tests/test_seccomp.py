@@ -129,6 +129,8 @@ def test_what_holds_memory_outside_every_limit_or_watches_others_is_refused(mach
         "userfaultfd",
         "kexec_load",
         "finit_module",
+        "ptrace",
+        "process_vm_writev",
         "open_by_handle_at",
         "bpf",
         "perf_event_open",

@@ -8,7 +8,8 @@ starts, and nothing lifts it. Two sets of rules:
   against other runs: a user namespace of its own (in which it holds every capability and could mount
   a cgroup2 file system writable to it, with ``cgroup.kill`` over the server), io_uring and
   userfaultfd (kernel attack surface Docker's default profile also refuses), kernel modules and
-  kexec, file handles, the kernel's keyrings (a uid's, so they outlive a run), inotify and fanotify
+  kexec, file handles, tracing other processes (bubblewrap's PID 1, under no filter of ours, would
+  make any call it was made to), the kernel's keyrings (a uid's, so they outlive a run), inotify and fanotify
   (a run would see what others open, and could take every instance of its uid), and memory held by
   neither an address space nor a size limit: memfds, SysV shared memory, message queues and semaphore
   sets, and socket buffers raised past the default (a request for one is taken and ignored). A
@@ -61,6 +62,7 @@ CALLS: tuple[tuple[str, int | None, int | None], ...] = (
     ("clone", 56, 220),
     ("semget", 64, 190),
     ("msgget", 68, 186),
+    ("ptrace", 101, 117),
     ("pivot_root", 155, 41),
     ("mount", 165, 40),
     ("umount2", 166, 39),
@@ -76,6 +78,8 @@ CALLS: tuple[tuple[str, int | None, int | None], ...] = (
     ("perf_event_open", 298, 241),
     ("fanotify_init", 300, 262),
     ("open_by_handle_at", 304, 265),
+    ("process_vm_readv", 310, 270),
+    ("process_vm_writev", 311, 271),
     ("setns", 308, 268),
     ("finit_module", 313, 273),
     ("memfd_create", 319, 279),
@@ -119,6 +123,9 @@ EVERY_PROCESS = {
     **dict.fromkeys(("io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd"), REFUSE),
     **dict.fromkeys(("kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module"), REFUSE),
     **dict.fromkeys(("open_by_handle_at", "bpf", "perf_event_open"), REFUSE),
+    # bubblewrap's PID 1, in a run's sight and of its uid, is under no filter of ours: a run that could
+    # trace it could make it call anything, a user namespace included.
+    **dict.fromkeys(("ptrace", "process_vm_readv", "process_vm_writev"), REFUSE),
     **dict.fromkeys(("inotify_init", "inotify_init1", "fanotify_init"), REFUSE),
     **dict.fromkeys(("memfd_create", "memfd_secret", "shmget", "msgget", "semget"), REFUSE),
     "setsockopt": IGNORE_BUFFER_SIZES,
