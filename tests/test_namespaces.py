@@ -12,7 +12,8 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -289,7 +290,24 @@ def test_the_namespace_cost_benchmark_runs_to_its_last_line(config: Config) -> N
     assert done.stdout.splitlines()[-1].lstrip().startswith("a kept PID namespace"), done.stdout
 
 
-def test_the_zygote_makes_namespaces_as_an_unprivileged_user_through_a_user_namespace(config: Config) -> None:
+@pytest.fixture
+def readable_zygote() -> Iterator[Path]:
+    """The zygote and the modules beside it, in a directory any uid may read: a checkout may sit under a
+    directory only root may enter (a clone under /root, or in a 0700 temporary directory)."""
+    directory = Path(tempfile.mkdtemp(prefix="runner-zygote-"))
+    try:
+        directory.chmod(0o755)
+        for module in Path(ZYGOTE).parent.glob("*.py"):
+            shutil.copy(module, directory / module.name)
+            (directory / module.name).chmod(0o644)
+        yield directory / Path(ZYGOTE).name
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_the_zygote_makes_namespaces_as_an_unprivileged_user_through_a_user_namespace(
+    config: Config, readable_zygote: Path
+) -> None:
     # The container's case: no capability at all, so the zygote first enters a user namespace it owns.
     setpriv = shutil.which("setpriv")
     if setpriv is None or os.geteuid() != 0:
@@ -297,6 +315,6 @@ def test_the_zygote_makes_namespaces_as_an_unprivileged_user_through_a_user_name
     if Path("/proc/sys/user/max_user_namespaces").read_text().strip() == "0":
         pytest.skip("user namespaces are turned off on this machine")
     drop = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
-    probe = [*drop, *interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:]]
+    probe = [*drop, *interpreter_argv(config.python), str(readable_zygote), "--probe", *namespace_args(config)[1:]]
     done = subprocess.run(probe, capture_output=True, text=True, timeout=60, check=False, cwd="/")
     assert done.returncode == 0, done.stderr
