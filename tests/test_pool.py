@@ -398,13 +398,16 @@ async def test_a_segfault_is_reported_by_signal_name(pool: Pool) -> None:
 
 
 async def test_runs_beyond_the_concurrency_bound_wait_in_fifo_order(config: Config, no_leaks: None) -> None:
-    code = "import time\nstart = time.time()\ntime.sleep(0.3)\nprint(start, time.time())"
+    # Each run a little longer than the one before, so that no two slots come free at the same moment:
+    # the order in which queued runs get theirs is then 50 ms apart or more, far beyond what a busy
+    # machine's scheduling adds to the timestamps.
+    code = "import time\nstart = time.time()\ntime.sleep(0.3 + 0.05 * {index})\nprint(start, time.time())"
     results: dict[int, RunResult] = {}
     submitted: dict[int, float] = {}
 
     async def one(index: int) -> None:
         submitted[index] = anyio.current_time()
-        results[index] = checked(await pool.run(request(code, request_id=f"{index:08x}")))
+        results[index] = checked(await pool.run(request(code.format(index=index), request_id=f"{index:08x}")))
 
     async with Pool.open(tuned(config, max_concurrent=2, pool_size=2)) as pool, anyio.create_task_group() as tg:
         for index in range(6):
