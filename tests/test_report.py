@@ -207,6 +207,22 @@ def test_webp_sizes_are_read_from_each_kind_of_header_and_gif_from_its_largest_f
     assert (filled.width, filled.height) == (70, 90)
 
 
+def test_a_gif_frame_after_a_stray_byte_and_a_jpeg_s_second_frame_header_still_count() -> None:
+    # Decoders step over a byte that starts no block (Pillow does) and may take any frame header: a
+    # 1 x 1 screen with a 9,000 x 9,000 frame behind a stray byte decoded to a gigabyte.
+    frame = b"\x2c" + bytes(4) + (9000).to_bytes(2, "little") * 2 + b"\x00\x02\x02\x44\x01\x00"
+    small = b"\x2c" + bytes(4) + (1).to_bytes(2, "little") * 2 + b"\x00\x02\x02\x44\x01\x00"
+    gif = b"GIF89a" + (1).to_bytes(2, "little") * 2 + bytes(3) + small + b"\x00" + frame + b";"
+
+    def start_of_frame(width: int, height: int) -> bytes:
+        return b"\xff\xc0\x00\x11\x08" + height.to_bytes(2, "big") + width.to_bytes(2, "big") + bytes(10)
+
+    jpeg = b"\xff\xd8" + start_of_frame(1, 1) + start_of_frame(9000, 9000) + b"\xff\xda\x00\x02" + bytes(16)
+    for name, data in (("a.gif", gif), ("a.jpg", jpeg)):
+        attachment = classify_file(name, data)
+        assert (attachment.width, attachment.height) == (9000, 9000), name
+
+
 def test_an_image_over_the_pixel_cap_or_without_a_size_never_comes_back_even_from_a_forged_report() -> None:
     # The run leaves such an image out itself; a report the code wrote could list it all the same.
     big, fine, sizeless = png_of(30000, 30000), png_of(2000, 2000), b"GIF89a"

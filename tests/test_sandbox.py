@@ -201,6 +201,25 @@ async def test_a_run_s_network_namespace_holds_nothing_of_an_earlier_run_not_eve
     assert len({counted for counted, _, _ in seen}) == 1, f"a run found counts of an earlier one: {seen}"
 
 
+async def test_a_run_of_an_isolated_network_can_make_no_internet_socket(sandboxed: Pool) -> None:
+    # bubblewrap brings up a loopback in the run's network namespace: TCP worked there, and a TCP socket's
+    # buffers grow by themselves (60 loopback pairs held 1.2 GiB of kernel memory under a 256 MiB limit).
+    code = """
+        import socket
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+                try:
+                    socket.socket(family, kind).close()
+                    print("made")
+                except OSError as exc:
+                    print(type(exc).__name__)
+        a, b = socket.socketpair()
+        print(a.family.name)
+    """
+    result = await run(sandboxed, code)
+    assert result.stdout.text == "PermissionError\n" * 4 + "AF_UNIX\n", result.to_text()
+
+
 async def test_the_file_system_is_read_only_outside_the_private_tmpfs(sandboxed: Pool) -> None:
     # Outside /tmp and /run (which the sandbox replaces), where the host (root, here) could write.
     target = Path("/var/tmp") / f"written-from-a-run-{os.getpid()}"

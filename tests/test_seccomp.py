@@ -131,6 +131,9 @@ def test_what_holds_memory_outside_every_limit_or_watches_others_is_refused(mach
         "finit_module",
         "ptrace",
         "process_vm_writev",
+        "pidfd_getfd",
+        "kcmp",
+        "mq_open",
         "open_by_handle_at",
         "bpf",
         "perf_event_open",
@@ -152,6 +155,26 @@ def test_socket_buffer_requests_are_taken_and_ignored_and_other_socket_options_a
     assert verdict(machine, seccomp.WHOLE, "setsockopt", 3, sol_socket, so_reuseaddr) == ALLOW
     assert verdict(machine, seccomp.WHOLE, "setsockopt", 3, ipproto_tcp, tcp_nodelay) == ALLOW
     assert verdict(machine, seccomp.WHOLE, "setsockopt", 3, ipproto_tcp, 7) == ALLOW  # 7 at another level
+
+
+@machines
+def test_the_ioctl_that_makes_a_userfaultfd_is_refused_and_every_other_ioctl_is_not(machine: str) -> None:
+    tcgets, fionread = 0x5401, 0x541B
+    assert verdict(machine, seccomp.EVERY_PROCESS, "ioctl", 3, seccomp.USERFAULTFD_IOC_NEW) == EPERM
+    assert verdict(machine, seccomp.EVERY_PROCESS, "ioctl", 3, tcgets) == ALLOW
+    assert verdict(machine, seccomp.EVERY_PROCESS, "ioctl", 3, fionread) == ALLOW
+
+
+@machines
+def test_an_isolated_network_s_run_may_make_unix_sockets_but_no_internet_one(machine: str) -> None:
+    af_unix, af_netlink, sock_stream, sock_dgram = 1, 16, 1, 2
+    isolated = {**seccomp.WHOLE, **seccomp.NO_NETWORK}
+    for family in (seccomp.AF_INET, seccomp.AF_INET6):
+        for kind in (sock_stream, sock_dgram):
+            assert verdict(machine, isolated, "socket", family, kind, 0) == EPERM
+            assert verdict(machine, seccomp.WHOLE, "socket", family, kind, 0) == ALLOW  # plain: the host's network
+    assert verdict(machine, isolated, "socket", af_unix, sock_stream, 0) == ALLOW
+    assert verdict(machine, isolated, "socket", af_netlink, sock_dgram, 0) == ALLOW
 
 
 @machines
@@ -198,10 +221,12 @@ TRY_CALLS = """
     libc.syscall.restype = ctypes.c_long
     N = {"x86_64": dict(clone=56, unshare=272, setns=308, clone3=435, io_uring_setup=425, userfaultfd=323,
                         memfd_create=319, shmget=29, msgget=68, semget=64, inotify_init1=294, fanotify_init=300,
-                        mount=165, kexec_load=246, finit_module=313, open_by_handle_at=304),
+                        mount=165, kexec_load=246, finit_module=313, open_by_handle_at=304, mq_open=240,
+                        pidfd_getfd=438),
          "aarch64": dict(clone=220, unshare=97, setns=268, clone3=435, io_uring_setup=425, userfaultfd=282,
                          memfd_create=279, shmget=194, msgget=186, semget=190, inotify_init1=26, fanotify_init=262,
-                         mount=40, kexec_load=104, finit_module=273, open_by_handle_at=265)}[os.uname().machine]
+                         mount=40, kexec_load=104, finit_module=273, open_by_handle_at=265, mq_open=180,
+                         pidfd_getfd=438)}[os.uname().machine]
     params = ctypes.create_string_buffer(120)
     def attempt(name, *args):
         result = libc.syscall(N[name], *args)
@@ -220,8 +245,17 @@ TRY_CALLS = """
                        ("shmget", (0, 1 << 20, 0o1600)), ("msgget", (0, 0o1600)), ("semget", (0, 1, 0o1600)),
                        ("inotify_init1", (0,)), ("fanotify_init", (0, 0)), ("kexec_load", (0, 0, None, 0)),
                        ("finit_module", (0, b"", 0)), ("open_by_handle_at", (0, None, 0)),
-                       ("mount", (b"none", b"/tmp", b"tmpfs", 0, None))]:
+                       ("mount", (b"none", b"/tmp", b"tmpfs", 0, None)), ("mq_open", (b"q", 0o100 | 2, 0o600, None)),
+                       ("pidfd_getfd", (os.pidfd_open(os.getpid()), 0, 0))]:
         print(name, attempt(name, *args))
+    # A root run finds /dev/userfaultfd where it sees the host's /dev: its ioctl makes what the call would.
+    try:
+        device = os.open("/dev/userfaultfd", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        print("ioctl(USERFAULTFD_IOC_NEW) EPERM")  # no such device in its view
+    else:
+        made = libc.ioctl(device, 0xAA00, 0)
+        print("ioctl(USERFAULTFD_IOC_NEW)", errno.errorcode[ctypes.get_errno()] if made < 0 else "allowed")
 """
 
 REFUSED = """\
@@ -241,6 +275,9 @@ kexec_load EPERM
 finit_module EPERM
 open_by_handle_at EPERM
 mount EPERM
+mq_open EPERM
+pidfd_getfd EPERM
+ioctl(USERFAULTFD_IOC_NEW) EPERM
 """
 
 

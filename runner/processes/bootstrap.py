@@ -360,12 +360,14 @@ def become_run(workdir: str, limits: list[int]) -> None:
 
 
 def main() -> None:
-    """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE [TMPFS]`` (TMPFS: the run's own tmpfs mounts,
-    colon-separated, in a sandbox); the zygote is `zygote.py`, which imports this."""
-    seccomp = load_sibling("seccomp")
-    prepare_process(seccomp.Filter(seccomp.WHOLE))
-    become_run(sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
+    """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE [TMPFS NETWORK]`` (in a sandbox: TMPFS, the run's own
+    tmpfs mounts, colon-separated; NETWORK, ``isolated`` or ``shared``); the zygote is `zygote.py`,
+    which imports this."""
     tmpfs = tuple(sys.argv[6].split(":")) if len(sys.argv) > 6 and sys.argv[6] else ()
+    seccomp = load_sibling("seccomp")
+    isolated = sys.argv[7:8] == ["isolated"]
+    prepare_process(seccomp.Filter({**seccomp.WHOLE, **(seccomp.NO_NETWORK if isolated else {})}))
+    become_run(sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
     siblings = tuple(load_sibling(name) for name in SIBLINGS)
     warm_up(siblings, ".")
     main = new_main()

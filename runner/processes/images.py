@@ -60,7 +60,8 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 
 def _gif_size(data: bytes) -> tuple[int, int]:
-    """The logical screen, grown to every frame's extent (decoders such as Pillow grow it so)."""
+    """The logical screen, grown to every frame's extent (decoders such as Pillow grow it so). A byte
+    that starts no block is stepped over, as Pillow steps over it: a frame after it still counts."""
     if len(data) < 13:
         return 0, 0
     width, height = int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
@@ -75,7 +76,8 @@ def _gif_size(data: bytes) -> tuple[int, int]:
         elif data[at] == 0x21:  # an extension: its label, then sub-blocks
             at += 2
         else:
-            break
+            at += 1
+            continue
         while at < len(data) and data[at]:  # sub-blocks, each its length and bytes, to an empty one
             at += 1 + data[at]
         at += 1
@@ -83,18 +85,22 @@ def _gif_size(data: bytes) -> tuple[int, int]:
 
 
 def _jpeg_size(data: bytes) -> tuple[int, int]:
-    at = 2
+    """The largest start of frame before the scan begins: a decoder may take any of them (Pillow the last)."""
+    at, largest = 2, (0, 0)
     while at + 9 < len(data) and data[at] == 0xFF:
         marker = data[at + 1]
         if marker == 0xFF:  # fill
             at += 1
         elif marker == 0x01 or 0xD0 <= marker <= 0xD7:  # markers without a length
             at += 2
-        elif 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # a start of frame
-            return int.from_bytes(data[at + 7 : at + 9], "big"), int.from_bytes(data[at + 5 : at + 7], "big")
+        elif marker == 0xDA:  # start of scan: entropy-coded data follows, no more headers
+            break
         else:
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # a start of frame
+                size = int.from_bytes(data[at + 7 : at + 9], "big"), int.from_bytes(data[at + 5 : at + 7], "big")
+                largest = max(largest, size, key=lambda pair: pair[0] * pair[1])
             at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
-    return 0, 0
+    return largest
 
 
 def _webp_size(data: bytes) -> tuple[int, int]:

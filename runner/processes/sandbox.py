@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Literal
 
-from runner.config import MIB, Config
+from runner.config import MIB, Config, SandboxNetwork
 from runner.errors import ConfigError
 from runner.processes.bootstrap import __file__ as _bootstrap_file
 from runner.processes.namespaces import PROC_COVERED
@@ -51,6 +51,7 @@ class Sandbox:
     reason: str
     wrapper: tuple[str, ...] = ()
     zygote_args: tuple[str, ...] = ()
+    network: SandboxNetwork = "shared"  # a wrapped run's: "isolated", a network namespace of its own
 
     @property
     def bootstrap(self) -> str:
@@ -58,9 +59,10 @@ class Sandbox:
         return BOOTSTRAP_INSIDE if self.wrapper else BOOTSTRAP
 
     @property
-    def tmpfs(self) -> str:
-        """The spawned interpreter's own tmpfs mounts, for its last argument (the zygote knows its own)."""
-        return ":".join(BWRAP_TMPFS) if self.wrapper else ""
+    def run_args(self) -> tuple[str, ...]:
+        """The spawned interpreter's last arguments in a wrapper: its own tmpfs mounts, and its network
+        (`bootstrap.main`). The zygote knows its runs' itself."""
+        return (":".join(BWRAP_TMPFS), self.network) if self.wrapper else ()
 
     @property
     def helpers_per_run(self) -> int:
@@ -216,7 +218,8 @@ def choose_sandbox(config: Config) -> Sandbox:
             else _probe([*bwrap_argv(bwrap, config), config.python, "-I", "-S", "-c", "pass"], config)
         )
         if bwrap is not None and problem is None:
-            return Sandbox("bwrap", f"bubblewrap at {bwrap} works", bwrap_argv(bwrap, config))
+            argv = bwrap_argv(bwrap, config)
+            return Sandbox("bwrap", f"bubblewrap at {bwrap} works", argv, network=config.sandbox_network)
         if config.sandbox == "bwrap":
             raise ConfigError("RUNNER_SANDBOX", f"bwrap was asked for but cannot be used: {problem}")
         problems.append(f"bubblewrap: {problem}")

@@ -2,22 +2,25 @@
 
 Loaded by the bootstrap (`bootstrap.load_sibling`) and imported by the zygote, under ``-I -S``,
 never by the server. A filter holds for the process that installs it and everything it forks or
-starts, and nothing lifts it. Two sets of rules:
+starts, and nothing lifts it. The sets of rules:
 
 - `EVERY_PROCESS`: what no process of a run needs and a hostile run could use against the host or
   against other runs: a user namespace of its own (in which it holds every capability and could mount
   a cgroup2 file system writable to it, with ``cgroup.kill`` over the server), io_uring and
-  userfaultfd (kernel attack surface Docker's default profile also refuses), kernel modules and
-  kexec, file handles, tracing other processes (bubblewrap's PID 1, under no filter of ours, would
-  make any call it was made to), the kernel's keyrings (a uid's, so they outlive a run), inotify and fanotify
-  (a run would see what others open, and could take every instance of its uid), and memory held by
-  neither an address space nor a size limit: memfds, SysV shared memory, message queues and semaphore
-  sets, and socket buffers raised past the default (a request for one is taken and ignored). A
-  namespaced zygote installs these once for all its forks: it still makes namespaces and mounts.
+  userfaultfd, by the call or by ``/dev/userfaultfd`` (kernel attack surface Docker's default profile
+  also refuses), kernel modules and kexec, file handles, tracing other processes or taking their fds
+  (bubblewrap's PID 1, under no filter of ours, would make any call it was made to), the kernel's
+  keyrings (a uid's, so they outlive a run), inotify and fanotify (a run would see what others open,
+  and could take every instance of its uid), and memory held by neither an address space nor a size
+  limit: memfds, SysV shared memory, message queues and semaphore sets, POSIX message queues, and
+  socket buffers raised past the default (a request for one is taken and ignored). A namespaced zygote
+  installs these once for all its forks: it still makes namespaces and mounts.
 - `AFTER_SET_UP`: what only the making of a run's namespaces and view needs: mount(2) and the new mount
   API, pivot_root and setns. A namespaced run installs these itself once its view is made; a spawned
   interpreter (plain, or in bubblewrap, which made its view before the exec) and a plain zygote
-  install both sets at once.
+  install both sets at once (`WHOLE`).
+- `NO_NETWORK`: internet sockets, for a sandboxed run of an isolated network, which has no network to
+  use them on (`bootstrap.main`, the zygote's `Namespaced`).
 
 clone3(2) fails with ENOSYS (its flags are in memory a filter cannot read): glibc then falls back to
 clone(2), whose flags it can. Every system call of another ABI (i386 or x32 on x86_64) is refused.
@@ -41,8 +44,12 @@ RET_ERRNO = 0x00050000
 X32_SYSCALL_BIT = 0x40000000
 CLONE_NEWUSER = 0x10000000
 SOL_SOCKET = 1
-# SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE: the same on both machines.
-SOCKET_BUFFER_OPTIONS = (7, 8, 32, 33)
+# SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE, and SO_RCVLOWAT, which grows a TCP socket's
+# receive buffer to match: the same on both machines.
+SOCKET_BUFFER_OPTIONS = (7, 8, 32, 33, 18)
+AF_INET, AF_INET6 = 2, 10
+# ioctl(2) of /dev/userfaultfd that makes a userfaultfd without the system call (a root run has the device).
+USERFAULTFD_IOC_NEW = 0xAA00
 # Classic BPF: BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_JMP|BPF_JGE|BPF_K, BPF_JMP|BPF_JSET|BPF_K,
 # BPF_RET|BPF_K; offsets into struct seccomp_data.
 LOAD, JUMP_EQUAL, JUMP_AT_LEAST, JUMP_ANY_BIT, RETURN = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -57,7 +64,9 @@ def argument(index: int) -> int:
 # Each call named in the rules and its number on x86_64 and on aarch64 (None: the machine has no such
 # call, as aarch64 has no inotify_init), and each machine's AUDIT_ARCH_* and column.
 CALLS: tuple[tuple[str, int | None, int | None], ...] = (
+    ("ioctl", 16, 29),
     ("shmget", 29, 194),
+    ("socket", 41, 198),
     ("setsockopt", 54, 208),
     ("clone", 56, 220),
     ("semget", 64, 190),
@@ -68,6 +77,7 @@ CALLS: tuple[tuple[str, int | None, int | None], ...] = (
     ("umount2", 166, 39),
     ("init_module", 175, 105),
     ("delete_module", 176, 106),
+    ("mq_open", 240, 180),
     ("kexec_load", 246, 104),
     ("add_key", 248, 217),
     ("request_key", 249, 218),
@@ -80,6 +90,7 @@ CALLS: tuple[tuple[str, int | None, int | None], ...] = (
     ("open_by_handle_at", 304, 265),
     ("process_vm_readv", 310, 270),
     ("process_vm_writev", 311, 271),
+    ("kcmp", 312, 272),
     ("setns", 308, 268),
     ("finit_module", 313, 273),
     ("memfd_create", 319, 279),
@@ -96,6 +107,8 @@ CALLS: tuple[tuple[str, int | None, int | None], ...] = (
     ("fsmount", 432, 432),
     ("fspick", 433, 433),
     ("clone3", 435, 435),
+    ("pidfd_getfd", 438, 438),
+    ("process_madvise", 440, 440),
     ("mount_setattr", 442, 442),
     ("memfd_secret", 447, 447),
     ("open_tree_attr", 467, 467),
@@ -105,14 +118,19 @@ MACHINES = {"x86_64": (0xC000003E, 1), "aarch64": (0xC00000B7, 2)}
 
 # What a rule does with a call: refuse it (EPERM), say the kernel lacks it (ENOSYS), refuse it when
 # it asks for a new user namespace (clone, unshare: flags in argument 0) or for entering one or any
-# namespace at all (setns: its type in argument 1, 0 meaning any), or take and ignore a request for
-# socket buffers (setsockopt at SOL_SOCKET: they would hold kernel memory outside every limit).
-REFUSE, NO_SUCH_CALL, NO_NEW_USER_NAMESPACE, NO_USER_NAMESPACE_TO_ENTER, IGNORE_BUFFER_SIZES = (
+# namespace at all (setns: its type in argument 1, 0 meaning any), take and ignore a request for
+# socket buffers (setsockopt at SOL_SOCKET: they would hold kernel memory outside every limit), refuse
+# the ioctl that makes a userfaultfd, or refuse an internet socket (socket: its family in argument 0).
+REFUSE, NO_SUCH_CALL, NO_NEW_USER_NAMESPACE, NO_USER_NAMESPACE_TO_ENTER = (
     "refuse",
     "ENOSYS",
     "no new user namespace",
     "no user namespace to enter",
+)
+IGNORE_BUFFER_SIZES, NO_USERFAULTFD_DEVICE, NO_INTERNET = (
     "ignore socket buffer sizes",
+    "no userfaultfd device",
+    "no internet",
 )
 EVERY_PROCESS = {
     **dict.fromkeys(("add_key", "request_key", "keyctl"), REFUSE),
@@ -121,13 +139,15 @@ EVERY_PROCESS = {
     "setns": NO_USER_NAMESPACE_TO_ENTER,
     "clone3": NO_SUCH_CALL,
     **dict.fromkeys(("io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd"), REFUSE),
+    "ioctl": NO_USERFAULTFD_DEVICE,
     **dict.fromkeys(("kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module"), REFUSE),
     **dict.fromkeys(("open_by_handle_at", "bpf", "perf_event_open"), REFUSE),
     # bubblewrap's PID 1, in a run's sight and of its uid, is under no filter of ours: a run that could
-    # trace it could make it call anything, a user namespace included.
-    **dict.fromkeys(("ptrace", "process_vm_readv", "process_vm_writev"), REFUSE),
+    # trace it could make it call anything, a user namespace included, or take its fds.
+    **dict.fromkeys(("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "process_madvise"), REFUSE),
+    "kcmp": REFUSE,
     **dict.fromkeys(("inotify_init", "inotify_init1", "fanotify_init"), REFUSE),
-    **dict.fromkeys(("memfd_create", "memfd_secret", "shmget", "msgget", "semget"), REFUSE),
+    **dict.fromkeys(("memfd_create", "memfd_secret", "shmget", "msgget", "semget", "mq_open"), REFUSE),
     "setsockopt": IGNORE_BUFFER_SIZES,
 }
 AFTER_SET_UP = dict.fromkeys(
@@ -148,6 +168,10 @@ AFTER_SET_UP = dict.fromkeys(
     REFUSE,
 )
 WHOLE = {**EVERY_PROCESS, **AFTER_SET_UP}  # setns refused whatever it enters
+# A sandboxed run of an isolated network (RUNNER_SANDBOX_NETWORK=isolated) has no use for an internet
+# socket (in bubblewrap's sandbox only its own loopback), and a TCP socket's buffers grow by themselves
+# to tcp_rmem and tcp_wmem, megabytes each, outside every limit of the run.
+NO_NETWORK = {"socket": NO_INTERNET}
 
 Instruction = tuple[int, int, int, int]
 
@@ -165,7 +189,14 @@ def program(machine: str, rules: dict[str, str]) -> list[Instruction]:
     def calls(action: str) -> list[int]:
         return [numbers[name] for name, wanted in rules.items() if wanted == action and name in numbers]
 
-    branches = (NO_SUCH_CALL, NO_NEW_USER_NAMESPACE, NO_USER_NAMESPACE_TO_ENTER, IGNORE_BUFFER_SIZES)
+    branches = (
+        NO_SUCH_CALL,
+        NO_NEW_USER_NAMESPACE,
+        NO_USER_NAMESPACE_TO_ENTER,
+        IGNORE_BUFFER_SIZES,
+        NO_USERFAULTFD_DEVICE,
+        NO_INTERNET,
+    )
     lines: list[tuple[Any, ...] | str] = [
         (LOAD, 0, 0, ARCH),
         (JUMP_EQUAL, 0, "refuse", arch),
@@ -186,6 +217,14 @@ def program(machine: str, rules: dict[str, str]) -> list[Instruction]:
         (JUMP_EQUAL, 0, "allow", SOL_SOCKET),
         (LOAD, 0, 0, argument(2)),
         *((JUMP_EQUAL, "ignore", 0, option) for option in SOCKET_BUFFER_OPTIONS),
+        (RETURN, 0, 0, RET_ALLOW),
+        "no userfaultfd device",
+        (LOAD, 0, 0, argument(1)),
+        (JUMP_EQUAL, "refuse", "allow", USERFAULTFD_IOC_NEW),
+        "no internet",
+        (LOAD, 0, 0, argument(0)),
+        (JUMP_EQUAL, "refuse", 0, AF_INET),
+        (JUMP_EQUAL, "refuse", "allow", AF_INET6),
         "allow",
         (RETURN, 0, 0, RET_ALLOW),
         "refuse",

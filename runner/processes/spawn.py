@@ -97,7 +97,7 @@ def spawn_child(
         raise ValueError(f"a {sandbox.kind} sandbox's runs are forked by its zygote, never spawned")
     host_dir = None if sandbox.enabled else tempfile.mkdtemp(prefix="run-", dir=base_dir)
     workdir = host_dir or SANDBOX_WORKDIR
-    argv = [*sandbox.wrapper, *interpreter_argv(python), sandbox.bootstrap, workdir, *limits.argv(), sandbox.tmpfs]
+    argv = [*sandbox.wrapper, *interpreter_argv(python), sandbox.bootstrap, workdir, *limits.argv(), *sandbox.run_args]
     parent_fds: list[int] = []
     child_fds: list[int] = []
     try:

@@ -74,8 +74,12 @@ SIBLINGS = (jobs, workdir, figures, harvest, images)
 # A namespaced run drops its capabilities itself, after its set-up: with what ctypes needs made once,
 # here. The bounding set is already empty: the zygote emptied it for all of them (`prepare_process`).
 DROP_PRIVILEGES = bootstrap.privilege_dropper(bounding_set=False)
-# And refuses what only its set-up needed (mount, setns): on top of the zygote's own filter.
-SET_UP_DONE = seccomp.Filter(seccomp.AFTER_SET_UP)
+# And refuses what only its set-up needed (mount, setns), and in a network namespace of its own the
+# internet sockets it has no network for: on top of the zygote's own filter. By: has it that namespace?
+SET_UP_DONE = {
+    False: seccomp.Filter(seccomp.AFTER_SET_UP),
+    True: seccomp.Filter({**seccomp.AFTER_SET_UP, **seccomp.NO_NETWORK}),
+}
 
 
 # A namespaced zygote's: what each run gets, and the kept PID namespaces runs are forked into.
@@ -259,7 +263,7 @@ def _forked_run(theirs: list[int], workdir: str, limits: list[int], isolation: n
             namespaces.name_host()
             namespaces.make_private_view(isolation)
             DROP_PRIVILEGES()
-            SET_UP_DONE.install()
+            SET_UP_DONE[bool(isolation.unshared & namespaces.CLONE_NEWNET)].install()
             namespaces.require_no_privileges()  # fail closed: the dropping ignores what fails
         _become_run(workdir, limits, () if isolation is None else isolation.tmpfs)
     except BaseException:
