@@ -37,7 +37,7 @@ class Figures:
     """The figures of one run. `install` before the code; `finish` after it.
 
     Rendering a 20,000 x 20,000 px figure would need 1.6 GB of pixels: a figure is drawn at a dpi that
-    keeps it within `max_pixels` (`harvest.MAX_IMAGE_PIXELS`), whatever the budgets say.
+    keeps it within `max_pixels` (`images.MAX_PIXELS`), whatever the budgets say.
     """
 
     def __init__(self, max_images: int, max_image_bytes: int, max_pixels: int) -> None:

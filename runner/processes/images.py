@@ -33,7 +33,7 @@ def image_type(data: bytes) -> str | None:
 
 def image_size(data: bytes, mime: str) -> tuple[int, int]:
     """Width and height as the image's headers give them, nothing decoded: a PNG's IHDR, a GIF's
-    screen and every frame's extent on it, a JPEG's first frame header, a WebP's VP8X, VP8 or VP8L
+    screen and every frame's extent on it, a JPEG's largest frame header, a WebP's VP8X, VP8 or VP8L
     header; (0, 0) where they cannot be read."""
     if mime == "image/png":
         return _png_size(data)
