@@ -2,7 +2,7 @@
 
     python bench/namespace_costs.py [--runs N]
 
-A small parent (this interpreter, the standard library and runner/processes/namespaces.py loaded,
+A small parent (this interpreter, the standard library and runner/inrun/namespaces.py loaded,
 and the view runs share prepared, like the zygote) clones a child into one kind of namespace, or
 into all of them with an init that builds the run's view and forks the run, and the child exits; the
 parent waits for it. Every variant runs in the same invocation, interleaved round by round, so that
@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "runner" / "processes"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "runner" / "inrun"))
 import namespaces  # the zygote's own modules, imported as the zygote imports them
 import pidspaces
 

@@ -179,7 +179,7 @@ def child_stages(server_root: Path, sandbox_mode: str, reps: int) -> dict[str, A
     """Part 2: the run interpreter's stages, spawned exactly as the server spawns it."""
     sys.path.insert(0, str(server_root))
     from runner.config import Config
-    from runner.processes.jobs import frame_code
+    from runner.inrun.wire import frame_job
     from runner.processes.limits import count_tasks_of_uid, limits_for
     from runner.processes.sandbox import choose_sandbox
     from runner.processes.spawn import remove_tree, spawn_child
@@ -217,7 +217,7 @@ def child_stages(server_root: Path, sandbox_mode: str, reps: int) -> dict[str, A
                 t1 = time.perf_counter()
                 os.set_blocking(child.code, True)
                 t2 = time.perf_counter()
-                os.write(child.code, frame_code(code))
+                os.write(child.code, frame_job(code))
                 child.close_fd(child.code)
                 if child.pidfd is not None:
                     select.select([child.pidfd], [], [])
@@ -279,7 +279,7 @@ def import_times(server_root: Path, python: str) -> list[tuple[str, int, int]]:
                     "utf8",
                     "-X",
                     "importtime",
-                    str(server_root / "runner" / "processes" / "bootstrap.py"),
+                    str(server_root / "runner" / "inrun" / "bootstrap.py"),
                 ),
                 *(workdir, "10", str(256 << 20), "4096", str(16 << 20)),
             ],

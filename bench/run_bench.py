@@ -37,7 +37,7 @@ takes about a minute with one variant; the full run about 5 minutes (7-10 with t
 
 The server runs from the working tree (--server-root, default this repository) or from a commit
 exported to bench/results/server-SHA/ (--server-commit). Not from under /tmp: the bwrap sandbox
-mounts its own /tmp over it and the runs cannot find runner/processes/bootstrap.py (the preflight says so).
+mounts its own /tmp over it and the runs cannot find runner/inrun/bootstrap.py (the preflight says so).
 
 --server-env is given to every real-server variant (never to the naive baseline, which reads the
 same RUNNER_* limits' defaults); nothing the caller does not ask for is passed, so e.g.

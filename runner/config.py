@@ -197,19 +197,6 @@ class Config:
         return self.max_input_mb * MIB
 
     @property
-    def returns(self) -> tuple[int, int, int, int, int]:
-        """What a run may return besides its output, in the order the run takes them (`harvest.Budgets`):
-        images, bytes per image, bytes in all, bytes of files that are not images, result characters."""
-        images = self.max_images if self.max_returned_kb else 0
-        return (
-            images,
-            self.max_image_kb * 1024,
-            self.max_returned_kb * 1024,
-            self.max_files_kb * 1024,
-            self.max_output_chars,
-        )
-
-    @property
     def file_size_bytes(self) -> int:
         """RLIMIT_FSIZE for one run."""
         return self.max_file_size_mb * MIB

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.processes.bootstrap import READY_PREFIX
-from runner.processes.jobs import frame_code
+from runner.inrun.wire import READY_PREFIX, frame_job
+from runner.inrun.workdir import empty_directory
 from runner.processes.sandbox import BOOTSTRAP, interpreter_argv
 from runner.processes.spawn import spawn_in_new_session
-from runner.processes.workdir import empty_directory
 
 LIMITS = ["10", str(256 << 20), "64", str(1 << 20)]
 
@@ -60,7 +59,7 @@ def test_framed_code_runs_without_the_pipe_being_closed(tmp_path: Path) -> None:
     child = start_bootstrap(tmp_path)
     try:
         # The pipe stays open: the byte count alone tells the interpreter the code is complete.
-        os.write(child.code_w, frame_code(b"print('hello', end='')"))
+        os.write(child.code_w, frame_job(b"print('hello', end='')"))
         assert child.finish() == (0, b"hello", b"")
     finally:
         os.close(child.code_w)
@@ -68,7 +67,7 @@ def test_framed_code_runs_without_the_pipe_being_closed(tmp_path: Path) -> None:
 
 def test_code_cut_short_by_a_closed_pipe_runs_nothing(tmp_path: Path) -> None:
     child = start_bootstrap(tmp_path)
-    framed = frame_code(b"open('ran', 'w').write('yes'); print('ran')")
+    framed = frame_job(b"open('ran', 'w').write('yes'); print('ran')")
     os.write(child.code_w, framed[:-5])
     os.close(child.code_w)
     status, stdout, _ = child.finish()
@@ -80,7 +79,7 @@ def test_code_cut_short_by_a_closed_pipe_runs_nothing(tmp_path: Path) -> None:
 def test_a_frame_of_any_size_arrives_whole(tmp_path: Path, size: int) -> None:
     child = start_bootstrap(tmp_path)
     code = f"s = {'x' * size!r}\nprint(len(s))".encode()
-    framed = frame_code(code)
+    framed = frame_job(code)
     try:
         # Written in pieces, as the server's non-blocking writes may split it.
         for start in range(0, len(framed), 40_000):

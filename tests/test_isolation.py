@@ -44,10 +44,10 @@ child.wait()
 def shared_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="runner-isolation-"))
     path.chmod(0o777)
-    # The bootstrap and what it loads from beside it before it is ready (its seccomp filter).
-    for name in ("bootstrap.py", "seccomp.py"):
-        shutil.copy(Path(BOOTSTRAP).with_name(name), path / name)
-        (path / name).chmod(0o644)
+    # The bootstrap and what it loads from beside it (the in-run package's modules).
+    for module in Path(BOOTSTRAP).parent.glob("*.py"):
+        shutil.copy(module, path / module.name)
+        (path / module.name).chmod(0o644)
     (path / "probe.py").write_text(PROBE)
     (path / "work").mkdir(mode=0o777)
     (path / "work").chmod(0o777)

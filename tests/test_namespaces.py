@@ -21,8 +21,8 @@ import pytest
 
 from runner.config import MIB, Config
 from runner.execution.pool import Pool
+from runner.inrun import namespaces
 from runner.outcome import RunResult, Status
-from runner.processes import namespaces
 from runner.processes.sandbox import RUN_TMPFS_BYTES, ZYGOTE, interpreter_argv, namespace_args
 from tests.helpers import children_of, in_mode, settled_async
 from tests.helpers import run_dedented as run
@@ -257,8 +257,8 @@ def test_a_namespaced_run_refuses_to_go_on_holding_any_privilege() -> None:
     with pytest.raises(OSError, match="capabilities not dropped"):
         namespaces.require_no_privileges()
     code = (
-        f"import sys; sys.path.insert(0, {str(Path(ZYGOTE).parent)!r}); import bootstrap, namespaces, seccomp; "
-        "bootstrap.drop_privileges(); seccomp.Filter(seccomp.WHOLE).install(); namespaces.require_no_privileges()"
+        f"import sys; sys.path.insert(0, {str(Path(ZYGOTE).parent)!r}); import libc, namespaces, seccomp; "
+        "libc.privilege_dropper()(); seccomp.Filter(seccomp.WHOLE).install(); namespaces.require_no_privileges()"
     )
     done = subprocess.run(
         [*interpreter_argv(sys.executable), "-c", code], capture_output=True, text=True, timeout=60, check=False

@@ -17,8 +17,8 @@ import pytest
 from runner.config import Config
 from runner.errors import SpawnError
 from runner.execution.pool import Pool
+from runner.inrun.bootstrap import OPEN_FILES
 from runner.outcome import RunRequest, RunResult, Status
-from runner.processes.bootstrap import OPEN_FILES
 from tests.helpers import MODES, alive, checked, children_of, in_mode, living, max_overlap, pids_in, settled_async
 
 pytestmark = pytest.mark.anyio

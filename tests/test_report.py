@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 
 import pytest
 
 from runner.errors import ArgumentError
 from runner.execution import report as report_module
-from runner.execution.report import Budgets, classify_file, frame_length, parse_report
+from runner.execution.report import classify_file, parse_report
 from runner.execution.routing import imported_packages, wants_preloaded
+from runner.inrun.wire import Budgets, report_length
 from runner.protocol.files import check_files
 
 BUDGETS = Budgets(images=2, image_bytes=1000, call_bytes=5000, file_bytes=3000, result_chars=100)
@@ -26,10 +26,10 @@ def report(head: dict[str, object], blobs: bytes = b"") -> bytes:
 
 def test_a_report_is_whole_when_its_first_line_says_so() -> None:
     data = report({"result": "1"}, b"xy")
-    assert frame_length(data[:5]) is None
-    assert frame_length(data) == len(data)
-    assert frame_length(b"hello world\n") == -1
-    assert frame_length(b"x" * 100) == -1
+    assert report_length(data[:5]) is None
+    assert report_length(data) == len(data)
+    assert report_length(b"hello world\n") == -1
+    assert report_length(b"x" * 100) == -1
 
 
 def test_a_good_report_gives_the_result_images_and_typed_files() -> None:
@@ -226,7 +226,7 @@ def test_a_gif_frame_after_a_stray_byte_and_a_jpeg_s_second_frame_header_still_c
 def test_an_image_over_the_pixel_cap_or_without_a_size_never_comes_back_even_from_a_forged_report() -> None:
     # The run leaves such an image out itself; a report the code wrote could list it all the same.
     big, fine, sizeless = png_of(30000, 30000), png_of(2000, 2000), b"GIF89a"
-    budgets = dataclasses.replace(BUDGETS, images=4, image_bytes=10_000, call_bytes=10_000)
+    budgets = BUDGETS.replace(images=4, image_bytes=10_000, call_bytes=10_000)
     head = {
         "images": [{"name": "figure-1.png", "bytes": len(big)}],
         "files": [{"path": p, "bytes": len(d)} for p, d in (("b.png", big), ("f.png", fine), ("g.gif", sizeless))],
@@ -276,7 +276,7 @@ def test_names_and_results_that_are_not_unicode_come_back_escaped_and_serialisab
 def test_a_report_nested_too_deep_for_the_parser_is_dropped_with_a_note() -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
     data = b"report %d 0\n" % len(deep) + deep
-    [note] = parse_report(data, dataclasses.replace(BUDGETS, result_chars=100_000)).omitted
+    [note] = parse_report(data, BUDGETS.replace(result_chars=100_000)).omitted
     assert note.name == "(the run's report)"
 
 
@@ -356,5 +356,5 @@ def test_an_end_only_report_whose_frame_does_not_fit_its_header_is_read_the_whol
 def parse_report_slowly(data: bytes, budgets: Budgets) -> object:
     """`parse_report` with its fast path matching nothing: the JSON decoder's reading."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(report_module, "_END_ONLY", re.compile(rb"(?!)"))
+        patch.setattr(report_module, "read_end", lambda data: None)
         return parse_report(data, budgets)

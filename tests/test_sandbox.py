@@ -494,8 +494,8 @@ def test_an_interpreter_is_never_spawned_for_a_sandbox_whose_runs_are_forked(
 ) -> None:
     # A bench script once did this: the bootstrap, spawned on the host with the sandbox's /tmp as
     # its directory, emptied the host's /tmp when its code came. The directory here stands in for it.
+    from runner.inrun.wire import frame_job
     from runner.processes import spawn
-    from runner.processes.jobs import frame_code
     from runner.processes.limits import limits_for
     from runner.processes.sandbox import Sandbox
 
@@ -511,7 +511,7 @@ def test_an_interpreter_is_never_spawned_for_a_sandbox_whose_runs_are_forked(
         refused = str(exc)
     else:  # the code before the fix: let the run take its code, and see what is left
         os.set_blocking(child.code, True)
-        os.write(child.code, frame_code(b"pass"))
+        os.write(child.code, frame_job(b"pass"))
         os.waitpid(child.pid, 0)
         child.reaped = True
         child.close_all()

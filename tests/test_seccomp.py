@@ -22,9 +22,9 @@ import pytest
 
 from runner.config import Config
 from runner.execution.pool import Pool
+from runner.inrun import seccomp
+from runner.inrun.bootstrap import OPEN_FILES
 from runner.outcome import RunRequest, RunResult, Status
-from runner.processes import seccomp
-from runner.processes.bootstrap import OPEN_FILES
 from tests.helpers import MODES, checked, in_mode
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_PARENT = 0x00020000, 0x20000000, 0x40000000, 0x00008000

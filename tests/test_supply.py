@@ -16,7 +16,7 @@ import pytest
 from runner.config import Config
 from runner.errors import SpawnError
 from runner.execution.supply import InterpreterSupply
-from runner.processes.jobs import frame_code
+from runner.inrun.wire import frame_job
 from runner.processes.limits import count_tasks_of_uid, limits_for
 from runner.processes.sandbox import Sandbox
 from runner.processes.source import opened_source
@@ -57,7 +57,7 @@ async def test_a_taken_interpreter_is_ready_for_code_and_its_end_leaves_nothing(
         assert child.pid not in supply.known_pids()
     assert child.workdir is not None
     assert os.path.isdir(child.workdir)
-    os.write(child.code, frame_code(b"open('left.txt', 'w').write('x')"))
+    os.write(child.code, frame_job(b"open('left.txt', 'w').write('x')"))
     with anyio.fail_after(10):
         await child.wait_exit()
     workdir, pid = child.workdir, child.pid

@@ -5,6 +5,6 @@ one run to its end (code in, output read and capped, the deadline, the kill, the
 and the sweep of processes a run left behind. `pool.Pool` puts them together. Infrastructure faults
 raise; a run's own outcome is data.
 
-May import: `runner.processes` (how one interpreter is started and controlled) and the shared
-modules. Must not import: `runner.protocol`, `runner.transports`, or the MCP SDK.
+May import: `runner.processes` (how one interpreter is started and controlled), `runner.inrun`'s
+wire, and the shared modules. Must not import: `runner.protocol`, `runner.transports`, or the MCP SDK.
 """

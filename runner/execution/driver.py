@@ -21,12 +21,12 @@ from runner.config import Config
 from runner.execution.capture import OutputCap, keep_bytes_for, render_stream
 from runner.execution.classify import ProcessEnd, RunLimits, classify
 from runner.execution.output import RunOutput
-from runner.execution.report import Budgets, Returned, parse_report
+from runner.execution.report import Returned, parse_report
 from runner.execution.usage import UsageSamples, wait_exit_sampling
 from runner.fdio import write_all
+from runner.inrun.wire import Budgets, frame_inputs, frame_job
 from runner.outcome import Progress, RunRequest, RunResult
 from runner.processes.child import Child
-from runner.processes.jobs import frame_inputs, frame_job
 
 # How long output may still drain after the run's group is dead: only a process that left the
 # group (setsid) can hold a pipe that long, and it does not get to keep the call waiting.
@@ -36,6 +36,20 @@ PROGRESS_INTERVAL = 1.0
 PROGRESS_LINE_CHARS = 200
 
 ProgressCallback = Callable[[Progress], Awaitable[None]]
+
+
+def returns_of(config: Config) -> Budgets:
+    """What a run may return besides its output: images (none without a byte budget), bytes per
+    image, bytes in all, bytes of files that are not images, and the last value's characters."""
+    images = config.max_images if config.max_returned_kb else 0
+    kib = 1024
+    return Budgets(
+        images,
+        config.max_image_kb * kib,
+        config.max_returned_kb * kib,
+        config.max_files_kb * kib,
+        config.max_output_chars,
+    )
 
 
 class RunDriver:
@@ -48,7 +62,7 @@ class RunDriver:
         self._log = logger
         self._unresponsive = unresponsive
         self._keep_bytes = keep_bytes_for(config.max_output_chars)
-        self._budgets = Budgets(*config.returns)
+        self._budgets = returns_of(config)
 
     def run_limits(self, timeout: float) -> RunLimits:
         """The limits a run with this timeout is held to."""
@@ -71,7 +85,7 @@ class RunDriver:
                 # A run that died before reading all its code (say, out of memory) ends below
                 # like any other, with what it printed.
                 inputs = frame_inputs([(f.path, f.data) for f in request.files])
-                await write_all(child.code, frame_job(request.code.encode("utf-8"), inputs, self._config.returns))
+                await write_all(child.code, frame_job(request.code.encode("utf-8"), inputs, self._budgets))
             started = anyio.current_time()
             if request.stdin:
                 tg.start_soon(_feed_stdin, child, request.stdin.encode("utf-8"))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from runner.execution.capture import OutputCap
-from runner.execution.report import frame_length
+from runner.inrun.wire import report_length
 from runner.processes.child import Child
 
 CHUNK = 64 * 1024
@@ -96,7 +96,7 @@ class RunOutput:
             return
         report = self.report
         report += chunk
-        length = frame_length(report)
+        length = report_length(report)
         limit = self.report_limit
         if length == -1 or len(report) > limit or (length is not None and length > limit):
             report.clear()

@@ -1,8 +1,9 @@
 """The run's report (the value of its last expression, its figures, its files), read back and checked:
 pure functions over bytes, no I/O.
 
-The report is written by the bootstrap inside the run (`runner.processes.harvest`), where the code
-could have written one of its own first. So nothing in it is trusted: every size is checked against
+The report is written by the bootstrap inside the run (`runner.inrun.harvest`), framed as the wire
+says (`runner.inrun.wire`, which reads the frame back too), where the code could have written one
+of its own first. So nothing in it is trusted: every size is checked against
 the blobs and the call's budgets, image sizes are read from the images themselves, and what a file
 is (image, text, bytes) is decided here from its name and content. A report that does not hold
 together is dropped whole, with a note; it can never make the call fail.
@@ -16,13 +17,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from runner.inrun.images import PNG_MAGIC, image_size, image_type, refused
+from runner.inrun.wire import MAX_HEADER_BYTES, MAX_NAME_CHARS, MAX_OMITTED, Budgets, read_end, split_report
 from runner.outcome import Attachment, Omitted
-from runner.processes.harvest import MAX_FILES, MAX_NAME_CHARS, MAX_OMITTED, REPORT_HEAD
-from runner.processes.images import PNG_MAGIC, image_size, image_type, refused
 
-# The header's most besides the result: the run lists at most MAX_FILES files and MAX_OMITTED more,
-# each name at most MAX_NAME_CHARS, 6 bytes a character at worst in JSON.
-MAX_HEADER_BYTES = 64 * 1024 + (MAX_FILES + MAX_OMITTED + 64) * (6 * MAX_NAME_CHARS + 600)
 _CONTROLS = re.compile("[\x00-\x1f\x7f]")
 
 _TEXT_TYPES = {
@@ -52,22 +50,6 @@ _BINARY_TYPES = {
 
 
 @dataclass(frozen=True, slots=True)
-class Budgets:
-    """What one call may return (the server's own copy of what it told the run)."""
-
-    images: int
-    image_bytes: int
-    call_bytes: int
-    file_bytes: int
-    result_chars: int
-
-    @property
-    def report_bytes(self) -> int:
-        """The most a well-formed report can take on the wire."""
-        return len(REPORT_HEAD) + 32 + MAX_HEADER_BYTES + 6 * self.result_chars + self.call_bytes
-
-
-@dataclass(frozen=True, slots=True)
 class Returned:
     """What came back besides the output."""
 
@@ -90,50 +72,27 @@ class RunEnd:
 NOTHING = Returned()
 
 
-def frame_length(data: bytes | bytearray) -> int | None:
-    """The length of the whole report once its first line is in `data`; None until then, or -1 when
-    `data` does not start like a report."""
-    line_end = data.find(b"\n", 0, 64)
-    if line_end < 0:
-        return None if len(data) < 64 else -1
-    parts = bytes(data[:line_end]).split(b" ")
-    if len(parts) != 3 or parts[0] != REPORT_HEAD or not all(p.isdigit() for p in parts[1:]):
-        return -1
-    return line_end + 1 + int(parts[1]) + int(parts[2])
-
-
 def parse_report(data: bytes | bytearray, budgets: Budgets) -> Returned:
-    """What a complete report (as `frame_length` measured it) says, checked; NOTHING for no report."""
+    """What a complete report (as `wire.report_length` measured it) says, checked; NOTHING for no report."""
     if not data:
         return NOTHING
     try:
-        # Most runs return nothing but their end, in the one form `harvest.Report.encode` writes:
-        # read without the JSON decoder; anything else, this form's values out of range included,
-        # goes the whole way.
-        end = _END_ONLY.fullmatch(data)
-        header_bytes = len(data) - end.end(1) - len(b" 0\n") if end is not None else -1
-        if end is not None and int(end[1]) == header_bytes and int(end[2]) <= 255 and float(end[3]) < 1e9:
-            return Returned(end=RunEnd(int(end[2]), float(end[3]), int(end[4]) * 1024))
+        # Most runs return nothing but their end, in the one form the wire reads without the JSON
+        # decoder (`read_end`); anything else, that form's values out of range included, goes the
+        # whole way.
+        end = read_end(data)
+        if end is not None:
+            return Returned(end=RunEnd(end[0], end[1], end[2] * 1024))
         return _parse(bytes(data), budgets)
     except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: JSON nested deep
         return Returned(omitted=(Omitted("(the run's report)", len(data), f"malformed, dropped: {exc}"),))
 
 
-# Numbers as JSON spells them (no leading zeros) and short, so this reads exactly what the decoder
-# would; the declared header length must be the header's.
-_END_ONLY = re.compile(
-    REPORT_HEAD + rb' ([0-9]{1,4}) 0\n\{"end": \{"status": (0|[1-9][0-9]{0,2}), '
-    rb'"cpu": ((?:0|[1-9][0-9]{0,9})\.[0-9]{1,20}(?:e-[0-9]{1,3})?), "maxrss_kb": (0|[1-9][0-9]{0,14})\}\}'
-)
-
-
 def _parse(data: bytes, budgets: Budgets) -> Returned:
-    line_end = data.index(b"\n")
-    head_size, blob_size = (int(n) for n in data[:line_end].split(b" ")[1:])
+    head_size, blob_size, header, blobs = split_report(data)
     _require(head_size <= MAX_HEADER_BYTES + 6 * budgets.result_chars, "header too large")
     _require(blob_size <= budgets.call_bytes, "more bytes than the call's budget")
-    head = json.loads(data[line_end + 1 : line_end + 1 + head_size])
-    blobs = memoryview(data)[line_end + 1 + head_size :]
+    head = json.loads(header)
     _require(len(blobs) == blob_size, "blobs cut short")
     _require(isinstance(head, dict), "header is not an object")
     result = head.get("result")

@@ -15,8 +15,8 @@ import anyio
 
 from runner.config import Config
 from runner.errors import SpawnError
+from runner.inrun.wire import parse_ready
 from runner.logs import log_event
-from runner.processes.bootstrap import READY_PREFIX
 from runner.processes.child import Child
 from runner.processes.limits import Limits
 from runner.processes.source import InterpreterSource
@@ -147,7 +147,8 @@ class InterpreterSupply:
         try:
             with anyio.fail_after(STARTUP_TIMEOUT):
                 line = await _read_line(child.stdout)
-            if not line.startswith(READY_PREFIX):
+            refused = parse_ready(line)
+            if refused is None:
                 raise SpawnError(f"interpreter {self._config.python} did not start: {_pending(child.stderr)!r}")
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
@@ -164,8 +165,7 @@ class InterpreterSupply:
                 with anyio.CancelScope(shield=True):
                     await self.destroy(child)
                 raise SpawnError(f"cannot hold the sandbox's init to the run's limits: {exc}") from exc
-        refused = line[len(READY_PREFIX) :].decode().split()
-        child.refused_limits = tuple(",".join(refused).split(",")) if refused else ()
+        child.refused_limits = refused
         for name in set(child.refused_limits) - self._refused_reported:
             self._refused_reported.add(name)
             log_event(self._log, logging.WARNING, "limit not enforced on this platform", limit=name)

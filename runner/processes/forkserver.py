@@ -27,10 +27,10 @@ import anyio.abc
 
 from runner.config import Config
 from runner.errors import SpawnError
+from runner.inrun.preload import PRELOAD_VARIABLE
 from runner.logs import log_event
 from runner.processes.child import Child, maxrss_bytes
 from runner.processes.limits import Limits
-from runner.processes.preload import PRELOAD_VARIABLE
 from runner.processes.sandbox import ZYGOTE, Sandbox, interpreter_argv
 from runner.processes.spawn import package_environment, spawn_in_new_session
 

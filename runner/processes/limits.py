@@ -7,7 +7,7 @@ import resource
 from dataclasses import dataclass
 
 from runner.config import Config
-from runner.processes.bootstrap import lowered, wanted_limits
+from runner.inrun.bootstrap import lowered, wanted_limits
 
 # Threads the server itself may hold beyond what was counted at start (anyio workers, stdio readers).
 SERVER_THREAD_HEADROOM = 48

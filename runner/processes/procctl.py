@@ -1,43 +1,28 @@
 """Linux process controls the server uses on itself: child subreaper, non-dumpable, its children.
 
-ctypes reaches prctl(2); everywhere else these are no-ops that say so by returning False.
+prctl(2) through the one libc wrapper (`runner.inrun.libc`); where there is none, these are no-ops
+that say so by returning False.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import sys
 
-PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def _prctl(option: int, value: int) -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(option, value, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
+from runner.inrun import libc
 
 
 def set_child_subreaper(enabled: bool) -> bool:
     """Adopt orphaned descendants (daemons that left a run's session) instead of letting init have them."""
-    return _prctl(PR_SET_CHILD_SUBREAPER, 1 if enabled else 0)
+    return libc.prctl(libc.PR_SET_CHILD_SUBREAPER, 1 if enabled else 0)
 
 
 def die_with_parent(signal_number: int) -> bool:
     """Be sent `signal_number` when the parent (thread) that started us ends."""
-    return _prctl(PR_SET_PDEATHSIG, signal_number)
+    return libc.prctl(libc.PR_SET_PDEATHSIG, signal_number)
 
 
-def set_dumpable(enabled: bool) -> bool:
-    """Non-dumpable closes /proc/<pid>/{environ,fd,mem,...} and ptrace to other processes of our uid."""
-    return _prctl(PR_SET_DUMPABLE, 1 if enabled else 0)
+set_dumpable = libc.set_dumpable
 
 
 def children_of_self() -> list[int]:

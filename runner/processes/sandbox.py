@@ -20,8 +20,8 @@ from typing import Literal
 
 from runner.config import MIB, Config, SandboxNetwork
 from runner.errors import ConfigError
-from runner.processes.bootstrap import __file__ as _bootstrap_file
-from runner.processes.namespaces import PROC_COVERED
+from runner.inrun.bootstrap import __file__ as _bootstrap_file
+from runner.inrun.namespaces import PROC_COVERED
 
 WORKDIR = "/tmp"
 # A bwrap run's own tmpfs mounts (bwrap_argv), whose pages its peak memory counts (harvest.ended).

@@ -5,6 +5,6 @@ Owns: what a client sees (the tool definition, inputSchema and outputSchema, str
 Turns a call into a `runner.outcome.RunRequest`, hands it to whatever `handlers.Runner` it was
 given, and turns the `RunResult` back into a tool result.
 
-Must not import: `runner.execution`, `runner.processes` (it knows nothing of processes) or
-`runner.transports` (it never sees bytes on a wire).
+Must not import: `runner.execution`, `runner.processes` or `runner.inrun` (it knows nothing of
+processes) or `runner.transports` (it never sees bytes on a wire).
 """

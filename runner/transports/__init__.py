@@ -5,5 +5,5 @@ that `Server.run` takes, the SDK's own contract; the handlers never see which on
 `jsonrpc` holds the framing every transport shares (pure, over bytes); `stdio` is the wire of a
 server started by its client. A transport holds no run logic.
 
-Must not import: `runner.protocol`, `runner.execution` or `runner.processes`.
+Must not import: `runner.protocol`, `runner.execution`, `runner.processes` or `runner.inrun`.
 """

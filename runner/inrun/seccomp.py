@@ -1,7 +1,7 @@
 """The system calls no run may make: seccomp filters, installed before any code of a run. Stdlib only.
 
-Loaded by the bootstrap (`bootstrap.load_sibling`) and imported by the zygote, under ``-I -S``,
-never by the server. A filter holds for the process that installs it and everything it forks or
+Loaded by the bootstrap and the zygote (`bootstrap.load_siblings`) under ``-I -S``; the server
+imports it for its tables only. A filter holds for the process that installs it and everything it forks or
 starts, and nothing lifts it. The sets of rules:
 
 - `EVERY_PROCESS`: what no process of a run needs and a hostile run could use against the host or
@@ -37,7 +37,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-PR_SET_SECCOMP = 22
+    from runner.inrun import libc
+elif __package__:  # the server's import, as runner.inrun.seccomp (for its tables)
+    from runner.inrun import libc
+else:  # in a run: from this directory (`bootstrap.load_siblings`)
+    import libc
+
 SECCOMP_MODE_FILTER = 2
 RET_ALLOW = 0x7FFF0000
 RET_ERRNO = 0x00050000
@@ -287,16 +292,15 @@ class Filter:
         instructions = program(machine, rules)
         filters = (SockFilter * len(instructions))(*(SockFilter(*op) for op in instructions))
         self._program = (SockFprog(len(instructions), filters), filters)  # the array lives as long as the fprog
-        self._prctl = ctypes.CDLL(None, use_errno=True).prctl
-        self._prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+        self._prctl = libc.LIBC.prctl if libc.LIBC is not None else None
 
     def install(self) -> None:
         """On this process and all it forks or starts; needs no_new_privs or CAP_SYS_ADMIN. OSError if
         the kernel refuses."""
-        if self._program is None:
+        if self._program is None or self._prctl is None:
             return
         import ctypes
 
-        if self._prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(self._program[0]), 0, 0) != 0:
+        if self._prctl(libc.PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(self._program[0]), 0, 0) != 0:
             code = ctypes.get_errno()
             raise OSError(code, f"seccomp filter: {os.strerror(code)}")

@@ -1,6 +1,6 @@
 """A run's working directory, from inside the run: emptied, filled with the call's files, and read
 back for what the code made. Standard library only: it runs in the run interpreter, loaded by the
-bootstrap (`bootstrap.load_sibling`), under the run's limits.
+bootstrap (`bootstrap.load_siblings`), under the run's limits.
 
 Nothing here follows a symbolic link: the code may have replaced any file or directory by a link
 to somewhere else (`/etc/passwd`, the server's files), and what comes back must be only what is in

@@ -2,10 +2,11 @@
 of its last expression, its figures and the files it made or changed, within the call's budgets,
 written to the server as one report on the job socket (fd 3).
 
-Standard library only: loaded by the bootstrap (`bootstrap.load_sibling`) and run under the run's
+Standard library only: loaded by the bootstrap (`bootstrap.load_siblings`) and run under the run's
 limits, so whatever the code left (a ``__repr__`` that never returns, a figure of 400 million
 pixels, a file that keeps growing) costs the run, not the server. The server trusts none of it: it
-checks every number and byte of the report again (`runner.execution.report`).
+checks every number and byte of the report again (`runner.execution.report`). The report's frame,
+and the budgets, are the wire's (`wire`).
 """
 
 from __future__ import annotations
@@ -21,24 +22,13 @@ if TYPE_CHECKING:
     from types import CodeType, ModuleType
     from typing import Any
 
-REPORT_HEAD = b"report"
-# What one report lists at most (more is counted, not listed). The server reads these same numbers
-# (`runner.execution.report`) to bound the report it will take.
-MAX_OMITTED = 50
-MAX_FILES = 100
-MAX_NAME_CHARS = 1024
+    from runner.inrun import wire
+elif __package__:  # the server's import, as runner.inrun.harvest
+    from runner.inrun import wire
+else:  # in a run: from this directory (`bootstrap.load_siblings`)
+    import wire
 
-
-class Budgets:
-    """What one call may return: images, bytes per image, bytes in all, bytes of files that are not
-    images (a client may read those as text, and count them against its limits), and characters of
-    the last expression's value."""
-
-    __slots__ = ("call_bytes", "file_bytes", "image_bytes", "images", "result_chars")
-
-    def __init__(self, images: int, image_bytes: int, call_bytes: int, file_bytes: int, result_chars: int) -> None:
-        self.images, self.image_bytes, self.call_bytes = images, image_bytes, call_bytes
-        self.file_bytes, self.result_chars = file_bytes, result_chars
+MAX_OMITTED, MAX_FILES, MAX_NAME_CHARS = wire.MAX_OMITTED, wire.MAX_FILES, wire.MAX_NAME_CHARS
 
 
 def split_last_expression(text: str, filename: str) -> tuple[CodeType, CodeType | None]:
@@ -98,7 +88,7 @@ def _exception_text(exc: BaseException) -> str:
 class Report:
     """Everything the run returns besides its output, within `budgets`, in the order it was found."""
 
-    def __init__(self, budgets: Budgets) -> None:
+    def __init__(self, budgets: wire.Budgets) -> None:
         self.budgets = budgets
         self.result: str | None = None
         self.result_chars = 0
@@ -203,6 +193,8 @@ class Report:
 
         `end` is the run's own account of its end (`ended`), when it has one.
         """
+        if end is not None and self.empty() and not self.more_omitted:
+            return wire.encode_end(end)  # most runs return nothing but their end
         header = {
             "end": end,
             "result": self.result,
@@ -212,23 +204,11 @@ class Report:
             "omitted": self.omitted,
             "more_omitted": self.more_omitted,
         }
-        if end is not None and self.empty() and not self.more_omitted:
-            # Most runs return nothing but their end: no JSON encoder to run (and pages to copy) for it.
-            head = b'{"end": {"status": %d, "cpu": %r, "maxrss_kb": %d}}' % (
-                end["status"],
-                end["cpu"],
-                end["maxrss_kb"],
-            )
-            return REPORT_HEAD + b" %d 0\n" % len(head) + head
-        import json  # not before: most runs return nothing but their end
-
-        head = json.dumps(header, ensure_ascii=True).encode("ascii")
-        blobs = b"".join(self.blobs)
-        return REPORT_HEAD + b" %d %d\n" % (len(head), len(blobs)) + head + blobs
+        return wire.encode_report(header, self.blobs)
 
 
 def gather(
-    budgets: Budgets,
+    budgets: wire.Budgets,
     value: object,
     figures: Any,
     inputs: dict[str, tuple[int, int, int, int]],

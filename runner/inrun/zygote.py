@@ -37,43 +37,42 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn
 
-    from runner.processes import (
+    from runner.inrun import (
         bootstrap,
         figures,
         harvest,
         images,
-        jobs,
+        libc,
         namespaces,
         pidspaces,
         preload,
         seccomp,
+        wire,
         workdir,
     )
 else:
-    # -I keeps the script's directory off sys.path; the bootstrap sits next to this file. Everything
-    # the import leaves is taken away again, so that a forked run can import nothing more than a
-    # spawned one: the path entry, its importer, the module's name. No bytecode is written next to
-    # the code (-I ignores PYTHONDONTWRITEBYTECODE; the image precompiles it).
-    _here = os.path.dirname(os.path.abspath(__file__))
+    # -I keeps the script's directory off sys.path; the bootstrap sits next to this file, and loads
+    # the rest as it does in a spawned run (`bootstrap.load_siblings`), taking away all the loading
+    # leaves, so that a forked run can import nothing more than a spawned one. No bytecode is written
+    # next to the code (-I ignores PYTHONDONTWRITEBYTECODE; the image precompiles it).
     _writes_bytecode = not sys.dont_write_bytecode
-    sys.path.insert(0, _here)
     sys.dont_write_bytecode = True
-    _SIBLINGS = ("bootstrap", "figures", "harvest", "images", "jobs", "namespaces", "pidspaces", "preload")
-    _SIBLINGS += ("seccomp", "workdir")
-    for _name in _SIBLINGS:
-        globals()[_name] = __import__(_name)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bootstrap
 
-    sys.dont_write_bytecode = not _writes_bytecode
     del sys.path[0]
-    sys.path_importer_cache.pop(_here, None)
-    for _name in _SIBLINGS:
-        del sys.modules[_name]
+    _NAMES = ("namespaces", "pidspaces", "preload", *bootstrap.SIBLINGS)
+    namespaces, pidspaces, preload, libc, seccomp, wire, workdir, figures, harvest, images = bootstrap.load_siblings(
+        *_NAMES
+    )
+    del sys.modules["bootstrap"]  # imported here, not by the loader
+    sys.dont_write_bytecode = not _writes_bytecode
 
-# What a run loads next to the bootstrap (`bootstrap.SIBLINGS`), in its order: imported once, here.
-SIBLINGS = (jobs, workdir, figures, harvest, images)
+# What a run takes besides the bootstrap (`bootstrap.RUN_SIBLINGS`), in its order: loaded once, here.
+SIBLINGS = (wire, workdir, figures, harvest, images)
 # A namespaced run drops its capabilities itself, after its set-up: with what ctypes needs made once,
 # here. The bounding set is already empty: the zygote emptied it for all of them (`prepare_process`).
-DROP_PRIVILEGES = bootstrap.privilege_dropper(bounding_set=False)
+DROP_PRIVILEGES = libc.privilege_dropper(bounding_set=False)
 # And refuses what only its set-up needed (mount, setns), and in a network namespace of its own the
 # internet sockets it has no network for: on top of the zygote's own filter. By: has it that namespace?
 SET_UP_DONE = {
@@ -112,8 +111,8 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
     minimal environment, no secrets, and only modules the bootstrap itself needs (nothing seeds
     `random` before a fork, and each run reseeds what a preloading zygote's modules seeded).
     """
-    server = socket.socket(fileno=bootstrap.CODE_FD)
-    os.closerange(bootstrap.CODE_FD + 1, bootstrap.MAX_FD)
+    server = socket.socket(fileno=wire.CODE_FD)
+    os.closerange(wire.CODE_FD + 1, bootstrap.MAX_FD)
     if isolation is not None and not namespaces.has_cap_sys_admin():
         namespaces.enter_user_namespace()  # before prepare_process: see its docstring
     namespaced = None
@@ -131,7 +130,7 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
     # A namespaced zygote keeps its capabilities (in its own user namespace, if it needed one) to
     # build each run's namespaces; every run drops them before its code can arrive.
     rules = seccomp.WHOLE if isolation is None else seccomp.EVERY_PROCESS
-    bootstrap.prepare_process(seccomp.Filter(rules), namespaced_zygote=isolation is not None)
+    bootstrap.prepare_process(libc, seccomp.Filter(rules), namespaced_zygote=isolation is not None)
     if namespaced is not None:
         namespaced[1].prepare()
     wake_r, wake_w = os.pipe()
@@ -277,9 +276,9 @@ def _become_run(workdir: str, limits: list[int], tmpfs: tuple[str, ...]) -> NoRe
     # Again, and what a run does after its code: after a fork the first writes copy pages, better
     # now than once the code has come and the call is waiting.
     bootstrap.warm_up(SIBLINGS, workdir)
-    bootstrap.become_run(workdir, limits)
+    bootstrap.become_run(wire, workdir, limits)
     main = bootstrap.new_main()
-    bootstrap.run(jobs.read_job(bootstrap.CODE_FD), main, SIBLINGS, tmpfs)
+    bootstrap.run(wire.read_job(wire.CODE_FD), main, SIBLINGS, tmpfs)
 
 
 def _fail() -> NoReturn:
@@ -345,7 +344,7 @@ def probe(isolation: namespaces.Isolation) -> int:
     if not namespaces.has_cap_sys_admin():
         namespaces.enter_user_namespace()
     namespaces.prepare_shared_view(isolation)
-    bootstrap.prepare_process(seccomp.Filter(seccomp.EVERY_PROCESS), namespaced_zygote=True)
+    bootstrap.prepare_process(libc, seccomp.Filter(seccomp.EVERY_PROCESS), namespaced_zygote=True)
     spaces = pidspaces.PidSpaces(PROBE_LIMITS)
     try:
         spaces.prepare()
@@ -369,8 +368,8 @@ def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
     stdin, stdout, stderr, code = ours
     os.close(stdin)
     ready = os.read(stdout, 256)
-    if ready.startswith(bootstrap.READY_PREFIX):
-        os.write(code, jobs.frame_code(PROBE_CODE % pid_inside))
+    if wire.parse_ready(ready) is not None:
+        os.write(code, wire.frame_job(PROBE_CODE % pid_inside))
     os.close(code)
     [(pid, run)] = runs.items()
     _, status = os.waitpid(pid, 0)
@@ -379,7 +378,7 @@ def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
         errors += chunk
     for fd in (stdout, stderr):
         os.close(fd)
-    if not ready.startswith(bootstrap.READY_PREFIX) or status != 0:
+    if wire.parse_ready(ready) is None or status != 0:
         lines = errors.decode(errors="replace").strip().splitlines()
         return lines[-1] if lines else f"the run ended with wait status {status}"
     spaces = namespaced[1]

@@ -1,6 +1,6 @@
 """Kept PID namespaces for forked runs, each lent to one run at a time. Stdlib only.
 
-Imported by the zygote (``zygote.py``) under ``-I -S``, like ``namespaces.py``, never by the server.
+Loaded by the zygote (``zygote.py``) under ``-I -S``, like ``namespaces.py``, never by the server.
 
 A PID namespace made and torn down with each run costs a process more than the run itself: the
 namespace's init, forked from the zygote (its page tables copied, the pages its first Python code
@@ -32,9 +32,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn
 
-    from runner.processes import bootstrap, namespaces
-else:
-    import bootstrap  # from this file's directory, put on sys.path by the zygote
+    from runner.inrun import bootstrap, libc, namespaces
+else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
+    import bootstrap
+    import libc
     import namespaces
 
 # Kept namespaces free at once (each one an idle init), beyond which the extra ones end.
@@ -267,7 +268,7 @@ def keep(commands: int, replies: int, limits: list[int]) -> NoReturn:
             if name != "RLIMIT_CPU":
                 which = getattr(resource, name)
                 resource.setrlimit(which, bootstrap.lowered(soft, hard, resource.getrlimit(which)[1]))
-        bootstrap.drop_privileges()
+        libc.privilege_dropper()()
         # Its pid as the zygote knows it (/proc here is the zygote's, of the zygote's PID namespace), and
         # its namespace: a zygote in a user namespace may not open a non-dumpable process's /proc/PID/ns.
         with socket.socket(fileno=1) as channel:

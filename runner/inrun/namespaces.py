@@ -1,10 +1,9 @@
 """Linux namespaces for forked runs: the system calls the namespaced fork server needs. Stdlib only.
 
-Imported by the zygote (``zygote.py``) under ``-I -S``, never by the server: like the bootstrap,
-it must not import the ``runner`` package. Python 3.11 has no ``os.unshare`` or ``os.setns``, and
-no Python has ``mount``, ``mount_setattr``, ``sethostname`` or a ``clone`` with namespace flags,
-so they are called through ctypes over libc; ``os.unshare`` and ``os.setns`` are used where the
-interpreter has them (3.12+).
+Loaded by the zygote (``zygote.py``) under ``-I -S``; the server imports it for its constants only.
+Python 3.11 has no ``os.unshare`` or ``os.setns``, and no Python has ``mount``, ``mount_setattr``,
+``sethostname`` or a ``clone`` with namespace flags, so they are called through libc (`libc`);
+``os.unshare`` and ``os.setns`` are used where the interpreter has them (3.12+).
 
 Who calls what (see zygote.py): the zygote enters a user namespace once, if it lacks
 CAP_SYS_ADMIN, makes the part of the view that runs share in a mount namespace of its own
@@ -19,6 +18,16 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from runner.inrun import libc
+elif __package__:  # the server's import, as runner.inrun.namespaces (for its constants)
+    from runner.inrun import libc
+else:  # in the zygote: from this directory (`bootstrap.load_siblings`)
+    import libc
 
 CLONE_PARENT = 0x00008000
 CLONE_NEWNS = 0x00020000
@@ -42,7 +51,6 @@ MOUNT_ATTR_RDONLY = 0x1
 AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
 
-PR_SET_PDEATHSIG = 1
 CAP_SYS_ADMIN = 21
 
 HOSTNAME = b"sandbox"
@@ -104,23 +112,13 @@ class _MountAttr(ctypes.Structure):
     ]
 
 
-# Loaded once, in the zygote: every forked run and init inherits the handle and its resolved functions,
-# where a CDLL made per call cost each of them a dlopen and new function objects (and the pages these
-# dirty, copied from the zygote).
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_LIBC.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-for _function in ("mount", "prctl", "sethostname", "setns", "syscall", "unshare"):
-    getattr(_LIBC, _function)  # resolved and kept by the CDLL now, not in every fork that calls it
-del _function
-_PYLIBC = ctypes.PyDLL(None, use_errno=True)
+# libc's handles, loaded once in the zygote (`libc.py`).
+_LIBC: Any = libc.LIBC
+_PYLIBC: Any = libc.PYLIBC
 # clone(2) by number: the flags come first on both, and every other argument here is 0.
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, -1)
 
-
-def _checked(result: int, what: str) -> None:
-    if result != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"{what}: {os.strerror(code)}")
+_checked = libc.checked
 
 
 def setns(fd: int, kind: int) -> None:
@@ -209,7 +207,7 @@ def enter_user_namespace() -> None:
 def die_with_parent() -> None:
     """SIGKILL this process when its parent exits; exit now if the parent is already gone."""
     parent = os.getppid()
-    _checked(_LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+    _checked(_LIBC.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
     if os.getppid() != parent:
         os._exit(1)
 

@@ -3,14 +3,14 @@
 Started as ``python -I -S -X utf8 bootstrap.py WORKDIR CPU AS NPROC FSIZE`` with the run's pipes on
 fds 0-2 and the job socket on fd 3 (the zygote forks runs and calls the same functions). It closes
 every other inherited fd, enters WORKDIR, applies the rlimits, says it is ready on stdout (before any
-user output can exist), reads its job (`jobs`) and runs the code as ``__main__``. It must not import
-the ``runner`` package: it runs under ``-I -S`` with nothing but the standard library.
+user output can exist), reads its job (`wire`) and runs the code as ``__main__``. It runs under
+``-I -S`` with nothing but the standard library: what else it needs it loads from its own directory
+(`load_siblings`, the one way any in-run module is loaded in a run), and none of that stays importable.
 """
 
 from __future__ import annotations
 
 import atexit
-import errno
 import linecache
 import os
 import resource
@@ -26,22 +26,18 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn
 
-    from runner.processes import jobs, seccomp
-    from runner.processes.harvest import Report
+    from runner.inrun import seccomp, wire
+    from runner.inrun.harvest import Report
 
     # What the run returns and how its end is told: (gather the report, or None; send it with the end).
     Ending = tuple[Callable[[], Report] | None, Callable[[Report | None, int], None]]
 
-CODE_FD = 3
 FILENAME = "<run_python>"
-READY_PREFIX = b"\x00runner-ready"
 MAX_FD = 1 << 20
-# What a run needs besides this file, loaded by `load_sibling` before the code can come.
-SIBLINGS = ("jobs", "workdir", "figures", "harvest", "images")
-PR_SET_DUMPABLE = 4
-PR_CAPBSET_DROP = 24
-PR_SET_NO_NEW_PRIVS = 38
-LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# What a run needs besides this file (`load_siblings`): `run` takes RUN_SIBLINGS, in this order; a
+# spawned interpreter also needs the other two to become a run (`prepare_process`).
+RUN_SIBLINGS = ("wire", "workdir", "figures", "harvest", "images")
+SIBLINGS = ("libc", "seccomp", *RUN_SIBLINGS)
 # A run's open files, per process. Each can hold kernel memory that RLIMIT_AS does not count (a
 # socket's queue, a pipe's buffer); with the socket buffers a run may not raise (seccomp.py), this bounds
 # a process's socket queues to about 256 x 2 x 208 KiB (docs/security.md). Python's own needs are a few
@@ -85,69 +81,23 @@ def apply_limits(cpu: int, address_space: int, nproc: int, fsize: int) -> list[s
     return refused
 
 
-def drop_privileges() -> None:
-    """No capabilities, no way to regain any (Linux): a run as root cannot raise its hard limits or trace."""
-    privilege_dropper()()
-
-
-def privilege_dropper(*, bounding_set: bool = True, held: bool = True) -> Callable[[], None]:
-    """`drop_privileges`, its ctypes objects made now (in each fork they cost ~0.8 ms of copied pages).
-
-    `bounding_set`: empty the bounding set; `held`: no_new_privs, and drop every capability held. A
-    namespaced zygote empties only its bounding set, once for all its forks (~40 prctl calls each)."""
-    if not sys.platform.startswith("linux"):
-        return lambda: None
+def load_siblings(*names: str) -> tuple[types.ModuleType, ...]:
+    """Modules of this directory (stdlib only), imported by name: their imports of each other and of
+    this module resolve (`bootstrap` is this one), and nothing this call added stays on sys.path, in
+    its importer cache or in sys.modules, so the code of a run can import nothing more than the standard
+    library. The caller keeps what it needs; the zygote loads once what every fork inherits."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    before = set(sys.modules)
+    sys.modules.setdefault("bootstrap", sys.modules[__name__])
+    sys.path.insert(0, here)
     try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl, capset, get_errno = libc.prctl, libc.capset, ctypes.get_errno
-        header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
-        data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words, all empty
-    except (OSError, AttributeError):
-        return lambda: None
-
-    def drop() -> None:
-        if held:
-            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        cap = 0
-        while bounding_set and (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0 or get_errno() == errno.EPERM):
-            cap += 1  # EPERM: no CAP_SETPCAP (not root); EINVAL past the last capability
-            if cap > 63:
-                break
-        if held:
-            capset(header, data)
-
-    return drop
-
-
-def make_undumpable() -> None:
-    """Close this process's /proc entries and ptrace to other processes of the same uid (Linux).
-
-    A pre-spawned interpreter waits for its code while processes left behind by earlier runs may
-    still live under the same uid; without this they could open /proc/<pid>/fd/1 of the next run
-    and write into its output.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-def load_sibling(name: str) -> types.ModuleType:
-    """A module next to this file (stdlib only), loaded without putting its directory on sys.path
-    or its name in sys.modules: the code of a run can import nothing more than the standard library."""
-    from importlib.machinery import SourceFileLoader
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
-    module = types.ModuleType(name)
-    module.__file__ = path
-    SourceFileLoader(name, path).exec_module(module)
-    return module
+        return tuple(__import__(name) for name in names)
+    finally:
+        sys.path.remove(here)
+        sys.path_importer_cache.pop(here, None)
+        for name in set(sys.modules) - before:
+            if os.path.dirname(getattr(sys.modules[name], "__file__", None) or "") == here:
+                del sys.modules[name]
 
 
 def new_main() -> types.ModuleType:
@@ -159,7 +109,7 @@ def new_main() -> types.ModuleType:
 
 
 def run(
-    job: jobs.Job | None,
+    job: wire.Job | None,
     main: types.ModuleType,
     siblings: tuple[types.ModuleType, ...],
     tmpfs: tuple[str, ...] = (),
@@ -168,23 +118,23 @@ def run(
     """Run the job's code in `main`, with tracebacks that show the user's lines only, then exit.
 
     None (the job never fully arrived: the call was cancelled) runs nothing. `siblings` are the
-    modules named in SIBLINGS (`load_sibling`). How the run counts its peak memory (`harvest.ended`):
+    modules named in RUN_SIBLINGS (`load_siblings`). How the run counts its peak memory (`harvest.ended`):
     `tmpfs`, its own tmpfs mounts, and whether it is a `spawned` interpreter, not a fork.
     """
     if job is None:
         os._exit(1)
-    jobs, workdir, figures, harvest, images = siblings
+    wire, workdir, figures, harvest, images = siblings
     try:
         # Never run in a directory that still holds what another run put there.
         workdir.empty_directory(".")
-        inputs = workdir.write_inputs(jobs.parse_inputs(job.inputs)) if job.inputs else {}
+        inputs = workdir.write_inputs(wire.parse_inputs(job.inputs)) if job.inputs else {}
     except (OSError, ValueError) as exc:
         os.write(2, b"the run's working directory could not be prepared: %s\n" % str(exc).encode())
         os._exit(1)
     text = job.code.decode("utf-8", "replace").removeprefix("\ufeff")  # a BOM, as compile() of bytes allows
     # Seed linecache so tracebacks print the offending source lines of the run's code.
     linecache.cache[FILENAME] = (len(text), None, text.splitlines(True), FILENAME)
-    budgets = harvest.Budgets(*job.budgets)
+    budgets = job.budgets
     shown = figures.Figures(budgets.images, budgets.image_bytes, images.MAX_PIXELS)
     value: list[object] = [None]
     home = os.getcwd()  # the code may chdir: its files are looked for here, and only here
@@ -204,10 +154,11 @@ def run(
 
     def send(report: Report | None, status: int) -> None:
         harvest.close_output()
-        if jobs.same_socket(CODE_FD, job):  # not a file the code opened where the socket was
-            harvest.send(CODE_FD, (report or harvest.Report(budgets)).encode(harvest.ended(status, tmpfs, spawned)))
+        if wire.same_socket(wire.CODE_FD, job):  # not a file the code opened where the socket was
+            end = harvest.ended(status, tmpfs, spawned)
+            harvest.send(wire.CODE_FD, (report or harvest.Report(budgets)).encode(end))
 
-    ending = (gather if any(job.budgets) else None, send)
+    ending = (gather if budgets.any() else None, send)
     try:
         # The text, not the bytes: the tool takes a str, so a coding cookie must not re-decode it.
         if budgets.result_chars:
@@ -307,13 +258,13 @@ def warm_up(siblings: tuple[types.ModuleType, ...] = (), workdir: str = "/") -> 
     exec(compile("pass", FILENAME, "exec", dont_inherit=True), {})
     os.listdir(workdir)
     if siblings:
-        jobs, directory, figures, harvest, images = siblings
+        wire, directory, figures, harvest, images = siblings
         harvest.split_last_expression("x", FILENAME)
         figures.Figures(0, 0, images.MAX_PIXELS)
         home = os.stat(workdir)
         any(directory.walk(workdir, (home.st_dev, home.st_ino)))
-        harvest.Report(harvest.Budgets(0, 0, 0, 0, 0)).encode(harvest.ended(0))
-        jobs.same_socket(CODE_FD, jobs.Job(bytearray(), b"", (), (home.st_dev, home.st_ino)))
+        harvest.Report(wire.NO_RETURNS).encode(harvest.ended(0))
+        wire.same_socket(wire.CODE_FD, wire.Job(bytearray(), b"", wire.NO_RETURNS, (home.st_dev, home.st_ino)))
 
 
 def add_packages() -> None:
@@ -324,7 +275,7 @@ def add_packages() -> None:
             sys.path.append(entry)
 
 
-def prepare_process(syscalls: seccomp.Filter, *, namespaced_zygote: bool = False) -> None:
+def prepare_process(libc: types.ModuleType, syscalls: seccomp.Filter, *, namespaced_zygote: bool = False) -> None:
     """What every run needs once per interpreter, before any run's code: a forked run inherits it.
 
     Non-dumpable and no capabilities (both survive fork; a run can make only itself dumpable
@@ -337,26 +288,26 @@ def prepare_process(syscalls: seccomp.Filter, *, namespaced_zygote: bool = False
 
     A `namespaced_zygote` keeps its capabilities but its bounding set, and its `syscalls` let it make
     namespaces and mount: each run drops the capabilities and refuses the rest itself once its view
-    is made (zygote.py).
+    is made (zygote.py). `libc` is `libc.py`, loaded by the caller.
     """
-    make_undumpable()
+    libc.set_dumpable(False)
     add_packages()
     warm_up()
-    privilege_dropper(held=not namespaced_zygote)()
+    libc.privilege_dropper(held=not namespaced_zygote)()
     syscalls.install()  # after no_new_privs, or with the namespaced zygote's CAP_SYS_ADMIN
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
-def become_run(workdir: str, limits: list[int]) -> None:
-    """Enter the working directory, apply the limits and say so on stdout: then the code may come."""
+def become_run(wire: types.ModuleType, workdir: str, limits: list[int]) -> None:
+    """Enter the working directory, apply the limits and say so on stdout (`wire.ready_line`): then the
+    code may come."""
     # Anything the server's own parent passed down stops here (in a forked run: the zygote's
-    # socket and the server's ends of the pipes); fd 3 goes once the code is read.
-    os.closerange(CODE_FD + 1, MAX_FD)
+    # socket and the server's ends of the pipes); the job socket goes once the code is read.
+    os.closerange(wire.CODE_FD + 1, MAX_FD)
     os.chdir(workdir)
     os.umask(0o077)
     # Lowering limits needs no capability, so the order against prepare_process() does not matter.
-    refused = apply_limits(*limits)
-    os.write(1, READY_PREFIX + b" " + ",".join(refused).encode() + b"\n")
+    os.write(1, wire.ready_line(apply_limits(*limits)))
 
 
 def main() -> None:
@@ -364,14 +315,14 @@ def main() -> None:
     tmpfs mounts, colon-separated; NETWORK, ``isolated`` or ``shared``); the zygote is `zygote.py`,
     which imports this."""
     tmpfs = tuple(sys.argv[6].split(":")) if len(sys.argv) > 6 and sys.argv[6] else ()
-    seccomp = load_sibling("seccomp")
+    libc, seccomp, *siblings = load_siblings(*SIBLINGS)
+    wire = siblings[0]
     isolated = sys.argv[7:8] == ["isolated"]
-    prepare_process(seccomp.Filter({**seccomp.WHOLE, **(seccomp.NO_NETWORK if isolated else {})}))
-    become_run(sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
-    siblings = tuple(load_sibling(name) for name in SIBLINGS)
-    warm_up(siblings, ".")
+    prepare_process(libc, seccomp.Filter({**seccomp.WHOLE, **(seccomp.NO_NETWORK if isolated else {})}))
+    become_run(wire, sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
+    warm_up(tuple(siblings), ".")
     main = new_main()
-    run(siblings[0].read_job(CODE_FD), main, siblings, tmpfs, spawned=True)
+    run(wire.read_job(wire.CODE_FD), main, tuple(siblings), tmpfs, spawned=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,243 @@
+"""The wire between the server and one run, both ends of it: the ready line the run says on stdout,
+the job the server sends on the job socket (the code, the call's files, what the run may return),
+and the report the run sends back on that socket once its code has ended.
+
+Standard library only, and nothing of it imported at load time that a run would not need anyway:
+every run interpreter loads this (`bootstrap.load_siblings`), and the server imports it as
+`runner.inrun.wire`. Framing only: what a report says is checked by the server
+(`runner.execution.report`), which trusts none of it.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# The job socket is the run's fd 3: its code comes on it, its report goes back on it.
+CODE_FD = 3
+# The first bytes on a run's stdout, before any user output can exist: its limits are applied, and
+# these (rlimit names) were refused by the OS.
+READY_PREFIX = b"\x00runner-ready"
+REPORT_HEAD = b"report"
+# What one report lists at most (more is counted, not listed), and a name's most characters: the run
+# keeps to them, and the server bounds the report it will take by them.
+MAX_OMITTED = 50
+MAX_FILES = 100
+MAX_NAME_CHARS = 1024
+# The report header's most besides the result: at most MAX_FILES files and MAX_OMITTED more, each name
+# at most MAX_NAME_CHARS, 6 bytes a character at worst in JSON.
+MAX_HEADER_BYTES = 64 * 1024 + (MAX_FILES + MAX_OMITTED + 64) * (6 * MAX_NAME_CHARS + 600)
+
+
+def ready_line(refused: list[str]) -> bytes:
+    """What a run says on stdout once its limits are applied: the prefix and the refused limits."""
+    return READY_PREFIX + b" " + ",".join(refused).encode() + b"\n"
+
+
+def parse_ready(line: bytes) -> tuple[str, ...] | None:
+    """The limits a ready line says were refused; None if `line` is not a ready line."""
+    if not line.startswith(READY_PREFIX):
+        return None
+    return tuple(line[len(READY_PREFIX) :].decode(errors="replace").replace(",", " ").split())
+
+
+class Budgets:
+    """What one call may return: images, bytes per image, bytes in all, bytes of files that are not
+    images (a client may read those as text, and count them against its limits), and characters of
+    the last expression's value. All 0 (`NO_RETURNS`): the run returns its output only. Frozen."""
+
+    __slots__ = ("call_bytes", "file_bytes", "image_bytes", "images", "result_chars")
+    FIELDS = ("images", "image_bytes", "call_bytes", "file_bytes", "result_chars")
+
+    images: int
+    image_bytes: int
+    call_bytes: int
+    file_bytes: int
+    result_chars: int
+
+    def __init__(self, images: int, image_bytes: int, call_bytes: int, file_bytes: int, result_chars: int) -> None:
+        for name, value in zip(self.FIELDS, (images, image_bytes, call_bytes, file_bytes, result_chars), strict=True):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Budgets are frozen: cannot set {name}")
+
+    def numbers(self) -> tuple[int, ...]:
+        """The budgets in `FIELDS` order, as the job frame carries them."""
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+    def replace(self, **changes: int) -> Budgets:
+        """These budgets with some changed."""
+        return Budgets(**{name: changes.pop(name, getattr(self, name)) for name in self.FIELDS}, **changes)
+
+    def any(self) -> bool:
+        """Whether the run returns anything besides its output."""
+        return any(self.numbers())
+
+    @property
+    def report_bytes(self) -> int:
+        """The most a well-formed report can take on the wire."""
+        return len(REPORT_HEAD) + 32 + MAX_HEADER_BYTES + 6 * self.result_chars + self.call_bytes
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Budgets) and self.numbers() == other.numbers()
+
+    def __hash__(self) -> int:
+        return hash(self.numbers())
+
+    def __repr__(self) -> str:
+        return "Budgets(" + ", ".join(f"{name}={getattr(self, name)}" for name in self.FIELDS) + ")"
+
+
+NO_RETURNS = Budgets(0, 0, 0, 0, 0)
+
+
+class Job:
+    """One call as the run gets it: its code, its files (`frame_inputs`), and what it may return
+    besides its output."""
+
+    __slots__ = ("budgets", "code", "inputs", "socket")
+
+    def __init__(self, code: bytearray, inputs: bytes, budgets: Budgets, socket: tuple[int, int]) -> None:
+        self.code, self.inputs, self.budgets, self.socket = code, inputs, budgets, socket
+
+
+def frame_job(code: bytes, inputs: bytes = b"", budgets: Budgets = NO_RETURNS) -> bytes:
+    """What the server writes on the job socket: the sizes and budgets on one line, the code, the files."""
+    numbers = b" ".join(b"%d" % n for n in (len(code), len(inputs), *budgets.numbers()))
+    return numbers + b"\n" + code + inputs
+
+
+def read_job(fd: int) -> Job | None:
+    """Read the job the server framed with `frame_job`; None if the socket closed before all of it came.
+
+    The sizes let the run start as soon as the last byte arrives (waiting for the server to close
+    the socket would cost a second wake-up), and the job is read into one buffer of its size. The
+    socket stays open, for the report, but no program the code starts inherits it.
+    """
+    head = b""
+    while b"\n" not in head:
+        chunk = os.read(fd, 128)
+        if not chunk:
+            return None
+        head += chunk
+    line, _, first = head.partition(b"\n")
+    numbers = tuple(int(n) for n in line.split())
+    body = bytearray(numbers[0] + numbers[1])
+    got = min(len(first), len(body))
+    body[:got] = first[:got]
+    view = memoryview(body)
+    while got < len(body):
+        n = os.readv(fd, [view[got:]])
+        if not n:
+            break
+        got += n
+    view.release()
+    os.set_inheritable(fd, False)
+    if got != len(body):
+        return None
+    inputs = bytes(body[numbers[0] :]) if numbers[1] else b""
+    del body[numbers[0] :]
+    info = os.fstat(fd)
+    # The code not copied: decode() takes a bytearray.
+    return Job(body, inputs, Budgets(*numbers[2:7]), (info.st_dev, info.st_ino))
+
+
+def same_socket(fd: int, job: Job) -> bool:
+    """Whether `fd` is still the socket the job came on: the code may have closed it and opened a file."""
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return False
+    return (info.st_dev, info.st_ino) == job.socket
+
+
+def parse_inputs(blob: bytes | bytearray) -> list[tuple[str, bytes]]:
+    """The call's files as the server framed them (`frame_inputs`): (relative path, content) pairs."""
+    files = []
+    view = memoryview(blob)
+    at = 0
+    while at < len(blob):
+        end = blob.index(b"\n", at)
+        path_size, data_size = (int(n) for n in bytes(view[at:end]).split())
+        at = end + 1
+        path = bytes(view[at : at + path_size]).decode("utf-8")
+        at += path_size
+        files.append((path, bytes(view[at : at + data_size])))
+        at += data_size
+    view.release()
+    return files
+
+
+def frame_inputs(files: list[tuple[str, bytes]]) -> bytes:
+    """What `parse_inputs` reads: for each file, its path's and its content's sizes, a newline, both."""
+    parts = []
+    for path, data in files:
+        encoded = path.encode("utf-8")
+        parts += [b"%d %d\n" % (len(encoded), len(data)), encoded, data]
+    return b"".join(parts)
+
+
+def encode_report(header: dict[str, Any], blobs: list[bytes]) -> bytes:
+    """``report <header bytes> <blob bytes>``, a newline, the JSON header, the blobs in order."""
+    import json  # not before: most runs return nothing but their end (`encode_end`)
+
+    head = json.dumps(header, ensure_ascii=True).encode("ascii")
+    joined = b"".join(blobs)
+    return REPORT_HEAD + b" %d %d\n" % (len(head), len(joined)) + head + joined
+
+
+def encode_end(end: dict[str, Any]) -> bytes:
+    """The report of a run that returns nothing but its end: no JSON encoder to run (and pages to copy)
+    for it, in the one form `read_end` reads without the decoder."""
+    head = b'{"end": {"status": %d, "cpu": %r, "maxrss_kb": %d}}' % (end["status"], end["cpu"], end["maxrss_kb"])
+    return REPORT_HEAD + b" %d 0\n" % len(head) + head
+
+
+def report_length(data: bytes | bytearray) -> int | None:
+    """The length of the whole report once its first line is in `data`; None until then, or -1 when
+    `data` does not start like a report."""
+    line_end = data.find(b"\n", 0, 64)
+    if line_end < 0:
+        return None if len(data) < 64 else -1
+    parts = bytes(data[:line_end]).split(b" ")
+    if len(parts) != 3 or parts[0] != REPORT_HEAD or not all(p.isdigit() for p in parts[1:]):
+        return -1
+    return line_end + 1 + int(parts[1]) + int(parts[2])
+
+
+# Numbers as JSON spells them (no leading zeros) and short, so that this reads exactly what the
+# decoder would; the declared header length must be the header's.
+END_ONLY = (
+    REPORT_HEAD + rb' ([0-9]{1,4}) 0\n\{"end": \{"status": (0|[1-9][0-9]{0,2}), '
+    rb'"cpu": ((?:0|[1-9][0-9]{0,9})\.[0-9]{1,20}(?:e-[0-9]{1,3})?), "maxrss_kb": (0|[1-9][0-9]{0,14})\}\}'
+)
+
+
+def read_end(data: bytes | bytearray) -> tuple[int, float, int] | None:
+    """(status, CPU seconds, peak kB) of a report in `encode_end`'s form, its values in range; None for
+    any other report (which goes through the JSON decoder: `split_report`)."""
+    import re  # the server's side only: re caches the compiled pattern
+
+    end = re.fullmatch(END_ONLY, data)
+    if end is None:
+        return None
+    header_bytes = len(data) - end.end(1) - len(b" 0\n")
+    if int(end[1]) != header_bytes or int(end[2]) > 255 or float(end[3]) >= 1e9:
+        return None
+    return int(end[2]), float(end[3]), int(end[4])
+
+
+def split_report(data: bytes) -> tuple[int, int, bytes, memoryview]:
+    """A whole report's declared header and blob sizes, its JSON header's bytes and its blobs (none
+    of it checked yet). Raises ValueError if the first line is not a report's."""
+    line_end = data.index(b"\n")
+    parts = data[:line_end].split(b" ")
+    if len(parts) != 3 or parts[0] != REPORT_HEAD:
+        raise ValueError("not a report")
+    head_size, blob_size = int(parts[1]), int(parts[2])
+    head = data[line_end + 1 : line_end + 1 + head_size]
+    return head_size, blob_size, head, memoryview(data)[line_end + 1 + head_size :]
