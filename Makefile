@@ -25,12 +25,19 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-$(RUN_STAMP): requirements.lock | $(PY)
+# The project itself goes in editable, without dependencies (the lock has them): the console script
+# python-runner-mcp, which finds this checkout's $(SANDBOX_ENV) (runner/__main__.py).
+INSTALL_PROJECT := $(PY) -c 'import setuptools' 2>/dev/null || $(PIP) install --quiet 'setuptools>=64'; \
+	$(PIP) install --quiet --no-deps --no-build-isolation --editable .
+
+$(RUN_STAMP): requirements.lock pyproject.toml | $(PY)
 	$(PIP) install --quiet --require-hashes -r requirements.lock
+	@$(INSTALL_PROJECT)
 	@touch $@
 
-$(DEV_STAMP): requirements-dev.lock | $(PY)
+$(DEV_STAMP): requirements-dev.lock pyproject.toml | $(PY)
 	$(PIP) install --quiet --require-hashes -r requirements-dev.lock
+	@$(INSTALL_PROJECT)
 	@touch $@ $(RUN_STAMP)
 
 $(SANDBOX_STAMP): requirements-sandbox.lock scripts/sandbox_env.py | $(PY)
@@ -44,12 +51,12 @@ check-sandbox-env: $(SANDBOX_STAMP) ## Fail if the package environment is not ex
 
 # RUNNER_PACKAGES set in the environment (even empty: standard library only) wins over the built one.
 run: $(RUN_STAMP) check-sandbox-env ## Serve MCP on stdio (installs from the locks into .venv and .sandbox-env first)
-	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" exec $(PY) -m runner
+	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" exec $(VENV)/bin/python-runner-mcp
 
 # Streamable HTTP on 127.0.0.1:8000/mcp by default; RUNNER_HTTP_*, RUNNER_AUTH_TOKENS_FILE and ARGS
 # (e.g. ARGS=--insecure-no-auth) as docs/http.md says.
 serve: $(RUN_STAMP) check-sandbox-env ## Serve MCP over Streamable HTTP (docs/http.md), installing first as `make run` does
-	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" exec $(PY) -m runner --transport http $(ARGS)
+	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" exec $(VENV)/bin/python-runner-mcp --transport http $(ARGS)
 
 lint: $(DEV_STAMP) ## ruff lint and format check
 	$(VENV)/bin/ruff check runner tests
@@ -70,7 +77,7 @@ lock: | $(PY) ## Regenerate requirements.lock, requirements-dev.lock and require
 	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-sandbox.lock requirements-sandbox.in
 
 inspect: $(RUN_STAMP) ## Open the MCP Inspector (npx) against this server
-	npx --yes @modelcontextprotocol/inspector@2.12.0 $(abspath $(PY)) -m runner
+	npx --yes @modelcontextprotocol/inspector@2.12.0 $(abspath $(VENV))/bin/python-runner-mcp
 
 clean: ## Remove the venv, the package environment and caches
 	rm -rf $(VENV) $(SANDBOX_ENV) .pytest_cache .mypy_cache .ruff_cache
@@ -118,7 +125,7 @@ docker-test: docker-build $(RUN_STAMP) ## Build, then one MCP session through th
 	$(PY) scripts/docker_session.py --container --sandbox none -- $(DOCKER) run $(DOCKER_RUN_PLAIN_FLAGS) $(IMAGE)
 
 inspect-cli: $(RUN_STAMP) ## MCP Inspector CLI against the server: make inspect-cli ARGS='--method tools/list'
-	npx --yes $(INSPECTOR) --cli $(abspath $(PY)) -m runner $(ARGS)
+	npx --yes $(INSPECTOR) --cli $(abspath $(VENV))/bin/python-runner-mcp $(ARGS)
 
 hadolint: $(DEV_STAMP) ## Lint the Dockerfile (make test runs the same check in tests/test_packaging.py)
 	$(VENV)/bin/hadolint Dockerfile

@@ -1,5 +1,5 @@
-"""`python -m runner`: serve MCP on stdio until stdin closes, or on HTTP (`--transport http`), until
-SIGTERM/SIGINT arrives; then exit 0."""
+"""`python-runner-mcp` (or `python -m runner`): serve MCP on stdio until stdin closes, or on HTTP
+(`--transport http`), until SIGTERM/SIGINT arrives; then exit 0."""
 
 from __future__ import annotations
 
@@ -220,6 +220,24 @@ def _main_http(config: Config, sandbox: Sandbox, tokens: BearerTokens | None, ar
         anyio.run(serve_http, config, sandbox, tokens, sock, early)
     log_event(logger, logging.INFO, "server stopped")
     return 0
+
+
+# The package environment `make sandbox-env` (and `make run`) builds in a checkout, beside `runner/`,
+# and the file that says its build finished.
+CHECKOUT_PACKAGES = ".sandbox-env"
+BUILT_STAMP = ".built"
+
+
+def console() -> int:
+    """The `python-runner-mcp` console script: `main`, and with RUNNER_PACKAGES not set at all, runs
+    import from the package environment built in the checkout this was installed from (editable, as
+    `make run` installs it), if there is one. RUNNER_PACKAGES="" still means the standard library only."""
+    if "RUNNER_PACKAGES" not in os.environ:
+        built = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), CHECKOUT_PACKAGES)
+        if os.path.isfile(os.path.join(built, BUILT_STAMP)):
+            # In the environment, not only in this process's configuration: HTTP workers inherit it.
+            os.environ["RUNNER_PACKAGES"] = built
+    return main()
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ DOCKERFILE = REPO / "Dockerfile"
 SESSION_SCRIPT = REPO / "scripts" / "docker_session.py"
 CONFIG_DIR = REPO / "mcp-config-examples"
 PLACEHOLDER = "/path/to/python-runner-mcp"
+# What `make run` installs into the clone's venv (pyproject.toml's console script).
+CONSOLE_SCRIPT = f"{PLACEHOLDER}/.venv/bin/python-runner-mcp"
 IMAGE = "turhal-ai/python-runner-mcp:latest"
 # The seed's hardened `docker run` line, flag by flag (README.md, "Docker"), the tmpfs options spelled out:
 # Docker adds noexec,nosuid,nodev to a --tmpfs by itself, podman does not.
@@ -921,11 +923,77 @@ def test_every_config_example_has_a_local_entry_and_a_docker_entry() -> None:
     for name in names:
         servers = json.loads((CONFIG_DIR / name).read_text())["mcpServers"]
         commands = sorted(entry["command"] for entry in servers.values())
-        assert commands == ["/path/to/python-runner-mcp/.venv/bin/python", "docker"], name
+        assert commands == [CONSOLE_SCRIPT, "docker"], name
+        assert "PYTHONPATH" not in (CONFIG_DIR / name).read_text(), name
 
 
 def resolved(value: str) -> str:
     return value.replace(PLACEHOLDER, str(REPO))
+
+
+def needs_the_clone_s_install() -> None:
+    """The console script is the clone's venv's (`make run`, `make test`); the package environment the
+    clone's (`make sandbox-env`)."""
+    if Path(sys.prefix).resolve() != (REPO / ".venv").resolve():
+        pytest.skip("the tests do not run from the clone's .venv, where `make run` installs the console script")
+    if not (REPO / ".sandbox-env" / ".built").is_file():
+        pytest.skip("no .sandbox-env in the clone: `make sandbox-env` builds it")
+
+
+NUMPY = "import numpy\nprint(numpy.arange(4).sum())"
+
+
+async def session_of(entry: dict[str, Any], log: Path, code: str = NUMPY) -> dict[str, Any]:
+    """A client's session with the server as `entry` starts it: started from / (not the clone), with the
+    entry's env on top of the client's default environment; the result of running `code`."""
+    params = StdioServerParameters(
+        command=resolved(entry["command"]),
+        args=[resolved(arg) for arg in entry.get("args", [])],
+        env={key: resolved(value) for key, value in entry.get("env", {}).items()},
+        cwd="/",
+    )
+    with open(log, "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:  # type: ignore[arg-type]
+            assert client.protocol_version == "2025-11-25"
+            assert [tool.name for tool in (await client.list_tools()).tools] == ["run_python"]
+            result = await client.call_tool("run_python", {"code": code})
+            assert result.structured_content is not None
+            return {"error": result.is_error, **result.structured_content}
+
+
+def readme_entry() -> dict[str, Any]:
+    text = (REPO / "README.md").read_text()
+    block = next(b for b in re.findall(r"```json\n(.*?)```", text, re.S) if '"mcpServers"' in b)
+    entry: dict[str, Any] = json.loads(block)["mcpServers"]["python-runner"]
+    return entry
+
+
+def test_pyproject_s_dependencies_are_requirements_in_s() -> None:
+    import tomllib
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    lines = (REPO / "requirements.in").read_text().splitlines()
+    assert sorted(declared) == sorted(line for line in lines if line.strip() and not line.startswith("#"))
+
+
+@pytest.mark.anyio
+async def test_the_readme_s_entry_starts_the_console_script_whose_runs_import_numpy(tmp_path: Path) -> None:
+    needs_the_clone_s_install()
+    entry = readme_entry()
+    assert entry == {"command": CONSOLE_SCRIPT}
+    result = await session_of(entry, tmp_path / "server.log")
+    assert (result["error"], result["stdout"]) == (False, "6\n"), result
+
+
+@pytest.mark.anyio
+async def test_the_console_script_with_an_empty_runner_packages_gives_runs_the_standard_library_only(
+    tmp_path: Path,
+) -> None:
+    needs_the_clone_s_install()
+    entry = {**readme_entry(), "env": {"RUNNER_PACKAGES": ""}}
+    result = await session_of(entry, tmp_path / "server.log")
+    assert result["error"], result
+    assert "No module named 'numpy'" in result["stderr"], result
 
 
 @pytest.mark.anyio
@@ -940,21 +1008,9 @@ async def test_a_config_example_entry_starts_as_written_and_completes_a_session(
         profile = f"{PLACEHOLDER}/deploy/seccomp/runner-sandbox.json"
         assert_hardened(entry["args"], sandboxed=server.endswith("-docker"), profile=profile)
         return
-    # Started from / (not the repository) with the entry's env on top of the client's default environment.
-    params = StdioServerParameters(
-        command=resolved(entry["command"]),
-        args=[resolved(arg) for arg in entry["args"]],
-        env={key: resolved(value) for key, value in entry.get("env", {}).items()},
-        cwd="/",
-    )
-    with open(tmp_path / "server.log", "w") as errlog:
-        async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:  # type: ignore[arg-type]
-            assert client.protocol_version == "2025-11-25"
-            assert [tool.name for tool in (await client.list_tools()).tools] == ["run_python"]
-            result = await client.call_tool("run_python", {"code": "print(sum(range(10)))"})
-            assert result.structured_content is not None
-            assert result.structured_content["stdout"] == "45\n"
-            assert not result.is_error
+    needs_the_clone_s_install()
+    result = await session_of(entry, tmp_path / "server.log")
+    assert (result["error"], result["stdout"]) == (False, "6\n"), result
     log = (tmp_path / "server.log").read_text()
     assert "server stopped" in log
     if entry.get("env", {}).get("RUNNER_LOG_FORMAT") == "json":
