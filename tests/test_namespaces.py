@@ -23,7 +23,7 @@ from runner.config import MIB, Config
 from runner.execution.pool import Pool
 from runner.inrun import namespaces
 from runner.outcome import RunResult, Status
-from runner.processes.sandbox import RUN_TMPFS_BYTES, ZYGOTE, interpreter_argv, namespace_args
+from runner.processes.sandbox import RUN_BYTES, ZYGOTE, interpreter_argv, namespace_args
 from tests.helpers import children_of, in_mode, settled_async
 from tests.helpers import run_dedented as run
 
@@ -117,7 +117,7 @@ async def test_the_run_s_private_directories_are_size_limited_tmpfs_and_the_rest
     result = await run(namespaced, code)
     assert result.status is Status.OK, result.to_text()
     size = namespaced_config.sandbox_tmp_mb * MIB
-    sizes = {"/dev/shm": size, "/run": RUN_TMPFS_BYTES, "/tmp": size}
+    sizes = {"/dev/shm": size, "/run": RUN_BYTES, "/tmp": size}
     expected = [(path, ("tmpfs", sizes[path])) for path in ("/dev/shm", "/run", "/tmp") if os.path.isdir(path)]
     tmpfs, where, writable = result.stdout.text.splitlines()
     assert tmpfs == repr(expected)

@@ -18,7 +18,7 @@ from runner.config import Config
 from runner.errors import ConfigError
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, Status
-from runner.processes.sandbox import BOOTSTRAP_INSIDE, RUN_TMPFS_BYTES, choose_sandbox, exit_code_of_sandboxed
+from runner.processes.sandbox import BOOTSTRAP_INSIDE, RUN_BYTES, choose_sandbox, exit_code_of_sandboxed
 from runner.processes.source import uses_fork_server
 from tests.helpers import alive, in_mode, living, settled_async
 from tests.helpers import run_dedented as run
@@ -324,7 +324,7 @@ async def test_run_is_a_small_private_tmpfs(sandboxed: Pool) -> None:
         print(size.f_blocks * size.f_frsize, sorted(os.listdir("/run")) in ([], ["runner"]))
     """
     result = await run(sandboxed, code)
-    assert result.stdout.text == f"{RUN_TMPFS_BYTES} True\n", result.to_text()
+    assert result.stdout.text == f"{RUN_BYTES} True\n", result.to_text()
 
 
 async def test_shared_memory_is_bounded_like_the_private_tmpfs(sandbox_config: Config, no_leaks: None) -> None:

@@ -17,13 +17,11 @@ from runner.config import Config
 from runner.errors import SpawnError
 from runner.inrun.wire import parse_ready
 from runner.logs import log_event
-from runner.processes.child import Child
+from runner.processes.child import REAP_TIMEOUT, STARTUP_TIMEOUT, Child
 from runner.processes.limits import Limits
 from runner.processes.source import InterpreterSource
 from runner.processes.spawn import remove_tree
 
-STARTUP_TIMEOUT = 15.0
-REAP_TIMEOUT = 5.0
 REFILL_DELAY = 0.01
 
 

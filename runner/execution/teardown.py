@@ -47,11 +47,6 @@ class Teardowns:
         for done in list(self._pending):
             await done.wait()
 
-    @property
-    def pending(self) -> int:
-        """Teardowns not finished yet."""
-        return len(self._pending)
-
     async def _run(self, teardown: Callable[[], Awaitable[None]], done: anyio.Event) -> None:
         with anyio.CancelScope(shield=True):
             try:

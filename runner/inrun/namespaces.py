@@ -59,7 +59,7 @@ HOSTNAME = b"sandbox"
 # a root run must not find the host's disks there.
 PRIVATE_DIRECTORIES = ("/tmp", "/run")
 # /run holds sockets and pid files, if anything: a small tmpfs, so that a run cannot pin three times
-# RUNNER_SANDBOX_TMP_MB of memory that no limit of its own counts (the sandbox module's RUN_TMPFS_BYTES).
+# RUNNER_SANDBOX_TMP_MB of memory that no limit of its own counts. bubblewrap's runs get the same (sandbox.py).
 RUN_BYTES = 1 << 20
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 DEVICE_LINKS = (

@@ -13,6 +13,9 @@ import anyio
 from runner.processes.sandbox import exit_code_of_sandboxed
 
 POLL_INTERVAL = 0.005
+# How long an interpreter (or a zygote) may take to say it is ready, and a killed one to be reaped.
+STARTUP_TIMEOUT = 15.0
+REAP_TIMEOUT = 5.0
 
 
 @dataclass(eq=False)

@@ -29,16 +29,14 @@ from runner.config import Config
 from runner.errors import SpawnError
 from runner.inrun.preload import PRELOAD_VARIABLE
 from runner.logs import log_event
-from runner.processes.child import Child, maxrss_bytes
+from runner.processes.child import REAP_TIMEOUT, STARTUP_TIMEOUT, Child, maxrss_bytes
 from runner.processes.limits import Limits
 from runner.processes.sandbox import ZYGOTE, Sandbox, interpreter_argv
 from runner.processes.spawn import package_environment, spawn_in_new_session
 
 MAX_MESSAGE = 8192
-STARTUP_TIMEOUT = 15.0
 # Importing numpy, pandas and pyplot takes 1-2 s on an idle machine, many times that on a busy one.
 PRELOAD_TIMEOUT = 120.0
-REAP_TIMEOUT = 5.0
 ZYGOTE_EXIT_GRACE = 0.5
 ZYGOTE_DIED_STATUS = signal.SIGKILL  # what a run whose zygote died is reported to have died of
 

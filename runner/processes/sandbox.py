@@ -21,9 +21,12 @@ from typing import Literal
 from runner.config import MIB, Config, SandboxNetwork
 from runner.errors import ConfigError
 from runner.inrun.bootstrap import __file__ as _bootstrap_file
-from runner.inrun.namespaces import PROC_COVERED
 
-WORKDIR = "/tmp"
+# The run's directory, and /run's size (sockets and pid files, if anything: without a size it would be
+# a tmpfs of half the host's memory, bubblewrap's default, outside every limit of the run): the same in
+# both sandboxes.
+from runner.inrun.namespaces import PROC_COVERED, RUN_BYTES, WORKDIR
+
 # A bwrap run's own tmpfs mounts (bwrap_argv), whose pages its peak memory counts (harvest.ended).
 BWRAP_TMPFS = (WORKDIR, "/dev/shm", "/run")
 # /run is replaced by an empty tmpfs (host sockets stay out of reach) that carries the bootstrap and
@@ -31,9 +34,6 @@ BWRAP_TMPFS = (WORKDIR, "/dev/shm", "/run")
 # which the sandbox hides.
 BOOTSTRAP_INSIDE = "/run/runner/bootstrap.py"
 HIDDEN = (WORKDIR, "/run")
-# /run holds sockets and pid files, if anything: without a size it would be a tmpfs of half the
-# host's memory (bubblewrap's default), outside every limit of the run.
-RUN_TMPFS_BYTES = 1 * MIB
 PROBE_TIMEOUT = 10.0
 BOOTSTRAP = os.path.realpath(_bootstrap_file)
 # The fork server's zygote, next to the bootstrap it imports.
@@ -128,7 +128,7 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         "--tmpfs",
         WORKDIR,
         "--size",
-        str(RUN_TMPFS_BYTES),
+        str(RUN_BYTES),
         "--tmpfs",
         "/run",
         "--ro-bind",

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 
 from runner.config import Config
 from runner.errors import SpawnError
+from runner.inrun.namespaces import WORKDIR as SANDBOX_WORKDIR
 from runner.processes.child import Child, maxrss_bytes
 from runner.processes.limits import Limits
-from runner.processes.sandbox import WORKDIR as SANDBOX_WORKDIR
 from runner.processes.sandbox import Sandbox, interpreter_argv
 
 # Every signal a process may set a disposition for: posix_spawn otherwise passes on the server's

@@ -1,0 +1,108 @@
+"""Serving MCP over Streamable HTTP: listening, the workers behind one port, readiness, metrics, and
+a graceful stop (runs in flight get RUNNER_SHUTDOWN_GRACE seconds)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+
+import anyio
+
+from runner.config import Config
+from runner.logs import get_logger, log_event
+from runner.processes.procctl import die_with_parent
+from runner.processes.sandbox import Sandbox
+from runner.serving.signals import stop_on_signals
+from runner.transports.auth import BearerTokens
+
+
+def main_http(
+    config: Config,
+    sandbox: Sandbox,
+    tokens: BearerTokens | None,
+    early: list[int],
+    *,
+    listen_fd: int | None = None,
+    supervisor_pid: int | None = None,
+    worker_args: tuple[str, ...] = (),
+) -> int:
+    """Listen (or, as a worker, take the supervisor's socket), then serve or supervise; the exit status."""
+    from runner.transports.http import listening, url_of
+
+    logger = get_logger()
+    worker = listen_fd is not None
+    if worker:
+        # A worker: stop (gracefully) when the supervisor is gone, whatever ended it; if it is gone
+        # already (before the call below), at once.
+        die_with_parent(signal.SIGTERM)
+        if supervisor_pid is not None and os.getppid() != supervisor_pid:
+            log_event(logger, logging.ERROR, "the supervisor is gone; not serving")
+            return 1
+    elif tokens is not None and not sandbox.enabled:
+        log_event(
+            logger,
+            logging.WARNING,
+            "runs are not sandboxed and share the server's uid: a run can read RUNNER_AUTH_TOKENS_FILE, every "
+            "client's token in it; give runs a sandbox (RUNNER_SANDBOX, docs/security.md) before sharing this server",
+        )
+    elif tokens is None:
+        log_event(logger, logging.WARNING, "HTTP without authentication: whoever reaches the port runs code")
+    http = config.http
+    try:
+        sock = socket.socket(fileno=listen_fd) if worker else listening(http.host, http.port)
+    except OSError as exc:
+        log_event(logger, logging.ERROR, "cannot listen", host=http.host, port=http.port, error=exc.strerror)
+        return 1
+    with sock:
+        if not worker and http.workers > 1:
+            from runner.serving.supervisor import supervise
+
+            return supervise(config, sock, list(worker_args))
+        if not worker:
+            log_event(logger, logging.INFO, "serving on HTTP", url=url_of(sock, http.path))
+        anyio.run(serve_http, config, sandbox, tokens, sock, early)
+    log_event(logger, logging.INFO, "server stopped")
+    return 0
+
+
+async def serve_http(
+    config: Config, sandbox: Sandbox, tokens: BearerTokens | None, sock: socket.socket, early: list[int]
+) -> None:
+    """Serve Streamable HTTP until a signal; runs in flight then get RUNNER_SHUTDOWN_GRACE seconds."""
+    from runner.execution.pool import Pool
+    from runner.protocol.handlers import build_server
+    from runner.protocol.metrics import Metrics
+    from runner.protocol.shares import CallerShares, fair_share
+    from runner.transports.http import HttpServer, caller_of, http_app
+
+    logger = get_logger()
+    async with (
+        Pool.open(config, logger, reap_strays=True, sandbox=sandbox) as pool,
+        anyio.create_task_group() as tg,
+    ):
+        metrics = Metrics(pool.state, config.max_concurrent, config.pool_size)
+        share = fair_share(
+            config.max_concurrent, len(tokens.names) if tokens else 0, config.http.max_concurrent_per_token
+        )
+        shares = CallerShares(share, config.max_queue)
+        server = build_server(config, pool, logger, metrics=metrics, caller_of=caller_of, shares=shares)
+
+        def not_ready() -> str | None:
+            state = pool.state()
+            if state.queue_full:
+                return "the queue is full"
+            if config.pool_size and not state.ready:
+                return "no interpreter is ready"
+            return None
+
+        app = http_app(server, config.http, tokens, not_ready, metrics.exposition)
+        http_server = HttpServer(app, config.http, sock)
+        if metrics.multiprocess:
+            tg.start_soon(metrics.refresh_forever)
+        # Serving only once a SIGTERM would be heard: a stop that comes at once is not lost.
+        await tg.start(stop_on_signals, http_server.stop, early, "signal received; finishing the calls in flight")
+        await http_server.serve()
+        log_event(logger, logging.INFO, "HTTP server stopped; shutting down")
+        tg.cancel_scope.cancel()

@@ -1,0 +1,33 @@
+"""Serving MCP on stdio: one session with the client that started the server, until stdin closes."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from runner.config import Config
+from runner.logs import get_logger, log_event
+from runner.processes.sandbox import Sandbox
+from runner.serving.signals import stop_on_signals
+
+
+async def serve_stdio(config: Config, sandbox: Sandbox, early: list[int]) -> None:
+    """Serve one stdio session; every run and pooled interpreter is gone when this returns."""
+    # Imported here so a configuration error is reported before the SDK's ~0.7 s import.
+    from runner.execution.pool import Pool
+    from runner.protocol.handlers import build_server
+    from runner.transports.stdio import stdio_transport
+
+    logger = get_logger()
+    async with (
+        Pool.open(config, logger, reap_strays=True, sandbox=sandbox) as pool,
+        anyio.create_task_group() as tg,
+    ):
+        await tg.start(stop_on_signals, tg.cancel_scope.cancel, early, "signal received; shutting down")
+        server = build_server(config, pool, logger)
+        async with stdio_transport(config.max_message_bytes, logger) as (read_stream, write_stream):
+            log_event(logger, logging.INFO, "serving on stdio")
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        log_event(logger, logging.INFO, "stdin closed; shutting down")
+        tg.cancel_scope.cancel()
