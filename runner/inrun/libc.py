@@ -30,26 +30,26 @@ LINUX_CAPABILITY_VERSION_3 = 0x20080522
 FUNCTIONS = ("capset", "mount", "prctl", "sethostname", "setns", "syscall", "unshare")
 
 
-def _opened(kind: type[ctypes.CDLL]) -> ctypes.CDLL | None:
+def _opened(kind: type[ctypes.CDLL], functions: tuple[str, ...]) -> ctypes.CDLL | None:
     try:
         lib = kind(None, use_errno=True)
     except OSError:
         return None
-    for name in FUNCTIONS:
+    for name in functions:
         try:
             getattr(lib, name)
         except AttributeError:
             continue  # not this platform's
-    if hasattr(lib, "prctl"):
+    if "prctl" in functions and hasattr(lib, "prctl"):
         lib.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
-    if hasattr(lib, "mount"):
+    if "mount" in functions and hasattr(lib, "mount"):
         lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     return lib
 
 
-LIBC = _opened(ctypes.CDLL)
+LIBC = _opened(ctypes.CDLL, FUNCTIONS)
 # For calls that must hold the GIL throughout (clone by system call: `namespaces.clone`).
-PYLIBC = _opened(ctypes.PyDLL)
+PYLIBC = _opened(ctypes.PyDLL, ("syscall",))
 
 
 def checked(result: int, what: str) -> None:
