@@ -51,7 +51,7 @@ LABEL org.opencontainers.image.title="python-runner-mcp" \
 #   /proc/1/environ (the container's whole environment, -e settings included) or ptrace it (a traced
 #   tini stays stopped, the server is left an unreaped zombie and the container never ends).
 # - bubblewrap: each run in its own namespaces where the fork server's zygote cannot make them but
-#   bubblewrap can (RUNNER_SPAWN_MODE=posix-spawn, or RUNNER_SANDBOX=bwrap). With the recommended line
+#   bubblewrap can (or with RUNNER_SANDBOX=bwrap). With the recommended line
 #   RUNNER_SANDBOX=auto picks the zygote's namespaces; it falls back to plain rlimits, saying why,
 #   where neither works (make docker-run-plain).
 # - uid/gid 10001, no home directory (HOME=/nonexistent), no login shell; owns no file in the image.

@@ -174,7 +174,7 @@ test-container: $(DEV_STAMP) container-engine ## Build the image with podman fro
 
 # The server as configured by default (on a machine with namespaces: every run in its own) against the
 # plain fork server and the naive baseline: the ratios of issues 5 and 11 in one run.
-BENCH_ARGS ?= --variant runner: --variant plain-fork:RUNNER_SANDBOX=none,RUNNER_SPAWN_MODE=fork-server
+BENCH_ARGS ?= --variant runner: --variant plain-fork:RUNNER_SANDBOX=none
 PROFILE_ARGS ?=
 PROFILE_VENV ?= /tmp/python-runner-profile
 
@@ -185,12 +185,12 @@ bench-profile: $(RUN_STAMP) ## py-spy profile of trivial calls (py-spy goes into
 	@test -x $(PROFILE_VENV)/bin/py-spy || { $(PYTHON) -m venv $(PROFILE_VENV) && $(PROFILE_VENV)/bin/pip install --quiet py-spy; }
 	$(PY) bench/profile_calls.py --py-spy $(PROFILE_VENV)/bin/py-spy $(PROFILE_ARGS)
 
-bench-timeline: $(RUN_STAMP) ## Per-stage timeline of sequential trivial calls (TIMELINE_ARGS='--server-env RUNNER_SPAWN_MODE=posix-spawn')
+bench-timeline: $(RUN_STAMP) ## Per-stage timeline of sequential trivial calls (TIMELINE_ARGS='--server-env RUNNER_SANDBOX=none-posix-spawn')
 	$(PY) bench/timeline.py $(TIMELINE_ARGS)
 
 SOAK_RUNS ?= 2000
 
 soak: $(DEV_STAMP) ## Long soak (bench/soak.py, both spawn modes) and protocol fuzzing at 10x; not in make test
-	$(PY) bench/soak.py --runs $(SOAK_RUNS) --spawn-mode fork-server
-	$(PY) bench/soak.py --runs $(SOAK_RUNS) --spawn-mode posix-spawn
+	$(PY) bench/soak.py --runs $(SOAK_RUNS) --sandbox none
+	$(PY) bench/soak.py --runs $(SOAK_RUNS) --sandbox none-posix-spawn
 	FUZZ_SCALE=10 $(VENV)/bin/pytest -q tests/test_fuzz.py

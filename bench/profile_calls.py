@@ -180,20 +180,19 @@ def child_stages(server_root: Path, sandbox_mode: str, reps: int) -> dict[str, A
     sys.path.insert(0, str(server_root))
     from runner.config import Config
     from runner.inrun.wire import frame_job
+    from runner.processes.isolation import plan_isolation
     from runner.processes.limits import count_tasks_of_uid, limits_for
-    from runner.processes.sandbox import choose_sandbox
     from runner.processes.spawn import remove_tree, spawn_child
 
     config = Config.from_env({**os.environ, "RUNNER_SANDBOX": sandbox_mode})
-    sandbox = choose_sandbox(config)
-    limits = limits_for(config, count_tasks_of_uid())
-    if sandbox.enabled and not sandbox.wrapper:
-        # The zygote's namespaces: its runs are forked, never spawned (spawn_child refuses); part 1
-        # measures them through the server.
+    plan = plan_isolation(config)
+    limits = limits_for(config, count_tasks_of_uid(), plan)
+    if plan.forked:
+        # Forked by a zygote, never spawned (spawn_child refuses); part 1 measures them through the server.
         sys.path.remove(str(server_root))
-        return {"sandbox": sandbox.kind, "python": config.python, "skipped": "runs are forked by the zygote"}
+        return {"sandbox": plan.mode, "python": config.python, "skipped": "runs are forked by the zygote"}
     base = tempfile.mkdtemp(prefix="profile-", dir=config.work_dir)
-    results: dict[str, Any] = {"sandbox": sandbox.kind, "python": config.python}
+    results: dict[str, Any] = {"sandbox": plan.mode, "python": config.python}
     try:
         for label, code, expected in (
             ("print(1)", b"print(1)", b"1"),
@@ -206,7 +205,7 @@ def child_stages(server_root: Path, sandbox_mode: str, reps: int) -> dict[str, A
             cpu: list[float] = []
             for _ in range(reps):
                 t0 = time.perf_counter()
-                child = spawn_child(config.python, base, limits, sandbox)
+                child = spawn_child(config.python, base, limits, plan)
                 line = b""
                 while not line.endswith(b"\n"):
                     select.select([child.stdout], [], [])
@@ -408,7 +407,7 @@ def main() -> int:
     if not args.skip_children:
         report["children"] = {
             "server default": child_stages(root, os.environ.get("RUNNER_SANDBOX", "auto"), args.child_reps),
-            "RUNNER_SANDBOX=none": child_stages(root, "none", args.child_reps),
+            "RUNNER_SANDBOX=none-posix-spawn": child_stages(root, "none-posix-spawn", args.child_reps),
         }
         python = report["children"]["RUNNER_SANDBOX=none"]["python"]
         report["bare"] = bare_startup(python, args.child_reps)

@@ -6,8 +6,8 @@
 e.g. posix-spawn against fork-server, both against the naive baseline, on the committed runner/:
 
     python bench/run_bench.py --server-commit HEAD \
-        --variant posix-spawn:RUNNER_SANDBOX=none,RUNNER_SPAWN_MODE=posix-spawn \
-        --variant fork-server:RUNNER_SPAWN_MODE=fork-server
+        --variant posix-spawn:RUNNER_SANDBOX=none-posix-spawn \
+        --variant fork-server:RUNNER_SANDBOX=none
 
 Every scenario runs, in the same invocation and interleaved (batches alternate between servers, the
 order rotating from batch to batch, so machine noise hits all of them):
@@ -41,7 +41,7 @@ mounts its own /tmp over it and the runs cannot find runner/inrun/bootstrap.py (
 
 --server-env is given to every real-server variant (never to the naive baseline, which reads the
 same RUNNER_* limits' defaults); nothing the caller does not ask for is passed, so e.g.
-RUNNER_SPAWN_MODE is set only with `--variant fork:RUNNER_SPAWN_MODE=fork-server`.
+RUNNER_SANDBOX is set only with `--variant fork:RUNNER_SANDBOX=none`.
 
 This file is the command line; the harness itself is the package bench/harness/ (workloads, servers,
 procfs, drivers, stats, scenarios, report: its __init__ says what each holds).

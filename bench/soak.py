@@ -27,7 +27,7 @@ Checks (the script exits 1 when one fails):
 Usage (from the repository root):
 
     .venv/bin/python bench/soak.py --runs 2000
-    .venv/bin/python bench/soak.py --runs 2000 --spawn-mode posix-spawn --concurrency 32
+    .venv/bin/python bench/soak.py --runs 2000 --sandbox none-posix-spawn --concurrency 32
     .venv/bin/python bench/soak.py --runs 100 --json /tmp/soak.json --log /tmp/server.log
 
 A summary table goes to stdout (`--json` writes the figures too). The server's log goes to `--log`;
@@ -469,7 +469,6 @@ def server_env(work_dir: Path, args: argparse.Namespace) -> dict[str, str]:
         "RUNNER_MAX_OUTPUT_BYTES": str(MIB),
         "RUNNER_MAX_CPU_SECONDS": "10",
         "RUNNER_LOG_LEVEL": "info",
-        **({"RUNNER_SPAWN_MODE": args.spawn_mode} if args.spawn_mode else {}),
         **dict(item.split("=", 1) for item in args.env),
     }
 
@@ -481,7 +480,7 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
         "cancel_storm": args.cancel_storm,
         "concurrency": args.concurrency,
         "max_concurrent": args.max_concurrent,
-        "spawn_mode": args.spawn_mode or "server default",
+        "sandbox": args.sandbox,
         "seed": args.seed,
     }
     checks: list[Check] = []
@@ -777,9 +776,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", type=int, default=16, help="calls in flight at once (default 16)")
     parser.add_argument("--max-concurrent", type=int, default=4, help="RUNNER_MAX_CONCURRENT (default 4)")
     parser.add_argument("--pool-size", type=int, default=2, help="RUNNER_POOL_SIZE (default 2)")
-    parser.add_argument("--sandbox", default="none", choices=["none", "auto", "bwrap"], help="RUNNER_SANDBOX")
     parser.add_argument(
-        "--spawn-mode", choices=["auto", "posix-spawn", "fork-server"], help="RUNNER_SPAWN_MODE (default: unset)"
+        "--sandbox",
+        default="none",
+        choices=["none", "none-posix-spawn", "auto", "namespaces", "bwrap"],
+        help="RUNNER_SANDBOX (default none: plain forks)",
     )
     parser.add_argument(
         "--cancel-storm",
@@ -806,7 +807,7 @@ def report(checks: list[Check], figures: dict[str, Any], args: argparse.Namespac
     say(
         f"soak: {args.runs:,} runs after {args.warmup} warm-up, client concurrency {args.concurrency}, "
         f"RUNNER_MAX_CONCURRENT={args.max_concurrent}, pool {args.pool_size}, sandbox {args.sandbox}, "
-        f"spawn mode {args.spawn_mode or 'server default'}, then {args.cancel_storm} calls cancelled at once, "
+        f"then {args.cancel_storm} calls cancelled at once, "
         f"seed {args.seed}"
     )
     statuses: dict[str, dict[str, int]] = figures.get("statuses", {})
@@ -862,8 +863,6 @@ def main(argv: list[str] | None = None) -> int:
             (where / "work").mkdir(parents=True)
             (where / "markers").mkdir()
             settings = (f"RUNNER_SANDBOX={args.sandbox}", f"RUNNER_POOL_SIZE={args.pool_size}", *args.env)
-            if args.spawn_mode:
-                settings += (f"RUNNER_SPAWN_MODE={args.spawn_mode}",)
             checks.append(
                 disconnect_check(how, where / "work", where / "markers", where / "server.log", settings=settings)
             )

@@ -15,8 +15,8 @@ import anyio
 from runner.config import Config
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
+from runner.processes.isolation import IsolationPlan, plan_isolation
 from runner.processes.procctl import set_dumpable
-from runner.processes.sandbox import Sandbox, choose_sandbox
 from runner.serving.signals import catch_early
 from runner.transports.auth import BearerTokens
 
@@ -45,8 +45,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _configured(args: argparse.Namespace) -> tuple[Config, Sandbox, BearerTokens | None]:
-    """The configuration, the sandbox and the tokens; `ConfigError` for anything that must stop the start."""
+def _configured(args: argparse.Namespace) -> tuple[Config, IsolationPlan, BearerTokens | None]:
+    """The configuration, the isolation plan and the tokens; `ConfigError` for anything that must stop the start."""
     environ = dict(os.environ)
     if args.transport:
         environ["RUNNER_TRANSPORT"] = args.transport
@@ -64,7 +64,7 @@ def _configured(args: argparse.Namespace) -> tuple[Config, Sandbox, BearerTokens
             )
     elif args.insecure_no_auth:
         raise ConfigError("--insecure-no-auth", "applies to --transport http only")
-    return config, choose_sandbox(config), tokens
+    return config, plan_isolation(config), tokens
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     early = catch_early()
     try:
-        config, sandbox, tokens = _configured(args)
+        config, plan, tokens = _configured(args)
     except ConfigError as exc:
         sys.stderr.write(f"python-runner-mcp: invalid configuration: {exc}\n")
         return 2
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         worker_args = ("--insecure-no-auth",) if args.insecure_no_auth else ()
         return main_http(
             config,
-            sandbox,
+            plan,
             tokens,
             early,
             listen_fd=args.listen_fd,
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # A second Ctrl-C during shutdown: everything is already being torn down.
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(serve_stdio, config, sandbox, early)
+        anyio.run(serve_stdio, config, plan, early)
     log_event(get_logger(), logging.INFO, "server stopped")
     return 0
 

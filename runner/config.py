@@ -17,15 +17,22 @@ from typing import Literal, TypeVar, cast, get_args
 from runner.errors import ConfigError
 
 LogFormat = Literal["text", "json"]
-SandboxMode = Literal["auto", "none", "bwrap", "namespaces"]
+SandboxMode = Literal["auto", "namespaces", "bwrap", "none", "none-posix-spawn"]
 SandboxNetwork = Literal["isolated", "shared"]
-SpawnMode = Literal["auto", "posix-spawn", "fork-server"]
 Transport = Literal["stdio", "http"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 MIB = 1024 * 1024
 # Paths the HTTP transport serves besides the MCP endpoint; RUNNER_HTTP_PATH may not take one.
 OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")
+# Variables that are gone, and what says the same now: a server still given one stops and says so.
+REMOVED = {
+    "RUNNER_SPAWN_MODE": (
+        "RUNNER_SANDBOX says how runs start now: namespaces and none fork them from a zygote, bwrap and "
+        "none-posix-spawn spawn one interpreter per run (fork-server is RUNNER_SANDBOX=none, posix-spawn is "
+        "RUNNER_SANDBOX=none-posix-spawn)"
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +124,6 @@ class Config:
     sandbox: SandboxMode = "auto"
     sandbox_network: SandboxNetwork = "isolated"
     sandbox_tmp_mb: int = 64
-    spawn_mode: SpawnMode = "auto"
     packages: str = ""
     packages_site: str = ""
     package_versions: tuple[str, ...] = ()  # "numpy 2.4.6", ... what runs may import besides the stdlib
@@ -134,6 +140,9 @@ class Config:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
         """Read every RUNNER_* variable; raise `ConfigError` naming the first bad one."""
         env = os.environ if environ is None else environ
+        for name, replacement in REMOVED.items():
+            if env.get(name, "").strip():
+                raise ConfigError(name, f"removed: {replacement}")
         d = cls()
         max_timeout = _number(env, "RUNNER_MAX_TIMEOUT", d.max_timeout, 0.1, 86_400.0)
         packages, packages_site = _packages(env)
@@ -165,7 +174,6 @@ class Config:
                 SandboxNetwork, _choice(env, "RUNNER_SANDBOX_NETWORK", d.sandbox_network, get_args(SandboxNetwork))
             ),
             sandbox_tmp_mb=_integer(env, "RUNNER_SANDBOX_TMP_MB", d.sandbox_tmp_mb, 1, 1_048_576),
-            spawn_mode=cast(SpawnMode, _choice(env, "RUNNER_SPAWN_MODE", d.spawn_mode, get_args(SpawnMode))),
             packages=packages,
             packages_site=packages_site,
             package_versions=_installed(packages_site),

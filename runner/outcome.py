@@ -45,13 +45,15 @@ class InputFile:
 
 @dataclass(frozen=True, slots=True)
 class RunRequest:
-    """One run: the code, what to feed its stdin, its wall-clock timeout in seconds, and its files."""
+    """One run: the code, what to feed its stdin, its wall-clock timeout in seconds, its files, and
+    who asked (a token's name, for the caller's share of the slots; None where no transport says)."""
 
     request_id: str
     code: str
     timeout: float
     stdin: str = ""
     files: tuple[InputFile, ...] = ()
+    caller: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from runner.config import Config
 from runner.errors import ConfigError
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult
-from runner.processes.sandbox import choose_sandbox
+from runner.processes.isolation import plan_isolation
 from runner.protocol.results import structured_result
 from runner.protocol.schemas import output_schema
 
@@ -37,8 +37,14 @@ SEED_PLAIN = r"\[request_id=[0-9a-f]{8}\]\n--- stdout ---\n45\n\n--- exit_code: 
 
 
 # Every way runs can be isolated: plain rlimits in each spawn mode, each run in bubblewrap, and each
-# forked run in namespaces the zygote makes.
+# forked run in namespaces the zygote makes; each test mode's RUNNER_SANDBOX.
 MODES = ("posix-spawn", "fork-server", "bwrap", "namespaces")
+SANDBOX_OF_MODE = {
+    "posix-spawn": "none-posix-spawn",
+    "fork-server": "none",
+    "bwrap": "bwrap",
+    "namespaces": "namespaces",
+}
 
 
 def in_mode(config: Config, mode: str, **changes: Any) -> Config:
@@ -46,19 +52,19 @@ def in_mode(config: Config, mode: str, **changes: Any) -> Config:
     if mode == "bwrap":
         if shutil.which("bwrap") is None:
             _unavailable("bubblewrap is not installed (.ci/run installs it)")
-        return dataclasses.replace(config, sandbox="bwrap", spawn_mode="posix-spawn", **changes)
+        return dataclasses.replace(config, sandbox="bwrap", **changes)
     if mode == "namespaces":
         problem = _namespaces_problem(config.python)
         if problem:
             _unavailable(f"the zygote cannot make namespaces here: {problem}")
-        return dataclasses.replace(config, sandbox="namespaces", spawn_mode="fork-server", **changes)
-    return dataclasses.replace(config, sandbox="none", spawn_mode=mode, **changes)
+        return dataclasses.replace(config, sandbox="namespaces", **changes)
+    return dataclasses.replace(config, sandbox=SANDBOX_OF_MODE[mode], **changes)
 
 
 @functools.cache
 def _namespaces_problem(python: str) -> str:
     try:
-        choose_sandbox(dataclasses.replace(Config(), python=python, sandbox="namespaces"))
+        plan_isolation(dataclasses.replace(Config(), python=python, sandbox="namespaces"))
     except ConfigError as exc:
         return str(exc)
     return ""

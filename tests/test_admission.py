@@ -1,11 +1,12 @@
-"""Admission on its own: the concurrency bound, FIFO order beyond it, and `busy` past the queue."""
+"""Admission on its own: the concurrency bound, FIFO order beyond it, `busy` past the queue, and the
+callers' shares of the slots."""
 
 from __future__ import annotations
 
 import anyio
 import pytest
 
-from runner.execution.admission import Admission
+from runner.execution.admission import Admission, fair_share
 
 pytestmark = pytest.mark.anyio
 
@@ -67,3 +68,63 @@ async def test_a_queue_bound_of_zero_means_no_bound() -> None:
         assert admission.waiting == 100
         assert not admission.queue_full
         tg.cancel_scope.cancel()
+
+
+def test_a_fair_share_divides_the_slots_among_the_tokens() -> None:
+    assert fair_share(4, 0, 0) == 0, "no tokens: no share to keep"
+    assert fair_share(4, 1, 0) == 0, "one token may use every slot"
+    assert fair_share(4, 2, 0) == 2
+    assert fair_share(4, 3, 0) == 2, "rounded up: together they can fill every slot"
+    assert fair_share(2, 8, 0) == 1
+    assert fair_share(4, 2, 3) == 3, "configured"
+    assert fair_share(4, 2, 9) == 4, "never more than every slot"
+
+
+async def test_a_callers_line_is_bounded_and_a_cancelled_wait_holds_nothing() -> None:
+    admission = Admission(max_concurrent=4, max_queue=1, share=1)
+    assert await admission.enter("alice")
+    async with anyio.create_task_group() as tg:
+        entered = anyio.Event()
+
+        async def second() -> None:
+            assert await admission.enter("alice")
+            entered.set()
+
+        tg.start_soon(second)
+        await anyio.wait_all_tasks_blocked()
+        assert (admission.caller_waiting("alice"), admission.waiting) == (1, 0), "in alice's line, not the queue"
+        with anyio.fail_after(1):
+            assert not await admission.enter("alice"), "the line of 1 is full"
+        assert admission.busy_message("alice") == (
+            "server busy: 1 runs of this client in progress and 1 waiting (RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN); "
+            "retry later"
+        )
+        assert await admission.enter("bob"), "another caller is not held by alice's share"
+        assert await admission.enter(None), "nor is a call without a caller"
+        tg.cancel_scope.cancel()
+    assert admission.caller_waiting("alice") == 0
+    assert not entered.is_set()
+    for caller in ("alice", "bob", None):
+        admission.leave(caller)
+    for caller in ("alice", "bob", None):
+        assert await admission.enter(caller), "nothing is left held"
+        admission.leave(caller)
+
+
+async def test_a_caller_within_its_share_still_waits_in_the_queue_for_a_slot() -> None:
+    admission = Admission(max_concurrent=1, max_queue=1, share=1)
+    assert await admission.enter("alice")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(admission.enter, "bob")
+        await anyio.wait_all_tasks_blocked()
+        assert (admission.waiting, admission.caller_waiting("bob")) == (1, 0)
+        with anyio.fail_after(1):
+            assert not await admission.enter("carol"), "the queue of 1 is full"
+        assert admission.busy_message("carol") == (
+            "server busy: 1 runs in progress and 1 waiting (RUNNER_MAX_QUEUE=1); retry later"
+        )
+        admission.leave("alice")  # bob takes the slot
+    assert admission.waiting == 0
+    admission.leave("bob")
+    assert await admission.enter("carol"), "carol's share was given back when the queue turned her away"
+    admission.leave("carol")

@@ -13,7 +13,7 @@ import pytest
 
 from runner.inrun.wire import READY_PREFIX, frame_job
 from runner.inrun.workdir import empty_directory
-from runner.processes.sandbox import BOOTSTRAP, interpreter_argv
+from runner.processes.isolation import BOOTSTRAP, interpreter_argv
 from runner.processes.spawn import spawn_in_new_session
 
 LIMITS = ["10", str(256 << 20), "64", str(1 << 20)]

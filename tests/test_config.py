@@ -48,8 +48,7 @@ def test_every_variable_is_read() -> None:
             "RUNNER_LOG_FORMAT": "json",
             "RUNNER_PYTHON": sys.executable,
             "RUNNER_WORK_DIR": "/tmp",
-            "RUNNER_SPAWN_MODE": "fork-server",
-            "RUNNER_SANDBOX": "none",
+            "RUNNER_SANDBOX": "none-posix-spawn",
             "RUNNER_SANDBOX_NETWORK": "shared",
             "RUNNER_SANDBOX_TMP_MB": "8",
         }
@@ -61,9 +60,8 @@ def test_every_variable_is_read() -> None:
     assert (config.max_queue, config.pool_size, config.log_level, config.log_format) == (0, 0, "debug", "json")
     assert config.python == sys.executable
     assert config.work_dir == "/tmp"
-    assert (config.spawn_mode, config.sandbox, config.sandbox_network, config.sandbox_tmp_mb) == (
-        "fork-server",
-        "none",
+    assert (config.sandbox, config.sandbox_network, config.sandbox_tmp_mb) == (
+        "none-posix-spawn",
         "shared",
         8,
     )
@@ -86,8 +84,7 @@ def test_every_variable_is_read() -> None:
         ("RUNNER_PYTHON", "python3", "absolute path"),
         ("RUNNER_PYTHON", "/nonexistent/python", "executable file"),
         ("RUNNER_WORK_DIR", "/nonexistent", "writable directory"),
-        ("RUNNER_SPAWN_MODE", "vfork", "auto|posix-spawn|fork-server"),
-        ("RUNNER_SANDBOX", "docker", "auto|none|bwrap"),
+        ("RUNNER_SANDBOX", "docker", "auto|namespaces|bwrap|none|none-posix-spawn"),
         ("RUNNER_SANDBOX_NETWORK", "open", "isolated|shared"),
         ("RUNNER_SANDBOX_TMP_MB", "0", "from 1 to"),
     ],
@@ -122,3 +119,12 @@ def test_the_server_refuses_to_start_on_a_bad_value_with_one_line_and_exit_statu
     assert len(lines) == 1
     assert "RUNNER_MAX_MEMORY_MB" in lines[0]
     assert "an integer from 32 to 1048576" in lines[0]
+
+
+@pytest.mark.parametrize("value", ["fork-server", "posix-spawn", "auto"])
+def test_the_removed_spawn_mode_stops_the_server_naming_what_replaced_it(value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env({"RUNNER_SPAWN_MODE": value, "RUNNER_SANDBOX": "none"})
+    assert caught.value.variable == "RUNNER_SPAWN_MODE"
+    assert "removed: RUNNER_SANDBOX says how runs start now" in str(caught.value)
+    assert "RUNNER_SANDBOX=none-posix-spawn" in str(caught.value)

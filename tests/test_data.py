@@ -250,7 +250,6 @@ def test_a_module_runner_preload_cannot_find_stops_the_server_at_start_naming_th
         "RUNNER_PACKAGES": PACKAGES,
         "RUNNER_PRELOAD": "numpy,no_such_module",
         "RUNNER_WORK_DIR": str(tmp_path),
-        "RUNNER_SPAWN_MODE": "fork-server",
         "RUNNER_SANDBOX": "none",
     }
     done = subprocess.run(

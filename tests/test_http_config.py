@@ -1,4 +1,4 @@
-"""The HTTP transport's settings and tokens, without a server: parsing, refusals, fair shares, and a
+"""The HTTP transport's settings and tokens, without a server: parsing, refusals, and a
 comparison of tokens that does not stop at the first difference."""
 
 from __future__ import annotations
@@ -12,12 +12,10 @@ import statistics
 import time
 from pathlib import Path
 
-import anyio
 import pytest
 
 from runner.config import Config
 from runner.errors import ConfigError
-from runner.protocol.shares import CallerShares, fair_share
 from runner.transports.auth import BearerTokens
 from runner.transports.http import listening
 
@@ -134,44 +132,6 @@ def test_checking_a_token_takes_as_long_whatever_prefix_a_guess_shares_within_no
             rounds[guess].append((time.perf_counter_ns() - start) / 500)
     ratio = statistics.median(rounds[near]) / statistics.median(rounds[far])
     assert 0.7 < ratio < 1.4, f"near/far time ratio {ratio:.2f}"
-
-
-def test_a_fair_share_divides_the_slots_among_the_tokens() -> None:
-    assert fair_share(4, 0, 0) == 0, "no tokens: no share to keep"
-    assert fair_share(4, 1, 0) == 0, "one token may use every slot"
-    assert fair_share(4, 2, 0) == 2
-    assert fair_share(4, 3, 0) == 2, "rounded up: together they can fill every slot"
-    assert fair_share(2, 8, 0) == 1
-    assert fair_share(4, 2, 3) == 3, "configured"
-    assert fair_share(4, 2, 9) == 4, "never more than every slot"
-
-
-@pytest.mark.anyio
-async def test_a_callers_line_is_bounded_and_a_cancelled_wait_holds_nothing() -> None:
-    shares = CallerShares(1, 1)
-    async with shares.admitted("alice") as first:
-        assert first
-        async with anyio.create_task_group() as tg:
-            waited = anyio.Event()
-
-            async def second() -> None:
-                async with shares.admitted("alice") as admitted:
-                    assert admitted
-                    waited.set()
-
-            tg.start_soon(second)
-            await anyio.wait_all_tasks_blocked()
-            assert shares.waiting("alice") == 1
-            async with shares.admitted("alice") as third:
-                assert not third, "the line of 1 is full"
-            async with shares.admitted("bob") as other:
-                assert other, "another caller is not held by alice's share"
-            async with shares.admitted(None) as anonymous:
-                assert anonymous
-            tg.cancel_scope.cancel()
-        assert shares.waiting("alice") == 0
-    async with shares.admitted("alice") as again:
-        assert again, "nothing is left held"
 
 
 @pytest.mark.anyio

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.processes.sandbox import BOOTSTRAP
+from runner.processes.isolation import BOOTSTRAP
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 NOBODY = 65534

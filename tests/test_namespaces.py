@@ -23,7 +23,7 @@ from runner.config import MIB, Config
 from runner.execution.pool import Pool
 from runner.inrun import namespaces
 from runner.outcome import RunResult, Status
-from runner.processes.sandbox import RUN_BYTES, ZYGOTE, interpreter_argv, namespace_args
+from runner.processes.isolation import RUN_BYTES, ZYGOTE, interpreter_argv, namespace_args
 from tests.helpers import children_of, in_mode, settled_async
 from tests.helpers import run_dedented as run
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import resource
 import signal
@@ -34,7 +35,7 @@ def config(config: Config, request: pytest.FixtureRequest) -> Config:
 
 
 def fork_server_only(config: Config) -> None:
-    if config.spawn_mode != "fork-server":
+    if config.sandbox != "none":
         pytest.skip("only a fork server has a zygote")
 
 
@@ -51,12 +52,12 @@ def the_zygote() -> int:
 
 async def the_zygote_once_ready(pool: Pool, interpreters: int) -> int:
     """The zygote, once the pool holds `interpreters` ready ones it forked."""
-    assert await settled_async(lambda: pool.ready < interpreters, timeout=20) is False
+    assert await settled_async(lambda: pool.state().ready < interpreters, timeout=20) is False
     return the_zygote()
 
 
 def plain_only(config: Config) -> None:
-    if config.sandbox != "none":
+    if config.sandbox not in ("none", "none-posix-spawn"):
         pytest.skip(HOST_VIEW)
 
 
@@ -131,19 +132,30 @@ async def test_a_run_sees_name_main_and_atexit_handlers_run(pool: Pool) -> None:
     assert result.stdout.text == "__main__\nbye\n"
 
 
-async def test_every_limit_is_applied_inside_the_run(pool: Pool, config: Config) -> None:
-    result = await run(
-        pool,
-        """
-        import json, resource
-        names = ["RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE", "RLIMIT_NOFILE"]
-        print(json.dumps({n: resource.getrlimit(getattr(resource, n)) for n in names}))
-        """,
-    )
+async def test_every_limit_is_applied_inside_the_run(config: Config, no_leaks: None) -> None:
+    logger = logging.getLogger("tests.limits")
+    logger.setLevel(logging.INFO)
+    started: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = started.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    try:
+        async with Pool.open(config, logger) as pool:
+            result = await run(
+                pool,
+                """
+                import json, resource
+                names = ["RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE", "RLIMIT_NOFILE"]
+                print(json.dumps({n: resource.getrlimit(getattr(resource, n)) for n in names}))
+                """,
+            )
+    finally:
+        logger.removeHandler(handler)
+    [nproc] = [r.fields["rlimit_nproc"] for r in started if r.getMessage() == "pool starting"]
     limits = json.loads(result.stdout.text)
     assert limits["RLIMIT_CPU"] == [config.max_cpu_seconds, config.max_cpu_seconds + 1]
     assert limits["RLIMIT_AS"] == [config.memory_bytes] * 2
-    assert limits["RLIMIT_NPROC"] == [pool.limits.nproc] * 2
+    assert limits["RLIMIT_NPROC"] == [nproc] * 2, "what the pool said at start it gives every run"
     assert limits["RLIMIT_FSIZE"] == [config.file_size_bytes] * 2
     assert limits["RLIMIT_CORE"] == [0, 0]
     assert limits["RLIMIT_NOFILE"] == [OPEN_FILES, OPEN_FILES]
@@ -336,7 +348,7 @@ async def test_each_run_gets_a_fresh_directory_that_is_deleted_afterwards(pool: 
     first_dir, first_listing, first_tmp = first.stdout.text.split()
     second_dir, second_listing, second_tmp = second.stdout.text.split()
     assert first_listing == second_listing == first_tmp == second_tmp == "[]", "nothing of an earlier run is seen"
-    if config.sandbox == "none":
+    if config.sandbox in ("none", "none-posix-spawn"):
         assert first_dir != second_dir
         assert not Path(first_dir).exists()
         assert not Path(second_dir).exists()
@@ -426,7 +438,7 @@ async def test_a_full_queue_answers_busy_instead_of_waiting(config: Config, no_l
         tg.start_soon(pool.run, request("import time; time.sleep(30)"))
         tg.start_soon(pool.run, request("pass"))
         with anyio.fail_after(10):
-            while pool.waiting < 1:
+            while pool.state().waiting < 1:
                 await anyio.sleep(0.01)
         busy = checked(await pool.run(request("print('never')")))
         tg.cancel_scope.cancel()
@@ -469,7 +481,7 @@ async def test_closing_the_pool_kills_pooled_interpreters_and_removes_every_dire
 ) -> None:
     async with Pool.open(tuned(config, pool_size=3)) as pool:
         with anyio.fail_after(20):
-            while pool.ready < 3:
+            while pool.state().ready < 3:
                 await anyio.sleep(0.01)
         assert len(list(work_dir.iterdir())) == 1
     assert list(work_dir.iterdir()) == []
@@ -479,7 +491,7 @@ async def test_an_interpreter_that_cannot_start_is_an_infrastructure_error(confi
     from runner.errors import ConfigError, SpawnError
 
     broken = tuned(config, python="/bin/false", pool_size=0)
-    if config.sandbox != "none":
+    if config.sandbox in ("bwrap", "namespaces"):
         # The sandbox probe starts the interpreter exactly as runs will: it refuses to start.
         with pytest.raises(
             ConfigError, match=f"RUNNER_SANDBOX: {config.sandbox} (was|were) asked for but cannot be used"
@@ -523,7 +535,7 @@ async def test_a_setsid_double_fork_daemon_is_killed_soon_after_its_run(
 
 
 async def test_a_run_that_stops_the_zygote_ends_and_the_next_run_gets_a_new_one(config: Config, no_leaks: None) -> None:
-    if config.spawn_mode != "fork-server":
+    if config.sandbox != "none":
         pytest.skip("only a forked run's parent is a zygote")
     # The guard keeps this from ever stopping anything but a zygote.
     code = """
@@ -672,12 +684,12 @@ async def test_a_long_run_does_not_leave_the_pool_short(config: Config, no_leaks
     # exit sooner), but only briefly: a burst during a long run still finds the pool full.
     async with Pool.open(tuned(config, pool_size=2)) as pool:
         with anyio.fail_after(30):
-            while pool.ready < 2:
+            while pool.state().ready < 2:
                 await anyio.sleep(0.01)
         async with anyio.create_task_group() as tg:
             tg.start_soon(run, pool, "import time; time.sleep(3)")
             with anyio.fail_after(2):
-                while pool.running < 1 or pool.ready < 2:
+                while pool.state().running < 1 or pool.state().ready < 2:
                     await anyio.sleep(0.01)
-            assert pool.running == 1  # refilled while the run is still going
+            assert pool.state().running == 1  # refilled while the run is still going
             tg.cancel_scope.cancel()

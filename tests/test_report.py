@@ -11,7 +11,7 @@ import pytest
 from runner.errors import ArgumentError
 from runner.execution import report as report_module
 from runner.execution.report import classify_file, parse_report
-from runner.execution.routing import imported_packages, wants_preloaded
+from runner.execution.supply import imported_packages, wants_preloaded
 from runner.inrun.wire import Budgets, report_length
 from runner.protocol.files import check_files
 

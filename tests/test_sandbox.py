@@ -18,8 +18,13 @@ from runner.config import Config
 from runner.errors import ConfigError
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, Status
-from runner.processes.sandbox import BOOTSTRAP_INSIDE, RUN_BYTES, choose_sandbox, exit_code_of_sandboxed
-from runner.processes.source import uses_fork_server
+from runner.processes.isolation import (
+    BOOTSTRAP_INSIDE,
+    RUN_BYTES,
+    IsolationPlan,
+    exit_code_of_sandboxed,
+    plan_isolation,
+)
 from tests.helpers import alive, in_mode, living, settled_async
 from tests.helpers import run_dedented as run
 
@@ -406,50 +411,45 @@ async def test_deaths_by_signal_keep_their_names_through_the_sandbox(sandboxed: 
 
 def test_auto_falls_back_to_rlimits_when_bubblewrap_cannot_work(config: Config) -> None:
     broken = dataclasses.replace(config, sandbox="auto", python="/bin/false")
-    chosen = choose_sandbox(broken)
-    assert (chosen.kind, chosen.enabled) == ("none", False)
+    chosen = plan_isolation(broken)
+    assert (chosen.mode, chosen.sandboxed, chosen.forked) == ("none", False, True)
     assert chosen.reason.startswith("RUNNER_SANDBOX=auto fell back to rlimits only:")
     with pytest.raises(ConfigError):
-        choose_sandbox(dataclasses.replace(broken, sandbox="bwrap"))
-    assert choose_sandbox(dataclasses.replace(config, sandbox="none")).reason == "RUNNER_SANDBOX=none"
+        plan_isolation(dataclasses.replace(broken, sandbox="bwrap"))
+    assert plan_isolation(dataclasses.replace(config, sandbox="none")).reason == "RUNNER_SANDBOX=none"
 
 
-def test_bubblewrap_needs_posix_spawn_and_the_zygote_s_namespaces_need_the_fork_server(config: Config) -> None:
-    with pytest.raises(ConfigError) as caught:
-        choose_sandbox(dataclasses.replace(config, sandbox="bwrap", spawn_mode="fork-server"))
-    assert caught.value.variable == "RUNNER_SPAWN_MODE"
-    assert "RUNNER_SANDBOX=namespaces" in str(caught.value)
-    with pytest.raises(ConfigError) as caught:
-        choose_sandbox(dataclasses.replace(config, sandbox="namespaces", spawn_mode="posix-spawn"))
-    assert caught.value.variable == "RUNNER_SPAWN_MODE"
+def test_each_sandbox_value_is_one_way_to_make_and_isolate_runs(config: Config) -> None:
+    # Forking and spawning are part of the value: bubblewrap with forked runs, or the zygote's
+    # namespaces with spawned ones, cannot be asked for.
+    preloading = dataclasses.replace(config, preload=("json",))
+    forked = plan_isolation(dataclasses.replace(preloading, sandbox="none"))
+    spawned = plan_isolation(dataclasses.replace(preloading, sandbox="none-posix-spawn"))
+    assert (forked.forked, forked.sandboxed, forked.spawn_mode, forked.sandbox) == (True, False, "fork-server", "none")
+    assert (spawned.forked, spawned.sandboxed, spawned.spawn_mode, spawned.sandbox) == (
+        False,
+        False,
+        "posix-spawn",
+        "none",
+    )
+    assert (forked.preload, forked.supplies, spawned.preload, spawned.supplies) == (("json",), 2, (), 1)
+    assert (forked.runs_share_files, spawned.runs_share_files) == (True, True)
+    assert (IsolationPlan("namespaces", "").forked, IsolationPlan("bwrap", "").forked) == (True, False)
+    assert not IsolationPlan("namespaces", "").runs_share_files
 
 
-@pytest.mark.parametrize(
-    ("spawn_mode", "chosen"), [("auto", "namespaces"), ("fork-server", "namespaces"), ("posix-spawn", "bwrap")]
-)
-def test_auto_picks_the_zygote_s_namespaces_unless_runs_are_spawned(
-    config: Config, spawn_mode: str, chosen: str
-) -> None:
+def test_auto_picks_the_zygote_s_namespaces_where_it_can_make_them(config: Config) -> None:
     in_mode(config, "namespaces")  # skipped (failed in CI) where the zygote cannot make namespaces
-    if chosen == "bwrap":
-        in_mode(config, "bwrap")
-    sandbox = choose_sandbox(dataclasses.replace(config, sandbox="auto", spawn_mode=spawn_mode))
-    assert sandbox.kind == chosen
-    assert uses_fork_server(dataclasses.replace(config, spawn_mode=spawn_mode), sandbox) == (chosen == "namespaces")
+    plan = plan_isolation(dataclasses.replace(config, sandbox="auto"))
+    assert (plan.mode, plan.forked, plan.sandboxed) == ("namespaces", True, True)
+    assert plan.zygote_args[0] == "namespaces"
 
 
 def test_auto_says_why_it_fell_back_for_each_kind_of_sandbox(config: Config) -> None:
     broken = dataclasses.replace(config, sandbox="auto", python="/bin/false")
-    assert choose_sandbox(broken).reason.startswith(
-        "RUNNER_SANDBOX=auto fell back to rlimits only: namespaces: probe exited with status 1"
-    )
-    assert "; bubblewrap: " in choose_sandbox(broken).reason
-    forking = choose_sandbox(dataclasses.replace(broken, spawn_mode="fork-server")).reason
-    assert "namespaces: " in forking
-    assert "bubblewrap" not in forking
-    spawning = choose_sandbox(dataclasses.replace(broken, spawn_mode="posix-spawn")).reason
-    assert "bubblewrap: " in spawning
-    assert "namespaces" not in spawning
+    reason = plan_isolation(broken).reason
+    assert reason.startswith("RUNNER_SANDBOX=auto fell back to rlimits only: namespaces: probe exited with status 1")
+    assert "; bubblewrap: " in reason
 
 
 async def test_killing_a_sandbox_logs_no_process_left_behind(
@@ -497,16 +497,15 @@ def test_an_interpreter_is_never_spawned_for_a_sandbox_whose_runs_are_forked(
     from runner.inrun.wire import frame_job
     from runner.processes import spawn
     from runner.processes.limits import limits_for
-    from runner.processes.sandbox import Sandbox
 
     stand_in = tmp_path / "tmp"
     stand_in.mkdir()
     (stand_in / "someone-elses-file").write_text("keep me")
     monkeypatch.setattr(spawn, "SANDBOX_WORKDIR", str(stand_in))
-    forked = Sandbox("namespaces", "forked by the zygote", zygote_args=("namespaces",))
+    forked = IsolationPlan("namespaces", "forked by the zygote", zygote_args=("namespaces",))
     refused = ""
     try:
-        child = spawn.spawn_child(config.python, str(tmp_path), limits_for(config, 0), forked)
+        child = spawn.spawn_child(config.python, str(tmp_path), limits_for(config, 0, forked), forked)
     except ValueError as exc:
         refused = str(exc)
     else:  # the code before the fix: let the run take its code, and see what is left
@@ -516,4 +515,4 @@ def test_an_interpreter_is_never_spawned_for_a_sandbox_whose_runs_are_forked(
         child.reaped = True
         child.close_all()
     assert (stand_in / "someone-elses-file").read_text() == "keep me"
-    assert "forked by its zygote" in refused
+    assert "forks its runs from a zygote" in refused

@@ -84,7 +84,7 @@ def test_a_runner_packages_that_is_no_environment_stops_the_server_naming_it(val
 def test_a_package_environment_under_a_directory_the_sandbox_hides_is_bound_back(tmp_path: Path) -> None:
     # /tmp is each sandboxed run's own tmpfs: an environment under it (a checkout in /tmp) was out of
     # the runs' sight, and matplotlib failed to draw.
-    from runner.processes.sandbox import bwrap_argv, namespace_args
+    from runner.processes.isolation import bwrap_argv, namespace_args
 
     with tempfile.TemporaryDirectory(dir="/tmp") as under_tmp:
         packaged = Config.from_env({"RUNNER_PACKAGES": str(fake_env(Path(under_tmp) / "env", {}))})

@@ -3,6 +3,7 @@ full, and every interpreter's end leaving nothing behind, in both spawn modes.""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -17,25 +18,45 @@ from runner.config import Config
 from runner.errors import SpawnError
 from runner.execution.supply import InterpreterSupply
 from runner.inrun.wire import frame_job
-from runner.processes.limits import count_tasks_of_uid, limits_for
-from runner.processes.sandbox import Sandbox
-from runner.processes.source import opened_source
+from runner.processes.isolation import IsolationPlan
+from runner.processes.limits import Limits, count_tasks_of_uid, limits_for
+from runner.processes.source import InterpreterSource, opened_sources
 from tests.helpers import alive
 
 pytestmark = pytest.mark.anyio
 LOG = logging.getLogger("tests.supply")
 
 
-@pytest.fixture(params=["posix-spawn", "fork-server"])
-def spawn_config(request: pytest.FixtureRequest, config: Config) -> Config:
-    return dataclasses.replace(config, spawn_mode=request.param, pool_size=2)
+PLAIN = {"posix-spawn": IsolationPlan("none-posix-spawn", "tests"), "fork-server": IsolationPlan("none", "tests")}
+SPAWNING = PLAIN["posix-spawn"]
+
+
+@pytest.fixture(params=sorted(PLAIN))
+def plan(request: pytest.FixtureRequest) -> IsolationPlan:
+    return PLAIN[str(request.param)]
 
 
 @pytest.fixture
-async def supply(spawn_config: Config, work_dir: Path, no_leaks: None) -> AsyncIterator[InterpreterSupply]:
+def spawn_config(config: Config) -> Config:
+    return dataclasses.replace(config, pool_size=2)
+
+
+@contextlib.asynccontextmanager
+async def lean_source(
+    config: Config, plan: IsolationPlan, base_dir: str, limits: Limits
+) -> AsyncIterator[InterpreterSource]:
+    async with opened_sources(config, plan, base_dir, limits, LOG) as sources:
+        [source] = sources
+        yield source
+
+
+@pytest.fixture
+async def supply(
+    spawn_config: Config, plan: IsolationPlan, work_dir: Path, no_leaks: None
+) -> AsyncIterator[InterpreterSupply]:
     base_dir = tempfile.mkdtemp(dir=work_dir)
-    limits = limits_for(spawn_config, count_tasks_of_uid())
-    async with opened_source(spawn_config, base_dir, limits, Sandbox("none", "tests"), LOG) as source:
+    limits = limits_for(spawn_config, count_tasks_of_uid(), plan)
+    async with lean_source(spawn_config, plan, base_dir, limits) as source:
         supply = InterpreterSupply(spawn_config, limits, source, LOG)
         try:
             yield supply
@@ -87,10 +108,10 @@ async def test_the_refill_keeps_the_pool_full_after_an_interpreter_is_taken(supp
 async def test_an_interpreter_that_cannot_start_fails_the_take_and_leaves_nothing(
     config: Config, work_dir: Path, no_leaks: None
 ) -> None:
-    broken = dataclasses.replace(config, python="/bin/true", spawn_mode="posix-spawn")
+    broken = dataclasses.replace(config, python="/bin/true")
     base_dir = tempfile.mkdtemp(dir=work_dir)
-    limits = limits_for(broken, count_tasks_of_uid())
-    async with opened_source(broken, base_dir, limits, Sandbox("none", "tests"), LOG) as source:
+    limits = limits_for(broken, count_tasks_of_uid(), SPAWNING)
+    async with lean_source(broken, SPAWNING, base_dir, limits) as source:
         supply = InterpreterSupply(broken, limits, source, LOG)
         with pytest.raises(SpawnError, match="did not start"):
             await supply.take()
@@ -104,11 +125,11 @@ async def test_an_interpreter_that_outlives_its_kill_stays_known_and_is_not_swep
 ) -> None:
     # Stands in for a process the kernel cannot kill at once (stuck in a system call): the SIGKILL is
     # never sent. It is still the supply's own, never a process a run left behind.
-    monkeypatch.setattr("runner.execution.supply.REAP_TIMEOUT", 0.2)
-    spawning = dataclasses.replace(config, spawn_mode="posix-spawn")
+    monkeypatch.setattr("runner.execution.teardown.REAP_TIMEOUT", 0.2)
+    spawning = config
     base_dir = tempfile.mkdtemp(dir=work_dir)
-    limits = limits_for(spawning, count_tasks_of_uid())
-    async with opened_source(spawning, base_dir, limits, Sandbox("none", "tests"), LOG) as source:
+    limits = limits_for(spawning, count_tasks_of_uid(), SPAWNING)
+    async with lean_source(spawning, SPAWNING, base_dir, limits) as source:
         supply = InterpreterSupply(spawning, limits, source, LOG)
         child = await supply.take()
         real_kill = child.kill_group
@@ -124,7 +145,13 @@ async def test_an_interpreter_that_outlives_its_kill_stays_known_and_is_not_swep
 def test_rlimit_nproc_leaves_room_for_each_sandbox_s_own_processes(config: Config) -> None:
     # Every pooled or running interpreter has its sandbox's processes beside it, of the same uid.
     interpreters = config.pool_size + config.max_concurrent
-    plain = limits_for(config, 100).nproc
-    assert limits_for(config, 100, Sandbox("namespaces", "").helpers_per_run).nproc == plain + interpreters
-    assert limits_for(config, 100, Sandbox("bwrap", "").helpers_per_run).nproc == plain + 2 * interpreters
-    assert Sandbox("none", "").helpers_per_run == 0
+    plain = limits_for(config, 100, IsolationPlan("none", "")).nproc
+    assert limits_for(config, 100, IsolationPlan("none-posix-spawn", "")).nproc == plain
+    assert limits_for(config, 100, IsolationPlan("namespaces", "")).nproc == plain + interpreters
+    assert limits_for(config, 100, IsolationPlan("bwrap", "")).nproc == plain + 2 * interpreters
+
+
+def test_rlimit_nproc_leaves_room_for_the_preloading_zygote_s_pool_too(config: Config) -> None:
+    lean = limits_for(config, 100, IsolationPlan("none", "")).nproc
+    preloading = limits_for(config, 100, IsolationPlan("none", "", preload=("json",))).nproc
+    assert preloading == lean + config.pool_size

@@ -1,5 +1,12 @@
 """Admission: at most `max_concurrent` runs at once, the next `max_queue` waiting in FIFO order, and
-`busy` at once for any call beyond that. Knows nothing of what a run is."""
+`busy` at once for any call beyond that; and, where callers are known, a share of the slots per caller.
+
+A caller is the name of the token its request came with (`RunRequest.caller`). With a share, each
+caller may have at most `share` calls past its own line at once (running, or waiting for a slot);
+further calls of the same caller wait in that line (FIFO), which is bounded like the queue, so a
+caller flooding the server fills only its own line. Calls without a caller (stdio, HTTP without
+tokens) have no line of their own. Knows nothing of what a run is.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +14,17 @@ import anyio
 
 
 class Admission:
-    """The concurrency bound and its queue. `enter` before a run, `leave` after it, exactly once each."""
+    """The concurrency bound, its queue and the callers' shares. `enter` before a run and `leave`
+    after it, exactly once each, with the same caller; `busy_message` says why `enter` refused."""
 
-    def __init__(self, max_concurrent: int, max_queue: int) -> None:
+    def __init__(self, max_concurrent: int, max_queue: int, share: int = 0) -> None:
         self.max_concurrent = max_concurrent
         self.max_queue = max_queue  # 0: no bound
+        self.share = share  # 0: callers have no share of their own
         self._slots = anyio.Semaphore(max_concurrent)
         self._waiting = 0
+        self._callers: dict[str, anyio.Semaphore] = {}
+        self._callers_waiting: dict[str, int] = {}
 
     @property
     def waiting(self) -> int:
@@ -23,26 +34,82 @@ class Admission:
     @property
     def queue_full(self) -> bool:
         """True when one more call would have to be turned away."""
-        return bool(self.max_queue) and self._waiting >= self.max_queue
+        return self._full(self._waiting)
 
-    async def enter(self) -> bool:
-        """Take a slot, waiting in line for one if all are taken; False (at once) if the line is full.
+    def caller_waiting(self, caller: str) -> int:
+        """Calls of `caller` waiting in its own line."""
+        return self._callers_waiting.get(caller, 0)
 
-        Cancellation while waiting leaves the line as it was: no slot is held then.
-        """
+    async def enter(self, caller: str | None = None) -> bool:
+        """Take the caller's share and a slot, waiting in line for each if all are taken; False (at
+        once) if a line is full. Cancellation while waiting leaves everything as it was."""
+        share = self._share_of(caller)
+        if share is not None and not await self._acquire(share, caller):
+            return False
         try:
-            self._slots.acquire_nowait()
+            admitted = await self._acquire(self._slots, None)
+        except BaseException:
+            if share is not None:
+                share.release()
+            raise
+        if not admitted and share is not None:
+            share.release()
+        return admitted
+
+    def leave(self, caller: str | None = None) -> None:
+        """Give the slot and the caller's share back; the longest waiter of each, if any, gets it."""
+        self._slots.release()
+        share = self._share_of(caller)
+        if share is not None:
+            share.release()
+
+    def busy_message(self, caller: str | None = None) -> str:
+        """Why a call was turned away, for the caller: the one BUSY message."""
+        if caller is not None and self.share and self._full(self.caller_waiting(caller)):
+            held = f"{self.share} runs of this client in progress and {self.caller_waiting(caller)} waiting"
+            setting = "RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN"
+        else:
+            held = f"{self.max_concurrent} runs in progress and {self._waiting} waiting"
+            setting = f"RUNNER_MAX_QUEUE={self.max_queue}"
+        return f"server busy: {held} ({setting}); retry later"
+
+    def _share_of(self, caller: str | None) -> anyio.Semaphore | None:
+        if caller is None or not self.share:
+            return None
+        return self._callers.setdefault(caller, anyio.Semaphore(self.share))
+
+    def _full(self, waiting: int) -> bool:
+        return bool(self.max_queue) and waiting >= self.max_queue
+
+    async def _acquire(self, slots: anyio.Semaphore, caller: str | None) -> bool:
+        """Take one of `slots`, waiting in the line of `caller` (None: the queue) unless it is full."""
+        try:
+            slots.acquire_nowait()
+            return True
         except anyio.WouldBlock:
-            if self.queue_full:
-                return False
-            self._waiting += 1
-            try:
-                # anyio hands a released slot straight to the longest waiter: FIFO.
-                await self._slots.acquire()
-            finally:
-                self._waiting -= 1
+            pass
+        if self._full(self.caller_waiting(caller) if caller is not None else self._waiting):
+            return False
+        self._count(caller, +1)
+        try:
+            # anyio hands a released slot straight to the longest waiter: FIFO.
+            await slots.acquire()
+        finally:
+            self._count(caller, -1)
         return True
 
-    def leave(self) -> None:
-        """Give the slot back; the longest waiter, if any, gets it."""
-        self._slots.release()
+    def _count(self, caller: str | None, change: int) -> None:
+        if caller is None:
+            self._waiting += change
+        else:
+            self._callers_waiting[caller] = self._callers_waiting.get(caller, 0) + change
+
+
+def fair_share(max_concurrent: int, callers: int, configured: int) -> int:
+    """Slots one caller may hold: `configured` if set, else the slots divided evenly among the callers
+    (rounded up, so that together they can fill every slot); 0 (no limit) for fewer than two callers."""
+    if configured:
+        return min(configured, max_concurrent)
+    if callers < 2:
+        return 0
+    return -(-max_concurrent // callers)

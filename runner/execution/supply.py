@@ -1,28 +1,74 @@
-"""The supply of ready interpreters: a warm pool kept full in the background, one taken per run, and
-every interpreter's end (kill, reap, close, delete) wherever it comes from.
+"""The supply of ready interpreters: the warm pools kept full in the background, one interpreter
+taken per run, and which pool a call's code goes to.
 
-An interpreter is ready once its bootstrap has applied the limits and said so on stdout; only then
-may it get code. Each one is used once.
+Every plan has the lean supply; where runs are forked and RUNNER_PRELOAD names modules, a second
+one comes from the zygote that preloaded them (`Supplies`). Each supply keeps its own interpreters
+ready (`InterpreterSupply`), and the pool sees them as one. An interpreter is ready once its
+bootstrap has applied the limits and said so on stdout; only then may it get code. Each one is used
+once, and ended by `teardown.end_interpreter` wherever it comes from.
+
+Which zygote a call goes to is pure, over the code's text (`wants_preloaded`): a call whose code
+imports a preloaded module, or anything outside the standard library (a package of RUNNER_PACKAGES,
+which most likely builds on numpy), goes to the preloading zygote, where those are already loaded;
+every other call keeps the lean one, so that a trivial call never pays for forking a process of a
+hundred megabytes. A scan of import statements, not a parse: the code is not compiled in the server,
+and a miss costs time, never correctness (a lean run imports what it needs itself, under the same
+limits).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import sys
 from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 
 import anyio
+import anyio.abc
 
 from runner.config import Config
 from runner.errors import SpawnError
+from runner.execution.teardown import end_interpreter
 from runner.inrun.wire import parse_ready
 from runner.logs import log_event
-from runner.processes.child import REAP_TIMEOUT, STARTUP_TIMEOUT, Child
+from runner.processes.child import STARTUP_TIMEOUT, Child
+from runner.processes.isolation import IsolationPlan
 from runner.processes.limits import Limits
-from runner.processes.source import InterpreterSource
-from runner.processes.spawn import remove_tree
+from runner.processes.source import InterpreterSource, opened_sources
 
 REFILL_DELAY = 0.01
+
+# `import a.b as c, d` and `from a.b import c` at any indentation; __import__("a") and
+# importlib.import_module("a.b").
+_STATEMENT = re.compile(r"^[ \t]*(?:import[ \t]+([^#\n;]+)|from[ \t]+([\w.]+)[ \t]+import\b)", re.MULTILINE)
+_CALL = re.compile(r"""(?:__import__|import_module)\(\s*['"]([\w.]+)['"]""")
+_STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
+
+
+def imported_packages(code: str) -> set[str]:
+    """The top-level names of every module the code imports by a statement or a literal call."""
+    found: set[str] = set()
+    for plain, origin in _STATEMENT.findall(code):
+        if origin:
+            found.add(origin.split(".")[0])
+        for clause in plain.split(","):
+            name = clause.strip().split(" ")[0].strip("()\\")
+            if name:
+                found.add(name.split(".")[0])
+    found.update(name.split(".")[0] for name in _CALL.findall(code))
+    found.discard("")  # a relative import's "." part
+    return found
+
+
+def wants_preloaded(code: str, preloaded: Iterable[str]) -> bool:
+    """Whether the code is better run by the zygote that preloaded `preloaded` (module names)."""
+    tops = {name.split(".")[0] for name in preloaded}
+    if not tops:
+        return False
+    return any(name in tops or name not in _STDLIB for name in imported_packages(code))
 
 
 class InterpreterSupply:
@@ -74,33 +120,9 @@ class InterpreterSupply:
         self._in_use.add(child)
         return child
 
-    def release(self, child: Child) -> None:
-        """What can go at once of a run that told its own end, before it is reaped: its pipes and its
-        directory, if it left that empty (`destroy` does the rest, and deletes what is in it)."""
-        child.close_streams()
-        if child.workdir is not None:
-            try:
-                os.rmdir(child.workdir)
-                child.workdir = None
-            except OSError:
-                pass
-
     async def destroy(self, child: Child) -> None:
-        """Kill, reap, close and delete; safe to call more than once."""
-        if not child.reaped:
-            child.kill_group()
-            with anyio.move_on_after(REAP_TIMEOUT):
-                await child.wait_exit()
-            if child.still_running():
-                log_event(self._log, logging.ERROR, "process did not die after SIGKILL", pid=child.pid)
-            else:
-                child.reap()
-        child.close_all()
-        if child.workdir is not None:
-            try:
-                os.rmdir(child.workdir)  # most runs leave their directory empty: no thread needed
-            except OSError:
-                await anyio.to_thread.run_sync(remove_tree, child.workdir)
+        """End `child` (`end_interpreter`) and forget it; safe to call more than once."""
+        await end_interpreter(child, self._log)
         if child.reaped or not child.server_is_parent:
             # One that did not die stays known: it is ours, not a stray, whatever the sweep sees.
             self._alive.discard(child)
@@ -195,3 +217,83 @@ def _pending(fd: int) -> bytes:
         return os.read(fd, 4096)
     except OSError:
         return b""
+
+
+class Supplies:
+    """The lean supply, and the preloading one if the plan has it; `for_code` picks one per call."""
+
+    def __init__(
+        self,
+        supplies: list[tuple[InterpreterSupply, InterpreterSource]],
+        preload: tuple[str, ...],
+        logger: logging.Logger,
+    ) -> None:
+        self._supplies = supplies  # lean first
+        self._preload = preload
+        self._log = logger
+
+    @classmethod
+    @asynccontextmanager
+    async def opened(
+        cls, config: Config, plan: IsolationPlan, base_dir: str, limits: Limits, logger: logging.Logger
+    ) -> AsyncIterator[Supplies]:
+        """The plan's sources opened (a zygote each, where runs are forked); on exit they are gone."""
+        async with opened_sources(config, plan, base_dir, limits, logger) as sources:
+            supplies = [(InterpreterSupply(config, limits, source, logger), source) for source in sources]
+            yield cls(supplies, plan.preload, logger)
+
+    @property
+    def all(self) -> list[InterpreterSupply]:
+        """Every supply, lean first."""
+        return [supply for supply, _ in self._supplies]
+
+    def for_code(self, code: str) -> InterpreterSupply:
+        """The preloading supply for code that imports what it preloaded (or any package), else the lean one."""
+        if len(self._supplies) > 1 and wants_preloaded(code, self._preload):
+            return self._supplies[1][0]
+        return self._supplies[0][0]
+
+    def known_pids(self) -> set[int]:
+        """Every supply's interpreters and zygotes (`InterpreterSupply.known_pids`)."""
+        return set().union(*(supply.known_pids() for supply in self.all))
+
+    @property
+    def ready(self) -> int:
+        """Interpreters started ahead, in all supplies."""
+        return sum(supply.ready for supply in self.all)
+
+    @property
+    def in_use(self) -> int:
+        """Runs in progress, in all supplies."""
+        return sum(supply.in_use for supply in self.all)
+
+    @property
+    def restarts(self) -> int:
+        """Zygotes started again, in all sources."""
+        return sum(source.restarts for _, source in self._supplies)
+
+    def start_refilling(self, tg: anyio.abc.TaskGroup) -> None:
+        """Keep every supply's interpreters ready, in the background."""
+        for supply in self.all:
+            tg.start_soon(supply.refill_forever)
+
+    async def destroy(self, child: Child) -> None:
+        """End `child` and forget it, in whichever supply it came from."""
+        for supply in self.all:
+            if supply.holds(child):
+                await supply.destroy(child)
+                return
+        await end_interpreter(child, self._log)  # forgotten already: ended before, this is a no-op
+
+    async def unresponsive(self, child: Child) -> None:
+        """`child` did not end after SIGKILL: its source deals with it."""
+        for supply, source in self._supplies:
+            if supply.holds(child):
+                await source.unresponsive(child)
+                return
+        await self._supplies[0][1].unresponsive(child)
+
+    async def shutdown(self) -> None:
+        """Every supply's interpreters gone (`InterpreterSupply.shutdown`)."""
+        for supply in self.all:
+            await supply.shutdown()

@@ -1,33 +1,108 @@
-"""Runs answered before their processes are reaped: the teardowns still going, and a wait for them.
+"""Everything after a run: its interpreter's end (kill, reap, close, delete), at once or after the
+answer, and the wait a later run owes the teardowns begun before it.
 
 A run that tells its own end is answered as soon as its output and report are in; killing what is
 left of it, reaping it, closing its fds and deleting its directory follow in the background, while
-it still holds its concurrency slot. Where runs share the file system (no sandbox), a later run waits
+it still holds its admission slot. Where runs share the file system (no sandbox), a later run waits
 for the teardowns begun before it took its interpreter, never for ones begun after (a steady stream of
-ends cannot starve it).
+ends cannot starve it). Any other run (killed, failed, cancelled) is ended before its answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import logging
+import os
+from collections.abc import Callable
+from typing import Protocol
 
 import anyio
 import anyio.abc
 
+from runner.execution.driver import KILL_GRACE
+from runner.logs import log_event
+from runner.processes.child import REAP_TIMEOUT, Child, process_exists
+from runner.processes.spawn import remove_tree
+
+# How long a run answered before its exit may take to be gone before its teardown gives up on it.
+TEARDOWN_PATIENCE = 30.0
+
+
+async def end_interpreter(child: Child, logger: logging.Logger) -> None:
+    """Kill, reap, close and delete; safe to call more than once. One that does not die after SIGKILL
+    is logged and left unreaped (`Child.reaped` stays False)."""
+    if not child.reaped:
+        child.kill_group()
+        with anyio.move_on_after(REAP_TIMEOUT):
+            await child.wait_exit()
+        if child.still_running():
+            log_event(logger, logging.ERROR, "process did not die after SIGKILL", pid=child.pid)
+        else:
+            child.reap()
+    child.close_all()
+    if child.workdir is not None:
+        try:
+            os.rmdir(child.workdir)  # most runs leave their directory empty: no thread needed
+        except OSError:
+            await anyio.to_thread.run_sync(remove_tree, child.workdir)
+
+
+def release(child: Child) -> None:
+    """What can go at once of a run that told its own end, before it is reaped: its pipes and its
+    directory, if it left that empty (`end_interpreter` does the rest, and deletes what is in it)."""
+    child.close_streams()
+    if child.workdir is not None:
+        try:
+            os.rmdir(child.workdir)
+            child.workdir = None
+        except OSError:
+            pass
+
+
+class Ends(Protocol):
+    """What the teardowns need of the interpreters' supplies."""
+
+    async def destroy(self, child: Child) -> None:
+        """`child` ended (`end_interpreter`) and forgotten by the supply it came from."""
+        ...
+
+    async def unresponsive(self, child: Child) -> None:
+        """`child` is gone but its source never said so: the source recovers, or raises."""
+        ...
+
 
 class Teardowns:
-    """Teardowns run in `task_group`, each shielded from cancellation: none is ever left half done."""
+    """Ends runs, at once (`now`) or after their answer (`after_answer`, in `task_group`, shielded:
+    none is ever left half done). `ended` is told of every end (the stray sweep's cue)."""
 
-    def __init__(self, task_group: anyio.abc.TaskGroup, *, runs_share_files: bool = True) -> None:
+    def __init__(
+        self,
+        task_group: anyio.abc.TaskGroup,
+        ends: Ends,
+        logger: logging.Logger,
+        *,
+        runs_share_files: bool,
+        ended: Callable[[], None] = lambda: None,
+    ) -> None:
         self._task_group = task_group
-        self._pending: set[anyio.Event] = set()
+        self._ends = ends
+        self._log = logger
         self._runs_share_files = runs_share_files
+        self._ended = ended
+        self._pending: set[anyio.Event] = set()
 
-    def start(self, teardown: Callable[[], Awaitable[None]]) -> None:
-        """Run `teardown` in the background."""
+    async def now(self, child: Child) -> None:
+        """End the run before its answer (it was reaped already, or failed, or was cancelled)."""
+        with anyio.CancelScope(shield=True):
+            await self._ends.destroy(child)
+            self._ended()
+
+    def after_answer(self, child: Child, then: Callable[[], None]) -> None:
+        """Release what can go at once, end the rest in the background, and call `then` (which frees
+        the run's slot) once it is all gone."""
+        release(child)
         done = anyio.Event()
         self._pending.add(done)
-        self._task_group.start_soon(self._run, teardown, done)
+        self._task_group.start_soon(self._tear_down, child, then, done)
 
     async def before_next_run(self) -> None:
         """Return when a run may get its code.
@@ -47,10 +122,34 @@ class Teardowns:
         for done in list(self._pending):
             await done.wait()
 
-    async def _run(self, teardown: Callable[[], Awaitable[None]], done: anyio.Event) -> None:
+    async def _tear_down(self, child: Child, then: Callable[[], None], done: anyio.Event) -> None:
+        """A run slow to exit is waited for; one gone but unreported means its zygote is stuck, and it
+        is replaced. A fault here is logged, and the run ended all the same."""
         with anyio.CancelScope(shield=True):
             try:
-                await teardown()
+                await self._wait_gone(child)
+            except Exception:
+                self._log.error(
+                    "teardown after the answer failed", exc_info=True, extra={"request_id": "-", "fields": {}}
+                )
             finally:
-                self._pending.discard(done)
-                done.set()
+                try:
+                    await self._ends.destroy(child)
+                    self._ended()
+                finally:
+                    self._pending.discard(done)
+                    done.set()
+                    then()
+
+    async def _wait_gone(self, child: Child) -> None:
+        deadline = anyio.current_time() + TEARDOWN_PATIENCE
+        seen_gone = False
+        while child.still_running() and anyio.current_time() < deadline:
+            with anyio.move_on_after(KILL_GRACE):
+                await child.wait_exit()
+            # Gone, and still unreported a whole grace later (not just between the zygote's reaping
+            # and its report): the zygote is stuck.
+            if child.still_running() and not process_exists(child.pid):
+                if seen_gone:
+                    await self._ends.unresponsive(child)
+                seen_gone = True

@@ -32,7 +32,7 @@ class UsageSamples:
     @staticmethod
     def needed(child: Child) -> bool:
         """Whether wait4 alone would get this run's numbers wrong."""
-        return child.sandboxed or child.inherited_peak > 0
+        return child.wrapped or child.inherited_peak > 0
 
     def take(self) -> bool:
         """Record the run's current VmHWM (and in a sandbox its CPU seconds); False once it is gone.
@@ -42,7 +42,7 @@ class UsageSamples:
         """
         pid = self._child.interpreter_pid
         try:
-            if self._child.sandboxed:
+            if self._child.wrapped:
                 with open(f"/proc/{pid}/stat", "rb") as stat:
                     fields = stat.read().rsplit(b")", 1)[1].split()
                 # utime, stime, cutime, cstime are fields 14-17 of stat; fields[0] here is field 3.

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from runner.processes.sandbox import exit_code_of_sandboxed
+from runner.processes.isolation import exit_code_of_sandboxed
 
 POLL_INTERVAL = 0.005
 # How long an interpreter (or a zygote) may take to say it is ready, and a killed one to be reaped.
@@ -35,7 +35,7 @@ class Child:
     reaped: bool = False
     refused_limits: tuple[str, ...] = ()
     inherited_peak: int = 0
-    sandboxed: bool = False
+    wrapped: bool = False  # spawned inside a wrapper (bwrap): its exit status and pids are the wrapper's
     interpreter_pid: int = 0  # host pid of the interpreter itself (differs from pid inside a sandbox)
     sandbox_init_pid: int = 0  # host pid of the sandbox's PID 1 (bwrap's reaper), 0 outside a sandbox
     _open: set[int] = field(default_factory=set)
@@ -91,14 +91,14 @@ class Child:
         _, status, usage = os.wait4(self.pid, 0)
         self.reaped = True
         code = os.waitstatus_to_exitcode(status)
-        if self.sandboxed:
+        if self.wrapped:
             code = exit_code_of_sandboxed(code)
         return code, usage.ru_utime + usage.ru_stime, maxrss_bytes(usage.ru_maxrss)
 
     def find_interpreter(self) -> None:
         """Point `interpreter_pid` at the interpreter itself and `sandbox_init_pid` at the sandbox's init:
         inside a sandbox, bwrap -> its namespace's init -> the interpreter."""
-        if not self.sandboxed:
+        if not self.wrapped:
             return
         found = [self.pid]
         for _ in range(2):

@@ -30,8 +30,8 @@ from runner.errors import SpawnError
 from runner.inrun.preload import PRELOAD_VARIABLE
 from runner.logs import log_event
 from runner.processes.child import REAP_TIMEOUT, STARTUP_TIMEOUT, Child, maxrss_bytes
+from runner.processes.isolation import ZYGOTE, interpreter_argv
 from runner.processes.limits import Limits
-from runner.processes.sandbox import ZYGOTE, Sandbox, interpreter_argv
 from runner.processes.spawn import package_environment, spawn_in_new_session
 
 MAX_MESSAGE = 8192
@@ -101,12 +101,12 @@ class ForkServer:
         base_dir: str,
         limits: Limits,
         logger: logging.Logger,
-        sandbox: Sandbox | None = None,
+        zygote_args: tuple[str, ...] = (),
         preload: tuple[str, ...] = (),
     ) -> None:
         self._config = config
         self.preload = preload
-        self._sandbox = sandbox or Sandbox("none", "plain forks")
+        self._zygote_args = zygote_args
         self._base_dir = base_dir
         self._limits = limits
         self._log = logger
@@ -119,7 +119,6 @@ class ForkServer:
         self._lock = anyio.Lock()
         self._starts = 0
 
-    kind = "fork-server"
     # A fork while a run is in progress makes the zygote late to report that run's exit.
     forks_delay_runs = True
 
@@ -141,12 +140,13 @@ class ForkServer:
         base_dir: str,
         limits: Limits,
         logger: logging.Logger,
-        sandbox: Sandbox | None = None,
+        zygote_args: tuple[str, ...] = (),
         preload: tuple[str, ...] = (),
     ) -> AsyncIterator[ForkServer]:
-        """A fork server (its runs in namespaces of their own if `sandbox` says so; its zygote importing
-        `preload` before its first fork); on exit the zygote and every run it forked are gone."""
-        server = cls(config, base_dir, limits, logger, sandbox, preload)
+        """A fork server (its runs in namespaces of their own if `zygote_args` says so, the plan's; its
+        zygote importing `preload` before its first fork); on exit the zygote and every run it forked
+        are gone."""
+        server = cls(config, base_dir, limits, logger, zygote_args, preload)
         try:
             async with anyio.create_task_group() as tg:
                 server._tg = tg
@@ -217,7 +217,7 @@ class ForkServer:
             await self._zygote_gone(self._socket)
 
     async def _start_zygote(self) -> None:
-        pid, ours = _spawn_zygote(self._config, self._base_dir, self._limits, self._sandbox, self.preload)
+        pid, ours = _spawn_zygote(self._config, self._base_dir, self._limits, self._zygote_args, self.preload)
         self._starts += 1
         ours.setblocking(False)
         self._socket, self._zygote, self._replies = ours, pid, []
@@ -294,12 +294,12 @@ class ForkServer:
 
 
 def _spawn_zygote(
-    config: Config, base_dir: str, limits: Limits, sandbox: Sandbox, preload: tuple[str, ...]
+    config: Config, base_dir: str, limits: Limits, zygote_args: tuple[str, ...], preload: tuple[str, ...]
 ) -> tuple[int, socket.socket]:
     """Start the zygote like a run interpreter, with its end of a socket pair on fd 3."""
     environment = package_environment(config) | ({PRELOAD_VARIABLE: ",".join(preload)} if preload else {})
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    argv = [*interpreter_argv(config.python), ZYGOTE, base_dir, *limits.argv(), *sandbox.zygote_args]
+    argv = [*interpreter_argv(config.python), ZYGOTE, base_dir, *limits.argv(), *zygote_args]
     null = os.open(os.devnull, os.O_RDONLY)
     try:
         # Its stdin is /dev/null; what it might say goes to the server's own stderr (the log).

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from runner.config import Config
 from runner.inrun.bootstrap import lowered, wanted_limits
+from runner.processes.isolation import IsolationPlan
 
 # Threads the server itself may hold beyond what was counted at start (anyio workers, stdio readers).
 SERVER_THREAD_HEADROOM = 48
@@ -43,22 +44,23 @@ class Limits:
             pass  # gone: its sandbox has ended, and the run with it
 
 
-def limits_for(config: Config, tasks_of_uid_at_start: int, helpers_per_run: int = 0, pools: int = 1) -> Limits:
+def limits_for(config: Config, tasks_of_uid_at_start: int, plan: IsolationPlan) -> Limits:
     """The limits of every run.
 
     RLIMIT_NPROC counts every process and thread of the real uid, not of the run: the server, the
     pool and every concurrent run share it. It is sized so that each concurrent run can have
-    RUNNER_MAX_PROCESSES of its own on top of what the uid already held at start-up, and
-    `helpers_per_run` processes of the sandbox's next to every interpreter (see
-    `Sandbox.helpers_per_run`), with `pools` pools of ready interpreters (two with a preloading zygote).
+    RUNNER_MAX_PROCESSES of its own on top of what the uid already held at start-up, and the plan's
+    helpers next to every interpreter (`IsolationPlan.helpers_per_run`), with one pool of ready
+    interpreters per zygote (two with a preloading zygote).
     """
+    pools = plan.supplies
     interpreters = pools * config.pool_size + config.max_concurrent
     nproc = (
         tasks_of_uid_at_start
         + SERVER_THREAD_HEADROOM
         + pools * config.pool_size
         + config.max_concurrent * config.max_processes
-        + interpreters * helpers_per_run
+        + interpreters * plan.helpers_per_run
     )
     return Limits(
         cpu_seconds=config.max_cpu_seconds,

@@ -1,6 +1,6 @@
-"""Where interpreters come from, chosen once at start: one `posix_spawn` each, or forked by a zygote.
+"""Where interpreters come from, as the isolation plan says: one `posix_spawn` each, or forked by a zygote.
 
-The pool sees either only through `InterpreterSource`, so it never branches on the spawn mode.
+The pool sees either only through `InterpreterSource`, so it never branches on the plan's mode.
 """
 
 from __future__ import annotations
@@ -13,18 +13,13 @@ from typing import Protocol
 from runner.config import Config
 from runner.processes.child import Child
 from runner.processes.forkserver import ForkServer
+from runner.processes.isolation import IsolationPlan
 from runner.processes.limits import Limits
-from runner.processes.sandbox import Sandbox
 from runner.processes.spawn import SpawnSource
 
 
 class InterpreterSource(Protocol):
     """Starts interpreters; the caller waits for each one's ready line and owns it from then on."""
-
-    @property
-    def kind(self) -> str:
-        """The spawn mode's name, as `RUNNER_SPAWN_MODE` spells it."""
-        ...
 
     @property
     def helper_pid(self) -> int | None:
@@ -50,38 +45,19 @@ class InterpreterSource(Protocol):
         ...
 
 
-def uses_fork_server(config: Config, sandbox: Sandbox) -> bool:
-    """Forked runs, in namespaces of their own or plain, unless bubblewrap (one interpreter per run)
-    or RUNNER_SPAWN_MODE=posix-spawn says otherwise."""
-    if sandbox.kind != "none":
-        return sandbox.kind == "namespaces"
-    return config.spawn_mode != "posix-spawn"
-
-
 @contextlib.asynccontextmanager
-async def opened_source(
-    config: Config, base_dir: str, limits: Limits, sandbox: Sandbox, logger: logging.Logger
-) -> AsyncIterator[InterpreterSource]:
-    """The source the configuration asks for; on exit, whatever it runs itself (a zygote) is gone."""
-    if uses_fork_server(config, sandbox):
-        async with ForkServer.running(config, base_dir, limits, logger, sandbox) as server:
-            yield server
-    else:
-        yield SpawnSource(config, base_dir, limits, sandbox)
-
-
-def uses_preloading(config: Config, sandbox: Sandbox) -> bool:
-    """A second zygote that preloads RUNNER_PRELOAD: only where runs are forked at all."""
-    return bool(config.preload) and uses_fork_server(config, sandbox)
-
-
-@contextlib.asynccontextmanager
-async def opened_preloading_source(
-    config: Config, base_dir: str, limits: Limits, sandbox: Sandbox, logger: logging.Logger
-) -> AsyncIterator[InterpreterSource | None]:
-    """The preloading zygote's source, if the configuration has one (`uses_preloading`)."""
-    if not uses_preloading(config, sandbox):
-        yield None
+async def opened_sources(
+    config: Config, plan: IsolationPlan, base_dir: str, limits: Limits, logger: logging.Logger
+) -> AsyncIterator[list[InterpreterSource]]:
+    """The plan's sources, lean first: a zygote, and a second one that preloads `plan.preload` if it
+    has any, where runs are forked; one `posix_spawn` per run otherwise. On exit, whatever they run
+    themselves (the zygotes) is gone."""
+    if not plan.forked:
+        yield [SpawnSource(config, base_dir, limits, plan)]
         return
-    async with ForkServer.running(config, base_dir, limits, logger, sandbox, config.preload) as server:
-        yield server
+    async with contextlib.AsyncExitStack() as stack:
+        sources: list[InterpreterSource] = []
+        for preload in ((), plan.preload)[: plan.supplies]:
+            server = ForkServer.running(config, base_dir, limits, logger, plan.zygote_args, preload)
+            sources.append(await stack.enter_async_context(server))
+        yield sources

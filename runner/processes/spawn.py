@@ -17,8 +17,8 @@ from runner.config import Config
 from runner.errors import SpawnError
 from runner.inrun.namespaces import WORKDIR as SANDBOX_WORKDIR
 from runner.processes.child import Child, maxrss_bytes
+from runner.processes.isolation import IsolationPlan, interpreter_argv
 from runner.processes.limits import Limits
-from runner.processes.sandbox import Sandbox, interpreter_argv
 
 # Every signal a process may set a disposition for: posix_spawn otherwise passes on the server's
 # blocked mask and ignored signals (SIGPIPE is ignored in every Python process).
@@ -84,20 +84,20 @@ def package_environment(config: Config) -> dict[str, str]:
 
 
 def spawn_child(
-    python: str, base_dir: str, limits: Limits, sandbox: Sandbox, extra: Mapping[str, str] | None = None
+    python: str, base_dir: str, limits: Limits, plan: IsolationPlan, extra: Mapping[str, str] | None = None
 ) -> Child:
     """Create a fresh working directory and pipes, and start the bootstrap in a new session.
 
     In a sandbox the working directory is the sandbox's own tmpfs and nothing is made on the host.
     Raises `SpawnError` when the interpreter cannot be started; nothing is left behind then.
-    A sandbox without a wrapper (the zygote's namespaces) forks its runs; one spawned here would run
-    on the host in the sandbox's directory, /tmp, and empty it when its code came: `ValueError`.
+    A plan that forks its runs never spawns one: a namespaced one spawned here would run on the host
+    in the sandbox's directory, /tmp, and empty it when its code came: `ValueError`.
     """
-    if sandbox.enabled and not sandbox.wrapper:
-        raise ValueError(f"a {sandbox.kind} sandbox's runs are forked by its zygote, never spawned")
-    host_dir = None if sandbox.enabled else tempfile.mkdtemp(prefix="run-", dir=base_dir)
+    if plan.forked:
+        raise ValueError(f"RUNNER_SANDBOX={plan.mode} forks its runs from a zygote, never spawns them")
+    host_dir = None if plan.sandboxed else tempfile.mkdtemp(prefix="run-", dir=base_dir)
     workdir = host_dir or SANDBOX_WORKDIR
-    argv = [*sandbox.wrapper, *interpreter_argv(python), sandbox.bootstrap, workdir, *limits.argv(), *sandbox.run_args]
+    argv = [*plan.wrapper, *interpreter_argv(python), plan.bootstrap, workdir, *limits.argv(), *plan.run_args]
     parent_fds: list[int] = []
     child_fds: list[int] = []
     try:
@@ -131,7 +131,7 @@ def spawn_child(
         stderr=stderr,
         code=code,
         inherited_peak=_own_peak_rss(),
-        sandboxed=sandbox.enabled,
+        wrapped=bool(plan.wrapper),
         interpreter_pid=pid,
     )
     child._open.update(parent_fds)
@@ -146,21 +146,20 @@ def spawn_child(
 class SpawnSource:
     """Interpreters started one `posix_spawn` each (inside bubblewrap when the sandbox is on)."""
 
-    kind = "posix-spawn"
     helper_pid = None  # no process of its own among the server's children
     forks_delay_runs = False
     restarts = 0  # no helper of its own to restart
 
-    def __init__(self, config: Config, base_dir: str, limits: Limits, sandbox: Sandbox) -> None:
+    def __init__(self, config: Config, base_dir: str, limits: Limits, plan: IsolationPlan) -> None:
         self._python = config.python
         self._base_dir = base_dir
         self._limits = limits
-        self._sandbox = sandbox
+        self._plan = plan
         self._extra = package_environment(config)
 
     async def start(self) -> Child:
         """A freshly spawned interpreter (not yet ready: it still applies its limits)."""
-        return spawn_child(self._python, self._base_dir, self._limits, self._sandbox, self._extra)
+        return spawn_child(self._python, self._base_dir, self._limits, self._plan, self._extra)
 
     async def unresponsive(self, child: Child) -> None:
         """`child` did not end after SIGKILL: nothing can be done but fail the call."""

@@ -25,7 +25,6 @@ from runner.outcome import Progress, RunRequest, RunResult, Status
 from runner.protocol.arguments import ArgumentParser
 from runner.protocol.metrics import Metrics
 from runner.protocol.results import to_call_result
-from runner.protocol.shares import CallerShares
 from runner.protocol.tool import TOOL_NAME, tool_definition
 
 SERVER_NAME = "python-runner-mcp"
@@ -61,7 +60,6 @@ class Handlers:
         *,
         metrics: Metrics | None = None,
         caller_of: CallerOf | None = None,
-        shares: CallerShares | None = None,
     ) -> None:
         self._config = config
         self._runner = runner
@@ -70,7 +68,6 @@ class Handlers:
         self._parser = ArgumentParser(config)
         self._metrics = metrics
         self._caller_of = caller_of
-        self._shares = shares or CallerShares(0, 0)
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -121,17 +118,9 @@ class Handlers:
         except ArgumentError as exc:
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="invalid arguments")
             return RunResult(request_id, Status.INVALID_ARGUMENTS, str(exc))
-        request = RunRequest(request_id, args.code, args.timeout, args.stdin, args.files)
-        async with self._shares.admitted(caller) as admitted:
-            if not admitted:
-                log_event(self._log, logging.WARNING, "call rejected", request_id, reason="caller's share busy")
-                message = (
-                    f"server busy for this client: {self._shares.share} of its runs in progress and "
-                    f"{self._shares.waiting(caller or '')} waiting (RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN); retry later"
-                )
-                return RunResult(request_id, Status.BUSY, message)
-            # report_progress is a no-op for a caller that did not ask for progress (no progressToken).
-            return await self._runner.run(request, _progress_reporter(ctx))
+        request = RunRequest(request_id, args.code, args.timeout, args.stdin, args.files, caller)
+        # report_progress is a no-op for a caller that did not ask for progress (no progressToken).
+        return await self._runner.run(request, _progress_reporter(ctx))
 
 
 def _progress_reporter(ctx: ServerRequestContext[Any]) -> Callable[[Progress], Awaitable[None]]:
@@ -149,10 +138,9 @@ def build_server(
     *,
     metrics: Metrics | None = None,
     caller_of: CallerOf | None = None,
-    shares: CallerShares | None = None,
 ) -> Server[Any]:
     """The low-level MCP server with explicit handlers."""
-    handlers = Handlers(config, runner, logger, metrics=metrics, caller_of=caller_of, shares=shares)
+    handlers = Handlers(config, runner, logger, metrics=metrics, caller_of=caller_of)
     server: Server[Any] = Server(
         SERVER_NAME,
         version=__version__,

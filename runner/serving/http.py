@@ -12,15 +12,15 @@ import anyio
 
 from runner.config import Config
 from runner.logs import get_logger, log_event
+from runner.processes.isolation import IsolationPlan
 from runner.processes.procctl import die_with_parent
-from runner.processes.sandbox import Sandbox
 from runner.serving.signals import stop_on_signals
 from runner.transports.auth import BearerTokens
 
 
 def main_http(
     config: Config,
-    sandbox: Sandbox,
+    plan: IsolationPlan,
     tokens: BearerTokens | None,
     early: list[int],
     *,
@@ -40,7 +40,7 @@ def main_http(
         if supervisor_pid is not None and os.getppid() != supervisor_pid:
             log_event(logger, logging.ERROR, "the supervisor is gone; not serving")
             return 1
-    elif tokens is not None and not sandbox.enabled:
+    elif tokens is not None and not plan.sandboxed:
         log_event(
             logger,
             logging.WARNING,
@@ -62,32 +62,29 @@ def main_http(
             return supervise(config, sock, list(worker_args))
         if not worker:
             log_event(logger, logging.INFO, "serving on HTTP", url=url_of(sock, http.path))
-        anyio.run(serve_http, config, sandbox, tokens, sock, early)
+        anyio.run(serve_http, config, plan, tokens, sock, early)
     log_event(logger, logging.INFO, "server stopped")
     return 0
 
 
 async def serve_http(
-    config: Config, sandbox: Sandbox, tokens: BearerTokens | None, sock: socket.socket, early: list[int]
+    config: Config, plan: IsolationPlan, tokens: BearerTokens | None, sock: socket.socket, early: list[int]
 ) -> None:
     """Serve Streamable HTTP until a signal; runs in flight then get RUNNER_SHUTDOWN_GRACE seconds."""
+    from runner.execution.admission import fair_share
     from runner.execution.pool import Pool
     from runner.protocol.handlers import build_server
     from runner.protocol.metrics import Metrics
-    from runner.protocol.shares import CallerShares, fair_share
     from runner.transports.http import HttpServer, caller_of, http_app
 
     logger = get_logger()
+    share = fair_share(config.max_concurrent, len(tokens.names) if tokens else 0, config.http.max_concurrent_per_token)
     async with (
-        Pool.open(config, logger, reap_strays=True, sandbox=sandbox) as pool,
+        Pool.open(config, logger, reap_strays=True, plan=plan, caller_share=share) as pool,
         anyio.create_task_group() as tg,
     ):
         metrics = Metrics(pool.state, config.max_concurrent, config.pool_size)
-        share = fair_share(
-            config.max_concurrent, len(tokens.names) if tokens else 0, config.http.max_concurrent_per_token
-        )
-        shares = CallerShares(share, config.max_queue)
-        server = build_server(config, pool, logger, metrics=metrics, caller_of=caller_of, shares=shares)
+        server = build_server(config, pool, logger, metrics=metrics, caller_of=caller_of)
 
         def not_ready() -> str | None:
             state = pool.state()

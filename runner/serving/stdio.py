@@ -8,11 +8,11 @@ import anyio
 
 from runner.config import Config
 from runner.logs import get_logger, log_event
-from runner.processes.sandbox import Sandbox
+from runner.processes.isolation import IsolationPlan
 from runner.serving.signals import stop_on_signals
 
 
-async def serve_stdio(config: Config, sandbox: Sandbox, early: list[int]) -> None:
+async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int]) -> None:
     """Serve one stdio session; every run and pooled interpreter is gone when this returns."""
     # Imported here so a configuration error is reported before the SDK's ~0.7 s import.
     from runner.execution.pool import Pool
@@ -21,7 +21,7 @@ async def serve_stdio(config: Config, sandbox: Sandbox, early: list[int]) -> Non
 
     logger = get_logger()
     async with (
-        Pool.open(config, logger, reap_strays=True, sandbox=sandbox) as pool,
+        Pool.open(config, logger, reap_strays=True, plan=plan) as pool,
         anyio.create_task_group() as tg,
     ):
         await tg.start(stop_on_signals, tg.cancel_scope.cancel, early, "signal received; shutting down")

@@ -1,13 +1,21 @@
-"""The optional OS-level layer: every run in namespaces of its own, made by the zygote or by bubblewrap.
+"""How runs are made and isolated, decided once at start into one frozen `IsolationPlan`.
 
-Each run gets new PID, mount, IPC, UTS and (unless turned off) network namespaces, a read-only view
-of the file system, and a private size-limited tmpfs as its working directory. In a PID namespace
-a daemonized grandchild dies with the run, `kill(-1)` reaches nothing outside, and the server is not
-even visible. Two ways to get there: ``namespaces``, where the zygote of the fork server builds
-them for each forked run before its code arrives (zygote.py, namespaces.py), and ``bwrap``, one
-bubblewrap and one fresh interpreter per run. Chosen once at start-up: `auto` probes the first,
-then the second (unless the spawn mode rules one out), and falls back to plain rlimits (inside
-Docker's default seccomp profile every probe fails) saying why.
+RUNNER_SANDBOX names the plan. Forked runs come from a zygote, spawned ones from one `posix_spawn`
+each; sandboxed runs get new PID, mount, IPC, UTS and (unless turned off) network namespaces, a
+read-only view of the file system, and a private size-limited tmpfs as their working directory, so
+that a daemonized grandchild dies with the run, `kill(-1)` reaches nothing outside, and the server is
+not even visible:
+
+- ``namespaces``: forked; the zygote builds the namespaces for each run before its code arrives
+  (zygote.py, namespaces.py);
+- ``bwrap``: spawned, one bubblewrap and one fresh interpreter per run;
+- ``none``: forked, rlimits and process groups only;
+- ``none-posix-spawn``: spawned, rlimits and process groups only;
+- ``auto``: the first of namespaces, bwrap and none whose start-up probe works (inside Docker's
+  default seccomp profile every probe fails), the plan's reason saying why.
+
+Every consumer (the interpreter sources, the limits, the pool, its teardowns and its sweep) reads the
+plan; none looks at the configuration to work the mode out again.
 """
 
 from __future__ import annotations
@@ -41,21 +49,55 @@ ZYGOTE = os.path.join(os.path.dirname(BOOTSTRAP), "zygote.py")
 # bwrap reports a command killed by signal N as exit status 128 + N.
 SIGNAL_EXIT_BASE = 128
 
+Mode = Literal["namespaces", "bwrap", "none", "none-posix-spawn"]
+
 
 @dataclass(frozen=True, slots=True)
-class Sandbox:
-    """How runs are isolated: `wrapper` is the argv that goes before a spawned interpreter's (bwrap),
-    `zygote_args` what the fork server's zygote is told to do for each run (namespaces)."""
+class IsolationPlan:
+    """How every run is made and isolated, from `plan_isolation`. `wrapper` is the argv that goes
+    before a spawned interpreter's (bwrap), `zygote_args` what the zygote is told to do for each run
+    (namespaces), `preload` what a second zygote imports before its first fork (forked modes only)."""
 
-    kind: Literal["none", "bwrap", "namespaces"]
+    mode: Mode
     reason: str
     wrapper: tuple[str, ...] = ()
     zygote_args: tuple[str, ...] = ()
     network: SandboxNetwork = "shared"  # a wrapped run's: "isolated", a network namespace of its own
+    preload: tuple[str, ...] = ()
+
+    @property
+    def forked(self) -> bool:
+        """Whether runs are forked by a zygote (else spawned, one `posix_spawn` each)."""
+        return self.mode in ("namespaces", "none")
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether runs get namespaces of their own."""
+        return self.mode in ("namespaces", "bwrap")
+
+    @property
+    def sandbox(self) -> str:
+        """The sandbox's name in the start-up log: namespaces, bwrap or none."""
+        return "none" if not self.sandboxed else self.mode
+
+    @property
+    def spawn_mode(self) -> str:
+        """How interpreters start, in the start-up log: fork-server or posix-spawn."""
+        return "fork-server" if self.forked else "posix-spawn"
+
+    @property
+    def supplies(self) -> int:
+        """Supplies of ready interpreters: one, and one more where a zygote preloads `preload`."""
+        return 2 if self.preload else 1
+
+    @property
+    def runs_share_files(self) -> bool:
+        """Whether what one run leaves behind could reach a later run's files (no sandbox)."""
+        return not self.sandboxed
 
     @property
     def bootstrap(self) -> str:
-        """Where the run interpreter finds the bootstrap."""
+        """Where a spawned interpreter finds the bootstrap."""
         return BOOTSTRAP_INSIDE if self.wrapper else BOOTSTRAP
 
     @property
@@ -69,12 +111,7 @@ class Sandbox:
         """Processes next to each run interpreter: bwrap and its namespace's init, or the init of the
         kept PID namespace the zygote lends it (one per run in flight or waiting). The zygote, and
         the holder of the namespace those are made in, are within limits.SERVER_THREAD_HEADROOM."""
-        return {"none": 0, "bwrap": 2, "namespaces": 1}[self.kind]
-
-    @property
-    def enabled(self) -> bool:
-        """Whether runs get their own namespaces."""
-        return self.kind != "none"
+        return {"namespaces": 1, "bwrap": 2}.get(self.mode, 0)
 
 
 def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
@@ -178,52 +215,41 @@ def _within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
-def choose_sandbox(config: Config) -> Sandbox:
-    """Decide once how runs are isolated; an explicit choice that cannot work stops the server.
+def plan_isolation(config: Config) -> IsolationPlan:
+    """Decide once how runs are made and isolated; an explicit choice that cannot work stops the server.
 
-    `auto` takes the namespaced fork server where namespaces work (unless RUNNER_SPAWN_MODE is
-    posix-spawn), then bubblewrap (unless it is fork-server), then plain rlimits.
+    `auto` takes the namespaced fork server where namespaces work, then bubblewrap, then plain forks.
     """
+    preload = config.preload
     if config.sandbox == "none":
-        return Sandbox("none", "RUNNER_SANDBOX=none")
-    if config.sandbox == "namespaces" and config.spawn_mode == "posix-spawn":
-        raise ConfigError(
-            "RUNNER_SPAWN_MODE",
-            "posix-spawn cannot be combined with RUNNER_SANDBOX=namespaces (its runs are forked by the zygote); "
-            "use fork-server or auto",
-        )
-    if config.sandbox == "bwrap" and config.spawn_mode == "fork-server":
-        raise ConfigError(
-            "RUNNER_SPAWN_MODE",
-            "fork-server cannot be combined with RUNNER_SANDBOX=bwrap (bubblewrap needs an interpreter per run); "
-            "use RUNNER_SANDBOX=namespaces for forked runs in namespaces of their own",
-        )
+        return IsolationPlan("none", "RUNNER_SANDBOX=none", preload=preload)
+    if config.sandbox == "none-posix-spawn":
+        return IsolationPlan("none-posix-spawn", "RUNNER_SANDBOX=none-posix-spawn")
     problems = []
-    if config.sandbox != "bwrap" and config.spawn_mode != "posix-spawn":
+    if config.sandbox in ("auto", "namespaces"):
         problem = _probe(
             [*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:]], config, env={}
         )
         if problem is None:
-            return Sandbox(
-                "namespaces", "the zygote can give each run its own namespaces", zygote_args=namespace_args(config)
-            )
+            reason = "the zygote can give each run its own namespaces"
+            return IsolationPlan("namespaces", reason, zygote_args=namespace_args(config), preload=preload)
         if config.sandbox == "namespaces":
             raise ConfigError("RUNNER_SANDBOX", f"namespaces were asked for but cannot be used: {problem}")
         problems.append(f"namespaces: {problem}")
-    if config.spawn_mode != "fork-server":
-        bwrap = shutil.which("bwrap")
-        problem = (
-            "not installed"
-            if bwrap is None
-            else _probe([*bwrap_argv(bwrap, config), config.python, "-I", "-S", "-c", "pass"], config)
-        )
-        if bwrap is not None and problem is None:
-            argv = bwrap_argv(bwrap, config)
-            return Sandbox("bwrap", f"bubblewrap at {bwrap} works", argv, network=config.sandbox_network)
-        if config.sandbox == "bwrap":
-            raise ConfigError("RUNNER_SANDBOX", f"bwrap was asked for but cannot be used: {problem}")
-        problems.append(f"bubblewrap: {problem}")
-    return Sandbox("none", "RUNNER_SANDBOX=auto fell back to rlimits only: " + "; ".join(problems))
+    bwrap = shutil.which("bwrap")
+    problem = (
+        "not installed"
+        if bwrap is None
+        else _probe([*bwrap_argv(bwrap, config), config.python, "-I", "-S", "-c", "pass"], config)
+    )
+    if bwrap is not None and problem is None:
+        argv = bwrap_argv(bwrap, config)
+        return IsolationPlan("bwrap", f"bubblewrap at {bwrap} works", argv, network=config.sandbox_network)
+    if config.sandbox == "bwrap":
+        raise ConfigError("RUNNER_SANDBOX", f"bwrap was asked for but cannot be used: {problem}")
+    problems.append(f"bubblewrap: {problem}")
+    reason = "RUNNER_SANDBOX=auto fell back to rlimits only: " + "; ".join(problems)
+    return IsolationPlan("none", reason, preload=preload)
 
 
 def interpreter_argv(python: str) -> list[str]:
