@@ -5,15 +5,17 @@ The package is layered; each sub-package's docstring says what it owns and what 
 
 - `runner.protocol`: the MCP side (the tool, its schemas, argument checks, the handlers).
 - `runner.transports`: moving JSON-RPC messages (stdio, and Streamable HTTP with its auth).
-- `runner.execution`: running a request to its result (admission, interpreter supply, driving a run).
-- `runner.processes`: the server's handles on an interpreter process (spawn, fork server, limits,
-  sandbox).
+- `runner.execution`: running a request to its result (admission, interpreter supply, driving a run,
+  its teardown).
+- `runner.processes`: the isolation plan, and the server's handles on an interpreter process (spawn,
+  fork server, limits).
 - `runner.inrun`: what runs inside those processes, standard library only (the bootstrap, the zygote,
   namespaces, seccomp, the wire between the server and a run).
 - Shared by all: `config`, `errors`, `logs`, `fdio`, and `outcome`, the frozen dataclasses where the
   protocol and execution sides meet.
-- Composition roots, the only modules that import both sides: `__main__` (the server), `supervisor`
-  (HTTP workers) and `api` (`run_code`, one call without a client).
+- Composition roots, the only modules that import both sides: `__main__` (arguments and dispatch),
+  `serving` (the server over stdio or HTTP, its workers and signals) and `api` (`run_code`, one call
+  without a client).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def waiting_interpreter() -> int:
 
 async def test_the_namespaced_zygote_keeps_its_capabilities_but_not_its_bounding_set(namespaced: Pool) -> None:
     # Emptied once in the zygote, so each run has only its own capabilities to drop (and checks).
-    assert await settled_async(lambda: namespaced.ready < 1, timeout=20) is False
+    assert await settled_async(lambda: namespaced.state().ready < 1, timeout=20) is False
     fields = status_fields(the_zygote())
     assert int(fields["CapEff"], 16) & (1 << 21)  # CAP_SYS_ADMIN: it still builds namespaces
     assert int(fields["CapBnd"], 16) == 0
@@ -85,7 +85,7 @@ async def test_the_namespaced_zygote_keeps_its_capabilities_but_not_its_bounding
 async def test_a_pooled_run_is_in_its_own_namespaces_with_no_privilege_before_its_code_arrives(
     namespaced: Pool,
 ) -> None:
-    assert await settled_async(lambda: namespaced.ready < 1, timeout=20) is False
+    assert await settled_async(lambda: namespaced.state().ready < 1, timeout=20) is False
     interpreter = waiting_interpreter()
     before = {name: os.readlink(f"/proc/{interpreter}/ns/{name}") for name in NAMESPACES}
     assert all(before[name] != os.readlink(f"/proc/self/ns/{name}") for name in NAMESPACES), before
@@ -205,7 +205,7 @@ async def test_a_kept_namespace_s_init_killed_from_outside_takes_only_its_own_ru
     # the run waiting in the pool, which the next call may take before its end is known (as when a
     # pooled interpreter is killed in any mode); the zygote forgets the namespaces, and calls are served.
     assert (await run(namespaced, "pass")).status is Status.OK
-    assert await settled_async(lambda: namespaced.ready < 1, timeout=20) is False
+    assert await settled_async(lambda: namespaced.state().ready < 1, timeout=20) is False
     inits = zygote_children(2, "1")
     assert inits, "no kept PID namespace"
     for init in inits:

@@ -314,7 +314,7 @@ async def test_a_later_run_waits_for_earlier_teardowns_only_where_runs_share_the
     # would put the earlier run's exit back on the path of a call that follows it at once.
     torn_down = anyio.Event()
     async with Pool.open(in_mode(config, mode), reap_strays=True) as pool:
-        pool._teardowns.start(torn_down.wait)  # an earlier run's teardown, not over yet
+        pool._teardowns._pending.add(torn_down)  # an earlier run's teardown, not over until it is set
         results: list[RunResult] = []
 
         async def call() -> None:
