@@ -69,7 +69,8 @@ class HttpConfig:
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Every tunable of the server. Build it with `Config.from_env`; pass it down, never mutate it."""
+    """Every tunable of the server. Build it with `Config.from_env`, open it with
+    `runner.environment.open_environment`; pass it down, never mutate it."""
 
     max_cpu_seconds: int = 10
     max_memory_mb: int = 256
@@ -494,7 +495,7 @@ def markdown_table() -> str:
     return "\n".join(("| Variable | Default | Accepted | Meaning |", "| --- | --- | --- | --- |", *rows)) + "\n"
 
 
-def setting(name: str) -> Setting:
+def _declared(name: str) -> Setting:
     """The declaration of the variable `name`."""
     return next(declared for declared in SETTINGS if declared.name == name)
 
@@ -510,6 +511,7 @@ def _read(env: Mapping[str, str], *, http: bool) -> dict[str, Any]:
 
 
 def _refuse_removed(env: Mapping[str, str]) -> None:
+    """A removed name set stops the start, naming what replaces it (and, for a size, its value in MiB)."""
     for old, new, unit in RENAMED:
         raw = env.get(old, "").strip()
         if raw:
@@ -528,7 +530,7 @@ def _check(config: Config, env: Mapping[str, str]) -> None:
     if config.default_timeout > config.max_timeout:
         name = "RUNNER_DEFAULT_TIMEOUT"
         got = repr(env[name]) if env.get(name, "").strip() else f"its default {config.default_timeout:g}"
-        raise ConfigError(name, f"expected {setting(name).expectation(config.max_timeout)}, got {got}")
+        raise ConfigError(name, f"expected {_declared(name).expectation(config.max_timeout)}, got {got}")
     if config.preload and not config.packages:
         raise ConfigError("RUNNER_PRELOAD", "needs RUNNER_PACKAGES: the modules to preload come from there")
 
