@@ -179,12 +179,13 @@ def child_stages(server_root: Path, sandbox_mode: str, reps: int) -> dict[str, A
     """Part 2: the run interpreter's stages, spawned exactly as the server spawns it."""
     sys.path.insert(0, str(server_root))
     from runner.config import Config
+    from runner.environment import open_environment
     from runner.inrun.wire import frame_job
     from runner.processes.isolation import plan_isolation
     from runner.processes.limits import count_tasks_of_uid, limits_for
     from runner.processes.spawn import remove_tree, spawn_child
 
-    config = Config.from_env({**os.environ, "RUNNER_SANDBOX": sandbox_mode})
+    config = open_environment(Config.from_env({**os.environ, "RUNNER_SANDBOX": sandbox_mode}))
     plan = plan_isolation(config)
     limits = limits_for(config, count_tasks_of_uid(), plan)
     if plan.forked:

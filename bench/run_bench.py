@@ -25,7 +25,7 @@ the client's own cost out. Scenarios that need the server's pid (flood, memory, 
 Scenarios: trivial `print(1)` latency at concurrency 1 (p50, p99, mean) with the ping floor and the
 CPU per call of the server and of everything under it (/proc/PID/stat); throughput at concurrency
 1, 4, 8, 16 (RUNNER_MAX_CONCURRENT=8); a ~0.2 s CPU-bound snippet; a 1 GiB stdout flood (server
-RSS growth, and the time from crossing RUNNER_MAX_OUTPUT_BYTES to the kill, from timestamps the run
+RSS growth, and the time from crossing RUNNER_MAX_OUTPUT_MB to the kill, from timestamps the run
 writes into its own output: see `analyse_flood` in harness/scenarios.py); start-up to the initialize
 response against a bare `import mcp.server.lowlevel`; idle RSS/PSS and per pooled interpreter
 (RUNNER_POOL_SIZE 0 vs 8).

@@ -466,7 +466,7 @@ def server_env(work_dir: Path, args: argparse.Namespace) -> dict[str, str]:
         "RUNNER_POOL_SIZE": str(args.pool_size),
         "RUNNER_MAX_CONCURRENT": str(args.max_concurrent),
         "RUNNER_MAX_QUEUE": str(max(64, args.concurrency)),
-        "RUNNER_MAX_OUTPUT_BYTES": str(MIB),
+        "RUNNER_MAX_OUTPUT_MB": "1",
         "RUNNER_MAX_CPU_SECONDS": "10",
         "RUNNER_LOG_LEVEL": "info",
         **dict(item.split("=", 1) for item in args.env),

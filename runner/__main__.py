@@ -13,6 +13,7 @@ import sys
 import anyio
 
 from runner.config import Config
+from runner.environment import open_environment
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
 from runner.processes.isolation import IsolationPlan, plan_isolation
@@ -50,7 +51,7 @@ def _configured(args: argparse.Namespace) -> tuple[Config, IsolationPlan, Bearer
     environ = dict(os.environ)
     if args.transport:
         environ["RUNNER_TRANSPORT"] = args.transport
-    config = Config.from_env(environ)
+    config = open_environment(Config.from_env(environ))
     tokens = None
     if config.transport == "http":
         http = config.http

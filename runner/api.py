@@ -6,6 +6,7 @@ import dataclasses
 import secrets
 
 from runner.config import Config
+from runner.environment import open_environment
 from runner.errors import ArgumentError
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
@@ -24,7 +25,7 @@ async def run_code(
     The configuration comes from the RUNNER_* environment unless given. For example,
     ``(await run_code("print(1+1)", timeout=5)).to_text()`` is the same text block a tool call returns.
     """
-    config = dataclasses.replace(config or Config.from_env(), pool_size=0)
+    config = dataclasses.replace(config or open_environment(Config.from_env()), pool_size=0)
     request_id = request_id or secrets.token_hex(4)
     arguments: dict[str, object] = {"code": code, "stdin": stdin}
     if timeout is not None:

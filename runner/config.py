@@ -1,20 +1,26 @@
-"""The server's configuration: one frozen object built once from the environment at start-up."""
+"""The server's configuration: one frozen object built once from the environment at start-up.
+
+Every RUNNER_* variable is declared once, in `SETTINGS`: its field, type, unit, range and meaning
+(its default is its field's). Reading it, the error naming it and the table of docs/configuration.md
+(`python -m runner.config` prints it) come from that declaration; the rules between variables are
+checked after. `Config.from_env` reads text only: the paths it names are looked at, and what follows
+from them filled in, where the environment is opened (`runner.environment.open_environment`).
+"""
 
 from __future__ import annotations
 
-import glob
-import importlib.machinery
+import dataclasses
 import ipaddress
-import math
 import os
-import re
 import sys
-import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeVar, cast, get_args
+from typing import Any, Literal, get_args
 
 from runner.errors import ConfigError
+from runner.settings import KIB as KIB
+from runner.settings import MIB as MIB
+from runner.settings import Setting, mebibytes
 
 LogFormat = Literal["text", "json"]
 SandboxMode = Literal["auto", "namespaces", "bwrap", "none", "none-posix-spawn"]
@@ -22,17 +28,13 @@ SandboxNetwork = Literal["isolated", "shared"]
 Transport = Literal["stdio", "http"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
-MIB = 1024 * 1024
 # Paths the HTTP transport serves besides the MCP endpoint; RUNNER_HTTP_PATH may not take one.
 OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")
-# Variables that are gone, and what says the same now: a server still given one stops and says so.
-REMOVED = {
-    "RUNNER_SPAWN_MODE": (
-        "RUNNER_SANDBOX says how runs start now: namespaces and none fork them from a zygote, bwrap and "
-        "none-posix-spawn spawn one interpreter per run (fork-server is RUNNER_SANDBOX=none, posix-spawn is "
-        "RUNNER_SANDBOX=none-posix-spawn)"
-    ),
-}
+# What a server on a loopback address accepts unless told otherwise.
+LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+# Without RUNNER_PRELOAD: those of these installed in RUNNER_PACKAGES.
+DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib.pyplot")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +48,9 @@ class HttpConfig:
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     tokens_file: str = ""  # one bearer token per line, "name:token" or "token"; empty: no authentication
-    max_body_bytes: int = 0  # a request body beyond this is refused with 413 before it is parsed
+    # A request body beyond this is refused with 413 before it is parsed: the largest legal call
+    # (`Config.max_message_bytes`), which the input caps set.
+    max_body_bytes: int = 0
     max_concurrent_per_token: int = 0  # 0: a fair share, max_concurrent divided among the tokens
     shutdown_grace: int = 10  # seconds runs in flight may finish after SIGTERM
     workers: int = 1  # server processes accepting on the one port, each with its own pool
@@ -61,48 +65,11 @@ class HttpConfig:
         except ValueError:
             return False  # a host name: whatever it resolves to, it is not known to be loopback
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str], max_message_bytes: int) -> HttpConfig:
-        """Read the RUNNER_HTTP_* variables, RUNNER_AUTH_TOKENS_FILE and RUNNER_SHUTDOWN_GRACE."""
-        d = cls()
-        host = env.get("RUNNER_HTTP_HOST", "").strip() or d.host
-        path = env.get("RUNNER_HTTP_PATH", "").strip() or d.path
-        if not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", path) or path in OPERATIONS_PATHS:
-            raise ConfigError(
-                "RUNNER_HTTP_PATH",
-                f"expected a path such as /mcp, not one of {', '.join(OPERATIONS_PATHS)}; got {path!r}",
-            )
-        loopback = cls(host=host).loopback
-        hosts = _names(env, "RUNNER_HTTP_ALLOWED_HOSTS")
-        if not hosts and not loopback:
-            raise ConfigError(
-                "RUNNER_HTTP_ALLOWED_HOSTS",
-                f"required when RUNNER_HTTP_HOST ({host}) is not a loopback address: the Host values clients use "
-                "(for example runner.example.com,runner:8000); any other Host is refused with 421",
-            )
-        origins = _names(env, "RUNNER_HTTP_ALLOWED_ORIGINS", origins=True)
-        tokens_file = env.get("RUNNER_AUTH_TOKENS_FILE", "").strip()
-        if tokens_file and not (os.path.isabs(tokens_file) and os.path.isfile(tokens_file)):
-            raise ConfigError("RUNNER_AUTH_TOKENS_FILE", f"expected an absolute path to a file, got {tokens_file!r}")
-        body_kb = _integer(env, "RUNNER_HTTP_MAX_BODY_KB", 0, 0, 1024 * 1024)
-        return cls(
-            host=host,
-            port=_integer(env, "RUNNER_HTTP_PORT", d.port, 0, 65_535),
-            path=path,
-            allowed_hosts=hosts or ("127.0.0.1:*", "localhost:*", "[::1]:*"),
-            allowed_origins=origins
-            or (("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*") if loopback else ()),
-            tokens_file=os.path.realpath(tokens_file) if tokens_file else "",
-            max_body_bytes=body_kb * 1024 or max_message_bytes,
-            max_concurrent_per_token=_integer(env, "RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN", 0, 0, 256),
-            shutdown_grace=_integer(env, "RUNNER_SHUTDOWN_GRACE", d.shutdown_grace, 0, 3600),
-            workers=_integer(env, "RUNNER_HTTP_WORKERS", d.workers, 1, 64),
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Every tunable of the server. Build it with `Config.from_env`; pass it down, never mutate it."""
+    """Every tunable of the server. Build it with `Config.from_env`, open it with
+    `runner.environment.open_environment`; pass it down, never mutate it."""
 
     max_cpu_seconds: int = 10
     max_memory_mb: int = 256
@@ -119,8 +86,8 @@ class Config:
     pool_size: int = 2
     log_level: LogLevel = "info"
     log_format: LogFormat = "text"
-    python: str = ""
-    work_dir: str = ""
+    python: str = ""  # empty: the server's own interpreter, filled in when the environment is opened
+    work_dir: str = ""  # empty: the temp directory, likewise
     sandbox: SandboxMode = "auto"
     sandbox_network: SandboxNetwork = "isolated"
     sandbox_tmp_mb: int = 64
@@ -128,65 +95,26 @@ class Config:
     packages_site: str = ""
     package_versions: tuple[str, ...] = ()  # "numpy 2.4.6", ... what runs may import besides the stdlib
     preload: tuple[str, ...] = ()
+    # RUNNER_PRELOAD is not set: opening the environment preloads those of DEFAULT_PRELOAD it has.
+    default_preload: bool = False
     max_images: int = 4
-    max_image_kb: int = 256
-    max_returned_kb: int = 512
-    max_files_kb: int = 48
+    max_image_bytes: int = 256 * KIB
+    max_returned_bytes: int = 512 * KIB
+    max_files_bytes: int = 48 * KIB
     max_input_mb: int = 8
     transport: Transport = "stdio"
     http: HttpConfig = HttpConfig()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
-        """Read every RUNNER_* variable; raise `ConfigError` naming the first bad one."""
+        """Read every RUNNER_* variable's text; raise `ConfigError` naming the first bad one, or a removed one."""
         env = os.environ if environ is None else environ
-        for name, replacement in REMOVED.items():
-            if env.get(name, "").strip():
-                raise ConfigError(name, f"removed: {replacement}")
-        d = cls()
-        max_timeout = _number(env, "RUNNER_MAX_TIMEOUT", d.max_timeout, 0.1, 86_400.0)
-        packages, packages_site = _packages(env)
-        max_code_bytes = _integer(env, "RUNNER_MAX_CODE_BYTES", d.max_code_bytes, 1, 64 * MIB)
-        max_stdin_bytes = _integer(env, "RUNNER_MAX_STDIN_BYTES", d.max_stdin_bytes, 0, 64 * MIB)
-        max_input_mb = _integer(env, "RUNNER_MAX_INPUT_MB", d.max_input_mb, 0, 1024)
-        transport = cast(Transport, _choice(env, "RUNNER_TRANSPORT", d.transport, get_args(Transport)))
-        sized = cls(max_code_bytes=max_code_bytes, max_stdin_bytes=max_stdin_bytes, max_input_mb=max_input_mb)
-        return cls(
-            max_cpu_seconds=_integer(env, "RUNNER_MAX_CPU_SECONDS", d.max_cpu_seconds, 1, 86_400),
-            max_memory_mb=_integer(env, "RUNNER_MAX_MEMORY_MB", d.max_memory_mb, 32, 1_048_576),
-            max_processes=_integer(env, "RUNNER_MAX_PROCESSES", d.max_processes, 1, 4096),
-            max_file_size_mb=_integer(env, "RUNNER_MAX_FILE_SIZE_MB", d.max_file_size_mb, 0, 1_048_576),
-            max_output_chars=_integer(env, "RUNNER_MAX_OUTPUT_CHARS", d.max_output_chars, 100, 10_000_000),
-            max_concurrent=_integer(env, "RUNNER_MAX_CONCURRENT", d.max_concurrent, 1, 256),
-            default_timeout=_number(env, "RUNNER_DEFAULT_TIMEOUT", d.default_timeout, 0.1, max_timeout),
-            max_timeout=max_timeout,
-            max_code_bytes=max_code_bytes,
-            max_stdin_bytes=max_stdin_bytes,
-            max_output_bytes=_integer(env, "RUNNER_MAX_OUTPUT_BYTES", d.max_output_bytes, 4096, 1024 * MIB),
-            max_queue=_integer(env, "RUNNER_MAX_QUEUE", d.max_queue, 0, 100_000),
-            pool_size=_integer(env, "RUNNER_POOL_SIZE", d.pool_size, 0, 64),
-            log_level=cast(LogLevel, _choice(env, "RUNNER_LOG_LEVEL", d.log_level, get_args(LogLevel))),
-            log_format=cast(LogFormat, _choice(env, "RUNNER_LOG_FORMAT", d.log_format, get_args(LogFormat))),
-            python=_python(env),
-            work_dir=_work_dir(env),
-            sandbox=cast(SandboxMode, _choice(env, "RUNNER_SANDBOX", d.sandbox, get_args(SandboxMode))),
-            sandbox_network=cast(
-                SandboxNetwork, _choice(env, "RUNNER_SANDBOX_NETWORK", d.sandbox_network, get_args(SandboxNetwork))
-            ),
-            sandbox_tmp_mb=_integer(env, "RUNNER_SANDBOX_TMP_MB", d.sandbox_tmp_mb, 1, 1_048_576),
-            packages=packages,
-            packages_site=packages_site,
-            package_versions=_installed(packages_site),
-            preload=_preload(env, packages_site),
-            max_images=_integer(env, "RUNNER_MAX_IMAGES", d.max_images, 0, 64),
-            max_image_kb=_integer(env, "RUNNER_MAX_IMAGE_KB", d.max_image_kb, 1, 64 * 1024),
-            max_returned_kb=_integer(env, "RUNNER_MAX_RETURNED_KB", d.max_returned_kb, 0, 1024 * 1024),
-            max_files_kb=_integer(env, "RUNNER_MAX_FILES_KB", d.max_files_kb, 0, 1024 * 1024),
-            max_input_mb=max_input_mb,
-            transport=transport,
-            # Read only for HTTP: a stdio server must not fail on settings it never uses.
-            http=HttpConfig.from_env(env, sized.max_message_bytes) if transport == "http" else d.http,
-        )
+        _refuse_removed(env)
+        config = cls(**_read(env, http=False), default_preload="RUNNER_PRELOAD" not in env)
+        _check(config, env)
+        if config.transport != "http":
+            return config  # a stdio server must not fail on settings it never uses
+        return dataclasses.replace(config, http=_http(env, config.max_message_bytes))
 
     @property
     def memory_bytes(self) -> int:
@@ -197,7 +125,7 @@ class Config:
     def max_message_bytes(self) -> int:
         """Largest JSON-RPC line accepted: the largest legal call, with room for JSON escaping (and
         for base64, which files may come in)."""
-        return 6 * (self.max_code_bytes + self.max_stdin_bytes + self.max_input_bytes) + 64 * 1024
+        return 6 * (self.max_code_bytes + self.max_stdin_bytes + self.max_input_bytes) + 64 * KIB
 
     @property
     def max_input_bytes(self) -> int:
@@ -210,134 +138,423 @@ class Config:
         return self.max_file_size_mb * MIB
 
 
-T = TypeVar("T")
+def _choices(name: str, field: str, kind: object, meaning: str) -> Setting:
+    return Setting(name, field, "choice", meaning, choices=get_args(kind))
 
 
-def _parse(env: Mapping[str, str], name: str, default: T, convert: Callable[[str], T], expected: str) -> T:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return convert(raw.strip())
-    except ValueError:
-        raise ConfigError(name, f"expected {expected}, got {raw!r}") from None
+SETTINGS = (
+    Setting(
+        "RUNNER_MAX_CPU_SECONDS",
+        "max_cpu_seconds",
+        "int",
+        "CPU seconds per run (RLIMIT_CPU soft; hard is one more).",
+        low=1,
+        high=86_400,
+    ),
+    Setting(
+        "RUNNER_MAX_MEMORY_MB",
+        "max_memory_mb",
+        "int",
+        "Address space per run in MiB (RLIMIT_AS); in the preloading zygote, on top of what it preloaded "
+        "(see [the preloading zygote](spawn-modes.md#the-preloading-zygote)).",
+        low=32,
+        high=1_048_576,
+    ),
+    Setting(
+        "RUNNER_MAX_PROCESSES",
+        "max_processes",
+        "int",
+        "Processes per concurrent run; sizes RLIMIT_NPROC "
+        "(see [RLIMIT_NPROC](security.md#rlimit_nproc-and-running-as-root)).",
+        low=1,
+        high=4096,
+    ),
+    Setting(
+        "RUNNER_MAX_FILE_SIZE_MB",
+        "max_file_size_mb",
+        "int",
+        "Largest file a run may write, MiB (RLIMIT_FSIZE).",
+        high=1_048_576,
+    ),
+    Setting(
+        "RUNNER_MAX_OUTPUT_CHARS",
+        "max_output_chars",
+        "int",
+        "Characters shown per stream (head and tail halves).",
+        low=100,
+        high=10_000_000,
+    ),
+    Setting(
+        "RUNNER_MAX_CONCURRENT",
+        "max_concurrent",
+        "int",
+        "Runs at the same time; the rest wait in FIFO order.",
+        low=1,
+        high=256,
+    ),
+    Setting(
+        "RUNNER_DEFAULT_TIMEOUT",
+        "default_timeout",
+        "number",
+        "Wall-clock seconds when a call gives no `timeout`.",
+        unit="seconds",
+        low=0.1,
+        high=86_400,
+        shown_accepted="number 0.1-`RUNNER_MAX_TIMEOUT`",
+    ),
+    Setting(
+        "RUNNER_MAX_TIMEOUT",
+        "max_timeout",
+        "number",
+        "Largest `timeout` a call may ask for.",
+        unit="seconds",
+        low=0.1,
+        high=86_400,
+    ),
+    Setting(
+        "RUNNER_MAX_CODE_MB",
+        "max_code_bytes",
+        "number",
+        "Largest `code`, MiB of UTF-8.",
+        unit="MiB",
+        low=KIB,
+        high=64 * MIB,
+    ),
+    Setting(
+        "RUNNER_MAX_STDIN_MB",
+        "max_stdin_bytes",
+        "number",
+        "Largest `stdin`, MiB of UTF-8.",
+        unit="MiB",
+        high=64 * MIB,
+    ),
+    Setting(
+        "RUNNER_MAX_OUTPUT_MB",
+        "max_output_bytes",
+        "number",
+        "stdout + stderr MiB after which a run is killed (`output_limit`).",
+        unit="MiB",
+        low=4 * KIB,
+        high=1024 * MIB,
+    ),
+    Setting(
+        "RUNNER_MAX_QUEUE",
+        "max_queue",
+        "int",
+        "Calls that may wait for a slot; one more gets `busy`. `0`: no bound.",
+        high=100_000,
+    ),
+    Setting(
+        "RUNNER_POOL_SIZE",
+        "pool_size",
+        "int",
+        "Interpreters kept started and waiting for code, per zygote (so twice as many with a preloading zygote); "
+        "`0`: start one per call.",
+        high=64,
+    ),
+    _choices("RUNNER_LOG_LEVEL", "log_level", LogLevel, "Level of the server's log."),
+    _choices(
+        "RUNNER_LOG_FORMAT",
+        "log_format",
+        LogFormat,
+        "One text line or one JSON object per event (see [Logging](protocol.md#logging)).",
+    ),
+    Setting(
+        "RUNNER_PYTHON",
+        "python",
+        "path",
+        "Interpreter that runs the code (tested with CPython 3.11).",
+        expected="an absolute path to a Python 3 interpreter",
+        shown_default="the server's interpreter, symlinks resolved",
+        shown_accepted="absolute path of an executable file",
+    ),
+    Setting(
+        "RUNNER_WORK_DIR",
+        "work_dir",
+        "path",
+        "Where the server makes its `python-runner-*` directory with one `run-*` directory per run.",
+        expected="an absolute path to a writable directory",
+        shown_default="the temp directory (`TMPDIR`, else `/tmp`)",
+        shown_accepted="absolute path of a writable directory",
+    ),
+    _choices(
+        "RUNNER_SANDBOX",
+        "sandbox",
+        SandboxMode,
+        "How runs start and what isolates them, decided once at start: forked by a zygote into namespaces of "
+        "their own (`namespaces`), spawned one interpreter each inside bubblewrap (`bwrap`), forked with rlimits "
+        "only (`none`), or spawned with rlimits only (`none-posix-spawn`). `auto`: the first of `namespaces`, "
+        "`bwrap` and `none` whose start-up probe works, the log saying why; `namespaces` or `bwrap`: refuse to "
+        "start without it. See [the table](spawn-modes.md).",
+    ),
+    _choices(
+        "RUNNER_SANDBOX_NETWORK",
+        "sandbox_network",
+        SandboxNetwork,
+        "`isolated`: each sandboxed run gets an empty network namespace of its own, made for it and never lent to "
+        "another (no network at all, no abstract unix socket shared with another run, and no counter an earlier "
+        "run moved); `shared`: keep the server's network.",
+    ),
+    Setting(
+        "RUNNER_SANDBOX_TMP_MB",
+        "sandbox_tmp_mb",
+        "int",
+        "Size of each sandboxed run's private tmpfs at `/tmp` (its working directory) and at `/dev/shm` "
+        "(`/run` is 1 MiB).",
+        low=1,
+        high=1_048_576,
+    ),
+    Setting(
+        "RUNNER_PACKAGES",
+        "packages",
+        "path",
+        "The package environment runs may import from (see [below](#the-package-environment)). `make run` sets "
+        "it to `.sandbox-env` unless it is set, even empty.",
+        expected="an absolute path to a package environment",
+        shown_default="empty: the standard library only",
+        shown_accepted="absolute path of a directory holding `site-packages/`, or a virtual environment holding "
+        "exactly one `lib/python3*/site-packages`",
+    ),
+    Setting(
+        "RUNNER_PRELOAD",
+        "preload",
+        "list",
+        "Modules a second zygote imports before its first fork. Only where runs are forked (`fork-server`, the "
+        "namespaced sandbox); ignored with posix-spawn and bwrap. "
+        "See [the preloading zygote](spawn-modes.md#the-preloading-zygote).",
+        pattern=r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*",
+        expected="comma-separated module names",
+        shown_default=f"those of {', '.join(f'`{name}`' for name in DEFAULT_PRELOAD)} installed in "
+        "`RUNNER_PACKAGES`; none without it",
+        shown_accepted="comma-separated module names; empty: none",
+    ),
+    Setting(
+        "RUNNER_MAX_IMAGES",
+        "max_images",
+        "int",
+        "Images one call returns: figures and image files together; `0`: none.",
+        high=64,
+    ),
+    Setting(
+        "RUNNER_MAX_IMAGE_MB",
+        "max_image_bytes",
+        "number",
+        "Largest image returned, MiB; a figure over it is drawn again at a lower dpi, an image file over it is "
+        "not returned.",
+        unit="MiB",
+        low=KIB,
+        high=64 * MIB,
+    ),
+    Setting(
+        "RUNNER_MAX_RETURNED_MB",
+        "max_returned_bytes",
+        "number",
+        "Images and files one call returns, MiB together; `0`: no images and no files (the result still comes back).",
+        unit="MiB",
+        high=1024 * MIB,
+    ),
+    Setting(
+        "RUNNER_MAX_FILES_MB",
+        "max_files_bytes",
+        "number",
+        "Files that are not images one call returns, MiB together (within `RUNNER_MAX_RETURNED_MB`).",
+        unit="MiB",
+        high=1024 * MIB,
+    ),
+    Setting(
+        "RUNNER_MAX_INPUT_MB",
+        "max_input_mb",
+        "int",
+        "The `files` of one call, MiB together after decoding; each file also at most `RUNNER_MAX_FILE_SIZE_MB`.",
+        high=1024,
+    ),
+    _choices(
+        "RUNNER_TRANSPORT",
+        "transport",
+        Transport,
+        "How clients reach the server; `--transport` on the command line wins. The `RUNNER_HTTP_*` variables, "
+        "`RUNNER_AUTH_TOKENS_FILE` and `RUNNER_SHUTDOWN_GRACE` are read only for `http` (see [HTTP](http.md)).",
+    ),
+    Setting(
+        "RUNNER_HTTP_HOST",
+        "http.host",
+        "text",
+        "Where the HTTP server listens. Not a loopback address: needs `RUNNER_HTTP_ALLOWED_HOSTS` and tokens "
+        "(or `--insecure-no-auth`).",
+        shown_accepted="an address to bind (IPv4, IPv6, a name)",
+    ),
+    Setting(
+        "RUNNER_HTTP_PORT",
+        "http.port",
+        "int",
+        "Its port; `0`: any free port (the log line `serving on HTTP url=...` says which).",
+        high=65_535,
+    ),
+    Setting(
+        "RUNNER_HTTP_PATH",
+        "http.path",
+        "text",
+        "The MCP endpoint.",
+        pattern=r"(/[A-Za-z0-9._~-]+)+",
+        expected="a path such as /mcp",
+        shown_accepted="a path of one or more `/segments`, not "
+        + ", ".join(f"`{path}`" for path in OPERATIONS_PATHS[:-1])
+        + f" or `{OPERATIONS_PATHS[-1]}`",
+    ),
+    Setting(
+        "RUNNER_HTTP_ALLOWED_HOSTS",
+        "http.allowed_hosts",
+        "list",
+        "Host headers the MCP endpoint accepts; any other gets 421 (DNS-rebinding protection).",
+        pattern=r"[^/\s?#@]+",
+        expected="comma-separated host[:port] values",
+        shown_default=f"`{','.join(LOOPBACK_HOSTS)}` on a loopback address; required otherwise",
+        shown_accepted="comma-separated `host` or `host:port` (`host:*`: any port)",
+    ),
+    Setting(
+        "RUNNER_HTTP_ALLOWED_ORIGINS",
+        "http.allowed_origins",
+        "list",
+        "Origin headers accepted; any other gets 403. A request without Origin (not from a browser) is not "
+        "refused for it.",
+        pattern=r"https?://[^/\s?#@]+",
+        expected="comma-separated scheme://host[:port] origins",
+        shown_default=f"`{','.join(LOOPBACK_ORIGINS)}` on a loopback address; none otherwise",
+        shown_accepted="comma-separated `scheme://host[:port]` (`:*`: any port)",
+    ),
+    Setting(
+        "RUNNER_AUTH_TOKENS_FILE",
+        "http.tokens_file",
+        "path",
+        "Bearer tokens, one per line, `name:token` or `token` (named `token-N` by its line); `#` comments and "
+        "blank lines skipped; each at least 16 visible ASCII characters. Read once at start; a bad line stops "
+        "the server naming the line, never the token.",
+        expected="an absolute path to a file",
+        shown_default="none: no authentication",
+        shown_accepted="absolute path of a readable file",
+    ),
+    Setting(
+        "RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN",
+        "http.max_concurrent_per_token",
+        "int",
+        "Calls one token may have running or queued in the pool at once; its further calls wait in a line of "
+        "their own (at most `RUNNER_MAX_QUEUE`, then `busy`).",
+        high=256,
+        shown_default="`0`: a fair share, `RUNNER_MAX_CONCURRENT` divided among the tokens (rounded up; no limit "
+        "with one token or none)",
+    ),
+    Setting(
+        "RUNNER_HTTP_WORKERS",
+        "http.workers",
+        "int",
+        "Server processes accepting on the one port, each with its own pool and zygotes (`RUNNER_MAX_CONCURRENT` "
+        "and `RUNNER_POOL_SIZE` are per worker). See [HTTP](http.md#workers).",
+        low=1,
+        high=64,
+    ),
+    Setting(
+        "RUNNER_SHUTDOWN_GRACE",
+        "http.shutdown_grace",
+        "int",
+        "Seconds calls in flight may finish after SIGTERM or SIGINT; then they are cancelled and their runs killed.",
+        high=3600,
+    ),
+)
+
+# Sizes were once in bytes or KiB: each such name, its replacement in MiB, and the bytes of its unit.
+RENAMED = (
+    ("RUNNER_MAX_CODE_BYTES", "RUNNER_MAX_CODE_MB", 1),
+    ("RUNNER_MAX_STDIN_BYTES", "RUNNER_MAX_STDIN_MB", 1),
+    ("RUNNER_MAX_OUTPUT_BYTES", "RUNNER_MAX_OUTPUT_MB", 1),
+    ("RUNNER_MAX_IMAGE_KB", "RUNNER_MAX_IMAGE_MB", KIB),
+    ("RUNNER_MAX_RETURNED_KB", "RUNNER_MAX_RETURNED_MB", KIB),
+    ("RUNNER_MAX_FILES_KB", "RUNNER_MAX_FILES_MB", KIB),
+)
+# Names that restated what others set, and why they are gone.
+DROPPED = (
+    (
+        "RUNNER_SPAWN_MODE",
+        "RUNNER_SANDBOX says how runs start now: namespaces and none fork them from a zygote, bwrap and "
+        "none-posix-spawn spawn one interpreter per run (fork-server is RUNNER_SANDBOX=none, posix-spawn is "
+        "RUNNER_SANDBOX=none-posix-spawn)",
+    ),
+    (
+        "RUNNER_HTTP_MAX_BODY_KB",
+        "the largest request body is the largest legal call, which RUNNER_MAX_CODE_MB, RUNNER_MAX_STDIN_MB and "
+        "RUNNER_MAX_INPUT_MB set",
+    ),
+)
 
 
-def _integer(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
-    expected = f"an integer from {low} to {high}"
-    value = _parse(env, name, default, int, expected)
-    if not low <= value <= high:
-        raise ConfigError(name, f"expected {expected}, got {value}")
-    return value
+def markdown_table() -> str:
+    """docs/configuration.md's table of every variable, from `SETTINGS` and the fields' defaults."""
+    defaults = Config()
+    rows = (each.row(getattr(defaults.http if each.http else defaults, each.attribute)) for each in SETTINGS)
+    return "\n".join(("| Variable | Default | Accepted | Meaning |", "| --- | --- | --- | --- |", *rows)) + "\n"
 
 
-def _number(env: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
-    expected = f"a number of seconds from {low:g} to {high:g}"
-    value = _parse(env, name, default, float, expected)
-    if not math.isfinite(value) or not low <= value <= high:
-        raise ConfigError(name, f"expected {expected}, got {env.get(name)!r}")
-    return value
+def _declared(name: str) -> Setting:
+    """The declaration of the variable `name`."""
+    return next(declared for declared in SETTINGS if declared.name == name)
 
 
-def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
-    value = _parse(env, name, default, str.lower, "one of " + "|".join(choices))
-    if value not in choices:
-        raise ConfigError(name, f"expected one of {'|'.join(choices)}, got {env.get(name)!r}")
-    return value
+def _read(env: Mapping[str, str], *, http: bool) -> dict[str, Any]:
+    """The fields of the variables that are set (not blank), of HttpConfig's or of Config's own; the
+    other fields keep their defaults."""
+    return {
+        declared.attribute: declared.parse(raw)
+        for declared in SETTINGS
+        if declared.http == http and (raw := env.get(declared.name, "")).strip()
+    }
 
 
-def _names(env: Mapping[str, str], name: str, *, origins: bool = False) -> tuple[str, ...]:
-    """A comma-separated list of Host values (host[:port], port may be *) or of origins (scheme://host[:port])."""
-    names = tuple(part.strip() for part in env.get(name, "").split(",") if part.strip())
-    pattern = r"https?://[^/\s?#@]+" if origins else r"[^/\s?#@]+"
-    expected = "scheme://host[:port] origins" if origins else "host[:port] values"
-    for part in names:
-        if not re.fullmatch(pattern, part):
-            raise ConfigError(name, f"expected comma-separated {expected}, got {part!r}")
-    return names
+def _refuse_removed(env: Mapping[str, str]) -> None:
+    """A removed name set stops the start, naming what replaces it (and, for a size, its value in MiB)."""
+    for old, new, unit in RENAMED:
+        raw = env.get(old, "").strip()
+        if raw:
+            try:
+                said = f" ({old}={raw} is {new}={mebibytes(int(raw) * unit)})"
+            except ValueError:
+                said = ""
+            raise ConfigError(old, f"removed: use {new}, a number of MiB{said}")
+    for old, why in DROPPED:
+        if env.get(old, "").strip():
+            raise ConfigError(old, f"removed: {why}")
 
 
-def _python(env: Mapping[str, str]) -> str:
-    # The real binary, not a venv link or a pyenv shim: a shim costs ~70 ms per spawn, and with
-    # -I -S the base interpreter never sees the server's site-packages anyway.
-    raw = env.get("RUNNER_PYTHON", "").strip()
-    path = raw or os.path.realpath(sys.executable)
-    if not os.path.isabs(path):
-        raise ConfigError("RUNNER_PYTHON", f"expected an absolute path to a Python 3 interpreter, got {raw!r}")
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        raise ConfigError("RUNNER_PYTHON", f"expected an executable file, got {path!r}")
-    return path
-
-
-def _work_dir(env: Mapping[str, str]) -> str:
-    raw = env.get("RUNNER_WORK_DIR", "").strip()
-    path = raw or tempfile.gettempdir()
-    if not os.path.isabs(path):
-        raise ConfigError("RUNNER_WORK_DIR", f"expected an absolute path to a writable directory, got {raw!r}")
-    if not (os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)):
-        raise ConfigError("RUNNER_WORK_DIR", f"expected a writable directory, got {path!r}")
-    return path
-
-
-def _packages(env: Mapping[str, str]) -> tuple[str, str]:
-    """RUNNER_PACKAGES: the environment runs import from, and the directory of it that goes on sys.path
-    (its ``site-packages``, or a virtual environment's ``lib/pythonX.Y/site-packages``)."""
-    raw = env.get("RUNNER_PACKAGES", "").strip()
-    if not raw:
-        return "", ""
-    if not os.path.isabs(raw) or not os.path.isdir(raw):
-        raise ConfigError("RUNNER_PACKAGES", f"expected an absolute path to a package environment, got {raw!r}")
-    found = [os.path.join(raw, "site-packages")] if os.path.isdir(os.path.join(raw, "site-packages")) else []
-    found = found or sorted(glob.glob(os.path.join(raw, "lib", "python3*", "site-packages")))
-    if len(found) != 1:
-        raise ConfigError(
-            "RUNNER_PACKAGES",
-            f"expected {raw!r} to hold one site-packages directory (make sandbox-env builds one), found {len(found)}",
-        )
-    return os.path.realpath(raw), os.path.realpath(found[0])
-
-
-DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib.pyplot")
-_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
-
-def _preload(env: Mapping[str, str], packages_site: str) -> tuple[str, ...]:
-    """RUNNER_PRELOAD: the modules a second zygote imports before its first fork (comma-separated;
-    empty: no such zygote). By default those of numpy, pandas and matplotlib.pyplot installed in
-    RUNNER_PACKAGES; nothing without it."""
-    raw = env.get("RUNNER_PRELOAD")
-    if raw is None:
-        present = (name for name in DEFAULT_PRELOAD if os.path.isdir(os.path.join(packages_site, name.split(".")[0])))
-        return tuple(present) if packages_site else ()
-    names = tuple(name.strip() for name in raw.split(",") if name.strip())
-    for name in names:
-        if not _MODULE_NAME.match(name):
-            raise ConfigError("RUNNER_PRELOAD", f"expected comma-separated module names, got {name!r}")
-    if names and not packages_site:
+def _check(config: Config, env: Mapping[str, str]) -> None:
+    """The rules between Config's own variables."""
+    if config.default_timeout > config.max_timeout:
+        name = "RUNNER_DEFAULT_TIMEOUT"
+        got = repr(env[name]) if env.get(name, "").strip() else f"its default {config.default_timeout:g}"
+        raise ConfigError(name, f"expected {_declared(name).expectation(config.max_timeout)}, got {got}")
+    if config.preload and not config.packages:
         raise ConfigError("RUNNER_PRELOAD", "needs RUNNER_PACKAGES: the modules to preload come from there")
-    for name in names:
-        if not _findable(name, packages_site):
-            raise ConfigError("RUNNER_PRELOAD", f"no module {name!r} in RUNNER_PACKAGES or the standard library")
-    return names
 
 
-def _findable(name: str, site: str) -> bool:
-    """Whether `name` is a module of the standard library or of `site`, found without importing it
-    (a module that is there but fails to import stops its zygote, which says why in the log)."""
-    top, _, rest = name.partition(".")
-    if top in sys.stdlib_module_names:
-        return True
-    spec = importlib.machinery.PathFinder.find_spec(top, [site])
-    for part in rest.split(".") if rest else []:
-        if spec is None or not spec.submodule_search_locations:
-            return False
-        spec = importlib.machinery.PathFinder.find_spec(part, list(spec.submodule_search_locations))
-    return spec is not None
+def _http(env: Mapping[str, str], max_message_bytes: int) -> HttpConfig:
+    """The HTTP variables, read only for RUNNER_TRANSPORT=http, and the rules between them."""
+    http = HttpConfig(**_read(env, http=True), max_body_bytes=max_message_bytes)
+    if http.path in OPERATIONS_PATHS:
+        raise ConfigError(
+            "RUNNER_HTTP_PATH",
+            f"expected a path such as /mcp, not one of {', '.join(OPERATIONS_PATHS)}; got {http.path!r}",
+        )
+    if not http.loopback:
+        if not http.allowed_hosts:
+            raise ConfigError(
+                "RUNNER_HTTP_ALLOWED_HOSTS",
+                f"required when RUNNER_HTTP_HOST ({http.host}) is not a loopback address: the Host values clients "
+                "use (for example runner.example.com,runner:8000); any other Host is refused with 421",
+            )
+        return http
+    return dataclasses.replace(
+        http,
+        allowed_hosts=http.allowed_hosts or LOOPBACK_HOSTS,
+        allowed_origins=http.allowed_origins or LOOPBACK_ORIGINS,
+    )
 
 
-def _installed(site: str) -> tuple[str, ...]:
-    """ "name version" of every distribution in `site`, from its .dist-info directory's name."""
-    if not site:
-        return ()
-    names = sorted(entry[: -len(".dist-info")] for entry in os.listdir(site) if entry.endswith(".dist-info"))
-    return tuple(" ".join(name.rsplit("-", 1)) for name in names)
+if __name__ == "__main__":
+    sys.stdout.write(markdown_table())

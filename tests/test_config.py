@@ -1,16 +1,24 @@
-"""Configuration parsing: defaults, accepted values, and one clear error naming a bad variable."""
+"""Configuration: the declaration of every variable, its defaults and accepted values, one clear error
+naming a bad or removed variable, the documentation's table printed from the declaration, and the
+disk looked at only where the environment is opened."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from runner.config import Config
+from runner.config import DROPPED, KIB, MIB, RENAMED, SETTINGS, Config, HttpConfig, markdown_table
+from runner.environment import open_environment
 from runner.errors import ConfigError
 from tests.conftest import REPO
+
+CONFIGURATION_PAGE = REPO / "docs" / "configuration.md"
 
 
 def test_an_empty_environment_gives_the_documented_defaults() -> None:
@@ -23,9 +31,23 @@ def test_an_empty_environment_gives_the_documented_defaults() -> None:
     assert config.max_concurrent == 4
     assert config.default_timeout == 10.0
     assert config.max_timeout == 60.0
+    assert (config.max_code_bytes, config.max_stdin_bytes, config.max_output_bytes) == (MIB, MIB, 16 * MIB)
+    assert (config.max_image_bytes, config.max_returned_bytes, config.max_files_bytes) == (
+        256 * KIB,
+        512 * KIB,
+        48 * KIB,
+    )
     assert config.pool_size == 2
     assert config.log_format == "text"
-    assert os.path.isabs(config.python)
+    assert config == Config(default_preload=True), "the defaults are the fields' own"
+
+
+def test_opening_the_environment_fills_in_the_interpreter_and_the_temp_directory() -> None:
+    config = open_environment(Config.from_env({}))
+    assert config.python == os.path.realpath(sys.executable)
+    assert config.work_dir == tempfile.gettempdir()
+    assert (config.packages, config.packages_site, config.package_versions, config.preload) == ("", "", (), ())
+    assert open_environment(config) == config, "opening an opened configuration changes nothing"
 
 
 def test_every_variable_is_read() -> None:
@@ -39,9 +61,9 @@ def test_every_variable_is_read() -> None:
             "RUNNER_MAX_CONCURRENT": "2",
             "RUNNER_DEFAULT_TIMEOUT": "2.5",
             "RUNNER_MAX_TIMEOUT": "30",
-            "RUNNER_MAX_CODE_BYTES": "1000",
-            "RUNNER_MAX_STDIN_BYTES": "0",
-            "RUNNER_MAX_OUTPUT_BYTES": "65536",
+            "RUNNER_MAX_CODE_MB": "0.5",
+            "RUNNER_MAX_STDIN_MB": "0",
+            "RUNNER_MAX_OUTPUT_MB": "0.0625",
             "RUNNER_MAX_QUEUE": "0",
             "RUNNER_POOL_SIZE": "0",
             "RUNNER_LOG_LEVEL": "DEBUG",
@@ -51,12 +73,19 @@ def test_every_variable_is_read() -> None:
             "RUNNER_SANDBOX": "none-posix-spawn",
             "RUNNER_SANDBOX_NETWORK": "shared",
             "RUNNER_SANDBOX_TMP_MB": "8",
+            "RUNNER_PACKAGES": "/opt/env",
+            "RUNNER_PRELOAD": "json, email.mime",
+            "RUNNER_MAX_IMAGES": "2",
+            "RUNNER_MAX_IMAGE_MB": "0.125",
+            "RUNNER_MAX_RETURNED_MB": "2",
+            "RUNNER_MAX_FILES_MB": "0.25",
+            "RUNNER_MAX_INPUT_MB": "3",
         }
     )
     assert (config.max_cpu_seconds, config.max_memory_mb, config.max_processes) == (3, 128, 8)
     assert (config.max_file_size_mb, config.max_output_chars, config.max_concurrent) == (0, 500, 2)
     assert (config.default_timeout, config.max_timeout) == (2.5, 30.0)
-    assert (config.max_code_bytes, config.max_stdin_bytes, config.max_output_bytes) == (1000, 0, 65536)
+    assert (config.max_code_bytes, config.max_stdin_bytes, config.max_output_bytes) == (MIB // 2, 0, 64 * KIB)
     assert (config.max_queue, config.pool_size, config.log_level, config.log_format) == (0, 0, "debug", "json")
     assert config.python == sys.executable
     assert config.work_dir == "/tmp"
@@ -65,6 +94,41 @@ def test_every_variable_is_read() -> None:
         "shared",
         8,
     )
+    assert (config.packages, config.preload, config.default_preload) == ("/opt/env", ("json", "email.mime"), False)
+    assert (config.max_images, config.max_image_bytes, config.max_returned_bytes, config.max_files_bytes) == (
+        2,
+        128 * KIB,
+        2 * MIB,
+        256 * KIB,
+    )
+    assert config.max_input_mb == 3
+
+
+def test_every_declaration_names_a_field_of_the_configuration_and_each_variable_once() -> None:
+    fields = {field.name for field in dataclasses.fields(Config)}
+    http_fields = {field.name for field in dataclasses.fields(HttpConfig)}
+    for setting in SETTINGS:
+        assert setting.attribute in (http_fields if setting.http else fields), setting.name
+        assert setting.meaning.endswith("."), setting.name
+    names = [setting.name for setting in SETTINGS]
+    assert len(names) == len(set(names))
+    assert not {old for old, _, _ in RENAMED} & set(names)
+    assert not {old for old, _ in DROPPED} & set(names)
+
+
+@pytest.mark.parametrize(
+    ("value", "count"),
+    [
+        ("1", MIB),
+        ("0.25", 256 * KIB),
+        ("0.046875", 48 * KIB),
+        ("  2.5  ", 5 * MIB // 2),
+        ("0.1", 104_857),  # 104857.6 bytes: rounded down to whole bytes
+        ("1e-3", 1048),
+    ],
+)
+def test_a_size_is_a_decimal_number_of_mib_rounded_down_to_whole_bytes(value: str, count: int) -> None:
+    assert Config.from_env({"RUNNER_MAX_IMAGE_MB": value}).max_image_bytes == count
 
 
 @pytest.mark.parametrize(
@@ -73,20 +137,36 @@ def test_every_variable_is_read() -> None:
         ("RUNNER_MAX_CPU_SECONDS", "0", "from 1 to 86400"),
         ("RUNNER_MAX_CPU_SECONDS", "ten", "an integer"),
         ("RUNNER_MAX_MEMORY_MB", "-5", "from 32 to"),
+        ("RUNNER_MAX_MEMORY_MB", "0.5", "an integer from 32 to 1048576, got '0.5'"),
         ("RUNNER_MAX_PROCESSES", "1.5", "an integer"),
+        ("RUNNER_MAX_FILE_SIZE_MB", "1048577", "an integer from 0 to 1048576, got 1048577"),
         ("RUNNER_MAX_OUTPUT_CHARS", "99", "from 100 to"),
         ("RUNNER_MAX_CONCURRENT", "0", "from 1 to 256"),
         ("RUNNER_MAX_TIMEOUT", "nan", "a number of seconds"),
         ("RUNNER_DEFAULT_TIMEOUT", "inf", "a number of seconds"),
         ("RUNNER_DEFAULT_TIMEOUT", "0", "a number of seconds"),
+        ("RUNNER_MAX_CODE_MB", "0.0005", "a number of MiB from 0.0009765625 to 64, got '0.0005'"),
+        ("RUNNER_MAX_CODE_MB", "65", "a number of MiB from 0.0009765625 to 64"),
+        ("RUNNER_MAX_STDIN_MB", "-1", "a number of MiB from 0 to 64"),
+        ("RUNNER_MAX_OUTPUT_MB", "0.001", "a number of MiB from 0.00390625 to 1024"),
+        ("RUNNER_MAX_OUTPUT_MB", "lots", "a number of MiB"),
+        ("RUNNER_MAX_QUEUE", "-1", "from 0 to 100000"),
+        ("RUNNER_POOL_SIZE", "65", "from 0 to 64"),
         ("RUNNER_LOG_FORMAT", "xml", "text|json"),
         ("RUNNER_LOG_LEVEL", "loud", "debug|info|warning|error"),
         ("RUNNER_PYTHON", "python3", "absolute path"),
-        ("RUNNER_PYTHON", "/nonexistent/python", "executable file"),
-        ("RUNNER_WORK_DIR", "/nonexistent", "writable directory"),
+        ("RUNNER_WORK_DIR", "tmp", "an absolute path to a writable directory"),
         ("RUNNER_SANDBOX", "docker", "auto|namespaces|bwrap|none|none-posix-spawn"),
         ("RUNNER_SANDBOX_NETWORK", "open", "isolated|shared"),
         ("RUNNER_SANDBOX_TMP_MB", "0", "from 1 to"),
+        ("RUNNER_PACKAGES", "env", "an absolute path to a package environment"),
+        ("RUNNER_PRELOAD", "numpy,no-such", "comma-separated module names, got 'no-such'"),
+        ("RUNNER_MAX_IMAGES", "65", "from 0 to 64"),
+        ("RUNNER_MAX_IMAGE_MB", "0", "a number of MiB from 0.0009765625 to 64"),
+        ("RUNNER_MAX_RETURNED_MB", "1025", "a number of MiB from 0 to 1024"),
+        ("RUNNER_MAX_FILES_MB", "1e400", "a number of MiB from 0 to 1024"),
+        ("RUNNER_MAX_INPUT_MB", "1025", "from 0 to 1024"),
+        ("RUNNER_TRANSPORT", "websocket", "stdio|http"),
     ],
 )
 def test_a_bad_value_is_rejected_with_a_message_naming_the_variable(variable: str, value: str, says: str) -> None:
@@ -102,10 +182,117 @@ def test_the_default_timeout_may_not_exceed_the_maximum() -> None:
         Config.from_env({"RUNNER_MAX_TIMEOUT": "5", "RUNNER_DEFAULT_TIMEOUT": "6"})
     assert caught.value.variable == "RUNNER_DEFAULT_TIMEOUT"
     assert "from 0.1 to 5" in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env({"RUNNER_MAX_TIMEOUT": "5"})
+    assert str(caught.value) == "RUNNER_DEFAULT_TIMEOUT: expected a number of seconds from 0.1 to 5, got its default 10"
+
+
+def test_preloading_named_modules_needs_a_package_environment() -> None:
+    with pytest.raises(ConfigError, match="needs RUNNER_PACKAGES") as caught:
+        Config.from_env({"RUNNER_PRELOAD": "json"})
+    assert caught.value.variable == "RUNNER_PRELOAD"
+    assert Config.from_env({"RUNNER_PRELOAD": ""}).preload == (), "empty: no preloading, and no package environment"
 
 
 def test_blank_values_mean_the_default() -> None:
     assert Config.from_env({"RUNNER_MAX_CONCURRENT": "  "}).max_concurrent == 4
+    assert Config.from_env({"RUNNER_MAX_CODE_MB": ""}).max_code_bytes == MIB
+    assert Config.from_env({"RUNNER_MAX_CODE_BYTES": ""}).max_code_bytes == MIB, "a removed name left empty"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("RUNNER_MAX_CODE_BYTES", "2000", "use RUNNER_MAX_CODE_MB, a number of MiB (RUNNER_MAX_CODE_BYTES=2000 is "),
+        ("RUNNER_MAX_STDIN_BYTES", "1048576", "(RUNNER_MAX_STDIN_BYTES=1048576 is RUNNER_MAX_STDIN_MB=1)"),
+        ("RUNNER_MAX_OUTPUT_BYTES", "lots", "removed: use RUNNER_MAX_OUTPUT_MB, a number of MiB"),
+        ("RUNNER_MAX_IMAGE_KB", "256", "(RUNNER_MAX_IMAGE_KB=256 is RUNNER_MAX_IMAGE_MB=0.25)"),
+        ("RUNNER_MAX_RETURNED_KB", "512", "(RUNNER_MAX_RETURNED_KB=512 is RUNNER_MAX_RETURNED_MB=0.5)"),
+        ("RUNNER_MAX_FILES_KB", "48", "(RUNNER_MAX_FILES_KB=48 is RUNNER_MAX_FILES_MB=0.046875)"),
+        ("RUNNER_HTTP_MAX_BODY_KB", "1024", "removed: the largest request body is the largest legal call"),
+    ],
+)
+def test_a_removed_name_stops_the_server_naming_its_replacement(variable: str, value: str, says: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env({variable: value})
+    assert caught.value.variable == variable
+    assert str(caught.value).startswith(f"{variable}: removed: ")
+    assert says in str(caught.value)
+
+
+def test_every_removed_name_is_documented_with_its_replacement() -> None:
+    page = CONFIGURATION_PAGE.read_text(encoding="utf-8")
+    for old, new, _ in RENAMED:
+        assert f"| `{old}` | `{new}` |" in page
+    for old, _ in DROPPED:
+        assert f"| `{old}` |" in page
+
+
+def test_the_documented_table_of_every_variable_is_the_one_printed_from_the_declarations() -> None:
+    page = CONFIGURATION_PAGE.read_text(encoding="utf-8")
+    table = markdown_table()
+    assert table.startswith("| Variable | Default | Accepted | Meaning |\n")
+    assert len(table.splitlines()) == 2 + len(SETTINGS)
+    assert table in page, (
+        "docs/configuration.md's table of every variable differs from the declarations in runner/config.py: "
+        "paste the output of `python -m runner.config` over it"
+    )
+
+
+def test_python_m_runner_config_prints_the_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "runner.config"], cwd=REPO, capture_output=True, text=True, timeout=30, check=True
+    )
+    assert done.stdout == markdown_table()
+
+
+def test_reading_the_environment_looks_at_no_path_and_opening_it_refuses_a_missing_one(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no" / "such")
+    for variable, says in [
+        ("RUNNER_PYTHON", "expected an executable file"),
+        ("RUNNER_WORK_DIR", "expected a writable directory"),
+        ("RUNNER_PACKAGES", "expected an absolute path to a package environment"),
+    ]:
+        read = Config.from_env({variable: missing})
+        with pytest.raises(ConfigError, match=says) as caught:
+            open_environment(read)
+        assert caught.value.variable == variable
+        assert missing in str(caught.value)
+
+
+def test_reading_the_environment_makes_no_system_call_on_a_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"the disk was looked at: {args}")
+
+    for module, name in [(os, "stat"), (os, "lstat"), (os, "access"), (os, "listdir"), (os, "scandir")]:
+        monkeypatch.setattr(module, name, refused)
+    monkeypatch.setattr(tempfile, "gettempdir", refused)
+    config = Config.from_env(
+        {
+            "RUNNER_PYTHON": "/no/such/python",
+            "RUNNER_WORK_DIR": "/no/such/dir",
+            "RUNNER_PACKAGES": "/no/such/env",
+            "RUNNER_PRELOAD": "numpy",
+            "RUNNER_TRANSPORT": "http",
+            "RUNNER_AUTH_TOKENS_FILE": "/no/such/tokens",
+        }
+    )
+    assert (config.python, config.work_dir, config.packages) == ("/no/such/python", "/no/such/dir", "/no/such/env")
+    assert config.http.tokens_file == "/no/such/tokens"
+
+
+def test_a_package_environment_gives_its_distributions_and_the_default_preload_it_has(tmp_path: Path) -> None:
+    site = tmp_path / "env" / "site-packages"
+    for name in ("numpy", "numpy-2.4.6.dist-info", "matplotlib", "matplotlib-3.11.2.dist-info"):
+        (site / name).mkdir(parents=True)
+    opened = open_environment(Config.from_env({"RUNNER_PACKAGES": str(tmp_path / "env")}))
+    assert (opened.packages, opened.packages_site) == (str(tmp_path / "env"), str(site))
+    assert opened.package_versions == ("matplotlib 3.11.2", "numpy 2.4.6")
+    assert opened.preload == ("numpy", "matplotlib.pyplot"), "pandas is not there"
+    assert not opened.default_preload
+    with pytest.raises(ConfigError, match="no module 'pandas' in RUNNER_PACKAGES") as caught:
+        open_environment(Config.from_env({"RUNNER_PACKAGES": str(tmp_path / "env"), "RUNNER_PRELOAD": "pandas"}))
+    assert caught.value.variable == "RUNNER_PRELOAD"
 
 
 def test_the_server_refuses_to_start_on_a_bad_value_with_one_line_and_exit_status_2() -> None:
@@ -128,3 +315,15 @@ def test_the_removed_spawn_mode_stops_the_server_naming_what_replaced_it(value: 
     assert caught.value.variable == "RUNNER_SPAWN_MODE"
     assert "removed: RUNNER_SANDBOX says how runs start now" in str(caught.value)
     assert "RUNNER_SANDBOX=none-posix-spawn" in str(caught.value)
+
+
+def test_the_server_refuses_to_start_on_a_path_that_is_not_there_with_exit_status_2(tmp_path: Path) -> None:
+    env = {**os.environ, "RUNNER_WORK_DIR": str(tmp_path / "missing")}
+    done = subprocess.run(
+        [sys.executable, "-m", "runner"], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"python-runner-mcp: invalid configuration: RUNNER_WORK_DIR: expected a writable directory, "
+        f"got {str(tmp_path / 'missing')!r}\n"
+    )

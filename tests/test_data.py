@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from runner.config import Config
+from runner.environment import open_environment
 from runner.errors import ConfigError
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
@@ -38,7 +39,7 @@ def with_packages(config: Config, mode: str, **changes: object) -> Config:
         if os.environ.get("CI"):
             pytest.fail(f"CI must build the package environment: no {PACKAGES} (make sandbox-env)")
         pytest.skip(f"no package environment at {PACKAGES}: make sandbox-env builds it")
-    packaged = Config.from_env({"RUNNER_PACKAGES": PACKAGES})
+    packaged = open_environment(Config.from_env({"RUNNER_PACKAGES": PACKAGES}))
     return in_mode(
         dataclasses.replace(
             config, packages=packaged.packages, packages_site=packaged.packages_site, preload=packaged.preload
@@ -271,12 +272,16 @@ def test_a_module_runner_preload_cannot_find_stops_the_server_at_start_naming_th
 
 def test_preloaded_modules_are_found_without_importing_them() -> None:
     with_packages(Config(), "fork-server")
-    found = Config.from_env(
-        {"RUNNER_PACKAGES": PACKAGES, "RUNNER_PRELOAD": "numpy, matplotlib.pyplot,json,scipy.stats"}
+    found = open_environment(
+        Config.from_env({"RUNNER_PACKAGES": PACKAGES, "RUNNER_PRELOAD": "numpy, matplotlib.pyplot,json,scipy.stats"})
     )
     assert found.preload == ("numpy", "matplotlib.pyplot", "json", "scipy.stats")
     for wrong in ("matplotlib.nope", "numpy..x", "pandas.DataFrame"):
         with pytest.raises(ConfigError, match="RUNNER_PRELOAD"):
-            Config.from_env({"RUNNER_PACKAGES": PACKAGES, "RUNNER_PRELOAD": wrong})
-    assert Config.from_env({"RUNNER_PACKAGES": PACKAGES}).preload == ("numpy", "pandas", "matplotlib.pyplot")
-    assert Config.from_env({"RUNNER_PACKAGES": PACKAGES, "RUNNER_PRELOAD": ""}).preload == ()
+            open_environment(Config.from_env({"RUNNER_PACKAGES": PACKAGES, "RUNNER_PRELOAD": wrong}))
+    assert open_environment(Config.from_env({"RUNNER_PACKAGES": PACKAGES})).preload == (
+        "numpy",
+        "pandas",
+        "matplotlib.pyplot",
+    )
+    assert open_environment(Config.from_env({"RUNNER_PACKAGES": PACKAGES, "RUNNER_PRELOAD": ""})).preload == ()

@@ -1,7 +1,7 @@
 """Property-based fuzzing of raw frames against one real `python -m runner` process per test.
 
-Each test starts one server (RUNNER_SANDBOX=none, a pool of 2, RUNNER_MAX_CODE_BYTES=2000 and
-RUNNER_MAX_STDIN_BYTES=0, so a line longer than 6 x 2000 + 64 KiB = 77,536 bytes is over the limit),
+Each test starts one server (RUNNER_SANDBOX=none, a pool of 2, RUNNER_MAX_CODE_MB of 2000 bytes and
+RUNNER_MAX_STDIN_MB=0, so a line longer than 6 x 2000 + 64 KiB = 77,536 bytes is over the limit),
 opens a session with `initialize`, and lets hypothesis write frames into its stdin for many examples:
 random bytes, truncated JSON, lines around and far over the size limit, wrong JSON-RPC shapes, and
 tool arguments generated from the published input schema, inside it and outside it. After every
@@ -52,7 +52,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from runner.config import Config
+from runner.config import MIB, Config
 from runner.protocol.schemas import input_schema
 from tests.conftest import REPO
 from tests.helpers import check_structured, processes_mentioning, settled
@@ -63,8 +63,8 @@ MAX_STDIN_BYTES = 0
 SERVER_ENV = {
     "RUNNER_SANDBOX": "none",
     "RUNNER_POOL_SIZE": "2",
-    "RUNNER_MAX_CODE_BYTES": str(MAX_CODE_BYTES),
-    "RUNNER_MAX_STDIN_BYTES": str(MAX_STDIN_BYTES),
+    "RUNNER_MAX_CODE_MB": str(MAX_CODE_BYTES / MIB),  # 0.0019073486328125: exactly 2000 bytes
+    "RUNNER_MAX_STDIN_MB": str(MAX_STDIN_BYTES / MIB),
     "RUNNER_MAX_TIMEOUT": "5",
     "RUNNER_DEFAULT_TIMEOUT": "2",
     "RUNNER_MAX_CPU_SECONDS": "5",

@@ -264,10 +264,14 @@ async def test_a_foreign_host_gets_421_and_a_foreign_origin_403(
 async def test_a_body_over_the_bound_is_refused_before_it_is_read(
     work_dir: Path, tmp_path: Path, left_nothing: None
 ) -> None:
-    with http_server(work_dir, tmp_path / "log", RUNNER_HTTP_MAX_BODY_KB="1024") as server:
-        padding = "x" * (1024 * 1024 + 1 - len(json.dumps(call(""))))
+    # The bound is the largest legal call: 6 x 160 KiB of code + 64 KiB is 1 MiB.
+    small_calls = {"RUNNER_MAX_CODE_MB": "0.15625", "RUNNER_MAX_STDIN_MB": "0", "RUNNER_MAX_INPUT_MB": "0"}
+    bound = Config.from_env({**small_calls, "RUNNER_TRANSPORT": "http"}).http.max_body_bytes
+    assert bound == 1024 * 1024
+    with http_server(work_dir, tmp_path / "log", **small_calls) as server:
+        padding = "x" * (bound + 1 - len(json.dumps(call(""))))
         body = json.dumps(call(padding)).encode()
-        assert len(body) == 1024 * 1024 + 1
+        assert len(body) == bound + 1
         assert httpx2.post(server.url, content=body, headers=JSON_AND_SSE).status_code == 413
 
         def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives

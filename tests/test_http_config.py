@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.config import Config
+from runner.environment import open_environment
 from runner.errors import ConfigError
 from runner.transports.auth import BearerTokens
 from runner.transports.http import listening
@@ -55,6 +56,22 @@ def test_a_bad_http_setting_is_refused_naming_the_variable(variable: str, value:
     with pytest.raises(ConfigError, match=re.escape(says)) as raised:
         Config.from_env({**HTTP, variable: value})
     assert raised.value.variable == variable
+
+
+def test_a_tokens_file_that_is_not_there_is_refused_when_the_environment_is_opened(tmp_path: Path) -> None:
+    read = Config.from_env({**HTTP, "RUNNER_AUTH_TOKENS_FILE": str(tmp_path / "missing")})
+    with pytest.raises(ConfigError, match="expected an absolute path to a file") as raised:
+        open_environment(read)
+    assert raised.value.variable == "RUNNER_AUTH_TOKENS_FILE"
+    (tmp_path / "real").write_text("alice:aaaaaaaaaaaaaaaaaaaaaa\n")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    linked = open_environment(Config.from_env({**HTTP, "RUNNER_AUTH_TOKENS_FILE": str(tmp_path / "link")}))
+    assert linked.http.tokens_file == str((tmp_path / "real").resolve()), "the path the sandbox must hide"
+
+
+def test_the_largest_request_body_follows_the_input_caps() -> None:
+    env = {**HTTP, "RUNNER_MAX_CODE_MB": "0.15625", "RUNNER_MAX_STDIN_MB": "0", "RUNNER_MAX_INPUT_MB": "0"}
+    assert Config.from_env(env).http.max_body_bytes == 6 * 160 * 1024 + 64 * 1024 == 1024 * 1024
 
 
 def test_a_public_address_needs_the_host_names_clients_use() -> None:

@@ -23,7 +23,15 @@ MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 250
 SDK = ("mcp", "mcp_types", "pydantic", "jsonschema", "starlette", "uvicorn", "httpx")
 SIDES = ("runner.protocol", "runner.transports", "runner.execution", "runner.processes")
-SHARED = ("runner.config", "runner.errors", "runner.logs", "runner.fdio", "runner.outcome")
+SHARED = (
+    "runner.config",
+    "runner.settings",
+    "runner.environment",
+    "runner.errors",
+    "runner.logs",
+    "runner.fdio",
+    "runner.outcome",
+)
 # The code that runs inside a run's interpreter: the standard library and its own modules only, and
 # imported by the server side (the execution side and the process handles) for its wire and tables.
 IN_RUN = "runner.inrun"

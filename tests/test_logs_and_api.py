@@ -13,6 +13,7 @@ import pytest
 
 from runner import run_code
 from runner.config import Config
+from runner.environment import open_environment
 from runner.logs import configure_logging, get_logger, log_event
 from runner.outcome import Status
 from tests.helpers import SEED_PLAIN, checked
@@ -71,7 +72,7 @@ async def test_run_code_works_like_the_seeds_own_test(monkeypatch: pytest.Monkey
 
 @pytest.mark.anyio
 async def test_run_code_validates_its_arguments_like_the_tool(work_dir: Path) -> None:
-    config = Config.from_env({"RUNNER_WORK_DIR": str(work_dir)})
+    config = open_environment(Config.from_env({"RUNNER_WORK_DIR": str(work_dir)}))
     result = checked(await run_code("print(1)", timeout=-1, config=config))
     assert result.status is Status.INVALID_ARGUMENTS
     assert "invalid argument 'timeout'" in result.message

@@ -131,7 +131,9 @@ async def test_files_the_code_makes_or_changes_come_back_and_links_never_are_fol
 
 
 async def test_what_does_not_fit_the_budgets_is_listed_with_its_size_and_why(config: Config, no_leaks: None) -> None:
-    tight = in_mode(config, "fork-server", max_files_kb=4, max_returned_kb=16, max_images=1, max_image_kb=2)
+    tight = in_mode(
+        config, "fork-server", max_files_bytes=4096, max_returned_bytes=16_384, max_images=1, max_image_bytes=2048
+    )
     png = base64.b64decode(
         "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.config import Config
+from runner.environment import open_environment
 from runner.errors import ConfigError
 from runner.protocol.tool import tool_definition
 from tests.conftest import REPO
@@ -67,7 +68,7 @@ def test_an_environment_that_differs_from_its_lock_fails_naming_each_difference(
 
 def test_the_tool_description_names_what_runs_may_import(tmp_path: Path) -> None:
     env = fake_env(tmp_path / "env", {"numpy": "2.4.6", "pandas": "3.1.1"})
-    packaged = Config.from_env({"RUNNER_PACKAGES": str(env), "RUNNER_PRELOAD": "json"})
+    packaged = open_environment(Config.from_env({"RUNNER_PACKAGES": str(env), "RUNNER_PRELOAD": "json"}))
     described = tool_definition(packaged).description or ""
     assert "the standard library and these packages importable: numpy 2.4.6, pandas 3.1.1," in described
     assert "256 MiB memory (beyond what json map, when imported)," in described
@@ -78,7 +79,7 @@ def test_the_tool_description_names_what_runs_may_import(tmp_path: Path) -> None
 @pytest.mark.parametrize("value", ["relative/path", "/nonexistent/env"])
 def test_a_runner_packages_that_is_no_environment_stops_the_server_naming_it(value: str) -> None:
     with pytest.raises(ConfigError, match="RUNNER_PACKAGES"):
-        Config.from_env({"RUNNER_PACKAGES": value})
+        open_environment(Config.from_env({"RUNNER_PACKAGES": value}))
 
 
 def test_a_package_environment_under_a_directory_the_sandbox_hides_is_bound_back(tmp_path: Path) -> None:
@@ -87,7 +88,7 @@ def test_a_package_environment_under_a_directory_the_sandbox_hides_is_bound_back
     from runner.processes.isolation import bwrap_argv, namespace_args
 
     with tempfile.TemporaryDirectory(dir="/tmp") as under_tmp:
-        packaged = Config.from_env({"RUNNER_PACKAGES": str(fake_env(Path(under_tmp) / "env", {}))})
+        packaged = open_environment(Config.from_env({"RUNNER_PACKAGES": str(fake_env(Path(under_tmp) / "env", {}))}))
         assert packaged.packages in namespace_args(packaged)
         argv = bwrap_argv("/usr/bin/bwrap", packaged)
         assert argv[argv.index(packaged.packages) - 1] == "--ro-bind"

@@ -41,14 +41,9 @@ ProgressCallback = Callable[[Progress], Awaitable[None]]
 def returns_of(config: Config) -> Budgets:
     """What a run may return besides its output: images (none without a byte budget), bytes per
     image, bytes in all, bytes of files that are not images, and the last value's characters."""
-    images = config.max_images if config.max_returned_kb else 0
-    kib = 1024
+    images = config.max_images if config.max_returned_bytes else 0
     return Budgets(
-        images,
-        config.max_image_kb * kib,
-        config.max_returned_kb * kib,
-        config.max_files_kb * kib,
-        config.max_output_chars,
+        images, config.max_image_bytes, config.max_returned_bytes, config.max_files_bytes, config.max_output_chars
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mcp_types as types
 
-from runner.config import Config
+from runner.config import KIB, Config
 from runner.protocol.schemas import input_schema, output_schema
 
 TOOL_NAME = "run_python"
@@ -34,8 +34,10 @@ def tool_definition(config: Config) -> types.Tool:
         description=DESCRIPTION.format(
             importable=_importable(config),
             preloaded=f" (beyond what {', '.join(config.preload)} map, when imported)" if config.preload else "",
-            returns=RETURNS.format(images=config.max_images, image_kb=config.max_image_kb, files_kb=config.max_files_kb)
-            if config.max_returned_kb
+            returns=RETURNS.format(
+                images=config.max_images, image_kb=config.max_image_bytes // KIB, files_kb=config.max_files_bytes // KIB
+            )
+            if config.max_returned_bytes
             else "",
             cpu=config.max_cpu_seconds,
             mem=config.max_memory_mb,

@@ -95,5 +95,5 @@ def _usable_id(value: object) -> str | int | None:
 
 def too_large_reply(head: bytes, size: int, limit: int) -> types.JSONRPCError:
     """The answer to a line discarded for its size, addressed to its id when that is visible."""
-    message = f"Invalid Request: {size:,} bytes, more than the limit of {limit:,} (see RUNNER_MAX_CODE_BYTES)"
+    message = f"Invalid Request: {size:,} bytes, more than the limit of {limit:,} (see RUNNER_MAX_CODE_MB)"
     return error_reply(_usable_id(request_id_in(head)), types.INVALID_REQUEST, message)
