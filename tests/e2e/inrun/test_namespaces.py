@@ -24,6 +24,7 @@ from runner.execution.pool import Pool
 from runner.inrun import namespaces
 from runner.outcome import RunResult, Status
 from runner.processes.isolation import RUN_BYTES, ZYGOTE, interpreter_argv, namespace_args
+from tests.conftest import REPO
 from tests.helpers import children_of, in_mode, settled_async
 from tests.helpers import run_dedented as run
 
@@ -282,7 +283,7 @@ def test_an_interpreter_installed_under_tmp_stays_visible_read_only_in_the_run_s
 def test_the_namespace_cost_benchmark_runs_to_its_last_line(config: Config) -> None:
     # A script that prints numbers, not a test of them: it must keep up with the zygote's own modules.
     in_mode(config, "namespaces")  # skipped where the zygote cannot make namespaces
-    script = Path(__file__).resolve().parent.parent / "bench" / "namespace_costs.py"
+    script = REPO / "bench" / "namespace_costs.py"
     done = subprocess.run(
         [sys.executable, str(script), "--runs", "2"], capture_output=True, text=True, timeout=120, check=False
     )

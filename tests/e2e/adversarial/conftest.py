@@ -33,7 +33,7 @@ import pytest
 from runner.config import MIB, Config
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, Status
-from tests.adversarial.leaks import Checkout
+from tests.e2e.adversarial.leaks import Checkout
 from tests.conftest import REPO
 from tests.helpers import MODES, in_mode
 

@@ -33,7 +33,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from runner.outcome import Status
-from tests.adversarial.cases import CASES, Case
+from tests.e2e.adversarial.cases import CASES, Case
 from tests.conftest import REPO
 from tests.raw import RawSession
 
