@@ -33,8 +33,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from runner.outcome import Status
-from tests.e2e.adversarial.cases import CASES, Case
 from tests.conftest import REPO
+from tests.e2e.adversarial.cases import CASES, Case
 from tests.raw import RawSession
 
 ENGINE = os.environ.get("CONTAINER_ENGINE", "")

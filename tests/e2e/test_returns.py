@@ -23,10 +23,10 @@ from runner.config import Config
 from runner.execution.driver import RunDriver
 from runner.execution.pool import Pool
 from runner.outcome import InputFile, RunRequest, RunResult, Status
-from runner.processes.child import Child, process_exists
+from runner.processes.child import Child
 from runner.processes.spawn import spawn_in_new_session
 from runner.protocol.results import to_call_result
-from tests.helpers import MODES, checked, in_mode, settled
+from tests.helpers import MODES, checked, in_mode
 
 pytestmark = pytest.mark.anyio
 
@@ -364,15 +364,3 @@ async def test_files_with_undecodable_names_and_more_files_than_listed_come_back
 async def test_only_the_compilers_own_line_breaks_decide_a_silencing_semicolon(any_pool: Pool, code: str) -> None:
     result = await run(any_pool, code.encode().decode("unicode_escape"))
     assert (result.result is None) is code.endswith(";"), result.to_text()
-
-
-def test_a_process_that_has_exited_no_longer_exists_for_the_teardown_even_unreaped() -> None:
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0)
-    try:
-        assert settled(lambda: process_exists(pid)) is False  # a zombie: exited, not reaped yet
-        assert process_exists(os.getpid())
-    finally:
-        os.waitpid(pid, 0)
-    assert not process_exists(pid)

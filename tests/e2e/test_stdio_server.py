@@ -245,3 +245,16 @@ async def test_the_python_client_accepts_an_image_resources_and_a_result_from_ha
     log = (tmp_path / "stderr.log").read_text()
     assert f"request_id={structured['request_id']} run started" not in log, "nothing ran"
     assert not (work_dir.parent / "planted").exists()
+
+
+def test_the_server_refuses_to_start_on_a_bad_value_with_one_line_and_exit_status_2() -> None:
+    env = {**os.environ, "RUNNER_MAX_MEMORY_MB": "lots"}
+    done = subprocess.run(
+        [sys.executable, "-m", "runner"], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1
+    assert "RUNNER_MAX_MEMORY_MB" in lines[0]
+    assert "an integer from 32 to 1048576" in lines[0]

@@ -1,16 +1,18 @@
-"""Configuration parsing: defaults, accepted values, and one clear error naming a bad variable."""
+"""Configuration parsing: defaults, accepted values, the HTTP settings, and one clear error naming a bad
+variable."""
 
 from __future__ import annotations
 
 import os
-import subprocess
+import re
 import sys
 
 import pytest
 
 from runner.config import Config
 from runner.errors import ConfigError
-from tests.conftest import REPO
+
+HTTP = {"RUNNER_TRANSPORT": "http"}
 
 
 def test_an_empty_environment_gives_the_documented_defaults() -> None:
@@ -108,19 +110,6 @@ def test_blank_values_mean_the_default() -> None:
     assert Config.from_env({"RUNNER_MAX_CONCURRENT": "  "}).max_concurrent == 4
 
 
-def test_the_server_refuses_to_start_on_a_bad_value_with_one_line_and_exit_status_2() -> None:
-    env = {**os.environ, "RUNNER_MAX_MEMORY_MB": "lots"}
-    done = subprocess.run(
-        [sys.executable, "-m", "runner"], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
-    )
-    assert done.returncode == 2
-    assert done.stdout == ""
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1
-    assert "RUNNER_MAX_MEMORY_MB" in lines[0]
-    assert "an integer from 32 to 1048576" in lines[0]
-
-
 @pytest.mark.parametrize("value", ["fork-server", "posix-spawn", "auto"])
 def test_the_removed_spawn_mode_stops_the_server_naming_what_replaced_it(value: str) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -128,3 +117,72 @@ def test_the_removed_spawn_mode_stops_the_server_naming_what_replaced_it(value: 
     assert caught.value.variable == "RUNNER_SPAWN_MODE"
     assert "removed: RUNNER_SANDBOX says how runs start now" in str(caught.value)
     assert "RUNNER_SANDBOX=none-posix-spawn" in str(caught.value)
+
+
+def test_http_defaults_are_loopback_with_localhost_hosts_and_origins() -> None:
+    http = Config.from_env(HTTP).http
+    assert (http.host, http.port, http.path) == ("127.0.0.1", 8000, "/mcp")
+    assert http.allowed_hosts == ("127.0.0.1:*", "localhost:*", "[::1]:*")
+    assert http.allowed_origins == ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+    assert http.loopback
+    assert http.max_body_bytes == Config.from_env({}).max_message_bytes, "the stdio line bound by default"
+    assert http.shutdown_grace == 10
+
+
+def test_a_stdio_server_ignores_the_http_settings() -> None:
+    config = Config.from_env({"RUNNER_HTTP_PORT": "not a port", "RUNNER_HTTP_HOST": "0.0.0.0"})
+    assert config.transport == "stdio"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("RUNNER_TRANSPORT", "websocket", "expected one of stdio|http"),
+        ("RUNNER_HTTP_PORT", "70000", "expected an integer from 0 to 65535"),
+        ("RUNNER_HTTP_PATH", "mcp", "expected a path such as /mcp"),
+        ("RUNNER_HTTP_PATH", "/metrics", "not one of /healthz, /readyz, /metrics"),
+        ("RUNNER_HTTP_ALLOWED_HOSTS", "good:80,bad/path", "expected comma-separated host[:port] values"),
+        ("RUNNER_HTTP_ALLOWED_ORIGINS", "localhost:3000", "scheme://host[:port] origins"),
+        ("RUNNER_AUTH_TOKENS_FILE", "relative/tokens", "expected an absolute path to a file"),
+        ("RUNNER_SHUTDOWN_GRACE", "-1", "expected an integer from 0 to 3600"),
+        ("RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN", "x", "expected an integer"),
+    ],
+)
+def test_a_bad_http_setting_is_refused_naming_the_variable(variable: str, value: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)) as raised:
+        Config.from_env({**HTTP, variable: value})
+    assert raised.value.variable == variable
+
+
+def test_a_public_address_needs_the_host_names_clients_use() -> None:
+    with pytest.raises(ConfigError, match="required when RUNNER_HTTP_HOST") as raised:
+        Config.from_env({**HTTP, "RUNNER_HTTP_HOST": "0.0.0.0"})
+    assert raised.value.variable == "RUNNER_HTTP_ALLOWED_HOSTS"
+    http = Config.from_env({**HTTP, "RUNNER_HTTP_HOST": "0.0.0.0", "RUNNER_HTTP_ALLOWED_HOSTS": "runner:8000"}).http
+    assert http.allowed_hosts == ("runner:8000",)
+    assert http.allowed_origins == (), "no browser origin unless configured"
+    assert not http.loopback
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("127.example.com", False),
+        ("10.0.0.1", False),
+    ],
+)
+def test_only_loopback_addresses_count_as_loopback(host: str, loopback: bool) -> None:
+    """A name that merely starts like one (127.example.com) could resolve anywhere."""
+    env = {**HTTP, "RUNNER_HTTP_HOST": host, "RUNNER_HTTP_ALLOWED_HOSTS": "runner:*"}
+    assert Config.from_env(env).http.loopback is loopback
+
+
+@pytest.mark.parametrize("value", ["relative/path", "/nonexistent/env"])
+def test_a_runner_packages_that_is_no_environment_stops_the_server_naming_it(value: str) -> None:
+    with pytest.raises(ConfigError, match="RUNNER_PACKAGES"):
+        Config.from_env({"RUNNER_PACKAGES": value})

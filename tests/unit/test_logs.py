@@ -1,4 +1,4 @@
-"""Log lines (one per event, request_id on each, text or JSON) and the one-call Python API."""
+"""Log lines: one per event, request_id on each, text or JSON."""
 
 from __future__ import annotations
 
@@ -7,15 +7,10 @@ import json
 import logging
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from runner import run_code
-from runner.config import Config
 from runner.logs import configure_logging, get_logger, log_event
-from runner.outcome import Status
-from tests.helpers import SEED_PLAIN, checked
 
 
 @pytest.fixture
@@ -58,20 +53,3 @@ def test_lines_from_other_loggers_get_a_placeholder_request_id(restore_logging: 
     configure_logging("info", "text", stream)
     logging.getLogger("mcp.server").warning("something odd")
     assert " request_id=- something odd" in stream.getvalue()
-
-
-@pytest.mark.anyio
-async def test_run_code_works_like_the_seeds_own_test(monkeypatch: pytest.MonkeyPatch, work_dir: Path) -> None:
-    monkeypatch.setenv("RUNNER_WORK_DIR", str(work_dir))
-    result = checked(await run_code("print(sum(range(10)))", timeout=5, request_id="a1b2c3d4"))
-    assert re.fullmatch(SEED_PLAIN, result.to_text())
-    assert result.to_text().startswith("[request_id=a1b2c3d4]\n")
-    assert list(work_dir.iterdir()) == []
-
-
-@pytest.mark.anyio
-async def test_run_code_validates_its_arguments_like_the_tool(work_dir: Path) -> None:
-    config = Config.from_env({"RUNNER_WORK_DIR": str(work_dir)})
-    result = checked(await run_code("print(1)", timeout=-1, config=config))
-    assert result.status is Status.INVALID_ARGUMENTS
-    assert "invalid argument 'timeout'" in result.message

@@ -33,8 +33,8 @@ import pytest
 from runner.config import MIB, Config
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, Status
-from tests.e2e.adversarial.leaks import Checkout
 from tests.conftest import REPO
+from tests.e2e.adversarial.leaks import Checkout
 from tests.helpers import MODES, in_mode
 
 # Plain rlimits with each spawn mode, inside a bubblewrap sandbox (which spawns per run), and forked into

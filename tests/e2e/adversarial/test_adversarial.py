@@ -37,10 +37,10 @@ from runner.api import run_code
 from runner.errors import ArgumentError
 from runner.outcome import RunRequest, RunResult, Status
 from runner.protocol.arguments import ArgumentParser
+from tests.conftest import REPO
 from tests.e2e.adversarial import leaks
 from tests.e2e.adversarial.cases import CASES, SANDBOXED, Case, Context
 from tests.e2e.adversarial.conftest import Target
-from tests.conftest import REPO
 from tests.helpers import checked, pids_in
 
 pytestmark = pytest.mark.anyio

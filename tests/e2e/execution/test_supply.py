@@ -140,18 +140,3 @@ async def test_an_interpreter_that_outlives_its_kill_stays_known_and_is_not_swep
         real_kill()
         os.waitpid(child.pid, 0)
     os.rmdir(base_dir)
-
-
-def test_rlimit_nproc_leaves_room_for_each_sandbox_s_own_processes(config: Config) -> None:
-    # Every pooled or running interpreter has its sandbox's processes beside it, of the same uid.
-    interpreters = config.pool_size + config.max_concurrent
-    plain = limits_for(config, 100, IsolationPlan("none", "")).nproc
-    assert limits_for(config, 100, IsolationPlan("none-posix-spawn", "")).nproc == plain
-    assert limits_for(config, 100, IsolationPlan("namespaces", "")).nproc == plain + interpreters
-    assert limits_for(config, 100, IsolationPlan("bwrap", "")).nproc == plain + 2 * interpreters
-
-
-def test_rlimit_nproc_leaves_room_for_the_preloading_zygote_s_pool_too(config: Config) -> None:
-    lean = limits_for(config, 100, IsolationPlan("none", "")).nproc
-    preloading = limits_for(config, 100, IsolationPlan("none", "", preload=("json",))).nproc
-    assert preloading == lean + config.pool_size

@@ -1,4 +1,5 @@
-"""The bootstrap on its own: how the code reaches a run interpreter on fd 3."""
+"""The bootstrap on its own: how the code reaches a run interpreter on fd 3, and a waiting interpreter
+closed to other processes of the same uid (checked as an unprivileged user)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from runner.inrun.wire import READY_PREFIX, frame_job
-from runner.inrun.workdir import empty_directory
 from runner.processes.isolation import BOOTSTRAP, interpreter_argv
 from runner.processes.spawn import spawn_in_new_session
 
@@ -89,132 +91,63 @@ def test_a_frame_of_any_size_arrives_whole(tmp_path: Path, size: int) -> None:
         os.close(child.code_w)
 
 
-FORK_FAILS = """
-import os, resource, sys
-sys.path.insert(0, os.path.dirname(sys.argv[1]))
-import zygote
-base = sys.argv[2]
-before = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
-# Room for three more fds: the directory and one pipe get made, the second pipe fails (EMFILE).
-resource.setrlimit(resource.RLIMIT_NOFILE, (max(before) + 4, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-runs = {}
-reply, fds = zygote._fork_run(base, [10, 1 << 28, 64, 1 << 20], runs)
-after = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
-print(reply.decode(), fds, runs, os.listdir(base), before == after, sep="|")
-"""
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 
-def test_a_fork_request_that_fails_answers_an_error_and_leaves_nothing(tmp_path: Path) -> None:
-    done = subprocess.run(  # the limit must not touch the test process
-        [sys.executable, "-I", "-c", FORK_FAILS, BOOTSTRAP, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    reply, fds, runs, listing, same_fds = done.stdout.strip().split("|")
-    assert reply.startswith("E [Errno 24] Too many open files")
-    assert (fds, runs, listing, same_fds) == ("[]", "{}", "[]", "True")
+NOBODY = 65534
 
 
-def test_emptying_a_directory_removes_everything_planted_in_it_and_follows_no_link(tmp_path: Path) -> None:
-    top, outside = tmp_path / "run", tmp_path / "outside"
-    outside.mkdir()
-    (outside / "keep.txt").write_text("not the run's")
-    deep = top.joinpath(*["d"] * 300)  # deeper than the interpreter's recursion limit allows recursing
-    deep.mkdir(parents=True)
-    (deep / "planted.txt").write_text("x")
-    locked = top / "locked"
-    locked.mkdir()
-    (locked / "planted.txt").write_text("x")
-    (top / "link-to-outside").symlink_to(outside)
-    os.mkfifo(top / "fifo")
-    locked.chmod(0)
-    top.chmod(0)
+# Run as nobody: start the bootstrap like the pool does (code pipe on fd 3, left empty so it waits
+# like a pooled interpreter), then try what a daemon left by an earlier run would try.
+PROBE = """
+import os, subprocess, sys
+bootstrap, workdir = sys.argv[1], sys.argv[2]
+code_r, code_w = os.pipe()
+os.set_inheritable(code_r, True)
+child = subprocess.Popen(
+    [sys.executable, "-I", "-S", bootstrap, workdir, "10", str(256 << 20), "64", str(1 << 20)],
+    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(code_r,),
+    preexec_fn=lambda: os.dup2(code_r, 3),
+)
+assert child.stdout.readline().startswith(b"\\x00runner-ready")
+for path, mode in ((f"/proc/{child.pid}/fd/1", "w"), (f"/proc/{child.pid}/environ", "r")):
     try:
-        empty_directory(str(top))
-        assert os.listdir(top) == []
-    finally:
-        top.chmod(0o700)
-    assert os.listdir(outside) == ["keep.txt"]
-
-
-def test_an_empty_directory_is_left_as_it_is(tmp_path: Path) -> None:
-    tmp_path.chmod(0o750)
-    empty_directory(str(tmp_path))
-    assert (os.listdir(tmp_path), tmp_path.stat().st_mode & 0o777) == ([], 0o750)
-
-
-EMPTY_AROUND_A_MOUNT = """
-import os, sys
-sys.path.insert(0, os.path.dirname(sys.argv[1]))
-from workdir import empty_directory
-top = sys.argv[2]
-os.makedirs(top + "/mounted")
-os.makedirs(top + "/on/the/way/to")
-os.system("mount -t tmpfs tmpfs " + top + "/mounted")
-os.system("mount -t tmpfs tmpfs " + top + "/on/the/way/to")
-open(top + "/mounted/kept.txt", "w").write("the sandbox's")
-open(top + "/on/the/planted.txt", "w").write("a run's")
-open(top + "/planted.txt", "w").write("a run's")
-os.chmod(top, 0o1777)
-empty_directory(top)
-mode = oct(os.stat(top).st_mode & 0o7777)
-print(sorted(os.listdir(top)), mode, os.listdir(top + "/mounted"), os.listdir(top + "/on/the"))
+        open(path, mode).close()
+        print(path.rsplit("/", 1)[1], "open")
+    except PermissionError:
+        print(path.rsplit("/", 1)[1], "denied")
+child.kill()
+child.wait()
 """
 
 
-def test_emptying_a_directory_leaves_a_mount_in_it_and_its_mode(tmp_path: Path) -> None:
-    # The sandbox's /tmp (mode 1777) holds an interpreter installed under /tmp, bound back read-only:
-    # removing it failed (EROFS) and the run refused to start.
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare(1) to mount in a mount namespace of its own")
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="runner-isolation-"))
+    path.chmod(0o777)
+    # The bootstrap and what it loads from beside it (the in-run package's modules).
+    for module in Path(BOOTSTRAP).parent.glob("*.py"):
+        shutil.copy(module, path / module.name)
+        (path / module.name).chmod(0o644)
+    (path / "probe.py").write_text(PROBE)
+    (path / "work").mkdir(mode=0o777)
+    (path / "work").chmod(0o777)
+    (path / "probe.py").chmod(0o644)
+    yield path
+    shutil.rmtree(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to an unprivileged uid")
+@pytest.mark.skipif(not (shutil.which("setpriv") and os.path.exists(SYSTEM_PYTHON)), reason="needs setpriv and python3")
+def test_a_waiting_interpreter_cannot_be_written_into_by_another_process_of_its_uid(shared_dir: Path) -> None:
+    as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", SYSTEM_PYTHON, "-I", "-S"]
+    probe = [str(shared_dir / "probe.py"), str(shared_dir / "bootstrap.py"), str(shared_dir / "work")]
     done = subprocess.run(
-        [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            sys.executable,
-            "-I",
-            "-c",
-            EMPTY_AROUND_A_MOUNT,
-            BOOTSTRAP,
-            str(tmp_path / "top"),
-        ],
+        [*as_nobody, *probe],
         capture_output=True,
         text=True,
         timeout=30,
-        check=True,
+        cwd=shared_dir,
     )
-    assert done.stdout.strip() == "['mounted', 'on'] 0o1777 ['kept.txt'] ['way']"
-
-
-WALK_AROUND_A_MOUNT = """
-import os, sys
-sys.path.insert(0, os.path.dirname(sys.argv[1]))
-from workdir import walk
-top = sys.argv[2]
-os.makedirs(top + "/opt/env")
-os.system("mount -t tmpfs tmpfs " + top + "/opt/env")
-open(top + "/opt/env/image.png", "w").write("the sandbox's")
-open(top + "/made.txt", "w").write("the run's")
-info = os.stat(top)
-print(sorted(path for path, _ in walk(top, (info.st_dev, info.st_ino))))
-"""
-
-
-def test_the_scan_of_a_runs_directory_does_not_walk_into_a_mount_in_it(tmp_path: Path) -> None:
-    # A package environment (or interpreter) under /tmp is bound back into a sandboxed run's /tmp: its
-    # files came back as files the run had made (the image's sample PNGs, as images).
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare(1) to mount in a mount namespace of its own")
-    script = [sys.executable, "-I", "-c", WALK_AROUND_A_MOUNT, BOOTSTRAP, str(tmp_path / "top")]
-    done = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", *script],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    assert done.stdout.strip() == "['made.txt']"
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["1 denied", "environ denied"]

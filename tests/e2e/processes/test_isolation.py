@@ -21,7 +21,6 @@ from runner.outcome import RunRequest, Status
 from runner.processes.isolation import (
     BOOTSTRAP_INSIDE,
     RUN_BYTES,
-    IsolationPlan,
     exit_code_of_sandboxed,
     plan_isolation,
 )
@@ -419,25 +418,6 @@ def test_auto_falls_back_to_rlimits_when_bubblewrap_cannot_work(config: Config) 
     assert plan_isolation(dataclasses.replace(config, sandbox="none")).reason == "RUNNER_SANDBOX=none"
 
 
-def test_each_sandbox_value_is_one_way_to_make_and_isolate_runs(config: Config) -> None:
-    # Forking and spawning are part of the value: bubblewrap with forked runs, or the zygote's
-    # namespaces with spawned ones, cannot be asked for.
-    preloading = dataclasses.replace(config, preload=("json",))
-    forked = plan_isolation(dataclasses.replace(preloading, sandbox="none"))
-    spawned = plan_isolation(dataclasses.replace(preloading, sandbox="none-posix-spawn"))
-    assert (forked.forked, forked.sandboxed, forked.spawn_mode, forked.sandbox) == (True, False, "fork-server", "none")
-    assert (spawned.forked, spawned.sandboxed, spawned.spawn_mode, spawned.sandbox) == (
-        False,
-        False,
-        "posix-spawn",
-        "none",
-    )
-    assert (forked.preload, forked.supplies, spawned.preload, spawned.supplies) == (("json",), 2, (), 1)
-    assert (forked.runs_share_files, spawned.runs_share_files) == (True, True)
-    assert (IsolationPlan("namespaces", "").forked, IsolationPlan("bwrap", "").forked) == (True, False)
-    assert not IsolationPlan("namespaces", "").runs_share_files
-
-
 def test_auto_picks_the_zygote_s_namespaces_where_it_can_make_them(config: Config) -> None:
     in_mode(config, "namespaces")  # skipped (failed in CI) where the zygote cannot make namespaces
     plan = plan_isolation(dataclasses.replace(config, sandbox="auto"))
@@ -487,32 +467,3 @@ async def test_an_orphan_from_another_pid_namespace_is_still_killed(sandboxed: P
     finally:
         if alive(orphan):
             os.kill(orphan, signal.SIGKILL)
-
-
-def test_an_interpreter_is_never_spawned_for_a_sandbox_whose_runs_are_forked(
-    config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A bench script once did this: the bootstrap, spawned on the host with the sandbox's /tmp as
-    # its directory, emptied the host's /tmp when its code came. The directory here stands in for it.
-    from runner.inrun.wire import frame_job
-    from runner.processes import spawn
-    from runner.processes.limits import limits_for
-
-    stand_in = tmp_path / "tmp"
-    stand_in.mkdir()
-    (stand_in / "someone-elses-file").write_text("keep me")
-    monkeypatch.setattr(spawn, "SANDBOX_WORKDIR", str(stand_in))
-    forked = IsolationPlan("namespaces", "forked by the zygote", zygote_args=("namespaces",))
-    refused = ""
-    try:
-        child = spawn.spawn_child(config.python, str(tmp_path), limits_for(config, 0, forked), forked)
-    except ValueError as exc:
-        refused = str(exc)
-    else:  # the code before the fix: let the run take its code, and see what is left
-        os.set_blocking(child.code, True)
-        os.write(child.code, frame_job(b"pass"))
-        os.waitpid(child.pid, 0)
-        child.reaped = True
-        child.close_all()
-    assert (stand_in / "someone-elses-file").read_text() == "keep me"
-    assert "forks its runs from a zygote" in refused

@@ -1,8 +1,10 @@
 """End to end over Streamable HTTP: `python -m runner --transport http` as a real process on a loopback
-port, driven by the official Python client (legacy and auto) and by raw HTTP requests."""
+port, driven by the official Python client (legacy and auto) and by raw HTTP requests; and the listening
+socket it serves on."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import functools
@@ -30,6 +32,7 @@ from runner.config import Config
 from runner.execution.pool import Pool
 from runner.outcome import Status
 from runner.protocol.schemas import input_schema
+from runner.transports.http import listening
 from tests.conftest import REPO
 from tests.helpers import (
     MODES,
@@ -521,3 +524,26 @@ async def test_a_tokens_file_among_other_files_is_covered_by_itself(
         result = await run_dedented(pool, code)
     assert result.status is Status.OK, result.stderr.text
     assert result.stdout.text == "'' visible\n\n"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("shared", [False, True], ids=["own socket", "a worker's inherited socket"])
+async def test_connections_on_the_listening_socket_send_without_delay(shared: bool) -> None:
+    """TCP_NODELAY on every accepted connection (asyncio sets it only for a socket that says IPPROTO_TCP):
+    without it each answer on a kept-alive connection waited ~40 ms for the client's delayed ACK."""
+    own = listening("127.0.0.1", 0)
+    sock = socket.socket(fileno=os.dup(own.fileno())) if shared else own
+    seen: list[int] = []
+
+    async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    with own, sock:
+        server = await asyncio.start_server(accepted, sock=sock)
+        async with server:
+            reader, writer = await asyncio.open_connection(*own.getsockname()[:2])
+            await reader.read()
+            writer.close()
+    [nodelay] = seen
+    assert nodelay != 0

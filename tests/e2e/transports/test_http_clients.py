@@ -13,9 +13,9 @@ import pytest
 
 from runner.config import Config
 from runner.protocol.schemas import input_schema, output_schema
+from tests.e2e.test_real_clients import CLIENTS, Node, assert_left_nothing, client_env, node_clients, run_ts_client
 from tests.helpers import RETURNS_ARGUMENTS, SEED_PLAIN, alive, check_returns, check_structured
 from tests.http_server import HttpServer, http_server
-from tests.e2e.test_real_clients import CLIENTS, Node, assert_left_nothing, client_env, node_clients, run_ts_client
 
 __all__ = ["node_clients"]  # the session fixture, shared with tests/test_real_clients.py
 

@@ -1,5 +1,5 @@
-"""The pure parts of what a run returns: the report read back and checked, files typed, the files
-argument checked, and the choice of zygote. No processes."""
+"""The pure parts of what a run returns: the report read back and checked, files typed by their bytes and
+names, image sizes read from their headers. No processes."""
 
 from __future__ import annotations
 
@@ -8,12 +8,9 @@ import json
 
 import pytest
 
-from runner.errors import ArgumentError
 from runner.execution import report as report_module
 from runner.execution.report import classify_file, parse_report
-from runner.execution.supply import imported_packages, wants_preloaded
-from runner.inrun.wire import Budgets, report_length
-from runner.protocol.files import check_files
+from runner.inrun.wire import Budgets
 
 BUDGETS = Budgets(images=2, image_bytes=1000, call_bytes=5000, file_bytes=3000, result_chars=100)
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x02\x80\x00\x00\x01\xe0" + bytes(20)
@@ -22,14 +19,6 @@ PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x02\x80\x00\x00\x01\xe0" + b
 def report(head: dict[str, object], blobs: bytes = b"") -> bytes:
     encoded = json.dumps(head).encode()
     return b"report %d %d\n" % (len(encoded), len(blobs)) + encoded + blobs
-
-
-def test_a_report_is_whole_when_its_first_line_says_so() -> None:
-    data = report({"result": "1"}, b"xy")
-    assert report_length(data[:5]) is None
-    assert report_length(data) == len(data)
-    assert report_length(b"hello world\n") == -1
-    assert report_length(b"x" * 100) == -1
 
 
 def test_a_good_report_gives_the_result_images_and_typed_files() -> None:
@@ -87,61 +76,6 @@ def test_a_file_is_an_image_by_its_bytes_text_if_utf8_and_bytes_otherwise() -> N
     assert classify_file("fake.png", b"not an image").kind == "text"
     assert classify_file("notes.md", "h\u00e9".encode()).mime_type == "text/markdown"
     assert classify_file("data.parquet", b"PAR1\x00\x01").mime_type == "application/vnd.apache.parquet"
-
-
-def test_imports_are_found_in_every_spelling() -> None:
-    code = (
-        "import os, numpy as np\n"
-        "from pandas.io import json\n"
-        "  import matplotlib.pyplot as plt  # indented\n"
-        "from . import sibling\n"
-        "x = __import__('scipy.stats')\n"
-        'importlib.import_module("sklearn")\n'
-    )
-    assert imported_packages(code) == {"os", "numpy", "pandas", "matplotlib", "scipy", "sklearn"}
-
-
-def test_only_code_that_imports_beyond_the_standard_library_goes_to_the_preloading_zygote() -> None:
-    preload = ("numpy", "pandas", "matplotlib.pyplot")
-    assert not wants_preloaded("print(1)", preload)
-    assert not wants_preloaded("import json, os.path\nfrom collections import deque", preload)
-    assert wants_preloaded("from matplotlib import pyplot", preload)
-    assert wants_preloaded("import scipy", preload)  # a package: most likely built on numpy
-    assert not wants_preloaded("import numpy", ())
-
-
-def entry(path: str, content: str = "x", encoding: str = "utf-8") -> dict[str, str]:
-    return {"path": path, "content": content, "encoding": encoding}
-
-
-@pytest.mark.parametrize(
-    ("entries", "problem"),
-    [
-        ([entry("../escape")], "files[0]' ('../escape'): every part of the path must be a name"),
-        ([entry("a/../../b")], "every part of the path must be a name"),
-        ([entry("/etc/passwd")], "an absolute path"),
-        ([entry("a//b")], "every part of the path must be a name"),
-        ([entry("./a")], "every part of the path must be a name"),
-        ([entry("nul\x00byte")], "NUL"),
-        ([entry("x" * 256)], "256 bytes long, more than 255"),
-        ([entry("a"), entry("a")], "files[1]' ('a'): the same path is given twice"),
-        ([entry("a/b"), entry("a")], "a file cannot also be a directory of another file"),
-        ([entry("a"), entry("a/b")], "a file cannot also be a directory of another file"),
-        ([entry("bin", "not base64!", "base64")], "not valid base64"),
-        ([entry("big", "x" * 600), entry("more", "x" * 500)], "files[1]' ('more'): the files come to more than"),
-        ([entry("one", "x" * 300)], "more than a run may write to one file (256)"),
-        ([entry("lone", "\ud800")], "lone surrogate"),
-    ],
-)
-def test_a_bad_file_entry_is_refused_naming_it(entries: list[dict[str, str]], problem: str) -> None:
-    with pytest.raises(ArgumentError) as caught:
-        check_files(entries, max_bytes=1000, max_file_bytes=256 if problem.startswith("more than a run") else 1000)
-    assert problem in str(caught.value)
-
-
-def test_good_file_entries_are_decoded() -> None:
-    files = check_files([entry("a/b.txt", "h\u00e9"), entry("c.bin", "AAE=", "base64")], 100, 100)
-    assert [(f.path, f.data) for f in files] == [("a/b.txt", "h\u00e9".encode()), ("c.bin", b"\x00\x01")]
 
 
 def test_a_report_of_more_than_the_budgets_keeps_what_fits_and_lists_the_rest() -> None:
@@ -239,20 +173,6 @@ def test_an_image_over_the_pixel_cap_or_without_a_size_never_comes_back_even_fro
         ("b.png", cap),
         ("g.gif", "an image whose headers give no size"),
     ]
-
-
-def test_an_unknown_field_in_a_file_entry_is_named_with_where_it_is() -> None:
-    from runner.config import Config
-    from runner.protocol.arguments import ArgumentParser
-
-    with pytest.raises(ArgumentError) as caught:
-        ArgumentParser(Config()).parse({"code": "x", "files": [{"path": "a", "content": "", "mode": 1}]})
-    assert str(caught.value) == (
-        "invalid argument 'files[0]': unknown field 'mode'; a file has 'path', 'content' and 'encoding'"
-    )
-    with pytest.raises(ArgumentError) as caught:
-        ArgumentParser(Config()).parse({"code": "x", "files": [{"path": 3, "content": ""}]})
-    assert str(caught.value).startswith("invalid argument 'files[0].path': 3 is not of type 'string'")
 
 
 def test_names_and_results_that_are_not_unicode_come_back_escaped_and_serialisable() -> None:
