@@ -376,7 +376,7 @@ async def test_no_run_reads_the_containers_environment_or_stops_its_pid_1(line_n
 # --- The hostile snippets that apply through a container -----------------------------------------------
 
 PLACEHOLDER = re.compile(r"@(TMP|SERVER_PID|PORT|TOKEN)@")
-# The adversarial pool's limits (tests/adversarial/conftest.small_limits), passed with -e.
+# The adversarial pool's limits (tests/e2e/adversarial/conftest.small_limits), passed with -e.
 SMALL_LIMITS = (
     "RUNNER_POOL_SIZE=0",
     "RUNNER_MAX_CONCURRENT=1",
@@ -412,7 +412,7 @@ def carried_by_json(text: str) -> bool:
 def applies(case: Case, line_name: str) -> bool:
     """Cases that need nothing of the host's (its pid, a port, a directory) and no host-side check, and
     whose code and stdin a JSON-RPC message can carry (a lone surrogate is answered at the wire,
-    tests/test_stdio_e2e.py); those that could signal every process run only where runs have a PID
+    tests/e2e/test_stdio_server.py); those that could signal every process run only where runs have a PID
     namespace of their own."""
     if PLACEHOLDER.search(case.code) or case.check is not None or case.holes or case.listener:
         return False

@@ -110,7 +110,7 @@ def suite() -> Suite:
     npm = shutil.which("npm")
     if npm is None:
         pytest.skip(
-            "npm not found on PATH: tests/test_conformance.py installs the MCP conformance suite and Node.js 22 "
+            "npm not found on PATH: tests/e2e/test_conformance.py installs the MCP conformance suite and Node.js 22 "
             "from npm (tests/conformance/package-lock.json)"
         )
     npm_ci_once(npm, SUITE_DIR, NPM_CI_TIMEOUT, skip_if_unreachable=True)

@@ -57,7 +57,7 @@ def required_tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
         pytest.fail(
-            f"{name} not found on PATH: tests/test_real_clients.py runs the MCP Inspector and the TypeScript "
+            f"{name} not found on PATH: tests/e2e/test_real_clients.py runs the MCP Inspector and the TypeScript "
             "SDK from npm and needs Node.js (20 or newer) with npm",
             pytrace=False,
         )

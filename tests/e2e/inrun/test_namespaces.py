@@ -1,8 +1,8 @@
 """The namespaced fork server: what the zygote builds for each run, and that it is built before the code.
 
 The guarantees every sandboxed mode shares (kill(-1), daemons, network, read-only file system, the
-private tmpfs) are tested in both sandboxed modes by test_sandbox.py, test_pool.py, test_cross_run.py
-and the adversarial suite; this file holds what is particular to the zygote's namespaces.
+private tmpfs) are tested in both sandboxed modes by e2e/processes/test_isolation.py, e2e/execution/test_pool.py,
+e2e/test_cross_run.py and the adversarial suite; this file holds what is particular to the zygote's namespaces.
 """
 
 from __future__ import annotations

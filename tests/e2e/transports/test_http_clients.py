@@ -1,5 +1,5 @@
 """Clients nobody here wrote, over Streamable HTTP with a bearer token: the TypeScript SDK and the MCP
-Inspector CLI against `python -m runner --transport http` (the npm packages of tests/test_real_clients.py)."""
+Inspector CLI against `python -m runner --transport http` (the npm packages of tests/e2e/test_real_clients.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.e2e.test_real_clients import CLIENTS, Node, assert_left_nothing, clie
 from tests.helpers import RETURNS_ARGUMENTS, SEED_PLAIN, alive, check_returns, check_structured
 from tests.http_server import HttpServer, http_server
 
-__all__ = ["node_clients"]  # the session fixture, shared with tests/test_real_clients.py
+__all__ = ["node_clients"]  # the session fixture, shared with tests/e2e/test_real_clients.py
 
 pytestmark = pytest.mark.timeout(240)
 
