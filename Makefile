@@ -16,7 +16,7 @@ SANDBOX_STAMP := $(SANDBOX_ENV)/.built
 PYTEST_ARGS ?=
 , := ,
 
-.PHONY: help run serve test lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak sandbox-env check-sandbox-env
+.PHONY: help run serve test test-fast lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak sandbox-env check-sandbox-env
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -69,6 +69,11 @@ unit: $(DEV_STAMP) check-sandbox-env ## Only the pytest suite
 	RUNNER_TEST_PACKAGES=$(abspath $(SANDBOX_ENV)) $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test: container-tools lint typecheck unit ## Install dev tools, then lint, type check and run the whole suite
+
+# The pure tests (tests/unit: no process, no server, no network) and the checks of the whole tree: seconds,
+# and no package environment.
+test-fast: lint ## Lint, then the fast part of the suite: tests/unit, tests/test_layout.py, tests/test_docs.py
+	$(VENV)/bin/pytest $(PYTEST_ARGS) -m "not slow" tests/unit tests/test_layout.py tests/test_docs.py
 
 lock: | $(PY) ## Regenerate requirements.lock, requirements-dev.lock and requirements-sandbox.lock from their .in files
 	$(PIP) install --quiet pip-tools
@@ -127,10 +132,10 @@ docker-test: docker-build $(RUN_STAMP) ## Build, then one MCP session through th
 inspect-cli: $(RUN_STAMP) ## MCP Inspector CLI against the server: make inspect-cli ARGS='--method tools/list'
 	npx --yes $(INSPECTOR) --cli $(abspath $(VENV))/bin/python-runner-mcp $(ARGS)
 
-hadolint: $(DEV_STAMP) ## Lint the Dockerfile (make test runs the same check in tests/test_packaging.py)
+hadolint: $(DEV_STAMP) ## Lint the Dockerfile (make test runs the same check in tests/deploy/test_packaging.py)
 	$(VENV)/bin/hadolint Dockerfile
 
-# tests/test_packaging.py runs the image's ENTRYPOINT outside Docker, tini included: as root with apt-get,
+# tests/deploy/test_packaging.py runs the image's ENTRYPOINT outside Docker, tini included: as root with apt-get,
 # install Debian's tini (the image's package); elsewhere those tests say why they are skipped.
 container-tools: ## Install Debian's tini for the container stand-in tests (root with apt-get only)
 	@if [ -x /usr/bin/tini ]; then :; \
@@ -168,9 +173,9 @@ test-container: $(DEV_STAMP) container-engine ## Build the image with podman fro
 			BASE_IMAGE=$(CONTAINER_BASE_IMAGE) DOCKER_CA_BUNDLE=$(CONTAINER_CA_BUNDLE) \
 			DOCKER_BUILD_FLAGS='--pull=never --no-cache $(ROOTLESS_BUILD_FLAGS) $(DOCKER_BUILD_FLAGS)' && \
 		CONTAINER_ENGINE=$(CONTAINER_ENGINE) CONTAINER_TEST_IMAGE=$(CONTAINER_TEST_IMAGE) \
-			$(VENV)/bin/pytest $(PYTEST_ARGS) tests/test_container.py; \
+			$(VENV)/bin/pytest $(PYTEST_ARGS) tests/deploy/test_container.py; \
 		status=$$?; $(CONTAINER_ENGINE) rmi --force $(CONTAINER_TEST_IMAGE) >/dev/null 2>&1; exit $$status; \
-	else $(VENV)/bin/pytest $(PYTEST_ARGS) tests/test_container.py; fi
+	else $(VENV)/bin/pytest $(PYTEST_ARGS) tests/deploy/test_container.py; fi
 
 # The server as configured by default (on a machine with namespaces: every run in its own) against the
 # plain fork server and the naive baseline: the ratios of issues 5 and 11 in one run.
@@ -193,4 +198,4 @@ SOAK_RUNS ?= 2000
 soak: $(DEV_STAMP) ## Long soak (bench/soak.py, both spawn modes) and protocol fuzzing at 10x; not in make test
 	$(PY) bench/soak.py --runs $(SOAK_RUNS) --sandbox none
 	$(PY) bench/soak.py --runs $(SOAK_RUNS) --sandbox none-posix-spawn
-	FUZZ_SCALE=10 $(VENV)/bin/pytest -q tests/test_fuzz.py
+	FUZZ_SCALE=10 $(VENV)/bin/pytest -q tests/e2e/test_fuzz.py

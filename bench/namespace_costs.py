@@ -14,8 +14,8 @@ shows: back-to-back runs, with and without one network namespace each, and with 
 made before, as the zygote did until a lent one was found to carry its counters from run to run.
 (One empty network namespace shared by every run costs what the host's network costs: it is made
 once. It is not an option: concurrent runs sharing it could meet on abstract unix sockets, see
-tests/test_namespaces.py, and read each other's counters.) The last lines compare a whole run made
-with a PID namespace and an init of its own with the zygote's way (the run forked into a kept PID
+tests/e2e/inrun/test_namespaces.py, and read each other's counters.) The last lines compare a whole run
+made with a PID namespace and an init of its own with the zygote's way (the run forked into a kept PID
 namespace whose init cleans up after it, pidspaces.py), with a network namespace lent and with one of
 the run's own (the zygote's way now), back to back, all CPU counted: this process's, its children's
 and the kept inits', and the whole machine's from /proc/stat (which includes the kernel's teardown

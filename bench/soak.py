@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 # harness/ is next to this file: on sys.path already when this runs as a script, not when it is imported
-# (tests/test_soak.py imports it as bench.soak).
+# (tests/e2e/test_soak.py imports it as bench.soak).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.procfs import proc_status

@@ -4,7 +4,7 @@ this server on stdio, checking what a run sees from inside.
     python scripts/docker_session.py --container -- docker run -i --rm ... turhal-ai/python-runner-mcp:latest
 
 `make docker-test` runs it against the image with the hardened `docker run` line; the test suite runs it
-against the same ENTRYPOINT outside Docker (tests/test_packaging.py). The session: initialize (or discover,
+against the same ENTRYPOINT outside Docker (tests/deploy/test_packaging.py). The session: initialize (or discover,
 with --mode auto), tools/list, a tools/call of `print(sum(range(10)))`, a probe run (who it runs as, its
 capabilities, mounts, network interfaces, and files it tries to create), and with --reaping a run that
 leaves an orphan behind plus a later run that checks the orphan was reaped. Prints what was seen as one

@@ -7,7 +7,7 @@ The base is the default profile of podman (containers-common, Apache-2.0), in th
 reads too; its rules are kept as they are, except that the syscalls below are taken out of whatever
 rule held them (some were allowed only with CAP_SYS_ADMIN, which the hardened line drops) and allowed
 unconditionally in one rule of their own. Nothing else changes. `--check` exits 1 when the committed
-profile differs from what the base would give (tests/test_packaging.py runs it where the base exists).
+profile differs from what the base would give (tests/deploy/test_packaging.py runs it where the base exists).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Shared test helpers: process inspection, waiting out asynchronous ends, overlap counting, and schema
-checks of every result."""
+"""Shared test helpers: process inspection, waiting out asynchronous ends, overlap counting, schema
+checks of every result, and a fake package environment."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import shutil
 import textwrap
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -224,3 +225,14 @@ def check_returns(result: dict[str, Any]) -> None:
     assert [i["name"] for i in structured["images"]] == ["dot.png"]
     assert [f["path"] for f in structured["files"]] == ["raw.bin", "table.csv"]
     assert "data" not in json.dumps(structured["images"]), "no image bytes in structuredContent"
+
+
+def fake_env(root: Path, installed: dict[str, str]) -> Path:
+    """An environment whose site-packages holds only the metadata of `installed` (name -> version)."""
+    site = root / "site-packages"
+    site.mkdir(parents=True)
+    for name, version in installed.items():
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return root

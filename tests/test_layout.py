@@ -1,5 +1,5 @@
 """The package's layout holds: the protocol and execution sides never import each other, nothing
-imports in a circle, and every module and class can be read in one sitting.
+imports in a circle, every module and class can be read in one sitting, and tests/ mirrors the package.
 
 The rules are the sub-packages' docstrings, checked on the source (every import, lazy ones
 included) and once more on what a fresh interpreter really loads.
@@ -235,3 +235,43 @@ def test_importing_one_side_does_not_load_the_other(side: tuple[str, ...], must_
     loaded = loaded_by(*side)
     assert set(side) <= set(loaded)
     assert [name for name in loaded if any(within(name, prefix) for prefix in must_not_load)] == []
+
+
+# --- The tests mirror the package -------------------------------------------------------------------
+
+TESTS = REPO / "tests"
+# A module's pure tests are at tests/unit/<sub-package>/test_<module>.py; those with real processes,
+# servers and clients under tests/e2e/, the image, Kubernetes and packaging under tests/deploy/. Only
+# the tests of the whole tree sit at the top of tests/.
+TOP_LEVEL_TESTS = {"test_docs.py", "test_layout.py"}
+# Unit test files named after no module of runner/: each with its reason. None today.
+UNMIRRORED: dict[str, str] = {}
+
+
+def mirrored_module(unit_test: Path) -> Path:
+    """The module a unit test file is named after: tests/unit/a/test_b.py tests runner/a/b.py."""
+    relative = unit_test.relative_to(TESTS / "unit")
+    return PACKAGE / relative.parent / relative.name.removeprefix("test_")
+
+
+def test_every_unit_test_file_is_named_after_the_module_it_tests() -> None:
+    unit_tests = sorted((TESTS / "unit").rglob("test_*.py"))
+    assert mirrored_module(TESTS / "unit" / "execution" / "test_classify.py") == PACKAGE / "execution" / "classify.py"
+    assert len(unit_tests) > 10
+    unmirrored = [
+        str(path.relative_to(TESTS / "unit"))
+        for path in unit_tests
+        if not mirrored_module(path).is_file() and str(path.relative_to(TESTS / "unit")) not in UNMIRRORED
+    ]
+    assert unmirrored == [], "no module of that name at the same sub-package path under runner/"
+    assert sorted(set(UNMIRRORED) - {str(path.relative_to(TESTS / "unit")) for path in unit_tests}) == []
+
+
+def test_every_test_file_is_in_unit_e2e_or_deploy_and_every_test_directory_is_a_package() -> None:
+    test_files = [path for path in TESTS.rglob("test_*.py") if "node_modules" not in path.parts]
+    top_level = {path.name for path in test_files if path.parent == TESTS}
+    assert top_level == TOP_LEVEL_TESTS
+    placed = {path.relative_to(TESTS).parts[0] for path in test_files if path.parent != TESTS}
+    assert placed == {"unit", "e2e", "deploy"}
+    directories = {path.parent for path in test_files}
+    assert sorted(str(d.relative_to(REPO)) for d in directories if not (d / "__init__.py").is_file()) == []

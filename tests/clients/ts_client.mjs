@@ -1,5 +1,5 @@
 // A TypeScript-SDK client (@modelcontextprotocol/sdk, Client + StdioClientTransport) driven by
-// tests/test_real_clients.py. It starts the server itself, runs a fixed list of checks, and prints
+// tests/e2e/test_real_clients.py. It starts the server itself, runs a fixed list of checks, and prints
 // one JSON object per check on stdout: {"check": name, ...observations} or {"check": name, "error": ...}.
 // It asserts nothing: pytest does. The server's stderr goes to this process's stderr.
 //

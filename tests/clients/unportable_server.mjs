@@ -1,6 +1,6 @@
 // Negative control for the Inspector's `--strict` schema lint: a stdio MCP server (TypeScript SDK) whose
 // one tool spells a nullable field as `"type": ["string", "null"]`, which the Inspector reports as a
-// portability warning. tests/test_real_clients.py uses it to show what a finding looks like, so that
+// portability warning. tests/e2e/test_real_clients.py uses it to show what a finding looks like, so that
 // "no findings" for python -m runner means the lint ran and found nothing.
 
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";

@@ -1,0 +1,279 @@
+"""End to end: `python -m runner` over real stdio, driven by the official Python client and by raw JSON-RPC."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from runner.config import Config, markdown_table
+from runner.protocol.schemas import input_schema, output_schema
+from tests.conftest import REPO
+from tests.helpers import (
+    RETURNS_ARGUMENTS,
+    SEED_PLAIN,
+    check_returns,
+    check_structured,
+    living,
+    max_overlap,
+    processes_mentioning,
+    settled,
+    settled_async,
+)
+from tests.raw import raw_server
+
+pytestmark = pytest.mark.anyio
+
+
+def server_env(work_dir: Path, **extra: str) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "RUNNER_WORK_DIR": str(work_dir),
+        "RUNNER_POOL_SIZE": "2",
+        # These tests watch runs from the host (pid files in tmp_path): no PID/mount namespaces.
+        "RUNNER_SANDBOX": "none",
+        **extra,
+    }
+
+
+@pytest.fixture
+def left_nothing(work_dir: Path) -> Iterator[None]:
+    """After the server has exited: within a moment, no process of it or of its runs is alive (what it
+    killed on the way out may still be dying) and its work dir is empty."""
+    yield
+    assert settled(lambda: processes_mentioning(str(work_dir))) == []
+    assert settled(lambda: list(work_dir.iterdir())) == []
+
+
+@pytest.fixture(params=["legacy", "auto"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def stdio_session(work_dir: Path, errlog: Any, mode: str, **env: str) -> Client:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "runner"], cwd=str(REPO), env=server_env(work_dir, **env)
+    )
+    return Client(stdio_client(params, errlog=errlog), mode=mode)  # type: ignore[arg-type]
+
+
+def text_of(result: types.CallToolResult) -> str:
+    [block] = result.content
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+async def test_a_session_lists_the_tool_and_runs_code_in_the_seed_format(
+    work_dir: Path, tmp_path: Path, mode: str, left_nothing: None
+) -> None:
+    with open(tmp_path / "stderr.log", "w") as errlog:
+        async with stdio_session(work_dir, errlog, mode) as client:
+            assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+            [tool] = (await client.list_tools()).tools
+            assert tool.input_schema == input_schema(Config.from_env({}))
+            assert tool.output_schema == output_schema()
+            result = await client.call_tool("run_python", {"code": "print(sum(range(10)))", "timeout": 5})
+            assert re.fullmatch(SEED_PLAIN, text_of(result))
+            structured = check_structured(result.structured_content)
+            secret = await client.call_tool("run_python", {"code": "print('OUTPUT' + '-MARKER') # CODE-MARKER"})
+            assert check_structured(secret.structured_content)["stdout"] == "OUTPUT-MARKER\n"
+            bad = await client.call_tool("run_python", {"code": "x", "timeout": -1})
+            assert bad.is_error
+            assert "invalid argument 'timeout'" in check_structured(bad.structured_content)["message"]
+    log = (tmp_path / "stderr.log").read_text()
+    lines = log.splitlines()
+    assert all(" request_id=" in line for line in lines), "every log line carries a request_id"
+    request_id = structured["request_id"]
+    mine = [line for line in lines if f"request_id={request_id}" in line]
+    assert [re.search(r"request_id=\w+ (call received|run started|run finished)", m) is not None for m in mine] == [
+        True
+    ] * 3
+    assert "CODE-MARKER" not in log, "no user code in the log at info level"
+    assert "OUTPUT-MARKER" not in log, "no user output in the log at info level"
+    assert "peak_memory=None" not in log
+
+
+async def test_ten_parallel_calls_are_bounded_by_the_concurrency_limit(
+    work_dir: Path, tmp_path: Path, mode: str, left_nothing: None
+) -> None:
+    code = "import time\nstart = time.time()\ntime.sleep(0.4)\nprint(start, time.time())"
+    intervals: list[tuple[float, float]] = []
+    waits: list[float] = []
+
+    async def one(client: Client) -> None:
+        result = await client.call_tool("run_python", {"code": code})
+        structured = check_structured(result.structured_content)
+        start, end = map(float, structured["stdout"].split())
+        intervals.append((start, end))
+        waits.append(structured["queue_wait_seconds"])
+
+    with open(tmp_path / "stderr.log", "w") as errlog:
+        async with stdio_session(work_dir, errlog, mode, RUNNER_MAX_CONCURRENT="3") as client:
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(10):
+                        tg.start_soon(one, client)
+    assert len(intervals) == 10
+    assert max_overlap(intervals) == 3
+    assert sum(1 for wait in waits if wait > 0.2) >= 6, "calls beyond the limit queued"
+
+
+async def test_a_cancelled_call_kills_its_process_and_the_server_keeps_serving(
+    work_dir: Path, tmp_path: Path, mode: str, left_nothing: None
+) -> None:
+    marker = tmp_path / "pid"
+    code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)"
+    with open(tmp_path / "stderr.log", "w") as errlog:
+        async with stdio_session(work_dir, errlog, mode) as client:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "run_python", {"code": code, "timeout": 60})
+                with anyio.fail_after(20):
+                    while not marker.exists() or not marker.read_text():
+                        await anyio.sleep(0.02)
+                tg.cancel_scope.cancel()
+            pid = int(marker.read_text())
+            assert await settled_async(lambda: living([pid]), timeout=10) == []
+            result = await client.call_tool("run_python", {"code": "print('still here')"})
+            assert check_structured(result.structured_content)["stdout"] == "still here\n"
+    assert "status=cancelled" in (tmp_path / "stderr.log").read_text()
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "stdin EOF"])
+async def test_the_server_stops_cleanly_mid_run_killing_everything_and_exiting_0(
+    work_dir: Path, tmp_path: Path, how: str, left_nothing: None
+) -> None:
+    marker = tmp_path / "pid"
+    code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)"
+    async with raw_server(work_dir, tmp_path / "stderr.log", RUNNER_SANDBOX="none") as session:
+        await session.initialize()
+        call = {"name": "run_python", "arguments": {"code": code, "timeout": 60}}
+        await session.send_line(
+            json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}).encode() + b"\n"
+        )
+        with anyio.fail_after(20):
+            while not marker.exists() or not marker.read_text():
+                await anyio.sleep(0.02)
+        if how != "stdin EOF":
+            # For EOF, leaving the block closes stdin and requires exit status 0.
+            session.process.send_signal(getattr(signal, how))
+            with anyio.fail_after(20):
+                assert await session.process.wait() == 0
+    # The server killed the run on its way out; the run may take the kernel a moment longer to end.
+    assert await settled_async(lambda: living([int(marker.read_text())])) == []
+    assert "server stopped" in (tmp_path / "stderr.log").read_text()
+
+
+async def test_an_oversized_message_is_answered_and_the_server_keeps_serving(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    async with raw_server(work_dir, tmp_path / "stderr.log", RUNNER_MAX_INPUT_MB="0") as session:
+        await session.initialize()
+        # Far beyond the largest legal call: discarded as it arrives, never held whole.
+        huge = {"name": "run_python", "arguments": {"code": "#" * 20_000_000}}
+        await session.send_line(
+            json.dumps({"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": huge}).encode() + b"\n"
+        )
+        too_large = await session.response(10)
+        assert too_large["error"]["code"] == -32600
+        assert too_large["error"]["message"].startswith("Invalid Request: 20,000,1")
+        alive_call = await session.request(
+            "tools/call", {"name": "run_python", "arguments": {"code": "print('alive')"}}
+        )
+        assert alive_call["result"]["structuredContent"]["stdout"] == "alive\n"
+    log = (tmp_path / "stderr.log").read_text()
+    assert re.search(r'invalid message answered error="Invalid Request: 20,000,1\d\d bytes', log)
+
+
+def test_a_client_that_stops_reading_ends_the_session_with_exit_0(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+    with open(tmp_path / "stderr.log", "w") as errlog:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "runner"],
+            cwd=REPO,
+            env=server_env(work_dir),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errlog,
+        )
+    assert server.stdin is not None
+    assert server.stdout is not None
+    server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize}).encode())
+    server.stdin.write(b"\n")
+    server.stdin.flush()
+    assert json.loads(server.stdout.readline())["id"] == 1
+    server.stdout.close()  # no reader left: the server's next write fails with EPIPE
+    with contextlib.suppress(BrokenPipeError):
+        server.stdin.write(b'{"jsonrpc": "2.0", "id": 2, "method": "ping"}\n')
+        server.stdin.flush()
+    try:
+        assert server.wait(timeout=20) == 0
+    finally:
+        server.kill()
+        server.stdin.close()
+    assert "client closed its end of stdout; shutting down" in (tmp_path / "stderr.log").read_text()
+
+
+async def test_the_python_client_accepts_an_image_resources_and_a_result_from_handed_in_files(
+    work_dir: Path, tmp_path: Path, mode: str, left_nothing: None
+) -> None:
+    with open(tmp_path / "stderr.log", "w") as errlog:
+        async with stdio_session(work_dir, errlog, mode) as client:
+            # The client checks structuredContent against the output schema as it receives it.
+            result = await client.call_tool("run_python", RETURNS_ARGUMENTS)
+            escape = {"path": "../../planted", "content": "x"}
+            refused = await client.call_tool("run_python", {"code": "print('ran')", "files": [escape]})
+    check_returns(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+    assert refused.is_error
+    structured = check_structured(refused.structured_content)
+    assert structured["status"] == "invalid_arguments"
+    assert structured["message"].startswith("invalid argument 'files[0]' ('../../planted'): every part of the path")
+    log = (tmp_path / "stderr.log").read_text()
+    assert f"request_id={structured['request_id']} run started" not in log, "nothing ran"
+    assert not (work_dir.parent / "planted").exists()
+
+
+def test_the_server_refuses_to_start_on_a_bad_value_with_one_line_and_exit_status_2() -> None:
+    env = {**os.environ, "RUNNER_MAX_MEMORY_MB": "lots"}
+    done = subprocess.run(
+        [sys.executable, "-m", "runner"], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1
+    assert "RUNNER_MAX_MEMORY_MB" in lines[0]
+    assert "an integer from 32 to 1048576" in lines[0]
+
+
+def test_python_m_runner_config_prints_the_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "runner.config"], cwd=REPO, capture_output=True, text=True, timeout=30, check=True
+    )
+    assert done.stdout == markdown_table()
+
+
+def test_the_server_refuses_to_start_on_a_path_that_is_not_there_with_exit_status_2(tmp_path: Path) -> None:
+    env = {**os.environ, "RUNNER_WORK_DIR": str(tmp_path / "missing")}
+    done = subprocess.run(
+        [sys.executable, "-m", "runner"], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"python-runner-mcp: invalid configuration: RUNNER_WORK_DIR: expected a writable directory, "
+        f"got {str(tmp_path / 'missing')!r}\n"
+    )

@@ -1,0 +1,44 @@
+"""The isolation plan without probing: each RUNNER_SANDBOX value one way to make and isolate runs, and
+what the sandboxes bind into a run's view."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+
+from runner.config import Config
+from runner.environment import open_environment
+from runner.processes.isolation import IsolationPlan, plan_isolation
+from tests.helpers import fake_env
+
+
+def test_each_sandbox_value_is_one_way_to_make_and_isolate_runs(config: Config) -> None:
+    # Forking and spawning are part of the value: bubblewrap with forked runs, or the zygote's
+    # namespaces with spawned ones, cannot be asked for.
+    preloading = dataclasses.replace(config, preload=("json",))
+    forked = plan_isolation(dataclasses.replace(preloading, sandbox="none"))
+    spawned = plan_isolation(dataclasses.replace(preloading, sandbox="none-posix-spawn"))
+    assert (forked.forked, forked.sandboxed, forked.spawn_mode, forked.sandbox) == (True, False, "fork-server", "none")
+    assert (spawned.forked, spawned.sandboxed, spawned.spawn_mode, spawned.sandbox) == (
+        False,
+        False,
+        "posix-spawn",
+        "none",
+    )
+    assert (forked.preload, forked.supplies, spawned.preload, spawned.supplies) == (("json",), 2, (), 1)
+    assert (forked.runs_share_files, spawned.runs_share_files) == (True, True)
+    assert (IsolationPlan("namespaces", "").forked, IsolationPlan("bwrap", "").forked) == (True, False)
+    assert not IsolationPlan("namespaces", "").runs_share_files
+
+
+def test_a_package_environment_under_a_directory_the_sandbox_hides_is_bound_back(tmp_path: Path) -> None:
+    # /tmp is each sandboxed run's own tmpfs: an environment under it (a checkout in /tmp) was out of
+    # the runs' sight, and matplotlib failed to draw.
+    from runner.processes.isolation import bwrap_argv, namespace_args
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as under_tmp:
+        packaged = open_environment(Config.from_env({"RUNNER_PACKAGES": str(fake_env(Path(under_tmp) / "env", {}))}))
+        assert packaged.packages in namespace_args(packaged)
+        argv = bwrap_argv("/usr/bin/bwrap", packaged)
+        assert argv[argv.index(packaged.packages) - 1] == "--ro-bind"

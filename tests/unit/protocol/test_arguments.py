@@ -1,0 +1,60 @@
+"""Argument validation against the hand-written input schema: defaults, and errors naming the field."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from runner.config import Config
+from runner.errors import ArgumentError
+from runner.protocol.arguments import ArgumentParser
+
+CONFIG = dataclasses.replace(Config.from_env({}), max_code_bytes=100, max_stdin_bytes=10, max_timeout=30)
+
+
+def test_valid_arguments_parse_with_defaults() -> None:
+    args = ArgumentParser(CONFIG).parse({"code": "print(1)"})
+    assert (args.code, args.timeout, args.stdin) == ("print(1)", CONFIG.default_timeout, "")
+    args = ArgumentParser(CONFIG).parse({"code": "x", "timeout": 2, "stdin": "hi"})
+    assert (args.timeout, args.stdin) == (2.0, "hi")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "names"),
+    [
+        ({}, "'code' is a required property"),
+        (None, "'code' is a required property"),
+        ([], "arguments must be a JSON object"),
+        ({"code": 5}, "invalid argument 'code'"),
+        ({"code": "x", "timeout": 0}, "invalid argument 'timeout'"),
+        ({"code": "x", "timeout": -1}, "invalid argument 'timeout'"),
+        ({"code": "x", "timeout": 31}, "invalid argument 'timeout'"),
+        ({"code": "x", "timeout": "5"}, "invalid argument 'timeout'"),
+        ({"code": "x", "timeout": True}, "invalid argument 'timeout'"),
+        ({"code": "x", "stdin": 3}, "invalid argument 'stdin'"),
+        ({"code": "x", "cwd": "/"}, "unknown argument 'cwd'"),
+        ({"code": "x" * 101}, "invalid argument 'code': 101 bytes"),
+        ({"code": "ğ" * 51}, "invalid argument 'code': 102 bytes"),
+        ({"code": "x", "stdin": "y" * 11}, "invalid argument 'stdin': 11 bytes"),
+        ({"code": "print('\ud800')"}, "invalid argument 'code': contains a lone surrogate"),
+    ],
+)
+def test_bad_arguments_are_rejected_with_a_message_naming_the_field(arguments: object, names: str) -> None:
+    with pytest.raises(ArgumentError) as caught:
+        ArgumentParser(CONFIG).parse(arguments)
+    assert names in str(caught.value)
+
+
+def test_an_unknown_field_in_a_file_entry_is_named_with_where_it_is() -> None:
+    from runner.config import Config
+    from runner.protocol.arguments import ArgumentParser
+
+    with pytest.raises(ArgumentError) as caught:
+        ArgumentParser(Config()).parse({"code": "x", "files": [{"path": "a", "content": "", "mode": 1}]})
+    assert str(caught.value) == (
+        "invalid argument 'files[0]': unknown field 'mode'; a file has 'path', 'content' and 'encoding'"
+    )
+    with pytest.raises(ArgumentError) as caught:
+        ArgumentParser(Config()).parse({"code": "x", "files": [{"path": 3, "content": ""}]})
+    assert str(caught.value).startswith("invalid argument 'files[0].path': 3 is not of type 'string'")

@@ -1,0 +1,42 @@
+"""The `files` argument checked: every bad entry refused naming it, good ones decoded. No processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.errors import ArgumentError
+from runner.protocol.files import check_files
+
+
+def entry(path: str, content: str = "x", encoding: str = "utf-8") -> dict[str, str]:
+    return {"path": path, "content": content, "encoding": encoding}
+
+
+@pytest.mark.parametrize(
+    ("entries", "problem"),
+    [
+        ([entry("../escape")], "files[0]' ('../escape'): every part of the path must be a name"),
+        ([entry("a/../../b")], "every part of the path must be a name"),
+        ([entry("/etc/passwd")], "an absolute path"),
+        ([entry("a//b")], "every part of the path must be a name"),
+        ([entry("./a")], "every part of the path must be a name"),
+        ([entry("nul\x00byte")], "NUL"),
+        ([entry("x" * 256)], "256 bytes long, more than 255"),
+        ([entry("a"), entry("a")], "files[1]' ('a'): the same path is given twice"),
+        ([entry("a/b"), entry("a")], "a file cannot also be a directory of another file"),
+        ([entry("a"), entry("a/b")], "a file cannot also be a directory of another file"),
+        ([entry("bin", "not base64!", "base64")], "not valid base64"),
+        ([entry("big", "x" * 600), entry("more", "x" * 500)], "files[1]' ('more'): the files come to more than"),
+        ([entry("one", "x" * 300)], "more than a run may write to one file (256)"),
+        ([entry("lone", "\ud800")], "lone surrogate"),
+    ],
+)
+def test_a_bad_file_entry_is_refused_naming_it(entries: list[dict[str, str]], problem: str) -> None:
+    with pytest.raises(ArgumentError) as caught:
+        check_files(entries, max_bytes=1000, max_file_bytes=256 if problem.startswith("more than a run") else 1000)
+    assert problem in str(caught.value)
+
+
+def test_good_file_entries_are_decoded() -> None:
+    files = check_files([entry("a/b.txt", "h\u00e9"), entry("c.bin", "AAE=", "base64")], 100, 100)
+    assert [(f.path, f.data) for f in files] == [("a/b.txt", "h\u00e9".encode()), ("c.bin", b"\x00\x01")]

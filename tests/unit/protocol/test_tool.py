@@ -1,0 +1,20 @@
+"""The tool's definition: its description tells clients what runs may import."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.config import Config
+from runner.environment import open_environment
+from runner.protocol.tool import tool_definition
+from tests.helpers import fake_env
+
+
+def test_the_tool_description_names_what_runs_may_import(tmp_path: Path) -> None:
+    env = fake_env(tmp_path / "env", {"numpy": "2.4.6", "pandas": "3.1.1"})
+    packaged = open_environment(Config.from_env({"RUNNER_PACKAGES": str(env), "RUNNER_PRELOAD": "json"}))
+    described = tool_definition(packaged).description or ""
+    assert "the standard library and these packages importable: numpy 2.4.6, pandas 3.1.1," in described
+    assert "256 MiB memory (beyond what json map, when imported)," in described
+    plain = tool_definition(Config.from_env({})).description or ""
+    assert "no site-packages (standard library only)" in plain

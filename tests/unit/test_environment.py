@@ -1,0 +1,85 @@
+"""The environment the configuration names, opened at start: the paths checked, the interpreter and the
+packages found; never while the configuration is read."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from runner.config import Config
+from runner.environment import open_environment
+from runner.errors import ConfigError
+
+HTTP = {"RUNNER_TRANSPORT": "http"}
+
+
+def test_opening_the_environment_fills_in_the_interpreter_and_the_temp_directory() -> None:
+    config = open_environment(Config.from_env({}))
+    assert config.python == os.path.realpath(sys.executable)
+    assert config.work_dir == tempfile.gettempdir()
+    assert (config.packages, config.packages_site, config.package_versions, config.preload) == ("", "", (), ())
+    assert open_environment(config) == config, "opening an opened configuration changes nothing"
+
+
+def test_reading_the_environment_looks_at_no_path_and_opening_it_refuses_a_missing_one(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no" / "such")
+    for variable, says in [
+        ("RUNNER_PYTHON", "expected an executable file"),
+        ("RUNNER_WORK_DIR", "expected a writable directory"),
+        ("RUNNER_PACKAGES", "expected an absolute path to a package environment"),
+    ]:
+        read = Config.from_env({variable: missing})
+        with pytest.raises(ConfigError, match=says) as caught:
+            open_environment(read)
+        assert caught.value.variable == variable
+        assert missing in str(caught.value)
+
+
+def test_reading_the_environment_makes_no_system_call_on_a_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"the disk was looked at: {args}")
+
+    for module, name in [(os, "stat"), (os, "lstat"), (os, "access"), (os, "listdir"), (os, "scandir")]:
+        monkeypatch.setattr(module, name, refused)
+    monkeypatch.setattr(tempfile, "gettempdir", refused)
+    config = Config.from_env(
+        {
+            "RUNNER_PYTHON": "/no/such/python",
+            "RUNNER_WORK_DIR": "/no/such/dir",
+            "RUNNER_PACKAGES": "/no/such/env",
+            "RUNNER_PRELOAD": "numpy",
+            "RUNNER_TRANSPORT": "http",
+            "RUNNER_AUTH_TOKENS_FILE": "/no/such/tokens",
+        }
+    )
+    assert (config.python, config.work_dir, config.packages) == ("/no/such/python", "/no/such/dir", "/no/such/env")
+    assert config.http.tokens_file == "/no/such/tokens"
+
+
+def test_a_package_environment_gives_its_distributions_and_the_default_preload_it_has(tmp_path: Path) -> None:
+    site = tmp_path / "env" / "site-packages"
+    for name in ("numpy", "numpy-2.4.6.dist-info", "matplotlib", "matplotlib-3.11.2.dist-info"):
+        (site / name).mkdir(parents=True)
+    opened = open_environment(Config.from_env({"RUNNER_PACKAGES": str(tmp_path / "env")}))
+    assert (opened.packages, opened.packages_site) == (str(tmp_path / "env"), str(site))
+    assert opened.package_versions == ("matplotlib 3.11.2", "numpy 2.4.6")
+    assert opened.preload == ("numpy", "matplotlib.pyplot"), "pandas is not there"
+    assert not opened.default_preload
+    with pytest.raises(ConfigError, match="no module 'pandas' in RUNNER_PACKAGES") as caught:
+        open_environment(Config.from_env({"RUNNER_PACKAGES": str(tmp_path / "env"), "RUNNER_PRELOAD": "pandas"}))
+    assert caught.value.variable == "RUNNER_PRELOAD"
+
+
+def test_a_tokens_file_that_is_not_there_is_refused_when_the_environment_is_opened(tmp_path: Path) -> None:
+    read = Config.from_env({**HTTP, "RUNNER_AUTH_TOKENS_FILE": str(tmp_path / "missing")})
+    with pytest.raises(ConfigError, match="expected an absolute path to a file") as raised:
+        open_environment(read)
+    assert raised.value.variable == "RUNNER_AUTH_TOKENS_FILE"
+    (tmp_path / "real").write_text("alice:aaaaaaaaaaaaaaaaaaaaaa\n")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    linked = open_environment(Config.from_env({**HTTP, "RUNNER_AUTH_TOKENS_FILE": str(tmp_path / "link")}))
+    assert linked.http.tokens_file == str((tmp_path / "real").resolve()), "the path the sandbox must hide"
