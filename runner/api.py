@@ -25,7 +25,8 @@ async def run_code(
     The configuration comes from the RUNNER_* environment unless given. For example,
     ``(await run_code("print(1+1)", timeout=5)).to_text()`` is the same text block a tool call returns.
     """
-    config = dataclasses.replace(config or open_environment(Config.from_env()), pool_size=0)
+    # Opening is idempotent: a configuration the caller built (or opened already) is checked the same way.
+    config = dataclasses.replace(open_environment(config or Config.from_env()), pool_size=0)
     request_id = request_id or secrets.token_hex(4)
     arguments: dict[str, object] = {"code": code, "stdin": stdin}
     if timeout is not None:

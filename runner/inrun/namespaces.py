@@ -77,12 +77,22 @@ WORKDIR = "/tmp"
 PROC_COVERED = ("keys", "key-users")
 # Marks a file to hide among the zygote's KEEP arguments (which are absolute paths, so never start so).
 HIDE_PREFIX = "!"
+# Marks a host path the view holds, bound read-only at the same place (a link is made again instead).
+BIND_PREFIX = "+"
+# Where the zygote builds the view's root before it pivots into it: a tmpfs over this directory of
+# its own mount namespace (what is bound from under it was opened first).
+NEW_ROOT = "/tmp"
+# The view's own directories: mount points, and /sys empty (the host's is not the run's to read).
+VIEW_DIRECTORIES = ("/dev", "/proc", "/run", "/sys", "/tmp")
+# pivot_root(2) by number; umount2's flag that detaches the old root at once.
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine, -1)
+MNT_DETACH = 0x2
 
 
 class Isolation:
     """What each run gets, from the zygote's arguments ``TMP_BYTES NETWORK KEEP...``."""
 
-    __slots__ = ("hide", "keep", "mounts", "proc_covers", "tmp_bytes", "tmpfs", "unshared")
+    __slots__ = ("binds", "hide", "keep", "mounts", "proc_covers", "tmp_bytes", "tmpfs", "unshared")
 
     def __init__(self, args: list[str]) -> None:
         self.tmp_bytes = int(args[0])  # the size of each private tmpfs
@@ -91,7 +101,11 @@ class Isolation:
         # interfaces' counters) would tell a run what the earlier one did. It costs the run 0.5-0.9 ms
         # of CPU before its code, and the kernel its teardown after (docs/performance.md).
         self.unshared = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if args[1] == "isolated" else 0)
-        self.keep = [arg for arg in args[2:] if not arg.startswith(HIDE_PREFIX)]  # see make_private_view
+        self.keep = [arg for arg in args[2:] if arg.startswith("/")]  # see make_private_view
+        # What of the host the view holds (prepare_shared_view): nothing else of it is there. What is
+        # kept must be in the view to begin with.
+        self.binds = [arg[len(BIND_PREFIX) :] for arg in args[2:] if arg.startswith(BIND_PREFIX)]
+        self.binds += [path for path in self.keep if not any(_within(path, held) for held in self.binds)]
         # What of the server's no run may read (the HTTP tokens): a file covered by an empty one, a
         # directory by an empty tmpfs.
         self.hide = [arg[len(HIDE_PREFIX) :] for arg in args[2:] if arg.startswith(HIDE_PREFIX)]
@@ -238,28 +252,122 @@ def prepare_shared_view(isolation: Isolation) -> None:
     """Once, in the zygote: the part of every run's view that runs can share, in a mount namespace of
     the zygote's own that each run's is then copied from.
 
-    Everything read-only, nothing propagating to the host or back, and a read-only /dev of a few
-    harmless devices. What must be a run's alone (its tmpfs mounts, a /proc of its PID namespace)
-    `make_private_view` adds in the copy; done there per run, this part cost every run a dozen
-    mounts more. The zygote writes nothing to the file system in this mode.
+    Default-deny: the root is a new tmpfs that holds only `isolation.binds` (the interpreter, the
+    libraries, the package environment, as the server worked them out), bound read-only at their own
+    paths, an /etc made for runs (`etc_files`), the host's
+    /proc for the zygote's own use (each run mounts its own over it), an empty /sys, and a read-only
+    /dev of a few harmless devices. Nothing of /home, /root, /var, /srv, /opt or the rest of /etc.
+    Everything read-only, nothing propagating to the host or back. What must be a run's alone (its
+    tmpfs mounts, a /proc of its PID namespace) `make_private_view` adds in the copy. The zygote
+    writes nothing to the host's file system in this mode.
     """
     unshare(CLONE_NEWNS)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    for path in isolation.hide:  # made read-only with the rest just below
+    # Looked up on the host's /proc: what this kernel lacks, no run's /proc has.
+    isolation.proc_covers = [b"/proc/" + name.encode() for name in PROC_COVERED if os.path.exists("/proc/" + name)]
+    sources = _open_binds(isolation.binds)
+    links = [(path, os.readlink(path)) for path, _ in sources if os.path.islink(path)]
+    proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    devices = _open_devices()
+    try:
+        mount("tmpfs", NEW_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "size=1048576,mode=755,nr_inodes=4096")
+        for directory in VIEW_DIRECTORIES:
+            os.makedirs(NEW_ROOT + directory, 0o755, exist_ok=True)
+        for path, target in links:
+            os.makedirs(os.path.dirname(NEW_ROOT + path), 0o755, exist_ok=True)
+            os.symlink(target, NEW_ROOT + path)
+        linked = {path for path, _ in links}
+        for path, fd in sources:
+            if path not in linked:
+                _bind_into(NEW_ROOT + path, fd)
+        _bind_into(NEW_ROOT + "/proc", proc)
+        _write_etc(NEW_ROOT + "/etc")
+        _make_dev(NEW_ROOT + "/dev", devices)
+    finally:
+        for _, fd in (*sources, *devices, ("/proc", proc)):
+            os.close(fd)
+    _pivot_into(NEW_ROOT)
+    for path in isolation.hide:  # what of the server a bind holds after all
         if os.path.isdir(path):
-            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4096,mode=755,nr_inodes=4")
-        else:
+            flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+            mount("tmpfs", path, "tmpfs", flags, "size=4096,mode=755,nr_inodes=4")
+        elif os.path.exists(path):
             mount("/dev/null", path, None, MS_BIND)
-    make_read_only("/")
-    _make_dev()
+    # Read-only, each mount of the view: the root (and its /etc), every bind with what is below it,
+    # /proc, and /dev itself; its devices (and each run's /dev/shm) stay usable.
+    make_read_only("/", recursive=False)
+    for path in (*(path for path, _ in sources if path not in linked), "/proc"):
+        make_read_only(path)
+    make_read_only("/dev", recursive=False)
     flags = MS_NOSUID | MS_NODEV
     for directory in (*PRIVATE_DIRECTORIES, "/dev/shm"):
-        if os.path.isdir(directory) and not os.path.islink(directory):
-            size = RUN_BYTES if directory == "/run" else isolation.tmp_bytes
-            isolation.mounts.append((b"tmpfs", directory.encode(), b"tmpfs", flags, _tmpfs_options(size).encode()))
+        size = RUN_BYTES if directory == "/run" else isolation.tmp_bytes
+        isolation.mounts.append((b"tmpfs", directory.encode(), b"tmpfs", flags, _tmpfs_options(size).encode()))
     isolation.tmpfs = tuple(target.decode() for _, target, *_ in isolation.mounts)
-    # Looked up once: what this kernel lacks, no run's /proc has.
-    isolation.proc_covers = [b"/proc/" + name.encode() for name in PROC_COVERED if os.path.exists("/proc/" + name)]
+
+
+def etc_files(uid: int, gid: int) -> dict[str, str]:
+    """The view's /etc: a user database that names root, nobody and the runs' user (`uid`, `gid`: the
+    zygote's, which its runs keep), localhost, and files-only name lookups."""
+    users = ["root:x:0:0:root:/root:/usr/sbin/nologin", "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin"]
+    groups = ["root:x:0:", "nogroup:x:65534:"]
+    if uid not in (0, 65534):
+        users.append(f"sandbox:x:{uid}:{gid}:sandbox:/tmp:/usr/sbin/nologin")
+    if gid not in (0, 65534):
+        groups.append(f"sandbox:x:{gid}:")
+    return {
+        "passwd": "\n".join(users) + "\n",
+        "group": "\n".join(groups) + "\n",
+        "hosts": "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+        "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+    }
+
+
+def _write_etc(etc: str) -> None:
+    os.makedirs(etc, 0o755, exist_ok=True)
+    for name, text in etc_files(os.getuid(), os.getgid()).items():
+        path = os.path.join(etc, name)
+        if not os.path.lexists(path):  # a bind of the host's (ld.so.cache, localtime) is kept
+            with open(path, "w", encoding="utf-8") as etc_file:
+                etc_file.write(text)
+
+
+def _open_binds(paths: list[str]) -> list[tuple[str, int]]:
+    """Each path to bind, opened (O_PATH, a link itself), but those this zygote may not reach: what it
+    cannot open, neither could it nor its runs read (a pyenv under a /root of mode 0700, for a zygote
+    of another uid, which then runs on the system's standard library). A path that is not there is an
+    error: the server found it at start."""
+    opened = []
+    for path in paths:
+        try:
+            opened.append((path, os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)))
+        except PermissionError:
+            continue
+    return opened
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _bind_into(target: str, fd: int) -> None:
+    """Bind what `fd` (O_PATH) names at `target` in the view being built, making its mount point."""
+    if os.path.isdir(f"/proc/self/fd/{fd}"):
+        os.makedirs(target, 0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+    mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+
+
+def _pivot_into(root: str) -> None:
+    """Make `root` this mount namespace's root, and the old one gone from it."""
+    old = root + "/.old-root"
+    os.mkdir(old, 0o700)
+    _checked(_LIBC.syscall(_SYS_PIVOT_ROOT, root.encode(), old.encode()), "pivot_root")
+    os.chdir("/")
+    _checked(_LIBC.umount2(b"/.old-root", MNT_DETACH), "umount2 /.old-root")
+    os.rmdir("/.old-root")
 
 
 def make_private_view(isolation: Isolation) -> None:
@@ -290,21 +398,20 @@ def _tmpfs_options(size: int) -> str:
     return f"size={size},mode=1777,nr_inodes={max(size // 4096, 64)}"
 
 
-def _make_dev() -> None:
-    """A read-only /dev of a few harmless devices (bound from the host's), the usual links, and a
-    directory for each run's /dev/shm."""
-    devices = [
+def _open_devices() -> list[tuple[str, int]]:
+    """The host's harmless devices, opened (O_PATH) to be bound into the view's /dev."""
+    return [
         (name, os.open("/dev/" + name, os.O_PATH | os.O_CLOEXEC)) for name in DEVICES if os.path.exists("/dev/" + name)
     ]
-    try:
-        mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=65536,mode=755,nr_inodes=64")
-        for name, fd in devices:
-            os.close(os.open("/dev/" + name, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666))
-            mount(f"/proc/self/fd/{fd}", "/dev/" + name, None, MS_BIND)
-    finally:
-        for _, fd in devices:
-            os.close(fd)
+
+
+def _make_dev(dev: str, devices: list[tuple[str, int]]) -> None:
+    """At `dev`, the view's /dev: a tmpfs of the few harmless `devices` (O_PATH, bound from the
+    host's), the usual links, and a directory for each run's /dev/shm."""
+    mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=65536,mode=755,nr_inodes=64")
+    for name, fd in devices:
+        os.close(os.open(os.path.join(dev, name), os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o666))
+        mount(f"/proc/self/fd/{fd}", os.path.join(dev, name), None, MS_BIND)
     for name, target in DEVICE_LINKS:
-        os.symlink(target, "/dev/" + name)
-    os.mkdir("/dev/shm", 0o1777)
-    make_read_only("/dev", recursive=False)  # /dev itself: its devices (and each run's /dev/shm) stay usable
+        os.symlink(target, os.path.join(dev, name))
+    os.mkdir(os.path.join(dev, "shm"), 0o1777)

@@ -33,7 +33,7 @@ from runner.inrun.bootstrap import __file__ as _bootstrap_file
 # The run's directory, and /run's size (sockets and pid files, if anything: without a size it would be
 # a tmpfs of half the host's memory, bubblewrap's default, outside every limit of the run): the same in
 # both sandboxes.
-from runner.inrun.namespaces import PROC_COVERED, RUN_BYTES, WORKDIR
+from runner.inrun.namespaces import BIND_PREFIX, HIDE_PREFIX, PROC_COVERED, RUN_BYTES, WORKDIR
 
 # A bwrap run's own tmpfs mounts (bwrap_argv), whose pages its peak memory counts (harvest.ended).
 BWRAP_TMPFS = (WORKDIR, "/dev/shm", "/run")
@@ -46,6 +46,10 @@ PROBE_TIMEOUT = 10.0
 BOOTSTRAP = os.path.realpath(_bootstrap_file)
 # The fork server's zygote, next to the bootstrap it imports.
 ZYGOTE = os.path.join(os.path.dirname(BOOTSTRAP), "zygote.py")
+# What of the host's system every namespaced view holds, where it exists: the programs and libraries
+# (on a merged-/usr system /bin, /lib and the rest are links into /usr, made again as links), the
+# dynamic linker's cache and the time zone. /etc is otherwise made for runs (namespaces.etc_files).
+SYSTEM_VIEW = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/localtime")
 # bwrap reports a command killed by signal N as exit status 128 + N.
 SIGNAL_EXIT_BASE = 128
 
@@ -180,9 +184,22 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
 
 
 def namespace_args(config: Config) -> tuple[str, ...]:
-    """What the zygote is told after the limits: ``namespaces TMP_BYTES NETWORK KEEP...``."""
-    hide = ("!" + path for path in hidden_files(config))  # namespaces.HIDE_PREFIX
-    return ("namespaces", str(config.sandbox_tmp_mb * MIB), config.sandbox_network, *_kept(config), *hide)
+    """What the zygote is told after the limits: ``namespaces TMP_BYTES NETWORK KEEP... !HIDE... +BIND...``."""
+    hide = (HIDE_PREFIX + path for path in hidden_files(config))
+    binds = (BIND_PREFIX + path for path in view_binds(config))
+    return ("namespaces", str(config.sandbox_tmp_mb * MIB), config.sandbox_network, *_kept(config), *hide, *binds)
+
+
+def view_binds(config: Config) -> list[str]:
+    """What of the host a namespaced run's view holds, read-only at the same paths: the system's
+    programs and libraries (`SYSTEM_VIEW`, where they exist), the interpreter's own prefix (a pyenv
+    build under /root, say), and the package environment. Everything else of the host is not there."""
+    wanted = [path for path in SYSTEM_VIEW if os.path.lexists(path)]
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
+    for path in (prefix, config.packages):
+        if path and path != "/" and not any(_within(path, held) for held in wanted):
+            wanted.append(path)
+    return wanted
 
 
 def hidden_files(config: Config) -> list[str]:

@@ -8,7 +8,8 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import AsyncIterator
+import textwrap
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -224,9 +225,67 @@ async def test_a_run_of_an_isolated_network_can_make_no_internet_socket(sandboxe
     assert result.stdout.text == "PermissionError\n" * 4 + "AF_UNIX\n", result.to_text()
 
 
+@pytest.fixture
+def planted_secrets(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
+    """Files of mode 600 with a marker in their names, where a user's or a host's secrets live: the
+    home directory and /root always; /etc, /var/lib, /opt and /srv where this process may write (as
+    root, as in CI). Removed afterwards."""
+    marker = f"runner-secret-{os.getpid()}-{os.urandom(4).hex()}"
+    places = dict.fromkeys([Path.home(), Path("/root"), Path("/etc"), Path("/var/lib"), Path("/opt"), Path("/srv")])
+    planted: list[Path] = []
+    try:
+        for place in places:
+            if place.is_dir() and os.access(place, os.W_OK):
+                secret = place / f".{marker}" / "id_ed25519"
+                secret.parent.mkdir(mode=0o700)
+                secret.write_text("not for runs\n")
+                secret.chmod(0o600)
+                planted.append(secret)
+        yield marker, planted
+    finally:
+        for secret in planted:
+            shutil.rmtree(secret.parent, ignore_errors=True)
+
+
+async def test_a_run_that_walks_the_file_system_finds_none_of_the_host_s_secrets(
+    sandbox_config: Config, planted_secrets: tuple[str, list[Path]], request: pytest.FixtureRequest, no_leaks: None
+) -> None:
+    # The namespaced view holds only what runs need (isolation.view_binds); bubblewrap's is still the
+    # whole file system, read-only: the next step of issue 24.
+    if sandbox_config.sandbox == "bwrap":
+        request.applymarker(
+            pytest.mark.xfail(strict=True, reason="bubblewrap's view is still the host's whole file system")
+        )
+    marker, planted = planted_secrets
+    assert planted, "at least the home directory takes a planted secret"
+    code = f"""
+        import os
+        found = [p for p in {[str(path) for path in planted]!r} if os.path.lexists(p)]
+        try:
+            open("/etc/shadow").read()
+            found.append("/etc/shadow")
+        except OSError:
+            pass
+        for top, directories, files in os.walk("/"):
+            if top in ("/proc", "/sys", "/dev"):
+                directories.clear()
+            found += [os.path.join(top, n) for n in directories + files if {marker!r} in n]
+        print(found)
+        print(sorted(os.listdir("/")))
+    """
+    async with Pool.open(dataclasses.replace(sandbox_config, pool_size=0)) as pool:
+        result = await pool.run(RunRequest("5ec7e75a", textwrap.dedent(code), 60))
+    assert result.status is Status.OK, result.to_text()
+    found, top = result.stdout.text.splitlines()
+    assert found == "[]", result.stdout.text
+    for gone in ("home", "var", "srv", "opt", "mnt", "media"):
+        assert f"'{gone}'" not in top, top
+
+
 async def test_the_file_system_is_read_only_outside_the_private_tmpfs(sandboxed: Pool) -> None:
-    # Outside /tmp and /run (which the sandbox replaces), where the host (root, here) could write.
-    target = Path("/var/tmp") / f"written-from-a-run-{os.getpid()}"
+    # Outside /tmp and /run (which the sandbox replaces), where the host (root, here) could write, and
+    # which both views hold (the namespaced one holds no /var at all).
+    target = Path("/usr/local") / f"written-from-a-run-{os.getpid()}"
     code = f"""
         import errno
         try:
