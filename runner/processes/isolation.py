@@ -119,8 +119,19 @@ class IsolationPlan:
 
 
 def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
-    """The bubblewrap command line up to and including `--` (bwrap adds PWD=/tmp to the environment)."""
+    """The bubblewrap command line up to and including `--` (bwrap adds PWD=/tmp to the environment).
+
+    Default-deny, as the namespaced view: bubblewrap's root is an empty tmpfs, and only `view_binds`
+    (read-only, links made again) and the run's own mounts are in it; the source adds the /etc made
+    for runs (`SpawnSource`). Then the root itself is made read-only."""
     network = ("--unshare-net",) if config.sandbox_network == "isolated" else ()
+    held = view_binds(config)
+    view = tuple(
+        arg
+        for path in held
+        if not any(_within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))  # kept: see `keep`
+        for arg in (("--symlink", os.readlink(path), path) if os.path.islink(path) else ("--ro-bind", path, path))
+    )
     keep = tuple(arg for path in _kept(config) for arg in ("--ro-bind", path, path))
     # A file: --dev-bind, because bwrap's other binds are nodev, where /dev/null could not be opened
     # (reads would fail with EACCES instead of finding nothing); writes to it go nowhere. A directory:
@@ -128,6 +139,7 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
     hide = tuple(
         arg
         for path in hidden_files(config)
+        if any(_within(path, bound) for bound in held)  # else it is not in the view at all
         for arg in (
             ("--tmpfs", path, "--remount-ro", path) if os.path.isdir(path) else ("--dev-bind", "/dev/null", path)
         )
@@ -142,9 +154,7 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         "sandbox",
         "--die-with-parent",
         "--new-session",
-        "--ro-bind",
-        "/",
-        "/",
+        *view,
         "--dev",
         "/dev",
         # --dev's /dev/shm would be a tmpfs of half the host's memory, outside every limit of the run.
@@ -177,6 +187,8 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         os.path.dirname(BOOTSTRAP_INSIDE),
         *keep,
         *hide,
+        "--remount-ro",
+        "/",
         "--chdir",
         WORKDIR,
         "--",

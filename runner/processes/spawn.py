@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import resource
 import shutil
@@ -16,6 +17,7 @@ from collections.abc import Callable, Mapping
 from runner.config import Config
 from runner.errors import SpawnError
 from runner.inrun.namespaces import WORKDIR as SANDBOX_WORKDIR
+from runner.inrun.namespaces import etc_files
 from runner.processes.child import Child, maxrss_bytes
 from runner.processes.isolation import IsolationPlan, interpreter_argv
 from runner.processes.limits import Limits
@@ -154,7 +156,7 @@ class SpawnSource:
         self._python = config.python
         self._base_dir = base_dir
         self._limits = limits
-        self._plan = plan
+        self._plan = dataclasses.replace(plan, wrapper=_with_etc(plan.wrapper, base_dir)) if plan.wrapper else plan
         self._extra = package_environment(config)
 
     async def start(self) -> Child:
@@ -164,6 +166,21 @@ class SpawnSource:
     async def unresponsive(self, child: Child) -> None:
         """`child` did not end after SIGKILL: nothing can be done but fail the call."""
         raise SpawnError(f"process {child.pid} did not end after SIGKILL")
+
+
+def _with_etc(wrapper: tuple[str, ...], base_dir: str) -> tuple[str, ...]:
+    """bubblewrap's command line with the /etc made for runs (`namespaces.etc_files`, as the zygote
+    makes it for its runs) bound in, from files written once into the pool's directory."""
+    etc = os.path.join(base_dir, "etc")
+    os.makedirs(etc, exist_ok=True)  # read by bubblewrap as the server's uid, before it drops anything
+    binds: list[str] = []
+    for name, text in etc_files(os.getuid(), os.getgid()).items():
+        path = os.path.join(etc, name)
+        with open(path, "w", encoding="utf-8") as etc_file:
+            etc_file.write(text)
+        binds += ["--ro-bind", path, "/etc/" + name]
+    end = wrapper.index("--remount-ro")  # before the root is made read-only: the mount points are made then
+    return (*wrapper[:end], *binds, *wrapper[end:])
 
 
 def _own_peak_rss() -> int:

@@ -248,14 +248,9 @@ def planted_secrets(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
 
 
 async def test_a_run_that_walks_the_file_system_finds_none_of_the_host_s_secrets(
-    sandbox_config: Config, planted_secrets: tuple[str, list[Path]], request: pytest.FixtureRequest, no_leaks: None
+    sandbox_config: Config, planted_secrets: tuple[str, list[Path]], no_leaks: None
 ) -> None:
-    # The namespaced view holds only what runs need (isolation.view_binds); bubblewrap's is still the
-    # whole file system, read-only: the next step of issue 24.
-    if sandbox_config.sandbox == "bwrap":
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="bubblewrap's view is still the host's whole file system")
-        )
+    # Both views hold only what runs need (isolation.view_binds) and an /etc made for runs.
     marker, planted = planted_secrets
     assert planted, "at least the home directory takes a planted secret"
     code = f"""
