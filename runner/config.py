@@ -91,6 +91,7 @@ class Config:
     sandbox: SandboxMode = "auto"
     sandbox_network: SandboxNetwork = "isolated"
     sandbox_tmp_mb: int = 64
+    sandbox_read_paths: tuple[str, ...] = ()  # resolved when the environment is opened
     packages: str = ""
     packages_site: str = ""
     package_versions: tuple[str, ...] = ()  # "numpy 2.4.6", ... what runs may import besides the stdlib
@@ -305,6 +306,18 @@ SETTINGS = (
         high=1_048_576,
     ),
     Setting(
+        "RUNNER_SANDBOX_READ_PATHS",
+        "sandbox_read_paths",
+        "list",
+        "Host paths sandboxed runs may read besides what they need (a dataset directory, say), bound read-only "
+        "at the same place; nothing else of the host is in their view. Each must exist, and be neither `/` nor "
+        "the server's own (its work directory, its tokens file).",
+        pattern=r"/.*",
+        expected="comma-separated absolute paths",
+        shown_default="empty: none",
+        shown_accepted="comma-separated absolute paths of files or directories",
+    ),
+    Setting(
         "RUNNER_PACKAGES",
         "packages",
         "path",
@@ -319,8 +332,8 @@ SETTINGS = (
         "RUNNER_PRELOAD",
         "preload",
         "list",
-        "Modules a second zygote imports before its first fork. Only where runs are forked (`fork-server`, the "
-        "namespaced sandbox); ignored with posix-spawn and bwrap. "
+        "Modules a second zygote imports before its first fork. Only where runs are forked (`RUNNER_SANDBOX` "
+        "`none` or `namespaces`); ignored where they are spawned (`none-posix-spawn`, `bwrap`). "
         "See [the preloading zygote](spawn-modes.md#the-preloading-zygote).",
         pattern=r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*",
         expected="comma-separated module names",

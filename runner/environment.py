@@ -18,12 +18,16 @@ import tempfile
 from runner.config import DEFAULT_PRELOAD, Config
 from runner.errors import ConfigError
 
+# The pool's directory in RUNNER_WORK_DIR (`runner.execution.pool.Pool.open`), where runs' own are made.
+POOL_PREFIX = "python-runner-"
+READ_PATHS = "RUNNER_SANDBOX_READ_PATHS"
+
 
 def open_environment(config: Config) -> Config:
     """`config` with its paths checked and resolved and what they hold filled in; `ConfigError` naming
     the variable of a path that is not what it must be. Opening an opened configuration changes nothing."""
     packages, site = _packages(config.packages)
-    return dataclasses.replace(
+    opened = dataclasses.replace(
         config,
         python=_python(config.python),
         work_dir=_work_dir(config.work_dir),
@@ -34,6 +38,7 @@ def open_environment(config: Config) -> Config:
         default_preload=False,
         http=dataclasses.replace(config.http, tokens_file=_tokens_file(config.http.tokens_file)),
     )
+    return dataclasses.replace(opened, sandbox_read_paths=_read_paths(opened))
 
 
 def _python(path: str) -> str:
@@ -102,6 +107,33 @@ def _installed(site: str) -> tuple[str, ...]:
         return ()
     names = sorted(entry[: -len(".dist-info")] for entry in os.listdir(site) if entry.endswith(".dist-info"))
     return tuple(" ".join(name.rsplit("-", 1)) for name in names)
+
+
+def _read_paths(config: Config) -> tuple[str, ...]:
+    """RUNNER_SANDBOX_READ_PATHS, resolved: each there, not /, and nothing of the server's own: not its
+    work directory or what holds it (the runs' directories are made there), nothing within a pool's
+    directory in it, and not its tokens file or what holds that."""
+    resolved = []
+    for raw in config.sandbox_read_paths:
+        path = os.path.realpath(raw)
+        if not os.path.exists(path):
+            raise ConfigError(READ_PATHS, f"expected paths that exist, got {raw!r}")
+        if path == "/":
+            raise ConfigError(READ_PATHS, "expected paths below /, not / itself: runs would see it all")
+        below_work = os.path.relpath(path, config.work_dir) if _within(path, config.work_dir) else ""
+        tokens = config.http.tokens_file
+        if (
+            _within(config.work_dir, path)
+            or below_work.split(os.sep)[0].startswith(POOL_PREFIX)
+            or (tokens and _within(tokens, path))
+        ):
+            raise ConfigError(READ_PATHS, f"{raw!r} holds the server's own files (its work directory's, its tokens)")
+        resolved.append(path)
+    return tuple(resolved)
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _tokens_file(path: str) -> str:

@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 import anyio
 
 from runner.config import Config
+from runner.environment import POOL_PREFIX
 from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
 from runner.execution.supply import Supplies
@@ -71,7 +72,7 @@ class Pool:
         """
         logger = logger or get_logger()
         plan = plan or plan_isolation(config)
-        base_dir = tempfile.mkdtemp(prefix="python-runner-", dir=config.work_dir)
+        base_dir = tempfile.mkdtemp(prefix=POOL_PREFIX, dir=config.work_dir)
         limits = limits_for(config, count_tasks_of_uid(), plan)
         _log_start(logger, config, plan, limits, base_dir)
         reaping = reap_strays and set_child_subreaper(True)

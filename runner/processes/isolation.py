@@ -205,10 +205,11 @@ def namespace_args(config: Config) -> tuple[str, ...]:
 def view_binds(config: Config) -> list[str]:
     """What of the host a namespaced run's view holds, read-only at the same paths: the system's
     programs and libraries (`SYSTEM_VIEW`, where they exist), the interpreter's own prefix (a pyenv
-    build under /root, say), and the package environment. Everything else of the host is not there."""
+    build under /root, say), the package environment, and RUNNER_SANDBOX_READ_PATHS. Everything else
+    of the host is not there."""
     wanted = [path for path in SYSTEM_VIEW if os.path.lexists(path)]
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
-    for path in (prefix, config.packages):
+    for path in (prefix, config.packages, *config.sandbox_read_paths):
         if path and path != "/" and not any(_within(path, held) for held in wanted):
             wanted.append(path)
     return wanted
@@ -233,10 +234,10 @@ def hidden_files(config: Config) -> list[str]:
 
 
 def _kept(config: Config) -> list[str]:
-    """An interpreter, or a package environment (RUNNER_PACKAGES), under a directory the sandbox hides
-    must stay visible (read-only, as everything else)."""
+    """An interpreter, a package environment (RUNNER_PACKAGES) or a path runs may read
+    (RUNNER_SANDBOX_READ_PATHS) under a directory the sandbox replaces must stay visible (read-only)."""
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
-    wanted = [prefix, *([config.packages] if config.packages else [])]
+    wanted = [prefix, *([config.packages] if config.packages else []), *config.sandbox_read_paths]
     return [path for path in wanted if any(_within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))]
 
 

@@ -83,3 +83,35 @@ def test_a_tokens_file_that_is_not_there_is_refused_when_the_environment_is_open
     (tmp_path / "link").symlink_to(tmp_path / "real")
     linked = open_environment(Config.from_env({**HTTP, "RUNNER_AUTH_TOKENS_FILE": str(tmp_path / "link")}))
     assert linked.http.tokens_file == str((tmp_path / "real").resolve()), "the path the sandbox must hide"
+
+
+def test_paths_runs_may_read_are_resolved_and_must_be_there_and_not_the_server_s_own(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    (work / "python-runner-abc123").mkdir(parents=True)
+    data = tmp_path / "data"
+    data.mkdir()
+    (tmp_path / "link").symlink_to(data)
+    tokens = tmp_path / "secret" / "tokens"
+    tokens.parent.mkdir()
+    tokens.write_text("alice:aaaaaaaaaaaaaaaaaaaaaa\n")
+
+    def opened(*paths: Path | str, **env: str) -> Config:
+        given = {"RUNNER_WORK_DIR": str(work), "RUNNER_SANDBOX_READ_PATHS": ",".join(map(str, paths)), **env}
+        return open_environment(Config.from_env(given))
+
+    assert opened(tmp_path / "link").sandbox_read_paths == (str(data),), "the path it really has"
+    refused = {
+        "missing": (tmp_path / "nothing",),
+        "the root": ("/",),
+        "the work directory": (work,),
+        "what holds it": (tmp_path,),
+        "a pool's directory": (work / "python-runner-abc123",),
+    }
+    for why, paths in refused.items():
+        with pytest.raises(ConfigError) as raised:
+            opened(*paths)
+        assert raised.value.variable == "RUNNER_SANDBOX_READ_PATHS", why
+    with pytest.raises(ConfigError, match="holds the server's own files"):
+        opened(tokens.parent, **HTTP, RUNNER_AUTH_TOKENS_FILE=str(tokens))
+    with pytest.raises(ConfigError, match="comma-separated absolute paths"):
+        Config.from_env({"RUNNER_SANDBOX_READ_PATHS": "data"})

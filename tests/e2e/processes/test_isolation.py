@@ -277,6 +277,31 @@ async def test_a_run_that_walks_the_file_system_finds_none_of_the_host_s_secrets
         assert f"'{gone}'" not in top, top
 
 
+async def test_a_path_runs_may_read_is_in_their_view_read_only_and_nothing_beside_it(
+    sandbox_config: Config, tmp_path: Path, no_leaks: None
+) -> None:
+    # Under /tmp, which each run replaces with its own: bound back, as the interpreter would be.
+    data = tmp_path / "dataset"
+    data.mkdir()
+    (data / "rows.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "beside.txt").write_text("not shared\n")
+    shared = dataclasses.replace(sandbox_config, pool_size=0, sandbox_read_paths=(str(data),))
+    code = f"""
+        import errno, os
+        print(open({str(data / "rows.csv")!r}).read().splitlines()[-1])
+        print(os.path.lexists({str(tmp_path / "beside.txt")!r}))
+        try:
+            open({str(data / "new.txt")!r}, "w")
+        except OSError as exc:
+            print(errno.errorcode[exc.errno])
+    """
+    async with Pool.open(shared) as pool:
+        result = await pool.run(RunRequest("da7a5e75", textwrap.dedent(code), 30))
+    assert result.status is Status.OK, result.to_text()
+    assert result.stdout.text == "1,2\nFalse\nEROFS\n"
+    assert not (data / "new.txt").exists()
+
+
 async def test_the_file_system_is_read_only_outside_the_private_tmpfs(sandboxed: Pool) -> None:
     # Outside /tmp and /run (which the sandbox replaces), where the host (root, here) could write, and
     # which both views hold (the namespaced one holds no /var at all).
