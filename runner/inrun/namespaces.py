@@ -308,7 +308,7 @@ def prepare_shared_view(isolation: Isolation) -> None:
 
 def etc_files(uid: int, gid: int) -> dict[str, str]:
     """The view's /etc: a user database that names root, nobody and the runs' user (`uid`, `gid`: the
-    zygote's, which its runs keep), localhost, and files-only name lookups."""
+    zygote's, which its runs keep), localhost, and name lookups in these files, then DNS."""
     users = ["root:x:0:0:root:/root:/usr/sbin/nologin", "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin"]
     groups = ["root:x:0:", "nogroup:x:65534:"]
     if uid not in (0, 65534):
@@ -319,7 +319,8 @@ def etc_files(uid: int, gid: int) -> dict[str, str]:
         "passwd": "\n".join(users) + "\n",
         "group": "\n".join(groups) + "\n",
         "hosts": "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-        "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+        # dns: where runs keep the server's network (and its resolv.conf); with none it finds nothing.
+        "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files dns\n",
     }
 
 

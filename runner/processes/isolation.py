@@ -50,6 +50,9 @@ ZYGOTE = os.path.join(os.path.dirname(BOOTSTRAP), "zygote.py")
 # (on a merged-/usr system /bin, /lib and the rest are links into /usr, made again as links), the
 # dynamic linker's cache and the time zone. /etc is otherwise made for runs (namespaces.etc_files).
 SYSTEM_VIEW = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/localtime")
+# And where runs keep the server's network (RUNNER_SANDBOX_NETWORK=shared): name lookups and the
+# certificate authorities, public files both.
+NETWORK_VIEW = ("/etc/resolv.conf", "/etc/gai.conf", "/etc/ssl", "/etc/ca-certificates")
 # bwrap reports a command killed by signal N as exit status 128 + N.
 SIGNAL_EXIT_BASE = 128
 
@@ -204,10 +207,12 @@ def namespace_args(config: Config) -> tuple[str, ...]:
 
 def view_binds(config: Config) -> list[str]:
     """What of the host a namespaced run's view holds, read-only at the same paths: the system's
-    programs and libraries (`SYSTEM_VIEW`, where they exist), the interpreter's own prefix (a pyenv
+    programs and libraries (`SYSTEM_VIEW`, where they exist; `NETWORK_VIEW` too with the server's
+    network), the interpreter's own prefix (a pyenv
     build under /root, say), the package environment, and RUNNER_SANDBOX_READ_PATHS. Everything else
     of the host is not there."""
-    wanted = [path for path in SYSTEM_VIEW if os.path.lexists(path)]
+    system = (*SYSTEM_VIEW, *(NETWORK_VIEW if config.sandbox_network == "shared" else ()))
+    wanted = [path for path in system if os.path.lexists(path)]
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
     for path in (prefix, config.packages, *config.sandbox_read_paths):
         if path and path != "/" and not any(_within(path, held) for held in wanted):

@@ -4,12 +4,13 @@ what the sandboxes bind into a run's view."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 from pathlib import Path
 
 from runner.config import Config
 from runner.environment import open_environment
-from runner.processes.isolation import IsolationPlan, plan_isolation
+from runner.processes.isolation import NETWORK_VIEW, IsolationPlan, plan_isolation, view_binds
 from tests.helpers import fake_env
 
 
@@ -42,3 +43,20 @@ def test_a_package_environment_under_a_directory_the_sandbox_hides_is_bound_back
         assert packaged.packages in namespace_args(packaged)
         argv = bwrap_argv("/usr/bin/bwrap", packaged)
         assert argv[argv.index(packaged.packages) - 1] == "--ro-bind"
+
+
+def test_the_view_holds_the_system_the_interpreter_and_the_packages_and_name_lookups_only_with_a_network(
+    config: Config, tmp_path: Path
+) -> None:
+    packages = tmp_path / "env"
+    packages.mkdir()
+    binds = view_binds(dataclasses.replace(config, packages=str(packages)))
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
+    assert binds[0] == "/usr"
+    assert str(packages) in binds
+    assert any(prefix == held or prefix.startswith(held + "/") for held in binds), "the interpreter's own prefix"
+    assert not any(path.startswith(("/home", "/var", "/srv", "/opt")) for path in binds if path != str(packages))
+    lookups = [path for path in NETWORK_VIEW if os.path.lexists(path)]
+    assert not set(lookups) & set(binds), "no network: nothing to look names up with"
+    shared = view_binds(dataclasses.replace(config, sandbox_network="shared"))
+    assert set(lookups) <= set(shared)
