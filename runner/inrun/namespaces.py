@@ -105,7 +105,7 @@ class Isolation:
         # What of the host the view holds (prepare_shared_view): nothing else of it is there. What is
         # kept must be in the view to begin with.
         self.binds = [arg[len(BIND_PREFIX) :] for arg in args[2:] if arg.startswith(BIND_PREFIX)]
-        self.binds += [path for path in self.keep if not any(_within(path, held) for held in self.binds)]
+        self.binds += [path for path in self.keep if not any(within(path, held) for held in self.binds)]
         # What of the server's no run may read (the HTTP tokens): a file covered by an empty one, a
         # directory by an empty tmpfs.
         self.hide = [arg[len(HIDE_PREFIX) :] for arg in args[2:] if arg.startswith(HIDE_PREFIX)]
@@ -347,7 +347,8 @@ def _open_binds(paths: list[str]) -> list[tuple[str, int]]:
     return opened
 
 
-def _within(path: str, directory: str) -> bool:
+def within(path: str, directory: str) -> bool:
+    """Whether `path` is `directory` or below it (both absolute, normalised)."""
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 

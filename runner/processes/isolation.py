@@ -33,7 +33,7 @@ from runner.inrun.bootstrap import __file__ as _bootstrap_file
 # The run's directory, and /run's size (sockets and pid files, if anything: without a size it would be
 # a tmpfs of half the host's memory, bubblewrap's default, outside every limit of the run): the same in
 # both sandboxes.
-from runner.inrun.namespaces import BIND_PREFIX, HIDE_PREFIX, PROC_COVERED, RUN_BYTES, WORKDIR
+from runner.inrun.namespaces import BIND_PREFIX, HIDE_PREFIX, PROC_COVERED, RUN_BYTES, WORKDIR, within
 
 # A bwrap run's own tmpfs mounts (bwrap_argv), whose pages its peak memory counts (harvest.ended).
 BWRAP_TMPFS = (WORKDIR, "/dev/shm", "/run")
@@ -132,7 +132,7 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
     view = tuple(
         arg
         for path in held
-        if not any(_within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))  # kept: see `keep`
+        if not any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))  # kept: see `keep`
         for arg in (("--symlink", os.readlink(path), path) if os.path.islink(path) else ("--ro-bind", path, path))
     )
     keep = tuple(arg for path in _kept(config) for arg in ("--ro-bind", path, path))
@@ -142,7 +142,7 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
     hide = tuple(
         arg
         for path in hidden_files(config)
-        if any(_within(path, bound) for bound in held)  # else it is not in the view at all
+        if any(within(path, bound) for bound in held)  # else it is not in the view at all
         for arg in (
             ("--tmpfs", path, "--remount-ro", path) if os.path.isdir(path) else ("--dev-bind", "/dev/null", path)
         )
@@ -215,7 +215,7 @@ def view_binds(config: Config) -> list[str]:
     wanted = [path for path in system if os.path.lexists(path)]
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
     for path in (prefix, config.packages, *config.sandbox_read_paths):
-        if path and path != "/" and not any(_within(path, held) for held in wanted):
+        if path and path != "/" and not any(within(path, held) for held in wanted):
             wanted.append(path)
     return wanted
 
@@ -228,7 +228,7 @@ def hidden_files(config: Config) -> list[str]:
     if config.transport != "http" or not config.http.tokens_file:
         return []
     path = config.http.tokens_file
-    if any(_within(path, hidden) for hidden in (*HIDDEN, "/dev/shm")):
+    if any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm")):
         return []
     directory, name = os.path.split(path)
     try:
@@ -243,11 +243,7 @@ def _kept(config: Config) -> list[str]:
     (RUNNER_SANDBOX_READ_PATHS) under a directory the sandbox replaces must stay visible (read-only)."""
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
     wanted = [prefix, *([config.packages] if config.packages else []), *config.sandbox_read_paths]
-    return [path for path in wanted if any(_within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))]
-
-
-def _within(path: str, directory: str) -> bool:
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
+    return [path for path in wanted if any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))]
 
 
 def plan_isolation(config: Config) -> IsolationPlan:

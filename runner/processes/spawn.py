@@ -179,7 +179,8 @@ def _with_etc(wrapper: tuple[str, ...], base_dir: str) -> tuple[str, ...]:
         with open(path, "w", encoding="utf-8") as etc_file:
             etc_file.write(text)
         binds += ["--ro-bind", path, "/etc/" + name]
-    end = wrapper.index("--remount-ro")  # before the root is made read-only: the mount points are made then
+    # Before the root is made read-only (the last --remount-ro /): bubblewrap makes the mount points then.
+    end = max(i for i, arg in enumerate(wrapper) if arg == "--remount-ro" and wrapper[i + 1 : i + 2] == ("/",))
     return (*wrapper[:end], *binds, *wrapper[end:])
 
 

@@ -515,7 +515,7 @@ async def test_a_sandboxed_run_sees_nothing_of_the_tokens_even_after_the_file_is
 
 
 @pytest.mark.parametrize("mode", ["bwrap", "namespaces"])
-async def test_a_tokens_file_among_other_files_is_covered_by_itself(
+async def test_a_tokens_file_among_other_files_is_not_in_a_run_s_view_nor_is_its_directory(
     config: Config, mode: str, tokens_file: Path, no_leaks: None
 ) -> None:
     """Its directory holds more than the tokens. Neither is in a run's view: it holds nothing of the host
