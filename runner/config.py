@@ -92,6 +92,7 @@ class Config:
     sandbox_network: SandboxNetwork = "isolated"
     sandbox_tmp_mb: int = 64
     sandbox_read_paths: tuple[str, ...] = ()  # resolved when the environment is opened
+    sandbox_uids: str = "60000-60999"  # FIRST-LAST: a root server's runs' host uids (`run_uid_range`)
     packages: str = ""
     packages_site: str = ""
     package_versions: tuple[str, ...] = ()  # "numpy 2.4.6", ... what runs may import besides the stdlib
@@ -116,6 +117,12 @@ class Config:
         if config.transport != "http":
             return config  # a stdio server must not fail on settings it never uses
         return dataclasses.replace(config, http=_http(env, config.max_message_bytes))
+
+    @property
+    def run_uid_range(self) -> range:
+        """The host uids RUNNER_SANDBOX_UIDS gives a root server's sandboxed runs."""
+        first, last = (int(part) for part in self.sandbox_uids.split("-"))
+        return range(first, last + 1)
 
     @property
     def memory_bytes(self) -> int:
@@ -316,6 +323,17 @@ SETTINGS = (
         expected="comma-separated absolute paths",
         shown_default="empty: none",
         shown_accepted="comma-separated absolute paths of files or directories",
+    ),
+    Setting(
+        "RUNNER_SANDBOX_UIDS",
+        "sandbox_uids",
+        "text",
+        "The host uids a root server's sandboxed runs are given, one per run at a time (none is 0, none a user "
+        "of the host's): RLIMIT_NPROC then holds for each run, and no run is root on the host. A non-root server's "
+        "runs keep its uid. Each server takes a block of the range of its own (see [security](security.md)).",
+        pattern=r"[1-9][0-9]{0,9}-[1-9][0-9]{0,9}",
+        expected="FIRST-LAST, host uids from 1 to 4294967294, FIRST <= LAST",
+        shown_accepted="`FIRST-LAST`, uids from 1 to 4294967294",
     ),
     Setting(
         "RUNNER_PACKAGES",
@@ -536,12 +554,21 @@ def _refuse_removed(env: Mapping[str, str]) -> None:
             raise ConfigError(old, f"removed: {why}")
 
 
+# (uid_t)-1 means "unchanged" to setresuid(2).
+MAX_RUN_UID = 4_294_967_294
+
+
 def _check(config: Config, env: Mapping[str, str]) -> None:
     """The rules between Config's own variables."""
     if config.default_timeout > config.max_timeout:
         name = "RUNNER_DEFAULT_TIMEOUT"
         got = repr(env[name]) if env.get(name, "").strip() else f"its default {config.default_timeout:g}"
         raise ConfigError(name, f"expected {_declared(name).expectation(config.max_timeout)}, got {got}")
+    uids = config.run_uid_range
+    if not uids or uids[-1] > MAX_RUN_UID:
+        raise ConfigError(
+            "RUNNER_SANDBOX_UIDS", f"expected {_declared('RUNNER_SANDBOX_UIDS').expected}, got {config.sandbox_uids!r}"
+        )
     if config.preload and not config.packages:
         raise ConfigError("RUNNER_PRELOAD", "needs RUNNER_PACKAGES: the modules to preload come from there")
 

@@ -194,8 +194,9 @@ def _log_start(logger: logging.Logger, config: Config, plan: IsolationPlan, limi
         preload=",".join(plan.preload),
         sandbox=plan.sandbox,
         sandbox_reason=plan.reason,
+        run_uid=plan.identity,
     )
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and not plan.uid_per_run:
         log_event(
             logger,
             logging.WARNING,

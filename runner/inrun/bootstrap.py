@@ -275,7 +275,9 @@ def add_packages() -> None:
             sys.path.append(entry)
 
 
-def prepare_process(libc: types.ModuleType, syscalls: seccomp.Filter, *, namespaced_zygote: bool = False) -> None:
+def prepare_process(
+    libc: types.ModuleType, syscalls: seccomp.Filter, *, namespaced_zygote: bool = False, uid: int | None = None
+) -> None:
     """What every run needs once per interpreter, before any run's code: a forked run inherits it.
 
     Non-dumpable and no capabilities (both survive fork; a run can make only itself dumpable
@@ -288,12 +290,13 @@ def prepare_process(libc: types.ModuleType, syscalls: seccomp.Filter, *, namespa
 
     A `namespaced_zygote` keeps its capabilities but its bounding set, and its `syscalls` let it make
     namespaces and mount: each run drops the capabilities and refuses the rest itself once its view
-    is made (zygote.py). `libc` is `libc.py`, loaded by the caller.
+    is made (zygote.py). `libc` is `libc.py`, loaded by the caller. A spawned run of a root server
+    becomes host `uid` on the way (`libc.privilege_dropper`).
     """
     libc.set_dumpable(False)
     add_packages()
     warm_up()
-    libc.privilege_dropper(held=not namespaced_zygote)()
+    libc.privilege_dropper(held=not namespaced_zygote)(uid)
     syscalls.install()  # after no_new_privs, or with the namespaced zygote's CAP_SYS_ADMIN
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
@@ -311,14 +314,16 @@ def become_run(wire: types.ModuleType, workdir: str, limits: list[int]) -> None:
 
 
 def main() -> None:
-    """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE [TMPFS NETWORK]`` (in a sandbox: TMPFS, the run's own
-    tmpfs mounts, colon-separated; NETWORK, ``isolated`` or ``shared``); the zygote is `zygote.py`,
-    which imports this."""
+    """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE [TMPFS NETWORK [uid=UID]]`` (in a sandbox: TMPFS, the
+    run's own tmpfs mounts, colon-separated; NETWORK, ``isolated`` or ``shared``; UID, the host uid a
+    root server's run becomes); the zygote is `zygote.py`, which imports this."""
     tmpfs = tuple(sys.argv[6].split(":")) if len(sys.argv) > 6 and sys.argv[6] else ()
     libc, seccomp, *siblings = load_siblings(*SIBLINGS)
     wire = siblings[0]
     isolated = sys.argv[7:8] == ["isolated"]
-    prepare_process(libc, seccomp.Filter({**seccomp.WHOLE, **(seccomp.NO_NETWORK if isolated else {})}))
+    options = dict(arg.split("=", 1) for arg in sys.argv[8:] if "=" in arg)
+    uid = int(options["uid"]) if "uid" in options else None
+    prepare_process(libc, seccomp.Filter({**seccomp.WHOLE, **(seccomp.NO_NETWORK if isolated else {})}), uid=uid)
     become_run(wire, sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
     warm_up(tuple(siblings), ".")
     main = new_main()

@@ -79,6 +79,8 @@ PROC_COVERED = ("keys", "key-users")
 HIDE_PREFIX = "!"
 # Marks a host path the view holds, bound read-only at the same place (a link is made again instead).
 BIND_PREFIX = "+"
+# Names the block of host uids runs are lent (`Isolation.uids`).
+UIDS_OPTION = "uids="
 # Where the zygote builds the view's root before it pivots into it: a tmpfs over this directory of
 # its own mount namespace (what is bound from under it was opened first).
 NEW_ROOT = "/tmp"
@@ -92,7 +94,7 @@ MNT_DETACH = 0x2
 class Isolation:
     """What each run gets, from the zygote's arguments ``TMP_BYTES NETWORK KEEP...``."""
 
-    __slots__ = ("binds", "hide", "keep", "mounts", "proc_covers", "tmp_bytes", "tmpfs", "unshared")
+    __slots__ = ("binds", "hide", "keep", "mounts", "proc_covers", "tmp_bytes", "tmpfs", "uids", "unshared")
 
     def __init__(self, args: list[str]) -> None:
         self.tmp_bytes = int(args[0])  # the size of each private tmpfs
@@ -109,6 +111,13 @@ class Isolation:
         # What of the server's no run may read (the HTTP tokens): a file covered by an empty one, a
         # directory by an empty tmpfs.
         self.hide = [arg[len(HIDE_PREFIX) :] for arg in args[2:] if arg.startswith(HIDE_PREFIX)]
+        # ``uids=FIRST-LAST``: the host uids a root server's runs are lent, one each (pidspaces.py); none:
+        # runs keep the zygote's.
+        self.uids: list[int] = []
+        for arg in args[2:]:
+            if arg.startswith(UIDS_OPTION):
+                first, last = (int(part) for part in arg[len(UIDS_OPTION) :].split("-"))
+                self.uids = list(range(first, last + 1))
         # mount(2)'s arguments for each of a run's tmpfs mounts, encoded once, and their paths
         # (prepare_shared_view).
         self.mounts: list[tuple[bytes, bytes, bytes, int, bytes]] = []
@@ -281,7 +290,7 @@ def prepare_shared_view(isolation: Isolation) -> None:
             if path not in linked:
                 _bind_into(NEW_ROOT + path, fd)
         _bind_into(NEW_ROOT + "/proc", proc)
-        _write_etc(NEW_ROOT + "/etc")
+        _write_etc(NEW_ROOT + "/etc", isolation.uids)
         _make_dev(NEW_ROOT + "/dev", devices)
     finally:
         for _, fd in (*sources, *devices, ("/proc", proc)):
@@ -306,15 +315,17 @@ def prepare_shared_view(isolation: Isolation) -> None:
     isolation.tmpfs = tuple(target.decode() for _, target, *_ in isolation.mounts)
 
 
-def etc_files(uid: int, gid: int) -> dict[str, str]:
-    """The view's /etc: a user database that names root, nobody and the runs' user (`uid`, `gid`: the
-    zygote's, which its runs keep), localhost, and name lookups in these files, then DNS."""
+def etc_files(runs: list[tuple[int, int]]) -> dict[str, str]:
+    """The view's /etc: a user database that names root, nobody and the runs' user, `sandbox`, at each
+    of `runs`' (uid, gid) (the server's, which its runs keep, or every uid a root server's runs are
+    lent), localhost, and name lookups in these files, then DNS."""
     users = ["root:x:0:0:root:/root:/usr/sbin/nologin", "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin"]
     groups = ["root:x:0:", "nogroup:x:65534:"]
-    if uid not in (0, 65534):
-        users.append(f"sandbox:x:{uid}:{gid}:sandbox:/tmp:/usr/sbin/nologin")
-    if gid not in (0, 65534):
-        groups.append(f"sandbox:x:{gid}:")
+    for uid, gid in runs:
+        if uid not in (0, 65534):
+            users.append(f"sandbox:x:{uid}:{gid}:sandbox:/tmp:/usr/sbin/nologin")
+        if gid not in (0, 65534):
+            groups.append(f"sandbox:x:{gid}:")
     return {
         "passwd": "\n".join(users) + "\n",
         "group": "\n".join(groups) + "\n",
@@ -324,9 +335,10 @@ def etc_files(uid: int, gid: int) -> dict[str, str]:
     }
 
 
-def _write_etc(etc: str) -> None:
+def _write_etc(etc: str, uids: list[int]) -> None:
     os.makedirs(etc, 0o755, exist_ok=True)
-    for name, text in etc_files(os.getuid(), os.getgid()).items():
+    runs = [(uid, uid) for uid in uids] or [(os.getuid(), os.getgid())]
+    for name, text in etc_files(runs).items():
         path = os.path.join(etc, name)
         if not os.path.lexists(path):  # a bind of the host's (ld.so.cache, localtime) is kept
             with open(path, "w", encoding="utf-8") as etc_file:

@@ -56,24 +56,30 @@ class HolderGone(Exception):
 
 class Space:
     """A kept PID namespace: its init (the zygote's child, PID 1 inside), an fd of the namespace, and the
-    pipe and socket ends on which the zygote says a run has ended and the init answers."""
+    pipe and socket ends on which the zygote says a run has ended and the init answers; the host uid
+    lent to its run, if any, until every process of that run is gone."""
 
-    __slots__ = ("commands", "init", "namespace", "replies")
+    __slots__ = ("commands", "init", "namespace", "replies", "uid")
 
     def __init__(self, init: int, namespace: int, commands: int, replies: int) -> None:
         self.init = init
         self.namespace = namespace
         self.commands = commands
         self.replies = replies
+        self.uid: int | None = None
 
 
 class PidSpaces:
     """The zygote's kept PID namespaces, and the one they are made in."""
 
-    __slots__ = ("_free", "_home", "_limits", "by_init", "cleaning", "holder", "holder_reaped")
+    __slots__ = ("_free", "_home", "_lends_uids", "_limits", "_uids", "by_init", "cleaning", "holder", "holder_reaped")
 
-    def __init__(self, limits: list[int]) -> None:
+    def __init__(self, limits: list[int], uids: list[int] | None = None) -> None:
         self._limits = limits  # the runs': each init is held to them, but for CPU time
+        # The host uids a root server's runs are lent, one to each run (`Space.uid`), back once its
+        # namespace holds nothing of it: no two live runs share one, nor its process count.
+        self._uids = list(reversed(uids or []))
+        self._lends_uids = bool(uids)
         self._free: list[Space] = []
         self._home = -1  # the zygote's namespace for its children, between two forks into a kept one
         self.holder = 0  # that namespace's init
@@ -146,8 +152,11 @@ class PidSpaces:
 
         A namespace whose init was killed from outside takes no process any more (ENOMEM), and the
         zygote may not have reaped that init yet: it is ended, and the fork tried in another one. If
-        the holder is dying, no namespace will ever take one: `HolderGone`.
+        the holder is dying, no namespace will ever take one: `HolderGone`. Where runs are lent
+        uids, the child's is `Space.uid`; OSError (EAGAIN) if every one is lent.
         """
+        if self._lends_uids and not self._uids:
+            raise OSError(errno.EAGAIN, "every host uid of this server's block is lent (RUNNER_SANDBOX_UIDS)")
         for _ in range(len(self._free) + 1):
             try:
                 space = self.lend()
@@ -171,6 +180,10 @@ class PidSpaces:
                 continue
             if pid:
                 self._go_home()
+            if self._lends_uids:
+                space.uid = self._uids[-1]
+                if pid:
+                    self._uids.pop()
             return pid, space
         raise OSError(errno.ENOMEM, "no kept PID namespace takes a process")
 
@@ -206,10 +219,17 @@ class PidSpaces:
         """The init of `space` answered: the namespace is free again, or ended if a process of the run
         may still be in it."""
         del self.cleaning[space.replies]
+        if answer == CLEAN:
+            self._take_back_uid(space)
         if answer == CLEAN and len(self._free) < MAX_FREE_SPACES:
             self._free.append(space)
         else:
-            self.retire(space)
+            self.retire(space)  # its uid comes back once its init is reaped (`lost`): then nothing is left
+
+    def _take_back_uid(self, space: Space) -> None:
+        if space.uid is not None:
+            self._uids.append(space.uid)
+            space.uid = None
 
     def lost(self, pid: int) -> None:
         """A child of the zygote that is not a run was reaped. If it is a kept namespace's init (and
@@ -222,6 +242,7 @@ class PidSpaces:
         if space in self._free:
             self._free.remove(space)
         self.cleaning.pop(space.replies, None)
+        self._take_back_uid(space)
         for fd in (space.namespace, space.commands, space.replies):
             os.close(fd)
 
@@ -268,7 +289,7 @@ def keep(commands: int, replies: int, limits: list[int]) -> NoReturn:
             if name != "RLIMIT_CPU":
                 which = getattr(resource, name)
                 resource.setrlimit(which, bootstrap.lowered(soft, hard, resource.getrlimit(which)[1]))
-        libc.privilege_dropper()()
+        libc.privilege_dropper()(None)
         # Its pid as the zygote knows it (/proc here is the zygote's, of the zygote's PID namespace), and
         # its namespace: a zygote in a user namespace may not open a non-dumpable process's /proc/PID/ns.
         with socket.socket(fileno=1) as channel:

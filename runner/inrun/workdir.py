@@ -49,7 +49,9 @@ def empty_directory(top: str) -> None:
     pending = [top]
     while pending:
         path = pending.pop()
-        os.chmod(path, 0o700)  # ours (the same uid made it): listable and writable again
+        if os.lstat(path).st_uid == os.getuid():
+            os.chmod(path, 0o700)  # ours (the same uid made it): listable and writable again
+        # else the sandbox's, made before the run was lent a uid of its own: on the way to a kept path
         directories.append(path)
         for name in os.listdir(path):
             entry = os.path.join(path, name)
@@ -66,7 +68,8 @@ def empty_directory(top: str) -> None:
     for path in reversed(directories[1:]):  # a directory's children come after it: deepest first
         if path not in around_mounts:
             os.rmdir(path)
-    os.chmod(top, stat.S_IMODE(top_info.st_mode) | 0o700)  # the sandbox's /tmp stays 1777
+    if top_info.st_uid == os.getuid():
+        os.chmod(top, stat.S_IMODE(top_info.st_mode) | 0o700)  # the sandbox's /tmp stays 1777
 
 
 def write_inputs(files: list[tuple[str, bytes]]) -> dict[str, tuple[int, int, int, int]]:

@@ -125,7 +125,7 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
     if isolation is not None:
         namespaces.prepare_shared_view(isolation)
         # The inits are forked from this zygote too: what it maps counts for them as for its runs.
-        namespaced = (isolation, pidspaces.PidSpaces(run_limits))
+        namespaced = (isolation, pidspaces.PidSpaces(run_limits, isolation.uids))
     limits = run_limits
     # A namespaced zygote keeps its capabilities (in its own user namespace, if it needed one) to
     # build each run's namespaces; every run drops them before its code can arrive.
@@ -234,7 +234,9 @@ def _fork_run(
         return b"E " + str(exc).encode(), []
     theirs = [ends[0], ends[3], ends[5], ends[6]]
     if pid == 0:
-        _forked_run(theirs, workdir or namespaces.WORKDIR, limits, namespaced and namespaced[0])
+        _forked_run(
+            theirs, workdir or namespaces.WORKDIR, limits, namespaced and namespaced[0], space.uid if space else None
+        )
     for fd in theirs:
         os.close(fd)
     runs[pid] = Run(workdir, space)
@@ -242,13 +244,15 @@ def _fork_run(
     return b"S %d%s" % (pid, where), [ends[1], ends[2], ends[4], ends[7]]
 
 
-def _forked_run(theirs: list[int], workdir: str, limits: list[int], isolation: namespaces.Isolation | None) -> NoReturn:
+def _forked_run(
+    theirs: list[int], workdir: str, limits: list[int], isolation: namespaces.Isolation | None, uid: int | None
+) -> NoReturn:
     """In the forked child: become a run like a freshly spawned interpreter would, then run its code.
 
     A namespaced run (`isolation`), forked into its kept PID namespace, first makes its own mount,
-    IPC, UTS and network namespaces, builds its view of the file system, drops every capability and
-    refuses mounting and setns from then on. Never returns: whatever happens, this process must not
-    go back into the zygote's loop.
+    IPC, UTS and network namespaces, builds its view of the file system, becomes the host `uid` it
+    was lent (a root server's run), drops every capability and refuses mounting and setns from then
+    on. Never returns: whatever happens, this process must not go back into the zygote's loop.
     """
     try:
         signal.set_wakeup_fd(-1)
@@ -261,7 +265,7 @@ def _forked_run(theirs: list[int], workdir: str, limits: list[int], isolation: n
         if isolation is not None:
             namespaces.name_host()
             namespaces.make_private_view(isolation)
-            DROP_PRIVILEGES()
+            DROP_PRIVILEGES(uid)
             SET_UP_DONE[bool(isolation.unshared & namespaces.CLONE_NEWNET)].install()
             namespaces.require_no_privileges()  # fail closed: the dropping ignores what fails
         _become_run(workdir, limits, () if isolation is None else isolation.tmpfs)
@@ -345,7 +349,7 @@ def probe(isolation: namespaces.Isolation) -> int:
         namespaces.enter_user_namespace()
     namespaces.prepare_shared_view(isolation)
     bootstrap.prepare_process(libc, seccomp.Filter(seccomp.EVERY_PROCESS), namespaced_zygote=True)
-    spaces = pidspaces.PidSpaces(PROBE_LIMITS)
+    spaces = pidspaces.PidSpaces(PROBE_LIMITS, isolation.uids)
     try:
         spaces.prepare()
         for pid_inside in (2, 3):
@@ -369,7 +373,9 @@ def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
     os.close(stdin)
     ready = os.read(stdout, 256)
     if wire.parse_ready(ready) is not None:
-        os.write(code, wire.frame_job(PROBE_CODE % pid_inside))
+        uids = namespaced[0].uids
+        lent = b"assert os.getuid() in %r, os.getuid()\n" % (uids,) if uids else b""
+        os.write(code, wire.frame_job(PROBE_CODE % pid_inside + lent))
     os.close(code)
     [(pid, run)] = runs.items()
     _, status = os.waitpid(pid, 0)

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -38,6 +39,8 @@ class Child:
     wrapped: bool = False  # spawned inside a wrapper (bwrap): its exit status and pids are the wrapper's
     interpreter_pid: int = 0  # host pid of the interpreter itself (differs from pid inside a sandbox)
     sandbox_init_pid: int = 0  # host pid of the sandbox's PID 1 (bwrap's reaper), 0 outside a sandbox
+    # What its source frees once it is reaped, when nothing of it is left (the uid it was lent).
+    after_reap: list[Callable[[], None]] = field(default_factory=list)
     _open: set[int] = field(default_factory=set)
 
     def close_fd(self, fd: int) -> None:
@@ -90,6 +93,9 @@ class Child:
         """
         _, status, usage = os.wait4(self.pid, 0)
         self.reaped = True
+        for free in self.after_reap:
+            free()
+        self.after_reap.clear()
         code = os.waitstatus_to_exitcode(status)
         if self.wrapped:
             code = exit_code_of_sandboxed(code)

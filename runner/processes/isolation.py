@@ -71,6 +71,9 @@ class IsolationPlan:
     zygote_args: tuple[str, ...] = ()
     network: SandboxNetwork = "shared"  # a wrapped run's: "isolated", a network namespace of its own
     preload: tuple[str, ...] = ()
+    # Each run is lent a host uid of its own (RUNNER_SANDBOX_UIDS, `identity`): a root server's
+    # sandboxed runs. Otherwise runs keep the server's uid: it has no other to give.
+    uid_per_run: bool = False
 
     @property
     def forked(self) -> bool:
@@ -114,6 +117,13 @@ class IsolationPlan:
         return (":".join(BWRAP_TMPFS), self.network) if self.wrapper else ()
 
     @property
+    def identity(self) -> str:
+        """What the start-up log says of the runs' host uid."""
+        if self.uid_per_run:
+            return "a uid of RUNNER_SANDBOX_UIDS each"
+        return f"the server's ({os.getuid()})" + ("" if self.sandboxed or os.getuid() else ": not sandboxed")
+
+    @property
     def helpers_per_run(self) -> int:
         """Processes next to each run interpreter: bwrap and its namespace's init, or the init of the
         kept PID namespace the zygote lends it (one per run in flight or waiting). The zygote, and
@@ -135,7 +145,26 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         if not any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))  # kept: see `keep`
         for arg in (("--symlink", os.readlink(path), path) if os.path.islink(path) else ("--ro-bind", path, path))
     )
-    keep = tuple(arg for path in _kept(config) for arg in ("--ro-bind", path, path))
+    # The directories that lead to each bind, made first and open to every uid: bubblewrap would
+    # make them with the host's modes, and a /root of 0700 would shut a root server's runs (lent
+    # other uids) out of an interpreter under it.
+    leading = sorted(
+        {
+            os.path.dirname(path)
+            for bound in held
+            for path in _ancestors(bound)
+            if not any(within(os.path.dirname(path), other) for other in held)
+        }
+        - {"/"}
+    )
+    made = tuple(arg for path in leading for arg in ("--perms", "0755", "--dir", path))
+    kept = _kept(config)
+    keep = tuple(
+        arg
+        for path in sorted({os.path.dirname(path) for bound in kept for path in _ancestors(bound)} - {"/", *HIDDEN})
+        if any(within(path, hidden) for hidden in HIDDEN)
+        for arg in ("--perms", "0755", "--dir", path)
+    ) + tuple(arg for path in kept for arg in ("--ro-bind", path, path))
     # A file: --dev-bind, because bwrap's other binds are nodev, where /dev/null could not be opened
     # (reads would fail with EACCES instead of finding nothing); writes to it go nowhere. A directory:
     # an empty tmpfs, read-only.
@@ -157,10 +186,14 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         "sandbox",
         "--die-with-parent",
         "--new-session",
+        *made,
         *view,
         "--dev",
         "/dev",
         # --dev's /dev/shm would be a tmpfs of half the host's memory, outside every limit of the run.
+        # Writable by every uid (and sticky), as the namespaced runs' are: a root server's run is not root.
+        "--perms",
+        "1777",
         "--size",
         str(config.sandbox_tmp_mb * MIB),
         "--tmpfs",
@@ -177,10 +210,14 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
             if os.path.exists("/proc/" + name)
             for arg in ("--dev-bind", "/dev/null", "/proc/" + name)
         ),
+        "--perms",
+        "1777",
         "--size",
         str(config.sandbox_tmp_mb * MIB),
         "--tmpfs",
         WORKDIR,
+        "--perms",
+        "1777",
         "--size",
         str(RUN_BYTES),
         "--tmpfs",
@@ -196,6 +233,15 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         WORKDIR,
         "--",
     )
+
+
+def _ancestors(path: str) -> list[str]:
+    """`path` and each directory above it, up to the one below /."""
+    found = []
+    while path not in ("/", ""):
+        found.append(path)
+        path = os.path.dirname(path)
+    return found
 
 
 def namespace_args(config: Config) -> tuple[str, ...]:
@@ -252,6 +298,9 @@ def plan_isolation(config: Config) -> IsolationPlan:
     `auto` takes the namespaced fork server where namespaces work, then bubblewrap, then plain forks.
     """
     preload = config.preload
+    # A root server gives its sandboxed runs other uids; the probes below try the first of them.
+    lends = os.geteuid() == 0
+    probe_uids = (f"uids={config.run_uid_range[0]}-{config.run_uid_range[0]}",) if lends else ()
     if config.sandbox == "none":
         return IsolationPlan("none", "RUNNER_SANDBOX=none", preload=preload)
     if config.sandbox == "none-posix-spawn":
@@ -259,11 +308,14 @@ def plan_isolation(config: Config) -> IsolationPlan:
     problems = []
     if config.sandbox in ("auto", "namespaces"):
         problem = _probe(
-            [*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:]], config, env={}
+            [*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:], *probe_uids],
+            config,
+            env={},
         )
         if problem is None:
             reason = "the zygote can give each run its own namespaces"
-            return IsolationPlan("namespaces", reason, zygote_args=namespace_args(config), preload=preload)
+            args = namespace_args(config)
+            return IsolationPlan("namespaces", reason, zygote_args=args, preload=preload, uid_per_run=lends)
         if config.sandbox == "namespaces":
             raise ConfigError("RUNNER_SANDBOX", f"namespaces were asked for but cannot be used: {problem}")
         problems.append(f"namespaces: {problem}")
@@ -271,16 +323,26 @@ def plan_isolation(config: Config) -> IsolationPlan:
     problem = (
         "not installed"
         if bwrap is None
-        else _probe([*bwrap_argv(bwrap, config), config.python, "-I", "-S", "-c", "pass"], config)
+        else _probe([*bwrap_argv(bwrap, config), config.python, "-I", "-S", "-c", _become(lends, config)], config)
     )
     if bwrap is not None and problem is None:
         argv = bwrap_argv(bwrap, config)
-        return IsolationPlan("bwrap", f"bubblewrap at {bwrap} works", argv, network=config.sandbox_network)
+        reason = f"bubblewrap at {bwrap} works"
+        return IsolationPlan("bwrap", reason, argv, network=config.sandbox_network, uid_per_run=lends)
     if config.sandbox == "bwrap":
         raise ConfigError("RUNNER_SANDBOX", f"bwrap was asked for but cannot be used: {problem}")
     problems.append(f"bubblewrap: {problem}")
     reason = "RUNNER_SANDBOX=auto fell back to rlimits only: " + "; ".join(problems)
     return IsolationPlan("none", reason, preload=preload)
+
+
+def _become(lends: bool, config: Config) -> str:
+    """The bubblewrap probe's code: a root server's run becomes the first uid it could be lent, as
+    `libc.become_user` does."""
+    if not lends:
+        return "pass"
+    uid = config.run_uid_range[0]
+    return f"import os; os.setgroups([]); os.setresgid({uid}, {uid}, {uid}); os.setresuid({uid}, {uid}, {uid})"
 
 
 def interpreter_argv(python: str) -> list[str]:

@@ -52,7 +52,13 @@ def limits_for(config: Config, tasks_of_uid_at_start: int, plan: IsolationPlan) 
     RUNNER_MAX_PROCESSES of its own on top of what the uid already held at start-up, and the plan's
     helpers next to every interpreter (`IsolationPlan.helpers_per_run`), with one pool of ready
     interpreters per zygote (two with a preloading zygote).
+
+    Where each run is lent a host uid of its own (`IsolationPlan.uid_per_run`), the uid is the run's
+    alone: RLIMIT_NPROC is then RUNNER_MAX_PROCESSES, every process and thread of the run counted,
+    and nothing else (its namespace's init and bubblewrap stay root).
     """
+    if plan.uid_per_run:
+        return Limits(config.max_cpu_seconds, config.memory_bytes, config.max_processes, config.file_size_bytes)
     pools = plan.supplies
     interpreters = pools * config.pool_size + config.max_concurrent
     nproc = (

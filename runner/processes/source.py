@@ -11,8 +11,10 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from runner.config import Config
+from runner.logs import log_event
 from runner.processes.child import Child
 from runner.processes.forkserver import ForkServer
+from runner.processes.identity import claimed_uids
 from runner.processes.isolation import IsolationPlan
 from runner.processes.limits import Limits
 from runner.processes.spawn import SpawnSource
@@ -51,13 +53,19 @@ async def opened_sources(
 ) -> AsyncIterator[list[InterpreterSource]]:
     """The plan's sources, lean first: a zygote, and a second one that preloads `plan.preload` if it
     has any, where runs are forked; one `posix_spawn` per run otherwise. On exit, whatever they run
-    themselves (the zygotes) is gone."""
-    if not plan.forked:
-        yield [SpawnSource(config, base_dir, limits, plan)]
-        return
-    async with contextlib.AsyncExitStack() as stack:
-        sources: list[InterpreterSource] = []
-        for preload in ((), plan.preload)[: plan.supplies]:
-            server = ForkServer.running(config, base_dir, limits, logger, plan.zygote_args, preload)
-            sources.append(await stack.enter_async_context(server))
-        yield sources
+    themselves (the zygotes) is gone. A root server's sources lend their runs uids of a block this
+    pool holds while they are open (`identity.claimed_uids`), each source a part of its own."""
+    with claimed_uids(config, plan) as block:
+        if block is not None:
+            log_event(logger, logging.INFO, "runs get host uids of their own", uids=str(block))
+        if not plan.forked:
+            yield [SpawnSource(config, base_dir, limits, plan, block)]
+            return
+        async with contextlib.AsyncExitStack() as stack:
+            sources: list[InterpreterSource] = []
+            parts = block.split(plan.supplies) if block is not None else [None] * plan.supplies
+            for preload, part in zip(((), plan.preload)[: plan.supplies], parts, strict=True):
+                args = plan.zygote_args + ((part.token(),) if part is not None else ())
+                server = ForkServer.running(config, base_dir, limits, logger, args, preload)
+                sources.append(await stack.enter_async_context(server))
+            yield sources

@@ -19,6 +19,7 @@ from runner.errors import SpawnError
 from runner.inrun.namespaces import WORKDIR as SANDBOX_WORKDIR
 from runner.inrun.namespaces import etc_files
 from runner.processes.child import Child, maxrss_bytes
+from runner.processes.identity import RunUids, UidLender
 from runner.processes.isolation import IsolationPlan, interpreter_argv
 from runner.processes.limits import Limits
 
@@ -86,7 +87,12 @@ def package_environment(config: Config) -> dict[str, str]:
 
 
 def spawn_child(
-    python: str, base_dir: str, limits: Limits, plan: IsolationPlan, extra: Mapping[str, str] | None = None
+    python: str,
+    base_dir: str,
+    limits: Limits,
+    plan: IsolationPlan,
+    extra: Mapping[str, str] | None = None,
+    uid: int | None = None,
 ) -> Child:
     """Create a fresh working directory and pipes, and start the bootstrap in a new session.
 
@@ -99,7 +105,8 @@ def spawn_child(
         raise ValueError(f"RUNNER_SANDBOX={plan.mode} forks its runs from a zygote, never spawns them")
     host_dir = None if plan.sandboxed else tempfile.mkdtemp(prefix="run-", dir=base_dir)
     workdir = host_dir or SANDBOX_WORKDIR
-    argv = [*plan.wrapper, *interpreter_argv(python), plan.bootstrap, workdir, *limits.argv(), *plan.run_args]
+    lent = (f"uid={uid}",) if uid is not None and plan.wrapper else ()
+    argv = [*plan.wrapper, *interpreter_argv(python), plan.bootstrap, workdir, *limits.argv(), *plan.run_args, *lent]
     parent_fds: list[int] = []
     child_fds: list[int] = []
     try:
@@ -152,29 +159,50 @@ class SpawnSource:
     forks_delay_runs = False
     restarts = 0  # no helper of its own to restart
 
-    def __init__(self, config: Config, base_dir: str, limits: Limits, plan: IsolationPlan) -> None:
+    def __init__(
+        self, config: Config, base_dir: str, limits: Limits, plan: IsolationPlan, uids: RunUids | None = None
+    ) -> None:
         self._python = config.python
         self._base_dir = base_dir
         self._limits = limits
-        self._plan = dataclasses.replace(plan, wrapper=_with_etc(plan.wrapper, base_dir)) if plan.wrapper else plan
+        runs = [(uid, uid) for uid in uids.uids()] if uids is not None else [(os.getuid(), os.getgid())]
+        self._plan = (
+            dataclasses.replace(plan, wrapper=_with_etc(plan.wrapper, base_dir, runs)) if plan.wrapper else plan
+        )
         self._extra = package_environment(config)
+        self._uids = UidLender(uids) if uids is not None and plan.wrapper else None
 
     async def start(self) -> Child:
-        """A freshly spawned interpreter (not yet ready: it still applies its limits)."""
-        return spawn_child(self._python, self._base_dir, self._limits, self._plan, self._extra)
+        """A freshly spawned interpreter (not yet ready: it still applies its limits), lent a uid of
+        the pool's block if it has one, which comes back once the interpreter is reaped: bubblewrap's
+        PID namespace, and every process of the run in it, is gone by then."""
+        if self._uids is None:
+            return spawn_child(self._python, self._base_dir, self._limits, self._plan, self._extra)
+        try:
+            uid = self._uids.lend()
+        except OSError as exc:
+            raise SpawnError(str(exc)) from exc
+        try:
+            child = spawn_child(self._python, self._base_dir, self._limits, self._plan, self._extra, uid)
+        except BaseException:
+            self._uids.give_back(uid)
+            raise
+        lender = self._uids
+        child.after_reap.append(lambda: lender.give_back(uid))
+        return child
 
     async def unresponsive(self, child: Child) -> None:
         """`child` did not end after SIGKILL: nothing can be done but fail the call."""
         raise SpawnError(f"process {child.pid} did not end after SIGKILL")
 
 
-def _with_etc(wrapper: tuple[str, ...], base_dir: str) -> tuple[str, ...]:
+def _with_etc(wrapper: tuple[str, ...], base_dir: str, runs: list[tuple[int, int]]) -> tuple[str, ...]:
     """bubblewrap's command line with the /etc made for runs (`namespaces.etc_files`, as the zygote
     makes it for its runs) bound in, from files written once into the pool's directory."""
     etc = os.path.join(base_dir, "etc")
     os.makedirs(etc, exist_ok=True)  # read by bubblewrap as the server's uid, before it drops anything
     binds: list[str] = []
-    for name, text in etc_files(os.getuid(), os.getgid()).items():
+    for name, text in etc_files(runs).items():
         path = os.path.join(etc, name)
         with open(path, "w", encoding="utf-8") as etc_file:
             etc_file.write(text)

@@ -61,6 +61,7 @@ def test_every_variable_is_read() -> None:
             "RUNNER_SANDBOX": "none-posix-spawn",
             "RUNNER_SANDBOX_NETWORK": "shared",
             "RUNNER_SANDBOX_TMP_MB": "8",
+            "RUNNER_SANDBOX_UIDS": "100000-100099",
             "RUNNER_PACKAGES": "/opt/env",
             "RUNNER_PRELOAD": "json, email.mime",
             "RUNNER_MAX_IMAGES": "2",
@@ -90,6 +91,7 @@ def test_every_variable_is_read() -> None:
         256 * KIB,
     )
     assert config.max_input_mb == 3
+    assert config.run_uid_range == range(100000, 100100)
 
 
 @pytest.mark.parametrize(
@@ -120,6 +122,10 @@ def test_every_variable_is_read() -> None:
         ("RUNNER_SANDBOX", "docker", "auto|namespaces|bwrap|none|none-posix-spawn"),
         ("RUNNER_SANDBOX_NETWORK", "open", "isolated|shared"),
         ("RUNNER_SANDBOX_TMP_MB", "0", "from 1 to"),
+        ("RUNNER_SANDBOX_UIDS", "0-99", "FIRST-LAST, host uids from 1 to 4294967294"),
+        ("RUNNER_SANDBOX_UIDS", "60000", "FIRST-LAST"),
+        ("RUNNER_SANDBOX_UIDS", "60010-60000", "FIRST <= LAST, got '60010-60000'"),
+        ("RUNNER_SANDBOX_UIDS", "60000-4294967295", "from 1 to 4294967294"),
         ("RUNNER_PACKAGES", "env", "an absolute path to a package environment"),
         ("RUNNER_PRELOAD", "numpy,no-such", "comma-separated module names, got 'no-such'"),
         ("RUNNER_MAX_IMAGES", "65", "from 0 to 64"),

@@ -1,0 +1,96 @@
+"""Which host uids a root server's runs are lent: blocks of RUNNER_SANDBOX_UIDS, one per pool."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from runner.config import Config
+from runner.errors import ConfigError
+from runner.processes import identity
+from runner.processes.identity import RunUids, UidLender, claimed_uids, uids_needed
+from runner.processes.isolation import IsolationPlan
+
+LENDING = IsolationPlan("namespaces", "a root server's", uid_per_run=True)
+
+
+@pytest.fixture
+def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(identity, "LOCK_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_a_pool_of_the_default_configuration_needs_a_block_of_12_uids() -> None:
+    # 2 x (RUNNER_POOL_SIZE 2 + RUNNER_MAX_CONCURRENT 4), for its one zygote; twice that with a preloading one.
+    assert uids_needed(Config(), LENDING) == 12
+    assert uids_needed(Config(), dataclasses.replace(LENDING, preload=("numpy",))) == 24
+
+
+def test_two_pools_open_at_once_hold_different_blocks_and_a_closed_pool_s_block_is_free_again(lock_dir: Path) -> None:
+    config = Config(sandbox_uids="70000-70047")
+    with claimed_uids(config, LENDING) as first, claimed_uids(config, LENDING) as second:
+        assert (str(first), str(second)) == ("70000-70011", "70012-70023")
+        assert sorted(path.name for path in lock_dir.iterdir()) == [
+            ".python-runner-uids-70000.lock",
+            ".python-runner-uids-70012.lock",
+        ]
+    assert list(lock_dir.iterdir()) == [], "a pool leaves no lock behind"
+    with claimed_uids(config, LENDING) as again:
+        assert str(again) == "70000-70011"
+
+
+def test_a_range_whose_every_block_is_held_stops_the_pool_naming_the_variable(lock_dir: Path) -> None:
+    config = Config(sandbox_uids="70000-70020")
+    with claimed_uids(config, LENDING), pytest.raises(ConfigError, match="RUNNER_SANDBOX_UIDS: every block of 12"):
+        with claimed_uids(config, LENDING):
+            pass
+
+
+def test_a_range_smaller_than_one_block_is_refused_naming_what_the_configuration_needs(lock_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="RUNNER_SANDBOX_UIDS: 70000-70009 holds 10 uids; .* up to 12"):
+        with claimed_uids(Config(sandbox_uids="70000-70009"), LENDING):
+            pass
+
+
+def test_a_range_holding_a_user_of_the_host_is_refused_naming_the_user(lock_dir: Path) -> None:
+    # uid 1 is a system user on every Linux distribution we know (daemon, bin).
+    with pytest.raises(ConfigError, match="RUNNER_SANDBOX_UIDS: uid 1 of 1-100 is the host's user"):
+        with claimed_uids(Config(sandbox_uids="1-100"), LENDING):
+            pass
+
+
+def test_runs_that_keep_the_server_s_uid_claim_no_block(lock_dir: Path) -> None:
+    with claimed_uids(Config(), IsolationPlan("namespaces", "a non-root server's")) as block:
+        assert block is None
+    assert list(lock_dir.iterdir()) == []
+
+
+def test_a_lock_unlinked_by_the_pool_that_held_it_is_not_taken_as_held(lock_dir: Path) -> None:
+    path = str(lock_dir / "a.lock")
+    held = identity._lock(path)
+    assert held is not None
+    assert identity._lock(path) is None
+    os.unlink(path)
+    os.close(held[1])
+    again = identity._lock(path)
+    assert again is not None and os.path.exists(path)
+    os.close(again[1])
+
+
+def test_a_block_is_split_evenly_between_the_zygotes_that_lend_it() -> None:
+    lean, preloading = RunUids(60000, 32).split(2)
+    assert (str(lean), str(preloading)) == ("60000-60015", "60016-60031")
+    assert lean.token() == "uids=60000-60015"
+
+
+def test_a_spawning_source_lends_each_uid_once_until_it_is_given_back() -> None:
+    lender = UidLender(RunUids(60000, 2))
+    first, second = lender.lend(), lender.lend()
+    assert {first, second} == {60000, 60001}
+    with pytest.raises(OSError, match="every uid of this pool's block is lent"):
+        lender.lend()
+    lender.give_back(first)
+    assert lender.lend() == first
