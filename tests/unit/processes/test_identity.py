@@ -44,22 +44,25 @@ def test_two_pools_open_at_once_hold_different_blocks_and_a_closed_pool_s_block_
 
 def test_a_range_whose_every_block_is_held_stops_the_pool_naming_the_variable(lock_dir: Path) -> None:
     config = Config(sandbox_uids="70000-70020")
-    with claimed_uids(config, LENDING), pytest.raises(ConfigError, match="RUNNER_SANDBOX_UIDS: every block of 12"):
-        with claimed_uids(config, LENDING):
-            pass
+    with (
+        claimed_uids(config, LENDING),
+        pytest.raises(ConfigError, match="RUNNER_SANDBOX_UIDS: every block of 12"),
+        claimed_uids(config, LENDING),
+    ):
+        pass
 
 
 def test_a_range_smaller_than_one_block_is_refused_naming_what_the_configuration_needs(lock_dir: Path) -> None:
-    with pytest.raises(ConfigError, match="RUNNER_SANDBOX_UIDS: 70000-70009 holds 10 uids; .* up to 12"):
-        with claimed_uids(Config(sandbox_uids="70000-70009"), LENDING):
-            pass
+    says = r"RUNNER_SANDBOX_UIDS: 70000-70009 holds 10 uids; .* up to 12"
+    with pytest.raises(ConfigError, match=says), claimed_uids(Config(sandbox_uids="70000-70009"), LENDING):
+        pass
 
 
 def test_a_range_holding_a_user_of_the_host_is_refused_naming_the_user(lock_dir: Path) -> None:
     # uid 1 is a system user on every Linux distribution we know (daemon, bin).
-    with pytest.raises(ConfigError, match="RUNNER_SANDBOX_UIDS: uid 1 of 1-100 is the host's user"):
-        with claimed_uids(Config(sandbox_uids="1-100"), LENDING):
-            pass
+    says = "RUNNER_SANDBOX_UIDS: uid 1 of 1-100 is the host's user"
+    with pytest.raises(ConfigError, match=says), claimed_uids(Config(sandbox_uids="1-100"), LENDING):
+        pass
 
 
 def test_runs_that_keep_the_server_s_uid_claim_no_block(lock_dir: Path) -> None:
@@ -76,7 +79,8 @@ def test_a_lock_unlinked_by_the_pool_that_held_it_is_not_taken_as_held(lock_dir:
     os.unlink(path)
     os.close(held[1])
     again = identity._lock(path)
-    assert again is not None and os.path.exists(path)
+    assert again is not None
+    assert os.path.exists(path)
     os.close(again[1])
 
 
