@@ -12,6 +12,7 @@ import dataclasses
 import glob
 import importlib.machinery
 import os
+import stat
 import sys
 import tempfile
 
@@ -128,8 +129,28 @@ def _read_paths(config: Config) -> tuple[str, ...]:
             or (tokens and _within(tokens, path))
         ):
             raise ConfigError(READ_PATHS, f"{raw!r} holds the server's own files (its work directory's, its tokens)")
+        _check_readable(raw, path)
         resolved.append(path)
     return tuple(resolved)
+
+
+def _check_readable(raw: str, path: str) -> None:
+    """ConfigError unless runs could read `path`: a non-root server's keep its uid; a root server's are
+    other uids (RUNNER_SANDBOX_UIDS), for which it must be readable (and, a directory, searchable) by
+    others. What leads to it does not matter: the view makes those directories itself."""
+    directory = os.path.isdir(path)
+    if os.geteuid() != 0:
+        if not os.access(path, os.R_OK | (os.X_OK if directory else 0)):
+            raise ConfigError(READ_PATHS, f"{raw!r} cannot be read by the server's uid, nor so by its runs")
+        return
+    wanted = stat.S_IROTH | (stat.S_IXOTH if directory else 0)
+    mode = os.stat(path).st_mode
+    if mode & wanted != wanted:
+        raise ConfigError(
+            READ_PATHS,
+            f"{raw!r} is mode {stat.S_IMODE(mode):04o}: a root server's runs are other uids (RUNNER_SANDBOX_UIDS) "
+            "and could not read it; make it readable by others (chmod o+rX)",
+        )
 
 
 def _within(path: str, directory: str) -> bool:

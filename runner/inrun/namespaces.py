@@ -288,7 +288,10 @@ def prepare_shared_view(isolation: Isolation) -> None:
         linked = {path for path, _ in links}
         for path, fd in sources:
             if path not in linked:
-                _bind_into(NEW_ROOT + path, fd)
+                try:
+                    _bind_into(NEW_ROOT + path, fd)
+                except OSError as exc:  # the start-up probe says this, and the server refuses to start
+                    raise OSError(exc.errno, f"the runs' view cannot hold {path}: {exc.strerror}") from exc
         _bind_into(NEW_ROOT + "/proc", proc)
         _write_etc(NEW_ROOT + "/etc", isolation.uids)
         _make_dev(NEW_ROOT + "/dev", devices)

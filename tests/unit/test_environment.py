@@ -115,3 +115,21 @@ def test_paths_runs_may_read_are_resolved_and_must_be_there_and_not_the_server_s
         opened(tokens.parent, **HTTP, RUNNER_AUTH_TOKENS_FILE=str(tokens))
     with pytest.raises(ConfigError, match="comma-separated absolute paths"):
         Config.from_env({"RUNNER_SANDBOX_READ_PATHS": "data"})
+
+
+def test_a_path_runs_could_not_read_is_refused_naming_what_to_do(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    data.chmod(0o700)
+    given = {"RUNNER_WORK_DIR": str(tmp_path), "RUNNER_SANDBOX_READ_PATHS": str(data)}
+    if os.geteuid() == 0:
+        # A root server's runs are other uids: what only root may read, they cannot.
+        says = r"is mode 0700: a root server's runs are other uids .*chmod o\+rX"
+    else:
+        data.chmod(0o000)
+        says = "cannot be read by the server's uid"
+    with pytest.raises(ConfigError, match=says) as raised:
+        open_environment(Config.from_env(given))
+    assert raised.value.variable == "RUNNER_SANDBOX_READ_PATHS"
+    data.chmod(0o755)
+    assert open_environment(Config.from_env(given)).sandbox_read_paths == (str(data),)

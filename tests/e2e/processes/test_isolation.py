@@ -548,3 +548,15 @@ async def test_an_orphan_from_another_pid_namespace_is_still_killed(sandboxed: P
     finally:
         if alive(orphan):
             os.kill(orphan, signal.SIGKILL)
+
+
+def test_a_path_the_view_cannot_hold_stops_a_server_that_asked_for_its_sandbox_naming_the_path(
+    sandbox_config: Config,
+) -> None:
+    # Gone between the environment's check and the plan (the check refuses a missing one at start).
+    gone = f"/var/tmp/python-runner-test-gone-{os.getpid()}"
+    config = dataclasses.replace(sandbox_config, sandbox_read_paths=(gone,))
+    with pytest.raises(
+        ConfigError, match=f"{sandbox_config.sandbox} (was|were) asked for but cannot be used: .*{gone}"
+    ):
+        plan_isolation(config)
