@@ -117,7 +117,14 @@ class RunDriver:
         if got.end is not None:
             peak = max(peak or 0, got.end.peak_memory_bytes)
         cpu = max(cpu, samples.cpu if samples else 0.0)
-        end = ProcessEnd(returncode, cpu, peak or 0, timed_out=timed_out, output_exceeded=output.output_exceeded)
+        end = ProcessEnd(
+            returncode,
+            cpu,
+            peak or 0,
+            timed_out=timed_out,
+            output_exceeded=output.output_exceeded,
+            oom_kills=child.whole_run_oom_kills(),
+        )
         status, message = classify(end, err.parts()[1] or err.parts()[0], self.run_limits(request.timeout))
         max_chars = self._config.max_output_chars
         return RunResult(

@@ -194,6 +194,7 @@ def _log_start(logger: logging.Logger, config: Config, plan: IsolationPlan, limi
         preload=",".join(plan.preload),
         sandbox=plan.sandbox,
         sandbox_reason=plan.reason,
+        cgroup=plan.cgroup,
     )
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         log_event(

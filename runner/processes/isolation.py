@@ -28,6 +28,8 @@ from typing import Literal
 
 from runner.config import MIB, Config, SandboxNetwork
 from runner.errors import ConfigError
+from runner.inrun.cgroups import tokens
+from runner.processes.cgroups import CgroupPlan, plan_cgroups
 from runner.inrun.bootstrap import __file__ as _bootstrap_file
 
 # The run's directory, and /run's size (sockets and pid files, if anything: without a size it would be
@@ -71,6 +73,14 @@ class IsolationPlan:
     zygote_args: tuple[str, ...] = ()
     network: SandboxNetwork = "shared"  # a wrapped run's: "isolated", a network namespace of its own
     preload: tuple[str, ...] = ()
+    # Each run's own cgroup (whole-run memory and process limits), or None and why not (cgroups.py).
+    cgroups: CgroupPlan | None = None
+    cgroup_reason: str = ""
+
+    @property
+    def cgroup(self) -> str:
+        """The start-up line's ``cgroup`` field: which whole-run limits hold and why the others do not."""
+        return self.cgroups.describe() if self.cgroups is not None else f"none: {self.cgroup_reason}"
 
     @property
     def forked(self) -> bool:
@@ -253,17 +263,31 @@ def plan_isolation(config: Config) -> IsolationPlan:
     """
     preload = config.preload
     if config.sandbox == "none":
-        return IsolationPlan("none", "RUNNER_SANDBOX=none", preload=preload)
+        return IsolationPlan("none", "RUNNER_SANDBOX=none", preload=preload, cgroup_reason="RUNNER_SANDBOX=none")
     if config.sandbox == "none-posix-spawn":
-        return IsolationPlan("none-posix-spawn", "RUNNER_SANDBOX=none-posix-spawn")
+        why = "RUNNER_SANDBOX=none-posix-spawn"
+        return IsolationPlan("none-posix-spawn", why, cgroup_reason=why)
     problems = []
+    # Decided before the probes, which make a cgroup too where one is planned.
+    cgroups, cgroup_reason = plan_cgroups(config)
+    probe_cgroups = cgroup_tokens_for_probe(cgroups)
     if config.sandbox in ("auto", "namespaces"):
         problem = _probe(
-            [*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:]], config, env={}
+            [*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:], *probe_cgroups],
+            config,
+            env={},
         )
+        if problem is not None and probe_cgroups:
+            # Namespaces may work without the cgroups: then the plan says why it has none.
+            retry = _probe([*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:]], config, {})
+            if retry is None:
+                cgroups, cgroup_reason, problem = None, f"the zygote could not use them: {problem}", None
         if problem is None:
             reason = "the zygote can give each run its own namespaces"
-            return IsolationPlan("namespaces", reason, zygote_args=namespace_args(config), preload=preload)
+            args = namespace_args(config)
+            return IsolationPlan(
+                "namespaces", reason, zygote_args=args, preload=preload, cgroups=cgroups, cgroup_reason=cgroup_reason
+            )
         if config.sandbox == "namespaces":
             raise ConfigError("RUNNER_SANDBOX", f"namespaces were asked for but cannot be used: {problem}")
         problems.append(f"namespaces: {problem}")
@@ -275,12 +299,19 @@ def plan_isolation(config: Config) -> IsolationPlan:
     )
     if bwrap is not None and problem is None:
         argv = bwrap_argv(bwrap, config)
-        return IsolationPlan("bwrap", f"bubblewrap at {bwrap} works", argv, network=config.sandbox_network)
+        why = f"bubblewrap at {bwrap} works"
+        network = config.sandbox_network
+        return IsolationPlan("bwrap", why, argv, network=network, cgroups=cgroups, cgroup_reason=cgroup_reason)
     if config.sandbox == "bwrap":
         raise ConfigError("RUNNER_SANDBOX", f"bwrap was asked for but cannot be used: {problem}")
     problems.append(f"bubblewrap: {problem}")
     reason = "RUNNER_SANDBOX=auto fell back to rlimits only: " + "; ".join(problems)
-    return IsolationPlan("none", reason, preload=preload)
+    return IsolationPlan("none", reason, preload=preload, cgroup_reason="no sandbox")
+
+
+def cgroup_tokens_for_probe(cgroups: CgroupPlan | None) -> list[str]:
+    """The zygote probe's cgroup tokens: its runs' cgroups go right under the server's own."""
+    return [] if cgroups is None else tokens(cgroups.directories, list(cgroups.writes))
 
 
 def interpreter_argv(python: str) -> list[str]:

@@ -58,6 +58,6 @@ async def opened_sources(
     async with contextlib.AsyncExitStack() as stack:
         sources: list[InterpreterSource] = []
         for preload in ((), plan.preload)[: plan.supplies]:
-            server = ForkServer.running(config, base_dir, limits, logger, plan.zygote_args, preload)
+            server = ForkServer.running(config, base_dir, limits, logger, plan.zygote_args, preload, plan.cgroups)
             sources.append(await stack.enter_async_context(server))
         yield sources
