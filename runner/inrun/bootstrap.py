@@ -310,11 +310,26 @@ def become_run(wire: types.ModuleType, workdir: str, limits: list[int]) -> None:
     os.write(1, wire.ready_line(apply_limits(*limits)))
 
 
+# A spawned run's own cgroup: ``cgroup-fds=N`` says that fds 4 to 3+N are its cgroup.procs, one per
+# hierarchy, opened by the server (runner/inrun/cgroups.py); bubblewrap's processes stay outside.
+CGROUP_FDS = "cgroup-fds="
+
+
+def enter_cgroup(args: list[str]) -> None:
+    """Move into the run's cgroup (writing 0 moves the writer: the kernel checks the opener's
+    credentials, the server's), first thing, and close the fds."""
+    count = next((int(arg[len(CGROUP_FDS) :]) for arg in args if arg.startswith(CGROUP_FDS)), 0)
+    for fd in range(4, 4 + count):
+        os.write(fd, b"0")
+        os.close(fd)
+
+
 def main() -> None:
     """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE [TMPFS NETWORK]`` (in a sandbox: TMPFS, the run's own
     tmpfs mounts, colon-separated; NETWORK, ``isolated`` or ``shared``); the zygote is `zygote.py`,
     which imports this."""
     tmpfs = tuple(sys.argv[6].split(":")) if len(sys.argv) > 6 and sys.argv[6] else ()
+    enter_cgroup(sys.argv[8:])
     libc, seccomp, *siblings = load_siblings(*SIBLINGS)
     wire = siblings[0]
     isolated = sys.argv[7:8] == ["isolated"]

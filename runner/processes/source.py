@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from runner.config import Config
+from runner.processes.cgroups import Parent
 from runner.processes.child import Child
 from runner.processes.forkserver import ForkServer
 from runner.processes.isolation import IsolationPlan
@@ -53,7 +54,13 @@ async def opened_sources(
     has any, where runs are forked; one `posix_spawn` per run otherwise. On exit, whatever they run
     themselves (the zygotes) is gone."""
     if not plan.forked:
-        yield [SpawnSource(config, base_dir, limits, plan)]
+        # bubblewrap's runs: each in a cgroup of its own, made by the server under this parent.
+        parent = Parent(plan.cgroups) if plan.cgroups is not None and plan.sandboxed else None
+        try:
+            yield [SpawnSource(config, base_dir, limits, plan, parent)]
+        finally:
+            if parent is not None:
+                parent.remove()
         return
     async with contextlib.AsyncExitStack() as stack:
         sources: list[InterpreterSource] = []

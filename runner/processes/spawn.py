@@ -18,6 +18,9 @@ from runner.config import Config
 from runner.errors import SpawnError
 from runner.inrun.namespaces import WORKDIR as SANDBOX_WORKDIR
 from runner.inrun.namespaces import etc_files
+from runner.inrun.bootstrap import CGROUP_FDS
+from runner.inrun.cgroups import RunCgroup
+from runner.processes.cgroups import Parent
 from runner.processes.child import Child, maxrss_bytes
 from runner.processes.isolation import IsolationPlan, interpreter_argv
 from runner.processes.limits import Limits
@@ -86,7 +89,12 @@ def package_environment(config: Config) -> dict[str, str]:
 
 
 def spawn_child(
-    python: str, base_dir: str, limits: Limits, plan: IsolationPlan, extra: Mapping[str, str] | None = None
+    python: str,
+    base_dir: str,
+    limits: Limits,
+    plan: IsolationPlan,
+    extra: Mapping[str, str] | None = None,
+    cgroup: RunCgroup | None = None,
 ) -> Child:
     """Create a fresh working directory and pipes, and start the bootstrap in a new session.
 
@@ -100,6 +108,10 @@ def spawn_child(
     host_dir = None if plan.sandboxed else tempfile.mkdtemp(prefix="run-", dir=base_dir)
     workdir = host_dir or SANDBOX_WORKDIR
     argv = [*plan.wrapper, *interpreter_argv(python), plan.bootstrap, workdir, *limits.argv(), *plan.run_args]
+    # The run's cgroup.procs, one per hierarchy, after fd 3: the bootstrap moves itself in
+    # (`bootstrap.enter_cgroup`) before anything else, and closes them.
+    if cgroup is not None:
+        argv.append(f"{CGROUP_FDS}{len(cgroup.procs)}")
     parent_fds: list[int] = []
     child_fds: list[int] = []
     try:
@@ -113,15 +125,19 @@ def spawn_child(
         theirs, ours = socket.socketpair()
         child_fds.append(theirs.detach())
         parent_fds.append(ours.detach())
-        pid = spawn_in_new_session(argv, workdir, child_fds, extra)
+        pid = spawn_in_new_session(argv, workdir, child_fds + (cgroup.procs if cgroup else []), extra)
     except OSError as exc:
         for fd in parent_fds + child_fds:
             os.close(fd)
+        if cgroup is not None:
+            cgroup.remove()
         if host_dir:
             remove_tree(host_dir)
         raise SpawnError(f"cannot start {argv[0]}: {exc}") from exc
     for fd in child_fds:
         os.close(fd)
+    if cgroup is not None:
+        cgroup.close_procs()
     for fd in parent_fds:
         os.set_blocking(fd, False)
     stdin, stdout, stderr, code = parent_fds
@@ -135,6 +151,7 @@ def spawn_child(
         inherited_peak=_own_peak_rss(),
         wrapped=bool(plan.wrapper),
         interpreter_pid=pid,
+        cgroup=cgroup,
     )
     child._open.update(parent_fds)
     try:
@@ -152,7 +169,10 @@ class SpawnSource:
     forks_delay_runs = False
     restarts = 0  # no helper of its own to restart
 
-    def __init__(self, config: Config, base_dir: str, limits: Limits, plan: IsolationPlan) -> None:
+    def __init__(
+        self, config: Config, base_dir: str, limits: Limits, plan: IsolationPlan, cgroups: Parent | None = None
+    ) -> None:
+        self._cgroups = cgroups
         self._python = config.python
         self._base_dir = base_dir
         self._limits = limits
@@ -161,7 +181,11 @@ class SpawnSource:
 
     async def start(self) -> Child:
         """A freshly spawned interpreter (not yet ready: it still applies its limits)."""
-        return spawn_child(self._python, self._base_dir, self._limits, self._plan, self._extra)
+        try:
+            cgroup = self._cgroups.make_run() if self._cgroups is not None else None
+        except OSError as exc:
+            raise SpawnError(f"cannot make the run's cgroup: {exc}") from exc
+        return spawn_child(self._python, self._base_dir, self._limits, self._plan, self._extra, cgroup)
 
     async def unresponsive(self, child: Child) -> None:
         """`child` did not end after SIGKILL: nothing can be done but fail the call."""
