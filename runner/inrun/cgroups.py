@@ -38,10 +38,8 @@ RUN_PREFIX = "run-"
 WANTED = ("memory", "pids")
 # What the zygote is told of each hierarchy's parent: ``cgroup=<path>``; and the limits every run's
 # cgroup gets, in order: ``cgroup-limits=<file>=<value>,...`` (a file is written where it exists).
-PATH_TOKEN = "cgroup="
-LIMITS_TOKEN = "cgroup-limits="
-# The bootstrap's argv token saying how many fds of cgroup.procs follow fd 3 (bubblewrap's runs).
-FDS_TOKEN = "cgroup-fds="
+PATH_MARK = "cgroup="
+LIMITS_MARK = "cgroup-limits="
 # How long a cgroup whose last process is still exiting (EBUSY) is tried again before it is left
 # to the next pass (`RunCgroup.remove` is called again) and, last of all, to the server's end.
 REMOVE_SECONDS = 1.0
@@ -167,7 +165,8 @@ def detect(
 
 def _v2(directory: str, read_only: bool, at_root: bool, read_file: object, can_write: object) -> Layout | str:
     """The v2 layout at `directory` (the server's own cgroup), or why there is none."""
-    assert callable(read_file) and callable(can_write)
+    assert callable(read_file)
+    assert callable(can_write)
     if read_only:
         return f"v2: {directory} is read-only"
     try:
@@ -211,16 +210,16 @@ def limit_writes(version: int, pids_max: int, memory_bytes: int) -> list[tuple[s
 def tokens(parents: list[str], writes: list[tuple[str, str]]) -> list[str]:
     """The zygote's namespace arguments that tell it the parents and the limits (`parse_tokens`)."""
     limits = ",".join(f"{name}={value}" for name, value in writes)
-    return [PATH_TOKEN + path for path in parents] + ([LIMITS_TOKEN + limits] if parents else [])
+    return [PATH_MARK + path for path in parents] + ([LIMITS_MARK + limits] if parents else [])
 
 
 def parse_tokens(args: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
     """The parents' paths and the limits among the zygote's namespace arguments (`tokens`)."""
-    parents = [arg[len(PATH_TOKEN) :] for arg in args if arg.startswith(PATH_TOKEN)]
+    parents = [arg[len(PATH_MARK) :] for arg in args if arg.startswith(PATH_MARK)]
     writes: list[tuple[str, str]] = []
     for arg in args:
-        if arg.startswith(LIMITS_TOKEN):
-            for item in arg[len(LIMITS_TOKEN) :].split(","):
+        if arg.startswith(LIMITS_MARK):
+            for item in arg[len(LIMITS_MARK) :].split(","):
                 name, _, value = item.partition("=")
                 if name:
                     writes.append((name, value))

@@ -93,7 +93,18 @@ MNT_DETACH = 0x2
 class Isolation:
     """What each run gets, from the zygote's arguments ``TMP_BYTES NETWORK KEEP...``."""
 
-    __slots__ = ("binds", "cgroup_args", "cgroups", "hide", "keep", "mounts", "proc_covers", "tmp_bytes", "tmpfs", "unshared")
+    __slots__ = (
+        "binds",
+        "cgroup_args",
+        "cgroups",
+        "hide",
+        "keep",
+        "mounts",
+        "proc_covers",
+        "tmp_bytes",
+        "tmpfs",
+        "unshared",
+    )
 
     def __init__(self, args: list[str]) -> None:
         self.tmp_bytes = int(args[0])  # the size of each private tmpfs

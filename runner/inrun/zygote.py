@@ -115,10 +115,11 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
     with the server's pipe ends attached (SCM_RIGHTS).
     When a run ends the zygote sends ``X <pid> <wait status> <utime> <stime> <maxrss> <removed>
     <oom kills>`` (removed: 1 if no directory of the run is left on disk, 0 if the server must delete
-    what is in it; oom kills: the OOM kills in the run's cgroup, 0 without one). A plain run has ended when the zygote has killed whatever is left in its process group
-    (the leader is still a zombie, so the group id cannot have been reused), reaped it and removed
-    its directory if the run left it empty (a namespaced run's PID namespace is lent again only
-    once its init has killed whatever else the run left there). When the server closes the socket,
+    what is in it; oom kills: the OOM kills in the run's cgroup, 0 without one). A plain run has
+    ended when the zygote has killed whatever is left in its process group (the leader is still a
+    zombie, so the group id cannot have been reused), reaped it and removed its directory if the run
+    left it empty (a namespaced run's PID namespace is lent again only once its init has killed
+    whatever else the run left there). When the server closes the socket,
     every run is killed and reaped and the zygote exits. It holds nothing of the server's: a
     minimal environment, no secrets, and only modules the bootstrap itself needs (nothing seeds
     `random` before a fork, and each run reseeds what a preloading zygote's modules seeded).

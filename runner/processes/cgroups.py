@@ -58,7 +58,10 @@ def plan_cgroups(config: Config) -> tuple[CgroupPlan | None, str]:
     that must hand controllers down moves itself into a leaf first (`inrun.LEAF_NAME`). Each
     directory is tried with a mkdir and rmdir before it is planned."""
     try:
-        with open("/proc/self/cgroup", encoding="ascii") as own, open("/proc/self/mountinfo", encoding="utf-8") as mounts:
+        with (
+            open("/proc/self/cgroup", encoding="ascii") as own,
+            open("/proc/self/mountinfo", encoding="utf-8") as mounts,
+        ):
             layout = inrun.detect(own.read(), mounts.read(), root=os.geteuid() == 0)
     except OSError as exc:
         return None, f"cannot read /proc: {exc.strerror}"

@@ -28,14 +28,14 @@ from typing import Literal
 
 from runner.config import MIB, Config, SandboxNetwork
 from runner.errors import ConfigError
-from runner.inrun.cgroups import tokens
-from runner.processes.cgroups import CgroupPlan, plan_cgroups
 from runner.inrun.bootstrap import __file__ as _bootstrap_file
+from runner.inrun.cgroups import tokens
 
 # The run's directory, and /run's size (sockets and pid files, if anything: without a size it would be
 # a tmpfs of half the host's memory, bubblewrap's default, outside every limit of the run): the same in
 # both sandboxes.
 from runner.inrun.namespaces import BIND_PREFIX, HIDE_PREFIX, PROC_COVERED, RUN_BYTES, WORKDIR, within
+from runner.processes.cgroups import CgroupPlan, plan_cgroups
 
 # A bwrap run's own tmpfs mounts (bwrap_argv), whose pages its peak memory counts (harvest.ended).
 BWRAP_TMPFS = (WORKDIR, "/dev/shm", "/run")
@@ -279,7 +279,9 @@ def plan_isolation(config: Config) -> IsolationPlan:
         )
         if problem is not None and probe_cgroups:
             # Namespaces may work without the cgroups: then the plan says why it has none.
-            retry = _probe([*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:]], config, {})
+            retry = _probe(
+                [*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:]], config, {}
+            )
             if retry is None:
                 cgroups, cgroup_reason, problem = None, f"the zygote could not use them: {problem}", None
         if problem is None:

@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 
 from runner.config import Config
 from runner.errors import SpawnError
-from runner.inrun.namespaces import WORKDIR as SANDBOX_WORKDIR
-from runner.inrun.namespaces import etc_files
 from runner.inrun.bootstrap import CGROUP_FDS
 from runner.inrun.cgroups import RunCgroup
+from runner.inrun.namespaces import WORKDIR as SANDBOX_WORKDIR
+from runner.inrun.namespaces import etc_files
 from runner.processes.cgroups import Parent
 from runner.processes.child import Child, maxrss_bytes
 from runner.processes.isolation import IsolationPlan, interpreter_argv
