@@ -68,6 +68,9 @@ LINE_LIMIT = 64 * 1024 * 1024  # the client's own bound on one line from the ser
 MIB = 1024 * 1024
 
 
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
 def say(text: str = "") -> None:
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
@@ -410,6 +413,29 @@ def describe(pids: list[int]) -> dict[int, str]:
     return described
 
 
+def server_cgroups(server: int, root: str = CGROUP_ROOT) -> list[str]:
+    """The server's parent cgroups (`python-runner-<pid>-*`, one per source and hierarchy), wherever
+    they are under /sys/fs/cgroup; none where there are no cgroups."""
+    mark = f"python-runner-{server}-"
+    found = []
+    for top, subdirs, _ in os.walk(root):
+        for name in list(subdirs):
+            if name.startswith(mark):
+                found.append(os.path.join(top, name))
+                subdirs.remove(name)  # what is below is the runs'
+    return found
+
+
+def run_cgroups(server: int) -> list[str]:
+    """The run cgroups under the server's parents at this moment."""
+    return [
+        os.path.join(parent, name)
+        for parent in server_cgroups(server)
+        for name in os.listdir(parent)
+        if name.startswith("run-") and os.path.isdir(os.path.join(parent, name))
+    ]
+
+
 def entries(work_dir: Path) -> list[Path]:
     """Everything under the work dir: the pool's base directory and its runs' directories."""
     return sorted(work_dir.rglob("*"))
@@ -504,6 +530,7 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
         figures["quiet_after_warmup"] = await quiet(process.pid, work_dir)
         rss_before, fds_before = proc_status(process.pid).get("VmRSS"), fd_count(process.pid)
         helpers_before, entries_before = ours(work_dir, process.pid), entries(work_dir)
+        cgroups_before = run_cgroups(process.pid)
         figures["helpers_after_warmup"] = describe(helpers_before)
 
         tally = Tally()
@@ -514,6 +541,7 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
         figures["quiet_at_end"] = await quiet(process.pid, work_dir)
         rss_after, fds_after = proc_status(process.pid).get("VmRSS"), fd_count(process.pid)
         helpers_after, entries_after = ours(work_dir, process.pid), entries(work_dir)
+        cgroups_after = run_cgroups(process.pid)
         helpers_described = figures["helpers_at_end"] = describe(helpers_after)
         figures["work_dir_at_end"] = [str(path.relative_to(work_dir)) for path in entries_after]
         # Calls still cancelled: give late answers a moment to arrive before counting them.
@@ -533,6 +561,7 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
             break
         await asyncio.sleep(0.02)
     left_files = sorted(str(path) for path in work_dir.rglob("*"))
+    left_cgroups = sorted(server_cgroups(process.pid))
     log_text = log_path.read_text(errors="replace")
 
     figures.update(
@@ -617,9 +646,17 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
                 f"bound {args.max_rss_growth_mib:g} MiB)",
             )
         )
+    checks.append(
+        Check(
+            "run cgroups, end vs warm-up",
+            len(cgroups_after) <= len(cgroups_before),
+            f"{len(cgroups_before)} -> {len(cgroups_after)} (the warm pool's runs; bound: no more)",
+        )
+    )
     checks.append(Check("server exit status on stdin EOF", exit_code == 0, str(exit_code)))
     checks.append(Check("leaked processes, server gone", not leaked_after, str(len(leaked_after))))
     checks.append(Check("files left in the work dir", not left_files, str(len(left_files))))
+    checks.append(Check("cgroups left, server gone", not left_cgroups, str(left_cgroups[:3] or 0)))
     return checks, figures
 
 

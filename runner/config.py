@@ -163,8 +163,11 @@ SETTINGS = (
         "RUNNER_MAX_MEMORY_MB",
         "max_memory_mb",
         "int",
-        "Address space per run in MiB (RLIMIT_AS); in the preloading zygote, on top of what it preloaded "
-        "(see [the preloading zygote](spawn-modes.md#the-preloading-zygote)).",
+        "Memory per run in MiB. Where the server can make cgroups (sandboxed modes, root or a delegated v2 "
+        "subtree), the whole run's: every process of it together, its tmpfs (`/tmp`, `/dev/shm`, `/run`) and "
+        "shared memory included, no swap, over it `memory_limit` (see [whole-run limits](security.md#whole-run-"
+        "limits-cgroups)). Also each process's address space (RLIMIT_AS); in the preloading zygote, on top of "
+        "what it preloaded (see [the preloading zygote](spawn-modes.md#the-preloading-zygote)).",
         low=32,
         high=1_048_576,
     ),
@@ -173,7 +176,8 @@ SETTINGS = (
         "max_processes",
         "int",
         "Processes per concurrent run; sizes RLIMIT_NPROC "
-        "(see [RLIMIT_NPROC](security.md#rlimit_nproc-and-running-as-root)).",
+        "(see [RLIMIT_NPROC](security.md#rlimit_nproc-and-running-as-root)), and where the server can make "
+        "cgroups, each run's `pids.max` (threads count there).",
         low=1,
         high=4096,
     ),

@@ -33,6 +33,7 @@ class ProcessEnd:
     peak_memory_bytes: int
     timed_out: bool = False
     output_exceeded: bool = False
+    oom_kills: int = 0  # in the run's cgroup: its whole tree went over its memory budget
 
 
 CPU_ACCOUNTING_SLACK = 0.5
@@ -51,6 +52,9 @@ def classify(end: ProcessEnd, stderr_tail: bytes, limits: RunLimits) -> tuple[St
     signum = -code if code < 0 else 0
     if end.output_exceeded:
         return Status.OUTPUT_LIMIT, f"output budget of {limits.output_bytes:,} bytes exceeded; process group killed"
+    # Before the deadline: a run whose child the kernel killed at the budget may then wait out its time.
+    if end.oom_kills:
+        return Status.MEMORY_LIMIT, f"memory limit of {limits.memory_mb} MiB exceeded (the whole run's, cgroup)"
     if end.timed_out:
         return Status.TIMEOUT, f"wall-clock limit of {limits.timeout:g}s reached; process group killed"
     # A SIGXCPU the run sent itself early is a signal, not the limit (accounting may lag a little).

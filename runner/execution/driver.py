@@ -82,6 +82,9 @@ class RunDriver:
                 inputs = frame_inputs([(f.path, f.data) for f in request.files])
                 await write_all(child.code, frame_job(request.code.encode("utf-8"), inputs, self._budgets))
             started = anyio.current_time()
+            watching = child.cgroup is not None and child.cgroup.event >= 0
+            if watching:
+                tg.start_soon(_end_at_oom, child)
             if request.stdin:
                 tg.start_soon(_feed_stdin, child, request.stdin.encode("utf-8"))
             else:
@@ -108,7 +111,7 @@ class RunDriver:
                 returncode, cpu, reaped_peak = child.reap()
             with anyio.move_on_after(EXIT_GRACE):
                 await output.done.wait()
-            if request.stdin or on_progress is not None or not output.done.is_set():
+            if request.stdin or on_progress is not None or watching or not output.done.is_set():
                 tg.cancel_scope.cancel()  # not free (anyio formats the task's repr): only if needed
         got = returned[0] if returned else parse_report(output.report, self._budgets)
         # wait4's count carries a spawned run's spawner's (usage.py); the run's own, when it sent one
@@ -117,7 +120,14 @@ class RunDriver:
         if got.end is not None:
             peak = max(peak or 0, got.end.peak_memory_bytes)
         cpu = max(cpu, samples.cpu if samples else 0.0)
-        end = ProcessEnd(returncode, cpu, peak or 0, timed_out=timed_out, output_exceeded=output.output_exceeded)
+        end = ProcessEnd(
+            returncode,
+            cpu,
+            peak or 0,
+            timed_out=timed_out,
+            output_exceeded=output.output_exceeded,
+            oom_kills=child.whole_run_oom_kills(),
+        )
         status, message = classify(end, err.parts()[1] or err.parts()[0], self.run_limits(request.timeout))
         max_chars = self._config.max_output_chars
         return RunResult(
@@ -176,6 +186,17 @@ class RunDriver:
                     extra={"request_id": request.request_id, "fields": {}},
                 )
                 return
+
+
+async def _end_at_oom(child: Child) -> None:
+    """cgroup v1 (no memory.oom.group): when the kernel signals an OOM in the run's cgroup, the whole
+    run ends (its group killed: bubblewrap and its namespace go, and everything in it)."""
+    assert child.cgroup is not None
+    while True:
+        await anyio.wait_readable(child.cgroup.event)
+        if child.cgroup.out_of_memory():
+            child.kill_group()
+            return
 
 
 async def _feed_stdin(child: Child, data: bytes) -> None:

@@ -195,6 +195,7 @@ def _log_start(logger: logging.Logger, config: Config, plan: IsolationPlan, limi
         sandbox=plan.sandbox,
         sandbox_reason=plan.reason,
         run_uid=plan.identity,
+        cgroup=plan.cgroup,
     )
     if hasattr(os, "geteuid") and os.geteuid() == 0 and not plan.uid_per_run:
         log_event(

@@ -39,6 +39,11 @@ async def end_interpreter(child: Child, logger: logging.Logger) -> None:
         else:
             child.reap()
     child.close_all()
+    # The run's cgroup, once its processes are gone (bubblewrap's: the server made it). Its OOM kills
+    # were read when the run's end was classified (`RunDriver.drive`).
+    busy = child.reaped and not child.remove_cgroup() and child.cgroup is not None
+    if busy and child.cgroup is not None and not await anyio.to_thread.run_sync(child.cgroup.remove, REAP_TIMEOUT):
+        log_event(logger, logging.ERROR, "run cgroup still busy; removed with its parent", pid=child.pid)
     if child.workdir is not None:
         try:
             os.rmdir(child.workdir)  # most runs leave their directory empty: no thread needed

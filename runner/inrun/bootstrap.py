@@ -313,16 +313,39 @@ def become_run(wire: types.ModuleType, workdir: str, limits: list[int]) -> None:
     os.write(1, wire.ready_line(apply_limits(*limits)))
 
 
+# A spawned run's own cgroup: ``cgroup-fds=N`` says that fds 4 to 3+N are its cgroup.procs, one per
+# hierarchy, opened by the server (runner/inrun/cgroups.py); bubblewrap's processes stay outside.
+CGROUP_FDS = "cgroup-fds="
+
+
+def give_home(workdir: str, uid: int) -> None:
+    """A root server's sandboxed run, lent host `uid`: its working directory (its own tmpfs, HOME) is
+    its own, as a plain run's is, before it becomes that uid."""
+    os.chown(workdir, uid, uid)
+
+
+def enter_cgroup(count: int) -> None:
+    """Move into the run's cgroup through its `count` cgroup.procs fds after fd 3 (writing 0 moves
+    the writer: the kernel checks the opener's credentials, the server's), first thing, and close them."""
+    for fd in range(4, 4 + count):
+        os.write(fd, b"0")
+        os.close(fd)
+
+
 def main() -> None:
-    """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE [TMPFS NETWORK [uid=UID]]`` (in a sandbox: TMPFS, the
-    run's own tmpfs mounts, colon-separated; NETWORK, ``isolated`` or ``shared``; UID, the host uid a
-    root server's run becomes); the zygote is `zygote.py`, which imports this."""
+    """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE [TMPFS NETWORK [uid=UID] [cgroup-fds=N]]`` (in a
+    sandbox: TMPFS, the run's own tmpfs mounts, colon-separated; NETWORK, ``isolated`` or ``shared``;
+    UID, the host uid a root server's run becomes; N, its cgroup's fds); the zygote is `zygote.py`,
+    which imports this."""
     tmpfs = tuple(sys.argv[6].split(":")) if len(sys.argv) > 6 and sys.argv[6] else ()
+    options = dict(arg.split("=", 1) for arg in sys.argv[8:] if "=" in arg)
+    enter_cgroup(int(options.get(CGROUP_FDS.rstrip("="), 0)))
     libc, seccomp, *siblings = load_siblings(*SIBLINGS)
     wire = siblings[0]
     isolated = sys.argv[7:8] == ["isolated"]
-    options = dict(arg.split("=", 1) for arg in sys.argv[8:] if "=" in arg)
     uid = int(options["uid"]) if "uid" in options else None
+    if uid is not None:
+        give_home(sys.argv[1], uid)
     prepare_process(libc, seccomp.Filter({**seccomp.WHOLE, **(seccomp.NO_NETWORK if isolated else {})}), uid=uid)
     become_run(wire, sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
     warm_up(tuple(siblings), ".")

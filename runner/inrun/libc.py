@@ -25,6 +25,7 @@ PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
+CAP_KILL = 5
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # What the in-run code calls: resolved now, not in every fork that calls it.
 FUNCTIONS = ("capset", "mount", "prctl", "sethostname", "setns", "syscall", "unshare")
@@ -72,7 +73,7 @@ def set_dumpable(enabled: bool) -> bool:
     return prctl(PR_SET_DUMPABLE, 1 if enabled else 0)
 
 
-def privilege_dropper(*, bounding_set: bool = True, held: bool = True) -> Callable[[int | None], None]:
+def privilege_dropper(*, bounding_set: bool = True, held: bool = True, kept: int = 0) -> Callable[[int | None], None]:
     """A function that drops privileges for good (Linux): its ctypes objects made now (in each fork
     they would cost ~0.8 ms of copied pages).
 
@@ -80,13 +81,16 @@ def privilege_dropper(*, bounding_set: bool = True, held: bool = True) -> Callab
     A namespaced zygote empties only its bounding set, once for all its forks (~40 prctl calls each).
     Given a `uid`, the function first becomes that host uid (and gid, with no supplementary groups):
     after the bounding set, which takes CAP_SETPCAP, and before the capabilities, since it takes
-    CAP_SETUID; leaving uid 0 clears the rest of them anyway.
+    CAP_SETUID; leaving uid 0 clears the rest of them anyway. `kept`: the capabilities (a mask of
+    their bits) that stay effective and permitted, for a kept PID namespace's init that must kill
+    processes of runs lent other uids (pidspaces.keep).
     """
     if not LINUX or LIBC is None or not hasattr(LIBC, "capset"):
         return _nothing_to_drop
     call, capset, get_errno = LIBC.prctl, LIBC.capset, ctypes.get_errno
     header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words, all empty
+    # effective, permitted, inheritable x 2 words: empty but for `kept`
+    data = (ctypes.c_uint32 * 6)(kept & 0xFFFFFFFF, kept & 0xFFFFFFFF, 0, kept >> 32, kept >> 32, 0)
 
     def drop(uid: int | None = None) -> None:
         cap = 0

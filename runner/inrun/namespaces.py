@@ -30,6 +30,7 @@ else:  # in the zygote: from this directory (`bootstrap.load_siblings`)
     import libc
 
 CLONE_PARENT = 0x00008000
+CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
@@ -94,7 +95,19 @@ MNT_DETACH = 0x2
 class Isolation:
     """What each run gets, from the zygote's arguments ``TMP_BYTES NETWORK KEEP...``."""
 
-    __slots__ = ("binds", "hide", "keep", "mounts", "proc_covers", "tmp_bytes", "tmpfs", "uids", "unshared")
+    __slots__ = (
+        "binds",
+        "cgroup_args",
+        "cgroups",
+        "hide",
+        "keep",
+        "mounts",
+        "proc_covers",
+        "tmp_bytes",
+        "tmpfs",
+        "uids",
+        "unshared",
+    )
 
     def __init__(self, args: list[str]) -> None:
         self.tmp_bytes = int(args[0])  # the size of each private tmpfs
@@ -118,6 +131,13 @@ class Isolation:
             if arg.startswith(UIDS_OPTION):
                 first, last = (int(part) for part in arg[len(UIDS_OPTION) :].split("-"))
                 self.uids = list(range(first, last + 1))
+        # Each run's own cgroup (cgroups.py): the parents and limits (``cgroup=`` tokens), and the parents
+        # opened by the zygote before it pivots into a view without /sys. A run placed in its cgroup
+        # makes a cgroup namespace of its own too, so that /proc/self/cgroup shows it at "/".
+        self.cgroup_args = [arg for arg in args[2:] if arg.startswith("cgroup")]
+        self.cgroups: Any = None
+        if self.cgroup_args:
+            self.unshared |= CLONE_NEWCGROUP
         # mount(2)'s arguments for each of a run's tmpfs mounts, encoded once, and their paths
         # (prepare_shared_view).
         self.mounts: list[tuple[bytes, bytes, bytes, int, bytes]] = []

@@ -126,7 +126,7 @@ class PidSpaces:
                 if namespaces.clone(0) == 0:
                     try:
                         if namespaces.clone(namespaces.CLONE_NEWPID | namespaces.CLONE_PARENT) == 0:
-                            keep(commands_r, theirs.fileno(), self._limits)
+                            keep(commands_r, theirs.fileno(), self._limits, kills_other_uids=self._lends_uids)
                     finally:
                         os._exit(0)
             finally:
@@ -264,13 +264,15 @@ class PidSpaces:
         return [*self.by_init, self.holder]
 
 
-def keep(commands: int, replies: int, limits: list[int]) -> NoReturn:
+def keep(commands: int, replies: int, limits: list[int], *, kills_other_uids: bool = False) -> NoReturn:
     """PID 1 of a kept PID namespace: told on `commands` that a run has ended, kill whatever is left of
     it, then answer on `replies`.
 
     It ignores SIGCHLD, so the kernel reaps what is orphaned to it, and every signal from inside the
     namespace (PID 1 gets none it has no handler for): nothing a run does makes it spend CPU. It is
-    not dumpable (nothing can trace or read it) and holds no capability.
+    not dumpable (nothing can trace or read it) and holds no capability but, where runs are lent host
+    uids of their own (`kills_other_uids`), CAP_KILL: its runs are not its uid, and in its PID
+    namespace nothing but theirs is in its reach.
     """
     try:
         signal.set_wakeup_fd(-1)
@@ -289,7 +291,7 @@ def keep(commands: int, replies: int, limits: list[int]) -> NoReturn:
             if name != "RLIMIT_CPU":
                 which = getattr(resource, name)
                 resource.setrlimit(which, bootstrap.lowered(soft, hard, resource.getrlimit(which)[1]))
-        libc.privilege_dropper()(None)
+        libc.privilege_dropper(kept=1 << libc.CAP_KILL if kills_other_uids else 0)(None)
         # Its pid as the zygote knows it (/proc here is the zygote's, of the zygote's PID namespace), and
         # its namespace: a zygote in a user namespace may not open a non-dumpable process's /proc/PID/ns.
         with socket.socket(fileno=1) as channel:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from runner.inrun import (
         bootstrap,
+        cgroups,
         figures,
         harvest,
         images,
@@ -61,9 +62,9 @@ else:
     import bootstrap
 
     del sys.path[0]
-    _NAMES = ("namespaces", "pidspaces", "preload", *bootstrap.SIBLINGS)
-    namespaces, pidspaces, preload, libc, seccomp, wire, workdir, figures, harvest, images = bootstrap.load_siblings(
-        *_NAMES
+    _NAMES = ("namespaces", "pidspaces", "preload", "cgroups", *bootstrap.SIBLINGS)
+    namespaces, pidspaces, preload, cgroups, libc, seccomp, wire, workdir, figures, harvest, images = (
+        bootstrap.load_siblings(*_NAMES)
     )
     del sys.modules["bootstrap"]  # imported here, not by the loader
     sys.dont_write_bytecode = not _writes_bytecode
@@ -86,13 +87,17 @@ Namespaced = tuple[namespaces.Isolation, pidspaces.PidSpaces]
 
 
 class Run:
-    """The zygote's record of one run: its directory on disk (plain), or the PID namespace lent to it."""
+    """The zygote's record of one run: its directory on disk (plain), or the PID namespace lent to it,
+    and its cgroup (namespaced, where cgroups are planned)."""
 
-    __slots__ = ("space", "workdir")
+    __slots__ = ("cgroup", "space", "workdir")
 
-    def __init__(self, workdir: str | None, space: pidspaces.Space | None = None) -> None:
+    def __init__(
+        self, workdir: str | None, space: pidspaces.Space | None = None, cgroup: cgroups.RunCgroup | None = None
+    ) -> None:
         self.workdir = workdir
         self.space = space
+        self.cgroup = cgroup
 
 
 def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | None) -> None:
@@ -101,12 +106,13 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
     It says ``R`` once it is ready. Requests are one byte, b"F". For each, the zygote makes four
     pipes (and, for a plain run, a working directory), forks, and sends back ``S <pid> [<workdir>]``
     with the server's pipe ends attached (SCM_RIGHTS).
-    When a run ends the zygote sends ``X <pid> <wait status> <utime> <stime> <maxrss> <removed>``
-    (removed: 1 if no directory of the run is left on disk, 0 if the server must delete what is in
-    it). A plain run has ended when the zygote has killed whatever is left in its process group
-    (the leader is still a zombie, so the group id cannot have been reused), reaped it and removed
-    its directory if the run left it empty (a namespaced run's PID namespace is lent again only
-    once its init has killed whatever else the run left there). When the server closes the socket,
+    When a run ends the zygote sends ``X <pid> <wait status> <utime> <stime> <maxrss> <removed>
+    <oom kills>`` (removed: 1 if no directory of the run is left on disk, 0 if the server must delete
+    what is in it; oom kills: the OOM kills in the run's cgroup, 0 without one). A plain run has
+    ended when the zygote has killed whatever is left in its process group (the leader is still a
+    zombie, so the group id cannot have been reused), reaped it and removed its directory if the run
+    left it empty (a namespaced run's PID namespace is lent again only once its init has killed
+    whatever else the run left there). When the server closes the socket,
     every run is killed and reaped and the zygote exits. It holds nothing of the server's: a
     minimal environment, no secrets, and only modules the bootstrap itself needs (nothing seeds
     `random` before a fork, and each run reseeds what a preloading zygote's modules seeded).
@@ -123,6 +129,12 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
         server.send(b"E " + f"{type(exc).__name__}: {exc}".encode(errors="replace")[:2000])
         return
     if isolation is not None:
+        if isolation.cgroup_args:  # opened before the view, which has no /sys
+            parents, writes = cgroups.parse_tokens(isolation.cgroup_args)
+            # A preloading zygote's run may map RUNNER_MAX_MEMORY_MB beyond what the modules map, and
+            # the pages of theirs it writes to are copied into its own cgroup: its budget grows as its
+            # RLIMIT_AS does, so that one process still meets its MemoryError before the cgroup's kill.
+            isolation.cgroups = cgroups.RunCgroups(parents, cgroups.memory_grown(writes, run_limits[1] - limits[1]))
         namespaces.prepare_shared_view(isolation)
         # The inits are forked from this zygote too: what it maps counts for them as for its runs.
         namespaced = (isolation, pidspaces.PidSpaces(run_limits, isolation.uids))
@@ -161,6 +173,9 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
                 left.discard(pid)
         if left:
             time.sleep(0.005)
+    if isolation is not None and isolation.cgroups is not None:
+        left_cgroups = [run.cgroup for run in runs.values() if run.cgroup is not None]
+        isolation.cgroups.end(left_cgroups, patience=max(0.0, deadline - time.monotonic()))
 
 
 def _serve(
@@ -173,7 +188,11 @@ def _serve(
 ) -> None:
     while True:
         cleaning = {} if namespaced is None else namespaced[1].cleaning
-        readable, _, _ = select.select([server.fileno(), wake_r, *cleaning], [], [])
+        run_cgroups = None if namespaced is None else namespaced[0].cgroups
+        # v1: the OOM kill of a run's process ends the whole run (v2's memory.oom.group does it itself).
+        ooms = {run.cgroup.event: pid for pid, run in runs.items() if run.cgroup is not None and run.cgroup.event >= 0}
+        waiting = 0.05 if run_cgroups is not None and run_cgroups.doomed else None
+        readable, _, _ = select.select([server.fileno(), wake_r, *cleaning, *ooms], [], [], waiting)
         for fd in readable:
             if fd in cleaning:
                 assert namespaced is not None
@@ -181,7 +200,13 @@ def _serve(
                     answer = os.read(fd, 1)
                 except OSError:
                     answer = b""
+                if run_cgroups is not None:
+                    run_cgroups.cleaned(fd, answer == pidspaces.CLEAN)
                 namespaced[1].finished(cleaning[fd], answer)
+            elif fd in ooms and runs[ooms[fd]].cgroup.out_of_memory():  # type: ignore[union-attr]
+                _kill_group(ooms[fd])
+        if run_cgroups is not None:
+            run_cgroups.remove_doomed()
         if wake_r in readable:
             os.read(wake_r, 4096)
             for report in _exited_runs(runs, namespaced):
@@ -212,10 +237,13 @@ def _fork_run(
     made = False
     ends: list[int] = []
     space = None
+    cgroup = None
     try:
         if workdir is not None:
             os.mkdir(workdir, 0o700)
             made = True
+        if namespaced is not None and namespaced[0].cgroups is not None:
+            cgroup = namespaced[0].cgroups.make()
         for _ in range(3):  # stdin, stdout, stderr: read, write
             ends.extend(os.pipe())
         ends.extend(sock.detach() for sock in socket.socketpair())  # the job socket: the run's, ours
@@ -226,6 +254,8 @@ def _fork_run(
     except OSError as exc:
         for fd in ends:
             os.close(fd)
+        if cgroup is not None and namespaced is not None and namespaced[0].cgroups is not None:
+            namespaced[0].cgroups.doom(cgroup)  # empty: gone now, or at the next wake-up
         if made:
             try:
                 os.rmdir(workdir)  # type: ignore[arg-type]
@@ -234,18 +264,24 @@ def _fork_run(
         return b"E " + str(exc).encode(), []
     theirs = [ends[0], ends[3], ends[5], ends[6]]
     if pid == 0:
-        _forked_run(
-            theirs, workdir or namespaces.WORKDIR, limits, namespaced and namespaced[0], space.uid if space else None
-        )
+        uid = space.uid if space else None
+        _forked_run(theirs, workdir or namespaces.WORKDIR, limits, namespaced and namespaced[0], uid, cgroup)
     for fd in theirs:
         os.close(fd)
-    runs[pid] = Run(workdir, space)
+    if cgroup is not None:
+        cgroup.close_procs()  # the run moves itself in, first thing (`_forked_run`)
+    runs[pid] = Run(workdir, space, cgroup)
     where = b"" if workdir is None else b" " + workdir.encode()
     return b"S %d%s" % (pid, where), [ends[1], ends[2], ends[4], ends[7]]
 
 
 def _forked_run(
-    theirs: list[int], workdir: str, limits: list[int], isolation: namespaces.Isolation | None, uid: int | None
+    theirs: list[int],
+    workdir: str,
+    limits: list[int],
+    isolation: namespaces.Isolation | None,
+    uid: int | None = None,
+    cgroup: cgroups.RunCgroup | None = None,
 ) -> NoReturn:
     """In the forked child: become a run like a freshly spawned interpreter would, then run its code.
 
@@ -255,6 +291,10 @@ def _forked_run(
     on. Never returns: whatever happens, this process must not go back into the zygote's loop.
     """
     try:
+        if cgroup is not None:
+            # First: in its cgroup before it does anything else, so that nothing of the run escapes
+            # its limits; then (unshared) in a cgroup namespace rooted there.
+            cgroup.place_self()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
@@ -265,6 +305,8 @@ def _forked_run(
         if isolation is not None:
             namespaces.name_host()
             namespaces.make_private_view(isolation)
+            if uid is not None:
+                bootstrap.give_home(workdir, uid)
             DROP_PRIVILEGES(uid)
             SET_UP_DONE[bool(isolation.unshared & namespaces.CLONE_NEWNET)].install()
             namespaces.require_no_privileges()  # fail closed: the dropping ignores what fails
@@ -309,18 +351,28 @@ def _exited_runs(runs: dict[int, Run], namespaced: Namespaced | None) -> list[by
         run = runs.pop(pid, None)
         if run is None:
             if namespaced is not None:  # a kept namespace's init, its maker, or the holder
+                space = namespaced[1].by_init.get(pid)
+                if space is not None and namespaced[0].cgroups is not None:
+                    namespaced[0].cgroups.lost(space.replies)
                 namespaced[1].lost(pid)
             continue
         removed = True
+        # Read now: the cgroup goes once the run's PID namespace is clean.
+        oom_kills = run.cgroup.oom_kills() if run.cgroup is not None else 0
         if run.workdir is not None:
             # Here, not in the server: rmdir costs the server's single thread up to 0.1 ms on a disk.
             try:
                 os.rmdir(run.workdir)
             except OSError:
                 removed = False  # not empty (or not ours): the server deletes the tree
-        reports.append(b"X %d %d %r %r %d %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss, removed))
+        rusage = (usage.ru_utime, usage.ru_stime, usage.ru_maxrss)
+        reports.append(b"X %d %d %r %r %d %d %d" % (pid, status, *rusage, removed, oom_kills))
         if namespaced is not None and run.space is not None:
+            if run.cgroup is not None and namespaced[0].cgroups is not None:
+                namespaced[0].cgroups.after_cleaning(run.space.replies, run.cgroup)
             namespaced[1].clean(run.space)
+        elif run.cgroup is not None and namespaced is not None and namespaced[0].cgroups is not None:
+            namespaced[0].cgroups.doom(run.cgroup)
 
 
 def _kill_group(pid: int) -> None:
@@ -347,6 +399,8 @@ def probe(isolation: namespaces.Isolation) -> int:
     the first one had; 0 if it worked, else why on stderr."""
     if not namespaces.has_cap_sys_admin():
         namespaces.enter_user_namespace()
+    if isolation.cgroup_args:  # the runs' cgroups are made and removed as the server's will be
+        isolation.cgroups = cgroups.RunCgroups(*cgroups.parse_tokens(isolation.cgroup_args))
     namespaces.prepare_shared_view(isolation)
     bootstrap.prepare_process(libc, seccomp.Filter(seccomp.EVERY_PROCESS), namespaced_zygote=True)
     spaces = pidspaces.PidSpaces(PROBE_LIMITS, isolation.uids)
@@ -392,6 +446,8 @@ def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
     spaces.clean(run.space)
     answer = os.read(run.space.replies, 1) if select.select([run.space.replies], [], [], 5)[0] else b""
     spaces.finished(run.space, answer)
+    if run.cgroup is not None and not run.cgroup.remove(patience=1.0):
+        return f"the run's cgroup {run.cgroup.name} could not be removed"
     return "" if answer == pidspaces.CLEAN else f"the PID namespace's init answered {answer!r}"
 
 

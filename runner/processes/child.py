@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from runner.inrun.cgroups import RunCgroup
 from runner.processes.isolation import exit_code_of_sandboxed
 
 POLL_INTERVAL = 0.005
@@ -41,7 +42,22 @@ class Child:
     sandbox_init_pid: int = 0  # host pid of the sandbox's PID 1 (bwrap's reaper), 0 outside a sandbox
     # What its source frees once it is reaped, when nothing of it is left (the uid it was lent).
     after_reap: list[Callable[[], None]] = field(default_factory=list)
+    # The run's own cgroup where the server made it (bubblewrap's runs), and the OOM kills in it where
+    # a zygote made it and reported them (`ForkedChild`).
+    cgroup: RunCgroup | None = None
+    oom_kills: int = 0
     _open: set[int] = field(default_factory=set)
+
+    def whole_run_oom_kills(self) -> int:
+        """OOM kills in the run's cgroup (its whole tree over its memory budget); 0 without one."""
+        if self.cgroup is not None and self.cgroup.dirs:
+            with contextlib.suppress(OSError):
+                self.oom_kills = max(self.oom_kills, self.cgroup.oom_kills())
+        return self.oom_kills
+
+    def remove_cgroup(self) -> bool:
+        """Remove the run's cgroup (the server's), once no process is left in it; True once it is gone."""
+        return self.cgroup is None or self.cgroup.remove()
 
     def close_fd(self, fd: int) -> None:
         """Close one of our pipe ends once; later calls are no-ops."""

@@ -29,6 +29,7 @@ from runner.config import Config
 from runner.errors import SpawnError
 from runner.inrun.preload import PRELOAD_VARIABLE
 from runner.logs import log_event
+from runner.processes.cgroups import CgroupPlan, Parent
 from runner.processes.child import REAP_TIMEOUT, STARTUP_TIMEOUT, Child, maxrss_bytes
 from runner.processes.isolation import ZYGOTE, interpreter_argv
 from runner.processes.limits import Limits
@@ -118,6 +119,7 @@ class ForkServer:
         self._reply_ready = anyio.Event()
         self._lock = anyio.Lock()
         self._starts = 0
+        self._parent: Parent | None = None
 
     # A fork while a run is in progress makes the zygote late to report that run's exit.
     forks_delay_runs = True
@@ -142,11 +144,16 @@ class ForkServer:
         logger: logging.Logger,
         zygote_args: tuple[str, ...] = (),
         preload: tuple[str, ...] = (),
+        cgroups: CgroupPlan | None = None,
     ) -> AsyncIterator[ForkServer]:
         """A fork server (its runs in namespaces of their own if `zygote_args` says so, the plan's; its
-        zygote importing `preload` before its first fork); on exit the zygote and every run it forked
-        are gone."""
-        server = cls(config, base_dir, limits, logger, zygote_args, preload)
+        zygote importing `preload` before its first fork; each namespaced run in a cgroup of its own
+        under a parent made here, where `cgroups` are planned); on exit the zygote and every run it
+        forked are gone, and so are their cgroups."""
+        parent = Parent(cgroups) if cgroups is not None and zygote_args else None
+        args = (*zygote_args, *parent.tokens()) if parent is not None else zygote_args
+        server = cls(config, base_dir, limits, logger, args, preload)
+        server._parent = parent
         try:
             async with anyio.create_task_group() as tg:
                 server._tg = tg
@@ -157,6 +164,8 @@ class ForkServer:
         finally:
             with anyio.CancelScope(shield=True):
                 await server._stop()
+                if parent is not None:
+                    await anyio.to_thread.run_sync(parent.remove)
 
     async def start(self) -> ForkedChild:
         """A new run, forked by the zygote (not yet ready: it still applies its limits).
@@ -257,11 +266,12 @@ class ForkServer:
                 self._reply_ready.set()
 
     def _run_ended(self, message: bytes) -> None:
-        _, pid, status, utime, stime, maxrss, removed = message.split()
+        _, pid, status, utime, stime, maxrss, removed, *more = message.split()
         child = self._runs.pop(int(pid), None)
         if child is not None:
             code = os.waitstatus_to_exitcode(int(status))
             cpu = float(utime) + float(stime)
+            child.oom_kills = int(more[0]) if more else 0  # the run's cgroup's, where it has one
             child.ended(code, cpu, maxrss_bytes(int(maxrss)), workdir_removed=removed == b"1")
 
     async def _zygote_gone(self, sock: socket.socket) -> None:
@@ -287,6 +297,8 @@ class ForkServer:
         # Shielded: whoever noticed the death first must finish reaping even if cancelled meanwhile.
         with anyio.CancelScope(shield=True):
             await _reap_zygote(pid)
+            if self._parent is not None:  # the cgroups of a zygote that died with runs in flight
+                await anyio.to_thread.run_sync(self._parent.remove_runs_of, pid)
 
     async def _stop(self) -> None:
         if self._socket is not None:

@@ -29,11 +29,13 @@ from typing import Literal
 from runner.config import MIB, Config, SandboxNetwork
 from runner.errors import ConfigError
 from runner.inrun.bootstrap import __file__ as _bootstrap_file
+from runner.inrun.cgroups import tokens
 
 # The run's directory, and /run's size (sockets and pid files, if anything: without a size it would be
 # a tmpfs of half the host's memory, bubblewrap's default, outside every limit of the run): the same in
 # both sandboxes.
 from runner.inrun.namespaces import BIND_PREFIX, HIDE_PREFIX, PROC_COVERED, RUN_BYTES, WORKDIR, within
+from runner.processes.cgroups import CgroupPlan, plan_cgroups
 
 # A bwrap run's own tmpfs mounts (bwrap_argv), whose pages its peak memory counts (harvest.ended).
 BWRAP_TMPFS = (WORKDIR, "/dev/shm", "/run")
@@ -74,6 +76,14 @@ class IsolationPlan:
     # Each run is lent a host uid of its own (RUNNER_SANDBOX_UIDS, `identity`): a root server's
     # sandboxed runs. Otherwise runs keep the server's uid: it has no other to give.
     uid_per_run: bool = False
+    # Each run's own cgroup (whole-run memory and process limits), or None and why not (cgroups.py).
+    cgroups: CgroupPlan | None = None
+    cgroup_reason: str = ""
+
+    @property
+    def cgroup(self) -> str:
+        """The start-up line's ``cgroup`` field: which whole-run limits hold and why the others do not."""
+        return self.cgroups.describe() if self.cgroups is not None else f"none: {self.cgroup_reason}"
 
     @property
     def forked(self) -> bool:
@@ -302,20 +312,48 @@ def plan_isolation(config: Config) -> IsolationPlan:
     lends = os.geteuid() == 0
     probe_uids = (f"uids={config.run_uid_range[0]}-{config.run_uid_range[0]}",) if lends else ()
     if config.sandbox == "none":
-        return IsolationPlan("none", "RUNNER_SANDBOX=none", preload=preload)
+        return IsolationPlan("none", "RUNNER_SANDBOX=none", preload=preload, cgroup_reason="RUNNER_SANDBOX=none")
     if config.sandbox == "none-posix-spawn":
-        return IsolationPlan("none-posix-spawn", "RUNNER_SANDBOX=none-posix-spawn")
+        why = "RUNNER_SANDBOX=none-posix-spawn"
+        return IsolationPlan("none-posix-spawn", why, cgroup_reason=why)
     problems = []
+    # Decided before the probes, which make a cgroup too where one is planned.
+    cgroups, cgroup_reason = plan_cgroups(config)
+    probe_cgroups = cgroup_tokens_for_probe(cgroups)
     if config.sandbox in ("auto", "namespaces"):
         problem = _probe(
-            [*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:], *probe_uids],
+            [
+                *interpreter_argv(config.python),
+                ZYGOTE,
+                "--probe",
+                *namespace_args(config)[1:],
+                *probe_uids,
+                *probe_cgroups,
+            ],
             config,
             env={},
         )
+        if problem is not None and probe_cgroups:
+            # Namespaces may work without the cgroups: then the plan says why it has none.
+            retry = _probe(
+                [*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:], *probe_uids],
+                config,
+                {},
+            )
+            if retry is None:
+                cgroups, cgroup_reason, problem = None, f"the zygote could not use them: {problem}", None
         if problem is None:
             reason = "the zygote can give each run its own namespaces"
             args = namespace_args(config)
-            return IsolationPlan("namespaces", reason, zygote_args=args, preload=preload, uid_per_run=lends)
+            return IsolationPlan(
+                "namespaces",
+                reason,
+                zygote_args=args,
+                preload=preload,
+                uid_per_run=lends,
+                cgroups=cgroups,
+                cgroup_reason=cgroup_reason,
+            )
         if config.sandbox == "namespaces":
             raise ConfigError("RUNNER_SANDBOX", f"namespaces were asked for but cannot be used: {problem}")
         problems.append(f"namespaces: {problem}")
@@ -327,13 +365,27 @@ def plan_isolation(config: Config) -> IsolationPlan:
     )
     if bwrap is not None and problem is None:
         argv = bwrap_argv(bwrap, config)
-        reason = f"bubblewrap at {bwrap} works"
-        return IsolationPlan("bwrap", reason, argv, network=config.sandbox_network, uid_per_run=lends)
+        why = f"bubblewrap at {bwrap} works"
+        network = config.sandbox_network
+        return IsolationPlan(
+            "bwrap",
+            why,
+            argv,
+            network=network,
+            uid_per_run=lends,
+            cgroups=cgroups,
+            cgroup_reason=cgroup_reason,
+        )
     if config.sandbox == "bwrap":
         raise ConfigError("RUNNER_SANDBOX", f"bwrap was asked for but cannot be used: {problem}")
     problems.append(f"bubblewrap: {problem}")
     reason = "RUNNER_SANDBOX=auto fell back to rlimits only: " + "; ".join(problems)
-    return IsolationPlan("none", reason, preload=preload)
+    return IsolationPlan("none", reason, preload=preload, cgroup_reason="no sandbox")
+
+
+def cgroup_tokens_for_probe(cgroups: CgroupPlan | None) -> list[str]:
+    """The zygote probe's cgroup tokens: its runs' cgroups go right under the server's own."""
+    return [] if cgroups is None else tokens(cgroups.directories, list(cgroups.writes))
 
 
 def _become(lends: bool, config: Config) -> str:

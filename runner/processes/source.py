@@ -12,6 +12,7 @@ from typing import Protocol
 
 from runner.config import Config
 from runner.logs import log_event
+from runner.processes.cgroups import Parent
 from runner.processes.child import Child
 from runner.processes.forkserver import ForkServer
 from runner.processes.identity import claimed_uids
@@ -59,13 +60,19 @@ async def opened_sources(
         if block is not None:
             log_event(logger, logging.INFO, "runs get host uids of their own", uids=str(block))
         if not plan.forked:
-            yield [SpawnSource(config, base_dir, limits, plan, block)]
+            # bubblewrap's runs: each in a cgroup of its own, made by the server under this parent.
+            parent = Parent(plan.cgroups) if plan.cgroups is not None and plan.sandboxed else None
+            try:
+                yield [SpawnSource(config, base_dir, limits, plan, block, parent)]
+            finally:
+                if parent is not None:
+                    parent.remove()
             return
         async with contextlib.AsyncExitStack() as stack:
             sources: list[InterpreterSource] = []
             parts = block.split(plan.supplies) if block is not None else [None] * plan.supplies
             for preload, part in zip(((), plan.preload)[: plan.supplies], parts, strict=True):
                 args = plan.zygote_args + ((part.token(),) if part is not None else ())
-                server = ForkServer.running(config, base_dir, limits, logger, args, preload)
+                server = ForkServer.running(config, base_dir, limits, logger, args, preload, plan.cgroups)
                 sources.append(await stack.enter_async_context(server))
             yield sources

@@ -16,8 +16,11 @@ from collections.abc import Callable, Mapping
 
 from runner.config import Config
 from runner.errors import SpawnError
+from runner.inrun.bootstrap import CGROUP_FDS
+from runner.inrun.cgroups import RunCgroup
 from runner.inrun.namespaces import WORKDIR as SANDBOX_WORKDIR
 from runner.inrun.namespaces import etc_files
+from runner.processes.cgroups import Parent
 from runner.processes.child import Child, maxrss_bytes
 from runner.processes.identity import RunUids, UidLender
 from runner.processes.isolation import IsolationPlan, interpreter_argv
@@ -93,6 +96,7 @@ def spawn_child(
     plan: IsolationPlan,
     extra: Mapping[str, str] | None = None,
     uid: int | None = None,
+    cgroup: RunCgroup | None = None,
 ) -> Child:
     """Create a fresh working directory and pipes, and start the bootstrap in a new session.
 
@@ -107,6 +111,10 @@ def spawn_child(
     workdir = host_dir or SANDBOX_WORKDIR
     lent = (f"uid={uid}",) if uid is not None and plan.wrapper else ()
     argv = [*plan.wrapper, *interpreter_argv(python), plan.bootstrap, workdir, *limits.argv(), *plan.run_args, *lent]
+    # The run's cgroup.procs, one per hierarchy, after fd 3: the bootstrap moves itself in
+    # (`bootstrap.enter_cgroup`) before anything else, and closes them.
+    if cgroup is not None:
+        argv.append(f"{CGROUP_FDS}{len(cgroup.procs)}")
     parent_fds: list[int] = []
     child_fds: list[int] = []
     try:
@@ -120,15 +128,19 @@ def spawn_child(
         theirs, ours = socket.socketpair()
         child_fds.append(theirs.detach())
         parent_fds.append(ours.detach())
-        pid = spawn_in_new_session(argv, workdir, child_fds, extra)
+        pid = spawn_in_new_session(argv, workdir, child_fds + (cgroup.procs if cgroup else []), extra)
     except OSError as exc:
         for fd in parent_fds + child_fds:
             os.close(fd)
+        if cgroup is not None:
+            cgroup.remove()
         if host_dir:
             remove_tree(host_dir)
         raise SpawnError(f"cannot start {argv[0]}: {exc}") from exc
     for fd in child_fds:
         os.close(fd)
+    if cgroup is not None:
+        cgroup.close_procs()
     for fd in parent_fds:
         os.set_blocking(fd, False)
     stdin, stdout, stderr, code = parent_fds
@@ -142,6 +154,7 @@ def spawn_child(
         inherited_peak=_own_peak_rss(),
         wrapped=bool(plan.wrapper),
         interpreter_pid=pid,
+        cgroup=cgroup,
     )
     child._open.update(parent_fds)
     try:
@@ -160,8 +173,15 @@ class SpawnSource:
     restarts = 0  # no helper of its own to restart
 
     def __init__(
-        self, config: Config, base_dir: str, limits: Limits, plan: IsolationPlan, uids: RunUids | None = None
+        self,
+        config: Config,
+        base_dir: str,
+        limits: Limits,
+        plan: IsolationPlan,
+        uids: RunUids | None = None,
+        cgroups: Parent | None = None,
     ) -> None:
+        self._cgroups = cgroups
         self._python = config.python
         self._base_dir = base_dir
         self._limits = limits
@@ -173,22 +193,27 @@ class SpawnSource:
         self._uids = UidLender(uids) if uids is not None and plan.wrapper else None
 
     async def start(self) -> Child:
-        """A freshly spawned interpreter (not yet ready: it still applies its limits), lent a uid of
-        the pool's block if it has one, which comes back once the interpreter is reaped: bubblewrap's
-        PID namespace, and every process of the run in it, is gone by then."""
-        if self._uids is None:
-            return spawn_child(self._python, self._base_dir, self._limits, self._plan, self._extra)
+        """A freshly spawned interpreter (not yet ready: it still applies its limits), in a cgroup of
+        its own where the plan has them, and lent a uid of the pool's block if it has one, which comes
+        back once the interpreter is reaped: bubblewrap's PID namespace, and every process of the run
+        in it, is gone by then."""
         try:
-            uid = self._uids.lend()
+            uid = self._uids.lend() if self._uids is not None else None
         except OSError as exc:
             raise SpawnError(str(exc)) from exc
         try:
-            child = spawn_child(self._python, self._base_dir, self._limits, self._plan, self._extra, uid)
+            try:
+                cgroup = self._cgroups.make_run() if self._cgroups is not None else None
+            except OSError as exc:
+                raise SpawnError(f"cannot make the run's cgroup: {exc}") from exc
+            child = spawn_child(self._python, self._base_dir, self._limits, self._plan, self._extra, uid, cgroup)
         except BaseException:
-            self._uids.give_back(uid)
+            if uid is not None and self._uids is not None:
+                self._uids.give_back(uid)
             raise
-        lender = self._uids
-        child.after_reap.append(lambda: lender.give_back(uid))
+        if uid is not None and self._uids is not None:
+            lender = self._uids
+            child.after_reap.append(lambda: lender.give_back(uid))
         return child
 
     async def unresponsive(self, child: Child) -> None:
