@@ -37,9 +37,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "runner" / "inrun"))
-import namespaces  # the zygote's own modules, imported as the zygote imports them
-import pidspaces
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "runner" / "inrun"))
+import cgroups  # noqa: E402  (the zygote's own modules, imported as the zygote imports them)
+import libc  # noqa: E402
+import namespaces  # noqa: E402
+import pidspaces  # noqa: E402
+
+sys.path.insert(1, str(REPO))
+from runner.config import Config  # noqa: E402  (after the zygote's modules, as they are loaded there)
+from runner.processes.cgroups import plan_cgroups  # noqa: E402
 
 TMP_BYTES = 32 << 20
 
@@ -122,6 +129,64 @@ def lent_network_run() -> None:
             os._exit(0)
     os.waitpid(pid, 0)
     LENDER.give_back(network)
+
+
+# A root server's runs, the steps issue 24 added: capabilities dropped as before, or a host uid of its own
+# too (its working directory given to it first, as `bootstrap.give_home` does); a cgroup of its own,
+# made before the fork, moved into by the child, removed after it (as the zygote does, off the call's path).
+DROP = libc.privilege_dropper(bounding_set=False)
+RUN_UID = 60000
+SCRATCH = f"/run/namespace-costs-{os.getpid()}"  # given to the run's uid, through an fd opened before the view
+SCRATCH_FD: list[int] = []
+
+
+def dropped() -> None:
+    DROP(None)
+
+
+def own_uid() -> None:
+    os.fchown(SCRATCH_FD[0], RUN_UID, RUN_UID)
+    DROP(RUN_UID)
+
+
+class CgroupRuns:
+    """A parent cgroup like a zygote's (memory and pids, the server's limits), and the run cgroups made
+    in it; its directories opened before the view is pivoted into (which has no /sys)."""
+
+    def __init__(self) -> None:
+        plan, self.reason = plan_cgroups(Config())
+        self.name = f"python-runner-{os.getpid()}-costs"
+        self.holders: list[int] = []
+        self.runs: cgroups.RunCgroups | None = None
+        if plan is None:
+            return
+        paths = []
+        for directory in plan.directories:
+            os.mkdir(os.path.join(directory, self.name))
+            paths.append(os.path.join(directory, self.name))
+            self.holders.append(os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        self.runs = cgroups.RunCgroups(paths, list(plan.writes))
+        self.reason = plan.describe()
+
+    def one(self) -> None:
+        assert self.runs is not None
+        run = self.runs.make()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                run.place_self()
+            finally:
+                os._exit(0)
+        run.close_procs()
+        os.waitpid(pid, 0)
+        run.remove(patience=1.0)
+
+    def close(self) -> None:
+        if self.runs is not None:
+            self.runs.close()
+        for holder in self.holders:
+            os.rmdir(self.name, dir_fd=holder)
+            os.close(holder)
 
 
 ALL = namespaces.CLONE_NEWPID | namespaces.CLONE_NEWNS | namespaces.CLONE_NEWIPC | namespaces.CLONE_NEWUTS
@@ -247,9 +312,32 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=200, help="rounds (each runs every variant once)")
     args = parser.parse_args(argv)
+    root = os.geteuid() == 0
+    cgroup_runs = CgroupRuns() if root else None
+    if root:
+        SCRATCH_FD.append(os.open(SCRATCH, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+        VARIANTS["+ capabilities dropped (a run's, as before)"] = in_child(dropped)
+        VARIANTS["+ and a host uid of its own (a root server's run)"] = in_child(own_uid)
+        if cgroup_runs is not None and cgroup_runs.runs is not None:
+            VARIANTS["fork into a cgroup of its own (made, removed)"] = cgroup_runs.one
     if not namespaces.has_cap_sys_admin():
         namespaces.enter_user_namespace()
+    scratch = os.open("/run", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if root else -1
     namespaces.prepare_shared_view(ISOLATION)  # as the zygote does once: this process's view is read-only now
+    try:
+        run_variants(args, cgroup_runs)
+    finally:
+        if cgroup_runs is not None:
+            cgroup_runs.close()
+        if scratch >= 0:
+            os.unlink(os.path.basename(SCRATCH), dir_fd=scratch)
+            os.close(scratch)
+            os.close(SCRATCH_FD[0])
+
+
+def run_variants(args: argparse.Namespace, cgroup_runs: CgroupRuns | None) -> None:
+    if cgroup_runs is not None:
+        say(f"cgroup: {cgroup_runs.reason}")
     walls: dict[str, list[float]] = {name: [] for name in VARIANTS}
     cpus: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for one in VARIANTS.values():

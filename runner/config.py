@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from runner.errors import ConfigError
+from runner.removed import refuse_removed
 from runner.settings import KIB as KIB
 from runner.settings import MIB as MIB
-from runner.settings import Setting, mebibytes
+from runner.settings import Setting
 
 LogFormat = Literal["text", "json"]
 SandboxMode = Literal["auto", "namespaces", "bwrap", "none", "none-posix-spawn"]
@@ -111,7 +112,7 @@ class Config:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
         """Read every RUNNER_* variable's text; raise `ConfigError` naming the first bad one, or a removed one."""
         env = os.environ if environ is None else environ
-        _refuse_removed(env)
+        refuse_removed(env)
         config = cls(**_read(env, http=False), default_preload="RUNNER_PRELOAD" not in env)
         _check(config, env)
         if config.transport != "http":
@@ -166,8 +167,8 @@ SETTINGS = (
         "Memory per run in MiB. Where the server can make cgroups (sandboxed modes, root or a delegated v2 "
         "subtree), the whole run's: every process of it together, its tmpfs (`/tmp`, `/dev/shm`, `/run`) and "
         "shared memory included, no swap, over it `memory_limit` (see [whole-run limits](security.md#whole-run-"
-        "limits-cgroups)). Also each process's address space (RLIMIT_AS); in the preloading zygote, on top of "
-        "what it preloaded (see [the preloading zygote](spawn-modes.md#the-preloading-zygote)).",
+        "limits-cgroups)). Also each process's address space (RLIMIT_AS); in the preloading zygote, both on top "
+        "of what it preloaded (see [the preloading zygote](spawn-modes.md#the-preloading-zygote)).",
         low=32,
         high=1_048_576,
     ),
@@ -175,9 +176,10 @@ SETTINGS = (
         "RUNNER_MAX_PROCESSES",
         "max_processes",
         "int",
-        "Processes per concurrent run; sizes RLIMIT_NPROC "
-        "(see [RLIMIT_NPROC](security.md#rlimit_nproc-and-running-as-root)), and where the server can make "
-        "cgroups, each run's `pids.max` (threads count there).",
+        "Processes and threads per run. A root server's sandboxed run has a host uid of its own, whose "
+        "RLIMIT_NPROC is this; otherwise it sizes the server's uid's RLIMIT_NPROC "
+        "(see [RLIMIT_NPROC](security.md#rlimit_nproc-and-running-as-root)). Where the server can make "
+        "cgroups, also each run's `pids.max`.",
         low=1,
         high=4096,
     ),
@@ -496,30 +498,6 @@ SETTINGS = (
     ),
 )
 
-# Sizes were once in bytes or KiB: each such name, its replacement in MiB, and the bytes of its unit.
-RENAMED = (
-    ("RUNNER_MAX_CODE_BYTES", "RUNNER_MAX_CODE_MB", 1),
-    ("RUNNER_MAX_STDIN_BYTES", "RUNNER_MAX_STDIN_MB", 1),
-    ("RUNNER_MAX_OUTPUT_BYTES", "RUNNER_MAX_OUTPUT_MB", 1),
-    ("RUNNER_MAX_IMAGE_KB", "RUNNER_MAX_IMAGE_MB", KIB),
-    ("RUNNER_MAX_RETURNED_KB", "RUNNER_MAX_RETURNED_MB", KIB),
-    ("RUNNER_MAX_FILES_KB", "RUNNER_MAX_FILES_MB", KIB),
-)
-# Names that restated what others set, and why they are gone.
-DROPPED = (
-    (
-        "RUNNER_SPAWN_MODE",
-        "RUNNER_SANDBOX says how runs start now: namespaces and none fork them from a zygote, bwrap and "
-        "none-posix-spawn spawn one interpreter per run (fork-server is RUNNER_SANDBOX=none, posix-spawn is "
-        "RUNNER_SANDBOX=none-posix-spawn)",
-    ),
-    (
-        "RUNNER_HTTP_MAX_BODY_KB",
-        "the largest request body is the largest legal call, which RUNNER_MAX_CODE_MB, RUNNER_MAX_STDIN_MB and "
-        "RUNNER_MAX_INPUT_MB set",
-    ),
-)
-
 
 def markdown_table() -> str:
     """docs/configuration.md's table of every variable, from `SETTINGS` and the fields' defaults."""
@@ -541,21 +519,6 @@ def _read(env: Mapping[str, str], *, http: bool) -> dict[str, Any]:
         for declared in SETTINGS
         if declared.http == http and (raw := env.get(declared.name, "")).strip()
     }
-
-
-def _refuse_removed(env: Mapping[str, str]) -> None:
-    """A removed name set stops the start, naming what replaces it (and, for a size, its value in MiB)."""
-    for old, new, unit in RENAMED:
-        raw = env.get(old, "").strip()
-        if raw:
-            try:
-                said = f" ({old}={raw} is {new}={mebibytes(int(raw) * unit)})"
-            except ValueError:
-                said = ""
-            raise ConfigError(old, f"removed: use {new}, a number of MiB{said}")
-    for old, why in DROPPED:
-        if env.get(old, "").strip():
-            raise ConfigError(old, f"removed: {why}")
 
 
 # (uid_t)-1 means "unchanged" to setresuid(2).

@@ -6,15 +6,15 @@ run's namespaces and view of the file system (`namespaces`), the kept PID namesp
 the system calls no run may make (`seccomp`), libc through ctypes (`libc`), the wire between the
 server and a run (`wire`: the ready line, the job frame and the report frame, both ends), the run's
 working directory (`workdir`), its figures (`figures`), what it returns (`harvest`), image headers
-(`images`) and a preloading zygote's imports (`preload`). The cgroup code to come goes here too.
+(`images`), a preloading zygote's imports (`preload`) and each run's cgroup (`cgroups`).
 
 Must not import: anything but the standard library and its own modules, at run time. These files
 run under ``python -I -S`` outside the package: they reach each other only through
 `bootstrap.load_siblings`, and a module the server imports too spells the import both ways
 (``from runner.inrun import x`` when ``__package__`` is set, else ``import x``). So none of the
 server's: `runner.processes`, `runner.execution`, `runner.protocol`, `runner.transports`,
-`runner.config`, `runner.settings`, `runner.environment`, `runner.errors`, `runner.logs`,
-`runner.fdio`, `runner.outcome`. The server's
+`runner.config`, `runner.settings`, `runner.removed`, `runner.environment`, `runner.errors`,
+`runner.logs`, `runner.fdio`, `runner.outcome`. The server's
 execution side and process handles may import this package (it is stdlib only); the protocol side
 and the transports may not.
 """

@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
-from runner.config import DROPPED, KIB, MIB, RENAMED, SETTINGS, Config, HttpConfig, markdown_table
+from runner.config import KIB, MIB, SETTINGS, Config, HttpConfig, markdown_table
 from runner.environment import open_environment
 from runner.errors import ConfigError
+from runner.removed import DROPPED, RENAMED
 from tests.conftest import REPO
 
 HTTP = {"RUNNER_TRANSPORT": "http"}
