@@ -304,7 +304,10 @@ class RunCgroup:
 
     def oom_kills(self) -> int:
         """OOM kills in the cgroup so far: v2 memory.events (a group kill counts once at least), v1
-        memory.oom_control's oom_kill (kernel 4.13+), else memory.failcnt's failures (a v1 limit hit)."""
+        memory.oom_control's oom_kill (kernel 4.13+). Where the kernel tells of OOMs on an eventfd (v1)
+        and has told of none, none: no file is read (0.08 ms of every run's end)."""
+        if self.event >= 0 and not self.out_of_memory():
+            return 0
         kills = int(self.oom_seen)
         for _, directory in self.dirs:
             for name, key in (("memory.events", "oom_kill"), ("memory.oom_control", "oom_kill")):
@@ -423,7 +426,9 @@ class RunCgroups:
         """The init answering on `replies` has answered: every process of its run is gone (`clean`), so
         its cgroup goes now; else (the namespace is retired) once its processes are."""
         run = self.cleaning.pop(replies, None)
-        if run is not None and not (clean and run.remove(patience=0.05)):
+        # Not waited for here (the zygote's one thread forks and reports every run): a cgroup still
+        # busy with an exiting process is tried again at the zygote's next wake-ups.
+        if run is not None and not (clean and run.remove()):
             self.doomed.append(run)
 
     def lost(self, replies: int) -> None:
