@@ -8,7 +8,6 @@ import os
 import tempfile
 import textwrap
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -17,24 +16,13 @@ import pytest
 from runner.config import Config
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
-from tests.helpers import in_mode, settled_async
 from tests.helpers import run_dedented as run
+from tests.helpers import settled_async
 
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.skipif(os.geteuid() != 0, reason="only a root server has other uids to lend its runs"),
 ]
-
-
-@pytest.fixture(params=["bwrap", "namespaces"])
-def sandbox_config(config: Config, request: pytest.FixtureRequest) -> Config:
-    return in_mode(config, str(request.param), pool_size=0)
-
-
-@pytest.fixture
-async def sandboxed(sandbox_config: Config, no_leaks: None) -> AsyncIterator[Pool]:
-    async with Pool.open(sandbox_config, reap_strays=True) as pool:
-        yield pool
 
 
 def tasks_by_uid(uids: range) -> Counter[int]:

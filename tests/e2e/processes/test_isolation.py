@@ -9,7 +9,7 @@ import signal
 import socket
 import subprocess
 import textwrap
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -29,18 +29,6 @@ from tests.helpers import alive, in_mode, living, settled_async
 from tests.helpers import run_dedented as run
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["bwrap", "namespaces"])
-def sandbox_config(config: Config, request: pytest.FixtureRequest) -> Config:
-    """Each run in bubblewrap, or forked into namespaces the zygote makes: the same guarantees."""
-    return in_mode(config, str(request.param), pool_size=0)
-
-
-@pytest.fixture
-async def sandboxed(sandbox_config: Config, no_leaks: None) -> AsyncIterator[Pool]:
-    async with Pool.open(sandbox_config, reap_strays=True) as pool:
-        yield pool
 
 
 def descendants_of_this_process() -> set[int]:
