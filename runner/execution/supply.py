@@ -237,10 +237,20 @@ class Supplies:
     async def opened(
         cls, config: Config, plan: IsolationPlan, base_dir: str, limits: Limits, logger: logging.Logger
     ) -> AsyncIterator[Supplies]:
-        """The plan's sources opened (a zygote each, where runs are forked); on exit they are gone."""
+        """The plan's sources opened (a zygote each, where runs are forked); on exit they are gone, and
+        every interpreter of theirs before them: one a refill made after the pool's own shutdown
+        (`Pool.open`) must not outlive its source's cgroup parent."""
         async with opened_sources(config, plan, base_dir, limits, logger) as sources:
-            supplies = [(InterpreterSupply(config, limits, source, logger), source) for source in sources]
-            yield cls(supplies, plan.preload, logger)
+            supplies = cls(
+                [(InterpreterSupply(config, limits, source, logger), source) for source in sources],
+                plan.preload,
+                logger,
+            )
+            try:
+                yield supplies
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await supplies.shutdown()
 
     @property
     def all(self) -> list[InterpreterSupply]:

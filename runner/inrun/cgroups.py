@@ -361,7 +361,9 @@ class RunCgroup:
                         raise
                     left.append((parent, directory))
                     continue
-                os.close(directory)
+                if directory >= 0:
+                    os.close(directory)
+                os.close(parent)
             self.dirs = left
             if not left:
                 return True
@@ -398,9 +400,18 @@ class RunCgroups:
         run = RunCgroup(name or f"{RUN_PREFIX}{os.getpid()}-{self.count}")
         try:
             for parent in self.parents:
-                os.mkdir(run.name, 0o755, dir_fd=parent)
-                directory = os.open(run.name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent)
-                run.dirs.append((parent, directory))
+                # Its own fd of the parent: the run's cgroup may outlive the parents' (a source that
+                # stopped before an interpreter it made was destroyed), and must never remove by an fd
+                # closed, or reused for something else, meanwhile.
+                held = os.dup(parent)
+                try:
+                    os.mkdir(run.name, 0o755, dir_fd=held)
+                except OSError:
+                    os.close(held)
+                    raise
+                run.dirs.append((held, -1))
+                directory = os.open(run.name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=held)
+                run.dirs[-1] = (held, directory)
                 for file, value in self.writes:
                     _write_at(directory, file, value)
                 run.procs.append(_open_mover(directory))
