@@ -389,12 +389,12 @@ def cgroup_tokens_for_probe(cgroups: CgroupPlan | None) -> list[str]:
 
 
 def _become(lends: bool, config: Config) -> str:
-    """The bubblewrap probe's code: a root server's run becomes the first uid it could be lent, as
-    `libc.become_user` does."""
+    """The bubblewrap probe's code: a root server's run becomes the first uid it could be lent, by
+    the runs' own `libc.become_user` (bound in beside the bootstrap)."""
     if not lends:
         return "pass"
-    uid = config.run_uid_range[0]
-    return f"import os; os.setgroups([]); os.setresgid({uid}, {uid}, {uid}); os.setresuid({uid}, {uid}, {uid})"
+    inside = os.path.dirname(BOOTSTRAP_INSIDE)
+    return f"import sys; sys.path.insert(0, {inside!r}); import libc; libc.become_user({config.run_uid_range[0]})"
 
 
 def interpreter_argv(python: str) -> list[str]:

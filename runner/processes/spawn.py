@@ -197,8 +197,9 @@ class SpawnSource:
         its own where the plan has them, and lent a uid of the pool's block if it has one, which comes
         back once the interpreter is reaped: bubblewrap's PID namespace, and every process of the run
         in it, is gone by then."""
+        lender = self._uids
         try:
-            uid = self._uids.lend() if self._uids is not None else None
+            uid = lender.lend() if lender is not None else None
         except OSError as exc:
             raise SpawnError(str(exc)) from exc
         try:
@@ -208,11 +209,10 @@ class SpawnSource:
                 raise SpawnError(f"cannot make the run's cgroup: {exc}") from exc
             child = spawn_child(self._python, self._base_dir, self._limits, self._plan, self._extra, uid, cgroup)
         except BaseException:
-            if uid is not None and self._uids is not None:
-                self._uids.give_back(uid)
+            if lender is not None and uid is not None:
+                lender.give_back(uid)
             raise
-        if uid is not None and self._uids is not None:
-            lender = self._uids
+        if lender is not None and uid is not None:
             child.after_reap.append(lambda: lender.give_back(uid))
         return child
 
