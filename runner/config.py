@@ -84,6 +84,10 @@ class Config:
     max_stdin_bytes: int = 1 * MIB
     max_output_bytes: int = 16 * MIB
     max_queue: int = 64
+    max_sessions: int = 16
+    max_sessions_per_caller: int = 4
+    session_idle_seconds: int = 900
+    session_max_seconds: int = 14_400
     pool_size: int = 2
     log_level: LogLevel = "info"
     log_format: LogFormat = "text"
@@ -257,6 +261,34 @@ SETTINGS = (
         "int",
         "Calls that may wait for a slot; one more gets `busy`. `0`: no bound.",
         high=100_000,
+    ),
+    Setting(
+        "RUNNER_MAX_SESSIONS",
+        "max_sessions",
+        "int",
+        'Sessions (`session: "new"`) open at once, over every caller; one more is refused. `0`: no sessions.',
+        high=10_000,
+    ),
+    Setting(
+        "RUNNER_MAX_SESSIONS_PER_CALLER",
+        "max_sessions_per_caller",
+        "int",
+        "Sessions one caller (a token's name; a stdio client) may hold open at once.",
+        low=1,
+    ),
+    Setting(
+        "RUNNER_SESSION_IDLE_SECONDS",
+        "session_idle_seconds",
+        "int",
+        "A session no call has used for this long ends, and its handle is unknown from then on.",
+        low=1,
+    ),
+    Setting(
+        "RUNNER_SESSION_MAX_SECONDS",
+        "session_max_seconds",
+        "int",
+        "A session ends this long after it started, however busy it is.",
+        low=1,
     ),
     Setting(
         "RUNNER_POOL_SIZE",

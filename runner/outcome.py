@@ -54,6 +54,29 @@ class RunRequest:
     stdin: str = ""
     files: tuple[InputFile, ...] = ()
     caller: str | None = None
+    session: str | None = None  # "new", or the handle of a session this call runs in
+
+
+# What a session's call asks for to start a session.
+NEW_SESSION = "new"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOutcome:
+    """What became of a session's call: the session's handle, and whether the state the call left is
+    the session's now (`kept`), or the session is as it was before the call; `note` says why not, or
+    what the kept state does not carry (threads)."""
+
+    handle: str
+    kept: bool
+    note: str = ""
+
+    def describe(self) -> str:
+        """The line the text block gains, e.g. ``session: s-abc... | kept``."""
+        if self.kept:
+            return f"session: {self.handle} | kept" + (f"; {self.note}" if self.note else "")
+        why = self.note or "the call did not end ok"
+        return f"session: {self.handle} | rolled back ({why}): the session is as it was before this call"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +170,7 @@ class RunResult:
     result_chars: int = 0  # of the whole repr(): more than len(result) when it was cut
     attachments: tuple[Attachment, ...] = ()
     omitted: tuple[Omitted, ...] = ()
+    session: SessionOutcome | None = None
 
     @property
     def images(self) -> tuple[Attachment, ...]:
@@ -205,6 +229,8 @@ class RunResult:
             parts.append(f"--- not returned: {omitted.name}{size}: {omitted.reason} ---\n")
         if self.status not in (Status.OK, Status.ERROR) and self.message:
             parts.append(f"--- {self.status}: {self.message} ---\n")
+        if self.session is not None:
+            parts.append(f"--- {self.session.describe()} ---\n")
         exit_code = "none"
         if ran:
             exit_code = f"{self.exit_code}" + (f" ({self.signal})" if self.signal else "")

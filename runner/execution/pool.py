@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import anyio
@@ -20,6 +20,7 @@ from runner.config import Config
 from runner.environment import POOL_PREFIX
 from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
+from runner.execution.sessions import Sessions
 from runner.execution.supply import Supplies
 from runner.execution.sweep import StraySweeper
 from runner.execution.teardown import Teardowns
@@ -43,7 +44,9 @@ class Pool:
         sweeper: StraySweeper | None,
         teardowns: Teardowns,
         logger: logging.Logger,
+        sessions: Sessions,
     ) -> None:
+        self.sessions = sessions
         self._admission = admission
         self._supplies = supplies
         self._driver = driver
@@ -87,6 +90,8 @@ class Pool:
                 driver = RunDriver(config, logger, supplies.unresponsive)
                 admission = Admission(config.max_concurrent, config.max_queue, caller_share)
                 async with anyio.create_task_group() as tg:
+                    sessions = Sessions(config, supplies, logger, tg)
+                    tg.start_soon(sessions.expire_forever)
                     if config.pool_size:
                         supplies.start_refilling(tg)
                     if sweeper is not None:
@@ -99,10 +104,13 @@ class Pool:
                             runs_share_files=plan.runs_share_files,
                             ended=sweeper.wanted if sweeper is not None else lambda: None,
                         )
-                        yield cls(admission, supplies, driver, sweeper, teardowns, logger)
+                        yield cls(admission, supplies, driver, sweeper, teardowns, logger, sessions)
                     finally:
+                        # Sessions end first (their anchors are the supplies'), then the pooled
+                        # interpreters, before the sources (zygotes) that made them.
+                        with anyio.CancelScope(shield=True):
+                            await sessions.shutdown()
                         tg.cancel_scope.cancel()
-                        # Pooled interpreters go before the sources (zygotes) that made them.
                         with anyio.CancelScope(shield=True):
                             await supplies.shutdown()
         finally:
@@ -130,6 +138,8 @@ class Pool:
 
         `on_progress`, if given, is called about once a second while the code runs.
         """
+        if request.session is not None:
+            return await self.sessions.run(request, on_progress, self._in_a_slot)
         queued = anyio.current_time()
         caller = request.caller
         if not await self._admission.enter(caller):
@@ -148,6 +158,18 @@ class Pool:
         finally:
             if not handed_on:
                 self._admission.leave(caller)
+
+    async def _in_a_slot(self, request: RunRequest, run: Callable[[float], Awaitable[RunResult]]) -> RunResult:
+        """`run(queue_wait)` holding one of the pool's slots, for the caller's share; busy if none comes."""
+        queued = anyio.current_time()
+        if not await self._admission.enter(request.caller):
+            log_event(self._log, logging.WARNING, "call rejected", request.request_id, reason="busy")
+            return RunResult(request.request_id, Status.BUSY, self._admission.busy_message(request.caller))
+        try:
+            await self._teardowns.before_next_run()
+            return await run(anyio.current_time() - queued)
+        finally:
+            self._admission.leave(request.caller)
 
     async def _run_in_slot(
         self, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None

@@ -29,14 +29,15 @@ if TYPE_CHECKING:
     from runner.inrun import seccomp, wire
     from runner.inrun.harvest import Report
 
-    # What the run returns and how its end is told: (gather the report, or None; send it with the end).
-    Ending = tuple[Callable[[], Report] | None, Callable[[Report | None, int], None]]
+    # What the run returns and how its end is told: (gather the report, or None; send it with the end;
+    # in a session, fork the candidate of the state the call leaves, if its code ended, or None).
+    Ending = tuple[Callable[[], Report] | None, Callable[[Report | None, int], None], Callable[[], None] | None]
 
 FILENAME = "<run_python>"
 MAX_FD = 1 << 20
 # What a run needs besides this file (`load_siblings`): `run` takes RUN_SIBLINGS, in this order; a
 # spawned interpreter also needs the other two to become a run (`prepare_process`).
-RUN_SIBLINGS = ("wire", "workdir", "figures", "harvest", "images")
+RUN_SIBLINGS = ("wire", "workdir", "figures", "harvest", "images", "keeper")
 SIBLINGS = ("libc", "seccomp", *RUN_SIBLINGS)
 # A run's open files, per process. Each can hold kernel memory that RLIMIT_AS does not count (a
 # socket's queue, a pipe's buffer); with the socket buffers a run may not raise (seccomp.py), this bounds
@@ -114,28 +115,39 @@ def run(
     siblings: tuple[types.ModuleType, ...],
     tmpfs: tuple[str, ...] = (),
     spawned: bool = False,
+    session: bool = False,
 ) -> NoReturn:
     """Run the job's code in `main`, with tracebacks that show the user's lines only, then exit.
 
     None (the job never fully arrived: the call was cancelled) runs nothing. `siblings` are the
     modules named in RUN_SIBLINGS (`load_siblings`). How the run counts its peak memory (`harvest.ended`):
-    `tmpfs`, its own tmpfs mounts, and whether it is a `spawned` interpreter, not a fork.
+    `tmpfs`, its own tmpfs mounts, and whether it is a `spawned` interpreter, not a fork. A job that
+    says ``keeper`` makes this interpreter a session's anchor (`keeper.anchor`); a `session` call is
+    one forked from its keeper: its directory is the session's, not emptied, and if its code ends,
+    the state it leaves is forked as the candidate the server may keep (`keeper.fork_candidate`).
     """
     if job is None:
         os._exit(1)
-    wire, workdir, figures, harvest, images = siblings
+    wire, workdir, figures, harvest, images, keeper = siblings
+    if job.keeper:
+        _become_anchor(main, siblings, tmpfs, spawned)
     try:
-        # Never run in a directory that still holds what another run put there.
-        workdir.empty_directory(".")
-        inputs = workdir.write_inputs(wire.parse_inputs(job.inputs)) if job.inputs else {}
+        if session:
+            before = keeper.files_before(".", _identity("."))
+            inputs = {**before, **keeper.write_call_files(wire.parse_inputs(job.inputs))} if job.inputs else before
+        else:
+            # Never run in a directory that still holds what another run put there.
+            workdir.empty_directory(".")
+            inputs = workdir.write_inputs(wire.parse_inputs(job.inputs)) if job.inputs else {}
     except (OSError, ValueError) as exc:
         os.write(2, b"the run's working directory could not be prepared: %s\n" % str(exc).encode())
         os._exit(1)
+    filename = keeper.filename(keeper.Session.kept_calls) if session else FILENAME
     text = job.code.decode("utf-8", "replace").removeprefix("\ufeff")  # a BOM, as compile() of bytes allows
     # Seed linecache so tracebacks print the offending source lines of the run's code.
-    linecache.cache[FILENAME] = (len(text), None, text.splitlines(True), FILENAME)
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
     budgets = job.budgets
-    shown = figures.Figures(budgets.images, budgets.image_bytes, images.MAX_PIXELS)
+    shown = figures.Figures(budgets.images, budgets.image_bytes, images.MAX_PIXELS, keep_open=session)
     value: list[object] = [None]
     home = os.getcwd()  # the code may chdir: its files are looked for here, and only here
     home_info = os.stat(home)
@@ -158,23 +170,26 @@ def run(
             end = harvest.ended(status, tmpfs, spawned)
             harvest.send(wire.CODE_FD, (report or harvest.Report(budgets)).encode(end))
 
-    ending = (gather if budgets.any() else None, send)
+    def kept() -> None:
+        keeper.fork_candidate(keeper.CHANNEL_FD)
+
+    ending: Ending = (gather if budgets.any() else None, send, None)
     try:
         # The text, not the bytes: the tool takes a str, so a coding cookie must not re-decode it.
         if budgets.result_chars:
-            code, last = harvest.split_last_expression(text, FILENAME)
+            code, last = harvest.split_last_expression(text, filename)
         else:
-            code, last = compile(text, FILENAME, "exec", dont_inherit=True), None
+            code, last = compile(text, filename, "exec", dont_inherit=True), None
     except Exception as exc:  # SyntaxError, ValueError (NUL), RecursionError, MemoryError...
         report(exc.with_traceback(None))
-        finish(1, ending)
+        finish(1, ending, session)
     shown.install()
     try:
         exec(code, main.__dict__)
         if last is not None:
             value[0] = eval(last, main.__dict__)  # noqa: S307  (the run's own code, as exec above)
     except SystemExit as exc:
-        finish(exit_status(exc), ending)
+        finish(exit_status(exc), ending, session)  # in a session: a call that ended itself is not kept
     except BaseException as exc:
         # Drop this module's frame so the traceback starts at the user's code.
         report(exc.with_traceback(exc.__traceback__.tb_next if exc.__traceback__ else None))
@@ -183,8 +198,48 @@ def run(
             sys.stderr.flush()
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
-        finish(1, ending)
-    finish(0, ending)
+        finish(1, ending, session)
+    finish(0, (ending[0], ending[1], kept if session else None), session)
+
+
+def _identity(path: str) -> tuple[int, int]:
+    info = os.stat(path)
+    return info.st_dev, info.st_ino
+
+
+def _become_anchor(
+    main: types.ModuleType, siblings: tuple[types.ModuleType, ...], tmpfs: tuple[str, ...], spawned: bool
+) -> NoReturn:
+    """This interpreter holds a session from now on (`keeper.anchor`); its first keeper holds `main`,
+    still empty, and forks each call from it."""
+    keeper = siblings[5]
+    home = os.getcwd()
+    keeper.anchor(3, home, lambda channel: serve_session(channel, home, main, siblings, tmpfs, spawned, first=True))
+    os._exit(1)  # anchor never returns
+
+
+def serve_session(
+    channel: object,
+    home: str,
+    main: types.ModuleType,
+    siblings: tuple[types.ModuleType, ...],
+    tmpfs: tuple[str, ...],
+    spawned: bool,
+    *,
+    first: bool = False,
+) -> NoReturn:
+    """A session's keeper (`keeper.keep`), and in each call it forks, the call (`run`). A candidate
+    the server kept comes back here as the next keeper (`keeper.Kept`), its call's frames unwound."""
+    wire, keeper = siblings[0], siblings[5]
+    while True:
+        fds = keeper.keep(channel, first=first)
+        first = False
+        keeper.enter_call(fds, home)
+        try:
+            run(wire.read_job(wire.CODE_FD), main, siblings, tmpfs, spawned, session=True)
+        except keeper.Kept as kept:
+            channel = kept.channel
+            del kept
 
 
 def exit_status(exc: SystemExit) -> int:
@@ -201,14 +256,16 @@ def exit_status(exc: SystemExit) -> int:
     return 1
 
 
-def finish(status: int, ending: Ending | None = None) -> NoReturn:
+def finish(status: int, ending: Ending | None = None, session: bool = False) -> NoReturn:
     """Leave as interpreter shutdown would, minus the heap teardown nothing can observe.
 
     Non-daemon threads are joined, what the run returns is gathered (`ending`: gather, send),
     atexit handlers run, and the standard streams are flushed and closed; the run then reports its
     own end, so the server can answer without waiting for the kernel to tear the process down, and
     os._exit skips finalizing every object, which costs milliseconds and, in a forked run, copies the
-    whole inherited heap page by page.
+    whole inherited heap page by page. A `session` call runs no atexit handlers (its interpreter
+    lives on in the next call), and forks the candidate of its state (`ending`'s third part) once
+    its streams are flushed, before it tells its end.
     """
     threading = sys.modules.get("threading")
     if threading is not None:
@@ -219,7 +276,8 @@ def finish(status: int, ending: Ending | None = None) -> NoReturn:
             report = ending[0]()
         except Exception as exc:
             os.write(2, b"the run's images, files and result could not be gathered: %r\n" % exc)
-    atexit._run_exitfuncs()
+    if not session:
+        atexit._run_exitfuncs()
     try:
         sys.stdout.flush()
     except Exception:
@@ -229,6 +287,8 @@ def finish(status: int, ending: Ending | None = None) -> NoReturn:
         sys.stderr.flush()
     except Exception:  # noqa: S110  (a closed stderr has nothing left to flush)
         pass
+    if ending is not None and ending[2] is not None and status == 0:
+        ending[2]()
     if ending is not None:
         try:
             ending[1](report, status)
@@ -258,7 +318,7 @@ def warm_up(siblings: tuple[types.ModuleType, ...] = (), workdir: str = "/") -> 
     exec(compile("pass", FILENAME, "exec", dont_inherit=True), {})
     os.listdir(workdir)
     if siblings:
-        wire, directory, figures, harvest, images = siblings
+        wire, directory, figures, harvest, images, _ = siblings
         harvest.split_last_expression("x", FILENAME)
         figures.Figures(0, 0, images.MAX_PIXELS)
         home = os.stat(workdir)

@@ -40,8 +40,12 @@ class Figures:
     keeps it within `max_pixels` (`images.MAX_PIXELS`), whatever the budgets say.
     """
 
-    def __init__(self, max_images: int, max_image_bytes: int, max_pixels: int) -> None:
+    def __init__(self, max_images: int, max_image_bytes: int, max_pixels: int, keep_open: bool = False) -> None:
         self.max_images = max_images
+        # A session's call: the figures it leaves open stay open for the next call (and come back
+        # once, from the call that made them); those an earlier call left are not drawn again.
+        self.keep_open = keep_open
+        self._earlier: list[Any] = []
         self.max_image_bytes = max_image_bytes
         self.max_pixels = max_pixels
         self.rendered: list[Rendered] = []
@@ -51,6 +55,8 @@ class Figures:
     def install(self) -> None:
         """Render figures at ``plt.show()``: now if pyplot is loaded, else when the code imports it."""
         pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is not None and self.keep_open:
+            self._earlier = _open_figures()
         if pyplot is not None:
             if self.max_images > 0:
                 self._patch(pyplot)
@@ -61,7 +67,7 @@ class Figures:
         """Render what is still open (but figures the code saved to a file itself, and never showed);
         what was left out past the budget comes last, as one note."""
         if self._pyplot is not None:
-            self._take_open(skip_saved=True)
+            self._take_open(skip_saved=True, keep=self.keep_open)
         if not self.left_out:
             return self.rendered
         more = f"{self.left_out:,} more figure{'s' if self.left_out > 1 else ''}"
@@ -87,15 +93,18 @@ class Figures:
             figure_class.savefig = savefig
             figure_class._runner_marks_saves = True
 
-    def _take_open(self, skip_saved: bool) -> None:
+    def _take_open(self, skip_saved: bool, keep: bool = False) -> None:
         pyplot = self._pyplot
         assert pyplot is not None
-        try:
-            managers = sys.modules["matplotlib._pylab_helpers"].Gcf.get_all_fig_managers()
-        except Exception:
-            return
-        every = [manager.canvas.figure for manager in managers]
+        every = _open_figures()
         wanted = [figure for figure in every if not (skip_saved and getattr(figure, "_runner_saved", False))]
+        if keep:  # a session call's end: draw what it made, and close nothing
+            new = [figure for figure in wanted if not any(figure is old for old in self._earlier)]
+            room = max(0, self.max_images - sum(1 for done in self.rendered if done.png is not None))
+            self.left_out += max(0, len(new) - room)
+            for figure in new[:room]:
+                self.rendered.append(self._render(figure, f"figure-{len(self.rendered) + 1}.png"))
+            return
         room = max(0, self.max_images - sum(1 for done in self.rendered if done.png is not None))
         shown = wanted[:room]
         self.left_out += len(wanted) - len(shown)
@@ -107,7 +116,7 @@ class Figures:
         if len(every) > len(shown):
             import gc  # figures hold reference cycles: their memory comes back only when collected
 
-            del every, wanted, managers
+            del every, wanted
             gc.collect()
         for figure in shown:
             self.rendered.append(self._render(figure, f"figure-{len(self.rendered) + 1}.png"))
@@ -161,6 +170,15 @@ def private_config(place: str | None = None) -> None:
     except OSError:
         return  # matplotlib's own way, slower
     os.environ["MPLCONFIGDIR"] = place
+
+
+def _open_figures() -> list[Any]:
+    """The figures pyplot holds open, oldest first."""
+    try:
+        managers = sys.modules["matplotlib._pylab_helpers"].Gcf.get_all_fig_managers()
+        return [manager.canvas.figure for manager in managers]
+    except Exception:
+        return []
 
 
 def _close(pyplot: ModuleType, figure: Any) -> None:

@@ -135,6 +135,8 @@ class Report:
                 break
             given = inputs.get(path)
             if given is not None and given[:3] == (info.st_ino, info.st_size, info.st_mtime_ns):
+                if given[3] == -1:
+                    continue  # in a session's directory before the call, and not changed since
                 data = read(path, info, info.st_size)
                 if data is not None and zlib.crc32(data) == given[3]:
                     continue  # handed in by the call and not changed (a coarse mtime alone could miss a rewrite)

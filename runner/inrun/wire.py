@@ -97,12 +97,19 @@ NO_RETURNS = Budgets(0, 0, 0, 0, 0)
 
 class Job:
     """One call as the run gets it: its code, its files (`frame_inputs`), and what it may return
-    besides its output."""
+    besides its output; or (`keeper`) no code: the interpreter is to hold a session (`keeper.py`)."""
 
-    __slots__ = ("budgets", "code", "inputs", "socket")
+    __slots__ = ("budgets", "code", "inputs", "keeper", "socket")
 
-    def __init__(self, code: bytearray, inputs: bytes, budgets: Budgets, socket: tuple[int, int]) -> None:
+    def __init__(
+        self, code: bytearray, inputs: bytes, budgets: Budgets, socket: tuple[int, int], keeper: bool = False
+    ) -> None:
         self.code, self.inputs, self.budgets, self.socket = code, inputs, budgets, socket
+        self.keeper = keeper
+
+
+# The job of an interpreter that becomes a session's anchor instead of running code.
+KEEPER_JOB = b"keeper\n"
 
 
 def frame_job(code: bytes, inputs: bytes = b"", budgets: Budgets = NO_RETURNS) -> bytes:
@@ -125,6 +132,9 @@ def read_job(fd: int) -> Job | None:
             return None
         head += chunk
     line, _, first = head.partition(b"\n")
+    if head == KEEPER_JOB:
+        info = os.fstat(fd)
+        return Job(bytearray(), b"", NO_RETURNS, (info.st_dev, info.st_ino), keeper=True)
     numbers = tuple(int(n) for n in line.split())
     body = bytearray(numbers[0] + numbers[1])
     got = min(len(first), len(body))

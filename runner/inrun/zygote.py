@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         figures,
         harvest,
         images,
+        keeper,
         libc,
         namespaces,
         pidspaces,
@@ -63,14 +64,14 @@ else:
 
     del sys.path[0]
     _NAMES = ("namespaces", "pidspaces", "preload", "cgroups", *bootstrap.SIBLINGS)
-    namespaces, pidspaces, preload, cgroups, libc, seccomp, wire, workdir, figures, harvest, images = (
+    namespaces, pidspaces, preload, cgroups, libc, seccomp, wire, workdir, figures, harvest, images, keeper = (
         bootstrap.load_siblings(*_NAMES)
     )
     del sys.modules["bootstrap"]  # imported here, not by the loader
     sys.dont_write_bytecode = not _writes_bytecode
 
 # What a run takes besides the bootstrap (`bootstrap.RUN_SIBLINGS`), in its order: loaded once, here.
-SIBLINGS = (wire, workdir, figures, harvest, images)
+SIBLINGS = (wire, workdir, figures, harvest, images, keeper)
 # A namespaced run drops its capabilities itself, after its set-up: with what ctypes needs made once,
 # here. The bounding set is already empty: the zygote emptied it for all of them (`prepare_process`).
 DROP_PRIVILEGES = libc.privilege_dropper(bounding_set=False)

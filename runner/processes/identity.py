@@ -55,8 +55,9 @@ class RunUids:
 
 def uids_needed(config: Config, plan: IsolationPlan) -> int:
     """The uids a pool's sources lend at most at once: each source's ready interpreters and runs in
-    flight, twice over, since a run's uid is lent again only once its processes are gone."""
-    return plan.supplies * 2 * (config.pool_size + config.max_concurrent)
+    flight, twice over, since a run's uid is lent again only once its processes are gone; and each
+    source's share of the open sessions, whose anchors hold theirs for their whole life."""
+    return plan.supplies * (2 * (config.pool_size + config.max_concurrent) + config.max_sessions)
 
 
 def check_range(config: Config) -> None:

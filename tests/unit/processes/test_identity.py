@@ -25,12 +25,12 @@ def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_pool_of_the_default_configuration_needs_a_block_of_12_uids() -> None:
     # 2 x (RUNNER_POOL_SIZE 2 + RUNNER_MAX_CONCURRENT 4), for its one zygote; twice that with a preloading one.
-    assert uids_needed(Config(), LENDING) == 12
-    assert uids_needed(Config(), dataclasses.replace(LENDING, preload=("numpy",))) == 24
+    assert uids_needed(Config(), LENDING) == 28
+    assert uids_needed(Config(), dataclasses.replace(LENDING, preload=("numpy",))) == 56
 
 
 def test_two_pools_open_at_once_hold_different_blocks_and_a_closed_pool_s_block_is_free_again(lock_dir: Path) -> None:
-    config = Config(sandbox_uids="70000-70047")
+    config = Config(sandbox_uids="70000-70047", max_sessions=0)
     with claimed_uids(config, LENDING) as first, claimed_uids(config, LENDING) as second:
         assert (str(first), str(second)) == ("70000-70011", "70012-70023")
         assert sorted(path.name for path in lock_dir.iterdir()) == [
@@ -43,7 +43,7 @@ def test_two_pools_open_at_once_hold_different_blocks_and_a_closed_pool_s_block_
 
 
 def test_a_range_whose_every_block_is_held_stops_the_pool_naming_the_variable(lock_dir: Path) -> None:
-    config = Config(sandbox_uids="70000-70020")
+    config = Config(sandbox_uids="70000-70020", max_sessions=0)
     with (
         claimed_uids(config, LENDING),
         pytest.raises(ConfigError, match="RUNNER_SANDBOX_UIDS: every block of 12"),
@@ -54,7 +54,10 @@ def test_a_range_whose_every_block_is_held_stops_the_pool_naming_the_variable(lo
 
 def test_a_range_smaller_than_one_block_is_refused_naming_what_the_configuration_needs(lock_dir: Path) -> None:
     says = r"RUNNER_SANDBOX_UIDS: 70000-70009 holds 10 uids; .* up to 12"
-    with pytest.raises(ConfigError, match=says), claimed_uids(Config(sandbox_uids="70000-70009"), LENDING):
+    with (
+        pytest.raises(ConfigError, match=says),
+        claimed_uids(Config(sandbox_uids="70000-70009", max_sessions=0), LENDING),
+    ):
         pass
 
 

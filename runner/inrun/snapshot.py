@@ -1,0 +1,143 @@
+"""A session's directory as its last kept call left it, held by the session's anchor (`keeper.py`):
+what a call that is rolled back changed is put back from it. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.inrun import workdir
+else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
+    import workdir
+
+# What the snapshot holds at most: past this a call is rolled back.
+MAX_SNAPSHOT_ENTRIES = 10_000
+
+
+class Snapshot:
+    """The session's directory as the last kept call left it, in the anchor's memory: what a call
+    that is rolled back changed is put back from it. Regular files, directories and symbolic links,
+    with their modes and times; other kinds (FIFOs, sockets) are not kept. Nothing is followed."""
+
+    def __init__(self, home: str) -> None:
+        self.home = home
+        self.entries: dict[str, tuple[object, ...]] = {}
+        self.take()
+
+    def _scan(self) -> dict[str, os.stat_result]:
+        top = os.lstat(self.home)
+        found: dict[str, os.stat_result] = {}
+        pending = [""]
+        while pending:
+            relative = pending.pop()
+            path = os.path.join(self.home, relative) if relative else self.home
+            try:
+                names = sorted(os.listdir(path))
+            except PermissionError:
+                os.chmod(path, 0o700)
+                names = sorted(os.listdir(path))
+            for name in names:
+                entry = os.path.join(relative, name) if relative else name
+                info = os.lstat(os.path.join(self.home, entry))
+                if info.st_dev != top.st_dev:
+                    continue  # a mount point: the sandbox's, never the session's
+                found[entry] = info
+                if len(found) > MAX_SNAPSHOT_ENTRIES:
+                    raise OSError(f"more than {MAX_SNAPSHOT_ENTRIES:,} entries in the session's directory")
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append(entry)
+        return found
+
+    def take(self) -> str:
+        """Take the directory as it is now (reading only files that changed); why not, or ''."""
+        try:
+            entries: dict[str, tuple[object, ...]] = {}
+            for path, info in self._scan().items():
+                old = self.entries.get(path)
+                key = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode)
+                if stat.S_ISDIR(info.st_mode):
+                    entries[path] = ("d", info.st_mode, info.st_mtime_ns)
+                elif stat.S_ISLNK(info.st_mode):
+                    entries[path] = ("l", os.readlink(os.path.join(self.home, path)))
+                elif stat.S_ISREG(info.st_mode):
+                    if old is not None and old[0] == "f" and old[1] == key:
+                        entries[path] = old
+                    else:
+                        entries[path] = ("f", key, _read(os.path.join(self.home, path), info))
+            self.entries = entries
+            return ""
+        except (OSError, MemoryError) as exc:
+            return f"the session's files could not be kept: {exc}"
+
+    def restore(self) -> str:
+        """Put the directory back as it was taken; why not, or ''."""
+        try:
+            now = self._scan()
+            for path in sorted(now, key=lambda p: p.count("/"), reverse=True):
+                info = now[path]
+                old = self.entries.get(path)
+                if old is not None and _same(old, info):
+                    continue
+                full = os.path.join(self.home, path)
+                if stat.S_ISDIR(info.st_mode):
+                    if old is not None and old[0] == "d":
+                        os.chmod(full, old[1] & 0o7777)  # type: ignore[operator]
+                        continue
+                    os.chmod(full, 0o700)
+                    os.rmdir(full)  # deepest first: what was in it is gone already
+                else:
+                    os.unlink(full)
+            for path in sorted(self.entries, key=lambda p: p.count("/")):
+                entry = self.entries[path]
+                full = os.path.join(self.home, path)
+                if os.path.lexists(full):
+                    continue
+                if entry[0] == "d":
+                    os.mkdir(full, 0o700)
+                    os.chmod(full, entry[1] & 0o7777)  # type: ignore[operator]
+                elif entry[0] == "l":
+                    os.symlink(entry[1], full)  # type: ignore[arg-type]
+                else:
+                    key, data = entry[1], entry[2]
+                    self.entries[path] = ("f", _write(full, key, data), data)  # type: ignore[arg-type]
+            for path, entry in self.entries.items():  # times last: writing into a directory changes its own
+                if entry[0] == "d":
+                    full = os.path.join(self.home, path)
+                    os.utime(full, ns=(entry[2], entry[2]), follow_symlinks=False)  # type: ignore[arg-type]
+            return ""
+        except (OSError, MemoryError) as exc:
+            return str(exc)
+
+
+def _same(entry: tuple[object, ...], info: os.stat_result) -> bool:
+    if entry[0] == "f":
+        return entry[1] == (info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode)
+    if entry[0] == "d":
+        return stat.S_ISDIR(info.st_mode)
+    return stat.S_ISLNK(info.st_mode)
+
+
+def _read(path: str, info: os.stat_result) -> bytes:
+    data = workdir.read_regular(path, info, info.st_size)
+    if data is None:
+        raise OSError(f"{path!r} changed while it was read")
+    return data
+
+
+def _write(path: str, key: tuple[int, int, int, int], data: bytes) -> tuple[int, int, int, int]:
+    """Write a file back as it was (content, mode, time); its new key (a new inode)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        done = 0
+        while done < len(data):
+            done += os.write(fd, view[done:])
+        os.fchmod(fd, key[3] & 0o7777)
+        os.utime(fd, ns=(key[2], key[2]))
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode)

@@ -1,0 +1,232 @@
+"""The server's side of one session's anchor (`runner/inrun/keeper.py`): a call forked from the
+session's kept state, the verdict on it, the session's end.
+
+The anchor is an interpreter of the pool's, ready, that was sent the ``keeper`` job instead of code:
+whichever source made it (the zygote, with or without namespaces, or bubblewrap), it sits in that
+run's sandbox, with its uid and cgroup. The server talks to it on the run's job socket, one line a
+message (the anchor's docstring has the wire). Each call is handed its own pipes and job socket, as
+a pooled interpreter is, so the driver runs it exactly as it runs any other (`KeptCall`).
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import os
+import socket
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+
+from runner.inrun.wire import KEEPER_JOB
+from runner.processes.child import STARTUP_TIMEOUT, Child, maxrss_bytes
+
+# How long the anchor may take to fork a call, and to keep or roll back the last one (which, with
+# files to put back, reads and writes the session's directory).
+FORK_TIMEOUT = 10.0
+VERDICT_TIMEOUT = 30.0
+MAX_LINE = 4096
+
+
+class SessionLost(Exception):
+    """The session's anchor is gone or said its state is lost: nothing more runs in it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the anchor did with a call: kept its state or not, whether the call left threads (which
+    the kept state does not carry), and why a call the server wanted kept was not."""
+
+    kept: bool
+    threads: bool
+    why: str
+
+
+@dataclass(eq=False)
+class KeptCall(Child):
+    """A call of a session: forked by its keeper, which reaps it and tells its end through the anchor."""
+
+    server_is_parent = False
+
+    exited: anyio.Event = field(default_factory=anyio.Event)
+    report: tuple[int, float, int] | None = None
+    anchor: SessionKeeper | None = None
+
+    def kill_group(self) -> None:
+        """Have the anchor kill the call's group (its pid is the session's, not the server's)."""
+        if self.report is None and self.anchor is not None:
+            self.anchor.kill_call()
+
+    def still_running(self) -> bool:
+        return self.report is None
+
+    async def wait_exit(self) -> None:
+        await self.exited.wait()
+
+    def reap(self) -> tuple[int, float, int]:
+        assert self.report is not None, "reap() after wait_exit()"
+        self.reaped = True
+        return self.report
+
+    def ended(self, returncode: int, cpu: float, peak: int) -> None:
+        if self.report is None:
+            self.report = (returncode, cpu, peak)
+            self.exited.set()
+
+
+class SessionKeeper:
+    """One session's anchor, as the server drives it: `call`, then `verdict`, one call at a time."""
+
+    def __init__(self, anchor: Child) -> None:
+        self.anchor = anchor
+        self.lost: str | None = None
+        self._buffer = b""
+        self._lines: list[bytes] = []
+        self._arrived = anyio.Event()
+        self._call: KeptCall | None = None
+
+    @classmethod
+    async def start(cls, anchor: Child, tg: anyio.abc.TaskGroup) -> SessionKeeper:
+        """Make the ready interpreter `anchor` a session's anchor; `SessionLost` if it does not say so."""
+        keeper = cls(anchor)
+        tg.start_soon(keeper._read)
+        try:
+            os.write(anchor.code, KEEPER_JOB)
+        except OSError as exc:
+            raise SessionLost(f"the session's interpreter is gone: {exc}") from exc
+        line = await keeper._next(STARTUP_TIMEOUT)
+        if line != b"R":
+            raise SessionLost(keeper.lost or f"the session's interpreter did not start: {line[:200]!r}")
+        return keeper
+
+    async def call(self) -> KeptCall:
+        """A call forked from the session's kept state, its pipes the server's, ready for its job."""
+        ends: list[int] = []
+        try:
+            for _ in range(3):
+                ends.extend(os.pipe())
+            ours, theirs = socket.socketpair()
+            ends.extend((theirs.detach(), ours.detach()))
+        except OSError:
+            for fd in ends:
+                os.close(fd)
+            raise
+        stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w, code_theirs, code_ours = ends
+        handed = [stdin_r, stdout_w, stderr_w, code_theirs]
+        try:
+            sock = socket.socket(fileno=self.anchor.code)
+            try:
+                sock.sendmsg([b"C\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", handed))])
+            finally:
+                sock.detach()
+        except OSError as exc:
+            for fd in ends:
+                os.close(fd)
+            self.lost = self.lost or f"the session's anchor is gone: {exc}"
+            raise SessionLost(self.lost) from exc
+        for fd in handed:
+            os.close(fd)
+        ours_ = [stdin_w, stdout_r, stderr_r, code_ours]
+        for fd in ours_:
+            os.set_blocking(fd, False)
+        try:
+            line = await self._next(FORK_TIMEOUT)
+            fields = line.split()
+            if len(fields) != 2 or fields[0] != b"S" or not fields[1].isdigit():
+                raise SessionLost(self.lost or f"the session's keeper did not fork the call: {line[:200]!r}")
+        except BaseException:
+            for fd in ours_:
+                os.close(fd)
+            raise
+        call = KeptCall(
+            pid=int(fields[1]),
+            workdir=None,
+            stdin=stdin_w,
+            stdout=stdout_r,
+            stderr=stderr_r,
+            code=code_ours,
+            interpreter_pid=int(fields[1]),
+            anchor=self,
+        )
+        call._open.update(ours_)
+        self._call = call
+        return call
+
+    def kill_call(self) -> None:
+        self._say(b"K\n")
+
+    async def verdict(self, keep: bool) -> Verdict:
+        """Keep the last call's state, or roll it back; what the anchor did."""
+        call = self._call
+        if call is not None and call.report is None:
+            # The driver returns once the call's end is known from its report or its exit; the
+            # anchor's X (its keeper reaped it) may still be on its way.
+            with anyio.move_on_after(FORK_TIMEOUT):
+                await call.exited.wait()
+        self._call = None
+        self._say(b"V %d\n" % keep)
+        line = await self._next(VERDICT_TIMEOUT)
+        fields = line.split()
+        if len(fields) != 4 or fields[0] != b"V":
+            raise SessionLost(self.lost or f"the session's anchor did not answer: {line[:200]!r}")
+        why = fields[3].decode(errors="replace").replace("_", " ")
+        return Verdict(fields[1] == b"1", fields[2] == b"1", "" if why == "-" else why)
+
+    def _say(self, line: bytes) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.anchor.code, line)
+
+    async def _next(self, patience: float) -> bytes:
+        """The next line from the anchor that is not a call's end; SessionLost if none comes."""
+        with anyio.move_on_after(patience):
+            while not self._lines:
+                if self.lost is not None:
+                    raise SessionLost(self.lost)
+                self._arrived = anyio.Event()
+                await self._arrived.wait()
+            return self._lines.pop(0)
+        raise SessionLost(self.lost or "the session's anchor did not answer in time")
+
+    async def _read(self) -> None:
+        fd = self.anchor.code
+        try:
+            while True:
+                await anyio.wait_readable(fd)
+                try:
+                    chunk = os.read(fd, MAX_LINE)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    break
+                self._buffer += chunk
+                while b"\n" in self._buffer:
+                    line, _, self._buffer = self._buffer.partition(b"\n")
+                    self._take(line)
+        except (OSError, anyio.ClosedResourceError):
+            pass
+        finally:
+            self.lost = self.lost or "the session's anchor is gone"
+            if self._call is not None:
+                self._call.ended(-9, 0.0, 0)  # its keeper went with the anchor
+            self._arrived.set()
+
+    def _take(self, line: bytes) -> None:
+        fields = line.split()
+        if fields[:1] == [b"X"] and len(fields) == 6 and self._call is not None:
+            status, cpu = int(fields[2]), float(fields[3]) + float(fields[4])
+            self._call.ended(os.waitstatus_to_exitcode(status), cpu, maxrss_bytes(int(fields[5])))
+            return
+        if fields[:1] == [b"E"]:
+            self.lost = line[2:].decode(errors="replace") or "the session's state was lost"
+        else:
+            self._lines.append(line)
+        self._arrived.set()
+
+    def close(self) -> None:
+        """End the session: the anchor kills what it holds and exits when its socket closes (the
+        owner then ends the anchor's interpreter as any other)."""
+        sock = socket.socket(fileno=self.anchor.code)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
+        sock.detach()
