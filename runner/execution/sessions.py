@@ -32,7 +32,7 @@ from runner.execution.supply import Supplies
 from runner.logs import log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, Status
 from runner.processes.child import Child
-from runner.processes.keeper import SessionKeeper, SessionLost
+from runner.processes.keeper import KeptCall, SessionKeeper, SessionLost
 
 HANDLE_PREFIX = "s-"
 HANDLE_BYTES = 24  # 192 bits: past guessing, as MCP's guidance on handles asks for at least 128
@@ -52,8 +52,6 @@ class Session:
     started: float
     used: float
     turn: anyio.Lock = field(default_factory=anyio.Lock)
-    calls: int = 0
-    rolled_back: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +88,12 @@ class Sessions:
     async def _unresponsive(self, child: Child) -> None:
         """A call that did not end after its anchor was told to kill it: its session is over (its
         anchor goes, and the call's PID namespace or group with it)."""
-        keeper = getattr(child, "anchor", None)
+        if not isinstance(child, KeptCall):
+            return
         for session in list(self._open.values()):
-            if session.keeper is keeper:
+            if session.keeper is child.anchor:
                 await self._end(session, "a call of it could not be killed", "lost")
-        if hasattr(child, "ended"):
-            child.ended(-9, 0.0, 0)
+        child.ended(-9, 0.0, 0)
 
     def counts(self) -> SessionCounts:
         return SessionCounts(len(self._open), **self._counts)
@@ -192,16 +190,12 @@ class Sessions:
                 await self._end(session, "a call of it was cancelled mid-way", "lost")
             raise
         call.close_all()
-        session.calls += 1
         session.used = anyio.current_time()
         notes = []
         if not verdict.kept:
-            session.rolled_back += 1
             self._counts["rolled_back"] += 1
             if verdict.why:
                 notes.append(verdict.why)
-            elif result.status is Status.OK:
-                notes.append("its code did not run to its end")
         if verdict.threads and verdict.kept:
             notes.append("threads it started do not carry over to the next call")
         outcome = SessionOutcome(session.handle, verdict.kept, "; ".join(notes))

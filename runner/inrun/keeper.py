@@ -22,8 +22,9 @@ The wire, server to anchor, on the run's job socket (fd 3), one line a message: 
 call's four fds (stdin, stdout, stderr, job socket; SCM_RIGHTS): fork a call; ``K``: kill the running
 call's group; ``V 1`` or ``V 0``: keep or roll back the last call; EOF: end the session. Anchor to
 server: ``R`` once ready; ``S <pid>`` a call was forked; ``X <pid> <wait status> <utime> <stime>
-<maxrss>`` it ended; ``V <kept> <threads> <why>`` the verdict is done (kept: 1 or 0; threads: 1 if the
-call left threads, which a fork does not carry); ``E <why>`` the session is over (its state was lost).
+<maxrss>`` it ended; ``V <kept> <threads> <why...>`` the verdict is done (kept: 1 or 0; threads: 1 if
+the call left threads, which a fork does not carry; why a call was not kept, or ``-``);
+``E <why>`` the session is over (its state was lost).
 """
 
 from __future__ import annotations
@@ -169,7 +170,8 @@ class Anchor:
         if len(fds) != 4 or self.call is not None or self.keeper_channel is None:
             for fd in fds:
                 os.close(fd)
-            self.lost("the session's keeper is gone") if self.keeper_channel is None else None
+            if self.keeper_channel is None:
+                self.lost("the session's keeper is gone")
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         handed = [*fds, theirs.fileno()]
@@ -250,12 +252,12 @@ class Anchor:
                 self.from_candidate(call)
         why = b"-"
         if keep and call.candidate <= 0:
-            keep, why = False, b"ended-itself"  # its code did not end (os._exit, a signal, ...)
+            keep, why = False, b"its code did not run to its end"  # os._exit, a signal, ...
         if keep:
             self.sweep({self.keeper, call.candidate})
             failure = self.snapshot.take()
             if failure:
-                keep, why = False, failure.encode()[:200].replace(b" ", b"_")
+                keep, why = False, failure.encode(errors="replace")[:200].replace(b"\n", b" ")
         if keep:
             if self.keeper:
                 _kill(self.keeper)

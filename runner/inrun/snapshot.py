@@ -129,15 +129,5 @@ def _read(path: str, info: os.stat_result) -> bytes:
 
 def _write(path: str, key: tuple[int, int, int, int], data: bytes) -> tuple[int, int, int, int]:
     """Write a file back as it was (content, mode, time); its new key (a new inode)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        done = 0
-        while done < len(data):
-            done += os.write(fd, view[done:])
-        os.fchmod(fd, key[3] & 0o7777)
-        os.utime(fd, ns=(key[2], key[2]))
-        info = os.fstat(fd)
-    finally:
-        os.close(fd)
+    info = workdir.create_file(path, data, key[3] & 0o7777, key[2])
     return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode)

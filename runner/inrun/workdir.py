@@ -85,17 +85,27 @@ def write_inputs(files: list[tuple[str, bytes]]) -> dict[str, tuple[int, int, in
         parent = os.path.dirname(path)
         if parent:
             os.makedirs(parent, mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            view = memoryview(data)
-            done = 0
-            while done < len(data):
-                done += os.write(fd, view[done:])
-            info = os.fstat(fd)
-        finally:
-            os.close(fd)
+        info = create_file(path, data)
         written[path] = (info.st_ino, info.st_size, info.st_mtime_ns, zlib.crc32(data))
     return written
+
+
+def create_file(path: str, data: bytes, mode: int = 0o600, mtime_ns: int | None = None) -> os.stat_result:
+    """Write `data` to a new file at `path` (O_EXCL, O_NOFOLLOW: never an existing file or a link),
+    with `mode` and, if given, its modification time; what it is then."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        done = 0
+        while done < len(data):
+            done += os.write(fd, view[done:])
+        if mode != 0o600:
+            os.fchmod(fd, mode)
+        if mtime_ns is not None:
+            os.utime(fd, ns=(mtime_ns, mtime_ns))
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 def walk(top: str, identity: tuple[int, int]) -> Iterator[tuple[str, os.stat_result | None]]:

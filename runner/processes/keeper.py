@@ -14,13 +14,14 @@ import array
 import contextlib
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import anyio
 import anyio.abc
 
 from runner.inrun.wire import KEEPER_JOB
 from runner.processes.child import STARTUP_TIMEOUT, Child, maxrss_bytes
+from runner.processes.forkserver import ForkedChild
 
 # How long the anchor may take to fork a call, and to keep or roll back the last one (which, with
 # files to put back, reads and writes the session's directory).
@@ -44,35 +45,17 @@ class Verdict:
 
 
 @dataclass(eq=False)
-class KeptCall(Child):
-    """A call of a session: forked by its keeper, which reaps it and tells its end through the anchor."""
+class KeptCall(ForkedChild):
+    """A call of a session: forked by its keeper, which reaps it and tells its end through the
+    anchor, as the zygote does for a run it forked (`ForkedChild`); only its kill goes through the
+    anchor, since its pid is the session's, not the server's."""
 
-    server_is_parent = False
-
-    exited: anyio.Event = field(default_factory=anyio.Event)
-    report: tuple[int, float, int] | None = None
     anchor: SessionKeeper | None = None
 
     def kill_group(self) -> None:
-        """Have the anchor kill the call's group (its pid is the session's, not the server's)."""
+        """Have the anchor kill the call's group."""
         if self.report is None and self.anchor is not None:
             self.anchor.kill_call()
-
-    def still_running(self) -> bool:
-        return self.report is None
-
-    async def wait_exit(self) -> None:
-        await self.exited.wait()
-
-    def reap(self) -> tuple[int, float, int]:
-        assert self.report is not None, "reap() after wait_exit()"
-        self.reaped = True
-        return self.report
-
-    def ended(self, returncode: int, cpu: float, peak: int) -> None:
-        if self.report is None:
-            self.report = (returncode, cpu, peak)
-            self.exited.set()
 
 
 class SessionKeeper:
@@ -167,10 +150,10 @@ class SessionKeeper:
         self._call = None
         self._say(b"V %d\n" % keep)
         line = await self._next(VERDICT_TIMEOUT)
-        fields = line.split()
+        fields = line.split(maxsplit=3)
         if len(fields) != 4 or fields[0] != b"V":
             raise SessionLost(self.lost or f"the session's anchor did not answer: {line[:200]!r}")
-        why = fields[3].decode(errors="replace").replace("_", " ")
+        why = fields[3].decode(errors="replace")
         return Verdict(fields[1] == b"1", fields[2] == b"1", "" if why == "-" else why)
 
     def _say(self, line: bytes) -> None:
