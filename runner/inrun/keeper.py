@@ -7,7 +7,7 @@ session's **anchor** (`anchor`). The anchor never runs code of the session's. It
 **keeper**, a process that holds the session's state (its ``__main__``, its imports, its random
 generators) and does nothing but fork one **call** per request. A call runs its code as a one-shot run
 does (`bootstrap.run`, in the keeper's ``__main__``, in the session's directory), and if its code
-ended, forks a **candidate** of the state it leaves (one thread, its own session and group), then
+ended, forks a **candidate** of the state it leaves (one thread, a process group of its own), then
 reports its end and exits like any run. The server decides from the whole result whether the call
 ended ok (its output within the cap, no limit met, ...) and says so:
 
@@ -450,8 +450,15 @@ def fork_candidate(channel_fd: int) -> None:
     except OSError:
         return
     if pid:
+        # In a group of its own before the call reports its end: the server then has the call's
+        # group killed (``K``), and the candidate must not be in it, whether or not it has run yet.
+        try:  # noqa: SIM105  (contextlib is not imported in runs)
+            os.setpgid(pid, pid)
+        except OSError:
+            pass  # gone already: the anchor reaps it, and the call is rolled back
         return
     try:
+        os.setpgid(0, 0)  # the same, from this side: whichever runs first
         # Nothing of the call's: the server waits for its pipes to close, and the job socket is its.
         null = os.open(os.devnull, os.O_RDWR)
         for target in (0, 1, 2):
@@ -460,7 +467,6 @@ def fork_candidate(channel_fd: int) -> None:
         os.close(3)
         if random is not None and state is not None:
             random.setstate(state)  # the fork reseeded it (CPython's at-fork hook): the state is the call's
-        os.setsid()
         Session.kept_calls += 1
         channel = socket.socket(fileno=channel_fd)
         channel.send(b"P %d %d" % (os.getpid(), threads))
