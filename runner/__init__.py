@@ -11,7 +11,8 @@ The package is layered; each sub-package's docstring says what it owns and what 
   fork server, limits).
 - `runner.inrun`: what runs inside those processes, standard library only (the bootstrap, the zygote,
   namespaces, seccomp, the wire between the server and a run).
-- Shared by all: `config` (with `settings`, how each variable is declared and read, `removed`, the
+- Shared by all: `config` (with `variables`, every variable's declaration, `settings`, how one is
+  declared and read, `removed`, the
   names no longer read, and `environment`, where the paths it names are opened), `errors`, `logs`,
   `fdio`, and `outcome`, the
   frozen dataclasses where the protocol and execution sides meet.

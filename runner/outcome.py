@@ -125,14 +125,29 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionsState:
+    """The sessions at one moment: how many are open and what their processes hold apart from the
+    zygote (bytes), and counts since the server started."""
+
+    open: int = 0
+    memory_bytes: int = 0
+    created: int = 0
+    expired: int = 0
+    closed: int = 0
+    lost: int = 0
+    rolled_back: int = 0  # calls of a session that were not kept
+
+
+@dataclass(frozen=True, slots=True)
 class PoolState:
     """The pool at one moment, for health checks and metrics."""
 
-    running: int  # runs in progress (their interpreters taken)
+    running: int  # runs in progress (their interpreters taken), sessions' calls included
     waiting: int  # calls queued for a slot
     ready: int  # interpreters started and waiting for code
     queue_full: bool  # one more call would be turned away as busy
     source_restarts: int  # zygotes started again after one died or stopped answering
+    sessions: SessionsState = SessionsState()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -44,6 +45,11 @@ class Setting:
     # The documentation's "Default" and "Accepted" columns, where the value or the range alone does not say it.
     shown_default: str = ""
     shown_accepted: str = ""
+
+    def __post_init__(self) -> None:
+        # A number's range must hold something: `high` left at 0 above a `low` of 1 refused every value.
+        if self.kind in ("int", "number") and self.high < self.low:
+            raise ValueError(f"{self.name}: declared range {self.low}-{self.high} holds no value")
 
     @property
     def http(self) -> bool:
@@ -139,3 +145,9 @@ def mebibytes(count: float) -> str:
 def _kib(count: float) -> str:
     """A size below one MiB in KiB too (`0.046875` says little; 48 KiB does)."""
     return f" ({count / KIB:g} KiB)" if 0 < count < MIB else ""
+
+
+def markdown_table(settings: Iterable[Setting], defaults: object, http_defaults: object) -> str:
+    """docs/configuration.md's table of every variable, from the declarations and the fields' defaults."""
+    rows = (each.row(getattr(http_defaults if each.http else defaults, each.attribute)) for each in settings)
+    return "\n".join(("| Variable | Default | Accepted | Meaning |", "| --- | --- | --- | --- |", *rows)) + "\n"

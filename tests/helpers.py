@@ -236,3 +236,20 @@ def fake_env(root: Path, installed: dict[str, str]) -> Path:
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     return root
+
+
+def check_ts_session(report: dict[str, Any]) -> None:
+    """The TypeScript client's "session" check (tests/clients/ts_client.mjs): every result accepted,
+    state kept, the failed call rolled back, the session closed and then unknown."""
+    assert "error" not in report, report
+    handle = report["handle"]
+    assert handle.startswith("s-")
+    assert check_structured(report["kept"]["structuredContent"])["stdout"] == "42\n"
+    failed = check_structured(report["failed"]["structuredContent"])
+    assert (failed["status"], failed["rolled_back"], report["failed"]["isError"]) == ("error", True, True)
+    assert "rolled back" in report["failed"]["text"]
+    assert check_structured(report["after"]["structuredContent"])["stdout"] == "42\n"
+    assert report["closed"]["isError"] is False
+    assert report["closed"]["structuredContent"]["closed"] is True
+    unknown = check_structured(report["unknown"]["structuredContent"])
+    assert unknown["message"].startswith("unknown session")

@@ -26,6 +26,7 @@ SIDES = ("runner.protocol", "runner.transports", "runner.execution", "runner.pro
 SHARED = (
     "runner.config",
     "runner.settings",
+    "runner.variables",
     "runner.removed",
     "runner.environment",
     "runner.errors",

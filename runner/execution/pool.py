@@ -123,10 +123,12 @@ class Pool:
                     set_child_subreaper(False)
                 await anyio.to_thread.run_sync(remove_tree, base_dir)
 
-    def state(self) -> PoolState:
-        """Its numbers at this moment, taken together."""
-        s = self._supplies
-        return PoolState(s.in_use, self._admission.waiting, s.ready, self._admission.queue_full, s.restarts)
+    def state(self, *, session_memory: bool = False) -> PoolState:
+        """Its numbers at this moment, taken together; with what sessions hold if asked (for metrics)."""
+        s, a = self._supplies, self._admission
+        # An idle session's anchor is taken from the pool but runs nothing: not a run in progress.
+        running = s.in_use - self.sessions.idle
+        return PoolState(running, a.waiting, s.ready, a.queue_full, s.restarts, self.sessions.state(session_memory))
 
     async def quiesced(self) -> None:
         """Return once every run answered so far is torn down (reaped, closed, deleted): for a caller
@@ -158,6 +160,10 @@ class Pool:
         finally:
             if not handed_on:
                 self._admission.leave(caller)
+
+    async def close_session(self, handle: str, caller: str | None) -> str | None:
+        """End the caller's session `handle`: None once it has ended, else why there is no such session."""
+        return await self.sessions.close(handle, caller)
 
     async def _in_a_slot(self, request: RunRequest, run: Callable[[float], Awaitable[RunResult]]) -> RunResult:
         """`run(queue_wait)` holding one of the pool's slots, for the caller's share; busy if none comes."""

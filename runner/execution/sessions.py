@@ -7,8 +7,9 @@ copied). Each call of the session is forked from the session's last good state a
 run; the server then keeps the state the call left only if the call ended ok, else the session is
 rolled back to where it was, its files too.
 
-Handles are 192 random bits, bound to the caller that made them (a token's name over HTTP; over
-stdio the connection is the only caller): another caller's handle is as unknown as one never made.
+Handles are 192 random bits, after the replica's name where it has one (`RUNNER_HTTP_REPLICA`, for a
+proxy to route on), bound to the caller that made them (a token's name over HTTP; over stdio the
+connection is the only caller): another caller's handle is as unknown as one never made.
 A session takes a concurrency slot only while one of its calls runs; a second call to a session
 whose call is running waits its turn (FIFO), within its own timeout of the queue. Sessions end when
 closed, after `RUNNER_SESSION_IDLE_SECONDS` unused, `RUNNER_SESSION_MAX_SECONDS` after they began,
@@ -30,15 +31,18 @@ from runner.config import Config
 from runner.execution.driver import ProgressCallback, RunDriver
 from runner.execution.supply import Supplies
 from runner.logs import log_event
-from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, Status
+from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
 from runner.processes.child import Child
 from runner.processes.keeper import KeptCall, SessionKeeper, SessionLost
+from runner.processes.procctl import private_bytes
 
 HANDLE_PREFIX = "s-"
 HANDLE_BYTES = 24  # 192 bits: past guessing, as MCP's guidance on handles asks for at least 128
 # How long the server remembers why a session ended, to say so to the next call that names it.
 ENDED_REMEMBERED = 3600.0
 EXPIRY_INTERVAL = 1.0
+# How long a cancelled call's kill and the rollback after it may take before the session is ended.
+ROLLBACK_PATIENCE = 15.0
 
 
 @dataclass(eq=False)
@@ -54,18 +58,6 @@ class Session:
     turn: anyio.Lock = field(default_factory=anyio.Lock)
 
 
-@dataclass(frozen=True, slots=True)
-class SessionCounts:
-    """What the metrics read: sessions open now, and counts since the server started."""
-
-    open: int
-    created: int
-    expired: int
-    closed: int
-    lost: int
-    rolled_back: int
-
-
 class Sessions:
     """The table of open sessions, and each session's calls run through the pool's parts."""
 
@@ -77,6 +69,8 @@ class Sessions:
         tg: anyio.abc.TaskGroup,
     ) -> None:
         self._config = config
+        # A replica's name leads its handles (s-NAME.…): a proxy routes a session's calls on it.
+        self._prefix = HANDLE_PREFIX + (config.http.replica + "." if config.http.replica else "")
         self._supplies = supplies
         self._driver = RunDriver(config, logger, self._unresponsive)
         self._log = logger
@@ -84,6 +78,7 @@ class Sessions:
         self._open: dict[str, Session] = {}
         self._ended: dict[str, tuple[str | None, str, float]] = {}  # handle -> (caller, why, when)
         self._counts = {"created": 0, "expired": 0, "closed": 0, "lost": 0, "rolled_back": 0}
+        self._calls_running = 0
 
     async def _unresponsive(self, child: Child) -> None:
         """A call that did not end after its anchor was told to kill it: its session is over (its
@@ -95,8 +90,16 @@ class Sessions:
                 await self._end(session, "a call of it could not be killed", "lost")
         child.ended(-9, 0.0, 0)
 
-    def counts(self) -> SessionCounts:
-        return SessionCounts(len(self._open), **self._counts)
+    def state(self, memory: bool) -> SessionsState:
+        """Open sessions, the counts so far and, if asked (it reads /proc for each), what their
+        processes hold apart from the zygote."""
+        memory_bytes = sum(private_bytes(s.anchor.interpreter_pid) for s in self._open.values()) if memory else 0
+        return SessionsState(len(self._open), memory_bytes, **self._counts)
+
+    @property
+    def idle(self) -> int:
+        """Open sessions with no call running: their anchors are taken from the pool, but run nothing."""
+        return len(self._open) - self._calls_running
 
     async def run(
         self,
@@ -113,16 +116,16 @@ class Sessions:
             return await slot(request, lambda waited: self._start_and_run(request, waited, on_progress))
         session = self._open.get(request.session or "")
         if session is None or session.caller != request.caller:
-            return RunResult(request.request_id, Status.INVALID_ARGUMENTS, self._unknown(request))
+            return self._unknown_call(request)
         async with session.turn:
             if self._open.get(session.handle) is not session:  # it ended while this call waited
-                return RunResult(request.request_id, Status.INVALID_ARGUMENTS, self._unknown(request))
+                return self._unknown_call(request)
             return await slot(request, lambda waited: self._call(session, request, waited, on_progress))
 
     def _refused(self, caller: str | None) -> str:
         c = self._config
-        if c.max_sessions == 0:
-            return "sessions are off on this server (RUNNER_MAX_SESSIONS=0): run without `session`"
+        if c.sessions_refused:
+            return c.sessions_refused
         if len(self._open) >= c.max_sessions:
             return (
                 f"too many open sessions: {len(self._open)} of RUNNER_MAX_SESSIONS={c.max_sessions}; "
@@ -136,11 +139,15 @@ class Sessions:
             )
         return ""
 
-    def _unknown(self, request: RunRequest) -> str:
-        handle = request.session or ""
+    def _unknown_call(self, request: RunRequest) -> RunResult:
+        return RunResult(
+            request.request_id, Status.INVALID_ARGUMENTS, self._unknown(request.session or "", request.caller)
+        )
+
+    def _unknown(self, handle: str, caller: str | None) -> str:
         ended = self._ended.get(handle)
         shown = handle if len(handle) <= 64 else handle[:64] + "..."
-        if ended is not None and ended[0] == request.caller:
+        if ended is not None and ended[0] == caller:
             return f'unknown session {shown!r}: it ended ({ended[1]}); start another with session "new"'
         return (
             f'unknown session {shown!r}: no open session of this caller has that handle; start one with session "new"'
@@ -160,7 +167,7 @@ class Sessions:
                 return RunResult(request.request_id, Status.INTERNAL_ERROR, f"the session could not start: {exc}")
             raise
         now = anyio.current_time()
-        handle = HANDLE_PREFIX + secrets.token_urlsafe(HANDLE_BYTES)
+        handle = self._prefix + secrets.token_urlsafe(HANDLE_BYTES)
         session = Session(handle, request.caller, anchor, keeper, now, now)
         self._open[handle] = session
         self._counts["created"] += 1
@@ -171,23 +178,38 @@ class Sessions:
     async def _call(
         self, session: Session, request: RunRequest, waited: float, on_progress: ProgressCallback | None
     ) -> RunResult:
+        self._calls_running += 1
+        try:
+            return await self._call_counted(session, request, waited, on_progress)
+        finally:
+            self._calls_running -= 1
+
+    async def _call_counted(
+        self, session: Session, request: RunRequest, waited: float, on_progress: ProgressCallback | None
+    ) -> RunResult:
         session.used = anyio.current_time()
         try:
             call = await session.keeper.call()
         except SessionLost as exc:
             await self._end(session, str(exc), "lost")
-            return RunResult(request.request_id, Status.INVALID_ARGUMENTS, self._unknown(request))
+            return self._unknown_call(request)
         try:
             result = await self._driver.drive(call, request, waited, on_progress)
             verdict = await session.keeper.verdict(result.status is Status.OK)
         except SessionLost as exc:
             call.close_all()
             await self._end(session, str(exc), "lost")
-            return RunResult(request.request_id, Status.INTERNAL_ERROR, f"the session ended during this call: {exc}")
+            # Its processes went (the call killed them, kill(-1) say, or something outside did, or
+            # close_session came): the call's own end is not known, the session's is.
+            why = self._ended.get(session.handle, (None, str(exc), 0.0))[1]
+            message = f'the session ended during this call ({why}); start another with session "new"'
+            return RunResult(request.request_id, Status.SIGNAL, message)
         except BaseException:
-            call.close_all()
+            # Cancelled (the client went, or the server stops): the call is killed and the session
+            # rolled back, as for any call that did not end ok; only an anchor that cannot do that
+            # ends the session.
             with anyio.CancelScope(shield=True):
-                await self._end(session, "a call of it was cancelled mid-way", "lost")
+                await self._roll_back_cancelled(session, call)
             raise
         call.close_all()
         session.used = anyio.current_time()
@@ -203,13 +225,27 @@ class Sessions:
             await self._end(session, session.keeper.lost, "lost")
         return dataclasses.replace(result, session=outcome)
 
-    async def close(self, handle: str, caller: str | None) -> bool:
-        """End the caller's session `handle`; False if it has none by that handle."""
+    async def _roll_back_cancelled(self, session: Session, call: KeptCall) -> None:
+        call.kill_group()
+        try:
+            with anyio.fail_after(ROLLBACK_PATIENCE):
+                await call.exited.wait()
+                await session.keeper.verdict(False)
+        except (SessionLost, TimeoutError):
+            await self._end(session, "a call of it was cancelled and could not be rolled back", "lost")
+        else:
+            self._counts["rolled_back"] += 1
+        finally:
+            call.close_all()
+
+    async def close(self, handle: str, caller: str | None) -> str | None:
+        """End the caller's session `handle` (killing a call of it that runs); None once it has ended,
+        else why there is no such session."""
         session = self._open.get(handle)
         if session is None or session.caller != caller:
-            return False
+            return self._unknown(handle, caller)
         await self._end(session, "closed by close_session", "closed")
-        return True
+        return None
 
     async def _end(self, session: Session, why: str, how: str) -> None:
         if self._open.pop(session.handle, None) is None:

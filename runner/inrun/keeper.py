@@ -195,7 +195,7 @@ class Anchor:
         if not message:  # the keeper died: with it the state, unless the call running now is kept
             self.keeper_channel.close()
             self.keeper_channel = None
-            if self.call is None:
+            if self.call is None or not self.call.pid:  # no call, or one it died before forking
                 self.lost("the session's keeper process was killed")
             return
         fields = message.split()

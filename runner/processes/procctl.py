@@ -1,4 +1,5 @@
-"""Linux process controls the server uses on itself: child subreaper, non-dumpable, its children.
+"""Linux process controls the server uses on itself: child subreaper, non-dumpable, its children;
+and what /proc tells of a process tree (its private memory).
 
 prctl(2) through the one libc wrapper (`runner.inrun.libc`); where there is none, these are no-ops
 that say so by returning False.
@@ -63,3 +64,39 @@ def reap_if_exited(pid: int) -> None:
     """Collect a child that has exited; never waits (a child still dying is reaped by a later call)."""
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as listing:
+                found.extend(int(child) for child in listing.read().split())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def private_bytes(pid: int, most: int = 64) -> int:
+    """Memory only `pid` and the processes under it hold (smaps_rollup's Private_Clean and
+    Private_Dirty, and their swap): what they share with no other process, so not the zygote's
+    pages they still share. 0 for processes already gone; at most `most` processes are read."""
+    total, todo, seen = 0, [pid], 0
+    while todo and seen < most:
+        current = todo.pop()
+        seen += 1
+        try:
+            with open(f"/proc/{current}/smaps_rollup", "rb") as rollup:
+                lines = rollup.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            name, _, rest = line.partition(b":")
+            if name in (b"Private_Clean", b"Private_Dirty", b"Swap"):
+                total += int(rest.split()[0]) * 1024
+        todo.extend(_children(current))
+    return total

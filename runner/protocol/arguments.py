@@ -1,4 +1,4 @@
-"""Validating `run_python` arguments: the input schema first (jsonschema), then the byte caps.
+"""Validating tool arguments: the input schema first (jsonschema), then, for `run_python`, the byte caps.
 
 Every violation becomes an `ArgumentError` whose message names the offending field.
 """
@@ -13,7 +13,7 @@ from runner.config import Config
 from runner.errors import ArgumentError
 from runner.outcome import InputFile
 from runner.protocol.files import check_files
-from runner.protocol.schemas import input_schema
+from runner.protocol.schemas import CLOSE_TOOL, RUN_TOOL, close_input_schema, input_schema
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
@@ -28,37 +28,51 @@ class Arguments:
     timeout: float
     stdin: str
     files: tuple[InputFile, ...] = ()
+    session: str | None = None
 
 
 class ArgumentParser:
-    """Validates `run_python` arguments against the input schema, then against the byte caps."""
+    """Validates `run_python` arguments against the input schema, then against the byte caps; and
+    `close_session`'s against its own."""
 
     def __init__(self, config: Config) -> None:
         self._config = config
-        self._validator: Draft202012Validator | None = None
+        self._validators: dict[str, Draft202012Validator] = {}
         self._best_match: Callable[[Iterable[ValidationError]], ValidationError | None] | None = None
 
-    def parse(self, arguments: Any) -> Arguments:
-        """Return validated arguments or raise `ArgumentError` with a message naming the field."""
+    def _check(self, tool: str, schema: Callable[[], dict[str, Any]], arguments: Any) -> dict[str, Any]:
         if arguments is None:
             arguments = {}
-        if self._validator is None or self._best_match is None:
+        validator = self._validators.get(tool)
+        if validator is None or self._best_match is None:
             # Imported at the first call: jsonschema takes ~30 ms to import (a twentieth of the
             # server's start), which the initialize response does not need to wait for.
             from jsonschema import Draft202012Validator
             from jsonschema.exceptions import best_match
 
-            self._validator, self._best_match = Draft202012Validator(input_schema(self._config)), best_match
-        error = self._best_match(self._validator.iter_errors(arguments))
+            validator = self._validators[tool] = Draft202012Validator(schema())
+            self._best_match = best_match
+        error = self._best_match(validator.iter_errors(arguments))
         if error is not None:
-            raise ArgumentError(_describe(error))
+            raise ArgumentError(_describe(error, tool))
+        checked: dict[str, Any] = arguments
+        return checked
+
+    def parse_close(self, arguments: Any) -> str:
+        """The handle `close_session` was given, or `ArgumentError`."""
+        handle: str = self._check(CLOSE_TOOL, close_input_schema, arguments)["session"]
+        return handle
+
+    def parse(self, arguments: Any) -> Arguments:
+        """Return validated arguments or raise `ArgumentError` with a message naming the field."""
+        arguments = self._check(RUN_TOOL, lambda: input_schema(self._config), arguments)
         code: str = arguments["code"]
         stdin: str = arguments.get("stdin", "")
         timeout = float(arguments.get("timeout", self._config.default_timeout))
         _check_bytes("code", code, self._config.max_code_bytes)
         _check_bytes("stdin", stdin, self._config.max_stdin_bytes)
         files = check_files(arguments.get("files", ()), self._config.max_input_bytes, self._config.file_size_bytes)
-        return Arguments(code=code, timeout=timeout, stdin=stdin, files=files)
+        return Arguments(code=code, timeout=timeout, stdin=stdin, files=files, session=arguments.get("session"))
 
 
 def _check_bytes(name: str, value: str, limit: int) -> None:
@@ -72,19 +86,26 @@ def _check_bytes(name: str, value: str, limit: int) -> None:
         raise ArgumentError(f"invalid argument '{name}': {size:,} bytes of UTF-8, more than the limit of {limit:,}")
 
 
-_KNOWN_ARGUMENTS = frozenset({"code", "timeout", "stdin", "files"})
+_KNOWN_ARGUMENTS = {
+    RUN_TOOL: frozenset({"code", "timeout", "stdin", "files", "session"}),
+    CLOSE_TOOL: frozenset({"session"}),
+}
+_TAKES = {
+    RUN_TOOL: "run_python takes 'code', and optionally 'timeout', 'stdin', 'files' and 'session'",
+    CLOSE_TOOL: "close_session takes 'session' only",
+}
 _FILE_FIELDS = frozenset({"path", "content", "encoding"})
 
 
-def _describe(error: ValidationError) -> str:
+def _describe(error: ValidationError, tool: str) -> str:
     if error.validator == "additionalProperties":
         instance: dict[str, Any] = error.instance  # type: ignore[assignment]  # an object, per the schema
-        known = _FILE_FIELDS if error.absolute_path else _KNOWN_ARGUMENTS
+        known = _FILE_FIELDS if error.absolute_path else _KNOWN_ARGUMENTS[tool]
         names = ", ".join(repr(name) for name in sorted(name for name in instance if name not in known))
         if error.absolute_path:  # inside an entry of `files`
             where = _field(error)
             return f"invalid argument '{where}': unknown field {names}; a file has 'path', 'content' and 'encoding'"
-        return f"unknown argument {names}: run_python takes 'code', and optionally 'timeout', 'stdin' and 'files'"
+        return f"unknown argument {names}: {_TAKES[tool]}"
     if error.validator == "required":
         return f"missing argument: {error.message}"
     if error.validator == "type" and not error.path:

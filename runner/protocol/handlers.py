@@ -1,4 +1,5 @@
-"""The MCP handlers: tools/list and tools/call on the low-level SDK server. Knows nothing of processes.
+"""The MCP handlers: tools/list and tools/call (run_python, close_session) on the low-level SDK server.
+Knows nothing of processes.
 
 Every call ends in a result: bad arguments, a busy server and the server's own faults become
 `isError` results carrying the request_id, because an exception escaping a handler would become a
@@ -24,8 +25,9 @@ from runner.logs import get_logger, log_event
 from runner.outcome import Progress, RunRequest, RunResult, Status
 from runner.protocol.arguments import ArgumentParser
 from runner.protocol.metrics import Metrics
-from runner.protocol.results import to_call_result
-from runner.protocol.tool import TOOL_NAME, tool_definition
+from runner.protocol.results import closed_result, to_call_result
+from runner.protocol.schemas import CLOSE_TOOL, RUN_TOOL
+from runner.protocol.tool import tool_definitions
 
 SERVER_NAME = "python-runner-mcp"
 
@@ -37,6 +39,10 @@ class Runner(Protocol):
         self, request: RunRequest, on_progress: Callable[[Progress], Awaitable[None]] | None = None
     ) -> RunResult:
         """Run one request to its end, reporting progress if asked."""
+        ...
+
+    async def close_session(self, handle: str, caller: str | None) -> str | None:
+        """End the caller's session `handle`: None once it has ended, else why there is no such session."""
         ...
 
 
@@ -64,7 +70,7 @@ class Handlers:
         self._config = config
         self._runner = runner
         self._log = logger or get_logger()
-        self._tool = tool_definition(config)
+        self._tools = tool_definitions(config)
         self._parser = ArgumentParser(config)
         self._metrics = metrics
         self._caller_of = caller_of
@@ -72,8 +78,8 @@ class Handlers:
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        """tools/list: the single run_python tool."""
-        return types.ListToolsResult(tools=[self._tool])
+        """tools/list: run_python, and close_session where sessions may be had."""
+        return types.ListToolsResult(tools=list(self._tools))
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -82,6 +88,8 @@ class Handlers:
         request_id = new_request_id()
         caller = self._caller_of(ctx.request) if self._caller_of is not None and ctx.request is not None else None
         try:
+            if params.name == CLOSE_TOOL and len(self._tools) > 1:
+                return await self._close(request_id, params, caller)
             result = await self._call(request_id, params, ctx, caller)
         except anyio.get_cancelled_exc_class():
             log_event(self._log, logging.INFO, "call cancelled", request_id)
@@ -109,8 +117,9 @@ class Handlers:
         if caller is not None:
             fields["caller"] = caller
         log_event(self._log, logging.INFO, "call received", request_id, **fields)
-        if params.name != TOOL_NAME:
-            message = f"unknown tool {params.name!r}: this server offers only {TOOL_NAME!r}"
+        if params.name != RUN_TOOL:
+            offered = " and ".join(repr(tool.name) for tool in self._tools)
+            message = f"unknown tool {params.name!r}: this server offers {offered}"
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="unknown tool")
             return RunResult(request_id, Status.INVALID_ARGUMENTS, message)
         try:
@@ -118,9 +127,22 @@ class Handlers:
         except ArgumentError as exc:
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="invalid arguments")
             return RunResult(request_id, Status.INVALID_ARGUMENTS, str(exc))
-        request = RunRequest(request_id, args.code, args.timeout, args.stdin, args.files, caller)
+        request = RunRequest(request_id, args.code, args.timeout, args.stdin, args.files, caller, args.session)
         # report_progress is a no-op for a caller that did not ask for progress (no progressToken).
         return await self._runner.run(request, _progress_reporter(ctx))
+
+    async def _close(
+        self, request_id: str, params: types.CallToolRequestParams, caller: str | None
+    ) -> types.CallToolResult:
+        log_event(self._log, logging.INFO, "call received", request_id, tool=params.name)
+        try:
+            handle = self._parser.parse_close(params.arguments)
+        except ArgumentError as exc:
+            log_event(self._log, logging.INFO, "call rejected", request_id, reason="invalid arguments")
+            return closed_result(request_id, str((params.arguments or {}).get("session", "")), str(exc))
+        unknown = await self._runner.close_session(handle, caller)
+        log_event(self._log, logging.INFO, "session closed" if unknown is None else "call rejected", request_id)
+        return closed_result(request_id, handle, unknown)
 
 
 def _progress_reporter(ctx: ServerRequestContext[Any]) -> Callable[[Progress], Awaitable[None]]:
@@ -146,8 +168,13 @@ def build_server(
         version=__version__,
         title="Python Runner",
         instructions=(
-            "Use run_python to execute Python code in an isolated, resource-limited one-shot process. "
-            "Nothing persists between calls; print results to see them."
+            "Use run_python to execute Python code in an isolated, resource-limited one-shot process; "
+            "print results to see them. "
+            + (
+                "Nothing persists between calls."
+                if config.sessions_refused
+                else 'Nothing persists between calls unless you pass session "new" and then the handle it returns.'
+            )
         ),
         on_list_tools=handlers.list_tools,
         on_call_tool=handlers.call_tool,

@@ -19,7 +19,7 @@ import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from runner.outcome import PoolState, RunResult
+from runner.outcome import PoolState, RunResult, SessionsState
 
 # Seconds: a trivial run takes milliseconds, a data run a few hundred, the longest RUNNER_MAX_TIMEOUT.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -53,6 +53,17 @@ class Metrics:
             "runner_zygote_restarts", "Fork-server zygotes started again after one failed", registry=r
         )
         self._restarts_seen = 0
+        self._sessions_seen = SessionsState()
+        self._session_counts = {
+            name: Counter(f"runner_sessions_{name}", documentation, registry=r)
+            for name, documentation in (
+                ("created", "Sessions started"),
+                ("expired", "Sessions ended after RUNNER_SESSION_IDLE_SECONDS unused or RUNNER_SESSION_MAX_SECONDS"),
+                ("closed", "Sessions ended by close_session or the server's stop"),
+                ("lost", "Sessions ended because their state was lost (a call killed their keeper)"),
+                ("rolled_back", "Calls of a session that did not end ok, so the session is as it was before them"),
+            )
+        }
 
         def gauge(name: str, documentation: str) -> Gauge:
             return Gauge(name, documentation, registry=r, multiprocess_mode="livesum")
@@ -60,6 +71,10 @@ class Metrics:
         self._in_flight = gauge("runner_runs_in_flight", "Runs in progress")
         self._queued = gauge("runner_queue_depth", "Calls waiting for a run slot")
         self._ready = gauge("runner_pool_ready", "Interpreters ready for code now")
+        self._sessions_open = gauge("runner_sessions_open", "Sessions open now")
+        self._session_memory = gauge(
+            "runner_sessions_memory_bytes", "Memory the open sessions' processes hold apart from the zygote"
+        )
         gauge("runner_max_concurrent", "Runs allowed at once").set(max_concurrent)
         gauge("runner_pool_size", "Interpreters kept ready (RUNNER_POOL_SIZE)").set(pool_size)
 
@@ -82,6 +97,13 @@ class Metrics:
         if state.source_restarts > self._restarts_seen:
             self._restarts.inc(state.source_restarts - self._restarts_seen)
             self._restarts_seen = state.source_restarts
+        sessions, seen = state.sessions, self._sessions_seen
+        self._sessions_open.set(sessions.open)
+        self._session_memory.set(sessions.memory_bytes)
+        for name, counter in self._session_counts.items():
+            if getattr(sessions, name) > getattr(seen, name):
+                counter.inc(getattr(sessions, name) - getattr(seen, name))
+        self._sessions_seen = sessions
 
     async def refresh_forever(self) -> None:
         """Keep this worker's gauges fresh for scrapes that reach another worker."""

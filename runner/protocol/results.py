@@ -1,4 +1,5 @@
-"""A `RunResult` in MCP's shape: the text block, the images and files, structuredContent, and isError."""
+"""A `RunResult` in MCP's shape: the text block, the images and files, structuredContent, and isError;
+and close_session's answer."""
 
 from __future__ import annotations
 
@@ -42,9 +43,20 @@ def _resource(request_id: str, file: Attachment) -> types.TextResourceContents |
     return types.BlobResourceContents(uri=uri, mime_type=file.mime_type, blob=base64.b64encode(file.data).decode())
 
 
+def closed_result(request_id: str, handle: str, unknown: str | None) -> types.CallToolResult:
+    """close_session's answer: the session has ended, or (`unknown`) why there was none to end."""
+    message = unknown or f"session {handle} closed: its processes, memory and files are freed"
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"[request_id={request_id}]\n{message}\n")],
+        structured_content={"request_id": request_id, "session": handle, "closed": unknown is None, "message": message},
+        is_error=unknown is not None,
+    )
+
+
 def structured_result(result: RunResult) -> dict[str, Any]:
-    """The structuredContent of a call, matching `output_schema()`."""
-    return {
+    """The structuredContent of a call, matching `output_schema()`; the session's fields only in a
+    session's call."""
+    content = {
         "request_id": result.request_id,
         "status": result.status.value,
         "message": result.message,
@@ -86,3 +98,8 @@ def structured_result(result: RunResult) -> dict[str, Any]:
         ],
         "not_returned": [{"name": o.name, "bytes": o.size, "reason": o.reason} for o in result.omitted],
     }
+    if result.session is not None:
+        content["session"] = result.session.handle
+        content["rolled_back"] = not result.session.kept
+        content["session_note"] = result.session.note
+    return content

@@ -1,4 +1,5 @@
-"""The hand-written JSON Schemas of `run_python`: its input, and its output (structuredContent).
+"""The hand-written JSON Schemas of the tools: `run_python`'s input and output (structuredContent),
+and `close_session`'s.
 
 Numbers that depend on the configuration are filled in from it. Nothing here validates; see
 `arguments` for that.
@@ -13,6 +14,15 @@ from runner.outcome import Status
 from runner.protocol.files import MAX_FILES, MAX_PATH_CHARS
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
+RUN_TOOL = "run_python"
+CLOSE_TOOL = "close_session"
+# SEP-2243: a client mirrors the `session` argument into an `Mcp-Param-Session` header, so that a
+# proxy can route every call of a session to the replica that holds it without reading the body.
+SESSION_HEADER = "Session"
+
+
+def _session_property(description: str) -> dict[str, Any]:
+    return {"type": "string", "x-mcp-header": SESSION_HEADER, "description": description}
 
 
 def input_schema(config: Config) -> dict[str, Any]:
@@ -64,6 +74,14 @@ def input_schema(config: Config) -> dict[str, Any]:
                     "additionalProperties": False,
                 },
             },
+            "session": _session_property(
+                '"new" starts a session: globals, imports, loaded data, open figures and the working '
+                "directory's files are kept for the next call that passes the handle this call returns "
+                "(structuredContent.session). Each call is still its own process; one that does not end "
+                f"ok is rolled back. A session ends after {config.session_idle_seconds:,} s unused, "
+                f"{config.session_max_seconds:,} s after it began, or with close_session. Without it, "
+                "nothing is kept."
+            ),
         },
         "required": ["code"],
         "additionalProperties": False,
@@ -133,6 +151,18 @@ def output_schema() -> dict[str, Any]:
                 "description": "What the run made that did not come back, and why (a budget, a link, ...).",
                 "items": _object(name={"type": "string"}, bytes=count, reason={"type": "string"}),
             },
+            "session": {
+                "type": "string",
+                "description": "The session's handle (only in a session's call): pass it as `session` to go on.",
+            },
+            "rolled_back": {
+                "type": "boolean",
+                "description": "True when the session is as it was before this call (only in a session's call).",
+            },
+            "session_note": {
+                "type": "string",
+                "description": "Why the call was rolled back, or what its kept state does not carry; may be empty.",
+            },
         },
         "required": [
             "request_id",
@@ -165,3 +195,30 @@ def output_schema() -> dict[str, Any]:
 def _object(**properties: dict[str, Any]) -> dict[str, Any]:
     """An object with exactly these properties, all of them required."""
     return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+def close_input_schema() -> dict[str, Any]:
+    """close_session's inputSchema."""
+    return {
+        "$schema": DIALECT,
+        "type": "object",
+        "properties": {"session": _session_property("The handle of a session, from a run_python result.")},
+        "required": ["session"],
+        "additionalProperties": False,
+    }
+
+
+def close_output_schema() -> dict[str, Any]:
+    """close_session's outputSchema."""
+    return {
+        "$schema": DIALECT,
+        "type": "object",
+        "properties": {
+            "request_id": {"type": "string", "pattern": "^[0-9a-f]{8}$"},
+            "session": {"type": "string"},
+            "closed": {"type": "boolean", "description": "False when no open session of this caller had the handle."},
+            "message": {"type": "string"},
+        },
+        "required": ["request_id", "session", "closed", "message"],
+        "additionalProperties": False,
+    }

@@ -1,22 +1,28 @@
-"""The one tool this server offers, `run_python`: its name, description, schemas and annotations."""
+"""The tools this server offers, `run_python` and `close_session`: names, descriptions, schemas and
+annotations."""
 
 from __future__ import annotations
 
 import mcp_types as types
 
 from runner.config import KIB, Config
-from runner.protocol.schemas import input_schema, output_schema
-
-TOOL_NAME = "run_python"
+from runner.protocol.schemas import (
+    CLOSE_TOOL,
+    RUN_TOOL,
+    close_input_schema,
+    close_output_schema,
+    input_schema,
+    output_schema,
+)
 
 DESCRIPTION = (
     "Run a Python 3 program in its own fresh, isolated interpreter process and return its stdout, "
-    "stderr and exit code. Each call is a one-shot process (no state is kept between calls) with "
-    "{importable}, an empty private working directory that is deleted "
+    "stderr and exit code. Each call is a one-shot process (no state is kept between calls unless "
+    "you pass 'session') with {importable}, an empty private working directory that is deleted "
     "afterwards, and hard limits: {cpu}s CPU, {mem} MiB memory{preloaded}, {procs} processes, {fsize} MiB per "
     "written file, wall-clock timeout {timeout:g}s by default (at most {max_timeout:g}s), output "
     "capped at {chars:,} characters per stream. The status field says why a run ended (ok, error, "
-    "timeout, cpu_limit, memory_limit, file_size_limit, output_limit, signal, ...).{returns}"
+    "timeout, cpu_limit, memory_limit, file_size_limit, output_limit, signal, ...).{returns}{sessions}"
 )
 RETURNS = (
     " If the code ends with an expression, its repr() comes back as the result (a DataFrame as its "
@@ -24,12 +30,49 @@ RETURNS = (
     "most {files_kb} KiB of non-image files per call), and matplotlib figures (shown or left open) "
     "come back as PNG images (at most {images} per call, {image_kb} KiB each); there is no display."
 )
+SESSIONS = (
+    ' To keep state between calls, pass session "new" and then the handle the result returns: '
+    "variables, imports, loaded data and files carry over, each call is still its own process, and "
+    "a call that does not end ok is rolled back (the session stays as it was). A session ends "
+    "{idle:,} s after its last call, {life:,} s after it began, or with close_session; at most "
+    "{mine} open per client."
+)
+CLOSE_DESCRIPTION = (
+    'End a session started by run_python with session "new": its processes, memory and files are '
+    "freed at once, and its handle is unknown from then on."
+)
+
+
+def tool_definitions(config: Config) -> list[types.Tool]:
+    """Every tool this server offers, with their hand-written schemas: `close_session` only where
+    sessions may be had."""
+    if config.sessions_refused:
+        return [tool_definition(config)]
+    return [tool_definition(config), close_definition()]
+
+
+def close_definition() -> types.Tool:
+    """`close_session`."""
+    return types.Tool(
+        name=CLOSE_TOOL,
+        title="Close a Python session",
+        description=CLOSE_DESCRIPTION,
+        input_schema=close_input_schema(),
+        output_schema=close_output_schema(),
+        annotations=types.ToolAnnotations(
+            title="Close a Python session",
+            read_only_hint=False,
+            destructive_hint=True,  # the session's state is gone
+            idempotent_hint=True,  # closing it again changes nothing (the answer says it is unknown)
+            open_world_hint=False,
+        ),
+    )
 
 
 def tool_definition(config: Config) -> types.Tool:
-    """The one tool this server offers, with its hand-written schemas."""
+    """`run_python`, with its hand-written schemas."""
     return types.Tool(
-        name=TOOL_NAME,
+        name=RUN_TOOL,
         title="Run Python",
         description=DESCRIPTION.format(
             importable=_importable(config),
@@ -38,6 +81,11 @@ def tool_definition(config: Config) -> types.Tool:
                 images=config.max_images, image_kb=config.max_image_bytes // KIB, files_kb=config.max_files_bytes // KIB
             )
             if config.max_returned_bytes
+            else "",
+            sessions=SESSIONS.format(
+                idle=config.session_idle_seconds, life=config.session_max_seconds, mine=config.max_sessions_per_caller
+            )
+            if not config.sessions_refused
             else "",
             cpu=config.max_cpu_seconds,
             mem=config.max_memory_mb,

@@ -83,7 +83,7 @@ async def serve_http(
         Pool.open(config, logger, reap_strays=True, plan=plan, caller_share=share) as pool,
         anyio.create_task_group() as tg,
     ):
-        metrics = Metrics(pool.state, config.max_concurrent, config.pool_size)
+        metrics = Metrics(lambda: pool.state(session_memory=True), config.max_concurrent, config.pool_size)
         server = build_server(config, pool, logger, metrics=metrics, caller_of=caller_of)
 
         def not_ready() -> str | None:

@@ -99,6 +99,8 @@ await check("list", async () => {
     names: tools.map((t) => t.name),
     inputSchema: tools[0]?.inputSchema ?? null,
     outputSchema: tools[0]?.outputSchema ?? null,
+    closeInputSchema: tools[1]?.inputSchema ?? null,
+    closeOutputSchema: tools[1]?.outputSchema ?? null,
   };
 });
 
@@ -170,6 +172,20 @@ await check("cancel", async () => {
   );
   const serverPidAlive = config.url ? null : alive(transport.pid);
   return { pid, settled, goneWhileConnected: gone, goneAfterMs, serverPidAlive, after };
+});
+
+// A session: kept state, a failed call rolled back, close_session, and the handle unknown after.
+await check("session", async () => {
+  const run = async (code, session) =>
+    callReport(await client.callTool({ name: "run_python", arguments: { code, session } }));
+  const started = await run("x = 41", "new");
+  const handle = started.structuredContent?.session;
+  const kept = await run("x += 1\nprint(x)", handle);
+  const failed = await run("x = 0\nraise KeyError('k')", handle);
+  const after = await run("print(x)", handle);
+  const closed = callReport(await client.callTool({ name: "close_session", arguments: { session: handle } }));
+  const unknown = await run("print(x)", handle);
+  return { handle, started, kept, failed, after, closed, unknown };
 });
 
 await check("close", async () => {

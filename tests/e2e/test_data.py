@@ -285,3 +285,31 @@ def test_preloaded_modules_are_found_without_importing_them() -> None:
         "matplotlib.pyplot",
     )
     assert open_environment(Config.from_env({"RUNNER_PACKAGES": PACKAGES, "RUNNER_PRELOAD": ""})).preload == ()
+
+
+async def test_a_session_keeps_a_dataframe_and_an_open_figure_from_call_to_call(data_pool: Pool) -> None:
+    async def step(code: str, session: str) -> RunResult:
+        return checked(await data_pool.run(RunRequest("da7a0002", textwrap.dedent(code), 60, session=session)))
+
+    started = await step(
+        """
+        import numpy as np, pandas as pd
+        import matplotlib.pyplot as plt
+        df = pd.DataFrame({"v": np.arange(200_000)})
+        figure = plt.figure()
+        plt.plot([1, 2, 3])
+        """,
+        "new",
+    )
+    assert started.status is Status.OK, started
+    assert started.session is not None
+    handle = started.session.handle
+    assert len(started.images) == 1, "the figure left open is drawn once, by the call that made it"
+    summed = await step("print(df.v.sum(), len(plt.get_fignums()))", handle)
+    assert summed.stdout.text == f"{sum(range(200_000))} 1\n", summed
+    assert summed.images == (), "an open figure from an earlier call is not drawn again"
+    failed = await step("df = None\nraise RuntimeError", handle)
+    assert failed.session is not None
+    assert not failed.session.kept
+    again = await step("df['w'] = df.v * 2\nprint(int(df.w.iloc[-1]))", handle)
+    assert again.stdout.text == "399998\n", again

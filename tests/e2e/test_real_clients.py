@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from runner.config import Config
-from runner.protocol.schemas import input_schema, output_schema
+from runner.protocol.schemas import close_input_schema, close_output_schema, input_schema, output_schema
 from tests.conftest import REPO
 from tests.helpers import (
     RETURNS_ARGUMENTS,
@@ -29,6 +29,7 @@ from tests.helpers import (
     alive,
     check_returns,
     check_structured,
+    check_ts_session,
     processes_mentioning,
     settled,
 )
@@ -169,10 +170,11 @@ def test_the_inspector_lists_the_tool_under_strict_with_zero_schema_portability_
     assert as_json.returncode == 0, as_json.stderr
     envelope = as_json.envelope()
     assert set(envelope) == {"result"}, "no schemaFindings key: the lint found nothing"
-    [tool] = envelope["result"]["tools"]
+    [tool, close] = envelope["result"]["tools"]
     assert tool["name"] == "run_python"
     assert tool["inputSchema"] == input_schema(Config.from_env({}))
     assert tool["outputSchema"] == output_schema()
+    assert (close["name"], close["inputSchema"]) == ("close_session", close_input_schema())
     assert as_json.inspector_stderr() == []
     as_text = inspector("--method", "tools/list", "--strict", "--protocol-era", era)
     assert as_text.returncode == 0, as_text.stderr
@@ -314,9 +316,14 @@ def test_the_typescript_sdk_negotiates_2025_11_25_and_lists_the_tool_with_the_pu
     assert connect["protocolVersion"] == "2025-11-25"
     assert connect["serverInfo"]["name"] == "python-runner-mcp"
     listed = ts_session.report("list")
-    assert listed["names"] == ["run_python"]
+    assert listed["names"] == ["run_python", "close_session"]
     assert listed["inputSchema"] == input_schema(Config.from_env({}))
     assert listed["outputSchema"] == output_schema()
+    assert (listed["closeInputSchema"], listed["closeOutputSchema"]) == (close_input_schema(), close_output_schema())
+
+
+def test_the_typescript_sdk_accepts_every_result_of_a_session_and_of_close_session(ts_session: TsSession) -> None:
+    check_ts_session(ts_session.report("session"))
 
 
 def test_the_typescript_sdk_calls_run_python_and_gets_the_seed_text_and_structured_content(

@@ -19,7 +19,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from runner.config import Config, markdown_table
+from runner.config import SETTINGS, Config, HttpConfig, markdown_table
 from runner.protocol.schemas import input_schema, output_schema
 from tests.conftest import REPO
 from tests.helpers import (
@@ -82,7 +82,7 @@ async def test_a_session_lists_the_tool_and_runs_code_in_the_seed_format(
     with open(tmp_path / "stderr.log", "w") as errlog:
         async with stdio_session(work_dir, errlog, mode) as client:
             assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
-            [tool] = (await client.list_tools()).tools
+            [tool, _] = (await client.list_tools()).tools
             assert tool.input_schema == input_schema(Config.from_env({}))
             assert tool.output_schema == output_schema()
             result = await client.call_tool("run_python", {"code": "print(sum(range(10)))", "timeout": 5})
@@ -264,7 +264,7 @@ def test_python_m_runner_config_prints_the_table() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "runner.config"], cwd=REPO, capture_output=True, text=True, timeout=30, check=True
     )
-    assert done.stdout == markdown_table()
+    assert done.stdout == markdown_table(SETTINGS, Config(), HttpConfig())
 
 
 def test_the_server_refuses_to_start_on_a_path_that_is_not_there_with_exit_status_2(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from runner.config import KIB, MIB, SETTINGS, Config, HttpConfig, markdown_table
 from runner.environment import open_environment
 from runner.errors import ConfigError
 from runner.removed import DROPPED, RENAMED
+from runner.settings import Setting
 from tests.conftest import REPO
 
 HTTP = {"RUNNER_TRANSPORT": "http"}
@@ -70,8 +71,14 @@ def test_every_variable_is_read() -> None:
             "RUNNER_MAX_RETURNED_MB": "2",
             "RUNNER_MAX_FILES_MB": "0.25",
             "RUNNER_MAX_INPUT_MB": "3",
+            "RUNNER_MAX_SESSIONS": "5",
+            "RUNNER_MAX_SESSIONS_PER_CALLER": "2",
+            "RUNNER_SESSION_IDLE_SECONDS": "60",
+            "RUNNER_SESSION_MAX_SECONDS": "600",
         }
     )
+    assert (config.max_sessions, config.max_sessions_per_caller) == (5, 2)
+    assert (config.session_idle_seconds, config.session_max_seconds) == (60, 600)
     assert (config.max_cpu_seconds, config.max_memory_mb, config.max_processes) == (3, 128, 8)
     assert (config.max_file_size_mb, config.max_output_chars, config.max_concurrent) == (0, 500, 2)
     assert (config.default_timeout, config.max_timeout) == (2.5, 30.0)
@@ -254,6 +261,19 @@ def test_every_declaration_names_a_field_of_the_configuration_and_each_variable_
     assert not {old for old, _ in DROPPED} & set(names)
 
 
+def test_every_number_variable_accepts_its_own_default_written_out() -> None:
+    defaults, http = Config(), HttpConfig()
+    for setting in SETTINGS:
+        if setting.kind in ("int", "number") and setting.unit != "MiB":
+            default = getattr(http if setting.http else defaults, setting.attribute)
+            assert setting.parse(str(default)) == default, setting.name
+
+
+def test_a_declared_range_that_holds_no_value_is_refused_at_once() -> None:
+    with pytest.raises(ValueError, match="RUNNER_X: declared range 1-0 holds no value"):
+        Setting("RUNNER_X", "x", "int", "X.", low=1)
+
+
 @pytest.mark.parametrize(
     ("value", "count"),
     [
@@ -306,7 +326,7 @@ def test_every_removed_name_is_documented_with_its_replacement() -> None:
 
 def test_the_documented_table_of_every_variable_is_the_one_printed_from_the_declarations() -> None:
     page = CONFIGURATION_PAGE.read_text(encoding="utf-8")
-    table = markdown_table()
+    table = markdown_table(SETTINGS, Config(), HttpConfig())
     assert table.startswith("| Variable | Default | Accepted | Meaning |\n")
     assert len(table.splitlines()) == 2 + len(SETTINGS)
     assert table in page, (

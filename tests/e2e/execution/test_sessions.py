@@ -5,14 +5,18 @@ their caller; the caps; a keeper killed from inside a call."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import anyio
 import pytest
 
 from runner.config import Config
 from runner.execution.pool import Pool
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, Status
-from tests.helpers import in_mode
+from tests.helpers import children_of, in_mode, settled
 
 pytestmark = pytest.mark.anyio
 
@@ -103,7 +107,7 @@ async def test_another_callers_handle_counts_as_unknown(pool: Pool) -> None:
 
 async def test_a_closed_session_is_unknown_and_says_why(pool: Pool) -> None:
     handle = await new_session(pool)
-    assert await pool.sessions.close(handle, None)
+    assert await pool.close_session(handle, None) is None
     result = await call(pool, "pass", handle)
     assert result.message.startswith("unknown session")
     assert "closed" in result.message
@@ -150,3 +154,181 @@ async def test_the_kept_state_continues_its_random_streams_and_a_retry_after_a_r
 
     random.seed(3)
     assert retried.stdout.text == f"{random.random()}\n"
+
+
+async def test_a_cancelled_call_is_killed_and_rolled_back_and_the_session_goes_on(pool: Pool) -> None:
+    handle = await new_session(pool, "x = 1")
+    with anyio.move_on_after(1.0) as scope:
+        await call(pool, "x = 2\nimport time\ntime.sleep(30)", handle, timeout=30)
+    assert scope.cancelled_caught
+    after = await call(pool, "print(x)", handle)
+    assert after.stdout.text == "1\n", after
+    assert pool.state(session_memory=False).sessions.rolled_back == 1
+
+
+async def test_two_calls_at_once_to_one_session_run_one_after_the_other_in_the_order_they_came(pool: Pool) -> None:
+    handle = await new_session(pool, "import time\nlog = []")
+    ends: dict[str, RunResult] = {}
+
+    async def one(name: str, code: str) -> None:
+        ends[name] = await call(pool, code, handle)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one, "first", "log.append('first')\ntime.sleep(0.5)\nprint(log)")
+        await anyio.sleep(0.2)  # the first is running: the second comes while it does
+        tg.start_soon(one, "second", "log.append('second')\nprint(log)")
+    assert ends["first"].stdout.text == "['first']\n"
+    assert ends["second"].stdout.text == "['first', 'second']\n", "it waited its turn and saw the first's state"
+
+
+async def test_one_more_session_than_the_server_may_hold_is_refused_naming_the_limit(
+    session_config: Config, no_leaks: None
+) -> None:
+    config = dataclasses.replace(session_config, max_sessions=2)
+    async with Pool.open(config, reap_strays=True) as pool:
+        await new_session(pool, caller="alice")
+        await new_session(pool, caller="bob")
+        refused = await call(pool, "pass", NEW_SESSION, "carol")
+        assert refused.status is Status.BUSY
+        assert "RUNNER_MAX_SESSIONS=2" in refused.message
+        assert refused.session is None
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [({"session_idle_seconds": 1}, "unused for 1 s"), ({"session_max_seconds": 2}, "older than 2 s")],
+    ids=["idle", "lifetime"],
+)
+async def test_a_session_past_its_idle_time_or_lifetime_ends_and_its_next_call_says_so(
+    session_config: Config, no_leaks: None, change: dict[str, int], says: str
+) -> None:
+    config = dataclasses.replace(session_config, **change)
+    async with Pool.open(config, reap_strays=True) as pool:
+        handle = await new_session(pool, "x = 1")
+        with anyio.fail_after(15):
+            while pool.state().sessions.open:
+                if "session_max_seconds" in change:
+                    await call(pool, "x += 1", handle)  # in use all along: only the lifetime ends it
+                await anyio.sleep(0.2)
+        result = await call(pool, "print(x)", handle)
+        assert result.message.startswith("unknown session")
+        assert says in result.message
+        assert pool.state().sessions.expired == 1
+
+
+async def test_a_keeper_killed_from_outside_ends_its_own_session_alone_and_its_next_call_says_so(pool: Pool) -> None:
+    other = await new_session(pool, "y = 7")
+    handle = await new_session(pool, "x = 5")
+    [session] = [s for s in pool.sessions._open.values() if s.handle == handle]
+    anchor = session.anchor.interpreter_pid
+    with open(f"/proc/{anchor}/task/{anchor}/children") as listing:
+        [keeper] = [int(pid) for pid in listing.read().split()]  # between calls, the anchor has one child
+    os.kill(keeper, signal.SIGKILL)
+    result = await call(pool, "print(x)", handle)
+    assert result.message.startswith("unknown session"), result
+    assert "keeper" in result.message, result
+    assert (await call(pool, "print(y)", other)).stdout.text == "7\n"
+
+
+async def test_a_call_that_starts_a_thread_is_kept_and_the_result_says_threads_do_not_carry_over(pool: Pool) -> None:
+    handle = await new_session(pool)
+    # A daemon thread: the call ends without waiting for it (a thread that is not one is waited for, as
+    # at the end of any program).
+    code = "import threading, time\nt = threading.Thread(target=time.sleep, args=(60,), daemon=True)\nt.start()"
+    result = await call(pool, code, handle)
+    assert result.session is not None
+    assert result.session.kept
+    assert "threads it started do not carry over" in result.session.note
+    after = await call(pool, "import threading\nprint(threading.active_count(), t.is_alive())", handle)
+    assert after.stdout.text == "1 False\n"
+
+
+async def test_a_session_ends_cleanly_with_the_pool_leaving_no_process_and_no_file(
+    session_config: Config, work_dir: Path
+) -> None:
+    async with Pool.open(session_config, reap_strays=True) as pool:
+        await new_session(pool, "open('f', 'w').write('x')\nimport subprocess\np = subprocess.Popen(['sleep', '60'])")
+    assert settled(lambda: children_of(os.getpid())) == []
+    assert settled(lambda: list(work_dir.iterdir())) == []
+
+
+PTRACE_KEEPER = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_SEIZE = 0x4206
+rc = libc.ptrace(PTRACE_SEIZE, os.getppid(), None, None)
+print("attached" if rc == 0 else f"refused errno={ctypes.get_errno()}")
+"""
+
+
+async def test_a_call_cannot_ptrace_its_keeper(pool: Pool) -> None:
+    handle = await new_session(pool, "x = 1")
+    result = await call(pool, PTRACE_KEEPER, handle)
+    assert result.stdout.text.startswith("refused"), result
+    assert (await call(pool, "print(x)", handle)).stdout.text == "1\n"
+
+
+@pytest.mark.parametrize("then", ["pass", "raise ValueError"], ids=["ends-ok", "fails"])
+async def test_kill_minus_one_in_a_sandboxed_call_ends_at_most_its_own_session(
+    session_config: Config, no_leaks: None, then: str
+) -> None:
+    if session_config.sandbox == "none":
+        pytest.skip("kill(-1) in a run with no PID namespace of its own reaches whatever the server's uid may signal")
+    async with Pool.open(session_config, reap_strays=True) as pool:
+        other = await new_session(pool, "y = 7")
+        handle = await new_session(pool, "x = 5")
+        code = f"import os, signal, time\nos.kill(-1, signal.SIGKILL)\ntime.sleep(0.2)\nx += 1\n{then}"
+        await call(pool, code, handle)
+        after = await call(pool, "print(x)", handle)
+        if then == "pass":
+            assert after.stdout.text == "6\n" or after.message.startswith("unknown session"), after
+        else:
+            assert after.stdout.text == "5\n" or after.message.startswith("unknown session"), after
+        assert (await call(pool, "print(y)", other)).stdout.text == "7\n", "another session is out of its reach"
+        assert (await pool.run(RunRequest("t", "print(3)", 10))).stdout.text == "3\n"
+
+
+async def test_close_session_during_a_call_kills_the_call_and_its_result_says_the_session_was_closed(
+    pool: Pool,
+) -> None:
+    handle = await new_session(pool, "x = 1")
+    ended: list[RunResult] = []
+
+    async def long_call() -> None:
+        ended.append(await call(pool, "import time\ntime.sleep(30)", handle, timeout=30))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(long_call)
+        with anyio.fail_after(10):
+            while not pool.sessions._calls_running:
+                await anyio.sleep(0.05)
+        assert await pool.close_session(handle, None) is None
+    [result] = ended
+    assert result.status is Status.SIGNAL
+    assert "the session ended during this call (closed by close_session)" in result.message
+
+
+LEAVE_TRACES = """
+import os
+for where in ("/tmp", "/dev/shm", "."):
+    open(os.path.join(where, "trace-{mark}"), "w").write("x")
+secret = "{mark}"
+"""
+LOOK_FOR_TRACES = """
+import os
+print(sorted(f"{where}/{name}" for where in ("/tmp", "/dev/shm", ".") for name in os.listdir(where)
+             if name.startswith("trace-")), "secret" in globals())
+"""
+
+
+async def test_sessions_and_one_shot_runs_share_no_file_no_tmp_no_shm_and_no_variable(pool: Pool) -> None:
+    if pool.sessions._config.sandbox == "none":
+        pytest.skip("without a sandbox, /tmp and /dev/shm are the host's, shared by every run (docs/sessions.md)")
+    first = await new_session(pool, LEAVE_TRACES.format(mark="a"))
+    second = await new_session(pool)
+    mine = await call(pool, LOOK_FOR_TRACES, first)
+    assert mine.stdout.text == "['./trace-a', '/dev/shm/trace-a', '/tmp/trace-a'] True\n", mine
+    theirs = await call(pool, LOOK_FOR_TRACES, second)
+    assert theirs.stdout.text == "[] False\n", theirs
+    one_shot = await pool.run(RunRequest("t", LOOK_FOR_TRACES, 10))
+    assert one_shot.stdout.text == "[] False\n", one_shot

@@ -10,12 +10,13 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from jsonschema import Draft202012Validator
 from mcp import Client
 
 from runner.config import Config
 from runner.execution.pool import Pool
 from runner.protocol.handlers import build_server
-from runner.protocol.schemas import input_schema, output_schema
+from runner.protocol.schemas import close_input_schema, close_output_schema, input_schema, output_schema
 from tests.helpers import SEED_PLAIN, check_structured
 
 pytestmark = pytest.mark.anyio
@@ -48,7 +49,7 @@ async def call(client: Client, arguments: Any, name: str = "run_python") -> tupl
 
 async def test_tools_list_returns_exactly_the_hand_written_schemas(client: Client, config: Config) -> None:
     listed = await client.list_tools()
-    [tool] = listed.tools
+    [tool, close] = listed.tools
     assert tool.name == "run_python"
     assert tool.title == "Run Python"
     assert tool.input_schema == input_schema(config)
@@ -58,6 +59,25 @@ async def test_tools_list_returns_exactly_the_hand_written_schemas(client: Clien
     assert tool.annotations.destructive_hint is True
     assert tool.description is not None
     assert f"{config.max_memory_mb} MiB memory" in tool.description
+    assert 'pass session "new"' in tool.description
+    assert close.name == "close_session"
+    assert (close.input_schema, close.output_schema) == (close_input_schema(), close_output_schema())
+    assert close.annotations is not None
+    assert close.annotations.idempotent_hint is True
+
+
+async def test_without_sessions_only_run_python_is_listed_and_a_session_call_says_they_are_off(
+    config: Config, mode: str, no_leaks: None
+) -> None:
+    off = dataclasses.replace(config, max_sessions=0)
+    async with Pool.open(off) as pool, Client(build_server(off, pool), mode=mode) as client:  # type: ignore[arg-type]
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["run_python"]
+        _, structured, is_error = await call(client, {"code": "1", "session": "new"})
+        assert is_error
+        assert "RUNNER_MAX_SESSIONS=0" in structured["message"]
+        result = await client.call_tool("close_session", {"session": "s-x"})
+        assert result.is_error
+        assert "unknown tool 'close_session'" in text_of(result)
 
 
 async def test_a_call_returns_the_seed_format_and_structured_content(client: Client) -> None:
@@ -173,3 +193,78 @@ async def test_a_run_shorter_than_a_second_gets_no_progress(client: Client) -> N
 
     await client.call_tool("run_python", {"code": "print(1)"}, progress_callback=on_progress)
     assert updates == []
+
+
+# --- sessions ----------------------------------------------------------------------------------------
+
+
+async def close(client: Client, handle: str) -> tuple[str, dict[str, Any], bool]:
+    result = await client.call_tool("close_session", {"session": handle})
+    assert result.structured_content is not None
+    Draft202012Validator(close_output_schema()).validate(result.structured_content)
+    return text_of(result), result.structured_content, result.is_error
+
+
+async def test_a_session_keeps_state_under_the_handle_it_returns_and_says_so_in_text_and_structure(
+    client: Client,
+) -> None:
+    text, started, is_error = await call(client, {"code": "x = 41", "session": "new"})
+    assert not is_error
+    handle = started["session"]
+    assert re.fullmatch(r"s-[A-Za-z0-9_-]{32}", handle)
+    assert (started["rolled_back"], started["session_note"]) == (False, "")
+    assert f"\n--- session: {handle} | kept ---\n--- exit_code: 0 |" in text
+    _, structured, _ = await call(client, {"code": "x += 1\nprint(x)", "session": handle})
+    assert (structured["stdout"], structured["session"], structured["rolled_back"]) == ("42\n", handle, False)
+
+
+async def test_a_failed_call_is_rolled_back_and_the_result_says_so_in_a_line_and_a_field(client: Client) -> None:
+    _, started, _ = await call(client, {"code": "x = 1", "session": "new"})
+    handle = started["session"]
+    text, failed, is_error = await call(client, {"code": "x = 2\nraise KeyError('k')", "session": handle})
+    assert is_error
+    assert (failed["status"], failed["rolled_back"], failed["session"]) == ("error", True, handle)
+    assert f"--- session: {handle} | rolled back (" in text
+    assert "the session is as it was before this call ---" in text
+    _, after, _ = await call(client, {"code": "print(x)", "session": handle})
+    assert after["stdout"] == "1\n"
+
+
+async def test_a_one_shot_result_has_no_session_field(client: Client) -> None:
+    text, structured, _ = await call(client, {"code": "print(1)"})
+    assert not {"session", "rolled_back", "session_note"} & set(structured)
+    assert "--- session" not in text
+
+
+async def test_close_session_ends_it_and_from_then_on_its_handle_is_unknown(client: Client) -> None:
+    _, started, _ = await call(client, {"code": "x = 1", "session": "new"})
+    handle = started["session"]
+    text, closed, is_error = await close(client, handle)
+    assert not is_error
+    assert (closed["closed"], closed["session"]) == (True, handle)
+    assert text == f"[request_id={closed['request_id']}]\n{closed['message']}\n"
+    _, after, is_error = await call(client, {"code": "print(x)", "session": handle})
+    assert is_error
+    assert after["message"].startswith("unknown session")
+    assert "closed by close_session" in after["message"]
+    assert "session" not in after, "nothing ran"
+    _, again, is_error = await close(client, handle)
+    assert is_error
+    assert again["closed"] is False
+    assert again["message"].startswith("unknown session")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ({}, "missing argument"),
+        ({"session": 7}, "invalid argument 'session'"),
+        ({"session": "s-x", "code": "1"}, "unknown argument 'code': close_session takes 'session' only"),
+    ],
+)
+async def test_close_session_with_bad_arguments_says_which(
+    client: Client, arguments: dict[str, Any], says: str
+) -> None:
+    result = await client.call_tool("close_session", arguments)
+    assert result.is_error
+    assert says in text_of(result)

@@ -122,7 +122,7 @@ async def test_the_python_client_lists_the_tool_and_runs_code_in_the_seed_format
     with http_server(work_dir, tmp_path / "log", RUNNER_AUTH_TOKENS_FILE=str(tokens_file)) as server:
         async with client_for(server, mode, ALICE) as client:
             assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
-            [tool] = (await client.list_tools()).tools
+            [tool, _] = (await client.list_tools()).tools
             assert tool.input_schema == input_schema(Config.from_env({}))
             result = await client.call_tool("run_python", {"code": "print(sum(range(10)))"})
             [block] = result.content

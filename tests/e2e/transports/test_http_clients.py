@@ -8,13 +8,14 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runner.config import Config
 from runner.protocol.schemas import input_schema, output_schema
 from tests.e2e.test_real_clients import CLIENTS, Node, assert_left_nothing, client_env, node_clients, run_ts_client
-from tests.helpers import RETURNS_ARGUMENTS, SEED_PLAIN, alive, check_returns, check_structured
+from tests.helpers import RETURNS_ARGUMENTS, SEED_PLAIN, alive, check_returns, check_structured, check_ts_session
 from tests.http_server import HttpServer, http_server
 
 __all__ = ["node_clients"]  # the session fixture, shared with tests/e2e/test_real_clients.py
@@ -48,7 +49,7 @@ def test_the_typescript_sdk_works_over_http_with_a_token(
     assert "error" not in reports["connect"], reports["connect"]
     assert reports["connect"]["protocolVersion"] == "2025-11-25"
     listed = reports["list"]
-    assert listed["names"] == ["run_python"]
+    assert listed["names"] == ["run_python", "close_session"]
     assert listed["inputSchema"] == input_schema(Config.from_env({}))
     assert listed["outputSchema"] == output_schema()
     assert re.fullmatch(SEED_PLAIN, reports["call"]["text"])
@@ -62,6 +63,7 @@ def test_the_typescript_sdk_works_over_http_with_a_token(
     assert cancel["goneWhileConnected"], f"run pid {cancel['pid']} still alive 10 s after the abort"
     assert not alive(cancel["pid"])
     assert check_structured(cancel["after"]["structuredContent"])["stdout"] == "still here\n"
+    check_ts_session(reports["session"])
     assert reports["close"] == {"closed": True}
 
 
@@ -83,8 +85,7 @@ def test_the_inspector_cli_calls_run_python_over_http_with_a_token(
     listed = inspector("--method", "tools/list", "--strict", *token)
     assert listed.returncode == 0, listed.stderr
     envelope = json.loads(listed.stdout)
-    [tool] = envelope["result"]["tools"]
-    assert tool["name"] == "run_python"
+    assert [tool["name"] for tool in envelope["result"]["tools"]] == ["run_python", "close_session"]
     assert envelope.get("schemaFindings", []) == [], "strict: no schema portability finding"
     arguments = '{"code":"print(sum(range(10)))"}'
     called = inspector("--method", "tools/call", "--tool-name", "run_python", "--tool-args-json", arguments, *token)
@@ -93,3 +94,16 @@ def test_the_inspector_cli_calls_run_python_over_http_with_a_token(
     assert re.fullmatch(SEED_PLAIN, result["content"][0]["text"])
     refused = inspector("--method", "tools/list", "--protocol-era", era)
     assert refused.returncode != 0, "without the token the Inspector gets nothing"
+
+    def session_call(tool: str, arguments: dict[str, str]) -> dict[str, Any]:
+        done = inspector(
+            "--method", "tools/call", "--tool-name", tool, "--tool-args-json", json.dumps(arguments), *token
+        )
+        structured: dict[str, Any] = json.loads(done.stdout)["result"]["structuredContent"]
+        return structured
+
+    # Each Inspector run is a client of its own; the session outlives it on the server, under its handle.
+    handle = check_structured(session_call("run_python", {"code": "x = 6", "session": "new"}))["session"]
+    kept = check_structured(session_call("run_python", {"code": "print(x * 7)", "session": handle}))
+    assert (kept["stdout"], kept["rolled_back"]) == ("42\n", False)
+    assert session_call("close_session", {"session": handle})["closed"] is True

@@ -1,0 +1,415 @@
+"""Every RUNNER_* variable, declared once: its field, type, unit, range and meaning.
+
+`runner.config` reads the environment through these declarations into its frozen `Config` (the
+default of each variable is its field's there), names a bad variable from them in its error, and
+prints docs/configuration.md's table from them (`python -m runner.config`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from runner.settings import KIB, MIB, Setting
+
+# Paths the HTTP transport serves besides the MCP endpoint; RUNNER_HTTP_PATH may not take one.
+OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")
+# What a server on a loopback address accepts unless told otherwise.
+LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+# Without RUNNER_PRELOAD: those of these installed in RUNNER_PACKAGES.
+DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib.pyplot")
+
+LogFormat = Literal["text", "json"]
+SandboxMode = Literal["auto", "namespaces", "bwrap", "none", "none-posix-spawn"]
+SandboxNetwork = Literal["isolated", "shared"]
+Transport = Literal["stdio", "http"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+def _choices(name: str, field: str, kind: object, meaning: str) -> Setting:
+    return Setting(name, field, "choice", meaning, choices=get_args(kind))
+
+
+SETTINGS = (
+    Setting(
+        "RUNNER_MAX_CPU_SECONDS",
+        "max_cpu_seconds",
+        "int",
+        "CPU seconds per run (RLIMIT_CPU soft; hard is one more).",
+        low=1,
+        high=86_400,
+    ),
+    Setting(
+        "RUNNER_MAX_MEMORY_MB",
+        "max_memory_mb",
+        "int",
+        "Memory per run in MiB. Where the server can make cgroups (sandboxed modes, root or a delegated v2 "
+        "subtree), the whole run's: every process of it together, its tmpfs (`/tmp`, `/dev/shm`, `/run`) and "
+        "shared memory included, no swap, over it `memory_limit` (see [whole-run limits](security.md#whole-run-"
+        "limits-cgroups)). Also each process's address space (RLIMIT_AS); in the preloading zygote, both on top "
+        "of what it preloaded (see [the preloading zygote](spawn-modes.md#the-preloading-zygote)).",
+        low=32,
+        high=1_048_576,
+    ),
+    Setting(
+        "RUNNER_MAX_PROCESSES",
+        "max_processes",
+        "int",
+        "Processes and threads per run. A root server's sandboxed run has a host uid of its own, whose "
+        "RLIMIT_NPROC is this; otherwise it sizes the server's uid's RLIMIT_NPROC "
+        "(see [RLIMIT_NPROC](security.md#rlimit_nproc-and-running-as-root)). Where the server can make "
+        "cgroups, also each run's `pids.max`.",
+        low=1,
+        high=4096,
+    ),
+    Setting(
+        "RUNNER_MAX_FILE_SIZE_MB",
+        "max_file_size_mb",
+        "int",
+        "Largest file a run may write, MiB (RLIMIT_FSIZE).",
+        high=1_048_576,
+    ),
+    Setting(
+        "RUNNER_MAX_OUTPUT_CHARS",
+        "max_output_chars",
+        "int",
+        "Characters shown per stream (head and tail halves).",
+        low=100,
+        high=10_000_000,
+    ),
+    Setting(
+        "RUNNER_MAX_CONCURRENT",
+        "max_concurrent",
+        "int",
+        "Runs at the same time; the rest wait in FIFO order.",
+        low=1,
+        high=256,
+    ),
+    Setting(
+        "RUNNER_DEFAULT_TIMEOUT",
+        "default_timeout",
+        "number",
+        "Wall-clock seconds when a call gives no `timeout`.",
+        unit="seconds",
+        low=0.1,
+        high=86_400,
+        shown_accepted="number 0.1-`RUNNER_MAX_TIMEOUT`",
+    ),
+    Setting(
+        "RUNNER_MAX_TIMEOUT",
+        "max_timeout",
+        "number",
+        "Largest `timeout` a call may ask for.",
+        unit="seconds",
+        low=0.1,
+        high=86_400,
+    ),
+    Setting(
+        "RUNNER_MAX_CODE_MB",
+        "max_code_bytes",
+        "number",
+        "Largest `code`, MiB of UTF-8.",
+        unit="MiB",
+        low=KIB,
+        high=64 * MIB,
+    ),
+    Setting(
+        "RUNNER_MAX_STDIN_MB", "max_stdin_bytes", "number", "Largest `stdin`, MiB of UTF-8.", unit="MiB", high=64 * MIB
+    ),
+    Setting(
+        "RUNNER_MAX_OUTPUT_MB",
+        "max_output_bytes",
+        "number",
+        "stdout + stderr MiB after which a run is killed (`output_limit`).",
+        unit="MiB",
+        low=4 * KIB,
+        high=1024 * MIB,
+    ),
+    Setting(
+        "RUNNER_MAX_QUEUE",
+        "max_queue",
+        "int",
+        "Calls that may wait for a slot; one more gets `busy`. `0`: no bound.",
+        high=100_000,
+    ),
+    Setting(
+        "RUNNER_MAX_SESSIONS",
+        "max_sessions",
+        "int",
+        'Sessions (`session: "new"`) open at once, over every caller; one more is refused. `0`: no sessions.',
+        high=10_000,
+    ),
+    Setting(
+        "RUNNER_MAX_SESSIONS_PER_CALLER",
+        "max_sessions_per_caller",
+        "int",
+        "Sessions one caller (a token's name; a stdio client) may hold open at once.",
+        low=1,
+        high=10_000,
+    ),
+    Setting(
+        "RUNNER_SESSION_IDLE_SECONDS",
+        "session_idle_seconds",
+        "int",
+        "A session no call has used for this long ends, and its handle is unknown from then on.",
+        low=1,
+        high=604_800,
+    ),
+    Setting(
+        "RUNNER_SESSION_MAX_SECONDS",
+        "session_max_seconds",
+        "int",
+        "A session ends this long after it started, however busy it is.",
+        low=1,
+        high=2_592_000,
+    ),
+    Setting(
+        "RUNNER_POOL_SIZE",
+        "pool_size",
+        "int",
+        "Interpreters kept started and waiting for code, per zygote (so twice as many with a preloading zygote); "
+        "`0`: start one per call.",
+        high=64,
+    ),
+    _choices("RUNNER_LOG_LEVEL", "log_level", LogLevel, "Level of the server's log."),
+    _choices(
+        "RUNNER_LOG_FORMAT",
+        "log_format",
+        LogFormat,
+        "One text line or one JSON object per event (see [Logging](protocol.md#logging)).",
+    ),
+    Setting(
+        "RUNNER_PYTHON",
+        "python",
+        "path",
+        "Interpreter that runs the code (tested with CPython 3.11).",
+        expected="an absolute path to a Python 3 interpreter",
+        shown_default="the server's interpreter, symlinks resolved",
+        shown_accepted="absolute path of an executable file",
+    ),
+    Setting(
+        "RUNNER_WORK_DIR",
+        "work_dir",
+        "path",
+        "Where the server makes its `python-runner-*` directory with one `run-*` directory per run.",
+        expected="an absolute path to a writable directory",
+        shown_default="the temp directory (`TMPDIR`, else `/tmp`)",
+        shown_accepted="absolute path of a writable directory",
+    ),
+    _choices(
+        "RUNNER_SANDBOX",
+        "sandbox",
+        SandboxMode,
+        "How runs start and what isolates them, decided once at start: forked by a zygote into namespaces of "
+        "their own (`namespaces`), spawned one interpreter each inside bubblewrap (`bwrap`), forked with rlimits "
+        "only (`none`), or spawned with rlimits only (`none-posix-spawn`). `auto`: the first of `namespaces`, "
+        "`bwrap` and `none` whose start-up probe works, the log saying why; `namespaces` or `bwrap`: refuse to "
+        "start without it. See [the table](spawn-modes.md).",
+    ),
+    _choices(
+        "RUNNER_SANDBOX_NETWORK",
+        "sandbox_network",
+        SandboxNetwork,
+        "`isolated`: each sandboxed run gets an empty network namespace of its own, made for it and never lent to "
+        "another (no network at all, no abstract unix socket shared with another run, and no counter an earlier "
+        "run moved); `shared`: keep the server's network.",
+    ),
+    Setting(
+        "RUNNER_SANDBOX_TMP_MB",
+        "sandbox_tmp_mb",
+        "int",
+        "Size of each sandboxed run's private tmpfs at `/tmp` (its working directory) and at `/dev/shm` "
+        "(`/run` is 1 MiB).",
+        low=1,
+        high=1_048_576,
+    ),
+    Setting(
+        "RUNNER_SANDBOX_READ_PATHS",
+        "sandbox_read_paths",
+        "list",
+        "Host paths sandboxed runs may read besides what they need (a dataset directory, say), bound read-only "
+        "at the same place; nothing else of the host is in their view. Each must exist, and be neither `/` nor "
+        "the server's own (its work directory, its tokens file).",
+        pattern=r"/.*",
+        expected="comma-separated absolute paths",
+        shown_default="empty: none",
+        shown_accepted="comma-separated absolute paths of files or directories",
+    ),
+    Setting(
+        "RUNNER_SANDBOX_UIDS",
+        "sandbox_uids",
+        "text",
+        "The host uids a root server's sandboxed runs are given, one per run at a time (none is 0, none a user "
+        "of the host's): RLIMIT_NPROC then holds for each run, and no run is root on the host. A non-root server's "
+        "runs keep its uid. Each server takes a block of the range of its own (see [security](security.md)).",
+        pattern=r"[1-9][0-9]{0,9}-[1-9][0-9]{0,9}",
+        expected="FIRST-LAST, host uids from 1 to 4294967294, FIRST <= LAST",
+        shown_accepted="`FIRST-LAST`, uids from 1 to 4294967294",
+    ),
+    Setting(
+        "RUNNER_PACKAGES",
+        "packages",
+        "path",
+        "The package environment runs may import from (see [below](#the-package-environment)). `make run` sets "
+        "it to `.sandbox-env` unless it is set, even empty.",
+        expected="an absolute path to a package environment",
+        shown_default="empty: the standard library only",
+        shown_accepted="absolute path of a directory holding `site-packages/`, or a virtual environment holding "
+        "exactly one `lib/python3*/site-packages`",
+    ),
+    Setting(
+        "RUNNER_PRELOAD",
+        "preload",
+        "list",
+        "Modules a second zygote imports before its first fork. Only where runs are forked (`RUNNER_SANDBOX` "
+        "`none` or `namespaces`); ignored where they are spawned (`none-posix-spawn`, `bwrap`). "
+        "See [the preloading zygote](spawn-modes.md#the-preloading-zygote).",
+        pattern=r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*",
+        expected="comma-separated module names",
+        shown_default=f"those of {', '.join(f'`{name}`' for name in DEFAULT_PRELOAD)} installed in "
+        "`RUNNER_PACKAGES`; none without it",
+        shown_accepted="comma-separated module names; empty: none",
+    ),
+    Setting(
+        "RUNNER_MAX_IMAGES",
+        "max_images",
+        "int",
+        "Images one call returns: figures and image files together; `0`: none.",
+        high=64,
+    ),
+    Setting(
+        "RUNNER_MAX_IMAGE_MB",
+        "max_image_bytes",
+        "number",
+        "Largest image returned, MiB; a figure over it is drawn again at a lower dpi, an image file over it is "
+        "not returned.",
+        unit="MiB",
+        low=KIB,
+        high=64 * MIB,
+    ),
+    Setting(
+        "RUNNER_MAX_RETURNED_MB",
+        "max_returned_bytes",
+        "number",
+        "Images and files one call returns, MiB together; `0`: no images and no files (the result still comes back).",
+        unit="MiB",
+        high=1024 * MIB,
+    ),
+    Setting(
+        "RUNNER_MAX_FILES_MB",
+        "max_files_bytes",
+        "number",
+        "Files that are not images one call returns, MiB together (within `RUNNER_MAX_RETURNED_MB`).",
+        unit="MiB",
+        high=1024 * MIB,
+    ),
+    Setting(
+        "RUNNER_MAX_INPUT_MB",
+        "max_input_mb",
+        "int",
+        "The `files` of one call, MiB together after decoding; each file also at most `RUNNER_MAX_FILE_SIZE_MB`.",
+        high=1024,
+    ),
+    _choices(
+        "RUNNER_TRANSPORT",
+        "transport",
+        Transport,
+        "How clients reach the server; `--transport` on the command line wins. The `RUNNER_HTTP_*` variables, "
+        "`RUNNER_AUTH_TOKENS_FILE` and `RUNNER_SHUTDOWN_GRACE` are read only for `http` (see [HTTP](http.md)).",
+    ),
+    Setting(
+        "RUNNER_HTTP_HOST",
+        "http.host",
+        "text",
+        "Where the HTTP server listens. Not a loopback address: needs `RUNNER_HTTP_ALLOWED_HOSTS` and tokens "
+        "(or `--insecure-no-auth`).",
+        shown_accepted="an address to bind (IPv4, IPv6, a name)",
+    ),
+    Setting(
+        "RUNNER_HTTP_PORT",
+        "http.port",
+        "int",
+        "Its port; `0`: any free port (the log line `serving on HTTP url=...` says which).",
+        high=65_535,
+    ),
+    Setting(
+        "RUNNER_HTTP_PATH",
+        "http.path",
+        "text",
+        "The MCP endpoint.",
+        pattern=r"(/[A-Za-z0-9._~-]+)+",
+        expected="a path such as /mcp",
+        shown_accepted="a path of one or more `/segments`, not "
+        + ", ".join(f"`{path}`" for path in OPERATIONS_PATHS[:-1])
+        + f" or `{OPERATIONS_PATHS[-1]}`",
+    ),
+    Setting(
+        "RUNNER_HTTP_ALLOWED_HOSTS",
+        "http.allowed_hosts",
+        "list",
+        "Host headers the MCP endpoint accepts; any other gets 421 (DNS-rebinding protection).",
+        pattern=r"[^/\s?#@]+",
+        expected="comma-separated host[:port] values",
+        shown_default=f"`{','.join(LOOPBACK_HOSTS)}` on a loopback address; required otherwise",
+        shown_accepted="comma-separated `host` or `host:port` (`host:*`: any port)",
+    ),
+    Setting(
+        "RUNNER_HTTP_ALLOWED_ORIGINS",
+        "http.allowed_origins",
+        "list",
+        "Origin headers accepted; any other gets 403. A request without Origin (not from a browser) is not "
+        "refused for it.",
+        pattern=r"https?://[^/\s?#@]+",
+        expected="comma-separated scheme://host[:port] origins",
+        shown_default=f"`{','.join(LOOPBACK_ORIGINS)}` on a loopback address; none otherwise",
+        shown_accepted="comma-separated `scheme://host[:port]` (`:*`: any port)",
+    ),
+    Setting(
+        "RUNNER_AUTH_TOKENS_FILE",
+        "http.tokens_file",
+        "path",
+        "Bearer tokens, one per line, `name:token` or `token` (named `token-N` by its line); `#` comments and "
+        "blank lines skipped; each at least 16 visible ASCII characters. Read once at start; a bad line stops "
+        "the server naming the line, never the token.",
+        expected="an absolute path to a file",
+        shown_default="none: no authentication",
+        shown_accepted="absolute path of a readable file",
+    ),
+    Setting(
+        "RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN",
+        "http.max_concurrent_per_token",
+        "int",
+        "Calls one token may have running or queued in the pool at once; its further calls wait in a line of "
+        "their own (at most `RUNNER_MAX_QUEUE`, then `busy`).",
+        high=256,
+        shown_default="`0`: a fair share, `RUNNER_MAX_CONCURRENT` divided among the tokens (rounded up; no limit "
+        "with one token or none)",
+    ),
+    Setting(
+        "RUNNER_HTTP_WORKERS",
+        "http.workers",
+        "int",
+        "Server processes accepting on the one port, each with its own pool and zygotes (`RUNNER_MAX_CONCURRENT` "
+        "and `RUNNER_POOL_SIZE` are per worker). See [HTTP](http.md#workers).",
+        low=1,
+        high=64,
+    ),
+    Setting(
+        "RUNNER_HTTP_REPLICA",
+        "http.replica",
+        "text",
+        "This replica's name (its pod's, say), put in every session handle it makes (`s-NAME.…`), so that a proxy "
+        "in front of several replicas sends each session's calls back to it. See [sessions](http.md#sessions).",
+        pattern=r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?",
+        expected="a DNS label: lower-case letters, digits and '-', at most 63",
+        shown_default="none: handles name no replica",
+        shown_accepted="a DNS label (`a-z`, `0-9`, `-`)",
+    ),
+    Setting(
+        "RUNNER_SHUTDOWN_GRACE",
+        "http.shutdown_grace",
+        "int",
+        "Seconds calls in flight may finish after SIGTERM or SIGINT; then they are cancelled and their runs killed.",
+        high=3600,
+    ),
+)
