@@ -67,6 +67,7 @@ from harness.data import DATA_CODE, scenario_data
 from harness.report import machine, render
 from harness.scenarios import preflight, say, scenario_calls, scenario_flood, scenario_memory, scenario_startup
 from harness.servers import BENCH_DIR, REPO, Launch, build_specs, describe_root, export_commit, server_config_line
+from harness.sessions import scenario_sessions
 from harness.workloads import CALL_TIMEOUT, CPU_CODE, FLOOD_CODE, FULL, QUICK, TRIVIAL_CODE
 
 
@@ -92,8 +93,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-naive", action="store_true", help="leave the naive baseline out")
     parser.add_argument(
         "--only",
-        default="calls,flood,startup,memory,data",
-        help="comma-separated scenarios: calls, flood, startup, memory, data (default: all)",
+        default="calls,flood,startup,memory,data,sessions",
+        help="comma-separated scenarios: calls, flood, startup, memory, data, sessions (default: all)",
     )
     parser.add_argument(
         "--modes", default="raw,client", help="client modes for the call scenarios (default raw,client)"
@@ -133,7 +134,7 @@ async def main_async(args: argparse.Namespace) -> int:
     params = QUICK if args.quick else FULL
     modes = tuple(m for m in args.modes.split(",") if m)
     scenarios = {s for s in args.only.split(",") if s}
-    unknown = scenarios - {"calls", "flood", "startup", "memory", "data"} | set(modes) - {"raw", "client"}
+    unknown = scenarios - {"calls", "flood", "startup", "memory", "data", "sessions"} | set(modes) - {"raw", "client"}
     if unknown:
         raise SystemExit(f"run_bench: unknown scenario or mode: {sorted(unknown)}")
     specs = build_specs(args)
@@ -175,12 +176,14 @@ async def main_async(args: argparse.Namespace) -> int:
         report["startup"] = await scenario_startup(specs, launch, params)
     if "memory" in scenarios:
         report["memory"] = await scenario_memory(specs, launch, params)
+    if {"data", "sessions"} & scenarios and not (args.packages / "site-packages").is_dir():
+        raise SystemExit(f"run_bench: no package environment at {args.packages}: make sandbox-env builds it")
     if "data" in scenarios:
-        if not (args.packages / "site-packages").is_dir():
-            raise SystemExit(f"run_bench: no package environment at {args.packages}: make sandbox-env builds it")
         report["data"] = {}
         for mode in modes:
             report["data"][mode] = await scenario_data(mode, specs, launch, params, str(args.packages.resolve()))
+    if "sessions" in scenarios:
+        report["sessions"] = await scenario_sessions(specs, launch, params, str(args.packages.resolve()))
     report["elapsed_s"] = time.perf_counter() - begin
     report["loadavg_end"] = os.getloadavg()
     markdown = render(report)

@@ -81,7 +81,7 @@ class RawConn:
         self.log = log
         self._next_id = 0
         self._pending: dict[int, asyncio.Future[tuple[float, dict[str, Any] | None, int]]] = {}
-        self._encoded: dict[tuple[str, float], bytes] = {}
+        self._encoded: dict[str, bytes] = {}
         self._reader = asyncio.create_task(self._read_loop())
         self.initialized_at: float | None = None
 
@@ -206,10 +206,14 @@ class RawConn:
 
     async def call(self, code: str, expected: str | None, run_timeout: float = CALL_TIMEOUT) -> CallResult:
         """One tools/call of run_python with pre-encoded arguments."""
-        key = (code, run_timeout)
+        return await self.call_with({"code": code, "timeout": run_timeout}, expected)
+
+    async def call_with(self, arguments: dict[str, Any], expected: str | None) -> CallResult:
+        """One tools/call of run_python with these arguments (pre-encoded, once per distinct set)."""
+        key = json.dumps(arguments, sort_keys=True)
         body = self._encoded.get(key)
         if body is None:
-            params = {"name": "run_python", "arguments": {"code": code, "timeout": run_timeout}}
+            params = {"name": "run_python", "arguments": arguments}
             body = b'"method":"tools/call","params":' + json.dumps(params, separators=(",", ":")).encode()
             self._encoded[key] = body
         received, message, size, sent = await self._send(body)

@@ -15,6 +15,7 @@ from typing import Any
 from .data import TARGETS as DATA_TARGETS
 from .data import data_rows
 from .scenarios import RSS_SAMPLE_INTERVAL
+from .sessions import session_rows
 from .stats import ratio
 from .workloads import BARE_IMPORT, CONCURRENCY_LEVELS, CPU_N, PACE, TARGETS, THROUGHPUT_ENV
 
@@ -357,6 +358,9 @@ def render(report: dict[str, Any]) -> str:
     data = data_rows(report, naive)
     if data:
         lines += ["## Data work (issue 12)", "", *data]
+    sessions = session_rows(report)
+    if sessions:
+        lines += ["## Sessions (issue 25)", "", *sessions]
     calls = report.get("calls", {})
     if calls:
         lines += [

@@ -459,6 +459,9 @@ def fork_candidate(channel_fd: int) -> None:
         return
     try:
         os.setpgid(0, 0)  # the same, from this side: whichever runs first
+        # A call may have made itself dumpable again; the keeper it may become must not be, or a
+        # later call could write the kept state through /proc/PID/mem and then be rolled back.
+        libc.set_dumpable(False)
         # Nothing of the call's: the server waits for its pipes to close, and the job socket is its.
         null = os.open(os.devnull, os.O_RDWR)
         for target in (0, 1, 2):

@@ -26,7 +26,7 @@ import yaml
 
 from tests.conftest import REPO
 
-BASE = REPO / "deploy" / "kubernetes"
+BASE = REPO / "deploy" / "kubernetes" / "base"
 KUSTOMIZATION = BASE / "kustomization.yaml"
 EXAMPLE_SECRET = BASE / "secret.example.yaml"
 MANIFESTS = sorted(path for path in BASE.glob("*.yaml") if path != KUSTOMIZATION)

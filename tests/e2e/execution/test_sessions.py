@@ -332,3 +332,17 @@ async def test_sessions_and_one_shot_runs_share_no_file_no_tmp_no_shm_and_no_var
     assert theirs.stdout.text == "[] False\n", theirs
     one_shot = await pool.run(RunRequest("t", LOOK_FOR_TRACES, 10))
     assert one_shot.stdout.text == "[] False\n", one_shot
+
+
+async def test_a_call_that_made_itself_dumpable_leaves_no_keeper_a_later_call_could_write_into(pool: Pool) -> None:
+    handle = await new_session(pool, "x = 1")
+    dumpable = "import ctypes\nctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE"
+    kept = await call(pool, dumpable, handle)
+    assert kept.session is not None
+    assert kept.session.kept
+    probe = (
+        "import os\ntry:\n    open(f'/proc/{os.getppid()}/mem', 'r+b')\n    print('opened')\n"
+        "except OSError as e:\n    print('refused', e.errno)"
+    )
+    result = await call(pool, probe, handle)
+    assert result.stdout.text.startswith("refused"), result

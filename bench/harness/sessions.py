@@ -1,0 +1,173 @@
+"""The sessions scenario of issue 25, interleaved on one raw connection per real server (the naive
+baseline has no sessions):
+
+- the question a session answers from kept state, `df.v.sum()` on a 2,000,000-row DataFrame loaded
+  once, against the same question asked as a one-shot call that reads the data from a CSV handed in
+  with `files` (4 MB: one digit a row) every time; the target is a ratio of at least 20x;
+- a trivial `print(1)` in a session against a one-shot `print(1)`: the target is a p50 within 1.5x;
+- the memory of an idle session after a call that loaded pandas: the keeper's private pages
+  (Private_Clean + Private_Dirty of /proc/PID/smaps_rollup: what it shares with no other process, not
+  the preloading zygote's pages), and the anchor's, which holds the directory's snapshot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from .drivers import RawConn, open_conn
+from .procfs import descendants
+from .scenarios import rotate, say
+from .servers import Launch, ServerSpec
+from .stats import summary
+from .workloads import Params
+
+ROWS = 2_000_000
+CSV = "v\n" + "".join(f"{i % 10}\n" for i in range(ROWS))
+EXPECTED_SUM = str(sum(i % 10 for i in range(ROWS)))
+LOAD = "import pandas as pd\ndf = pd.read_csv('data.csv')\nimport os\nos.remove('data.csv')\nprint(len(df))"
+ASK = "print(df.v.sum())"
+ONE_SHOT = "import pandas as pd\ndf = pd.read_csv('data.csv')\nprint(df.v.sum())"
+TRIVIAL = "print(1)"
+TARGETS = {
+    "kept_vs_csv": "df.v.sum() on a kept 2,000,000-row DataFrame >= 20x faster than reading the CSV in a one-shot call",
+    "trivial": "a trivial call in a session: p50 within 1.5x of a one-shot trivial call",
+}
+
+
+def private_bytes(pid: int) -> int:
+    """Private_Clean + Private_Dirty of a process, bytes; 0 if it is gone."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith((b"Private_Clean:", b"Private_Dirty:")):
+                    total += int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return total
+
+
+def _inner_pid(pid: int) -> int:
+    """A process's pid in its innermost PID namespace (the last of NSpid), or 0."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"NSpid:"):
+                    return int(line.split()[-1])
+    except OSError:
+        pass
+    return 0
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
+def keeper_and_anchor(server: int, keeper_inner: int) -> tuple[int, int]:
+    """The host pids of the session's keeper (its pid inside is `keeper_inner`, as a call sees its
+    parent) and of its anchor: of the server's descendants with that inner pid, the one with the most
+    private memory (the keeper holds pandas; a pooled run that happens to have the same inner pid in a
+    namespace of its own holds little)."""
+    matches = [pid for pid in descendants(server) if _inner_pid(pid) == keeper_inner]
+    if not matches:
+        return 0, 0
+    keeper = max(matches, key=private_bytes)
+    return keeper, _parent(keeper)
+
+
+async def scenario_sessions(specs: list[ServerSpec], launch: Launch, p: Params, packages: str) -> dict[str, Any]:
+    """Kept DataFrame against the CSV, trivial in a session against one-shot, idle session memory."""
+    out: dict[str, Any] = {"packages": packages, "rows": ROWS, "csv_bytes": len(CSV)}
+    runners = [spec for spec in specs if spec.kind == "runner"]
+    rounds = max(6, p.trivial_calls // 5)
+    files = [{"path": "data.csv", "content": CSV}]
+    async with contextlib.AsyncExitStack() as stack:
+        conns: list[RawConn] = []
+        for spec in runners:
+            conn = await open_conn("raw", spec, launch, "sessions", stack, {"RUNNER_PACKAGES": packages})
+            assert isinstance(conn, RawConn)
+            conns.append(conn)
+        handles: dict[str, str] = {}
+        say("[sessions] warm-up: a session loads the CSV once; a one-shot call reads it")
+        for conn in conns:
+            started = await conn.call_with({"code": LOAD, "files": files, "session": "new", "timeout": 60}, str(ROWS))
+            if not started.ok or not started.structured:
+                raise SystemExit(f"run_bench: the session did not start on {conn.spec.label}: {started.problem}")
+            handles[conn.spec.label] = started.structured["session"]
+            for _ in range(2):
+                await conn.call_with({"code": ONE_SHOT, "files": files, "timeout": 60}, EXPECTED_SUM)
+                await conn.call_with({"code": ASK, "session": handles[conn.spec.label], "timeout": 60}, EXPECTED_SUM)
+        samples = {c.spec.label: {"kept": [], "csv": [], "trivial_session": [], "trivial_one_shot": []} for c in conns}
+        failures: dict[str, list[str]] = {c.spec.label: [] for c in conns}
+        say(f"[sessions] {rounds} rounds per server of: kept sum, CSV sum, 5 trivial in the session, 5 one-shot")
+        for n in range(rounds):
+            for conn in rotate(conns, n):
+                label, handle = conn.spec.label, handles[conn.spec.label]
+                asks: list[tuple[str, dict[str, Any], str]] = [
+                    ("kept", {"code": ASK, "session": handle, "timeout": 60}, EXPECTED_SUM),
+                    ("csv", {"code": ONE_SHOT, "files": files, "timeout": 60}, EXPECTED_SUM),
+                ]
+                trivial = [
+                    ("trivial_session", {"code": TRIVIAL, "session": handle, "timeout": 10}, "1"),
+                    ("trivial_one_shot", {"code": TRIVIAL, "timeout": 10}, "1"),
+                ]
+                for kind, arguments, expected in rotate(asks, n) + rotate(trivial, n) * 5:
+                    result = await conn.call_with(arguments, expected)
+                    samples[label][kind].append(result.latency)
+                    if not result.ok:
+                        failures[label].append(f"{kind}: {result.problem}")
+        for conn in conns:
+            label = conn.spec.label
+            parent = await conn.call_with({"code": "import os\nprint(os.getppid())", "session": handles[label]}, None)
+            inner = int((parent.structured or {}).get("stdout", "0").strip() or 0)
+            # The call that printed it was kept: its candidate is the keeper now, a sibling of the
+            # printing call's parent. Ask again with a call that fails (rolled back: the keeper stays).
+            again = await conn.call_with(
+                {"code": "import os\nprint(os.getppid())\nraise SystemExit(3)", "session": handles[label]}, None
+            )
+            inner = int((again.structured or {}).get("stdout", "0").strip() or inner)
+            keeper, anchor = keeper_and_anchor(conn.pid, inner) if conn.pid else (0, 0)
+            out.setdefault("servers", {})[label] = {
+                **{kind: summary(values) for kind, values in samples[label].items()},
+                "keeper_private_bytes": private_bytes(keeper) if keeper else None,
+                "anchor_private_bytes": private_bytes(anchor) if anchor else None,
+                "failures": failures[label][:10],
+                "failure_count": len(failures[label]),
+            }
+    return out
+
+
+def session_rows(report: dict[str, Any]) -> list[str]:
+    """Markdown: the targets of issue 25 and the numbers of the sessions scenario."""
+    scenario = report.get("sessions")
+    if not scenario:
+        return []
+    lines = [
+        f"### Sessions (RUNNER_PACKAGES={scenario['packages']}; {scenario['rows']:,} rows, "
+        f"a {scenario['csv_bytes'] / 1e6:.1f} MB CSV)",
+        "",
+        "| server | kept df.v.sum() p50 | CSV one-shot p50 | ratio | trivial in session p50 | trivial one-shot p50 "
+        "| ratio | idle keeper private | its anchor private | failures |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, s in scenario.get("servers", {}).items():
+        kept, csv = s["kept"]["p50"], s["csv"]["p50"]
+        in_session, one_shot = s["trivial_session"]["p50"], s["trivial_one_shot"]["p50"]
+        keeper, anchor = s["keeper_private_bytes"], s["anchor_private_bytes"]
+        lines.append(
+            f"| {label} | {kept * 1000:.1f} ms | {csv * 1000:.1f} ms | {csv / kept:.1f}x "
+            f"| {in_session * 1000:.2f} ms | {one_shot * 1000:.2f} ms | {in_session / one_shot:.2f}x "
+            f"| {'' if keeper is None else f'{keeper / 2**20:.1f} MiB'} "
+            f"| {'' if anchor is None else f'{anchor / 2**20:.1f} MiB'} | {s['failure_count']} |"
+        )
+        met = "met" if csv / kept >= 20 else "NOT met"
+        lines.append(f"|  | {TARGETS['kept_vs_csv']}: {met} | | | | | | | | |")
+        met = "met" if in_session / one_shot <= 1.5 else "NOT met"
+        lines.append(f"|  | {TARGETS['trivial']}: {met} | | | | | | | | |")
+    lines.append("")
+    return lines
