@@ -126,8 +126,8 @@ class Progress:
 
 @dataclass(frozen=True, slots=True)
 class SessionsState:
-    """The sessions at one moment: how many are open and what their processes hold apart from the
-    zygote (bytes), and counts since the server started."""
+    """The sessions at one moment: how many are open and the memory of their processes (bytes of
+    proportional set size), and counts since the server started."""
 
     open: int = 0
     memory_bytes: int = 0

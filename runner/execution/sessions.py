@@ -34,7 +34,7 @@ from runner.logs import log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
 from runner.processes.child import Child
 from runner.processes.keeper import KeptCall, SessionKeeper, SessionLost
-from runner.processes.procctl import private_bytes
+from runner.processes.procctl import tree_pss_bytes
 
 HANDLE_PREFIX = "s-"
 HANDLE_BYTES = 24  # 192 bits: past guessing, as MCP's guidance on handles asks for at least 128
@@ -91,9 +91,10 @@ class Sessions:
         child.ended(-9, 0.0, 0)
 
     def state(self, memory: bool) -> SessionsState:
-        """Open sessions, the counts so far and, if asked (it reads /proc for each), what their
-        processes hold apart from the zygote."""
-        memory_bytes = sum(private_bytes(s.anchor.interpreter_pid) for s in self._open.values()) if memory else 0
+        """Open sessions, the counts so far and, if asked (it reads /proc for each), the memory of
+        their processes (their proportional set size: their own pages in full, the zygote's shared
+        ones in part)."""
+        memory_bytes = sum(tree_pss_bytes(s.anchor.interpreter_pid) for s in self._open.values()) if memory else 0
         return SessionsState(len(self._open), memory_bytes, **self._counts)
 
     @property
@@ -199,6 +200,8 @@ class Sessions:
         except SessionLost as exc:
             call.close_all()
             await self._end(session, str(exc), "lost")
+            if not call.pid:  # the keeper never had it: the session had ended before it, nothing ran
+                return self._unknown_call(request)
             # Its processes went (the call killed them, kill(-1) say, or something outside did, or
             # close_session came): the call's own end is not known, the session's is.
             why = self._ended.get(session.handle, (None, str(exc), 0.0))[1]

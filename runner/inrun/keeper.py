@@ -39,6 +39,7 @@ import time
 # before it is ready: the socket modules are imported where a session needs them, not here.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import array
     import socket
     from collections.abc import Callable
     from typing import NoReturn
@@ -82,7 +83,7 @@ def filename(calls: int) -> str:
 
 
 class _Call:
-    __slots__ = ("candidate", "channel", "ended", "pid", "threads")
+    __slots__ = ("candidate", "channel", "ended", "kill_asked", "pid", "threads")
 
     def __init__(self, channel: socket.socket) -> None:
         self.channel = channel  # the anchor's end of the call's channel (the candidate speaks on it)
@@ -90,6 +91,7 @@ class _Call:
         self.candidate = 0
         self.threads = False
         self.ended = False
+        self.kill_asked = False
 
 
 class Anchor:
@@ -156,8 +158,10 @@ class Anchor:
             if line == b"C":
                 self.start_call(received)
                 received = []
-            elif line == b"K" and self.call is not None and self.call.pid:
-                _kill_group(self.call.pid)
+            elif line == b"K" and self.call is not None:
+                self.call.kill_asked = True
+                if self.call.pid:
+                    _kill_group(self.call.pid)
             elif line in (b"V 1", b"V 0"):
                 self.verdict(line == b"V 1")
         for fd in received:
@@ -204,6 +208,8 @@ class Anchor:
         if fields[0] == b"S":
             self.call.pid = int(fields[1])
             self.say(message)
+            if self.call.kill_asked:  # the server's K came before the keeper's S
+                _kill_group(self.call.pid)
         elif fields[0] == b"X" and int(fields[1]) == self.call.pid and not self.call.ended:
             self.call.ended = True
             self.say(message)
@@ -258,9 +264,13 @@ class Anchor:
             failure = self.snapshot.take()
             if failure:
                 keep, why = False, failure.encode(errors="replace")[:200].replace(b"\n", b" ")
+        # What the anchor kills itself is not waited for: an old keeper or a candidate idles, and
+        # writes nothing; their exit (the teardown of a large state) is not on the call's path.
+        dying = set()
         if keep:
             if self.keeper:
                 _kill(self.keeper)
+                dying.add(self.keeper)
             self.keeper = call.candidate
             if self.keeper_channel is not None:
                 self.keeper_channel.close()
@@ -272,8 +282,9 @@ class Anchor:
         else:
             if call.candidate > 0:
                 _kill(call.candidate)
+                dying.add(call.candidate)
             call.channel.close()
-        self.sweep({self.keeper})
+        self.sweep({self.keeper} | dying)
         if not keep:
             failure = self.snapshot.restore()
             if failure:
@@ -281,6 +292,12 @@ class Anchor:
         if not self.keeper or self.keeper_channel is None:
             self.lost("the session's keeper process was killed")
         self.say(b"V %d %d %s" % (keep, call.threads, why))
+        if not keep:
+            # The keeper stays: it forks its next call ahead now (a new keeper does so itself).
+            try:  # noqa: SIM105  (contextlib is not imported in runs)
+                self.keeper_channel.send(b"F")
+            except OSError:
+                pass
 
     def sweep(self, spare: set[int]) -> None:
         """Kill every child of the anchor's but `spare` (and every orphan of theirs as it comes),
@@ -349,10 +366,14 @@ class Kept(BaseException):
 
 
 def keep(channel: socket.socket, *, first: bool = False) -> list[int]:
-    """Be a keeper: hold the state, and fork one call per ``C`` from the anchor; say its pid, wait
+    """Be a keeper: hold the state, and run one call per ``C`` from the anchor; say its pid, wait
     for it, say its end. Returns only in a call, with the fds it was handed; EOF or being killed ends
     the keeper. The `first` keeper of a session holds nothing of the anchor's; a later one (a kept
-    candidate) keeps the files its calls opened."""
+    candidate) keeps the files its calls opened.
+
+    The next call is forked ahead (`_fork_ready`), when the keeper begins and when the anchor says
+    ``F`` (after a roll-back): a ``C`` then only hands it its fds, and the fork of a keeper that
+    holds a large state (a few milliseconds with pandas loaded) is not on the call's path."""
     import socket
 
     try:
@@ -369,23 +390,35 @@ def keep(channel: socket.socket, *, first: bool = False) -> list[int]:
             for target in (0, 1, 2):
                 os.dup2(null, target)
             os.closerange(3, KEEPER_FD)
+        ready = _fork_ready(channel)
+        if isinstance(ready, list):
+            return ready
         while True:
             message, fds, _, _ = channel.recvmsg(MAX_LINE, socket.CMSG_SPACE(8 * 4))
             received = _fds(fds)
             if not message:
                 os._exit(0)
+            if message == b"F" and ready is None:
+                ready = _fork_ready(channel)
+                if isinstance(ready, list):
+                    return ready
             if message != b"C" or len(received) != 5:
                 for fd in received:
                     os.close(fd)
                 continue
-            random = sys.modules.get("random")
-            state = random.getstate() if random is not None else None
-            pid = os.fork()
-            if pid == 0:
-                channel.detach()
-                if random is not None and state is not None:
-                    random.setstate(state)  # reseeded by CPython's at-fork hook: the state is the session's
-                return received
+            if ready is None:  # none ahead (that fork failed): fork the call now, as it comes
+                ready = _fork_ready(channel)
+                if isinstance(ready, list):
+                    return ready
+                if ready is None:
+                    os._exit(1)  # no call can be forked: the session's state is as good as lost
+            pid, hand = ready
+            ready = None
+            try:  # noqa: SIM105  (contextlib is not imported in runs)
+                hand.sendmsg([b"C"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _int_array(received))])
+            except OSError:
+                pass  # the ready call died: its end is told below, as any call's
+            hand.close()
             for fd in received:
                 os.close(fd)
             channel.send(b"S %d" % pid)
@@ -393,6 +426,51 @@ def keep(channel: socket.socket, *, first: bool = False) -> list[int]:
             channel.send(b"X %d %d %r %r %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss))
     except BaseException:  # a keeper never returns but into a call
         os._exit(1)
+
+
+def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int] | None:
+    """Fork the next call ahead. In the keeper: its pid and the socket its fds go down (None if the
+    fork failed). In the call: the fds, once they come (a call is then on its way, as if just forked)."""
+    import socket
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    random = sys.modules.get("random")
+    state = random.getstate() if random is not None else None
+    keeper = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None
+    if pid:
+        theirs.close()
+        return pid, ours
+    try:
+        ours.close()
+        channel.close()  # the keeper's: the anchor sees the keeper's end as the end of this socket
+        libc.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL)  # a ready call dies with its keeper
+        if os.getppid() != keeper:  # it died before that
+            os._exit(0)
+        if random is not None and state is not None:
+            random.setstate(state)  # reseeded by CPython's at-fork hook: the state is the session's
+        message, fds, _, _ = theirs.recvmsg(16, socket.CMSG_SPACE(8 * 4))
+        received = _fds(fds)
+        if message != b"C" or len(received) != 5:
+            os._exit(0)
+        theirs.close()
+        # A call outlives its keeper, as a call forked on demand would: one that kills it and then
+        # ends ok is kept (its candidate becomes the keeper).
+        libc.prctl(libc.PR_SET_PDEATHSIG, 0)
+    except BaseException:
+        os._exit(1)
+    return received
+
+
+def _int_array(fds: list[int]) -> array.array[int]:
+    import array
+
+    return array.array("i", fds)
 
 
 def enter_call(fds: list[int], home: str) -> None:
@@ -405,7 +483,6 @@ def enter_call(fds: list[int], home: str) -> None:
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HANDED_ABOVE) for fd in fds]
     for fd in fds:
         os.close(fd)
-    os.close(KEEPER_FD)
     for target, fd in enumerate(moved[:4]):
         os.dup2(fd, target)
     os.dup2(moved[4], CHANNEL_FD, inheritable=False)

@@ -84,7 +84,8 @@ class SessionKeeper:
         return keeper
 
     async def call(self) -> KeptCall:
-        """A call forked from the session's kept state, its pipes the server's, ready for its job."""
+        """A call of the session's kept state, its pipes the server's, ready for its job (the keeper
+        hands them to the call it forked ahead)."""
         ends: list[int] = []
         try:
             for _ in range(3):
@@ -113,27 +114,16 @@ class SessionKeeper:
         ours_ = [stdin_w, stdout_r, stderr_r, code_ours]
         for fd in ours_:
             os.set_blocking(fd, False)
-        try:
-            line = await self._next(FORK_TIMEOUT)
-            fields = line.split()
-            if len(fields) != 2 or fields[0] != b"S" or not fields[1].isdigit():
-                raise SessionLost(self.lost or f"the session's keeper did not fork the call: {line[:200]!r}")
-        except BaseException:
-            for fd in ours_:
-                os.close(fd)
-            raise
+        # Not waiting for the keeper's "S <pid>": the job can go down the call's socket before the
+        # call is there to read it (the pid comes with S, in `_take`; a kill asked for before then
+        # waits in the anchor for it).
         call = KeptCall(
-            pid=int(fields[1]),
-            workdir=None,
-            stdin=stdin_w,
-            stdout=stdout_r,
-            stderr=stderr_r,
-            code=code_ours,
-            interpreter_pid=int(fields[1]),
-            anchor=self,
+            pid=0, workdir=None, stdin=stdin_w, stdout=stdout_r, stderr=stderr_r, code=code_ours, anchor=self
         )
         call._open.update(ours_)
         self._call = call
+        if self.lost is not None:
+            call.ended(-9, 0.0, 0)
         return call
 
     def kill_call(self) -> None:
@@ -196,12 +186,18 @@ class SessionKeeper:
 
     def _take(self, line: bytes) -> None:
         fields = line.split()
-        if fields[:1] == [b"X"] and len(fields) == 6 and self._call is not None:
+        call = self._call
+        if fields[:1] == [b"X"] and len(fields) == 6 and call is not None:
             status, cpu = int(fields[2]), float(fields[3]) + float(fields[4])
-            self._call.ended(os.waitstatus_to_exitcode(status), cpu, maxrss_bytes(int(fields[5])))
+            call.ended(os.waitstatus_to_exitcode(status), cpu, maxrss_bytes(int(fields[5])))
+            return
+        if fields[:1] == [b"S"] and len(fields) == 2 and fields[1].isdigit() and call is not None:
+            call.pid = call.interpreter_pid = int(fields[1])
             return
         if fields[:1] == [b"E"]:
             self.lost = line[2:].decode(errors="replace") or "the session's state was lost"
+            if call is not None:
+                call.ended(-9, 0.0, 0)  # no call runs in a session whose state is lost
         else:
             self._lines.append(line)
         self._arrived.set()

@@ -1,5 +1,5 @@
 """Linux process controls the server uses on itself: child subreaper, non-dumpable, its children;
-and what /proc tells of a process tree (its private memory).
+and what /proc tells of a process tree (its proportional memory).
 
 prctl(2) through the one libc wrapper (`runner.inrun.libc`); where there is none, these are no-ops
 that say so by returning False.
@@ -81,10 +81,11 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def private_bytes(pid: int, most: int = 64) -> int:
-    """Memory only `pid` and the processes under it hold (smaps_rollup's Private_Clean and
-    Private_Dirty, and their swap): what they share with no other process, so not the zygote's
-    pages they still share. 0 for processes already gone; at most `most` processes are read."""
+def tree_pss_bytes(pid: int, most: int = 64) -> int:
+    """The proportional set size of `pid` and of every process under it (smaps_rollup's Pss and
+    SwapPss): the pages only they map in full, so a page two of them share (a keeper and the call it
+    forked ahead) once, and of a page they share with others (the zygote's) their fraction. 0 for
+    processes already gone; at most `most` processes are read."""
     total, todo, seen = 0, [pid], 0
     while todo and seen < most:
         current = todo.pop()
@@ -96,7 +97,7 @@ def private_bytes(pid: int, most: int = 64) -> int:
             continue
         for line in lines:
             name, _, rest = line.partition(b":")
-            if name in (b"Private_Clean", b"Private_Dirty", b"Swap"):
+            if name in (b"Pss", b"SwapPss"):
                 total += int(rest.split()[0]) * 1024
         todo.extend(_children(current))
     return total

@@ -73,7 +73,8 @@ class Metrics:
         self._ready = gauge("runner_pool_ready", "Interpreters ready for code now")
         self._sessions_open = gauge("runner_sessions_open", "Sessions open now")
         self._session_memory = gauge(
-            "runner_sessions_memory_bytes", "Memory the open sessions' processes hold apart from the zygote"
+            "runner_sessions_memory_bytes",
+            "Proportional set size of the open sessions' processes (pages shared with the zygote counted in part)",
         )
         gauge("runner_max_concurrent", "Runs allowed at once").set(max_concurrent)
         gauge("runner_pool_size", "Interpreters kept ready (RUNNER_POOL_SIZE)").set(pool_size)

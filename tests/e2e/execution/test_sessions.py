@@ -221,8 +221,15 @@ async def test_a_keeper_killed_from_outside_ends_its_own_session_alone_and_its_n
     handle = await new_session(pool, "x = 5")
     [session] = [s for s in pool.sessions._open.values() if s.handle == handle]
     anchor = session.anchor.interpreter_pid
-    with open(f"/proc/{anchor}/task/{anchor}/children") as listing:
-        [keeper] = [int(pid) for pid in listing.read().split()]  # between calls, the anchor has one child
+
+    def children() -> list[int]:
+        with open(f"/proc/{anchor}/task/{anchor}/children") as listing:
+            return [int(pid) for pid in listing.read().split()]
+
+    with anyio.fail_after(10):
+        while len(children()) != 1:  # the keeper before the last call's may still be on its way out
+            await anyio.sleep(0.02)
+    [keeper] = children()
     os.kill(keeper, signal.SIGKILL)
     result = await call(pool, "print(x)", handle)
     assert result.message.startswith("unknown session"), result
