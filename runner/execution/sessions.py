@@ -56,6 +56,12 @@ class Session:
     started: float
     used: float
     turn: anyio.Lock = field(default_factory=anyio.Lock)
+    # Set once the last call's verdict is done: it comes after that call's answer, and the next
+    # call waits for it.
+    settled: anyio.Event = field(default_factory=anyio.Event)
+
+    def __post_init__(self) -> None:
+        self.settled.set()
 
 
 class Sessions:
@@ -188,6 +194,9 @@ class Sessions:
     async def _call_counted(
         self, session: Session, request: RunRequest, waited: float, on_progress: ProgressCallback | None
     ) -> RunResult:
+        await session.settled.wait()
+        if self._open.get(session.handle) is not session:  # the last verdict ended it
+            return self._unknown_call(request)
         session.used = anyio.current_time()
         try:
             call = await session.keeper.call()
@@ -196,7 +205,7 @@ class Sessions:
             return self._unknown_call(request)
         try:
             result = await self._driver.drive(call, request, waited, on_progress)
-            verdict = await session.keeper.verdict(result.status is Status.OK)
+            ahead = await session.keeper.keepable()
         except SessionLost as exc:
             call.close_all()
             await self._end(session, str(exc), "lost")
@@ -216,23 +225,41 @@ class Sessions:
             raise
         call.close_all()
         session.used = anyio.current_time()
+        kept = result.status is Status.OK and ahead.keepable
+        # The answer goes now; the verdict (the keeper replaced, or the files put back) follows, and
+        # the session's next call waits for it.
+        session.settled = anyio.Event()
+        self._tg.start_soon(self._settle, session, kept, session.settled)
         notes = []
-        if not verdict.kept:
+        if not kept:
             self._counts["rolled_back"] += 1
-            if verdict.why:
-                notes.append(verdict.why)
-        if verdict.threads and verdict.kept:
+            if result.status is Status.OK and ahead.why:
+                notes.append(ahead.why)
+        if ahead.threads and kept:
             notes.append("threads it started do not carry over to the next call")
-        outcome = SessionOutcome(session.handle, verdict.kept, "; ".join(notes))
-        if session.keeper.lost is not None:
-            await self._end(session, session.keeper.lost, "lost")
+        outcome = SessionOutcome(session.handle, kept, "; ".join(notes))
         return dataclasses.replace(result, session=outcome)
+
+    async def _settle(self, session: Session, kept: bool, settled: anyio.Event) -> None:
+        """The verdict on a call whose answer is gone: what it said (kept or rolled back) is done,
+        or the session ends."""
+        try:
+            verdict = await session.keeper.verdict(kept)
+            if verdict.kept != kept:
+                await self._end(session, f"its last call could not be kept after all: {verdict.why}", "lost")
+            elif session.keeper.lost is not None:
+                await self._end(session, session.keeper.lost, "lost")
+        except SessionLost as exc:
+            await self._end(session, str(exc), "lost")
+        finally:
+            settled.set()
 
     async def _roll_back_cancelled(self, session: Session, call: KeptCall) -> None:
         call.kill_group()
         try:
             with anyio.fail_after(ROLLBACK_PATIENCE):
                 await call.exited.wait()
+                await session.keeper.keepable()
                 await session.keeper.verdict(False)
         except (SessionLost, TimeoutError):
             await self._end(session, "a call of it was cancelled and could not be rolled back", "lost")
@@ -269,7 +296,7 @@ class Sessions:
             await anyio.sleep(EXPIRY_INTERVAL)
             now = anyio.current_time()
             for session in list(self._open.values()):
-                if session.turn.locked():
+                if session.turn.locked() or not session.settled.is_set():
                     continue
                 if now - session.used > c.session_idle_seconds:
                     await self._end(session, f"unused for {c.session_idle_seconds} s", "expired")

@@ -22,9 +22,11 @@ The wire, server to anchor, on the run's job socket (fd 3), one line a message: 
 call's four fds (stdin, stdout, stderr, job socket; SCM_RIGHTS): fork a call; ``K``: kill the running
 call's group; ``V 1`` or ``V 0``: keep or roll back the last call; EOF: end the session. Anchor to
 server: ``R`` once ready; ``S <pid>`` a call was forked; ``X <pid> <wait status> <utime> <stime>
-<maxrss>`` it ended; ``V <kept> <threads> <why...>`` the verdict is done (kept: 1 or 0; threads: 1 if
-the call left threads, which a fork does not carry; why a call was not kept, or ``-``);
-``E <why>`` the session is over (its state was lost).
+<maxrss>`` it ended; ``P <keepable> <threads> <why...>``, once per call, as soon as it is known
+whether the call can be kept (1: its code ran to its end, and its files could be read; threads: 1 if
+the call left threads, which a fork does not carry; why not, or ``-``), so that the server can answer
+before the verdict; ``V <kept> <threads> <why...>`` the verdict is done; ``E <why>`` the session is
+over (its state was lost).
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def filename(calls: int) -> str:
 
 
 class _Call:
-    __slots__ = ("candidate", "channel", "ended", "kill_asked", "pid", "threads")
+    __slots__ = ("announced", "candidate", "channel", "ended", "kill_asked", "looked", "pid", "threads", "why")
 
     def __init__(self, channel: socket.socket) -> None:
         self.channel = channel  # the anchor's end of the call's channel (the candidate speaks on it)
@@ -92,6 +94,9 @@ class _Call:
         self.threads = False
         self.ended = False
         self.kill_asked = False
+        self.announced = False  # its P line said to the server
+        self.why = b""  # why it cannot be kept, as said in that line
+        self.looked: dict[str, tuple[object, ...]] = {}  # the directory as the candidate found it
 
 
 class Anchor:
@@ -117,6 +122,7 @@ class Anchor:
         theirs.close()
         self.keeper = pid
         self.keeper_channel: socket.socket | None = ours
+        self.wake = -1  # the read end of SIGCHLD's wake-up pipe (`serve`)
 
     def say(self, line: bytes) -> None:
         try:
@@ -127,6 +133,7 @@ class Anchor:
     def serve(self, wake: int) -> NoReturn:
         import select
 
+        self.wake = wake
         self.say(b"R")
         while True:
             watched: list[socket.socket | int] = [self.control, wake]
@@ -213,6 +220,7 @@ class Anchor:
         elif fields[0] == b"X" and int(fields[1]) == self.call.pid and not self.call.ended:
             self.call.ended = True
             self.say(message)
+            self.call_ended(self.call)
 
     def from_candidate(self, call: _Call) -> None:
         try:
@@ -223,8 +231,36 @@ class Anchor:
         if len(fields) == 3 and fields[0] == b"P" and fields[1].isdigit():
             call.candidate = int(fields[1])
             call.threads = fields[2] == b"1"
+            # What could keep it from being kept is known now, while the call reports its end: the
+            # server answers its client with that, and gives the verdict after.
+            call.looked, failure = self.snapshot.look()
+            self.announce(call, failure)
         else:
             call.candidate = -1  # no candidate will come (the call's end is a roll-back)
+            self.announce(call, "its code did not run to its end")
+
+    def call_ended(self, call: _Call) -> None:
+        """The call exited: if no candidate was announced (its code did not end: os._exit, a
+        signal, ...), none will be, since a call forks it before it ends."""
+        if call.candidate == 0:
+            import select
+
+            readable, _, _ = select.select([call.channel], [], [], 0)
+            if readable:  # announced before the call ended, read only now
+                self.from_candidate(call)
+                return
+            call.candidate = -1
+        if not call.announced:
+            self.announce(call, "its code did not run to its end")
+
+    def announce(self, call: _Call, failure: str) -> None:
+        """``P <keepable> <threads> <why...>``: whether the call can be kept (a candidate, its files
+        readable), once per call."""
+        if call.announced:
+            return
+        call.announced = True
+        call.why = failure.encode(errors="replace")[:200].replace(b"\n", b" ")
+        self.say(b"P %d %d %s" % (call.candidate > 0 and not failure, call.threads, call.why or b"-"))
 
     def reap(self) -> None:
         """Reap every child that ended: the keeper, a candidate, the call (once the keeper is gone,
@@ -244,26 +280,46 @@ class Anchor:
             elif call is not None and pid == call.pid and not call.ended:
                 call.ended = True
                 self.say(b"X %d %d %r %r %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss))
+                self.call_ended(call)
 
     def verdict(self, keep: bool) -> None:
+        """Keep the last call's candidate or roll the call back, once the call has ended (its
+        leftovers are the anchor's orphans only then): what the server said in its answer, unless
+        that can no longer be (``V`` says what was done)."""
         import select
 
         call, self.call = self.call, None
         if call is None:
             self.say(b"V 0 0 no-call")
             return
-        if keep and call.candidate == 0:
-            readable, _, _ = select.select([call.channel], [], [], CANDIDATE_SECONDS)
-            if readable:
+        self.call = call  # until it has ended: what comes meanwhile is about it
+        deadline = time.monotonic() + CANDIDATE_SECONDS
+        while not call.ended and time.monotonic() < deadline:
+            watched: list[socket.socket | int] = [self.wake]
+            if self.keeper_channel is not None:
+                watched.append(self.keeper_channel)
+            if call.candidate == 0:
+                watched.append(call.channel)
+            readable, _, _ = select.select(watched, [], [], max(0.0, deadline - time.monotonic()))
+            if self.wake in readable:
+                os.read(self.wake, 4096)
+                self.reap()  # the call itself, once its keeper is gone
+            if self.keeper_channel is not None and self.keeper_channel in readable:
+                self.from_keeper()
+            if call.candidate == 0 and call.channel in readable:
                 self.from_candidate(call)
+        self.call = None
+        if not call.announced:
+            self.call_ended(call)
         why = b"-"
-        if keep and call.candidate <= 0:
-            keep, why = False, b"its code did not run to its end"  # os._exit, a signal, ...
+        if keep and (call.candidate <= 0 or call.why):  # the server asks only for what P said could be
+            keep, why = False, call.why or b"its candidate is gone"
         if keep:
             self.sweep({self.keeper, call.candidate})
-            failure = self.snapshot.take()
-            if failure:
-                keep, why = False, failure.encode(errors="replace")[:200].replace(b"\n", b" ")
+            # Read again what changed since the candidate looked (a leftover of the call's may have
+            # written before it was killed); where that fails, what the candidate saw is kept.
+            if self.snapshot.take(call.looked):
+                self.snapshot.entries = call.looked
         # What the anchor kills itself is not waited for: an old keeper or a candidate idles, and
         # writes nothing; their exit (the teardown of a large state) is not on the call's path.
         dying = set()
@@ -514,8 +570,8 @@ def write_call_files(files: list[tuple[str, bytes]]) -> dict[str, tuple[int, int
 
 def fork_candidate(channel_fd: int) -> None:
     """At the end of a call whose code ended: fork the candidate state and announce it on the call's
-    channel; the call goes on to report its end. The candidate waits to be kept (``K``: it raises
-    `Kept`, and becomes the keeper) or killed."""
+    channel (``P <pid> <threads>``); the call goes on to report its end. The candidate waits to be
+    kept (``K``: it raises `Kept`, and becomes the keeper) or killed."""
     import socket
 
     threading = sys.modules.get("threading")
@@ -529,8 +585,15 @@ def fork_candidate(channel_fd: int) -> None:
     if pid:
         # In a group of its own before the call reports its end: the server then has the call's
         # group killed (``K``), and the candidate must not be in it, whether or not it has run yet.
-        try:  # noqa: SIM105  (contextlib is not imported in runs)
+        # Announced from here, not by the candidate: before the call's report and its end, which
+        # the candidate, still to be scheduled, may come after.
+        try:
             os.setpgid(pid, pid)
+            channel = socket.socket(fileno=channel_fd)
+            try:
+                channel.send(b"P %d %d" % (pid, threads))
+            finally:
+                channel.detach()
         except OSError:
             pass  # gone already: the anchor reaps it, and the call is rolled back
         return
@@ -549,7 +612,6 @@ def fork_candidate(channel_fd: int) -> None:
             random.setstate(state)  # the fork reseeded it (CPython's at-fork hook): the state is the call's
         Session.kept_calls += 1
         channel = socket.socket(fileno=channel_fd)
-        channel.send(b"P %d %d" % (os.getpid(), threads))
         answer = channel.recv(16)
     except BaseException:
         os._exit(0)

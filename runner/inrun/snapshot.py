@@ -51,26 +51,31 @@ class Snapshot:
                     pending.append(entry)
         return found
 
-    def take(self) -> str:
-        """Take the directory as it is now (reading only files that changed); why not, or ''."""
+    def look(self, *also: dict[str, tuple[object, ...]]) -> tuple[dict[str, tuple[object, ...]], str]:
+        """The directory as it is now, re-reading only files changed since it was taken (or since
+        `also`, an earlier look): (entries, ''), or ({}, why not). Nothing is taken yet."""
         try:
             entries: dict[str, tuple[object, ...]] = {}
             for path, info in self._scan().items():
-                old = self.entries.get(path)
                 key = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode)
                 if stat.S_ISDIR(info.st_mode):
                     entries[path] = ("d", info.st_mode, info.st_mtime_ns)
                 elif stat.S_ISLNK(info.st_mode):
                     entries[path] = ("l", os.readlink(os.path.join(self.home, path)))
                 elif stat.S_ISREG(info.st_mode):
-                    if old is not None and old[0] == "f" and old[1] == key:
-                        entries[path] = old
-                    else:
-                        entries[path] = ("f", key, _read(os.path.join(self.home, path), info))
-            self.entries = entries
-            return ""
+                    known = [old for old in (d.get(path) for d in (self.entries, *also)) if old is not None]
+                    same = next((old for old in known if old[0] == "f" and old[1] == key), None)
+                    entries[path] = same or ("f", key, _read(os.path.join(self.home, path), info))
+            return entries, ""
         except (OSError, MemoryError) as exc:
-            return f"the session's files could not be kept: {exc}"
+            return {}, f"the session's files could not be kept: {exc}"
+
+    def take(self, *also: dict[str, tuple[object, ...]]) -> str:
+        """Take the directory as it is now (`look`); why not, or ''."""
+        entries, failure = self.look(*also)
+        if not failure:
+            self.entries = entries
+        return failure
 
     def restore(self) -> str:
         """Put the directory back as it was taken; why not, or ''."""

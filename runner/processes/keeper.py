@@ -23,15 +23,25 @@ from runner.inrun.wire import KEEPER_JOB
 from runner.processes.child import STARTUP_TIMEOUT, Child, maxrss_bytes
 from runner.processes.forkserver import ForkedChild
 
-# How long the anchor may take to fork a call, and to keep or roll back the last one (which, with
-# files to put back, reads and writes the session's directory).
-FORK_TIMEOUT = 10.0
+# How long the anchor may take to say whether a call can be kept, and to keep it or roll it back
+# (which, with files to put back, reads and writes the session's directory).
 VERDICT_TIMEOUT = 30.0
 MAX_LINE = 4096
 
 
 class SessionLost(Exception):
     """The session's anchor is gone or said its state is lost: nothing more runs in it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Keepable:
+    """What the anchor says of a call as it ends, before any verdict: whether it can be kept (its
+    code ran to its end, and its files could be read), whether it left threads (which a kept state
+    does not carry), and why it cannot be kept."""
+
+    keepable: bool
+    threads: bool
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,15 +139,18 @@ class SessionKeeper:
     def kill_call(self) -> None:
         self._say(b"K\n")
 
+    async def keepable(self) -> Keepable:
+        """Whether the last call can be kept: the anchor says so once per call, as soon as it
+        knows (its candidate appeared, or the call ended without one)."""
+        fields = (await self._next(VERDICT_TIMEOUT)).split(maxsplit=3)
+        if len(fields) != 4 or fields[0] != b"P":
+            raise SessionLost(self.lost or f"the session's anchor did not say: {b' '.join(fields)[:200]!r}")
+        why = fields[3].decode(errors="replace")
+        return Keepable(fields[1] == b"1", fields[2] == b"1", "" if why == "-" else why)
+
     async def verdict(self, keep: bool) -> Verdict:
-        """Keep the last call's state, or roll it back; what the anchor did."""
-        call = self._call
-        if call is not None and call.report is None:
-            # The driver returns once the call's end is known from its report or its exit; the
-            # anchor's X (its keeper reaped it) may still be on its way.
-            with anyio.move_on_after(FORK_TIMEOUT):
-                await call.exited.wait()
-        self._call = None
+        """Keep the last call's state, or roll it back; what the anchor did. The anchor waits for
+        the call's end itself."""
         self._say(b"V %d\n" % keep)
         line = await self._next(VERDICT_TIMEOUT)
         fields = line.split(maxsplit=3)
@@ -187,12 +200,14 @@ class SessionKeeper:
     def _take(self, line: bytes) -> None:
         fields = line.split()
         call = self._call
-        if fields[:1] == [b"X"] and len(fields) == 6 and call is not None:
-            status, cpu = int(fields[2]), float(fields[3]) + float(fields[4])
-            call.ended(os.waitstatus_to_exitcode(status), cpu, maxrss_bytes(int(fields[5])))
+        if fields[:1] == [b"X"]:  # the end of the last call (its keeper reaped it)
+            if len(fields) == 6 and call is not None:
+                status, cpu = int(fields[2]), float(fields[3]) + float(fields[4])
+                call.ended(os.waitstatus_to_exitcode(status), cpu, maxrss_bytes(int(fields[5])))
             return
-        if fields[:1] == [b"S"] and len(fields) == 2 and fields[1].isdigit() and call is not None:
-            call.pid = call.interpreter_pid = int(fields[1])
+        if fields[:1] == [b"S"]:  # the last call's pid
+            if len(fields) == 2 and fields[1].isdigit() and call is not None:
+                call.pid = call.interpreter_pid = int(fields[1])
             return
         if fields[:1] == [b"E"]:
             self.lost = line[2:].decode(errors="replace") or "the session's state was lost"

@@ -220,6 +220,7 @@ async def test_a_keeper_killed_from_outside_ends_its_own_session_alone_and_its_n
     other = await new_session(pool, "y = 7")
     handle = await new_session(pool, "x = 5")
     [session] = [s for s in pool.sessions._open.values() if s.handle == handle]
+    await session.settled.wait()  # the last call's verdict is done: its candidate is the keeper
     anchor = session.anchor.interpreter_pid
 
     def children() -> list[int]:
