@@ -29,7 +29,7 @@ import anyio.abc
 
 from runner.config import Config
 from runner.execution.driver import ProgressCallback, RunDriver
-from runner.execution.supply import Supplies
+from runner.execution.supply import InterpreterSupply, Supplies
 from runner.logs import log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
 from runner.processes.child import Child
@@ -53,6 +53,7 @@ class Session:
     caller: str | None
     anchor: Child
     keeper: SessionKeeper
+    supply: InterpreterSupply
     started: float
     used: float
     turn: anyio.Lock = field(default_factory=anyio.Lock)
@@ -167,6 +168,7 @@ class Sessions:
         anchor = await supply.take()
         try:
             keeper = await SessionKeeper.start(anchor, self._tg)
+            supply.mark_anchor(anchor)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self._supplies.destroy(anchor)
@@ -175,7 +177,7 @@ class Sessions:
             raise
         now = anyio.current_time()
         handle = self._prefix + secrets.token_urlsafe(HANDLE_BYTES)
-        session = Session(handle, request.caller, anchor, keeper, now, now)
+        session = Session(handle, request.caller, anchor, keeper, supply, now, now)
         self._open[handle] = session
         self._counts["created"] += 1
         log_event(self._log, logging.INFO, "session started", request.request_id, session=handle[:10], pid=anchor.pid)
@@ -204,7 +206,10 @@ class Sessions:
             await self._end(session, str(exc), "lost")
             return self._unknown_call(request)
         try:
-            result = await self._driver.drive(call, request, waited, on_progress)
+            async with anyio.create_task_group() as watching:
+                watching.start_soon(_end_call_at_oom, session.anchor, call)
+                result = await self._driver.drive(call, request, waited, on_progress)
+                watching.cancel_scope.cancel()
             ahead = await session.keeper.keepable()
         except SessionLost as exc:
             call.close_all()
@@ -229,7 +234,7 @@ class Sessions:
         # The answer goes now; the verdict (the keeper replaced, or the files put back) follows, and
         # the session's next call waits for it.
         session.settled = anyio.Event()
-        self._tg.start_soon(self._settle, session, kept, session.settled)
+        self._tg.start_soon(self._settle, session, kept, call.oom_kills > 0, session.settled)
         notes = []
         if not kept:
             self._counts["rolled_back"] += 1
@@ -240,11 +245,14 @@ class Sessions:
         outcome = SessionOutcome(session.handle, kept, "; ".join(notes))
         return dataclasses.replace(result, session=outcome)
 
-    async def _settle(self, session: Session, kept: bool, settled: anyio.Event) -> None:
+    async def _settle(self, session: Session, kept: bool, oom: bool, settled: anyio.Event) -> None:
         """The verdict on a call whose answer is gone: what it said (kept or rolled back) is done,
-        or the session ends."""
+        or the session ends. After a call that met an OOM, its other OOMs (the kernel goes on killing
+        its processes until they fit) are all had before the next call can be mistaken for it."""
         try:
             verdict = await session.keeper.verdict(kept)
+            if oom:
+                await session.supply.oom_told(session.anchor)
             if verdict.kept != kept:
                 await self._end(session, f"its last call could not be kept after all: {verdict.why}", "lost")
             elif session.keeper.lost is not None:
@@ -310,3 +318,22 @@ class Sessions:
         """End every session (the server stops)."""
         for session in list(self._open.values()):
             await self._end(session, "the server stopped", "closed")
+
+
+async def _end_call_at_oom(anchor: Child, call: KeptCall) -> None:
+    """cgroup v1: an OOM in the session's cgroup while `call` runs ends the call (its group killed,
+    its result `memory_limit`, the session rolled back), not the session: the kernel's OOM killer
+    took the largest process, which is the call or one of its own (each maps the kept state and
+    more), and the zygote, told the run is an anchor, only says so (`Child.note_oom`); a spawned
+    anchor's cgroup is the server's own, watched here."""
+    cgroup = anchor.cgroup
+    if cgroup is not None and cgroup.event >= 0:
+        while True:
+            await anyio.wait_readable(cgroup.event)
+            if cgroup.out_of_memory():
+                break
+    else:
+        anchor.oom_noticed = anyio.Event()
+        await anchor.oom_noticed.wait()
+    call.oom_kills += 1
+    call.kill_group()

@@ -120,6 +120,14 @@ class InterpreterSupply:
         self._in_use.add(child)
         return child
 
+    def mark_anchor(self, child: Child) -> None:
+        """`child`, taken, is a session's anchor from now on (`InterpreterSource.mark_anchor`)."""
+        self._source.mark_anchor(child)
+
+    async def oom_told(self, child: Child) -> None:
+        """`InterpreterSource.oom_told`."""
+        await self._source.oom_told(child)
+
     async def destroy(self, child: Child) -> None:
         """End `child` (`end_interpreter`) and forget it; safe to call more than once."""
         await end_interpreter(child, self._log)

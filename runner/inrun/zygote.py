@@ -91,7 +91,7 @@ class Run:
     """The zygote's record of one run: its directory on disk (plain), or the PID namespace lent to it,
     and its cgroup (namespaced, where cgroups are planned)."""
 
-    __slots__ = ("cgroup", "space", "workdir")
+    __slots__ = ("anchor", "cgroup", "space", "workdir")
 
     def __init__(
         self, workdir: str | None, space: pidspaces.Space | None = None, cgroup: cgroups.RunCgroup | None = None
@@ -99,14 +99,18 @@ class Run:
         self.workdir = workdir
         self.space = space
         self.cgroup = cgroup
+        self.anchor = False  # a session's anchor: its processes outlive each call, an OOM is told
 
 
 def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | None) -> None:
     """Fork-server mode: fork one run per request from the server, on the socket at fd 3.
 
-    It says ``R`` once it is ready. Requests are one byte, b"F". For each, the zygote makes four
-    pipes (and, for a plain run, a working directory), forks, and sends back ``S <pid> [<workdir>]``
-    with the server's pipe ends attached (SCM_RIGHTS).
+    It says ``R`` once it is ready. Requests are b"F": for each, the zygote makes four pipes (and,
+    for a plain run, a working directory), forks, and sends back ``S <pid> [<workdir>]`` with the
+    server's pipe ends attached (SCM_RIGHTS); and ``A <pid>``, unanswered: that run is a session's
+    anchor, so an OOM in its cgroup (v1) is told, ``O <pid>``, for the server to end the call
+    running in it, instead of ending the run; and ``Y``, answered ``Y`` once every OOM seen so far
+    has been told.
     When a run ends the zygote sends ``X <pid> <wait status> <utime> <stime> <maxrss> <removed>
     <oom kills>`` (removed: 1 if no directory of the run is left on disk, 0 if the server must delete
     what is in it; oom kills: the OOM kills in the run's cgroup, 0 without one). A plain run has
@@ -205,7 +209,11 @@ def _serve(
                     run_cgroups.cleaned(fd, answer == pidspaces.CLEAN)
                 namespaced[1].finished(cleaning[fd], answer)
             elif fd in ooms and runs[ooms[fd]].cgroup.out_of_memory():  # type: ignore[union-attr]
-                _kill_group(ooms[fd])
+                if runs[ooms[fd]].anchor:
+                    # A session: the server ends the call running in it, not the session.
+                    server.send(b"O %d" % ooms[fd])
+                else:
+                    _kill_group(ooms[fd])
         if run_cgroups is not None:
             run_cgroups.remove_doomed()
         if wake_r in readable:
@@ -215,8 +223,17 @@ def _serve(
             if namespaced is not None and namespaced[1].holder_reaped:
                 raise pidspaces.HolderGone("the PID namespace that runs' are made in has ended")
         if server.fileno() in readable:
-            if not server.recv(16):
+            request = server.recv(32)
+            if not request:
                 return
+            if request.startswith(b"A "):  # no answer
+                anchor = runs.get(int(request[2:]) if request[2:].isdigit() else 0)
+                if anchor is not None:
+                    anchor.anchor = True
+                continue
+            if request == b"Y":  # every OOM told before this answer: the server has them all
+                server.send(b"Y")
+                continue
             reply, ours = _fork_run(base_dir, limits, runs, namespaced)
             if ours:
                 server.sendmsg([reply], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", ours))])

@@ -47,6 +47,12 @@ class Child:
     cgroup: RunCgroup | None = None
     oom_kills: int = 0
     _open: set[int] = field(default_factory=set)
+    # A session's anchor whose zygote watches its cgroup: set at each OOM in it the zygote tells.
+    oom_noticed: anyio.Event = field(default_factory=anyio.Event)
+
+    def note_oom(self) -> None:
+        """An OOM in this (anchor's) cgroup, as its zygote saw it."""
+        self.oom_noticed.set()
 
     def whole_run_oom_kills(self) -> int:
         """OOM kills in the run's cgroup (its whole tree over its memory budget); 0 without one."""

@@ -261,9 +261,27 @@ class ForkServer:
                     fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
             if message.startswith(b"X "):
                 self._run_ended(message)
+            elif message.startswith(b"O "):  # an OOM in a session anchor's cgroup
+                anchor = self._runs.get(int(message[2:]) if message[2:].isdigit() else 0)
+                if anchor is not None:
+                    anchor.note_oom()
             else:
                 self._replies.append((message, list(fds)))
                 self._reply_ready.set()
+
+    def mark_anchor(self, child: Child) -> None:
+        """`child` is a session's anchor: an OOM in its cgroup is told (`Child.note_oom`) instead of
+        ending it (v1; v2's memory.oom.group ends the whole cgroup whatever the zygote does)."""
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.send(b"A %d" % child.pid)
+
+    async def oom_told(self, child: Child) -> None:
+        """Return once every OOM the zygote has seen so far is told (a round trip after them)."""
+        async with self._lock:
+            if self._socket is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._request(b"Y", retry=False)
 
     def _run_ended(self, message: bytes) -> None:
         _, pid, status, utime, stime, maxrss, removed, *more = message.split()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import array
 import contextlib
 import os
+import select
 import socket
 from dataclasses import dataclass
 
@@ -117,6 +118,7 @@ class SessionKeeper:
         except OSError as exc:
             for fd in ends:
                 os.close(fd)
+            self._drain()  # the anchor may have said why it went, and the reader not read it yet
             self.lost = self.lost or f"the session's anchor is gone: {exc}"
             raise SessionLost(self.lost) from exc
         for fd in handed:
@@ -173,6 +175,20 @@ class SessionKeeper:
                 await self._arrived.wait()
             return self._lines.pop(0)
         raise SessionLost(self.lost or "the session's anchor did not answer in time")
+
+    def _drain(self) -> None:
+        """Take the lines the anchor has sent and the reader has not read yet."""
+        try:
+            while select.select([self.anchor.code], [], [], 0)[0]:
+                chunk = os.read(self.anchor.code, MAX_LINE)
+                if not chunk:
+                    break
+                self._buffer += chunk
+        except OSError:
+            pass
+        while b"\n" in self._buffer:
+            line, _, self._buffer = self._buffer.partition(b"\n")
+            self._take(line)
 
     async def _read(self) -> None:
         fd = self.anchor.code

@@ -47,6 +47,16 @@ class InterpreterSource(Protocol):
         """`child` did not end after SIGKILL: recover if the source can, else raise `SpawnError`."""
         ...
 
+    def mark_anchor(self, child: Child) -> None:
+        """`child` is a session's anchor now: an OOM in its cgroup must end the call running in it,
+        not the whole run (`Child.note_oom` says where the source watches it)."""
+        ...
+
+    async def oom_told(self, child: Child) -> None:
+        """After a session's call whose processes are all gone: every OOM in `child`'s cgroup so far
+        has been told, so none comes late into the next call."""
+        ...
+
 
 @contextlib.asynccontextmanager
 async def opened_sources(

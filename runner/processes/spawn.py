@@ -220,6 +220,17 @@ class SpawnSource:
         """`child` did not end after SIGKILL: nothing can be done but fail the call."""
         raise SpawnError(f"process {child.pid} did not end after SIGKILL")
 
+    def mark_anchor(self, child: Child) -> None:
+        """Nothing to tell: a spawned anchor's cgroup is the server's, which watches it itself."""
+
+    async def oom_told(self, child: Child) -> None:
+        """What the kernel told of OOMs in `child`'s cgroup so far, read and forgotten."""
+        cgroup = child.cgroup
+        if cgroup is not None and cgroup.event >= 0:
+            with contextlib.suppress(OSError):
+                while os.read(cgroup.event, 8):
+                    pass
+
 
 def _with_etc(wrapper: tuple[str, ...], base_dir: str, runs: list[tuple[int, int]]) -> tuple[str, ...]:
     """bubblewrap's command line with the /etc made for runs (`namespaces.etc_files`, as the zygote

@@ -16,7 +16,8 @@ import pytest
 from runner.config import Config
 from runner.execution.pool import Pool
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, Status
-from tests.helpers import children_of, in_mode, settled
+from runner.processes.isolation import plan_isolation
+from tests.helpers import alive, children_of, in_mode, settled
 
 pytestmark = pytest.mark.anyio
 
@@ -232,6 +233,7 @@ async def test_a_keeper_killed_from_outside_ends_its_own_session_alone_and_its_n
             await anyio.sleep(0.02)
     [keeper] = children()
     os.kill(keeper, signal.SIGKILL)
+    assert settled(lambda: alive(keeper)) is False  # dead before the next call: not killed while it starts
     result = await call(pool, "print(x)", handle)
     assert result.message.startswith("unknown session"), result
     assert "keeper" in result.message, result
@@ -354,3 +356,33 @@ async def test_a_call_that_made_itself_dumpable_leaves_no_keeper_a_later_call_co
     )
     result = await call(pool, probe, handle)
     assert result.stdout.text.startswith("refused"), result
+
+
+FORKED_OVER_BUDGET = """
+import os, time
+x = 2
+for _ in range(4):
+    if os.fork() == 0:
+        block = bytearray(120 << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        time.sleep(30)
+        os._exit(0)
+time.sleep(30)
+"""
+
+
+async def test_a_call_whose_processes_together_go_over_the_session_s_cgroup_is_rolled_back(
+    session_config: Config, no_leaks: None
+) -> None:
+    plan = plan_isolation(session_config)
+    if plan.cgroups is None or plan.cgroups.version != 1 or "memory" not in plan.cgroups.held:
+        pytest.skip(f"needs a v1 memory cgroup per run (docs/sessions.md, Limitations): {plan.cgroup_reason}")
+    async with Pool.open(session_config, plan=plan, reap_strays=True) as pool:
+        handle = await new_session(pool, "x = 1")
+        result = await call(pool, FORKED_OVER_BUDGET, handle, timeout=20)
+        assert result.status is Status.MEMORY_LIMIT, result
+        assert result.session is not None
+        assert not result.session.kept
+        after = await call(pool, "print(x)", handle)
+        assert after.stdout.text == "1\n", after
