@@ -1,6 +1,6 @@
 """Sessions: state kept between calls, under a handle the server mints.
 
-A session is an anchor (`runner/processes/keeper.py`, `runner/inrun/keeper.py`) made from one of the
+A session is an anchor (`runner/processes/keeper.py`, `runner/inrun/anchor.py`) made from one of the
 pool's ready interpreters: in the sandbox that interpreter had, with its uid and cgroup, from the
 preloading zygote where there is one (its modules are shared with the session's processes, not
 copied). Each call of the session is forked from the session's last good state and driven like any
@@ -118,7 +118,7 @@ class Sessions:
         """Run `request` in its session (a new one for ``"new"``), holding a slot of the pool's
         (`slot`, which admits the caller and passes the queue wait) only while the call runs."""
         if request.session == NEW_SESSION:
-            refused = self._refused(request.caller)
+            refused = _refusal(self._config, list(self._open.values()), request.caller)
             if refused:
                 return RunResult(request.request_id, Status.BUSY, refused)
             return await slot(request, lambda waited: self._start_and_run(request, waited, on_progress))
@@ -129,23 +129,6 @@ class Sessions:
             if self._open.get(session.handle) is not session:  # it ended while this call waited
                 return self._unknown_call(request)
             return await slot(request, lambda waited: self._call(session, request, waited, on_progress))
-
-    def _refused(self, caller: str | None) -> str:
-        c = self._config
-        if c.sessions_refused:
-            return c.sessions_refused
-        if len(self._open) >= c.max_sessions:
-            return (
-                f"too many open sessions: {len(self._open)} of RUNNER_MAX_SESSIONS={c.max_sessions}; "
-                "close one with close_session, or run without `session`"
-            )
-        mine = sum(1 for s in self._open.values() if s.caller == caller)
-        if mine >= c.max_sessions_per_caller:
-            return (
-                f"this caller has {mine} open sessions, the most RUNNER_MAX_SESSIONS_PER_CALLER="
-                f"{c.max_sessions_per_caller} allows; close one with close_session"
-            )
-        return ""
 
     def _unknown_call(self, request: RunRequest) -> RunResult:
         return RunResult(
@@ -337,3 +320,21 @@ async def _end_call_at_oom(anchor: Child, call: KeptCall) -> None:
         await anchor.oom_noticed.wait()
     call.oom_kills += 1
     call.kill_group()
+
+
+def _refusal(c: Config, open_sessions: list[Session], caller: str | None) -> str:
+    """Why `caller` may not start one more session now, or ''."""
+    if c.sessions_refused:
+        return c.sessions_refused
+    if len(open_sessions) >= c.max_sessions:
+        return (
+            f"too many open sessions: {len(open_sessions)} of RUNNER_MAX_SESSIONS={c.max_sessions}; "
+            "close one with close_session, or run without `session`"
+        )
+    mine = sum(1 for s in open_sessions if s.caller == caller)
+    if mine >= c.max_sessions_per_caller:
+        return (
+            f"this caller has {mine} open sessions, the most RUNNER_MAX_SESSIONS_PER_CALLER="
+            f"{c.max_sessions_per_caller} allows; close one with close_session"
+        )
+    return ""

@@ -7,7 +7,7 @@ the system calls no run may make (`seccomp`), libc through ctypes (`libc`), the 
 server and a run (`wire`: the ready line, the job frame and the report frame, both ends), the run's
 working directory (`workdir`), its figures (`figures`), what it returns (`harvest`), image headers
 (`images`), a preloading zygote's imports (`preload`), each run's cgroup (`cgroups`), and a
-session's anchor, keeper and calls (`keeper`) and its files' snapshot (`snapshot`).
+session's anchor (`anchor`), its keeper and calls (`keeper`) and its files' snapshot (`snapshot`).
 
 Must not import: anything but the standard library and its own modules, at run time. These files
 run under ``python -I -S`` outside the package: they reach each other only through

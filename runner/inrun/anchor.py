@@ -1,0 +1,403 @@
+"""A session's anchor, from inside the sandbox: the process that holds the session while its keeper
+holds the state. Standard library only; `keeper` has the keeper, its calls and their candidates, and
+the module's docstring there says what a session is.
+
+The anchor is a child subreaper in the run's sandbox. It never runs the session's code. It forks the
+first keeper, passes each call's fds on to the keeper, says what the keeper and the call say, holds
+the snapshot of the session's directory (`Snapshot`: in its own memory, where no call can reach it),
+and gives the verdict on each call: the candidate kept (the old keeper killed), or the candidate
+killed and the directory put back. Either way it kills every other process the call left.
+
+The wire, server to anchor, on the run's job socket (fd 3), one line a message: ``C`` with the
+call's four fds (stdin, stdout, stderr, job socket; SCM_RIGHTS): start a call; ``K``: kill the running
+call's group; ``V 1`` or ``V 0``: keep or roll back the last call; EOF: end the session. Anchor to
+server: ``R`` once ready; ``S <pid>`` a call was forked; ``X <pid> <wait status> <utime> <stime>
+<maxrss>`` it ended; ``P <keepable> <threads> <why...>``, once per call, as soon as it is known
+whether the call can be kept (1: its code ran to its end, and its files could be read; threads: 1 if
+the call left threads, which a fork does not carry; why not, or ``-``), so that the server can answer
+before the verdict; ``V <kept> <threads> <why...>`` the verdict is done; ``E <why>`` the session is
+over (its state was lost).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable
+    from typing import NoReturn
+
+    from runner.inrun import libc
+    from runner.inrun.snapshot import Snapshot
+else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
+    import libc
+    from snapshot import Snapshot
+
+MAX_LINE = 512
+# How long the anchor waits for a call to end once its verdict is asked for, and for what a call left
+# to die.
+CANDIDATE_SECONDS = 10.0
+SWEEP_SECONDS = 2.0
+
+
+class _Call:
+    __slots__ = ("announced", "candidate", "channel", "ended", "kill_asked", "looked", "pid", "threads", "why")
+
+    def __init__(self, channel: socket.socket) -> None:
+        self.channel = channel  # the anchor's end of the call's channel (the candidate speaks on it)
+        self.pid = 0
+        self.candidate = 0
+        self.threads = False
+        self.ended = False
+        self.kill_asked = False
+        self.announced = False  # its P line said to the server
+        self.why = b""  # why it cannot be kept, as said in that line
+        self.looked: dict[str, tuple[object, ...]] = {}  # the directory as the candidate found it
+
+
+class Anchor:
+    """The anchor's state: the keeper, the call in progress, the snapshot of the directory."""
+
+    def __init__(self, control: socket.socket, home: str, fork_keeper: Callable[[socket.socket], None]) -> None:
+        import socket
+
+        self.control = control
+        self.home = home
+        self.buffer = b""
+        self.snapshot = Snapshot(home)
+        self.call: _Call | None = None
+        self.keeper = 0
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                ours.close()
+                fork_keeper(theirs)
+            finally:
+                os._exit(1)
+        theirs.close()
+        self.keeper = pid
+        self.keeper_channel: socket.socket | None = ours
+        self.wake = -1  # the read end of SIGCHLD's wake-up pipe (`serve`)
+
+    def say(self, line: bytes) -> None:
+        try:
+            self.control.sendall(line + b"\n")
+        except OSError:
+            _end_session()
+
+    def serve(self, wake: int) -> NoReturn:
+        import select
+
+        self.wake = wake
+        self.say(b"R")
+        while True:
+            watched: list[socket.socket | int] = [self.control, wake]
+            if self.keeper_channel is not None:
+                watched.append(self.keeper_channel)
+            if self.call is not None and self.call.candidate == 0:
+                watched.append(self.call.channel)
+            readable, _, _ = select.select(watched, [], [])
+            if wake in readable:
+                os.read(wake, 4096)
+                self.reap()
+            if self.keeper_channel is not None and self.keeper_channel in readable:
+                self.from_keeper()
+            if self.call is not None and self.call.channel in readable and self.call.candidate == 0:
+                self.from_candidate(self.call)
+            if self.control in readable:
+                self.from_server()
+
+    def from_server(self) -> None:
+        import socket
+
+        message, fds, _, _ = self.control.recvmsg(MAX_LINE, socket.CMSG_SPACE(8 * 4))
+        received = _fds(fds)
+        if not message:
+            _end_session()
+        self.buffer += message
+        while b"\n" in self.buffer:
+            line, _, self.buffer = self.buffer.partition(b"\n")
+            if line == b"C":
+                self.start_call(received)
+                received = []
+            elif line == b"K" and self.call is not None:
+                self.call.kill_asked = True
+                if self.call.pid:
+                    _kill_group(self.call.pid)
+            elif line in (b"V 1", b"V 0"):
+                self.verdict(line == b"V 1")
+        for fd in received:
+            os.close(fd)
+
+    def start_call(self, fds: list[int]) -> None:
+        if len(fds) != 4 or self.call is not None or self.keeper_channel is None:
+            for fd in fds:
+                os.close(fd)
+            if self.keeper_channel is None:
+                self.lost("the session's keeper is gone")
+            return
+        try:
+            self.call = _Call(_hand_to_keeper(self.keeper_channel, fds))
+        except OSError:
+            self.lost("the session's keeper is gone")
+
+    def from_keeper(self) -> None:
+        assert self.keeper_channel is not None
+        try:
+            message = self.keeper_channel.recv(MAX_LINE)
+        except OSError:
+            message = b""
+        if not message:  # the keeper died: with it the state, unless the call running now is kept
+            self.keeper_channel.close()
+            self.keeper_channel = None
+            if self.call is None or not self.call.pid:  # no call, or one it died before forking
+                self.lost("the session's keeper process was killed")
+            return
+        fields = message.split()
+        if self.call is None or len(fields) < 2 or not fields[1].isdigit():
+            return
+        if fields[0] == b"S":
+            self.call.pid = int(fields[1])
+            self.say(message)
+            if self.call.kill_asked:  # the server's K came before the keeper's S
+                _kill_group(self.call.pid)
+        elif fields[0] == b"X" and int(fields[1]) == self.call.pid and not self.call.ended:
+            self.call.ended = True
+            self.say(message)
+            self.call_ended(self.call)
+
+    def from_candidate(self, call: _Call) -> None:
+        try:
+            message = call.channel.recv(MAX_LINE)
+        except OSError:
+            message = b""
+        fields = message.split()
+        if len(fields) == 3 and fields[0] == b"P" and fields[1].isdigit():
+            call.candidate = int(fields[1])
+            call.threads = fields[2] == b"1"
+            # What could keep it from being kept is known now, while the call reports its end: the
+            # server answers its client with that, and gives the verdict after.
+            call.looked, failure = self.snapshot.look()
+            self.announce(call, failure)
+        else:
+            call.candidate = -1  # no candidate will come (the call's end is a roll-back)
+            self.announce(call, "its code did not run to its end")
+
+    def call_ended(self, call: _Call) -> None:
+        """The call exited: if no candidate was announced (its code did not end: os._exit, a
+        signal, ...), none will be, since a call forks it before it ends."""
+        if call.candidate == 0:
+            import select
+
+            readable, _, _ = select.select([call.channel], [], [], 0)
+            if readable:  # announced before the call ended, read only now
+                self.from_candidate(call)
+                return
+            call.candidate = -1
+        if not call.announced:
+            self.announce(call, "its code did not run to its end")
+
+    def announce(self, call: _Call, failure: str) -> None:
+        """``P <keepable> <threads> <why...>``: whether the call can be kept (a candidate, its files
+        readable), once per call."""
+        if call.announced:
+            return
+        call.announced = True
+        call.why = failure.encode(errors="replace")[:200].replace(b"\n", b" ")
+        self.say(b"P %d %d %s" % (call.candidate > 0 and not failure, call.threads, call.why or b"-"))
+
+    def reap(self) -> None:
+        """Reap every child that ended: the keeper, a candidate, the call (once the keeper is gone,
+        it is the anchor's), or what a call left."""
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            call = self.call
+            if pid == self.keeper:
+                self.keeper = 0
+            elif call is not None and pid == call.candidate:
+                call.candidate = -1
+            elif call is not None and pid == call.pid and not call.ended:
+                call.ended = True
+                self.say(b"X %d %d %r %r %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss))
+                self.call_ended(call)
+
+    def verdict(self, keep: bool) -> None:
+        """Keep the last call's candidate or roll the call back, once the call has ended (its
+        leftovers are the anchor's orphans only then): what the server said in its answer, unless
+        that can no longer be (``V`` says what was done)."""
+        import select
+
+        call, self.call = self.call, None
+        if call is None:
+            self.say(b"V 0 0 no-call")
+            return
+        self.call = call  # until it has ended: what comes meanwhile is about it
+        deadline = time.monotonic() + CANDIDATE_SECONDS
+        while not call.ended and time.monotonic() < deadline:
+            watched: list[socket.socket | int] = [self.wake]
+            if self.keeper_channel is not None:
+                watched.append(self.keeper_channel)
+            if call.candidate == 0:
+                watched.append(call.channel)
+            readable, _, _ = select.select(watched, [], [], max(0.0, deadline - time.monotonic()))
+            if self.wake in readable:
+                os.read(self.wake, 4096)
+                self.reap()  # the call itself, once its keeper is gone
+            if self.keeper_channel is not None and self.keeper_channel in readable:
+                self.from_keeper()
+            if call.candidate == 0 and call.channel in readable:
+                self.from_candidate(call)
+        self.call = None
+        if not call.announced:
+            self.call_ended(call)
+        why = b"-"
+        if keep and (call.candidate <= 0 or call.why):  # the server asks only for what P said could be
+            keep, why = False, call.why or b"its candidate is gone"
+        if keep:
+            _sweep({self.keeper, call.candidate}, self.reap)
+            # Read again what changed since the candidate looked (a leftover of the call's may have
+            # written before it was killed); where that fails, what the candidate saw is kept.
+            if self.snapshot.take(call.looked):
+                self.snapshot.entries = call.looked
+        # What the anchor kills itself is not waited for: an old keeper or a candidate idles, and
+        # writes nothing; their exit (the teardown of a large state) is not on the call's path.
+        dying = set()
+        if keep:
+            if self.keeper:
+                _kill(self.keeper)
+                dying.add(self.keeper)
+            self.keeper = call.candidate
+            if self.keeper_channel is not None:
+                self.keeper_channel.close()
+            self.keeper_channel = call.channel
+            try:
+                call.channel.send(b"K")
+            except OSError:
+                self.keeper_channel = None
+        else:
+            if call.candidate > 0:
+                _kill(call.candidate)
+                dying.add(call.candidate)
+            call.channel.close()
+        _sweep({self.keeper} | dying, self.reap)
+        if not keep:
+            failure = self.snapshot.restore()
+            if failure:
+                self.lost(f"its files could not be put back: {failure}")
+        if not self.keeper or self.keeper_channel is None:
+            self.lost("the session's keeper process was killed")
+        self.say(b"V %d %d %s" % (keep, call.threads, why))
+        if not keep:
+            # The keeper stays: it forks its next call ahead now (a new keeper does so itself).
+            try:  # noqa: SIM105  (contextlib is not imported in runs)
+                self.keeper_channel.send(b"F")
+            except OSError:
+                pass
+
+    def lost(self, why: str) -> NoReturn:
+        self.say(b"E " + why.encode(errors="replace")[:400])
+        _end_session()
+
+
+def _hand_to_keeper(keeper: socket.socket, fds: list[int]) -> socket.socket:
+    """Send the keeper a call's four fds and one end of its channel (closed here, as the fds are);
+    the anchor's end of that channel."""
+    import array
+    import socket
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        handed = array.array("i", [*fds, theirs.fileno()])
+        keeper.sendmsg([b"C"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, handed)])
+    except OSError:
+        ours.close()
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
+        theirs.close()
+    return ours
+
+
+def _sweep(spare: set[int], reap: Callable[[], None]) -> None:
+    """Kill every child of the anchor's but `spare` (and every orphan of theirs as it comes), until
+    none is left: what a call left behind."""
+    children = f"/proc/self/task/{os.getpid()}/children"
+    deadline = time.monotonic() + SWEEP_SECONDS
+    while True:
+        reap()
+        try:
+            with open(children, "rb") as listing:
+                pids = {int(pid) for pid in listing.read().split()}
+        except OSError:
+            return
+        left = pids - spare
+        if not left or time.monotonic() > deadline:
+            return
+        for pid in left:
+            _kill(pid)
+        time.sleep(0.0005)
+
+
+def anchor(control_fd: int, home: str, fork_keeper: Callable[[socket.socket], None]) -> NoReturn:
+    """Become the anchor of a session whose working directory is `home` (see the module's docstring);
+    `fork_keeper(channel)` is what the first keeper, forked now, does (`bootstrap.serve_session`)."""
+    import socket
+
+    try:
+        libc.prctl(libc.PR_SET_CHILD_SUBREAPER, 1)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        control = socket.socket(fileno=control_fd)
+        Anchor(control, home, fork_keeper).serve(wake_r)
+    except BaseException:  # nothing of a session may outlive a fault of its anchor
+        _end_session()
+
+
+def _end_session() -> NoReturn:
+    """Kill every process of the session this anchor holds, and exit: the kernel gives its orphans to
+    the next subreaper up (the server or a PID namespace's init), which kill them."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children", "rb") as listing:
+            for pid in listing.read().split():
+                _kill(int(pid))
+    except (OSError, ValueError):
+        pass
+    os._exit(0)
+
+
+def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    import array
+    import socket
+
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+    return list(fds)
+
+
+def _kill(pid: int) -> None:
+    try:  # noqa: SIM105  (contextlib is not imported in runs)
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        _kill(pid)
