@@ -137,12 +137,13 @@ hadolint: $(DEV_STAMP) ## Lint the Dockerfile (make test runs the same check in 
 
 # tests/deploy/test_packaging.py runs the image's ENTRYPOINT outside Docker, tini included, and
 # tests/deploy/test_proxy_routing.py puts Debian's nginx in front of two servers: as root with apt-get,
-# install both (Debian's packages); elsewhere those tests say why they are skipped.
+# install both (Debian's packages; RUNLEVEL=1: nginx's own service is not started); elsewhere those tests
+# say why they are skipped.
 container-tools: ## Install Debian's tini and nginx for the container stand-in and routing tests (root with apt-get only)
 	@if [ -x /usr/bin/tini ] && [ -x /usr/sbin/nginx ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing tini and nginx from Debian's packages"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		apt-get update -qq && RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			tini nginx-light >/dev/null; \
 	else echo "no /usr/bin/tini or /usr/sbin/nginx: the container stand-in or routing tests will be skipped"; fi
 

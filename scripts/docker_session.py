@@ -214,7 +214,7 @@ async def session(args: argparse.Namespace, errlog: TextIO) -> tuple[dict[str, A
     async with Client(stdio_client(params, errlog=errlog), mode=args.mode) as client:  # type: ignore[arg-type]
         seen["protocol_version"] = client.protocol_version
         seen["tools"] = [tool.name for tool in (await client.list_tools()).tools]
-        expect(seen["tools"] == ["run_python"], f"tools/list returned {seen['tools']}")
+        expect(seen["tools"] == ["run_python", "close_session"], f"tools/list returned {seen['tools']}")
         first = await call(client, "print(sum(range(10)))")
         seen["sum"] = first["stdout"]
         expect(first["stdout"] == "45\n", f"print(sum(range(10))) printed {first['stdout']!r}")

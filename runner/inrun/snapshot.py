@@ -20,7 +20,8 @@ MAX_SNAPSHOT_ENTRIES = 10_000
 class Snapshot:
     """The session's directory as the last kept call left it, in the anchor's memory: what a call
     that is rolled back changed is put back from it. Regular files, directories and symbolic links,
-    with their modes and times; other kinds (FIFOs, sockets) are not kept. Nothing is followed."""
+    with their modes and times; other kinds (FIFOs, sockets) are not kept. Nothing is followed, and
+    nothing that is not the session's (another file system, another owner) is kept or put back."""
 
     def __init__(self, home: str) -> None:
         self.home = home
@@ -42,8 +43,10 @@ class Snapshot:
             for name in names:
                 entry = os.path.join(relative, name) if relative else name
                 info = os.lstat(os.path.join(self.home, entry))
-                if info.st_dev != top.st_dev:
-                    continue  # a mount point: the sandbox's, never the session's
+                if info.st_dev != top.st_dev or info.st_uid != top.st_uid:
+                    # A mount point, or what the sandbox made to hold one (a path of the server's
+                    # under /tmp, bound into the run's /tmp): never the session's, nor its to change.
+                    continue
                 found[entry] = info
                 if len(found) > MAX_SNAPSHOT_ENTRIES:
                     raise OSError(f"more than {MAX_SNAPSHOT_ENTRIES:,} entries in the session's directory")

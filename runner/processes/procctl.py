@@ -28,18 +28,7 @@ set_dumpable = libc.set_dumpable
 
 def children_of_self() -> list[int]:
     """Our direct children, adopted orphans included (Linux; empty where /proc cannot tell)."""
-    children: list[int] = []
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return children
-    for task in tasks:
-        try:
-            with open(f"/proc/self/task/{task}/children", "rb") as listing:
-                children.extend(int(pid) for pid in listing.read().split())
-        except (OSError, ValueError):
-            continue
-    return children
+    return _children("self")
 
 
 def is_zombie(pid: int) -> bool:
@@ -66,7 +55,8 @@ def reap_if_exited(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def _children(pid: int) -> list[int]:
+def _children(pid: int | str) -> list[int]:
+    """The direct children of `pid` ("self": ours), from every one of its threads' lists."""
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")

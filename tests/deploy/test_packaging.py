@@ -955,7 +955,7 @@ async def session_of(entry: dict[str, Any], log: Path, code: str = NUMPY) -> dic
     with open(log, "w") as errlog:
         async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:  # type: ignore[arg-type]
             assert client.protocol_version == "2025-11-25"
-            assert [tool.name for tool in (await client.list_tools()).tools] == ["run_python"]
+            assert [tool.name for tool in (await client.list_tools()).tools] == ["run_python", "close_session"]
             result = await client.call_tool("run_python", {"code": code})
             assert result.structured_content is not None
             return {"error": result.is_error, **result.structured_content}

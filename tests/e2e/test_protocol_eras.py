@@ -32,8 +32,8 @@ async def session(work_dir: Path, tmp_path: Path) -> AsyncIterator[RawSession]:
 async def check_tools(session: RawSession, meta: dict[str, Any] | None = None) -> None:
     params: dict[str, Any] = {"_meta": meta} if meta else {}
     listed = await session.request("tools/list", params)
-    [tool] = listed["result"]["tools"]
-    assert tool["name"] == "run_python"
+    [tool, close] = listed["result"]["tools"]
+    assert (tool["name"], close["name"]) == ("run_python", "close_session")
     assert tool["inputSchema"] == input_schema(Config.from_env({}))
     assert tool["outputSchema"] == output_schema()
     call = {**params, "name": "run_python", "arguments": {"code": "print(sum(range(10)))"}}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -386,3 +387,24 @@ async def test_a_call_whose_processes_together_go_over_the_session_s_cgroup_is_r
         assert not result.session.kept
         after = await call(pool, "print(x)", handle)
         assert after.stdout.text == "1\n", after
+
+
+async def test_a_roll_back_leaves_alone_what_the_sandbox_made_in_the_session_s_directory(
+    session_config: Config, no_leaks: None
+) -> None:
+    """A path the view binds in under /tmp (here a read path; in CI, the server's own checkout) has
+    its parents made in the run's /tmp by the sandbox, owned by root: not the session's to keep."""
+    if session_config.sandbox == "none":
+        pytest.skip("without a sandbox the session's directory is a directory of its own, with nothing bound in")
+    with tempfile.TemporaryDirectory(dir="/tmp") as outer:
+        os.chmod(outer, 0o755)
+        bound = os.path.join(outer, "inner")  # the sandbox makes `outer` in the run's /tmp to mount it on
+        os.mkdir(bound)
+        config = dataclasses.replace(session_config, sandbox_read_paths=(bound,))
+        async with Pool.open(config, reap_strays=True) as pool:
+            handle = await new_session(pool, "open('mine.txt', 'w').write('kept')")
+            failed = await call(pool, "open('mine.txt', 'w').write('changed')\nraise ValueError", handle)
+            assert failed.session is not None
+            assert not failed.session.kept
+            after = await call(pool, "print(open('mine.txt').read())", handle)
+            assert after.stdout.text == "kept\n", after

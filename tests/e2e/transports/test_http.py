@@ -40,9 +40,7 @@ from tests.helpers import (
     check_structured,
     in_mode,
     living,
-    processes_mentioning,
     run_dedented,
-    settled,
     settled_async,
 )
 from tests.http_server import HttpServer, http_server, server_env
@@ -67,13 +65,6 @@ def call(code: str, request_id: int = 2, **arguments: Any) -> dict[str, Any]:
         "method": "tools/call",
         "params": {"name": "run_python", "arguments": {"code": code, **arguments}},
     }
-
-
-@pytest.fixture
-def left_nothing(work_dir: Path) -> Iterator[None]:
-    yield
-    assert settled(lambda: processes_mentioning(str(work_dir))) == []
-    assert settled(lambda: list(work_dir.iterdir())) == []
 
 
 @pytest.fixture

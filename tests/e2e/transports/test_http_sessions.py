@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +18,13 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import check_structured, processes_mentioning, settled
+from tests.helpers import check_structured
 from tests.http_server import HttpServer, http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 ALICE = "alice-token-0123456789abcdef"
 BOB = "bob-token-fedcba9876543210xyz"
-
-
-@pytest.fixture
-def left_nothing(work_dir: Path) -> Iterator[None]:
-    yield
-    assert settled(lambda: processes_mentioning(str(work_dir))) == []
-    assert settled(lambda: list(work_dir.iterdir())) == []
 
 
 @pytest.fixture
@@ -179,4 +172,21 @@ async def test_metrics_count_sessions_open_created_expired_closed_and_rolled_bac
             expired = await run(client, "print(data)", kept)
             assert expired["message"].startswith("unknown session")
             assert "unused for 2 s" in expired["message"]
+        assert server.stop() == 0
+
+
+async def test_sessions_die_with_their_server_and_a_new_server_knows_no_handle_of_the_old(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    with http_server(work_dir, tmp_path / "first.log") as server:
+        async with client_for(server, None) as client:
+            handle = (await run(client, "secret = 'old'", "new"))["session"]
+        assert server.stop() == 0, "a graceful stop ends every session"
+    assert "session ended" in (tmp_path / "first.log").read_text()
+    with http_server(work_dir, tmp_path / "second.log") as server:
+        async with client_for(server, None) as client:
+            after = await run(client, "print(secret)", handle)
+            assert after["status"] == "invalid_arguments"
+            assert after["message"].startswith("unknown session")
+            assert after["stdout"] == ""
         assert server.stop() == 0
