@@ -71,6 +71,7 @@ class Handlers:
         self._runner = runner
         self._log = logger or get_logger()
         self._tools = tool_definitions(config)
+        self._sessions = not config.sessions_refused  # and so close_session is offered
         self._parser = ArgumentParser(config)
         self._metrics = metrics
         self._caller_of = caller_of
@@ -88,26 +89,24 @@ class Handlers:
         request_id = new_request_id()
         caller = self._caller_of(ctx.request) if self._caller_of is not None and ctx.request is not None else None
         try:
-            if params.name == CLOSE_TOOL and len(self._tools) > 1:
+            if params.name == CLOSE_TOOL and self._sessions:
                 return await self._close(request_id, params, caller)
             result = await self._call(request_id, params, ctx, caller)
         except anyio.get_cancelled_exc_class():
             log_event(self._log, logging.INFO, "call cancelled", request_id)
             raise
         except Exception as exc:
-            self._log.error(
-                "internal error",
-                exc_info=True,
-                extra={"request_id": request_id, "fields": {"error": type(exc).__name__}},
-            )
-            result = RunResult(
-                request_id,
-                Status.INTERNAL_ERROR,
-                f"the runner failed ({type(exc).__name__}); the server log has details under this request_id",
-            )
+            result = RunResult(request_id, Status.INTERNAL_ERROR, self._fault(request_id, exc))
         if self._metrics is not None:
             self._metrics.observe(result, caller)
         return to_call_result(result)
+
+    def _fault(self, request_id: str, exc: Exception) -> str:
+        """Log a fault of the server's own, traceback and all, under the call's request_id; what the
+        result says of it."""
+        fields = {"request_id": request_id, "fields": {"error": type(exc).__name__}}
+        self._log.error("internal error", exc_info=True, extra=fields)
+        return f"the runner failed ({type(exc).__name__}); the server log has details under this request_id"
 
     async def _call(
         self, request_id: str, params: types.CallToolRequestParams, ctx: ServerRequestContext[Any], caller: str | None
@@ -140,7 +139,10 @@ class Handlers:
         except ArgumentError as exc:
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="invalid arguments")
             return closed_result(request_id, str((params.arguments or {}).get("session", "")), str(exc))
-        unknown = await self._runner.close_session(handle, caller)
+        try:
+            unknown = await self._runner.close_session(handle, caller)
+        except Exception as exc:  # an answer in close_session's own shape, as every fault of run_python's
+            return closed_result(request_id, handle, self._fault(request_id, exc))
         log_event(self._log, logging.INFO, "session closed" if unknown is None else "call rejected", request_id)
         return closed_result(request_id, handle, unknown)
 
