@@ -408,3 +408,25 @@ async def test_a_roll_back_leaves_alone_what_the_sandbox_made_in_the_session_s_d
             assert not failed.session.kept
             after = await call(pool, "print(open('mine.txt').read())", handle)
             assert after.stdout.text == "kept\n", after
+
+
+@pytest.mark.parametrize(
+    ("failing", "status"),
+    [
+        ("x = 0\nwhile True: pass", Status.CPU_LIMIT),
+        ("x = 0\nopen('big', 'wb').write(b'y' * (2 << 20))", Status.FILE_SIZE_LIMIT),
+    ],
+    ids=["cpu-limit", "file-size-limit"],
+)
+async def test_a_call_that_meets_the_cpu_or_file_size_limit_is_rolled_back_files_included(
+    session_config: Config, no_leaks: None, failing: str, status: Status
+) -> None:
+    config = dataclasses.replace(session_config, max_cpu_seconds=1, max_file_size_mb=1)
+    async with Pool.open(config, reap_strays=True) as pool:
+        handle = await new_session(pool, "x = 41")
+        result = await call(pool, failing, handle, timeout=10)
+        assert result.status is status, result
+        assert result.session is not None
+        assert not result.session.kept
+        after = await call(pool, "import os\nprint(x, os.path.exists('big'))", handle)
+        assert after.stdout.text == "41 False\n", after
