@@ -126,6 +126,9 @@ def keep(channel: socket.socket, *, first: bool = False) -> list[int]:
                     os._exit(1)  # no call can be forked: the session's state is as good as lost
             pid, hand = ready
             ready = None
+            # Said before the call has its fds: a call may kill its keeper as it starts, and the
+            # anchor must know by then that a call runs (its end then decides the session's).
+            channel.send(b"S %d" % pid)
             try:  # noqa: SIM105  (contextlib is not imported in runs)
                 hand.sendmsg([b"C"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _int_array(received))])
             except OSError:
@@ -133,7 +136,6 @@ def keep(channel: socket.socket, *, first: bool = False) -> list[int]:
             hand.close()
             for fd in received:
                 os.close(fd)
-            channel.send(b"S %d" % pid)
             _, status, usage = os.wait4(pid, 0)
             channel.send(b"X %d %d %r %r %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss))
     except BaseException:  # a keeper never returns but into a call
