@@ -213,7 +213,7 @@ class Sessions:
             raise
         call.close_all()
         session.used = anyio.current_time()
-        kept = result.status is Status.OK and ahead.keepable
+        kept = result.status is Status.OK and ahead.yes
         # The answer goes now; the verdict (the keeper replaced, or the files put back) follows, and
         # the session's next call waits for it.
         session.settled = anyio.Event()
@@ -236,7 +236,7 @@ class Sessions:
             verdict = await session.keeper.verdict(kept)
             if oom:
                 await session.supply.oom_told(session.anchor)
-            if verdict.kept != kept:
+            if verdict.yes != kept:
                 await self._end(session, f"its last call could not be kept after all: {verdict.why}", "lost")
             elif session.keeper.lost is not None:
                 await self._end(session, session.keeper.lost, "lost")

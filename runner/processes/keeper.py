@@ -35,22 +35,12 @@ class SessionLost(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Keepable:
-    """What the anchor says of a call as it ends, before any verdict: whether it can be kept (its
-    code ran to its end, and its files could be read), whether it left threads (which a kept state
-    does not carry), and why it cannot be kept."""
+class Said:
+    """What the anchor says of a call, as it ends (``P``: whether it can be kept) and after the
+    verdict (``V``: whether it was kept): yes or no, whether the call left threads (which a kept
+    state does not carry), and why not."""
 
-    keepable: bool
-    threads: bool
-    why: str
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """What the anchor did with a call: kept its state or not, whether the call left threads (which
-    the kept state does not carry), and why a call the server wanted kept was not."""
-
-    kept: bool
+    yes: bool
     threads: bool
     why: str
 
@@ -141,25 +131,25 @@ class SessionKeeper:
     def kill_call(self) -> None:
         self._say(b"K\n")
 
-    async def keepable(self) -> Keepable:
+    async def keepable(self) -> Said:
         """Whether the last call can be kept: the anchor says so once per call, as soon as it
         knows (its candidate appeared, or the call ended without one)."""
-        fields = (await self._next(VERDICT_TIMEOUT)).split(maxsplit=3)
-        if len(fields) != 4 or fields[0] != b"P":
-            raise SessionLost(self.lost or f"the session's anchor did not say: {b' '.join(fields)[:200]!r}")
-        why = fields[3].decode(errors="replace")
-        return Keepable(fields[1] == b"1", fields[2] == b"1", "" if why == "-" else why)
+        return await self._said(b"P")
 
-    async def verdict(self, keep: bool) -> Verdict:
-        """Keep the last call's state, or roll it back; what the anchor did. The anchor waits for
-        the call's end itself."""
+    async def verdict(self, keep: bool) -> Said:
+        """Keep the last call's state, or roll it back; whether the anchor kept it. The anchor
+        waits for the call's end itself."""
         self._say(b"V %d\n" % keep)
+        return await self._said(b"V")
+
+    async def _said(self, tag: bytes) -> Said:
+        """The anchor's next line, ``<tag> <0|1> <threads> <why...>`` (why ``-``: none)."""
         line = await self._next(VERDICT_TIMEOUT)
         fields = line.split(maxsplit=3)
-        if len(fields) != 4 or fields[0] != b"V":
+        if len(fields) != 4 or fields[0] != tag:
             raise SessionLost(self.lost or f"the session's anchor did not answer: {line[:200]!r}")
         why = fields[3].decode(errors="replace")
-        return Verdict(fields[1] == b"1", fields[2] == b"1", "" if why == "-" else why)
+        return Said(fields[1] == b"1", fields[2] == b"1", "" if why == "-" else why)
 
     def _say(self, line: bytes) -> None:
         with contextlib.suppress(OSError):
