@@ -23,15 +23,19 @@ from mcp.server.mcpserver import MCPServer
 try:  # the checkout on PYTHONPATH (the harness sets it), else the one this file is in
     from runner.config import Config
     from runner.environment import open_environment
+    from runner.processes.isolation import IsolationPlan
     from runner.processes.limits import count_tasks_of_uid, limits_for
 except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from runner.config import Config
     from runner.environment import open_environment
+    from runner.processes.isolation import IsolationPlan
     from runner.processes.limits import count_tasks_of_uid, limits_for
 
 CONFIG = open_environment(Config.from_env())
-LIMITS = limits_for(CONFIG, count_tasks_of_uid())
+# Plain spawned interpreters of the server's own uid, no helper next to them.
+BASELINE_PLAN = IsolationPlan("none-posix-spawn", "the naive baseline", cgroup_reason="the naive baseline")
+LIMITS = limits_for(CONFIG, count_tasks_of_uid(), BASELINE_PLAN)
 # With RUNNER_PACKAGES (the data scenario): each fresh interpreter imports from the same package
 # environment as the real server's runs, told the same things (one BLAS thread, no display, the
 # prebuilt font cache), with room for what numpy, pandas and pyplot map (~230 MB) on top of the limit.
