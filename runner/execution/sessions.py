@@ -214,8 +214,9 @@ class Sessions:
         call.close_all()
         session.used = anyio.current_time()
         kept = result.status is Status.OK and ahead.yes
-        # The answer goes now; the verdict (the keeper replaced, or the files put back) follows, and
-        # the session's next call waits for it.
+        # The answer goes now, and the verdict (the keeper replaced, or the files put back) is done
+        # meanwhile; the session's next call waits for it.
+        session.keeper.give_verdict(kept)
         session.settled = anyio.Event()
         self._tg.start_soon(self._settle, session, kept, call.oom_kills > 0, session.settled)
         notes = []
@@ -233,7 +234,7 @@ class Sessions:
         or the session ends. After a call that met an OOM, its other OOMs (the kernel goes on killing
         its processes until they fit) are all had before the next call can be mistaken for it."""
         try:
-            verdict = await session.keeper.verdict(kept)
+            verdict = await session.keeper.verdict_done()
             if oom:
                 await session.supply.oom_told(session.anchor)
             if verdict.yes != kept:

@@ -45,18 +45,71 @@ SWEEP_SECONDS = 2.0
 
 
 class _Call:
-    __slots__ = ("announced", "candidate", "channel", "ended", "kill_asked", "looked", "pid", "threads", "why")
+    __slots__ = (
+        "announced",
+        "candidate",
+        "channel",
+        "ended",
+        "itself",
+        "kill_asked",
+        "looked",
+        "pid",
+        "threads",
+        "why",
+    )
 
     def __init__(self, channel: socket.socket) -> None:
         self.channel = channel  # the anchor's end of the call's channel (the candidate speaks on it)
         self.pid = 0
         self.candidate = 0
+        self.itself = False  # the call is its own candidate (`keeper.offer_state`): its D is its end
         self.threads = False
         self.ended = False
         self.kill_asked = False
         self.announced = False  # its P line said to the server
         self.why = b""  # why it cannot be kept, as said in that line
         self.looked: dict[str, tuple[object, ...]] = {}  # the directory as the candidate found it
+
+    def listening(self) -> bool:
+        """Whether the call's channel has more to say: its candidate, or (the call its own) its D."""
+        return self.candidate == 0 or (self.itself and not self.ended)
+
+    def lose_itself(self) -> None:
+        """A call that is its own candidate is gone or going: it has none now."""
+        if self.itself:
+            self.itself, self.candidate = False, -1
+
+    def done(self, message: bytes) -> bytes:
+        """What a call that is its own candidate says once it has reported (``D <utime> <stime>
+        <maxrss>``: its fds closed, it waits for K): its end, as the X line for the server (once);
+        or nothing (EOF: it is dying, its exit is told by its keeper or reaped)."""
+        fields = message.split()
+        if len(fields) == 4 and fields[0] == b"D" and not self.ended:
+            self.ended = True
+            return b"X %d 0 %s" % (self.pid, b" ".join(fields[1:]))
+        if not message:
+            self.lose_itself()
+        return b""
+
+    def announcement(self, failure: str) -> bytes:
+        """``P <keepable> <threads> <why...>``, once per call (else nothing): whether it can be kept
+        (a candidate, its files readable; `failure` says why not)."""
+        if self.announced:
+            return b""
+        self.announced = True
+        self.why = failure.encode(errors="replace")[:200].replace(b"\n", b" ")
+        return b"P %d %d %s" % (self.candidate > 0 and not failure, self.threads, self.why or b"-")
+
+    def kill(self) -> None:
+        """Kill the call's group, and the call (in it, not yet in it, or just out of it on its way to
+        be its own candidate); not once it said it is its own candidate: the server's kill after its
+        report then leaves it be the next keeper (or not: the verdict kills it)."""
+        try:  # noqa: SIM105  (contextlib is not imported in runs)
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        if not self.itself and not self.ended:  # once reaped, its pid may be another's
+            _kill(self.pid)
 
 
 class Anchor:
@@ -91,26 +144,32 @@ class Anchor:
             _end_session()
 
     def serve(self, wake: int) -> NoReturn:
-        import select
-
         self.wake = wake
         self.say(b"R")
         while True:
-            watched: list[socket.socket | int] = [self.control, wake]
-            if self.keeper_channel is not None:
-                watched.append(self.keeper_channel)
-            if self.call is not None and self.call.candidate == 0:
-                watched.append(self.call.channel)
-            readable, _, _ = select.select(watched, [], [])
-            if wake in readable:
-                os.read(wake, 4096)
-                self.reap()
-            if self.keeper_channel is not None and self.keeper_channel in readable:
-                self.from_keeper()
-            if self.call is not None and self.call.channel in readable and self.call.candidate == 0:
-                self.from_candidate(self.call)
-            if self.control in readable:
-                self.from_server()
+            self.step(None)
+
+    def step(self, patience: float | None) -> None:
+        """Wait for what comes next (at most `patience` seconds, and from the server only without
+        one: a verdict in progress reads it after) and take it."""
+        import select
+
+        call = self.call
+        watched: list[socket.socket | int] = [self.wake] if patience is not None else [self.control, self.wake]
+        if self.keeper_channel is not None:
+            watched.append(self.keeper_channel)
+        if call is not None and call.listening():
+            watched.append(call.channel)
+        readable, _, _ = select.select(watched, [], [], patience)
+        if self.wake in readable:
+            os.read(self.wake, 4096)
+            self.reap()  # the call too, once its keeper is gone
+        if self.keeper_channel is not None and self.keeper_channel in readable:
+            self.from_keeper()
+        if call is not None and call.channel in readable and call.listening():
+            self.from_candidate(call)
+        if self.control in readable:
+            self.from_server()
 
     def from_server(self) -> None:
         import socket
@@ -128,7 +187,7 @@ class Anchor:
             elif line == b"K" and self.call is not None:
                 self.call.kill_asked = True
                 if self.call.pid:
-                    _kill_group(self.call.pid)
+                    self.call.kill()
             elif line in (b"V 1", b"V 0"):
                 self.verdict(line == b"V 1")
         for fd in received:
@@ -165,20 +224,33 @@ class Anchor:
             self.call.pid = int(fields[1])
             self.say(message)
             if self.call.kill_asked:  # the server's K came before the keeper's S
-                _kill_group(self.call.pid)
-        elif fields[0] == b"X" and int(fields[1]) == self.call.pid and not self.call.ended:
-            self.call.ended = True
-            self.say(message)
-            self.call_ended(self.call)
+                self.call.kill()
+        elif fields[0] == b"X" and int(fields[1]) == self.call.pid:
+            self.call_exited(self.call, message)
+
+    def call_exited(self, call: _Call, end: bytes) -> None:
+        """The call's process exited (`end`, its X line for the server): a call that was its own
+        candidate is none now, and its end was told already if it had said D."""
+        call.lose_itself()
+        if not call.ended:
+            call.ended = True
+            self.say(end)
+            self.call_ended(call)
 
     def from_candidate(self, call: _Call) -> None:
         try:
             message = call.channel.recv(MAX_LINE)
         except OSError:
             message = b""
+        if call.itself:
+            end = call.done(message)
+            if end:
+                self.say(end)
+            return
         fields = message.split()
         if len(fields) == 3 and fields[0] == b"P" and fields[1].isdigit():
             call.candidate = int(fields[1])
+            call.itself = call.candidate == call.pid
             call.threads = fields[2] == b"1"
             # What could keep it from being kept is known now, while the call reports its end: the
             # server answers its client with that, and gives the verdict after.
@@ -197,19 +269,16 @@ class Anchor:
             readable, _, _ = select.select([call.channel], [], [], 0)
             if readable:  # announced before the call ended, read only now
                 self.from_candidate(call)
+                call.lose_itself()  # if it offered itself: it is gone
                 return
             call.candidate = -1
         if not call.announced:
             self.announce(call, "its code did not run to its end")
 
     def announce(self, call: _Call, failure: str) -> None:
-        """``P <keepable> <threads> <why...>``: whether the call can be kept (a candidate, its files
-        readable), once per call."""
-        if call.announced:
-            return
-        call.announced = True
-        call.why = failure.encode(errors="replace")[:200].replace(b"\n", b" ")
-        self.say(b"P %d %d %s" % (call.candidate > 0 and not failure, call.threads, call.why or b"-"))
+        line = call.announcement(failure)
+        if line:
+            self.say(line)
 
     def reap(self) -> None:
         """Reap every child that ended: the keeper, a candidate, the call (once the keeper is gone,
@@ -224,39 +293,24 @@ class Anchor:
             call = self.call
             if pid == self.keeper:
                 self.keeper = 0
+            elif call is not None and pid == call.pid:
+                self.call_exited(
+                    call, b"X %d %d %r %r %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss)
+                )
             elif call is not None and pid == call.candidate:
                 call.candidate = -1
-            elif call is not None and pid == call.pid and not call.ended:
-                call.ended = True
-                self.say(b"X %d %d %r %r %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss))
-                self.call_ended(call)
 
     def verdict(self, keep: bool) -> None:
         """Keep the last call's candidate or roll the call back, once the call has ended (its
         leftovers are the anchor's orphans only then): what the server said in its answer, unless
         that can no longer be (``V`` says what was done)."""
-        import select
-
-        call, self.call = self.call, None
+        call = self.call  # until it has ended: what comes meanwhile is about it
         if call is None:
             self.say(b"V 0 0 no-call")
             return
-        self.call = call  # until it has ended: what comes meanwhile is about it
         deadline = time.monotonic() + CANDIDATE_SECONDS
         while not call.ended and time.monotonic() < deadline:
-            watched: list[socket.socket | int] = [self.wake]
-            if self.keeper_channel is not None:
-                watched.append(self.keeper_channel)
-            if call.candidate == 0:
-                watched.append(call.channel)
-            readable, _, _ = select.select(watched, [], [], max(0.0, deadline - time.monotonic()))
-            if self.wake in readable:
-                os.read(self.wake, 4096)
-                self.reap()  # the call itself, once its keeper is gone
-            if self.keeper_channel is not None and self.keeper_channel in readable:
-                self.from_keeper()
-            if call.candidate == 0 and call.channel in readable:
-                self.from_candidate(call)
+            self.step(max(0.0, deadline - time.monotonic()))
         self.call = None
         if not call.announced:
             self.call_ended(call)
@@ -394,10 +448,3 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        _kill(pid)

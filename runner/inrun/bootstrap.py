@@ -30,8 +30,13 @@ if TYPE_CHECKING:
     from runner.inrun.harvest import Report
 
     # What the run returns and how its end is told: (gather the report, or None; send it with the end;
-    # in a session, fork the candidate of the state the call leaves, if its code ended, or None).
-    Ending = tuple[Callable[[], Report] | None, Callable[[Report | None, int], None], Callable[[], None] | None]
+    # in a session, offer the state the call leaves as the next, if its code ended, or None; what
+    # that returns is done once the end is told).
+    Ending = tuple[
+        Callable[[], Report] | None,
+        Callable[[Report | None, int], None],
+        Callable[[], Callable[[], None] | None] | None,
+    ]
 
 FILENAME = "<run_python>"
 MAX_FD = 1 << 20
@@ -124,7 +129,8 @@ def run(
     `tmpfs`, its own tmpfs mounts, and whether it is a `spawned` interpreter, not a fork. A job that
     says ``keeper`` makes this interpreter a session's anchor (`keeper.anchor`); a `session` call is
     one forked from its keeper: its directory is the session's, not emptied, and if its code ends,
-    the state it leaves is forked as the candidate the server may keep (`keeper.fork_candidate`).
+    the state it leaves is offered as the session's next, for the server to keep or not
+    (`keeper.offer_state`).
     """
     if job is None:
         os._exit(1)
@@ -170,8 +176,9 @@ def run(
             end = harvest.ended(status, tmpfs, spawned)
             harvest.send(wire.CODE_FD, (report or harvest.Report(budgets)).encode(end))
 
-    def kept() -> None:
-        keeper.fork_candidate(keeper.CHANNEL_FD)
+    def kept() -> Callable[[], None] | None:
+        become: Callable[[], None] | None = keeper.offer_state(keeper.CHANNEL_FD)
+        return become
 
     ending: Ending = (gather if budgets.any() else None, send, None)
     try:
@@ -228,18 +235,24 @@ def serve_session(
     *,
     first: bool = False,
 ) -> NoReturn:
-    """A session's keeper (`keeper.keep`), and in each call it forks, the call (`run`). A candidate
+    """A session's keeper (`keeper.keep`), and in each call it forks, the call (`run`). A state
     the server kept comes back here as the next keeper (`keeper.Kept`), its call's frames unwound."""
     wire, keeper = siblings[0], siblings[5]
+    ready, fds = None, None
     while True:
-        fds = keeper.keep(channel, first=first)
+        if fds is None:
+            fds = keeper.keep(channel, first=first, ahead=ready)
         first = False
         keeper.enter_call(fds, home)
+        ready, fds = None, None
         try:
             run(wire.read_job(wire.CODE_FD), main, siblings, tmpfs, spawned, session=True)
         except keeper.Kept as kept:
-            channel = kept.channel
+            channel, ready = kept.channel, kept.ready
             del kept
+        except keeper.Forked as forked:  # a call, forked ahead by the one that was kept
+            fds = forked.fds
+            del forked
 
 
 def exit_status(exc: SystemExit) -> int:
@@ -264,8 +277,8 @@ def finish(status: int, ending: Ending | None = None, session: bool = False) -> 
     own end, so the server can answer without waiting for the kernel to tear the process down, and
     os._exit skips finalizing every object, which costs milliseconds and, in a forked run, copies the
     whole inherited heap page by page. A `session` call runs no atexit handlers (its interpreter
-    lives on in the next call), and forks the candidate of its state (`ending`'s third part) once
-    its streams are flushed, before it tells its end.
+    lives on in the next call), and offers the state it leaves as the session's next (`ending`'s
+    third part: `keeper.offer_state`) once its streams are flushed, before it tells its end.
     """
     threading = sys.modules.get("threading")
     if threading is not None:
@@ -287,13 +300,16 @@ def finish(status: int, ending: Ending | None = None, session: bool = False) -> 
         sys.stderr.flush()
     except Exception:  # noqa: S110  (a closed stderr has nothing left to flush)
         pass
+    become = None
     if ending is not None and ending[2] is not None and status == 0:
-        ending[2]()
+        become = ending[2]()
     if ending is not None:
         try:
             ending[1](report, status)
         except Exception:  # noqa: S110  (the server then learns the end from the exit, as for a killed run)
             pass
+    if become is not None:
+        become()  # this call is the session's next state: kept (`keeper.Kept`) or killed
     os._exit(status)
 
 

@@ -7,13 +7,19 @@ session's **anchor** (`anchor`). The anchor never runs code of the session's. It
 **keeper**, a process that holds the session's state (its ``__main__``, its imports, its random
 generators) and does nothing but fork one **call** per request. A call runs its code as a one-shot run
 does (`bootstrap.run`, in the keeper's ``__main__``, in the session's directory), and if its code
-ended, forks a **candidate** of the state it leaves (one thread, a process group of its own), then
-reports its end and exits like any run. The server decides from the whole result whether the call
-ended ok (its output within the cap, no limit met, ...) and says so:
+ended, offers the state it leaves as the **candidate** for the next keeper (`offer_state`): itself,
+when it has one thread left (it leaves the group the server kills, reports its end and stays), or
+else a fork of itself (one thread, a process group of its own) while it reports its end and exits
+like any run. The server decides from the whole result whether the call ended ok (its output within
+the cap, no limit met, ...) and says so:
 
 - kept: the candidate becomes the keeper, the old keeper is killed;
 - rolled back: the candidate is killed, the old keeper stays, and the session's directory is put
   back as it was (`Snapshot`, which the anchor holds: no call can reach its memory).
+
+A call's channel to the anchor, one message a packet: ``P <pid> <threads>`` its candidate (its own
+pid when it is its own), ``D <utime> <stime> <maxrss>`` (a call that is its own candidate) its end
+reported, its fds closed; anchor to candidate: ``K`` kept.
 
 Either way the anchor, a child subreaper, then kills every other process the call left (orphans
 come to it), so that nothing of a call lives on but the state it was kept in.
@@ -34,6 +40,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import array
     import socket
+    from collections.abc import Callable
 
     from runner.inrun import libc, workdir
     from runner.inrun.anchor import MAX_LINE, _fds
@@ -72,12 +79,23 @@ class Kept(BaseException):
     call that forked it (`bootstrap.serve_session` catches it), so that a keeper's stack does not grow
     with every call kept."""
 
-    def __init__(self, channel: socket.socket) -> None:
+    def __init__(self, channel: socket.socket, ready: tuple[int, socket.socket] | None = None) -> None:
         super().__init__()
         self.channel = channel
+        self.ready = ready  # the call it forked ahead, if it did so before it was kept
 
 
-def keep(channel: socket.socket, *, first: bool = False) -> list[int]:
+class Forked(BaseException):
+    """Raised in a call forked ahead by a call that offered itself as the next state
+    (`_wait_to_be_kept`), once it has its `fds`: it unwinds what it was forked in, to run as a call
+    (`bootstrap.serve_session`)."""
+
+    def __init__(self, fds: list[int]) -> None:
+        super().__init__()
+        self.fds = fds
+
+
+def keep(channel: socket.socket, *, first: bool = False, ahead: tuple[int, socket.socket] | None = None) -> list[int]:
     """Be a keeper: hold the state, and run one call per ``C`` from the anchor; say its pid, wait
     for it, say its end. Returns only in a call, with the fds it was handed; EOF or being killed ends
     the keeper. The `first` keeper of a session holds nothing of the anchor's; a later one (a kept
@@ -85,12 +103,12 @@ def keep(channel: socket.socket, *, first: bool = False) -> list[int]:
 
     The next call is forked ahead (`_fork_ready`), when the keeper begins and when the anchor says
     ``F`` (after a roll-back): a ``C`` then only hands it its fds, and the fork of a keeper that
-    holds a large state (a few milliseconds with pandas loaded) is not on the call's path."""
+    holds a large state (a few milliseconds with pandas loaded) is not on the call's path. A keeper
+    that was a call may have forked it already (`ahead`)."""
     import socket
 
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _quiet_signals()
         if channel.fileno() != KEEPER_FD:
             os.dup2(channel.fileno(), KEEPER_FD, inheritable=False)
             channel.close()
@@ -102,7 +120,7 @@ def keep(channel: socket.socket, *, first: bool = False) -> list[int]:
             for target in (0, 1, 2):
                 os.dup2(null, target)
             os.closerange(3, KEEPER_FD)
-        ready = _fork_ready(channel)
+        ready = _fork_ready(channel) if ahead is None else ahead
         if isinstance(ready, list):
             return ready
         while True:
@@ -140,6 +158,13 @@ def keep(channel: socket.socket, *, first: bool = False) -> list[int]:
             channel.send(b"X %d %d %r %r %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss))
     except BaseException:  # a keeper never returns but into a call
         os._exit(1)
+
+
+def _quiet_signals() -> None:
+    """What a keeper does not take from the calls it was made of: a wake-up fd, a SIGCHLD handler
+    (which would run a call's code in the keeper as it reaps); the calls it forks do not either."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
 def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int] | None:
@@ -189,11 +214,13 @@ def _int_array(fds: list[int]) -> array.array[int]:
 
 def enter_call(fds: list[int], home: str) -> None:
     """In a call, just forked from the keeper: its fds in place (0-2 its pipes, 3 its job socket,
-    `CHANNEL_FD` its channel), the keeper's channel closed, a session and group of its own, in `home`.
+    `CHANNEL_FD` its channel), the keeper's channel closed, a process group of its own, in `home`.
     What earlier calls opened and kept stays open."""
     import fcntl
 
-    os.setsid()
+    # A group of its own, for the server to kill, in the keeper's session: a call that becomes the
+    # keeper (`offer_state`) moves to the keeper's group, which a session leader could not.
+    os.setpgid(0, 0)
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HANDED_ABOVE) for fd in fds]
     for fd in fds:
         os.close(fd)
@@ -226,14 +253,123 @@ def write_call_files(files: list[tuple[str, bytes]]) -> dict[str, tuple[int, int
     return workdir.write_inputs(files)
 
 
-def fork_candidate(channel_fd: int) -> None:
-    """At the end of a call whose code ended: fork the candidate state and announce it on the call's
-    channel (``P <pid> <threads>``); the call goes on to report its end. The candidate waits to be
-    kept (``K``: it raises `Kept`, and becomes the keeper) or killed."""
-    import socket
+def offer_state(channel_fd: int) -> Callable[[], None] | None:
+    """At the end of a call whose code ended: offer the state it leaves as the session's next, on the
+    call's channel (``P <pid> <threads>``), before the call reports its end.
+
+    A call left with one thread, and with the CPU time a keeper needs, is that state itself: it leaves
+    the group the server kills, kills what it started, and once it has reported (the function returned
+    here, called then) it says ``D`` and waits to be kept (`Kept`) or killed. That takes no fork of a
+    process that may map a large state (several milliseconds with pandas loaded), and no teardown of
+    one, off a call's path. Any other call forks a candidate of its state (`fork_candidate`)."""
+    import resource
 
     threading = sys.modules.get("threading")
     threads = threading is not None and threading.active_count() > 1
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[0]
+    # A keeper's CPU time counts against the call's RLIMIT_CPU: one that has used more than a quarter
+    # of it would, after forking a few thousand calls, be killed (and its session lost).
+    spent = cpu_limit != resource.RLIM_INFINITY and own.ru_utime + own.ru_stime > cpu_limit / 4
+    if threads or spent:
+        fork_candidate(channel_fd, threads)
+        return None
+    import socket
+
+    try:
+        os.setpgid(0, os.getpgid(os.getppid()))
+    except OSError:
+        fork_candidate(channel_fd, threads)
+        return None
+    _end_own_processes()
+    for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+        signal.setitimer(timer, 0)  # as a fork would: a pending alarm must not end the keeper
+    # A call may have made itself dumpable again; the keeper it becomes must not be, or a later call
+    # could write the kept state through /proc/PID/mem and then be rolled back.
+    libc.set_dumpable(False)
+    channel = socket.socket(fileno=channel_fd)
+    try:
+        channel.send(b"P %d 0" % os.getpid())
+    finally:
+        channel.detach()
+    return lambda: _wait_to_be_kept(channel_fd)
+
+
+def _end_own_processes() -> None:
+    """Kill and reap every process the call started that is still its child or in its group: a
+    keeper has no children but the calls it forks (what they left went to the anchor, which kills it)."""
+    try:  # noqa: SIM105  (contextlib is not imported in runs)
+        os.killpg(os.getpid(), signal.SIGKILL)  # the group it left: its own pid names it
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children", "rb") as listing:
+            for pid in listing.read().split():
+                try:  # noqa: SIM105
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+    except (OSError, ValueError):
+        pass
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
+def _wait_to_be_kept(channel_fd: int) -> None:
+    """A call that offered itself as the next state, its end reported: nothing of the server's held
+    (its pipes and job socket closed), ``D`` with its usage (the anchor tells it as the call's end),
+    then kept (``K``: `Kept`) or killed. Never returns.
+
+    The session's next call is forked ahead right after ``D``, while the server answers and gives
+    its verdict, rather than once kept; if this call is rolled back, that one dies with it."""
+    import resource
+    import socket
+
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):
+            os.dup2(null, target)
+        os.close(null)
+        try:  # noqa: SIM105  (contextlib is not imported in runs)
+            os.close(3)
+        except OSError:
+            pass
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        Session.kept_calls += 1
+        channel = socket.socket(fileno=channel_fd)
+        channel.send(
+            b"D %r %r %d"
+            % (
+                own.ru_utime + children.ru_utime,
+                own.ru_stime + children.ru_stime,
+                max(own.ru_maxrss, children.ru_maxrss),
+            )
+        )
+        _quiet_signals()
+        ready = _fork_ready(channel)
+        if isinstance(ready, list):
+            raise Forked(ready)
+        answer = channel.recv(16)
+    except Forked:
+        raise
+    except BaseException:
+        os._exit(0)
+    if answer != b"K":
+        os._exit(0)
+    raise Kept(channel, ready)
+
+
+def fork_candidate(channel_fd: int, threads: bool) -> None:
+    """Fork the candidate state and announce it on the call's channel (``P <pid> <threads>``); the
+    call goes on to report its end. The candidate waits to be kept (``K``: it raises `Kept`, and
+    becomes the keeper) or killed."""
+    import socket
+
     random = sys.modules.get("random")
     state = random.getstate() if random is not None else None
     try:

@@ -139,7 +139,16 @@ class SessionKeeper:
     async def verdict(self, keep: bool) -> Said:
         """Keep the last call's state, or roll it back; whether the anchor kept it. The anchor
         waits for the call's end itself."""
+        self.give_verdict(keep)
+        return await self.verdict_done()
+
+    def give_verdict(self, keep: bool) -> None:
+        """Tell the anchor to keep the last call's state or roll it back, without waiting: it can
+        begin while the server answers (`verdict_done` says what it did)."""
         self._say(b"V %d\n" % keep)
+
+    async def verdict_done(self) -> Said:
+        """Whether the anchor kept the last call, once it has done what `give_verdict` told it."""
         return await self._said(b"V")
 
     async def _said(self, tag: bytes) -> Said:

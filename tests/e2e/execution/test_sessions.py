@@ -18,7 +18,7 @@ from runner.config import Config
 from runner.execution.pool import Pool
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, Status
 from runner.processes.isolation import plan_isolation
-from tests.helpers import alive, children_of, in_mode, settled
+from tests.helpers import children_of, in_mode, settled
 
 pytestmark = pytest.mark.anyio
 
@@ -225,16 +225,21 @@ async def test_a_keeper_killed_from_outside_ends_its_own_session_alone_and_its_n
     await session.settled.wait()  # the last call's verdict is done: its candidate is the keeper
     anchor = session.anchor.interpreter_pid
 
-    def children() -> list[int]:
-        with open(f"/proc/{anchor}/task/{anchor}/children") as listing:
-            return [int(pid) for pid in listing.read().split()]
+    def below(pid: int) -> list[int]:
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as listing:
+                children = [int(child) for child in listing.read().split()]
+        except FileNotFoundError:
+            return []
+        return [grandchild for child in children for grandchild in (child, *below(child))]
 
+    # The keeper, with the call it forked ahead (and the keeper before it, which may still be on its
+    # way out, the new one its child until then): all dead before the next call, not killed as it starts.
     with anyio.fail_after(10):
-        while len(children()) != 1:  # the keeper before the last call's may still be on its way out
+        while below(anchor):
+            for pid in below(anchor):
+                os.kill(pid, signal.SIGKILL)
             await anyio.sleep(0.02)
-    [keeper] = children()
-    os.kill(keeper, signal.SIGKILL)
-    assert settled(lambda: alive(keeper)) is False  # dead before the next call: not killed while it starts
     result = await call(pool, "print(x)", handle)
     assert result.message.startswith("unknown session"), result
     assert "keeper" in result.message, result
@@ -252,6 +257,56 @@ async def test_a_call_that_starts_a_thread_is_kept_and_the_result_says_threads_d
     assert "threads it started do not carry over" in result.session.note
     after = await call(pool, "import threading\nprint(threading.active_count(), t.is_alive())", handle)
     assert after.stdout.text == "1 False\n"
+
+
+async def test_a_kept_call_left_with_one_thread_is_the_next_keeper_itself_and_one_with_threads_a_fork_of_it(
+    pool: Pool,
+) -> None:
+    handle = await new_session(pool, "import os\nfirst = os.getpid()")
+    itself = await call(pool, "print(os.getppid() == first)\nsecond = os.getpid()", handle)
+    assert itself.stdout.text == "True\n", itself  # no fork of a large state on a call's way out
+    threads = "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()"
+    threaded = await call(pool, threads + "\nthird = os.getpid()", handle)
+    assert threaded.session is not None
+    assert threaded.session.kept
+    after = await call(pool, "print(os.getppid() == third, os.getppid() == second)", handle)
+    assert after.stdout.text == "False False\n", after  # its candidate, a fork without the thread
+
+
+async def test_a_call_that_spent_a_quarter_of_its_cpu_limit_is_kept_through_a_fork_so_the_keeper_has_cpu_left(
+    pool: Pool, session_config: Config
+) -> None:
+    handle = await new_session(pool, "import os")
+    limit = session_config.max_cpu_seconds
+    burn = f"import time\nend = time.process_time() + {limit / 4 + 0.3}\nwhile time.process_time() < end: pass"
+    heavy = await call(pool, burn + "\nheavy = os.getpid()", handle)
+    assert heavy.session is not None
+    assert heavy.session.kept, heavy
+    after = await call(pool, "print(os.getppid() != heavy)", handle)
+    assert after.stdout.text == "True\n", after
+
+
+async def test_processes_and_an_alarm_a_kept_call_left_are_gone_and_its_keeper_lives_on(pool: Pool) -> None:
+    code = (
+        "import os, signal, subprocess, sys\n"
+        "x = 1\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "away = os.fork()\n"
+        "if away == 0:\n    os.setsid()\n    import time\n    time.sleep(60)\n    os._exit(0)\n"
+        "signal.alarm(1)"
+    )
+    handle = await new_session(pool, code)
+    # The alarm would have ended the keeper (the state this call left) by the end of this call; a
+    # call that fails then needs the keeper before it, and would end the session.
+    failed = await call(pool, "import time\ntime.sleep(1.5)\nraise ValueError", handle)
+    assert failed.session is not None
+    assert not failed.session.kept
+    probe = (
+        "def gone(pid):\n    try:\n        os.kill(pid, 0)\n    except ProcessLookupError:\n        return True\n"
+        "    return False\nprint(x, gone(child.pid), gone(away))"
+    )
+    after = await call(pool, probe, handle)
+    assert after.stdout.text == "1 True True\n", after
 
 
 async def test_a_session_ends_cleanly_with_the_pool_leaving_no_process_and_no_file(
