@@ -241,6 +241,8 @@ class Sessions:
                 await self._end(session, f"its last call could not be kept after all: {verdict.why}", "lost")
             elif session.keeper.lost is not None:
                 await self._end(session, session.keeper.lost, "lost")
+            else:
+                session.keeper.arm()
         except SessionLost as exc:
             await self._end(session, str(exc), "lost")
         finally:

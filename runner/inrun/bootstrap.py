@@ -245,8 +245,10 @@ def serve_session(
         first = False
         keeper.enter_call(fds, home)
         ready, fds = None, None
+        job = wire.read_job(wire.CODE_FD)  # handed its pipes ahead, the call may wait here a while
+        keeper.begin_call()
         try:
-            run(wire.read_job(wire.CODE_FD), main, siblings, tmpfs, spawned, session=True)
+            run(job, main, siblings, tmpfs, spawned, session=True)
         except keeper.Kept as kept:
             channel, ready = kept.channel, kept.ready
             del kept

@@ -198,9 +198,6 @@ def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int]
         if message != b"C" or len(received) != 5:
             os._exit(0)
         theirs.close()
-        # A call outlives its keeper, as a call forked on demand would: one that kills it and then
-        # ends ok is kept (its candidate becomes the keeper).
-        libc.prctl(libc.PR_SET_PDEATHSIG, 0)
     except BaseException:
         os._exit(1)
     return received
@@ -230,6 +227,13 @@ def enter_call(fds: list[int], home: str) -> None:
     for fd in moved:
         os.close(fd)
     os.chdir(home)
+
+
+def begin_call() -> None:
+    """In a call, its job read: from now on it outlives its keeper, as a call forked on demand would
+    (one that kills its keeper and then ends ok is kept). Until then, handed its pipes ahead and
+    waiting for its job, it died with its keeper: a keeper killed while the session is idle ends it."""
+    libc.prctl(libc.PR_SET_PDEATHSIG, 0)
 
 
 def files_before(home: str, identity: tuple[int, int]) -> dict[str, tuple[int, int, int, int]]:

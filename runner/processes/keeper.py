@@ -69,6 +69,7 @@ class SessionKeeper:
         self._lines: list[bytes] = []
         self._arrived = anyio.Event()
         self._call: KeptCall | None = None
+        self._armed: KeptCall | None = None
 
     @classmethod
     async def start(cls, anchor: Child, tg: anyio.abc.TaskGroup) -> SessionKeeper:
@@ -85,6 +86,30 @@ class SessionKeeper:
         return keeper
 
     async def call(self) -> KeptCall:
+        """The session's next call, ready for its job: the one armed ahead (`arm`) if it is still
+        there, else one armed now. An armed call that died waiting (it dies with its keeper) is
+        rolled back first, as any call that did not end ok: SessionLost if its keeper is gone."""
+        armed, self._armed = self._armed, None
+        # Its end of the job socket turns readable (EOF) once it is gone: it writes nothing there
+        # before its job.
+        if armed is not None and armed.report is None and self.lost is None and not _readable(armed.code):
+            return armed
+        if armed is not None:
+            armed.close_all()
+            if self.lost is None:
+                await self.keepable()
+                await self.verdict(False)
+        return self._hand()
+
+    def arm(self) -> None:
+        """Hand the next call its pipes now, while the session is idle: the keeper passes them to the
+        call it forked ahead, which then waits for its job as a pooled interpreter does, and the
+        session's next call starts when its job is written, no process woken before it."""
+        if self._armed is None and self.lost is None:
+            with contextlib.suppress(SessionLost, OSError):
+                self._armed = self._hand()
+
+    def _hand(self) -> KeptCall:
         """A call of the session's kept state, its pipes the server's, ready for its job (the keeper
         hands them to the call it forked ahead)."""
         ends: list[int] = []
@@ -235,7 +260,17 @@ class SessionKeeper:
     def close(self) -> None:
         """End the session: the anchor kills what it holds and exits when its socket closes (the
         owner then ends the anchor's interpreter as any other)."""
+        if self._armed is not None:
+            self._armed.close_all()
+            self._armed = None
         sock = socket.socket(fileno=self.anchor.code)
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_WR)
         sock.detach()
+
+
+def _readable(fd: int) -> bool:
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True

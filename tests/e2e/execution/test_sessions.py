@@ -18,7 +18,7 @@ from runner.config import Config
 from runner.execution.pool import Pool
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, Status
 from runner.processes.isolation import plan_isolation
-from tests.helpers import children_of, in_mode, settled
+from tests.helpers import alive, children_of, in_mode, settled
 
 pytestmark = pytest.mark.anyio
 
@@ -244,6 +244,50 @@ async def test_a_keeper_killed_from_outside_ends_its_own_session_alone_and_its_n
     assert result.message.startswith("unknown session"), result
     assert "keeper" in result.message, result
     assert (await call(pool, "print(y)", other)).stdout.text == "7\n"
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as listing:
+            return [int(child) for child in listing.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+async def _idle_keeper_and_armed_call(pool: Pool, handle: str) -> tuple[int, int]:
+    """The host pids of an idle session's keeper and of the next call handed its pipes ahead, once
+    the keeper before them has gone (until then the new keeper is its child)."""
+    [session] = [s for s in pool.sessions._open.values() if s.handle == handle]
+    await session.settled.wait()
+    anchor = session.anchor.interpreter_pid
+    with anyio.fail_after(10):
+        while True:
+            keepers = _children(anchor)
+            if len(keepers) == 1 and len(_children(keepers[0])) == 1:
+                [armed] = _children(keepers[0])
+                if not _children(armed):
+                    return keepers[0], armed
+            await anyio.sleep(0.02)
+
+
+async def test_a_keeper_killed_while_its_session_is_idle_takes_the_call_armed_ahead_with_it(pool: Pool) -> None:
+    handle = await new_session(pool, "x = 5")
+    keeper, armed = await _idle_keeper_and_armed_call(pool, handle)
+    os.kill(keeper, signal.SIGKILL)
+    assert settled(lambda: alive(armed)) is False  # the call handed its pipes ahead dies with it
+    result = await call(pool, "print(x)", handle)
+    assert result.message.startswith("unknown session"), result
+    assert "keeper" in result.message, result
+
+
+async def test_a_call_armed_ahead_killed_from_outside_is_rolled_back_and_the_session_goes_on(pool: Pool) -> None:
+    handle = await new_session(pool, "x = 5")
+    keeper, armed = await _idle_keeper_and_armed_call(pool, handle)
+    os.kill(armed, signal.SIGKILL)
+    assert settled(lambda: alive(armed)) is False
+    result = await call(pool, "print(x)", handle)
+    assert result.stdout.text == "5\n", result
+    assert alive(keeper)
 
 
 async def test_a_call_that_starts_a_thread_is_kept_and_the_result_says_threads_do_not_carry_over(pool: Pool) -> None:
