@@ -64,6 +64,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.data import DATA_CODE, scenario_data
+from harness.kept import scenario_kept
 from harness.report import machine, render
 from harness.scenarios import preflight, say, scenario_calls, scenario_flood, scenario_memory, scenario_startup
 from harness.servers import BENCH_DIR, REPO, Launch, build_specs, describe_root, export_commit, server_config_line
@@ -93,8 +94,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-naive", action="store_true", help="leave the naive baseline out")
     parser.add_argument(
         "--only",
-        default="calls,flood,startup,memory,data,sessions",
-        help="comma-separated scenarios: calls, flood, startup, memory, data, sessions (default: all)",
+        default="calls,flood,startup,memory,data,sessions,kept",
+        help="comma-separated scenarios: calls, flood, startup, memory, data, sessions, kept (default: all)",
     )
     parser.add_argument(
         "--modes", default="raw,client", help="client modes for the call scenarios (default raw,client)"
@@ -134,7 +135,8 @@ async def main_async(args: argparse.Namespace) -> int:
     params = QUICK if args.quick else FULL
     modes = tuple(m for m in args.modes.split(",") if m)
     scenarios = {s for s in args.only.split(",") if s}
-    unknown = scenarios - {"calls", "flood", "startup", "memory", "data", "sessions"} | set(modes) - {"raw", "client"}
+    known = {"calls", "flood", "startup", "memory", "data", "sessions", "kept"}
+    unknown = scenarios - known | set(modes) - {"raw", "client"}
     if unknown:
         raise SystemExit(f"run_bench: unknown scenario or mode: {sorted(unknown)}")
     specs = build_specs(args)
@@ -184,6 +186,8 @@ async def main_async(args: argparse.Namespace) -> int:
             report["data"][mode] = await scenario_data(mode, specs, launch, params, str(args.packages.resolve()))
     if "sessions" in scenarios:
         report["sessions"] = await scenario_sessions(specs, launch, params, str(args.packages.resolve()))
+    if "kept" in scenarios:
+        report["kept"] = await scenario_kept(specs, launch, params)
     report["elapsed_s"] = time.perf_counter() - begin
     report["loadavg_end"] = os.getloadavg()
     markdown = render(report)

@@ -76,10 +76,14 @@ class Config:
     max_output_chars: int = 20_000
     max_concurrent: int = 4
     default_timeout: float = 10.0
-    max_timeout: float = 60.0
+    max_timeout: float = 600.0
     max_code_bytes: int = 1 * MIB
     max_stdin_bytes: int = 1 * MIB
     max_output_bytes: int = 16 * MIB
+    max_kept_output_bytes: int = 16 * MIB
+    max_kept_caller_bytes: int = 256 * MIB
+    max_kept_total_bytes: int = 1024 * MIB
+    kept_output_seconds: int = 3600
     max_queue: int = 64
     max_sessions: int = 16
     max_sessions_per_caller: int = 4

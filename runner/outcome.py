@@ -62,6 +62,22 @@ NEW_SESSION = "new"
 
 
 @dataclass(frozen=True, slots=True)
+class KeptOutput:
+    """A stream of a run kept whole (up to its cap) because the answer shows only its head and tail:
+    `uri` reads it back (`resources/read`) for `seconds` after the run, by the caller that ran it."""
+
+    uri: str
+    stream: str  # "stdout" or "stderr"
+    size: int  # bytes kept
+    total: int  # bytes the run wrote to the stream (more than `size` when the cap cut it)
+    seconds: int
+
+    @property
+    def complete(self) -> bool:
+        return self.size == self.total
+
+
+@dataclass(frozen=True, slots=True)
 class SessionOutcome:
     """What became of a session's call: the session's handle, and whether the state the call left is
     the session's now (`kept`), or the session is as it was before the call; `note` says why not, or
@@ -109,19 +125,25 @@ class Omitted:
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """A running run's state, reported about once a second to callers that asked for it."""
+    """A running run's state, reported to callers that asked for it: how long it has run, how much it
+    wrote, and the latest lines of each stream (bounded)."""
 
     elapsed: float
     timeout: float
     stdout_bytes: int
     stderr_bytes: int
-    last_line: str
+    stdout_tail: str = ""
+    stderr_tail: str = ""
 
     def describe(self) -> str:
-        """One line for a progress notification."""
+        """The message of a progress notification: a first line, then the latest lines of each stream
+        that has any."""
         output = self.stdout_bytes + self.stderr_bytes
-        text = f"running for {self.elapsed:.0f}s of {self.timeout:g}s; output {output:,} bytes"
-        return text + (f"; last line: {self.last_line}" if self.last_line else "")
+        parts = [f"running for {self.elapsed:.0f}s of {self.timeout:g}s; output {output:,} bytes"]
+        for name, tail in (("stdout", self.stdout_tail), ("stderr", self.stderr_tail)):
+            if tail:
+                parts.append(f"latest {name}:\n{tail}")
+        return "\n".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +208,7 @@ class RunResult:
     attachments: tuple[Attachment, ...] = ()
     omitted: tuple[Omitted, ...] = ()
     session: SessionOutcome | None = None
+    kept: tuple[KeptOutput, ...] = ()  # streams kept whole, to be read back as resources
 
     @property
     def images(self) -> tuple[Attachment, ...]:

@@ -253,3 +253,8 @@ def check_ts_session(report: dict[str, Any]) -> None:
     assert report["closed"]["structuredContent"]["closed"] is True
     unknown = check_structured(report["unknown"]["structuredContent"])
     assert unknown["message"].startswith("unknown session")
+
+
+# 6,000,000 bytes of stdout, 100 a line: cut in any answer, kept whole on disk (`RUNNER_MAX_KEPT_OUTPUT_MB`).
+SIX_MB_CODE = "import sys\nfor i in range(60_000):\n    sys.stdout.write(f'{i:08d} ' + 'x' * 90 + '\\n')"
+SIX_MB_OUTPUT = "".join(f"{i:08d} " + "x" * 90 + "\n" for i in range(60_000)).encode()

@@ -14,6 +14,7 @@ from typing import Any
 
 from .data import TARGETS as DATA_TARGETS
 from .data import data_rows
+from .kept import kept_rows
 from .scenarios import RSS_SAMPLE_INTERVAL
 from .sessions import session_rows
 from .stats import ratio
@@ -361,6 +362,9 @@ def render(report: dict[str, Any]) -> str:
     sessions = session_rows(report)
     if sessions:
         lines += ["## Sessions (issue 25)", "", *sessions]
+    kept = kept_rows(report)
+    if kept:
+        lines += ["## Kept output (issue 26)", "", *kept]
     calls = report.get("calls", {})
     if calls:
         lines += [

@@ -37,11 +37,19 @@ class OutputCap:
                 # Trim in batches so a flood of small chunks costs amortised O(1) per byte.
                 del self._tail[: len(self._tail) - self._keep]
 
-    def last_line(self, max_chars: int) -> str:
-        """The last non-empty line written so far, decoded safely and cut to `max_chars` (for progress)."""
-        recent = bytes((self._tail or self._head)[-4 * max_chars :])
-        lines = [line for line in recent.splitlines() if line.strip()]
-        return decode_safely(lines[-1])[-max_chars:] if lines else ""
+    def latest_lines(self, max_lines: int, max_bytes: int) -> str:
+        """The last `max_lines` lines written so far, from at most their last `max_bytes` bytes (a line
+        cut there starts where a character does), decoded safely; '' before any output (for progress)."""
+        dropped = self.total > len(self._head) + len(self._tail)
+        kept = self._tail if dropped else self._head + self._tail
+        recent = bytes(kept[-max_bytes:])
+        if len(kept) > max_bytes:
+            start = _CHAR_START.search(recent)
+            recent = recent[start.start() :] if start else b""
+        lines = recent.splitlines()
+        while lines and not lines[-1].strip():
+            lines.pop()
+        return decode_safely(b"\n".join(lines[-max_lines:]))
 
     def parts(self) -> tuple[bytes, bytes]:
         """The kept head and tail (the tail is empty when nothing was dropped between them)."""

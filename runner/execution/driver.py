@@ -12,6 +12,7 @@ which the pool calls on every path.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -20,6 +21,7 @@ import anyio
 from runner.config import Config
 from runner.execution.capture import OutputCap, keep_bytes_for, render_stream
 from runner.execution.classify import ProcessEnd, RunLimits, classify
+from runner.execution.kept import OutputStore, Spool
 from runner.execution.output import RunOutput
 from runner.execution.report import Returned, parse_report
 from runner.execution.usage import UsageSamples, wait_exit_sampling
@@ -32,8 +34,13 @@ from runner.processes.child import Child
 # group (setsid) can hold a pipe that long, and it does not get to keep the call waiting.
 EXIT_GRACE = 0.25
 KILL_GRACE = 2.0
+# Progress: the first after a second, then at most once a second while output comes, and at least
+# every PROGRESS_HEARTBEAT seconds when none does (a client that resets its timeout on progress then
+# waits through a run that prints nothing). Each carries the latest lines of output, bounded.
 PROGRESS_INTERVAL = 1.0
-PROGRESS_LINE_CHARS = 200
+PROGRESS_HEARTBEAT = 4.0
+PROGRESS_TAIL_LINES = 20
+PROGRESS_TAIL_BYTES = 2048
 
 ProgressCallback = Callable[[Progress], Awaitable[None]]
 
@@ -51,9 +58,14 @@ class RunDriver:
     """Drives runs under one configuration; `unresponsive` is called for a run that outlives SIGKILL."""
 
     def __init__(
-        self, config: Config, logger: logging.Logger, unresponsive: Callable[[Child], Awaitable[None]]
+        self,
+        config: Config,
+        logger: logging.Logger,
+        unresponsive: Callable[[Child], Awaitable[None]],
+        store: OutputStore | None = None,
     ) -> None:
         self._config = config
+        self._store = store if store is not None and store.enabled else None
         self._log = logger
         self._unresponsive = unresponsive
         self._keep_bytes = keep_bytes_for(config.max_output_chars)
@@ -67,9 +79,36 @@ class RunDriver:
     async def drive(
         self, child: Child, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None
     ) -> RunResult:
-        """Run `request` in the ready interpreter `child` and return its result."""
+        """Run `request` in the ready interpreter `child` and return its result; a stream the result
+        shows only the head and tail of is kept whole in the store, and the result links it."""
+        store = self._store
+        spools = (store.spool(), store.spool()) if store is not None else (None, None)
+        try:
+            result = await self._drive(child, request, queue_wait, on_progress, spools)
+            if store is None:
+                return result
+            kept = []
+            for name, spool, shown in (("stdout", spools[0], result.stdout), ("stderr", spools[1], result.stderr)):
+                if spool is not None and shown.dropped_bytes:
+                    linked = store.keep(request.caller, name, spool)
+                    if linked is not None:
+                        kept.append(linked)
+            return dataclasses.replace(result, kept=tuple(kept)) if kept else result
+        finally:
+            for spool in spools:
+                if spool is not None:
+                    spool.discard()  # what the store did not take
+
+    async def _drive(
+        self,
+        child: Child,
+        request: RunRequest,
+        queue_wait: float,
+        on_progress: ProgressCallback | None,
+        spools: tuple[Spool | None, Spool | None],
+    ) -> RunResult:
         out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
-        output = RunOutput(child, out, err, self._config.max_output_bytes, self._budgets.report_bytes)
+        output = RunOutput(child, out, err, self._config.max_output_bytes, self._budgets.report_bytes, spools=spools)
         # Sampled only where wait4 cannot tell (see `usage`); then once while the interpreter still
         # waits for its code, so a run that ends within a millisecond still gets a number.
         samples = UsageSamples(child) if UsageSamples.needed(child) else None
@@ -167,14 +206,22 @@ class RunDriver:
     async def _report_progress(
         self, request: RunRequest, started: float, out: OutputCap, err: OutputCap, on_progress: ProgressCallback
     ) -> None:
+        sent_at, sent_total = -PROGRESS_HEARTBEAT, -1
         while True:
             await anyio.sleep(PROGRESS_INTERVAL)
+            now = anyio.current_time()
+            if out.total + err.total == sent_total and now - sent_at < PROGRESS_HEARTBEAT - PROGRESS_INTERVAL / 2:
+                continue
+            sent_at, sent_total = now, out.total + err.total
+            # Both streams share the bytes when both have output.
+            tail_bytes = PROGRESS_TAIL_BYTES // 2 if out.total and err.total else PROGRESS_TAIL_BYTES
             progress = Progress(
-                elapsed=anyio.current_time() - started,
+                elapsed=now - started,
                 timeout=request.timeout,
                 stdout_bytes=out.total,
                 stderr_bytes=err.total,
-                last_line=(err if err.total and not out.total else out).last_line(PROGRESS_LINE_CHARS),
+                stdout_tail=out.latest_lines(PROGRESS_TAIL_LINES, tail_bytes),
+                stderr_tail=err.latest_lines(PROGRESS_TAIL_LINES, tail_bytes),
             )
             try:
                 await on_progress(progress)

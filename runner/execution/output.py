@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from runner.execution.capture import OutputCap
+from runner.execution.kept import Spool
 from runner.inrun.wire import report_length
 from runner.processes.child import Child
 
@@ -41,14 +42,16 @@ class RunOutput:
     written: int = 0
     output_exceeded: bool = False
     done: anyio.Event = field(default_factory=anyio.Event)
+    # Each stream whole (up to its cap), where the pool keeps output that the answer cuts.
+    spools: tuple[Spool | None, Spool | None] = (None, None)
 
     async def read_all(self) -> None:
         """Read until `done`; cancelled, it leaves what it read so far."""
         child = self.child
         selector = selectors.DefaultSelector()
         try:
-            selector.register(child.stdout, selectors.EVENT_READ, self.stdout)
-            selector.register(child.stderr, selectors.EVENT_READ, self.stderr)
+            selector.register(child.stdout, selectors.EVENT_READ, (self.stdout, self.spools[0]))
+            selector.register(child.stderr, selectors.EVENT_READ, (self.stderr, self.spools[1]))
             selector.register(child.code, selectors.EVENT_READ, None)
             while selector.get_map():
                 await anyio.wait_readable(selector.fileno())
@@ -63,7 +66,8 @@ class RunOutput:
             selector.close()
             self.done.set()
 
-    def _read_stream(self, selector: selectors.BaseSelector, fd: int, cap: OutputCap) -> None:
+    def _read_stream(self, selector: selectors.BaseSelector, fd: int, stream: tuple[OutputCap, Spool | None]) -> None:
+        cap, spool = stream
         try:
             chunk = os.read(fd, CHUNK)
         except BlockingIOError:
@@ -72,14 +76,16 @@ class RunOutput:
             selector.unregister(fd)
             return
         cap.feed(chunk)
+        if spool is not None:
+            spool.feed(chunk)
         self.written += len(chunk)
         if self.written > self.budget and not self.output_exceeded:
             # Nothing more is read from either stream: what was kept is what the answer shows.
             self.output_exceeded = True
             self.child.kill_group()
-            for stream in (self.child.stdout, self.child.stderr):
-                if stream in selector.get_map():
-                    selector.unregister(stream)
+            for other in (self.child.stdout, self.child.stderr):
+                if other in selector.get_map():
+                    selector.unregister(other)
 
     def _read_report(self, selector: selectors.BaseSelector) -> None:
         """Too much, or not a report at all, is dropped and the socket closed: a run still writing

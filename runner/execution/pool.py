@@ -20,12 +20,13 @@ from runner.config import Config
 from runner.environment import POOL_PREFIX
 from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
+from runner.execution.kept import OutputStore
 from runner.execution.sessions import Sessions
 from runner.execution.supply import Supplies
 from runner.execution.sweep import StraySweeper
 from runner.execution.teardown import Teardowns
 from runner.logs import get_logger, log_event
-from runner.outcome import PoolState, RunRequest, RunResult, Status
+from runner.outcome import KeptOutput, PoolState, RunRequest, RunResult, Status
 from runner.processes.child import Child
 from runner.processes.isolation import IsolationPlan, plan_isolation
 from runner.processes.limits import Limits, count_tasks_of_uid, limits_for
@@ -45,8 +46,10 @@ class Pool:
         teardowns: Teardowns,
         logger: logging.Logger,
         sessions: Sessions,
+        store: OutputStore,
     ) -> None:
         self.sessions = sessions
+        self._store = store
         self._admission = admission
         self._supplies = supplies
         self._driver = driver
@@ -76,6 +79,8 @@ class Pool:
         logger = logger or get_logger()
         plan = plan or plan_isolation(config)
         base_dir = tempfile.mkdtemp(prefix=POOL_PREFIX, dir=config.work_dir)
+        # Not under base_dir, where runs' own directories are made: its own, mode 0700.
+        store = OutputStore.made(config)
         limits = limits_for(config, count_tasks_of_uid(), plan)
         _log_start(logger, config, plan, limits, base_dir)
         reaping = reap_strays and set_child_subreaper(True)
@@ -87,10 +92,10 @@ class Pool:
             async with Supplies.opened(config, plan, base_dir, limits, logger) as supplies:
                 if reaping:
                     sweeper = StraySweeper(supplies.known_pids, plan.sandboxed, logger)
-                driver = RunDriver(config, logger, supplies.unresponsive)
+                driver = RunDriver(config, logger, supplies.unresponsive, store)
                 admission = Admission(config.max_concurrent, config.max_queue, caller_share)
                 async with anyio.create_task_group() as tg:
-                    sessions = Sessions(config, supplies, logger, tg)
+                    sessions = Sessions(config, supplies, logger, tg, store)
                     tg.start_soon(sessions.expire_forever)
                     if config.pool_size:
                         supplies.start_refilling(tg)
@@ -104,7 +109,7 @@ class Pool:
                             runs_share_files=plan.runs_share_files,
                             ended=sweeper.wanted if sweeper is not None else lambda: None,
                         )
-                        yield cls(admission, supplies, driver, sweeper, teardowns, logger, sessions)
+                        yield cls(admission, supplies, driver, sweeper, teardowns, logger, sessions, store)
                     finally:
                         # Sessions end first (their anchors are the supplies'), then the pooled
                         # interpreters, before the sources (zygotes) that made them.
@@ -122,6 +127,7 @@ class Pool:
                 if reaping:
                     set_child_subreaper(False)
                 await anyio.to_thread.run_sync(remove_tree, base_dir)
+                store.close()
 
     def state(self, *, session_memory: bool = False) -> PoolState:
         """Its numbers at this moment, taken together; with what sessions hold if asked (for metrics)."""
@@ -164,6 +170,19 @@ class Pool:
     async def close_session(self, handle: str, caller: str | None) -> str | None:
         """End the caller's session `handle`: None once it has ended, else why there is no such session."""
         return await self.sessions.close(handle, caller)
+
+    async def read_output(self, uri: str, caller: str | None) -> tuple[KeptOutput, bytes] | None:
+        """The caller's kept stream `uri` and its bytes; None if it has none by that URI (never made,
+        expired, evicted or another caller's)."""
+        opened = self._store.open(uri, caller)
+        if opened is None:
+            return None
+        kept, fd = opened
+        return kept, await anyio.to_thread.run_sync(_read_and_close, fd)
+
+    def kept_outputs(self, caller: str | None) -> list[KeptOutput]:
+        """The caller's kept streams that can still be read, oldest first."""
+        return self._store.listed(caller)
 
     async def _in_a_slot(self, request: RunRequest, run: Callable[[float], Awaitable[RunResult]]) -> RunResult:
         """`run(queue_wait)` holding one of the pool's slots, for the caller's share; busy if none comes."""
@@ -231,3 +250,8 @@ def _log_start(logger: logging.Logger, config: Config, plan: IsolationPlan, limi
             logging.WARNING,
             "running as root: RLIMIT_NPROC is not enforced, a fork loop is stopped only by the timeout",
         )
+
+
+def _read_and_close(fd: int) -> bytes:
+    with os.fdopen(fd, "rb") as kept:
+        return kept.read()

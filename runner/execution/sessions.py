@@ -29,6 +29,7 @@ import anyio.abc
 
 from runner.config import Config
 from runner.execution.driver import ProgressCallback, RunDriver
+from runner.execution.kept import OutputStore
 from runner.execution.supply import InterpreterSupply, Supplies
 from runner.logs import log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
@@ -74,12 +75,13 @@ class Sessions:
         supplies: Supplies,
         logger: logging.Logger,
         tg: anyio.abc.TaskGroup,
+        store: OutputStore | None = None,
     ) -> None:
         self._config = config
         # A replica's name leads its handles (s-NAME.…): a proxy routes a session's calls on it.
         self._prefix = HANDLE_PREFIX + (config.http.replica + "." if config.http.replica else "")
         self._supplies = supplies
-        self._driver = RunDriver(config, logger, self._unresponsive)
+        self._driver = RunDriver(config, logger, self._unresponsive, store)
         self._log = logger
         self._tg = tg
         self._open: dict[str, Session] = {}

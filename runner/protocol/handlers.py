@@ -1,5 +1,6 @@
-"""The MCP handlers: tools/list and tools/call (run_python, close_session) on the low-level SDK server.
-Knows nothing of processes.
+"""The MCP handlers: tools/list and tools/call (run_python, close_session), and resources/list and
+resources/read (the whole of a stream a result showed cut), on the low-level SDK server. Knows nothing
+of processes.
 
 Every call ends in a result: bad arguments, a busy server and the server's own faults become
 `isError` results carrying the request_id, because an exception escaping a handler would become a
@@ -17,15 +18,16 @@ import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
 
 from runner import __version__
 from runner.config import Config
 from runner.errors import ArgumentError
 from runner.logs import get_logger, log_event
-from runner.outcome import Progress, RunRequest, RunResult, Status
+from runner.outcome import KeptOutput, Progress, RunRequest, RunResult, Status
 from runner.protocol.arguments import ArgumentParser
 from runner.protocol.metrics import Metrics
-from runner.protocol.results import closed_result, to_call_result
+from runner.protocol.results import closed_result, kept_contents, to_call_result
 from runner.protocol.schemas import CLOSE_TOOL, RUN_TOOL
 from runner.protocol.tool import tool_definitions
 
@@ -43,6 +45,14 @@ class Runner(Protocol):
 
     async def close_session(self, handle: str, caller: str | None) -> str | None:
         """End the caller's session `handle`: None once it has ended, else why there is no such session."""
+        ...
+
+    async def read_output(self, uri: str, caller: str | None) -> tuple[KeptOutput, bytes] | None:
+        """The caller's kept stream `uri` and its bytes; None if the caller has none by that URI."""
+        ...
+
+    def kept_outputs(self, caller: str | None) -> list[KeptOutput]:
+        """The caller's kept streams that can still be read."""
         ...
 
 
@@ -82,12 +92,36 @@ class Handlers:
         """tools/list: run_python, and close_session where sessions may be had."""
         return types.ListToolsResult(tools=list(self._tools))
 
+    async def list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        """resources/list: the caller's kept streams that can still be read (the links results gave)."""
+        kept = self._runner.kept_outputs(self._caller(ctx))
+        return types.ListResourcesResult(
+            resources=[types.Resource(uri=k.uri, name=k.stream, mime_type="text/plain", size=k.size) for k in kept]
+        )
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        """resources/read: a kept stream, whole, to the caller whose run wrote it; any other URI (never
+        made, expired, evicted, another caller's) is "resource not found" (-32602), alike."""
+        found = await self._runner.read_output(str(params.uri), self._caller(ctx))
+        if found is None:
+            log_event(self._log, logging.INFO, "resource not found", uri=str(params.uri)[:100])
+            raise MCPError(types.INVALID_PARAMS, f"resource not found: {params.uri}", {"uri": str(params.uri)})
+        kept, data = found
+        return types.ReadResourceResult(contents=[kept_contents(kept, data)])
+
+    def _caller(self, ctx: ServerRequestContext[Any]) -> str | None:
+        return self._caller_of(ctx.request) if self._caller_of is not None and ctx.request is not None else None
+
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         """tools/call: validate, run, and turn every outcome (or fault) into a result."""
         request_id = new_request_id()
-        caller = self._caller_of(ctx.request) if self._caller_of is not None and ctx.request is not None else None
+        caller = self._caller(ctx)
         try:
             if params.name == CLOSE_TOOL and self._sessions:
                 return await self._close(request_id, params, caller)
@@ -180,6 +214,8 @@ def build_server(
         ),
         on_list_tools=handlers.list_tools,
         on_call_tool=handlers.call_tool,
+        on_list_resources=handlers.list_resources,
+        on_read_resource=handlers.read_resource,
     )
     # No OpenTelemetry exporter is ever installed here; skip the per-message span work.
     server.middleware = []

@@ -9,9 +9,9 @@ from urllib.parse import quote
 
 import mcp_types as types
 
-from runner.outcome import Attachment, RunResult
+from runner.outcome import Attachment, KeptOutput, RunResult
 
-Block = types.TextContent | types.ImageContent | types.EmbeddedResource
+Block = types.TextContent | types.ImageContent | types.EmbeddedResource | types.ResourceLink
 
 
 def to_call_result(result: RunResult) -> types.CallToolResult:
@@ -24,6 +24,8 @@ def to_call_result(result: RunResult) -> types.CallToolResult:
         content.append(types.ImageContent(type="image", data=data, mime_type=attachment.mime_type))
     for attachment in result.files:
         content.append(types.EmbeddedResource(type="resource", resource=_resource(result.request_id, attachment)))
+    for kept in result.kept:
+        content.append(_link(kept))
     return types.CallToolResult(
         content=list(content),
         structured_content=structured_result(result),
@@ -41,6 +43,31 @@ def _resource(request_id: str, file: Attachment) -> types.TextResourceContents |
     if file.kind == "text":
         return types.TextResourceContents(uri=uri, mime_type=file.mime_type, text=file.data.decode("utf-8"))
     return types.BlobResourceContents(uri=uri, mime_type=file.mime_type, blob=base64.b64encode(file.data).decode())
+
+
+def _link(kept: KeptOutput) -> types.ResourceLink:
+    """Where the whole of a cut stream can be read; meant for the person more than for the model, whose
+    context the text block's head and tail serve."""
+    whole = "whole" if kept.complete else f"first {kept.size:,} of {kept.total:,} bytes"
+    return types.ResourceLink(
+        type="resource_link",
+        uri=kept.uri,
+        name=kept.stream,
+        title=f"The run's {kept.stream}, {whole}",
+        description=f"{kept.size:,} bytes, shown cut above; readable with resources/read for {kept.seconds} s",
+        mime_type="text/plain",
+        size=kept.size,
+        annotations=types.Annotations(audience=["user", "assistant"], priority=0.2),
+    )
+
+
+def kept_contents(kept: KeptOutput, data: bytes) -> types.TextResourceContents | types.BlobResourceContents:
+    """A kept stream as resources/read returns it: text when it is UTF-8, else its bytes (base64)."""
+    try:
+        return types.TextResourceContents(uri=kept.uri, mime_type="text/plain", text=data.decode("utf-8"))
+    except UnicodeDecodeError:
+        blob = base64.b64encode(data).decode("ascii")
+        return types.BlobResourceContents(uri=kept.uri, mime_type="application/octet-stream", blob=blob)
 
 
 def closed_result(request_id: str, handle: str, unknown: str | None) -> types.CallToolResult:
@@ -102,4 +129,15 @@ def structured_result(result: RunResult) -> dict[str, Any]:
         content["session"] = result.session.handle
         content["rolled_back"] = not result.session.kept
         content["session_note"] = result.session.note
+    if result.kept:
+        content["full_output"] = [
+            {
+                "stream": kept.stream,
+                "uri": kept.uri,
+                "bytes": kept.size,
+                "complete": kept.complete,
+                "expires_in_seconds": kept.seconds,
+            }
+            for kept in result.kept
+        ]
     return content

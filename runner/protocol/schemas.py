@@ -163,6 +163,21 @@ def output_schema() -> dict[str, Any]:
                 "type": "string",
                 "description": "Why the call was rolled back, or what its kept state does not carry; may be empty.",
             },
+            "full_output": {
+                "type": "array",
+                "description": (
+                    "Only when stdout or stderr above was cut: each such stream kept whole (up to "
+                    "RUNNER_MAX_KEPT_OUTPUT_MB), linked as resource_link content too; read it with "
+                    "resources/read on its uri within `expires_in_seconds`."
+                ),
+                "items": _object(
+                    stream={"type": "string", "enum": ["stdout", "stderr"]},
+                    uri={"type": "string"},
+                    bytes=count,
+                    complete={"type": "boolean", "description": "False when the keep cap cut it too."},
+                    expires_in_seconds=count,
+                ),
+            },
         },
         "required": [
             "request_id",

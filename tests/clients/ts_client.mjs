@@ -8,6 +8,7 @@
 //   {"url": str, "headers": {str: str}, "pidFile": str}  (Streamable HTTP to a running server)
 // pidFile: a path that does not exist yet; the cancelled run writes its own pid there.
 
+import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -45,7 +46,12 @@ async function waitFor(predicate, timeoutMs) {
   return true;
 }
 
+// config.only: the checks to run (besides "connect" and "close"); "long" (a 70 s run) runs only when
+// named there.
+const only = config.only ? new Set(config.only) : null;
+
 async function check(name, body) {
+  if (name !== "connect" && name !== "close" && (only ? !only.has(name) : name === "long")) return;
   try {
     emit(name, await body());
   } catch (error) {
@@ -142,6 +148,35 @@ await check("progress", async () => {
   );
   const raw = received.slice(before).filter((m) => m.method === "notifications/progress");
   return { ...callReport(result), notifications, rawNotifications: raw.map((m) => m.params) };
+});
+
+// A stdout the answer shows cut, read back whole through the resource_link the result carries.
+await check("link", async () => {
+  const code = "import sys\nfor i in range(60_000):\n    sys.stdout.write(f'{i:08d} ' + 'x' * 90 + '\\n')";
+  const result = await client.callTool({ name: "run_python", arguments: { code } });
+  const links = result.content.filter((block) => block.type === "resource_link");
+  const read = links.length ? await client.readResource({ uri: links[0].uri }) : null;
+  const text = read?.contents?.[0]?.text ?? null;
+  return {
+    links,
+    fullOutput: result.structuredContent?.full_output ?? null,
+    textBytes: text === null ? null : Buffer.byteLength(text, "utf8"),
+    sha256: text === null ? null : createHash("sha256").update(text, "utf8").digest("hex"),
+  };
+});
+
+// A 70 s run that prints a line every 10 s, with a request timeout of 30 s that only progress resets
+// (the SDK's resetTimeoutOnProgress): it ends only if progress comes at least every 30 s.
+await check("long", async () => {
+  const notifications = [];
+  const start = Date.now();
+  const code = "import time\nfor i in range(7):\n    print(f'step {i}', flush=True)\n    time.sleep(10)\nprint('done')";
+  const result = await client.callTool({ name: "run_python", arguments: { code, timeout: 90 } }, undefined, {
+    timeout: 30000,
+    resetTimeoutOnProgress: true,
+    onprogress: (progress) => notifications.push({ ...progress, afterMs: Date.now() - start }),
+  });
+  return { ...callReport(result), notifications, tookMs: Date.now() - start };
 });
 
 await check("cancel", async () => {

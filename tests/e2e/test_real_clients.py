@@ -7,6 +7,8 @@ fail (they are part of `make test`), they are not skipped.
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import os
 import re
@@ -26,6 +28,7 @@ from tests.conftest import REPO
 from tests.helpers import (
     RETURNS_ARGUMENTS,
     SEED_PLAIN,
+    SIX_MB_OUTPUT,
     alive,
     check_returns,
     check_structured,
@@ -290,6 +293,33 @@ def ts_session(node_clients: Node, tmp_path_factory: pytest.TempPathFactory) -> 
     return TsSession(reports, stderr, work_dir)
 
 
+@pytest.mark.timeout(240)
+def test_a_70_second_run_ends_ok_through_the_typescript_sdk_whose_timeout_only_progress_resets(
+    node_clients: Node, tmp_path: Path
+) -> None:
+    work_dir = tmp_path / "work"
+    work_dir.mkdir()
+    config = {
+        "command": sys.executable,
+        "args": ["-m", "runner"],
+        "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir)},
+        "cwd": str(REPO),
+        "only": ["long"],
+    }
+    reports, stderr = run_ts_client(node_clients, config, tmp_path / "home", timeout=200)
+    long = reports["long"]
+    assert "error" not in long, (long, stderr[-3000:])
+    assert check_structured(long["structuredContent"])["stdout"] == "".join(f"step {i}\n" for i in range(7)) + "done\n"
+    assert long["tookMs"] >= 70_000
+    times = [0, *(n["afterMs"] for n in long["notifications"]), long["tookMs"]]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert max(gaps) <= 5_000, gaps  # at least every 5 s, though it prints only every 10 s
+    messages = [n.get("message", "") for n in long["notifications"]]
+    # The latest output rides along: each step appears in some message once printed.
+    for i in range(7):
+        assert any("latest stdout:\n" in m and f"step {i}" in m for m in messages), (i, messages[-3:])
+
+
 def run_ts_client(
     node_clients: Node, config: dict[str, Any], home: Path, timeout: float
 ) -> tuple[dict[str, dict[str, Any]], str]:
@@ -320,6 +350,15 @@ def test_the_typescript_sdk_negotiates_2025_11_25_and_lists_the_tool_with_the_pu
     assert listed["inputSchema"] == input_schema(Config.from_env({}))
     assert listed["outputSchema"] == output_schema()
     assert (listed["closeInputSchema"], listed["closeOutputSchema"]) == (close_input_schema(), close_output_schema())
+
+
+def test_the_typescript_sdk_reads_a_cut_stdout_back_whole_through_its_resource_link(ts_session: TsSession) -> None:
+    link = ts_session.report("link")
+    [block] = link["links"]
+    assert (block["name"], block["size"], block["mimeType"]) == ("stdout", len(SIX_MB_OUTPUT), "text/plain")
+    assert link["textBytes"] == len(SIX_MB_OUTPUT)
+    assert link["sha256"] == hashlib.sha256(SIX_MB_OUTPUT).hexdigest()
+    assert [kept["uri"] for kept in link["fullOutput"]] == [block["uri"]]
 
 
 def test_the_typescript_sdk_accepts_every_result_of_a_session_and_of_close_session(ts_session: TsSession) -> None:

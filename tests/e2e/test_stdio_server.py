@@ -25,6 +25,8 @@ from tests.conftest import REPO
 from tests.helpers import (
     RETURNS_ARGUMENTS,
     SEED_PLAIN,
+    SIX_MB_CODE,
+    SIX_MB_OUTPUT,
     check_returns,
     check_structured,
     living,
@@ -245,6 +247,38 @@ async def test_the_python_client_accepts_an_image_resources_and_a_result_from_ha
     log = (tmp_path / "stderr.log").read_text()
     assert f"request_id={structured['request_id']} run started" not in log, "nothing ran"
     assert not (work_dir.parent / "planted").exists()
+
+
+async def test_a_6_mb_stdout_shown_cut_is_read_back_byte_for_byte_through_its_link_and_a_short_one_gets_none(
+    work_dir: Path, tmp_path: Path, mode: str, left_nothing: None
+) -> None:
+    with open(tmp_path / "stderr.log", "w") as errlog:
+        async with stdio_session(work_dir, errlog, mode) as client:
+            result = await client.call_tool("run_python", {"code": SIX_MB_CODE})
+            [text, link] = result.content
+            assert isinstance(link, types.ResourceLink)
+            read = await client.read_resource(link.uri)
+            listed = await client.list_resources()
+            short = await client.call_tool("run_python", {"code": "print('short')"})
+    assert isinstance(text, types.TextContent)
+    structured = check_structured(result.structured_content)
+    assert structured["stdout_truncated"]
+    assert structured["stdout_bytes"] == len(SIX_MB_OUTPUT)
+    assert structured["full_output"] == [
+        {
+            "stream": "stdout",
+            "uri": str(link.uri),
+            "bytes": len(SIX_MB_OUTPUT),
+            "complete": True,
+            "expires_in_seconds": 3600,
+        }
+    ]
+    [contents] = read.contents
+    assert isinstance(contents, types.TextResourceContents)
+    assert contents.text.encode() == SIX_MB_OUTPUT
+    assert [str(resource.uri) for resource in listed.resources] == [str(link.uri)]
+    assert "short" in text_of(short)  # text_of takes the one block there is: no link for output shown whole
+    assert "full_output" not in check_structured(short.structured_content)
 
 
 def test_the_server_refuses_to_start_on_a_bad_value_with_one_line_and_exit_status_2() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -179,10 +181,48 @@ async def test_a_run_longer_than_a_second_reports_progress_to_a_client_that_aske
     code = "import time\nprint('warming up', flush=True)\ntime.sleep(2.6)\nprint('done')"
     result = await client.call_tool("run_python", {"code": code, "timeout": 10}, progress_callback=on_progress)
     assert check_structured(result.structured_content)["stdout"] == "warming up\ndone\n"
-    assert len(updates) >= 2
+    # One after a second; the next only with new output, or after a few seconds without.
+    assert len(updates) >= 1
     assert [p for p, _, _ in updates] == sorted(p for p, _, _ in updates), "progress only goes up"
     assert updates[0][2] is not None
-    assert updates[0][2].startswith("running for 1s of 10s; output 11 bytes; last line: warming up")
+    assert updates[0][2] == "running for 1s of 10s; output 11 bytes\nlatest stdout:\nwarming up"
+
+
+async def test_a_silent_run_reports_progress_at_least_every_five_seconds_with_its_latest_twenty_lines(
+    client: Client,
+) -> None:
+    times: list[float] = []
+    messages: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        times.append(time.monotonic())
+        messages.append(message or "")
+
+    code = (
+        "import sys, time\nfor i in range(30):\n    print(f'line {i}', flush=True)\n"
+        "print('oops', file=sys.stderr)\ntime.sleep(9.5)"
+    )
+    started = time.monotonic()
+    result = await client.call_tool("run_python", {"code": code, "timeout": 20}, progress_callback=on_progress)
+    ended = time.monotonic()
+    assert check_structured(result.structured_content)["status"] == "ok"
+    moments = [started, *times, ended]
+    assert max(later - earlier for earlier, later in itertools.pairwise(moments)) <= 5.0, moments
+    last = messages[-1]
+    stdout_part, stderr_part = last.split("\nlatest stdout:\n", 1)[1].split("\nlatest stderr:\n")
+    assert stdout_part.splitlines() == [f"line {i}" for i in range(10, 30)]
+    assert stderr_part == "oops"
+
+
+async def test_a_timeout_up_to_ten_minutes_is_accepted_and_601_seconds_is_refused_naming_the_maximum(
+    client: Client,
+) -> None:
+    _, structured, is_error = await call(client, {"code": "print(1)", "timeout": 600})
+    assert not is_error, structured
+    _text, structured, is_error = await call(client, {"code": "print(1)", "timeout": 601})
+    assert is_error
+    assert structured["status"] == "invalid_arguments"
+    assert "601 is greater than the maximum of 600" in structured["message"], structured
 
 
 async def test_a_run_shorter_than_a_second_gets_no_progress(client: Client) -> None:

@@ -15,7 +15,16 @@ import pytest
 from runner.config import Config
 from runner.protocol.schemas import input_schema, output_schema
 from tests.e2e.test_real_clients import CLIENTS, Node, assert_left_nothing, client_env, node_clients, run_ts_client
-from tests.helpers import RETURNS_ARGUMENTS, SEED_PLAIN, alive, check_returns, check_structured, check_ts_session
+from tests.helpers import (
+    RETURNS_ARGUMENTS,
+    SEED_PLAIN,
+    SIX_MB_CODE,
+    SIX_MB_OUTPUT,
+    alive,
+    check_returns,
+    check_structured,
+    check_ts_session,
+)
 from tests.http_server import HttpServer, http_server
 
 __all__ = ["node_clients"]  # the session fixture, shared with tests/e2e/test_real_clients.py
@@ -107,3 +116,20 @@ def test_the_inspector_cli_calls_run_python_over_http_with_a_token(
     kept = check_structured(session_call("run_python", {"code": "print(x * 7)", "session": handle}))
     assert (kept["stdout"], kept["rolled_back"]) == ("42\n", False)
     assert session_call("close_session", {"session": handle})["closed"] is True
+
+    # A stdout shown cut, read back whole by a later Inspector run through the link the result carried.
+    cut = inspector(
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "run_python",
+        "--tool-args-json",
+        json.dumps({"code": SIX_MB_CODE}),
+        *token,
+    )
+    assert cut.returncode == 0, cut.stderr
+    [link] = [block for block in json.loads(cut.stdout)["result"]["content"] if block["type"] == "resource_link"]
+    read = inspector("--method", "resources/read", "--uri", link["uri"], *token)
+    assert read.returncode == 0, read.stderr
+    [contents] = json.loads(read.stdout)["result"]["contents"]
+    assert contents["text"].encode() == SIX_MB_OUTPUT

@@ -1,0 +1,192 @@
+"""Whole output kept on disk: a stream the answer shows only the head and tail of is kept whole
+(up to `RUNNER_MAX_KEPT_OUTPUT_MB`) in a directory of the server's, for its caller to read back as a
+resource (`resources/read` on the link the result carries).
+
+A `Spool` takes one stream as it is read: in memory up to `SPOOL_MEMORY`, then in a file written
+through, so a run's output never sits in the server's memory whole. When the run has ended, a
+stream whose shown text was cut is handed to the `OutputStore` (the spool's file, or its bytes
+written out); any other spool is deleted. The store binds each kept stream to its caller, under a
+random URI, for `RUNNER_KEPT_OUTPUT_SECONDS`; its bytes count against a budget per caller and in
+all, and the oldest go first when a new one would not fit. Reading an expired, evicted, foreign or
+never made URI is "not found" alike. The directory is made empty when the pool starts and removed
+when it stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import tempfile
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from runner.config import Config
+from runner.outcome import KeptOutput
+
+URI_PREFIX = "runner://output/"
+KEPT_PREFIX = "python-runner-kept-"
+SPOOL_MEMORY = 64 * 1024
+
+
+class Spool:
+    """One stream of one run, whole up to `limit` bytes: in memory first, then in a file."""
+
+    def __init__(self, directory: str, limit: int) -> None:
+        self._directory = directory
+        self._limit = limit
+        self._memory = bytearray()
+        self._fd = -1
+        self.path: str | None = None
+        self.size = 0  # bytes kept
+        self.total = 0  # bytes the stream carried
+
+    def feed(self, chunk: bytes) -> None:
+        """Add the next chunk the run wrote; what goes past the limit is counted, not kept."""
+        self.total += len(chunk)
+        room = self._limit - self.size
+        if room <= 0:
+            return
+        chunk = chunk[:room]
+        self.size += len(chunk)
+        if self._fd < 0:
+            self._memory += chunk
+            if len(self._memory) <= SPOOL_MEMORY:
+                return
+            self._open()
+            chunk, self._memory = bytes(self._memory), bytearray()
+        try:
+            _write_all(self._fd, chunk)
+        except OSError:
+            self.size -= len(chunk)  # a full disk: what was kept so far is what there is
+            self._limit = self.size
+
+    def _open(self) -> None:
+        fd, path = tempfile.mkstemp(prefix="spool-", dir=self._directory)
+        self._fd, self.path = fd, path
+
+    def settle(self) -> str | None:
+        """The file holding what was kept (written out now if it was all in memory), the store's from
+        now on; None if none could be written. The spool is done either way."""
+        try:
+            if self._fd < 0:
+                self._open()
+                _write_all(self._fd, bytes(self._memory))
+                self._memory = bytearray()
+        except OSError:
+            self.discard()
+            return None
+        finally:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+        path, self.path = self.path, None
+        return path
+
+    def discard(self) -> None:
+        """Delete what was kept (a stream shown whole, or a run that did not end)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            self.path = None
+        self._memory = bytearray()
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    caller: str | None
+    path: str
+    kept: KeptOutput
+    expires: float
+
+
+class OutputStore:
+    """The kept streams of one pool, in its own directory: keep, read, list, expire, evict."""
+
+    def __init__(self, config: Config, directory: str) -> None:
+        self.directory = directory
+        self._per_call = config.max_kept_output_bytes
+        self._per_caller = config.max_kept_caller_bytes
+        self._total = config.max_kept_total_bytes
+        self._seconds = config.kept_output_seconds
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # oldest first
+
+    @classmethod
+    def made(cls, config: Config) -> OutputStore:
+        """A store in a new, empty directory of its own (mode 0700) under `RUNNER_WORK_DIR`."""
+        return cls(config, tempfile.mkdtemp(prefix=KEPT_PREFIX, dir=config.work_dir))
+
+    @property
+    def enabled(self) -> bool:
+        return self._per_call > 0 and self._per_caller > 0 and self._total > 0
+
+    def spool(self) -> Spool:
+        return Spool(self.directory, self._per_call)
+
+    def keep(self, caller: str | None, stream: str, spool: Spool, now: float | None = None) -> KeptOutput | None:
+        """Keep `spool` (settled here) for `caller`, evicting the oldest that would not leave room;
+        None if it cannot be kept (larger than a budget, or not written)."""
+        now = time.monotonic() if now is None else now
+        self.expire(now)
+        if spool.size > min(self._per_caller, self._total):
+            spool.discard()
+            return None
+        path = spool.settle()
+        if path is None:
+            return None
+        while self._bytes(caller) + spool.size > self._per_caller:
+            self._evict(next(uri for uri, e in self._entries.items() if e.caller == caller))
+        while self._bytes(everyone=True) + spool.size > self._total:
+            self._evict(next(iter(self._entries)))
+        uri = f"{URI_PREFIX}{secrets.token_urlsafe(18)}/{stream}"
+        kept = KeptOutput(uri, stream, spool.size, spool.total, self._seconds)
+        self._entries[uri] = _Entry(caller, path, kept, now + self._seconds)
+        return kept
+
+    def open(self, uri: str, caller: str | None, now: float | None = None) -> tuple[KeptOutput, int] | None:
+        """The kept stream `uri` of `caller` and an fd open on its bytes (the caller closes it); None
+        if there is none for this caller (never made, expired, evicted or another's)."""
+        self.expire(time.monotonic() if now is None else now)
+        entry = self._entries.get(uri)
+        if entry is None or entry.caller != caller:
+            return None
+        try:
+            return entry.kept, os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+
+    def listed(self, caller: str | None, now: float | None = None) -> list[KeptOutput]:
+        """The caller's live kept streams, oldest first."""
+        self.expire(time.monotonic() if now is None else now)
+        return [e.kept for e in self._entries.values() if e.caller == caller]
+
+    def expire(self, now: float) -> None:
+        for uri in [uri for uri, e in self._entries.items() if e.expires <= now]:
+            self._evict(uri)
+
+    def close(self) -> None:
+        """Delete everything kept, and the directory."""
+        for uri in list(self._entries):
+            self._evict(uri)
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.directory):
+                os.unlink(os.path.join(self.directory, name))
+            os.rmdir(self.directory)
+
+    def _bytes(self, caller: str | None = None, *, everyone: bool = False) -> int:
+        return sum(e.kept.size for e in self._entries.values() if everyone or e.caller == caller)
+
+    def _evict(self, uri: str) -> None:
+        entry = self._entries.pop(uri)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(entry.path)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

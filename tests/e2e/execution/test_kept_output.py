@@ -1,0 +1,35 @@
+"""Kept output through the pool, in every mode: a cut stream read back whole by its caller, and out of
+every sandboxed run's reach."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.config import Config
+from runner.execution.pool import Pool
+from runner.outcome import RunRequest, Status
+from tests.helpers import SIX_MB_CODE, SIX_MB_OUTPUT, in_mode
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize("mode", ["fork-server", "bwrap", "namespaces"])
+async def test_a_cut_stream_is_kept_for_its_caller_alone_and_a_sandboxed_run_cannot_reach_it(
+    config: Config, mode: str, no_leaks: None
+) -> None:
+    async with Pool.open(in_mode(config, mode)) as pool:
+        result = await pool.run(RunRequest("k", SIX_MB_CODE, 30, caller="alice"))
+        assert result.status is Status.OK, result.to_text()
+        [kept] = result.kept
+        assert (kept.stream, kept.size, kept.complete) == ("stdout", len(SIX_MB_OUTPUT), True)
+        found = await pool.read_output(kept.uri, "alice")
+        assert found is not None
+        assert found[1] == SIX_MB_OUTPUT
+        assert await pool.read_output(kept.uri, "bob") is None
+        assert [k.uri for k in pool.kept_outputs("alice")] == [kept.uri]
+        probe = f"import glob\nprint(glob.glob({config.work_dir!r} + '/python-runner-kept-*'))"
+        looked = await pool.run(RunRequest("p", probe, 30, caller="bob"))
+        if mode != "fork-server":  # a plain run is the server's uid: it could (docs/security.md)
+            assert looked.stdout.text == "[]\n", looked.to_text()
+        short = await pool.run(RunRequest("s", "print('short')", 10, caller="alice"))
+        assert short.kept == ()
