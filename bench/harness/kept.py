@@ -37,7 +37,7 @@ async def scenario_kept(specs: list[ServerSpec], launch: Launch, p: Params) -> d
     """RSS while 50 MB outputs are kept; the p50 of a 500 MB call, kept against not."""
     out: dict[str, Any] = {"servers": {}}
     [spec] = [s for s in specs if s.kind == "runner"][:1]
-    rounds = 3 if p.trivial_calls < 60 else 9  # --quick, or the full run
+    rounds = 3 if p.trivial_calls < 60 else 15  # --quick, or the full run
     async with contextlib.AsyncExitStack() as stack:
         conns: dict[str, RawConn] = {}
         for label, env in KEEPS.items():
@@ -55,8 +55,8 @@ async def scenario_kept(specs: list[ServerSpec], launch: Launch, p: Params) -> d
                     failures.append(result.problem or str(structured.get("status")))
                 rss.append(proc_status(conn.pid).get("VmRSS", 0) if conn.pid else 0)
             out["servers"][label] = {
-                "rss_kb": rss,
-                "hwm_kb": proc_status(conn.pid).get("VmHWM", 0) if conn.pid else 0,
+                "rss_bytes": rss,
+                "hwm_bytes": proc_status(conn.pid).get("VmHWM", 0) if conn.pid else 0,
                 "kept_links": len((structured or {}).get("full_output", [])),
                 "failures": failures,
             }
@@ -78,19 +78,22 @@ def kept_rows(report: dict[str, Any]) -> list[str]:
     if not scenario:
         return []
     lines = [
-        "| server | VmRSS before | after 10 x 50 MB | growth | VmHWM | 500 MB call p50 | failures |",
-        "|---|---|---|---|---|---|---|",
+        "| server | VmRSS before | after the 1st of 10 x 50 MB | after the 10th | growth over calls 2-10 | VmHWM "
+        "| links | 500 MB call p50 | failures |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     servers = scenario["servers"]
+    mib = 2**20
     for label, s in servers.items():
-        before, after = s["rss_kb"][0], s["rss_kb"][-1]
+        rss = s["rss_bytes"]
         call = s.get("call_500mb", {}).get("p50")
         lines.append(
-            f"| {label} | {before / 1024:.1f} MiB | {after / 1024:.1f} MiB | {(after - before) / 1024:+.1f} MiB "
-            f"| {s['hwm_kb'] / 1024:.1f} MiB | {'' if call is None else f'{call:.2f} s'} | {len(s['failures'])} |"
+            f"| {label} | {rss[0] / mib:.1f} MiB | {rss[1] / mib:.1f} MiB | {rss[-1] / mib:.1f} MiB "
+            f"| {(rss[-1] - rss[1]) / mib:+.1f} MiB | {s['hwm_bytes'] / mib:.1f} MiB | {s['kept_links']} "
+            f"| {'' if call is None else f'{call:.2f} s'} | {len(s['failures'])} |"
         )
     kept, plain = servers.get("kept", {}).get("call_500mb", {}), servers.get("not kept", {}).get("call_500mb", {})
     if kept.get("p50") and plain.get("p50"):
-        lines.append(f"|  | 500 MB call, kept / not kept: {kept['p50'] / plain['p50']:.2f}x | | | | | |")
+        lines.append(f"|  | 500 MB call, kept / not kept: {kept['p50'] / plain['p50']:.2f}x | | | | | | | |")
     lines.append("")
     return lines
