@@ -66,6 +66,7 @@ from harness.servers import REPO
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "soak", "version": "1"}}
 LINE_LIMIT = 64 * 1024 * 1024  # the client's own bound on one line from the server
 MIB = 1024 * 1024
+KEPT_PREFIX = "python-runner-kept-"  # the kept output's directory (runner/execution/kept.py)
 
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -437,8 +438,11 @@ def run_cgroups(server: int) -> list[str]:
 
 
 def entries(work_dir: Path) -> list[Path]:
-    """Everything under the work dir: the pool's base directory and its runs' directories."""
-    return sorted(work_dir.rglob("*"))
+    """Everything under the work dir: the pool's base directory and its runs' directories. Not the
+    kept output's directory: what it holds lives for RUNNER_KEPT_OUTPUT_SECONDS by design, within the
+    store's budgets (tests/unit/execution/test_kept.py)."""
+    kept = list(work_dir.glob(KEPT_PREFIX + "*"))
+    return sorted(path for path in work_dir.rglob("*") if not any(path == k or k in path.parents for k in kept))
 
 
 async def cancel_storm(client: Client, calls: int, tally: Tally) -> None:

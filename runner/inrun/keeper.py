@@ -43,12 +43,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from runner.inrun import libc, workdir
-    from runner.inrun.anchor import MAX_LINE, _fds
+    from runner.inrun.anchor import MAX_LINE, SWEEP_SECONDS, _fds
     from runner.inrun.anchor import anchor as anchor
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import libc
     import workdir
-    from anchor import MAX_LINE, _fds
+    from anchor import MAX_LINE, SWEEP_SECONDS, _fds
     from anchor import anchor as anchor
 
 # A call's channel to the anchor: kept open through its code, since the candidate it forks is
@@ -261,33 +261,40 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     """At the end of a call whose code ended: offer the state it leaves as the session's next, on the
     call's channel (``P <pid> <threads>``), before the call reports its end.
 
-    A call left with one thread, and with the CPU time a keeper needs, is that state itself: it leaves
-    the group the server kills, kills what it started, and once it has reported (the function returned
-    here, called then) it says ``D`` and waits to be kept (`Kept`) or killed. That takes no fork of a
-    process that may map a large state (several milliseconds with pandas loaded), and no teardown of
-    one, off a call's path. Any other call forks a candidate of its state (`fork_candidate`)."""
+    A call left with one thread, with the CPU time a keeper needs, holding nothing that reaches its own
+    memory from outside it, and whose processes are all gone once killed, is that state itself: it
+    leaves the group the server kills, and once it has reported (the function returned here, called
+    then) it says ``D`` and waits to be kept (`Kept`) or killed. That takes no fork of a process that
+    may map a large state (several milliseconds with pandas loaded), and no teardown of one, off a
+    call's path. Any other call forks a candidate of its state (`fork_candidate`), which a fork leaves
+    without those threads, fds' reach and processes."""
     import resource
 
-    threading = sys.modules.get("threading")
-    threads = threading is not None and threading.active_count() > 1
+    threads = _threads() > 1  # any thread, not only `threading`'s: C code's and `_thread`'s too
     own = resource.getrusage(resource.RUSAGE_SELF)
     cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[0]
     # A keeper's CPU time counts against the call's RLIMIT_CPU: one that has used more than a quarter
     # of it would, after forking a few thousand calls, be killed (and its session lost).
     spent = cpu_limit != resource.RLIM_INFINITY and own.ru_utime + own.ru_stime > cpu_limit / 4
-    if threads or spent:
+    if threads or spent or _reaches_own_memory():
         fork_candidate(channel_fd, threads)
         return None
     import socket
 
+    # What a fork would not carry: being a subreaper (orphans of what the call started would come to
+    # the keeper, out of the anchor's sweep), a parent-death signal, pending timers.
+    libc.prctl(libc.PR_SET_CHILD_SUBREAPER, 0)
+    libc.prctl(libc.PR_SET_PDEATHSIG, 0)
+    for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+        signal.setitimer(timer, 0)
     try:
         os.setpgid(0, os.getpgid(os.getppid()))
     except OSError:
         fork_candidate(channel_fd, threads)
         return None
-    _end_own_processes()
-    for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
-        signal.setitimer(timer, 0)  # as a fork would: a pending alarm must not end the keeper
+    if not _end_own_processes():
+        fork_candidate(channel_fd, threads)
+        return None
     # A call may have made itself dumpable again; the keeper it becomes must not be, or a later call
     # could write the kept state through /proc/PID/mem and then be rolled back.
     libc.set_dumpable(False)
@@ -299,29 +306,62 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     return lambda: _wait_to_be_kept(channel_fd)
 
 
-def _end_own_processes() -> None:
-    """Kill and reap every process the call started that is still its child or in its group: a
-    keeper has no children but the calls it forks (what they left went to the anchor, which kills it)."""
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 2  # cannot tell: as if it had threads (a fork is right either way)
+
+
+def _reaches_own_memory() -> bool:
+    """Whether the call holds an fd on its own /proc entries (``/proc/self/mem`` opened while it could):
+    one a later call inherits from a keeper that is this process writes the kept state. A candidate
+    forked from the call is not what such an fd reaches."""
+    own = (f"/proc/{os.getpid()}/", "/proc/self/", "/proc/thread-self/")
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return True
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith(own):
+                return True
+        except OSError:
+            continue  # closed meanwhile (the listing's own)
+    return False
+
+
+def _end_own_processes() -> bool:
+    """Kill and reap every process the call started that is still its child or in its group (a keeper
+    has no children but the calls it forks; what they left goes to the anchor, which kills it); False
+    if some are still there after SWEEP_SECONDS (then a candidate is forked instead)."""
+    import time
+
     try:  # noqa: SIM105  (contextlib is not imported in runs)
         os.killpg(os.getpid(), signal.SIGKILL)  # the group it left: its own pid names it
     except OSError:
         pass
-    try:
-        with open(f"/proc/self/task/{os.getpid()}/children", "rb") as listing:
-            for pid in listing.read().split():
-                try:  # noqa: SIM105
-                    os.kill(int(pid), signal.SIGKILL)
-                except OSError:
-                    pass
-    except (OSError, ValueError):
-        pass
+    deadline = time.monotonic() + SWEEP_SECONDS
     while True:
         try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            return
-        except InterruptedError:
-            continue
+            with open(f"/proc/self/task/{os.getpid()}/children", "rb") as listing:
+                children = [int(pid) for pid in listing.read().split()]
+        except (OSError, ValueError):
+            return False
+        for pid in children:
+            try:  # noqa: SIM105
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.0005)
 
 
 def _wait_to_be_kept(channel_fd: int) -> None:

@@ -70,6 +70,7 @@ class SessionKeeper:
         self._arrived = anyio.Event()
         self._call: KeptCall | None = None
         self._armed: KeptCall | None = None
+        self._closed = False
 
     @classmethod
     async def start(cls, anchor: Child, tg: anyio.abc.TaskGroup) -> SessionKeeper:
@@ -105,7 +106,7 @@ class SessionKeeper:
         """Hand the next call its pipes now, while the session is idle: the keeper passes them to the
         call it forked ahead, which then waits for its job as a pooled interpreter does, and the
         session's next call starts when its job is written, no process woken before it."""
-        if self._armed is None and self.lost is None:
+        if self._armed is None and self.lost is None and not self._closed:
             with contextlib.suppress(SessionLost, OSError):
                 self._armed = self._hand()
 
@@ -260,6 +261,7 @@ class SessionKeeper:
     def close(self) -> None:
         """End the session: the anchor kills what it holds and exits when its socket closes (the
         owner then ends the anchor's interpreter as any other)."""
+        self._closed = True  # its fd is the owner's to close from now on: nothing more goes down it
         if self._armed is not None:
             self._armed.close_all()
             self._armed = None

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from runner.config import MIB, Config
+from runner.execution.kept import KEPT_PREFIX
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, Status
 from tests.conftest import REPO
@@ -147,7 +148,8 @@ async def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         digest = hashlib.sha256(environ.read()).hexdigest()
     with _like_the_server(), _inheritable_decoy_fds(), _decoy_in_tmp() as decoy:
         async with Pool.open(config, **_open_kwargs()) as pool:
-            [base_dir] = work_dir.iterdir()
+            # The pool's directory, where runs' own are made (its kept output has one of its own).
+            [base_dir] = [path for path in work_dir.iterdir() if not path.name.startswith(KEPT_PREFIX)]
             # One ordinary run first: whatever the pool starts lazily (a fork server) is up before any
             # case takes its baseline of the pool's own processes.
             # The same run tells whether runs really get their own PID namespace: the cases that could

@@ -260,13 +260,26 @@ async def _idle_keeper_and_armed_call(pool: Pool, handle: str) -> tuple[int, int
     [session] = [s for s in pool.sessions._open.values() if s.handle == handle]
     await session.settled.wait()
     anchor = session.anchor.interpreter_pid
+
+    def has_fd(pid: int, fd: int) -> bool:
+        return os.path.lexists(f"/proc/{pid}/fd/{fd}")
+
+    def handed_its_pipes(pid: int) -> bool:
+        try:
+            return os.readlink(f"/proc/{pid}/fd/0").startswith("pipe:") and has_fd(pid, 254)
+        except OSError:
+            return False
+
+    # A keeper holds its channel at fd 255 and no longer the one it had as a call (254); a call handed
+    # its pipes has the server's pipe as its stdin and its channel at 254. (A kept call still forking
+    # its next call, under the old keeper on its way out, has 254 too, but /dev/null as its stdin.)
     with anyio.fail_after(10):
         while True:
             keepers = _children(anchor)
-            if len(keepers) == 1 and len(_children(keepers[0])) == 1:
-                [armed] = _children(keepers[0])
-                if not _children(armed):
-                    return keepers[0], armed
+            if len(keepers) == 1 and has_fd(keepers[0], 255) and not has_fd(keepers[0], 254):
+                armed = _children(keepers[0])
+                if len(armed) == 1 and handed_its_pipes(armed[0]) and not _children(armed[0]):
+                    return keepers[0], armed[0]
             await anyio.sleep(0.02)
 
 
@@ -282,12 +295,13 @@ async def test_a_keeper_killed_while_its_session_is_idle_takes_the_call_armed_ah
 
 async def test_a_call_armed_ahead_killed_from_outside_is_rolled_back_and_the_session_goes_on(pool: Pool) -> None:
     handle = await new_session(pool, "x = 5")
-    keeper, armed = await _idle_keeper_and_armed_call(pool, handle)
+    _, armed = await _idle_keeper_and_armed_call(pool, handle)
     os.kill(armed, signal.SIGKILL)
     assert settled(lambda: alive(armed)) is False
     result = await call(pool, "print(x)", handle)
-    assert result.stdout.text == "5\n", result
-    assert alive(keeper)
+    assert result.stdout.text == "5\n", result.message
+    assert result.session is not None
+    assert result.session.kept  # from the keeper that stayed
 
 
 async def test_a_call_that_starts_a_thread_is_kept_and_the_result_says_threads_do_not_carry_over(pool: Pool) -> None:
@@ -351,6 +365,53 @@ async def test_processes_and_an_alarm_a_kept_call_left_are_gone_and_its_keeper_l
     )
     after = await call(pool, probe, handle)
     assert after.stdout.text == "1 True True\n", after
+
+
+async def test_a_call_rolled_back_cannot_write_the_kept_state_through_a_mem_fd_an_earlier_call_opened(
+    pool: Pool,
+) -> None:
+    # Sandboxed, a run (not dumpable) cannot open it at all; without a sandbox it can.
+    opened = (
+        "import os, ctypes\nbuf = bytearray(b'A' * 16)\n"
+        "try:\n    mem = os.open('/proc/self/mem', os.O_RDWR)\nexcept OSError:\n    mem = None"
+    )
+    handle = await new_session(pool, opened)
+    write = (
+        "addr = ctypes.addressof((ctypes.c_char * 16).from_buffer(buf))\n"
+        "if mem is not None:\n    os.pwrite(mem, b'B' * 16, addr)\nraise ValueError"
+    )
+    failed = await call(pool, write, handle)
+    assert failed.session is not None
+    assert not failed.session.kept
+    after = await call(pool, "print(bytes(buf))", handle)
+    assert after.stdout.text == "b'" + "A" * 16 + "'\n", after
+
+
+async def test_a_process_left_by_a_rolled_back_call_of_a_subreaper_state_does_not_live_on(pool: Pool) -> None:
+    handle = await new_session(pool, "import ctypes, os, time\nctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # SUBREAPER")
+    # A grandchild in a session of its own, orphaned: to the subreaper, if the keeper still were one.
+    left = (
+        "r, w = os.pipe()\nif os.fork() == 0:\n    if os.fork() == 0:\n        os.setsid()\n"
+        "        os.write(w, str(os.getpid()).encode())\n        time.sleep(60)\n    os._exit(0)\n"
+        "os.wait()\nprint(os.read(r, 32).decode(), flush=True)\nraise ValueError"
+    )
+    failed = await call(pool, left, handle)
+    assert failed.session is not None
+    assert not failed.session.kept
+    pid = int(failed.stdout.text)
+    probe = f"try:\n    os.kill({pid}, 0)\n    print('alive')\nexcept ProcessLookupError:\n    print('gone')"
+    after = await call(pool, probe, handle)
+    assert after.stdout.text == "gone\n", after
+
+
+async def test_a_thread_not_started_by_threading_keeps_the_call_from_being_the_keeper_itself(pool: Pool) -> None:
+    handle = await new_session(pool, "import os")
+    code = "import _thread, time\n_thread.start_new_thread(time.sleep, (60,))\nmine = os.getpid()"
+    kept = await call(pool, code, handle)
+    assert kept.session is not None
+    assert kept.session.kept
+    after = await call(pool, "print(os.getppid() != mine, len(os.listdir(f'/proc/{os.getppid()}/task')))", handle)
+    assert after.stdout.text == "True 1\n", after
 
 
 async def test_a_session_ends_cleanly_with_the_pool_leaving_no_process_and_no_file(
