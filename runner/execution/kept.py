@@ -59,8 +59,12 @@ class Spool:
         try:
             _write_all(self._fd, chunk)
         except OSError:
-            self.size -= len(chunk)  # a full disk: what was kept so far is what there is
+            # A full disk: what was kept before this chunk is what there is (a part of it written
+            # would make the file longer than `size` says).
+            self.size -= len(chunk)
             self._limit = self.size
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self.size)
 
     def _open(self) -> None:
         fd, path = tempfile.mkstemp(prefix="spool-", dir=self._directory)
