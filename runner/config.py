@@ -89,6 +89,7 @@ class Config:
     max_sessions_per_caller: int = 4
     session_idle_seconds: int = 900
     session_max_seconds: int = 14_400
+    max_tasks_per_caller: int = 64
     pool_size: int = 2
     log_level: LogLevel = "info"
     log_format: LogFormat = "text"
@@ -136,6 +137,25 @@ class Config:
                 "behind a proxy that routes on that header (docs/http.md#sessions), or run without `session`"
             )
         return ""
+
+    @property
+    def tasks_refused(self) -> str:
+        """Why this server offers no tasks extension, or "" where it does."""
+        if not self.max_tasks_per_caller:
+            return "tasks are off on this server (RUNNER_MAX_TASKS_PER_CALLER=0)"
+        if self.transport == "http" and self.http.workers > 1:
+            return (
+                f"no tasks with RUNNER_HTTP_WORKERS={self.http.workers}: each worker holds its own, and the kernel, "
+                "not the Mcp-Name header, picks the worker of a connection"
+            )
+        return ""
+
+    @property
+    def keeps_output(self) -> bool:
+        """Whether a stream shown cut is kept whole for resources/read: not with several workers, whose
+        kernel-picked connections would find the link on another worker most of the time."""
+        per_worker = self.transport == "http" and self.http.workers > 1
+        return self.max_kept_output_bytes > 0 and not per_worker
 
     @property
     def run_uid_range(self) -> range:

@@ -130,7 +130,8 @@ SETTINGS = (
         "max_kept_output_bytes",
         "number",
         "MiB of a stream kept whole on disk when the answer shows only its head and tail: the result "
-        "links it (`resource_link`), `resources/read` returns it. `0`: nothing kept.",
+        "links it (`resource_link`), `resources/read` returns it. `0`: nothing kept; nor is anything with "
+        "`RUNNER_HTTP_WORKERS` above 1 (the link would be on one worker, its read on any).",
         unit="MiB",
         high=1024 * MIB,
     ),
@@ -154,7 +155,8 @@ SETTINGS = (
         "RUNNER_KEPT_OUTPUT_SECONDS",
         "kept_output_seconds",
         "int",
-        "How long kept output can be read after its run; then its link is not found.",
+        "How long kept output can be read after its run; then its link is not found. A task's result lasts "
+        "as long after its run's timeout.",
         low=1,
         high=604_800,
     ),
@@ -195,6 +197,16 @@ SETTINGS = (
         "A session ends this long after it started, however busy it is.",
         low=1,
         high=2_592_000,
+    ),
+    Setting(
+        "RUNNER_MAX_TASKS_PER_CALLER",
+        "max_tasks_per_caller",
+        "int",
+        "Tasks (the tasks extension: a call that outlasts a second, for a client that negotiated it) one "
+        "caller may hold, working or ended; one more makes its oldest ended one go, and while all are "
+        "working a call is answered without a task. Each lasts its timeout plus `RUNNER_KEPT_OUTPUT_SECONDS`. "
+        "`0`: no tasks. See [tasks](tool.md#tasks).",
+        high=10_000,
     ),
     Setting(
         "RUNNER_POOL_SIZE",

@@ -113,7 +113,7 @@ class OutputStore:
 
     def __init__(self, config: Config, directory: str) -> None:
         self.directory = directory
-        self._per_call = config.max_kept_output_bytes
+        self._per_call = config.max_kept_output_bytes if config.keeps_output else 0
         self._per_caller = config.max_kept_caller_bytes
         self._total = config.max_kept_total_bytes
         self._seconds = config.kept_output_seconds

@@ -29,6 +29,8 @@ from runner.protocol.arguments import ArgumentParser
 from runner.protocol.metrics import Metrics
 from runner.protocol.results import closed_result, kept_contents, to_call_result
 from runner.protocol.schemas import CLOSE_TOOL, RUN_TOOL
+from runner.protocol.task_methods import CallerOf, NameHeaderOf, TaskMethods, negotiated
+from runner.protocol.tasks import TASK_AFTER_SECONDS, Tasks, created_result
 from runner.protocol.tool import tool_definitions
 
 SERVER_NAME = "python-runner-mcp"
@@ -61,10 +63,6 @@ def new_request_id() -> str:
     return secrets.token_hex(4)
 
 
-# The caller (a token's name) of the request a handler serves; None where no transport says.
-CallerOf = Callable[[object], "str | None"]
-
-
 class Handlers:
     """The request handlers, bound to one configuration and one runner."""
 
@@ -76,6 +74,7 @@ class Handlers:
         *,
         metrics: Metrics | None = None,
         caller_of: CallerOf | None = None,
+        tasks: Tasks | None = None,
     ) -> None:
         self._config = config
         self._runner = runner
@@ -85,6 +84,7 @@ class Handlers:
         self._parser = ArgumentParser(config)
         self._metrics = metrics
         self._caller_of = caller_of
+        self._tasks = tasks
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -118,19 +118,33 @@ class Handlers:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        """tools/call: validate, run, and turn every outcome (or fault) into a result."""
+    ) -> types.CallToolResult | dict[str, Any]:
+        """tools/call: validate, run, and turn every outcome (or fault) into a result; for a client that
+        negotiated tasks, a run that outlasts TASK_AFTER_SECONDS is answered with a task instead."""
         request_id = new_request_id()
         caller = self._caller(ctx)
         try:
             if params.name == CLOSE_TOOL and self._sessions:
                 return await self._close(request_id, params, caller)
-            result = await self._call(request_id, params, ctx, caller)
+            prepared = self._prepare(request_id, params, caller)
+            if isinstance(prepared, RunResult):
+                result = prepared
+            elif self._tasks is not None and negotiated(ctx):
+                answer = await self._as_task(prepared, ctx)
+                if not isinstance(answer, RunResult):
+                    return answer  # the task, or the result of a call that ended before it became one
+                result = answer  # the caller's tasks were all working: the call ran as without tasks
+            else:
+                # report_progress is a no-op for a caller that did not ask for progress (no progressToken).
+                result = await self._runner.run(prepared, _progress_reporter(ctx))
         except anyio.get_cancelled_exc_class():
             log_event(self._log, logging.INFO, "call cancelled", request_id)
             raise
         except Exception as exc:
             result = RunResult(request_id, Status.INTERNAL_ERROR, self._fault(request_id, exc))
+        return self._answer(result, caller)
+
+    def _answer(self, result: RunResult, caller: str | None) -> types.CallToolResult:
         if self._metrics is not None:
             self._metrics.observe(result, caller)
         return to_call_result(result)
@@ -142,9 +156,10 @@ class Handlers:
         self._log.error("internal error", exc_info=True, extra=fields)
         return f"the runner failed ({type(exc).__name__}); the server log has details under this request_id"
 
-    async def _call(
-        self, request_id: str, params: types.CallToolRequestParams, ctx: ServerRequestContext[Any], caller: str | None
-    ) -> RunResult:
+    def _prepare(
+        self, request_id: str, params: types.CallToolRequestParams, caller: str | None
+    ) -> RunRequest | RunResult:
+        """The run a call asks for, or the result that refuses it."""
         code_size = len(str((params.arguments or {}).get("code", "")))
         fields: dict[str, Any] = {"tool": params.name, "code_chars": code_size}
         if caller is not None:
@@ -160,9 +175,47 @@ class Handlers:
         except ArgumentError as exc:
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="invalid arguments")
             return RunResult(request_id, Status.INVALID_ARGUMENTS, str(exc))
-        request = RunRequest(request_id, args.code, args.timeout, args.stdin, args.files, caller, args.session)
-        # report_progress is a no-op for a caller that did not ask for progress (no progressToken).
-        return await self._runner.run(request, _progress_reporter(ctx))
+        return RunRequest(request_id, args.code, args.timeout, args.stdin, args.files, caller, args.session)
+
+    async def _as_task(
+        self, request: RunRequest, ctx: ServerRequestContext[Any]
+    ) -> dict[str, Any] | types.CallToolResult | RunResult:
+        """Run `request` in the server's task group: its result if it ends within TASK_AFTER_SECONDS,
+        else the task it has become. A cancel before then (the client's, or its connection dropping)
+        kills the run, which is reaped before this returns, as for any call."""
+        assert self._tasks is not None
+        task = self._tasks.store.create(request.request_id, request.caller, request.timeout)
+        if task is None:  # the caller's tasks are all working: this call waits for its run instead
+            return await self._runner.run(request, _progress_reporter(ctx))
+
+        async def work() -> tuple[types.CallToolResult, str]:
+            async def progress(progress: Progress) -> None:
+                task.progress(progress.describe())
+
+            try:
+                result = await self._runner.run(request, progress)
+            except Exception as exc:
+                result = RunResult(request.request_id, Status.INTERNAL_ERROR, self._fault(request.request_id, exc))
+            summary = f"{result.status.value} after {result.duration:.3f} s" + (
+                f": {result.message}" if result.message else ""
+            )
+            return self._answer(result, request.caller), summary
+
+        self._tasks.start(task, work)
+        try:
+            with anyio.move_on_after(TASK_AFTER_SECONDS):
+                await task.ended.wait()
+        except BaseException:
+            task.cancel("the call was cancelled before it became a task")
+            self._tasks.store.forget(task)
+            with anyio.CancelScope(shield=True):
+                await task.ended.wait()
+            raise
+        if task.ended.is_set() and task.result is not None:
+            self._tasks.store.forget(task)
+            return task.result
+        log_event(self._log, logging.INFO, "task created", request.request_id)
+        return created_result(task)
 
     async def _close(
         self, request_id: str, params: types.CallToolRequestParams, caller: str | None
@@ -196,9 +249,12 @@ def build_server(
     *,
     metrics: Metrics | None = None,
     caller_of: CallerOf | None = None,
+    tasks: Tasks | None = None,
+    name_header_of: NameHeaderOf | None = None,
 ) -> Server[Any]:
-    """The low-level MCP server with explicit handlers."""
-    handlers = Handlers(config, runner, logger, metrics=metrics, caller_of=caller_of)
+    """The low-level MCP server with explicit handlers; with `tasks`, the tasks extension too."""
+    logger = logger or get_logger()
+    handlers = Handlers(config, runner, logger, metrics=metrics, caller_of=caller_of, tasks=tasks)
     server: Server[Any] = Server(
         SERVER_NAME,
         version=__version__,
@@ -213,10 +269,15 @@ def build_server(
             )
         ),
         on_list_tools=handlers.list_tools,
-        on_call_tool=handlers.call_tool,
         on_list_resources=handlers.list_resources,
         on_read_resource=handlers.read_resource,
     )
     # No OpenTelemetry exporter is ever installed here; skip the per-message span work.
     server.middleware = []
+    # Registered as a plain request handler, not `on_call_tool`: a task's answer (CreateTaskResult,
+    # `resultType: "task"`) is an extension's shape that on_call_tool's typing does not admit; the SDK
+    # passes such a result through unsieved on a 2026-07-28 wire, the only one tasks are offered on.
+    server.add_request_handler("tools/call", types.CallToolRequestParams, handlers.call_tool)
+    if tasks is not None:
+        TaskMethods(tasks, logger, caller_of, name_header_of).register(server)
     return server

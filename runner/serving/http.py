@@ -75,16 +75,20 @@ async def serve_http(
     from runner.execution.pool import Pool
     from runner.protocol.handlers import build_server
     from runner.protocol.metrics import Metrics
-    from runner.transports.http import HttpServer, caller_of, http_app
+    from runner.protocol.tasks import Tasks
+    from runner.transports.http import HttpServer, caller_of, http_app, name_header_of
 
     logger = get_logger()
     share = fair_share(config.max_concurrent, len(tokens.names) if tokens else 0, config.http.max_concurrent_per_token)
     async with (
         Pool.open(config, logger, reap_strays=True, plan=plan, caller_share=share) as pool,
+        Tasks.opened(config, logger) as tasks,
         anyio.create_task_group() as tg,
     ):
         metrics = Metrics(lambda: pool.state(session_memory=True), config.max_concurrent, config.pool_size)
-        server = build_server(config, pool, logger, metrics=metrics, caller_of=caller_of)
+        server = build_server(
+            config, pool, logger, metrics=metrics, caller_of=caller_of, tasks=tasks, name_header_of=name_header_of
+        )
 
         def not_ready() -> str | None:
             state = pool.state()

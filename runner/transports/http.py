@@ -25,6 +25,7 @@ from typing import Any
 import uvicorn
 from mcp.server.lowlevel import Server
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
@@ -43,6 +44,15 @@ def caller_of(request: object) -> str | None:
     state = scope.get("state") if isinstance(scope, dict) else None
     caller = state.get(CALLER_STATE_KEY) if isinstance(state, dict) else None
     return caller if isinstance(caller, str) else None
+
+
+def name_header_of(request: object) -> str | None:
+    """The Mcp-Name header of an HTTP request, decoded (SEP-2243's base64 form included); None without one."""
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return None
+    value = headers.get(MCP_NAME_HEADER)
+    return decode_header_value(value.strip()) if isinstance(value, str) else None
 
 
 def http_app(

@@ -36,6 +36,7 @@ from tests.helpers import (
     settled_async,
 )
 from tests.raw import raw_server
+from tests.tasks_client import TasksExtension, cancel_task, wait_for_task
 
 pytestmark = pytest.mark.anyio
 
@@ -279,6 +280,30 @@ async def test_a_6_mb_stdout_shown_cut_is_read_back_byte_for_byte_through_its_li
     assert [str(resource.uri) for resource in listed.resources] == [str(link.uri)]
     assert "short" in text_of(short)  # text_of takes the one block there is: no link for output shown whole
     assert "full_output" not in check_structured(short.structured_content)
+
+
+async def test_over_stdio_a_long_run_becomes_a_task_that_is_polled_and_cancelled_and_the_server_exits_cleanly(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "runner"], cwd=str(REPO), env=server_env(work_dir)
+    )
+    extension = TasksExtension()
+    with open(tmp_path / "stderr.log", "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode="auto", extensions=[extension]) as client:  # type: ignore[arg-type]
+            resolved = await client.call_tool("run_python", {"code": "import time\ntime.sleep(1.5)\nprint('late')"})
+            created = await client.session.call_tool(
+                "run_python", {"code": "import time\ntime.sleep(60)", "timeout": 120}, allow_claimed=True
+            )
+            await cancel_task(client.session, created.task_id)
+            ended = await wait_for_task(client.session, created.task_id)
+            left_working = await client.session.call_tool(
+                "run_python", {"code": "import time\ntime.sleep(60)", "timeout": 120}, allow_claimed=True
+            )
+    assert len(extension.created) == 1
+    assert check_structured(resolved.structured_content)["stdout"] == "late\n"
+    assert ended["status"] == "cancelled"
+    assert left_working.result_type == "task"  # its run dies with the server (left_nothing)
 
 
 def test_the_server_refuses_to_start_on_a_bad_value_with_one_line_and_exit_status_2() -> None:

@@ -1,0 +1,259 @@
+"""The tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663): a run_python call a client that
+negotiated it may get back as a task, and the tasks themselves, with their TTL and their caller.
+
+A call that has not ended within `TASK_AFTER_SECONDS` becomes a task: the client gets a
+`CreateTaskResult` at once and polls `tasks/get`, whose `statusMessage` carries the run's latest
+output while it works and whose `result` is, once it has ended, the very result the call would have
+had. A shorter call is answered as if there were no tasks (the extension lets the server decide),
+which spares the client a poll for the common quick run.
+
+`TaskStore` is the bookkeeping, with no I/O of its own: what a task is, who may see it, when it
+expires, which one goes when a caller holds too many. `Tasks` runs the calls that outlive their
+request, in a task group of the server's lifetime. The wire shapes are pure functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import anyio
+import mcp_types as types
+from anyio.abc import TaskGroup
+
+from runner.config import Config
+
+EXTENSION = "io.modelcontextprotocol/tasks"
+# A call that has not ended by then becomes a task; one that has is answered as without tasks.
+TASK_AFTER_SECONDS = 1.0
+# What tasks/get's answer suggests between polls: progress changes once a second at most (driver.py).
+POLL_INTERVAL_MS = 1000
+ID_PREFIX = "t-"
+
+# A task's run: the call's result and a one-line summary of it. It turns every fault into an isError
+# result, as a call does; one that escapes anyway fails the task, not the server.
+Work = Callable[[], Awaitable[tuple[types.CallToolResult, str]]]
+Status = Literal["working", "completed", "cancelled", "failed"]
+TERMINAL: frozenset[str] = frozenset({"completed", "cancelled", "failed"})
+
+
+@dataclass(eq=False)
+class Task:
+    """One task: its identity, its caller and its state, which only its run (and tasks/cancel) moves on."""
+
+    task_id: str
+    request_id: str  # the call's, as in its result and the logs
+    caller: str | None
+    created: float  # wall clock (time.time()): createdAt
+    expires: float  # the store's clock: past it, the task is gone
+    ttl_ms: int
+    status: Status = "working"
+    status_message: str | None = None
+    updated: float = 0.0  # wall clock: lastUpdatedAt
+    result: types.CallToolResult | None = None  # once completed
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    ended: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def working(self) -> bool:
+        return self.status not in TERMINAL
+
+    def progress(self, message: str) -> None:
+        """The run's latest state, for tasks/get."""
+        if self.working:
+            self.status_message = message
+            self.updated = time.time()
+
+    def complete(self, result: types.CallToolResult, message: str) -> None:
+        """The run ended with `result` (an isError one included: that is still `completed`)."""
+        self._end("completed", message)
+        self.result = result
+
+    def cancel(self, message: str) -> None:
+        """Stop the run (tasks/cancel, or the server stopping); it ends `cancelled` once it is killed."""
+        if self.working:
+            self.status_message = message
+            self.scope.cancel()
+
+    def cancelled(self) -> None:
+        """The run was killed after `cancel`."""
+        self._end("cancelled", self.status_message or "cancelled")
+
+    def fail(self, message: str) -> None:
+        """A fault of the server's own escaped the run: a JSON-RPC internal error, as SEP-2663's `failed`."""
+        self._end("failed", message)
+
+    def _end(self, status: Status, message: str) -> None:
+        if self.working:
+            self.status = status
+            self.status_message = message
+            self.updated = time.time()
+        self.ended.set()
+
+
+class TaskStore:
+    """Every live task, by id. A task lasts its TTL from its creation and is seen only by its caller
+    (over HTTP the token's name, over stdio the one connection); a caller holds at most `per_caller`,
+    and one more makes the oldest ended one go. Expired tasks go whenever the store is used."""
+
+    def __init__(
+        self,
+        kept_seconds: int,
+        per_caller: int,
+        *,
+        replica: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._kept_seconds = kept_seconds
+        self._per_caller = per_caller
+        # A replica's name leads its task ids (t-NAME.…), as it does session handles: a proxy routes
+        # tasks/* on the Mcp-Name header, which carries the id.
+        self._prefix = ID_PREFIX + (replica + "." if replica else "")
+        self._clock = clock
+        self._tasks: dict[str, Task] = {}
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def create(self, request_id: str, caller: str | None, timeout: float) -> Task | None:
+        """A new working task of `caller`'s, for a run of at most `timeout` seconds: it lasts that long
+        plus RUNNER_KEPT_OUTPUT_SECONDS, so that its result is there as long as the output it links.
+        None when the caller's tasks are all still working: the call is then answered without one."""
+        now = self._clock()
+        self.expire(now)
+        mine = [task for task in self._tasks.values() if task.caller == caller]
+        if len(mine) >= self._per_caller:
+            ended = [task for task in mine if not task.working]
+            if not ended:
+                return None
+            del self._tasks[min(ended, key=lambda task: task.created).task_id]
+        seconds = timeout + self._kept_seconds
+        wall = time.time()
+        task = Task(
+            task_id=self._prefix + secrets.token_urlsafe(24),  # 192 random bits
+            request_id=request_id,
+            caller=caller,
+            created=wall,
+            expires=now + seconds,
+            ttl_ms=int(seconds * 1000),
+            updated=wall,
+        )
+        self._tasks[task.task_id] = task
+        return task
+
+    def find(self, task_id: str, caller: str | None) -> Task | None:
+        """The caller's task `task_id`; None if it never was, has expired, or is another caller's."""
+        self.expire(self._clock())
+        task = self._tasks.get(task_id)
+        if task is None or task.caller != caller:
+            return None
+        return task
+
+    def forget(self, task: Task) -> None:
+        """Drop a task no client was ever told of."""
+        self._tasks.pop(task.task_id, None)
+
+    def expire(self, now: float) -> None:
+        for task in [task for task in self._tasks.values() if task.expires <= now]:
+            task.cancel("expired")  # a run cannot outlast its TTL; should one, it is stopped, not orphaned
+            del self._tasks[task.task_id]
+
+    def working(self) -> list[Task]:
+        return [task for task in self._tasks.values() if task.working]
+
+
+class Tasks:
+    """The store, and the task group in which calls that outlive their request run. Open it with
+    `Tasks.open`: leaving it cancels every run still working (their processes are killed and reaped
+    by the runs themselves, as for a cancelled call), since nobody could fetch their results."""
+
+    def __init__(self, store: TaskStore, group: TaskGroup, logger: logging.Logger) -> None:
+        self.store = store
+        self._group = group
+        self._log = logger
+
+    @classmethod
+    @asynccontextmanager
+    async def opened(cls, config: Config, logger: logging.Logger) -> AsyncIterator[Tasks | None]:
+        """The server's tasks, as its configuration has them; None where it offers none."""
+        if config.tasks_refused:
+            yield None
+            return
+        async with cls.open(
+            config.kept_output_seconds, config.max_tasks_per_caller, logger, replica=config.http.replica
+        ) as tasks:
+            yield tasks
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, kept_seconds: int, per_caller: int, logger: logging.Logger, *, replica: str = ""
+    ) -> AsyncIterator[Tasks]:
+        async with anyio.create_task_group() as group:
+            tasks = cls(TaskStore(kept_seconds, per_caller, replica=replica), group, logger)
+            try:
+                yield tasks
+            finally:
+                for task in tasks.store.working():
+                    task.cancel("the server stopped")
+                group.cancel_scope.cancel()
+
+    def start(self, task: Task, work: Work) -> None:
+        """Run `work` (which returns the call's result and a one-line summary) as `task`'s run."""
+        self._group.start_soon(self._run, task, work)
+
+    async def _run(self, task: Task, work: Work) -> None:
+        try:
+            with task.scope:
+                result, summary = await work()
+                task.complete(result, summary)
+        except Exception as exc:
+            fields = {"request_id": task.request_id, "fields": {"error": type(exc).__name__}}
+            self._log.error("internal error", exc_info=True, extra=fields)
+            task.fail(f"the server failed ({type(exc).__name__}) running this task; its log has details")
+        finally:
+            task.cancelled()  # no-op once it has ended: it only marks a run that was stopped
+
+
+# --- The wire shapes (SEP-2663) ----------------------------------------------------------------------
+
+
+def _iso(wall: float) -> str:
+    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _envelope(task: Task) -> dict[str, Any]:
+    shape: dict[str, Any] = {
+        "taskId": task.task_id,
+        "status": task.status,
+        "createdAt": _iso(task.created),
+        "lastUpdatedAt": _iso(task.updated),
+        "ttlMs": task.ttl_ms,
+    }
+    if task.working:
+        shape["pollIntervalMs"] = POLL_INTERVAL_MS
+    if task.status_message is not None:
+        shape["statusMessage"] = task.status_message
+    return shape
+
+
+def created_result(task: Task) -> dict[str, Any]:
+    """tools/call's answer when it became a task: `CreateTaskResult`, flat (Result & Task)."""
+    return {"resultType": "task", **_envelope(task)}
+
+
+def detailed_task(task: Task) -> dict[str, Any]:
+    """tasks/get's answer: the task, with its result inlined once completed."""
+    shape = {"resultType": "complete", **_envelope(task)}
+    if task.status == "completed" and task.result is not None:
+        result = task.result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        shape["result"] = {"resultType": "complete", **result}
+    elif task.status == "failed":
+        shape["error"] = {"code": types.INTERNAL_ERROR, "message": task.status_message or "internal error"}
+    return shape

@@ -1,0 +1,135 @@
+"""The tasks extension over Streamable HTTP, against `python -m runner --transport http` as a real process,
+with the official Python client: a task belongs to the token that made it, tasks/* need `Mcp-Name` to be
+the task id (SEP-2663's routing header), the extension is advertised, and several workers offer none."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.e2e.transports.test_http_sessions import ALICE, BOB
+from tests.helpers import check_structured
+from tests.http_server import HttpServer, http_server
+from tests.tasks_client import EXTENSION, TasksExtension, cancel_task, get_task, wait_for_task
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+FOREVER = "import time\nprint('started', flush=True)\ntime.sleep(60)"
+
+
+@contextlib.asynccontextmanager
+async def tasks_client(server: HttpServer, token: str | None) -> AsyncIterator[Client]:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60)) as http,
+        Client(
+            streamable_http_client(server.url, http_client=http),  # type: ignore[arg-type]
+            mode="auto",
+            extensions=[TasksExtension()],
+        ) as client,
+    ):
+        yield client
+
+
+def posted(server: HttpServer, method: str, params: dict[str, Any], **headers: str) -> httpx2.Response:
+    """One 2026-07-28 request written by hand, declaring the tasks extension."""
+    message = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": method,
+        "params": {
+            **params,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
+            },
+        },
+    }
+    base = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": "2026-07-28",
+        "mcp-method": method,
+    }
+    return httpx2.post(server.url, json=message, headers={**base, **headers}, timeout=30)
+
+
+async def test_a_task_is_its_tokens_and_unknown_to_another_and_its_result_comes_back_whole(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice:{ALICE}\nbob:{BOB}\n")
+    with http_server(work_dir, tmp_path / "log", RUNNER_AUTH_TOKENS_FILE=str(tokens)) as server:
+        async with tasks_client(server, ALICE) as alice, tasks_client(server, BOB) as bob:
+            discovered = alice.session.server_capabilities
+            created = await alice.session.call_tool("run_python", {"code": FOREVER, "timeout": 120}, allow_claimed=True)
+            mine = await get_task(alice.session, created.task_id)
+            with pytest.raises(MCPError) as foreign_get:
+                await get_task(bob.session, created.task_id)
+            with pytest.raises(MCPError) as foreign_cancel:
+                await cancel_task(bob.session, created.task_id)
+            still = await get_task(alice.session, created.task_id)
+            await cancel_task(alice.session, created.task_id)
+            ended = await wait_for_task(alice.session, created.task_id)
+            resolved = await alice.call_tool("run_python", {"code": "import time\ntime.sleep(1.5)\nprint('whole')"})
+        assert server.stop() == 0
+    assert discovered is not None
+    assert discovered.extensions == {EXTENSION: {}}
+    assert mine["status"] == still["status"] == "working"
+    for refused in (foreign_get.value, foreign_cancel.value):
+        assert refused.code == -32602
+    assert ended["status"] == "cancelled"
+    assert check_structured(resolved.structured_content)["stdout"] == "whole\n"
+
+
+async def test_tasks_methods_need_mcp_name_to_be_the_task_id(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    """Stands for tasks-request-headers's sep-2663-routing-headers-accepted-on-tasks-get and
+    sep-2663-server-rejects-mismatched-mcp-name-on-tasks-get."""
+    with http_server(work_dir, tmp_path / "log") as server:
+        async with tasks_client(server, None) as client:
+            created = await client.session.call_tool(
+                "run_python", {"code": FOREVER, "timeout": 120}, allow_claimed=True
+            )
+            task_id = created.task_id
+            matched = posted(server, "tasks/get", {"taskId": task_id}, **{"mcp-name": task_id})
+            wrong = posted(server, "tasks/get", {"taskId": task_id}, **{"mcp-name": "t-else"})
+            missing = posted(server, "tasks/cancel", {"taskId": task_id})
+            still = await get_task(client.session, task_id)
+            await cancel_task(client.session, task_id)
+            await wait_for_task(client.session, task_id)
+        assert server.stop() == 0
+    assert matched.status_code == 200, matched.text
+    assert "working" in matched.text
+    for refused in (wrong, missing):
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] == -32020, refused.text
+    assert still["status"] == "working"  # the refused cancel did nothing
+
+
+async def test_several_workers_behind_one_port_offer_no_tasks_and_keep_no_output(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    """The kernel, not Mcp-Name, picks a worker: a task or a link made on one would be unknown on the
+    other most of the time, so neither is offered."""
+    with http_server(work_dir, tmp_path / "log", RUNNER_HTTP_WORKERS="2") as server:
+        async with tasks_client(server, None) as client:
+            capabilities = client.session.server_capabilities
+            result = await client.session.call_tool(
+                "run_python", {"code": "import sys, time\ntime.sleep(1.2)\nprint('x' * 30_000)"}, allow_claimed=True
+            )
+        assert server.stop() == 0
+    assert capabilities is not None
+    assert not (capabilities.extensions)
+    assert not ({})
+    structured = check_structured(result.structured_content)
+    assert structured["stdout_truncated"]
+    assert "full_output" not in structured
