@@ -318,6 +318,48 @@ async def test_a_client_that_drops_the_connection_mid_run_kills_the_run(
         assert post(server, INITIALIZE).status_code == 200, "the server keeps serving"
 
 
+@pytest.mark.timeout(180)
+async def test_a_dropped_connection_past_the_first_minute_of_a_2_minute_run_kills_the_run(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    """A long run streams its progress over SSE (with the SDK's pings); dropping that stream once the
+    run has gone on for more than a minute (the old cap on `timeout`) still kills it, as it always did."""
+    marker = tmp_path / "pid"
+    code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)"
+    with http_server(work_dir, tmp_path / "log") as server:
+        message = call(code, timeout=150)
+        message["params"]["_meta"] = {
+            "progressToken": "long",
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        host, port = server.url.split("//")[1].split("/")[0].split(":")
+        body = json.dumps(message).encode()
+        request = (
+            f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
+            "Mcp-Method: tools/call\r\nMcp-Name: run_python\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        elapsed = 0.0
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(request)
+            pid = await _pid_written(marker)
+            stream = b""
+            with anyio.fail_after(100):
+                while elapsed <= 61:  # the run's own progress says how long it has been going
+                    chunk = await anyio.to_thread.run_sync(sock.recv, 65536)
+                    assert chunk, "the server closed the stream"
+                    stream += chunk
+                    said = re.findall(rb'"progress":\s*([0-9.]+)', stream)
+                    elapsed = float(said[-1]) if said else 0.0
+        with anyio.fail_after(10):
+            assert await settled_async(functools.partial(living, [pid]), timeout=10) == [], "run dead"
+        assert "status=cancelled" in server.log.read_text()
+        assert post(server, INITIALIZE).status_code == 200, "the server keeps serving"
+    assert elapsed > 60
+
+
 async def test_a_posted_cancel_kills_the_run_of_its_own_client_only(
     work_dir: Path, tmp_path: Path, tokens_file: Path, left_nothing: None
 ) -> None:
