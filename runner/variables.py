@@ -443,8 +443,9 @@ SETTINGS = (
         "RUNNER_HTTP_REPLICA",
         "http.replica",
         "text",
-        "This replica's name (its pod's, say), put in every session handle it makes (`s-NAME.…`), so that a proxy "
-        "in front of several replicas sends each session's calls back to it. See [sessions](http.md#sessions).",
+        "This replica's name (its pod's, say), put in every session handle (`s-NAME.…`), task id (`t-NAME.…`) and "
+        "kept output URI (`runner://output/NAME.…`) it makes, so that a proxy in front of several replicas sends "
+        "each session's calls, and each task's and link's requests, back to it. See [sessions](http.md#sessions).",
         pattern=r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?",
         expected="a DNS label: lower-case letters, digits and '-', at most 63",
         shown_default="none: handles name no replica",

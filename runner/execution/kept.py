@@ -117,6 +117,9 @@ class OutputStore:
         self._per_caller = config.max_kept_caller_bytes
         self._total = config.max_kept_total_bytes
         self._seconds = config.kept_output_seconds
+        # A replica's name leads its URIs (runner://output/NAME.…), as it does session handles: a proxy
+        # routes resources/read on the Mcp-Name header, which carries the URI.
+        self._replica = config.http.replica + "." if config.http.replica else ""
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # oldest first
 
     @classmethod
@@ -146,7 +149,7 @@ class OutputStore:
             self._evict(next(uri for uri, e in self._entries.items() if e.caller == caller))
         while self._bytes(everyone=True) + spool.size > self._total:
             self._evict(next(iter(self._entries)))
-        uri = f"{URI_PREFIX}{secrets.token_urlsafe(18)}/{stream}"
+        uri = f"{URI_PREFIX}{self._replica}{secrets.token_urlsafe(18)}/{stream}"
         kept = KeptOutput(uri, stream, spool.size, spool.total, self._seconds)
         self._entries[uri] = _Entry(caller, path, kept, now + self._seconds)
         return kept

@@ -104,6 +104,15 @@ def test_the_router_routes_a_handle_to_the_pod_it_names_and_the_rest_to_the_serv
     handle = f"s-{name}-3.2c8XgL0v6mBvR6pPZ9rQ3tFQ1kq0b0hD"
     assert re.match(rf"^s-(?P<name>{pattern.group(1)})\.", handle).group("name") == f"{name}-3"  # type: ignore[union-attr]
     assert not re.match(rf"^s-(?P<name>{pattern.group(1)})\.", "s-evil.example.com.x"), "no other host"
+    for prefix, held in (
+        (r"t-", "t-{}.Qm9vTHVzZXJfdGFza19pZF8xOTJiaXRz"),
+        (r"runner://output/", "runner://output/{}.abc/stdout"),
+    ):
+        task = re.search(rf'"~\^\[\^\|\]\*\\\|{re.escape(prefix)}\(\?<name>([^)]*)\)\\\.', conf)
+        assert task, f"the map that takes the replica's name out of Mcp-Name ({prefix})"
+        got = re.match(rf"^{re.escape(prefix)}(?P<name>{task.group(1)})\.", held.format(f"{name}-2"))
+        assert got is not None
+        assert got.group("name") == f"{name}-2"
     assert f"$runner_replica.{statefulset['spec']['serviceName']}." in conf
     assert "proxy_pass http://$runner_backend:8000;" in conf
     shipped = (REPO / "deploy" / "nginx" / "sessions.conf").read_text()

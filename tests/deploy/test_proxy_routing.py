@@ -20,6 +20,7 @@ from pathlib import Path
 
 import anyio
 import httpx2
+import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -27,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.conftest import REPO
 from tests.helpers import check_structured, processes_mentioning, settled
 from tests.http_server import HttpServer, http_server
+from tests.tasks_client import TasksExtension
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
@@ -151,6 +153,47 @@ async def test_nginx_routing_on_mcp_param_session_keeps_20_sessions_of_10_calls_
     started = [server.log.read_text().count("session started") for server in replicas]
     assert sum(started) == SESSIONS
     assert min(started) >= SESSIONS // 4, f"new sessions spread over both replicas: {started}"
+    assert settled(lambda: processes_mentioning(str(work_dir))) == []
+
+
+async def test_nginx_routes_each_task_and_each_kept_output_to_the_replica_that_holds_it(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    """Mcp-Name carries a task's id on tasks/* and a link's URI on resources/read; both name the
+    replica that made them, so that polling a task and reading a link never land on the other one."""
+    failures: list[str] = []
+    made: list[str] = []
+
+    async def one_task(url: str, number: int) -> None:
+        extension = TasksExtension()
+        async with (
+            httpx2.AsyncClient(timeout=httpx2.Timeout(120)) as http,
+            Client(streamable_http_client(url, http_client=http), mode="auto", extensions=[extension]) as mcp,  # type: ignore[arg-type]
+        ):
+            code = f"import time\ntime.sleep(1.3)\nprint('{number}' * 30_000)"
+            result = await mcp.call_tool("run_python", {"code": code})
+            made.extend(created.task_id for created in extension.created)
+            structured = check_structured(result.structured_content)
+            if structured["status"] != "ok" or not structured["stdout_truncated"] or not extension.created:
+                failures.append(f"task {number}: {structured['status']} {extension.created}")
+                return
+            [kept] = structured["full_output"]
+            read = await mcp.read_resource(kept["uri"])
+            [contents] = read.contents
+            if not isinstance(contents, types.TextResourceContents) or contents.text != f"{number}" * 30_000 + "\n":
+                failures.append(f"task {number}: its output read back wrong")
+
+    with two_replicas(work_dir, tmp_path) as replicas:
+        backends = [server.url.removeprefix("http://").removesuffix("/mcp") for server in replicas]
+        with nginx(tmp_path / "nginx", backends) as url:
+            async with anyio.create_task_group() as tg:
+                for number in range(8):
+                    tg.start_soon(one_task, url, number)
+        for server in replicas:
+            assert server.stop() == 0
+    assert failures == []
+    assert len(made) == 8
+    assert {task_id.split(".")[0] for task_id in made} == {"t-runner-0", "t-runner-1"}, "spread over both"
     assert settled(lambda: processes_mentioning(str(work_dir))) == []
 
 
