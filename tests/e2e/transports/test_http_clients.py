@@ -133,3 +133,12 @@ def test_the_inspector_cli_calls_run_python_over_http_with_a_token(
     assert read.returncode == 0, read.stderr
     [contents] = json.loads(read.stdout)["result"]["contents"]
     assert contents["text"].encode() == SIX_MB_OUTPUT
+
+    # A run that outlasts a second: at 2026-07-28 the Inspector declares the tasks extension and settles
+    # the task it gets back through @modelcontextprotocol/ext-tasks (tasks/get until it has ended).
+    long = json.dumps({"code": "import time\nprint(1, flush=True)\ntime.sleep(2)\nprint(2)"})
+    tasked = inspector("--method", "tools/call", "--tool-name", "run_python", "--tool-args-json", long, *token)
+    assert tasked.returncode == 0, tasked.stderr
+    assert check_structured(json.loads(tasked.stdout)["result"]["structuredContent"])["stdout"] == "1\n2\n"
+    made = server.log.read_text().count("task created")
+    assert made == (1 if era == "modern" else 0), "a task at 2026-07-28 only, resolved by the Inspector itself"
