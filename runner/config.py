@@ -152,10 +152,12 @@ class Config:
 
     @property
     def keeps_output(self) -> bool:
-        """Whether a stream shown cut is kept whole for resources/read: not with several workers, whose
-        kernel-picked connections would find the link on another worker most of the time."""
+        """Whether a stream shown cut, or a file over the returned budgets, is kept whole for
+        resources/read: not with several workers, whose kernel-picked connections would find the link
+        on another worker most of the time."""
         per_worker = self.transport == "http" and self.http.workers > 1
-        return self.max_kept_output_bytes > 0 and not per_worker
+        budgets = self.max_kept_output_bytes and self.max_kept_caller_bytes and self.max_kept_total_bytes
+        return bool(budgets) and not per_worker
 
     @property
     def run_uid_range(self) -> range:

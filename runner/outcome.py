@@ -63,14 +63,21 @@ NEW_SESSION = "new"
 
 @dataclass(frozen=True, slots=True)
 class KeptOutput:
-    """A stream of a run kept whole (up to its cap) because the answer shows only its head and tail:
-    `uri` reads it back (`resources/read`) for `seconds` after the run, by the caller that ran it."""
+    """A stream of a run kept whole (up to its cap) because the answer shows only its head and tail, or
+    a file (a figure at full size) kept because it is over what the answer carries (`reason`): `uri`
+    reads it back (`resources/read`) for `seconds` after the run, by the caller that ran it."""
 
     uri: str
-    stream: str  # "stdout" or "stderr"
+    stream: str  # "stdout" or "stderr"; for a file, its path (a figure's name)
     size: int  # bytes kept
     total: int  # bytes the run wrote to the stream (more than `size` when the cap cut it)
     seconds: int
+    mime_type: str = "text/plain"
+    reason: str = ""  # a file's: the budget it is over ("" for a stream)
+
+    @property
+    def is_file(self) -> bool:
+        return bool(self.reason)
 
     @property
     def complete(self) -> bool:
@@ -208,7 +215,7 @@ class RunResult:
     attachments: tuple[Attachment, ...] = ()
     omitted: tuple[Omitted, ...] = ()
     session: SessionOutcome | None = None
-    kept: tuple[KeptOutput, ...] = ()  # streams kept whole, to be read back as resources
+    kept: tuple[KeptOutput, ...] = ()  # streams kept whole and files linked, to be read back as resources
 
     @property
     def images(self) -> tuple[Attachment, ...]:
@@ -262,6 +269,9 @@ class RunResult:
         for label, attached in (("images", self.images), ("files", self.files)):
             if attached:
                 parts.append(f"--- {label}: {', '.join(a.describe() for a in attached)} ---\n")
+        for kept in self.kept:
+            if kept.is_file:
+                parts.append(f"--- linked, not inline: {kept.stream} ({kept.size:,} bytes): {kept.reason} ---\n")
         for omitted in self.omitted:
             size = f" ({omitted.size:,} bytes)" if omitted.size else ""
             parts.append(f"--- not returned: {omitted.name}{size}: {omitted.reason} ---\n")

@@ -27,7 +27,7 @@ from runner.execution.report import Returned, parse_report
 from runner.execution.usage import UsageSamples, wait_exit_sampling
 from runner.fdio import write_all
 from runner.inrun.wire import Budgets, frame_inputs, frame_job
-from runner.outcome import Progress, RunRequest, RunResult
+from runner.outcome import Attachment, Omitted, Progress, RunRequest, RunResult
 from runner.processes.child import Child
 
 # How long output may still drain after the run's group is dead: only a process that left the
@@ -49,8 +49,15 @@ def returns_of(config: Config) -> Budgets:
     """What a run may return besides its output: images (none without a byte budget), bytes per
     image, bytes in all, bytes of files that are not images, and the last value's characters."""
     images = config.max_images if config.max_returned_bytes else 0
+    # What is over those is sent whole to be kept and linked, as far as one stream may be kept.
+    kept = config.max_kept_output_bytes if config.keeps_output and config.max_returned_bytes else 0
     return Budgets(
-        images, config.max_image_bytes, config.max_returned_bytes, config.max_files_bytes, config.max_output_chars
+        images,
+        config.max_image_bytes,
+        config.max_returned_bytes,
+        config.max_files_bytes,
+        config.max_output_chars,
+        kept,
     )
 
 
@@ -69,7 +76,9 @@ class RunDriver:
         self._log = logger
         self._unresponsive = unresponsive
         self._keep_bytes = keep_bytes_for(config.max_output_chars)
-        self._budgets = returns_of(config)
+        budgets = returns_of(config)
+        # Nothing over the budgets is sent where nothing can be kept.
+        self._budgets = budgets if self._store is not None else budgets.replace(kept_bytes=0)
 
     def run_limits(self, timeout: float) -> RunLimits:
         """The limits a run with this timeout is held to."""
@@ -84,16 +93,25 @@ class RunDriver:
         store = self._store
         spools = (store.spool(), store.spool()) if store is not None else (None, None)
         try:
-            result = await self._drive(child, request, queue_wait, on_progress, spools)
+            result, linked = await self._drive(child, request, queue_wait, on_progress, spools)
             if store is None:
                 return result
             kept = []
             for name, spool, shown in (("stdout", spools[0], result.stdout), ("stderr", spools[1], result.stderr)):
                 if spool is not None and shown.dropped_bytes:
-                    linked = store.keep(request.caller, name, spool)
-                    if linked is not None:
-                        kept.append(linked)
-            return dataclasses.replace(result, kept=tuple(kept)) if kept else result
+                    stream = store.keep(request.caller, name, spool)
+                    if stream is not None:
+                        kept.append(stream)
+            lost = []
+            for file in linked:
+                one = store.keep_file(request.caller, file.name, file.data, file.mime_type, file.note)
+                if one is not None:
+                    kept.append(one)
+                else:
+                    lost.append(Omitted(file.name, len(file.data), f"{file.note}; and it could not be kept"))
+            if not kept and not lost:
+                return result
+            return dataclasses.replace(result, kept=tuple(kept), omitted=(*result.omitted, *lost))
         finally:
             for spool in spools:
                 if spool is not None:
@@ -106,7 +124,7 @@ class RunDriver:
         queue_wait: float,
         on_progress: ProgressCallback | None,
         spools: tuple[Spool | None, Spool | None],
-    ) -> RunResult:
+    ) -> tuple[RunResult, tuple[Attachment, ...]]:
         out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
         output = RunOutput(child, out, err, self._config.max_output_bytes, self._budgets.report_bytes, spools=spools)
         # Sampled only where wait4 cannot tell (see `usage`); then once while the interpreter still
@@ -169,7 +187,7 @@ class RunDriver:
         )
         status, message = classify(end, err.parts()[1] or err.parts()[0], self.run_limits(request.timeout))
         max_chars = self._config.max_output_chars
-        return RunResult(
+        result = RunResult(
             request_id=request.request_id,
             status=status,
             message=message,
@@ -185,6 +203,7 @@ class RunDriver:
             attachments=got.attachments,
             omitted=got.omitted,
         )
+        return result, got.linked
 
     async def _read_output(self, output: RunOutput, returned: list[Returned], reported: anyio.CancelScope) -> None:
         """Read the run's streams and report; once the report is whole and both streams are closed,

@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from runner.config import Config
 from runner.outcome import KeptOutput
@@ -134,7 +135,27 @@ class OutputStore:
     def spool(self) -> Spool:
         return Spool(self.directory, self._per_call)
 
-    def keep(self, caller: str | None, stream: str, spool: Spool, now: float | None = None) -> KeptOutput | None:
+    def keep_file(self, caller: str | None, name: str, data: bytes, mime_type: str, reason: str) -> KeptOutput | None:
+        """Keep a file the run made (or a figure at full size) that is over what the answer carries."""
+        spool = self.spool()
+        try:
+            spool.feed(data)
+            if spool.size < len(data):
+                return None  # over the per-call cap, or the disk is full
+            return self.keep(caller, name, spool, mime_type=mime_type, reason=reason)
+        finally:
+            spool.discard()  # what the store did not take
+
+    def keep(
+        self,
+        caller: str | None,
+        stream: str,
+        spool: Spool,
+        now: float | None = None,
+        *,
+        mime_type: str = "text/plain",
+        reason: str = "",
+    ) -> KeptOutput | None:
         """Keep `spool` (settled here) for `caller`, evicting the oldest that would not leave room;
         None if it cannot be kept (larger than a budget, or not written)."""
         now = time.monotonic() if now is None else now
@@ -149,8 +170,8 @@ class OutputStore:
             self._evict(next(uri for uri, e in self._entries.items() if e.caller == caller))
         while self._bytes(everyone=True) + spool.size > self._total:
             self._evict(next(iter(self._entries)))
-        uri = f"{URI_PREFIX}{self._replica}{secrets.token_urlsafe(18)}/{stream}"
-        kept = KeptOutput(uri, stream, spool.size, spool.total, self._seconds)
+        uri = f"{URI_PREFIX}{self._replica}{secrets.token_urlsafe(18)}/{quote(stream)}"
+        kept = KeptOutput(uri, stream, spool.size, spool.total, self._seconds, mime_type, reason)
         self._entries[uri] = _Entry(caller, path, kept, now + self._seconds)
         return kept
 

@@ -11,6 +11,7 @@ together is dropped whole, with a note; it can never make the call fail.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import posixpath
 import re
@@ -18,7 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.inrun.images import PNG_MAGIC, image_size, image_type, refused
-from runner.inrun.wire import MAX_HEADER_BYTES, MAX_NAME_CHARS, MAX_OMITTED, Budgets, read_end, split_report
+from runner.inrun.wire import (
+    MAX_HEADER_BYTES,
+    MAX_LINKED,
+    MAX_NAME_CHARS,
+    MAX_OMITTED,
+    Budgets,
+    read_end,
+    split_report,
+)
 from runner.outcome import Attachment, Omitted
 
 _CONTROLS = re.compile("[\x00-\x1f\x7f]")
@@ -58,6 +67,8 @@ class Returned:
     attachments: tuple[Attachment, ...] = ()
     omitted: tuple[Omitted, ...] = ()
     end: RunEnd | None = None
+    # Over a budget, sent whole to be kept and linked (`note`: which budget); the driver keeps them.
+    linked: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +102,7 @@ def parse_report(data: bytes | bytearray, budgets: Budgets) -> Returned:
 def _parse(data: bytes, budgets: Budgets) -> Returned:
     head_size, blob_size, header, blobs = split_report(data)
     _require(head_size <= MAX_HEADER_BYTES + 6 * budgets.result_chars, "header too large")
-    _require(blob_size <= budgets.call_bytes, "more bytes than the call's budget")
+    _require(blob_size <= budgets.call_bytes + budgets.kept_bytes, "more bytes than the call's budgets")
     head = json.loads(header)
     _require(len(blobs) == blob_size, "blobs cut short")
     _require(isinstance(head, dict), "header is not an object")
@@ -113,14 +124,29 @@ def _parse(data: bytes, budgets: Budgets) -> Returned:
         size = _count(entry["bytes"])
         attachments.append(classify_file(_name(entry["path"]), bytes(blobs[at : at + size])))
         at += size
+    _require(at <= budgets.call_bytes, "more bytes than the call's budget")
+    inline = at
+    linked: list[Attachment] = []
+    too_large: list[Omitted] = []
+    for entry in _entries(head, "linked")[:MAX_LINKED]:
+        size = _count(entry["bytes"])
+        file = classify_file(_name(entry["name"]), bytes(blobs[at : at + size]))
+        at += size
+        why = refused(file.width, file.height) if file.kind == "image" else None
+        if why is not None:  # a link to it would be decoded as the image itself
+            too_large.append(Omitted(file.name, size, why))
+        else:
+            linked.append(dataclasses.replace(file, note=_text(entry, "reason")))
+    _require(at - inline <= budgets.kept_bytes, "more bytes linked than the call's budget to keep")
     _require(at == blob_size, "sizes do not add up to the blobs")
     attachments, over = _within_budgets(attachments, budgets)
     omitted = [Omitted(_name(e["name"]), _count(e["bytes"]), _text(e, "reason")) for e in _entries(head, "omitted")]
-    omitted += over
+    omitted += over + too_large
     more = _count(head.get("more_omitted", 0))
     if more:
         omitted.append(Omitted(f"{more:,} more", 0, "not listed"))
-    return Returned(result, result_chars, tuple(attachments), tuple(omitted[: MAX_OMITTED + 1]), _end(head.get("end")))
+    omitted = omitted[: MAX_OMITTED + 1]
+    return Returned(result, result_chars, tuple(attachments), tuple(omitted), _end(head.get("end")), tuple(linked))
 
 
 def _end(value: object) -> RunEnd | None:

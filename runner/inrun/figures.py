@@ -27,10 +27,12 @@ class Rendered:
     """One figure as it comes back: a PNG, or why it does not (its size in pixels is the server's
     to read from the PNG: nothing the run says about it is trusted)."""
 
-    __slots__ = ("name", "note", "png")
+    __slots__ = ("full", "name", "note", "png")
 
-    def __init__(self, name: str, png: bytes | None, note: str) -> None:
-        self.name, self.png, self.note = name, png, note
+    def __init__(self, name: str, png: bytes | None, note: str, full: bytes | None = None) -> None:
+        # `full`: the render at full size (within the pixel cap) when `png` is a smaller one, or none
+        # fits the image budget; the server keeps it and links it where it keeps anything.
+        self.name, self.png, self.note, self.full = name, png, note, full
 
 
 class Figures:
@@ -131,6 +133,7 @@ class Figures:
             if full[0] * full[1] > self.max_pixels:
                 dpi *= math.sqrt(self.max_pixels / (full[0] * full[1]))
                 note = f"{full[0]}x{full[1]} px at full size: rendered at dpi {dpi:.0f}"
+            first: bytes | None = None
             for _ in range(PNG_ATTEMPTS):
                 if dpi < MIN_DPI:
                     break
@@ -138,11 +141,12 @@ class Figures:
                 figure.savefig(buffer, format="png", dpi=dpi)
                 png = buffer.getvalue()
                 if len(png) <= self.max_image_bytes:
-                    return Rendered(name, png, note)
+                    return Rendered(name, png, note, first)
+                first = first or png
                 dpi *= max(0.3, 0.9 * math.sqrt(self.max_image_bytes / len(png)))
                 note = f"{full[0]}x{full[1]} px at full size: rendered at dpi {dpi:.0f} to fit the image budget"
             reason = f"over the {self.max_image_bytes:,}-byte image budget even at a low dpi"
-            return Rendered(name, None, reason)
+            return Rendered(name, None, reason, first)
         except Exception as exc:
             return Rendered(name, None, f"could not be rendered: {_describe(exc)}")
 

@@ -29,6 +29,7 @@ else:  # in a run: from this directory (`bootstrap.load_siblings`)
     import wire
 
 MAX_OMITTED, MAX_FILES, MAX_NAME_CHARS = wire.MAX_OMITTED, wire.MAX_FILES, wire.MAX_NAME_CHARS
+MAX_LINKED = wire.MAX_LINKED
 
 
 def split_last_expression(text: str, filename: str) -> tuple[CodeType, CodeType | None]:
@@ -99,6 +100,10 @@ class Report:
         self.blobs: list[bytes] = []
         self.bytes_left = budgets.call_bytes
         self.file_bytes_left = budgets.file_bytes
+        # Over a budget but within `kept_bytes`: sent after the blobs, for the server to keep and link.
+        self.linked: list[dict[str, Any]] = []
+        self.linked_blobs: list[bytes] = []
+        self.kept_bytes_left = budgets.kept_bytes
 
     def omit(self, name: str, size: int, reason: str) -> None:
         if len(self.omitted) < MAX_OMITTED:
@@ -108,15 +113,33 @@ class Report:
         else:
             self.more_omitted += 1
 
-    def add_figure(self, name: str, png: bytes | None, note: str) -> None:
-        if png is None:
-            self.omit(name, 0, note)
-        elif len(png) > self.bytes_left:
-            self.omit(name, len(png), f"over what is left of the call's {self.budgets.call_bytes:,}-byte budget")
-        else:
+    def add_figure(self, name: str, png: bytes | None, note: str, full: bytes | None = None) -> None:
+        """A figure: `png` to show (None: none fits), and `full`, its render at full size when `png`
+        is a smaller one made to fit the image budget (or there is none), to keep and link."""
+        if png is not None and len(png) > self.bytes_left:
+            reason = f"over what is left of the call's {self.budgets.call_bytes:,}-byte budget"
+            if not self.link(name, png, reason):
+                self.omit(name, len(png), reason)
+        elif png is not None:
             self.images.append({"name": name, "bytes": len(png), "note": note})
             self.blobs.append(png)
             self.bytes_left -= len(png)
+        if full is not None:
+            stem = name[:-4] if name.endswith(".png") else name
+            reason = f"full size; over the {self.budgets.image_bytes:,}-byte image budget"
+            if not self.link(f"{stem}-full.png", full, reason) and png is None:
+                self.omit(name, len(full), note)
+        elif png is None:
+            self.omit(name, 0, note)
+
+    def link(self, name: str, data: bytes, reason: str) -> bool:
+        """Send `data` for the server to keep and link, if the kept budget has room for it."""
+        if len(data) > self.kept_bytes_left or len(self.linked) >= MAX_LINKED:
+            return False
+        self.linked.append({"name": name, "bytes": len(data), "reason": reason})
+        self.linked_blobs.append(data)
+        self.kept_bytes_left -= len(data)
+        return True
 
     def add_files(
         self,
@@ -159,36 +182,59 @@ class Report:
         image_headers: ModuleType,
     ) -> None:
         size = info.st_size
+        data: bytes | None = None
+        reason: str | None
         if size > self.bytes_left:
-            self.omit(path, size, f"over what is left of the call's {self.budgets.call_bytes:,}-byte budget")
-            return
-        data = read(path, info, self.bytes_left)
-        if data is None:
-            self.omit(path, size, "it changed or went away while it was read")
-            return
-        # An image by its bytes, as the server will judge it (`runner.execution.report`), not by its name.
+            reason = f"over what is left of the call's {self.budgets.call_bytes:,}-byte budget"
+        else:
+            data = read(path, info, self.bytes_left)
+            if data is None:
+                self.omit(path, size, "it changed or went away while it was read")
+                return
+            reason, linkable = self._over(data, image_headers)
+            if not linkable:
+                self.omit(path, len(data), str(reason))
+                return
+            if reason is None:
+                is_image = image_headers.image_type(data) is not None
+                self.files.append({"path": path, "bytes": len(data), "image": is_image})
+                self.blobs.append(data)
+                self.bytes_left -= len(data)
+                if not is_image:
+                    self.file_bytes_left -= len(data)
+                return
+        # Over a budget: linked whole where the kept budget has room, else listed as not returned.
+        assert reason is not None
+        if size <= self.kept_bytes_left and len(self.linked) < MAX_LINKED:
+            if data is None:
+                data = read(path, info, self.kept_bytes_left)
+            if data is None:
+                self.omit(path, size, "it changed or went away while it was read")
+                return
+            if self.link(path, data, reason):
+                return
+        self.omit(path, size if data is None else len(data), reason)
+
+    def _over(self, data: bytes, image_headers: ModuleType) -> tuple[str | None, bool]:
+        """Which budget a file the call's budget has room for is over, if any, and whether it may be
+        linked instead: not an image too large to decode (a client would decode a link to it too).
+        An image by its bytes, as the server will judge it (`runner.execution.report`), not by its name."""
         mime = image_headers.image_type(data)
         is_image = mime is not None
         refused = image_headers.refused(*image_headers.image_size(data, mime)) if is_image else None
         shown = len(self.images) + sum(f["image"] for f in self.files)
         if refused is not None:
-            self.omit(path, len(data), refused)
-        elif is_image and shown >= self.budgets.images:
-            self.omit(path, len(data), f"more than {self.budgets.images} images in one call")
-        elif is_image and len(data) > self.budgets.image_bytes:
-            self.omit(path, len(data), f"over the {self.budgets.image_bytes:,}-byte image budget")
-        elif not is_image and len(data) > self.file_bytes_left:
-            reason = f"over what is left of the call's {self.budgets.file_bytes:,}-byte budget for files"
-            self.omit(path, len(data), reason)
-        else:
-            self.files.append({"path": path, "bytes": len(data), "image": is_image})
-            self.blobs.append(data)
-            self.bytes_left -= len(data)
-            if not is_image:
-                self.file_bytes_left -= len(data)
+            return str(refused), False
+        if is_image and shown >= self.budgets.images:
+            return f"more than {self.budgets.images} images in one call", True
+        if is_image and len(data) > self.budgets.image_bytes:
+            return f"over the {self.budgets.image_bytes:,}-byte image budget", True
+        if not is_image and len(data) > self.file_bytes_left:
+            return f"over what is left of the call's {self.budgets.file_bytes:,}-byte budget for files", True
+        return None, True
 
     def empty(self) -> bool:
-        return self.result is None and not (self.images or self.files or self.omitted)
+        return self.result is None and not (self.images or self.files or self.omitted or self.linked)
 
     def encode(self, end: dict[str, Any] | None = None) -> bytes:
         """``report <header bytes> <blob bytes>``, a newline, the JSON header, the blobs in order.
@@ -205,8 +251,9 @@ class Report:
             "files": [{"path": f["path"], "bytes": f["bytes"]} for f in self.files],
             "omitted": self.omitted,
             "more_omitted": self.more_omitted,
+            "linked": self.linked,
         }
-        return wire.encode_report(header, self.blobs)
+        return wire.encode_report(header, self.blobs + self.linked_blobs)
 
 
 def gather(
@@ -228,7 +275,7 @@ def gather(
         if value is not None and budgets.result_chars:
             report.result, report.result_chars = describe_value(value, budgets.result_chars)
         for rendered in figures.finish():
-            report.add_figure(rendered.name, rendered.png, rendered.note)
+            report.add_figure(rendered.name, rendered.png, rendered.note, rendered.full)
         if budgets.call_bytes:
             report.add_files(walk(), inputs, read, image_headers)
     except Exception as exc:  # a MemoryError of a run that used up its memory, or what the code broke

@@ -27,9 +27,10 @@ REPORT_HEAD = b"report"
 MAX_OMITTED = 50
 MAX_FILES = 100
 MAX_NAME_CHARS = 1024
-# The report header's most besides the result: at most MAX_FILES files and MAX_OMITTED more, each name
-# at most MAX_NAME_CHARS, 6 bytes a character at worst in JSON.
-MAX_HEADER_BYTES = 64 * 1024 + (MAX_FILES + MAX_OMITTED + 64) * (6 * MAX_NAME_CHARS + 600)
+MAX_LINKED = 20  # files and full-size figures sent for the server to keep and link
+# The report header's most besides the result: at most MAX_FILES files, MAX_OMITTED more and MAX_LINKED
+# linked, each name at most MAX_NAME_CHARS, 6 bytes a character at worst in JSON.
+MAX_HEADER_BYTES = 64 * 1024 + (MAX_FILES + MAX_OMITTED + MAX_LINKED + 64) * (6 * MAX_NAME_CHARS + 600)
 
 
 def ready_line(refused: list[str]) -> bytes:
@@ -46,20 +47,26 @@ def parse_ready(line: bytes) -> tuple[str, ...] | None:
 
 class Budgets:
     """What one call may return: images, bytes per image, bytes in all, bytes of files that are not
-    images (a client may read those as text, and count them against its limits), and characters of
-    the last expression's value. All 0 (`NO_RETURNS`): the run returns its output only. Frozen."""
+    images (a client may read those as text, and count them against its limits), characters of the
+    last expression's value, and bytes of what is over those budgets but sent anyway for the server to
+    keep and link (`kept_bytes`: files, full-size figures; 0 where the server keeps nothing). All 0
+    (`NO_RETURNS`): the run returns its output only. Frozen."""
 
-    __slots__ = ("call_bytes", "file_bytes", "image_bytes", "images", "result_chars")
-    FIELDS = ("images", "image_bytes", "call_bytes", "file_bytes", "result_chars")
+    __slots__ = ("call_bytes", "file_bytes", "image_bytes", "images", "kept_bytes", "result_chars")
+    FIELDS = ("images", "image_bytes", "call_bytes", "file_bytes", "result_chars", "kept_bytes")
 
     images: int
     image_bytes: int
     call_bytes: int
     file_bytes: int
     result_chars: int
+    kept_bytes: int
 
-    def __init__(self, images: int, image_bytes: int, call_bytes: int, file_bytes: int, result_chars: int) -> None:
-        for name, value in zip(self.FIELDS, (images, image_bytes, call_bytes, file_bytes, result_chars), strict=True):
+    def __init__(
+        self, images: int, image_bytes: int, call_bytes: int, file_bytes: int, result_chars: int, kept_bytes: int = 0
+    ) -> None:
+        values = (images, image_bytes, call_bytes, file_bytes, result_chars, kept_bytes)
+        for name, value in zip(self.FIELDS, values, strict=True):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -80,7 +87,7 @@ class Budgets:
     @property
     def report_bytes(self) -> int:
         """The most a well-formed report can take on the wire."""
-        return len(REPORT_HEAD) + 32 + MAX_HEADER_BYTES + 6 * self.result_chars + self.call_bytes
+        return len(REPORT_HEAD) + 32 + MAX_HEADER_BYTES + 6 * self.result_chars + self.call_bytes + self.kept_bytes
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Budgets) and self.numbers() == other.numbers()
@@ -92,7 +99,7 @@ class Budgets:
         return "Budgets(" + ", ".join(f"{name}={getattr(self, name)}" for name in self.FIELDS) + ")"
 
 
-NO_RETURNS = Budgets(0, 0, 0, 0, 0)
+NO_RETURNS = Budgets(0, 0, 0, 0, 0, 0)
 
 
 class Job:
@@ -153,7 +160,7 @@ def read_job(fd: int) -> Job | None:
     del body[numbers[0] :]
     info = os.fstat(fd)
     # The code not copied: decode() takes a bytearray.
-    return Job(body, inputs, Budgets(*numbers[2:7]), (info.st_dev, info.st_ino))
+    return Job(body, inputs, Budgets(*numbers[2:8]), (info.st_dev, info.st_ino))
 
 
 def same_socket(fd: int, job: Job) -> bool:

@@ -98,7 +98,7 @@ class Handlers:
         """resources/list: the caller's kept streams that can still be read (the links results gave)."""
         kept = self._runner.kept_outputs(self._caller(ctx))
         return types.ListResourcesResult(
-            resources=[types.Resource(uri=k.uri, name=k.stream, mime_type="text/plain", size=k.size) for k in kept]
+            resources=[types.Resource(uri=k.uri, name=k.stream, mime_type=k.mime_type, size=k.size) for k in kept]
         )
 
     async def read_resource(

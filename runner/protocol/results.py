@@ -12,6 +12,8 @@ import mcp_types as types
 from runner.outcome import Attachment, KeptOutput, RunResult
 
 Block = types.TextContent | types.ImageContent | types.EmbeddedResource | types.ResourceLink
+# A returned file larger than this is marked for the user's eyes (`audience`), not the model's.
+LARGE_FILE_BYTES = 8 * 1024
 
 
 def to_call_result(result: RunResult) -> types.CallToolResult:
@@ -23,7 +25,12 @@ def to_call_result(result: RunResult) -> types.CallToolResult:
         data = base64.b64encode(attachment.data).decode("ascii")
         content.append(types.ImageContent(type="image", data=data, mime_type=attachment.mime_type))
     for attachment in result.files:
-        content.append(types.EmbeddedResource(type="resource", resource=_resource(result.request_id, attachment)))
+        resource = _resource(result.request_id, attachment)
+        # A large file is for the person more than for the model (the text block names it and its size):
+        # a client that honours `audience` can keep it out of the model's context.
+        large = len(attachment.data) > LARGE_FILE_BYTES
+        annotations = types.Annotations(audience=["user"], priority=0.3) if large else None
+        content.append(types.EmbeddedResource(type="resource", resource=resource, annotations=annotations))
     for kept in result.kept:
         content.append(_link(kept))
     return types.CallToolResult(
@@ -46,8 +53,22 @@ def _resource(request_id: str, file: Attachment) -> types.TextResourceContents |
 
 
 def _link(kept: KeptOutput) -> types.ResourceLink:
-    """Where the whole of a cut stream can be read; meant for the person more than for the model, whose
-    context the text block's head and tail serve."""
+    """Where the whole of a cut stream, or a file over what the answer carries, can be read; meant for
+    the person more than for the model, whose context the text block's head and tail serve."""
+    if kept.is_file:
+        return types.ResourceLink(
+            type="resource_link",
+            uri=kept.uri,
+            name=kept.stream,
+            title=f"{kept.stream}, whole",
+            description=(
+                f"{kept.size:,} bytes, not returned inline ({kept.reason}); "
+                f"readable with resources/read for {kept.seconds} s"
+            ),
+            mime_type=kept.mime_type,
+            size=kept.size,
+            annotations=types.Annotations(audience=["user", "assistant"], priority=0.2),
+        )
     whole = "whole" if kept.complete else f"first {kept.size:,} of {kept.total:,} bytes"
     return types.ResourceLink(
         type="resource_link",
@@ -62,12 +83,17 @@ def _link(kept: KeptOutput) -> types.ResourceLink:
 
 
 def kept_contents(kept: KeptOutput, data: bytes) -> types.TextResourceContents | types.BlobResourceContents:
-    """A kept stream as resources/read returns it: text when it is UTF-8, else its bytes (base64)."""
-    try:
-        return types.TextResourceContents(uri=kept.uri, mime_type="text/plain", text=data.decode("utf-8"))
-    except UnicodeDecodeError:
-        blob = base64.b64encode(data).decode("ascii")
-        return types.BlobResourceContents(uri=kept.uri, mime_type="application/octet-stream", blob=blob)
+    """A kept stream or file as resources/read returns it: text when it is UTF-8 (an image never is,
+    as the answer judged it), else its bytes (base64), with the type the answer gave it."""
+    binary = kept.mime_type.startswith("image/") and kept.mime_type != "image/svg+xml"
+    if not binary:
+        try:
+            return types.TextResourceContents(uri=kept.uri, mime_type=kept.mime_type, text=data.decode("utf-8"))
+        except UnicodeDecodeError:
+            pass
+    blob = base64.b64encode(data).decode("ascii")
+    mime_type = kept.mime_type if kept.is_file else "application/octet-stream"
+    return types.BlobResourceContents(uri=kept.uri, mime_type=mime_type, blob=blob)
 
 
 def closed_result(request_id: str, handle: str, unknown: str | None) -> types.CallToolResult:
@@ -129,7 +155,9 @@ def structured_result(result: RunResult) -> dict[str, Any]:
         content["session"] = result.session.handle
         content["rolled_back"] = not result.session.kept
         content["session_note"] = result.session.note
-    if result.kept:
+    streams = [kept for kept in result.kept if not kept.is_file]
+    files = [kept for kept in result.kept if kept.is_file]
+    if streams:
         content["full_output"] = [
             {
                 "stream": kept.stream,
@@ -138,6 +166,18 @@ def structured_result(result: RunResult) -> dict[str, Any]:
                 "complete": kept.complete,
                 "expires_in_seconds": kept.seconds,
             }
-            for kept in result.kept
+            for kept in streams
+        ]
+    if files:
+        content["linked_files"] = [
+            {
+                "path": kept.stream,
+                "uri": kept.uri,
+                "mime_type": kept.mime_type,
+                "bytes": kept.size,
+                "reason": kept.reason,
+                "expires_in_seconds": kept.seconds,
+            }
+            for kept in files
         ]
     return content

@@ -178,6 +178,23 @@ def output_schema() -> dict[str, Any]:
                     expires_in_seconds=count,
                 ),
             },
+            "linked_files": {
+                "type": "array",
+                "description": (
+                    "Only when a file the code wrote (or a figure at full size) is over what the answer "
+                    "carries: each kept whole (up to RUNNER_MAX_KEPT_OUTPUT_MB in all), linked as "
+                    "resource_link content too; read it with resources/read on its uri within "
+                    "`expires_in_seconds`."
+                ),
+                "items": _object(
+                    path={"type": "string"},
+                    uri={"type": "string"},
+                    mime_type={"type": "string"},
+                    bytes=count,
+                    reason={"type": "string", "description": "The budget it is over."},
+                    expires_in_seconds=count,
+                ),
+            },
         },
         "required": [
             "request_id",

@@ -22,6 +22,7 @@ from runner.config import Config
 from runner.environment import open_environment
 from runner.errors import ConfigError
 from runner.execution.pool import Pool
+from runner.inrun.images import image_size
 from runner.outcome import RunRequest, RunResult, Status
 from tests.conftest import REPO
 from tests.helpers import checked, children_of, in_mode
@@ -150,6 +151,31 @@ async def test_a_figure_of_twenty_thousand_pixels_square_is_drawn_smaller_and_sa
     assert image.width * image.height <= 4_000_000
     assert len(image.data) <= 256 * 1024
     assert image.note.startswith("20000x20000 px at full size: rendered at dpi")
+
+
+async def test_a_figure_over_the_image_budget_comes_back_smaller_with_its_full_size_png_linked(
+    preloading_pool: Pool,
+) -> None:
+    code = """
+        import matplotlib.pyplot as plt, numpy as np
+        plt.figure(figsize=(12, 9), dpi=150)
+        plt.imshow(np.random.default_rng(1).random((300, 300)))
+    """
+    result = await run(preloading_pool, code)
+    assert result.status is Status.OK, result.to_text()
+    [image] = result.images
+    assert len(image.data) <= 256 * 1024
+    assert image.note.startswith("1800x1350 px at full size: rendered at dpi")
+    [full] = result.kept
+    assert (full.stream, full.mime_type) == ("figure-1-full.png", "image/png")
+    assert full.reason == "full size; over the 262,144-byte image budget"
+    found = await preloading_pool.read_output(full.uri, None)
+    assert found is not None
+    png = found[1]
+    assert png.startswith(b"\x89PNG")
+    assert len(png) == full.size > 256 * 1024
+    assert image_size(png, "image/png") == (1800, 1350)
+    assert "--- linked, not inline: figure-1-full.png" in result.to_text()
 
 
 async def test_a_call_that_imports_a_preloaded_module_goes_to_the_preloading_zygote(preloading_pool: Pool) -> None:

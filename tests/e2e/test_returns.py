@@ -130,9 +130,17 @@ async def test_files_the_code_makes_or_changes_come_back_and_links_never_are_fol
     assert "--- files: given.txt (text/plain, 14 bytes), made.csv (text/csv, 8 bytes), sub/raw.bin" in result.to_text()
 
 
-async def test_what_does_not_fit_the_budgets_is_listed_with_its_size_and_why(config: Config, no_leaks: None) -> None:
+async def test_where_nothing_is_kept_what_does_not_fit_the_budgets_is_listed_with_its_size_and_why(
+    config: Config, no_leaks: None
+) -> None:
     tight = in_mode(
-        config, "fork-server", max_files_bytes=4096, max_returned_bytes=16_384, max_images=1, max_image_bytes=2048
+        config,
+        "fork-server",
+        max_files_bytes=4096,
+        max_returned_bytes=16_384,
+        max_images=1,
+        max_image_bytes=2048,
+        max_kept_output_bytes=0,
     )
     png = base64.b64decode(
         "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
@@ -156,6 +164,57 @@ async def test_what_does_not_fit_the_budgets_is_listed_with_its_size_and_why(con
         "e-huge.png": (len(png) + 20_000, "over what is left of the call's 16,384-byte budget"),
     }
     assert "--- not returned: b-big.txt (3,000 bytes): over what is left" in result.to_text()
+
+
+async def test_what_does_not_fit_the_budgets_is_linked_whole_and_read_back_byte_for_byte(
+    config: Config, no_leaks: None
+) -> None:
+    """Files over a budget are kept (up to RUNNER_MAX_KEPT_OUTPUT_MB of them in one call) and linked,
+    not dropped; past that, they are listed as not returned, as before."""
+    tight = in_mode(
+        config,
+        "fork-server",
+        max_files_bytes=4096,
+        max_returned_bytes=16_384,
+        max_images=1,
+        max_image_bytes=2048,
+        max_kept_output_bytes=60_000,
+    )
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+    )
+    code = f"""
+        open("a-small.txt", "w").write("x" * 3000)
+        open("b-big.txt", "w").write("y" * 3000)
+        open("c.png", "wb").write({png!r})
+        open("d.png", "wb").write({png!r})
+        open("e-huge.png", "wb").write({png!r} + bytes(20_000))
+        open("f-binary.bin", "wb").write(bytes(range(256)) * 100)
+        open("g-too-big.csv", "w").write("z" * 40_000)
+    """
+    async with Pool.open(tight) as pool:
+        result = await run(pool, code)
+        read = {kept.stream: await pool.read_output(kept.uri, None) for kept in result.kept}
+    assert [(a.name, a.kind) for a in result.attachments] == [("a-small.txt", "text"), ("c.png", "image")]
+    linked = {kept.stream: (kept.size, kept.mime_type, kept.reason) for kept in result.kept}
+    assert linked == {
+        "b-big.txt": (3000, "text/plain", "over what is left of the call's 4,096-byte budget for files"),
+        "d.png": (len(png), "image/png", "more than 1 images in one call"),
+        "e-huge.png": (len(png) + 20_000, "image/png", "over what is left of the call's 16,384-byte budget"),
+        "f-binary.bin": (25_600, "application/octet-stream", "over what is left of the call's 16,384-byte budget"),
+    }
+    expected = {
+        "b-big.txt": b"y" * 3000,
+        "d.png": png,
+        "e-huge.png": png + bytes(20_000),
+        "f-binary.bin": bytes(range(256)) * 100,
+    }
+    assert {name: found[1] for name, found in read.items() if found is not None} == expected
+    # 3,000 + 70 + 20,070 + 25,600 bytes are linked; the 40,000 more would pass the 60,000 kept.
+    assert {o.name: o.size for o in result.omitted} == {"g-too-big.csv": 40_000}
+    text = result.to_text()
+    assert "--- linked, not inline: b-big.txt (3,000 bytes): over what is left" in text
+    assert "--- not returned: g-too-big.csv (40,000 bytes): over what is left" in text
 
 
 # Small files of huge images, as a run could write them (each header is all a client needs to decide to
@@ -212,10 +271,8 @@ async def test_a_file_still_growing_from_a_left_behind_process_does_not_hold_the
     result = await run(any_pool, code, timeout=10)
     assert result.status is Status.OK, result.stderr.text
     assert result.duration < 9  # not the timeout: the daemon is the sweep's, not the answer's
-    grown = [a for a in result.attachments if a.name == "grows.log"] + [
-        o for o in result.omitted if o.name == "grows.log"
-    ]
-    assert len(grown) == 1
+    grown = [a.name for a in result.attachments] + [o.name for o in result.omitted] + [k.stream for k in result.kept]
+    assert grown.count("grows.log") == 1  # returned, linked or listed, as far as it had grown
 
 
 async def test_a_forged_report_on_the_job_socket_can_only_change_what_its_own_call_shows(any_pool: Pool) -> None:

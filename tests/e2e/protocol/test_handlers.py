@@ -308,3 +308,23 @@ async def test_close_session_with_bad_arguments_says_which(
     result = await client.call_tool("close_session", arguments)
     assert result.is_error
     assert says in text_of(result)
+
+
+async def test_a_large_returned_file_is_marked_for_the_user_and_links_for_both_the_user_and_the_model(
+    client: Client,
+) -> None:
+    code = "open('big.txt', 'w').write('b' * 10_000)\nopen('small.txt', 'w').write('s')\nprint('x' * 30_000)"
+    result = await client.call_tool("run_python", {"code": code})
+    files = {
+        block.resource.uri: block.annotations
+        for block in result.content
+        if isinstance(block, types.EmbeddedResource) and block.resource.uri is not None
+    }
+    [big] = [annotations for uri, annotations in files.items() if str(uri).endswith("/big.txt")]
+    [small] = [annotations for uri, annotations in files.items() if str(uri).endswith("/small.txt")]
+    assert big is not None
+    assert (big.audience, big.priority) == (["user"], 0.3)
+    assert small is None
+    [link] = [block for block in result.content if isinstance(block, types.ResourceLink)]
+    assert link.annotations is not None
+    assert (link.annotations.audience, link.annotations.priority) == (["user", "assistant"], 0.2)

@@ -4,6 +4,7 @@ a link that expired and for one evicted to make room."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import anyio
@@ -66,3 +67,32 @@ async def test_a_link_past_its_time_or_evicted_for_a_newer_one_is_resource_not_f
                 await client.read_resource(second.uri)
             assert (await client.list_resources()).resources == []
         assert server.stop() == 0
+
+
+async def test_a_file_over_the_budgets_is_linked_and_read_back_byte_for_byte_by_its_token_only(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice:{ALICE}\nbob:{BOB}\n")
+    code = "open('data.bin', 'wb').write(bytes(range(256)) * 1000)\nopen('rows.csv', 'w').write('a,b\\n' * 50_000)"
+    with http_server(work_dir, tmp_path / "log", RUNNER_AUTH_TOKENS_FILE=str(tokens)) as server:
+        async with client_for(server, ALICE) as alice, client_for(server, BOB) as bob:
+            result = await alice.call_tool("run_python", {"code": code})
+            structured = check_structured(result.structured_content)  # the output schema has linked_files
+            links = {link.name: link for link in links_of(result)}
+            binary = await alice.read_resource(links["data.bin"].uri)
+            rows = await alice.read_resource(links["rows.csv"].uri)
+            with pytest.raises(MCPError, match="resource not found"):
+                await bob.read_resource(links["rows.csv"].uri)
+        assert server.stop() == 0
+    assert {(f["path"], f["mime_type"], f["bytes"]) for f in structured["linked_files"]} == {
+        ("data.bin", "application/octet-stream", 256_000),
+        ("rows.csv", "text/csv", 200_000),
+    }
+    assert structured["not_returned"] == []
+    [blob] = binary.contents
+    assert isinstance(blob, types.BlobResourceContents)
+    assert base64.b64decode(blob.blob) == bytes(range(256)) * 1000
+    [text] = rows.contents
+    assert isinstance(text, types.TextResourceContents)
+    assert (text.mime_type, text.text) == ("text/csv", "a,b\n" * 50_000)

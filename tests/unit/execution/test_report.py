@@ -42,6 +42,40 @@ def test_a_good_report_gives_the_result_images_and_typed_files() -> None:
     assert [o.name for o in returned.omitted] == ["link"]
 
 
+KEEPING = BUDGETS.replace(kept_bytes=4000)
+BOMB = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x75\x30\x00\x00\x75\x30" + bytes(20)  # 30,000 px square
+
+
+def test_what_a_run_links_comes_after_its_inline_blobs_typed_by_its_bytes_with_the_budget_it_is_over() -> None:
+    head = {
+        "files": [{"path": "small.txt", "bytes": 2}],
+        "linked": [
+            {"name": "big.csv", "bytes": 6, "reason": "over the budget for files"},
+            {"name": "figure-1-full.png", "bytes": len(PNG), "reason": "full size"},
+        ],
+    }
+    returned = parse_report(report(head, b"hi" + b"a,b\n1\n" + PNG), KEEPING)
+    assert [a.name for a in returned.attachments] == ["small.txt"]
+    assert [(a.name, a.mime_type, a.data, a.note) for a in returned.linked] == [
+        ("big.csv", "text/csv", b"a,b\n1\n", "over the budget for files"),
+        ("figure-1-full.png", "image/png", PNG, "full size"),
+    ]
+
+
+def test_a_forged_report_cannot_link_an_image_too_large_to_decode_nor_more_than_the_budget_to_keep() -> None:
+    bomb = parse_report(report({"linked": [{"name": "b.png", "bytes": len(BOMB), "reason": "x"}]}, BOMB), KEEPING)
+    assert bomb.linked == ()
+    assert [(o.name, o.reason) for o in bomb.omitted] == [
+        ("b.png", "30000x30000 px: over the 4,000,000-pixel cap for images")
+    ]
+    over = parse_report(report({"linked": [{"name": "a", "bytes": 4001, "reason": "x"}]}, bytes(4001)), KEEPING)
+    assert over.linked == ()
+    assert "more bytes linked than the call's budget to keep" in over.omitted[0].reason
+    nothing_kept = parse_report(report({"linked": [{"name": "a", "bytes": 10, "reason": "x"}]}, bytes(10)), BUDGETS)
+    assert nothing_kept.linked == ()
+    assert "malformed" in nothing_kept.omitted[0].reason
+
+
 @pytest.mark.parametrize(
     ("head", "blobs", "problem"),
     [
