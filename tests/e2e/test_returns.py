@@ -130,30 +130,38 @@ async def test_files_the_code_makes_or_changes_come_back_and_links_never_are_fol
     assert "--- files: given.txt (text/plain, 14 bytes), made.csv (text/csv, 8 bytes), sub/raw.bin" in result.to_text()
 
 
-async def test_where_nothing_is_kept_what_does_not_fit_the_budgets_is_listed_with_its_size_and_why(
-    config: Config, no_leaks: None
-) -> None:
-    tight = in_mode(
+ONE_PIXEL_PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+)
+# Two files that fit, and three that do not: one over the budget for files, one image too many, one
+# image over what is left of the call's budget.
+OVER_THE_BUDGETS = f"""
+    open("a-small.txt", "w").write("x" * 3000)
+    open("b-big.txt", "w").write("y" * 3000)
+    open("c.png", "wb").write({ONE_PIXEL_PNG!r})
+    open("d.png", "wb").write({ONE_PIXEL_PNG!r})
+    open("e-huge.png", "wb").write({ONE_PIXEL_PNG!r} + bytes(20_000))
+"""
+
+
+def tight(config: Config, kept_bytes: int) -> Config:
+    return in_mode(
         config,
         "fork-server",
         max_files_bytes=4096,
         max_returned_bytes=16_384,
         max_images=1,
         max_image_bytes=2048,
-        max_kept_output_bytes=0,
+        max_kept_output_bytes=kept_bytes,
     )
-    png = base64.b64decode(
-        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
-    )
-    code = f"""
-        open("a-small.txt", "w").write("x" * 3000)
-        open("b-big.txt", "w").write("y" * 3000)
-        open("c.png", "wb").write({png!r})
-        open("d.png", "wb").write({png!r})
-        open("e-huge.png", "wb").write({png!r} + bytes(20_000))
-    """
-    async with Pool.open(tight) as pool:
-        result = await run(pool, code)
+
+
+async def test_where_nothing_is_kept_what_does_not_fit_the_budgets_is_listed_with_its_size_and_why(
+    config: Config, no_leaks: None
+) -> None:
+    png = ONE_PIXEL_PNG
+    async with Pool.open(tight(config, kept_bytes=0)) as pool:
+        result = await run(pool, OVER_THE_BUDGETS)
     assert [(a.name, a.kind) for a in result.attachments] == [("a-small.txt", "text"), ("c.png", "image")]
     assert result.images[0].mime_type == "image/png"
     assert (result.images[0].width, result.images[0].height) == (1, 1)
@@ -171,28 +179,12 @@ async def test_what_does_not_fit_the_budgets_is_linked_whole_and_read_back_byte_
 ) -> None:
     """Files over a budget are kept (up to RUNNER_MAX_KEPT_OUTPUT_MB of them in one call) and linked,
     not dropped; past that, they are listed as not returned, as before."""
-    tight = in_mode(
-        config,
-        "fork-server",
-        max_files_bytes=4096,
-        max_returned_bytes=16_384,
-        max_images=1,
-        max_image_bytes=2048,
-        max_kept_output_bytes=60_000,
-    )
-    png = base64.b64decode(
-        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
-    )
-    code = f"""
-        open("a-small.txt", "w").write("x" * 3000)
-        open("b-big.txt", "w").write("y" * 3000)
-        open("c.png", "wb").write({png!r})
-        open("d.png", "wb").write({png!r})
-        open("e-huge.png", "wb").write({png!r} + bytes(20_000))
-        open("f-binary.bin", "wb").write(bytes(range(256)) * 100)
-        open("g-too-big.csv", "w").write("z" * 40_000)
-    """
-    async with Pool.open(tight) as pool:
+    png = ONE_PIXEL_PNG
+    code = OVER_THE_BUDGETS + """
+    open("f-binary.bin", "wb").write(bytes(range(256)) * 100)
+    open("g-too-big.csv", "w").write("z" * 40_000)
+"""
+    async with Pool.open(tight(config, kept_bytes=60_000)) as pool:
         result = await run(pool, code)
         read = {kept.stream: await pool.read_output(kept.uri, None) for kept in result.kept}
     assert [(a.name, a.kind) for a in result.attachments] == [("a-small.txt", "text"), ("c.png", "image")]
