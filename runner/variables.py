@@ -156,7 +156,7 @@ SETTINGS = (
         "kept_output_seconds",
         "int",
         "How long kept output can be read after its run; then its link is not found. A task's result lasts "
-        "as long after its run's timeout.",
+        "as long after its run.",
         low=1,
         high=604_800,
     ),
@@ -204,7 +204,7 @@ SETTINGS = (
         "int",
         "Tasks (the tasks extension: a call that outlasts a second, for a client that negotiated it) one "
         "caller may hold, working or ended; one more makes its oldest ended one go, and while all are "
-        "working a call is answered without a task. Each lasts its timeout plus `RUNNER_KEPT_OUTPUT_SECONDS`. "
+        "working a call is answered without a task. Each lasts while it works, then `RUNNER_KEPT_OUTPUT_SECONDS`. "
         "`0`: no tasks. See [tasks](tool.md#tasks).",
         high=10_000,
     ),

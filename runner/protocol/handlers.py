@@ -181,16 +181,19 @@ class Handlers:
         self, request: RunRequest, ctx: ServerRequestContext[Any]
     ) -> dict[str, Any] | types.CallToolResult | RunResult:
         """Run `request` in the server's task group: its result if it ends within TASK_AFTER_SECONDS,
-        else the task it has become. A cancel before then (the client's, or its connection dropping)
-        kills the run, which is reaped before this returns, as for any call."""
-        assert self._tasks is not None
-        task = self._tasks.store.create(request.request_id, request.caller, request.timeout)
-        if task is None:  # the caller's tasks are all working: this call waits for its run instead
-            return await self._runner.run(request, _progress_reporter(ctx))
+        else the task it has become. It stays a plain call, waiting for its run, when the caller's
+        tasks are all working or the server is stopping. A cancel before it became a task (the
+        client's, or its connection dropping) kills the run, which is reaped before this returns."""
+        tasks = self._tasks
+        assert tasks is not None
+        task = tasks.store.new(request.request_id, request.caller, request.timeout)
+        report = _progress_reporter(ctx)
 
         async def work() -> tuple[types.CallToolResult, str]:
             async def progress(progress: Progress) -> None:
                 task.progress(progress.describe())
+                if not task.published:  # still the request's: its progressToken applies
+                    await report(progress)
 
             try:
                 result = await self._runner.run(request, progress)
@@ -201,21 +204,22 @@ class Handlers:
             )
             return self._answer(result, request.caller), summary
 
-        self._tasks.start(task, work)
+        tasks.start(task, work)
         try:
             with anyio.move_on_after(TASK_AFTER_SECONDS):
                 await task.ended.wait()
+            if not task.ended.is_set() and not tasks.stopping and tasks.store.publish(task):
+                log_event(self._log, logging.INFO, "task created", request.request_id)
+                return created_result(task)
+            await task.ended.wait()
         except BaseException:
             task.cancel("the call was cancelled before it became a task")
-            self._tasks.store.forget(task)
             with anyio.CancelScope(shield=True):
                 await task.ended.wait()
             raise
-        if task.ended.is_set() and task.result is not None:
-            self._tasks.store.forget(task)
+        if task.result is not None:
             return task.result
-        log_event(self._log, logging.INFO, "task created", request.request_id)
-        return created_result(task)
+        return RunResult(request.request_id, Status.INTERNAL_ERROR, task.status_message or "the run was stopped")
 
     async def _close(
         self, request_id: str, params: types.CallToolRequestParams, caller: str | None

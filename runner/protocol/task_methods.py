@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -23,6 +24,9 @@ from pydantic import Field
 
 from runner.logs import log_event
 from runner.protocol.tasks import EXTENSION, Task, Tasks, detailed_task
+
+# How long tasks/cancel waits for the run to be killed before it answers anyway.
+CANCEL_WAIT_SECONDS = 5.0
 
 # The caller (a token's name) and the Mcp-Name header of the request a handler serves (None: the
 # transport has no headers, as stdio).
@@ -81,26 +85,30 @@ class TaskMethods:
 
     async def cancel(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
         """tasks/cancel: kill the run, as notifications/cancelled does for a call; the task then ends
-        `cancelled` (the next tasks/get shows it). An ended task is left as it is: the same empty ack."""
+        `cancelled`. An ended task is left as it is: the same empty ack."""
         task = self._task(ctx, params)
         if task.working:
             log_event(self._log, logging.INFO, "task cancelled", task.request_id)
             task.cancel("cancelled with tasks/cancel: the run was killed")
+            # Killing and reaping takes milliseconds: wait for it (boundedly) before the ack, so that
+            # the next tasks/get says `cancelled` (the extension does not ask for it; a client expects it).
+            with anyio.move_on_after(CANCEL_WAIT_SECONDS):
+                await task.ended.wait()
         return {}
 
     def _task(self, ctx: ServerRequestContext[Any], params: TaskParams) -> Task:
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             raise MCPError(types.METHOD_NOT_FOUND, f"{ctx.method}: tasks need protocol version 2026-07-28")
-        name_of = self._name_header_of
-        if name_of is not None and ctx.request is not None and name_of(ctx.request) != params.task_id:
-            raise MCPError(
-                types.HEADER_MISMATCH, f"{ctx.method} needs an Mcp-Name header that is its taskId (SEP-2663)"
-            )
-        if not negotiated(ctx):
+        if not negotiated(ctx):  # first: a client without the extension learns what it lacks
             raise MCPError(
                 types.MISSING_REQUIRED_CLIENT_CAPABILITY,
                 f"{ctx.method} needs the {EXTENSION} extension in the request's client capabilities",
                 {"requiredCapabilities": {"extensions": {EXTENSION: {}}}},
+            )
+        name_of = self._name_header_of
+        if name_of is not None and ctx.request is not None and name_of(ctx.request) != params.task_id:
+            raise MCPError(
+                types.HEADER_MISMATCH, f"{ctx.method} needs an Mcp-Name header that is its taskId (SEP-2663)"
             )
         caller = self._caller_of(ctx.request) if self._caller_of is not None and ctx.request is not None else None
         task = self._tasks.store.find(params.task_id, caller)

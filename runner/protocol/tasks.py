@@ -45,17 +45,25 @@ TERMINAL: frozenset[str] = frozenset({"completed", "cancelled", "failed"})
 
 @dataclass(eq=False)
 class Task:
-    """One task: its identity, its caller and its state, which only its run (and tasks/cancel) moves on."""
+    """One task: its identity, its caller and its state, which only its run (and tasks/cancel) moves on.
+
+    It lasts as long as it works (the run's timeout bounds that, the wait for a slot or for its
+    session's turn does not), then `kept_seconds` more: `ttl_ms` says so from the start as the
+    timeout plus those seconds, and is made exact when the run ends (the extension lets it change)."""
 
     task_id: str
     request_id: str  # the call's, as in its result and the logs
     caller: str | None
     created: float  # wall clock (time.time()): createdAt
-    expires: float  # the store's clock: past it, the task is gone
+    started: float  # the store's clock
+    kept_seconds: int
     ttl_ms: int
+    clock: Callable[[], float] = time.monotonic  # the store's
     status: Status = "working"
     status_message: str | None = None
     updated: float = 0.0  # wall clock: lastUpdatedAt
+    expires: float | None = None  # the store's clock, once ended: past it, the task is gone
+    published: bool = False  # a client was told of it (CreateTaskResult): it is in the store
     result: types.CallToolResult | None = None  # once completed
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     ended: anyio.Event = field(default_factory=anyio.Event)
@@ -72,8 +80,9 @@ class Task:
 
     def complete(self, result: types.CallToolResult, message: str) -> None:
         """The run ended with `result` (an isError one included: that is still `completed`)."""
+        if self.working:
+            self.result = result
         self._end("completed", message)
-        self.result = result
 
     def cancel(self, message: str) -> None:
         """Stop the run (tasks/cancel, or the server stopping); it ends `cancelled` once it is killed."""
@@ -94,13 +103,17 @@ class Task:
             self.status = status
             self.status_message = message
             self.updated = time.time()
+            now = self.clock()
+            self.expires = now + self.kept_seconds
+            self.ttl_ms = int((now - self.started + self.kept_seconds) * 1000)
         self.ended.set()
 
 
 class TaskStore:
-    """Every live task, by id. A task lasts its TTL from its creation and is seen only by its caller
-    (over HTTP the token's name, over stdio the one connection); a caller holds at most `per_caller`,
-    and one more makes the oldest ended one go. Expired tasks go whenever the store is used."""
+    """The tasks clients were told of, by id. A task is seen only by its caller (over HTTP the token's
+    name, over stdio the one connection) and lasts while it works, then `kept_seconds`; a caller holds
+    at most `per_caller`, and one more makes its oldest ended one go. Ended tasks past their time go
+    whenever the store is used."""
 
     def __init__(
         self,
@@ -121,31 +134,35 @@ class TaskStore:
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def create(self, request_id: str, caller: str | None, timeout: float) -> Task | None:
-        """A new working task of `caller`'s, for a run of at most `timeout` seconds: it lasts that long
-        plus RUNNER_KEPT_OUTPUT_SECONDS, so that its result is there as long as the output it links.
-        None when the caller's tasks are all still working: the call is then answered without one."""
-        now = self._clock()
-        self.expire(now)
-        mine = [task for task in self._tasks.values() if task.caller == caller]
-        if len(mine) >= self._per_caller:
-            ended = [task for task in mine if not task.working]
-            if not ended:
-                return None
-            del self._tasks[min(ended, key=lambda task: task.created).task_id]
-        seconds = timeout + self._kept_seconds
+    def new(self, request_id: str, caller: str | None, timeout: float) -> Task:
+        """A working task of `caller`'s for a run of at most `timeout` seconds, not yet in the store:
+        a call becomes it only once it has outlasted TASK_AFTER_SECONDS (`publish`)."""
         wall = time.time()
-        task = Task(
+        return Task(
             task_id=self._prefix + secrets.token_urlsafe(24),  # 192 random bits
             request_id=request_id,
             caller=caller,
             created=wall,
-            expires=now + seconds,
-            ttl_ms=int(seconds * 1000),
+            started=self._clock(),
+            kept_seconds=self._kept_seconds,
+            ttl_ms=int((timeout + self._kept_seconds) * 1000),
+            clock=self._clock,
             updated=wall,
         )
+
+    def publish(self, task: Task) -> bool:
+        """Put `task` in the store, making its caller's oldest ended one go if it holds `per_caller`;
+        False (and nothing changed) when all of those still work: the call then waits for its run."""
+        self.expire(self._clock())
+        mine = [other for other in self._tasks.values() if other.caller == task.caller]
+        if len(mine) >= self._per_caller:
+            ended = [other for other in mine if not other.working]
+            if not ended:
+                return False
+            del self._tasks[min(ended, key=lambda other: other.created).task_id]
         self._tasks[task.task_id] = task
-        return task
+        task.published = True
+        return True
 
     def find(self, task_id: str, caller: str | None) -> Task | None:
         """The caller's task `task_id`; None if it never was, has expired, or is another caller's."""
@@ -155,13 +172,9 @@ class TaskStore:
             return None
         return task
 
-    def forget(self, task: Task) -> None:
-        """Drop a task no client was ever told of."""
-        self._tasks.pop(task.task_id, None)
-
     def expire(self, now: float) -> None:
-        for task in [task for task in self._tasks.values() if task.expires <= now]:
-            task.cancel("expired")  # a run cannot outlast its TTL; should one, it is stopped, not orphaned
+        """Drop the ended tasks past their time; a working one never goes."""
+        for task in [task for task in self._tasks.values() if task.expires is not None and task.expires <= now]:
             del self._tasks[task.task_id]
 
     def working(self) -> list[Task]:
@@ -177,6 +190,12 @@ class Tasks:
         self.store = store
         self._group = group
         self._log = logger
+        # Set when the server begins to stop: no call becomes a task from then on (its result could
+        # not be fetched); it waits for its run, within the shutdown's grace, as without tasks.
+        self.stopping = False
+
+    def stop(self) -> None:
+        self.stopping = True
 
     @classmethod
     @asynccontextmanager

@@ -102,8 +102,14 @@ async def serve_http(
         http_server = HttpServer(app, config.http, sock)
         if metrics.multiprocess:
             tg.start_soon(metrics.refresh_forever)
+
+        def stop() -> None:
+            if tasks is not None:
+                tasks.stop()  # no call becomes a task now: it gets the grace, as every call in flight
+            http_server.stop()
+
         # Serving only once a SIGTERM would be heard: a stop that comes at once is not lost.
-        await tg.start(stop_on_signals, http_server.stop, early, "signal received; finishing the calls in flight")
+        await tg.start(stop_on_signals, stop, early, "signal received; finishing the calls in flight")
         await http_server.serve()
         log_event(logger, logging.INFO, "HTTP server stopped; shutting down")
         tg.cancel_scope.cancel()

@@ -180,10 +180,13 @@ async def test_what_does_not_fit_the_budgets_is_linked_whole_and_read_back_byte_
     """Files over a budget are kept (up to RUNNER_MAX_KEPT_OUTPUT_MB of them in one call) and linked,
     not dropped; past that, they are listed as not returned, as before."""
     png = ONE_PIXEL_PNG
-    code = OVER_THE_BUDGETS + """
+    code = (
+        OVER_THE_BUDGETS
+        + """
     open("f-binary.bin", "wb").write(bytes(range(256)) * 100)
     open("g-too-big.csv", "w").write("z" * 40_000)
 """
+    )
     async with Pool.open(tight(config, kept_bytes=60_000)) as pool:
         result = await run(pool, code)
         read = {kept.stream: await pool.read_output(kept.uri, None) for kept in result.kept}

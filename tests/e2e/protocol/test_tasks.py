@@ -119,6 +119,7 @@ async def test_tasks_get_while_working_shows_the_latest_output_and_cancel_kills_
             ):
                 await anyio.sleep(0.1)
         ack = await cancel_task(s.client.session, created.task_id)
+        right_after = await get_task(s.client.session, created.task_id)  # the ack waits for the kill
         ended = await wait_for_task(s.client.session, created.task_id)
         again = await cancel_task(s.client.session, created.task_id)
     assert first["taskId"] == created.task_id
@@ -129,7 +130,7 @@ async def test_tasks_get_while_working_shows_the_latest_output_and_cancel_kills_
     for empty in (ack, again):
         assert not {"taskId", "status", "result", "error", "inputRequests"} & set(empty)
         assert empty.get("resultType", "complete") == "complete"
-    assert ended["status"] == "cancelled"
+    assert right_after["status"] == ended["status"] == "cancelled"
     assert "result" not in ended
     assert "tasks/cancel" in ended["statusMessage"]
 
@@ -223,6 +224,39 @@ async def test_a_caller_at_its_limit_of_working_tasks_gets_its_next_call_answere
         assert (await wait_for_task(s.client.session, third.task_id))["status"] == "completed"
     assert isinstance(second, types.CallToolResult)
     assert check_structured(second.structured_content)["stdout"] == "started\ndone\n"
+
+
+async def test_a_task_that_waited_for_a_slot_past_its_first_ttl_still_ends_and_is_kept_after(
+    config: Config, no_leaks: None
+) -> None:
+    """The timeout bounds a run, not the wait for a slot: a working task never expires, and its ttlMs
+    is made exact when it ends (found by a review: the second task was dropped mid-run)."""
+    config = dataclasses.replace(config, max_concurrent=1, kept_output_seconds=1)
+    code = "import time\ntime.sleep(1.8)\nprint('ran')"
+    async with served(config) as s:
+        async with anyio.create_task_group() as tg:
+            created: list[Any] = []
+
+            async def one() -> None:
+                created.append(await call_raw(s.client, code, timeout=2))
+
+            tg.start_soon(one)
+            tg.start_soon(one)
+        ended = [await wait_for_task(s.client.session, c.task_id) for c in created]
+    assert [task["status"] for task in ended] == ["completed", "completed"]
+    assert all(c.ttl_ms == 3000 for c in created)  # timeout 2 s + 1 s kept, at the start
+    assert max(task["ttlMs"] for task in ended) > 3000  # the one that waited: exact once ended
+
+
+async def test_a_quick_call_at_the_limit_makes_no_task_and_drops_none(config: Config, no_leaks: None) -> None:
+    config = dataclasses.replace(config, max_tasks_per_caller=1)
+    async with served(config) as s:
+        created = await call_raw(s.client, SLOW)
+        await wait_for_task(s.client.session, created.task_id)
+        quick = await call_raw(s.client, "print(1)")
+        still = await get_task(s.client.session, created.task_id)  # not evicted by a call that made none
+    assert isinstance(quick, types.CallToolResult)
+    assert still["status"] == "completed"
 
 
 async def test_a_call_cancelled_before_it_became_a_task_kills_its_run_and_leaves_no_task(

@@ -5,10 +5,13 @@ the task id (SEP-2663's routing header), the extension is advertised, and severa
 from __future__ import annotations
 
 import contextlib
+import json
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client, MCPError
@@ -128,8 +131,69 @@ async def test_several_workers_behind_one_port_offer_no_tasks_and_keep_no_output
             )
         assert server.stop() == 0
     assert capabilities is not None
-    assert not (capabilities.extensions)
+    assert EXTENSION not in (capabilities.extensions or {})
     assert not ({})
     structured = check_structured(result.structured_content)
     assert structured["stdout_truncated"]
     assert "full_output" not in structured
+
+
+async def test_a_request_without_the_extension_learns_what_it_lacks_before_any_header_is_judged(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    with http_server(work_dir, tmp_path / "log") as server:
+        message = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tasks/get",
+            "params": {
+                "taskId": "t-anything",
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        }
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "tasks/get",
+        }
+        answer = httpx2.post(server.url, json=message, headers=headers, timeout=30)
+        assert server.stop() == 0
+    assert answer.json()["error"]["code"] == -32021, answer.text
+
+
+async def test_a_call_in_flight_when_the_server_is_told_to_stop_is_answered_within_the_grace_not_as_a_task(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    """Found by a review: such a call became a task a moment later, whose run the stop then killed."""
+    marker = tmp_path / "started"
+    code = f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(2)\nprint('finished')"
+    with http_server(work_dir, tmp_path / "log") as server:
+        answers: list[httpx2.Response] = []
+
+        async def call() -> None:
+            params = {"name": "run_python", "arguments": {"code": code}}
+            answers.append(
+                await anyio.to_thread.run_sync(
+                    lambda: posted(server, "tools/call", params, **{"mcp-name": "run_python"})
+                )
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(20):
+                while not marker.exists():
+                    await anyio.sleep(0.02)
+            server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0
+    [answer] = answers
+    assert answer.status_code == 200, answer.text
+    body = answer.text
+    data = json.loads(body[body.index("{") :].splitlines()[0]) if "data:" in body else answer.json()
+    result = data["result"]
+    assert result.get("resultType") == "complete", result
+    assert check_structured(result["structuredContent"])["stdout"] == "finished\n"
+    assert "task created" not in (tmp_path / "log").read_text()

@@ -32,15 +32,21 @@ def result(text: str = "done", is_error: bool = False) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=is_error)
 
 
+def published(tasks: TaskStore, request_id: str, caller: str | None, timeout: float) -> Task:
+    task = tasks.new(request_id, caller, timeout)
+    assert tasks.publish(task)
+    return task
+
+
 async def test_a_task_id_has_192_random_bits_after_the_replica_name_and_is_never_repeated() -> None:
     named, _ = store(replica="runner-1")
     plain, _ = store()
-    task = named.create("r1", None, 10)
+    task = published(named, "r1", None, 10)
     assert task is not None
     assert re.fullmatch(r"t-runner-1\.[A-Za-z0-9_-]{32}", task.task_id)
     ids = set()
     for _ in range(3):
-        other = plain.create("r", None, 10)
+        other = published(plain, "r", None, 10)
         assert other is not None
         ids.add(other.task_id)
     assert len(ids) == 3
@@ -49,7 +55,7 @@ async def test_a_task_id_has_192_random_bits_after_the_replica_name_and_is_never
 
 async def test_a_task_is_found_by_its_caller_only() -> None:
     tasks, _ = store()
-    task = tasks.create("r1", "alice", 10)
+    task = published(tasks, "r1", "alice", 10)
     assert task is not None
     assert tasks.find(task.task_id, "alice") is task
     assert tasks.find(task.task_id, "bob") is None
@@ -57,59 +63,64 @@ async def test_a_task_is_found_by_its_caller_only() -> None:
     assert tasks.find("t-never-made", "alice") is None
 
 
-async def test_a_task_lasts_its_timeout_plus_the_kept_output_seconds_and_not_a_moment_more() -> None:
+async def test_a_task_lasts_while_it_works_then_the_kept_output_seconds_and_its_ttl_says_so_exactly() -> None:
     tasks, clock = store(kept_seconds=60)
-    task = tasks.create("r1", None, 30)
-    assert task is not None
-    assert task.ttl_ms == 90_000
-    clock.now += 89.9
+    task = published(tasks, "r1", None, 30)
+    assert task.ttl_ms == 90_000  # the timeout and the kept seconds: what is known at the start
+    clock.now += 500  # far past that: waiting for a slot or for its session's turn is not bounded by it
+    assert tasks.find(task.task_id, None) is task, "a working task never expires"
+    task.complete(result(), "ok after 1.000 s")
+    assert task.ttl_ms == 560_000  # made exact: from its creation to its end, and the kept seconds
+    clock.now += 59.9
     assert tasks.find(task.task_id, None) is task
     clock.now += 0.1
     assert tasks.find(task.task_id, None) is None
     assert len(tasks) == 0
 
 
-async def test_a_task_still_working_at_its_expiry_is_stopped_rather_than_left_running() -> None:
-    tasks, clock = store(kept_seconds=1)
-    task = tasks.create("r1", None, 1)
-    assert task is not None
-    clock.now += 5
-    tasks.expire(clock.now)
-    assert task.scope.cancel_called
+async def test_a_task_is_in_the_store_only_once_published() -> None:
+    tasks, _ = store()
+    task = tasks.new("r1", None, 10)
+    assert tasks.find(task.task_id, None) is None
+    assert not task.published
+    assert tasks.publish(task)
+    assert task.published
+    assert tasks.find(task.task_id, None) is task
 
 
 async def test_one_task_more_than_a_caller_may_hold_makes_its_oldest_ended_one_go() -> None:
     tasks, clock = store(per_caller=2)
-    first = tasks.create("r1", "alice", 10)
+    first = published(tasks, "r1", "alice", 10)
     clock.now += 1
-    second = tasks.create("r2", "alice", 10)
-    assert first is not None
-    assert second is not None
+    second = published(tasks, "r2", "alice", 10)
     first.complete(result(), "ok")
     second.complete(result(), "ok")
-    bobs = tasks.create("b1", "bob", 10)  # another caller's count is its own
-    third = tasks.create("r3", "alice", 10)
-    assert bobs is not None
-    assert third is not None
+    unpublished = tasks.new("q", "alice", 10)  # a call that never became a task takes no room
+    bobs = published(tasks, "b1", "bob", 10)  # another caller's count is its own
+    assert tasks.find(first.task_id, "alice") is first
+    third = published(tasks, "r3", "alice", 10)
     assert tasks.find(first.task_id, "alice") is None
     assert tasks.find(second.task_id, "alice") is second
+    assert tasks.find(third.task_id, "alice") is third
     assert tasks.find(bobs.task_id, "bob") is bobs
+    assert tasks.find(unpublished.task_id, "alice") is None
 
 
-async def test_a_caller_whose_tasks_are_all_working_gets_none_and_loses_none() -> None:
+async def test_a_caller_whose_tasks_are_all_working_cannot_publish_another_and_loses_none() -> None:
     tasks, _ = store(per_caller=2)
-    first = tasks.create("r1", "alice", 10)
-    second = tasks.create("r2", "alice", 10)
-    assert tasks.create("r3", "alice", 10) is None
-    assert first is not None
-    assert second is not None
+    first = published(tasks, "r1", "alice", 10)
+    second = published(tasks, "r2", "alice", 10)
+    third = tasks.new("r3", "alice", 10)
+    assert not tasks.publish(third)
+    assert not third.published
     assert tasks.find(first.task_id, "alice") is first
     assert tasks.find(second.task_id, "alice") is second
+    assert tasks.find(third.task_id, "alice") is None
 
 
 async def test_a_create_task_result_is_flat_with_integer_milliseconds_and_no_result() -> None:
     tasks, _ = store()
-    task = tasks.create("r1", None, 10)
+    task = published(tasks, "r1", None, 10)
     assert task is not None
     task.progress("running for 1s of 10s")
     shape = created_result(task)
@@ -127,7 +138,7 @@ async def test_a_create_task_result_is_flat_with_integer_milliseconds_and_no_res
 
 async def test_tasks_get_inlines_the_result_once_completed_and_only_then() -> None:
     tasks, _ = store()
-    task = tasks.create("r1", None, 10)
+    task = published(tasks, "r1", None, 10)
     assert task is not None
     working = detailed_task(task)
     assert working["resultType"] == "complete"
@@ -145,8 +156,8 @@ async def test_tasks_get_inlines_the_result_once_completed_and_only_then() -> No
 
 async def test_a_cancelled_task_carries_no_result_and_a_failed_one_a_json_rpc_error() -> None:
     tasks, _ = store()
-    cancelled = tasks.create("r1", None, 10)
-    failed = tasks.create("r2", None, 10)
+    cancelled = published(tasks, "r1", None, 10)
+    failed = published(tasks, "r2", None, 10)
     assert cancelled is not None
     assert failed is not None
     cancelled.cancel("cancelled with tasks/cancel")
@@ -161,7 +172,7 @@ async def test_a_cancelled_task_carries_no_result_and_a_failed_one_a_json_rpc_er
 
 
 async def test_an_ended_task_takes_no_more_progress_and_ends_only_once() -> None:
-    task = Task("t-x", "r", None, created=0.0, expires=10.0, ttl_ms=10_000)
+    task = Task("t-x", "r", None, created=0.0, started=0.0, kept_seconds=10, ttl_ms=20_000)
     task.complete(result(), "ok after 1.000 s")
     task.progress("running for 2s")
     task.cancel("too late")
