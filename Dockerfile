@@ -41,6 +41,13 @@ RUN --mount=type=secret,id=ca-bundle \
     && python -m venv /tmp/sandbox/pip \
     && /tmp/sandbox/pip/bin/python /tmp/sandbox/sandbox_env.py build /opt/sandbox-env --lock /tmp/sandbox/requirements-sandbox.lock \
     && python -m compileall -q -f --invalidation-mode checked-hash /opt/sandbox-env/site-packages
+# The vetted wheelhouse (requirements-wheelhouse.lock, beyond the package environment): wheels only,
+# hash-checked by the same script as `make wheelhouse`, for the server to install from offline.
+COPY requirements-wheelhouse.lock scripts/wheelhouse.py /tmp/wheelhouse/
+RUN --mount=type=secret,id=ca-bundle \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
+    && /tmp/sandbox/pip/bin/python /tmp/wheelhouse/wheelhouse.py download /opt/wheelhouse \
+       --lock /tmp/wheelhouse/requirements-wheelhouse.lock --base /tmp/sandbox/requirements-sandbox.lock
 
 FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="python-runner-mcp" \
@@ -96,6 +103,7 @@ ENV PATH=/app/.venv/bin:$PATH \
 WORKDIR /app
 COPY --from=builder /app/.venv /app/.venv
 COPY --from=builder /opt/sandbox-env /opt/sandbox-env
+COPY --from=builder /opt/wheelhouse /opt/wheelhouse
 COPY runner/ /app/runner/
 RUN python -m compileall -q --invalidation-mode checked-hash /app/runner
 USER 10001:10001

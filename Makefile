@@ -13,10 +13,14 @@ DEV_STAMP := $(VENV)/.installed-dev
 # in an environment of its own, never the server's venv.
 SANDBOX_ENV ?= .sandbox-env
 SANDBOX_STAMP := $(SANDBOX_ENV)/.built
+# The vetted wheelhouse (requirements-wheelhouse.lock, beyond what the package environment has), downloaded
+# once, hash-checked, for the server to install from offline on a run's behalf.
+WHEELHOUSE ?= .wheelhouse
+WHEELHOUSE_STAMP := $(WHEELHOUSE)/.manifest
 PYTEST_ARGS ?=
 , := ,
 
-.PHONY: help run serve test test-fast lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak sandbox-env check-sandbox-env
+.PHONY: help run serve test test-fast lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak sandbox-env check-sandbox-env wheelhouse check-wheelhouse
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -49,13 +53,21 @@ sandbox-env: $(SANDBOX_STAMP) ## Build the package environment runs import from 
 check-sandbox-env: $(SANDBOX_STAMP) ## Fail if the package environment is not exactly what requirements-sandbox.lock says
 	@$(PY) scripts/sandbox_env.py check $(SANDBOX_ENV)
 
+$(WHEELHOUSE_STAMP): requirements-wheelhouse.lock requirements-sandbox.lock scripts/wheelhouse.py | $(PY)
+	$(PY) scripts/wheelhouse.py download $(WHEELHOUSE)
+
+wheelhouse: $(WHEELHOUSE_STAMP) ## Download the vetted wheelhouse (requirements-wheelhouse.lock) into .wheelhouse, hash-checked
+
+check-wheelhouse: $(WHEELHOUSE_STAMP) ## Fail if .wheelhouse is not exactly the wheels and hashes requirements-wheelhouse.lock says
+	@$(PY) scripts/wheelhouse.py check $(WHEELHOUSE)
+
 # RUNNER_PACKAGES set in the environment (even empty: standard library only) wins over the built one.
-run: $(RUN_STAMP) check-sandbox-env ## Serve MCP on stdio (installs from the locks into .venv and .sandbox-env first)
+run: $(RUN_STAMP) check-sandbox-env check-wheelhouse ## Serve MCP on stdio (installs from the locks into .venv and .sandbox-env first)
 	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" exec $(VENV)/bin/python-runner-mcp
 
 # Streamable HTTP on 127.0.0.1:8000/mcp by default; RUNNER_HTTP_*, RUNNER_AUTH_TOKENS_FILE and ARGS
 # (e.g. ARGS=--insecure-no-auth) as docs/http.md says.
-serve: $(RUN_STAMP) check-sandbox-env ## Serve MCP over Streamable HTTP (docs/http.md), installing first as `make run` does
+serve: $(RUN_STAMP) check-sandbox-env check-wheelhouse ## Serve MCP over Streamable HTTP (docs/http.md), installing first as `make run` does
 	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" exec $(VENV)/bin/python-runner-mcp --transport http $(ARGS)
 
 lint: $(DEV_STAMP) ## ruff lint and format check
@@ -65,7 +77,7 @@ lint: $(DEV_STAMP) ## ruff lint and format check
 typecheck: $(DEV_STAMP) ## mypy --strict on runner/
 	$(VENV)/bin/mypy runner
 
-unit: $(DEV_STAMP) check-sandbox-env ## Only the pytest suite
+unit: $(DEV_STAMP) check-sandbox-env check-wheelhouse ## Only the pytest suite
 	RUNNER_TEST_PACKAGES=$(abspath $(SANDBOX_ENV)) $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test: container-tools lint typecheck unit ## Install dev tools, then lint, type check and run the whole suite
@@ -75,17 +87,18 @@ test: container-tools lint typecheck unit ## Install dev tools, then lint, type 
 test-fast: lint ## Lint, then the fast part of the suite: tests/unit, tests/test_layout.py, tests/test_docs.py
 	$(VENV)/bin/pytest $(PYTEST_ARGS) -m "not slow" tests/unit tests/test_layout.py tests/test_docs.py
 
-lock: | $(PY) ## Regenerate requirements.lock, requirements-dev.lock and requirements-sandbox.lock from their .in files
+lock: | $(PY) ## Regenerate requirements.lock, requirements-dev.lock, requirements-sandbox.lock and requirements-wheelhouse.lock from their .in files
 	$(PIP) install --quiet pip-tools
 	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements.lock requirements.in
 	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-dev.lock requirements-dev.in
 	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-sandbox.lock requirements-sandbox.in
+	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-wheelhouse.lock requirements-wheelhouse.in
 
 inspect: $(RUN_STAMP) ## Open the MCP Inspector (npx) against this server
 	npx --yes @modelcontextprotocol/inspector@2.12.0 $(abspath $(VENV))/bin/python-runner-mcp
 
-clean: ## Remove the venv, the package environment and caches
-	rm -rf $(VENV) $(SANDBOX_ENV) .pytest_cache .mypy_cache .ruff_cache
+clean: ## Remove the venv, the package environment, the wheelhouse and caches
+	rm -rf $(VENV) $(SANDBOX_ENV) $(WHEELHOUSE) .pytest_cache .mypy_cache .ruff_cache
 
 # --- Docker and the Inspector CLI ---------------------------------------------------------------------
 IMAGE ?= turhal-ai/python-runner-mcp:latest
