@@ -133,7 +133,7 @@ class Handlers:
                 answer = await self._as_task(prepared, ctx)
                 if not isinstance(answer, RunResult):
                     return answer  # the task, or the result of a call that ended before it became one
-                result = answer  # the caller's tasks were all working: the call ran as without tasks
+                result = answer  # its run ended with no result of its own (stopped, or a fault)
             else:
                 # report_progress is a no-op for a caller that did not ask for progress (no progressToken).
                 result = await self._runner.run(prepared, _progress_reporter(ctx))
