@@ -1,0 +1,107 @@
+"""What the wheelhouse offers, read from its lock and its wheels' file lists: pure, no process."""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from runner.execution.wheelhouse import Wheelhouse, parse_lock, requirements, top_level_modules, wheel_modules
+from tests.conftest import REPO
+
+LOCK = """\
+alpha==1.0 \\
+    --hash=sha256:{a}
+    # via -r requirements-wheelhouse.in
+beta-pkg==2.1 \\
+    --hash=sha256:{b}
+    # via
+    #   alpha
+    #   gamma
+gamma==0.3 \\
+    --hash=sha256:{c}
+    # via alpha
+numpy==2.4.6 \\
+    --hash=sha256:{c}
+    # via
+    #   -c requirements-sandbox.lock
+    #   alpha
+""".format(a="a" * 64, b="b" * 64, c="c" * 64)
+
+
+def test_the_lock_gives_versions_hashes_and_who_needs_what() -> None:
+    pins = parse_lock(LOCK)
+    assert set(pins) == {"alpha", "beta-pkg", "gamma", "numpy"}
+    assert (pins["beta-pkg"].version, pins["beta-pkg"].hashes) == ("2.1", frozenset({"b" * 64}))
+    assert pins["beta-pkg"].needed_by == {"alpha", "gamma"}
+    assert pins["alpha"].needed_by == frozenset()  # "-r ..." is the input file, not a pin
+    assert pins["numpy"].needed_by == {"alpha"}  # "-c ..." likewise
+    assert requirements(pins) == {
+        "alpha": {"beta-pkg", "gamma", "numpy"},
+        "beta-pkg": frozenset(),
+        "gamma": {"beta-pkg"},
+        "numpy": frozenset(),
+    }
+
+
+def test_a_wheel_s_modules_come_from_its_paths_when_it_lists_none() -> None:
+    names = [
+        "sklearn/__init__.py",
+        "sklearn/tree/_tree.cpython-311-x86_64-linux-gnu.so",
+        "_yaml/__init__.py",
+        "six.py",
+        "_cffi_backend.cpython-311-x86_64-linux-gnu.so",
+        "scikit_learn-1.9.1.dist-info/RECORD",
+        "scikit_learn-1.9.1.data/scripts/run",
+        "not-a-module/x.py",
+        "README.txt",
+    ]
+    assert top_level_modules(names) == {"sklearn", "_yaml", "six", "_cffi_backend"}
+
+
+def make_wheel(directory: Path, name: str, version: str, members: dict[str, str]) -> Path:
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, text in members.items():
+            archive.writestr(member, text)
+    return path
+
+
+def test_a_wheel_s_top_level_txt_wins_over_its_paths(tmp_path: Path) -> None:
+    wheel = make_wheel(
+        tmp_path,
+        "beautifulsoup4",
+        "4.15.0",
+        {"bs4/__init__.py": "", "extra/thing.py": "", "beautifulsoup4-4.15.0.dist-info/top_level.txt": "bs4\n"},
+    )
+    assert wheel_modules(wheel) == {"bs4"}
+
+
+def test_the_wheelhouse_maps_modules_to_distributions_and_gives_each_run_what_it_needs(tmp_path: Path) -> None:
+    make_wheel(tmp_path, "alpha", "1.0", {"alpha_mod/__init__.py": ""})
+    make_wheel(tmp_path, "beta_pkg", "2.1", {"beta/__init__.py": ""})
+    make_wheel(tmp_path, "gamma", "0.3", {"gamma.py": ""})
+    make_wheel(tmp_path, "numpy", "2.4.6", {"numpy/__init__.py": ""})  # the package environment's own
+    house = Wheelhouse.read(tmp_path, LOCK, base=["numpy"])
+    assert set(house.wheels) == {"alpha", "beta-pkg", "gamma"}
+    assert dict(house.modules) == {"alpha_mod": "alpha", "beta": "beta-pkg", "gamma": "gamma"}
+    assert house.for_modules(["alpha_mod", "os", "numpy"]) == {"alpha"}
+    assert house.closure(["alpha"]) == ("alpha", "beta-pkg", "gamma")  # numpy is already there
+    assert house.closure(["gamma"]) == ("beta-pkg", "gamma")
+    assert house.closure(["nothing-of-ours"]) == ()
+
+
+@pytest.mark.parametrize(
+    ("module", "distribution"),
+    [("sklearn", "scikit-learn"), ("bs4", "beautifulsoup4"), ("yaml", "pyyaml"), ("sympy", "sympy")],
+)
+def test_the_real_wheelhouse_maps_the_names_that_differ(module: str, distribution: str) -> None:
+    built = REPO / ".wheelhouse"
+    if not built.is_dir():
+        pytest.skip("no .wheelhouse: `make wheelhouse` downloads it (make test and make run do)")
+    base = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", (REPO / "requirements-sandbox.lock").read_text(), re.M)
+    house = Wheelhouse.read(built, (REPO / "requirements-wheelhouse.lock").read_text(), base)
+    assert house.for_modules([module]) == {distribution}
+    assert distribution in house.closure([distribution])
