@@ -41,8 +41,10 @@ async def tasks_client(server: HttpServer, token: str | None) -> AsyncIterator[C
         yield client
 
 
-def posted(server: HttpServer, method: str, params: dict[str, Any], **headers: str) -> httpx2.Response:
-    """One 2026-07-28 request written by hand, declaring the tasks extension."""
+def posted(
+    server: HttpServer, method: str, params: dict[str, Any], *, declared: bool = True, **headers: str
+) -> httpx2.Response:
+    """One 2026-07-28 request written by hand, declaring the tasks extension unless told not to."""
     message = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -51,7 +53,7 @@ def posted(server: HttpServer, method: str, params: dict[str, Any], **headers: s
             **params,
             "_meta": {
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
+                "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}} if declared else {},
             },
         },
     }
@@ -142,25 +144,7 @@ async def test_a_request_without_the_extension_learns_what_it_lacks_before_any_h
     work_dir: Path, tmp_path: Path, left_nothing: None
 ) -> None:
     with http_server(work_dir, tmp_path / "log") as server:
-        message = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tasks/get",
-            "params": {
-                "taskId": "t-anything",
-                "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                },
-            },
-        }
-        headers = {
-            "content-type": "application/json",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": "2026-07-28",
-            "mcp-method": "tasks/get",
-        }
-        answer = httpx2.post(server.url, json=message, headers=headers, timeout=30)
+        answer = posted(server, "tasks/get", {"taskId": "t-anything"}, declared=False)  # and no Mcp-Name
         assert server.stop() == 0
     assert answer.json()["error"]["code"] == -32021, answer.text
 
