@@ -1,0 +1,136 @@
+"""Installing the wheelhouse's distributions, one directory each: what goes where, what is refused,
+once under concurrency, and the cache's cap. Wheels made here; no process."""
+
+from __future__ import annotations
+
+import hashlib
+import stat
+import zipfile
+from pathlib import Path
+
+import anyio
+import pytest
+
+from runner.execution.environments import Environments, InstallError, Wanted, install_wheel
+
+pytestmark = pytest.mark.anyio
+
+
+def make_wheel(directory: Path, name: str, members: dict[str, bytes], version: str = "1.0") -> Wanted:
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, data in members.items():
+            archive.writestr(member, data)
+    return Wanted(name, version, path, frozenset({hashlib.sha256(path.read_bytes()).hexdigest()}))
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+async def test_a_wheel_unpacks_as_a_target_directory_install_does(tmp_path: Path) -> None:
+    wanted = make_wheel(
+        tmp_path,
+        "alpha",
+        {
+            "alpha/__init__.py": b"X = 1\n",
+            "alpha-1.0.dist-info/METADATA": b"Name: alpha\n",
+            "alpha-1.0.data/purelib/alpha_extra.py": b"Y = 2\n",
+            "alpha-1.0.data/platlib/alpha_native/__init__.py": b"",
+            "alpha-1.0.data/scripts/alpha-cli": b"#!/bin/sh\n",
+            "alpha-1.0.data/headers/alpha.h": b"",
+        },
+    )
+    written = install_wheel(wanted, tmp_path / "env", max_bytes=10_000, max_seconds=10)
+    assert tree(tmp_path / "env") == {
+        "alpha/__init__.py": b"X = 1\n",
+        "alpha-1.0.dist-info/METADATA": b"Name: alpha\n",
+        "alpha_extra.py": b"Y = 2\n",
+        "alpha_native/__init__.py": b"",
+    }
+    assert written == len(b"X = 1\n") + len(b"Name: alpha\n") + len(b"Y = 2\n")
+
+
+@pytest.mark.parametrize("member", ["../escape.py", "/etc/evil.py", "a/../../escape.py", "a\\..\\b.py"])
+async def test_a_member_outside_the_directory_is_refused_and_nothing_is_left(tmp_path: Path, member: str) -> None:
+    wanted = make_wheel(tmp_path, "evil", {"ok.py": b"", member: b"boom"})
+    with pytest.raises(InstallError, match="outside the wheel's directory"):
+        install_wheel(wanted, tmp_path / "env", max_bytes=10_000, max_seconds=10)
+    assert not (tmp_path / "env").exists()
+    assert not (tmp_path / "escape.py").exists()
+
+
+async def test_a_link_a_wrong_hash_and_too_many_bytes_are_refused(tmp_path: Path) -> None:
+    link = tmp_path / "link-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(link, "w") as archive:
+        info = zipfile.ZipInfo("pointer")
+        info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        archive.writestr(info, "/etc/passwd")
+    linked = Wanted("link", "1.0", link, frozenset({hashlib.sha256(link.read_bytes()).hexdigest()}))
+    with pytest.raises(InstallError, match="holds a link"):
+        install_wheel(linked, tmp_path / "a", max_bytes=10_000, max_seconds=10)
+    big = make_wheel(tmp_path, "big", {"big.bin": bytes(20_000)})
+    with pytest.raises(InstallError, match="more than 10,000 bytes"):
+        install_wheel(big, tmp_path / "b", max_bytes=10_000, max_seconds=10)
+    tampered = Wanted("big", "1.0", big.wheel, frozenset({"0" * 64}))
+    with pytest.raises(InstallError, match="does not have any of the lock's hashes for big"):
+        install_wheel(tampered, tmp_path / "c", max_bytes=100_000, max_seconds=10)
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
+
+
+async def test_two_calls_that_want_the_same_distribution_at_once_install_it_once(tmp_path: Path) -> None:
+    wanted = make_wheel(tmp_path, "alpha", {"alpha/__init__.py": b"X = 1\n"})
+    environments = Environments(tmp_path / "cache", max_bytes=1 << 20)
+    got: list[list[Path]] = []
+
+    async def one() -> None:
+        got.append(await environments.acquire([wanted]))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(one)
+    assert environments.installs == 1
+    assert len({tuple(paths) for paths in got}) == 1
+    [path] = got[0]
+    assert path.name.startswith("alpha-1.0-")
+    assert (path / "alpha" / "__init__.py").read_bytes() == b"X = 1\n"
+    again = Environments(tmp_path / "cache", max_bytes=1 << 20)  # a later server finds it by its name
+    assert await again.acquire([wanted]) == [path]
+    assert again.installs == 0
+
+
+async def test_past_the_cap_the_least_recently_used_goes_first_but_never_one_in_use(tmp_path: Path) -> None:
+    a, b, c = (make_wheel(tmp_path, name, {f"{name}.py": bytes(400)}) for name in ("a", "b", "c"))
+    environments = Environments(tmp_path / "cache", max_bytes=1000)
+    [path_a] = await environments.acquire([a])
+    [path_b] = await environments.acquire([b])
+    environments.release([path_b])
+    environments.release([path_a])  # a is used more recently than b now
+    held = await environments.acquire([c])  # 1,200 bytes: b, the least recently used, goes
+    assert (path_a.exists(), path_b.exists()) == (True, False)
+    held += await environments.acquire([a])
+    [path_b] = await environments.acquire([b])  # all three held: over the cap, none may go
+    assert environments.size == 1200
+    environments.release([*held, path_b])
+    assert environments.size <= 1000
+    assert path_b.exists()  # the most recent
+
+
+async def test_a_corrupted_wheel_is_an_error_naming_it_and_the_next_install_still_works(tmp_path: Path) -> None:
+    good = make_wheel(tmp_path, "good", {"good.py": b""})
+    bad = make_wheel(tmp_path, "bad", {"bad.py": b""})
+    bad.wheel.write_bytes(bad.wheel.read_bytes()[:-10] + b"0123456789")  # the lock's hash no longer matches
+    environments = Environments(tmp_path / "cache", max_bytes=1 << 20)
+    with pytest.raises(InstallError, match=r"bad-1\.0-py3-none-any\.whl does not have any of the lock's hashes"):
+        await environments.acquire([good, bad])
+    assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith("good")] == []
+    [path] = await environments.acquire([good])
+    assert (path / "good.py").exists()
+
+
+async def test_a_cache_directory_others_can_read_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    with pytest.raises(InstallError, match="mode 0700"):
+        Environments(shared, max_bytes=1 << 20)
