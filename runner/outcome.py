@@ -73,11 +73,12 @@ class KeptOutput:
     total: int  # bytes the run wrote to the stream (more than `size` when the cap cut it)
     seconds: int
     mime_type: str = "text/plain"
-    reason: str = ""  # a file's: the budget it is over ("" for a stream)
+    reason: str = ""  # a file's: the budget it is over
+    file: bool = False  # a file (or a figure), not a stream
 
     @property
     def is_file(self) -> bool:
-        return bool(self.reason)
+        return self.file
 
     @property
     def complete(self) -> bool:

@@ -55,7 +55,13 @@ class Spool:
             self._memory += chunk
             if len(self._memory) <= SPOOL_MEMORY:
                 return
-            self._open()
+            try:
+                self._open()
+            except OSError:  # no file to be had (a full disk, no inode): what is in memory is what is kept
+                self.size = len(self._memory) - len(chunk)
+                self._memory = self._memory[: self.size]
+                self._limit = self.size
+                return
             chunk, self._memory = bytes(self._memory), bytearray()
         try:
             _write_all(self._fd, chunk)
@@ -101,6 +107,12 @@ class Spool:
         self._memory = bytearray()
 
 
+# What one kept entry counts against the budgets at least, whatever its size: a run that links a
+# thousand 1-byte files must not hold a thousand entries for nothing (each costs the server memory and
+# a file), and budgets of bytes alone would let it.
+MIN_CHARGE = 64 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     caller: str | None
@@ -108,9 +120,16 @@ class _Entry:
     kept: KeptOutput
     expires: float
 
+    @property
+    def charge(self) -> int:
+        return max(self.kept.size, MIN_CHARGE)
+
 
 class OutputStore:
-    """The kept streams of one pool, in its own directory: keep, read, list, expire, evict."""
+    """The kept streams and files of one pool, in its own directory: keep, read, list, expire, evict.
+    Every operation but `close` costs what it frees, not what the store holds: totals are kept as it
+    goes, each caller's entries in order, and entries expire in the order they were made (they all
+    last the same)."""
 
     def __init__(self, config: Config, directory: str) -> None:
         self.directory = directory
@@ -122,6 +141,9 @@ class OutputStore:
         # routes resources/read on the Mcp-Name header, which carries the URI.
         self._replica = config.http.replica + "." if config.http.replica else ""
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # oldest first
+        self._by_caller: dict[str | None, OrderedDict[str, None]] = {}
+        self._charged: dict[str | None, int] = {}
+        self._charged_total = 0
 
     @classmethod
     def made(cls, config: Config) -> OutputStore:
@@ -136,15 +158,25 @@ class OutputStore:
         return Spool(self.directory, self._per_call)
 
     def keep_file(self, caller: str | None, name: str, data: bytes, mime_type: str, reason: str) -> KeptOutput | None:
-        """Keep a file the run made (or a figure at full size) that is over what the answer carries."""
-        spool = self.spool()
+        """Keep a file the run made (or a figure at full size) that is over what the answer carries:
+        written out as it is, no copy of it made; None if it cannot be kept (over a budget, or the disk)."""
+        now = time.monotonic()
+        self.expire(now)
+        if len(data) > self._per_call or max(len(data), MIN_CHARGE) > min(self._per_caller, self._total):
+            return None
         try:
-            spool.feed(data)
-            if spool.size < len(data):
-                return None  # over the per-call cap, or the disk is full
-            return self.keep(caller, name, spool, mime_type=mime_type, reason=reason)
-        finally:
-            spool.discard()  # what the store did not take
+            fd, path = tempfile.mkstemp(prefix="file-", dir=self.directory)
+        except OSError:
+            return None
+        try:
+            _write_all(fd, data)
+        except OSError:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return None
+        os.close(fd)
+        return self._add(caller, name, path, len(data), len(data), now, mime_type=mime_type, reason=reason)
 
     def keep(
         self,
@@ -152,27 +184,45 @@ class OutputStore:
         stream: str,
         spool: Spool,
         now: float | None = None,
-        *,
-        mime_type: str = "text/plain",
-        reason: str = "",
     ) -> KeptOutput | None:
         """Keep `spool` (settled here) for `caller`, evicting the oldest that would not leave room;
         None if it cannot be kept (larger than a budget, or not written)."""
         now = time.monotonic() if now is None else now
         self.expire(now)
-        if spool.size > min(self._per_caller, self._total):
+        if max(spool.size, MIN_CHARGE) > min(self._per_caller, self._total):
             spool.discard()
             return None
         path = spool.settle()
         if path is None:
             return None
-        while self._bytes(caller) + spool.size > self._per_caller:
-            self._evict(next(uri for uri, e in self._entries.items() if e.caller == caller))
-        while self._bytes(everyone=True) + spool.size > self._total:
+        return self._add(caller, stream, path, spool.size, spool.total, now)
+
+    def _add(
+        self,
+        caller: str | None,
+        name: str,
+        path: str,
+        size: int,
+        total: int,
+        now: float,
+        *,
+        mime_type: str = "text/plain",
+        reason: str = "",
+    ) -> KeptOutput:
+        charge = max(size, MIN_CHARGE)
+        mine = self._by_caller.setdefault(caller, OrderedDict())
+        while mine and self._charged.get(caller, 0) + charge > self._per_caller:
+            self._evict(next(iter(mine)))
+        while self._entries and self._charged_total + charge > self._total:
             self._evict(next(iter(self._entries)))
-        uri = f"{URI_PREFIX}{self._replica}{secrets.token_urlsafe(18)}/{quote(stream)}"
-        kept = KeptOutput(uri, stream, spool.size, spool.total, self._seconds, mime_type, reason)
-        self._entries[uri] = _Entry(caller, path, kept, now + self._seconds)
+        # The name quoted whole ("/" too): a forged "../x" stays one segment a client cannot normalize away.
+        uri = f"{URI_PREFIX}{self._replica}{secrets.token_urlsafe(18)}/{quote(name, safe='')}"
+        kept = KeptOutput(uri, name, size, total, self._seconds, mime_type, reason, file=bool(reason))
+        entry = _Entry(caller, path, kept, now + self._seconds)
+        self._entries[uri] = entry
+        self._by_caller.setdefault(caller, OrderedDict())[uri] = None
+        self._charged[caller] = self._charged.get(caller, 0) + entry.charge
+        self._charged_total += entry.charge
         return kept
 
     def open(self, uri: str, caller: str | None, now: float | None = None) -> tuple[KeptOutput, int] | None:
@@ -188,12 +238,16 @@ class OutputStore:
             return None
 
     def listed(self, caller: str | None, now: float | None = None) -> list[KeptOutput]:
-        """The caller's live kept streams, oldest first."""
+        """The caller's live kept streams and files, oldest first."""
         self.expire(time.monotonic() if now is None else now)
-        return [e.kept for e in self._entries.values() if e.caller == caller]
+        return [self._entries[uri].kept for uri in self._by_caller.get(caller, ())]
 
     def expire(self, now: float) -> None:
-        for uri in [uri for uri, e in self._entries.items() if e.expires <= now]:
+        # Every entry lasts as long: the oldest are the first to expire.
+        while self._entries:
+            uri, entry = next(iter(self._entries.items()))
+            if entry.expires > now:
+                break
             self._evict(uri)
 
     def close(self) -> None:
@@ -205,11 +259,16 @@ class OutputStore:
                 os.unlink(os.path.join(self.directory, name))
             os.rmdir(self.directory)
 
-    def _bytes(self, caller: str | None = None, *, everyone: bool = False) -> int:
-        return sum(e.kept.size for e in self._entries.values() if everyone or e.caller == caller)
-
     def _evict(self, uri: str) -> None:
         entry = self._entries.pop(uri)
+        mine = self._by_caller[entry.caller]
+        del mine[uri]
+        if not mine:
+            del self._by_caller[entry.caller]
+        self._charged[entry.caller] -= entry.charge
+        if not self._charged[entry.caller]:
+            del self._charged[entry.caller]
+        self._charged_total -= entry.charge
         with contextlib.suppress(FileNotFoundError):
             os.unlink(entry.path)
 

@@ -94,12 +94,12 @@ def parse_report(data: bytes | bytearray, budgets: Budgets) -> Returned:
         end = read_end(data)
         if end is not None:
             return Returned(end=RunEnd(end[0], end[1], end[2] * 1024))
-        return _parse(bytes(data), budgets)
+        return _parse(data, budgets)  # not copied: only the blobs it keeps are
     except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: JSON nested deep
         return Returned(omitted=(Omitted("(the run's report)", len(data), f"malformed, dropped: {exc}"),))
 
 
-def _parse(data: bytes, budgets: Budgets) -> Returned:
+def _parse(data: bytes | bytearray, budgets: Budgets) -> Returned:
     head_size, blob_size, header, blobs = split_report(data)
     _require(head_size <= MAX_HEADER_BYTES + 6 * budgets.result_chars, "header too large")
     _require(blob_size <= budgets.call_bytes + budgets.kept_bytes, "more bytes than the call's budgets")
@@ -135,8 +135,9 @@ def _parse(data: bytes, budgets: Budgets) -> Returned:
         why = refused(file.width, file.height) if file.kind == "image" else None
         if why is not None:  # a link to it would be decoded as the image itself
             too_large.append(Omitted(file.name, size, why))
-        else:
-            linked.append(dataclasses.replace(file, note=_text(entry, "reason")))
+        else:  # a reason always: it is what marks a link as a file's, not a stream's
+            reason = _text(entry, "reason") or "over what the answer carries"
+            linked.append(dataclasses.replace(file, note=reason))
     _require(at - inline <= budgets.kept_bytes, "more bytes linked than the call's budget to keep")
     _require(at == blob_size, "sizes do not add up to the blobs")
     attachments, over = _within_budgets(attachments, budgets)

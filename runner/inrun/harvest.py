@@ -207,10 +207,18 @@ class Report:
         assert reason is not None
         if size <= self.kept_bytes_left and len(self.linked) < MAX_LINKED:
             if data is None:
-                data = read(path, info, self.kept_bytes_left)
-            if data is None:
-                self.omit(path, size, "it changed or went away while it was read")
-                return
+                try:
+                    data = read(path, info, self.kept_bytes_left)
+                except MemoryError:  # a run at its memory limit: this file is listed, the rest goes on
+                    self.omit(path, size, f"{reason}; too large to read to link it at the run's memory limit")
+                    return
+                if data is None:
+                    self.omit(path, size, "it changed or went away while it was read")
+                    return
+                over, linkable = self._over(data, image_headers)
+                if not linkable:  # an image too large to decode, never read before: never linked
+                    self.omit(path, len(data), str(over))
+                    return
             if self.link(path, data, reason):
                 return
         self.omit(path, size if data is None else len(data), reason)

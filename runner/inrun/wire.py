@@ -248,7 +248,7 @@ def read_end(data: bytes | bytearray) -> tuple[int, float, int] | None:
     return int(end[2]), float(end[3]), int(end[4])
 
 
-def split_report(data: bytes) -> tuple[int, int, bytes, memoryview]:
+def split_report(data: bytes | bytearray) -> tuple[int, int, bytes | bytearray, memoryview]:
     """A whole report's declared header and blob sizes, its JSON header's bytes and its blobs (none
     of it checked yet). Raises ValueError if the first line is not a report's."""
     line_end = data.index(b"\n")

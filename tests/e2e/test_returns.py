@@ -212,6 +212,29 @@ async def test_what_does_not_fit_the_budgets_is_linked_whole_and_read_back_byte_
     assert "--- not returned: g-too-big.csv (40,000 bytes): over what is left" in text
 
 
+async def test_at_most_20_files_are_linked_in_one_call_and_an_image_too_large_to_decode_never_is(
+    config: Config, no_leaks: None
+) -> None:
+    """Found by a review: a bomb larger than what was left inline was sent to be linked unchecked,
+    and used up the budget to keep that a later file needed."""
+    bomb = "import struct, zlib\n" + textwrap.dedent(WRITE_DECOMPRESSION_BOMBS).split("open(")[0]
+    code = (
+        bomb
+        + """
+open("bomb.png", "wb").write(png(30000, 30000, 1) + bytes(30_000))
+for n in range(25):
+    open(f"f{n:02}.txt", "w").write("z" * 5000)
+"""
+    )
+    async with Pool.open(tight(config, kept_bytes=200_000)) as pool:
+        result = await run(pool, code, timeout=30)
+    assert result.status is Status.OK, result.to_text()
+    assert [kept.stream for kept in result.kept] == [f"f{n:02}.txt" for n in range(20)]
+    omitted = {o.name: o.reason for o in result.omitted}
+    assert omitted["bomb.png"] == "30000x30000 px: over the 4,000,000-pixel cap for images"
+    assert sorted(name for name in omitted if name.startswith("f")) == [f"f{n:02}.txt" for n in range(20, 25)]
+
+
 # Small files of huge images, as a run could write them (each header is all a client needs to decide to
 # decode, at about 4 bytes a pixel): 30,000 x 30,000 px in 109 KB of PNG, a GIF whose one frame is
 # far larger than its screen, a WebP canvas of 16,384 px square; and one image well within the cap.

@@ -313,7 +313,10 @@ async def test_close_session_with_bad_arguments_says_which(
 async def test_a_large_returned_file_is_marked_for_the_user_and_links_for_both_the_user_and_the_model(
     client: Client,
 ) -> None:
-    code = "open('big.txt', 'w').write('b' * 10_000)\nopen('small.txt', 'w').write('s')\nprint('x' * 30_000)"
+    code = (
+        "open('big.txt', 'w').write('b' * 10_000)\nopen('small.txt', 'w').write('s')\n"
+        "open('huge.txt', 'w').write('h' * 60_000)\nprint('x' * 30_000)"
+    )
     result = await client.call_tool("run_python", {"code": code})
     files = {
         block.resource.uri: block.annotations
@@ -325,6 +328,9 @@ async def test_a_large_returned_file_is_marked_for_the_user_and_links_for_both_t
     assert big is not None
     assert (big.audience, big.priority) == (["user"], 0.3)
     assert small is None
-    [link] = [block for block in result.content if isinstance(block, types.ResourceLink)]
-    assert link.annotations is not None
-    assert (link.annotations.audience, link.annotations.priority) == (["user", "assistant"], 0.2)
+    links = {block.name: block for block in result.content if isinstance(block, types.ResourceLink)}
+    assert set(links) == {"stdout", "huge.txt"}  # the stream shown cut, the file over the budget for files
+    for link in links.values():
+        assert link.annotations is not None
+        assert (link.annotations.audience, link.annotations.priority) == (["user", "assistant"], 0.2)
+    assert links["huge.txt"].mime_type == "text/plain"

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from runner.config import Config
-from runner.execution.kept import SPOOL_MEMORY, OutputStore, Spool
+from runner.execution.kept import MIN_CHARGE, SPOOL_MEMORY, OutputStore, Spool
 from runner.outcome import KeptOutput
 
 MIB = 1024 * 1024
@@ -92,3 +92,33 @@ def test_a_spool_not_kept_leaves_no_file_and_a_closed_store_no_directory(tmp_pat
     assert store.keep(None, "stdout", spool_of(store, b"z" * 100)) is not None
     store.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_tiny_entry_counts_64_kib_so_that_a_flood_of_one_byte_files_holds_few_entries(tmp_path: Path) -> None:
+    """Found by a review: budgets of bytes alone let a caller hold any number of 1-byte links."""
+    store = store_in(tmp_path, max_kept_caller_bytes=4 * MIN_CHARGE, max_kept_total_bytes=6 * MIN_CHARGE)
+    alices = [store.keep_file("alice", f"f{n}.txt", b"x", "text/plain", "over the budget") for n in range(10)]
+    assert all(kept is not None for kept in alices)
+    assert [k.stream for k in store.listed("alice")] == ["f6.txt", "f7.txt", "f8.txt", "f9.txt"]
+    bobs = [store.keep_file("bob", f"g{n}.txt", b"y", "text/plain", "over the budget") for n in range(3)]
+    assert all(kept is not None for kept in bobs)
+    # Six entries in all: Bob's third makes the oldest of everyone's (Alice's f6) go.
+    assert [k.stream for k in store.listed("alice")] == ["f7.txt", "f8.txt", "f9.txt"]
+    assert len(os.listdir(store.directory)) == 6
+
+
+def test_a_file_is_kept_as_it_is_with_its_type_and_why_under_a_uri_that_quotes_its_whole_name(tmp_path: Path) -> None:
+    store = store_in(tmp_path)
+    data = bytes(range(256)) * 10
+    kept = store.keep_file(None, "../sub/x y.bin", data, "application/octet-stream", "over the budget for files")
+    assert kept is not None
+    assert kept.is_file
+    assert (kept.stream, kept.size, kept.mime_type, kept.reason) == (
+        "../sub/x y.bin",
+        len(data),
+        "application/octet-stream",
+        "over the budget for files",
+    )
+    assert kept.uri.endswith("/..%2Fsub%2Fx%20y.bin")
+    assert read(store, kept, None) == data
+    assert store.keep_file(None, "big", bytes(17 * MIB), "application/octet-stream", "over") is None  # per call

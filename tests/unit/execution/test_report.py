@@ -312,3 +312,10 @@ def parse_report_slowly(data: bytes, budgets: Budgets) -> object:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(report_module, "read_end", lambda data: None)
         return parse_report(data, budgets)
+
+
+def test_a_forged_link_without_a_reason_is_still_a_file_s_never_a_stream_s() -> None:
+    """Found by a review: a link with no reason passed for a stream and broke full_output's schema."""
+    returned = parse_report(report({"linked": [{"name": "stdout", "bytes": 3}]}, b"abc"), KEEPING)
+    [linked] = returned.linked
+    assert (linked.name, linked.note) == ("stdout", "over what the answer carries")
