@@ -171,7 +171,7 @@ class Environments:
         except BaseException:
             self._release(held)
             raise
-        self._evict()
+        await anyio.to_thread.run_sync(self._evict)  # removing directories: not on the event loop
         return [self._installed[key].path for key in held]
 
     def release(self, paths: Iterable[Path]) -> None:

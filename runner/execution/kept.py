@@ -152,7 +152,7 @@ class OutputStore:
 
     @property
     def enabled(self) -> bool:
-        return self._per_call > 0 and self._per_caller > 0 and self._total > 0
+        return self._per_call > 0  # 0 unless the configuration keeps output (`Config.keeps_output`)
 
     def spool(self) -> Spool:
         return Spool(self.directory, self._per_call)

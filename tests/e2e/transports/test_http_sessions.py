@@ -15,6 +15,7 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
+from mcp.client.extension import ClientExtension
 from mcp.client.streamable_http import streamable_http_client
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -36,9 +37,13 @@ def tokens_file(tmp_path: Path) -> Path:
 
 @contextlib.asynccontextmanager
 async def client_for(
-    server: HttpServer, token: str | None, sent: list[httpx2.Request] | None = None
+    server: HttpServer,
+    token: str | None,
+    sent: list[httpx2.Request] | None = None,
+    extensions: list[ClientExtension] | None = None,
 ) -> AsyncIterator[Client]:
-    """The official client in auto mode (2026-07-28 against this server); `sent` gathers its requests."""
+    """The official client in auto mode (2026-07-28 against this server), with `extensions`; `sent`
+    gathers its requests."""
 
     async def record(request: httpx2.Request) -> None:
         if sent is not None:
@@ -47,7 +52,11 @@ async def client_for(
     headers = {"authorization": f"Bearer {token}"} if token else {}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60), event_hooks={"request": [record]}) as http,
-        Client(streamable_http_client(server.url, http_client=http), mode="auto") as client,  # type: ignore[arg-type]
+        Client(
+            streamable_http_client(server.url, http_client=http),  # type: ignore[arg-type]
+            mode="auto",
+            extensions=extensions,
+        ) as client,
     ):
         yield client
 

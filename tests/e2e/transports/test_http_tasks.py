@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +14,8 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client, MCPError
-from mcp.client.streamable_http import streamable_http_client
 
-from tests.e2e.transports.test_http_sessions import ALICE, BOB
+from tests.e2e.transports.test_http_sessions import ALICE, BOB, client_for
 from tests.helpers import check_structured
 from tests.http_server import HttpServer, http_server
 from tests.tasks_client import EXTENSION, TasksExtension, cancel_task, get_task, wait_for_task
@@ -27,18 +25,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 FOREVER = "import time\nprint('started', flush=True)\ntime.sleep(60)"
 
 
-@contextlib.asynccontextmanager
-async def tasks_client(server: HttpServer, token: str | None) -> AsyncIterator[Client]:
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60)) as http,
-        Client(
-            streamable_http_client(server.url, http_client=http),  # type: ignore[arg-type]
-            mode="auto",
-            extensions=[TasksExtension()],
-        ) as client,
-    ):
-        yield client
+def tasks_client(server: HttpServer, token: str | None) -> contextlib.AbstractAsyncContextManager[Client]:
+    """The official client, declaring the tasks extension (tests/tasks_client.py)."""
+    return client_for(server, token, extensions=[TasksExtension()])
 
 
 def posted(
