@@ -94,6 +94,8 @@ RUN apt-get update \
 ENV PATH=/app/.venv/bin:$PATH \
     PYTHONPATH=/app \
     RUNNER_PACKAGES=/opt/sandbox-env \
+    RUNNER_WHEELHOUSE=/opt/wheelhouse \
+    RUNNER_WHEELHOUSE_CACHE=/opt/environments \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     RUNNER_MAX_CONCURRENT=2 \
@@ -105,7 +107,11 @@ COPY --from=builder /app/.venv /app/.venv
 COPY --from=builder /opt/sandbox-env /opt/sandbox-env
 COPY --from=builder /opt/wheelhouse /opt/wheelhouse
 COPY runner/ /app/runner/
-RUN python -m compileall -q --invalidation-mode checked-hash /app/runner
+# Then the wheelhouse's packages are installed here, by the server's own installer (hash-checked,
+# compiled), into a cache that is root's and read-only to the server and its runs: no run's import
+# installs anything, and /tmp (a noexec tmpfs of 64 MiB) never holds a package.
+RUN python -m compileall -q --invalidation-mode checked-hash /app/runner \
+    && python -m runner --install-packages
 USER 10001:10001
 # Streamable HTTP, when asked for (RUNNER_TRANSPORT=http or `--transport http`, with RUNNER_HTTP_HOST=0.0.0.0,
 # RUNNER_HTTP_ALLOWED_HOSTS and RUNNER_AUTH_TOKENS_FILE: docs/http.md); stdio, the default, needs no port.

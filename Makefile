@@ -63,12 +63,14 @@ check-wheelhouse: $(WHEELHOUSE_STAMP) ## Fail if .wheelhouse is not exactly the 
 
 # RUNNER_PACKAGES set in the environment (even empty: standard library only) wins over the built one.
 run: $(RUN_STAMP) check-sandbox-env check-wheelhouse ## Serve MCP on stdio (installs from the locks into .venv and .sandbox-env first)
-	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" exec $(VENV)/bin/python-runner-mcp
+	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" RUNNER_WHEELHOUSE="$${RUNNER_WHEELHOUSE-$(abspath $(WHEELHOUSE))}" \
+		exec $(VENV)/bin/python-runner-mcp
 
 # Streamable HTTP on 127.0.0.1:8000/mcp by default; RUNNER_HTTP_*, RUNNER_AUTH_TOKENS_FILE and ARGS
 # (e.g. ARGS=--insecure-no-auth) as docs/http.md says.
 serve: $(RUN_STAMP) check-sandbox-env check-wheelhouse ## Serve MCP over Streamable HTTP (docs/http.md), installing first as `make run` does
-	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" exec $(VENV)/bin/python-runner-mcp --transport http $(ARGS)
+	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" RUNNER_WHEELHOUSE="$${RUNNER_WHEELHOUSE-$(abspath $(WHEELHOUSE))}" \
+		exec $(VENV)/bin/python-runner-mcp --transport http $(ARGS)
 
 lint: $(DEV_STAMP) ## ruff lint and format check
 	$(VENV)/bin/ruff check runner tests
@@ -78,7 +80,7 @@ typecheck: $(DEV_STAMP) ## mypy --strict on runner/
 	$(VENV)/bin/mypy runner
 
 unit: $(DEV_STAMP) check-sandbox-env check-wheelhouse ## Only the pytest suite
-	RUNNER_TEST_PACKAGES=$(abspath $(SANDBOX_ENV)) $(VENV)/bin/pytest $(PYTEST_ARGS)
+	RUNNER_TEST_PACKAGES=$(abspath $(SANDBOX_ENV)) RUNNER_TEST_WHEELHOUSE=$(abspath $(WHEELHOUSE)) $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test: container-tools lint typecheck unit ## Install dev tools, then lint, type check and run the whole suite
 
@@ -97,8 +99,12 @@ lock: | $(PY) ## Regenerate requirements.lock, requirements-dev.lock, requiremen
 inspect: $(RUN_STAMP) ## Open the MCP Inspector (npx) against this server
 	npx --yes @modelcontextprotocol/inspector@2.12.0 $(abspath $(VENV))/bin/python-runner-mcp
 
-clean: ## Remove the venv, the package environment, the wheelhouse and caches
-	rm -rf $(VENV) $(SANDBOX_ENV) $(WHEELHOUSE) .pytest_cache .mypy_cache .ruff_cache
+# The packages the server installed from the wheelhouse: RUNNER_WHEELHOUSE_CACHE, or its default in
+# RUNNER_WORK_DIR (the temp directory unless set).
+PACKAGES_CACHE = $${RUNNER_WHEELHOUSE_CACHE:-$${RUNNER_WORK_DIR:-$${TMPDIR:-/tmp}}/python-runner-environments-$$(id -u)}
+
+clean: ## Remove the venv, the package environment, the wheelhouse, the packages installed from it and caches
+	rm -rf $(VENV) $(SANDBOX_ENV) $(WHEELHOUSE) .pytest_cache .mypy_cache .ruff_cache "$(PACKAGES_CACHE)"
 
 # --- Docker and the Inspector CLI ---------------------------------------------------------------------
 IMAGE ?= turhal-ai/python-runner-mcp:latest

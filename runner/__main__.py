@@ -13,7 +13,7 @@ import sys
 import anyio
 
 from runner.config import Config
-from runner.environment import open_environment
+from runner.environment import WHEELHOUSE_LOCK, open_environment
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
 from runner.processes.isolation import IsolationPlan, plan_isolation
@@ -24,6 +24,7 @@ from runner.transports.auth import BearerTokens
 # The package environment `make sandbox-env` (and `make run`) builds in a checkout, beside `runner/`,
 # and the file that says its build finished.
 CHECKOUT_PACKAGES = ".sandbox-env"
+CHECKOUT_WHEELHOUSE = ".wheelhouse"  # and the wheelhouse `make wheelhouse` downloads
 BUILT_STAMP = ".built"
 
 
@@ -39,6 +40,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="serve HTTP on a non-loopback address without RUNNER_AUTH_TOKENS_FILE "
         "(anyone who reaches the port runs code)",
+    )
+    parser.add_argument(
+        "--install-packages",
+        action="store_true",
+        help="install every package of RUNNER_WHEELHOUSE into RUNNER_WHEELHOUSE_CACHE, then exit "
+        "(an image's build does, so that its read-only cache has them all)",
     )
     # Internal: how the supervisor (RUNNER_HTTP_WORKERS) hands its listening socket to a worker.
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
@@ -71,6 +78,8 @@ def _configured(args: argparse.Namespace) -> tuple[Config, IsolationPlan, Bearer
 def main(argv: list[str] | None = None) -> int:
     """Entry point: configure from the environment and the arguments, serve, and return the exit status."""
     args = _arguments(argv)
+    if args.install_packages:
+        return _install_packages()
     early = catch_early()
     try:
         config, plan, tokens = _configured(args)
@@ -108,15 +117,54 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _install_packages() -> int:
+    """`--install-packages`: the wheelhouse's every distribution installed as runs would have them."""
+    from runner.execution.provided import ProvidedPackages
+
+    try:
+        config = open_environment(Config.from_env())
+    except ConfigError as exc:
+        sys.stderr.write(f"python-runner-mcp: invalid configuration: {exc}\n")
+        return 2
+    if not config.wheelhouse:
+        sys.stderr.write("python-runner-mcp: --install-packages needs RUNNER_WHEELHOUSE\n")
+        return 2
+    configure_logging(config.log_level, config.log_format)
+
+    async def install() -> tuple[int, int]:
+        provided = await ProvidedPackages.opened(config, get_logger())
+        assert provided is not None  # a wheelhouse is configured
+        try:
+            return await provided.install_all(), provided.environments.size
+        finally:
+            provided.close()
+
+    try:
+        installed, size = anyio.run(install)
+    except Exception as exc:
+        sys.stderr.write(f"python-runner-mcp: the wheelhouse could not be installed: {exc}\n")
+        return 1
+    sys.stderr.write(
+        f"python-runner-mcp: {installed} distributions installed into {config.wheelhouse_cache} "
+        f"({size / 2**20:.1f} MiB there in all)\n"
+    )
+    return 0
+
+
 def console() -> int:
     """The `python-runner-mcp` console script: `main`, and with RUNNER_PACKAGES not set at all, runs
     import from the package environment built in the checkout this was installed from (editable, as
-    `make run` installs it), if there is one. RUNNER_PACKAGES="" still means the standard library only."""
+    `make run` installs it), if there is one. RUNNER_PACKAGES="" still means the standard library only.
+    RUNNER_WHEELHOUSE likewise, from the checkout's `.wheelhouse`."""
     if "RUNNER_PACKAGES" not in os.environ:
         built = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), CHECKOUT_PACKAGES)
         if os.path.isfile(os.path.join(built, BUILT_STAMP)):
             # In the environment, not only in this process's configuration: HTTP workers inherit it.
             os.environ["RUNNER_PACKAGES"] = built
+    if "RUNNER_WHEELHOUSE" not in os.environ:
+        house = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), CHECKOUT_WHEELHOUSE)
+        if os.path.isfile(os.path.join(house, WHEELHOUSE_LOCK)):
+            os.environ["RUNNER_WHEELHOUSE"] = house
     return main()
 
 

@@ -103,6 +103,11 @@ class Config:
     packages: str = ""
     packages_site: str = ""
     package_versions: tuple[str, ...] = ()  # "numpy 2.4.6", ... what runs may import besides the stdlib
+    wheelhouse: str = ""
+    wheelhouse_cache: str = ""  # empty: in the work directory, filled in when the environment is opened
+    max_wheelhouse_cache_bytes: int = 1024 * MIB
+    # "sympy 1.14.0", ...: the wheelhouse's distributions beyond the package environment's, for runs to import.
+    wheelhouse_versions: tuple[str, ...] = ()
     preload: tuple[str, ...] = ()
     # RUNNER_PRELOAD is not set: opening the environment preloads those of DEFAULT_PRELOAD it has.
     default_preload: bool = False

@@ -12,6 +12,7 @@ import dataclasses
 import glob
 import importlib.machinery
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -21,6 +22,9 @@ from runner.errors import ConfigError
 
 # The pool's directory in RUNNER_WORK_DIR (`runner.execution.pool.Pool.open`), where runs' own are made.
 POOL_PREFIX = "python-runner-"
+# The wheelhouse's lock, which `make wheelhouse` keeps beside the wheels (scripts/wheelhouse.py).
+WHEELHOUSE_LOCK = "requirements.lock"
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.MULTILINE)
 READ_PATHS = "RUNNER_SANDBOX_READ_PATHS"
 
 
@@ -28,13 +32,19 @@ def open_environment(config: Config) -> Config:
     """`config` with its paths checked and resolved and what they hold filled in; `ConfigError` naming
     the variable of a path that is not what it must be. Opening an opened configuration changes nothing."""
     packages, site = _packages(config.packages)
+    installed = _installed(site)
+    work_dir = _work_dir(config.work_dir)
+    wheelhouse, offered = _wheelhouse(config.wheelhouse, installed)
     opened = dataclasses.replace(
         config,
         python=_python(config.python),
-        work_dir=_work_dir(config.work_dir),
+        work_dir=work_dir,
         packages=packages,
         packages_site=site,
-        package_versions=_installed(site),
+        package_versions=installed,
+        wheelhouse=wheelhouse,
+        wheelhouse_versions=offered,
+        wheelhouse_cache=_wheelhouse_cache(config.wheelhouse_cache, work_dir) if wheelhouse else "",
         preload=_preload(config, site),
         default_preload=False,
         http=dataclasses.replace(config.http, tokens_file=_tokens_file(config.http.tokens_file)),
@@ -73,6 +83,53 @@ def _packages(path: str) -> tuple[str, str]:
             f"expected {path!r} to hold one site-packages directory (make sandbox-env builds one), found {len(found)}",
         )
     return os.path.realpath(path), os.path.realpath(found[0])
+
+
+def _wheelhouse(path: str, installed: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """RUNNER_WHEELHOUSE, resolved, and "name version" of each distribution its lock pins that the
+    package environment does not have: what runs may have installed for them."""
+    if not path:
+        return "", ()
+    lock = os.path.join(path, WHEELHOUSE_LOCK)
+    if not os.path.isfile(lock):
+        raise ConfigError(
+            "RUNNER_WHEELHOUSE", f"expected a wheelhouse holding {WHEELHOUSE_LOCK} (make wheelhouse), got {path!r}"
+        )
+    with open(lock, encoding="utf-8") as file:
+        pins = _PIN.findall(file.read())
+    have = {_normalized(line.split(" ")[0]) for line in installed}
+    offered = sorted((_normalized(name), version) for name, version in pins if _normalized(name) not in have)
+    if not offered:
+        raise ConfigError(
+            "RUNNER_WHEELHOUSE", f"expected {lock} to pin distributions, found none beyond RUNNER_PACKAGES"
+        )
+    return os.path.realpath(path), tuple(f"{name} {version}" for name, version in offered)
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _wheelhouse_cache(path: str, work_dir: str) -> str:
+    """RUNNER_WHEELHOUSE_CACHE, made if missing: a directory of the server's own that no one else can
+    write (runs trust what is in it by its name), or one only root can write (an image's, installed
+    at build time). The pool makes it searchable by all (`Environments`): a root server's runs are
+    other uids."""
+    path = path or os.path.join(work_dir, f"{POOL_PREFIX}environments-{os.geteuid()}")
+    try:
+        os.makedirs(path, mode=0o711, exist_ok=True)
+        info = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(
+            "RUNNER_WHEELHOUSE_CACHE", f"expected a directory the server can make, got {path!r}: {exc}"
+        ) from exc
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (os.geteuid(), 0) or info.st_mode & 0o022:
+        raise ConfigError(
+            "RUNNER_WHEELHOUSE_CACHE",
+            f"{path!r} must be a directory of the server's uid (or root's) that no one else can write, "
+            f"not mode {stat.S_IMODE(info.st_mode):04o} of uid {info.st_uid}: runs import what is in it",
+        )
+    return os.path.realpath(path)
 
 
 def _preload(config: Config, site: str) -> tuple[str, ...]:

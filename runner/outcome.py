@@ -55,6 +55,8 @@ class RunRequest:
     files: tuple[InputFile, ...] = ()
     caller: str | None = None
     session: str | None = None  # "new", or the handle of a session this call runs in
+    # Distributions of the wheelhouse the call names (normalized), beyond what its code imports.
+    packages: tuple[str, ...] = ()
 
 
 # What a session's call asks for to start a session.

@@ -303,6 +303,39 @@ SETTINGS = (
         "exactly one `lib/python3*/site-packages`",
     ),
     Setting(
+        "RUNNER_WHEELHOUSE",
+        "wheelhouse",
+        "path",
+        "The vetted wheelhouse: the wheels `make wheelhouse` downloads and the lock it kept beside them. A run "
+        "whose code imports one of its packages, or names it in `packages`, gets it installed once, offline, "
+        "hash-checked, and read-only (see [the vetted wheelhouse](#the-vetted-wheelhouse)). `make run` sets it "
+        "to `.wheelhouse` unless it is set, even empty.",
+        expected="an absolute path to a wheelhouse",
+        shown_default="empty: nothing beyond `RUNNER_PACKAGES`",
+        shown_accepted="absolute path of a directory holding the wheels and `requirements.lock`",
+    ),
+    Setting(
+        "RUNNER_WHEELHOUSE_CACHE",
+        "wheelhouse_cache",
+        "path",
+        "Where the wheelhouse's packages are installed, one directory per distribution, reused by later runs "
+        "and later servers; made if missing (mode 0711, the server's own). One that the server cannot write "
+        "(the image's, installed at build) is used as it is.",
+        expected="an absolute path to a directory",
+        shown_default="`python-runner-environments-UID` in `RUNNER_WORK_DIR`",
+        shown_accepted="absolute path of a directory",
+    ),
+    Setting(
+        "RUNNER_WHEELHOUSE_CACHE_MB",
+        "max_wheelhouse_cache_bytes",
+        "number",
+        "MiB of installed packages the cache keeps; past it the least recently used go first, never one a run "
+        "or a session holds. One install is bounded by it too, and by 120 s.",
+        unit="MiB",
+        low=MIB,
+        high=1024 * 1024 * MIB,
+    ),
+    Setting(
         "RUNNER_PRELOAD",
         "preload",
         "list",

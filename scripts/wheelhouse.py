@@ -10,8 +10,10 @@ in requirements-wheelhouse.in), so what both pin, they pin alike; `download` and
 that disagrees. Wheels only (`--only-binary=:all:`: no package's own build ever runs), one per
 distribution, for the interpreter running this script (run it with the one runs use). `download` fills
 a new directory next to DIR and swaps it in once it checks, so a failed download leaves the old one
-whole; it says how large the wheelhouse is and how long it took. `check` exits 1, naming each
-difference, when DIR is not exactly the lock's wheels with the lock's hashes.
+whole; it says how large the wheelhouse is and how long it took. The lock is copied in beside the
+wheels (`requirements.lock`): the server reads what it offers from there (RUNNER_WHEELHOUSE). `check`
+exits 1, naming each difference, when DIR is not exactly the lock's wheels with the lock's hashes and
+that lock.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from pathlib import Path
 
 _ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)[^\n]*\n((?:[ \t]+[^\n]*\n)*)", re.MULTILINE)
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+# The lock the wheels were downloaded by, kept with them: the server reads it (RUNNER_WHEELHOUSE).
+LOCK_NAME = "requirements.lock"
 
 
 def normalized(name: str) -> str:
@@ -89,8 +93,8 @@ def problems(directory: Path, wanted: dict[str, Pin]) -> list[str]:
     found: list[str] = []
     seen: dict[str, Path] = {}
     for path in sorted(directory.iterdir()):
-        if path.name.startswith(".") and path.is_file():
-            continue  # the download's own note (.manifest)
+        if (path.name.startswith(".") or path.name == LOCK_NAME) and path.is_file():
+            continue  # the download's own note (.manifest) and the lock it kept
         if path.suffix != ".whl" or not path.is_file():
             found.append(f"{path.name} is not a wheel")
             continue
@@ -114,6 +118,9 @@ def problems(directory: Path, wanted: dict[str, Pin]) -> list[str]:
 def check(directory: Path, lock: Path, base: Path) -> int:
     wanted, clashes = extras(lock, base)
     issues = clashes + problems(directory, wanted)
+    kept = directory / LOCK_NAME
+    if directory.is_dir() and (not kept.is_file() or kept.read_bytes() != lock.read_bytes()):
+        issues.append(f"{LOCK_NAME} is not {lock}, which the server would then not read")
     for issue in issues:
         sys.stderr.write(f"{directory}: {issue}; download it again with `make wheelhouse`\n")
     return 1 if issues else 0
@@ -143,6 +150,7 @@ def download(directory: Path, lock: Path, base: Path) -> int:
         return 1
     size = sum(path.stat().st_size for path in new.iterdir())
     note = f"{len(wanted)} wheels, {size / 2**20:.1f} MiB, downloaded in {seconds:.1f} s\n"
+    shutil.copyfile(lock, new / LOCK_NAME)
     (new / ".manifest").write_text(note)
     old = directory.with_name(directory.name + ".old")
     if directory.exists():

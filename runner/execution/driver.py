@@ -86,14 +86,20 @@ class RunDriver:
         return RunLimits(timeout, c.max_cpu_seconds, c.max_memory_mb, c.max_file_size_mb, c.max_output_bytes)
 
     async def drive(
-        self, child: Child, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None
+        self,
+        child: Child,
+        request: RunRequest,
+        queue_wait: float,
+        on_progress: ProgressCallback | None,
+        paths: tuple[str, ...] = (),
     ) -> RunResult:
         """Run `request` in the ready interpreter `child` and return its result; a stream the result
-        shows only the head and tail of is kept whole in the store, and the result links it."""
+        shows only the head and tail of is kept whole in the store, and the result links it. `paths`:
+        the package directories provided for it (`provided`), for its sys.path."""
         store = self._store
         spools = (store.spool(), store.spool()) if store is not None else (None, None)
         try:
-            result, linked = await self._drive(child, request, queue_wait, on_progress, spools)
+            result, linked = await self._drive(child, request, queue_wait, on_progress, spools, paths)
             if store is None:
                 return result
             kept = []
@@ -124,6 +130,7 @@ class RunDriver:
         queue_wait: float,
         on_progress: ProgressCallback | None,
         spools: tuple[Spool | None, Spool | None],
+        paths: tuple[str, ...],
     ) -> tuple[RunResult, tuple[Attachment, ...]]:
         out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
         output = RunOutput(child, out, err, self._config.max_output_bytes, self._budgets.report_bytes, spools=spools)
@@ -137,7 +144,7 @@ class RunDriver:
                 # A run that died before reading all its code (say, out of memory) ends below
                 # like any other, with what it printed.
                 inputs = frame_inputs([(f.path, f.data) for f in request.files])
-                await write_all(child.code, frame_job(request.code.encode("utf-8"), inputs, self._budgets))
+                await write_all(child.code, frame_job(request.code.encode("utf-8"), inputs, self._budgets, paths))
             started = anyio.current_time()
             watching = child.cgroup is not None and child.cgroup.event >= 0
             if watching:

@@ -13,6 +13,7 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 
@@ -21,6 +22,7 @@ from runner.environment import POOL_PREFIX
 from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
 from runner.execution.kept import OutputStore
+from runner.execution.provided import ProvidedPackages
 from runner.execution.sessions import Sessions
 from runner.execution.supply import Supplies
 from runner.execution.sweep import StraySweeper
@@ -47,9 +49,11 @@ class Pool:
         logger: logging.Logger,
         sessions: Sessions,
         store: OutputStore,
+        provided: ProvidedPackages | None,
     ) -> None:
         self.sessions = sessions
         self._store = store
+        self._provided = provided
         self._admission = admission
         self._supplies = supplies
         self._driver = driver
@@ -78,6 +82,7 @@ class Pool:
         """
         logger = logger or get_logger()
         plan = plan or plan_isolation(config)
+        provided = await ProvidedPackages.opened(config, logger)
         base_dir = tempfile.mkdtemp(prefix=POOL_PREFIX, dir=config.work_dir)
         # Not under base_dir, where runs' own directories are made: its own, mode 0700.
         store = OutputStore.made(config)
@@ -95,7 +100,7 @@ class Pool:
                 driver = RunDriver(config, logger, supplies.unresponsive, store)
                 admission = Admission(config.max_concurrent, config.max_queue, caller_share)
                 async with anyio.create_task_group() as tg:
-                    sessions = Sessions(config, supplies, logger, tg, store)
+                    sessions = Sessions(config, supplies, logger, tg, store, provided)
                     tg.start_soon(sessions.expire_forever)
                     if config.pool_size:
                         supplies.start_refilling(tg)
@@ -109,7 +114,7 @@ class Pool:
                             runs_share_files=plan.runs_share_files,
                             ended=sweeper.wanted if sweeper is not None else lambda: None,
                         )
-                        yield cls(admission, supplies, driver, sweeper, teardowns, logger, sessions, store)
+                        yield cls(admission, supplies, driver, sweeper, teardowns, logger, sessions, store, provided)
                     finally:
                         # Sessions end first (their anchors are the supplies'), then the pooled
                         # interpreters, before the sources (zygotes) that made them.
@@ -128,6 +133,13 @@ class Pool:
                     set_child_subreaper(False)
                 await anyio.to_thread.run_sync(remove_tree, base_dir)
                 store.close()
+                if provided is not None:
+                    provided.close()
+
+    @property
+    def packages(self) -> ProvidedPackages | None:
+        """The wheelhouse's packages as runs are given them (None without RUNNER_WHEELHOUSE)."""
+        return self._provided
 
     def state(self, *, session_memory: bool = False) -> PoolState:
         """Its numbers at this moment, taken together; with what sessions hold if asked (for metrics)."""
@@ -153,19 +165,33 @@ class Pool:
         if not await self._admission.enter(caller):
             log_event(self._log, logging.WARNING, "call rejected", request.request_id, reason="busy")
             return RunResult(request.request_id, Status.BUSY, self._admission.busy_message(caller))
+        queue_wait = anyio.current_time() - queued
         handed_on = False
+        held: tuple[Path, ...] = ()
+
+        def leave() -> None:
+            if self._provided is not None:
+                self._provided.release(held)
+            self._admission.leave(caller)
+
         try:
-            result, child = await self._run_in_slot(request, anyio.current_time() - queued, on_progress)
+            if self._provided is not None:
+                provided = await self._provided.provide(request)
+                if isinstance(provided, RunResult):
+                    return provided
+                held = tuple(provided.values())
+            result, child = await self._run_in_slot(request, queue_wait, on_progress, tuple(map(str, held)))
             if child.reaped:
                 await self._teardowns.now(child)
             else:
-                # A run that told its own end is answered now and torn down after, still in its slot.
-                self._teardowns.after_answer(child, lambda: self._admission.leave(caller))
+                # A run that told its own end is answered now and torn down after, still in its slot
+                # and holding its packages.
+                self._teardowns.after_answer(child, leave)
                 handed_on = True
             return result
         finally:
             if not handed_on:
-                self._admission.leave(caller)
+                leave()
 
     async def close_session(self, handle: str, caller: str | None) -> str | None:
         """End the caller's session `handle`: None once it has ended, else why there is no such session."""
@@ -197,7 +223,7 @@ class Pool:
             self._admission.leave(request.caller)
 
     async def _run_in_slot(
-        self, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None
+        self, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None, paths: tuple[str, ...]
     ) -> tuple[RunResult, Child]:
         await self._teardowns.before_next_run()
         child = await self._supplies.for_code(request.code).take()
@@ -205,7 +231,7 @@ class Pool:
             if self._sweeper is not None:
                 await self._sweeper.settle()
             log_event(self._log, logging.INFO, "run started", request.request_id, pid=child.pid, queue_wait=queue_wait)
-            result = await self._driver.drive(child, request, queue_wait, on_progress)
+            result = await self._driver.drive(child, request, queue_wait, on_progress, paths)
         except BaseException as exc:
             if isinstance(exc, anyio.get_cancelled_exc_class()):
                 log_event(self._log, logging.INFO, "run finished", request.request_id, status=Status.CANCELLED.value)

@@ -23,6 +23,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -30,6 +31,7 @@ import anyio.abc
 from runner.config import Config
 from runner.execution.driver import ProgressCallback, RunDriver
 from runner.execution.kept import OutputStore
+from runner.execution.provided import ProvidedPackages
 from runner.execution.supply import InterpreterSupply, Supplies
 from runner.logs import log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
@@ -58,12 +60,19 @@ class Session:
     started: float
     used: float
     turn: anyio.Lock = field(default_factory=anyio.Lock)
+    # The package directories its calls were given: held until it ends, since a kept state has them
+    # on its sys.path and may import from them in any later call.
+    packages: dict[str, Path] = field(default_factory=dict)  # distribution -> its directory
     # Set once the last call's verdict is done: it comes after that call's answer, and the next
     # call waits for it.
     settled: anyio.Event = field(default_factory=anyio.Event)
 
     def __post_init__(self) -> None:
         self.settled.set()
+
+    @property
+    def package_paths(self) -> tuple[str, ...]:
+        return tuple(map(str, self.packages.values()))
 
 
 class Sessions:
@@ -76,8 +85,10 @@ class Sessions:
         logger: logging.Logger,
         tg: anyio.abc.TaskGroup,
         store: OutputStore | None = None,
+        provided: ProvidedPackages | None = None,
     ) -> None:
         self._config = config
+        self._provided = provided
         # A replica's name leads its handles (s-NAME.…): a proxy routes a session's calls on it.
         self._prefix = HANDLE_PREFIX + (config.http.replica + "." if config.http.replica else "")
         self._supplies = supplies
@@ -185,6 +196,11 @@ class Sessions:
         if self._open.get(session.handle) is not session:  # the last verdict ended it
             return self._unknown_call(request)
         session.used = anyio.current_time()
+        if self._provided is not None:  # what the call needs beyond what the session holds
+            provided = await self._provided.provide(request, session.packages)
+            if isinstance(provided, RunResult):
+                return provided
+            session.packages.update(provided)
         try:
             call = await session.keeper.call()
         except SessionLost as exc:
@@ -193,7 +209,7 @@ class Sessions:
         try:
             async with anyio.create_task_group() as watching:
                 watching.start_soon(_end_call_at_oom, session.anchor, call)
-                result = await self._driver.drive(call, request, waited, on_progress)
+                result = await self._driver.drive(call, request, waited, on_progress, session.package_paths)
                 watching.cancel_scope.cancel()
             ahead = await session.keeper.keepable()
         except SessionLost as exc:
@@ -284,6 +300,9 @@ class Sessions:
             with anyio.move_on_after(1.0):
                 await session.anchor.wait_exit()
             await self._supplies.destroy(session.anchor)
+        if self._provided is not None:
+            self._provided.release(session.packages.values())
+        session.packages = {}
 
     async def expire_forever(self) -> None:
         """End sessions idle too long or too old, and forget ended ones after a while."""

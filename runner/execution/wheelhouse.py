@@ -116,7 +116,12 @@ class Wheelhouse:
                 wheels[name] = path
         modules: dict[str, str] = {}
         for name, path in sorted(wheels.items()):
-            for module in wheel_modules(path):
+            try:
+                provides = wheel_modules(path)
+            except (OSError, zipfile.BadZipFile):
+                # A damaged wheel: no import maps to it, and naming it in `packages` fails its hash check.
+                continue
+            for module in provides:
                 modules.setdefault(module, name)
         graph = requirements(pins)
         needs = {name: frozenset(n for n in graph.get(name, ()) if n in wheels) for name in wheels}

@@ -137,6 +137,7 @@ def run(
     wire, workdir, figures, harvest, images, keeper = siblings
     if job.keeper:
         _become_anchor(main, siblings, tmpfs, spawned)
+    add_provided(job.paths)
     try:
         if session:
             before = keeper.files_before(".", _identity("."))
@@ -351,6 +352,17 @@ def add_packages() -> None:
     for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         if entry and entry not in sys.path:
             sys.path.append(entry)
+
+
+def add_provided(paths: tuple[str, ...]) -> None:
+    """Put the directories the server installed from its wheelhouse for this call after the package
+    environment on sys.path (nothing there shadows it or the standard library), and on PYTHONPATH for a
+    Python the code starts. In a session they stay for the calls after (a kept state has them)."""
+    added = [path for path in paths if path not in sys.path]
+    if not added:
+        return
+    sys.path.extend(added)
+    os.environ["PYTHONPATH"] = os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH", "")]), *added])
 
 
 def prepare_process(

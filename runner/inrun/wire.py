@@ -103,26 +103,35 @@ NO_RETURNS = Budgets(0, 0, 0, 0, 0, 0)
 
 
 class Job:
-    """One call as the run gets it: its code, its files (`frame_inputs`), and what it may return
-    besides its output; or (`keeper`) no code: the interpreter is to hold a session (`keeper.py`)."""
+    """One call as the run gets it: its code, its files (`frame_inputs`), what it may return besides its
+    output, and the directories of packages the server provided for it (`paths`, from its wheelhouse,
+    to go on sys.path); or (`keeper`) no code: the interpreter is to hold a session (`keeper.py`)."""
 
-    __slots__ = ("budgets", "code", "inputs", "keeper", "socket")
+    __slots__ = ("budgets", "code", "inputs", "keeper", "paths", "socket")
 
     def __init__(
-        self, code: bytearray, inputs: bytes, budgets: Budgets, socket: tuple[int, int], keeper: bool = False
+        self,
+        code: bytearray,
+        inputs: bytes,
+        budgets: Budgets,
+        socket: tuple[int, int],
+        keeper: bool = False,
+        paths: tuple[str, ...] = (),
     ) -> None:
         self.code, self.inputs, self.budgets, self.socket = code, inputs, budgets, socket
-        self.keeper = keeper
+        self.keeper, self.paths = keeper, paths
 
 
 # The job of an interpreter that becomes a session's anchor instead of running code.
 KEEPER_JOB = b"keeper\n"
 
 
-def frame_job(code: bytes, inputs: bytes = b"", budgets: Budgets = NO_RETURNS) -> bytes:
-    """What the server writes on the job socket: the sizes and budgets on one line, the code, the files."""
-    numbers = b" ".join(b"%d" % n for n in (len(code), len(inputs), *budgets.numbers()))
-    return numbers + b"\n" + code + inputs
+def frame_job(code: bytes, inputs: bytes = b"", budgets: Budgets = NO_RETURNS, paths: tuple[str, ...] = ()) -> bytes:
+    """What the server writes on the job socket: the sizes and budgets on one line, the code, the files,
+    the package directories (NUL-separated: no path holds a NUL)."""
+    listed = b"\0".join(os.fsencode(path) for path in paths)
+    numbers = b" ".join(b"%d" % n for n in (len(code), len(inputs), *budgets.numbers(), len(listed)))
+    return numbers + b"\n" + code + inputs + listed
 
 
 def read_job(fd: int) -> Job | None:
@@ -143,7 +152,7 @@ def read_job(fd: int) -> Job | None:
         info = os.fstat(fd)
         return Job(bytearray(), b"", NO_RETURNS, (info.st_dev, info.st_ino), keeper=True)
     numbers = tuple(int(n) for n in line.split())
-    body = bytearray(numbers[0] + numbers[1])
+    body = bytearray(numbers[0] + numbers[1] + numbers[8])
     got = min(len(first), len(body))
     body[:got] = first[:got]
     view = memoryview(body)
@@ -156,11 +165,13 @@ def read_job(fd: int) -> Job | None:
     os.set_inheritable(fd, False)
     if got != len(body):
         return None
-    inputs = bytes(body[numbers[0] :]) if numbers[1] else b""
+    ends = numbers[0] + numbers[1]
+    paths = tuple(os.fsdecode(bytes(p)) for p in body[ends:].split(b"\0")) if numbers[8] else ()
+    inputs = bytes(body[numbers[0] : ends]) if numbers[1] else b""
     del body[numbers[0] :]
     info = os.fstat(fd)
     # The code not copied: decode() takes a bytearray.
-    return Job(body, inputs, Budgets(*numbers[2:8]), (info.st_dev, info.st_ino))
+    return Job(body, inputs, Budgets(*numbers[2:8]), (info.st_dev, info.st_ino), paths=paths)
 
 
 def same_socket(fd: int, job: Job) -> bool:

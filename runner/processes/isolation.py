@@ -265,12 +265,13 @@ def view_binds(config: Config) -> list[str]:
     """What of the host a namespaced run's view holds, read-only at the same paths: the system's
     programs and libraries (`SYSTEM_VIEW`, where they exist; `NETWORK_VIEW` too with the server's
     network), the interpreter's own prefix (a pyenv
-    build under /root, say), the package environment, and RUNNER_SANDBOX_READ_PATHS. Everything else
-    of the host is not there."""
+    build under /root, say), the package environment, the wheelhouse's installed packages (read-only:
+    no run can change what a later run imports), and RUNNER_SANDBOX_READ_PATHS. Everything else of
+    the host is not there."""
     system = (*SYSTEM_VIEW, *(NETWORK_VIEW if config.sandbox_network == "shared" else ()))
     wanted = [path for path in system if os.path.lexists(path)]
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
-    for path in (prefix, config.packages, *config.sandbox_read_paths):
+    for path in (prefix, config.packages, config.wheelhouse_cache, *config.sandbox_read_paths):
         if path and path != "/" and not any(within(path, held) for held in wanted):
             wanted.append(path)
     return wanted
@@ -295,10 +296,11 @@ def hidden_files(config: Config) -> list[str]:
 
 
 def _kept(config: Config) -> list[str]:
-    """An interpreter, a package environment (RUNNER_PACKAGES) or a path runs may read
-    (RUNNER_SANDBOX_READ_PATHS) under a directory the sandbox replaces must stay visible (read-only)."""
+    """An interpreter, a package environment (RUNNER_PACKAGES), the wheelhouse's cache (by default in
+    the work directory, /tmp) or a path runs may read (RUNNER_SANDBOX_READ_PATHS) under a directory the
+    sandbox replaces must stay visible (read-only)."""
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
-    wanted = [prefix, *([config.packages] if config.packages else []), *config.sandbox_read_paths]
+    wanted = [prefix, *filter(None, [config.packages, config.wheelhouse_cache]), *config.sandbox_read_paths]
     return [path for path in wanted if any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))]
 
 

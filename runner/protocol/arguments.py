@@ -13,6 +13,7 @@ from runner.config import Config
 from runner.errors import ArgumentError
 from runner.outcome import InputFile
 from runner.protocol.files import check_files
+from runner.protocol.packages import check_packages
 from runner.protocol.schemas import CLOSE_TOOL, RUN_TOOL, close_input_schema, input_schema
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class Arguments:
     stdin: str
     files: tuple[InputFile, ...] = ()
     session: str | None = None
+    packages: tuple[str, ...] = ()  # the wheelhouse's distributions, normalized
 
 
 class ArgumentParser:
@@ -72,7 +74,8 @@ class ArgumentParser:
         _check_bytes("code", code, self._config.max_code_bytes)
         _check_bytes("stdin", stdin, self._config.max_stdin_bytes)
         files = check_files(arguments.get("files", ()), self._config.max_input_bytes, self._config.file_size_bytes)
-        return Arguments(code=code, timeout=timeout, stdin=stdin, files=files, session=arguments.get("session"))
+        packages = check_packages(arguments.get("packages", ()), self._config)
+        return Arguments(code, timeout, stdin, files, arguments.get("session"), packages)
 
 
 def _check_bytes(name: str, value: str, limit: int) -> None:
@@ -87,11 +90,11 @@ def _check_bytes(name: str, value: str, limit: int) -> None:
 
 
 _KNOWN_ARGUMENTS = {
-    RUN_TOOL: frozenset({"code", "timeout", "stdin", "files", "session"}),
+    RUN_TOOL: frozenset({"code", "timeout", "stdin", "files", "packages", "session"}),
     CLOSE_TOOL: frozenset({"session"}),
 }
 _TAKES = {
-    RUN_TOOL: "run_python takes 'code', and optionally 'timeout', 'stdin', 'files' and 'session'",
+    RUN_TOOL: "run_python takes 'code', and optionally 'timeout', 'stdin', 'files', 'packages' and 'session'",
     CLOSE_TOOL: "close_session takes 'session' only",
 }
 _FILE_FIELDS = frozenset({"path", "content", "encoding"})

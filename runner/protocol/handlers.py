@@ -175,7 +175,9 @@ class Handlers:
         except ArgumentError as exc:
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="invalid arguments")
             return RunResult(request_id, Status.INVALID_ARGUMENTS, str(exc))
-        return RunRequest(request_id, args.code, args.timeout, args.stdin, args.files, caller, args.session)
+        return RunRequest(
+            request_id, args.code, args.timeout, args.stdin, args.files, caller, args.session, args.packages
+        )
 
     async def _as_task(
         self, request: RunRequest, ctx: ServerRequestContext[Any]

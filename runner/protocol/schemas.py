@@ -12,6 +12,7 @@ from typing import Any
 from runner.config import Config
 from runner.outcome import Status
 from runner.protocol.files import MAX_FILES, MAX_PATH_CHARS
+from runner.protocol.packages import MAX_NAME_CHARS, MAX_PACKAGES
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 RUN_TOOL = "run_python"
@@ -74,6 +75,12 @@ def input_schema(config: Config) -> dict[str, Any]:
                     "additionalProperties": False,
                 },
             },
+            "packages": {
+                "type": "array",
+                "maxItems": MAX_PACKAGES,
+                "items": {"type": "string", "maxLength": MAX_NAME_CHARS},
+                "description": _packages_description(config),
+            },
             "session": _session_property(
                 '"new" starts a session: globals, imports, loaded data, open figures and the working '
                 "directory's files are kept for the next call that passes the handle this call returns "
@@ -86,6 +93,17 @@ def input_schema(config: Config) -> dict[str, Any]:
         "required": ["code"],
         "additionalProperties": False,
     }
+
+
+def _packages_description(config: Config) -> str:
+    if not config.wheelhouse_versions:
+        return "This server has no wheelhouse: leave this out (an entry is refused)."
+    names = ", ".join(line.split(" ")[0] for line in config.wheelhouse_versions)
+    return (
+        "Distributions to provide besides what the code's import statements already bring in (those need no "
+        "entry): for an import the code makes by a computed name. Names alone, from the server's vetted "
+        f"wheelhouse: {names}. Installed once, offline, read-only."
+    )
 
 
 _NULLABLE_INT: dict[str, Any] = {"anyOf": [{"type": "integer"}, {"type": "null"}]}

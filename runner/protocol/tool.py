@@ -111,6 +111,15 @@ def tool_definition(config: Config) -> types.Tool:
 
 
 def _importable(config: Config) -> str:
-    if not config.package_versions:
+    if not config.package_versions and not config.wheelhouse_versions:
         return "no site-packages (standard library only)"
-    return "the standard library and these packages importable: " + ", ".join(config.package_versions)
+    found = "the standard library"
+    if config.package_versions:
+        found += " and these packages importable: " + ", ".join(config.package_versions)
+    if config.wheelhouse_versions:
+        # Generated from the wheelhouse's lock (RUNNER_WHEELHOUSE): what the model may import beyond.
+        found += (
+            "; these too, installed on first import (offline, from a vetted wheelhouse; importlib by a "
+            "computed name needs them in 'packages'): " + ", ".join(config.wheelhouse_versions)
+        )
+    return found

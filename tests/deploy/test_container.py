@@ -269,6 +269,30 @@ DATA_WORK = """
 """
 
 
+# What the image's wheelhouse gives runs: imported by name, read-only, never installed at run time.
+WHEELHOUSE_WORK = """
+    import os, sympy
+    from bs4 import BeautifulSoup
+    print(sympy.sqrt(8), BeautifulSoup("<p>hi</p>", "html.parser").p.text)
+    try:
+        open(os.path.join(os.path.dirname(sympy.__file__), "evil.py"), "w")
+    except OSError as exc:
+        print(exc.errno)
+"""
+
+
+@pytest.mark.anyio
+async def test_the_image_s_wheelhouse_packages_import_and_are_read_only(line_name: str, tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    async with served(line_name, log) as client:
+        assert await stdout_of(client, WHEELHOUSE_WORK) == "2*sqrt(2) hi\n30\n"
+        tools = await client.list_tools()
+        assert "sympy 1.14.0" in (tools.tools[0].description or "")
+    text = log.read_text()
+    assert "cache_writable=False" in text, text
+    assert "packages installed" not in text, "the image's build installed them all"
+
+
 # A data run (in the preloading zygote) tries to import the server's own packages.
 SERVER_IMPORTS = """
     import numpy

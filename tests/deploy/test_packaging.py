@@ -266,6 +266,11 @@ def build_standin_venv(venv: Path, builder: Stage, run: str, lock: Path, lock_ta
     shutil.rmtree(build, ignore_errors=True)
 
 
+# The stand-ins have no wheelhouse (as their package environment is empty): the image's, installed at
+# build time, is test_container.py's.
+NO_WHEELHOUSE = {"RUNNER_WHEELHOUSE": ""}
+
+
 @dataclass
 class StandIn:
     base: Path  # root-owned, 0755
@@ -296,6 +301,8 @@ def standin(standin_venv: Path) -> Iterator[StandIn]:
         code_copy = [args for _, args in final.instructions].index("runner/ /app/runner/")
         for keyword, args in final.instructions[code_copy + 1 :]:
             if keyword == "RUN":
+                # Installing the wheelhouse needs the image's /opt/wheelhouse: test_container.py builds it.
+                args = re.sub(r"\s*&&\s*python -m runner --install-packages", "", args)
                 command = re.sub(r"(?<![\w/.])python(?= )", SYSTEM_PYTHON, args.replace("/app", str(app)))
                 subprocess.run(["/bin/sh", "-ec", command], check=True, timeout=60)
         subprocess.run(["chmod", "-R", "a-w", str(runner)], check=True)
@@ -460,7 +467,7 @@ def test_the_container_command_line_runs_as_uid_10001_from_a_read_only_copy_and_
     tmp = standin.base / "tmp"
     tmp.mkdir(exist_ok=True)
     tmp.chmod(0o1777)
-    env = image.env | {"TMPDIR": str(tmp)}
+    env = image.env | {"TMPDIR": str(tmp)} | NO_WHEELHOUSE
     as_uid = [
         "setpriv",
         f"--reuid={image.uid}",
@@ -563,7 +570,7 @@ def container_command(standin: StandIn, tmp_path: Path, init: bool) -> list[str]
         "--bounding-set=-all",
         "--inh-caps=-all",
     ]
-    in_root = ["/usr/bin/env", "-i", "-C", image.workdir, *(f"{k}={v}" for k, v in image.env.items())]
+    in_root = ["/usr/bin/env", "-i", "-C", image.workdir, *(f"{k}={v}" for k, v in (image.env | NO_WHEELHOUSE).items())]
     return [
         "unshare",
         "--mount",

@@ -74,6 +74,7 @@ def fake(tmp_path: Path) -> tuple[Path, Path, Path]:
     )
     base = tmp_path / "base.lock"
     base.write_text(f"shared==3.0 \\\n    --hash=sha256:{'0' * 64}\n")
+    (house / "requirements.lock").write_bytes(lock.read_bytes())
     return house, lock, base
 
 
@@ -100,6 +101,16 @@ def test_check_names_a_corrupted_a_missing_an_extra_and_an_other_version_wheel(f
     assert all("make wheelhouse" in p for p in problems)
 
 
+def test_a_wheelhouse_whose_kept_lock_is_missing_or_another_is_refused(fake: tuple[Path, Path, Path]) -> None:
+    house, lock, base = fake
+    kept = house / "requirements.lock"
+    for change in (lambda: kept.write_text(lock.read_text() + "# edited\n"), kept.unlink):
+        change()
+        done = wheelhouse("check", str(house), "--lock", str(lock), "--base", str(base))
+        assert done.returncode == 1
+        assert f"requirements.lock is not {lock}" in done.stderr
+
+
 def test_a_lock_that_pins_a_shared_distribution_otherwise_than_the_package_environment_is_refused(
     fake: tuple[Path, Path, Path],
 ) -> None:
@@ -118,6 +129,7 @@ def test_the_wheelhouse_make_downloaded_is_the_lock_s() -> None:
     done = wheelhouse("check", str(built), "--lock", str(LOCK), "--base", str(BASE))
     assert done.returncode == 0, done.stderr
     assert "wheels" in (built / ".manifest").read_text()
+    assert (built / "requirements.lock").read_bytes() == LOCK.read_bytes()
     # Every wheel installs under Debian 12's Python 3.11.2, the stand-in image's (soupsieve 3.0.2 and
     # later need 3.11.5: the image build failed on it).
     refused = {}

@@ -133,3 +133,37 @@ def test_a_path_runs_could_not_read_is_refused_naming_what_to_do(tmp_path: Path)
     assert raised.value.variable == "RUNNER_SANDBOX_READ_PATHS"
     data.chmod(0o755)
     assert open_environment(Config.from_env(given)).sandbox_read_paths == (str(data),)
+
+
+def test_a_wheelhouse_offers_what_its_lock_pins_beyond_the_package_environment_and_its_cache_is_made(
+    tmp_path: Path,
+) -> None:
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "requirements.lock").write_text(
+        "numpy==2.4.6 \\\n    --hash=sha256:00\nSymPy==1.14.0 \\\n    --hash=sha256:11\nmpmath==1.3.0\n"
+    )
+    site = tmp_path / "env" / "site-packages"
+    (site / "numpy-2.4.6.dist-info").mkdir(parents=True)
+    read = Config.from_env(
+        {"RUNNER_WHEELHOUSE": str(house), "RUNNER_PACKAGES": str(tmp_path / "env"), "RUNNER_WORK_DIR": str(tmp_path)}
+    )
+    config = open_environment(read)
+    assert config.wheelhouse_versions == ("mpmath 1.3.0", "sympy 1.14.0")
+    assert config.wheelhouse_cache == str(tmp_path / f"python-runner-environments-{os.geteuid()}")
+    assert os.path.isdir(config.wheelhouse_cache)
+    assert open_environment(config) == config
+    assert open_environment(Config.from_env({})).wheelhouse_cache == "", "no wheelhouse, no cache"
+
+
+def test_a_wheelhouse_without_its_lock_or_a_cache_others_can_write_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="expected a wheelhouse holding requirements.lock") as caught:
+        open_environment(Config.from_env({"RUNNER_WHEELHOUSE": str(tmp_path)}))
+    assert caught.value.variable == "RUNNER_WHEELHOUSE"
+    (tmp_path / "requirements.lock").write_text("sympy==1.14.0\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(ConfigError, match="that no one else can write") as caught:
+        open_environment(Config.from_env({"RUNNER_WHEELHOUSE": str(tmp_path), "RUNNER_WHEELHOUSE_CACHE": str(shared)}))
+    assert caught.value.variable == "RUNNER_WHEELHOUSE_CACHE"

@@ -4,6 +4,7 @@ once under concurrency, and the cache's cap. Wheels made here; no process."""
 from __future__ import annotations
 
 import hashlib
+import os
 import stat
 import zipfile
 from pathlib import Path
@@ -112,6 +113,7 @@ async def test_past_the_cap_the_least_recently_used_goes_first_but_never_one_in_
     [path_b] = await environments.acquire([b])  # all three held: over the cap, none may go
     assert environments.size == 1200
     environments.release([*held, path_b])
+    assert await environments.acquire([]) == []  # the next call's acquire evicts
     assert environments.size <= 1000
     assert path_b.exists()  # the most recent
 
@@ -128,9 +130,79 @@ async def test_a_corrupted_wheel_is_an_error_naming_it_and_the_next_install_stil
     assert (path / "good.py").exists()
 
 
-async def test_a_cache_directory_others_can_read_is_refused(tmp_path: Path) -> None:
+async def test_a_cache_directory_others_can_write_is_refused(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
-    shared.mkdir(mode=0o755)
-    shared.chmod(0o755)
-    with pytest.raises(InstallError, match="mode 0700"):
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(InstallError, match="writable by no one else"):
         Environments(shared, max_bytes=1 << 20)
+
+
+async def test_what_is_installed_is_readable_by_all_and_writable_by_the_server_alone_whatever_its_umask(
+    tmp_path: Path,
+) -> None:
+    wanted = make_wheel(tmp_path, "alpha", {"alpha/sub/__init__.py": b"", "alpha/data.txt": b"x"})
+    old = os.umask(0o077)
+    try:
+        [path] = await Environments(tmp_path / "cache", max_bytes=1 << 20).acquire([wanted])
+    finally:
+        os.umask(old)
+    modes = {str(p.relative_to(path)): stat.S_IMODE(p.stat().st_mode) for p in [path, *path.rglob("*")]}
+    assert modes == {
+        ".": 0o755,
+        "alpha": 0o755,
+        "alpha/sub": 0o755,
+        "alpha/sub/__init__.py": 0o644,
+        "alpha/data.txt": 0o644,
+    }
+    assert stat.S_IMODE((tmp_path / "cache").stat().st_mode) & 0o711 == 0o711
+
+
+async def test_a_later_server_counts_what_it_finds_against_its_cap_and_evicts_the_least_recently_used(
+    tmp_path: Path,
+) -> None:
+    a, b = (make_wheel(tmp_path, name, {f"{name}.py": bytes(400)}) for name in ("a", "b"))
+    first = Environments(tmp_path / "cache", max_bytes=1 << 20)
+    [path_a] = await first.acquire([a])
+    first.release([path_a])
+    [path_b] = await first.acquire([b])
+    first.release([path_b])
+    os.utime(path_a, (1, 1))  # used long ago
+    (tmp_path / "cache" / ".installing-left-by-a-killed-server").mkdir()
+    later = Environments(tmp_path / "cache", max_bytes=500)
+    later.scan()
+    assert (path_a.exists(), path_b.exists()) == (False, True)
+    assert later.size == 400
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [path_b.name]
+
+
+async def test_a_directory_another_server_holds_is_never_evicted(tmp_path: Path) -> None:
+    a, b = (make_wheel(tmp_path, name, {f"{name}.py": bytes(400)}) for name in ("a", "b"))
+    other = Environments(tmp_path / "cache", max_bytes=1 << 20)
+    [path_a] = await other.acquire([a])  # held by the other server's run
+    this = Environments(tmp_path / "cache", max_bytes=500)
+    this.scan()  # over the cap, but a is held
+    [path_b] = await this.acquire([b])
+    this.release([path_b])
+    assert path_a.exists()
+    other.release([path_a])
+    this.scan()
+    assert this.size <= 500
+    assert not path_a.exists() or not path_b.exists()
+
+
+async def test_a_cache_the_server_cannot_write_is_used_as_it_is(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes everywhere; the image's server is uid 10001 (test_container)")
+    wanted = make_wheel(tmp_path, "alpha", {"alpha.py": b""})
+    missing = make_wheel(tmp_path, "beta", {"beta.py": b""})
+    [path] = await Environments(tmp_path / "cache", max_bytes=1 << 20).acquire([wanted])
+    (tmp_path / "cache").chmod(0o555)
+    try:
+        frozen = Environments(tmp_path / "cache", max_bytes=1)
+        frozen.scan()
+        assert await frozen.acquire([wanted]) == [path]
+        with pytest.raises(InstallError, match="beta is not installed in .*, which the server cannot write"):
+            await frozen.acquire([missing])
+    finally:
+        (tmp_path / "cache").chmod(0o711)

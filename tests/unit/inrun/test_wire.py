@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
 
-from runner.inrun.wire import report_length
+from runner.inrun.wire import Budgets, frame_job, read_job, report_length
 
 
 def report(head: dict[str, object], blobs: bytes = b"") -> bytes:
@@ -18,3 +19,24 @@ def test_a_report_is_whole_when_its_first_line_says_so() -> None:
     assert report_length(data) == len(data)
     assert report_length(b"hello world\n") == -1
     assert report_length(b"x" * 100) == -1
+
+
+def test_a_job_carries_its_code_files_budgets_and_package_directories_through_a_socket() -> None:
+    budgets = Budgets(1, 2, 3, 4, 5, 6)
+    paths = ("/cache/sympy-1.14.0-0123456789abcdef", "/cache/mpmath-1.3.0-fedcba9876543210")
+    framed = frame_job(b"import sympy", b"files", budgets, paths)
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.sendall(framed)
+        job = read_job(theirs.fileno())
+    assert job is not None
+    assert (bytes(job.code), job.inputs, job.budgets, job.paths) == (b"import sympy", b"files", budgets, paths)
+
+
+def test_a_job_without_package_directories_has_none() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.sendall(frame_job(b"pass"))
+        job = read_job(theirs.fileno())
+    assert job is not None
+    assert (bytes(job.code), job.inputs, job.paths) == (b"pass", b"", ())

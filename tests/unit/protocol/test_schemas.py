@@ -28,7 +28,7 @@ def test_the_input_schema_carries_the_configured_limits() -> None:
     assert schema["required"] == ["code"]
     assert schema["properties"]["timeout"]["maximum"] == 30
     assert schema["properties"]["timeout"]["exclusiveMinimum"] == 0
-    assert set(schema["properties"]) == {"code", "timeout", "stdin", "files", "session"}
+    assert set(schema["properties"]) == {"code", "timeout", "stdin", "files", "packages", "session"}
     assert f"at most {CONFIG.max_input_mb} MiB together" in schema["properties"]["files"]["description"]
 
 

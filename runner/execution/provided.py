@@ -1,0 +1,113 @@
+"""The packages the server provides to runs from its vetted wheelhouse (RUNNER_WHEELHOUSE): which
+distributions a call needs, and their directories installed and held while it runs.
+
+A call needs what its code imports (the same scan of import statements as the supply's route,
+`supply.imported_packages`, mapped to distributions by the wheels' own module lists: `sklearn` is
+scikit-learn's) and what it names in `packages` (for imports no scan sees), with everything those
+need from the wheelhouse. Names outside the wheelhouse are the protocol side's to refuse; here they
+are only not provided. The directories are installed once (`environments.Environments`), outside
+every run's limits but within the install's own time and disk bounds, and handed to the run on its
+job (`wire.Job.paths`), which puts them after the package environment on sys.path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Container, Iterable
+from pathlib import Path
+
+import anyio
+
+from runner.config import Config
+from runner.environment import WHEELHOUSE_LOCK
+from runner.execution.environments import Environments, InstallError, Wanted
+from runner.execution.supply import imported_packages
+from runner.execution.wheelhouse import Wheelhouse
+from runner.logs import log_event
+from runner.outcome import RunRequest, RunResult, Status
+
+
+class ProvidedPackages:
+    """The wheelhouse as runs are given it: what a call needs, installed and held."""
+
+    def __init__(self, wheelhouse: Wheelhouse, environments: Environments, logger: logging.Logger) -> None:
+        self.wheelhouse = wheelhouse
+        self.environments = environments
+        self._log = logger
+
+    @classmethod
+    async def opened(cls, config: Config, logger: logging.Logger) -> ProvidedPackages | None:
+        """The wheelhouse of an opened configuration, its cache looked over (None without one).
+        Reading the wheels' directories and sizing the cache are done in a thread."""
+        if not config.wheelhouse:
+            return None
+        directory = Path(config.wheelhouse)
+        base = [line.split(" ")[0] for line in config.package_versions]
+        lock = (directory / WHEELHOUSE_LOCK).read_text(encoding="utf-8")
+        wheelhouse = await anyio.to_thread.run_sync(Wheelhouse.read, directory, lock, base)
+        environments = Environments(
+            Path(config.wheelhouse_cache), config.max_wheelhouse_cache_bytes, python=config.python
+        )
+        await anyio.to_thread.run_sync(environments.scan)
+        log_event(
+            logger,
+            logging.INFO,
+            "wheelhouse opened",
+            distributions=len(wheelhouse.wheels),
+            cache=config.wheelhouse_cache,
+            cached_bytes=environments.size,
+            cache_writable=environments.writable,
+        )
+        return cls(wheelhouse, environments, logger)
+
+    def needed(self, code: str, asked: Iterable[str] = ()) -> tuple[str, ...]:
+        """The distributions (normalized names) a call with this code and `packages` needs, sorted."""
+        house = self.wheelhouse
+        return house.closure([*house.for_modules(imported_packages(code)), *asked])
+
+    async def acquire(self, names: tuple[str, ...], request_id: str) -> tuple[Path, ...]:
+        """The directories of `names`, installed first where they are not, held until `release`;
+        `InstallError` naming the distribution that cannot be installed."""
+        if not names:
+            return ()
+        house = self.wheelhouse
+        wanted = [Wanted(n, house.pins[n].version, house.wheels[n], house.pins[n].hashes) for n in names]
+        before, started = self.environments.installs, anyio.current_time()
+        paths = await self.environments.acquire(wanted)
+        if self.environments.installs != before:
+            log_event(
+                self._log,
+                logging.INFO,
+                "packages installed",
+                request_id,
+                installed=self.environments.installs - before,
+                distributions=",".join(names),
+                seconds=round(anyio.current_time() - started, 3),
+            )
+        return tuple(paths)
+
+    async def provide(self, request: RunRequest, held: Container[str] = ()) -> dict[str, Path] | RunResult:
+        """What `request` needs beyond `held` (a session's), installed and held: each distribution's
+        directory; or an `internal_error` result naming the one that could not be installed."""
+        names = tuple(name for name in self.needed(request.code, request.packages) if name not in held)
+        try:
+            return dict(zip(names, await self.acquire(names, request.request_id), strict=True))
+        except InstallError as exc:
+            log_event(self._log, logging.ERROR, "packages not installed", request.request_id, error=str(exc))
+            message = f"a package this run needs could not be installed: {exc}"
+            return RunResult(request.request_id, Status.INTERNAL_ERROR, message)
+
+    def release(self, paths: Iterable[Path]) -> None:
+        """The run (or session) that held these has ended."""
+        self.environments.release(paths)
+
+    async def install_all(self) -> int:
+        """Install every distribution of the wheelhouse (an image's build does, into its read-only
+        cache); the number installed now."""
+        names = tuple(sorted(self.wheelhouse.wheels))
+        paths = await self.acquire(names, "")
+        self.release(paths)
+        return self.environments.installs
+
+    def close(self) -> None:
+        self.environments.close()

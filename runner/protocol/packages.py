@@ -1,0 +1,75 @@
+"""The `packages` argument, checked: each entry one distribution of the server's wheelhouse, by name
+alone. Pure: what the schema cannot say.
+
+A name any spelling of which PEP 503 makes one of the wheelhouse's (`scikit_learn`, `PyYAML`) is
+taken; one of the package environment's (numpy, always importable) is taken and needs nothing. A
+version specifier, extras, a marker, a URL or a path, or anything like a pip option is refused
+with an `ArgumentError` that names the entry, says which kind of thing it is, and lists what the
+wheelhouse has; and nothing runs. The server installs only the wheelhouse's own pins, only from
+it: nothing a call says reaches an installer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from runner.config import Config
+from runner.errors import ArgumentError
+
+MAX_PACKAGES = 64
+MAX_NAME_CHARS = 200
+_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
+
+def normalized(name: str) -> str:
+    """PEP 503: the form under which two spellings of a project name are the same."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def offered(config: Config) -> str:
+    """What the wheelhouse has, as a refusal lists it."""
+    if not config.wheelhouse_versions:
+        return "this server has no wheelhouse (RUNNER_WHEELHOUSE): no package can be named"
+    return "the wheelhouse has " + ", ".join(config.wheelhouse_versions)
+
+
+def _kind(entry: str) -> str:
+    """What an entry that is not a bare name is, for the refusal; "" for a bare name."""
+    text = entry.strip()
+    if not text:
+        return "empty"
+    if text.startswith("-"):
+        return "a pip option, which the server never passes on"
+    if "://" in text or text.startswith(("/", ".", "~")) or "/" in text or "\\" in text:
+        return "a URL or a path: packages come from the wheelhouse only"
+    if text.lower().endswith((".whl", ".tar.gz", ".zip", ".tgz")):
+        return "a file name: packages come from the wheelhouse only"
+    if ";" in text:
+        return "an environment marker"
+    if "[" in text or "]" in text:
+        return "a name with extras"
+    if any(mark in text for mark in "<>=!~@() ,*"):
+        return "a version specifier: the wheelhouse has one version of each"
+    if not _NAME.match(text):
+        return "not a distribution name"
+    return ""
+
+
+def check_packages(entries: Sequence[str], config: Config) -> tuple[str, ...]:
+    """The wheelhouse's distributions (normalized, sorted) a call's `packages` names; `ArgumentError`
+    naming the first entry that is not one of them (or of the package environment's)."""
+    wheelhouse = {line.split(" ")[0] for line in config.wheelhouse_versions}
+    base = {normalized(line.split(" ")[0]) for line in config.package_versions}
+    found: set[str] = set()
+    for index, entry in enumerate(entries):
+        where = f"invalid argument 'packages[{index}]' ({entry[:MAX_NAME_CHARS]!r})"
+        kind = _kind(entry)
+        if kind:
+            raise ArgumentError(f"{where}: {kind}; name a distribution alone; {offered(config)}")
+        name = normalized(entry.strip())
+        if name in wheelhouse:
+            found.add(name)
+        elif name not in base:
+            raise ArgumentError(f"{where}: not in the wheelhouse; {offered(config)}")
+    return tuple(sorted(found))

@@ -1,0 +1,180 @@
+"""Packages provided from the vetted wheelhouse (runner/execution/provided.py, issue 27), through the
+pool in every mode: what the code imports is installed once and importable, `packages` covers an
+import no scan sees, the directories are read-only to sandboxed runs, a corrupted wheel is an
+internal_error naming it while the pool goes on, and sessions keep what their calls were given.
+
+Needs the wheelhouse `make wheelhouse` downloads and the package environment (`make test` has both
+and points RUNNER_TEST_WHEELHOUSE and RUNNER_TEST_PACKAGES at them); without them these are skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from runner.config import Config
+from runner.environment import open_environment
+from runner.execution.pool import Pool
+from runner.outcome import NEW_SESSION, RunRequest, RunResult, Status
+from tests.conftest import REPO
+from tests.e2e.test_data import with_packages
+from tests.helpers import checked
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
+
+WHEELHOUSE = os.environ.get("RUNNER_TEST_WHEELHOUSE") or str(REPO / ".wheelhouse")
+# Where runs' imports come from in each mode: forked from the preloading zygote, plain and namespaced;
+# a fresh interpreter, plain and in bubblewrap.
+MODES = ("fork-server", "namespaces", "posix-spawn", "bwrap")
+SANDBOXED = ("namespaces", "bwrap")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One cache for the module: each distribution is installed (and compiled) once for all its tests."""
+    path = tmp_path_factory.mktemp("environments") / "cache"
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def needs_wheelhouse() -> None:
+    if not os.path.isfile(os.path.join(WHEELHOUSE, "requirements.lock")):
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must download the wheelhouse: no {WHEELHOUSE} (make wheelhouse)")
+        pytest.skip(f"no wheelhouse at {WHEELHOUSE}: make wheelhouse downloads it")
+
+
+def with_wheelhouse(config: Config, mode: str, cache: Path, wheelhouse: str = WHEELHOUSE, **changes: object) -> Config:
+    """`config` in `mode` with the package environment and the wheelhouse, its cache at `cache`."""
+    needs_wheelhouse()
+    packaged = dataclasses.replace(with_packages(config, mode), **changes)  # type: ignore[arg-type]
+    opened = open_environment(dataclasses.replace(packaged, wheelhouse=wheelhouse, wheelhouse_cache=str(cache)))
+    found = ("wheelhouse", "wheelhouse_cache", "wheelhouse_versions")
+    return dataclasses.replace(packaged, **{name: getattr(opened, name) for name in found})
+
+
+async def run(pool: Pool, code: str, **fields: object) -> RunResult:
+    return checked(await pool.run(RunRequest("9ac4a9e0", textwrap.dedent(code), 120, **fields)))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_sklearn_and_bs4_imported_by_the_code_just_work_with_no_packages_argument(
+    config: Config, cache: Path, mode: str, no_leaks: None
+) -> None:
+    # scikit-learn imports scipy.stats, which alone maps about 250 MiB in a fresh interpreter: data
+    # work in a spawned mode wants a larger limit (docs/spawn-modes.md, the preloading zygote).
+    spawned = {"max_memory_mb": 1024} if mode in ("posix-spawn", "bwrap") else {}
+    async with Pool.open(with_wheelhouse(config, mode, cache, **spawned)) as pool:
+        result = await run(
+            pool,
+            """
+            from bs4 import BeautifulSoup
+            import sklearn
+            from sklearn.linear_model import LinearRegression
+            print(BeautifulSoup("<p>hi</p>", "html.parser").p.text)
+            print(LinearRegression().fit([[0], [1]], [0, 2]).coef_)
+            """,
+        )
+        assert result.status is Status.OK, result.to_text()
+        assert result.stdout.text.split("\n")[:2] == ["hi", "[2.]"]
+
+
+async def test_an_import_no_scan_sees_works_through_packages_and_fails_without(
+    config: Config, cache: Path, no_leaks: None
+) -> None:
+    code = "import importlib\nname = 'tab' + 'ulate'\nprint(importlib.import_module(name).tabulate([[1, 2]]))"
+    async with Pool.open(with_wheelhouse(config, "namespaces", cache)) as pool:
+        without = await run(pool, code)
+        assert without.status is Status.ERROR
+        assert "ModuleNotFoundError: No module named 'tabulate'" in without.stderr.text
+        named = await run(pool, code, packages=("tabulate",))
+        assert named.status is Status.OK, named.to_text()
+        assert "-  -" in named.stdout.text
+
+
+@pytest.mark.parametrize("mode", SANDBOXED)
+async def test_a_sandboxed_run_cannot_write_into_a_provided_environment(
+    config: Config, cache: Path, mode: str, no_leaks: None
+) -> None:
+    code = """
+        import os, sympy
+        home = os.path.dirname(sympy.__file__)
+        for attempt in (lambda: open(os.path.join(home, "evil.py"), "w"), lambda: os.remove(sympy.__file__),
+                        lambda: os.rename(home, home + ".moved"), lambda: os.chmod(sympy.__file__, 0o777)):
+            try:
+                attempt()
+            except OSError as exc:
+                print(exc.errno)
+            else:
+                print("written")
+    """
+    async with Pool.open(with_wheelhouse(config, mode, cache)) as pool:
+        result = await run(pool, code)
+    assert result.status is Status.OK, result.to_text()
+    assert result.stdout.text.split() == ["30"] * 4  # EROFS, each of them
+    assert not list(cache.glob("sympy-*/sympy/evil.py"))
+
+
+async def test_two_calls_that_first_want_the_same_package_at_once_install_it_once(
+    config: Config, tmp_path: Path, no_leaks: None
+) -> None:
+    fresh = tmp_path / "fresh-cache"
+    async with Pool.open(with_wheelhouse(config, "fork-server", fresh, max_concurrent=2)) as pool:
+        assert pool.packages is not None
+        results: list[RunResult] = []
+
+        async def one() -> None:
+            results.append(await run(pool, "import yaml\nprint(yaml.safe_dump({'a': 1}), end='')"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one)
+            tg.start_soon(one)
+        assert [r.stdout.text for r in results] == ["a: 1\n", "a: 1\n"], [r.to_text() for r in results]
+        assert pool.packages.environments.installs == 1
+        assert [p.name.split("-")[0] for p in fresh.iterdir()] == ["pyyaml"]
+        again = await run(pool, "import yaml")
+        assert again.status is Status.OK
+        assert pool.packages.environments.installs == 1
+
+
+async def test_a_corrupted_wheel_is_an_internal_error_naming_it_and_the_pool_goes_on(
+    config: Config, tmp_path: Path, no_leaks: None
+) -> None:
+    needs_wheelhouse()
+    house = tmp_path / "house"
+    shutil.copytree(WHEELHOUSE, house)
+    [wheel] = house.glob("tabulate-*.whl")
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one byte of it changed: the lock's hash no longer matches
+    wheel.write_bytes(bytes(data))
+    async with Pool.open(with_wheelhouse(config, "fork-server", tmp_path / "cache", wheelhouse=str(house))) as pool:
+        broken = await run(pool, "import tabulate")
+        assert broken.status is Status.INTERNAL_ERROR
+        assert "tabulate-0" in broken.message
+        assert "does not have any of the lock's hashes for tabulate" in broken.message
+        named = await run(pool, "print(1)", packages=("tabulate",))
+        assert named.status is Status.INTERNAL_ERROR
+        fine = await run(pool, "import yaml\nprint('still serving')")
+        assert (fine.status, fine.stdout.text) == (Status.OK, "still serving\n")
+    assert not list((tmp_path / "cache").glob("tabulate*"))
+
+
+async def test_a_session_keeps_what_its_calls_were_given_and_gets_more_as_it_goes(
+    config: Config, cache: Path, no_leaks: None
+) -> None:
+    async with Pool.open(with_wheelhouse(config, "namespaces", cache)) as pool:
+        first = await run(pool, "import sympy\nx = sympy.Symbol('x')", session=NEW_SESSION)
+        assert first.status is Status.OK, first.to_text()
+        assert first.session is not None
+        handle = first.session.handle
+        second = await run(pool, "from bs4 import BeautifulSoup\nprint(sympy.expand((x + 1) ** 2))", session=handle)
+        assert second.status is Status.OK, second.to_text()
+        assert second.stdout.text == "x**2 + 2*x + 1\n"
+        assert await pool.close_session(handle, None) is None
