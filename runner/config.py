@@ -33,6 +33,9 @@ from runner.variables import SandboxMode as SandboxMode
 from runner.variables import SandboxNetwork as SandboxNetwork
 from runner.variables import Transport as Transport
 
+# In RUNNER_WHEELHOUSE_CACHE: the installed packages, the one part of it runs see (`provided_packages`).
+PROVIDED_DIRECTORY = "packages"
+
 
 @dataclass(frozen=True, slots=True)
 class HttpConfig:
@@ -154,6 +157,12 @@ class Config:
                 "not the Mcp-Name header, picks the worker of a connection"
             )
         return ""
+
+    @property
+    def provided_packages(self) -> str:
+        """Where the wheelhouse's installed packages are (one directory each), which runs see read-only:
+        the cache's `packages` directory; its locks and half-done installs beside it, which they do not."""
+        return os.path.join(self.wheelhouse_cache, PROVIDED_DIRECTORY) if self.wheelhouse_cache else ""
 
     @property
     def keeps_output(self) -> bool:

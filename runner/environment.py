@@ -17,7 +17,7 @@ import stat
 import sys
 import tempfile
 
-from runner.config import DEFAULT_PRELOAD, Config
+from runner.config import DEFAULT_PRELOAD, PROVIDED_DIRECTORY, Config
 from runner.errors import ConfigError
 
 # The pool's directory in RUNNER_WORK_DIR (`runner.execution.pool.Pool.open`), where runs' own are made.
@@ -86,8 +86,8 @@ def _packages(path: str) -> tuple[str, str]:
 
 
 def _wheelhouse(path: str, installed: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-    """RUNNER_WHEELHOUSE, resolved, and "name version" of each distribution its lock pins that the
-    package environment does not have: what runs may have installed for them."""
+    """RUNNER_WHEELHOUSE, resolved, and "name version" of each distribution its lock pins, with its
+    wheel there, that the package environment does not have: what runs may have installed for them."""
     if not path:
         return "", ()
     lock = os.path.join(path, WHEELHOUSE_LOCK)
@@ -98,7 +98,13 @@ def _wheelhouse(path: str, installed: tuple[str, ...]) -> tuple[str, tuple[str, 
     with open(lock, encoding="utf-8") as file:
         pins = _PIN.findall(file.read())
     have = {_normalized(line.split(" ")[0]) for line in installed}
-    offered = sorted((_normalized(name), version) for name, version in pins if _normalized(name) not in have)
+    # A pin without its wheel (a wheelhouse `make check-wheelhouse` would refuse) is not offered.
+    wheels = {_normalized(name.split("-")[0]) for name in os.listdir(path) if name.endswith(".whl")}
+    offered = sorted(
+        (_normalized(name), version)
+        for name, version in pins
+        if _normalized(name) not in have and _normalized(name) in wheels
+    )
     if not offered:
         raise ConfigError(
             "RUNNER_WHEELHOUSE", f"expected {lock} to pin distributions, found none beyond RUNNER_PACKAGES"
@@ -111,14 +117,14 @@ def _normalized(name: str) -> str:
 
 
 def _wheelhouse_cache(path: str, work_dir: str) -> str:
-    """RUNNER_WHEELHOUSE_CACHE, made if missing: a directory of the server's own that no one else can
-    write (runs trust what is in it by its name), or one only root can write (an image's, installed
-    at build time). The pool makes it searchable by all (`Environments`): a root server's runs are
-    other uids."""
+    """RUNNER_WHEELHOUSE_CACHE, made if missing with its `packages` directory (which runs see, so it is
+    there before the sandbox's probe binds it): a directory, not a link, of the server's own that no one
+    else can write (runs trust what is in it by its name), or one only root can write (an image's,
+    installed at build time). Readable by all: a root server's runs are other uids."""
     path = path or os.path.join(work_dir, f"{POOL_PREFIX}environments-{os.geteuid()}")
     try:
-        os.makedirs(path, mode=0o711, exist_ok=True)
-        info = os.stat(path)
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        info = os.lstat(path)
     except OSError as exc:
         raise ConfigError(
             "RUNNER_WHEELHOUSE_CACHE", f"expected a directory the server can make, got {path!r}: {exc}"
@@ -126,9 +132,14 @@ def _wheelhouse_cache(path: str, work_dir: str) -> str:
     if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (os.geteuid(), 0) or info.st_mode & 0o022:
         raise ConfigError(
             "RUNNER_WHEELHOUSE_CACHE",
-            f"{path!r} must be a directory of the server's uid (or root's) that no one else can write, "
-            f"not mode {stat.S_IMODE(info.st_mode):04o} of uid {info.st_uid}: runs import what is in it",
+            f"{path!r} must be a directory (not a link) of the server's uid (or root's) that no one else can "
+            f"write, not mode {stat.S_IMODE(info.st_mode):04o} of uid {info.st_uid}: runs import what is in it",
         )
+    if info.st_uid == os.geteuid() and os.access(path, os.W_OK):
+        packages = os.path.join(path, PROVIDED_DIRECTORY)
+        os.makedirs(packages, exist_ok=True)
+        for made in (path, packages):
+            os.chmod(made, 0o755)  # noqa: S103  (public packages; a root server's runs are other uids)
     return os.path.realpath(path)
 
 

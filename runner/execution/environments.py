@@ -14,21 +14,25 @@ later server, reuses it as it is. An install:
 - unpacks it as PEP 427 says for a target directory: every member where it says, but `*.data/purelib`
   and `*.data/platlib` moved to the top, and scripts, headers and data left out; no code of the
   package runs (wheels have no build step, and nothing is imported);
-- refuses a member outside the directory, a link, more than `max_install_bytes` in all, or an install
-  that takes longer than `max_install_seconds`, and then leaves nothing behind;
-- writes into a temporary directory beside the cache's and renames it into place, so a half-done
-  install is never found; two calls that want the same distribution at once install it once;
+- refuses a member outside the directory, a link, more than `MAX_MEMBERS` members or `max_install_bytes`
+  in all, or an install that takes longer than `max_install_seconds`, and then leaves nothing behind;
+- writes into a scratch directory beside the packages and renames it into place, so a half-done install
+  is never found; two calls of one server that want the same distribution at once install it once;
 - makes what it writes readable by all and writable by the server alone, whatever its umask: a root
   server's runs are other uids, and a sandboxed run sees the cache read-only anyway.
 
-The cache has a size cap: past it, the distributions least recently used go first, never one a run
-is using. Servers may share a cache (HTTP workers, replicas on one host, a restart): a directory in
-use is held with a shared flock(2) on it, and one is removed only by a server that gets the exclusive
-lock without waiting, after renaming it out of the way; so no server removes what another's run is
-importing. What a server finds at start is counted against its cap, least recently used by its
-mtime, which every release touches. A cache the server cannot write (an image's, installed at build
-time by `python -m runner --install-packages`) is used as it is: nothing is installed into it or
-evicted from it.
+The cache (`root`) holds `packages/` (the installed directories, the one part runs see, read-only),
+`locks/` (a lock file per directory) and `scratch/` (installs under way, directories being removed),
+both mode 0700 and outside every run's view: a run that could lock what the server locks could stall
+every other call's install. It has a size cap: past it, the distributions least recently used go
+first, never one a run is using. Servers may share a cache (HTTP workers, replicas on one host, a
+restart): a directory in use is held with a shared flock(2) on its lock file, and one is removed only
+by a server that gets the exclusive lock without waiting, after renaming it out of the way; so no
+server removes what another's run is importing. Two servers that install one distribution at once
+both unpack it, and one's copy is kept. What a server finds at start is counted against its cap,
+least recently used by its mtime, which every release touches. A cache the server cannot write (an
+image's, installed at build time by `python -m runner --install-packages`) is used as it is: nothing
+is installed into it, evicted from it or locked.
 
 Pip is not used: the image's server has none, and what a target-directory install of a wheel does is
 the few steps above, over the standard library's zipfile.
@@ -51,12 +55,21 @@ import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 import anyio
 
+from runner.config import PROVIDED_DIRECTORY
+
 CHUNK = 1 << 20
-TEMPORARY_PREFIX = ".installing-"
-EVICTING_PREFIX = ".evicting-"
+MAX_MEMBERS = 100_000
+# The cache's parts besides its packages (config.PROVIDED_DIRECTORY), which no run sees.
+LOCKS = "locks"
+SCRATCH = "scratch"
+TEMPORARY_PREFIX = "installing-"
+EVICTING_PREFIX = "evicting-"
+# How long a server waits for another's exclusive lock (held only while it renames a directory away).
+LOCK_PATIENCE = 10.0
 # What an installed distribution's directory is called (`directory_name`).
 _INSTALLED = re.compile(r"^[A-Za-z0-9_.]+-[^-/]+-[0-9a-f]{16}$")
 DIRECTORY_MODE = 0o755
@@ -78,10 +91,14 @@ class Wanted:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as file:
-        while chunk := file.read(CHUNK):
-            digest.update(chunk)
+        return _sha256(file)
+
+
+def _sha256(file: BinaryIO) -> str:
+    digest = hashlib.sha256()
+    while chunk := file.read(CHUNK):
+        digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -110,40 +127,58 @@ def _make_directories(destination: Path, relative: PurePosixPath) -> Path:
 
 
 def install_wheel(wanted: Wanted, destination: Path, max_bytes: int, max_seconds: float) -> int:
-    """Unpack `wanted`'s wheel into `destination` (which must not exist); the bytes written."""
+    """Unpack `wanted`'s wheel into `destination` (which must not exist); the bytes written. The wheel
+    is opened once: what is unpacked is what was hashed."""
     deadline = time.monotonic() + max_seconds
-    if sha256_of(wanted.wheel) not in wanted.hashes:
-        raise InstallError(f"{wanted.wheel.name} does not have any of the lock's hashes for {wanted.name}")
-    destination.mkdir()
-    destination.chmod(DIRECTORY_MODE)
-    written = 0
     try:
-        with zipfile.ZipFile(wanted.wheel) as archive:
-            for info in archive.infolist():
-                if info.is_dir():
-                    continue
-                if stat.S_ISLNK(info.external_attr >> 16):
-                    raise InstallError(f"{wanted.wheel.name} holds a link: {info.filename[:200]!r}")
-                target = _target(info.filename)
-                if target is None:
-                    continue
-                path = _make_directories(destination, target) / target.name
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
-                os.fchmod(fd, FILE_MODE)
-                with archive.open(info) as source, open(fd, "wb") as sink:
-                    while chunk := source.read(CHUNK):
-                        written += len(chunk)
-                        if written > max_bytes:
-                            raise InstallError(f"{wanted.wheel.name} unpacks to more than {max_bytes:,} bytes")
-                        if time.monotonic() > deadline:
-                            raise InstallError(f"{wanted.wheel.name} took more than {max_seconds:g} s to install")
-                        sink.write(chunk)
-    except (OSError, zipfile.BadZipFile, EOFError) as exc:
-        shutil.rmtree(destination, ignore_errors=True)
-        raise InstallError(f"{wanted.wheel.name} could not be installed: {exc}") from exc
-    except BaseException:
-        shutil.rmtree(destination, ignore_errors=True)
-        raise
+        wheel = wanted.wheel.open("rb")
+    except OSError as exc:
+        raise InstallError(f"the wheel of {wanted.name} cannot be read: {exc}") from exc
+    with wheel:
+        if _sha256(wheel) not in wanted.hashes:
+            raise InstallError(f"{wanted.wheel.name} does not have any of the lock's hashes for {wanted.name}")
+        wheel.seek(0)
+        try:
+            destination.mkdir()
+            destination.chmod(DIRECTORY_MODE)
+            return _unpack(wanted, wheel, destination, max_bytes, deadline, max_seconds)
+        except (OSError, zipfile.BadZipFile, EOFError) as exc:
+            shutil.rmtree(destination, ignore_errors=True)
+            raise InstallError(f"{wanted.wheel.name} could not be installed: {exc}") from exc
+        except BaseException:
+            shutil.rmtree(destination, ignore_errors=True)
+            raise
+
+
+def _unpack(
+    wanted: Wanted, wheel: BinaryIO, destination: Path, max_bytes: int, deadline: float, max_seconds: float
+) -> int:
+    written = 0
+    with zipfile.ZipFile(wheel) as archive:
+        members = archive.infolist()
+        if len(members) > MAX_MEMBERS:
+            raise InstallError(f"{wanted.wheel.name} has more than {MAX_MEMBERS:,} members")
+        for info in members:
+            if time.monotonic() > deadline:
+                raise InstallError(f"{wanted.wheel.name} took more than {max_seconds:g} s to install")
+            if info.is_dir():
+                continue
+            if stat.S_ISLNK(info.external_attr >> 16):
+                raise InstallError(f"{wanted.wheel.name} holds a link: {info.filename[:200]!r}")
+            target = _target(info.filename)
+            if target is None:
+                continue
+            path = _make_directories(destination, target) / target.name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
+            os.fchmod(fd, FILE_MODE)
+            with archive.open(info) as source, open(fd, "wb") as sink:
+                while chunk := source.read(CHUNK):
+                    written += len(chunk)
+                    if written > max_bytes:
+                        raise InstallError(f"{wanted.wheel.name} unpacks to more than {max_bytes:,} bytes")
+                    if time.monotonic() > deadline:
+                        raise InstallError(f"{wanted.wheel.name} took more than {max_seconds:g} s to install")
+                    sink.write(chunk)
     return written
 
 
@@ -189,47 +224,34 @@ def _size(path: Path) -> int:
     return total
 
 
-def _locked(path: Path, how: int) -> int | None:
-    """An fd of the directory `path` holding flock `how`; None where it is gone or the lock is taken."""
+def _lock(path: Path, how: int, patience: float = 0.0) -> int | None:
+    """An fd of the lock file (or directory) `path` holding flock `how`, waited for up to `patience`
+    seconds; None where it is taken (or, a directory, gone)."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, flags | os.O_DIRECTORY) if path.is_dir() else os.open(path, flags | os.O_CREAT, 0o600)
     except OSError:
         return None
-    try:
-        fcntl.flock(fd, how)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return None
-        raise
-    return fd
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.01)
+        except OSError:
+            os.close(fd)
+            raise
 
 
-def _remove_locked(root: Path, path: Path) -> bool:
-    """Remove the directory `path` unless some server holds it; whether it went."""
-    fd = _locked(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    if fd is None:
-        return False
+def _age(path: Path) -> float:
     try:
-        if not _same(fd, path):
-            return False
-        aside = Path(tempfile.mkdtemp(prefix=EVICTING_PREFIX, dir=root))
-        os.rename(path, aside / path.name)
+        return time.time() - path.lstat().st_mtime
     except OSError:
-        return False
-    finally:
-        os.close(fd)
-    shutil.rmtree(aside, ignore_errors=True)
-    return True
-
-
-def _same(fd: int, path: Path) -> bool:
-    """Whether `path` is still the directory `fd` was opened on (another server may have moved it)."""
-    try:
-        held, there = os.fstat(fd), os.lstat(path)
-    except OSError:
-        return False
-    return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
+        return 0.0
 
 
 @dataclass
@@ -238,7 +260,7 @@ class _Installed:
     size: int
     used: float  # when last handed out or given back (wall-clock: kept across servers as the mtime)
     holders: int = 0
-    held: int | None = None  # the directory's fd, share-locked while this server's runs hold it
+    held: int | None = None  # its lock file's fd, share-locked while this server's runs hold it
 
 
 @dataclass
@@ -253,6 +275,7 @@ class Environments:
     python: str = ""
     _installed: dict[str, _Installed] = field(default_factory=dict)
     _locks: dict[str, anyio.Lock] = field(default_factory=dict)
+    _evicting: anyio.Lock = field(default_factory=anyio.Lock)
     # A wheel's SHA-256 by its path, size and mtime: read once, not on every call that wants it.
     _digests: dict[Path, tuple[int, int, str]] = field(default_factory=dict)
     installs: int = 0  # installs made by this server (a number for tests and the log)
@@ -260,31 +283,55 @@ class Environments:
 
     def __post_init__(self) -> None:
         # A directory is trusted by its name: no one but the server (or root, for an image's) may write here.
-        self.root.mkdir(mode=0o711, parents=True, exist_ok=True)
-        info = self.root.stat()
-        if info.st_uid not in (os.getuid(), 0) or info.st_mode & 0o022:
+        self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
+        info = self.root.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (os.getuid(), 0) or info.st_mode & 0o022:
             raise InstallError(
-                f"{self.root} must be the server's own (or root's) and writable by no one else to hold installed "
-                f"packages, not mode {stat.S_IMODE(info.st_mode):04o} of uid {info.st_uid}"
+                f"{self.root} must be a directory of the server's own (or root's), writable by no one else, to hold "
+                f"installed packages, not mode {stat.S_IMODE(info.st_mode):04o} of uid {info.st_uid}"
             )
         self.writable = os.access(self.root, os.W_OK)
-        if self.writable and info.st_uid == os.getuid() and info.st_mode & 0o711 != 0o711:
-            self.root.chmod(stat.S_IMODE(info.st_mode) | 0o711)  # searchable: a root server's runs are other uids
+        self.packages = self.root / PROVIDED_DIRECTORY
         self.max_install_bytes = min(self.max_install_bytes, self.max_bytes)
+        if not self.writable:
+            return
+        self.packages.mkdir(exist_ok=True)
+        if info.st_uid == os.getuid():
+            # Readable by all (a root server's runs are other uids); locks and scratch by the server alone.
+            for public in (self.root, self.packages):
+                public.chmod(DIRECTORY_MODE)
+        for private in (LOCKS, SCRATCH):
+            (self.root / private).mkdir(mode=0o700, exist_ok=True)
+            (self.root / private).chmod(0o700)
 
-    def scan(self) -> None:
-        """Count what earlier servers installed against the cap, and remove what they left half done
-        (an install or an eviction a killed server did not finish; never one a live server is doing).
-        Blocking: for a thread."""
-        for entry in sorted(self.root.iterdir()):
-            name = entry.name
-            if name.startswith((TEMPORARY_PREFIX, EVICTING_PREFIX)):
-                if self.writable:
-                    _remove_locked(self.root, entry)
-            elif _INSTALLED.match(name) and entry.is_dir() and name not in self._installed:
+    async def scan(self) -> None:
+        """Count what earlier servers installed against the cap, then evict past it; and remove what
+        they left half done (an install or an eviction a killed server did not finish: old, and locked
+        by no one)."""
+        found = await anyio.to_thread.run_sync(self._found)
+        for key, installed in found.items():
+            self._installed.setdefault(key, installed)
+        await self._evict()
+
+    def _found(self) -> dict[str, _Installed]:
+        if self.writable:
+            stale_after = 2 * self.max_install_seconds + 60
+            for entry in sorted((self.root / SCRATCH).iterdir()):
+                if _age(entry) > stale_after:
+                    fd = _lock(entry, fcntl.LOCK_EX)
+                    if fd is not None:
+                        shutil.rmtree(entry, ignore_errors=True)
+                        os.close(fd)
+        found = {}
+        try:
+            entries = sorted(self.packages.iterdir())
+        except OSError:  # none yet, or not ours to list: nothing to count
+            entries = []
+        for entry in entries:
+            if _INSTALLED.match(entry.name) and entry.is_dir():
                 with contextlib.suppress(OSError):
-                    self._installed[name] = _Installed(entry, _size(entry), entry.stat().st_mtime)
-        self._evict()
+                    found[entry.name] = _Installed(entry, _size(entry), entry.stat().st_mtime)
+        return found
 
     async def acquire(self, wanted: Iterable[Wanted]) -> list[Path]:
         """The directories of `wanted`, installed first where they are not yet, held until `release`."""
@@ -295,7 +342,7 @@ class Environments:
         except BaseException:
             self._release(held)
             raise
-        await anyio.to_thread.run_sync(self._evict)  # removing directories: not on the event loop
+        await self._evict()
         return [self._installed[key].path for key in held]
 
     def release(self, paths: Iterable[Path]) -> None:
@@ -323,8 +370,7 @@ class Environments:
             installed.used = now  # used until its run ended
             if installed.holders == 0 and installed.held is not None:
                 with contextlib.suppress(OSError):
-                    if self.writable:
-                        os.utime(installed.held, (now, now))  # the order of use, for a later server
+                    os.utime(installed.path, (now, now))  # the order of use, for a later server
                 os.close(installed.held)
                 installed.held = None
 
@@ -350,33 +396,44 @@ class Environments:
         async with lock:  # a second call for the same distribution waits for the first's install
             installed = self._installed.get(key)
             if installed is None or installed.holders == 0:
-                self._installed[key] = await anyio.to_thread.run_sync(self._held, wanted, key)
+                # Shielded: a thread cannot be stopped, and what it holds must be recorded to be let go.
+                with anyio.CancelScope(shield=True):
+                    self._installed[key] = await anyio.to_thread.run_sync(self._held, wanted, key)
             installed = self._installed[key]
             installed.holders += 1
             installed.used = time.time()
             return key
 
     def _held(self, wanted: Wanted, key: str) -> _Installed:
-        """`key`'s directory share-locked, installed first if it is not there (or another server just
-        removed it). Blocking: for a thread."""
-        path = self.root / key
-        for _ in range(3):
-            fd = _locked(path, fcntl.LOCK_SH)
-            if fd is not None and _same(fd, path):
-                known = self._installed.get(key)
-                size = known.size if known is not None else _size(path)
-                return _Installed(path, size, time.time(), held=fd)
+        """`key`'s directory share-locked (where the cache is writable: a read-only one is never
+        evicted), installed first if it is not there. Blocking: for a thread."""
+        path = self.packages / key
+        fd = None
+        if self.writable:
+            fd = _lock(self.root / LOCKS / key, fcntl.LOCK_SH, LOCK_PATIENCE)
+            if fd is None:
+                raise InstallError(
+                    f"{wanted.name} is being removed by another server, for more than {LOCK_PATIENCE:g} s"
+                )
+        try:
+            if not path.is_dir():
+                self._install(wanted, key)
+            known = self._installed.get(key)
+            size = known.size if known is not None else _size(path)
+        except BaseException:
             if fd is not None:
                 os.close(fd)
-            self._install(wanted, key)
-        raise InstallError(f"{key} was removed each time it was installed")
+            raise
+        return _Installed(path, size, time.time(), held=fd)
 
     def _install(self, wanted: Wanted, key: str) -> None:
-        path = self.root / key
         if not self.writable:
             raise InstallError(f"{wanted.name} is not installed in {self.root}, which the server cannot write")
-        scratch = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=self.root))
-        fd = _locked(scratch, fcntl.LOCK_EX)  # a server starting meanwhile leaves it alone
+        try:
+            scratch = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=self.root / SCRATCH))
+        except OSError as exc:
+            raise InstallError(f"{wanted.name} could not be installed: {exc}") from exc
+        fd = _lock(scratch, fcntl.LOCK_EX)  # while it is young no other server's scan removes it anyway
         try:
             started = time.monotonic()
             install_wheel(wanted, scratch / key, self.max_install_bytes, self.max_install_seconds)
@@ -384,7 +441,7 @@ class Environments:
                 left = self.max_install_seconds - (time.monotonic() - started)
                 compile_bytecode(self.python, scratch / key, wanted, left)
             try:
-                os.rename(scratch / key, path)
+                os.rename(scratch / key, self.packages / key)
             except OSError as exc:  # another server put the same there first: the same files
                 if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                     raise InstallError(f"{wanted.name} could not be put in place: {exc}") from exc
@@ -394,13 +451,49 @@ class Environments:
             shutil.rmtree(scratch, ignore_errors=True)
         self.installs += 1
 
-    def _evict(self) -> None:
-        """Past the cap, the least recently used go first; never one a run holds, here or elsewhere."""
+    async def _evict(self) -> None:
+        """Past the cap, the least recently used go first; never one a run holds, here or elsewhere.
+        The choice and the bookkeeping are made here, one eviction at a time; a thread only removes."""
         if not self.writable:
             return
-        idle = sorted((i.used, key) for key, i in self._installed.items() if i.holders == 0)
-        for _, key in idle:
-            if self.size <= self.max_bytes:
-                break
-            if _remove_locked(self.root, self._installed[key].path) or not self._installed[key].path.exists():
-                del self._installed[key]
+        async with self._evicting:
+            victims, size = [], self.size
+            for _, key in sorted((i.used, key) for key, i in self._installed.items() if i.holders == 0):
+                if size <= self.max_bytes:
+                    break
+                victim = self._installed.pop(key)
+                victims.append((key, victim))
+                size -= victim.size
+            if not victims:
+                return
+            with anyio.CancelScope(shield=True):
+                gone = await anyio.to_thread.run_sync(self._remove_all, [key for key, _ in victims])
+            for (key, victim), removed in zip(victims, gone, strict=True):
+                if not removed:  # held by another server's run: counted still, and tried again later
+                    self._installed.setdefault(key, victim)
+
+    def _remove_all(self, keys: list[str]) -> list[bool]:
+        return [self._remove(key) for key in keys]
+
+    def _remove(self, key: str) -> bool:
+        """Remove `key`'s directory unless some server holds it; whether it is gone. Blocking."""
+        path = self.packages / key
+        fd = _lock(self.root / LOCKS / key, fcntl.LOCK_EX)
+        if fd is None:
+            return not path.exists()
+        try:
+            aside = Path(tempfile.mkdtemp(prefix=EVICTING_PREFIX, dir=self.root / SCRATCH))
+        except OSError:
+            os.close(fd)
+            return False
+        try:
+            os.rename(path, aside / key)
+            gone = True
+        except FileNotFoundError:
+            gone = True
+        except OSError:
+            gone = False
+        finally:
+            os.close(fd)
+        shutil.rmtree(aside, ignore_errors=True)
+        return gone

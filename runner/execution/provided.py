@@ -48,7 +48,7 @@ class ProvidedPackages:
         environments = Environments(
             Path(config.wheelhouse_cache), config.max_wheelhouse_cache_bytes, python=config.python
         )
-        await anyio.to_thread.run_sync(environments.scan)
+        await environments.scan()
         log_event(
             logger,
             logging.INFO,

@@ -149,13 +149,7 @@ class Sessions:
         )
 
     def _unknown(self, handle: str, caller: str | None) -> str:
-        ended = self._ended.get(handle)
-        shown = handle if len(handle) <= 64 else handle[:64] + "..."
-        if ended is not None and ended[0] == caller:
-            return f'unknown session {shown!r}: it ended ({ended[1]}); start another with session "new"'
-        return (
-            f'unknown session {shown!r}: no open session of this caller has that handle; start one with session "new"'
-        )
+        return _unknown_message(handle, caller, self._ended.get(handle))
 
     async def _start_and_run(
         self, request: RunRequest, waited: float, on_progress: ProgressCallback | None
@@ -200,6 +194,9 @@ class Sessions:
             provided = await self._provided.provide(request, session.packages)
             if isinstance(provided, RunResult):
                 return provided
+            if self._open.get(session.handle) is not session:  # closed while its packages were installed
+                self._provided.release(provided.values())
+                return self._unknown_call(request)
             session.packages.update(provided)
         try:
             call = await session.keeper.call()
@@ -344,6 +341,15 @@ async def _end_call_at_oom(anchor: Child, call: KeptCall) -> None:
         await anchor.oom_noticed.wait()
     call.oom_kills += 1
     call.kill_group()
+
+
+def _unknown_message(handle: str, caller: str | None, ended: tuple[str | None, str, float] | None) -> str:
+    """Why a call names no open session: the session of `handle` `ended` (caller, why, when), or none of
+    this caller's ever had it."""
+    shown = handle if len(handle) <= 64 else handle[:64] + "..."
+    if ended is not None and ended[0] == caller:
+        return f'unknown session {shown!r}: it ended ({ended[1]}); start another with session "new"'
+    return f'unknown session {shown!r}: no open session of this caller has that handle; start one with session "new"'
 
 
 def _refusal(c: Config, open_sessions: list[Session], caller: str | None) -> str:

@@ -271,7 +271,7 @@ def view_binds(config: Config) -> list[str]:
     system = (*SYSTEM_VIEW, *(NETWORK_VIEW if config.sandbox_network == "shared" else ()))
     wanted = [path for path in system if os.path.lexists(path)]
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
-    for path in (prefix, config.packages, config.wheelhouse_cache, *config.sandbox_read_paths):
+    for path in (prefix, config.packages, _provided(config), *config.sandbox_read_paths):
         if path and path != "/" and not any(within(path, held) for held in wanted):
             wanted.append(path)
     return wanted
@@ -296,12 +296,18 @@ def hidden_files(config: Config) -> list[str]:
 
 
 def _kept(config: Config) -> list[str]:
-    """An interpreter, a package environment (RUNNER_PACKAGES), the wheelhouse's cache (by default in
+    """An interpreter, a package environment (RUNNER_PACKAGES), the wheelhouse's packages (by default in
     the work directory, /tmp) or a path runs may read (RUNNER_SANDBOX_READ_PATHS) under a directory the
     sandbox replaces must stay visible (read-only)."""
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
-    wanted = [prefix, *filter(None, [config.packages, config.wheelhouse_cache]), *config.sandbox_read_paths]
+    wanted = [prefix, *filter(None, [config.packages, _provided(config)]), *config.sandbox_read_paths]
     return [path for path in wanted if any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))]
+
+
+def _provided(config: Config) -> str:
+    """The wheelhouse's installed packages, where there are (a read-only cache may have none); never
+    the rest of the cache, whose locks a run could otherwise hold."""
+    return config.provided_packages if os.path.isdir(config.provided_packages) else ""
 
 
 def plan_isolation(config: Config) -> IsolationPlan:

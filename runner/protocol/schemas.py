@@ -97,7 +97,7 @@ def input_schema(config: Config) -> dict[str, Any]:
 
 def _packages_description(config: Config) -> str:
     if not config.wheelhouse_versions:
-        return "This server has no wheelhouse: leave this out (an entry is refused)."
+        return "This server has no wheelhouse: leave this out (an entry other than a preinstalled package is refused)."
     names = ", ".join(line.split(" ")[0] for line in config.wheelhouse_versions)
     return (
         "Distributions to provide besides what the code's import statements already bring in (those need no "

@@ -425,6 +425,11 @@ def test_the_dockerfile_has_two_stages_on_the_lock_s_python_with_deps_before_cod
     assert image.env["RUNNER_MAX_PROCESSES"] == "16"
     assert image.env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert image.env["RUNNER_PACKAGES"] == "/opt/sandbox-env"
+    assert (image.env["RUNNER_WHEELHOUSE"], image.env["RUNNER_WHEELHOUSE_CACHE"]) == (
+        "/opt/wheelhouse",
+        "/opt/environments",
+    )
+    assert "python -m runner --install-packages" in final.all("RUN")[-1], "the image's cache installed at build"
     assert image.env["PATH"].startswith("/app/.venv/bin:/usr/local/bin:")
     ignore = [line for line in (REPO / ".dockerignore").read_text().splitlines() if line and line[0] != "#"]
     assert ignore[:7] == [
@@ -1006,6 +1011,22 @@ async def test_the_console_script_with_an_empty_runner_packages_gives_runs_the_s
     result = await session_of(entry, tmp_path / "server.log")
     assert result["error"], result
     assert "No module named 'numpy'" in result["stderr"], result
+
+
+@pytest.mark.anyio
+async def test_the_console_script_gives_runs_the_clone_s_wheelhouse_and_an_empty_one_takes_it_away(
+    tmp_path: Path,
+) -> None:
+    needs_the_clone_s_install()
+    if not (REPO / ".wheelhouse" / "requirements.lock").is_file():
+        pytest.skip("no .wheelhouse in the clone: `make wheelhouse` downloads it")
+    code = "import yaml\nprint(yaml.safe_dump([1]), end='')"
+    cache = {"RUNNER_WHEELHOUSE_CACHE": str(tmp_path / "cache")}  # not the clone's user's, in /tmp
+    found = await session_of({**readme_entry(), "env": cache}, tmp_path / "server.log", code)
+    assert (found["error"], found["stdout"]) == (False, "- 1\n"), found
+    entry = {**readme_entry(), "env": {**cache, "RUNNER_WHEELHOUSE": ""}}
+    refused = await session_of(entry, tmp_path / "server.log", code)
+    assert "No module named 'yaml'" in refused["stderr"], refused
 
 
 @pytest.mark.anyio

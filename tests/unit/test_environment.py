@@ -141,8 +141,11 @@ def test_a_wheelhouse_offers_what_its_lock_pins_beyond_the_package_environment_a
     house = tmp_path / "house"
     house.mkdir()
     (house / "requirements.lock").write_text(
-        "numpy==2.4.6 \\\n    --hash=sha256:00\nSymPy==1.14.0 \\\n    --hash=sha256:11\nmpmath==1.3.0\n"
+        "numpy==2.4.6 \\\n    --hash=sha256:00\nSymPy==1.14.0 \\\n    --hash=sha256:11\n"
+        "mpmath==1.3.0\ntabulate==0.10.0\n"
     )
+    for wheel in ("sympy-1.14.0-py3-none-any.whl", "mpmath-1.3.0-py3-none-any.whl", "numpy-2.4.6-cp311.whl"):
+        (house / wheel).write_bytes(b"")  # tabulate's is missing: it is not offered
     site = tmp_path / "env" / "site-packages"
     (site / "numpy-2.4.6.dist-info").mkdir(parents=True)
     read = Config.from_env(
@@ -152,18 +155,32 @@ def test_a_wheelhouse_offers_what_its_lock_pins_beyond_the_package_environment_a
     assert config.wheelhouse_versions == ("mpmath 1.3.0", "sympy 1.14.0")
     assert config.wheelhouse_cache == str(tmp_path / f"python-runner-environments-{os.geteuid()}")
     assert os.path.isdir(config.wheelhouse_cache)
+    assert config.provided_packages == os.path.join(config.wheelhouse_cache, "packages")
+    assert os.path.isdir(config.provided_packages), "there before the sandbox's probe binds it"
     assert open_environment(config) == config
     assert open_environment(Config.from_env({})).wheelhouse_cache == "", "no wheelhouse, no cache"
 
 
 def test_a_wheelhouse_without_its_lock_or_a_cache_others_can_write_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="expected a wheelhouse holding requirements.lock") as caught:
+    with pytest.raises(ConfigError, match=r"expected a wheelhouse holding requirements\.lock") as caught:
         open_environment(Config.from_env({"RUNNER_WHEELHOUSE": str(tmp_path)}))
     assert caught.value.variable == "RUNNER_WHEELHOUSE"
     (tmp_path / "requirements.lock").write_text("sympy==1.14.0\n")
+    (tmp_path / "sympy-1.14.0-py3-none-any.whl").write_bytes(b"")
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
     with pytest.raises(ConfigError, match="that no one else can write") as caught:
         open_environment(Config.from_env({"RUNNER_WHEELHOUSE": str(tmp_path), "RUNNER_WHEELHOUSE_CACHE": str(shared)}))
+    assert caught.value.variable == "RUNNER_WHEELHOUSE_CACHE"
+
+
+def test_a_cache_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "requirements.lock").write_text("sympy==1.14.0\n")
+    (tmp_path / "sympy-1.14.0-py3-none-any.whl").write_bytes(b"")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    environ = {"RUNNER_WHEELHOUSE": str(tmp_path), "RUNNER_WHEELHOUSE_CACHE": str(tmp_path / "link")}
+    with pytest.raises(ConfigError, match=r"must be a directory \(not a link\)") as caught:
+        open_environment(Config.from_env(environ))
     assert caught.value.variable == "RUNNER_WHEELHOUSE_CACHE"

@@ -3,6 +3,7 @@ once under concurrency, and the cache's cap. Wheels made here; no process."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import stat
@@ -125,7 +126,8 @@ async def test_a_corrupted_wheel_is_an_error_naming_it_and_the_next_install_stil
     environments = Environments(tmp_path / "cache", max_bytes=1 << 20)
     with pytest.raises(InstallError, match=r"bad-1\.0-py3-none-any\.whl does not have any of the lock's hashes"):
         await environments.acquire([good, bad])
-    assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith("good")] == []
+    assert [p.name for p in (tmp_path / "cache" / "packages").iterdir() if not p.name.startswith("good")] == []
+    assert list((tmp_path / "cache" / "scratch").iterdir()) == []
     [path] = await environments.acquire([good])
     assert (path / "good.py").exists()
 
@@ -155,7 +157,9 @@ async def test_what_is_installed_is_readable_by_all_and_writable_by_the_server_a
         "alpha/sub/__init__.py": 0o644,
         "alpha/data.txt": 0o644,
     }
-    assert stat.S_IMODE((tmp_path / "cache").stat().st_mode) & 0o711 == 0o711
+    cache = tmp_path / "cache"
+    parts = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [cache, *cache.iterdir()]}
+    assert parts == {"cache": 0o755, "packages": 0o755, "locks": 0o700, "scratch": 0o700}
 
 
 async def test_a_later_server_counts_what_it_finds_against_its_cap_and_evicts_the_least_recently_used(
@@ -168,12 +172,16 @@ async def test_a_later_server_counts_what_it_finds_against_its_cap_and_evicts_th
     [path_b] = await first.acquire([b])
     first.release([path_b])
     os.utime(path_a, (1, 1))  # used long ago
-    (tmp_path / "cache" / ".installing-left-by-a-killed-server").mkdir()
+    scratch = tmp_path / "cache" / "scratch"
+    (scratch / "installing-left-by-a-killed-server").mkdir()
+    os.utime(scratch / "installing-left-by-a-killed-server", (1, 1))
+    (scratch / "installing-of-a-live-server").mkdir()  # young: its install may be under way
     later = Environments(tmp_path / "cache", max_bytes=500)
-    later.scan()
+    await later.scan()
     assert (path_a.exists(), path_b.exists()) == (False, True)
     assert later.size == 400
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [path_b.name]
+    assert sorted(p.name for p in (tmp_path / "cache" / "packages").iterdir()) == [path_b.name]
+    assert sorted(p.name for p in scratch.iterdir()) == ["installing-of-a-live-server"]
 
 
 async def test_a_directory_another_server_holds_is_never_evicted(tmp_path: Path) -> None:
@@ -181,28 +189,68 @@ async def test_a_directory_another_server_holds_is_never_evicted(tmp_path: Path)
     other = Environments(tmp_path / "cache", max_bytes=1 << 20)
     [path_a] = await other.acquire([a])  # held by the other server's run
     this = Environments(tmp_path / "cache", max_bytes=500)
-    this.scan()  # over the cap, but a is held
+    await this.scan()  # over the cap, but a is held
     [path_b] = await this.acquire([b])
     this.release([path_b])
     assert path_a.exists()
     other.release([path_a])
-    this.scan()
+    await this.scan()
     assert this.size <= 500
     assert not path_a.exists() or not path_b.exists()
 
 
+async def test_a_lock_a_run_takes_on_a_package_directory_stalls_no_install_or_eviction(tmp_path: Path) -> None:
+    """Runs see `packages/` (read-only), and flock works on a read-only directory: the server's own
+    locks are files in `locks/`, which no run sees."""
+    a, b = (make_wheel(tmp_path, name, {f"{name}.py": bytes(400)}) for name in ("a", "b"))
+    environments = Environments(tmp_path / "cache", max_bytes=500)
+    [path_a] = await environments.acquire([a])
+    environments.release([path_a])
+    run_fd = os.open(path_a, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(run_fd, fcntl.LOCK_EX)  # what a hostile run could do, and keep doing
+        with anyio.fail_after(5):
+            assert await environments.acquire([a]) == [path_a]
+            environments.release([path_a])
+            [path_b] = await environments.acquire([b])  # a, least recently used, goes
+        assert not path_a.exists()
+        environments.release([path_b])
+    finally:
+        os.close(run_fd)
+
+
+async def test_calls_that_evict_at_once_lose_no_hold_and_keep_the_books_straight(tmp_path: Path) -> None:
+    wheels = [make_wheel(tmp_path, name, {f"{name}.py": bytes(400)}) for name in "abcdefgh"]
+    environments = Environments(tmp_path / "cache", max_bytes=1000)
+
+    async def use(wanted: Wanted) -> None:
+        paths = await environments.acquire([wanted])
+        await anyio.sleep(0)
+        environments.release(paths)
+
+    for _ in range(3):
+        async with anyio.create_task_group() as tg:
+            for wanted in wheels:
+                tg.start_soon(use, wanted)
+    assert await environments.acquire([]) == []
+    assert environments.size <= 1000
+    assert all(i.holders == 0 and i.held is None for i in environments._installed.values())
+    on_disk = {p.name for p in (tmp_path / "cache" / "packages").iterdir()}
+    assert on_disk == {i.path.name for i in environments._installed.values()}
+
+
 async def test_a_cache_the_server_cannot_write_is_used_as_it_is(tmp_path: Path) -> None:
     if os.geteuid() == 0:
-        pytest.skip("root writes everywhere; the image's server is uid 10001 (test_container)")
+        pytest.skip("root writes a directory of any mode: tests/e2e/execution/test_provided.py mounts it read-only")
     wanted = make_wheel(tmp_path, "alpha", {"alpha.py": b""})
     missing = make_wheel(tmp_path, "beta", {"beta.py": b""})
     [path] = await Environments(tmp_path / "cache", max_bytes=1 << 20).acquire([wanted])
     (tmp_path / "cache").chmod(0o555)
     try:
         frozen = Environments(tmp_path / "cache", max_bytes=1)
-        frozen.scan()
+        await frozen.scan()
         assert await frozen.acquire([wanted]) == [path]
-        with pytest.raises(InstallError, match="beta is not installed in .*, which the server cannot write"):
+        with pytest.raises(InstallError, match=r"beta is not installed in .*, which the server cannot write"):
             await frozen.acquire([missing])
     finally:
         (tmp_path / "cache").chmod(0o711)
