@@ -144,10 +144,14 @@ class Progress:
     stderr_bytes: int
     stdout_tail: str = ""
     stderr_tail: str = ""
+    # Before the run: what the server does for it first (packages it installs from the wheelhouse).
+    preparing: str = ""
 
     def describe(self) -> str:
         """The message of a progress notification: a first line, then the latest lines of each stream
         that has any."""
+        if self.preparing:
+            return self.preparing
         output = self.stdout_bytes + self.stderr_bytes
         parts = [f"running for {self.elapsed:.0f}s of {self.timeout:g}s; output {output:,} bytes"]
         for name, tail in (("stdout", self.stdout_tail), ("stderr", self.stderr_tail)):

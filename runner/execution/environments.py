@@ -345,6 +345,16 @@ class Environments:
         await self._evict()
         return [self._installed[key].path for key in held]
 
+    async def missing(self, wanted: Iterable[Wanted]) -> list[str]:
+        """The names of `wanted` not installed yet (as far as their lock's hashes tell)."""
+
+        def there(one: Wanted) -> bool:
+            return any((self.packages / directory_name(one, digest)).is_dir() for digest in one.hashes)
+
+        wanted = list(wanted)
+        found = await anyio.to_thread.run_sync(lambda: [there(one) for one in wanted])
+        return [one.name for one, installed in zip(wanted, found, strict=True) if not installed]
+
     def release(self, paths: Iterable[Path]) -> None:
         """A run that held these directories has ended. What is over the cap then goes at the next
         `acquire` (or `scan`), in a thread: removing directories is not for the event loop."""

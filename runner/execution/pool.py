@@ -176,7 +176,7 @@ class Pool:
 
         try:
             if self._provided is not None:
-                provided = await self._provided.provide(request)
+                provided = await self._provided.provide(request, progress=on_progress)
                 if isinstance(provided, RunResult):
                     return provided
                 held = tuple(provided.values())

@@ -20,11 +20,12 @@ import anyio
 
 from runner.config import Config
 from runner.environment import WHEELHOUSE_LOCK
+from runner.execution.driver import ProgressCallback
 from runner.execution.environments import Environments, InstallError, Wanted
 from runner.execution.supply import imported_packages
 from runner.execution.wheelhouse import Wheelhouse
 from runner.logs import log_event
-from runner.outcome import RunRequest, RunResult, Status
+from runner.outcome import Progress, RunRequest, RunResult, Status
 
 
 class ProvidedPackages:
@@ -65,13 +66,21 @@ class ProvidedPackages:
         house = self.wheelhouse
         return house.closure([*house.for_modules(imported_packages(code)), *asked])
 
-    async def acquire(self, names: tuple[str, ...], request_id: str) -> tuple[Path, ...]:
+    async def acquire(
+        self, names: tuple[str, ...], request_id: str, progress: ProgressCallback | None = None
+    ) -> tuple[Path, ...]:
         """The directories of `names`, installed first where they are not, held until `release`;
-        `InstallError` naming the distribution that cannot be installed."""
+        `InstallError` naming the distribution that cannot be installed. `progress` hears once which
+        are installed first, where any is."""
         if not names:
             return ()
         house = self.wheelhouse
         wanted = [Wanted(n, house.pins[n].version, house.wheels[n], house.pins[n].hashes) for n in names]
+        if progress is not None:
+            missing = await self.environments.missing(wanted)
+            if missing:
+                said = f"installing {', '.join(missing)} from the wheelhouse (their first use on this server)"
+                await progress(Progress(0.0, 0.0, 0, 0, preparing=said))
         before, started = self.environments.installs, anyio.current_time()
         paths = await self.environments.acquire(wanted)
         if self.environments.installs != before:
@@ -86,12 +95,14 @@ class ProvidedPackages:
             )
         return tuple(paths)
 
-    async def provide(self, request: RunRequest, held: Container[str] = ()) -> dict[str, Path] | RunResult:
+    async def provide(
+        self, request: RunRequest, held: Container[str] = (), progress: ProgressCallback | None = None
+    ) -> dict[str, Path] | RunResult:
         """What `request` needs beyond `held` (a session's), installed and held: each distribution's
         directory; or an `internal_error` result naming the one that could not be installed."""
         names = tuple(name for name in self.needed(request.code, request.packages) if name not in held)
         try:
-            return dict(zip(names, await self.acquire(names, request.request_id), strict=True))
+            return dict(zip(names, await self.acquire(names, request.request_id, progress), strict=True))
         except InstallError as exc:
             log_event(self._log, logging.ERROR, "packages not installed", request.request_id, error=str(exc))
             message = f"a package this run needs could not be installed: {exc}"

@@ -191,7 +191,7 @@ class Sessions:
             return self._unknown_call(request)
         session.used = anyio.current_time()
         if self._provided is not None:  # what the call needs beyond what the session holds
-            provided = await self._provided.provide(request, session.packages)
+            provided = await self._provided.provide(request, session.packages, on_progress)
             if isinstance(provided, RunResult):
                 return provided
             if self._open.get(session.handle) is not session:  # closed while its packages were installed

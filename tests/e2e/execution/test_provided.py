@@ -28,7 +28,7 @@ from runner.config import Config
 from runner.environment import open_environment
 from runner.execution.environments import Environments, Wanted
 from runner.execution.pool import Pool
-from runner.outcome import NEW_SESSION, RunRequest, RunResult, Status
+from runner.outcome import NEW_SESSION, Progress, RunRequest, RunResult, Status
 from tests.conftest import REPO
 from tests.e2e.test_data import with_packages
 from tests.helpers import checked
@@ -256,3 +256,22 @@ async def test_a_cache_on_a_read_only_mount_is_used_as_it_is_even_by_root(tmp_pa
     assert "beta is not installed in" in seen["refused"]
     assert "which the server cannot write" in seen["refused"]
     assert path.exists(), "nothing evicted from it, though over its cap of 1 byte"
+
+
+async def test_a_first_use_says_what_it_installs_before_the_run_and_a_second_says_nothing(
+    config: Config, tmp_path: Path, no_leaks: None
+) -> None:
+    heard: list[Progress] = []
+
+    async def hear(progress: Progress) -> None:
+        heard.append(progress)
+
+    async with Pool.open(with_wheelhouse(config, "fork-server", tmp_path / "cache")) as pool:
+        first = await pool.run(RunRequest("9ac4a9e1", "import bs4", 60), hear)
+        assert first.status is Status.OK, first.to_text()
+        said = "installing beautifulsoup4, soupsieve, typing-extensions from the wheelhouse"
+        assert [p.describe() for p in heard] == [f"{said} (their first use on this server)"]
+        heard.clear()
+        second = await pool.run(RunRequest("9ac4a9e2", "import bs4", 60), hear)
+        assert second.status is Status.OK
+        assert heard == []
