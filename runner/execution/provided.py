@@ -24,7 +24,7 @@ from runner.execution.driver import ProgressCallback
 from runner.execution.environments import Environments, InstallError, Wanted
 from runner.execution.supply import imported_packages
 from runner.execution.wheelhouse import Wheelhouse
-from runner.logs import log_event
+from runner.logs import NO_REQUEST, log_event
 from runner.outcome import Progress, RunRequest, RunResult, Status
 
 
@@ -116,7 +116,7 @@ class ProvidedPackages:
         """Install every distribution of the wheelhouse (an image's build does, into its read-only
         cache); the number installed now."""
         names = tuple(sorted(self.wheelhouse.wheels))
-        paths = await self.acquire(names, "")
+        paths = await self.acquire(names, NO_REQUEST)
         self.release(paths)
         return self.environments.installs
 
