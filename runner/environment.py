@@ -97,13 +97,13 @@ def _wheelhouse(path: str, installed: tuple[str, ...]) -> tuple[str, tuple[str, 
         )
     with open(lock, encoding="utf-8") as file:
         pins = _PIN.findall(file.read())
-    have = {_normalized(line.split(" ")[0]) for line in installed}
+    have = {normalized_name(line.split(" ")[0]) for line in installed}
     # A pin without its wheel (a wheelhouse `make check-wheelhouse` would refuse) is not offered.
-    wheels = {_normalized(name.split("-")[0]) for name in os.listdir(path) if name.endswith(".whl")}
+    wheels = {normalized_name(name.split("-")[0]) for name in os.listdir(path) if name.endswith(".whl")}
     offered = sorted(
-        (_normalized(name), version)
+        (normalized_name(name), version)
         for name, version in pins
-        if _normalized(name) not in have and _normalized(name) in wheels
+        if normalized_name(name) not in have and normalized_name(name) in wheels
     )
     if not offered:
         raise ConfigError(
@@ -112,7 +112,9 @@ def _wheelhouse(path: str, installed: tuple[str, ...]) -> tuple[str, tuple[str, 
     return os.path.realpath(path), tuple(f"{name} {version}" for name, version in offered)
 
 
-def _normalized(name: str) -> str:
+def normalized_name(name: str) -> str:
+    """PEP 503: the form under which two spellings of a distribution's name are the same (the lock's,
+    a wheel's file name, a `packages` entry)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 

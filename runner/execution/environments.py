@@ -351,7 +351,9 @@ class Environments:
         def there(one: Wanted) -> bool:
             return any((self.packages / directory_name(one, digest)).is_dir() for digest in one.hashes)
 
-        wanted = list(wanted)
+        wanted = [one for one in wanted if not any(directory_name(one, d) in self._installed for d in one.hashes)]
+        if not wanted:  # all known to this server: no thread
+            return []
         found = await anyio.to_thread.run_sync(lambda: [there(one) for one in wanted])
         return [one.name for one, installed in zip(wanted, found, strict=True) if not installed]
 

@@ -18,17 +18,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.environment import normalized_name as normalized
+
 _ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)[^\n]*\n((?:[ \t]+[^\n]*\n)*)", re.MULTILINE)
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 _VIA_ONE = re.compile(r"^[ \t]*# via ([^\n]+)$", re.MULTILINE)
 _VIA_MANY = re.compile(r"^[ \t]*#[ \t]{2,}([^\n]+)$", re.MULTILINE)
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _EXTENSION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.[\w-]+)?\.(?:so|pyd)$")
-
-
-def normalized(name: str) -> str:
-    """PEP 503: the form under which two spellings of a project name are the same."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,16 +15,12 @@ import re
 from collections.abc import Sequence
 
 from runner.config import Config
+from runner.environment import normalized_name as normalized
 from runner.errors import ArgumentError
 
 MAX_PACKAGES = 64
 MAX_NAME_CHARS = 200
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
-
-
-def normalized(name: str) -> str:
-    """PEP 503: the form under which two spellings of a project name are the same."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def offered(config: Config) -> str:
