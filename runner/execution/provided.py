@@ -39,13 +39,16 @@ class ProvidedPackages:
     @classmethod
     async def opened(cls, config: Config, logger: logging.Logger) -> ProvidedPackages | None:
         """The wheelhouse of an opened configuration, its cache looked over (None without one).
-        Reading the wheels' directories and sizing the cache are done in a thread."""
+        Reading the lock and the wheels' directories, and sizing the cache, are done in threads."""
         if not config.wheelhouse:
             return None
         directory = Path(config.wheelhouse)
         base = [line.split(" ")[0] for line in config.package_versions]
-        lock = (directory / WHEELHOUSE_LOCK).read_text(encoding="utf-8")
-        wheelhouse = await anyio.to_thread.run_sync(Wheelhouse.read, directory, lock, base)
+
+        def read() -> Wheelhouse:
+            return Wheelhouse.read(directory, (directory / WHEELHOUSE_LOCK).read_text(encoding="utf-8"), base)
+
+        wheelhouse = await anyio.to_thread.run_sync(read)
         environments = Environments(
             Path(config.wheelhouse_cache), config.max_wheelhouse_cache_bytes, python=config.python
         )
