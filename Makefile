@@ -217,7 +217,12 @@ bench-timeline: $(RUN_STAMP) ## Per-stage timeline of sequential trivial calls (
 
 SOAK_RUNS ?= 2000
 
-soak: $(DEV_STAMP) ## Long soak (bench/soak.py, both spawn modes) and protocol fuzzing at 10x; not in make test
-	$(PY) bench/soak.py --runs $(SOAK_RUNS) --sandbox none
-	$(PY) bench/soak.py --runs $(SOAK_RUNS) --sandbox none-posix-spawn
+# Every RUNNER_SANDBOX value, the default first.
+SOAK_MODES ?= auto namespaces bwrap none none-posix-spawn
+
+soak: $(DEV_STAMP) ## Long soak (bench/soak.py) in every RUNNER_SANDBOX mode, the default first, and protocol fuzzing at 10x; not in make test
+	@for mode in $(SOAK_MODES); do \
+		echo "== soak: $(SOAK_RUNS) runs, RUNNER_SANDBOX=$$mode"; \
+		$(PY) bench/soak.py --runs $(SOAK_RUNS) --sandbox $$mode || exit 1; \
+	done
 	FUZZ_SCALE=10 $(VENV)/bin/pytest -q tests/e2e/test_fuzz.py

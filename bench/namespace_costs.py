@@ -292,7 +292,7 @@ def in_kept_namespaces(runs: int, lent_network: bool) -> tuple[float, float, flo
     child = os.fork()
     if child == 0:
         try:
-            spaces = pidspaces.PidSpaces([60, 1 << 40, 1 << 20, 1 << 40])
+            spaces = pidspaces.PidSpaces([60, 1 << 40, 1 << 20, 1 << 40], 1)
             spaces.prepare()
             one = kept_namespace_run(spaces, lent_network)
             one()  # the namespace made, the first faults

@@ -6,28 +6,34 @@
 The client is raw newline-delimited JSON-RPC over the server's stdin/stdout (no SDK), so that every
 line the server writes is parsed and checked, and cancellation is an exact `notifications/cancelled`.
 Runs are mixed: normal, failing, timing out, flooding output, reading stdin, leaving a setsid daemon
-behind, and cancelled 0-0.4 s after being sent; the client keeps `--concurrency` calls in flight, above
-the server's RUNNER_MAX_CONCURRENT, so calls queue. After the mix, a "cancel storm" writes
-`--cancel-storm` calls back to back, each cancelled as soon as it is sent.
+behind, cancelled 0-0.4 s after being sent, and sessions (harness/soak_sessions.py: opened, used,
+rolled back after every kind of failure, attacked from inside a call, then closed, left to expire or
+ended by their keeper's death); the client keeps `--concurrency` calls in flight, above the server's
+RUNNER_MAX_CONCURRENT, so calls queue. After the mix, a "cancel storm" writes `--cancel-storm` calls
+back to back, each cancelled as soon as it is sent.
 
 Checks (the script exits 1 when one fails):
 
-- every call got the status its kind must end in, once; cancelled calls got no answer; every stdout
-  line was a JSON-RPC 2.0 message;
+- every call got the status its kind must end in, once (every call of a session story included);
+  cancelled calls got no answer; every stdout line was a JSON-RPC 2.0 message;
 - with the server idle again (no count moving for 1.2 s), compared with the same state after a
   warm-up: no more processes of ours (the server's helpers: warm pool, fork server; a process is
-  "ours" when the work dir is in its command line or environment), no more entries in the work dir,
-  no more server fds (/proc/<pid>/fd; root only, the server is non-dumpable), and server VmRSS growth
-  under `--max-rss-growth-mib` (default 16 MiB);
-- on stdin EOF the server exits 0 and leaves no process and nothing in the work dir;
+  "ours" when the work dir is in its command line or environment) but kept PID namespaces' inits;
+  of those, no zygote ever more than its bound (RUNNER_POOL_SIZE + RUNNER_MAX_CONCURRENT +
+  RUNNER_MAX_SESSIONS; sampled through the mix, harness/soak_census.py); no more zygote fds (but the
+  three each kept namespace holds) and no other zygote mounts; no more entries in the work dir, no
+  more server fds (/proc/<pid>/fd; root only, the server is non-dumpable), no more run cgroups, no
+  more host mounts (the same once the server is gone), and server VmRSS growth under
+  `--max-rss-growth-mib` (default 16 MiB);
+- on stdin EOF the server exits 0 and leaves no process, nothing in the work dir and no cgroup;
 - a client that disconnects mid-run, killed (stdin EOF and a dead stdout) or closing the server's
-  stdin, leaves no run nor setsid daemon of a run alive one second later, and the server is gone
-  within 5 s.
+  stdin, leaves no run nor setsid daemon of a run alive one second later (in every mode: each marks
+  itself by its command name), and the server is gone within 5 s.
 
 Usage (from the repository root):
 
     .venv/bin/python bench/soak.py --runs 2000
-    .venv/bin/python bench/soak.py --runs 2000 --sandbox none-posix-spawn --concurrency 32
+    .venv/bin/python bench/soak.py --runs 2000 --sandbox bwrap --concurrency 32
     .venv/bin/python bench/soak.py --runs 100 --json /tmp/soak.json --log /tmp/server.log
 
 A summary table goes to stdout (`--json` writes the figures too). The server's log goes to `--log`;
@@ -62,6 +68,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.procfs import proc_status
 from harness.servers import REPO
+from harness.soak_census import Census, count_lines, kept_bound
+from harness.soak_sessions import Story, plan_story
 
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "soak", "version": "1"}}
 LINE_LIMIT = 64 * 1024 * 1024  # the client's own bound on one line from the server
@@ -154,6 +162,7 @@ class Plan:
     arguments: dict[str, Any]
     verdict: Verdict | None  # None: cancelled, no answer expected
     cancel_after: float | None = None
+    story: Story | None = None  # a session's calls, made one after another (harness/soak_sessions.py)
 
 
 SLEEP = "import time\ntime.sleep(30)"
@@ -207,6 +216,10 @@ def plan_cancelled(rng: random.Random) -> Plan:
     return Plan("cancelled", {"code": SLEEP, "timeout": 30}, None, cancel_after=rng.uniform(0.0, 0.4))
 
 
+def plan_session(rng: random.Random) -> Plan:
+    return Plan("session", {}, None, story=plan_story(rng))
+
+
 KINDS: dict[str, tuple[int, Callable[[random.Random], Plan]]] = {
     "normal": (35, plan_normal),
     "failing": (15, plan_failing),
@@ -215,6 +228,7 @@ KINDS: dict[str, tuple[int, Callable[[random.Random], Plan]]] = {
     "stdin": (10, plan_stdin),
     "daemon": (5, plan_daemon),
     "cancelled": (15, plan_cancelled),
+    "session": (6, plan_session),
 }
 
 
@@ -332,47 +346,100 @@ class Tally:
     wrong: list[str] = field(default_factory=list)
     cancelled_ids: list[int] = field(default_factory=list)
     calls: int = 0
+    stories: int = 0  # of the calls, session stories (each several calls)
 
 
-async def drive(client: Client, batch: list[Plan], concurrency: int, tally: Tally, answer_within: float = 120) -> None:
-    """Make every call of `batch`, at most `concurrency` in flight, and record what came back."""
+# Session stories open at once: within RUNNER_MAX_SESSIONS_PER_CALLER (`server_env`), so that none
+# is refused for the cap (tests/e2e/execution/test_sessions.py tests the caps).
+STORIES_AT_ONCE = 8
+SESSION_IDLE_SECONDS = 3
+
+
+async def make_call(
+    client: Client,
+    tally: Tally,
+    kind: str,
+    arguments: dict[str, Any],
+    *,
+    tool: str = "run_python",
+    cancel_after: float | None = None,
+    answer_within: float = 120,
+) -> dict[str, Any] | None:
+    """One call, its answer recorded under `kind`: its structuredContent, or None if it was cancelled
+    (`cancel_after` seconds after it was sent, unless answered by then) or had no proper answer."""
+    started = time.monotonic()
+    request_id, future = await client.send("tools/call", {"name": tool, "arguments": arguments})
+    if cancel_after is not None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(future), cancel_after)
+        if future.done():
+            tally.statuses[kind]["finished before the cancel"] += 1
+            return None
+        client.pending.pop(request_id, None)  # an answer now would be counted as a stray
+        params = {"requestId": request_id, "reason": "soak"}
+        await client.write({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
+        tally.cancelled_ids.append(request_id)
+        tally.statuses[kind]["cancelled"] += 1
+        tally.latencies[kind].append(time.monotonic() - started)
+        return None
+    try:
+        response = await asyncio.wait_for(future, answer_within)
+    except TimeoutError:
+        tally.statuses[kind]["no answer"] += 1
+        tally.wrong.append(f"{kind} call {request_id}: no answer within {answer_within:g} s")
+        return None
+    tally.latencies[kind].append(time.monotonic() - started)
+    structured = response.get("result", {}).get("structuredContent")
+    if not isinstance(structured, dict):
+        tally.statuses[kind]["protocol error"] += 1
+        tally.wrong.append(f"{kind} call {request_id}: {json.dumps(response)[:200]}")
+        return None
+    tally.statuses[kind][structured.get("status", "closed" if structured.get("closed") else "?")] += 1
+    return structured
+
+
+@dataclass
+class StoryCaller:
+    """A session story's calls (`harness.soak_sessions.StoryCall`), recorded under "session"."""
+
+    client: Client
+    tally: Tally
+    sandboxed: bool
+    idle_seconds: float = SESSION_IDLE_SECONDS
+
+    async def __call__(
+        self, arguments: dict[str, Any], *, tool: str = "run_python", cancel_after: float | None = None
+    ) -> dict[str, Any] | None:
+        return await make_call(self.client, self.tally, "session", arguments, tool=tool, cancel_after=cancel_after)
+
+
+async def drive(
+    client: Client, batch: list[Plan], concurrency: int, tally: Tally, *, sandboxed: bool, answer_within: float = 120
+) -> None:
+    """Make every call of `batch`, at most `concurrency` in flight (and `STORIES_AT_ONCE` session
+    stories, each one call at a time, on top), and record what came back."""
     gate = asyncio.Semaphore(concurrency)
+    stories = asyncio.Semaphore(STORIES_AT_ONCE)
+    caller = StoryCaller(client, tally, sandboxed)
 
     async def one(plan: Plan) -> None:
+        if plan.story is not None:
+            async with stories:
+                tally.calls += 1
+                tally.stories += 1
+                tally.wrong.extend(await plan.story(caller))
+            return
         async with gate:
-            started = time.monotonic()
-            request_id, future = await client.send("tools/call", {"name": "run_python", "arguments": plan.arguments})
             tally.calls += 1
-            if plan.cancel_after is not None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(future), plan.cancel_after)
-                if future.done():
-                    tally.statuses[plan.kind]["finished before the cancel"] += 1
-                    return
-                client.pending.pop(request_id, None)  # an answer now would be counted as a stray
-                params = {"requestId": request_id, "reason": "soak"}
-                await client.write({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
-                tally.cancelled_ids.append(request_id)
-                tally.statuses[plan.kind]["cancelled"] += 1
-                tally.latencies[plan.kind].append(time.monotonic() - started)
+            arguments, kind = plan.arguments, plan.kind
+            structured = await make_call(
+                client, tally, kind, arguments, cancel_after=plan.cancel_after, answer_within=answer_within
+            )
+            if structured is None or plan.verdict is None:
                 return
-            try:
-                response = await asyncio.wait_for(future, answer_within)
-            except TimeoutError:
-                tally.statuses[plan.kind]["no answer"] += 1
-                tally.wrong.append(f"{plan.kind} call {request_id}: no answer within {answer_within:g} s")
-                return
-            tally.latencies[plan.kind].append(time.monotonic() - started)
-            structured = response.get("result", {}).get("structuredContent")
-            if not isinstance(structured, dict):
-                tally.statuses[plan.kind]["protocol error"] += 1
-                tally.wrong.append(f"{plan.kind} call {request_id}: {json.dumps(response)[:200]}")
-                return
-            tally.statuses[plan.kind][structured.get("status", "?")] += 1
-            assert plan.verdict is not None
             problem = plan.verdict(structured)
             if problem is not None:
-                tally.wrong.append(f"{plan.kind} call {request_id}: {problem}")
+                tally.wrong.append(f"{kind} call: {problem}")
 
     await asyncio.gather(*(one(plan) for plan in batch))
 
@@ -488,6 +555,18 @@ class Check:
     skipped: bool = False
 
 
+@dataclass
+class Peak:
+    """The most kept PID namespaces any zygote of the server had, sampled while the mix runs."""
+
+    inits: int = 0
+
+    async def sample(self, server: int, every: float = 0.25) -> None:
+        while True:
+            self.inits = max(self.inits, Census.of(server).most_inits)
+            await asyncio.sleep(every)
+
+
 def server_env(work_dir: Path, args: argparse.Namespace) -> dict[str, str]:
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -499,6 +578,9 @@ def server_env(work_dir: Path, args: argparse.Namespace) -> dict[str, str]:
         "RUNNER_MAX_OUTPUT_MB": "1",
         "RUNNER_MAX_CPU_SECONDS": "10",
         "RUNNER_LOG_LEVEL": "info",
+        "RUNNER_SESSION_IDLE_SECONDS": str(SESSION_IDLE_SECONDS),
+        "RUNNER_MAX_SESSIONS": str(args.max_sessions),
+        "RUNNER_MAX_SESSIONS_PER_CALLER": str(STORIES_AT_ONCE),
         **dict(item.split("=", 1) for item in args.env),
     }
 
@@ -514,6 +596,7 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
         "seed": args.seed,
     }
     checks: list[Check] = []
+    host_mounts_at_start = count_lines("/proc/self/mountinfo")
     with open(log_path, "wb") as log:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -530,21 +613,33 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
     try:
         await client.initialize()
         warm = Tally()
-        await drive(client, plans(rng, args.warmup), args.concurrency, warm)
+        sandboxed = args.sandbox not in ("none", "none-posix-spawn")
+        await drive(client, plans(rng, args.warmup), args.concurrency, warm, sandboxed=sandboxed)
         figures["quiet_after_warmup"] = await quiet(process.pid, work_dir)
         rss_before, fds_before = proc_status(process.pid).get("VmRSS"), fd_count(process.pid)
-        helpers_before, entries_before = ours(work_dir, process.pid), entries(work_dir)
+        census_before = Census.of(process.pid)
+        helpers_before = [pid for pid in ours(work_dir, process.pid) if pid not in census_before.all_inits]
+        entries_before = entries(work_dir)
         cgroups_before = run_cgroups(process.pid)
         figures["helpers_after_warmup"] = describe(helpers_before)
 
         tally = Tally()
         started = time.monotonic()
-        await drive(client, plans(rng, args.runs), args.concurrency, tally)
+        peak = Peak()
+        sampling = asyncio.create_task(peak.sample(process.pid))
+        try:
+            await drive(client, plans(rng, args.runs), args.concurrency, tally, sandboxed=sandboxed)
+        finally:
+            sampling.cancel()
         wall = time.monotonic() - started
         await cancel_storm(client, args.cancel_storm, tally)
         figures["quiet_at_end"] = await quiet(process.pid, work_dir)
         rss_after, fds_after = proc_status(process.pid).get("VmRSS"), fd_count(process.pid)
-        helpers_after, entries_after = ours(work_dir, process.pid), entries(work_dir)
+        census_after = Census.of(process.pid)
+        peak.inits = max(peak.inits, census_after.most_inits)
+        helpers_after = [pid for pid in ours(work_dir, process.pid) if pid not in census_after.all_inits]
+        entries_after = entries(work_dir)
+        host_mounts_at_end = census_after.host_mounts
         cgroups_after = run_cgroups(process.pid)
         helpers_described = figures["helpers_at_end"] = describe(helpers_after)
         figures["work_dir_at_end"] = [str(path.relative_to(work_dir)) for path in entries_after]
@@ -560,18 +655,21 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
     # that fast).
     deadline = time.monotonic() + 1.0
     while True:
-        leaked_after = sorted(set(processes_mentioning(str(work_dir))) | {p for p in helpers_after if alive(p)})
+        last_seen = {*helpers_after, *census_after.all_inits}
+        leaked_after = sorted(set(processes_mentioning(str(work_dir))) | {p for p in last_seen if alive(p)})
         if not leaked_after or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.02)
     left_files = sorted(str(path) for path in work_dir.rglob("*"))
     left_cgroups = sorted(server_cgroups(process.pid))
+    host_mounts_left = count_lines("/proc/self/mountinfo")
     log_text = log_path.read_text(errors="replace")
 
     figures.update(
         wall_seconds=round(wall, 2),
         runs_per_second=round(args.runs / wall, 1),
         statuses={kind: dict(counts) for kind, counts in sorted(tally.statuses.items())},
+        session_stories=tally.stories,
         latency_seconds={
             kind: {"p50": round(statistics.median(v), 3), "p95": round(_percentile(v, 95), 3), "max": round(max(v), 3)}
             for kind, v in sorted(tally.latencies.items())
@@ -620,8 +718,52 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
         Check(
             "server's processes, end vs warm-up",
             len(helpers_after) <= len(helpers_before),
-            f"{len(helpers_before)} -> {len(helpers_after)} (warm pool, fork server; bound: no more)"
-            + (f"; new: {new[:3]}" if len(helpers_after) > len(helpers_before) else ""),
+            f"{len(helpers_before)} -> {len(helpers_after)} (warm pool, fork server; but kept PID namespaces' "
+            "inits; bound: no more)" + (f"; new: {new[:3]}" if len(helpers_after) > len(helpers_before) else ""),
+        )
+    )
+    bound = kept_bound(args.pool_size, args.max_concurrent, args.max_sessions)
+    if census_after.inits or census_before.inits:
+        checks.append(
+            Check(
+                "kept PID namespaces of a zygote",
+                peak.inits <= bound and census_after.most_inits <= bound,
+                f"at most {peak.inits} during the mix, {census_before.most_inits} -> {census_after.most_inits} "
+                f"(bound {bound}: RUNNER_POOL_SIZE + RUNNER_MAX_CONCURRENT + RUNNER_MAX_SESSIONS)",
+            )
+        )
+    zygote_fds = [
+        (census_before.fds_beyond_inits(zygote), census_after.fds_beyond_inits(zygote))
+        for zygote in census_before.inits
+        if zygote in census_after.inits
+    ]
+    if zygote_fds and all(None not in pair for pair in zygote_fds):
+        checks.append(
+            Check(
+                "zygotes' fds, end vs warm-up",
+                all(after <= before for before, after in zygote_fds),  # type: ignore[operator]
+                ", ".join(f"{before} -> {after}" for before, after in zygote_fds)
+                + " (but 3 for each kept namespace; bound +0)",
+            )
+        )
+    zygote_mounts = [
+        (census_before.zygote_mounts.get(zygote), census_after.zygote_mounts.get(zygote))
+        for zygote in census_before.inits
+    ]
+    if zygote_mounts and all(None not in pair for pair in zygote_mounts):
+        checks.append(
+            Check(
+                "zygotes' mounts, end vs warm-up",
+                all(after == before for before, after in zygote_mounts),
+                ", ".join(f"{before} -> {after}" for before, after in zygote_mounts) + " (the runs' shared view)",
+            )
+        )
+    checks.append(
+        Check(
+            "host mounts: warm-up, end, server gone",
+            census_before.host_mounts == host_mounts_at_end == host_mounts_left == host_mounts_at_start,
+            f"{host_mounts_at_start} before the server, {census_before.host_mounts} -> {host_mounts_at_end}, "
+            f"{host_mounts_left} once it is gone (bound: no more)",
         )
     )
     checks.append(
@@ -671,26 +813,44 @@ def _percentile(values: list[float], q: float) -> float:
 
 # --- a client that disconnects mid-run -----------------------------------------------------------------
 
+# A holding run and the setsid daemon it leaves, each marked by its command name (prctl PR_SET_NAME,
+# which a process may do to itself in every mode, and which the host's /proc/PID/comm shows under its
+# host pid; a sandboxed run's /proc is read-only).
 HOLD = (
-    "import os, time\n"
-    "d = {markers!r}\n"
+    "import ctypes, os, time\n"
+    "def mark(kind):\n"
+    "    ctypes.CDLL(None).prctl(15, ({tag!r} + kind).encode(), 0, 0, 0)\n"
     "if os.fork() == 0:\n"
     "    os.setsid()\n"
     "    if os.fork() == 0:\n"
-    "        open(os.path.join(d, 'daemon-%d' % os.getpid()), 'w').close()\n"
+    "        mark('d')\n"
     "        time.sleep(120)\n"
     "    os._exit(0)\n"
     "os.wait()\n"
-    "open(os.path.join(d, 'run-%d' % os.getpid()), 'w').close()\n"
+    "mark('r')\n"
     "time.sleep(120)\n"
 )
 
 
+def marked(tag: str) -> list[tuple[int, str]]:
+    """Live processes whose command name is `tag` and one letter: (host pid, "r" run or "d" daemon)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                name = Path(f"/proc/{entry}/comm").read_text().strip()
+            except OSError:
+                continue
+            if name[:-1] == tag and alive(int(entry)):
+                found.append((int(entry), name[-1]))
+    return found
+
+
 def disconnect_client(
-    work_dir: str, markers: str, calls: int, running: int, how: str, log: str, settings: list[str]
+    work_dir: str, tag: str, calls: int, running: int, how: str, log: str, settings: list[str]
 ) -> int:
     """The client process of `disconnect_check`: start a server, fill it with runs that hold, then
-    report and either close the server's stdin (eof) or wait to be killed (kill)."""
+    report them and either close the server's stdin (eof) or wait to be killed (kill)."""
     args = _parser().parse_args([f"--env={setting}" for setting in settings])
     env = {**server_env(Path(work_dir), args), "RUNNER_MAX_CONCURRENT": str(running)}
     with open(log, "wb") as errlog:
@@ -713,17 +873,19 @@ def disconnect_client(
     write({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INITIALIZE})
     server.stdout.readline()
     write({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    code = HOLD.format(markers=markers)
+    code = HOLD.format(tag=tag)
     for n in range(1, calls + 1):
         params = {"name": "run_python", "arguments": {"code": code, "timeout": 60}}
         write({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params})
     deadline = time.monotonic() + 30
+    seen: list[tuple[int, str]] = []
     while time.monotonic() < deadline:
-        started = Counter(name.split("-", 1)[0] for name in os.listdir(markers))
-        if started["run"] >= running and started["daemon"] >= running:
+        seen = marked(tag)
+        started = Counter(kind for _, kind in seen)
+        if started["r"] >= running and started["d"] >= running:
             break
         time.sleep(0.02)
-    sys.stdout.write(json.dumps({"server": server.pid}) + "\n")
+    sys.stdout.write(json.dumps({"server": server.pid, "marked": [pid for pid, _ in seen]}) + "\n")
     sys.stdout.flush()
     if how == "eof":
         server.stdin.close()
@@ -737,7 +899,6 @@ def disconnect_client(
 def disconnect_check(
     how: str,
     work_dir: Path,
-    markers: Path,
     log: Path,
     running: int = 3,
     calls: int = 5,
@@ -746,6 +907,7 @@ def disconnect_check(
     """A client fills a server with `calls` holding runs (`running` at once, each with a setsid daemon),
     then disconnects: SIGKILLed ("kill": stdin EOF and a dead stdout) or closing the server's stdin
     ("eof"). One second later no run or daemon may be alive; the server must be gone within 5 s."""
+    tag = "soak" + os.urandom(4).hex()  # 12 characters and the kind: within comm's 15
     client = subprocess.Popen(
         [
             sys.executable,
@@ -753,7 +915,7 @@ def disconnect_check(
             "--disconnect-client",
             how,
             str(work_dir),
-            str(markers),
+            tag,
             str(calls),
             str(running),
             str(log),
@@ -768,21 +930,21 @@ def disconnect_check(
         ready, _, _ = select.select([client.stdout], [], [], 60)
         if not ready:
             return Check(f"client {how} mid-run", False, "the client never got its runs going")
-        server = json.loads(client.stdout.readline())["server"]
+        said = json.loads(client.stdout.readline())
+        server, pids = said["server"], said["marked"]
         if how == "kill":
             client.send_signal(signal.SIGKILL)
         else:
             assert client.stdout.readline() == "closed\n"
         gone_at = time.monotonic()
-        pids = [int(name.split("-", 1)[1]) for name in os.listdir(markers)]
         server_gone = runs_gone = survivors = others = None
         while time.monotonic() < gone_at + 5 and (server_gone is None or survivors is None):
-            if runs_gone is None and not any(alive(pid) for pid in pids):
+            if runs_gone is None and not any(alive(pid) for pid in pids) and not marked(tag):
                 runs_gone = time.monotonic() - gone_at
             if server_gone is None and not alive(server):
                 server_gone = time.monotonic() - gone_at
             if survivors is None and time.monotonic() >= gone_at + 1.0:
-                survivors = [pid for pid in pids if alive(pid)]
+                survivors = sorted({pid for pid in pids if alive(pid)} | {pid for pid, _ in marked(tag)})
                 others = processes_mentioning(str(work_dir), {server, client.pid, *pids})
             time.sleep(0.005)
         assert survivors is not None
@@ -817,11 +979,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", type=int, default=16, help="calls in flight at once (default 16)")
     parser.add_argument("--max-concurrent", type=int, default=4, help="RUNNER_MAX_CONCURRENT (default 4)")
     parser.add_argument("--pool-size", type=int, default=2, help="RUNNER_POOL_SIZE (default 2)")
+    parser.add_argument("--max-sessions", type=int, default=16, help="RUNNER_MAX_SESSIONS (default 16)")
     parser.add_argument(
         "--sandbox",
-        default="none",
-        choices=["none", "none-posix-spawn", "auto", "namespaces", "bwrap"],
-        help="RUNNER_SANDBOX (default none: plain forks)",
+        default="auto",
+        choices=["auto", "namespaces", "bwrap", "none", "none-posix-spawn"],
+        help="RUNNER_SANDBOX (default auto, the server's own default)",
     )
     parser.add_argument(
         "--cancel-storm",
@@ -886,8 +1049,8 @@ def report(checks: list[Check], figures: dict[str, Any], args: argparse.Namespac
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.disconnect_client:
-        how, work_dir, markers, calls, running, log, *settings = args.disconnect_client
-        return disconnect_client(work_dir, markers, int(calls), int(running), how, log, settings)
+        how, work_dir, tag, calls, running, log, *settings = args.disconnect_client
+        return disconnect_client(work_dir, tag, int(calls), int(running), how, log, settings)
     if args.seed is None:
         args.seed = random.randrange(2**32)
     scratch = Path(tempfile.mkdtemp(prefix="runner-soak-"))
@@ -895,18 +1058,12 @@ def main(argv: list[str] | None = None) -> int:
     work_dir.mkdir()
     log_path = args.log or scratch / "server.log"
     checks, figures = asyncio.run(soak(args, work_dir, log_path))
-    if not args.no_disconnect and args.sandbox != "none":
-        why = "the runs write their pids to a host directory: needs --sandbox none"
-        checks.append(Check("client disconnecting mid-run", True, why, skipped=True))
-    elif not args.no_disconnect:
+    if not args.no_disconnect:
         for how in ("kill", "eof"):
             where = scratch / f"disconnect-{how}"
             (where / "work").mkdir(parents=True)
-            (where / "markers").mkdir()
             settings = (f"RUNNER_SANDBOX={args.sandbox}", f"RUNNER_POOL_SIZE={args.pool_size}", *args.env)
-            checks.append(
-                disconnect_check(how, where / "work", where / "markers", where / "server.log", settings=settings)
-            )
+            checks.append(disconnect_check(how, where / "work", where / "server.log", settings=settings))
     report(checks, figures, args)
     if args.json:
         payload = {**figures, "checks": [c.__dict__ for c in checks], "passed": all(c.ok for c in checks)}

@@ -43,6 +43,9 @@ HANDLE_PREFIX = "s-"
 HANDLE_BYTES = 24  # 192 bits: past guessing, as MCP's guidance on handles asks for at least 128
 # How long the server remembers why a session ended, to say so to the next call that names it.
 ENDED_REMEMBERED = 3600.0
+# And for how many at most, the oldest forgotten first: what a server that ends many sessions an hour
+# keeps is bounded (a forgotten handle is told "no open session of this caller has that handle").
+ENDED_REMEMBERED_MAX = 10_000
 EXPIRY_INTERVAL = 1.0
 # How long a cancelled call's kill and the rollback after it may take before the session is ended.
 ROLLBACK_PATIENCE = 15.0
@@ -99,6 +102,9 @@ class Sessions:
         self._ended: dict[str, tuple[str | None, str, float]] = {}  # handle -> (caller, why, when)
         self._counts = {"created": 0, "expired": 0, "closed": 0, "lost": 0, "rolled_back": 0}
         self._calls_running = 0
+        # The callers of sessions being started (their first call waiting for a slot, their anchor
+        # taken), by id of the request: they count against the caps until they are open.
+        self._starting: dict[int, str | None] = {}
 
     async def _unresponsive(self, child: Child) -> None:
         """A call that did not end after its anchor was told to kill it: its session is over (its
@@ -131,10 +137,15 @@ class Sessions:
         """Run `request` in its session (a new one for ``"new"``), holding a slot of the pool's
         (`slot`, which admits the caller and passes the queue wait) only while the call runs."""
         if request.session == NEW_SESSION:
-            refused = _refusal(self._config, list(self._open.values()), request.caller)
+            holders = [*(s.caller for s in self._open.values()), *self._starting.values()]
+            refused = _refusal(self._config, holders, request.caller)
             if refused:
                 return RunResult(request.request_id, Status.BUSY, refused)
-            return await slot(request, lambda waited: self._start_and_run(request, waited, on_progress))
+            self._starting[id(request)] = request.caller
+            try:
+                return await slot(request, lambda waited: self._start_and_run(request, waited, on_progress))
+            finally:
+                self._starting.pop(id(request), None)
         session = self._open.get(request.session or "")
         if session is None or session.caller != request.caller:
             return self._unknown_call(request)
@@ -169,6 +180,7 @@ class Sessions:
         handle = self._prefix + secrets.token_urlsafe(HANDLE_BYTES)
         session = Session(handle, request.caller, anchor, keeper, supply, now, now)
         self._open[handle] = session
+        self._starting.pop(id(request), None)
         self._counts["created"] += 1
         log_event(self._log, logging.INFO, "session started", request.request_id, session=handle[:10], pid=anchor.pid)
         async with session.turn:
@@ -291,6 +303,8 @@ class Sessions:
             return
         self._counts[how] += 1
         self._ended[session.handle] = (session.caller, why, anyio.current_time())
+        if len(self._ended) > ENDED_REMEMBERED_MAX:
+            del self._ended[next(iter(self._ended))]
         log_event(self._log, logging.INFO, "session ended", session=session.handle[:10], why=why)
         with anyio.CancelScope(shield=True):
             session.keeper.close()
@@ -352,16 +366,17 @@ def _unknown_message(handle: str, caller: str | None, ended: tuple[str | None, s
     return f'unknown session {shown!r}: no open session of this caller has that handle; start one with session "new"'
 
 
-def _refusal(c: Config, open_sessions: list[Session], caller: str | None) -> str:
-    """Why `caller` may not start one more session now, or ''."""
+def _refusal(c: Config, holders: list[str | None], caller: str | None) -> str:
+    """Why `caller` may not start one more session now, or ''; `holders` are the callers of the
+    sessions open or being started."""
     if c.sessions_refused:
         return c.sessions_refused
-    if len(open_sessions) >= c.max_sessions:
+    if len(holders) >= c.max_sessions:
         return (
-            f"too many open sessions: {len(open_sessions)} of RUNNER_MAX_SESSIONS={c.max_sessions}; "
+            f"too many open sessions: {len(holders)} of RUNNER_MAX_SESSIONS={c.max_sessions}; "
             "close one with close_session, or run without `session`"
         )
-    mine = sum(1 for s in open_sessions if s.caller == caller)
+    mine = holders.count(caller)
     if mine >= c.max_sessions_per_caller:
         return (
             f"this caller has {mine} open sessions, the most RUNNER_MAX_SESSIONS_PER_CALLER="

@@ -82,6 +82,8 @@ HIDE_PREFIX = "!"
 BIND_PREFIX = "+"
 # Names the block of host uids runs are lent (`Isolation.uids`).
 UIDS_OPTION = "uids="
+# Names how many kept PID namespaces the zygote may have at once (`Isolation.spaces`).
+SPACES_OPTION = "spaces="
 # Where the zygote builds the view's root before it pivots into it: a tmpfs over this directory of
 # its own mount namespace (what is bound from under it was opened first).
 NEW_ROOT = "/tmp"
@@ -103,6 +105,7 @@ class Isolation:
         "keep",
         "mounts",
         "proc_covers",
+        "spaces",
         "tmp_bytes",
         "tmpfs",
         "uids",
@@ -127,10 +130,14 @@ class Isolation:
         # ``uids=FIRST-LAST``: the host uids a root server's runs are lent, one each (pidspaces.py); none:
         # runs keep the zygote's.
         self.uids: list[int] = []
+        # ``spaces=N``: the kept PID namespaces the zygote may have at once (pidspaces.py); one if untold.
+        self.spaces = 1
         for arg in args[2:]:
             if arg.startswith(UIDS_OPTION):
                 first, last = (int(part) for part in arg[len(UIDS_OPTION) :].split("-"))
                 self.uids = list(range(first, last + 1))
+            elif arg.startswith(SPACES_OPTION):
+                self.spaces = int(arg[len(SPACES_OPTION) :])
         # Each run's own cgroup (cgroups.py): the parents and limits (``cgroup=`` tokens), and the parents
         # opened by the zygote before it pivots into a view without /sys. A run placed in its cgroup
         # makes a cgroup namespace of its own too, so that /proc/self/cgroup shows it at "/".

@@ -11,6 +11,12 @@ run's. Then the init kills whatever the run left (``kill(-1)`` from PID 1 reache
 the namespace and nothing outside it), and only once nothing is left is the namespace lent again: a
 run never meets a process of an earlier one.
 
+A zygote keeps at most `PidSpaces.bound` of them, whatever the load: one for each process of the
+zygote's that can be in one at once (its ready interpreters, the runs in flight, the sessions'
+anchors: `isolation.kept_pid_namespaces`). A fork that finds none free while one is still being
+cleaned waits for that one, up to `CLEAN_SECONDS` and a little, rather than make one more; at the
+bound with none cleaning (the server asked for more than its own limits allow), the fork fails.
+
 Runs' namespaces are made in a PID namespace of the zygote's own (`PidSpaces.prepare`), not in the
 zygote's: setns back to a PID namespace needs CAP_SYS_ADMIN over the user namespace that owns it,
 which a zygote in a user namespace of its own has for a namespace it made and not for the host's.
@@ -24,22 +30,28 @@ import contextlib
 import errno
 import os
 import resource
+import select
 import signal
 import socket
 import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import NoReturn
+    from typing import NoReturn, Protocol
 
     from runner.inrun import bootstrap, libc, namespaces
+
+    class CleaningListener(Protocol):
+        """Told of each kept namespace's cleaning, by the fd its init answers on (`cgroups.RunCgroups`:
+        a run's cgroup goes once its namespace is clean)."""
+
+        def cleaned(self, replies: int, clean: bool) -> None: ...
+        def lost(self, replies: int) -> None: ...
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import bootstrap
     import libc
     import namespaces
 
-# Kept namespaces free at once (each one an idle init), beyond which the extra ones end.
-MAX_FREE_SPACES = 32
 # What an init answers once its run's processes are all gone, or when some would not die in time.
 CLEAN = b"C"
 NOT_CLEAN = b"D"
@@ -47,6 +59,9 @@ NOT_CLEAN = b"D"
 # stuck in the kernel): the namespace is then ended instead of lent again.
 CLEAN_SECONDS = 1.0
 CLEAN_POLL = 0.0005
+# How long a fork at the bound waits for a namespace being cleaned (or ended) to be free (or gone).
+BOUND_WAIT_SECONDS = CLEAN_SECONDS + 0.5
+BOUND_POLL = 0.01
 PF_EXITING = 0x4  # in a process's flags (field 9 of /proc/PID/stat) once it has begun to exit
 
 
@@ -72,10 +87,30 @@ class Space:
 class PidSpaces:
     """The zygote's kept PID namespaces, and the one they are made in."""
 
-    __slots__ = ("_free", "_home", "_lends_uids", "_limits", "_uids", "by_init", "cleaning", "holder", "holder_reaped")
+    __slots__ = (
+        "_free",
+        "_home",
+        "_lends_uids",
+        "_limits",
+        "_listener",
+        "_uids",
+        "bound",
+        "by_init",
+        "cleaning",
+        "holder",
+        "holder_reaped",
+    )
 
-    def __init__(self, limits: list[int], uids: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        limits: list[int],
+        bound: int,
+        uids: list[int] | None = None,
+        listener: CleaningListener | None = None,
+    ) -> None:
         self._limits = limits  # the runs': each init is held to them, but for CPU time
+        self.bound = max(1, bound)  # kept namespaces at most, free, lent, cleaning or ending alike
+        self._listener = listener
         # The host uids a root server's runs are lent, one to each run (`Space.uid`), back once its
         # namespace holds nothing of it: no two live runs share one, nor its process count.
         self._uids = list(reversed(uids or []))
@@ -107,7 +142,10 @@ class PidSpaces:
         self._home = os.open("/proc/self/ns/pid_for_children", os.O_RDONLY | os.O_CLOEXEC)
 
     def lend(self) -> Space:
-        """A kept PID namespace that no live process is in but its init (made now if none is free)."""
+        """A kept PID namespace that no live process is in but its init: a free one, else one made now
+        while there are fewer than `bound`, else the first to be free again (`_wait_below_bound`)."""
+        if not self._free and len(self.by_init) >= self.bound:
+            self._wait_below_bound()
         if self._free:
             return self._free.pop()
         commands_r, commands_w = os.pipe()
@@ -145,6 +183,28 @@ class PidSpaces:
         os.set_blocking(space.replies, False)
         self.by_init[space.init] = space
         return space
+
+    def _wait_below_bound(self) -> None:
+        """Take the answers of namespaces being cleaned, and reap inits that have died, until one is
+        free or there are fewer than `bound`; OSError (EAGAIN) if none is within `BOUND_WAIT_SECONDS`."""
+        deadline = time.monotonic() + BOUND_WAIT_SECONDS
+        while not self._free and len(self.by_init) >= self.bound:
+            for init in list(self.by_init):  # an ended one (retired, or killed from outside) is gone once reaped
+                with contextlib.suppress(ChildProcessError):
+                    if os.waitpid(init, os.WNOHANG)[0]:
+                        self.lost(init)
+            left = deadline - time.monotonic()
+            if self._free or len(self.by_init) < self.bound:
+                return
+            if left <= 0:
+                raise OSError(
+                    errno.EAGAIN,
+                    f"all {self.bound} kept PID namespaces of this zygote are in use "
+                    "(RUNNER_POOL_SIZE + RUNNER_MAX_CONCURRENT + RUNNER_MAX_SESSIONS)",
+                )
+            readable, _, _ = select.select(list(self.cleaning), [], [], min(left, BOUND_POLL))
+            for replies in readable:
+                self.answered(replies)
 
     def fork(self) -> tuple[int, Space]:
         """os.fork, the child in a kept PID namespace lent to it: (0 in the child, its pid here; the
@@ -215,13 +275,23 @@ class PidSpaces:
         with contextlib.suppress(OSError):  # the init is gone, and its namespace with it: `lost` follows
             os.write(space.commands, b"K")
 
+    def answered(self, replies: int) -> None:
+        """The init answering on `replies` (a key of `cleaning`) has answered, or died: read it, tell
+        the listener, and take the namespace back (`finished`)."""
+        try:
+            answer = os.read(replies, 1)
+        except OSError:
+            answer = b""
+        if self._listener is not None:
+            self._listener.cleaned(replies, answer == CLEAN)
+        self.finished(self.cleaning[replies], answer)
+
     def finished(self, space: Space, answer: bytes) -> None:
         """The init of `space` answered: the namespace is free again, or ended if a process of the run
         may still be in it."""
         del self.cleaning[space.replies]
         if answer == CLEAN:
             self._take_back_uid(space)
-        if answer == CLEAN and len(self._free) < MAX_FREE_SPACES:
             self._free.append(space)
         else:
             self.retire(space)  # its uid comes back once its init is reaped (`lost`): then nothing is left
@@ -239,6 +309,8 @@ class PidSpaces:
         space = self.by_init.pop(pid, None)
         if space is None:
             return
+        if self._listener is not None:
+            self._listener.lost(space.replies)
         if space in self._free:
             self._free.remove(space)
         self.cleaning.pop(space.replies, None)

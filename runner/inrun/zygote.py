@@ -142,7 +142,7 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
             isolation.cgroups = cgroups.RunCgroups(parents, cgroups.memory_grown(writes, run_limits[1] - limits[1]))
         namespaces.prepare_shared_view(isolation)
         # The inits are forked from this zygote too: what it maps counts for them as for its runs.
-        namespaced = (isolation, pidspaces.PidSpaces(run_limits, isolation.uids))
+        namespaced = (isolation, pidspaces.PidSpaces(run_limits, isolation.spaces, isolation.uids, isolation.cgroups))
     limits = run_limits
     # A namespaced zygote keeps its capabilities (in its own user namespace, if it needed one) to
     # build each run's namespaces; every run drops them before its code can arrive.
@@ -201,13 +201,7 @@ def _serve(
         for fd in readable:
             if fd in cleaning:
                 assert namespaced is not None
-                try:
-                    answer = os.read(fd, 1)
-                except OSError:
-                    answer = b""
-                if run_cgroups is not None:
-                    run_cgroups.cleaned(fd, answer == pidspaces.CLEAN)
-                namespaced[1].finished(cleaning[fd], answer)
+                namespaced[1].answered(fd)
             elif fd in ooms and runs[ooms[fd]].cgroup.out_of_memory():  # type: ignore[union-attr]
                 if runs[ooms[fd]].anchor:
                     # A session: the server ends the call running in it, not the session.
@@ -369,9 +363,6 @@ def _exited_runs(runs: dict[int, Run], namespaced: Namespaced | None) -> list[by
         run = runs.pop(pid, None)
         if run is None:
             if namespaced is not None:  # a kept namespace's init, its maker, or the holder
-                space = namespaced[1].by_init.get(pid)
-                if space is not None and namespaced[0].cgroups is not None:
-                    namespaced[0].cgroups.lost(space.replies)
                 namespaced[1].lost(pid)
             continue
         removed = True
@@ -421,7 +412,7 @@ def probe(isolation: namespaces.Isolation) -> int:
         isolation.cgroups = cgroups.RunCgroups(*cgroups.parse_tokens(isolation.cgroup_args))
     namespaces.prepare_shared_view(isolation)
     bootstrap.prepare_process(libc, seccomp.Filter(seccomp.EVERY_PROCESS), namespaced_zygote=True)
-    spaces = pidspaces.PidSpaces(PROBE_LIMITS, isolation.uids)
+    spaces = pidspaces.PidSpaces(PROBE_LIMITS, isolation.spaces, isolation.uids)
     try:
         spaces.prepare()
         for pid_inside in (2, 3):

@@ -34,7 +34,7 @@ from runner.inrun.cgroups import tokens
 # The run's directory, and /run's size (sockets and pid files, if anything: without a size it would be
 # a tmpfs of half the host's memory, bubblewrap's default, outside every limit of the run): the same in
 # both sandboxes.
-from runner.inrun.namespaces import BIND_PREFIX, HIDE_PREFIX, PROC_COVERED, RUN_BYTES, WORKDIR, within
+from runner.inrun.namespaces import BIND_PREFIX, HIDE_PREFIX, PROC_COVERED, RUN_BYTES, SPACES_OPTION, WORKDIR, within
 from runner.processes.cgroups import CgroupPlan, plan_cgroups
 
 # A bwrap run's own tmpfs mounts (bwrap_argv), whose pages its peak memory counts (harvest.ended).
@@ -255,10 +255,22 @@ def _ancestors(path: str) -> list[str]:
 
 
 def namespace_args(config: Config) -> tuple[str, ...]:
-    """What the zygote is told after the limits: ``namespaces TMP_BYTES NETWORK KEEP... !HIDE... +BIND...``."""
+    """What the zygote is told after the limits: ``namespaces TMP_BYTES NETWORK KEEP... !HIDE... +BIND...
+    spaces=N``."""
     hide = (HIDE_PREFIX + path for path in hidden_files(config))
     binds = (BIND_PREFIX + path for path in view_binds(config))
-    return ("namespaces", str(config.sandbox_tmp_mb * MIB), config.sandbox_network, *_kept(config), *hide, *binds)
+    spaces = f"{SPACES_OPTION}{kept_pid_namespaces(config)}"
+    network = config.sandbox_network
+    return ("namespaces", str(config.sandbox_tmp_mb * MIB), network, *_kept(config), *hide, *binds, spaces)
+
+
+def kept_pid_namespaces(config: Config) -> int:
+    """How many kept PID namespaces a zygote may have at once (pidspaces.py): one for each process of
+    its that can be in one at the same time, its ready interpreters (RUNNER_POOL_SIZE), the runs in
+    flight (RUNNER_MAX_CONCURRENT, all of them perhaps from this zygote) and the sessions' anchors
+    (RUNNER_MAX_SESSIONS), which hold theirs for the session's life. Network namespaces are never
+    kept: each run makes its own."""
+    return config.pool_size + config.max_concurrent + config.max_sessions
 
 
 def view_binds(config: Config) -> list[str]:

@@ -115,6 +115,21 @@ async def test_a_closed_session_is_unknown_and_says_why(pool: Pool) -> None:
     assert "closed" in result.message
 
 
+async def test_why_sessions_ended_is_remembered_for_a_bounded_number_of_them_the_oldest_forgotten_first(
+    config: Config, no_leaks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.execution import sessions
+
+    monkeypatch.setattr(sessions, "ENDED_REMEMBERED_MAX", 2)
+    async with Pool.open(config, reap_strays=True) as pool:
+        handles = [await new_session(pool) for _ in range(3)]
+        for handle in handles:
+            assert await pool.close_session(handle, None) is None
+        said = [(await call(pool, "pass", handle)).message for handle in handles]
+    assert "no open session of this caller has that handle" in said[0], said
+    assert all("it ended (" in message for message in said[1:]), said
+
+
 async def test_a_call_that_kills_its_keeper_is_kept_and_the_session_goes_on(pool: Pool) -> None:
     handle = await new_session(pool, "x = 5")
     result = await call(pool, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nx += 1", handle)
@@ -194,6 +209,29 @@ async def test_one_more_session_than_the_server_may_hold_is_refused_naming_the_l
         assert refused.status is Status.BUSY
         assert "RUNNER_MAX_SESSIONS=2" in refused.message
         assert refused.session is None
+
+
+async def test_new_sessions_asked_for_at_once_are_held_to_the_caps_while_they_wait_for_a_slot(
+    config: Config, no_leaks: None
+) -> None:
+    # Each "new" was checked against the sessions already open, and all of them waited for the one
+    # slot: every one of them started, twice the cap.
+    capped = dataclasses.replace(config, max_concurrent=1, max_sessions=3, max_sessions_per_caller=2)
+    async with Pool.open(capped, reap_strays=True) as pool:
+        results: list[RunResult] = []
+
+        async def one(caller: str) -> None:
+            results.append(await call(pool, "import time\ntime.sleep(0.2)", NEW_SESSION, caller))
+
+        async with anyio.create_task_group() as tg:
+            for caller in ("alice", "alice", "alice", "alice", "bob", "bob"):
+                tg.start_soon(one, caller)
+        opened = [r for r in results if r.status is Status.OK]
+        refused = [r.message for r in results if r.status is Status.BUSY]
+        assert len(opened) == 3, results
+        assert len(refused) == 3, results
+        assert sum("RUNNER_MAX_SESSIONS_PER_CALLER=2" in m for m in refused) >= 2, refused
+        assert pool.state().sessions.open == 3
 
 
 @pytest.mark.parametrize(

@@ -60,3 +60,13 @@ def test_the_view_holds_the_system_the_interpreter_and_the_packages_and_name_loo
     assert not set(lookups) & set(binds), "no network: nothing to look names up with"
     shared = view_binds(dataclasses.replace(config, sandbox_network="shared"))
     assert set(lookups) <= set(shared)
+
+
+def test_a_zygote_is_told_to_keep_one_pid_namespace_per_process_of_its_that_can_hold_one() -> None:
+    from runner.inrun.namespaces import Isolation
+    from runner.processes.isolation import kept_pid_namespaces, namespace_args
+
+    config = Config(pool_size=3, max_concurrent=5, max_sessions=7)
+    assert kept_pid_namespaces(config) == 3 + 5 + 7
+    assert Isolation(list(namespace_args(config)[1:])).spaces == 15
+    assert Isolation(list(namespace_args(dataclasses.replace(config, max_sessions=0))[1:])).spaces == 8
