@@ -34,6 +34,10 @@ class ProcessEnd:
     timed_out: bool = False
     output_exceeded: bool = False
     oom_kills: int = 0  # in the run's cgroup: its whole tree went over its memory budget
+    # The limit the run said its code's uncaught exception met ("memory", "file_size", "": none, or
+    # one the code raised itself); None where the run told no end of its own (its code closed the
+    # socket, say): then the last line of stderr is read instead.
+    limit_met: str | None = None
 
 
 CPU_ACCOUNTING_SLACK = 0.5
@@ -67,9 +71,12 @@ def classify(end: ProcessEnd, stderr_tail: bytes, limits: RunLimits) -> tuple[St
         return Status.SIGNAL, f"killed by {signal_name(signum)}"
     if code == 0:
         return Status.OK, ""
-    last = _last_line(stderr_tail)
-    if _MEMORY_ERROR.match(last):
+    met = end.limit_met
+    if met is None:
+        last = _last_line(stderr_tail)
+        met = "memory" if _MEMORY_ERROR.match(last) else "file_size" if _FILE_TOO_LARGE.match(last) else ""
+    if met == "memory":
         return Status.MEMORY_LIMIT, f"memory limit of {limits.memory_mb} MiB exceeded"
-    if _FILE_TOO_LARGE.match(last):
+    if met == "file_size":
         return Status.FILE_SIZE_LIMIT, f"file size limit of {limits.file_size_mb} MiB exceeded"
     return Status.ERROR, f"exited with status {code}"

@@ -191,6 +191,7 @@ class RunDriver:
             timed_out=timed_out,
             output_exceeded=output.output_exceeded,
             oom_kills=child.whole_run_oom_kills(),
+            limit_met=got.end.limit if got.end is not None else None,
         )
         status, message = classify(end, err.parts()[1] or err.parts()[0], self.run_limits(request.timeout))
         max_chars = self._config.max_output_chars

@@ -20,6 +20,7 @@ from typing import Any
 
 from runner.inrun.images import PNG_MAGIC, image_size, image_type, refused
 from runner.inrun.wire import (
+    LIMITS_MET,
     MAX_HEADER_BYTES,
     MAX_LINKED,
     MAX_NAME_CHARS,
@@ -78,6 +79,9 @@ class RunEnd:
     status: int  # its exit status, 0-255
     cpu_seconds: float  # of itself and every child it reaped
     peak_memory_bytes: int
+    # The limit its code's uncaught exception says it met: "memory" (a MemoryError, numpy's and pandas'
+    # subclasses included, or ENOMEM), "file_size" (EFBIG), or "" (none, or one the code raised itself).
+    limit: str = ""
 
 
 NOTHING = Returned()
@@ -93,7 +97,7 @@ def parse_report(data: bytes | bytearray, budgets: Budgets) -> Returned:
         # whole way.
         end = read_end(data)
         if end is not None:
-            return Returned(end=RunEnd(end[0], end[1], end[2] * 1024))
+            return Returned(end=RunEnd(end[0], end[1], end[2] * 1024, end[3]))
         return _parse(data, budgets)  # not copied: only the blobs it keeps are
     except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: JSON nested deep
         return Returned(omitted=(Omitted("(the run's report)", len(data), f"malformed, dropped: {exc}"),))
@@ -160,7 +164,10 @@ def _end(value: object) -> RunEnd | None:
         raise ValueError("an exit status out of range")
     if not (isinstance(cpu, (int, float)) and not isinstance(cpu, bool) and 0 <= cpu < 1e9):
         raise ValueError("CPU is not a number")
-    return RunEnd(status, float(cpu), _count(value.get("maxrss_kb")) * 1024)
+    limit = value.get("limit", "")
+    if limit not in LIMITS_MET:
+        raise ValueError("an unknown limit met")
+    return RunEnd(status, float(cpu), _count(value.get("maxrss_kb")) * 1024, limit)
 
 
 def _within_budgets(attachments: list[Attachment], budgets: Budgets) -> tuple[list[Attachment], list[Omitted]]:

@@ -287,14 +287,16 @@ def gather(
         if budgets.call_bytes:
             report.add_files(walk(), inputs, read, image_headers)
     except Exception as exc:  # a MemoryError of a run that used up its memory, or what the code broke
-        # A note, not a line on stderr: the run's own last line there is what its status is read from.
+        # A note, not a line on stderr: the run's own last line there is what its status is read from
+        # where it tells no end of its own.
         report.omit("(the rest of what the run returns)", 0, f"could not be gathered: {_exception_text(exc)}")
     return report
 
 
-def ended(status: int, tmpfs: tuple[str, ...] = (), spawned: bool = False) -> dict[str, Any]:
-    """The run's end as the run knows it, once its output is flushed: its exit status, and the CPU and
-    peak memory of itself and every child it reaped (what wait4 would tell the server).
+def ended(status: int, tmpfs: tuple[str, ...] = (), spawned: bool = False, limit: str = "") -> dict[str, Any]:
+    """The run's end as the run knows it, once its output is flushed: its exit status, the CPU and
+    peak memory of itself and every child it reaped (what wait4 would tell the server), and the limit
+    its code's exception met, if any (`bootstrap.limit_met`).
 
     A `spawned` interpreter reads its own peak from its address space (VmHWM): the kernel's count for
     the process carries the high-water mark of the server it was spawned from (posix_spawn is vfork).
@@ -309,7 +311,7 @@ def ended(status: int, tmpfs: tuple[str, ...] = (), spawned: bool = False) -> di
     peak_kb = max(memory.get(b"VmHWM", 0) if spawned else own.ru_maxrss, children.ru_maxrss)
     if held_kb:
         peak_kb = max(peak_kb, held_kb + memory.get(b"RssAnon", 0))
-    return {"status": status, "cpu": cpu, "maxrss_kb": peak_kb}
+    return {"status": status, "cpu": cpu, "maxrss_kb": peak_kb, "limit": limit}
 
 
 def _tmpfs_kb(path: str) -> int:

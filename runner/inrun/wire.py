@@ -221,7 +221,13 @@ def encode_report(header: dict[str, Any], blobs: list[bytes]) -> bytes:
 def encode_end(end: dict[str, Any]) -> bytes:
     """The report of a run that returns nothing but its end: no JSON encoder to run (and pages to copy)
     for it, in the one form `read_end` reads without the decoder."""
-    head = b'{"end": {"status": %d, "cpu": %r, "maxrss_kb": %d}}' % (end["status"], end["cpu"], end["maxrss_kb"])
+    limit = LIMITS_MET.get(end.get("limit", ""), b"")
+    head = b'{"end": {"status": %d, "cpu": %r, "maxrss_kb": %d, "limit": "%s"}}' % (
+        end["status"],
+        end["cpu"],
+        end["maxrss_kb"],
+        limit,
+    )
     return REPORT_HEAD + b" %d 0\n" % len(head) + head
 
 
@@ -241,13 +247,16 @@ def report_length(data: bytes | bytearray) -> int | None:
 # decoder would; the declared header length must be the header's.
 END_ONLY = (
     REPORT_HEAD + rb' ([0-9]{1,4}) 0\n\{"end": \{"status": (0|[1-9][0-9]{0,2}), '
-    rb'"cpu": ((?:0|[1-9][0-9]{0,9})\.[0-9]{1,20}(?:e-[0-9]{1,3})?), "maxrss_kb": (0|[1-9][0-9]{0,14})\}\}'
+    rb'"cpu": ((?:0|[1-9][0-9]{0,9})\.[0-9]{1,20}(?:e-[0-9]{1,3})?), "maxrss_kb": (0|[1-9][0-9]{0,14}), '
+    rb'"limit": "(|memory|file_size)"\}\}'
 )
+# The limits a run can say its code's exception met (`bootstrap.limit_met`), as the end names them.
+LIMITS_MET = {"": b"", "memory": b"memory", "file_size": b"file_size"}
 
 
-def read_end(data: bytes | bytearray) -> tuple[int, float, int] | None:
-    """(status, CPU seconds, peak kB) of a report in `encode_end`'s form, its values in range; None for
-    any other report (which goes through the JSON decoder: `split_report`)."""
+def read_end(data: bytes | bytearray) -> tuple[int, float, int, str] | None:
+    """(status, CPU seconds, peak kB, the limit met or "") of a report in `encode_end`'s form, its values
+    in range; None for any other report (which goes through the JSON decoder: `split_report`)."""
     import re  # the server's side only: re caches the compiled pattern
 
     end = re.fullmatch(END_ONLY, data)
@@ -256,7 +265,7 @@ def read_end(data: bytes | bytearray) -> tuple[int, float, int] | None:
     header_bytes = len(data) - end.end(1) - len(b" 0\n")
     if int(end[1]) != header_bytes or int(end[2]) > 255 or float(end[3]) >= 1e9:
         return None
-    return int(end[2]), float(end[3]), int(end[4])
+    return int(end[2]), float(end[3]), int(end[4]), end[5].decode()
 
 
 def split_report(data: bytes | bytearray) -> tuple[int, int, bytes | bytearray, memoryview]:

@@ -228,6 +228,40 @@ async def test_twice_the_memory_limit_is_still_the_memory_limit_in_both_zygotes(
     assert (result.status, result.stdout.text) == (Status.OK, f"{limit * 3 // 4}\n"), result.to_text()
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import numpy as np\nnp.zeros((6000, 6000)).sum()",
+        "import pandas as pd\npd.DataFrame({'v': range(100_000_000)})",
+    ],
+    ids=["numpy", "pandas"],
+)
+async def test_numpy_and_pandas_running_out_of_memory_is_the_memory_limit_not_an_error(
+    data_pool: Pool, code: str
+) -> None:
+    # Found by a new user: numpy's _ArrayMemoryError (a MemoryError subclass) ended as `error`, the
+    # status read from the last line of stderr, which did not start with "MemoryError".
+    result = await run(data_pool, code)
+    assert result.status is Status.MEMORY_LIMIT, result.to_text()
+    assert "MemoryError" in result.stderr.text
+    assert "--- memory_limit: memory limit of 256 MiB exceeded ---" in result.to_text()
+
+
+async def test_in_a_session_numpy_out_of_memory_is_the_memory_limit_and_the_call_is_rolled_back(
+    data_pool: Pool,
+) -> None:
+    opened = checked(await data_pool.run(RunRequest("da7a0002", "import numpy as np\nn = 1", 60, session="new")))
+    assert opened.session is not None
+    handle = opened.session.handle
+    code = "n = 2\nnp.zeros((6000, 6000)).sum()"
+    result = checked(await data_pool.run(RunRequest("da7a0003", code, 60, session=handle)))
+    assert result.status is Status.MEMORY_LIMIT, result.to_text()
+    assert result.session is not None
+    assert not result.session.kept
+    after = checked(await data_pool.run(RunRequest("da7a0004", "print(n)", 60, session=handle)))
+    assert after.stdout.text == "1\n"
+
+
 @pytest.mark.parametrize("mode", ["namespaces", "bwrap"])
 async def test_the_package_environment_is_read_only_to_a_sandboxed_run(
     config: Config, mode: str, no_leaks: None

@@ -115,10 +115,6 @@ NO_NETWORK_ISOLATION = Hole(
 )
 
 
-def always(reason: str, *signatures: str) -> Hole:
-    return Hole(reason, lambda context: True, signatures)
-
-
 # --- checks -----------------------------------------------------------------------------------
 
 
@@ -393,13 +389,34 @@ MEMORY = [
         "raise MemoryError",
         S.ERROR,
         stderr_has=("MemoryError",),
-        holes=(
-            always(
-                "classify() decides memory_limit from the last stderr line alone: a MemoryError the code "
-                "raises itself (peak ~10 MB of 256 MiB) is reported as 'memory limit of 256 MiB exceeded'",
-                "status memory_limit",
-            ),
-        ),
+    ),
+    case(
+        "a memoryerror raised in a function of the run's own is not the memory limit either",
+        """
+        def check(n):
+            if n > 10:
+                raise MemoryError(f"{n} is too many")
+        check(11)
+        """,
+        S.ERROR,
+        stderr_has=("MemoryError: 11 is too many",),
+    ),
+    case(
+        "a memoryerror caught and raised again is still the memory limit",
+        """
+        try:
+            x = bytearray(1 << 40)
+        except MemoryError:
+            print("out of memory")
+            raise
+        """,
+        S.MEMORY_LIMIT,
+        stdout_has=("out of memory",),
+    ),
+    case(
+        "an exception that names memoryerror in its message is not the memory limit",
+        "raise ValueError('MemoryError')",
+        S.ERROR,
     ),
     case(
         "deep recursion is a recursion error",

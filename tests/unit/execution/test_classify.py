@@ -44,3 +44,21 @@ def test_each_way_a_run_can_end_gets_its_status(facts: ProcessEnd, stderr: bytes
 def test_what_the_server_did_to_the_run_outranks_what_the_run_printed() -> None:
     facts = end(-signal.SIGKILL, cpu=10.0, timed_out=True, output_exceeded=True)
     assert classify(facts, b"MemoryError\n", LIMITS)[0] is Status.OUTPUT_LIMIT
+
+
+@pytest.mark.parametrize(
+    ("met", "stderr", "status"),
+    [
+        ("memory", b"numpy._core._exceptions._ArrayMemoryError: Unable to allocate 275. MiB\n", Status.MEMORY_LIMIT),
+        ("memory", b"pandas says: something else entirely\n", Status.MEMORY_LIMIT),
+        ("file_size", b"", Status.FILE_SIZE_LIMIT),
+        ("", b"Traceback (most recent call last):\nMemoryError\n", Status.ERROR),  # the code raised it itself
+        ("", b"OSError: [Errno 12] Cannot allocate memory\n", Status.ERROR),
+        (None, b"Traceback (most recent call last):\nMemoryError\n", Status.MEMORY_LIMIT),  # no end told
+    ],
+)
+def test_the_limit_the_run_says_its_exception_met_decides_over_the_text_of_stderr(
+    met: str | None, stderr: bytes, status: Status
+) -> None:
+    facts = ProcessEnd(1, 0.1, 10_000_000, limit_met=met)
+    assert classify(facts, stderr, LIMITS)[0] is status

@@ -10,7 +10,7 @@ import pytest
 
 from runner.execution import report as report_module
 from runner.execution.report import classify_file, parse_report
-from runner.inrun.wire import Budgets
+from runner.inrun.wire import Budgets, encode_end
 
 BUDGETS = Budgets(images=2, image_bytes=1000, call_bytes=5000, file_bytes=3000, result_chars=100)
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x02\x80\x00\x00\x01\xe0" + bytes(20)
@@ -256,7 +256,7 @@ def test_a_report_listing_as_many_files_as_a_run_may_is_taken_whole() -> None:
 def test_an_end_only_report_reads_as_the_json_decoder_reads_it(end: tuple[int, float, int]) -> None:
     # The server reads the run's usual report without the JSON decoder; it must say the same.
     status, cpu, maxrss = end
-    head = b'{"end": {"status": %d, "cpu": %r, "maxrss_kb": %d}}' % (status, cpu, maxrss)
+    head = b'{"end": {"status": %d, "cpu": %r, "maxrss_kb": %d, "limit": ""}}' % (status, cpu, maxrss)
     data = b"report %d 0\n" % len(head) + head
     budgets = Budgets(0, 0, 0, 0, 0)
     assert parse_report(data, budgets) == parse_report_slowly(data, budgets)
@@ -268,10 +268,11 @@ def test_the_usual_end_only_report_is_read_without_the_json_decoder(monkeypatch:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("decoded as JSON")
 
-    head = b'{"end": {"status": 0, "cpu": 0.0123, "maxrss_kb": 9876}}'
     monkeypatch.setattr(module.json, "loads", refuse)
-    returned = parse_report(b"report %d 0\n" % len(head) + head, Budgets(0, 0, 0, 0, 0))
-    assert returned == module.Returned(end=module.RunEnd(0, 0.0123, 9876 * 1024))
+    for limit in ("", "memory", "file_size"):
+        data = encode_end({"status": 1, "cpu": 0.0123, "maxrss_kb": 9876, "limit": limit})
+        returned = parse_report(data, Budgets(0, 0, 0, 0, 0))
+        assert returned == module.Returned(end=module.RunEnd(1, 0.0123, 9876 * 1024, limit))
 
 
 @pytest.mark.parametrize(
@@ -282,6 +283,8 @@ def test_the_usual_end_only_report_is_read_without_the_json_decoder(monkeypatch:
         b'{"end": {"status": 7, "cpu": 0.1, "maxrss_kb": 01}}',
         b'{"end": {"status": 7, "cpu": 0.1, "maxrss_kb": 1}} ',
         b'{"end": {"status": 7, "cpu": 0.1, "maxrss_kb": 1}, "result": "x"}',
+        b'{"end": {"status": 7, "cpu": 0.1, "maxrss_kb": 1}}',  # a run of an earlier server: no limit
+        b'{"end": {"status": 7, "cpu": 0.1, "maxrss_kb": 1, "limit": "cpu"}}',
     ],
 )
 def test_a_report_near_the_end_only_form_is_read_the_whole_way(head: bytes) -> None:
@@ -294,15 +297,15 @@ def test_a_report_near_the_end_only_form_is_read_the_whole_way(head: bytes) -> N
     "frame",
     [
         b"report 10 0\n",  # shorter than its header: the JSON is cut
-        b"report 57 0\n",  # one byte longer than its header
-        b"report 0056 0\n",  # the right length, zero-padded
+        b"report 70 0\n",  # one byte longer than its header
+        b"report 0069 0\n",  # the right length, zero-padded
         b"report 99999999 0\n",  # over the header's bound
     ],
 )
 def test_an_end_only_report_whose_frame_does_not_fit_its_header_is_read_the_whole_way(frame: bytes) -> None:
     # A run cut short sends a frame that was never whole; the server then reads what came.
-    head = b'{"end": {"status": 0, "cpu": 0.0123, "maxrss_kb": 9876}}'
-    assert len(head) == 56
+    head = b'{"end": {"status": 0, "cpu": 0.0123, "maxrss_kb": 9876, "limit": ""}}'
+    assert len(head) == 69
     budgets = Budgets(100, 0, 0, 0, 0)
     assert parse_report(frame + head, budgets) == parse_report_slowly(frame + head, budgets)
 
