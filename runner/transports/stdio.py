@@ -16,19 +16,27 @@ import contextlib
 import fcntl
 import logging
 import os
+import stat
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
+from mcp.types import JSONRPCError, JSONRPCRequest, JSONRPCResponse
 
 from runner.fdio import write_all
 from runner.logs import log_event
 from runner.transports.jsonrpc import ID_SEARCH_BYTES, InvalidMessage, parse_message, too_large_reply
 
 READ_SIZE = 64 * 1024
+# Said when stdin is /dev/null: the server reads it to its end and stops at once.
+NO_CLIENT = (
+    "stdin is /dev/null, so no client can reach this server and it stops: an MCP client starts it with a "
+    "pipe on stdin and stdout (a container needs -i: podman run -i / docker run -i)"
+)
 
 Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 
@@ -47,6 +55,8 @@ class LineReader:
         self._discarded = 0  # bytes of an oversized line discarded so far
         self._discarded_head = b""
         self._eof = False
+        self.pollable = pollable(fd)  # else a file: read to its end, every request answered (`stdio_transport`)
+        self.bytes_read = 0
 
     def __aiter__(self) -> LineReader:
         return self
@@ -74,15 +84,36 @@ class LineReader:
                     self._buffer.clear()
                     return line
                 raise StopAsyncIteration
-            await anyio.wait_readable(self._fd)
+            if self.pollable:
+                await anyio.wait_readable(self._fd)
+            else:  # a file is always readable: read it to its end, a checkpoint between reads
+                await anyio.lowlevel.checkpoint()
             try:
                 data = os.read(self._fd, READ_SIZE)
             except BlockingIOError:
                 continue
             if data:
                 self._buffer += data
+                self.bytes_read += len(data)
             else:
                 self._eof = True
+
+
+def pollable(fd: int) -> bool:
+    """Whether the event loop can wait for `fd` to be readable: not a regular file, a directory or a
+    device that is not a terminal (/dev/null), which epoll refuses (EPERM) and which never block."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISBLK(mode):
+        return False
+    return not stat.S_ISCHR(mode) or os.isatty(fd)
+
+
+def is_dev_null(fd: int) -> bool:
+    try:
+        here, null = os.fstat(fd), os.stat(os.devnull)
+    except OSError:
+        return False
+    return stat.S_ISCHR(here.st_mode) and here.st_rdev == null.st_rdev
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,15 +127,25 @@ class Dropped:
 @asynccontextmanager
 async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncIterator[Streams]:
     """Serve this process's stdin and stdout as the (read, write) stream pair `Server.run` takes."""
+    nothing_to_read = is_dev_null(0)
     with _claimed(0, os.O_RDONLY) as wire_in, _claimed(1, os.O_WRONLY) as wire_out:
         to_server, from_wire = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         to_wire, from_server = anyio.create_memory_object_stream[SessionMessage](16)
         replies = to_wire.clone()
         written_all = anyio.Event()
 
+        # A file on stdin (`python -m runner < requests.jsonl`) is read to its end, and the server stops
+        # once it has answered every request in it. A pipe's EOF is the client gone: the server stops
+        # at once, its calls cancelled.
+        unanswered: set[str | int] = set()
+        all_answered = anyio.Event()
+
         async def read_wire() -> None:
+            reader = LineReader(wire_in, max_line_bytes)
             async with to_server, replies:
-                async for line in LineReader(wire_in, max_line_bytes):
+                async for line in reader:
+                    if isinstance(line, bytes) and not line.strip():
+                        continue  # a blank line (or "\r\n") between messages: skipped, as other servers do
                     try:
                         if isinstance(line, Dropped):
                             raise InvalidMessage(too_large_reply(line.head, line.size, max_line_bytes))
@@ -113,7 +154,20 @@ async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncI
                         log_event(logger, logging.WARNING, "invalid message answered", error=str(invalid))
                         await replies.send(SessionMessage(invalid.reply))
                         continue
+                    if not reader.pollable and isinstance(message, JSONRPCRequest):
+                        unanswered.add(message.id)
                     await to_server.send(SessionMessage(message))
+                if unanswered:
+                    await all_answered.wait()
+            if not reader.bytes_read and nothing_to_read:
+                log_event(logger, logging.WARNING, NO_CLIENT)
+
+        def answered(message: SessionMessage) -> None:
+            root = message.message
+            if unanswered and isinstance(root, JSONRPCResponse | JSONRPCError) and root.id is not None:
+                unanswered.discard(root.id)
+                if not unanswered:
+                    all_answered.set()
 
         async def write_wire() -> None:
             try:
@@ -129,6 +183,7 @@ async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncI
                             )
                             continue
                         await write_all(wire_out, data + b"\n")
+                        answered(message)
             except (BrokenPipeError, ConnectionResetError):
                 # The client stopped reading: the session is over, as on stdin EOF.
                 log_event(logger, logging.INFO, "client closed its end of stdout; shutting down")

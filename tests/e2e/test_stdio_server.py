@@ -231,6 +231,59 @@ def test_a_client_that_stops_reading_ends_the_session_with_exit_0(
     assert "client closed its end of stdout; shutting down" in (tmp_path / "stderr.log").read_text()
 
 
+INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "file", "version": "1"}}
+
+
+def test_requests_from_a_file_on_stdin_are_all_answered_blank_lines_skipped_and_the_server_exits_0(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    # Found by a new user: `python -m runner < requests.jsonl` died in a 127-line traceback (the event
+    # loop cannot wait on a regular file), and a blank line got a parse error.
+    call = {"name": "run_python", "arguments": {"code": "import time\ntime.sleep(0.5)\nprint(6 * 7)"}}
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call},
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+    ]
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("\n".join(json.dumps(line) for line in lines).replace("\n", "\n\n\r\n", 1) + "\n\n")
+    with open(requests, "rb") as stdin:
+        done = subprocess.run(
+            [sys.executable, "-m", "runner"],
+            cwd=REPO,
+            env=server_env(work_dir),
+            stdin=stdin,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    answers = {message["id"]: message for message in map(json.loads, done.stdout.splitlines())}
+    assert sorted(answers) == [1, 2, 3], done.stdout  # no parse error for the blank lines
+    assert answers[2]["result"]["structuredContent"]["stdout"] == "42\n"
+    assert b"Traceback" not in done.stderr
+
+
+def test_dev_null_on_stdin_stops_the_server_at_once_with_exit_0_and_one_line_that_says_why(
+    work_dir: Path, left_nothing: None
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "runner"],
+        cwd=REPO,
+        env=server_env(work_dir),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (0, b""), done.stderr.decode()[-3000:]
+    said = [line for line in done.stderr.decode().splitlines() if "stdin is /dev/null" in line]
+    assert len(said) == 1, done.stderr.decode()
+    assert "-i" in said[0]
+    assert "Traceback" not in done.stderr.decode()
+
+
 async def test_the_python_client_accepts_an_image_resources_and_a_result_from_handed_in_files(
     work_dir: Path, tmp_path: Path, mode: str, left_nothing: None
 ) -> None:
