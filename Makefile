@@ -5,6 +5,15 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# The interpreter that made the venv, named by a file in it: PYTHON's when given (another one's venv is
+# made again), else the one that made the venv there is, else python3's.
+PYTHON_ID = $(shell $(PYTHON) -c 'import sys; print("%d.%d-%s" % (*sys.version_info[:2], sys.executable.replace("/", "_")))' 2>/dev/null || echo missing)
+ifeq ($(origin PYTHON),file)
+VENV_ID := $(firstword $(wildcard $(VENV)/.python-*))
+endif
+ifeq ($(VENV_ID),)
+VENV_ID := $(VENV)/.python-$(PYTHON_ID)
+endif
 PIP := $(PY) -m pip
 # Stamps record which lock the venv was last installed from, so a lock change reinstalls.
 RUN_STAMP := $(VENV)/.installed-run
@@ -25,21 +34,32 @@ PYTEST_ARGS ?=
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
-$(PY):
+# Checked before anything is made: the lock's packages need 3.11 (pip would fail deep inside, on one of them).
+$(VENV_ID):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+		echo "make: python-runner-mcp needs Python 3.11 or newer, and PYTHON=$(PYTHON) is" \
+			"$$($(PYTHON) --version 2>/dev/null || echo 'not found'): try make $(or $(MAKECMDGOALS),run) PYTHON=python3.11" >&2; \
+		exit 1; }
+	@if [ -e $(VENV) ]; then echo "make: $(VENV) was made by another interpreter; making it again with $(PYTHON)"; fi
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
+	@touch $@
+
+$(PY): $(VENV_ID)
+	@test -x $@
 
 # The project itself goes in editable, without dependencies (the lock has them): the console script
 # python-runner-mcp, which finds this checkout's $(SANDBOX_ENV) (runner/__main__.py).
 INSTALL_PROJECT := $(PY) -c 'import setuptools' 2>/dev/null || $(PIP) install --quiet 'setuptools>=64'; \
 	$(PIP) install --quiet --no-deps --no-build-isolation --editable .
 
-$(RUN_STAMP): requirements.lock pyproject.toml | $(PY)
+$(RUN_STAMP): requirements.lock pyproject.toml $(VENV_ID)
 	$(PIP) install --quiet --require-hashes -r requirements.lock
 	@$(INSTALL_PROJECT)
 	@touch $@
 
-$(DEV_STAMP): requirements-dev.lock pyproject.toml | $(PY)
+$(DEV_STAMP): requirements-dev.lock pyproject.toml $(VENV_ID)
 	$(PIP) install --quiet --require-hashes -r requirements-dev.lock
 	@$(INSTALL_PROJECT)
 	@touch $@ $(RUN_STAMP)

@@ -1,0 +1,49 @@
+"""The Makefile's venv: the interpreter is checked before anything is made, and a venv another
+interpreter made is made again when PYTHON names a different one (found by a new user's first hour:
+`make run PYTHON=python3.10` failed deep inside pip, and the advised `PYTHON=python3.11` then reused
+the broken venv)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+FAKE_OLD_PYTHON = """#!/bin/sh
+# Python 3.10 as far as make can tell: it names its version, and fails the check of it.
+case "$1" in
+    --version) echo "Python 3.10.12" ;;
+    *) exit 1 ;;
+esac
+"""
+
+
+def make(*args: str, dry: bool = False) -> subprocess.CompletedProcess[str]:
+    command = ["make", "--no-print-directory", *(["-n"] if dry else []), *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=False, timeout=60)
+
+
+def test_an_interpreter_older_than_3_11_is_refused_before_anything_is_made_with_what_to_do(tmp_path: Path) -> None:
+    old = tmp_path / "python3.10"
+    old.write_text(FAKE_OLD_PYTHON)
+    old.chmod(0o755)
+    venv = tmp_path / "venv"
+    done = make("run", f"PYTHON={old}", f"VENV={venv}")
+    assert done.returncode != 0
+    assert f"needs Python 3.11 or newer, and PYTHON={old} is Python 3.10.12" in done.stderr, done.stderr
+    assert "try make run PYTHON=python3.11" in done.stderr
+    assert "pip" not in done.stdout + done.stderr, "it stopped before pip"
+    assert not venv.exists()
+
+
+def test_a_venv_made_by_another_interpreter_is_made_again_when_python_names_another_one(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+    (venv / ".python-3.10-_usr_bin_python3.10").touch()
+    again = " ".join(make("run", f"PYTHON={sys.executable}", f"VENV={venv}", dry=True).stdout.split())
+    assert f"rm -rf {venv} {sys.executable} -m venv {venv}" in again, again
+    kept = make("run", f"VENV={venv}", dry=True).stdout  # PYTHON not given: the venv there is stays
+    assert " -m venv " not in kept, kept
