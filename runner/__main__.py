@@ -12,13 +12,14 @@ import sys
 
 import anyio
 
-from runner.config import Config
+from runner.config import SETTINGS, Config
 from runner.environment import WHEELHOUSE_LOCK, open_environment
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
 from runner.processes.isolation import IsolationPlan, plan_isolation
 from runner.processes.procctl import set_dumpable
 from runner.serving.signals import catch_early
+from runner.settings import unknown_variables
 from runner.transports.auth import BearerTokens
 
 # The package environment `make sandbox-env` (and `make run`) builds in a checkout, beside `runner/`,
@@ -87,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"python-runner-mcp: invalid configuration: {exc}\n")
         return 2
     configure_logging(config.log_level, config.log_format)
+    if args.listen_fd is None:  # a worker's supervisor has said it already
+        for unknown in unknown_variables(SETTINGS, dict(os.environ)):
+            log_event(get_logger(), logging.WARNING, unknown)
+    _warn_of_readable_tokens(config)
     # Code of runs runs as our uid: keep it out of our /proc/<pid>/environ, fds, memory and ptrace.
     if not set_dumpable(False):
         log_event(get_logger(), logging.WARNING, "cannot make the server non-dumpable on this platform")
@@ -115,6 +120,22 @@ def main(argv: list[str] | None = None) -> int:
         anyio.run(serve_stdio, config, plan, early)
     log_event(get_logger(), logging.INFO, "server stopped")
     return 0
+
+
+def _warn_of_readable_tokens(config: Config) -> None:
+    """A tokens file other users of the machine may read gives them the server: say so at start."""
+    path = config.http.tokens_file if config.transport == "http" else ""
+    if not path:
+        return
+    mode = os.stat(path).st_mode
+    if mode & 0o044:
+        log_event(
+            get_logger(),
+            logging.WARNING,
+            "RUNNER_AUTH_TOKENS_FILE is readable by other users: anyone who reads it runs code here; chmod 600 it",
+            path=path,
+            mode=oct(mode & 0o777),
+        )
 
 
 def _install_packages() -> int:

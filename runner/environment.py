@@ -57,14 +57,25 @@ def _python(path: str) -> str:
     # -I -S the base interpreter never sees the server's site-packages anyway.
     path = path or os.path.realpath(sys.executable)
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        raise ConfigError("RUNNER_PYTHON", f"expected an executable file, got {path!r}")
+        raise _unfit("RUNNER_PYTHON", path, "an executable file")
     return path
+
+
+def _unfit(name: str, path: str, expected: str) -> ConfigError:
+    """The error for a path that will not do: one that does not exist says so, and which directory of it
+    lacks the next part; any other names what was expected."""
+    if not os.path.lexists(path):
+        missing, parent = path, os.path.dirname(path)
+        while parent != os.path.dirname(parent) and not os.path.lexists(parent):
+            missing, parent = parent, os.path.dirname(parent)
+        return ConfigError(name, f"{path!r} does not exist ({parent} has no {os.path.basename(missing)!r})")
+    return ConfigError(name, f"expected {expected}, got {path!r}, which is not one")
 
 
 def _work_dir(path: str) -> str:
     path = path or tempfile.gettempdir()
     if not (os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)):
-        raise ConfigError("RUNNER_WORK_DIR", f"expected a writable directory, got {path!r}")
+        raise _unfit("RUNNER_WORK_DIR", path, "a writable directory")
     return path
 
 
@@ -74,7 +85,7 @@ def _packages(path: str) -> tuple[str, str]:
     if not path:
         return "", ""
     if not os.path.isdir(path):
-        raise ConfigError("RUNNER_PACKAGES", f"expected an absolute path to a package environment, got {path!r}")
+        raise _unfit("RUNNER_PACKAGES", path, "a package environment (a directory; make sandbox-env builds one)")
     found = [os.path.join(path, "site-packages")] if os.path.isdir(os.path.join(path, "site-packages")) else []
     found = found or sorted(glob.glob(os.path.join(path, "lib", "python3*", "site-packages")))
     if len(found) != 1:
@@ -90,6 +101,8 @@ def _wheelhouse(path: str, installed: tuple[str, ...]) -> tuple[str, tuple[str, 
     wheel there, that the package environment does not have: what runs may have installed for them."""
     if not path:
         return "", ()
+    if not os.path.isdir(path):
+        raise _unfit("RUNNER_WHEELHOUSE", path, "a wheelhouse (a directory; make wheelhouse downloads one)")
     lock = os.path.join(path, WHEELHOUSE_LOCK)
     if not os.path.isfile(lock):
         raise ConfigError(
@@ -232,5 +245,5 @@ def _tokens_file(path: str) -> str:
     if not path:
         return ""
     if not os.path.isfile(path):
-        raise ConfigError("RUNNER_AUTH_TOKENS_FILE", f"expected an absolute path to a file, got {path!r}")
+        raise _unfit("RUNNER_AUTH_TOKENS_FILE", path, "a file of tokens")
     return os.path.realpath(path)

@@ -151,3 +151,38 @@ def markdown_table(settings: Iterable[Setting], defaults: object, http_defaults:
     """docs/configuration.md's table of every variable, from the declarations and the fields' defaults."""
     rows = (each.row(getattr(http_defaults if each.http else defaults, each.attribute)) for each in settings)
     return "\n".join(("| Variable | Default | Accepted | Meaning |", "| --- | --- | --- | --- |", *rows)) + "\n"
+
+
+# Read by the test suite (tests/conftest.py, the Makefile's `unit`), not by the server.
+TEST_PREFIX = "RUNNER_TEST_"
+
+
+def unknown_variables(settings: Iterable[Setting], environ: dict[str, str]) -> list[str]:
+    """A sentence for each RUNNER_* name in `environ` that no setting has (a misspelling the server
+    would otherwise ignore without a word), naming the closest known one where there is one."""
+    known = sorted(setting.name for setting in settings)
+    said = []
+    for name in sorted(environ):
+        if not name.startswith("RUNNER_") or name in known or name.startswith(TEST_PREFIX):
+            continue
+        close = closest_name(name, known)
+        guess = f"; did you mean {close}?" if close else ""
+        said.append(f"{name} is not a setting of this server, so it is ignored{guess}")
+    return said
+
+
+def closest_name(name: str, known: list[str]) -> str:
+    """The known name `name` most likely misspells, or "": one that holds it (or that it holds) with the
+    underscores left out (RUNNER_MAXCPU, RUNNER_MAX_CPU_SECONDS), else the most alike of those alike."""
+    import difflib
+
+    def squashed(text: str) -> str:
+        return text.removeprefix("RUNNER_").replace("_", "")
+
+    mine = squashed(name)
+    holding = [other for other in known if len(mine) >= 4 and (mine in squashed(other) or squashed(other) in mine)]
+    if holding:
+        return min(holding, key=lambda other: abs(len(squashed(other)) - len(mine)))
+    by_squashed = {squashed(other): other for other in known}
+    close = difflib.get_close_matches(mine, list(by_squashed), n=1, cutoff=0.75)
+    return by_squashed[close[0]] if close else ""

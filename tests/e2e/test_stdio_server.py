@@ -386,6 +386,6 @@ def test_the_server_refuses_to_start_on_a_path_that_is_not_there_with_exit_statu
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (
-        f"python-runner-mcp: invalid configuration: RUNNER_WORK_DIR: expected a writable directory, "
-        f"got {str(tmp_path / 'missing')!r}\n"
+        f"python-runner-mcp: invalid configuration: RUNNER_WORK_DIR: {str(tmp_path / 'missing')!r} does not exist "
+        f"({tmp_path} has no 'missing')\n"
     )

@@ -25,18 +25,31 @@ def test_opening_the_environment_fills_in_the_interpreter_and_the_temp_directory
     assert open_environment(config) == config, "opening an opened configuration changes nothing"
 
 
-def test_reading_the_environment_looks_at_no_path_and_opening_it_refuses_a_missing_one(tmp_path: Path) -> None:
+def test_reading_the_environment_looks_at_no_path_and_opening_it_refuses_a_missing_one_saying_so(
+    tmp_path: Path,
+) -> None:
+    # Found by a new user: an absolute path that was not there got "expected an absolute path to a file".
     missing = str(tmp_path / "no" / "such")
+    for variable in ("RUNNER_PYTHON", "RUNNER_WORK_DIR", "RUNNER_PACKAGES", "RUNNER_WHEELHOUSE"):
+        read = Config.from_env({variable: missing})
+        with pytest.raises(ConfigError) as caught:
+            open_environment(read)
+        assert caught.value.variable == variable
+        assert str(caught.value) == f"{variable}: {missing!r} does not exist ({tmp_path} has no 'no')"
+
+
+def test_a_path_that_is_there_but_of_the_wrong_kind_says_what_was_expected(tmp_path: Path) -> None:
+    file = tmp_path / "file"
+    file.write_text("")
     for variable, says in [
         ("RUNNER_PYTHON", "expected an executable file"),
         ("RUNNER_WORK_DIR", "expected a writable directory"),
-        ("RUNNER_PACKAGES", "expected an absolute path to a package environment"),
+        ("RUNNER_PACKAGES", "expected a package environment"),
+        ("RUNNER_WHEELHOUSE", "expected a wheelhouse"),
     ]:
-        read = Config.from_env({variable: missing})
         with pytest.raises(ConfigError, match=says) as caught:
-            open_environment(read)
+            open_environment(Config.from_env({variable: str(file)}))
         assert caught.value.variable == variable
-        assert missing in str(caught.value)
 
 
 def test_reading_the_environment_makes_no_system_call_on_a_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,7 +89,7 @@ def test_a_package_environment_gives_its_distributions_and_the_default_preload_i
 
 def test_a_tokens_file_that_is_not_there_is_refused_when_the_environment_is_opened(tmp_path: Path) -> None:
     read = Config.from_env({**HTTP, "RUNNER_AUTH_TOKENS_FILE": str(tmp_path / "missing")})
-    with pytest.raises(ConfigError, match="expected an absolute path to a file") as raised:
+    with pytest.raises(ConfigError, match="missing' does not exist") as raised:
         open_environment(read)
     assert raised.value.variable == "RUNNER_AUTH_TOKENS_FILE"
     (tmp_path / "real").write_text("alice:aaaaaaaaaaaaaaaaaaaaaa\n")

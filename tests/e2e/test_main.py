@@ -1,0 +1,57 @@
+"""`python -m runner` starting: what it says on stderr about its configuration before it serves."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+
+def started(env: dict[str, str], work_dir: Path) -> str:
+    """The server's stderr, started with /dev/null on stdin (it stops at once, exit 0)."""
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir), **env}
+    done = subprocess.run(
+        [sys.executable, "-m", "runner"],
+        cwd=REPO,
+        env={**environ, "RUNNER_POOL_SIZE": "0", "RUNNER_SANDBOX": "none"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def test_a_misspelled_variable_is_warned_of_at_start_naming_the_setting_it_most_likely_means(work_dir: Path) -> None:
+    said = started({"RUNNER_MAXCPU": "5"}, work_dir)
+    [line] = [line for line in said.splitlines() if "RUNNER_MAXCPU" in line]
+    assert " WARNING " in line
+    assert "RUNNER_MAXCPU is not a setting of this server, so it is ignored" in line
+    assert line.endswith("did you mean RUNNER_MAX_CPU_SECONDS?")
+
+
+def test_a_tokens_file_others_may_read_is_warned_of_at_start(work_dir: Path, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice:" + "a" * 32 + "\n")
+    http = {"RUNNER_TRANSPORT": "http", "RUNNER_HTTP_PORT": "0", "RUNNER_AUTH_TOKENS_FILE": str(tokens)}
+    for mode, warned in [(0o644, True), (0o600, False)]:
+        tokens.chmod(mode)
+        environ = {**os.environ, **http, "RUNNER_WORK_DIR": str(work_dir), "RUNNER_POOL_SIZE": "0"}
+        server = subprocess.Popen(
+            [sys.executable, "-m", "runner"], cwd=REPO, env=environ, stderr=subprocess.PIPE, text=True
+        )
+        assert server.stderr is not None
+        lines = []
+        for line in server.stderr:  # until it serves: what it says at start is all said by then
+            lines.append(line)
+            if "serving on HTTP" in line:
+                break
+        server.terminate()
+        server.communicate(timeout=30)
+        said = "".join(lines)
+        assert ("RUNNER_AUTH_TOKENS_FILE is readable by other users" in said) is warned, said
