@@ -98,7 +98,7 @@ async def serve_http(
                 return "no interpreter is ready"
             return None
 
-        app = http_app(server, config.http, tokens, not_ready, metrics.exposition)
+        app = http_app(server, config.http, tokens, not_ready, metrics.exposition, logger)
         http_server = HttpServer(app, config.http, sock)
         if metrics.multiprocess:
             tg.start_soon(metrics.refresh_forever)

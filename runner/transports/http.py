@@ -7,6 +7,7 @@ one, and 2026-07-28, which has no sessions at all), SSE for progress, the Host a
 
 - `BearerAuth` in front of the MCP endpoint (`runner.transports.auth`);
 - `PostedCancels`: a `notifications/cancelled` POSTed beside a request cancels it (`runner.transports.cancels`);
+- `ExplainedRefusals`: the SDK's 421, 403 and 413 name the setting to change (`runner.transports.refusals`);
 - /healthz, /readyz and /metrics, which carry no MCP and so need neither a token nor a known Host
   (a kubelet's probe names the pod's IP);
 - a listening socket made before anything else starts (so that a port in use stops the start with a
@@ -17,6 +18,7 @@ one, and 2026-07-28, which has no sessions at all), SSE for progress, the Host a
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,6 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from runner.config import OPERATIONS_PATHS, HttpConfig
 from runner.transports.auth import CALLER_STATE_KEY, BearerAuth, BearerTokens
 from runner.transports.cancels import PostedCancels
+from runner.transports.refusals import ExplainedRefusals
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -61,6 +64,7 @@ def http_app(
     tokens: BearerTokens | None,
     ready: Callable[[], str | None],
     metrics: Callable[[], bytes],
+    logger: logging.Logger,
 ) -> ASGIApp:
     """The whole ASGI app. `ready()` says why the server is not ready, or None; `metrics()` is the
     Prometheus text for a scrape."""
@@ -93,7 +97,8 @@ def http_app(
         ],
     )
     mcp = PostedCancels(app, http.path, http.max_body_bytes, security, anonymous_cancels=http.loopback)
-    return _Front(app, BearerAuth(mcp, tokens) if tokens is not None else mcp, http.path)
+    guarded = BearerAuth(mcp, tokens) if tokens is not None else mcp
+    return _Front(app, ExplainedRefusals(guarded, http, logger), http.path)
 
 
 class _Front:

@@ -253,6 +253,26 @@ async def test_a_foreign_host_gets_421_and_a_foreign_origin_403(
         # The modern era goes through the same checks.
         modern = {**JSON_AND_SSE, "mcp-protocol-version": "2026-07-28", "host": "attacker.example"}
         assert httpx2.post(server.url, json=call("print(1)"), headers=modern).status_code == 421
+        # Found by a new user: the answers named neither the value refused nor the variable.
+        refused = post(server, INITIALIZE, host="attacker.example")
+        assert refused.text.startswith("Host 'attacker.example' is not in RUNNER_HTTP_ALLOWED_HOSTS (127.0.0.1:*")
+        refused = post(server, INITIALIZE, origin="http://attacker.example")
+        assert refused.text.startswith("Origin 'http://attacker.example' is not in RUNNER_HTTP_ALLOWED_ORIGINS (")
+        assert server.stop() == 0
+    assert "HTTP request refused" in (tmp_path / "log").read_text()
+
+
+async def test_a_host_allowed_without_its_port_is_refused_saying_it_needs_the_port_or_a_wildcard(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    with http_server(work_dir, tmp_path / "log", RUNNER_HTTP_ALLOWED_HOSTS="localhost") as server:
+        port = server.url.split(":")[2].split("/")[0]
+        refused = post(server, INITIALIZE, host=f"localhost:{port}")
+        assert refused.status_code == 421
+        assert f"'localhost' there matches no port: 'localhost:{port}' needs 'localhost:{port}' or 'localhost:*'" in (
+            refused.text
+        )
+        assert server.stop() == 0
 
 
 async def test_a_body_over_the_bound_is_refused_before_it_is_read(
@@ -266,7 +286,10 @@ async def test_a_body_over_the_bound_is_refused_before_it_is_read(
         padding = "x" * (bound + 1 - len(json.dumps(call(""))))
         body = json.dumps(call(padding)).encode()
         assert len(body) == bound + 1
-        assert httpx2.post(server.url, content=body, headers=JSON_AND_SSE).status_code == 413
+        refused = httpx2.post(server.url, content=body, headers=JSON_AND_SSE)
+        assert refused.status_code == 413
+        assert refused.text.startswith("Request body too large: over 1,048,576 bytes"), refused.text
+        assert "RUNNER_MAX_CODE_MB" in refused.text
 
         def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
             yield from (body[i : i + 65536] for i in range(0, len(body), 65536))

@@ -1,0 +1,73 @@
+"""The SDK's refusals of an HTTP request, said so that whoever reads them knows what to change.
+
+The SDK's Streamable HTTP app answers a Host it does not allow with ``421 Invalid Host header``, an
+Origin with ``403 Invalid Origin header`` and a body over its bound with ``413 Request body too large``:
+none of them names the setting, and `localhost` in RUNNER_HTTP_ALLOWED_HOSTS not matching a Host of
+`localhost:18123` is a common surprise. `ExplainedRefusals` keeps the status and replaces exactly those
+bodies with one that names the value refused, the variable and what it holds, and logs the same line.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runner.config import HttpConfig
+from runner.logs import log_event
+
+# The SDK's bodies (mcp.server.transport_security, RequestBodyLimitMiddleware), by status.
+SDK_BODIES = {421: b"Invalid Host header", 403: b"Invalid Origin header", 413: b"Request body too large"}
+
+
+def explained(status: int, headers: dict[bytes, bytes], http: HttpConfig) -> str:
+    """What to say instead of the SDK's body for `status`: the value refused, the variable, the fix."""
+    if status == 421:
+        host = headers.get(b"host", b"").decode("latin-1")
+        allowed = ", ".join(http.allowed_hosts)
+        why = f"Host {host!r} is not in RUNNER_HTTP_ALLOWED_HOSTS ({allowed})"
+        name, colon, port = host.rpartition(":")
+        if colon and port.isdigit() and name in http.allowed_hosts:
+            why += f"; {name!r} there matches no port: {host!r} needs {host!r} or {name + ':*'!r}"
+        return why
+    if status == 403:
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        return f"Origin {origin!r} is not in RUNNER_HTTP_ALLOWED_ORIGINS ({', '.join(http.allowed_origins)})"
+    return (
+        f"Request body too large: over {http.max_body_bytes:,} bytes, the largest call the input caps allow "
+        "(RUNNER_MAX_CODE_MB, RUNNER_MAX_STDIN_MB, RUNNER_MAX_INPUT_MB; see docs/http.md)"
+    )
+
+
+class ExplainedRefusals:
+    """ASGI middleware: the SDK's 421, 403 (Origin) and 413 answers get a body that says what to change."""
+
+    def __init__(self, app: ASGIApp, http: HttpConfig, logger: logging.Logger) -> None:
+        self._app = app
+        self._http = http
+        self._log = logger
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        held: list[Message] = []  # a refusal's start, until its body shows whether it is the SDK's
+
+        async def explaining(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] in SDK_BODIES:
+                held.append(message)
+                return
+            if held and message["type"] == "http.response.body":
+                start = held.pop()
+                status = start["status"]
+                if message.get("body", b"") == SDK_BODIES[status] and not message.get("more_body", False):
+                    text = explained(status, dict(scope["headers"]), self._http)
+                    log_event(self._log, logging.WARNING, "HTTP request refused", status=status, why=text)
+                    body = (text + "\n").encode()
+                    headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+                    start = {**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+                    message = {**message, "body": body}
+                await send(start)
+            await send(message)
+
+        await self._app(scope, receive, explaining)
