@@ -66,10 +66,10 @@ class Admission:
     def busy_message(self, caller: str | None = None) -> str:
         """Why a call was turned away, for the caller: the one BUSY message."""
         if caller is not None and self.share and self._full(self.caller_waiting(caller)):
-            held = f"{self.share} runs of this client in progress and {self.caller_waiting(caller)} waiting"
+            held = f"{_runs(self.share)} of this client in progress and {self.caller_waiting(caller)} waiting"
             setting = "RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN"
         else:
-            held = f"{self.max_concurrent} runs in progress and {self._waiting} waiting"
+            held = f"{_runs(self.max_concurrent)} in progress and {self._waiting} waiting"
             setting = f"RUNNER_MAX_QUEUE={self.max_queue}"
         return f"server busy: {held} ({setting}); retry later"
 
@@ -113,3 +113,7 @@ def fair_share(max_concurrent: int, callers: int, configured: int) -> int:
     if callers < 2:
         return 0
     return -(-max_concurrent // callers)
+
+
+def _runs(count: int) -> str:
+    return f"{count} run" if count == 1 else f"{count} runs"

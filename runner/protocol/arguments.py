@@ -86,7 +86,10 @@ def _check_bytes(name: str, value: str, limit: int) -> None:
             f"invalid argument '{name}': contains a lone surrogate at character {exc.start} (not valid Unicode)"
         ) from None
     if size > limit:
-        raise ArgumentError(f"invalid argument '{name}': {size:,} bytes of UTF-8, more than the limit of {limit:,}")
+        raise ArgumentError(
+            f"invalid argument '{name}': {size:,} bytes of UTF-8, more than the limit of {limit:,} "
+            f"(RUNNER_MAX_{name.upper()}_MB)"
+        )
 
 
 _KNOWN_ARGUMENTS = {
@@ -98,6 +101,13 @@ _TAKES = {
     CLOSE_TOOL: "close_session takes 'session' only",
 }
 _FILE_FIELDS = frozenset({"path", "content", "encoding"})
+# How a number's bound reads, by the schema keyword that sets it.
+_BOUNDS = {
+    "minimum": "at least",
+    "exclusiveMinimum": "more than",
+    "maximum": "at most",
+    "exclusiveMaximum": "less than",
+}
 
 
 def _describe(error: ValidationError, tool: str) -> str:
@@ -110,7 +120,21 @@ def _describe(error: ValidationError, tool: str) -> str:
             return f"invalid argument '{where}': unknown field {names}; a file has 'path', 'content' and 'encoding'"
         return f"unknown argument {names}: {_TAKES[tool]}"
     if error.validator == "required":
+        if error.absolute_path:  # an entry of `files` without a field it needs, perhaps misnamed
+            entry: dict[str, Any] = error.instance  # type: ignore[assignment]  # an object, per the schema
+            unknown = sorted(name for name in entry if name not in _FILE_FIELDS)
+            also = f"; unknown field {', '.join(map(repr, unknown))}" if unknown else ""
+            missing = error.message.split("'")[1] if error.message.count("'") >= 2 else error.message
+            return (
+                f"invalid argument '{_field(error)}': missing field {missing!r}{also}; "
+                "a file has 'path', 'content' and 'encoding'"
+            )
         return f"missing argument: {error.message}"
+    bound = _BOUNDS.get(str(error.validator))
+    if bound is not None:
+        value = error.validator_value
+        setting = " (RUNNER_MAX_TIMEOUT)" if error.validator == "maximum" and _field(error) == "timeout" else ""
+        return f"invalid argument '{_field(error)}': must be {bound} {value:g}{setting}, got {error.instance!r}"
     if error.validator == "type" and not error.path:
         return f"arguments must be a JSON object, got {type(error.instance).__name__}"
     return f"invalid argument '{_field(error)}': {error.message}"

@@ -222,7 +222,7 @@ async def test_a_timeout_up_to_ten_minutes_is_accepted_and_601_seconds_is_refuse
     _text, structured, is_error = await call(client, {"code": "print(1)", "timeout": 601})
     assert is_error
     assert structured["status"] == "invalid_arguments"
-    assert "601 is greater than the maximum of 600" in structured["message"], structured
+    assert "must be at most 600 (RUNNER_MAX_TIMEOUT), got 601" in structured["message"], structured
 
 
 async def test_a_run_shorter_than_a_second_gets_no_progress(client: Client) -> None:

@@ -96,7 +96,7 @@ async def test_a_callers_line_is_bounded_and_a_cancelled_wait_holds_nothing() ->
         with anyio.fail_after(1):
             assert not await admission.enter("alice"), "the line of 1 is full"
         assert admission.busy_message("alice") == (
-            "server busy: 1 runs of this client in progress and 1 waiting (RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN); "
+            "server busy: 1 run of this client in progress and 1 waiting (RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN); "
             "retry later"
         )
         assert await admission.enter("bob"), "another caller is not held by alice's share"
@@ -121,7 +121,7 @@ async def test_a_caller_within_its_share_still_waits_in_the_queue_for_a_slot() -
         with anyio.fail_after(1):
             assert not await admission.enter("carol"), "the queue of 1 is full"
         assert admission.busy_message("carol") == (
-            "server busy: 1 runs in progress and 1 waiting (RUNNER_MAX_QUEUE=1); retry later"
+            "server busy: 1 run in progress and 1 waiting (RUNNER_MAX_QUEUE=1); retry later"
         )
         admission.leave("alice")  # bob takes the slot
     assert admission.waiting == 0

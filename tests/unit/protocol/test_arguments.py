@@ -58,3 +58,30 @@ def test_an_unknown_field_in_a_file_entry_is_named_with_where_it_is() -> None:
     with pytest.raises(ArgumentError) as caught:
         ArgumentParser(Config()).parse({"code": "x", "files": [{"path": 3, "content": ""}]})
     assert str(caught.value).startswith("invalid argument 'files[0].path': 3 is not of type 'string'")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ({"code": "x", "timeout": 0}, "invalid argument 'timeout': must be more than 0, got 0"),
+        ({"code": "x", "timeout": 31}, "invalid argument 'timeout': must be at most 30 (RUNNER_MAX_TIMEOUT), got 31"),
+        (
+            {"code": "x", "files": [{"name": "a.csv", "content": "1"}]},
+            "invalid argument 'files[0]': missing field 'path'; unknown field 'name'; "
+            "a file has 'path', 'content' and 'encoding'",
+        ),
+        (
+            {"code": "x" * 101},
+            "invalid argument 'code': 101 bytes of UTF-8, more than the limit of 100 (RUNNER_MAX_CODE_MB)",
+        ),
+        ({"code": "x", "stdin": "y" * 11}, "more than the limit of 10 (RUNNER_MAX_STDIN_MB)"),
+    ],
+)
+def test_a_bad_argument_is_told_in_words_that_name_the_field_the_bound_and_its_setting(
+    arguments: dict[str, object], says: str
+) -> None:
+    # Found by a new user: "0 is less than or equal to the minimum of 0", and a misnamed file field
+    # told as "missing argument: 'path' is a required property".
+    with pytest.raises(ArgumentError) as caught:
+        ArgumentParser(CONFIG).parse(arguments)
+    assert says in str(caught.value)
