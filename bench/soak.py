@@ -68,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.procfs import proc_status
 from harness.servers import REPO
-from harness.soak_census import Census, count_lines, kept_bound
+from harness.soak_census import Census, count_lines, kept_bound, parents
 from harness.soak_sessions import Story, plan_story
 
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "soak", "version": "1"}}
@@ -446,19 +446,11 @@ async def drive(
 
 def descendants(pid: int) -> set[int]:
     """Live descendants of `pid` (orphans of runs included: the server is their subreaper)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[0] not in (b"Z", b"X"):
-                parents[int(entry)] = int(fields[1])
+    parent_of = parents()
     found: set[int] = set()
     frontier = {pid}
     while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        frontier = {child for child, parent in parent_of.items() if parent in frontier} - found
         found |= frontier
     return found
 
