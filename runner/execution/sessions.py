@@ -99,7 +99,7 @@ class Sessions:
         self._log = logger
         self._tg = tg
         self._open: dict[str, Session] = {}
-        self._ended: dict[str, tuple[str | None, str, float]] = {}  # handle -> (caller, why, when)
+        self._ended = EndedSessions()
         self._counts = {"created": 0, "expired": 0, "closed": 0, "lost": 0, "rolled_back": 0}
         self._calls_running = 0
         # The callers of sessions being started (their first call waiting for a slot, their anchor
@@ -155,12 +155,8 @@ class Sessions:
             return await slot(request, lambda waited: self._call(session, request, waited, on_progress))
 
     def _unknown_call(self, request: RunRequest) -> RunResult:
-        return RunResult(
-            request.request_id, Status.INVALID_ARGUMENTS, self._unknown(request.session or "", request.caller)
-        )
-
-    def _unknown(self, handle: str, caller: str | None) -> str:
-        return _unknown_message(handle, caller, self._ended.get(handle))
+        why = self._ended.unknown_message(request.session or "", request.caller)
+        return RunResult(request.request_id, Status.INVALID_ARGUMENTS, why)
 
     async def _start_and_run(
         self, request: RunRequest, waited: float, on_progress: ProgressCallback | None
@@ -228,7 +224,7 @@ class Sessions:
                 return self._unknown_call(request)
             # Its processes went (the call killed them, kill(-1) say, or something outside did, or
             # close_session came): the call's own end is not known, the session's is.
-            why = self._ended.get(session.handle, (None, str(exc), 0.0))[1]
+            why = self._ended.why(session.handle) or str(exc)
             message = f'the session ended during this call ({why}); start another with session "new"'
             return RunResult(request.request_id, Status.SIGNAL, message)
         except BaseException:
@@ -294,7 +290,7 @@ class Sessions:
         else why there is no such session."""
         session = self._open.get(handle)
         if session is None or session.caller != caller:
-            return self._unknown(handle, caller)
+            return self._ended.unknown_message(handle, caller)
         await self._end(session, "closed by close_session", "closed")
         return None
 
@@ -302,9 +298,7 @@ class Sessions:
         if self._open.pop(session.handle, None) is None:
             return
         self._counts[how] += 1
-        self._ended[session.handle] = (session.caller, why, anyio.current_time())
-        if len(self._ended) > ENDED_REMEMBERED_MAX:
-            del self._ended[next(iter(self._ended))]
+        self._ended.add(session.handle, session.caller, why, anyio.current_time())
         log_event(self._log, logging.INFO, "session ended", session=session.handle[:10], why=why)
         with anyio.CancelScope(shield=True):
             session.keeper.close()
@@ -328,9 +322,7 @@ class Sessions:
                     await self._end(session, f"unused for {c.session_idle_seconds} s", "expired")
                 elif now - session.started > c.session_max_seconds:
                     await self._end(session, f"older than {c.session_max_seconds} s", "expired")
-            for handle, (_, _, when) in list(self._ended.items()):
-                if now - when > ENDED_REMEMBERED:
-                    del self._ended[handle]
+            self._ended.forget_before(now - ENDED_REMEMBERED)
 
     async def shutdown(self) -> None:
         """End every session (the server stops)."""
@@ -357,13 +349,36 @@ async def _end_call_at_oom(anchor: Child, call: KeptCall) -> None:
     call.kill_group()
 
 
-def _unknown_message(handle: str, caller: str | None, ended: tuple[str | None, str, float] | None) -> str:
-    """Why a call names no open session: the session of `handle` `ended` (caller, why, when), or none of
-    this caller's ever had it."""
-    shown = handle if len(handle) <= 64 else handle[:64] + "..."
-    if ended is not None and ended[0] == caller:
-        return f'unknown session {shown!r}: it ended ({ended[1]}); start another with session "new"'
-    return f'unknown session {shown!r}: no open session of this caller has that handle; start one with session "new"'
+class EndedSessions:
+    """Why sessions ended, by handle, to say so to a call that names one: for `ENDED_REMEMBERED`
+    seconds and `ENDED_REMEMBERED_MAX` sessions at most, the oldest forgotten first."""
+
+    def __init__(self) -> None:
+        self._ended: dict[str, tuple[str | None, str, float]] = {}  # handle -> (caller, why, when)
+
+    def add(self, handle: str, caller: str | None, why: str, when: float) -> None:
+        self._ended[handle] = (caller, why, when)
+        if len(self._ended) > ENDED_REMEMBERED_MAX:
+            del self._ended[next(iter(self._ended))]
+
+    def why(self, handle: str) -> str:
+        ended = self._ended.get(handle)
+        return ended[1] if ended is not None else ""
+
+    def forget_before(self, when: float) -> None:
+        for handle, (_, _, ended) in list(self._ended.items()):
+            if ended < when:
+                del self._ended[handle]
+
+    def unknown_message(self, handle: str, caller: str | None) -> str:
+        """Why a call names no open session: the caller's session of `handle` ended, or none of the
+        caller's ever had it."""
+        shown = handle if len(handle) <= 64 else handle[:64] + "..."
+        ended = self._ended.get(handle)
+        if ended is not None and ended[0] == caller:
+            return f'unknown session {shown!r}: it ended ({ended[1]}); start another with session "new"'
+        nothing = "no open session of this caller has that handle"
+        return f'unknown session {shown!r}: {nothing}; start one with session "new"'
 
 
 def _refusal(c: Config, holders: list[str | None], caller: str | None) -> str:
