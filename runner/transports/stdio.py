@@ -25,13 +25,14 @@ import anyio
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
-from mcp.types import JSONRPCError, JSONRPCRequest, JSONRPCResponse
+from mcp.types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
 from runner.fdio import write_all
 from runner.logs import log_event
 from runner.transports.jsonrpc import ID_SEARCH_BYTES, InvalidMessage, parse_message, too_large_reply
 
 READ_SIZE = 64 * 1024
+CANCELLED = "notifications/cancelled"
 # Said when stdin is /dev/null: the server reads it to its end and stops at once.
 NO_CLIENT = (
     "stdin is /dev/null, so no client can reach this server and it stops: an MCP client starts it with a "
@@ -154,8 +155,11 @@ async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncI
                         log_event(logger, logging.WARNING, "invalid message answered", error=str(invalid))
                         await replies.send(SessionMessage(invalid.reply))
                         continue
-                    if not reader.pollable and isinstance(message, JSONRPCRequest):
-                        unanswered.add(message.id)
+                    if not reader.pollable:
+                        if isinstance(message, JSONRPCRequest):
+                            unanswered.add(message.id)
+                        elif isinstance(message, JSONRPCNotification) and message.method == CANCELLED:
+                            unanswered.discard((message.params or {}).get("requestId"))  # gets no answer
                     await to_server.send(SessionMessage(message))
                 if unanswered:
                     await all_answered.wait()

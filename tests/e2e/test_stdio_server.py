@@ -245,6 +245,14 @@ def test_requests_from_a_file_on_stdin_are_all_answered_blank_lines_skipped_and_
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call},
         {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+        # Cancelled in the file: it gets no answer, so it is not waited for.
+        {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "tools/call",
+            "params": {**call, "arguments": {"code": "import time\ntime.sleep(30)"}},
+        },
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}},
     ]
     requests = tmp_path / "requests.jsonl"
     requests.write_text("\n".join(json.dumps(line) for line in lines).replace("\n", "\n\n\r\n", 1) + "\n\n")
