@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The interpreter that made the venv, named by a file in it: PYTHON's when given (another one's venv is
 # made again), else the one that made the venv there is, else python3's.
-PYTHON_ID = $(shell $(PYTHON) -c 'import sys; print("%d.%d-%s" % (*sys.version_info[:2], sys.executable.replace("/", "_")))' 2>/dev/null || echo missing)
+PYTHON_ID = $(shell $(PYTHON) -c 'import os, sys; print("%d.%d-%s" % (*sys.version_info[:2], os.path.realpath(sys.executable).replace("/", "_")))' 2>/dev/null || echo missing)
 ifeq ($(origin PYTHON),file)
 VENV_ID := $(firstword $(wildcard $(VENV)/.python-*))
 endif
@@ -40,7 +40,8 @@ $(VENV_ID):
 		echo "make: python-runner-mcp needs Python 3.11 or newer, and PYTHON=$(PYTHON) is" \
 			"$$($(PYTHON) --version 2>/dev/null || echo 'not found'): try make $(or $(MAKECMDGOALS),run) PYTHON=python3.11" >&2; \
 		exit 1; }
-	@if [ -e $(VENV) ]; then echo "make: $(VENV) was made by another interpreter; making it again with $(PYTHON)"; fi
+	@if ls $(VENV)/.python-* >/dev/null 2>&1; then echo "make: $(VENV) was made by another interpreter; making it again with $(PYTHON)"; \
+	elif [ -e $(VENV) ]; then echo "make: $(VENV) does not say which interpreter made it; making it again with $(PYTHON)"; fi
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
@@ -64,7 +65,8 @@ $(DEV_STAMP): requirements-dev.lock pyproject.toml $(VENV_ID)
 	@$(INSTALL_PROJECT)
 	@touch $@ $(RUN_STAMP)
 
-$(SANDBOX_STAMP): requirements-sandbox.lock scripts/sandbox_env.py | $(PY)
+# Made again with the venv: its compiled packages are the interpreter's (cp311, cp312, ...).
+$(SANDBOX_STAMP): requirements-sandbox.lock scripts/sandbox_env.py $(VENV_ID)
 	$(PY) scripts/sandbox_env.py build $(SANDBOX_ENV)
 	@touch $@
 
@@ -73,7 +75,7 @@ sandbox-env: $(SANDBOX_STAMP) ## Build the package environment runs import from 
 check-sandbox-env: $(SANDBOX_STAMP) ## Fail if the package environment is not exactly what requirements-sandbox.lock says
 	@$(PY) scripts/sandbox_env.py check $(SANDBOX_ENV)
 
-$(WHEELHOUSE_STAMP): requirements-wheelhouse.lock requirements-sandbox.lock scripts/wheelhouse.py | $(PY)
+$(WHEELHOUSE_STAMP): requirements-wheelhouse.lock requirements-sandbox.lock scripts/wheelhouse.py $(VENV_ID)
 	$(PY) scripts/wheelhouse.py download $(WHEELHOUSE)
 
 wheelhouse: $(WHEELHOUSE_STAMP) ## Download the vetted wheelhouse (requirements-wheelhouse.lock) into .wheelhouse, hash-checked

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.listen_fd is None:  # a worker's supervisor has said it already
         for unknown in unknown_variables(SETTINGS, dict(os.environ)):
             log_event(get_logger(), logging.WARNING, unknown)
-    _warn_of_readable_tokens(config)
+        _warn_of_readable_tokens(config)
     # Code of runs runs as our uid: keep it out of our /proc/<pid>/environ, fds, memory and ptrace.
     if not set_dumpable(False):
         log_event(get_logger(), logging.WARNING, "cannot make the server non-dumpable on this platform")
@@ -127,7 +127,10 @@ def _warn_of_readable_tokens(config: Config) -> None:
     path = config.http.tokens_file if config.transport == "http" else ""
     if not path:
         return
-    mode = os.stat(path).st_mode
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # gone since it was read: the tokens are in memory
+        return
     if mode & 0o044:
         log_event(
             get_logger(),

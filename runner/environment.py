@@ -64,7 +64,11 @@ def _python(path: str) -> str:
 def _unfit(name: str, path: str, expected: str) -> ConfigError:
     """The error for a path that will not do: one that does not exist says so, and which directory of it
     lacks the next part; any other names what was expected."""
-    if not os.path.lexists(path):
+    try:
+        os.lstat(path)
+    except PermissionError:
+        return ConfigError(name, f"{path!r} cannot be reached by the server's uid ({os.getuid()})")
+    except OSError:
         missing, parent = path, os.path.dirname(path)
         while parent != os.path.dirname(parent) and not os.path.lexists(parent):
             missing, parent = parent, os.path.dirname(parent)

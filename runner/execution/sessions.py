@@ -102,9 +102,9 @@ class Sessions:
         self._ended = EndedSessions()
         self._counts = {"created": 0, "expired": 0, "closed": 0, "lost": 0, "rolled_back": 0}
         self._calls_running = 0
-        # The callers of sessions being started (their first call waiting for a slot, their anchor
-        # taken), by id of the request: they count against the caps until they are open.
-        self._starting: dict[int, str | None] = {}
+        # Callers of sessions being started (by id of the request) or ended (of the session): they count
+        # against the caps until open, or their anchor gone (a zygote holds RUNNER_MAX_SESSIONS at most).
+        self._unlisted: dict[int, str | None] = {}
 
     async def _unresponsive(self, child: Child) -> None:
         """A call that did not end after its anchor was told to kill it: its session is over (its
@@ -117,9 +117,8 @@ class Sessions:
         child.ended(-9, 0.0, 0)
 
     def state(self, memory: bool) -> SessionsState:
-        """Open sessions, the counts so far and, if asked (it reads /proc for each), the memory of
-        their processes (their proportional set size: their own pages in full, the zygote's shared
-        ones in part)."""
+        """Open sessions, the counts so far and, if asked (it reads /proc for each), the memory of their
+        processes (proportional set size: their own pages in full, the zygote's shared ones in part)."""
         memory_bytes = sum(tree_pss_bytes(s.anchor.interpreter_pid) for s in self._open.values()) if memory else 0
         return SessionsState(len(self._open), memory_bytes, **self._counts)
 
@@ -137,15 +136,14 @@ class Sessions:
         """Run `request` in its session (a new one for ``"new"``), holding a slot of the pool's
         (`slot`, which admits the caller and passes the queue wait) only while the call runs."""
         if request.session == NEW_SESSION:
-            holders = [*(s.caller for s in self._open.values()), *self._starting.values()]
-            refused = _refusal(self._config, holders, request.caller)
+            refused = _refusal(self._config, [*self._open.values(), *self._unlisted.values()], request.caller)
             if refused:
                 return RunResult(request.request_id, Status.BUSY, refused)
-            self._starting[id(request)] = request.caller
+            self._unlisted[id(request)] = request.caller
             try:
                 return await slot(request, lambda waited: self._start_and_run(request, waited, on_progress))
             finally:
-                self._starting.pop(id(request), None)
+                self._unlisted.pop(id(request), None)
         session = self._open.get(request.session or "")
         if session is None or session.caller != request.caller:
             return self._unknown_call(request)
@@ -176,7 +174,7 @@ class Sessions:
         handle = self._prefix + secrets.token_urlsafe(HANDLE_BYTES)
         session = Session(handle, request.caller, anchor, keeper, supply, now, now)
         self._open[handle] = session
-        self._starting.pop(id(request), None)
+        self._unlisted.pop(id(request), None)
         self._counts["created"] += 1
         log_event(self._log, logging.INFO, "session started", request.request_id, session=handle[:10], pid=anchor.pid)
         async with session.turn:
@@ -300,11 +298,13 @@ class Sessions:
         self._counts[how] += 1
         self._ended.add(session.handle, session.caller, why, anyio.current_time())
         log_event(self._log, logging.INFO, "session ended", session=session.handle[:10], why=why)
+        self._unlisted[id(session)] = session.caller
         with anyio.CancelScope(shield=True):
             session.keeper.close()
             with anyio.move_on_after(1.0):
                 await session.anchor.wait_exit()
             await self._supplies.destroy(session.anchor)
+        del self._unlisted[id(session)]
         if self._provided is not None:
             self._provided.release(session.packages.values())
         session.packages = {}
@@ -381,9 +381,10 @@ class EndedSessions:
         return f'unknown session {shown!r}: {nothing}; start one with session "new"'
 
 
-def _refusal(c: Config, holders: list[str | None], caller: str | None) -> str:
-    """Why `caller` may not start one more session now, or ''; `holders` are the callers of the
-    sessions open or being started."""
+def _refusal(c: Config, holders: list[Session | str | None], caller: str | None) -> str:
+    """Why `caller` may not start one more session now, or ''; `holders`: the sessions open, and the
+    callers of those being started or ended."""
+    holders = [holder.caller if isinstance(holder, Session) else holder for holder in holders]
     if c.sessions_refused:
         return c.sessions_refused
     if len(holders) >= c.max_sessions:

@@ -37,6 +37,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import NoReturn, Protocol
 
     from runner.inrun import bootstrap, libc, namespaces
@@ -94,6 +95,7 @@ class PidSpaces:
         "_limits",
         "_listener",
         "_uids",
+        "between",
         "bound",
         "by_init",
         "cleaning",
@@ -111,6 +113,9 @@ class PidSpaces:
         self._limits = limits  # the runs': each init is held to them, but for CPU time
         self.bound = max(1, bound)  # kept namespaces at most, free, lent, cleaning or ending alike
         self._listener = listener
+        # What the zygote does while a fork waits at the bound: reap the runs that have ended and report
+        # them (their namespaces are cleaned only once they are reaped), as its loop would.
+        self.between: Callable[[], None] | None = None
         # The host uids a root server's runs are lent, one to each run (`Space.uid`), back once its
         # namespace holds nothing of it: no two live runs share one, nor its process count.
         self._uids = list(reversed(uids or []))
@@ -189,6 +194,8 @@ class PidSpaces:
         free or there are fewer than `bound`; OSError (EAGAIN) if none is within `BOUND_WAIT_SECONDS`."""
         deadline = time.monotonic() + BOUND_WAIT_SECONDS
         while not self._free and len(self.by_init) >= self.bound:
+            if self.between is not None:
+                self.between()
             for init in list(self.by_init):  # an ended one (retired, or killed from outside) is gone once reaped
                 with contextlib.suppress(ChildProcessError):
                     if os.waitpid(init, os.WNOHANG)[0]:
@@ -221,7 +228,7 @@ class PidSpaces:
             try:
                 space = self.lend()
             except OSError as exc:
-                self._unless_holder_gone(exc)
+                _unless_holder_gone(self.holder, exc)
                 raise
             try:
                 namespaces.setns(space.namespace, namespaces.CLONE_NEWPID)
@@ -236,7 +243,7 @@ class PidSpaces:
                     self._free.append(space)
                     raise
                 self.retire(space)
-                self._unless_holder_gone(exc)
+                _unless_holder_gone(self.holder, exc)
                 continue
             if pid:
                 self._go_home()
@@ -252,21 +259,6 @@ class PidSpaces:
             namespaces.setns(self._home, namespaces.CLONE_NEWPID)
         except OSError as exc:  # every later fork would land in a lent namespace: the zygote must go
             raise HolderGone(f"cannot return to the PID namespace runs' are made in: {exc}") from exc
-
-    def _unless_holder_gone(self, exc: OSError) -> None:
-        """HolderGone if `exc` is ENOMEM because the holder is dying or dead: no process can be made
-        under it any more. (Its death waits for the zygote to reap what died with it, so it is
-        `PF_EXITING` in its stat, not yet a zombie, when a fork fails.)"""
-        if exc.errno != errno.ENOMEM:
-            return
-        try:
-            with open(f"/proc/{self.holder}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-            dying = fields[0] in (b"Z", b"X") or int(fields[6]) & PF_EXITING
-        except (OSError, IndexError, ValueError):
-            dying = True
-        if dying:
-            raise HolderGone("the PID namespace runs' are made in has ended") from exc
 
     def clean(self, space: Space) -> None:
         """Its run has ended: its init is to kill what the run left, then answer (`finished`), or it
@@ -334,6 +326,22 @@ class PidSpaces:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.holder, signal.SIGKILL)  # not reaped: the pid cannot be anyone else's
         return [*self.by_init, self.holder]
+
+
+def _unless_holder_gone(holder: int, exc: OSError) -> None:
+    """HolderGone if `exc` is ENOMEM because the `holder` is dying or dead: no process can be made
+    under it any more. (Its death waits for the zygote to reap what died with it, so it is
+    `PF_EXITING` in its stat, not yet a zombie, when a fork fails.)"""
+    if exc.errno != errno.ENOMEM:
+        return
+    try:
+        with open(f"/proc/{holder}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        dying = fields[0] in (b"Z", b"X") or int(fields[6]) & PF_EXITING
+    except (OSError, IndexError, ValueError):
+        dying = True
+    if dying:
+        raise HolderGone("the PID namespace runs' are made in has ended") from exc
 
 
 def keep(commands: int, replies: int, limits: list[int], *, kills_other_uids: bool = False) -> NoReturn:

@@ -191,6 +191,13 @@ def _serve(
     namespaced: Namespaced | None,
     runs: dict[int, Run],
 ) -> None:
+    if namespaced is not None:
+
+        def report_exited() -> None:
+            for report in _exited_runs(runs, namespaced):
+                server.send(report)
+
+        namespaced[1].between = report_exited
     while True:
         cleaning = {} if namespaced is None else namespaced[1].cleaning
         run_cgroups = None if namespaced is None else namespaced[0].cgroups

@@ -132,9 +132,10 @@ def _describe(error: ValidationError, tool: str) -> str:
         return f"missing argument: {error.message}"
     bound = _BOUNDS.get(str(error.validator))
     if bound is not None:
-        value = error.validator_value
+        value: float = error.validator_value  # type: ignore[assignment]  # a number, per the schema
         setting = " (RUNNER_MAX_TIMEOUT)" if error.validator == "maximum" and _field(error) == "timeout" else ""
-        return f"invalid argument '{_field(error)}': must be {bound} {value:g}{setting}, got {error.instance!r}"
+        shown = int(value) if float(value).is_integer() else value
+        return f"invalid argument '{_field(error)}': must be {bound} {shown}{setting}, got {error.instance!r}"
     if error.validator == "type" and not error.path:
         return f"arguments must be a JSON object, got {type(error.instance).__name__}"
     return f"invalid argument '{_field(error)}': {error.message}"

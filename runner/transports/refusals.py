@@ -4,7 +4,7 @@ The SDK's Streamable HTTP app answers a Host it does not allow with ``421 Invali
 Origin with ``403 Invalid Origin header`` and a body over its bound with ``413 Request body too large``:
 none of them names the setting, and `localhost` in RUNNER_HTTP_ALLOWED_HOSTS not matching a Host of
 `localhost:18123` is a common surprise. `ExplainedRefusals` keeps the status and replaces exactly those
-bodies with one that names the value refused, the variable and what it holds, and logs the same line.
+bodies with one that names the value refused and the variable, and logs it with what the variable holds.
 """
 
 from __future__ import annotations
@@ -20,23 +20,25 @@ from runner.logs import log_event
 SDK_BODIES = {421: b"Invalid Host header", 403: b"Invalid Origin header", 413: b"Request body too large"}
 
 
-def explained(status: int, headers: dict[bytes, bytes], http: HttpConfig) -> str:
-    """What to say instead of the SDK's body for `status`: the value refused, the variable, the fix."""
+def explained(status: int, headers: dict[bytes, bytes], http: HttpConfig) -> tuple[str, str]:
+    """What to say instead of the SDK's body for `status` (the value refused, the variable, the fix),
+    and what the log adds: the variable's value, which the answer does not tell a caller who may hold
+    no token."""
     if status == 421:
         host = headers.get(b"host", b"").decode("latin-1")
-        allowed = ", ".join(http.allowed_hosts)
-        why = f"Host {host!r} is not in RUNNER_HTTP_ALLOWED_HOSTS ({allowed})"
+        why = f"Host {host!r} is not in RUNNER_HTTP_ALLOWED_HOSTS"
         name, colon, port = host.rpartition(":")
         if colon and port.isdigit() and name in http.allowed_hosts:
             why += f"; {name!r} there matches no port: {host!r} needs {host!r} or {name + ':*'!r}"
-        return why
+        return why, ", ".join(http.allowed_hosts)
     if status == 403:
         origin = headers.get(b"origin", b"").decode("latin-1")
-        return f"Origin {origin!r} is not in RUNNER_HTTP_ALLOWED_ORIGINS ({', '.join(http.allowed_origins)})"
-    return (
+        return f"Origin {origin!r} is not in RUNNER_HTTP_ALLOWED_ORIGINS", ", ".join(http.allowed_origins)
+    why = (
         f"Request body too large: over {http.max_body_bytes:,} bytes, the largest call the input caps allow "
         "(RUNNER_MAX_CODE_MB, RUNNER_MAX_STDIN_MB, RUNNER_MAX_INPUT_MB; see docs/http.md)"
     )
+    return why, ""
 
 
 class ExplainedRefusals:
@@ -61,8 +63,9 @@ class ExplainedRefusals:
                 start = held.pop()
                 status = start["status"]
                 if message.get("body", b"") == SDK_BODIES[status] and not message.get("more_body", False):
-                    text = explained(status, dict(scope["headers"]), self._http)
-                    log_event(self._log, logging.WARNING, "HTTP request refused", status=status, why=text)
+                    text, allowed = explained(status, dict(scope["headers"]), self._http)
+                    fields = {"allowed": allowed} if allowed else {}
+                    log_event(self._log, logging.WARNING, "HTTP request refused", status=status, why=text, **fields)
                     body = (text + "\n").encode()
                     headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
                     start = {**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]}

@@ -138,8 +138,10 @@ async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncI
         # A file on stdin (`python -m runner < requests.jsonl`) is read to its end, and the server stops
         # once it has answered every request in it. A pipe's EOF is the client gone: the server stops
         # at once, its calls cancelled.
-        unanswered: set[str | int] = set()
-        all_answered = anyio.Event()
+        # Ids as text: the SDK takes "4" and 4 for one request (a cancel may name it either way).
+        unanswered: set[str] = set()
+        all_answered = anyio.Event()  # set once the file is read to its end and every request answered
+        read_all = False
 
         async def read_wire() -> None:
             reader = LineReader(wire_in, max_line_bytes)
@@ -157,10 +159,12 @@ async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncI
                         continue
                     if not reader.pollable:
                         if isinstance(message, JSONRPCRequest):
-                            unanswered.add(message.id)
+                            unanswered.add(str(message.id))
                         elif isinstance(message, JSONRPCNotification) and message.method == CANCELLED:
-                            unanswered.discard((message.params or {}).get("requestId"))  # gets no answer
+                            unanswered.discard(str((message.params or {}).get("requestId")))  # gets no answer
                     await to_server.send(SessionMessage(message))
+                nonlocal read_all
+                read_all = True
                 if unanswered:
                     await all_answered.wait()
             if not reader.bytes_read and nothing_to_read:
@@ -169,8 +173,8 @@ async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncI
         def answered(message: SessionMessage) -> None:
             root = message.message
             if unanswered and isinstance(root, JSONRPCResponse | JSONRPCError) and root.id is not None:
-                unanswered.discard(root.id)
-                if not unanswered:
+                unanswered.discard(str(root.id))
+                if read_all and not unanswered:
                     all_answered.set()
 
         async def write_wire() -> None:

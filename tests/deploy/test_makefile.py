@@ -42,8 +42,11 @@ def test_a_venv_made_by_another_interpreter_is_made_again_when_python_names_anot
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").touch()
-    (venv / ".python-3.10-_usr_bin_python3.10").touch()
+    (venv / ".python-3.12-_usr_bin_python3.12").touch()
     again = " ".join(make("run", f"PYTHON={sys.executable}", f"VENV={venv}", dry=True).stdout.split())
     assert f"rm -rf {venv} {sys.executable} -m venv {venv}" in again, again
+    # What runs import is compiled for the interpreter too: made again with it.
+    assert "scripts/sandbox_env.py build" in again
+    assert "scripts/wheelhouse.py download" in again
     kept = make("run", f"VENV={venv}", dry=True).stdout  # PYTHON not given: the venv there is stays
     assert " -m venv " not in kept, kept
