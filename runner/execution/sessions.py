@@ -43,6 +43,10 @@ HANDLE_PREFIX = "s-"
 HANDLE_BYTES = 24  # 192 bits: past guessing, as MCP's guidance on handles asks for at least 128
 # How long the server remembers why a session ended, to say so to the next call that names it.
 ENDED_REMEMBERED = 3600.0
+# Held in `Sessions._unlisted` for a session being ended: no caller is named so (a token's name has no
+# parentheses; a stdio caller is None), so it counts against RUNNER_MAX_SESSIONS, and its anchor with
+# it, but no longer as its caller's.
+ENDING = "(ending)"
 # And for how many at most, the oldest forgotten first: what a server that ends many sessions an hour
 # keeps is bounded (a forgotten handle is told "no open session of this caller has that handle").
 ENDED_REMEMBERED_MAX = 10_000
@@ -102,8 +106,8 @@ class Sessions:
         self._ended = EndedSessions()
         self._counts = {"created": 0, "expired": 0, "closed": 0, "lost": 0, "rolled_back": 0}
         self._calls_running = 0
-        # Callers of sessions being started (by id of the request) or ended (of the session): they count
-        # against the caps until open, or their anchor gone (a zygote holds RUNNER_MAX_SESSIONS at most).
+        # Callers of sessions being started (by id of the request), and ENDING for those being ended (of
+        # the session): they count against the caps until open, or their anchor gone (see ENDING).
         self._unlisted: dict[int, str | None] = {}
 
     async def _unresponsive(self, child: Child) -> None:
@@ -298,7 +302,7 @@ class Sessions:
         self._counts[how] += 1
         self._ended.add(session.handle, session.caller, why, anyio.current_time())
         log_event(self._log, logging.INFO, "session ended", session=session.handle[:10], why=why)
-        self._unlisted[id(session)] = session.caller
+        self._unlisted[id(session)] = ENDING  # counts in all (its anchor is still there), not as its caller's
         with anyio.CancelScope(shield=True):
             session.keeper.close()
             with anyio.move_on_after(1.0):
