@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runner.transports.auth import CALLER_STATE_KEY
+from runner.transports.jsonrpc import CANCELLED_METHOD
 
 Key = tuple[str, str | int]
 
@@ -131,9 +132,7 @@ def _routing(body: bytes) -> tuple[str | None, object, object]:
     if not isinstance(value, dict) or not isinstance(value.get("method"), str):
         return None, None, None
     params = value.get("params")
-    cancels = (
-        params.get("requestId") if value["method"] == "notifications/cancelled" and isinstance(params, dict) else None
-    )
+    cancels = params.get("requestId") if value["method"] == CANCELLED_METHOD and isinstance(params, dict) else None
     return value["method"], value.get("id"), cancels
 
 

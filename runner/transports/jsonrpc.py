@@ -11,6 +11,8 @@ from typing import Any
 import mcp_types as types
 from pydantic import ValidationError
 
+# The notification that cancels a request (it is answered by nothing).
+CANCELLED_METHOD = "notifications/cancelled"
 # Where to look for the id of a request too large to parse: clients put it near the start.
 ID_SEARCH_BYTES = 4096
 _ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)')

@@ -29,10 +29,9 @@ from mcp.types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPC
 
 from runner.fdio import write_all
 from runner.logs import log_event
-from runner.transports.jsonrpc import ID_SEARCH_BYTES, InvalidMessage, parse_message, too_large_reply
+from runner.transports.jsonrpc import CANCELLED_METHOD, ID_SEARCH_BYTES, InvalidMessage, parse_message, too_large_reply
 
 READ_SIZE = 64 * 1024
-CANCELLED = "notifications/cancelled"
 # Said when stdin is /dev/null: the server reads it to its end and stops at once.
 NO_CLIENT = (
     "stdin is /dev/null, so no client can reach this server and it stops: an MCP client starts it with a "
@@ -160,7 +159,7 @@ async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncI
                     if not reader.pollable:
                         if isinstance(message, JSONRPCRequest):
                             unanswered.add(str(message.id))
-                        elif isinstance(message, JSONRPCNotification) and message.method == CANCELLED:
+                        elif isinstance(message, JSONRPCNotification) and message.method == CANCELLED_METHOD:
                             unanswered.discard(str((message.params or {}).get("requestId")))  # gets no answer
                     await to_server.send(SessionMessage(message))
                 nonlocal read_all
