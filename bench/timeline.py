@@ -46,7 +46,7 @@ marks = []
 stamp = time.monotonic
 atexit.register(lambda: open(os.environ["TIMELINE_MARKS"], "w").writelines(f"{k} {t!r}\\n" for k, t in marks))
 import runner.execution.driver, runner.processes.child, runner.processes.forkserver, runner.protocol.handlers
-import runner.transports.stdio
+import runner.transports.stdio, runner.processes.keeper
 
 def before(module, name, label):
     inner = getattr(module, name)
@@ -73,6 +73,7 @@ around_async(runner.protocol.handlers.Handlers, "call_tool", "handler", "handler
 around_async(runner.transports.stdio, "write_all", "response_write", None)
 around_async(runner.execution.driver, "write_all", None, "code_written")
 before(runner.execution.driver, "parse_report", "report_read")
+around_async(runner.processes.keeper.SessionKeeper, "keepable", None, "anchor_said")
 
 from runner.__main__ import main
 sys.exit(main())
@@ -91,6 +92,8 @@ STAGES = [
     ("code_ends", "report_read", "the run gathers what it returns, closes its streams, reports its end"),
     ("report_read", "result", "the report parsed, the group killed"),
     ("result", "handler_returns", "result built, directory removed, logged"),
+    ("result", "anchor_said", "(a session's call) the anchor says whether the call can be kept"),
+    ("anchor_said", "handler_returns", "(a session's call) the result built, logged"),
     ("handler_returns", "response_write", "SDK serializes the response"),
     ("response_write", "client_read", "server -> client: written, the line arrives"),
 ]
@@ -106,8 +109,12 @@ def first_between(stamps: list[float], low: float, high: float) -> float | None:
     return None
 
 
-async def drive(calls: int, env: dict[str, str]) -> tuple[list[dict[str, float]], str]:
-    """Start the probed server, make `calls` sequential calls, return each call's stamps."""
+async def drive(
+    calls: int, env: dict[str, str], session: str | None = None, pause: float = 0.0
+) -> tuple[list[dict[str, float]], str]:
+    """Start the probed server, make `calls` sequential calls, return each call's stamps. With
+    `session` (the code of its first call), the calls run in one session that call began; `pause`
+    seconds pass between calls."""
     with tempfile.TemporaryDirectory(prefix="timeline-") as scratch:
         marks_path = Path(scratch) / "marks"
         log_path = Path(scratch) / "server.log"
@@ -140,9 +147,19 @@ async def drive(calls: int, env: dict[str, str]) -> tuple[list[dict[str, float]]
         hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
         await request(0, "initialize", hello)
         stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        arguments: dict[str, Any] = {"code": CODE}
+        if session is not None:
+            _, _, began = await request(
+                0, "tools/call", {"name": "run_python", "arguments": {"code": session, "session": "new"}}
+            )
+            if began["result"]["structuredContent"]["status"] != "ok":
+                raise SystemExit(f"the session did not start: {began['result']}")
+            arguments["session"] = began["result"]["structuredContent"]["session"]
         rows = []
         for ident in range(1, calls + 31):
-            sent, read, reply = await request(ident, "tools/call", {"name": "run_python", "arguments": {"code": CODE}})
+            if pause:
+                await asyncio.sleep(pause)
+            sent, read, reply = await request(ident, "tools/call", {"name": "run_python", "arguments": arguments})
             structured = reply["result"]["structuredContent"]
             if structured["status"] != "ok":
                 raise SystemExit(f"call {ident} failed: {structured}")
@@ -200,13 +217,22 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--server-env", action="append", default=[], metavar="K=V")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results")
+    parser.add_argument(
+        "--session",
+        metavar="CODE",
+        help="run the calls in one session, begun by a call of CODE (e.g. 'import pandas as pd')",
+    )
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds between calls (default 0)")
     args = parser.parse_args()
     env = parse_env_pairs(args.server_env, "--server-env")
-    rows, config = asyncio.run(drive(args.calls, env))
+    rows, config = asyncio.run(drive(args.calls, env, args.session, args.pause))
     table = summarize(rows)
     lines = [
         f"python-runner-mcp timeline, {dt.datetime.now().isoformat(timespec='seconds')}; "
-        f"{len(rows)} sequential print(1) calls; load average {os.getloadavg()}",
+        f"{len(rows)} sequential print(1) calls"
+        + (f" in a session begun with {args.session!r}" if args.session is not None else "")
+        + (f", {args.pause} s apart" if args.pause else "")
+        + f"; load average {os.getloadavg()}",
         f"server: {config}",
         "",
         f"{'stage':<38} {'p50 ms':>7} {'mean ms':>8}  what",

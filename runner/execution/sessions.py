@@ -240,8 +240,8 @@ class Sessions:
         session.used = anyio.current_time()
         kept = result.status is Status.OK and ahead.yes
         # The answer goes now, and the verdict (the keeper replaced, or the files put back) is done
-        # meanwhile; the session's next call waits for it.
-        session.keeper.give_verdict(kept)
+        # meanwhile; the next call, handed its pipes with it (after an OOM: in `_settle`), waits for it.
+        session.keeper.give_verdict(kept, arm=call.oom_kills == 0)
         session.settled = anyio.Event()
         self._tg.start_soon(self._settle, session, kept, call.oom_kills > 0, session.settled)
         notes = []

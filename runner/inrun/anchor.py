@@ -10,7 +10,8 @@ killed and the directory put back. Either way it kills every other process the c
 
 The wire, server to anchor, on the run's job socket (fd 3), one line a message: ``C`` with the
 call's four fds (stdin, stdout, stderr, job socket; SCM_RIGHTS): start a call; ``K``: kill the running
-call's group; ``V 1`` or ``V 0``: keep or roll back the last call; EOF: end the session. Anchor to
+call's group; ``V 1`` or ``V 0``: keep or roll back the last call (the next call's ``C`` may follow in
+the same message: it is passed on once the verdict is done); EOF: end the session. Anchor to
 server: ``R`` once ready; ``S <pid>`` a call was forked; ``X <pid> <wait status> <utime> <stime>
 <maxrss>`` it ended; ``P <keepable> <threads> <why...>``, once per call, as soon as it is known
 whether the call can be kept (1: its code ran to its end, and its files could be read; threads: 1 if

@@ -242,6 +242,7 @@ def serve_session(
     """A session's keeper (`keeper.keep`), and in each call it forks, the call (`run`). A state
     the server kept comes back here as the next keeper (`keeper.Kept`), its call's frames unwound."""
     wire, keeper = siblings[0], siblings[5]
+    keeper.Session.warm_up = lambda: warm_up(siblings, home)
     ready, fds = None, None
     while True:
         if fds is None:

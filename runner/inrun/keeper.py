@@ -63,9 +63,11 @@ HANDED_ABOVE = 200
 
 
 class Session:
-    """What a call knows of its session, carried from keeper to candidate: the number of calls kept."""
+    """What a call knows of its session, carried from keeper to candidate: the number of calls kept,
+    and what a call forked ahead does while it waits for its pipes (`bootstrap.serve_session`)."""
 
     kept_calls = 0
+    warm_up: Callable[[], None] | None = None
 
 
 def filename(calls: int) -> str:
@@ -169,7 +171,10 @@ def _quiet_signals() -> None:
 
 def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int] | None:
     """Fork the next call ahead. In the keeper: its pid and the socket its fds go down (None if the
-    fork failed). In the call: the fds, once they come (a call is then on its way, as if just forked)."""
+    fork failed). In the call: the fds, once they come (a call is then on its way, as if just forked).
+    While it waits, the call goes once through what a call does before and after its code
+    (`Session.warm_up`), as a pooled interpreter does: the pages that copies are copied then, not
+    once its code has come."""
     import socket
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -193,6 +198,11 @@ def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int]
             os._exit(0)
         if random is not None and state is not None:
             random.setstate(state)  # reseeded by CPython's at-fork hook: the state is the session's
+        if Session.warm_up is not None:
+            try:  # noqa: SIM105  (contextlib is not imported in runs)
+                Session.warm_up()
+            except Exception:  # noqa: S110  (only a head start: the call does it all again)
+                pass
         message, fds, _, _ = theirs.recvmsg(16, socket.CMSG_SPACE(8 * 4))
         received = _fds(fds)
         if message != b"C" or len(received) != 5:

@@ -69,6 +69,7 @@ class SessionKeeper:
         self._lines: list[bytes] = []
         self._arrived = anyio.Event()
         self._call: KeptCall | None = None
+        self._previous: KeptCall | None = None  # the call before, whose end may still be told
         self._armed: KeptCall | None = None
         self._closed = False
 
@@ -110,9 +111,10 @@ class SessionKeeper:
             with contextlib.suppress(SessionLost, OSError):
                 self._armed = self._hand()
 
-    def _hand(self) -> KeptCall:
+    def _hand(self, before: bytes = b"") -> KeptCall:
         """A call of the session's kept state, its pipes the server's, ready for its job (the keeper
-        hands them to the call it forked ahead)."""
+        hands them to the call it forked ahead); `before`, lines the anchor takes first, in the same
+        message."""
         ends: list[int] = []
         try:
             for _ in range(3):
@@ -128,7 +130,7 @@ class SessionKeeper:
         try:
             sock = socket.socket(fileno=self.anchor.code)
             try:
-                sock.sendmsg([b"C\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", handed))])
+                sock.sendmsg([before + b"C\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", handed))])
             finally:
                 sock.detach()
         except OSError as exc:
@@ -149,7 +151,7 @@ class SessionKeeper:
             pid=0, workdir=None, stdin=stdin_w, stdout=stdout_r, stderr=stderr_r, code=code_ours, anchor=self
         )
         call._open.update(ours_)
-        self._call = call
+        self._previous, self._call = self._call, call
         if self.lost is not None:
             call.ended(-9, 0.0, 0)
         return call
@@ -168,9 +170,15 @@ class SessionKeeper:
         self.give_verdict(keep)
         return await self.verdict_done()
 
-    def give_verdict(self, keep: bool) -> None:
+    def give_verdict(self, keep: bool, arm: bool = False) -> None:
         """Tell the anchor to keep the last call's state or roll it back, without waiting: it can
-        begin while the server answers (`verdict_done` says what it did)."""
+        begin while the server answers (`verdict_done` says what it did). With `arm`, the next call
+        is handed its pipes in the same message (`arm`): the anchor passes them on as soon as the
+        verdict is done, not once the server has heard of it."""
+        if arm and self._armed is None and self.lost is None and not self._closed:
+            with contextlib.suppress(SessionLost, OSError):
+                self._armed = self._hand(b"V %d\n" % keep)
+                return
         self._say(b"V %d\n" % keep)
 
     async def verdict_done(self) -> Said:
@@ -241,10 +249,12 @@ class SessionKeeper:
     def _take(self, line: bytes) -> None:
         fields = line.split()
         call = self._call
-        if fields[:1] == [b"X"]:  # the end of the last call (its keeper reaped it)
-            if len(fields) == 6 and call is not None:
+        if fields[:1] == [b"X"]:  # the end of a call (its keeper reaped it): the last, or the one before
+            pid = int(fields[1]) if len(fields) == 6 and fields[1].isdigit() else -1
+            ended = next((c for c in (call, self._previous) if c is not None and c.pid == pid), None)
+            if ended is not None:
                 status, cpu = int(fields[2]), float(fields[3]) + float(fields[4])
-                call.ended(os.waitstatus_to_exitcode(status), cpu, maxrss_bytes(int(fields[5])))
+                ended.ended(os.waitstatus_to_exitcode(status), cpu, maxrss_bytes(int(fields[5])))
             return
         if fields[:1] == [b"S"]:  # the last call's pid
             if len(fields) == 2 and fields[1].isdigit() and call is not None:
