@@ -132,3 +132,19 @@ def proc_cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return ""
+
+
+def run_nanoseconds(pid: int) -> int:
+    """CPU time a process's threads have run so far, in nanoseconds (/proc/PID/task/*/schedstat); 0 if
+    it is gone."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{task}/schedstat", "rb") as stat:
+                total += int(stat.read().split()[0])
+    return total
+
+
+def tree_run_nanoseconds(pid: int) -> dict[int, int]:
+    """`run_nanoseconds` of a process and of each of its descendants, by pid."""
+    return {member: run_nanoseconds(member) for member in [pid, *descendants(pid)]}
