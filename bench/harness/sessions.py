@@ -149,15 +149,8 @@ async def scenario_sessions(specs: list[ServerSpec], launch: Launch, p: Params, 
         for n in range(rounds):
             for conn in rotate(conns, n):
                 label, handle = conn.spec.label, handles[conn.spec.label]
-                asks: list[tuple[str, dict[str, Any], str]] = [
-                    ("kept", {"code": ASK, "session": handle, "timeout": 60}, EXPECTED_SUM),
-                    ("csv", {"code": ONE_SHOT, "files": files, "timeout": 60}, EXPECTED_SUM),
-                ]
-                trivial = [
-                    ("trivial_session", {"code": TRIVIAL, "session": handle, "timeout": 10}, "1"),
-                    ("trivial_one_shot", {"code": TRIVIAL, "timeout": 10}, "1"),
-                ]
-                for kind, arguments, expected in rotate(asks, n) + rotate(trivial, n) * 5:
+                pairs = _pairs(handle, files)
+                for kind, arguments, expected in rotate(pairs[:2], n) + rotate(pairs[2:], n) * 5:
                     result = await conn.call_with(arguments, expected)
                     samples[label][kind].append(result.latency)
                     if not result.ok:
@@ -169,13 +162,7 @@ async def scenario_sessions(specs: list[ServerSpec], launch: Launch, p: Params, 
         for n in range(settled):
             for conn in rotate(conns, n):
                 label, handle = conn.spec.label, handles[conn.spec.label]
-                pairs: list[tuple[str, dict[str, Any], str]] = [
-                    ("settled_kept", {"code": ASK, "session": handle, "timeout": 60}, EXPECTED_SUM),
-                    ("settled_csv", {"code": ONE_SHOT, "files": files, "timeout": 60}, EXPECTED_SUM),
-                    ("settled_trivial_session", {"code": TRIVIAL, "session": handle, "timeout": 10}, "1"),
-                    ("settled_trivial_one_shot", {"code": TRIVIAL, "timeout": 10}, "1"),
-                ]
-                for kind, arguments, expected in rotate(pairs, n):
+                for kind, arguments, expected in rotate(_pairs(handle, files, "settled_"), n):
                     if conn.pid and not await quiet(conn.pid):
                         samples[label]["never_quiet"].append(0.0)
                     result = await conn.call_with(arguments, expected)
@@ -204,6 +191,17 @@ async def scenario_sessions(specs: list[ServerSpec], launch: Launch, p: Params, 
                 "failure_count": len(failures[label]),
             }
     return out
+
+
+def _pairs(handle: str, files: list[dict[str, str]], prefix: str = "") -> list[tuple[str, dict[str, Any], str]]:
+    """The calls compared, as (kind, arguments, expected output): the kept sum and the CSV one, then
+    a trivial call in the session and a one-shot one."""
+    return [
+        (prefix + "kept", {"code": ASK, "session": handle, "timeout": 60}, EXPECTED_SUM),
+        (prefix + "csv", {"code": ONE_SHOT, "files": files, "timeout": 60}, EXPECTED_SUM),
+        (prefix + "trivial_session", {"code": TRIVIAL, "session": handle, "timeout": 10}, "1"),
+        (prefix + "trivial_one_shot", {"code": TRIVIAL, "timeout": 10}, "1"),
+    ]
 
 
 def session_rows(report: dict[str, Any]) -> list[str]:
