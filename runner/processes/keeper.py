@@ -103,13 +103,16 @@ class SessionKeeper:
                 await self.verdict(False)
         return self._hand()
 
-    def arm(self) -> None:
+    def arm(self, before: bytes = b"") -> bool:
         """Hand the next call its pipes now, while the session is idle: the keeper passes them to the
         call it forked ahead, which then waits for its job as a pooled interpreter does, and the
-        session's next call starts when its job is written, no process woken before it."""
+        session's next call starts when its job is written, no process woken before it. `before`:
+        lines for the anchor, in the same message. Whether they went."""
         if self._armed is None and self.lost is None and not self._closed:
             with contextlib.suppress(SessionLost, OSError):
-                self._armed = self._hand()
+                self._armed = self._hand(before)
+                return True
+        return False
 
     def _hand(self, before: bytes = b"") -> KeptCall:
         """A call of the session's kept state, its pipes the server's, ready for its job (the keeper
@@ -175,11 +178,8 @@ class SessionKeeper:
         begin while the server answers (`verdict_done` says what it did). With `arm`, the next call
         is handed its pipes in the same message (`arm`): the anchor passes them on as soon as the
         verdict is done, not once the server has heard of it."""
-        if arm and self._armed is None and self.lost is None and not self._closed:
-            with contextlib.suppress(SessionLost, OSError):
-                self._armed = self._hand(b"V %d\n" % keep)
-                return
-        self._say(b"V %d\n" % keep)
+        if not (arm and self.arm(b"V %d\n" % keep)):
+            self._say(b"V %d\n" % keep)
 
     async def verdict_done(self) -> Said:
         """Whether the anchor kept the last call, once it has done what `give_verdict` told it."""
