@@ -141,9 +141,8 @@ async def scenario_sessions(specs: list[ServerSpec], launch: Launch, p: Params, 
                 await conn.call_with({"code": ASK, "session": handles[conn.spec.label], "timeout": 60}, EXPECTED_SUM)
         kinds = ["kept", "csv", "trivial_session", "trivial_one_shot"]
         kinds += [f"settled_{kind}" for kind in kinds]
-        samples: dict[str, dict[str, list[float]]] = {c.spec.label: {} for c in conns}
-        for by_kind in samples.values():
-            by_kind.update((kind, []) for kind in [*kinds, "never_quiet"])
+        samples: dict[str, dict[str, list[float]]] = {c.spec.label: {kind: [] for kind in kinds} for c in conns}
+        never_quiet = dict.fromkeys(samples, 0)  # waits for a quiet tree that gave up, by server
         failures: dict[str, list[str]] = {c.spec.label: [] for c in conns}
         say(f"[sessions] {rounds} rounds per server of: kept sum, CSV sum, 5 trivial in the session, 5 one-shot")
         for n in range(rounds):
@@ -164,7 +163,7 @@ async def scenario_sessions(specs: list[ServerSpec], launch: Launch, p: Params, 
                 label, handle = conn.spec.label, handles[conn.spec.label]
                 for kind, arguments, expected in rotate(_pairs(handle, files, "settled_"), n):
                     if conn.pid and not await quiet(conn.pid):
-                        samples[label]["never_quiet"].append(0.0)
+                        never_quiet[label] += 1
                     result = await conn.call_with(arguments, expected)
                     samples[label][kind].append(result.latency)
                     if not result.ok:
@@ -182,8 +181,8 @@ async def scenario_sessions(specs: list[ServerSpec], launch: Launch, p: Params, 
             keeper, anchor = keeper_and_anchor(conn.pid, inner) if conn.pid else (0, 0)
             ahead = children_of(keeper) if keeper else []
             out.setdefault("servers", {})[label] = {
-                **{kind: summary(values) for kind, values in samples[label].items() if kind != "never_quiet"},
-                "never_quiet": len(samples[label]["never_quiet"]),
+                **{kind: summary(values) for kind, values in samples[label].items()},
+                "never_quiet": never_quiet[label],
                 "keeper_pss_bytes": sum(pss_bytes(pid) for pid in [keeper, *ahead]) if keeper else None,
                 "keeper_private_bytes": private_bytes(keeper) if keeper else None,
                 "anchor_pss_bytes": pss_bytes(anchor) if anchor else None,

@@ -81,9 +81,10 @@ async def test_the_end_of_the_call_before_told_after_the_next_was_armed_ends_tha
     armed = await keeper.call()
     assert armed.report is None  # still ready for its job
     keeper._take(b"S 102")
+    keeper._take(b"X 999 0 0.0 0.0 0")  # no call of this session's: told to none
+    assert armed.report is None
     keeper._take(b"X 102 9 0.0 0.0 0")
     assert armed.report is not None
     assert armed.report[0] == -9
-    keeper._take(b"X 999 0 0.0 0.0 0")  # no call of this session's: told to none
     first.close_all()
     armed.close_all()
