@@ -28,7 +28,7 @@ PR_SET_NO_NEW_PRIVS = 38
 CAP_KILL = 5
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # What the in-run code calls: resolved now, not in every fork that calls it.
-FUNCTIONS = ("capset", "mount", "prctl", "sethostname", "setns", "syscall", "unshare")
+FUNCTIONS = ("capset", "malloc_trim", "mount", "prctl", "sethostname", "setns", "syscall", "unshare")
 
 
 def _opened(kind: type[ctypes.CDLL], functions: tuple[str, ...]) -> ctypes.CDLL | None:
@@ -65,6 +65,15 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 
     if not LINUX or LIBC is None or not hasattr(LIBC, "prctl"):
         return False
     return int(LIBC.prctl(option, arg2, arg3, arg4, arg5)) == 0
+
+
+def trim_heap() -> bool:
+    """malloc_trim(0): give the kernel back the pages of memory malloc holds free (what a parser
+    freed, a DataFrame dropped). A fork copies a page-table entry for every page still mapped, free or
+    not. Whether it released any (False where there is no malloc_trim)."""
+    if LIBC is None or not hasattr(LIBC, "malloc_trim"):
+        return False
+    return int(LIBC.malloc_trim(0)) == 1
 
 
 def set_dumpable(enabled: bool) -> bool:
