@@ -410,7 +410,7 @@ def main() -> int:
             "server default": child_stages(root, os.environ.get("RUNNER_SANDBOX", "auto"), args.child_reps),
             "RUNNER_SANDBOX=none-posix-spawn": child_stages(root, "none-posix-spawn", args.child_reps),
         }
-        python = report["children"]["RUNNER_SANDBOX=none"]["python"]
+        python = report["children"]["RUNNER_SANDBOX=none-posix-spawn"]["python"]
         report["bare"] = bare_startup(python, args.child_reps)
         report["imports"] = import_times(root, python)
     report["loadavg_end"] = os.getloadavg()
