@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from typing import Any
 
@@ -33,6 +34,13 @@ LOAD = "import pandas as pd\ndf = pd.read_csv('data.csv')\nimport os\nos.remove(
 ASK = "print(df.v.sum())"
 ONE_SHOT = "import pandas as pd\ndf = pd.read_csv('data.csv')\nprint(df.v.sum())"
 TRIVIAL = "print(1)"
+# Rolled back (it fails), so its parent stays the session's keeper: its pid inside and PID namespace.
+WHO_KEEPS = "import os\nprint(os.getppid(), os.readlink('/proc/self/ns/pid'))\nraise SystemExit(3)"
+# In the back-to-back rounds the kept sum follows either the CSV call (its session then idle for the
+# CSV call's 100 ms and more) or the last trivial call of the round before, one in the same session
+# (then the session's next call is forked from the state that call left only as that call ends).
+# Half the kept calls are of each kind, so the kept p50 lies between the two; both are reported.
+AFTER = {"csv": "after the CSV call (session idle)", "trivial_session": "after a call of the same session"}
 TARGETS = {
     "kept_vs_csv": "df.v.sum() on a kept 2,000,000-row DataFrame >= 20x faster than reading the CSV in a one-shot call",
     "trivial": "a trivial call in a session: p50 within 1.5x of a one-shot trivial call",
@@ -105,16 +113,15 @@ def _parent(pid: int) -> int:
         return 0
 
 
-def keeper_and_anchor(server: int, keeper_inner: int) -> tuple[int, int]:
-    """The host pids of the session's keeper (its pid inside is `keeper_inner`, as a call sees its
-    parent) and of its anchor: of the server's descendants with that inner pid, the one with the most
-    private memory (the keeper holds pandas; a pooled run that happens to have the same inner pid in a
-    namespace of its own holds little)."""
-    matches = [pid for pid in descendants(server) if _inner_pid(pid) == keeper_inner]
-    if not matches:
-        return 0, 0
-    keeper = max(matches, key=private_bytes)
-    return keeper, _parent(keeper)
+def keeper_and_anchor(server: int, keeper_inner: int, namespace: str) -> tuple[int, int]:
+    """The host pids of the session's keeper and of its anchor (its parent): the server's descendant
+    whose pid inside is `keeper_inner` (as a call sees its parent) in the PID namespace `namespace`
+    (as /proc/PID/ns/pid names it: a pooled run elsewhere may have the same pid inside); (0, 0) if none."""
+    for pid in descendants(server):
+        with contextlib.suppress(OSError):
+            if _inner_pid(pid) == keeper_inner and os.readlink(f"/proc/{pid}/ns/pid") == namespace:
+                return pid, _parent(pid)
+    return 0, 0
 
 
 async def scenario_sessions(specs: list[ServerSpec], launch: Launch, p: Params, packages: str) -> dict[str, Any]:
@@ -141,10 +148,13 @@ async def scenario_sessions(specs: list[ServerSpec], launch: Launch, p: Params, 
                 await conn.call_with({"code": ASK, "session": handles[conn.spec.label], "timeout": 60}, EXPECTED_SUM)
         kinds = ["kept", "csv", "trivial_session", "trivial_one_shot"]
         kinds += [f"settled_{kind}" for kind in kinds]
+        # The kept sum again, by what came just before it on its connection (see AFTER).
+        kinds += [f"kept_after_{before}" for before in AFTER]
         samples: dict[str, dict[str, list[float]]] = {c.spec.label: {kind: [] for kind in kinds} for c in conns}
         never_quiet = dict.fromkeys(samples, 0)  # waits for a quiet tree that gave up, by server
         failures: dict[str, list[str]] = {c.spec.label: [] for c in conns}
         say(f"[sessions] {rounds} rounds per server of: kept sum, CSV sum, 5 trivial in the session, 5 one-shot")
+        before = dict.fromkeys(samples, "")  # the kind of the last call on each connection
         for n in range(rounds):
             for conn in rotate(conns, n):
                 label, handle = conn.spec.label, handles[conn.spec.label]
@@ -152,6 +162,9 @@ async def scenario_sessions(specs: list[ServerSpec], launch: Launch, p: Params, 
                 for kind, arguments, expected in rotate(pairs[:2], n) + rotate(pairs[2:], n) * 5:
                     result = await conn.call_with(arguments, expected)
                     samples[label][kind].append(result.latency)
+                    if kind == "kept" and before[label] in AFTER:
+                        samples[label][f"kept_after_{before[label]}"].append(result.latency)
+                    before[label] = kind
                     if not result.ok:
                         failures[label].append(f"{kind}: {result.problem}")
         # The same pairs again, each call once the server's tree is quiet: a call's own cost, without
@@ -170,16 +183,13 @@ async def scenario_sessions(specs: list[ServerSpec], launch: Launch, p: Params, 
                         failures[label].append(f"{kind}: {result.problem}")
         for conn in conns:
             label = conn.spec.label
-            parent = await conn.call_with({"code": "import os\nprint(os.getppid())", "session": handles[label]}, None)
-            inner = int((parent.structured or {}).get("stdout", "0").strip() or 0)
-            # The call that printed it was kept: its candidate is the keeper now, a sibling of the
-            # printing call's parent. Ask again with a call that fails (rolled back: the keeper stays).
-            again = await conn.call_with(
-                {"code": "import os\nprint(os.getppid())\nraise SystemExit(3)", "session": handles[label]}, None
-            )
-            inner = int((again.structured or {}).get("stdout", "0").strip() or inner)
-            keeper, anchor = keeper_and_anchor(conn.pid, inner) if conn.pid else (0, 0)
-            ahead = children_of(keeper) if keeper else []
+            # A call that fails is rolled back, so the keeper it was forked from (its parent) stays the
+            # keeper; it names it by its pid inside and its PID namespace, which no pooled run shares.
+            asked = await conn.call_with({"code": WHO_KEEPS, "session": handles[label]}, None)
+            said = (asked.structured or {}).get("stdout", "").split()
+            inner, namespace = (int(said[0]), said[1]) if len(said) == 2 and said[0].isdigit() else (0, "")
+            keeper, anchor = keeper_and_anchor(conn.pid, inner, namespace) if conn.pid and inner else (0, 0)
+            ahead = await _call_ahead(keeper) if keeper else []
             out.setdefault("servers", {})[label] = {
                 **{kind: summary(values) for kind, values in samples[label].items()},
                 "never_quiet": never_quiet[label],
@@ -190,6 +200,17 @@ async def scenario_sessions(specs: list[ServerSpec], launch: Launch, p: Params, 
                 "failure_count": len(failures[label]),
             }
     return out
+
+
+async def _call_ahead(keeper: int) -> list[int]:
+    """The call the idle `keeper` forks ahead (after a roll-back it does so once told): its pid, when
+    there is one within a second (an idle session's memory is the keeper's with it)."""
+    for _ in range(100):  # /proc is polled: nothing tells when the fork is done
+        ahead = children_of(keeper)
+        if ahead:
+            return ahead
+        await asyncio.sleep(0.01)
+    return []
 
 
 def _pairs(handle: str, files: list[dict[str, str]], prefix: str = "") -> list[tuple[str, dict[str, Any], str]]:
@@ -231,6 +252,13 @@ def session_rows(report: dict[str, Any]) -> list[str]:
         lines.append(f"|  | {TARGETS['kept_vs_csv']}: {met} | | | | | | | | | |")
         met = "met" if in_session / one_shot <= 1.5 else "NOT met"
         lines.append(f"|  | {TARGETS['trivial']}: {met} | | | | | | | | | |")
+        by_before = [(what, s.get(f"kept_after_{kind}", {})) for kind, what in AFTER.items()]
+        if all(stats.get("n") for _, stats in by_before):
+            cells = "; ".join(
+                f"{what}: {stats['p50'] * 1000:.1f} ms, {csv / stats['p50']:.1f}x ({stats['n']} calls)"
+                for what, stats in by_before
+            )
+            lines.append(f"|  | the kept sum by the call before it: {cells} | | | | | | | | | |")
         if s.get("settled_kept", {}).get("n"):
             kept, csv = s["settled_kept"]["p50"], s["settled_csv"]["p50"]
             in_session, one_shot = s["settled_trivial_session"]["p50"], s["settled_trivial_one_shot"]["p50"]
