@@ -1,6 +1,6 @@
 """Where one trivial call's wall time goes: a per-stage timeline, server and run interpreter side by side.
 
-    python bench/timeline.py [--calls N] [--server-env K=V ...] [--out DIR]
+    python bench/timeline.py [--calls N] [--body CODE] [--session CODE] [--pause S] [--server-env K=V ...] [--out DIR]
 
 The server runs as ``python -m runner`` would, with a few of its functions wrapped to record
 CLOCK_MONOTONIC stamps (the request read, the tool handler, the code framed and written, the run's
@@ -79,8 +79,14 @@ from runner.__main__ import main
 sys.exit(main())
 """
 
-# The last statement is not an expression, so that no value comes back: as with print(1).
-CODE = "import sys, time\nfirst = time.monotonic()\nprint(1)\n_ = sys.stderr.write(repr((first, time.monotonic())))"
+# The calls' code is BODY between two stamps. The last statement is not an expression, so that no value
+# comes back: as with print(1).
+BODY = "print(1)"
+
+
+def stamped(body: str) -> str:
+    return f"import sys, time\nfirst = time.monotonic()\n{body}\n_ = sys.stderr.write(repr((first, time.monotonic())))"
+
 
 STAGES = [
     ("client_sent", "request_read", "client -> server: the request line arrives"),
@@ -88,7 +94,7 @@ STAGES = [
     ("handler", "code_framed", "arguments validated, slot, pooled interpreter taken"),
     ("code_framed", "code_written", "code written to the interpreter"),
     ("code_written", "code_starts", "interpreter wakes, reads, compiles"),
-    ("code_starts", "code_ends", "the code itself (print(1))"),
+    ("code_starts", "code_ends", "the code itself (--body)"),
     ("code_ends", "report_read", "the run gathers what it returns, closes its streams, reports its end"),
     ("report_read", "result", "the report parsed, the group killed"),
     ("result", "handler_returns", "result built, directory removed, logged"),
@@ -110,7 +116,7 @@ def first_between(stamps: list[float], low: float, high: float) -> float | None:
 
 
 async def drive(
-    calls: int, env: dict[str, str], session: str | None = None, pause: float = 0.0
+    calls: int, env: dict[str, str], session: str | None = None, pause: float = 0.0, body: str = BODY
 ) -> tuple[list[dict[str, float]], str]:
     """Start the probed server, make `calls` sequential calls, return each call's stamps. With
     `session` (the code of its first call), the calls run in one session that call began; `pause`
@@ -147,7 +153,7 @@ async def drive(
         hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
         await request(0, "initialize", hello)
         stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        arguments: dict[str, Any] = {"code": CODE}
+        arguments: dict[str, Any] = {"code": stamped(body)}
         if session is not None:
             _, _, began = await request(
                 0, "tools/call", {"name": "run_python", "arguments": {"code": session, "session": "new"}}
@@ -223,13 +229,20 @@ def main() -> int:
         help="run the calls in one session, begun by a call of CODE (e.g. 'import pandas as pd')",
     )
     parser.add_argument("--pause", type=float, default=0.0, help="seconds between calls (default 0)")
+    parser.add_argument(
+        "--body",
+        default=BODY,
+        metavar="CODE",
+        help="each call's code, timed as the code stage (default 'print(1)'; with --session it may use the "
+        "session's state, e.g. 'print(df.v.sum())')",
+    )
     args = parser.parse_args()
     env = parse_env_pairs(args.server_env, "--server-env")
-    rows, config = asyncio.run(drive(args.calls, env, args.session, args.pause))
+    rows, config = asyncio.run(drive(args.calls, env, args.session, args.pause, args.body))
     table = summarize(rows)
     lines = [
         f"python-runner-mcp timeline, {dt.datetime.now().isoformat(timespec='seconds')}; "
-        f"{len(rows)} sequential print(1) calls"
+        f"{len(rows)} sequential calls of {args.body!r}"
         + (f" in a session begun with {args.session!r}" if args.session is not None else "")
         + (f", {args.pause} s apart" if args.pause else "")
         + f"; load average {os.getloadavg()}",
