@@ -169,7 +169,9 @@ async def drive(
             structured = reply["result"]["structuredContent"]
             if structured["status"] != "ok":
                 raise SystemExit(f"call {ident} failed: {structured}")
-            starts, ends = json.loads(structured["stderr"].replace("(", "[").replace(")", "]"))
+            # The stamps are the last thing on stderr: what --body wrote there comes before them.
+            stamps = structured["stderr"][structured["stderr"].rindex("(") :]
+            starts, ends = json.loads(stamps.replace("(", "[").replace(")", "]"))
             if ident > 30:  # the first calls warm the server up
                 rows.append({"client_sent": sent, "code_starts": starts, "code_ends": ends, "client_read": read})
         stdin.close()
