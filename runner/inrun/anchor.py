@@ -39,6 +39,7 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
     from snapshot import Snapshot
 
 MAX_LINE = 512
+MAX_PID = 1 << 22  # Linux's pid_max is at most this
 # How long the anchor waits for a call to end once its verdict is asked for, and for what a call left
 # to die.
 CANDIDATE_SECONDS = 10.0
@@ -83,11 +84,15 @@ class _Call:
     def done(self, message: bytes) -> bytes:
         """What a call that is its own candidate says once it has reported (``D <utime> <stime>
         <maxrss>``: its fds closed, it waits for K): its end, as the X line for the server (once);
-        or nothing (EOF: it is dying, its exit is told by its keeper or reaped)."""
-        fields = message.split()
+        or nothing (EOF: it is dying, its exit is told by its keeper or reaped). The call's code
+        can write anything on this channel: what is not exactly a D line is not one, and the X line
+        is made of the numbers read, never of the bytes as they came."""
+        fields = message.split(b" ")
         if len(fields) == 4 and fields[0] == b"D" and not self.ended:
-            self.ended = True
-            return b"X %d 0 %s" % (self.pid, b" ".join(fields[1:]))
+            utime, stime, maxrss = _seconds(fields[1]), _seconds(fields[2]), _count(fields[3])
+            if utime is not None and stime is not None and maxrss is not None:
+                self.ended = True
+                return b"X %d 0 %r %r %d" % (self.pid, utime, stime, maxrss)
         if not message:
             self.lose_itself()
         return b""
@@ -218,16 +223,24 @@ class Anchor:
             if self.call is None or not self.call.pid:  # no call, or one it died before forking
                 self.lost("the session's keeper process was killed")
             return
-        fields = message.split()
-        if self.call is None or len(fields) < 2 or not fields[1].isdigit():
+        # The keeper runs no code of the session's, but it is made of a call's state: what it says is
+        # read as exactly ``S <pid>`` or ``X <pid> <status> <utime> <stime> <maxrss>``, and passed on
+        # as lines made here of the numbers read, once each per call.
+        fields = message.split(b" ")
+        call = self.call
+        if call is None or len(fields) < 2:
             return
-        if fields[0] == b"S":
-            self.call.pid = int(fields[1])
-            self.say(message)
-            if self.call.kill_asked:  # the server's K came before the keeper's S
-                self.call.kill()
-        elif fields[0] == b"X" and int(fields[1]) == self.call.pid:
-            self.call_exited(self.call, message)
+        pid = _pid(fields[1])
+        if fields[0] == b"S" and len(fields) == 2 and pid is not None and not call.pid:
+            call.pid = pid
+            self.say(b"S %d" % pid)
+            if call.kill_asked:  # the server's K came before the keeper's S
+                call.kill()
+        elif fields[0] == b"X" and len(fields) == 6 and pid is not None and pid == call.pid:
+            status, maxrss = _count(fields[2], 0xFFFF), _count(fields[5])
+            utime, stime = _seconds(fields[3]), _seconds(fields[4])
+            if status is not None and maxrss is not None and utime is not None and stime is not None:
+                self.call_exited(call, b"X %d %d %r %r %d" % (pid, status, utime, stime, maxrss))
 
     def call_exited(self, call: _Call, end: bytes) -> None:
         """The call's process exited (`end`, its X line for the server): a call that was its own
@@ -248,9 +261,14 @@ class Anchor:
             if end:
                 self.say(end)
             return
-        fields = message.split()
-        if len(fields) == 3 and fields[0] == b"P" and fields[1].isdigit():
-            call.candidate = int(fields[1])
+        fields = message.split(b" ")
+        candidate = _pid(fields[1]) if len(fields) == 3 else None
+        # The candidate is the call itself or a child it forked: a P naming any other process (the
+        # keeper, the anchor, another session's) is no candidate, and the call is rolled back.
+        if candidate is not None and candidate != call.pid and _parent(candidate) != call.pid:
+            candidate = None
+        if fields[0] == b"P" and candidate is not None and fields[2] in (b"0", b"1"):
+            call.candidate = candidate
             call.itself = call.candidate == call.pid
             call.threads = fields[2] == b"1"
             # What could keep it from being kept is known now, while the call reports its end: the
@@ -442,6 +460,40 @@ def _fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
     return list(fds)
+
+
+def _count(field: bytes, most: int = 1 << 40) -> int | None:
+    """`field` as a whole number from 0 to `most`, or None: what a channel says is read, never trusted."""
+    if not 0 < len(field) <= 20 or not field.isdigit() or not field.isascii():
+        return None
+    number = int(field)
+    return number if number <= most else None
+
+
+def _pid(field: bytes) -> int | None:
+    pid = _count(field, MAX_PID)
+    return pid or None
+
+
+def _parent(pid: int) -> int:
+    """The parent of `pid` (0 if it cannot be read); /proc/PID/stat's comm may hold spaces and
+    parentheses, so the fields are counted from its last ")"."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rpartition(b")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _seconds(field: bytes) -> float | None:
+    """`field` as a number of CPU seconds (as ``%r`` of a float writes it), or None."""
+    if not 0 < len(field) <= 40 or not field.isascii():
+        return None
+    try:
+        seconds = float(field)
+    except ValueError:
+        return None
+    return seconds if 0.0 <= seconds <= 1e9 else None  # NaN fails both
 
 
 def _kill(pid: int) -> None:

@@ -21,28 +21,22 @@ import anyio
 import anyio.abc
 
 from runner.inrun.wire import KEEPER_JOB
+from runner.processes import anchor_wire
+from runner.processes.anchor_wire import Ended, Lost, Malformed, Ready, Said, Started
 from runner.processes.child import STARTUP_TIMEOUT, Child, maxrss_bytes
 from runner.processes.forkserver import ForkedChild
 
 # How long the anchor may take to say whether a call can be kept, and to keep it or roll it back
 # (which, with files to put back, reads and writes the session's directory).
 VERDICT_TIMEOUT = 30.0
-MAX_LINE = 4096
+READ_SIZE = 4096
+# Lines the anchor may have said that nobody asked for yet (R, P, V wait in this queue; the server asks
+# for each in turn, so two or three is the most a working session ever has).
+MAX_QUEUED = 16
 
 
 class SessionLost(Exception):
     """The session's anchor is gone or said its state is lost: nothing more runs in it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Said:
-    """What the anchor says of a call, as it ends (``P``: whether it can be kept) and after the
-    verdict (``V``: whether it was kept): yes or no, whether the call left threads (which a kept
-    state does not carry), and why not."""
-
-    yes: bool
-    threads: bool
-    why: str
 
 
 @dataclass(eq=False)
@@ -66,7 +60,7 @@ class SessionKeeper:
         self.anchor = anchor
         self.lost: str | None = None
         self._buffer = b""
-        self._lines: list[bytes] = []
+        self._lines: list[Ready | Said] = []
         self._arrived = anyio.Event()
         self._call: KeptCall | None = None
         self._previous: KeptCall | None = None  # the call before, whose end may still be told
@@ -82,9 +76,9 @@ class SessionKeeper:
             os.write(anchor.code, KEEPER_JOB)
         except OSError as exc:
             raise SessionLost(f"the session's interpreter is gone: {exc}") from exc
-        line = await keeper._next(STARTUP_TIMEOUT)
-        if line != b"R":
-            raise SessionLost(keeper.lost or f"the session's interpreter did not start: {line[:200]!r}")
+        said = await keeper._next(STARTUP_TIMEOUT)
+        if not isinstance(said, Ready):
+            raise SessionLost(keeper.lost or f"the session's interpreter did not start: it said {said}")
         return keeper
 
     async def call(self) -> KeptCall:
@@ -186,20 +180,19 @@ class SessionKeeper:
         return await self._said(b"V")
 
     async def _said(self, tag: bytes) -> Said:
-        """The anchor's next line, ``<tag> <0|1> <threads> <why...>`` (why ``-``: none)."""
-        line = await self._next(VERDICT_TIMEOUT)
-        fields = line.split(maxsplit=3)
-        if len(fields) != 4 or fields[0] != tag:
-            raise SessionLost(self.lost or f"the session's anchor did not answer: {line[:200]!r}")
-        why = fields[3].decode(errors="replace")
-        return Said(fields[1] == b"1", fields[2] == b"1", "" if why == "-" else why)
+        """The anchor's next ``P`` or ``V`` (`tag`); anything else in its place ends the session."""
+        said = await self._next(VERDICT_TIMEOUT)
+        if not isinstance(said, Said) or said.tag != tag:
+            self._lose(f"the session's anchor said {said} where a {tag.decode()} line belongs")
+            raise SessionLost(self.lost)
+        return said
 
     def _say(self, line: bytes) -> None:
         with contextlib.suppress(OSError):
             os.write(self.anchor.code, line)
 
-    async def _next(self, patience: float) -> bytes:
-        """The next line from the anchor that is not a call's end; SessionLost if none comes."""
+    async def _next(self, patience: float) -> Ready | Said:
+        """The next line from the anchor that is not about a call in progress; SessionLost if none comes."""
         with anyio.move_on_after(patience):
             while not self._lines:
                 if self.lost is not None:
@@ -212,60 +205,94 @@ class SessionKeeper:
     def _drain(self) -> None:
         """Take the lines the anchor has sent and the reader has not read yet."""
         try:
-            while select.select([self.anchor.code], [], [], 0)[0]:
-                chunk = os.read(self.anchor.code, MAX_LINE)
+            while self.lost is None and select.select([self.anchor.code], [], [], 0)[0]:
+                chunk = os.read(self.anchor.code, READ_SIZE)
                 if not chunk:
                     break
-                self._buffer += chunk
+                self._received(chunk)
         except OSError:
             pass
-        while b"\n" in self._buffer:
-            line, _, self._buffer = self._buffer.partition(b"\n")
-            self._take(line)
 
     async def _read(self) -> None:
+        """Read the anchor's lines for as long as the session lasts. It runs in the pool's task group:
+        nothing the anchor sends, however malformed, may raise out of it (that would end the pool and
+        every session and run with it), so anything unexpected ends this session instead."""
         fd = self.anchor.code
         try:
-            while True:
+            while self.lost is None:
                 await anyio.wait_readable(fd)
                 try:
-                    chunk = os.read(fd, MAX_LINE)
+                    chunk = os.read(fd, READ_SIZE)
                 except BlockingIOError:
                     continue
                 if not chunk:
                     break
-                self._buffer += chunk
-                while b"\n" in self._buffer:
-                    line, _, self._buffer = self._buffer.partition(b"\n")
-                    self._take(line)
+                self._received(chunk)
         except (OSError, anyio.ClosedResourceError):
             pass
+        except Exception as exc:  # a fault of ours on hostile input: still only this session's end
+            self._lose(f"the session's anchor could not be read: {type(exc).__name__}: {exc}")
         finally:
             self.lost = self.lost or "the session's anchor is gone"
-            if self._call is not None:
-                self._call.ended(-9, 0.0, 0)  # its keeper went with the anchor
-            self._arrived.set()
+            self._ended_by_loss()
 
-    def _take(self, line: bytes) -> None:
-        fields = line.split()
+    def _received(self, chunk: bytes) -> None:
+        """Take every whole line of what came; a line longer than the wire allows, even unfinished,
+        is malformed at once (nothing unbounded is held for a session)."""
+        self._buffer += chunk
+        while self.lost is None:
+            line, newline, rest = self._buffer.partition(b"\n")
+            if not newline:
+                if len(self._buffer) > anchor_wire.MAX_LINE:
+                    self._lose(f"the session's anchor sent a line longer than {anchor_wire.MAX_LINE} bytes")
+                return
+            self._buffer = rest
+            try:
+                self._take(anchor_wire.parse(line))
+            except Malformed as exc:
+                self._lose(f"the session's anchor sent what is not its wire ({exc})")
+
+    def _take(self, message: anchor_wire.Message) -> None:
         call = self._call
-        if fields[:1] == [b"X"]:  # the end of a call (its keeper reaped it): the last, or the one before
-            pid = int(fields[1]) if len(fields) == 6 and fields[1].isdigit() else -1
-            ended = next((c for c in (call, self._previous) if c is not None and c.pid == pid), None)
-            if ended is not None:
-                status, cpu = int(fields[2]), float(fields[3]) + float(fields[4])
-                ended.ended(os.waitstatus_to_exitcode(status), cpu, maxrss_bytes(int(fields[5])))
+        if isinstance(message, Ended):  # the end of a call (its keeper reaped it): the last, or the one before
+            ended = next((c for c in (call, self._previous) if c is not None and c.pid == message.pid), None)
+            if ended is not None and ended.report is None:
+                status = os.waitstatus_to_exitcode(message.status) if _wait_status(message.status) else -9
+                ended.ended(status, message.cpu_seconds, maxrss_bytes(message.maxrss_kb))
             return
-        if fields[:1] == [b"S"]:  # the last call's pid
-            if len(fields) == 2 and fields[1].isdigit() and call is not None:
-                call.pid = call.interpreter_pid = int(fields[1])
+        if isinstance(message, Started):  # the last call's pid, said once
+            if call is not None and call.pid == 0:
+                call.pid = call.interpreter_pid = message.pid
+            elif call is not None:
+                self._lose(f"the session's anchor said a second pid for one call ({message.pid})")
             return
-        if fields[:1] == [b"E"]:
-            self.lost = line[2:].decode(errors="replace") or "the session's state was lost"
-            if call is not None:
-                call.ended(-9, 0.0, 0)  # no call runs in a session whose state is lost
-        else:
-            self._lines.append(line)
+        if isinstance(message, Lost):
+            self.lost = message.why
+            self._ended_by_loss()
+            return
+        if len(self._lines) >= MAX_QUEUED:
+            self._lose(f"the session's anchor said more than {MAX_QUEUED} things nobody asked for")
+            return
+        self._lines.append(message)
+        self._arrived.set()
+
+    def _lose(self, why: str) -> None:
+        """End the session for `why`: the anchor, told by the end of its socket, kills everything the
+        session holds and exits; the call in progress ends with it, and whoever waits learns why."""
+        if self.lost is None:
+            self.lost = why
+            self._buffer = b""
+            self._lines.clear()
+            if not self._closed:
+                sock = socket.socket(fileno=self.anchor.code)
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.detach()
+        self._ended_by_loss()
+
+    def _ended_by_loss(self) -> None:
+        if self._call is not None and self._call.report is None:
+            self._call.ended(-9, 0.0, 0)  # no call runs in a session whose state is lost
         self._arrived.set()
 
     def close(self) -> None:
@@ -279,6 +306,12 @@ class SessionKeeper:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_WR)
         sock.detach()
+
+
+def _wait_status(status: int) -> bool:
+    """Whether `status` is a wait status os.waitstatus_to_exitcode takes (exited, or killed by a
+    signal), not one only a stopped or malformed report has."""
+    return os.WIFEXITED(status) or os.WIFSIGNALED(status)
 
 
 def _readable(fd: int) -> bool:

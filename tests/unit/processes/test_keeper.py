@@ -8,10 +8,11 @@ import os
 import socket
 from collections.abc import Iterator
 
+import anyio
 import pytest
 
 from runner.processes.child import Child
-from runner.processes.keeper import SessionKeeper
+from runner.processes.keeper import SessionKeeper, SessionLost
 
 pytestmark = pytest.mark.anyio
 
@@ -71,20 +72,62 @@ async def test_the_end_of_the_call_before_told_after_the_next_was_armed_ends_tha
 ) -> None:
     keeper, anchor = anchor_socket
     first = await keeper.call()
-    keeper._take(b"S 101")
+    keeper._received(b"S 101\n")
     keeper.give_verdict(True, arm=True)
     _received(anchor, held)
     _received(anchor, held)
-    keeper._take(b"X 101 0 0.25 0.0 2048")  # the first call's end, told late
+    keeper._received(b"X 101 0 0.25 0.0 2048\n")  # the first call's end, told late
     assert first.report is not None
     assert first.report[0] == 0
     armed = await keeper.call()
     assert armed.report is None  # still ready for its job
-    keeper._take(b"S 102")
-    keeper._take(b"X 999 0 0.0 0.0 0")  # no call of this session's: told to none
+    keeper._received(b"S 102\n")
+    keeper._received(b"X 999 0 0.0 0.0 0\n")  # no call of this session's: told to none
     assert armed.report is None
-    keeper._take(b"X 102 9 0.0 0.0 0")
+    keeper._received(b"X 102 9 0.0 0.0 0\n")
     assert armed.report is not None
     assert armed.report[0] == -9
     first.close_all()
     armed.close_all()
+
+
+# Whatever the anchor's socket carries: a call's code can have the anchor relay what it wrote, so each
+# of these ends that one session (lost, its call ended, its waiters told) and raises nothing.
+HOSTILE = {
+    "not-numbers": b"X 101 0 abc def ghi\n",
+    "wrong-count": b"X 101 0 1\n",
+    "unknown-tag": b"Q 1 2 3\n",
+    "binary": bytes(range(256)) + b"\n",
+    "said-not-0-or-1": b"P 7 0 -\n",
+    "second-pid": b"S 101\nS 102\n",
+    "too-long-unfinished": b"x" * 5000,
+    "too-long-line": b"E " + b"y" * 5000 + b"\n",
+    "flood-unasked": b"V 1 0 -\n" * 100,
+}
+
+
+@pytest.mark.parametrize("sent", HOSTILE.values(), ids=HOSTILE.keys())
+async def test_anything_but_the_wire_from_the_anchor_ends_that_session_and_raises_nothing(
+    anchor_socket: tuple[SessionKeeper, socket.socket], held: list[int], sent: bytes
+) -> None:
+    keeper, anchor = anchor_socket
+    first = await keeper.call()
+    _received(anchor, held)
+    keeper._received(sent)
+    assert keeper.lost is not None
+    assert first.report is not None  # its call is over, with the session
+    with pytest.raises(SessionLost):
+        await keeper.keepable()
+    first.close_all()
+
+
+async def test_the_reader_of_an_anchor_that_sends_garbage_ends_quietly_and_says_why(
+    anchor_socket: tuple[SessionKeeper, socket.socket],
+) -> None:
+    keeper, anchor = anchor_socket
+    anchor.sendall(b"X 1 0 abc def ghi\n")
+    with anyio.fail_after(10):
+        await keeper._read()  # returns: it never raises into the task group it runs in
+    assert keeper.lost is not None
+    assert "not its wire" in keeper.lost
+    assert anchor.recv(10) == b""  # its end was shut: a real anchor ends the session on that
