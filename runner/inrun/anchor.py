@@ -263,9 +263,13 @@ class Anchor:
             return
         fields = message.split(b" ")
         candidate = _pid(fields[1]) if len(fields) == 3 else None
-        # The candidate is the call itself or a child it forked: a P naming any other process (the
-        # keeper, the anchor, another session's) is no candidate, and the call is rolled back.
-        if candidate is not None and candidate != call.pid and _parent(candidate) != call.pid:
+        # The candidate is the call itself or a child it forked (the anchor's, once the call has
+        # exited): a P naming any other process (the keeper, the anchor, another session's) is no
+        # candidate, and the call is rolled back.
+        anchor = os.getpid()
+        if candidate not in (None, call.pid) and (
+            candidate in (self.keeper, anchor) or _parent(candidate or 0) not in (call.pid, anchor)
+        ):
             candidate = None
         if fields[0] == b"P" and candidate is not None and fields[2] in (b"0", b"1"):
             call.candidate = candidate
