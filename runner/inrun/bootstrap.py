@@ -179,6 +179,9 @@ def run(
             harvest.send(wire.CODE_FD, (report or harvest.Report(budgets)).encode(end))
 
     def kept() -> Callable[[], None] | None:
+        # The last value goes now, in the call: held here, it would be freed as a kept call's frames
+        # unwind (`keeper.Kept`), and its finaliser would run in the keeper.
+        value[0] = None
         become: Callable[[], None] | None = keeper.offer_state(keeper.CHANNEL_FD)
         return become
 

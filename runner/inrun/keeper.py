@@ -64,10 +64,98 @@ HANDED_ABOVE = 200
 
 class Session:
     """What a call knows of its session, carried from keeper to candidate: the number of calls kept,
-    and what a call forked ahead does while it waits for its pipes (`bootstrap.serve_session`)."""
+    what a call forked ahead does while it waits for its pipes (`bootstrap.serve_session`), what the
+    state set that only a call may run (`seal`), and whether this process still owes CPython's
+    after-fork work (`libc.fork_bare`)."""
 
     kept_calls = 0
     warm_up: Callable[[], None] | None = None
+    sealed: Sealed | None = None
+    forked_bare = False
+
+
+class Sealed:
+    """What a call left that would run its code in a keeper, taken out of the process while it is one
+    and put back in each call forked from it (`seal`, `unseal`)."""
+
+    __slots__ = ("enabled", "gc_callbacks", "mask", "monitoring", "profile", "trace")
+
+    def __init__(self, mask: set[int | signal.Signals]) -> None:
+        import gc
+
+        self.mask = mask
+        self.profile = sys.getprofile()
+        self.trace = sys.gettrace()
+        self.gc_callbacks = list(gc.callbacks)
+        self.enabled = gc.isenabled()
+        self.monitoring: dict[int, int] = {}
+        monitoring = getattr(sys, "monitoring", None)  # Python 3.12 and later
+        if monitoring is not None:
+            for tool in range(6):
+                if monitoring.get_tool(tool) is not None:
+                    self.monitoring[tool] = monitoring.get_events(tool)
+
+
+def seal() -> bool:
+    """Make this process one that runs no code of the session's (a keeper, or a candidate to be one),
+    whatever the state it holds set up: every signal blocked (one sent to a keeper stays pending, and
+    dies with it: no Python handler of the state's runs), no profile, trace or sys.monitoring function,
+    no gc callbacks and no automatic collection (which would run finalisers of the state's garbage).
+    What was there is kept in `Session.sealed`, for `unseal` in each call. False if the call's own
+    handlers, run as signals are blocked, would not let that be done: then it is not kept."""
+    if Session.sealed is not None:
+        return True
+    import gc
+
+    for _ in range(3):
+        try:
+            # Reading the mask runs the handlers of signals already caught: in the call, in its time.
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+            break
+        except BaseException:  # noqa: S112  (the call's own handler raised; it has run)
+            continue
+    else:
+        return False
+    try:  # noqa: SIM105  (contextlib is not imported in runs)
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    except BaseException:  # noqa: S110  (a handler run as the mask took hold: blocked all the same)
+        pass
+    sealed = Sealed(mask)
+    sys.setprofile(None)
+    sys.settrace(None)
+    gc.callbacks.clear()
+    gc.disable()
+    monitoring = getattr(sys, "monitoring", None)
+    for tool in sealed.monitoring:
+        monitoring.set_events(tool, 0)  # type: ignore[union-attr]
+    Session.sealed = sealed
+    return True
+
+
+def unseal() -> None:
+    """In a call forked from a keeper, as its code is about to run: what the state set that `seal`
+    took out, put back (signals last, so that one sent to the call meanwhile is handled in it)."""
+    sealed, Session.sealed = Session.sealed, None
+    if sealed is None:
+        return
+    import gc
+
+    gc.callbacks[:] = sealed.gc_callbacks
+    if sealed.enabled:
+        gc.enable()
+    monitoring = getattr(sys, "monitoring", None)
+    for tool, events in sealed.monitoring.items():
+        monitoring.set_events(tool, events)  # type: ignore[union-attr]
+    sys.setprofile(sealed.profile)
+    sys.settrace(sealed.trace)
+    signal.pthread_sigmask(signal.SIG_SETMASK, sealed.mask)
+
+
+def _refuse_audit_hooks(event: str, _: tuple[object, ...]) -> None:
+    """An audit hook cannot be taken out again, and would run in the keeper at each of its forks: a
+    session's calls may not add one (sys.addaudithook returns, and the hook is not added)."""
+    if event == "sys.addaudithook":
+        raise RuntimeError("a session's calls cannot add audit hooks: they would run in its keeper")
 
 
 def filename(calls: int) -> str:
@@ -110,6 +198,10 @@ def keep(channel: socket.socket, *, first: bool = False, ahead: tuple[int, socke
     import socket
 
     try:
+        if first:
+            sys.addaudithook(_refuse_audit_hooks)
+        if not seal():
+            os._exit(1)
         _quiet_signals()
         if channel.fileno() != KEEPER_FD:
             os.dup2(channel.fileno(), KEEPER_FD, inheritable=False)
@@ -182,11 +274,11 @@ def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int]
     # session's memory. Released here, before each fork: some 20 us when there is nothing to release.
     libc.trim_heap()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    random = sys.modules.get("random")
-    state = random.getstate() if random is not None else None
     keeper = os.getpid()
     try:
-        pid = os.fork()
+        # Not os.fork: the state's at-fork hooks (os.register_at_fork's before and after_in_parent)
+        # would run here, in the keeper. The call runs CPython's after-fork work as it begins.
+        pid = libc.fork_bare()
     except OSError:
         ours.close()
         theirs.close()
@@ -195,13 +287,12 @@ def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int]
         theirs.close()
         return pid, ours
     try:
+        Session.forked_bare = True
         ours.close()
         channel.close()  # the keeper's: the anchor sees the keeper's end as the end of this socket
         libc.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL)  # a ready call dies with its keeper
         if os.getppid() != keeper:  # it died before that
             os._exit(0)
-        if random is not None and state is not None:
-            random.setstate(state)  # reseeded by CPython's at-fork hook: the state is the session's
         if Session.warm_up is not None:
             try:  # noqa: SIM105  (contextlib is not imported in runs)
                 Session.warm_up()
@@ -246,8 +337,18 @@ def enter_call(fds: list[int], home: str) -> None:
 def begin_call() -> None:
     """In a call, its job read: from now on it outlives its keeper, as a call forked on demand would
     (one that kills its keeper and then ends ok is kept). Until then, handed its pipes ahead and
-    waiting for its job, it died with its keeper: a keeper killed while the session is idle ends it."""
+    waiting for its job, it died with its keeper: a keeper killed while the session is idle ends it.
+    Here, and not before, the state's own code may run again: CPython's after-fork work with the
+    state's after_in_child hooks (the keeper forked it bare), then what `seal` took out."""
     libc.prctl(libc.PR_SET_PDEATHSIG, 0)
+    if Session.forked_bare:
+        Session.forked_bare = False
+        random = sys.modules.get("random")
+        state = random.getstate() if random is not None else None
+        libc.after_fork_child()
+        if random is not None and state is not None:
+            random.setstate(state)  # reseeded by CPython's at-fork hook: the state is the session's
+    unseal()
 
 
 def files_before(home: str, identity: tuple[int, int]) -> dict[str, tuple[int, int, int, int]]:
@@ -284,6 +385,8 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     without those threads, fds' reach and processes."""
     import resource
 
+    if not seal():  # from here on, whatever this process becomes, no code of the call's runs in it
+        return None
     threads = _threads() > 1  # any thread, not only `threading`'s: C code's and `_thread`'s too
     own = resource.getrusage(resource.RUSAGE_SELF)
     cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[0]

@@ -49,8 +49,9 @@ def _opened(kind: type[ctypes.CDLL], functions: tuple[str, ...]) -> ctypes.CDLL 
 
 
 LIBC = _opened(ctypes.CDLL, FUNCTIONS)
-# For calls that must hold the GIL throughout (clone by system call: `namespaces.clone`).
-PYLIBC = _opened(ctypes.PyDLL, ("syscall",))
+# For calls that must hold the GIL throughout (clone by system call: `namespaces.clone`; fork and
+# CPython's own after-fork reinitialisation: `fork_bare`, `after_fork_child`).
+PYLIBC = _opened(ctypes.PyDLL, ("syscall", "fork", "PyOS_AfterFork_Child"))
 
 
 def checked(result: int, what: str) -> None:
@@ -65,6 +66,29 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 
     if not LINUX or LIBC is None or not hasattr(LIBC, "prctl"):
         return False
     return int(LIBC.prctl(option, arg2, arg3, arg4, arg5)) == 0
+
+
+def fork_bare() -> int:
+    """fork(2) with the GIL held, as os.fork does, but without CPython's at-fork hooks: neither the
+    ``before`` and ``after_in_parent`` functions of os.register_at_fork run in this process, nor the
+    audit hooks' "os.fork" event. For a process that must run no code but its own (a session's keeper,
+    holding a state whose code registered such hooks) and that has one thread, so that nothing
+    os.fork's locking guards against can happen. The child must call `after_fork_child` before it
+    starts a thread or runs code not its own. OSError if the fork fails."""
+    if PYLIBC is None or not hasattr(PYLIBC, "fork"):
+        raise OSError(errno.ENOSYS, "fork: no C library")
+    pid = int(PYLIBC.fork())
+    if pid < 0:
+        code = ctypes.get_errno() or errno.EAGAIN
+        raise OSError(code, f"fork: {os.strerror(code)}")
+    return pid
+
+
+def after_fork_child() -> None:
+    """In a child of `fork_bare`: what os.fork does in its child (the interpreter's locks and thread
+    states made anew, then the ``after_in_child`` functions of os.register_at_fork, in this process)."""
+    if PYLIBC is not None and hasattr(PYLIBC, "PyOS_AfterFork_Child"):
+        PYLIBC.PyOS_AfterFork_Child()
 
 
 def trim_heap() -> bool:

@@ -73,3 +73,57 @@ async def test_garbage_on_a_calls_channels_never_stops_the_server_for_another_ca
     assert (after.status, after.stdout.text) == (Status.OK, "42\n")
     whole = state.status is Status.OK and state.stdout.text in ("41\n", "42\n")
     assert whole or state.message.startswith("unknown session"), state
+
+
+# A kept call leaves code that would run wherever its state is: `mark` counts each run and notes the
+# functions on the stack it ran in. The keeper's own (`KEEPER_FUNCTIONS`) are never among them.
+MARK = """
+import gc, os, signal, sys
+hits = [0]
+names = set()
+def mark(*_):
+    hits[0] += 1
+    frame = sys._getframe(1)
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+"""
+KEEPER_FUNCTIONS = "{'keep', '_fork_ready', '_wait_to_be_kept', 'fork_bare'}"
+CAUGHT = "[s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]"
+HOOKS = {
+    "signal-handlers": (
+        f"for s in {CAUGHT}:\n    try: signal.signal(s, mark)\n    except (OSError, ValueError): pass",
+        # signalled from a later call, which is then rolled back
+        f"for s in {CAUGHT}:\n    os.kill(os.getppid(), s)\nraise RuntimeError('rolled back')",
+    ),
+    "profile": ("sys.setprofile(lambda *_: mark())", "pass"),
+    "trace": ("def trace(*_):\n    mark()\nsys.settrace(trace)", "pass"),
+    "gc-callbacks": ("gc.callbacks.append(mark)\ngc.set_threshold(1)", "pass"),
+    "at-fork": ("os.register_at_fork(before=mark, after_in_parent=mark, after_in_child=mark)", "pass"),
+    "audit-hook": ("sys.addaudithook(lambda *_: mark())", "pass"),
+}
+
+
+@pytest.mark.parametrize(("left", "later"), HOOKS.values(), ids=HOOKS.keys())
+async def test_no_code_a_kept_call_left_runs_in_the_keeper(pool: Pool, left: str, later: str) -> None:
+    handle = await new_session(pool, MARK + left)
+    await call(pool, later, handle)
+    await call(pool, "pass", handle)  # one more fork of the keeper, and its at-fork hooks
+    seen = await call(pool, f"gc.set_threshold(700)\nprint(sorted(names & {KEEPER_FUNCTIONS}))", handle)
+    assert seen.stdout.text == "[]\n", seen
+
+
+async def test_the_calls_of_a_session_still_run_the_handlers_and_hooks_it_kept(pool: Pool) -> None:
+    handle = await new_session(pool, MARK + "signal.signal(signal.SIGUSR1, mark)\nsys.setprofile(lambda *_: mark())")
+    result = await call(
+        pool, "h = hits[0]\nsys.setprofile(None)\nos.kill(os.getpid(), signal.SIGUSR1)\nprint(hits[0] > h)", handle
+    )
+    assert result.stdout.text == "True\n", result
+
+
+async def test_a_kept_calls_last_value_is_finalised_in_that_call_not_in_the_keeper(pool: Pool) -> None:
+    code = MARK + "class Last:\n    def __del__(self):\n        mark()\nLast()"
+    handle = await new_session(pool, code)
+    # Dropped by the call as it offers its state (bootstrap's `kept`), not as the keeper unwinds it.
+    seen = await call(pool, "print('kept' in names, hits[0])", handle)
+    assert seen.stdout.text == "True 1\n", seen
