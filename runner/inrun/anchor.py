@@ -8,16 +8,17 @@ the snapshot of the session's directory (`Snapshot`: in its own memory, where no
 and gives the verdict on each call: the candidate kept (the old keeper killed), or the candidate
 killed and the directory put back. Either way it kills every other process the call left.
 
-The wire, server to anchor, on the run's job socket (fd 3), one line a message: ``C`` with the
-call's four fds (stdin, stdout, stderr, job socket; SCM_RIGHTS): start a call; ``K``: kill the running
-call's group; ``V 1`` or ``V 0``: keep or roll back the last call (the next call's ``C`` may follow in
-the same message: it is passed on once the verdict is done); EOF: end the session. Anchor to
-server: ``R`` once ready; ``S <pid>`` a call was forked; ``X <pid> <wait status> <utime> <stime>
-<maxrss>`` it ended; ``P <keepable> <threads> <why...>``, once per call, as soon as it is known
-whether the call can be kept (1: its code ran to its end, and its files could be read; threads: 1 if
-the call left threads, which a fork does not carry; why not, or ``-``), so that the server can answer
-before the verdict; ``V <kept> <threads> <why...>`` the verdict is done; ``E <why>`` the session is
-over (its state was lost).
+The wire, server to anchor, on the run's job socket (fd 3), one line a message: ``C`` with the call's
+four fds (stdin, stdout, stderr, job socket; SCM_RIGHTS): start a call; ``K``: kill the running call's
+group; ``V 1`` or ``V 0``: keep or roll back the last call (the next call's ``C`` may follow in the same
+message: it is passed on once the verdict is done); EOF: end the session. Keeper to anchor, besides what
+it relays: ``A <pid>`` the keeper is idle, its next call forked ahead (every other process under it is
+killed). Anchor to server: ``R`` once ready; ``S <pid>`` a call was forked; ``X <pid> <wait status>
+<utime> <stime> <maxrss>`` it ended; ``P <keepable> <threads> <why...>``, once per call, as soon as it
+is known whether the call can be kept (1: its code ran to its end, and its files could be read; threads:
+1 if the call left threads, which a fork does not carry; why not, or ``-``), so that the server can
+answer before the verdict; ``V <kept> <threads> <why...>`` the verdict is done; ``E <why>`` the session
+is over (its state was lost).
 """
 
 from __future__ import annotations
@@ -228,6 +229,10 @@ class Anchor:
         # as lines made here of the numbers read, once each per call.
         fields = message.split(b" ")
         call = self.call
+        pid = _pid(fields[1]) if len(fields) == 2 else None
+        if fields[0] == b"A" and pid is not None and (call is None or not call.pid):
+            _sweep_under(self.keeper, pid)  # the keeper is idle, its next call forked ahead
+            return
         if call is None or len(fields) < 2:
             return
         pid = _pid(fields[1])
@@ -424,6 +429,28 @@ def _sweep(spare: set[int], reap: Callable[[], None]) -> None:
         for pid in left:
             _kill(pid)
         time.sleep(0.0005)
+
+
+def _sweep_under(keeper: int, ready: int) -> None:
+    """Kill every process under the idle `keeper` but the call it forked ahead (`ready`), and every
+    process under that call: between calls, nothing of the session runs but the anchor, the keeper
+    and its next call. Their orphans come to the anchor, which reaps them."""
+    doomed: list[int] = []
+    todo = [pid for pid in _children(keeper) if pid != ready] + _children(ready)
+    while todo and len(doomed) < 4096:
+        pid = todo.pop()
+        doomed.append(pid)
+        todo.extend(_children(pid))
+    for pid in doomed:
+        _kill(pid)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as listing:
+            return [int(child) for child in listing.read().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def anchor(control_fd: int, home: str, fork_keeper: Callable[[socket.socket], None]) -> NoReturn:

@@ -217,6 +217,7 @@ def keep(channel: socket.socket, *, first: bool = False, ahead: tuple[int, socke
         ready = _fork_ready(channel) if ahead is None else ahead
         if isinstance(ready, list):
             return ready
+        _announce(channel, ready)
         while True:
             message, fds, _, _ = channel.recvmsg(MAX_LINE, socket.CMSG_SPACE(8 * 4))
             received = _fds(fds)
@@ -226,6 +227,7 @@ def keep(channel: socket.socket, *, first: bool = False, ahead: tuple[int, socke
                 ready = _fork_ready(channel)
                 if isinstance(ready, list):
                     return ready
+                _announce(channel, ready)
             if message != b"C" or len(received) != 5:
                 for fd in received:
                     os.close(fd)
@@ -252,6 +254,17 @@ def keep(channel: socket.socket, *, first: bool = False, ahead: tuple[int, socke
             channel.send(b"X %d %d %r %r %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss))
     except BaseException:  # a keeper never returns but into a call
         os._exit(1)
+
+
+def _announce(channel: socket.socket, ready: tuple[int, socket.socket] | None) -> None:
+    """``A <pid>``: the call forked ahead, and the keeper now idle: the anchor kills every other
+    process under the keeper (what a candidate's at-fork hooks started, say), so that nothing of the
+    session runs between calls but the anchor, the keeper and that call."""
+    if ready is not None:
+        try:  # noqa: SIM105  (contextlib is not imported in runs)
+            channel.send(b"A %d" % ready[0])
+        except OSError:
+            pass
 
 
 def _quiet_signals() -> None:

@@ -13,7 +13,7 @@ from runner.config import Config
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, Status
 from tests.e2e.execution.test_sessions import call, new_session
-from tests.helpers import in_mode
+from tests.helpers import alive, children_of, in_mode, settled_async
 
 pytestmark = pytest.mark.anyio
 
@@ -127,3 +127,39 @@ async def test_a_kept_calls_last_value_is_finalised_in_that_call_not_in_the_keep
     # Dropped by the call as it offers its state (bootstrap's `kept`), not as the keeper unwinds it.
     seen = await call(pool, "print('kept' in names, hits[0])", handle)
     assert seen.stdout.text == "True 1\n", seen
+
+
+def _session_processes(pool: Pool, handle: str) -> list[int]:
+    """The live processes of the session, seen from the host: its anchor and everything under it."""
+    found, todo = [], [pool.sessions._open[handle].anchor.interpreter_pid]
+    while todo:
+        pid = todo.pop()
+        if alive(pid):
+            found.append(pid)
+        todo.extend(children_of(pid))
+    return found
+
+
+# Processes a call leaves, by way of its candidate too: a call with a thread forks its candidate, in
+# which the state's after_in_child hooks run, and that candidate may become the keeper.
+LEAVES = {
+    "daemon": "import subprocess\nsubprocess.Popen(['sleep', '60'], start_new_session=True)",
+    "candidate-hook": (
+        "import os, subprocess, threading, time\n"
+        "os.register_at_fork(after_in_child=lambda: subprocess.Popen(['sleep', '60']))\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()"
+    ),
+}
+
+
+@pytest.mark.parametrize("leaves", LEAVES.values(), ids=LEAVES.keys())
+@pytest.mark.parametrize("ending", ["", "\nraise RuntimeError('rolled back')"], ids=["kept", "rolled-back"])
+async def test_after_every_call_only_the_anchor_the_keeper_and_the_next_call_run(
+    pool: Pool, leaves: str, ending: str
+) -> None:
+    handle = await new_session(pool, "x = 1")
+    for _ in range(2):
+        await call(pool, leaves + ending, handle)
+        await pool.sessions._open[handle].settled.wait()
+        left = await settled_async(lambda: [] if len(_session_processes(pool, handle)) == 3 else ["more"])
+        assert left == [], _session_processes(pool, handle)
