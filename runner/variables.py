@@ -164,7 +164,8 @@ SETTINGS = (
         "RUNNER_MAX_QUEUE",
         "max_queue",
         "int",
-        "Calls that may wait for a slot; one more gets `busy`. `0`: no bound.",
+        "Calls that may wait for a slot (or for their session's previous call to end); one more gets `busy`. "
+        "`0`: no bound.",
         high=100_000,
     ),
     Setting(

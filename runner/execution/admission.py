@@ -5,10 +5,14 @@ A caller is the name of the token its request came with (`RunRequest.caller`). W
 caller may have at most `share` calls past its own line at once (running, or waiting for a slot);
 further calls of the same caller wait in that line (FIFO), which is bounded like the queue, so a
 caller flooding the server fills only its own line. Calls without a caller (stdio, HTTP without
-tokens) have no line of their own. Knows nothing of what a run is.
+tokens) have no line of their own. A call that must wait for something else before it may enter
+(`wait_counted`: a session's call for that session's previous call) waits counted the same way, so
+RUNNER_MAX_QUEUE bounds every waiting call. Knows nothing of what a run is, nor of what is waited for.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 import anyio
 
@@ -28,7 +32,7 @@ class Admission:
 
     @property
     def waiting(self) -> int:
-        """Calls queued for a free slot."""
+        """Calls waiting in the queue: for a free slot, or (`wait_counted`) for something else first."""
         return self._waiting
 
     @property
@@ -37,7 +41,7 @@ class Admission:
         return self._full(self._waiting)
 
     def caller_waiting(self, caller: str) -> int:
-        """Calls of `caller` waiting in its own line."""
+        """Calls of `caller` waiting in its own line: for its share, or (`wait_counted`) for something else."""
         return self._callers_waiting.get(caller, 0)
 
     async def enter(self, caller: str | None = None) -> bool:
@@ -55,6 +59,22 @@ class Admission:
         if not admitted and share is not None:
             share.release()
         return admitted
+
+    async def wait_counted(self, caller: str | None, wait: Callable[[], Awaitable[None]]) -> bool:
+        """Await `wait()` counted as a waiting call, for a call that must wait for something else before
+        it may `enter`; False (at once, `wait` not called) if its line is full. Its line is the caller's
+        own wherever the caller has a share, whether or not the share is used up: a caller piling calls
+        onto something of its own fills only its own line, never the queue the others wait in. Without a
+        share it is the queue. Cancellation while waiting leaves every count as it was."""
+        line = caller if caller is not None and self.share else None
+        if self._full(self._waiting_in(line)):
+            return False
+        self._count(line, +1)
+        try:
+            await wait()
+        finally:
+            self._count(line, -1)
+        return True
 
     def leave(self, caller: str | None = None) -> None:
         """Give the slot and the caller's share back; the longest waiter of each, if any, gets it."""
@@ -88,7 +108,7 @@ class Admission:
             return True
         except anyio.WouldBlock:
             pass
-        if self._full(self.caller_waiting(caller) if caller is not None else self._waiting):
+        if self._full(self._waiting_in(caller)):
             return False
         self._count(caller, +1)
         try:
@@ -97,6 +117,10 @@ class Admission:
         finally:
             self._count(caller, -1)
         return True
+
+    def _waiting_in(self, caller: str | None) -> int:
+        """Calls waiting in the line of `caller` (None: the queue)."""
+        return self.caller_waiting(caller) if caller is not None else self._waiting
 
     def _count(self, caller: str | None, change: int) -> None:
         if caller is None:

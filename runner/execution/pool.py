@@ -100,7 +100,7 @@ class Pool:
                 driver = RunDriver(config, logger, supplies.unresponsive, store)
                 admission = Admission(config.max_concurrent, config.max_queue, caller_share)
                 async with anyio.create_task_group() as tg:
-                    sessions = Sessions(config, supplies, logger, tg, store, provided)
+                    sessions = Sessions(config, supplies, logger, tg, admission, store, provided)
                     tg.start_soon(sessions.expire_forever)
                     if config.pool_size:
                         supplies.start_refilling(tg)

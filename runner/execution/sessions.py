@@ -11,7 +11,8 @@ Handles are 192 random bits, after the replica's name where it has one (`RUNNER_
 proxy to route on), bound to the caller that made them (a token's name over HTTP; over stdio the
 connection is the only caller): another caller's handle is as unknown as one never made.
 A session takes a concurrency slot only while one of its calls runs; a second call to a session
-whose call is running waits its turn (FIFO), within its own timeout of the queue. Sessions end when
+whose call is running waits its turn (FIFO), counted as waiting in the queue (or its caller's own
+line) and for at most its own timeout, then `busy`. Sessions end when
 closed, after `RUNNER_SESSION_IDLE_SECONDS` unused, `RUNNER_SESSION_MAX_SECONDS` after they began,
 when their state is lost (a call killed its keeper), and with the server.
 """
@@ -21,7 +22,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +31,7 @@ import anyio
 import anyio.abc
 
 from runner.config import Config
+from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
 from runner.execution.kept import OutputStore
 from runner.execution.provided import ProvidedPackages
@@ -91,10 +94,12 @@ class Sessions:
         supplies: Supplies,
         logger: logging.Logger,
         tg: anyio.abc.TaskGroup,
+        admission: Admission,
         store: OutputStore | None = None,
         provided: ProvidedPackages | None = None,
     ) -> None:
         self._config = config
+        self._admission = admission  # the pool's: a call waiting for its session's turn counts there
         self._provided = provided
         # A replica's name leads its handles (s-NAME.…): a proxy routes a session's calls on it.
         self._prefix = HANDLE_PREFIX + (config.http.replica + "." if config.http.replica else "")
@@ -150,15 +155,13 @@ class Sessions:
                 self._unlisted.pop(id(request), None)
         session = self._open.get(request.session or "")
         if session is None or session.caller != request.caller:
-            return self._unknown_call(request)
-        async with session.turn:
+            return self._ended.unknown_call(request)
+        async with _turn(session, request, self._admission, self._log) as no_turn:
+            if no_turn is not None:
+                return no_turn
             if self._open.get(session.handle) is not session:  # it ended while this call waited
-                return self._unknown_call(request)
+                return self._ended.unknown_call(request)
             return await slot(request, lambda waited: self._call(session, request, waited, on_progress))
-
-    def _unknown_call(self, request: RunRequest) -> RunResult:
-        why = self._ended.unknown_message(request.session or "", request.caller)
-        return RunResult(request.request_id, Status.INVALID_ARGUMENTS, why)
 
     async def _start_and_run(
         self, request: RunRequest, waited: float, on_progress: ProgressCallback | None
@@ -198,7 +201,7 @@ class Sessions:
     ) -> RunResult:
         await session.settled.wait()
         if self._open.get(session.handle) is not session:  # the last verdict ended it
-            return self._unknown_call(request)
+            return self._ended.unknown_call(request)
         session.used = anyio.current_time()
         if self._provided is not None:  # what the call needs beyond what the session holds
             provided = await self._provided.provide(request, session.packages, on_progress)
@@ -206,13 +209,13 @@ class Sessions:
                 return provided
             if self._open.get(session.handle) is not session:  # closed while its packages were installed
                 self._provided.release(provided.values())
-                return self._unknown_call(request)
+                return self._ended.unknown_call(request)
             session.packages.update(provided)
         try:
             call = await session.keeper.call()
         except SessionLost as exc:
             await self._end(session, str(exc), "lost")
-            return self._unknown_call(request)
+            return self._ended.unknown_call(request)
         try:
             async with anyio.create_task_group() as watching:
                 watching.start_soon(_end_call_at_oom, session.anchor, call)
@@ -223,7 +226,7 @@ class Sessions:
             call.close_all()
             await self._end(session, str(exc), "lost")
             if not call.pid:  # the keeper never had it: the session had ended before it, nothing ran
-                return self._unknown_call(request)
+                return self._ended.unknown_call(request)
             # Its processes went (the call killed them, kill(-1) say, or something outside did, or
             # close_session came): the call's own end is not known, the session's is.
             why = self._ended.why(session.handle) or str(exc)
@@ -334,6 +337,48 @@ class Sessions:
             await self._end(session, "the server stopped", "closed")
 
 
+@asynccontextmanager
+async def _turn(
+    session: Session, request: RunRequest, admission: Admission, log: logging.Logger
+) -> AsyncIterator[RunResult | None]:
+    """Hold `session`'s turn for `request` (yields None), or say why it is not held (yields `busy`)."""
+    refused = await _take_turn(session, request, admission)
+    if refused is not None:
+        log_event(log, logging.WARNING, "call rejected", request.request_id, reason="busy")
+        yield refused
+        return
+    try:
+        yield None
+    finally:
+        session.turn.release()
+
+
+async def _take_turn(session: Session, request: RunRequest, admission: Admission) -> RunResult | None:
+    """Take `session`'s turn for `request` (None), or say why not: its line of the pool's admission was
+    full, or the session's previous call did not end within `request.timeout`. Waiting calls are held
+    in memory, each with its code and files: counted like calls waiting for a slot, RUNNER_MAX_QUEUE
+    bounds them too, and a caller with a share fills only its own line."""
+    try:
+        session.turn.acquire_nowait()  # refused while others wait for it: the turn stays FIFO
+        return None
+    except anyio.WouldBlock:
+        pass
+    with anyio.move_on_after(request.timeout):
+        # anyio's Lock hands a released turn to its longest waiter, and takes back a turn handed to a
+        # waiter cancelled (by this deadline or from outside) before it ran: nothing is held then.
+        if await admission.wait_counted(request.caller, session.turn.acquire):
+            return None
+        return RunResult(request.request_id, Status.BUSY, admission.busy_message(request.caller))
+    # `busy`, not `timeout`: nothing of this call ran and the session is exactly as it was, so it can be
+    # sent again as it is; `timeout` says the code ran and was killed (in a session, rolled back), which
+    # would send the client looking for what its code did wrong.
+    message = (
+        f"session busy: this call waited {request.timeout:g} s (its own timeout) for the session's "
+        "previous call to end; nothing ran and the session is as it was; retry later"
+    )
+    return RunResult(request.request_id, Status.BUSY, message)
+
+
 async def _end_call_at_oom(anchor: Child, call: KeptCall) -> None:
     """cgroup v1: an OOM in the session's cgroup while `call` runs ends the call (its group killed,
     its result `memory_limit`, the session rolled back), not the session: the kernel's OOM killer
@@ -373,6 +418,11 @@ class EndedSessions:
         for handle, (_, _, ended) in list(self._ended.items()):
             if ended < when:
                 del self._ended[handle]
+
+    def unknown_call(self, request: RunRequest) -> RunResult:
+        """The answer to a call that names no open session of its caller's: nothing ran."""
+        why = self.unknown_message(request.session or "", request.caller)
+        return RunResult(request.request_id, Status.INVALID_ARGUMENTS, why)
 
     def unknown_message(self, handle: str, caller: str | None) -> str:
         """Why a call names no open session: the caller's session of `handle` ended, or none of the

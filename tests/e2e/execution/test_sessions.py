@@ -8,7 +8,7 @@ import dataclasses
 import os
 import signal
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
@@ -18,7 +18,7 @@ from runner.config import Config
 from runner.execution.pool import Pool
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, Status
 from runner.processes.isolation import plan_isolation
-from tests.helpers import alive, children_of, in_mode, settled
+from tests.helpers import alive, children_of, in_mode, settled, settled_async
 
 pytestmark = pytest.mark.anyio
 
@@ -180,7 +180,7 @@ async def test_a_cancelled_call_is_killed_and_rolled_back_and_the_session_goes_o
     assert scope.cancelled_caught
     after = await call(pool, "print(x)", handle)
     assert after.stdout.text == "1\n", after
-    assert pool.state(session_memory=False).sessions.rolled_back == 1
+    assert pool.state().sessions.rolled_back == 1
 
 
 async def test_two_calls_at_once_to_one_session_run_one_after_the_other_in_the_order_they_came(pool: Pool) -> None:
@@ -196,6 +196,67 @@ async def test_two_calls_at_once_to_one_session_run_one_after_the_other_in_the_o
         tg.start_soon(one, "second", "log.append('second')\nprint(log)")
     assert ends["first"].stdout.text == "['first']\n"
     assert ends["second"].stdout.text == "['first', 'second']\n", "it waited its turn and saw the first's state"
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    assert not await settled_async(lambda: not condition(), timeout=10), "it never came"
+
+
+@pytest.mark.parametrize("shares", [False, True], ids=["one-queue", "callers-shares"])
+async def test_calls_waiting_for_a_busy_session_s_turn_fill_the_queue_and_wait_at_most_their_own_timeout(
+    session_config: Config, no_leaks: None, shares: bool
+) -> None:
+    # Each waiting call is held in memory with its code: bounded by RUNNER_MAX_QUEUE like a call waiting
+    # for a slot, in its caller's own line where callers have shares (one caller flooding its session
+    # fills only that), and for at most its own timeout.
+    patience = 2.0
+    config = dataclasses.replace(session_config, max_queue=2)
+    alice = "alice" if shares else None
+    async with Pool.open(config, reap_strays=True, caller_share=1 if shares else 0) as pool:
+        handle = await new_session(pool, "import time", alice)
+        session = pool.sessions._open[handle]
+        admission = pool._admission
+
+        def waiting() -> int:
+            return admission.caller_waiting("alice") if shares else admission.waiting
+
+        answers: list[tuple[RunResult, float]] = []
+
+        async def waiting_call() -> None:
+            asked = anyio.current_time()
+            result = await call(pool, "print('ran')", handle, alice, timeout=patience)
+            answers.append((result, anyio.current_time() - asked))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, pool, "time.sleep(60)", handle, alice, 60)  # holds the turn until cancelled
+            await until(session.turn.locked)
+            async with anyio.create_task_group() as waiters:
+                waiters.start_soon(waiting_call)
+                await until(lambda: waiting() == 1)
+                waiters.start_soon(waiting_call)
+                await until(lambda: waiting() == 2)
+                for _ in range(3):
+                    with anyio.fail_after(2):
+                        refused = await call(pool, "print('ran')", handle, alice)
+                    assert refused.status is Status.BUSY, refused
+                    setting = "RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN" if shares else "RUNNER_MAX_QUEUE=2"
+                    assert setting in refused.message, refused
+                if shares:
+                    assert admission.waiting == 0, "alice's waiting calls are in her line, not in the queue"
+                with anyio.fail_after(10):
+                    other = await pool.run(RunRequest("t", "print(6 * 7)", 10, caller="bob"))
+                assert other.stdout.text == "42\n", "another caller's one-shot call still runs meanwhile"
+            tg.cancel_scope.cancel()
+        assert len(answers) == 2
+        for result, took in answers:
+            assert result.status is Status.BUSY, result
+            assert "waited 2 s (its own timeout) for the session's previous call to end" in result.message
+            assert "nothing ran" in result.message
+            assert patience - 0.1 <= took < patience + 2, took
+        assert (admission.waiting, admission.caller_waiting("alice")) == (0, 0)
+        with anyio.fail_after(10):
+            after = await call(pool, "print(time.sleep(0) is None)", handle, alice)
+        assert after.stdout.text == "True\n", "the calls that gave up held nothing of the session's"
 
 
 async def test_one_more_session_than_the_server_may_hold_is_refused_naming_the_limit(

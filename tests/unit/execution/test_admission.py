@@ -128,3 +128,64 @@ async def test_a_caller_within_its_share_still_waits_in_the_queue_for_a_slot() -
     admission.leave("bob")
     assert await admission.enter("carol"), "carol's share was given back when the queue turned her away"
     admission.leave("carol")
+
+
+async def _never() -> None:
+    raise AssertionError("a call turned away does not wait")
+
+
+async def test_a_call_waiting_for_something_else_first_counts_in_the_queue_and_a_full_queue_turns_it_away() -> None:
+    admission = Admission(max_concurrent=1, max_queue=2)
+    ready = anyio.Event()
+    done: list[bool] = []
+
+    async def waiter() -> None:
+        done.append(await admission.wait_counted(None, ready.wait))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(2):
+            tg.start_soon(waiter)
+        await anyio.wait_all_tasks_blocked()
+        assert (admission.waiting, admission.queue_full) == (2, True)
+        with anyio.fail_after(1):
+            assert not await admission.wait_counted(None, _never)
+        assert admission.busy_message() == (
+            "server busy: 1 run in progress and 2 waiting (RUNNER_MAX_QUEUE=2); retry later"
+        )
+        assert await admission.enter(), "a free slot is still taken at once"
+        with anyio.fail_after(1):
+            assert not await admission.enter(), "a call that would wait for the slot finds the queue full"
+        ready.set()
+    assert done == [True, True]
+    assert admission.waiting == 0
+    admission.leave()
+
+
+async def test_a_caller_with_a_share_waits_for_something_else_in_its_own_line_and_others_are_not_held() -> None:
+    admission = Admission(max_concurrent=2, max_queue=1, share=1)
+    ready = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(admission.wait_counted, "alice", ready.wait)
+        await anyio.wait_all_tasks_blocked()
+        assert (admission.caller_waiting("alice"), admission.waiting) == (1, 0), "alice's line, not the queue"
+        with anyio.fail_after(1):
+            assert not await admission.wait_counted("alice", _never), "alice's line of 1 is full"
+        assert "RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN" in admission.busy_message("alice")
+        assert await admission.enter("alice"), "her share was not taken by the waiting call"
+        assert await admission.enter("bob")
+        ready.set()
+    assert admission.caller_waiting("alice") == 0
+    admission.leave("alice")
+    admission.leave("bob")
+
+
+async def test_a_call_cancelled_while_it_waits_for_something_else_leaves_every_count_as_it_was() -> None:
+    admission = Admission(max_concurrent=1, max_queue=1, share=1)
+    for caller in (None, "alice"):
+        with anyio.move_on_after(0.05) as scope:
+            await admission.wait_counted(caller, anyio.Event().wait)
+        assert scope.cancelled_caught
+        assert (admission.waiting, admission.caller_waiting("alice")) == (0, 0)
+    with anyio.fail_after(1):
+        assert await admission.enter("alice"), "nothing is held"
+    admission.leave("alice")
