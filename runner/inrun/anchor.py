@@ -224,28 +224,17 @@ class Anchor:
             if self.call is None or not self.call.pid:  # no call, or one it died before forking
                 self.lost("the session's keeper process was killed")
             return
-        # The keeper runs no code of the session's, but it is made of a call's state: what it says is
-        # read as exactly ``S <pid>`` or ``X <pid> <status> <utime> <stime> <maxrss>``, and passed on
-        # as lines made here of the numbers read, once each per call.
-        fields = message.split(b" ")
+        tag, pid, line = _keeper_says(message) or (b"", 0, b"")
         call = self.call
-        pid = _pid(fields[1]) if len(fields) == 2 else None
-        if fields[0] == b"A" and pid is not None and (call is None or not call.pid):
+        if tag == b"A" and (call is None or not call.pid):
             _sweep_under(self.keeper, pid)  # the keeper is idle, its next call forked ahead
-            return
-        if call is None or len(fields) < 2:
-            return
-        pid = _pid(fields[1])
-        if fields[0] == b"S" and len(fields) == 2 and pid is not None and not call.pid:
+        elif tag == b"S" and call is not None and not call.pid:
             call.pid = pid
-            self.say(b"S %d" % pid)
+            self.say(line)
             if call.kill_asked:  # the server's K came before the keeper's S
                 call.kill()
-        elif fields[0] == b"X" and len(fields) == 6 and pid is not None and pid == call.pid:
-            status, maxrss = _count(fields[2], 0xFFFF), _count(fields[5])
-            utime, stime = _seconds(fields[3]), _seconds(fields[4])
-            if status is not None and maxrss is not None and utime is not None and stime is not None:
-                self.call_exited(call, b"X %d %d %r %r %d" % (pid, status, utime, stime, maxrss))
+        elif tag == b"X" and call is not None and pid == call.pid:
+            self.call_exited(call, line)
 
     def call_exited(self, call: _Call, end: bytes) -> None:
         """The call's process exited (`end`, its X line for the server): a call that was its own
@@ -266,27 +255,17 @@ class Anchor:
             if end:
                 self.say(end)
             return
-        fields = message.split(b" ")
-        candidate = _pid(fields[1]) if len(fields) == 3 else None
-        # The candidate is the call itself or a child it forked (the anchor's, once the call has
-        # exited): a P naming any other process (the keeper, the anchor, another session's) is no
-        # candidate, and the call is rolled back.
-        anchor = os.getpid()
-        if candidate not in (None, call.pid) and (
-            candidate in (self.keeper, anchor) or _parent(candidate or 0) not in (call.pid, anchor)
-        ):
-            candidate = None
-        if fields[0] == b"P" and candidate is not None and fields[2] in (b"0", b"1"):
-            call.candidate = candidate
+        offered = _offered(message, call.pid, self.keeper)
+        if isinstance(offered, tuple):
+            call.candidate, call.threads = offered
             call.itself = call.candidate == call.pid
-            call.threads = fields[2] == b"1"
             # What could keep it from being kept is known now, while the call reports its end: the
             # server answers its client with that, and gives the verdict after.
             call.looked, failure = self.snapshot.look()
             self.announce(call, failure)
         else:
             call.candidate = -1  # no candidate will come (the call's end is a roll-back)
-            self.announce(call, "its code did not run to its end")
+            self.announce(call, offered or "its code did not run to its end")
 
     def call_ended(self, call: _Call) -> None:
         """The call exited: if no candidate was announced (its code did not end: os._exit, a
@@ -389,6 +368,42 @@ class Anchor:
     def lost(self, why: str) -> NoReturn:
         self.say(b"E " + why.encode(errors="replace")[:400])
         _end_session()
+
+
+def _keeper_says(message: bytes) -> tuple[bytes, int, bytes] | None:
+    """What the keeper said: its tag, the pid it names, and the line for the server (or None if it is
+    not exactly ``A <pid>``, ``S <pid>`` or ``X <pid> <status> <utime> <stime> <maxrss>``). The keeper
+    runs no code of the session's, but it is made of a call's state: what it says is read as numbers,
+    and what goes on to the server is a line made here of the numbers read."""
+    fields = message.split(b" ")
+    pid = _pid(fields[1]) if len(fields) in (2, 6) else None
+    if pid is None:
+        return None
+    if fields[0] in (b"A", b"S") and len(fields) == 2:
+        return fields[0], pid, b"%s %d" % (fields[0], pid)
+    if fields[0] == b"X" and len(fields) == 6:
+        status, maxrss = _count(fields[2], 0xFFFF), _count(fields[5])
+        utime, stime = _seconds(fields[3]), _seconds(fields[4])
+        if status is not None and maxrss is not None and utime is not None and stime is not None:
+            return b"X", pid, b"X %d %d %r %r %d" % (pid, status, utime, stime, maxrss)
+    return None
+
+
+def _offered(message: bytes, call: int, keeper: int) -> tuple[int, bool] | str:
+    """What a call said on its channel before its end: ``P <pid> <threads>`` its candidate (and
+    whether it left threads), ``N <why>`` that its state cannot be kept (why), anything else ''. The
+    candidate is the call itself or a child it forked (the anchor's, once the call has exited): a P
+    naming any other process (the keeper, the anchor, another session's) is none."""
+    fields = message.split(b" ")
+    if fields[0] == b"N" and len(message) > 2:
+        return message[2:].decode(errors="replace")
+    candidate = _pid(fields[1]) if len(fields) == 3 and fields[0] == b"P" and fields[2] in (b"0", b"1") else None
+    if candidate is None:
+        return ""
+    anchor = os.getpid()
+    if candidate != call and (candidate in (keeper, anchor) or _parent(candidate) not in (call, anchor)):
+        return ""
+    return candidate, fields[2] == b"1"
 
 
 def _hand_to_keeper(keeper: socket.socket, fds: list[int]) -> socket.socket:

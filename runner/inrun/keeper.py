@@ -42,11 +42,12 @@ if TYPE_CHECKING:
     import socket
     from collections.abc import Callable
 
-    from runner.inrun import libc, workdir
+    from runner.inrun import libc, sealing, workdir
     from runner.inrun.anchor import MAX_LINE, SWEEP_SECONDS, _fds
     from runner.inrun.anchor import anchor as anchor
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import libc
+    import sealing
     import workdir
     from anchor import MAX_LINE, SWEEP_SECONDS, _fds
     from anchor import anchor as anchor
@@ -62,100 +63,16 @@ KEEPER_FD = 255
 HANDED_ABOVE = 200
 
 
-class Session:
+class Session(sealing.Holder):
     """What a call knows of its session, carried from keeper to candidate: the number of calls kept,
     what a call forked ahead does while it waits for its pipes (`bootstrap.serve_session`), what the
-    state set that only a call may run (`seal`), and whether this process still owes CPython's
+    state set that only a call may run (`sealing.seal`), and whether this process still owes CPython's
     after-fork work (`libc.fork_bare`)."""
 
     kept_calls = 0
     warm_up: Callable[[], None] | None = None
-    sealed: Sealed | None = None
+    sealed: sealing.Sealed | None = None
     forked_bare = False
-
-
-class Sealed:
-    """What a call left that would run its code in a keeper, taken out of the process while it is one
-    and put back in each call forked from it (`seal`, `unseal`)."""
-
-    __slots__ = ("enabled", "gc_callbacks", "mask", "monitoring", "profile", "trace")
-
-    def __init__(self, mask: set[int | signal.Signals]) -> None:
-        import gc
-
-        self.mask = mask
-        self.profile = sys.getprofile()
-        self.trace = sys.gettrace()
-        self.gc_callbacks = list(gc.callbacks)
-        self.enabled = gc.isenabled()
-        self.monitoring: dict[int, int] = {}
-        monitoring = getattr(sys, "monitoring", None)  # Python 3.12 and later
-        if monitoring is not None:
-            for tool in range(6):
-                if monitoring.get_tool(tool) is not None:
-                    self.monitoring[tool] = monitoring.get_events(tool)
-
-
-def seal() -> bool:
-    """Make this process one that runs no code of the session's (a keeper, or a candidate to be one),
-    whatever the state it holds set up: every signal blocked (one sent to a keeper stays pending, and
-    dies with it: no Python handler of the state's runs), no profile, trace or sys.monitoring function,
-    no gc callbacks and no automatic collection (which would run finalisers of the state's garbage).
-    What was there is kept in `Session.sealed`, for `unseal` in each call. False if the call's own
-    handlers, run as signals are blocked, would not let that be done: then it is not kept."""
-    if Session.sealed is not None:
-        return True
-    import gc
-
-    for _ in range(3):
-        try:
-            # Reading the mask runs the handlers of signals already caught: in the call, in its time.
-            mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
-            break
-        except BaseException:  # noqa: S112  (the call's own handler raised; it has run)
-            continue
-    else:
-        return False
-    try:  # noqa: SIM105  (contextlib is not imported in runs)
-        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-    except BaseException:  # noqa: S110  (a handler run as the mask took hold: blocked all the same)
-        pass
-    sealed = Sealed(mask)
-    sys.setprofile(None)
-    sys.settrace(None)
-    gc.callbacks.clear()
-    gc.disable()
-    monitoring = getattr(sys, "monitoring", None)
-    for tool in sealed.monitoring:
-        monitoring.set_events(tool, 0)  # type: ignore[union-attr]
-    Session.sealed = sealed
-    return True
-
-
-def unseal() -> None:
-    """In a call forked from a keeper, as its code is about to run: what the state set that `seal`
-    took out, put back (signals last, so that one sent to the call meanwhile is handled in it)."""
-    sealed, Session.sealed = Session.sealed, None
-    if sealed is None:
-        return
-    import gc
-
-    gc.callbacks[:] = sealed.gc_callbacks
-    if sealed.enabled:
-        gc.enable()
-    monitoring = getattr(sys, "monitoring", None)
-    for tool, events in sealed.monitoring.items():
-        monitoring.set_events(tool, events)  # type: ignore[union-attr]
-    sys.setprofile(sealed.profile)
-    sys.settrace(sealed.trace)
-    signal.pthread_sigmask(signal.SIG_SETMASK, sealed.mask)
-
-
-def _refuse_audit_hooks(event: str, _: tuple[object, ...]) -> None:
-    """An audit hook cannot be taken out again, and would run in the keeper at each of its forks: a
-    session's calls may not add one (sys.addaudithook returns, and the hook is not added)."""
-    if event == "sys.addaudithook":
-        raise RuntimeError("a session's calls cannot add audit hooks: they would run in its keeper")
 
 
 def filename(calls: int) -> str:
@@ -199,8 +116,8 @@ def keep(channel: socket.socket, *, first: bool = False, ahead: tuple[int, socke
 
     try:
         if first:
-            sys.addaudithook(_refuse_audit_hooks)
-        if not seal():
+            sys.addaudithook(sealing.refuse_audit_hooks)
+        if not sealing.seal(Session):
             os._exit(1)
         _quiet_signals()
         if channel.fileno() != KEEPER_FD:
@@ -214,6 +131,7 @@ def keep(channel: socket.socket, *, first: bool = False, ahead: tuple[int, socke
             for target in (0, 1, 2):
                 os.dup2(null, target)
             os.closerange(3, KEEPER_FD)
+        offsets = _offsets()
         ready = _fork_ready(channel) if ahead is None else ahead
         if isinstance(ready, list):
             return ready
@@ -223,7 +141,8 @@ def keep(channel: socket.socket, *, first: bool = False, ahead: tuple[int, socke
             received = _fds(fds)
             if not message:
                 os._exit(0)
-            if message == b"F" and ready is None:
+            if message == b"F" and ready is None:  # the last call was rolled back
+                _put_back(offsets)
                 ready = _fork_ready(channel)
                 if isinstance(ready, list):
                     return ready
@@ -361,7 +280,7 @@ def begin_call() -> None:
         libc.after_fork_child()
         if random is not None and state is not None:
             random.setstate(state)  # reseeded by CPython's at-fork hook: the state is the session's
-    unseal()
+    sealing.unseal(Session)
 
 
 def files_before(home: str, identity: tuple[int, int]) -> dict[str, tuple[int, int, int, int]]:
@@ -398,7 +317,11 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     without those threads, fds' reach and processes."""
     import resource
 
-    if not seal():  # from here on, whatever this process becomes, no code of the call's runs in it
+    if not sealing.seal(Session):  # from here on, whatever this process becomes, no code of the call's runs in it
+        return None
+    shared = sealing.share_nothing()
+    if shared:
+        _refuse(channel_fd, shared)
         return None
     threads = _threads() > 1  # any thread, not only `threading`'s: C code's and `_thread`'s too
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -434,6 +357,46 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     finally:
         channel.detach()
     return lambda: _wait_to_be_kept(channel_fd)
+
+
+def _refuse(channel_fd: int, why: str) -> None:
+    """``N <why>``: the call's state cannot be kept (it is rolled back, and its result says why)."""
+    import socket
+
+    channel = socket.socket(fileno=channel_fd)
+    try:
+        channel.send(b"N " + why.encode(errors="replace")[:300])
+    except OSError:
+        pass
+    finally:
+        channel.detach()
+
+
+def _offsets() -> dict[int, int]:
+    """Where each open file of this process is read or written: a call forked from the keeper shares
+    its open files, offsets included, so a read in a call that is then rolled back would move the
+    keeper's. Taken as the keeper forks a call, put back after a roll-back (`_put_back`)."""
+    found: dict[int, int] = {}
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        fd = int(name)
+        if fd != KEEPER_FD:
+            try:  # noqa: SIM105  (contextlib is not imported in runs)
+                found[fd] = os.lseek(fd, 0, os.SEEK_CUR)
+            except OSError:
+                pass  # a pipe, a socket, or the listing's own fd, closed already
+    return found
+
+
+def _put_back(offsets: dict[int, int]) -> None:
+    for fd, offset in offsets.items():
+        try:  # noqa: SIM105  (contextlib is not imported in runs)
+            os.lseek(fd, offset, os.SEEK_SET)
+        except OSError:
+            pass
 
 
 def _threads() -> int:

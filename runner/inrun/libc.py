@@ -28,7 +28,9 @@ PR_SET_NO_NEW_PRIVS = 38
 CAP_KILL = 5
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # What the in-run code calls: resolved now, not in every fork that calls it.
-FUNCTIONS = ("capset", "malloc_trim", "mount", "prctl", "sethostname", "setns", "syscall", "unshare")
+FUNCTIONS = ("capset", "malloc_trim", "mmap", "mount", "prctl", "sethostname", "setns", "syscall", "unshare")
+PROT_READ, PROT_WRITE = 1, 2
+MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x02, 0x10, 0x20
 
 
 def _opened(kind: type[ctypes.CDLL], functions: tuple[str, ...]) -> ctypes.CDLL | None:
@@ -43,6 +45,9 @@ def _opened(kind: type[ctypes.CDLL], functions: tuple[str, ...]) -> ctypes.CDLL 
             continue  # not this platform's
     if "prctl" in functions and hasattr(lib, "prctl"):
         lib.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    if "mmap" in functions and hasattr(lib, "mmap"):
+        lib.mmap.restype = ctypes.c_void_p
+        lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
     if "mount" in functions and hasattr(lib, "mount"):
         lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     return lib
@@ -89,6 +94,20 @@ def after_fork_child() -> None:
     states made anew, then the ``after_in_child`` functions of os.register_at_fork, in this process)."""
     if PYLIBC is not None and hasattr(PYLIBC, "PyOS_AfterFork_Child"):
         PYLIBC.PyOS_AfterFork_Child()
+
+
+def make_private(start: int, length: int) -> bool:
+    """Put a private anonymous mapping, holding the same bytes, in place of the readable and
+    writable mapping at `start` (`length` bytes): to the process nothing changes, but a process forked
+    from it then gets a copy of those pages instead of sharing them. Whether it was done."""
+    if LIBC is None or not hasattr(LIBC, "mmap"):
+        return False
+    data = ctypes.string_at(start, length)
+    placed = LIBC.mmap(start, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0)
+    if placed != start:
+        return False
+    ctypes.memmove(start, data, length)
+    return True
 
 
 def trim_heap() -> bool:

@@ -60,7 +60,7 @@ class Snapshot:
         try:
             entries: dict[str, tuple[object, ...]] = {}
             for path, info in self._scan().items():
-                key = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode)
+                key = _key(info)
                 if stat.S_ISDIR(info.st_mode):
                     entries[path] = ("d", info.st_mode, info.st_mtime_ns)
                 elif stat.S_ISLNK(info.st_mode):
@@ -120,9 +120,16 @@ class Snapshot:
             return str(exc)
 
 
+def _key(info: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What says a regular file is unchanged: its inode, size, times and mode. The change time too,
+    which no call can set: a file rewritten in place, its size kept and its mtime put back with
+    os.utime, still has a new ctime."""
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode, info.st_ctime_ns)
+
+
 def _same(entry: tuple[object, ...], info: os.stat_result) -> bool:
     if entry[0] == "f":
-        return entry[1] == (info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode)
+        return entry[1] == _key(info)
     if entry[0] == "d":
         return stat.S_ISDIR(info.st_mode)
     return stat.S_ISLNK(info.st_mode)
@@ -135,7 +142,7 @@ def _read(path: str, info: os.stat_result) -> bytes:
     return data
 
 
-def _write(path: str, key: tuple[int, int, int, int], data: bytes) -> tuple[int, int, int, int]:
-    """Write a file back as it was (content, mode, time); its new key (a new inode)."""
+def _write(path: str, key: tuple[int, int, int, int, int], data: bytes) -> tuple[int, int, int, int, int]:
+    """Write a file back as it was (content, mode, time); its new key (a new inode, a new ctime)."""
     info = workdir.create_file(path, data, key[3] & 0o7777, key[2])
-    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode)
+    return _key(info)

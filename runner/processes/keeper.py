@@ -284,10 +284,7 @@ class SessionKeeper:
             self._buffer = b""
             self._lines.clear()
             if not self._closed:
-                sock = socket.socket(fileno=self.anchor.code)
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-                sock.detach()
+                _shut(self.anchor.code, socket.SHUT_RDWR)
         self._ended_by_loss()
 
     def _ended_by_loss(self) -> None:
@@ -302,10 +299,16 @@ class SessionKeeper:
         if self._armed is not None:
             self._armed.close_all()
             self._armed = None
-        sock = socket.socket(fileno=self.anchor.code)
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_WR)
-        sock.detach()
+        _shut(self.anchor.code, socket.SHUT_WR)
+
+
+def _shut(fd: int, how: int) -> None:
+    """Shut the socket `fd` down (`how`: SHUT_WR, SHUT_RDWR) without closing it: the anchor then reads
+    EOF, and ends the session."""
+    sock = socket.socket(fileno=fd)
+    with contextlib.suppress(OSError):
+        sock.shutdown(how)
+    sock.detach()
 
 
 def _wait_status(status: int) -> bool:

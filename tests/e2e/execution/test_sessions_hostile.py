@@ -163,3 +163,66 @@ async def test_after_every_call_only_the_anchor_the_keeper_and_the_next_call_run
         await pool.sessions._open[handle].settled.wait()
         left = await settled_async(lambda: [] if len(_session_processes(pool, handle)) == 3 else ["more"])
         assert left == [], _session_processes(pool, handle)
+
+
+# What a rolled-back call changes through what the keeper shares with it: each put back, or the state
+# that would share it not kept.
+async def test_writes_to_kept_anonymous_shared_memory_are_rolled_back_with_the_call(pool: Pool) -> None:
+    handle = await new_session(pool, "import mmap\nm = mmap.mmap(-1, 4096)\nm[:4] = b'kept'")
+    await call(pool, "m[:4] = b'lost'\nraise RuntimeError('rolled back')", handle)
+    after = await call(pool, "print(m[:4])", handle)
+    assert after.stdout.text == "b'kept'\n", after
+
+
+async def test_a_call_leaving_shared_memory_of_a_file_is_not_kept_and_says_why(pool: Pool) -> None:
+    handle = await new_session(pool, "x = 1")
+    code = (
+        "import mmap\nf = open('shared.bin', 'w+b')\nf.write(bytes(4096))\nf.flush()\nm = mmap.mmap(f.fileno(), 4096)"
+    )
+    result = await call(pool, code + "\nx = 2", handle)
+    assert result.status is Status.OK
+    assert result.session is not None
+    assert not result.session.kept
+    assert "shared memory" in result.session.note, result
+    assert (await call(pool, "print(x)", handle)).stdout.text == "1\n"
+
+
+async def test_a_kept_files_position_is_put_back_after_a_rolled_back_read(pool: Pool) -> None:
+    handle = await new_session(pool, "open('data.txt', 'w').write('abcdef')\nf = open('data.txt')")
+    await call(pool, "print(f.read(3))\nraise RuntimeError('rolled back')", handle)
+    after = await call(pool, "print(f.read(3))", handle)
+    assert after.stdout.text == "abc\n", after
+
+
+async def test_a_file_rewritten_in_place_with_its_time_put_back_is_rolled_back(pool: Pool) -> None:
+    handle = await new_session(pool, "open('data.txt', 'w').write('kept')")
+    code = (
+        "import os\ninfo = os.stat('data.txt')\nwith open('data.txt', 'r+') as f:\n    f.write('lost')\n"
+        "os.utime('data.txt', ns=(info.st_atime_ns, info.st_mtime_ns))\nraise RuntimeError('rolled back')"
+    )
+    await call(pool, code, handle)
+    after = await call(pool, "print(open('data.txt').read())", handle)
+    assert after.stdout.text == "kept\n", after
+
+
+async def test_what_a_rolled_back_call_wrote_into_a_kept_pipe_stays_there_as_documented(pool: Pool) -> None:
+    # docs/sessions.md: a pipe is a kernel object the keeper and its calls share; a roll-back does not
+    # reach what is in it.
+    handle = await new_session(pool, "import os\nr, w = os.pipe()")
+    await call(pool, "os.write(w, b'written')\nraise RuntimeError('rolled back')", handle)
+    after = await call(pool, "os.set_blocking(r, False)\nprint(os.read(r, 100))", handle)
+    assert after.stdout.text == "b'written'\n", after
+
+
+@pytest.mark.parametrize("place", ["/dev/shm", "/run"])
+async def test_a_sandboxs_own_tmpfs_is_not_rolled_back_as_documented(
+    pool: Pool, session_config: Config, place: str
+) -> None:
+    # docs/sessions.md: in a sandbox /dev/shm and /run are the run's own tmpfs, outside the session's
+    # directory, and the snapshot does not reach them.
+    if session_config.sandbox == "none":
+        pytest.skip("without a sandbox these are the host's (docs/sessions.md)")
+    handle = await new_session(pool)
+    await call(pool, f"open('{place}/left', 'w').write('left')\nraise RuntimeError('rolled back')", handle)
+    after = await call(pool, f"print(open('{place}/left').read())", handle)
+    assert after.stdout.text == "left\n", after
