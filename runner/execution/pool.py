@@ -8,7 +8,9 @@ killed, reaped, its fds closed and its working directory deleted, in a shielded 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import os
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,7 +25,7 @@ from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
 from runner.execution.kept import OutputStore
 from runner.execution.provided import ProvidedPackages
-from runner.execution.sessions import Sessions
+from runner.execution.sessions import Sessions, anchor_pids
 from runner.execution.supply import Supplies
 from runner.execution.sweep import StraySweeper
 from runner.execution.teardown import Teardowns
@@ -32,8 +34,60 @@ from runner.outcome import KeptOutput, PoolState, RunRequest, RunResult, Status
 from runner.processes.child import Child
 from runner.processes.isolation import IsolationPlan, plan_isolation
 from runner.processes.limits import Limits, count_tasks_of_uid, limits_for
-from runner.processes.procctl import set_child_subreaper
+from runner.processes.procctl import set_child_subreaper, tree_pss_bytes
 from runner.processes.spawn import remove_tree
+
+# At most how often the open sessions' memory is measured, in seconds. Reading smaps_rollup makes the
+# kernel walk every page table of every session process: over 100 ms for two sessions of 29 processes
+# sharing 200 MB. A worker thread keeps that off the event loop, and the interval bounds what any
+# number of scrapes (/metrics needs no token) can cost to one measurement per interval. Prometheus
+# scrapes every 15 s or more (1 min by default), so each of its scrapes still gets a figure of its own.
+SESSION_MEMORY_INTERVAL = 5.0
+
+
+class SessionMemory:
+    """The proportional set size of the open sessions' processes, measured in a worker thread at most
+    once per `interval` and kept in between, one measurement at a time: never read on the event loop.
+
+    `pids()` names the top process of each open session (read on the event loop: it is the sessions'
+    table); `measure(pid)` is the blocking read of one session's processes (`tree_pss_bytes`)."""
+
+    def __init__(
+        self,
+        pids: Callable[[], tuple[int, ...]],
+        measure: Callable[[int], int],
+        interval: float = SESSION_MEMORY_INTERVAL,
+    ) -> None:
+        self._pids = pids
+        self._measure = measure
+        self._interval = interval
+        self.bytes = 0
+        self._measured = -math.inf  # when the last measurement ended (anyio.current_time())
+        self._measuring: anyio.Event | None = None  # set when the one in flight ends
+
+    async def refresh(self) -> int:
+        """`bytes`, measured again first if the last measurement is older than the interval; a caller
+        that comes while one is in flight waits for that one."""
+        if self._measuring is not None:
+            await self._measuring.wait()
+            return self.bytes
+        pids = self._pids()
+        if not pids:  # no session, nothing to read: 0 at once, and the first session is measured at once
+            self.bytes, self._measured = 0, -math.inf
+            return 0
+        if anyio.current_time() - self._measured < self._interval:
+            return self.bytes
+        measuring = self._measuring = anyio.Event()
+        try:
+            self.bytes = await anyio.to_thread.run_sync(self._total, pids)
+            self._measured = anyio.current_time()
+        finally:
+            self._measuring = None
+            measuring.set()
+        return self.bytes
+
+    def _total(self, pids: tuple[int, ...]) -> int:
+        return sum(map(self._measure, pids))
 
 
 class Pool:
@@ -60,6 +114,7 @@ class Pool:
         self._sweeper = sweeper
         self._teardowns = teardowns
         self._log = logger
+        self._session_memory = SessionMemory(lambda: anchor_pids(sessions), tree_pss_bytes)
 
     @classmethod
     @asynccontextmanager
@@ -141,12 +196,21 @@ class Pool:
         """The wheelhouse's packages as runs are given them (None without RUNNER_WHEELHOUSE)."""
         return self._provided
 
-    def state(self, *, session_memory: bool = False) -> PoolState:
-        """Its numbers at this moment, taken together; with what sessions hold if asked (for metrics)."""
+    def state(self) -> PoolState:
+        """Its numbers at this moment, taken together; the sessions' memory as last measured (`measured_state`)."""
         s, a = self._supplies, self._admission
         # An idle session's anchor is taken from the pool but runs nothing: not a run in progress.
         running = s.in_use - self.sessions.idle
-        return PoolState(running, a.waiting, s.ready, a.queue_full, s.restarts, self.sessions.state(session_memory))
+        sessions = self.sessions.state()
+        memory = self._session_memory.bytes if sessions.open else 0
+        sessions = dataclasses.replace(sessions, memory_bytes=memory)
+        return PoolState(running, a.waiting, s.ready, a.queue_full, s.restarts, sessions)
+
+    async def measured_state(self) -> PoolState:
+        """`state()` with the sessions' memory measured at most SESSION_MEMORY_INTERVAL ago, in a worker
+        thread (for metrics)."""
+        await self._session_memory.refresh()
+        return self.state()
 
     async def quiesced(self) -> None:
         """Return once every run answered so far is torn down (reaped, closed, deleted): for a caller

@@ -40,7 +40,6 @@ from runner.logs import log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
 from runner.processes.child import Child
 from runner.processes.keeper import KeptCall, SessionKeeper, SessionLost
-from runner.processes.procctl import tree_pss_bytes
 
 HANDLE_PREFIX = "s-"
 HANDLE_BYTES = 24  # 192 bits: past guessing, as MCP's guidance on handles asks for at least 128
@@ -125,11 +124,9 @@ class Sessions:
                 await self._end(session, "a call of it could not be killed", "lost")
         child.ended(-9, 0.0, 0)
 
-    def state(self, memory: bool) -> SessionsState:
-        """Open sessions, the counts so far and, if asked (it reads /proc for each), the memory of their
-        processes (proportional set size: their own pages in full, the zygote's shared ones in part)."""
-        memory_bytes = sum(tree_pss_bytes(s.anchor.interpreter_pid) for s in self._open.values()) if memory else 0
-        return SessionsState(len(self._open), memory_bytes, **self._counts)
+    def state(self) -> SessionsState:
+        """Open sessions and the counts so far (their memory: the pool measures it from `anchor_pids`)."""
+        return SessionsState(len(self._open), 0, **self._counts)
 
     @property
     def idle(self) -> int:
@@ -433,6 +430,12 @@ class EndedSessions:
             return f'unknown session {shown!r}: it ended ({ended[1]}); start another with session "new"'
         nothing = "no open session of this caller has that handle"
         return f'unknown session {shown!r}: {nothing}; start one with session "new"'
+
+
+def anchor_pids(sessions: Sessions) -> tuple[int, ...]:
+    """The interpreter of each open session's anchor, the top of that session's processes: for the pool
+    to measure their memory in a worker thread (a function, not a method: `Sessions` is long enough)."""
+    return tuple(s.anchor.interpreter_pid for s in sessions._open.values())
 
 
 def _refusal(c: Config, holders: list[Session | str | None], caller: str | None) -> str:

@@ -4,7 +4,9 @@ Counters and histograms are updated by the handlers once per call, from the call
 the pool's gauges are refreshed from a `PoolState` at every scrape, and every `REFRESH_SECONDS`
 where several workers serve one port. There prometheus_client's multiprocess mode (its
 `PROMETHEUS_MULTIPROC_DIR`, set by the supervisor) adds up every worker's numbers, so a scrape that
-reaches any worker reports the whole server.
+reaches any worker reports the whole server. The sessions' memory in that state is the pool's to
+measure: off the event loop, at most every few seconds however many scrapes come (`/metrics` needs no
+token, so a scrape must cost the server the same whatever the sessions hold).
 
 A registry of our own, not the library's global one: no module-level state, and two servers in one
 process (the tests) do not mix their numbers.
@@ -13,7 +15,7 @@ process (the tests) do not mix their numbers.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -32,7 +34,7 @@ MULTIPROCESS_DIRECTORY = "PROMETHEUS_MULTIPROC_DIR"
 class Metrics:
     """The server's metrics (one worker's share of them, with several workers)."""
 
-    def __init__(self, pool_state: Callable[[], PoolState], max_concurrent: int, pool_size: int) -> None:
+    def __init__(self, pool_state: Callable[[], Awaitable[PoolState]], max_concurrent: int, pool_size: int) -> None:
         self._state = pool_state
         self.registry = CollectorRegistry()
         self.multiprocess = bool(os.environ.get(MULTIPROCESS_DIRECTORY))
@@ -89,9 +91,9 @@ class Metrics:
         if dropped:
             self._dropped.inc(dropped)
 
-    def refresh(self) -> None:
-        """The pool's gauges from its state now."""
-        state = self._state()
+    async def refresh(self) -> None:
+        """The pool's gauges from its state now (the sessions' memory as of its last measurement)."""
+        state = await self._state()
         self._in_flight.set(state.running)
         self._queued.set(state.waiting)
         self._ready.set(state.ready)
@@ -109,12 +111,12 @@ class Metrics:
     async def refresh_forever(self) -> None:
         """Keep this worker's gauges fresh for scrapes that reach another worker."""
         while True:
-            self.refresh()
+            await self.refresh()
             await anyio.sleep(REFRESH_SECONDS)
 
-    def exposition(self) -> bytes:
+    async def exposition(self) -> bytes:
         """The text a scrape gets: every worker's numbers added up, where there are several."""
-        self.refresh()
+        await self.refresh()
         if not self.multiprocess:
             return generate_latest(self.registry)
         combined = CollectorRegistry()

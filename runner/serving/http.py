@@ -85,7 +85,7 @@ async def serve_http(
         Tasks.opened(config, logger) as tasks,
         anyio.create_task_group() as tg,
     ):
-        metrics = Metrics(lambda: pool.state(session_memory=True), config.max_concurrent, config.pool_size)
+        metrics = Metrics(pool.measured_state, config.max_concurrent, config.pool_size)
         server = build_server(
             config, pool, logger, metrics=metrics, caller_of=caller_of, tasks=tasks, name_header_of=name_header_of
         )

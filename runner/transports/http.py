@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -63,7 +63,7 @@ def http_app(
     http: HttpConfig,
     tokens: BearerTokens | None,
     ready: Callable[[], str | None],
-    metrics: Callable[[], bytes],
+    metrics: Callable[[], Awaitable[bytes]],
     logger: logging.Logger,
 ) -> ASGIApp:
     """The whole ASGI app. `ready()` says why the server is not ready, or None; `metrics()` is the
@@ -77,7 +77,7 @@ def http_app(
         return PlainTextResponse("ready\n" if why is None else f"not ready: {why}\n", 200 if why is None else 503)
 
     async def scrape(request: Request) -> Response:
-        return Response(metrics(), media_type=METRICS_CONTENT_TYPE)
+        return Response(await metrics(), media_type=METRICS_CONTENT_TYPE)
 
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
