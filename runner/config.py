@@ -90,6 +90,7 @@ class Config:
     max_queue: int = 64
     max_sessions: int = 16
     max_sessions_per_caller: int = 4
+    sessions_memory_mb: int = 0  # 0: sized from what the server can hold (`runner.processes.memory`)
     session_idle_seconds: int = 900
     session_max_seconds: int = 14_400
     max_tasks_per_caller: int = 64

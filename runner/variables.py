@@ -184,6 +184,18 @@ SETTINGS = (
         high=10_000,
     ),
     Setting(
+        "RUNNER_SESSIONS_MEMORY_MB",
+        "sessions_memory_mb",
+        "int",
+        "Memory in MiB that every open session's kept state may hold together: what a kept call's state holds "
+        "beyond what its session began with (the data it loaded, not the preloaded modules it shares). A call "
+        "whose state would pass it is rolled back, and its result says why. More than the server can hold (the "
+        "machine's memory, or its cgroup's limit where lower) stops it "
+        "(see [sessions](sessions.md#limits)).",
+        high=16_777_216,
+        shown_default="`0`: half of what the server can hold, at most RUNNER_MAX_SESSIONS times RUNNER_MAX_MEMORY_MB",
+    ),
+    Setting(
         "RUNNER_SESSION_IDLE_SECONDS",
         "session_idle_seconds",
         "int",

@@ -14,11 +14,11 @@ group; ``V 1`` or ``V 0``: keep or roll back the last call (the next call's ``C`
 message: it is passed on once the verdict is done); EOF: end the session. Keeper to anchor, besides what
 it relays: ``A <pid>`` the keeper is idle, its next call forked ahead (every other process under it is
 killed). Anchor to server: ``R`` once ready; ``S <pid>`` a call was forked; ``X <pid> <wait status>
-<utime> <stime> <maxrss>`` it ended; ``P <keepable> <threads> <why...>``, once per call, as soon as it
-is known whether the call can be kept (1: its code ran to its end, and its files could be read; threads:
-1 if the call left threads, which a fork does not carry; why not, or ``-``), so that the server can
-answer before the verdict; ``V <kept> <threads> <why...>`` the verdict is done; ``E <why>`` the session
-is over (its state was lost).
+<utime> <stime> <maxrss>`` it ended; ``P <keepable> <threads> <KiB> <why...>``, once per call, as soon
+as it is known whether the call can be kept (1: its code ran to its end, and its files could be read;
+threads: 1 if the call left threads, which a fork does not carry; why not, or ``-``), so that the server
+can answer before the verdict; ``V <kept> <threads> <why...>`` the verdict is done; ``E <why>`` the
+session is over (its state was lost).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ class _Call:
         "candidate",
         "channel",
         "ended",
+        "held_kb",
         "itself",
         "kill_asked",
         "looked",
@@ -67,6 +68,7 @@ class _Call:
         self.candidate = 0
         self.itself = False  # the call is its own candidate (`keeper.offer_state`): its D is its end
         self.threads = False
+        self.held_kb = 0  # the memory its candidate's state holds, as the call said (`keeper.held_kb`)
         self.ended = False
         self.kill_asked = False
         self.announced = False  # its P line said to the server
@@ -99,13 +101,14 @@ class _Call:
         return b""
 
     def announcement(self, failure: str) -> bytes:
-        """``P <keepable> <threads> <why...>``, once per call (else nothing): whether it can be kept
+        """``P <keepable> <threads> <KiB> <why...>``, once per call (else nothing): whether it can be kept
         (a candidate, its files readable; `failure` says why not)."""
         if self.announced:
             return b""
         self.announced = True
         self.why = failure.encode(errors="replace")[:200].replace(b"\n", b" ")
-        return b"P %d %d %s" % (self.candidate > 0 and not failure, self.threads, self.why or b"-")
+        keepable = self.candidate > 0 and not failure
+        return b"P %d %d %d %s" % (keepable, self.threads, self.held_kb, self.why or b"-")
 
     def kill(self) -> None:
         """Kill the call's group, and the call (in it, not yet in it, or just out of it on its way to
@@ -171,8 +174,12 @@ class Anchor:
         if self.wake in readable:
             os.read(self.wake, 4096)
             self.reap()  # the call too, once its keeper is gone
-        if self.keeper_channel is not None and self.keeper_channel in readable:
+        # All the keeper has said first: it says a call's pid (S) before the call can say anything, and
+        # what the call says is read knowing it.
+        while self.keeper_channel is not None and self.keeper_channel in readable:
             self.from_keeper()
+            if self.keeper_channel is not None and not select.select([self.keeper_channel], [], [], 0)[0]:
+                break
         if call is not None and call.channel in readable and call.listening():
             self.from_candidate(call)
         if self.control in readable:
@@ -257,7 +264,7 @@ class Anchor:
             return
         offered = _offered(message, call.pid, self.keeper)
         if isinstance(offered, tuple):
-            call.candidate, call.threads = offered
+            call.candidate, call.threads, call.held_kb = offered
             call.itself = call.candidate == call.pid
             # What could keep it from being kept is known now, while the call reports its end: the
             # server answers its client with that, and gives the verdict after.
@@ -389,21 +396,23 @@ def _keeper_says(message: bytes) -> tuple[bytes, int, bytes] | None:
     return None
 
 
-def _offered(message: bytes, call: int, keeper: int) -> tuple[int, bool] | str:
-    """What a call said on its channel before its end: ``P <pid> <threads>`` its candidate (and
-    whether it left threads), ``N <why>`` that its state cannot be kept (why), anything else ''. The
+def _offered(message: bytes, call: int, keeper: int) -> tuple[int, bool, int] | str:
+    """What a call said on its channel before its end: ``P <pid> <threads> <KiB>`` its candidate
+    (whether it left threads, the memory its state holds), ``N <why>`` that its state cannot be kept
+    (why), anything else ''. The
     candidate is the call itself or a child it forked (the anchor's, once the call has exited): a P
     naming any other process (the keeper, the anchor, another session's) is none."""
     fields = message.split(b" ")
     if fields[0] == b"N" and len(message) > 2:
         return message[2:].decode(errors="replace")
-    candidate = _pid(fields[1]) if len(fields) == 3 and fields[0] == b"P" and fields[2] in (b"0", b"1") else None
-    if candidate is None:
+    offer = len(fields) == 4 and fields[0] == b"P" and fields[2] in (b"0", b"1")
+    candidate, held = (_pid(fields[1]), _count(fields[3])) if offer else (None, None)
+    if candidate is None or held is None:
         return ""
     anchor = os.getpid()
     if candidate != call and (candidate in (keeper, anchor) or _parent(candidate) not in (call, anchor)):
         return ""
-    return candidate, fields[2] == b"1"
+    return candidate, fields[2] == b"1", held
 
 
 def _hand_to_keeper(keeper: socket.socket, fds: list[int]) -> socket.socket:

@@ -17,8 +17,9 @@ the cap, no limit met, ...) and says so:
 - rolled back: the candidate is killed, the old keeper stays, and the session's directory is put
   back as it was (`Snapshot`, which the anchor holds: no call can reach its memory).
 
-A call's channel to the anchor, one message a packet: ``P <pid> <threads>`` its candidate (its own
-pid when it is its own), ``D <utime> <stime> <maxrss>`` (a call that is its own candidate) its end
+A call's channel to the anchor, one message a packet: ``P <pid> <threads> <KiB>`` its candidate (its
+own pid when it is its own; the memory its state holds, `held_kb`); ``N <why>`` its state cannot be
+kept; ``D <utime> <stime> <maxrss>`` (a call that is its own candidate) its end
 reported, its fds closed; anchor to candidate: ``K`` kept.
 
 Either way the anchor, a child subreaper, then kills every other process the call left (orphans
@@ -70,6 +71,9 @@ class Session(sealing.Holder):
     after-fork work (`libc.fork_bare`)."""
 
     kept_calls = 0
+    # The state's anonymous memory when the session began (its first keeper, a fork of the anchor):
+    # what a kept state holds beyond it is what it is said to hold (`held_kb`).
+    baseline_kb = 0
     warm_up: Callable[[], None] | None = None
     sealed: sealing.Sealed | None = None
     forked_bare = False
@@ -117,6 +121,7 @@ def keep(channel: socket.socket, *, first: bool = False, ahead: tuple[int, socke
     try:
         if first:
             sys.addaudithook(sealing.refuse_audit_hooks)
+            Session.baseline_kb = _anonymous_kb()
         if not sealing.seal(Session):
             os._exit(1)
         _quiet_signals()
@@ -353,7 +358,7 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     libc.set_dumpable(False)
     channel = socket.socket(fileno=channel_fd)
     try:
-        channel.send(b"P %d 0" % os.getpid())
+        channel.send(b"P %d 0 %d" % (os.getpid(), held_kb()))
     finally:
         channel.detach()
     return lambda: _wait_to_be_kept(channel_fd)
@@ -397,6 +402,24 @@ def _put_back(offsets: dict[int, int]) -> None:
             os.lseek(fd, offset, os.SEEK_SET)
         except OSError:
             pass
+
+
+def held_kb() -> int:
+    """The memory this state holds of its own, in KiB, as its candidate says (``P``) for the server's
+    budget of sessions' memory: its anonymous resident memory beyond what the session began with.
+    What it shares with the zygote it came from (the preloaded modules) is not its own; what of that it
+    copied by writing to it is not counted either (/proc/self/statm, read in microseconds, cannot tell,
+    where smaps_rollup takes a millisecond per 200 MB)."""
+    return max(0, _anonymous_kb() - Session.baseline_kb)
+
+
+def _anonymous_kb() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            fields = statm.read().split()
+        return (int(fields[1]) - int(fields[2])) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _threads() -> int:
@@ -509,6 +532,7 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
 
     random = sys.modules.get("random")
     state = random.getstate() if random is not None else None
+    held = held_kb()
     try:
         pid = os.fork()
     except OSError:
@@ -522,7 +546,7 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
             os.setpgid(pid, pid)
             channel = socket.socket(fileno=channel_fd)
             try:
-                channel.send(b"P %d %d" % (pid, threads))
+                channel.send(b"P %d %d %d" % (pid, threads, held))
             finally:
                 channel.detach()
         except OSError:

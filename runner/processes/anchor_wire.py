@@ -20,7 +20,7 @@ MAX_LINE = 1024
 MAX_PID = 1 << 22
 # CPU seconds and peak memory beyond any run's limits, yet far from float or int trouble.
 MAX_SECONDS = 1e9
-MAX_MAXRSS_KB = 1 << 40
+MAX_MAXRSS_KB = MAX_HELD_KB = 1 << 40
 MAX_WHY = 400
 
 _UNSIGNED = re.compile(rb"[0-9]{1,20}")
@@ -55,14 +55,16 @@ class Ended:
 
 @dataclass(frozen=True, slots=True)
 class Said:
-    """``P`` (whether the last call can be kept, as it ends) or ``V`` (whether it was kept, after the
-    verdict): yes or no, whether the call left threads (which a kept state does not carry), and why
-    not (``-`` on the wire: no reason)."""
+    """``P <0|1> <threads> <KiB> <why>`` (whether the last call can be kept, as it ends, and the memory
+    its state would hold) or ``V <0|1> <threads> <why>`` (whether it was kept, after the verdict): yes
+    or no, whether the call left threads (which a kept state does not carry), why not (``-`` on the
+    wire: no reason), and for P the bytes its state holds."""
 
     tag: bytes
     yes: bool
     threads: bool
     why: str
+    held_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +92,13 @@ def parse(line: bytes) -> Message:
         cpu = _seconds(utime) + _seconds(stime)
         return Ended(_pid(pid), _unsigned(status, 0xFFFF), cpu, _unsigned(maxrss, MAX_MAXRSS_KB))
     if tag in (b"P", b"V"):
-        fields = rest.split(b" ", 2)
-        if len(fields) != 3 or fields[0] not in (b"0", b"1") or fields[1] not in (b"0", b"1") or not fields[2]:
+        count = 4 if tag == b"P" else 3
+        fields = rest.split(b" ", count - 1)
+        if len(fields) != count or fields[0] not in (b"0", b"1") or fields[1] not in (b"0", b"1") or not fields[-1]:
             raise Malformed(f"not a {tag.decode()} line: {_shown(line)}")
-        why = _text(fields[2])
-        return Said(tag, fields[0] == b"1", fields[1] == b"1", "" if why == "-" else why)
+        held = _unsigned(fields[2], MAX_HELD_KB) * 1024 if tag == b"P" else 0
+        why = _text(fields[-1])
+        return Said(tag, fields[0] == b"1", fields[1] == b"1", "" if why == "-" else why, held)
     if tag == b"E":
         return Lost(_text(rest) or "the session's state was lost")
     raise Malformed(f"an unknown message: {_shown(line)}")

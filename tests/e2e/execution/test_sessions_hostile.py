@@ -4,6 +4,7 @@ serving every other caller, and only that session can end."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 import anyio
@@ -226,3 +227,23 @@ async def test_a_sandboxs_own_tmpfs_is_not_rolled_back_as_documented(
     await call(pool, f"open('{place}/left', 'w').write('left')\nraise RuntimeError('rolled back')", handle)
     after = await call(pool, f"print(open('{place}/left').read())", handle)
     assert after.stdout.text == "left\n", after
+
+
+async def test_sessions_started_at_once_under_load_are_each_kept_from_their_first_call(
+    session_config: Config, no_leaks: None
+) -> None:
+    # The anchor reads what the keeper said (a call's pid) before what the call said: a first call that
+    # ends before its anchor runs has both waiting at once.
+    config = dataclasses.replace(session_config, max_concurrent=8, max_sessions=8, max_sessions_per_caller=8)
+    async with Pool.open(config, reap_strays=True) as pool:
+        handles: list[str] = []
+
+        async def start() -> None:
+            handles.append(await new_session(pool, "x = 1"))
+
+        for _ in range(3):
+            async with anyio.create_task_group() as tg:
+                for _ in range(8):
+                    tg.start_soon(start)
+            while handles:
+                assert await pool.close_session(handles.pop(), None) is None

@@ -98,7 +98,7 @@ HOSTILE = {
     "wrong-count": b"X 101 0 1\n",
     "unknown-tag": b"Q 1 2 3\n",
     "binary": bytes(range(256)) + b"\n",
-    "said-not-0-or-1": b"P 7 0 -\n",
+    "said-not-0-or-1": b"P 7 0 0 -\n",
     "second-pid": b"S 101\nS 102\n",
     "too-long-unfinished": b"x" * 5000,
     "too-long-line": b"E " + b"y" * 5000 + b"\n",
