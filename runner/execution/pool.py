@@ -25,7 +25,7 @@ from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
 from runner.execution.kept import OutputStore
 from runner.execution.provided import ProvidedPackages
-from runner.execution.sessions import Sessions, anchor_pids
+from runner.execution.sessions import Sessions, anchor_pids, expire_forever
 from runner.execution.supply import Supplies
 from runner.execution.sweep import StraySweeper
 from runner.execution.teardown import Teardowns
@@ -156,7 +156,7 @@ class Pool:
                 admission = Admission(config.max_concurrent, config.max_queue, caller_share)
                 async with anyio.create_task_group() as tg:
                     sessions = Sessions(config, supplies, logger, tg, admission, store, provided)
-                    tg.start_soon(sessions.expire_forever)
+                    tg.start_soon(expire_forever, sessions)
                     if config.pool_size:
                         supplies.start_refilling(tg)
                     if sweeper is not None:

@@ -38,8 +38,10 @@ from runner.execution.provided import ProvidedPackages
 from runner.execution.supply import InterpreterSupply, Supplies
 from runner.logs import log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
+from runner.processes.anchor_wire import Said
 from runner.processes.child import Child
 from runner.processes.keeper import KeptCall, SessionKeeper, SessionLost
+from runner.processes.memory import over_budget, sessions_budget
 
 HANDLE_PREFIX = "s-"
 HANDLE_BYTES = 24  # 192 bits: past guessing, as MCP's guidance on handles asks for at least 128
@@ -72,6 +74,7 @@ class Session:
     # The package directories its calls were given: held until it ends, since a kept state has them
     # on its sys.path and may import from them in any later call.
     packages: dict[str, Path] = field(default_factory=dict)  # distribution -> its directory
+    held: int = 0  # bytes its kept state holds, as its last kept call said (for the sessions' budget)
     # Set once the last call's verdict is done: it comes after that call's answer, and the next
     # call waits for it.
     settled: anyio.Event = field(default_factory=anyio.Event)
@@ -110,6 +113,7 @@ class Sessions:
         self._ended = EndedSessions()
         self._counts = {"created": 0, "expired": 0, "closed": 0, "lost": 0, "rolled_back": 0}
         self._calls_running = 0
+        self._budget = sessions_budget(config)  # what every open session's kept state may hold together
         # Callers of sessions being started (by id of the request), and ENDING for those being ended (of
         # the session): they count against the caps until open, or their anchor gone (see ENDING).
         self._unlisted: dict[int, str | None] = {}
@@ -238,20 +242,19 @@ class Sessions:
             raise
         call.close_all()
         session.used = anyio.current_time()
-        kept = result.status is Status.OK and ahead.yes
+        others = sum(s.held for s in self._open.values() if s is not session)
+        over = over_budget(self._budget, ahead.held_bytes, others) if result.status is Status.OK else ""
+        kept = result.status is Status.OK and ahead.yes and not over
         # The answer goes now, and the verdict (the keeper replaced, or the files put back) is done
         # meanwhile; the next call, handed its pipes with it (after an OOM: in `_settle`), waits for it.
         session.keeper.give_verdict(kept, arm=call.oom_kills == 0)
         session.settled = anyio.Event()
         self._tg.start_soon(self._settle, session, kept, call.oom_kills > 0, session.settled)
-        notes = []
-        if not kept:
+        if kept:
+            session.held = ahead.held_bytes
+        else:
             self._counts["rolled_back"] += 1
-            if result.status is Status.OK and ahead.why:
-                notes.append(ahead.why)
-        if ahead.threads and kept:
-            notes.append("threads it started do not carry over to the next call")
-        outcome = SessionOutcome(session.handle, kept, "; ".join(notes))
+        outcome = SessionOutcome(session.handle, kept, _notes(result, ahead, kept, over))
         return dataclasses.replace(result, session=outcome)
 
     async def _settle(self, session: Session, kept: bool, oom: bool, settled: anyio.Event) -> None:
@@ -270,6 +273,8 @@ class Sessions:
                 session.keeper.arm()
         except SessionLost as exc:
             await self._end(session, str(exc), "lost")
+        except Exception as exc:  # in the pool's task group: a fault ends this session only (and is logged)
+            await self._end(session, f"its last verdict failed: {exc!r}"[:400], "lost")
         finally:
             settled.set()
 
@@ -312,21 +317,6 @@ class Sessions:
         if self._provided is not None:
             self._provided.release(session.packages.values())
         session.packages = {}
-
-    async def expire_forever(self) -> None:
-        """End sessions idle too long or too old, and forget ended ones after a while."""
-        c = self._config
-        while True:
-            await anyio.sleep(EXPIRY_INTERVAL)
-            now = anyio.current_time()
-            for session in list(self._open.values()):
-                if session.turn.locked() or not session.settled.is_set():
-                    continue
-                if now - session.used > c.session_idle_seconds:
-                    await self._end(session, f"unused for {c.session_idle_seconds} s", "expired")
-                elif now - session.started > c.session_max_seconds:
-                    await self._end(session, f"older than {c.session_max_seconds} s", "expired")
-            self._ended.forget_before(now - ENDED_REMEMBERED)
 
     async def shutdown(self) -> None:
         """End every session (the server stops)."""
@@ -374,6 +364,25 @@ async def _take_turn(session: Session, request: RunRequest, admission: Admission
         "previous call to end; nothing ran and the session is as it was; retry later"
     )
     return RunResult(request.request_id, Status.BUSY, message)
+
+
+async def expire_forever(sessions: Sessions) -> None:
+    """End `sessions` idle too long or too old, or whose anchor went, and forget ended ones after a while
+    (a loop of its own, in the pool's task group, beside the table it reads)."""
+    c = sessions._config
+    while True:
+        await anyio.sleep(EXPIRY_INTERVAL)
+        now = anyio.current_time()
+        for session in list(sessions._open.values()):
+            if session.turn.locked() or not session.settled.is_set():
+                continue
+            if session.keeper.lost is not None:  # its anchor went, or said what is not its wire
+                await sessions._end(session, session.keeper.lost, "lost")
+            elif now - session.used > c.session_idle_seconds:
+                await sessions._end(session, f"unused for {c.session_idle_seconds} s", "expired")
+            elif now - session.started > c.session_max_seconds:
+                await sessions._end(session, f"older than {c.session_max_seconds} s", "expired")
+        sessions._ended.forget_before(now - ENDED_REMEMBERED)
 
 
 async def _end_call_at_oom(anchor: Child, call: KeptCall) -> None:
@@ -436,6 +445,15 @@ def anchor_pids(sessions: Sessions) -> tuple[int, ...]:
     """The interpreter of each open session's anchor, the top of that session's processes: for the pool
     to measure their memory in a worker thread (a function, not a method: `Sessions` is long enough)."""
     return tuple(s.anchor.interpreter_pid for s in sessions._open.values())
+
+
+def _notes(result: RunResult, ahead: Said, kept: bool, over: str) -> str:
+    """What a session call's result says of its state: why it was not kept, though the call ended ok;
+    that its threads do not carry over."""
+    notes = [over or ahead.why] if not kept and result.status is Status.OK and (over or ahead.why) else []
+    if ahead.threads and kept:
+        notes.append("threads it started do not carry over to the next call")
+    return "; ".join(notes)
 
 
 def _refusal(c: Config, holders: list[Session | str | None], caller: str | None) -> str:

@@ -174,12 +174,10 @@ class Anchor:
         if self.wake in readable:
             os.read(self.wake, 4096)
             self.reap()  # the call too, once its keeper is gone
-        # All the keeper has said first: it says a call's pid (S) before the call can say anything, and
-        # what the call says is read knowing it.
-        while self.keeper_channel is not None and self.keeper_channel in readable:
+        more = self.keeper_channel is not None and self.keeper_channel in readable
+        while more:  # all the keeper said first: it says a call's pid (S) before the call can say anything
             self.from_keeper()
-            if self.keeper_channel is not None and not select.select([self.keeper_channel], [], [], 0)[0]:
-                break
+            more = _readable_now(self.keeper_channel)
         if call is not None and call.channel in readable and call.listening():
             self.from_candidate(call)
         if self.control in readable:
@@ -244,8 +242,7 @@ class Anchor:
             self.call_exited(call, line)
 
     def call_exited(self, call: _Call, end: bytes) -> None:
-        """The call's process exited (`end`, its X line for the server): a call that was its own
-        candidate is none now, and its end was told already if it had said D."""
+        """The call exited (`end`: its X line); if it was its own candidate, it is none now."""
         call.lose_itself()
         if not call.ended:
             call.ended = True
@@ -375,6 +372,12 @@ class Anchor:
     def lost(self, why: str) -> NoReturn:
         self.say(b"E " + why.encode(errors="replace")[:400])
         _end_session()
+
+
+def _readable_now(channel: socket.socket | None) -> bool:
+    import select
+
+    return channel is not None and bool(select.select([channel], [], [], 0)[0])
 
 
 def _keeper_says(message: bytes) -> tuple[bytes, int, bytes] | None:

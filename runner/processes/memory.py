@@ -88,26 +88,13 @@ def available_bytes(meminfo: str, limits: list[str]) -> int:
     return total
 
 
-class SessionsBudget:
-    """The sessions' memory budget, and what each open session's kept state holds of it."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self._held: dict[str, int] = {}  # handle -> bytes its kept state holds
-
-    def refusal(self, handle: str, held: int) -> str:
-        """Why session `handle`'s next state, holding `held` bytes, may not be kept ('' if it may)."""
-        others = sum(size for other, size in self._held.items() if other != handle)
-        if others + held <= self.budget:
-            return ""
-        return (
-            f"not kept: its state would hold {held / MIB:.0f} MiB, which with the other open sessions' "
-            f"{others / MIB:.0f} MiB passes the sessions' memory budget of {self.budget / MIB:.0f} MiB "
-            "(RUNNER_SESSIONS_MEMORY_MB)"
-        )
-
-    def kept(self, handle: str, held: int) -> None:
-        self._held[handle] = held
-
-    def ended(self, handle: str) -> None:
-        self._held.pop(handle, None)
+def over_budget(budget: int, held: int, others: int) -> str:
+    """Why a session's next state, holding `held` bytes, may not be kept while the other open sessions'
+    kept states hold `others` ('' if it may): together they would pass `budget`."""
+    if others + held <= budget:
+        return ""
+    return (
+        f"not kept: its state would hold {held / MIB:.0f} MiB, which with the other open sessions' "
+        f"{others / MIB:.0f} MiB passes the sessions' memory budget of {budget / MIB:.0f} MiB "
+        "(RUNNER_SESSIONS_MEMORY_MB)"
+    )

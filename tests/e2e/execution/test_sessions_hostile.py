@@ -247,3 +247,22 @@ async def test_sessions_started_at_once_under_load_are_each_kept_from_their_firs
                     tg.start_soon(start)
             while handles:
                 assert await pool.close_session(handles.pop(), None) is None
+
+
+async def test_a_state_that_would_pass_the_sessions_memory_budget_is_rolled_back_and_says_why(
+    session_config: Config, no_leaks: None
+) -> None:
+    config = dataclasses.replace(session_config, sessions_memory_mb=64)
+    async with Pool.open(config, reap_strays=True) as pool:
+        first = await new_session(pool, "data = bytearray(40 << 20)")
+        second = await new_session(pool, "x = 1")
+        result = await call(pool, "data = bytearray(40 << 20)", second)
+        assert result.status is Status.OK
+        assert result.session is not None
+        assert not result.session.kept
+        assert "passes the sessions' memory budget of 64 MiB (RUNNER_SESSIONS_MEMORY_MB)" in result.session.note
+        assert (await call(pool, "print('data' in dir())", second)).stdout.text == "False\n"
+        assert await pool.close_session(first, None) is None  # what it held is given back
+        again = await call(pool, "data = bytearray(40 << 20)", second)
+        assert again.session is not None
+        assert again.session.kept, again

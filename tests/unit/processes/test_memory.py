@@ -8,7 +8,7 @@ import pytest
 
 from runner.config import Config
 from runner.errors import ConfigError
-from runner.processes.memory import SessionsBudget, available_bytes, cgroup_limit_files, sessions_budget
+from runner.processes.memory import available_bytes, cgroup_limit_files, over_budget, sessions_budget
 from runner.settings import MIB
 
 MEMINFO = "MemTotal:       24000000 kB\nMemFree:        20000000 kB\n"
@@ -45,10 +45,7 @@ def test_a_budget_set_beyond_what_the_server_can_hold_stops_it_naming_the_variab
 
 
 def test_a_state_is_refused_once_it_and_the_other_sessions_kept_states_pass_the_budget() -> None:
-    budget = SessionsBudget(100 * MIB)
-    assert budget.refusal("a", 60 * MIB) == ""
-    budget.kept("a", 60 * MIB)
-    assert budget.refusal("a", 90 * MIB) == ""  # its own last state is replaced, not added to
-    assert "passes the sessions' memory budget of 100 MiB" in budget.refusal("b", 50 * MIB)
-    budget.ended("a")
-    assert budget.refusal("b", 50 * MIB) == ""
+    assert over_budget(100 * MIB, 60 * MIB, 40 * MIB) == ""
+    refusal = over_budget(100 * MIB, 60 * MIB, 41 * MIB)
+    assert refusal.startswith("not kept: its state would hold 60 MiB, which with the other open sessions' 41 MiB")
+    assert "budget of 100 MiB (RUNNER_SESSIONS_MEMORY_MB)" in refusal
