@@ -5,7 +5,9 @@ exactly what the calls that ended ok left (a variable and a file in its director
 of four ways: closed; left until its idle time is past; its keeper killed by a call that then fails;
 or, in a sandboxed mode, a call's kill(-1) (which ends that session at most). The calls that must not
 change the session fail, time out, meet the memory limit, are cancelled mid-run, or attack the
-keeper (ptrace, killing it in a call that ends ok); each must leave the session exactly as it was.
+keeper (ptrace, killing it in a call that ends ok, garbage on the call's channel to the anchor, a kept
+handler of every signal, signalled in the keeper); each must leave the session exactly as it was. Two
+calls at once wait their turn.
 Every call's answer is checked; a story's problems come back as strings, one per wrong answer.
 """
 
@@ -34,8 +36,43 @@ PTRACE = (
 KILL_KEEPER_KEPT = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + USE
 KILL_KEEPER_FAILS = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nraise ValueError('soak')"
 KILL_ALL = "import os, signal, time\nos.kill(-1, signal.SIGKILL)\ntime.sleep(0.2)\n" + USE
+# Hostile: garbage on the call's channel to its anchor (fd 254), then a failure (the session goes on,
+# rolled back); a kept handler of every catchable signal, signalled in the keeper by a later call that
+# fails (nothing of the handler may run there); two calls at once, the second waiting its turn.
+CHANNEL_GARBAGE = (
+    b"P %(pid)d 0",
+    b"D abc def ghi",
+    b"D nan inf -1",
+    b"D 0 0 0\nE forged\nV 1 0 -",
+    bytes(range(256)),
+    b"P 1 0",
+    b"x" * 60000,
+)
+GARBAGE = (
+    "n += 100\nimport os, socket, time\ns = socket.socket(fileno=254)\n"
+    "for m in {messages!r}:\n    s.send(m % {{b'pid': os.getpid()}} if b'%(pid)' in m else m)\n"
+    "raise ValueError('soak')"
+)
+CAUGHT = "[s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]"
+HANDLERS = (
+    "import signal\ndef handler(*_):\n    global n\n    n += 1000\n"
+    f"for s in {CAUGHT}:\n    try: signal.signal(s, handler)\n    except (OSError, ValueError): pass\n"
+) + USE
+SIGNAL_KEEPER = f"import os, signal\nfor s in {CAUGHT}:\n    os.kill(os.getppid(), s)\nraise ValueError('soak')"
+SLOW = "import time\ntime.sleep(0.3)\nprint(n)"
 
-STEPS = {"use": 40, "fail": 12, "timeout": 8, "memory": 6, "cancel": 8, "ptrace": 5, "keeper killed, kept": 6}
+STEPS = {
+    "use": 40,
+    "fail": 12,
+    "timeout": 8,
+    "memory": 6,
+    "cancel": 8,
+    "ptrace": 5,
+    "keeper killed, kept": 6,
+    "garbage": 6,
+    "handlers signalled": 5,
+    "turn": 6,
+}
 ENDINGS = {"closed": 55, "expired": 10, "keeper killed": 20, "kill -1": 15}
 
 
@@ -89,6 +126,7 @@ def plan_story(rng: random.Random) -> Story:
     ending = rng.choices(list(ENDINGS), weights=list(ENDINGS.values()))[0]
     start = rng.randrange(1000)
     cancel_after = rng.uniform(0.05, 0.3)
+    garbage = rng.sample(CHANNEL_GARBAGE, 3)
 
     async def story(call: StoryCall) -> list[str]:
         opened = await call({"code": OPEN.format(start=start), "session": "new"})
@@ -98,15 +136,15 @@ def plan_story(rng: random.Random) -> Story:
         if not session.expect("new", opened, "ok", rolled_back=False):
             return session.problems
         for step in steps:
-            await one_step(call, session, step, cancel_after)
-        await one_step(call, session, "check", cancel_after)
+            await one_step(call, session, step, cancel_after, garbage)
+        await one_step(call, session, "check", cancel_after, garbage)
         await the_end(call, session, "closed" if ending == "kill -1" and not call.sandboxed else ending)
         return session.problems
 
     return story
 
 
-async def one_step(call: StoryCall, session: Session, step: str, cancel_after: float) -> None:
+async def one_step(call: StoryCall, session: Session, step: str, cancel_after: float, garbage: list[bytes]) -> None:
     kept = session.n + 1
     on = {"session": session.handle}
     if step == "use":
@@ -126,6 +164,18 @@ async def one_step(call: StoryCall, session: Session, step: str, cancel_after: f
         session.expect(step, await call({"code": MEMORY, **on}), "memory_limit", rolled_back=True)
     elif step == "cancel":
         await call({"code": CANCEL, "timeout": 30, **on}, cancel_after=cancel_after)
+    elif step == "garbage":
+        got = await call({"code": GARBAGE.format(messages=garbage), **on})
+        session.expect(step, got, "error", rolled_back=True)
+    elif step == "handlers signalled":
+        if session.expect(step, await call({"code": HANDLERS, **on}), "ok", stdout=f"{kept}\n", rolled_back=False):
+            session.n = kept
+        session.expect(step, await call({"code": SIGNAL_KEEPER, **on}), "error", rolled_back=True)
+    elif step == "turn":  # the second waits for the first's end, then sees its state
+        slow, used = await asyncio.gather(call({"code": SLOW, **on}), call({"code": USE, **on}))
+        session.expect(step, slow, "ok", stdout=f"{session.n}\n", rolled_back=False)
+        if session.expect(step, used, "ok", stdout=f"{kept}\n", rolled_back=False):
+            session.n = kept
     elif step == "ptrace":
         refused: Callable[[Any], bool] = lambda stdout: stdout == "refused\n"  # noqa: E731
         session.expect(step, await call({"code": PTRACE, **on}), "ok", stdout=refused, rolled_back=False)
