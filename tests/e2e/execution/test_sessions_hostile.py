@@ -266,3 +266,9 @@ async def test_a_state_that_would_pass_the_sessions_memory_budget_is_rolled_back
         again = await call(pool, "data = bytearray(40 << 20)", second)
         assert again.session is not None
         assert again.session.kept, again
+
+
+async def test_an_audit_hook_added_in_a_session_is_not_added(pool: Pool) -> None:
+    handle = await new_session(pool, MARK + "sys.addaudithook(lambda *_: mark())\nopen('f', 'w').close()")
+    seen = await call(pool, "open('f').close()\nprint(hits[0])", handle)
+    assert seen.stdout.text == "0\n", seen
