@@ -16,6 +16,7 @@ VENV_ID := $(VENV)/.python-$(PYTHON_ID)
 endif
 PIP := $(PY) -m pip
 # Stamps record which lock the venv was last installed from, so a lock change reinstalls.
+BUILD_STAMP := $(VENV)/.installed-build
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 # What runs may import (RUNNER_PACKAGES): numpy, pandas, matplotlib, scipy from requirements-sandbox.lock,
@@ -44,29 +45,34 @@ $(VENV_ID):
 	elif [ -e $(VENV) ]; then echo "make: $(VENV) does not say which interpreter made it; making it again with $(PYTHON)"; fi
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
+	@touch $@
+
+# What makes the venv (pip, setuptools, wheel) from its own hashed lock, before anything else: nothing is
+# installed unpinned, and a stock 3.11 venv's setuptools 65 cannot install this project.
+$(BUILD_STAMP): requirements-build.lock $(VENV_ID)
+	$(PIP) install --quiet --disable-pip-version-check --require-hashes -r requirements-build.lock
 	@touch $@
 
 $(PY): $(VENV_ID)
 	@test -x $@
 
-# The project itself goes in editable, without dependencies (the lock has them): the console script
-# python-runner-mcp, which finds this checkout's $(SANDBOX_ENV) (runner/__main__.py).
-INSTALL_PROJECT := $(PY) -c 'import setuptools' 2>/dev/null || $(PIP) install --quiet 'setuptools>=64'; \
-	$(PIP) install --quiet --no-deps --no-build-isolation --editable .
+# The project itself goes in editable, without dependencies (the lock has them) and built by the
+# setuptools of requirements-build.lock: the console script python-runner-mcp, which finds this
+# checkout's $(SANDBOX_ENV) (runner/__main__.py).
+INSTALL_PROJECT := $(PIP) install --quiet --no-deps --no-build-isolation --editable .
 
-$(RUN_STAMP): requirements.lock pyproject.toml $(VENV_ID)
+$(RUN_STAMP): requirements.lock pyproject.toml $(BUILD_STAMP)
 	$(PIP) install --quiet --require-hashes -r requirements.lock
 	@$(INSTALL_PROJECT)
 	@touch $@
 
-$(DEV_STAMP): requirements-dev.lock pyproject.toml $(VENV_ID)
+$(DEV_STAMP): requirements-dev.lock pyproject.toml $(BUILD_STAMP)
 	$(PIP) install --quiet --require-hashes -r requirements-dev.lock
 	@$(INSTALL_PROJECT)
 	@touch $@ $(RUN_STAMP)
 
 # Made again with the venv: its compiled packages are the interpreter's (cp311, cp312, ...).
-$(SANDBOX_STAMP): requirements-sandbox.lock scripts/sandbox_env.py $(VENV_ID)
+$(SANDBOX_STAMP): requirements-sandbox.lock scripts/sandbox_env.py $(BUILD_STAMP)
 	$(PY) scripts/sandbox_env.py build $(SANDBOX_ENV)
 	@touch $@
 
@@ -75,7 +81,7 @@ sandbox-env: $(SANDBOX_STAMP) ## Build the package environment runs import from 
 check-sandbox-env: $(SANDBOX_STAMP) ## Fail if the package environment is not exactly what requirements-sandbox.lock says
 	@$(PY) scripts/sandbox_env.py check $(SANDBOX_ENV)
 
-$(WHEELHOUSE_STAMP): requirements-wheelhouse.lock requirements-sandbox.lock scripts/wheelhouse.py $(VENV_ID)
+$(WHEELHOUSE_STAMP): requirements-wheelhouse.lock requirements-sandbox.lock scripts/wheelhouse.py $(BUILD_STAMP)
 	$(PY) scripts/wheelhouse.py download $(WHEELHOUSE)
 
 wheelhouse: $(WHEELHOUSE_STAMP) ## Download the vetted wheelhouse (requirements-wheelhouse.lock) into .wheelhouse, hash-checked
@@ -111,10 +117,10 @@ test: container-tools lint typecheck unit ## Install dev tools, then lint, type 
 test-fast: lint ## Lint, then the fast part of the suite: tests/unit, tests/test_layout.py, tests/test_docs.py
 	$(VENV)/bin/pytest $(PYTEST_ARGS) -m "not slow" tests/unit tests/test_layout.py tests/test_docs.py
 
-lock: | $(PY) ## Regenerate requirements.lock, requirements-dev.lock, requirements-sandbox.lock and requirements-wheelhouse.lock from their .in files
-	$(PIP) install --quiet pip-tools
+lock: $(DEV_STAMP) ## Regenerate requirements.lock, -dev, -build, -sandbox and -wheelhouse.lock from their .in files (pip-tools from the dev lock)
 	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements.lock requirements.in
 	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-dev.lock requirements-dev.in
+	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-build.lock requirements-build.in
 	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-sandbox.lock requirements-sandbox.in
 	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-wheelhouse.lock requirements-wheelhouse.in
 

@@ -5,9 +5,12 @@ the broken venv)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -50,3 +53,48 @@ def test_a_venv_made_by_another_interpreter_is_made_again_when_python_names_anot
     assert "scripts/wheelhouse.py download" in again
     kept = make("run", f"VENV={venv}", dry=True).stdout  # PYTHON not given: the venv there is stays
     assert " -m venv " not in kept, kept
+
+
+def fresh_clone(where: Path) -> Path:
+    """What a fresh clone of this checkout holds (its tracked files as they are now), in a directory
+    only its owner can enter, as a user's home often is."""
+    clone = where / "clone"
+    clone.mkdir(mode=0o700)
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        source, target = REPO / name, clone / name
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read_bytes())
+            target.chmod(source.stat().st_mode & 0o777)
+    return clone
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_make_run_on_a_fresh_clone_installs_from_the_locks_then_serves_and_stops(tmp_path: Path) -> None:
+    # Found by a new user's first hour: the README's first command failed on every stock Python 3.11
+    # (pip upgraded to whatever was newest, then setuptools 65 and no wheel: "invalid command 'bdist_wheel'").
+    clone = fresh_clone(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNNER_", "VIRTUAL_ENV", "PYTHONPATH"))}
+    for attempt in ("first", "again"):
+        done = subprocess.run(
+            ["make", "--no-print-directory", "run"],
+            cwd=clone,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=1400,
+        )
+        assert done.returncode == 0, f"{attempt}: {done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        assert "server stopped" in done.stderr, done.stderr[-3000:]
+    built = subprocess.run(
+        [str(clone / ".venv/bin/python"), "-m", "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    locked = [line.split(" ")[0] for line in (REPO / "requirements-build.lock").read_text().splitlines()]
+    assert {name for name in locked if "==" in name} <= set(built), "pip, setuptools and wheel are the locked ones"
