@@ -10,7 +10,9 @@ Three pools of the same configuration (RUNNER_SANDBOX=MODE, the package environm
 - `preinstalled`: no wheelhouse, but a package environment that has the distributions in it
   (`.sandbox-env` hard-linked, the distributions added with pip --target from the same wheels and
   compiled the same way).
-Each round times one call in each, interleaved, so that machine noise hits all of them alike.
+Each round times one call in each, interleaved, so that machine noise hits all of them alike. Every pool is
+opened as the server opens its own (`reap_strays`: its stray sweep runs), so `first` and `second` time
+what a serving server installs and compiles.
 Printed: p50 and p90 of each, and the ratios of the p50s against `preinstalled`. The target is
 `second` within 1.2x of `preinstalled`. This is a script that prints numbers; nothing here asserts.
 """
@@ -81,17 +83,18 @@ async def main() -> None:
         scratch = Path(scratch_name)
         os.chmod(scratch, 0o711)  # noqa: S103  (searchable: a root server's runs are other uids)
         warm = config({**house, "RUNNER_WHEELHOUSE_CACHE": str(scratch / "cache")})
-        async with Pool.open(warm) as second:
+        async with Pool.open(warm, reap_strays=True) as second:
             assert second.packages is not None
             names = second.packages.needed(code)
             env = preinstalled(scratch, names, warm.python)
-            async with Pool.open(config({**base, "RUNNER_PACKAGES": str(env)})) as before:
+            async with Pool.open(config({**base, "RUNNER_PACKAGES": str(env)}), reap_strays=True) as before:
                 await timed(second, code)  # installs: every later call in this pool is a second use
                 await timed(before, code)
                 times: dict[str, list[float]] = {"first": [], "second": [], "preinstalled": []}
                 for round_ in range(args.rounds):
                     cache = scratch / f"first-{round_}"
-                    async with Pool.open(config({**house, "RUNNER_WHEELHOUSE_CACHE": str(cache)})) as first:
+                    fresh = config({**house, "RUNNER_WHEELHOUSE_CACHE": str(cache)})
+                    async with Pool.open(fresh, reap_strays=True) as first:
                         times["first"].append(await timed(first, code))
                     shutil.rmtree(cache)
                     times["second"].append(await timed(second, code))

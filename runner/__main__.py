@@ -144,6 +144,7 @@ def _warn_of_readable_tokens(config: Config) -> None:
 def _install_packages() -> int:
     """`--install-packages`: the wheelhouse's every distribution installed as runs would have them."""
     from runner.execution.provided import ProvidedPackages
+    from runner.processes.helpers import Helpers
 
     try:
         config = open_environment(Config.from_env())
@@ -156,7 +157,7 @@ def _install_packages() -> int:
     configure_logging(config.log_level, config.log_format)
 
     async def install() -> tuple[int, int]:
-        provided = await ProvidedPackages.opened(config, get_logger())
+        provided = await ProvidedPackages.opened(config, get_logger(), Helpers())
         assert provided is not None  # a wheelhouse is configured
         try:
             return await provided.install_all(), provided.environments.size

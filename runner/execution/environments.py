@@ -60,6 +60,7 @@ from typing import BinaryIO
 import anyio
 
 from runner.config import PROVIDED_DIRECTORY
+from runner.processes.helpers import Helpers
 
 CHUNK = 1 << 20
 MAX_MEMBERS = 100_000
@@ -191,24 +192,22 @@ _COMPILE = (
 )
 
 
-def compile_bytecode(python: str, directory: Path, wanted: Wanted, max_seconds: float) -> None:
+def compile_bytecode(python: str, directory: Path, wanted: Wanted, max_seconds: float, helpers: Helpers) -> None:
     """Compile `directory`'s modules to bytecode once, as `python` would at import: a run sees the
     directory read-only and could not write its own, and sympy compiled from source at every import
     took 2.8 s. Compiling runs no package code; a module that does not compile is left as it is
-    (importing it fails the same either way)."""
+    (importing it fails the same either way). The compile is one of the server's `helpers`, which the
+    stray sweep knows; one that does not end well (killed, say) fails the install, which is then not
+    put in place: a half-compiled directory is never used as if whole."""
     try:
-        subprocess.run(
-            [python, "-I", "-S", "-c", _COMPILE, str(directory)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=max(max_seconds, 1.0),
-            check=False,
-        )
+        status = helpers.run([python, "-I", "-S", "-c", _COMPILE, str(directory)], timeout=max(max_seconds, 1.0))
     except subprocess.TimeoutExpired as exc:
         raise InstallError(f"{wanted.wheel.name} took more than the install's time to compile") from exc
     except OSError as exc:
         raise InstallError(f"{wanted.wheel.name} could not be compiled by {python}: {exc}") from exc
+    if status != 0:
+        ended = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        raise InstallError(f"{wanted.wheel.name} could not be compiled: the compile {ended}")
 
 
 def directory_name(wanted: Wanted, digest: str) -> str:
@@ -273,6 +272,8 @@ class Environments:
     max_install_seconds: float = 120.0
     # The interpreter runs use, which compiles what is installed to bytecode ("": not compiled).
     python: str = ""
+    # The server's helper processes, the compile among them (known to its stray sweep).
+    helpers: Helpers = field(default_factory=Helpers)
     _installed: dict[str, _Installed] = field(default_factory=dict)
     _locks: dict[str, anyio.Lock] = field(default_factory=dict)
     _evicting: anyio.Lock = field(default_factory=anyio.Lock)
@@ -451,7 +452,7 @@ class Environments:
             install_wheel(wanted, scratch / key, self.max_install_bytes, self.max_install_seconds)
             if self.python:
                 left = self.max_install_seconds - (time.monotonic() - started)
-                compile_bytecode(self.python, scratch / key, wanted, left)
+                compile_bytecode(self.python, scratch / key, wanted, left, self.helpers)
             try:
                 os.rename(scratch / key, self.packages / key)
             except OSError as exc:  # another server put the same there first: the same files

@@ -32,6 +32,7 @@ from runner.execution.teardown import Teardowns
 from runner.logs import get_logger, log_event
 from runner.outcome import KeptOutput, PoolState, RunRequest, RunResult, Status
 from runner.processes.child import Child
+from runner.processes.helpers import Helpers
 from runner.processes.isolation import IsolationPlan, plan_isolation
 from runner.processes.limits import Limits, count_tasks_of_uid, limits_for
 from runner.processes.procctl import set_child_subreaper, tree_pss_bytes
@@ -137,7 +138,8 @@ class Pool:
         """
         logger = logger or get_logger()
         plan = plan or plan_isolation(config)
-        provided = await ProvidedPackages.opened(config, logger)
+        helpers = Helpers()  # the server's own helper processes: the sweep knows them
+        provided = await ProvidedPackages.opened(config, logger, helpers)
         base_dir = tempfile.mkdtemp(prefix=POOL_PREFIX, dir=config.work_dir)
         # Not under base_dir, where runs' own directories are made: its own, mode 0700.
         store = OutputStore.made(config)
@@ -151,7 +153,7 @@ class Pool:
         try:
             async with Supplies.opened(config, plan, base_dir, limits, logger) as supplies:
                 if reaping:
-                    sweeper = StraySweeper(supplies.known_pids, plan.sandboxed, logger)
+                    sweeper = StraySweeper(supplies.known_pids, helpers.known, plan.sandboxed, logger)
                 driver = RunDriver(config, logger, supplies.unresponsive, store)
                 admission = Admission(config.max_concurrent, config.max_queue, caller_share)
                 async with anyio.create_task_group() as tg:

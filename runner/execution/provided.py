@@ -26,6 +26,7 @@ from runner.execution.supply import imported_packages
 from runner.execution.wheelhouse import Wheelhouse
 from runner.logs import NO_REQUEST, log_event
 from runner.outcome import Progress, RunRequest, RunResult, Status
+from runner.processes.helpers import Helpers
 
 
 class ProvidedPackages:
@@ -37,9 +38,10 @@ class ProvidedPackages:
         self._log = logger
 
     @classmethod
-    async def opened(cls, config: Config, logger: logging.Logger) -> ProvidedPackages | None:
-        """The wheelhouse of an opened configuration, its cache looked over (None without one).
-        Reading the lock and the wheels' directories, and sizing the cache, are done in threads."""
+    async def opened(cls, config: Config, logger: logging.Logger, helpers: Helpers) -> ProvidedPackages | None:
+        """The wheelhouse of an opened configuration, its cache looked over (None without one); what
+        it installs is compiled by the server's `helpers`. Reading the lock and the wheels'
+        directories, and sizing the cache, are done in threads."""
         if not config.wheelhouse:
             return None
         directory = Path(config.wheelhouse)
@@ -50,7 +52,7 @@ class ProvidedPackages:
 
         wheelhouse = await anyio.to_thread.run_sync(read)
         environments = Environments(
-            Path(config.wheelhouse_cache), config.max_wheelhouse_cache_bytes, python=config.python
+            Path(config.wheelhouse_cache), config.max_wheelhouse_cache_bytes, python=config.python, helpers=helpers
         )
         await environments.scan()
         log_event(

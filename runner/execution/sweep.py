@@ -2,7 +2,8 @@
 
 The server is a child subreaper, so a run's orphans (a `setsid` daemon, a double fork) become its
 children. Every child that is not an interpreter of ours is such an orphan: it is killed and reaped
-soon after the run that made it ends, and once a second besides.
+soon after the run that made it ends, and once a second besides. The server's own helper processes
+(`processes.helpers`) are known too: a round waits while one is being started, its pid not yet known.
 """
 
 from __future__ import annotations
@@ -26,10 +27,18 @@ GRACE = 0.02
 
 
 class StraySweeper:
-    """Sweeps the server's children that `known_pids` does not name."""
+    """Sweeps the server's children that neither `known_pids` (its interpreters) nor `helpers` (its own
+    helper processes; None while one is being started) name."""
 
-    def __init__(self, known_pids: Callable[[], set[int]], sandboxed: bool, logger: logging.Logger) -> None:
+    def __init__(
+        self,
+        known_pids: Callable[[], set[int]],
+        helpers: Callable[[], set[int] | None],
+        sandboxed: bool,
+        logger: logging.Logger,
+    ) -> None:
         self._known_pids = known_pids
+        self._helpers = helpers
         self._sandboxed = sandboxed
         self._log = logger
         self._wanted = anyio.Event()
@@ -62,7 +71,11 @@ class StraySweeper:
         """
         ended = self._runs_ended
         for _ in range(ROUNDS):
-            known = self._known_pids()
+            helpers = self._helpers()
+            if helpers is None:  # one of the server's own is being started: its pid is not known yet
+                await anyio.sleep(GRACE)
+                continue
+            known = self._known_pids() | helpers
             strays = [pid for pid in children_of_self() if pid not in known]
             if not strays:
                 self._swept_through = max(self._swept_through, ended)
