@@ -95,6 +95,29 @@ def main(argv: list[str] | None = None) -> int:
     # Code of runs runs as our uid: keep it out of our /proc/<pid>/environ, fds, memory and ptrace.
     if not set_dumpable(False):
         log_event(get_logger(), logging.WARNING, "cannot make the server non-dumpable on this platform")
+    try:
+        return _serve(config, plan, tokens, early, args)
+    except Exception as exc:  # a ConfigError raised as the server starts (the pool's, say), in a task group
+        refused = _config_error(exc)
+        if refused is None:
+            raise
+        sys.stderr.write(f"python-runner-mcp: invalid configuration: {refused}\n")
+        return 2
+
+
+def _config_error(exc: BaseException) -> ConfigError | None:
+    """The `ConfigError` that `exc` is or holds (a task group wraps what its tasks raise), if any."""
+    if isinstance(exc, ConfigError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        return next(filter(None, map(_config_error, exc.exceptions)), None)
+    return None
+
+
+def _serve(
+    config: Config, plan: IsolationPlan, tokens: BearerTokens | None, early: list[int], args: argparse.Namespace
+) -> int:
+    """Serve on the configured transport until the end; the exit status."""
     if config.transport == "http":
         from runner.serving.http import main_http
 

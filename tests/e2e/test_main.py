@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -55,3 +57,41 @@ def test_a_tokens_file_others_may_read_is_warned_of_at_start(work_dir: Path, tmp
         server.communicate(timeout=30)
         said = "".join(lines)
         assert ("RUNNER_AUTH_TOKENS_FILE is readable by other users" in said) is warned, said
+
+
+def refused(env: dict[str, str], work_dir: Path) -> str:
+    """What the server says when it refuses to start: its stderr, once it exited with status 2."""
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir), **env}
+    done = subprocess.run(
+        [sys.executable, "-m", "runner"],
+        cwd=REPO,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    return done.stderr
+
+
+def test_a_configuration_refused_as_the_pool_opens_is_one_line_and_exit_2(work_dir: Path) -> None:
+    # Found by a new user's first hour: RUNNER_SANDBOX_UIDS naming the host's users, refused inside
+    # Pool.open, was a whole traceback and exit 1.
+    said = refused({"RUNNER_SESSIONS_MEMORY_MB": "16000000", "RUNNER_SANDBOX": "none"}, work_dir)
+    last = said.strip().splitlines()[-1]
+    assert last.startswith("python-runner-mcp: invalid configuration: RUNNER_SESSIONS_MEMORY_MB: 16000000 MiB is more")
+    assert "Traceback" not in said
+
+
+def test_a_root_servers_run_uids_that_are_the_hosts_users_are_refused_in_one_line(work_dir: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the run uids are checked for a root server, whose sandboxed runs are lent them")
+    said = refused({"RUNNER_SANDBOX_UIDS": "1-100", "RUNNER_SANDBOX": "namespaces"}, work_dir)
+    assert (
+        said.strip()
+        .splitlines()[-1]
+        .startswith("python-runner-mcp: invalid configuration: RUNNER_SANDBOX_UIDS: uid 1 of 1-100 is the host's user")
+    ), said
+    assert "Traceback" not in said
