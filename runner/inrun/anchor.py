@@ -101,10 +101,8 @@ class _Call:
         return b""
 
     def announcement(self, failure: str) -> bytes:
-        """``P <keepable> <threads> <KiB> <why...>``, once per call (else nothing): whether it can be kept
-        (a candidate, its files readable; `failure` says why not)."""
-        if self.announced:
-            return b""
+        """``P <keepable> <threads> <KiB> <why...>``, said once per call (`Anchor.announce`): whether it
+        can be kept (a candidate, its files readable; `failure` says why not), what its state holds."""
         self.announced = True
         self.why = failure.encode(errors="replace")[:200].replace(b"\n", b" ")
         keepable = self.candidate > 0 and not failure
@@ -134,6 +132,7 @@ class Anchor:
         self.snapshot = Snapshot(home)
         self.call: _Call | None = None
         self.keeper = 0
+        self.baseline_kb = _anonymous_kb(os.getpid())  # the first keeper's, a fork of this process (`_held_kb`)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
@@ -231,7 +230,7 @@ class Anchor:
             return
         tag, pid, line = _keeper_says(message) or (b"", 0, b"")
         call = self.call
-        if tag == b"A" and (call is None or not call.pid):
+        if tag == b"A" and (call is None or not call.pid) and _parent(pid) == self.keeper:
             _sweep_under(self.keeper, pid)  # the keeper is idle, its next call forked ahead
         elif tag == b"S" and call is not None and not call.pid:
             call.pid = pid
@@ -261,11 +260,12 @@ class Anchor:
             return
         offered = _offered(message, call.pid, self.keeper)
         if isinstance(offered, tuple):
-            call.candidate, call.threads, call.held_kb = offered
+            call.candidate, call.threads = offered
             call.itself = call.candidate == call.pid
             # What could keep it from being kept is known now, while the call reports its end: the
             # server answers its client with that, and gives the verdict after.
             call.looked, failure = self.snapshot.look()
+            call.held_kb = _held_kb(call.candidate, self.baseline_kb, call.looked)
             self.announce(call, failure)
         else:
             call.candidate = -1  # no candidate will come (the call's end is a roll-back)
@@ -287,9 +287,8 @@ class Anchor:
             self.announce(call, "its code did not run to its end")
 
     def announce(self, call: _Call, failure: str) -> None:
-        line = call.announcement(failure)
-        if line:
-            self.say(line)
+        if not call.announced:
+            self.say(call.announcement(failure))
 
     def reap(self) -> None:
         """Reap every child that ended: the keeper, a candidate, the call (once the keeper is gone,
@@ -355,10 +354,8 @@ class Anchor:
                 dying.add(call.candidate)
             call.channel.close()
         _sweep({self.keeper} | dying, self.reap)
-        if not keep:
-            failure = self.snapshot.restore()
-            if failure:
-                self.lost(f"its files could not be put back: {failure}")
+        if not keep and (failure := self.snapshot.restore()):
+            self.lost(f"its files could not be put back: {failure}")
         if not self.keeper or self.keeper_channel is None:
             self.lost("the session's keeper process was killed")
         self.say(b"V %d %d %s" % (keep, call.threads, why))
@@ -399,23 +396,22 @@ def _keeper_says(message: bytes) -> tuple[bytes, int, bytes] | None:
     return None
 
 
-def _offered(message: bytes, call: int, keeper: int) -> tuple[int, bool, int] | str:
-    """What a call said on its channel before its end: ``P <pid> <threads> <KiB>`` its candidate
-    (whether it left threads, the memory its state holds), ``N <why>`` that its state cannot be kept
-    (why), anything else ''. The
+def _offered(message: bytes, call: int, keeper: int) -> tuple[int, bool] | str:
+    """What a call said on its channel before its end: ``P <pid> <threads>`` its candidate (and
+    whether it left threads), ``N <why>`` that its state cannot be kept (why), anything else ''. The
     candidate is the call itself or a child it forked (the anchor's, once the call has exited): a P
     naming any other process (the keeper, the anchor, another session's) is none."""
     fields = message.split(b" ")
     if fields[0] == b"N" and len(message) > 2:
         return message[2:].decode(errors="replace")
-    offer = len(fields) == 4 and fields[0] == b"P" and fields[2] in (b"0", b"1")
-    candidate, held = (_pid(fields[1]), _count(fields[3])) if offer else (None, None)
-    if candidate is None or held is None:
+    offer = len(fields) == 3 and fields[0] == b"P" and fields[2] in (b"0", b"1")
+    candidate = _pid(fields[1]) if offer else None
+    if candidate is None:
         return ""
     anchor = os.getpid()
     if candidate != call and (candidate in (keeper, anchor) or _parent(candidate) not in (call, anchor)):
         return ""
-    return candidate, fields[2] == b"1", held
+    return candidate, fields[2] == b"1"
 
 
 def _hand_to_keeper(keeper: socket.socket, fds: list[int]) -> socket.socket:
@@ -459,17 +455,13 @@ def _sweep(spare: set[int], reap: Callable[[], None]) -> None:
 
 
 def _sweep_under(keeper: int, ready: int) -> None:
-    """Kill every process under the idle `keeper` but the call it forked ahead (`ready`), and every
-    process under that call: between calls, nothing of the session runs but the anchor, the keeper
-    and its next call. Their orphans come to the anchor, which reaps them."""
-    doomed: list[int] = []
-    todo = [pid for pid in _children(keeper) if pid != ready] + _children(ready)
-    while todo and len(doomed) < 4096:
-        pid = todo.pop()
-        doomed.append(pid)
-        todo.extend(_children(pid))
-    for pid in doomed:
-        _kill(pid)
+    """Kill every child of the idle `keeper` but the call it forked ahead (`ready`): between calls,
+    nothing of the session runs but the anchor, the keeper and its next call. Not what is under
+    `ready`: by the time this is read, that call may have begun (its S said after this A), and what it
+    starts is its own. The killed ones' orphans come to the anchor, which reaps them."""
+    for pid in _children(keeper):
+        if pid != ready:
+            _kill(pid)
 
 
 def _children(pid: int) -> list[int]:
@@ -541,6 +533,25 @@ def _parent(pid: int) -> int:
             return int(stat.read().rpartition(b")")[2].split()[1])
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def _anonymous_kb(pid: int) -> int:
+    """The anonymous resident memory of `pid` in KiB (/proc/PID/statm: readable for a process that
+    is not dumpable, and read in microseconds, where smaps_rollup takes a millisecond per 200 MB)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            fields = statm.read().split()
+        return (int(fields[1]) - int(fields[2])) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _held_kb(candidate: int, baseline_kb: int, entries: dict[str, tuple[object, ...]]) -> int:
+    """What a candidate's state would hold, in KiB, as the anchor reads it (never as the call says, which
+    could say anything): the candidate's anonymous memory beyond the session's start (`baseline_kb`),
+    and the copy of the session's files the anchor holds (a snapshot's `entries`)."""
+    files = sum(len(entry[2]) for entry in entries.values() if entry[0] == "f" and isinstance(entry[2], bytes))
+    return max(0, _anonymous_kb(candidate) - baseline_kb) + files // 1024
 
 
 def _seconds(field: bytes) -> float | None:

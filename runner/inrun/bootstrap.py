@@ -135,6 +135,8 @@ def run(
     if job is None:
         os._exit(1)
     wire, workdir, figures, harvest, images, keeper = siblings
+    if session:
+        keeper.begin_call()  # from here on the state's own code may run again: this is the call
     if job.keeper:
         _become_anchor(main, siblings, tmpfs, spawned)
     add_provided(job.paths)
@@ -213,6 +215,11 @@ def run(
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         finish(1, ending, session)
+    if session:
+        # Nothing of the call's is left to this frame when a kept call's frames unwind in its keeper
+        # (`keeper.Kept`): what dropping it would run (a finaliser, a weakref callback on the code)
+        # runs here, in the call.
+        code = last = None
     finish(0, (ending[0], ending[1], kept if session else None), session)
 
 
@@ -246,6 +253,7 @@ def serve_session(
     the server kept comes back here as the next keeper (`keeper.Kept`), its call's frames unwound."""
     wire, keeper = siblings[0], siblings[5]
     keeper.Session.warm_up = lambda: warm_up(siblings, home)
+    keeper.Session.home = home
     ready, fds = None, None
     while True:
         if fds is None:
@@ -254,7 +262,6 @@ def serve_session(
         keeper.enter_call(fds, home)
         ready, fds = None, None
         job = wire.read_job(wire.CODE_FD)  # handed its pipes ahead, the call may wait here a while
-        keeper.begin_call()
         try:
             run(job, main, siblings, tmpfs, spawned, session=True)
         except keeper.Kept as kept:

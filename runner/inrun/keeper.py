@@ -17,10 +17,9 @@ the cap, no limit met, ...) and says so:
 - rolled back: the candidate is killed, the old keeper stays, and the session's directory is put
   back as it was (`Snapshot`, which the anchor holds: no call can reach its memory).
 
-A call's channel to the anchor, one message a packet: ``P <pid> <threads> <KiB>`` its candidate (its
-own pid when it is its own; the memory its state holds, `held_kb`); ``N <why>`` its state cannot be
-kept; ``D <utime> <stime> <maxrss>`` (a call that is its own candidate) its end
-reported, its fds closed; anchor to candidate: ``K`` kept.
+A call's channel to the anchor, one message a packet: ``P <pid> <threads>`` its candidate (its own pid
+when it is its own); ``N <why>`` its state cannot be kept; ``D <utime> <stime> <maxrss>`` (a call that
+is its own candidate) its end reported, its fds closed; anchor to candidate: ``K`` kept.
 
 Either way the anchor, a child subreaper, then kills every other process the call left (orphans
 come to it), so that nothing of a call lives on but the state it was kept in.
@@ -53,6 +52,10 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
     from anchor import MAX_LINE, SWEEP_SECONDS, _fds
     from anchor import anchor as anchor
 
+# Bound as this module loads, before any code of a session's: what a keeper calls each time a call is
+# rolled back, out of reach of a call that replaces os.listdir (not of one that rewrites this module).
+_listdir, _lseek = os.listdir, os.lseek
+
 # A call's channel to the anchor: kept open through its code, since the candidate it forks is
 # announced on it (and becomes the keeper's channel). Not inheritable by what the code executes. Both
 # sit at the top of a run's open files (bootstrap.OPEN_FILES), out of the way of what the code opens
@@ -71,12 +74,12 @@ class Session(sealing.Holder):
     after-fork work (`libc.fork_bare`)."""
 
     kept_calls = 0
-    # The state's anonymous memory when the session began (its first keeper, a fork of the anchor):
-    # what a kept state holds beyond it is what it is said to hold (`held_kb`).
-    baseline_kb = 0
     warm_up: Callable[[], None] | None = None
     sealed: sealing.Sealed | None = None
-    forked_bare = False
+    child_hooks: tuple[list[object], int] | None = None
+    deferred: list[object] = []  # noqa: RUF012  (each process's own: set by `sealing.after_bare_fork`)
+    mapped = False
+    home = ""
 
 
 def filename(calls: int) -> str:
@@ -120,8 +123,8 @@ def keep(channel: socket.socket, *, first: bool = False, ahead: tuple[int, socke
 
     try:
         if first:
-            sys.addaudithook(sealing.refuse_audit_hooks)
-            Session.baseline_kb = _anonymous_kb()
+            sys.addaudithook(sealing.audit(Session))  # type: ignore[arg-type]
+            Session.child_hooks = sealing.find_child_hooks()
         if not sealing.seal(Session):
             os._exit(1)
         _quiet_signals()
@@ -214,7 +217,7 @@ def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int]
     keeper = os.getpid()
     try:
         # Not os.fork: the state's at-fork hooks (os.register_at_fork's before and after_in_parent)
-        # would run here, in the keeper. The call runs CPython's after-fork work as it begins.
+        # would run here, in the keeper; its after_in_child ones run in the call as it begins.
         pid = libc.fork_bare()
     except OSError:
         ours.close()
@@ -224,7 +227,7 @@ def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int]
         theirs.close()
         return pid, ours
     try:
-        Session.forked_bare = True
+        sealing.after_bare_fork(Session)
         ours.close()
         channel.close()  # the keeper's: the anchor sees the keeper's end as the end of this socket
         libc.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL)  # a ready call dies with its keeper
@@ -275,16 +278,10 @@ def begin_call() -> None:
     """In a call, its job read: from now on it outlives its keeper, as a call forked on demand would
     (one that kills its keeper and then ends ok is kept). Until then, handed its pipes ahead and
     waiting for its job, it died with its keeper: a keeper killed while the session is idle ends it.
-    Here, and not before, the state's own code may run again: CPython's after-fork work with the
-    state's after_in_child hooks (the keeper forked it bare), then what `seal` took out."""
+    Here, and not before, the state's own code may run again: its after_in_child hooks (the keeper
+    forked this call bare, `sealing.after_bare_fork`), then what `seal` took out."""
     libc.prctl(libc.PR_SET_PDEATHSIG, 0)
-    if Session.forked_bare:
-        Session.forked_bare = False
-        random = sys.modules.get("random")
-        state = random.getstate() if random is not None else None
-        libc.after_fork_child()
-        if random is not None and state is not None:
-            random.setstate(state)  # reseeded by CPython's at-fork hook: the state is the session's
+    sealing.run_deferred(Session)
     sealing.unseal(Session)
 
 
@@ -324,7 +321,7 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
 
     if not sealing.seal(Session):  # from here on, whatever this process becomes, no code of the call's runs in it
         return None
-    shared = sealing.share_nothing()
+    shared = sealing.share_nothing(Session)
     if shared:
         _refuse(channel_fd, shared)
         return None
@@ -358,7 +355,7 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     libc.set_dumpable(False)
     channel = socket.socket(fileno=channel_fd)
     try:
-        channel.send(b"P %d 0 %d" % (os.getpid(), held_kb()))
+        channel.send(b"P %d 0" % os.getpid())
     finally:
         channel.detach()
     return lambda: _wait_to_be_kept(channel_fd)
@@ -383,14 +380,14 @@ def _offsets() -> dict[int, int]:
     keeper's. Taken as the keeper forks a call, put back after a roll-back (`_put_back`)."""
     found: dict[int, int] = {}
     try:
-        names = os.listdir("/proc/self/fd")
+        names = _listdir("/proc/self/fd")
     except OSError:
         return found
     for name in names:
         fd = int(name)
         if fd != KEEPER_FD:
             try:  # noqa: SIM105  (contextlib is not imported in runs)
-                found[fd] = os.lseek(fd, 0, os.SEEK_CUR)
+                found[fd] = _lseek(fd, 0, os.SEEK_CUR)
             except OSError:
                 pass  # a pipe, a socket, or the listing's own fd, closed already
     return found
@@ -399,27 +396,9 @@ def _offsets() -> dict[int, int]:
 def _put_back(offsets: dict[int, int]) -> None:
     for fd, offset in offsets.items():
         try:  # noqa: SIM105  (contextlib is not imported in runs)
-            os.lseek(fd, offset, os.SEEK_SET)
+            _lseek(fd, offset, os.SEEK_SET)
         except OSError:
             pass
-
-
-def held_kb() -> int:
-    """The memory this state holds of its own, in KiB, as its candidate says (``P``) for the server's
-    budget of sessions' memory: its anonymous resident memory beyond what the session began with.
-    What it shares with the zygote it came from (the preloaded modules) is not its own; what of that it
-    copied by writing to it is not counted either (/proc/self/statm, read in microseconds, cannot tell,
-    where smaps_rollup takes a millisecond per 200 MB)."""
-    return max(0, _anonymous_kb() - Session.baseline_kb)
-
-
-def _anonymous_kb() -> int:
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            fields = statm.read().split()
-        return (int(fields[1]) - int(fields[2])) * (os.sysconf("SC_PAGE_SIZE") // 1024)
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def _threads() -> int:
@@ -530,11 +509,10 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
     becomes the keeper) or killed."""
     import socket
 
-    random = sys.modules.get("random")
-    state = random.getstate() if random is not None else None
-    held = held_kb()
     try:
-        pid = os.fork()
+        # Bare, as the keeper forks: the state's at-fork hooks would run in the candidate (one that
+        # starts a thread would leave it in the keeper). The candidate has one thread, the forking one.
+        pid = libc.fork_bare()
     except OSError:
         return
     if pid:
@@ -546,13 +524,14 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
             os.setpgid(pid, pid)
             channel = socket.socket(fileno=channel_fd)
             try:
-                channel.send(b"P %d %d %d" % (pid, threads, held))
+                channel.send(b"P %d %d" % (pid, threads))
             finally:
                 channel.detach()
         except OSError:
             pass  # gone already: the anchor reaps it, and the call is rolled back
         return
     try:
+        sealing.after_bare_fork(Session)  # the session's hooks kept back: never run here
         os.setpgid(0, 0)  # the same, from this side: whichever runs first
         # A call may have made itself dumpable again; the keeper it may become must not be, or a
         # later call could write the kept state through /proc/PID/mem and then be rolled back.
@@ -563,8 +542,6 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
             os.dup2(null, target)
         os.close(null)
         os.close(3)
-        if random is not None and state is not None:
-            random.setstate(state)  # the fork reseeded it (CPython's at-fork hook): the state is the call's
         Session.kept_calls += 1
         channel = socket.socket(fileno=channel_fd)
         answer = channel.recv(16)

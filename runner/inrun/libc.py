@@ -28,7 +28,18 @@ PR_SET_NO_NEW_PRIVS = 38
 CAP_KILL = 5
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # What the in-run code calls: resolved now, not in every fork that calls it.
-FUNCTIONS = ("capset", "malloc_trim", "mmap", "mount", "prctl", "sethostname", "setns", "syscall", "unshare")
+FUNCTIONS = (
+    "capset",
+    "malloc_trim",
+    "mmap",
+    "mount",
+    "mprotect",
+    "prctl",
+    "sethostname",
+    "setns",
+    "syscall",
+    "unshare",
+)
 PROT_READ, PROT_WRITE = 1, 2
 MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x02, 0x10, 0x20
 
@@ -48,6 +59,8 @@ def _opened(kind: type[ctypes.CDLL], functions: tuple[str, ...]) -> ctypes.CDLL 
     if "mmap" in functions and hasattr(lib, "mmap"):
         lib.mmap.restype = ctypes.c_void_p
         lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    if "mprotect" in functions and hasattr(lib, "mprotect"):
+        lib.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     if "mount" in functions and hasattr(lib, "mount"):
         lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     return lib
@@ -74,15 +87,20 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 
 
 
 def fork_bare() -> int:
-    """fork(2) with the GIL held, as os.fork does, but without CPython's at-fork hooks: neither the
-    ``before`` and ``after_in_parent`` functions of os.register_at_fork run in this process, nor the
-    audit hooks' "os.fork" event. For a process that must run no code but its own (a session's keeper,
-    holding a state whose code registered such hooks) and that has one thread, so that nothing
-    os.fork's locking guards against can happen. The child must call `after_fork_child` before it
-    starts a thread or runs code not its own. OSError if the fork fails."""
+    """fork(2) as os.fork does it (the GIL and the import lock held across it, so that no import is
+    half-done in the child), but without CPython's at-fork hooks: neither the ``before`` and
+    ``after_in_parent`` functions of os.register_at_fork run in this process, nor the audit hooks'
+    "os.fork" event. For a process that must run no code but its own (a session's keeper, holding a
+    state whose code registered such hooks). The child must call `after_fork_child` before anything
+    else (it lets the import lock go). OSError if the fork fails."""
+    import _imp
+
     if PYLIBC is None or not hasattr(PYLIBC, "fork"):
         raise OSError(errno.ENOSYS, "fork: no C library")
+    _imp.acquire_lock()
     pid = int(PYLIBC.fork())
+    if pid != 0:
+        _imp.release_lock()
     if pid < 0:
         code = ctypes.get_errno() or errno.EAGAIN
         raise OSError(code, f"fork: {os.strerror(code)}")
@@ -91,23 +109,26 @@ def fork_bare() -> int:
 
 def after_fork_child() -> None:
     """In a child of `fork_bare`: what os.fork does in its child (the interpreter's locks and thread
-    states made anew, then the ``after_in_child`` functions of os.register_at_fork, in this process)."""
+    states made anew, the import lock let go, then the ``after_in_child`` functions of
+    os.register_at_fork)."""
     if PYLIBC is not None and hasattr(PYLIBC, "PyOS_AfterFork_Child"):
         PYLIBC.PyOS_AfterFork_Child()
 
 
-def make_private(start: int, length: int) -> bool:
-    """Put a private anonymous mapping, holding the same bytes, in place of the readable and
-    writable mapping at `start` (`length` bytes): to the process nothing changes, but a process forked
-    from it then gets a copy of those pages instead of sharing them. Whether it was done."""
-    if LIBC is None or not hasattr(LIBC, "mmap"):
+def make_private(start: int, length: int, prot: int) -> bool:
+    """Put a private anonymous mapping, holding the same bytes, in place of the mapping at `start`
+    (`length` bytes), with protection `prot` as it had: to the process nothing changes, but a process
+    forked from it then gets a copy of those pages instead of sharing them. Whether it was done."""
+    if LIBC is None or not hasattr(LIBC, "mmap") or not hasattr(LIBC, "mprotect"):
+        return False
+    if not prot & PROT_READ and LIBC.mprotect(start, length, PROT_READ) != 0:
         return False
     data = ctypes.string_at(start, length)
     placed = LIBC.mmap(start, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0)
     if placed != start:
         return False
     ctypes.memmove(start, data, length)
-    return True
+    return prot == PROT_READ | PROT_WRITE or LIBC.mprotect(start, length, prot) == 0
 
 
 def trim_heap() -> bool:

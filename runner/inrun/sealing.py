@@ -8,14 +8,22 @@ when its moment came (a signal sent to it from a later call, the keeper's own lo
 The keeper must run no code of the session's (a call rolled back could otherwise change the kept
 state through it, or start processes that outlive every call). So `seal` takes all of it out, and
 `unseal` puts it back as each call's code is about to run; the keeper forks bare (`libc.fork_bare`),
-so that no at-fork hook runs in it either. And what the keeper would share with its calls (shared
-memory) is made its own, or the state is not kept (`share_nothing`).
+so that no at-fork hook runs in it either, and a call runs the state's `after_in_child` hooks as it begins
+(`after_bare_fork`, `run_deferred`). And what the keeper would share with its calls (shared memory) is
+made its own, or the state is not kept (`share_nothing`).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+
+# Bound as this module loads, before any code of a session's: a call that replaces signal.valid_signals
+# or signal.pthread_sigmask (one line) does not reach what a keeper calls. (_signal's own returns
+# numbers, not 64 enum members, which cost 50 us a call.)
+from _signal import SIG_BLOCK, SIG_SETMASK  # type: ignore[import-not-found]
+from _signal import pthread_sigmask as _sigmask
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -24,10 +32,20 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
     import libc
 
 
+# Every signal there is (valid_signals() makes 64 enum members each call: 56 us).
+ALL_SIGNALS = tuple(signal.valid_signals())
+
+
 class Holder:
-    """Where the sealed state waits between processes (`keeper.Session`, copied by each fork)."""
+    """What a session's processes carry from keeper to call (`keeper.Session`, copied by each fork)."""
 
     sealed: Sealed | None
+    # The interpreter's list of after_in_child hooks (os.register_at_fork keeps them there) and how
+    # many of it are the interpreter's own, from before the session (`find_child_hooks`).
+    child_hooks: tuple[list[object], int] | None
+    deferred: list[object]  # the session's own after_in_child hooks, kept back for the call (`run_deferred`)
+    mapped: bool  # the state made a mapping through Python's mmap module (`audit`)
+    home: str  # the session's directory
 
 
 class Sealed:
@@ -36,7 +54,7 @@ class Sealed:
 
     __slots__ = ("enabled", "gc_callbacks", "mask", "monitoring", "profile", "trace")
 
-    def __init__(self, mask: set[int | signal.Signals]) -> None:
+    def __init__(self, mask: set[int]) -> None:
         import gc
 
         self.mask = mask
@@ -66,14 +84,14 @@ def seal(holder: type[Holder]) -> bool:
     for _ in range(3):
         try:
             # Reading the mask runs the handlers of signals already caught: in the call, in its time.
-            mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+            mask = _sigmask(SIG_BLOCK, ())
             break
         except BaseException:  # noqa: S112  (the call's own handler raised; it has run)
             continue
     else:
         return False
     try:  # noqa: SIM105  (contextlib is not imported in runs)
-        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        _sigmask(SIG_BLOCK, ALL_SIGNALS)
     except BaseException:  # noqa: S110  (a handler run as the mask took hold: blocked all the same)
         pass
     sealed = Sealed(mask)
@@ -86,33 +104,6 @@ def seal(holder: type[Holder]) -> bool:
         monitoring.set_events(tool, 0)  # type: ignore[union-attr]
     holder.sealed = sealed
     return True
-
-
-def share_nothing() -> str:
-    """Make this process's state its own before it is kept: a mapping shared with other processes
-    (``mmap.mmap(-1, n)``'s MAP_SHARED anonymous memory) would be shared by the keeper with every call
-    forked from it, and a call rolled back would leave its writes there. Anonymous shared memory is
-    made private, its bytes kept; any other writable shared mapping (a file's, POSIX or System V
-    shared memory) cannot be, and the state is not kept: why, or ''."""
-    try:
-        with open("/proc/self/maps", "rb") as maps:
-            lines = maps.read().splitlines()
-    except OSError as exc:
-        return f"its memory map could not be read: {exc}"
-    for line in lines:
-        fields = line.split(None, 5)
-        if len(fields) < 5 or fields[1][1:2] != b"w" or fields[1][3:4] != b"s":
-            continue
-        start, end = (int(part, 16) for part in fields[0].split(b"-"))
-        path = fields[5].decode(errors="replace") if len(fields) > 5 else ""
-        if path == "/dev/zero (deleted)" and fields[1][0:1] == b"r":
-            try:
-                if libc.make_private(start, end - start):
-                    continue
-            except MemoryError:
-                pass
-        return f"it holds writable shared memory ({path or 'anonymous'}), which a roll-back could not undo"
-    return ""
 
 
 def unseal(holder: type[Holder]) -> None:
@@ -131,11 +122,139 @@ def unseal(holder: type[Holder]) -> None:
         monitoring.set_events(tool, events)  # type: ignore[union-attr]
     sys.setprofile(sealed.profile)
     sys.settrace(sealed.trace)
-    signal.pthread_sigmask(signal.SIG_SETMASK, sealed.mask)
+    _sigmask(SIG_SETMASK, sealed.mask)
 
 
-def refuse_audit_hooks(event: str, _: tuple[object, ...]) -> None:
-    """An audit hook cannot be taken out again, and would run in the keeper at each of its forks: a
-    session's calls may not add one (sys.addaudithook returns, and the hook is not added)."""
-    if event == "sys.addaudithook":
-        raise RuntimeError("a session's calls cannot add audit hooks: they would run in its keeper")
+def _interpreters_own() -> None:
+    """Registered as an after_in_child hook before any code of a session's runs: what comes after it in
+    the interpreter's list is the session's (`find_child_hooks`)."""
+
+
+def find_child_hooks() -> tuple[list[object], int] | None:
+    """In a process no code of a session's has run in (its first keeper): the list where the interpreter
+    keeps its after_in_child hooks, and how many of it are its own (threading's, random's, the preloaded
+    modules'), found through a hook registered now; None where it cannot be found. Some milliseconds,
+    once per session (gc.get_referrers over the heap)."""
+    import gc
+
+    os.register_at_fork(after_in_child=_interpreters_own)
+    found = [r for r in gc.get_referrers(_interpreters_own) if type(r) is list and r and r[-1] is _interpreters_own]
+    return (found[0], len(found[0])) if len(found) == 1 else None
+
+
+def after_bare_fork(holder: type[Holder]) -> None:
+    """In the child of `libc.fork_bare`, before anything else: what os.fork does in its child (CPython's
+    after-fork work: the interpreter's locks and thread states made anew, the import lock let go), with
+    the interpreter's own after_in_child hooks; the session's are kept back in `holder.deferred`, for
+    a call to run as it begins (`run_deferred`): none of them runs in a candidate or a keeper, nor in a
+    call forked ahead before its code comes. The random stream stays the state's (random's hook reseeds)."""
+    random = sys.modules.get("random")
+    state = random.getstate() if random is not None else None
+    hooks = holder.child_hooks
+    if hooks is None:  # the list was not found: all of them now, as os.fork would
+        holder.deferred = []
+        libc.after_fork_child()
+    else:
+        listed, own = hooks
+        holder.deferred = listed[own:]
+        del listed[own:]
+        try:
+            libc.after_fork_child()
+        finally:
+            listed.extend(holder.deferred)
+    if random is not None and state is not None:
+        random.setstate(state)
+
+
+def run_deferred(holder: type[Holder]) -> None:
+    """In a call, as it begins: the session's after_in_child hooks `after_bare_fork` kept back, in the
+    order os.fork runs them (one that raises is reported on the call's stderr, as CPython does)."""
+    deferred, holder.deferred = holder.deferred, []
+    if not deferred:
+        return
+    random = sys.modules.get("random")
+    state = random.getstate() if random is not None else None
+    for hook in deferred:
+        try:
+            hook()  # type: ignore[operator]
+        except Exception:
+            import traceback
+
+            sys.stderr.write(f"Exception ignored in: {hook!r}\n")
+            traceback.print_exc()
+    if random is not None and state is not None:
+        random.setstate(state)  # a session's own import of random registered a reseed
+
+
+def audit(holder: type[Holder]) -> object:
+    """The audit hook of a session's processes, added before any code of its own: an audit hook can
+    never be taken out again, and would run in the keeper at each of its forks, so a session's calls
+    may not add one (sys.addaudithook returns, and the hook is not added); and a mapping made through
+    Python's mmap module is noted, for `share_nothing` to look for shared memory only then."""
+
+    def hook(event: str, _: tuple[object, ...]) -> None:
+        if event == "mmap.__new__":
+            holder.mapped = True
+        elif event == "sys.addaudithook":
+            raise RuntimeError("a session's calls cannot add audit hooks: they would run in its keeper")
+
+    return hook
+
+
+def share_nothing(holder: type[Holder]) -> str:
+    """Make this process's state its own before it is kept: a mapping shared with other processes
+    (``mmap.mmap(-1, n)``'s MAP_SHARED anonymous memory) would be shared by the keeper with every call
+    forked from it, and a call rolled back would leave its writes there. Anonymous shared memory is made
+    private, its bytes and protection kept; any other shared mapping that is writable (a file's, POSIX
+    or System V shared memory), or read-only now but of the session's own files or shared memory (a
+    later call may make it writable), cannot be, and the state is not kept: why, or ''. A read-only
+    shared mapping of another file (glibc's gconv cache) is no state of the session's. Looked for once
+    the state has made a mapping through Python's mmap module (mmap, numpy.memmap,
+    multiprocessing.shared_memory): reading /proc/self/maps takes 0.35 ms with pandas loaded, on each
+    kept call's path. One that C code maps itself is not looked for."""
+    if not holder.mapped:
+        return ""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            text = maps.read()
+    except OSError as exc:
+        return f"its memory map could not be read: {exc}"
+    for line in _shared(text):
+        fields = line.split(None, 5)
+        if len(fields) < 5:
+            continue
+        start, end = (int(part, 16) for part in fields[0].split(b"-"))
+        path = fields[5].decode(errors="replace") if len(fields) > 5 else ""
+        if path == "/dev/zero (deleted)":
+            prot = sum(bit for flag, bit in zip(fields[1][:3], (1, 2, 4), strict=True) if flag != ord("-"))  # r, w, x
+            try:
+                if libc.make_private(start, end - start, prot):
+                    continue
+            except MemoryError:
+                pass
+        if fields[1][1:2] == b"w" or _sessions(path, holder.home):
+            return f"it holds shared memory ({path or 'anonymous'}), which a roll-back could not undo"
+    return ""
+
+
+def _sessions(path: str, home: str) -> bool:
+    """Whether a mapped `path` is of what a session can write: its directory, shared memory, a file gone."""
+    places = (home + "/" if home else "\0", "/dev/shm/", "/tmp/", "/run/", "/memfd:", "/SYSV")
+    return not path or path.endswith("(deleted)") or path.startswith(places)
+
+
+def _shared(text: bytes) -> list[bytes]:
+    """The lines of /proc/self/maps's `text` whose mapping is shared (``???s``), found by bytes.find,
+    not by splitting its hundreds of lines."""
+    found = []
+    for r in b"r-":
+        for w in b"w-":
+            for x in b"x-":
+                permissions = bytes((32, r, w, x, ord("s"), 32))
+                at = text.find(permissions)
+                while at >= 0:
+                    start = text.rfind(b"\n", 0, at) + 1
+                    end = text.find(b"\n", at)
+                    found.append(text[start : end if end >= 0 else len(text)])
+                    at = text.find(permissions, at + 1)
+    return found

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -15,6 +16,9 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
 
 # What the snapshot holds at most: past this a call is rolled back.
 MAX_SNAPSHOT_ENTRIES = 10_000
+# The kernel stamps a file's times from a clock that moves a tick (1-10 ms) at a time: a file changed
+# within this long of when it was read may change again with the same ctime, so its bytes are compared.
+COARSE_NS = 20_000_000
 
 
 class Snapshot:
@@ -66,9 +70,13 @@ class Snapshot:
                 elif stat.S_ISLNK(info.st_mode):
                     entries[path] = ("l", os.readlink(os.path.join(self.home, path)))
                 elif stat.S_ISREG(info.st_mode):
+                    full = os.path.join(self.home, path)
                     known = [old for old in (d.get(path) for d in (self.entries, *also)) if old is not None]
-                    same = next((old for old in known if old[0] == "f" and old[1] == key), None)
-                    entries[path] = same or ("f", key, _read(os.path.join(self.home, path), info))
+                    same = next((old for old in known if old[0] == "f" and _unchanged(old, info, full)), None)
+                    # Read now, or found the same: either way known as of now (a file its bytes were
+                    # compared for is trusted by its key from the next look on).
+                    data = same[2] if same is not None else _read(full, info)
+                    entries[path] = ("f", key, data, time.time_ns())
             return entries, ""
         except (OSError, MemoryError) as exc:
             return {}, f"the session's files could not be kept: {exc}"
@@ -87,9 +95,9 @@ class Snapshot:
             for path in sorted(now, key=lambda p: p.count("/"), reverse=True):
                 info = now[path]
                 old = self.entries.get(path)
-                if old is not None and _same(old, info):
-                    continue
                 full = os.path.join(self.home, path)
+                if old is not None and _same(old, info, full):
+                    continue
                 if stat.S_ISDIR(info.st_mode):
                     if old is not None and old[0] == "d":
                         os.chmod(full, old[1] & 0o7777)  # type: ignore[operator]
@@ -110,7 +118,7 @@ class Snapshot:
                     os.symlink(entry[1], full)  # type: ignore[arg-type]
                 else:
                     key, data = entry[1], entry[2]
-                    self.entries[path] = ("f", _write(full, key, data), data)  # type: ignore[arg-type]
+                    self.entries[path] = ("f", _write(full, key, data), data, time.time_ns())  # type: ignore[arg-type]
             for path, entry in self.entries.items():  # times last: writing into a directory changes its own
                 if entry[0] == "d":
                     full = os.path.join(self.home, path)
@@ -127,12 +135,29 @@ def _key(info: os.stat_result) -> tuple[int, int, int, int, int]:
     return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_mode, info.st_ctime_ns)
 
 
-def _same(entry: tuple[object, ...], info: os.stat_result) -> bool:
+def _unchanged(entry: tuple[object, ...], info: os.stat_result, path: str) -> bool:
+    """Whether the regular file at `path` (`info`) is still what `entry` (``("f", key, bytes, read at)``)
+    holds: its key, and where its ctime is too close to when it was read to tell (`COARSE_NS`), its
+    bytes."""
+    if entry[1] != _key(info):
+        return False
+    if info.st_ctime_ns < entry[3] - COARSE_NS:  # type: ignore[operator]
+        return True
+    try:
+        return _read(path, info) == entry[2]
+    except OSError:
+        return False
+
+
+def _same(entry: tuple[object, ...], info: os.stat_result, path: str) -> bool:
     if entry[0] == "f":
-        return entry[1] == _key(info)
+        return stat.S_ISREG(info.st_mode) and _unchanged(entry, info, path)
     if entry[0] == "d":
         return stat.S_ISDIR(info.st_mode)
-    return stat.S_ISLNK(info.st_mode)
+    try:  # a link: the same target too (a call may point it elsewhere)
+        return stat.S_ISLNK(info.st_mode) and os.readlink(path) == entry[1]
+    except OSError:
+        return False
 
 
 def _read(path: str, info: os.stat_result) -> bytes:

@@ -305,10 +305,12 @@ class SessionKeeper:
 def _shut(fd: int, how: int) -> None:
     """Shut the socket `fd` down (`how`: SHUT_WR, SHUT_RDWR) without closing it: the anchor then reads
     EOF, and ends the session."""
-    sock = socket.socket(fileno=fd)
-    with contextlib.suppress(OSError):
-        sock.shutdown(how)
-    sock.detach()
+    with contextlib.suppress(OSError):  # a closed fd too: this runs where nothing may raise
+        sock = socket.socket(fileno=fd)
+        try:
+            sock.shutdown(how)
+        finally:
+            sock.detach()
 
 
 def _wait_status(status: int) -> bool:

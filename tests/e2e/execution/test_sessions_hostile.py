@@ -5,6 +5,7 @@ serving every other caller, and only that session can end."""
 from __future__ import annotations
 
 import dataclasses
+import signal
 from collections.abc import AsyncIterator
 
 import anyio
@@ -12,7 +13,7 @@ import pytest
 
 from runner.config import Config
 from runner.execution.pool import Pool
-from runner.outcome import RunRequest, Status
+from runner.outcome import NEW_SESSION, RunRequest, Status
 from tests.e2e.execution.test_sessions import call, new_session
 from tests.helpers import alive, children_of, in_mode, settled_async
 
@@ -76,21 +77,31 @@ async def test_garbage_on_a_calls_channels_never_stops_the_server_for_another_ca
     assert whole or state.message.startswith("unknown session"), state
 
 
-# A kept call leaves code that would run wherever its state is: `mark` counts each run and notes the
-# functions on the stack it ran in. The keeper's own (`KEEPER_FUNCTIONS`) are never among them.
+# A kept call leaves code that would run wherever its state is: `mark` counts each run, notes the
+# functions on the stack it ran in, and the innermost of the runner's own (every process of a session
+# has the bootstrap's frames below it). `OUTSIDE` lists the runs whose innermost runner frame is one
+# where a process waits outside any call: a keeper's loop, its forks, a keeper unwinding a kept call,
+# a call forked ahead before its code came.
 MARK = """
 import gc, os, signal, sys
 hits = [0]
 names = set()
+innermost = []
 def mark(*_):
     hits[0] += 1
-    frame = sys._getframe(1)
+    frame, ours = sys._getframe(1), None
     while frame is not None:
         names.add(frame.f_code.co_name)
+        here = os.path.basename(frame.f_code.co_filename)
+        if ours is None and here in ('bootstrap.py', 'keeper.py', 'anchor.py', 'sealing.py', 'libc.py'):
+            ours = (frame.f_code.co_name, here)
         frame = frame.f_back
+    innermost.append(ours)
 """
-KEEPER_FUNCTIONS = "{'keep', '_fork_ready', '_wait_to_be_kept', 'fork_bare'}"
-CAUGHT = "[s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]"
+WAITING = {"keep", "_fork_ready", "_wait_to_be_kept", "serve_session", "warm_up", "after_bare_fork", "after_fork_child"}
+OUTSIDE = f"[f for f in innermost if f and (f[0] in {WAITING!r} or f[1] == 'anchor.py')][:3]"
+# Every catchable signal, as numbers written into the code (a state may replace signal.valid_signals).
+CAUGHT = repr(sorted(int(s) for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)))
 HOOKS = {
     "signal-handlers": (
         f"for s in {CAUGHT}:\n    try: signal.signal(s, mark)\n    except (OSError, ValueError): pass",
@@ -110,7 +121,7 @@ async def test_no_code_a_kept_call_left_runs_in_the_keeper(pool: Pool, left: str
     handle = await new_session(pool, MARK + left)
     await call(pool, later, handle)
     await call(pool, "pass", handle)  # one more fork of the keeper, and its at-fork hooks
-    seen = await call(pool, f"gc.set_threshold(700)\nprint(sorted(names & {KEEPER_FUNCTIONS}))", handle)
+    seen = await call(pool, f"gc.set_threshold(700)\nprint({OUTSIDE})", handle)
     assert seen.stdout.text == "[]\n", seen
 
 
@@ -185,6 +196,17 @@ async def test_a_call_leaving_shared_memory_of_a_file_is_not_kept_and_says_why(p
     assert result.session is not None
     assert not result.session.kept
     assert "shared memory" in result.session.note, result
+    assert (await call(pool, "print(x)", handle)).stdout.text == "1\n"
+
+
+async def test_a_call_leaving_posix_shared_memory_is_not_kept_and_says_why(pool: Pool) -> None:
+    handle = await new_session(pool, "x = 1")
+    code = "from multiprocessing import shared_memory\nm = shared_memory.SharedMemory(create=True, size=4096)\n"
+    code += "m.unlink()\nx = 2"  # still mapped; nothing left in the host's /dev/shm without a sandbox
+    result = await call(pool, code, handle)
+    assert result.session is not None
+    assert not result.session.kept
+    assert "it holds shared memory (/dev/shm/" in result.session.note, result
     assert (await call(pool, "print(x)", handle)).stdout.text == "1\n"
 
 
@@ -272,3 +294,80 @@ async def test_an_audit_hook_added_in_a_session_is_not_added(pool: Pool) -> None
     handle = await new_session(pool, MARK + "sys.addaudithook(lambda *_: mark())\nopen('f', 'w').close()")
     seen = await call(pool, "open('f').close()\nprint(hits[0])", handle)
     assert seen.stdout.text == "0\n", seen
+
+
+# Found by a review of the fixes above: more ways a kept state's code could reach its keeper.
+REACHES_THE_KEEPER = {
+    # a weakref callback on the call's own code object, dropped as a kept call's frames unwind
+    "weakref-on-its-code": "import weakref\n_w = weakref.ref(sys._getframe().f_code, mark)",
+    # an at-fork hook that starts a thread, in a call that forks its candidate (it left a thread)
+    "thread-from-a-candidate-hook": (
+        "import threading, time\n"
+        "def hook():\n    mark()\n    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "os.register_at_fork(after_in_child=hook)\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()"
+    ),
+    # one line that would leave every signal unblocked in the keeper
+    "valid-signals-replaced": (
+        f"signal.valid_signals = lambda: set()\nfor s in {CAUGHT}:\n"
+        "    try: signal.signal(s, mark)\n    except (OSError, ValueError): pass"
+    ),
+}
+
+
+@pytest.mark.parametrize("left", REACHES_THE_KEEPER.values(), ids=REACHES_THE_KEEPER.keys())
+async def test_a_kept_state_cannot_reach_its_keeper_through_what_the_keeper_itself_does(pool: Pool, left: str) -> None:
+    handle = await new_session(pool, MARK + left)
+    signalled = f"for s in {CAUGHT}:\n    os.kill(os.getppid(), s)\nraise RuntimeError('rolled back')"
+    await call(pool, signalled, handle)
+    await call(pool, "pass", handle)
+    seen = await call(pool, f"print({OUTSIDE}, len(os.listdir(f'/proc/{{os.getppid()}}/task')))", handle)
+    assert seen.stdout.text == "[] 1\n", seen
+
+
+async def test_the_memory_a_state_holds_is_read_by_the_anchor_not_taken_from_the_call(
+    session_config: Config, no_leaks: None
+) -> None:
+    config = dataclasses.replace(session_config, sessions_memory_mb=64)
+    async with Pool.open(config, reap_strays=True) as pool:
+        handle = await new_session(pool, "x = 1")
+        forged = "import os, socket\ns = socket.socket(fileno=254)\ns.send(b'P %d 0 0' % os.getpid())\ns.detach()"
+        result = await call(pool, "data = bytearray(100 << 20)\n" + forged, handle)
+        assert result.session is not None
+        assert not result.session.kept, result
+
+
+async def test_a_kept_read_only_shared_mapping_made_writable_by_a_rolled_back_call_is_put_back(pool: Pool) -> None:
+    kept = (
+        "import mmap\nr = mmap.mmap(-1, 4096, prot=mmap.PROT_READ)\n"
+        "[line] = [l for l in open('/proc/self/maps') if l.split()[1] == 'r--s' and '/dev/zero' in l]\n"
+        "addr = int(line.split('-')[0], 16)"
+    )
+    handle = await new_session(pool, kept)
+    code = (
+        "import ctypes\nlibc = ctypes.CDLL(None)\n"
+        "assert libc.mprotect(ctypes.c_void_p(addr), 4096, 3) == 0\n"
+        "ctypes.memmove(addr, b'EVIL', 4)\nassert r[:4] == b'EVIL'\nraise RuntimeError('rolled back')"
+    )
+    rolled = await call(pool, code, handle)
+    assert "RuntimeError" in rolled.stderr.text, rolled
+    after = await call(pool, "print(r[:4])", handle)
+    assert after.stdout.text == "b'\\x00\\x00\\x00\\x00'\n", after
+
+
+async def test_a_link_pointed_elsewhere_by_a_rolled_back_call_is_put_back(pool: Pool) -> None:
+    handle = await new_session(
+        pool, "import os\nopen('a', 'w').close()\nopen('b', 'w').close()\nos.symlink('a', 'link')"
+    )
+    await call(pool, "os.remove('link')\nos.symlink('b', 'link')\nraise RuntimeError('rolled back')", handle)
+    after = await call(pool, "print(os.readlink('link'))", handle)
+    assert after.stdout.text == "a\n", after
+
+
+async def test_a_first_calls_own_child_is_not_killed_by_the_sweep_between_calls(pool: Pool) -> None:
+    code = "import subprocess\nprint(subprocess.run(['sleep', '0.3']).returncode)"
+    for _ in range(3):
+        result = await call(pool, code, NEW_SESSION)
+        assert result.stdout.text == "0\n", result
+        assert result.session is not None
+        assert await pool.close_session(result.session.handle, None) is None
