@@ -5,6 +5,8 @@ serving every other caller, and only that session can end."""
 from __future__ import annotations
 
 import dataclasses
+import glob
+import os
 import signal
 from collections.abc import AsyncIterator
 
@@ -371,3 +373,24 @@ async def test_a_first_calls_own_child_is_not_killed_by_the_sweep_between_calls(
         assert result.stdout.text == "0\n", result
         assert result.session is not None
         assert await pool.close_session(result.session.handle, None) is None
+
+
+OTHER_PYTHONS = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[23].*/bin/python3.1[23]")))
+
+
+@pytest.mark.parametrize("python", OTHER_PYTHONS or ["none"], ids=lambda p: os.path.basename(p))
+async def test_sessions_keep_and_roll_back_with_newer_interpreters_as_runs_interpreter(
+    config: Config, python: str, no_leaks: None
+) -> None:
+    # The keeper forks bare and does CPython's after-fork work itself: 3.13's lets the import lock go.
+    if python == "none":
+        pytest.skip("no Python 3.12 or 3.13 here (pyenv's, where a machine has them)")
+    async with Pool.open(dataclasses.replace(config, python=python), reap_strays=True) as pool:
+        handle = await new_session(pool, "import sys, threading, time\nx = 41")
+        assert (await call(pool, "x += 1\nraise ValueError", handle)).session is not None
+        threads = "threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\nx += 1"
+        assert (await call(pool, threads, handle)).status is Status.OK
+        hooked = "os = __import__('os')\nos.register_at_fork(after_in_child=lambda: print('hook', flush=True))"
+        assert (await call(pool, hooked, handle)).status is Status.OK
+        seen = await call(pool, "print(x, sys.version_info[:2] >= (3, 12))", handle)
+        assert seen.stdout.text == "hook\n42 True\n", seen
