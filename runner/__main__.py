@@ -12,14 +12,13 @@ import sys
 
 import anyio
 
-from runner.config import SETTINGS, Config
+from runner.config import Config
 from runner.environment import WHEELHOUSE_LOCK, open_environment
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
 from runner.processes.isolation import IsolationPlan, plan_isolation
 from runner.processes.procctl import set_dumpable
 from runner.serving.signals import catch_early
-from runner.settings import unknown_variables
 from runner.transports.auth import BearerTokens
 
 # The package environment `make sandbox-env` (and `make run`) builds in a checkout, beside `runner/`,
@@ -89,8 +88,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configure_logging(config.log_level, config.log_format)
     if args.listen_fd is None:  # a worker's supervisor has said it already
-        for unknown in unknown_variables(SETTINGS, dict(os.environ)):
-            log_event(get_logger(), logging.WARNING, unknown)
         _warn_of_readable_tokens(config)
     # Code of runs runs as our uid: keep it out of our /proc/<pid>/environ, fds, memory and ptrace.
     if not set_dumpable(False):

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import ConfigError
-from runner.removed import refuse_removed
+from runner.removed import REMOVED, refuse_removed
 from runner.settings import KIB as KIB
 from runner.settings import MIB as MIB
-from runner.settings import Setting, markdown_table
+from runner.settings import Setting, markdown_table, unknown_variables
 from runner.variables import DEFAULT_PRELOAD as DEFAULT_PRELOAD
 from runner.variables import LOOPBACK_HOSTS, LOOPBACK_ORIGINS
 from runner.variables import OPERATIONS_PATHS as OPERATIONS_PATHS
@@ -125,9 +125,13 @@ class Config:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
-        """Read every RUNNER_* variable's text; raise `ConfigError` naming the first bad one, or a removed one."""
+        """Read every RUNNER_* variable's text; raise `ConfigError` naming the first bad one, a removed one,
+        or one that is no setting at all (a misspelling)."""
         env = os.environ if environ is None else environ
         refuse_removed(env)
+        for name, why in unknown_variables(SETTINGS, env):
+            if name not in REMOVED:
+                raise ConfigError(name, why)
         config = cls(**_read(env, http=False), default_preload="RUNNER_PRELOAD" not in env)
         _check(config, env)
         if config.transport != "http":

@@ -35,6 +35,10 @@ DROPPED = (
 )
 
 
+# Every removed name: set, it is refused above; left empty, it is let be (not taken for a misspelling).
+REMOVED = frozenset(name for name, *_ in (*RENAMED, *DROPPED))
+
+
 def refuse_removed(env: Mapping[str, str]) -> None:
     """A removed name set stops the start, naming what replaces it (and, for a size, its value in MiB)."""
     for old, new, unit in RENAMED:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -157,17 +157,25 @@ def markdown_table(settings: Iterable[Setting], defaults: object, http_defaults:
 TEST_PREFIX = "RUNNER_TEST_"
 
 
-def unknown_variables(settings: Iterable[Setting], environ: dict[str, str]) -> list[str]:
-    """A sentence for each RUNNER_* name in `environ` that no setting has (a misspelling the server
-    would otherwise ignore without a word), naming the closest known one where there is one."""
+# Names a user may well mean more than one setting by: each is named, with what it is.
+AMBIGUOUS = {
+    "RUNNER_TIMEOUT": "RUNNER_DEFAULT_TIMEOUT (a call's timeout when it names none) or RUNNER_MAX_TIMEOUT "
+    "(the most a call may ask for)",
+}
+
+
+def unknown_variables(settings: Iterable[Setting], environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Each RUNNER_* name in `environ` that no setting has (a misspelling the server would otherwise run
+    without: RUNNER_MAX_MEMORY=512 left every run at the default 256 MiB), with why, naming the closest
+    known one where there is one. The test suite's own (RUNNER_TEST_*) are not the server's."""
     known = sorted(setting.name for setting in settings)
     said = []
     for name in sorted(environ):
         if not name.startswith("RUNNER_") or name in known or name.startswith(TEST_PREFIX):
             continue
-        close = closest_name(name, known)
+        close = AMBIGUOUS.get(name) or closest_name(name, known)
         guess = f"; did you mean {close}?" if close else ""
-        said.append(f"{name} is not a setting of this server, so it is ignored{guess}")
+        said.append((name, f"not a setting of this server{guess}"))
     return said
 
 

@@ -29,12 +29,14 @@ def started(env: dict[str, str], work_dir: Path) -> str:
     return done.stderr
 
 
-def test_a_misspelled_variable_is_warned_of_at_start_naming_the_setting_it_most_likely_means(work_dir: Path) -> None:
-    said = started({"RUNNER_MAXCPU": "5"}, work_dir)
-    [line] = [line for line in said.splitlines() if "RUNNER_MAXCPU" in line]
-    assert " WARNING " in line
-    assert "RUNNER_MAXCPU is not a setting of this server, so it is ignored" in line
-    assert line.endswith("did you mean RUNNER_MAX_CPU_SECONDS?")
+def test_a_misspelled_variable_stops_the_server_in_one_line_naming_the_setting_it_most_likely_means(
+    work_dir: Path,
+) -> None:
+    said = refused({"RUNNER_MAXCPU": "5"}, work_dir)
+    assert said.strip() == (
+        "python-runner-mcp: invalid configuration: RUNNER_MAXCPU: not a setting of this server; "
+        "did you mean RUNNER_MAX_CPU_SECONDS?"
+    )
 
 
 def test_a_tokens_file_others_may_read_is_warned_of_at_start(work_dir: Path, tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.config import SETTINGS
+from runner.config import SETTINGS, Config
+from runner.errors import ConfigError
 from runner.settings import unknown_variables
 
 
@@ -16,18 +17,28 @@ from runner.settings import unknown_variables
         ("RUNNER_SANBOX", "RUNNER_SANDBOX"),
         ("RUNNER_MAX_MEMORY", "RUNNER_MAX_MEMORY_MB"),
         ("RUNNER_HTTP_PROT", "RUNNER_HTTP_PORT"),
-        ("RUNNER_TIMEOUT", "RUNNER_MAX_TIMEOUT"),
+        ("RUNNER_MAX_TIMEOUTS", "RUNNER_MAX_TIMEOUT"),
     ],
 )
 def test_a_misspelled_variable_is_named_with_the_setting_it_most_likely_means(name: str, guess: str) -> None:
-    assert unknown_variables(SETTINGS, {name: "5"}) == [
-        f"{name} is not a setting of this server, so it is ignored; did you mean {guess}?"
-    ]
+    assert unknown_variables(SETTINGS, {name: "5"}) == [(name, f"not a setting of this server; did you mean {guess}?")]
+
+
+def test_a_name_that_could_mean_either_timeout_names_both() -> None:
+    [(_, why)] = unknown_variables(SETTINGS, {"RUNNER_TIMEOUT": "30"})
+    assert "RUNNER_DEFAULT_TIMEOUT (a call's timeout when it names none)" in why
+    assert "RUNNER_MAX_TIMEOUT (the most a call may ask for)" in why
+
+
+def test_a_misspelled_variable_stops_the_server_naming_it() -> None:
+    # Found by a new user's first hour: RUNNER_MAX_MEMORY=512 started the server with 256 MiB runs and one
+    # warning that a Claude Desktop user never sees.
+    said = r"^RUNNER_MAX_MEMORY: not a setting of this server; did you mean RUNNER_MAX_MEMORY_MB\?$"
+    with pytest.raises(ConfigError, match=said):
+        Config.from_env({"RUNNER_MAX_MEMORY": "512"})
 
 
 def test_known_settings_other_variables_and_the_test_suite_s_own_are_not_mentioned() -> None:
     environ = {"RUNNER_MAX_CPU_SECONDS": "5", "PATH": "/bin", "RUNNER_TEST_PACKAGES": "/x", "RUNNERX": "1"}
     assert unknown_variables(SETTINGS, environ) == []
-    assert unknown_variables(SETTINGS, {"RUNNER_QWERTY": "1"}) == [
-        "RUNNER_QWERTY is not a setting of this server, so it is ignored"
-    ]
+    assert unknown_variables(SETTINGS, {"RUNNER_QWERTY": "1"}) == [("RUNNER_QWERTY", "not a setting of this server")]
