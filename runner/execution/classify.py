@@ -36,7 +36,8 @@ class ProcessEnd:
     oom_kills: int = 0  # in the run's cgroup: its whole tree went over its memory budget
     # The limit the run said its code's uncaught exception met ("memory", "file_size", "": none, or
     # one the code raised itself); None where the run told no end of its own (its code closed the
-    # socket, say): then the last line of stderr is read instead.
+    # socket, say), or "exit" where its code ended itself with a failure (passing on a child's, say):
+    # then the last line of stderr is read instead, which a child's MemoryError ends.
     limit_met: str | None = None
 
 
@@ -72,7 +73,7 @@ def classify(end: ProcessEnd, stderr_tail: bytes, limits: RunLimits) -> tuple[St
     if code == 0:
         return Status.OK, ""
     met = end.limit_met
-    if met is None:
+    if met is None or met == "exit":
         last = _last_line(stderr_tail)
         met = "memory" if _MEMORY_ERROR.match(last) else "file_size" if _FILE_TOO_LARGE.match(last) else ""
     if met == "memory":

@@ -80,7 +80,8 @@ class RunEnd:
     cpu_seconds: float  # of itself and every child it reaped
     peak_memory_bytes: int
     # The limit its code's uncaught exception says it met: "memory" (a MemoryError, numpy's and pandas'
-    # subclasses included, or ENOMEM), "file_size" (EFBIG), or "" (none, or one the code raised itself).
+    # subclasses included, or ENOMEM), "file_size" (EFBIG), "" (none, or one the code raised itself), or
+    # "exit" (its code ended itself with a failure: a child's limit, maybe, read from stderr).
     limit: str = ""
 
 

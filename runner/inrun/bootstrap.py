@@ -204,7 +204,9 @@ def run(
         if last is not None:
             value[0] = eval(last, main.__dict__)  # noqa: S307  (the run's own code, as exec above)
     except SystemExit as exc:
-        finish(exit_status(exc), ending, session)  # in a session: a call that ended itself is not kept
+        status = exit_status(exc)
+        met[0] = "exit" if status else ""  # a failure it passes on may be a child's limit (wire.LIMITS_MET)
+        finish(status, ending, session)  # in a session: a call that ended itself is not kept
     except BaseException as exc:
         met[0] = limit_met(exc)
         # Drop this module's frame so the traceback starts at the user's code.

@@ -248,10 +248,13 @@ def report_length(data: bytes | bytearray) -> int | None:
 END_ONLY = (
     REPORT_HEAD + rb' ([0-9]{1,4}) 0\n\{"end": \{"status": (0|[1-9][0-9]{0,2}), '
     rb'"cpu": ((?:0|[1-9][0-9]{0,9})\.[0-9]{1,20}(?:e-[0-9]{1,3})?), "maxrss_kb": (0|[1-9][0-9]{0,14}), '
-    rb'"limit": "(|memory|file_size)"\}\}'
+    rb'"limit": "(|memory|file_size|exit)"\}\}'
 )
-# The limits a run can say its code's exception met (`bootstrap.limit_met`), as the end names them.
-LIMITS_MET = {"": b"", "memory": b"memory", "file_size": b"file_size"}
+# The limits a run can say its code's exception met (`bootstrap.limit_met`), as the end names them; "exit":
+# its code ended itself (sys.exit) with a failure, which may be a child's (a child interpreter's
+# MemoryError, its status passed on), so the server reads the last line of stderr as for a run that
+# told no end.
+LIMITS_MET = {"": b"", "memory": b"memory", "file_size": b"file_size", "exit": b"exit"}
 
 
 def read_end(data: bytes | bytearray) -> tuple[int, float, int, str] | None:

@@ -385,6 +385,17 @@ MEMORY = [
         stderr_has=("OSError: [Errno 12]",),
     ),
     case(
+        # epicbox's test_run_memory_limit; found by a new user's first hour (it ended `error`)
+        "a child interpreter that meets the memory limit is the memory limit when its status is passed on",
+        """
+        import subprocess, sys
+        r = subprocess.run([sys.executable, '-c', '[1] * 10 ** 8'])
+        sys.exit(r.returncode)
+        """,
+        S.MEMORY_LIMIT,
+        stderr_has=("MemoryError",),
+    ),
+    case(
         "a raised memoryerror is not reported as the memory limit",
         "raise MemoryError",
         S.ERROR,

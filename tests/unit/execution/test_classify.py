@@ -55,6 +55,9 @@ def test_what_the_server_did_to_the_run_outranks_what_the_run_printed() -> None:
         ("", b"Traceback (most recent call last):\nMemoryError\n", Status.ERROR),  # the code raised it itself
         ("", b"OSError: [Errno 12] Cannot allocate memory\n", Status.ERROR),
         (None, b"Traceback (most recent call last):\nMemoryError\n", Status.MEMORY_LIMIT),  # no end told
+        # sys.exit passing on a child interpreter's status (epicbox's test_run_memory_limit): its MemoryError
+        ("exit", b"Traceback (most recent call last):\nMemoryError\n", Status.MEMORY_LIMIT),
+        ("exit", b"something failed\n", Status.ERROR),
     ],
 )
 def test_the_limit_the_run_says_its_exception_met_decides_over_the_text_of_stderr(

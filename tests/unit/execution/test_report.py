@@ -269,7 +269,7 @@ def test_the_usual_end_only_report_is_read_without_the_json_decoder(monkeypatch:
         raise AssertionError("decoded as JSON")
 
     monkeypatch.setattr(module.json, "loads", refuse)
-    for limit in ("", "memory", "file_size"):
+    for limit in ("", "memory", "file_size", "exit"):
         data = encode_end({"status": 1, "cpu": 0.0123, "maxrss_kb": 9876, "limit": limit})
         returned = parse_report(data, Budgets(0, 0, 0, 0, 0))
         assert returned == module.Returned(end=module.RunEnd(1, 0.0123, 9876 * 1024, limit))
