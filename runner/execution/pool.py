@@ -91,6 +91,14 @@ class SessionMemory:
         return sum(map(self._measure, pids))
 
 
+UNSANDBOXED = (
+    "runs are NOT sandboxed: a run can read and write whatever this server's user can (its home directory, "
+    "RUNNER_AUTH_TOKENS_FILE) and reach the network; only the process limits hold. For a sandbox: Linux with "
+    "user namespaces or bubblewrap (apt install bubblewrap), or the Docker entry of mcp-config-examples/ "
+    "(docs/security.md)"
+)
+
+
 class Pool:
     """Runs code in one-shot interpreters, at most `max_concurrent` at a time, FIFO beyond that."""
 
@@ -105,8 +113,11 @@ class Pool:
         sessions: Sessions,
         store: OutputStore,
         provided: ProvidedPackages | None,
+        *,
+        sandboxed: bool = True,
     ) -> None:
         self.sessions = sessions
+        self._sandboxed = sandboxed
         self._store = store
         self._provided = provided
         self._admission = admission
@@ -171,7 +182,18 @@ class Pool:
                             runs_share_files=plan.runs_share_files,
                             ended=sweeper.wanted if sweeper is not None else lambda: None,
                         )
-                        yield cls(admission, supplies, driver, sweeper, teardowns, logger, sessions, store, provided)
+                        yield cls(
+                            admission,
+                            supplies,
+                            driver,
+                            sweeper,
+                            teardowns,
+                            logger,
+                            sessions,
+                            store,
+                            provided,
+                            sandboxed=plan.sandboxed,
+                        )
                     finally:
                         # Sessions end first (their anchors are the supplies'), then the pooled
                         # interpreters, before the sources (zygotes) that made them.
@@ -192,6 +214,11 @@ class Pool:
                 store.close()
                 if provided is not None:
                     provided.close()
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether runs are sandboxed (their own namespaces and view), as the isolation plan decided."""
+        return self._sandboxed
 
     @property
     def packages(self) -> ProvidedPackages | None:
@@ -336,6 +363,11 @@ def _log_start(logger: logging.Logger, config: Config, plan: IsolationPlan, limi
         run_uid=plan.identity,
         cgroup=plan.cgroup,
     )
+    if not plan.sandboxed:
+        # Said where a user sees it (and in the tool's description, where the model reads it): a desktop
+        # client's user on macOS or Windows, or on a Linux host without user namespaces or bubblewrap,
+        # gets this mode from `auto` without asking for it.
+        log_event(logger, logging.WARNING, UNSANDBOXED, reason=plan.reason)
     if hasattr(os, "geteuid") and os.geteuid() == 0 and not plan.uid_per_run:
         log_event(
             logger,

@@ -57,6 +57,11 @@ class Runner(Protocol):
         """The caller's kept streams that can still be read."""
         ...
 
+    @property
+    def sandboxed(self) -> bool:
+        """Whether runs are sandboxed: the tool's description says so where they are not."""
+        ...
+
 
 def new_request_id() -> str:
     """8 random hex characters, as in the logs and the result."""
@@ -79,7 +84,7 @@ class Handlers:
         self._config = config
         self._runner = runner
         self._log = logger or get_logger()
-        self._tools = tool_definitions(config)
+        self._tools = tool_definitions(config, sandboxed=runner.sandboxed)
         self._sessions = not config.sessions_refused  # and so close_session is offered
         self._parser = ArgumentParser(config)
         self._metrics = metrics

@@ -37,18 +37,25 @@ SESSIONS = (
     "{idle:,} s after its last call, {life:,} s after it began, or with close_session; at most "
     "{mine} open per client."
 )
+# Where runs have no sandbox (`auto` found none: macOS, Windows, a Linux host without user namespaces or
+# bubblewrap), the model must know that its code reaches the user's files.
+UNSANDBOXED = (
+    " WARNING: this server runs code WITHOUT a sandbox: the code runs as the user who started the server and "
+    "can read, change and delete that user's files and reach the network; only the limits above hold. Do not "
+    "run code you would not run on this machine yourself."
+)
 CLOSE_DESCRIPTION = (
     'End a session started by run_python with session "new": its processes, memory and files are '
     "freed at once, and its handle is unknown from then on."
 )
 
 
-def tool_definitions(config: Config) -> list[types.Tool]:
+def tool_definitions(config: Config, *, sandboxed: bool = True) -> list[types.Tool]:
     """Every tool this server offers, with their hand-written schemas: `close_session` only where
-    sessions may be had."""
+    sessions may be had; `sandboxed`: whether runs are (the description warns where they are not)."""
     if config.sessions_refused:
-        return [tool_definition(config)]
-    return [tool_definition(config), close_definition()]
+        return [tool_definition(config, sandboxed=sandboxed)]
+    return [tool_definition(config, sandboxed=sandboxed), close_definition()]
 
 
 def close_definition() -> types.Tool:
@@ -69,7 +76,7 @@ def close_definition() -> types.Tool:
     )
 
 
-def tool_definition(config: Config) -> types.Tool:
+def tool_definition(config: Config, *, sandboxed: bool = True) -> types.Tool:
     """`run_python`, with its hand-written schemas."""
     return types.Tool(
         name=RUN_TOOL,
@@ -94,7 +101,8 @@ def tool_definition(config: Config) -> types.Tool:
             timeout=config.default_timeout,
             max_timeout=config.max_timeout,
             chars=config.max_output_chars,
-        ),
+        )
+        + ("" if sandboxed else UNSANDBOXED),
         input_schema=input_schema(config),
         output_schema=output_schema(),
         annotations=types.ToolAnnotations(

@@ -694,3 +694,19 @@ async def test_a_long_run_does_not_leave_the_pool_short(config: Config, no_leaks
                     await anyio.sleep(0.01)
             assert pool.state().running == 1  # refilled while the run is still going
             tg.cancel_scope.cancel()
+
+
+async def test_a_pool_without_a_sandbox_warns_at_start_what_a_run_can_reach_and_how_to_get_one(
+    config: Config, no_leaks: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with Pool.open(config) as pool:
+        sandboxed = pool.sandboxed
+    warnings = [r.getMessage() for r in caplog.records if "NOT sandboxed" in r.getMessage()]
+    assert sandboxed == (config.sandbox in ("bwrap", "namespaces"))
+    if sandboxed:
+        assert warnings == []
+        return
+    [warning] = warnings
+    assert "a run can read and write whatever this server's user can" in warning
+    assert "bubblewrap" in warning
+    assert "the Docker entry of mcp-config-examples/" in warning

@@ -18,3 +18,12 @@ def test_the_tool_description_names_what_runs_may_import(tmp_path: Path) -> None
     assert "256 MiB memory (beyond what json map, when imported)," in described
     plain = tool_definition(Config.from_env({})).description or ""
     assert "no site-packages (standard library only)" in plain
+
+
+def test_the_tool_description_warns_the_model_where_runs_have_no_sandbox() -> None:
+    # Found by a new user's first hour: on a host where `auto` finds no sandbox, runs read the user's
+    # home and the tokens file, and nothing the model reads said so.
+    bare = tool_definition(Config.from_env({}), sandboxed=False).description or ""
+    assert "WITHOUT a sandbox" in bare
+    assert "can read, change and delete that user's files and reach the network" in bare
+    assert "WITHOUT a sandbox" not in (tool_definition(Config.from_env({})).description or "")
