@@ -32,8 +32,15 @@ PYTEST_ARGS ?=
 
 .PHONY: help run serve test test-fast lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak sandbox-env check-sandbox-env wheelhouse check-wheelhouse
 
+# The README's commands first, then the rest in the file's order; one column, as wide as the longest name.
+FIRST_TARGETS := run serve test
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' -v first="$(FIRST_TARGETS)" ' \
+		BEGIN { n = split(first, order, " "); for (i = 1; i <= n; i++) rank[order[i]] = i } \
+		{ name[NR] = $$1; text[NR] = $$2; if (length($$1) > width) width = length($$1) } \
+		END { for (i = 1; i <= n; i++) for (j = 1; j <= NR; j++) if (name[j] == order[i]) \
+			printf "  make %-*s  %s\n", width, name[j], text[j]; \
+			for (j = 1; j <= NR; j++) if (!(name[j] in rank)) printf "  make %-*s  %s\n", width, name[j], text[j] }'
 
 # Checked before anything is made: the lock's packages need 3.11 (pip would fail deep inside, on one of them).
 $(VENV_ID):

@@ -98,3 +98,13 @@ def test_make_run_on_a_fresh_clone_installs_from_the_locks_then_serves_and_stops
     ).stdout.split()
     locked = [line.split(" ")[0] for line in (REPO / "requirements-build.lock").read_text().splitlines()]
     assert {name for name in locked if "==" in name} <= set(built), "pip, setuptools and wheel are the locked ones"
+
+
+def test_make_help_lists_the_readmes_commands_first_in_one_aligned_column() -> None:
+    # Found by a new user's first hour: `run` and `serve` came 6th and 7th, and a long name pushed its
+    # line's text out of the column.
+    lines = make("help").stdout.splitlines()
+    assert [line.split()[1] for line in lines[:3]] == ["run", "serve", "test"]
+    columns = {line.index(line.split(None, 2)[2]) for line in lines}
+    assert len(columns) == 1, lines
+    assert len(lines) == len({line.split()[1] for line in lines}), "each target once"
