@@ -456,21 +456,29 @@ def _notes(result: RunResult, ahead: Said, kept: bool, over: str) -> str:
     return "; ".join(notes)
 
 
+# How many of a caller's open handles a refusal names (the cap is usually a few).
+HANDLES_NAMED = 10
+
+
 def _refusal(c: Config, holders: list[Session | str | None], caller: str | None) -> str:
     """Why `caller` may not start one more session now, or ''; `holders`: the sessions open, and the
-    callers of those being started or ended."""
-    holders = [holder.caller if isinstance(holder, Session) else holder for holder in holders]
+    callers of those being started or ended. A caller at its own cap is told its open handles, each
+    with how long it has been idle, so that it can close one (nothing else lists them)."""
+    callers = [holder.caller if isinstance(holder, Session) else holder for holder in holders]
     if c.sessions_refused:
         return c.sessions_refused
-    if len(holders) >= c.max_sessions:
+    if len(callers) >= c.max_sessions:
         return (
-            f"too many open sessions: {len(holders)} of RUNNER_MAX_SESSIONS={c.max_sessions}; "
+            f"too many open sessions: {len(callers)} of RUNNER_MAX_SESSIONS={c.max_sessions}; "
             "close one with close_session, or run without `session`"
         )
-    mine = holders.count(caller)
+    mine = callers.count(caller)
     if mine >= c.max_sessions_per_caller:
+        now = anyio.current_time()
+        own = sorted((h for h in holders if isinstance(h, Session) and h.caller == caller), key=lambda s: -s.used)
+        named = ", ".join(f"{s.handle} (idle {now - s.used:.0f} s)" for s in own[:HANDLES_NAMED])
         return (
             f"this caller has {mine} open sessions, the most RUNNER_MAX_SESSIONS_PER_CALLER="
-            f"{c.max_sessions_per_caller} allows; close one with close_session"
+            f"{c.max_sessions_per_caller} allows; close one with close_session: {named}"
         )
     return ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -153,11 +154,14 @@ async def test_one_more_session_than_a_caller_may_hold_is_refused_naming_the_lim
 ) -> None:
     config = dataclasses.replace(session_config, max_sessions_per_caller=1)
     async with Pool.open(config, reap_strays=True) as pool:
-        await new_session(pool, caller="alice")
+        held = await new_session(pool, caller="alice")
         refused = await call(pool, "pass", NEW_SESSION, "alice")
         assert refused.status is Status.BUSY
         assert "RUNNER_MAX_SESSIONS_PER_CALLER=1" in refused.message
-        await new_session(pool, caller="bob")
+        # What to close is named (found by a new user's first hour: nothing listed the open handles).
+        assert re.search(rf"close one with close_session: {re.escape(held)} \(idle \d+ s\)$", refused.message), refused
+        other = await new_session(pool, caller="bob")
+        assert other not in refused.message
 
 
 async def test_the_kept_state_continues_its_random_streams_and_a_retry_after_a_roll_back_draws_the_same(

@@ -25,12 +25,31 @@ pytestmark = [
 ]
 
 
-def tasks_by_uid(uids: range) -> Counter[int]:
-    """Every live process and thread of the host whose real uid is in `uids`, counted by uid."""
-    found: Counter[int] = Counter()
+def ours() -> set[str]:
+    """The pids (as /proc names them) of every live process under this test's own process: its pools'
+    zygotes and runs. Another server's runs on the same host, in another block of RUNNER_SANDBOX_UIDS
+    (as designed), are not ours to count (found by running the suite beside another server)."""
+    parents: dict[str, str] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+        if entry.isdigit():
+            try:
+                parents[entry] = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            except (OSError, IndexError):
+                continue
+    mine, me = set(), str(os.getpid())
+    for pid in parents:
+        up, seen = pid, 0
+        while up in parents and up != me and seen < 64:
+            up, seen = parents[up], seen + 1
+        if up == me and pid != me:
+            mine.add(pid)
+    return mine
+
+
+def tasks_by_uid(uids: range) -> Counter[int]:
+    """Every live process and thread under this test's process whose real uid is in `uids`, by uid."""
+    found: Counter[int] = Counter()
+    for entry in ours():
         try:
             for task in os.listdir(f"/proc/{entry}/task"):
                 status = Path(f"/proc/{entry}/task/{task}/status").read_text()
@@ -46,18 +65,18 @@ def tasks_by_uid(uids: range) -> Counter[int]:
 
 
 def host_uids_of(uids: range) -> set[tuple[str, ...]]:
-    """The four uids (real, effective, saved, file system) of each live host process with one in `uids`."""
+    """The four uids (real, effective, saved, file system) of each live process under this test's
+    process with one in `uids`."""
     seen = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                status = Path(f"/proc/{entry}/status").read_text()
-            except OSError:
-                continue
-            line = next((line for line in status.splitlines() if line.startswith("Uid:")), "")
-            fields = tuple(line.split()[1:])
-            if fields and int(fields[0]) in uids:
-                seen.add(fields)
+    for entry in ours():
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        line = next((line for line in status.splitlines() if line.startswith("Uid:")), "")
+        fields = tuple(line.split()[1:])
+        if fields and int(fields[0]) in uids:
+            seen.add(fields)
     return seen
 
 
