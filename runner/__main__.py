@@ -13,19 +13,13 @@ import sys
 import anyio
 
 from runner.config import Config
-from runner.environment import WHEELHOUSE_LOCK, open_environment
+from runner.environment import open_environment, with_checkout_defaults
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
 from runner.processes.isolation import IsolationPlan, plan_isolation
 from runner.processes.procctl import set_dumpable
 from runner.serving.signals import catch_early
 from runner.transports.auth import BearerTokens
-
-# The package environment `make sandbox-env` (and `make run`) builds in a checkout, beside `runner/`,
-# and the file that says its build finished.
-CHECKOUT_PACKAGES = ".sandbox-env"
-CHECKOUT_WHEELHOUSE = ".wheelhouse"  # and the wheelhouse `make wheelhouse` downloads
-BUILT_STAMP = ".built"
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -76,7 +70,12 @@ def _configured(args: argparse.Namespace) -> tuple[Config, IsolationPlan, Bearer
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: configure from the environment and the arguments, serve, and return the exit status."""
+    """Entry point (`python -m runner` and the `python-runner-mcp` command alike): configure from the
+    environment and the arguments, serve, and return the exit status. Started from a checkout, runs
+    import from its `.sandbox-env` and `.wheelhouse` unless RUNNER_PACKAGES or RUNNER_WHEELHOUSE says
+    otherwise (`environment.with_checkout_defaults`): in the process's environment, which HTTP workers
+    inherit."""
+    os.environ.update(with_checkout_defaults(os.environ))
     args = _arguments(argv)
     if args.install_packages:
         return _install_packages()
@@ -197,19 +196,7 @@ def _install_packages() -> int:
 
 
 def console() -> int:
-    """The `python-runner-mcp` console script: `main`, and with RUNNER_PACKAGES not set at all, runs
-    import from the package environment built in the checkout this was installed from (editable, as
-    `make run` installs it), if there is one. RUNNER_PACKAGES="" still means the standard library only.
-    RUNNER_WHEELHOUSE likewise, from the checkout's `.wheelhouse`."""
-    if "RUNNER_PACKAGES" not in os.environ:
-        built = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), CHECKOUT_PACKAGES)
-        if os.path.isfile(os.path.join(built, BUILT_STAMP)):
-            # In the environment, not only in this process's configuration: HTTP workers inherit it.
-            os.environ["RUNNER_PACKAGES"] = built
-    if "RUNNER_WHEELHOUSE" not in os.environ:
-        house = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), CHECKOUT_WHEELHOUSE)
-        if os.path.isfile(os.path.join(house, WHEELHOUSE_LOCK)):
-            os.environ["RUNNER_WHEELHOUSE"] = house
+    """The `python-runner-mcp` console script: `main`, as `python -m runner` is."""
     return main()
 
 

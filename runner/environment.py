@@ -16,6 +16,7 @@ import re
 import stat
 import sys
 import tempfile
+from collections.abc import Mapping
 
 from runner.config import DEFAULT_PRELOAD, PROVIDED_DIRECTORY, Config
 from runner.errors import ConfigError
@@ -26,6 +27,30 @@ POOL_PREFIX = "python-runner-"
 WHEELHOUSE_LOCK = "requirements.lock"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.MULTILINE)
 READ_PATHS = "RUNNER_SANDBOX_READ_PATHS"
+
+
+# The package environment `make sandbox-env` builds in a checkout, beside `runner/`, the file that says its
+# build finished, and the wheelhouse `make wheelhouse` downloads there.
+CHECKOUT_PACKAGES = ".sandbox-env"
+CHECKOUT_WHEELHOUSE = ".wheelhouse"
+BUILT_STAMP = ".built"
+
+
+def with_checkout_defaults(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` with what a server started from a checkout takes where RUNNER_PACKAGES or RUNNER_WHEELHOUSE
+    is not set at all: the checkout's `.sandbox-env` and `.wheelhouse`, where they were built (`make run`
+    builds both). Set, even empty, a variable is kept as it is (empty: the standard library only). The one
+    place every entry point takes them from: `python -m runner`, the `python-runner-mcp` command and
+    `run_code` are the same tool."""
+    checkout = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    found = dict(environ)
+    packages = os.path.join(checkout, CHECKOUT_PACKAGES)
+    if "RUNNER_PACKAGES" not in found and os.path.isfile(os.path.join(packages, BUILT_STAMP)):
+        found["RUNNER_PACKAGES"] = packages
+    house = os.path.join(checkout, CHECKOUT_WHEELHOUSE)
+    if "RUNNER_WHEELHOUSE" not in found and os.path.isfile(os.path.join(house, WHEELHOUSE_LOCK)):
+        found["RUNNER_WHEELHOUSE"] = house
+    return found
 
 
 def open_environment(config: Config) -> Config:

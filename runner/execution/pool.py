@@ -358,6 +358,7 @@ def _log_start(logger: logging.Logger, config: Config, plan: IsolationPlan, limi
         work_dir=base_dir,
         spawn_mode=plan.spawn_mode,
         preload=",".join(plan.preload),
+        packages=config.packages or "none (the standard library only)",
         sandbox=plan.sandbox,
         sandbox_reason=plan.reason,
         run_uid=plan.identity,

@@ -97,3 +97,26 @@ def test_a_root_servers_run_uids_that_are_the_hosts_users_are_refused_in_one_lin
         .startswith("python-runner-mcp: invalid configuration: RUNNER_SANDBOX_UIDS: uid 1 of 1-100 is the host's user")
     ), said
     assert "Traceback" not in said
+
+
+def test_python_m_runner_from_the_checkout_is_the_same_tool_as_the_console_script(work_dir: Path) -> None:
+    # Found by a new user's first hour: the README said `python -m runner` serves the same tool, but only
+    # the console script filled in the checkout's package environment and wheelhouse.
+    if not (REPO / ".sandbox-env" / ".built").is_file() or not (REPO / ".wheelhouse" / "requirements.lock").is_file():
+        pytest.skip("no .sandbox-env or .wheelhouse in this checkout: make run builds them")
+    environ = {k: v for k, v in os.environ.items() if k not in ("RUNNER_PACKAGES", "RUNNER_WHEELHOUSE")}
+    environ.update(RUNNER_WORK_DIR=str(work_dir), RUNNER_POOL_SIZE="0", RUNNER_SANDBOX="none", RUNNER_PRELOAD="")
+    done = subprocess.run(
+        [sys.executable, "-m", "runner"],
+        cwd=REPO,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "wheelhouse opened" in done.stderr, done.stderr
+    [starting] = [line for line in done.stderr.splitlines() if "pool starting" in line]
+    assert f"packages={REPO / '.sandbox-env'}" in starting, starting
