@@ -30,10 +30,10 @@ WHEELHOUSE_STAMP := $(WHEELHOUSE)/.manifest
 PYTEST_ARGS ?=
 , := ,
 
-.PHONY: help run serve test test-fast lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak sandbox-env check-sandbox-env wheelhouse check-wheelhouse
+.PHONY: help setup run serve test test-fast lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak sandbox-env check-sandbox-env wheelhouse check-wheelhouse
 
 # The README's commands first, then the rest in the file's order; one column, as wide as the longest name.
-FIRST_TARGETS := run serve test
+FIRST_TARGETS := run serve test setup
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' -v first="$(FIRST_TARGETS)" ' \
 		BEGIN { n = split(first, order, " "); for (i = 1; i <= n; i++) rank[order[i]] = i } \
@@ -97,6 +97,8 @@ check-wheelhouse: $(WHEELHOUSE_STAMP) ## Fail if .wheelhouse is not exactly the 
 	@$(PY) scripts/wheelhouse.py check $(WHEELHOUSE)
 
 # RUNNER_PACKAGES set in the environment (even empty: standard library only) wins over the built one.
+setup: $(RUN_STAMP) check-sandbox-env check-wheelhouse ## Install from the locks (.venv, .sandbox-env, .wheelhouse: network, about 560 MB), then stop
+
 run: $(RUN_STAMP) check-sandbox-env check-wheelhouse ## Serve MCP on stdio (installs from the locks into .venv and .sandbox-env first)
 	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" RUNNER_WHEELHOUSE="$${RUNNER_WHEELHOUSE-$(abspath $(WHEELHOUSE))}" \
 		exec $(VENV)/bin/python-runner-mcp
