@@ -89,6 +89,8 @@ def start_server(workers: int, work_dir: str, log: Path) -> tuple[subprocess.Pop
         "RUNNER_HTTP_PORT": "0",
         "RUNNER_HTTP_WORKERS": str(workers),
         "RUNNER_MAX_QUEUE": "0",
+        "RUNNER_PACKAGES": "",
+        "RUNNER_WHEELHOUSE": "",
     }
     errlog = open(log, "wb")  # noqa: SIM115  (the server writes to it until it stops)
     process = subprocess.Popen(

@@ -573,6 +573,10 @@ def server_env(work_dir: Path, args: argparse.Namespace) -> dict[str, str]:
         "RUNNER_SESSION_IDLE_SECONDS": str(SESSION_IDLE_SECONDS),
         "RUNNER_MAX_SESSIONS": str(args.max_sessions),
         "RUNNER_MAX_SESSIONS_PER_CALLER": str(STORIES_AT_ONCE),
+        # The standard library only unless --env says otherwise (from a checkout the server would take its
+        # .sandbox-env and .wheelhouse).
+        "RUNNER_PACKAGES": "",
+        "RUNNER_WHEELHOUSE": "",
         **dict(item.split("=", 1) for item in args.env),
     }
 

@@ -45,6 +45,10 @@ def server_env(work_dir: Path, **extra: str) -> dict[str, str]:
         "RUNNER_POOL_SIZE": "1",
         "RUNNER_HTTP_PORT": "0",
         "RUNNER_SANDBOX": "none",
+        # The standard library only, unless a test says otherwise: started from this checkout, the server
+        # would take its .sandbox-env and .wheelhouse (environment.with_checkout_defaults).
+        "RUNNER_PACKAGES": "",
+        "RUNNER_WHEELHOUSE": "",
         **extra,
     }
 

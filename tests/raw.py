@@ -14,6 +14,10 @@ from anyio.abc import Process
 
 from tests.conftest import REPO
 
+# The standard library only: started from this checkout, the server would take its .sandbox-env and
+# .wheelhouse (environment.with_checkout_defaults).
+STANDARD_LIBRARY_ONLY = {"RUNNER_PACKAGES": "", "RUNNER_WHEELHOUSE": ""}
+
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
 
 
@@ -77,7 +81,13 @@ async def raw_server(work_dir: Path, stderr_path: Path, **env: str) -> AsyncIter
         process = await anyio.open_process(
             [sys.executable, "-m", "runner"],
             cwd=REPO,
-            env={"PATH": "/usr/bin:/bin", "RUNNER_WORK_DIR": str(work_dir), "RUNNER_POOL_SIZE": "1", **env},
+            env={
+                "PATH": "/usr/bin:/bin",
+                "RUNNER_WORK_DIR": str(work_dir),
+                "RUNNER_POOL_SIZE": "1",
+                **STANDARD_LIBRARY_ONLY,
+                **env,
+            },
             stderr=errlog,
         )
     async with process:

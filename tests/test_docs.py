@@ -146,7 +146,8 @@ def expected_pattern(printed: str) -> re.Pattern[str]:
 def clean_environment(**extra: str) -> dict[str, str]:
     """The test's environment without RUNNER_* settings (the examples assume the defaults)."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("RUNNER_")}
-    return {**env, "PYTHONPATH": str(REPO), **extra}
+    # The standard library only: from this checkout, run_code would take its .sandbox-env and .wheelhouse.
+    return {**env, "PYTHONPATH": str(REPO), "RUNNER_PACKAGES": "", "RUNNER_WHEELHOUSE": "", **extra}
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:

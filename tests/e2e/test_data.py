@@ -310,6 +310,7 @@ def test_a_module_runner_preload_cannot_find_stops_the_server_at_start_naming_th
         "PATH": "/usr/bin:/bin",
         "RUNNER_PACKAGES": PACKAGES,
         "RUNNER_PRELOAD": "numpy,no_such_module",
+        "RUNNER_WHEELHOUSE": "",
         "RUNNER_WORK_DIR": str(tmp_path),
         "RUNNER_SANDBOX": "none",
     }

@@ -198,7 +198,8 @@ class Wire:
     def __init__(self, work_dir: Path, log_dir: Path) -> None:
         self.work_dir = work_dir
         self.stderr_path = log_dir / "server-stderr.log"
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir), **SERVER_ENV}
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir)}
+        env.update({"RUNNER_PACKAGES": "", "RUNNER_WHEELHOUSE": "", **SERVER_ENV})
         with open(self.stderr_path, "wb") as errlog:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "runner"],

@@ -14,7 +14,8 @@ from tests.conftest import REPO
 
 def started(env: dict[str, str], work_dir: Path) -> str:
     """The server's stderr, started with /dev/null on stdin (it stops at once, exit 0)."""
-    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir), **env}
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir)}
+    environ.update({"RUNNER_PACKAGES": "", "RUNNER_WHEELHOUSE": "", **env})
     done = subprocess.run(
         [sys.executable, "-m", "runner"],
         cwd=REPO,
@@ -63,7 +64,8 @@ def test_a_tokens_file_others_may_read_is_warned_of_at_start(work_dir: Path, tmp
 
 def refused(env: dict[str, str], work_dir: Path) -> str:
     """What the server says when it refuses to start: its stderr, once it exited with status 2."""
-    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir), **env}
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir)}
+    environ.update({"RUNNER_PACKAGES": "", "RUNNER_WHEELHOUSE": "", **env})
     done = subprocess.run(
         [sys.executable, "-m", "runner"],
         cwd=REPO,

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from runner.config import Config
+from runner.environment import open_environment, with_checkout_defaults
 from runner.protocol.schemas import close_input_schema, close_output_schema, input_schema, output_schema
 from tests.conftest import REPO
 from tests.helpers import (
@@ -125,6 +126,9 @@ def inspector(node_clients: Node, work_dir: Path, tmp_path: Path) -> Iterator[Ca
 
     def run(*args: str, server: list[str] | None = None) -> Run:
         ours = [sys.executable, "-m", "runner", "-e", f"RUNNER_WORK_DIR={work_dir}", "-e", "RUNNER_SANDBOX=none"]
+        # The server takes this checkout's .sandbox-env and .wheelhouse, as a user's does (the Inspector
+        # passes no empty value to say otherwise); what it installs goes beside the work directory.
+        ours += ["-e", f"RUNNER_WHEELHOUSE_CACHE={tmp_path / 'environments'}"]
         target = server or [*ours, "--cwd", str(REPO)]
         done = subprocess.run(
             [node_clients.node, str(node_clients.inspector), "--cli", *target, *args],
@@ -175,7 +179,8 @@ def test_the_inspector_lists_the_tool_under_strict_with_zero_schema_portability_
     assert set(envelope) == {"result"}, "no schemaFindings key: the lint found nothing"
     [tool, close] = envelope["result"]["tools"]
     assert tool["name"] == "run_python"
-    assert tool["inputSchema"] == input_schema(Config.from_env({}))
+    # The server the Inspector starts takes this checkout's package environment and wheelhouse.
+    assert tool["inputSchema"] == input_schema(open_environment(Config.from_env(with_checkout_defaults({}))))
     assert tool["outputSchema"] == output_schema()
     assert (close["name"], close["inputSchema"]) == ("close_session", close_input_schema())
     assert as_json.inspector_stderr() == []
@@ -284,6 +289,8 @@ def ts_session(node_clients: Node, tmp_path_factory: pytest.TempPathFactory) -> 
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "RUNNER_WORK_DIR": str(work_dir),
             "RUNNER_SANDBOX": "none",
+            "RUNNER_PACKAGES": "",
+            "RUNNER_WHEELHOUSE": "",
         },
         "cwd": str(REPO),
         "pidFile": str(base / "pid"),
@@ -302,7 +309,12 @@ def test_a_70_second_run_ends_ok_through_the_typescript_sdk_whose_timeout_only_p
     config = {
         "command": sys.executable,
         "args": ["-m", "runner"],
-        "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir)},
+        "env": {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "RUNNER_WORK_DIR": str(work_dir),
+            "RUNNER_PACKAGES": "",
+            "RUNNER_WHEELHOUSE": "",
+        },
         "cwd": str(REPO),
         "only": ["long"],
     }

@@ -48,6 +48,9 @@ def server_env(work_dir: Path, **extra: str) -> dict[str, str]:
         "RUNNER_POOL_SIZE": "2",
         # These tests watch runs from the host (pid files in tmp_path): no PID/mount namespaces.
         "RUNNER_SANDBOX": "none",
+        # The standard library only (from this checkout the server would take its .sandbox-env and .wheelhouse).
+        "RUNNER_PACKAGES": "",
+        "RUNNER_WHEELHOUSE": "",
         **extra,
     }
 
