@@ -10,9 +10,10 @@ Three pools of the same configuration (RUNNER_SANDBOX=MODE, the package environm
 - `preinstalled`: no wheelhouse, but a package environment that has the distributions in it
   (`.sandbox-env` hard-linked, the distributions added with pip --target from the same wheels and
   compiled the same way).
-Each round times one call in each, interleaved, so that machine noise hits all of them alike. Every pool is
-opened as the server opens its own (`reap_strays`: its stray sweep runs), so `first` and `second` time
-what a serving server installs and compiles.
+Each round times one call in each, interleaved, so that machine noise hits all of them alike. The pools do
+not sweep strays (three subreaper pools in one process would sweep each other's zygotes); a serving
+server's sweep knows the install's compile (`processes.helpers`), so it installs the same, wholly compiled
+(tests/e2e/execution/test_provided.py checks one .pyc per .py with a sweeping pool and calls going on).
 Printed: p50 and p90 of each, and the ratios of the p50s against `preinstalled`. The target is
 `second` within 1.2x of `preinstalled`. This is a script that prints numbers; nothing here asserts.
 """
@@ -83,18 +84,18 @@ async def main() -> None:
         scratch = Path(scratch_name)
         os.chmod(scratch, 0o711)  # noqa: S103  (searchable: a root server's runs are other uids)
         warm = config({**house, "RUNNER_WHEELHOUSE_CACHE": str(scratch / "cache")})
-        async with Pool.open(warm, reap_strays=True) as second:
+        async with Pool.open(warm) as second:
             assert second.packages is not None
             names = second.packages.needed(code)
             env = preinstalled(scratch, names, warm.python)
-            async with Pool.open(config({**base, "RUNNER_PACKAGES": str(env)}), reap_strays=True) as before:
+            async with Pool.open(config({**base, "RUNNER_PACKAGES": str(env)})) as before:
                 await timed(second, code)  # installs: every later call in this pool is a second use
                 await timed(before, code)
                 times: dict[str, list[float]] = {"first": [], "second": [], "preinstalled": []}
                 for round_ in range(args.rounds):
                     cache = scratch / f"first-{round_}"
                     fresh = config({**house, "RUNNER_WHEELHOUSE_CACHE": str(cache)})
-                    async with Pool.open(fresh, reap_strays=True) as first:
+                    async with Pool.open(fresh) as first:
                         times["first"].append(await timed(first, code))
                     shutil.rmtree(cache)
                     times["second"].append(await timed(second, code))
