@@ -12,20 +12,30 @@ import pytest
 from tests.conftest import REPO
 
 
-def started(env: dict[str, str], work_dir: Path) -> str:
-    """The server's stderr, started with /dev/null on stdin (it stops at once, exit 0)."""
-    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir)}
-    environ.update({"RUNNER_PACKAGES": "", "RUNNER_WHEELHOUSE": "", **env})
-    done = subprocess.run(
+def served(environ: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`python -m runner` from the checkout with `environ` and /dev/null on stdin, to its exit."""
+    return subprocess.run(
         [sys.executable, "-m", "runner"],
         cwd=REPO,
-        env={**environ, "RUNNER_POOL_SIZE": "0", "RUNNER_SANDBOX": "none"},
+        env=environ,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
+
+
+def minimal(env: dict[str, str], work_dir: Path) -> dict[str, str]:
+    """A bare environment with the standard library only (from this checkout the server would take its
+    .sandbox-env and .wheelhouse), and `env`."""
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir)}
+    return {**environ, "RUNNER_PACKAGES": "", "RUNNER_WHEELHOUSE": "", **env}
+
+
+def started(env: dict[str, str], work_dir: Path) -> str:
+    """The server's stderr, started with /dev/null on stdin (it stops at once, exit 0)."""
+    done = served({**minimal(env, work_dir), "RUNNER_POOL_SIZE": "0", "RUNNER_SANDBOX": "none"})
     assert done.returncode == 0, done.stderr
     return done.stderr
 
@@ -64,18 +74,7 @@ def test_a_tokens_file_others_may_read_is_warned_of_at_start(work_dir: Path, tmp
 
 def refused(env: dict[str, str], work_dir: Path) -> str:
     """What the server says when it refuses to start: its stderr, once it exited with status 2."""
-    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNNER_WORK_DIR": str(work_dir)}
-    environ.update({"RUNNER_PACKAGES": "", "RUNNER_WHEELHOUSE": "", **env})
-    done = subprocess.run(
-        [sys.executable, "-m", "runner"],
-        cwd=REPO,
-        env=environ,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = served(minimal(env, work_dir))
     assert done.returncode == 2, done.stderr
     return done.stderr
 
@@ -108,16 +107,7 @@ def test_python_m_runner_from_the_checkout_is_the_same_tool_as_the_console_scrip
         pytest.skip("no .sandbox-env or .wheelhouse in this checkout: make run builds them")
     environ = {k: v for k, v in os.environ.items() if k not in ("RUNNER_PACKAGES", "RUNNER_WHEELHOUSE")}
     environ.update(RUNNER_WORK_DIR=str(work_dir), RUNNER_POOL_SIZE="0", RUNNER_SANDBOX="none", RUNNER_PRELOAD="")
-    done = subprocess.run(
-        [sys.executable, "-m", "runner"],
-        cwd=REPO,
-        env=environ,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = served(environ, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "wheelhouse opened" in done.stderr, done.stderr
     [starting] = [line for line in done.stderr.splitlines() if "pool starting" in line]
