@@ -49,6 +49,9 @@ def main_http(
         )
     elif tokens is None:
         log_event(logger, logging.WARNING, "HTTP without authentication: whoever reaches the port runs code")
+    if not worker and tokens is not None:
+        # Names only, never a token: what an operator needs to see why a client gets 401.
+        log_event(logger, logging.INFO, "bearer tokens loaded", count=len(tokens.names), names=",".join(tokens.names))
     http = config.http
     try:
         sock = socket.socket(fileno=listen_fd) if worker else listening(http.host, http.port)

@@ -188,6 +188,9 @@ async def test_tokens_are_required_checked_and_kept_out_of_urls(
     events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
     [received] = [event for event in events if event["event"] == "call received"]
     assert received["caller"] == "bob", "a JSON log line names the token"
+    # How many were loaded, and their names, are said at start (found by a new user: 401s were a mystery).
+    [loaded] = [event for event in events if event["event"] == "bearer tokens loaded"]
+    assert (loaded["count"], loaded["names"]) == (2, "alice,bob")
     assert re.fullmatch(r"[0-9a-f]{8}", received["request_id"])
 
 
