@@ -188,27 +188,28 @@ async def test_writes_to_kept_anonymous_shared_memory_are_rolled_back_with_the_c
     assert after.stdout.text == "b'kept'\n", after
 
 
-async def test_a_call_leaving_shared_memory_of_a_file_is_not_kept_and_says_why(pool: Pool) -> None:
+LEAVES_SHARED_MEMORY = {
+    # a file mapped shared: writes through it would outlive a roll-back
+    "a-file": (
+        "import mmap\nf = open('shared.bin', 'w+b')\nf.write(bytes(4096))\nf.flush()\nm = mmap.mmap(f.fileno(), 4096)",
+        "it holds shared memory (",
+    ),
+    # POSIX shared memory, unlinked but still mapped: nothing left in the host's /dev/shm without a sandbox
+    "posix": (
+        "from multiprocessing import shared_memory\nm = shared_memory.SharedMemory(create=True, size=4096)\nm.unlink()",
+        "it holds shared memory (/dev/shm/",
+    ),
+}
+
+
+@pytest.mark.parametrize(("code", "said"), LEAVES_SHARED_MEMORY.values(), ids=LEAVES_SHARED_MEMORY.keys())
+async def test_a_call_leaving_shared_memory_is_not_kept_and_says_why(pool: Pool, code: str, said: str) -> None:
     handle = await new_session(pool, "x = 1")
-    code = (
-        "import mmap\nf = open('shared.bin', 'w+b')\nf.write(bytes(4096))\nf.flush()\nm = mmap.mmap(f.fileno(), 4096)"
-    )
     result = await call(pool, code + "\nx = 2", handle)
     assert result.status is Status.OK
     assert result.session is not None
     assert not result.session.kept
-    assert "shared memory" in result.session.note, result
-    assert (await call(pool, "print(x)", handle)).stdout.text == "1\n"
-
-
-async def test_a_call_leaving_posix_shared_memory_is_not_kept_and_says_why(pool: Pool) -> None:
-    handle = await new_session(pool, "x = 1")
-    code = "from multiprocessing import shared_memory\nm = shared_memory.SharedMemory(create=True, size=4096)\n"
-    code += "m.unlink()\nx = 2"  # still mapped; nothing left in the host's /dev/shm without a sandbox
-    result = await call(pool, code, handle)
-    assert result.session is not None
-    assert not result.session.kept
-    assert "it holds shared memory (/dev/shm/" in result.session.note, result
+    assert said in result.session.note, result
     assert (await call(pool, "print(x)", handle)).stdout.text == "1\n"
 
 
