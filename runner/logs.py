@@ -75,4 +75,7 @@ def configure_logging(level: LogLevel, fmt: LogFormat, stream: TextIO | None = N
     root.handlers[:] = [handler]
     # The SDK's own loggers stay at warning: their debug chatter carries message bodies (user code).
     root.setLevel(logging.WARNING)
+    # Its refusals (a Host, an Origin) are logged by ours with the variable to change, once; its own
+    # lines said the same twice more, with no request_id.
+    logging.getLogger("mcp.server.transport_security").setLevel(logging.ERROR)
     get_logger().setLevel(level.upper())

@@ -7,18 +7,26 @@ and a static token has no MCP auth profile. RFC 6750 says what a client gets: no
 A token is compared in time that does not depend on how much of it a guess got right: every
 candidate is hashed, and the digest is compared with every known token's digest, all of them,
 with `hmac.compare_digest`. A token never reaches a log; its name does.
+
+A refusal is logged with the client's address and why (no token, an unknown one, one in the URL),
+so that an operator can see why a client gets 401; at most one line per `RefusalLog.interval`
+seconds, the next saying how many it stood for, so that a client guessing tokens cannot fill the log.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runner.errors import ConfigError
+from runner.logs import log_event
 
 REALM = "python-runner-mcp"
 # Where the transport leaves the name of the token a request came with, for the handlers' logs,
@@ -91,6 +99,30 @@ def _digest(token: bytes) -> bytes:
     return hashlib.sha256(token).digest()
 
 
+class RefusalLog:
+    """Decides which refusals get a log line: the first, then at most one per `interval` seconds.
+
+    Sans-IO: `clock` is injected, and `note` returns how many refusals the line stands for (0: none
+    is written). One counter for every client, not one per address: a map of addresses would grow
+    with whatever a scanner sends.
+    """
+
+    def __init__(self, interval: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._last: float | None = None
+        self._held = 0
+
+    def note(self) -> int:
+        """Count one refusal; the number of refusals to log now (this one and those held), or 0."""
+        self._held += 1
+        now = self._clock()
+        if self._last is not None and now - self._last < self.interval:
+            return 0
+        self._last, held, self._held = now, self._held, 0
+        return held
+
+
 class BearerAuth:
     """Lets a request through to `app` only with a known bearer token; everything else gets 401.
 
@@ -98,9 +130,11 @@ class BearerAuth:
     proxies' and servers' access logs.
     """
 
-    def __init__(self, app: ASGIApp, tokens: BearerTokens) -> None:
+    def __init__(self, app: ASGIApp, tokens: BearerTokens, logger: logging.Logger, refusals: RefusalLog) -> None:
         self._app = app
         self._tokens = tokens
+        self._log = logger
+        self._refusals = refusals
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -108,19 +142,32 @@ class BearerAuth:
             return
         query = scope.get("query_string", b"")
         if re.search(rb"(^|&)access_token=", query):
+            self._logged(scope, "a token in the URL")
             await _refuse(send, "invalid_request", "a token in the URL is refused; send it in the Authorization header")
             return
         header = next((value for key, value in scope["headers"] if key == b"authorization"), None)
         if header is None:
+            self._logged(scope, "no Authorization header")
             await _refuse(send, None, "")
             return
         scheme, _, token = header.partition(b" ")
         name = self._tokens.name_of(token.strip()) if scheme.lower() == b"bearer" else None
         if name is None:
+            why = "a token that is not known" if scheme.lower() == b"bearer" else "not a Bearer token"
+            self._logged(scope, why)
             await _refuse(send, "invalid_token", "the token is not known")
             return
         scope.setdefault("state", {})[CALLER_STATE_KEY] = name
         await self._app(scope, receive, send)
+
+    def _logged(self, scope: Scope, why: str) -> None:
+        count = self._refusals.note()
+        if count:
+            client = scope.get("client") or ("unknown", 0)
+            fields: dict[str, object] = {"client": f"{client[0]}:{client[1]}", "why": why}
+            if count > 1:
+                fields["refused_since_last_line"] = count
+            log_event(self._log, logging.WARNING, "HTTP request refused: no valid bearer token", **fields)
 
 
 async def _refuse(send: Send, error: str | None, description: str) -> None:

@@ -34,7 +34,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runner.config import OPERATIONS_PATHS, HttpConfig
-from runner.transports.auth import CALLER_STATE_KEY, BearerAuth, BearerTokens
+from runner.transports.auth import CALLER_STATE_KEY, BearerAuth, BearerTokens, RefusalLog
 from runner.transports.cancels import PostedCancels
 from runner.transports.refusals import ExplainedRefusals
 
@@ -97,7 +97,7 @@ def http_app(
         ],
     )
     mcp = PostedCancels(app, http.path, http.max_body_bytes, security, anonymous_cancels=http.loopback)
-    guarded = BearerAuth(mcp, tokens) if tokens is not None else mcp
+    guarded = BearerAuth(mcp, tokens, logger, RefusalLog()) if tokens is not None else mcp
     return _Front(app, ExplainedRefusals(guarded, http, logger), http.path)
 
 

@@ -192,6 +192,12 @@ async def test_tokens_are_required_checked_and_kept_out_of_urls(
     [loaded] = [event for event in events if event["event"] == "bearer tokens loaded"]
     assert (loaded["count"], loaded["names"]) == (2, "alice,bob")
     assert re.fullmatch(r"[0-9a-f]{8}", received["request_id"])
+    # Found by a new user: 401s were not logged. The first is, with the client's address and why;
+    # the burst after it is held (one line per interval, counting the refusals it stands for).
+    refused = [event for event in events if event["event"] == "HTTP request refused: no valid bearer token"]
+    assert len(refused) == 1, refused
+    assert refused[0]["why"] == "no Authorization header"
+    assert refused[0]["client"].startswith("127.0.0.1:")
 
 
 def test_the_server_refuses_to_serve_a_public_address_without_tokens_and_says_why(work_dir: Path) -> None:
@@ -266,6 +272,9 @@ async def test_a_foreign_host_gets_421_and_a_foreign_origin_403(
     logged = [line for line in (tmp_path / "log").read_text().splitlines() if "'attacker.example' is not" in line]
     assert logged, "the refusals are logged"
     assert all("HTTP request refused" in line and "127.0.0.1:*" in line for line in logged), logged
+    # Found by a new user: each refusal was logged three times, twice more by the SDK's own lines.
+    assert len(logged) == 3, logged
+    assert "Invalid Host header" not in (tmp_path / "log").read_text()
 
 
 async def test_a_host_allowed_without_its_port_is_refused_saying_it_needs_the_port_or_a_wildcard(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.errors import ConfigError
-from runner.transports.auth import BearerTokens
+from runner.transports.auth import BearerTokens, RefusalLog
 
 
 def test_tokens_are_named_by_their_line_or_their_prefix_and_never_kept() -> None:
@@ -79,3 +79,16 @@ def test_checking_a_token_takes_as_long_whatever_prefix_a_guess_shares_within_no
             rounds[guess].append((time.perf_counter_ns() - start) / 500)
     ratio = statistics.median(rounds[near]) / statistics.median(rounds[far])
     assert 0.7 < ratio < 1.4, f"near/far time ratio {ratio:.2f}"
+
+
+def test_refusals_are_logged_first_then_at_most_once_an_interval_counting_those_held() -> None:
+    now = [100.0]
+    log = RefusalLog(interval=10.0, clock=lambda: now[0])
+    assert log.note() == 1, "the first refusal is logged at once"
+    assert [log.note() for _ in range(5)] == [0] * 5, "a burst is held"
+    now[0] += 10.0
+    assert log.note() == 6, "the next line stands for the five held and itself"
+    now[0] += 9.9
+    assert log.note() == 0
+    now[0] += 0.1
+    assert log.note() == 2
