@@ -30,7 +30,7 @@ WHEELHOUSE_STAMP := $(WHEELHOUSE)/.manifest
 PYTEST_ARGS ?=
 , := ,
 
-.PHONY: help setup run serve test test-fast lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak sandbox-env check-sandbox-env wheelhouse check-wheelhouse
+.PHONY: help setup run serve test test-fast lint typecheck unit lock inspect clean bench bench-profile bench-timeline soak sandbox-env check-sandbox-env wheelhouse check-wheelhouse tool-doc
 
 # The README's commands first, then the rest in the file's order; one column, as wide as the longest name.
 FIRST_TARGETS := run serve test setup
@@ -95,6 +95,9 @@ wheelhouse: $(WHEELHOUSE_STAMP) ## Download the vetted wheelhouse (requirements-
 
 check-wheelhouse: $(WHEELHOUSE_STAMP) ## Fail if .wheelhouse is not exactly the wheels and hashes requirements-wheelhouse.lock says
 	@$(PY) scripts/wheelhouse.py check $(WHEELHOUSE)
+
+tool-doc: $(RUN_STAMP) check-sandbox-env check-wheelhouse ## Write run_python's description, as the model reads it, into docs/tool.md
+	$(PY) scripts/tool_doc.py write
 
 # RUNNER_PACKAGES set in the environment (even empty: standard library only) wins over the built one.
 setup: $(RUN_STAMP) check-sandbox-env check-wheelhouse ## Install from the locks (.venv, .sandbox-env, .wheelhouse: network, about 560 MB), then stop

@@ -107,11 +107,14 @@ class Config:
     packages: str = ""
     packages_site: str = ""
     package_versions: tuple[str, ...] = ()  # "numpy 2.4.6", ... what runs may import besides the stdlib
+    # numpy, pandas, ...: the top-level modules of what the environment's lock asked for (what a user imports).
+    package_modules: tuple[str, ...] = ()
     wheelhouse: str = ""
     wheelhouse_cache: str = ""  # empty: in the work directory, filled in when the environment is opened
     max_wheelhouse_cache_bytes: int = 1024 * MIB
     # "sympy 1.14.0", ...: the wheelhouse's distributions beyond the package environment's, for runs to import.
     wheelhouse_versions: tuple[str, ...] = ()
+    wheelhouse_modules: tuple[str, ...] = ()  # sklearn, sympy, ...: likewise, of those
     preload: tuple[str, ...] = ()
     # RUNNER_PRELOAD is not set: opening the environment preloads those of DEFAULT_PRELOAD it has.
     default_preload: bool = False

@@ -12,20 +12,22 @@ import dataclasses
 import glob
 import importlib.machinery
 import os
-import re
 import stat
 import sys
 import tempfile
+import zipfile
 from collections.abc import Mapping
+from pathlib import Path
 
 from runner.config import DEFAULT_PRELOAD, PROVIDED_DIRECTORY, Config
 from runner.errors import ConfigError
+from runner.locks import installed_modules, normalized, parse_lock, shown_modules, wheel_modules
 
 # The pool's directory in RUNNER_WORK_DIR (`runner.execution.pool.Pool.open`), where runs' own are made.
 POOL_PREFIX = "python-runner-"
-# The wheelhouse's lock, which `make wheelhouse` keeps beside the wheels (scripts/wheelhouse.py).
-WHEELHOUSE_LOCK = "requirements.lock"
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.MULTILINE)
+# The lock an environment was made from, which `make wheelhouse` keeps beside the wheels and `make
+# sandbox-env` in the package environment (scripts/wheelhouse.py, scripts/sandbox_env.py).
+WHEELHOUSE_LOCK = ENVIRONMENT_LOCK = "requirements.lock"
 READ_PATHS = "RUNNER_SANDBOX_READ_PATHS"
 
 
@@ -59,7 +61,7 @@ def open_environment(config: Config) -> Config:
     packages, site = _packages(config.packages)
     installed = _installed(site)
     work_dir = _work_dir(config.work_dir)
-    wheelhouse, offered = _wheelhouse(config.wheelhouse, installed)
+    wheelhouse, offered, offered_modules = _wheelhouse(config.wheelhouse, installed)
     opened = dataclasses.replace(
         config,
         python=_python(config.python),
@@ -67,8 +69,10 @@ def open_environment(config: Config) -> Config:
         packages=packages,
         packages_site=site,
         package_versions=installed,
+        package_modules=_package_modules(packages, site),
         wheelhouse=wheelhouse,
         wheelhouse_versions=offered,
+        wheelhouse_modules=offered_modules,
         wheelhouse_cache=_wheelhouse_cache(config.wheelhouse_cache, work_dir) if wheelhouse else "",
         preload=_preload(config, site),
         default_preload=False,
@@ -125,11 +129,12 @@ def _packages(path: str) -> tuple[str, str]:
     return os.path.realpath(path), os.path.realpath(found[0])
 
 
-def _wheelhouse(path: str, installed: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-    """RUNNER_WHEELHOUSE, resolved, and "name version" of each distribution its lock pins, with its
-    wheel there, that the package environment does not have: what runs may have installed for them."""
+def _wheelhouse(path: str, installed: tuple[str, ...]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """RUNNER_WHEELHOUSE, resolved; "name version" of each distribution its lock pins, with its wheel
+    there, that the package environment does not have (what runs may have installed for them); and the
+    top-level modules of those its lock asked for (what a user imports of them)."""
     if not path:
-        return "", ()
+        return "", (), ()
     if not os.path.isdir(path):
         raise _unfit("RUNNER_WHEELHOUSE", path, "a wheelhouse (a directory; make wheelhouse downloads one)")
     lock = os.path.join(path, WHEELHOUSE_LOCK)
@@ -138,26 +143,44 @@ def _wheelhouse(path: str, installed: tuple[str, ...]) -> tuple[str, tuple[str, 
             "RUNNER_WHEELHOUSE", f"expected a wheelhouse holding {WHEELHOUSE_LOCK} (make wheelhouse), got {path!r}"
         )
     with open(lock, encoding="utf-8") as file:
-        pins = _PIN.findall(file.read())
-    have = {normalized_name(line.split(" ")[0]) for line in installed}
+        pins = parse_lock(file.read())
+    have = {normalized(line.split(" ")[0]) for line in installed}
     # A pin without its wheel (a wheelhouse `make check-wheelhouse` would refuse) is not offered.
-    wheels = {normalized_name(name.split("-")[0]) for name in os.listdir(path) if name.endswith(".whl")}
-    offered = sorted(
-        (normalized_name(name), version)
-        for name, version in pins
-        if normalized_name(name) not in have and normalized_name(name) in wheels
-    )
+    wheels = {normalized(name.split("-")[0]): name for name in os.listdir(path) if name.endswith(".whl")}
+    offered = sorted(name for name in pins if name not in have and name in wheels)
     if not offered:
         raise ConfigError(
             "RUNNER_WHEELHOUSE", f"expected {lock} to pin distributions, found none beyond RUNNER_PACKAGES"
         )
-    return os.path.realpath(path), tuple(f"{name} {version}" for name, version in offered)
+    asked = [name for name in offered if pins[name].requested] or offered
+    modules: set[str] = set()
+    for name in asked:
+        try:
+            modules.update(shown_modules(name, wheel_modules(Path(path, wheels[name]))))
+        except (OSError, zipfile.BadZipFile):
+            continue  # a damaged wheel: its hash check refuses it when a run asks for it
+    versions = tuple(f"{name} {pins[name].version}" for name in offered)
+    return os.path.realpath(path), versions, tuple(sorted(modules))
 
 
-def normalized_name(name: str) -> str:
-    """PEP 503: the form under which two spellings of a distribution's name are the same (the lock's,
-    a wheel's file name, a `packages` entry)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _package_modules(packages: str, site: str) -> tuple[str, ...]:
+    """The top-level modules of what the package environment's lock asked for (numpy, pandas, not
+    cycler): what the tool's description lists. An environment without its lock (one of the user's
+    own) shows every distribution's."""
+    if not site:
+        return ()
+    try:
+        with open(os.path.join(packages, ENVIRONMENT_LOCK), encoding="utf-8") as file:
+            asked = {name for name, pin in parse_lock(file.read()).items() if pin.requested}
+    except OSError:
+        asked = set()
+    modules: set[str] = set()
+    for entry in os.listdir(site):
+        if entry.endswith(".dist-info"):
+            name = normalized(entry[: -len(".dist-info")].rsplit("-", 1)[0])
+            if not asked or name in asked:
+                modules.update(shown_modules(name, installed_modules(Path(site, entry))))
+    return tuple(sorted(modules))
 
 
 def _wheelhouse_cache(path: str, work_dir: str) -> str:

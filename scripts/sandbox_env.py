@@ -5,8 +5,9 @@ and checked against it.
     python scripts/sandbox_env.py check ENV [--lock requirements-sandbox.lock]
 
 ENV gets ``site-packages/`` (every locked wheel, hash-checked, nothing else: no pip, no setuptools,
-nothing of the server's) and ``mplconfig/`` (matplotlib's font cache, built once here so that no
-run builds it). Build with the interpreter runs use: wheels are made for one Python version.
+nothing of the server's), ``requirements.lock`` (the lock it was made from) and ``mplconfig/``
+(matplotlib's font cache, built once here so that no run builds it). Build with the interpreter runs
+use: wheels are made for one Python version.
 `build` makes the new environment next to the old one and swaps them, so a failed build leaves the
 old one whole. `check` exits 1, naming each difference, when the environment is not what the lock
 says.
@@ -72,6 +73,9 @@ def build(env: Path, lock: Path) -> int:
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     pip += ["--require-hashes", "--only-binary=:all:", "--no-deps", "--target", str(site), "-r", str(lock)]
     subprocess.run(pip, check=True)
+    # The lock goes with the environment: the server reads from it which distributions were asked for
+    # (numpy, not cycler), to say what runs may import.
+    shutil.copyfile(lock, new / "requirements.lock")
     # The font cache made once (pip made the bytecode): runs see both read-only.
     mplconfig = new / "mplconfig"
     mplconfig.mkdir()

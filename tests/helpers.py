@@ -235,6 +235,7 @@ def fake_env(root: Path, installed: dict[str, str]) -> Path:
         info = site / f"{name.replace('-', '_')}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "RECORD").write_text(f"{name.replace('-', '_')}/__init__.py,,\n{info.name}/METADATA,,\n")
     return root
 
 

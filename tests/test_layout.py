@@ -29,6 +29,7 @@ SHARED = (
     "runner.variables",
     "runner.removed",
     "runner.environment",
+    "runner.locks",
     "runner.errors",
     "runner.logs",
     "runner.fdio",

@@ -15,27 +15,23 @@ from runner.protocol.schemas import (
     output_schema,
 )
 
+# What the model reads before every call, so short (under ~1,200 characters with the default settings:
+# tests/test_docs.py checks docs/tool.md, generated from this) and what a user imports, not every
+# distribution with its version (importlib.metadata says those).
 DESCRIPTION = (
-    "Run a Python 3 program in its own fresh, isolated interpreter process and return its stdout, "
-    "stderr and exit code. Each call is a one-shot process (no state is kept between calls unless "
-    "you pass 'session') with {importable}, an empty private working directory that is deleted "
-    "afterwards, and hard limits: {cpu}s CPU, {mem} MiB memory{preloaded}, {procs} processes, {fsize} MiB per "
-    "written file, wall-clock timeout {timeout:g}s by default (at most {max_timeout:g}s), output "
-    "capped at {chars:,} characters per stream. The status field says why a run ended (ok, error, "
-    "timeout, cpu_limit, memory_limit, file_size_limit, output_limit, signal, ...).{returns}{sessions}"
+    "Run Python 3 code in a fresh, isolated process; get its stdout, stderr, exit code and a status "
+    "(ok, error, timeout, cpu_limit, memory_limit, output_limit, ...). Each call starts clean in an "
+    "empty working directory, deleted afterwards. Limits: {cpu}s CPU, {mem} MiB memory{preloaded}, "
+    "{procs} processes, {fsize} MiB per file, {timeout:g}s wall clock by default (timeout, at most "
+    "{max_timeout:g}s), {chars:,} characters per output stream.{importable}{returns}{sessions}"
 )
 RETURNS = (
-    " If the code ends with an expression, its repr() comes back as the result (a DataFrame as its "
-    "table). Pass input files with 'files'; files the code writes in its directory come back (at "
-    "most {files_kb} KiB of non-image files per call), and matplotlib figures (shown or left open) "
-    "come back as PNG images (at most {images} per call, {image_kb} KiB each); there is no display."
+    " A final expression's repr() is returned as the result. Pass input files in 'files'; files the code "
+    "writes come back (up to {files_kb} KiB), matplotlib figures as PNGs (up to {images})."
 )
 SESSIONS = (
-    ' To keep state between calls, pass session "new" and then the handle the result returns: '
-    "variables, imports, loaded data and files carry over, each call is still its own process, and "
-    "a call that does not end ok is rolled back (the session stays as it was). A session ends "
-    "{idle:,} s after its last call, {life:,} s after it began, or with close_session; at most "
-    "{mine} open per client."
+    ' To keep variables, imports and files between calls, pass session "new", then the handle returned; '
+    "a call that fails is rolled back. Sessions end after {idle:,}s idle or with close_session."
 )
 # Where runs have no sandbox (`auto` found none: macOS, Windows, a Linux host without user namespaces or
 # bubblewrap), the model must know that its code reaches the user's files.
@@ -84,16 +80,10 @@ def tool_definition(config: Config, *, sandboxed: bool = True) -> types.Tool:
         description=DESCRIPTION.format(
             importable=_importable(config),
             preloaded=f" (beyond what {', '.join(config.preload)} map, when imported)" if config.preload else "",
-            returns=RETURNS.format(
-                images=config.max_images, image_kb=config.max_image_bytes // KIB, files_kb=config.max_files_bytes // KIB
-            )
+            returns=RETURNS.format(images=config.max_images, files_kb=config.max_files_bytes // KIB)
             if config.max_returned_bytes
             else "",
-            sessions=SESSIONS.format(
-                idle=config.session_idle_seconds, life=config.session_max_seconds, mine=config.max_sessions_per_caller
-            )
-            if not config.sessions_refused
-            else "",
+            sessions=SESSIONS.format(idle=config.session_idle_seconds) if not config.sessions_refused else "",
             cpu=config.max_cpu_seconds,
             mem=config.max_memory_mb,
             procs=config.max_processes,
@@ -119,15 +109,12 @@ def tool_definition(config: Config, *, sandboxed: bool = True) -> types.Tool:
 
 
 def _importable(config: Config) -> str:
-    if not config.package_versions and not config.wheelhouse_versions:
-        return "no site-packages (standard library only)"
-    found = "the standard library"
-    if config.package_versions:
-        found += " and these packages importable: " + ", ".join(config.package_versions)
-    if config.wheelhouse_versions:
-        # Generated from the wheelhouse's lock (RUNNER_WHEELHOUSE): what the model may import beyond.
-        found += (
-            "; these too, installed on first import (offline, from a vetted wheelhouse; importlib by a "
-            "computed name needs them in 'packages'): " + ", ".join(config.wheelhouse_versions)
-        )
-    return found
+    if not config.package_modules and not config.wheelhouse_modules:
+        return " Standard library only."
+    found = " Importable: the standard library"
+    if config.package_modules:
+        found += ", " + ", ".join(config.package_modules)
+    if config.wheelhouse_modules:
+        # What the wheelhouse's lock asked for; what they need comes with them.
+        found += "; installed on first import from a vetted offline wheelhouse: " + ", ".join(config.wheelhouse_modules)
+    return found + "."

@@ -22,6 +22,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -164,7 +165,7 @@ class BearerAuth:
         count = self._refusals.note()
         if count:
             client = scope.get("client") or ("unknown", 0)
-            fields: dict[str, object] = {"client": f"{client[0]}:{client[1]}", "why": why}
+            fields: dict[str, Any] = {"client": f"{client[0]}:{client[1]}", "why": why}
             if count > 1:
                 fields["refused_since_last_line"] = count
             log_event(self._log, logging.WARNING, "HTTP request refused: no valid bearer token", **fields)

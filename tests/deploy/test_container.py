@@ -287,7 +287,7 @@ async def test_the_image_s_wheelhouse_packages_import_and_are_read_only(line_nam
     async with served(line_name, log) as client:
         assert await stdout_of(client, WHEELHOUSE_WORK) == "2*sqrt(2) hi\n30\n"
         tools = await client.list_tools()
-        assert "sympy 1.14.0" in (tools.tools[0].description or "")
+        assert "sympy" in (tools.tools[0].description or "")
     text = log.read_text()
     assert "cache_writable=False" in text, text
     assert "packages installed" not in text, "the image's build installed them all"

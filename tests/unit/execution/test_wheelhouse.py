@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.execution.wheelhouse import Wheelhouse, parse_lock, requirements, top_level_modules, wheel_modules
+from runner.execution.wheelhouse import Wheelhouse
 from tests.conftest import REPO
 
 LOCK = """\
@@ -31,52 +31,12 @@ numpy==2.4.6 \\
 """.format(a="a" * 64, b="b" * 64, c="c" * 64)
 
 
-def test_the_lock_gives_versions_hashes_and_who_needs_what() -> None:
-    pins = parse_lock(LOCK)
-    assert set(pins) == {"alpha", "beta-pkg", "gamma", "numpy"}
-    assert (pins["beta-pkg"].version, pins["beta-pkg"].hashes) == ("2.1", frozenset({"b" * 64}))
-    assert pins["beta-pkg"].needed_by == {"alpha", "gamma"}
-    assert pins["alpha"].needed_by == frozenset()  # "-r ..." is the input file, not a pin
-    assert pins["numpy"].needed_by == {"alpha"}  # "-c ..." likewise
-    assert requirements(pins) == {
-        "alpha": {"beta-pkg", "gamma", "numpy"},
-        "beta-pkg": frozenset(),
-        "gamma": {"beta-pkg"},
-        "numpy": frozenset(),
-    }
-
-
-def test_a_wheel_s_modules_come_from_its_paths_when_it_lists_none() -> None:
-    names = [
-        "sklearn/__init__.py",
-        "sklearn/tree/_tree.cpython-311-x86_64-linux-gnu.so",
-        "_yaml/__init__.py",
-        "six.py",
-        "_cffi_backend.cpython-311-x86_64-linux-gnu.so",
-        "scikit_learn-1.9.1.dist-info/RECORD",
-        "scikit_learn-1.9.1.data/scripts/run",
-        "not-a-module/x.py",
-        "README.txt",
-    ]
-    assert top_level_modules(names) == {"sklearn", "_yaml", "six", "_cffi_backend"}
-
-
 def make_wheel(directory: Path, name: str, version: str, members: dict[str, str]) -> Path:
     path = directory / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as archive:
         for member, text in members.items():
             archive.writestr(member, text)
     return path
-
-
-def test_a_wheel_s_top_level_txt_wins_over_its_paths(tmp_path: Path) -> None:
-    wheel = make_wheel(
-        tmp_path,
-        "beautifulsoup4",
-        "4.15.0",
-        {"bs4/__init__.py": "", "extra/thing.py": "", "beautifulsoup4-4.15.0.dist-info/top_level.txt": "bs4\n"},
-    )
-    assert wheel_modules(wheel) == {"bs4"}
 
 
 def test_the_wheelhouse_maps_modules_to_distributions_and_gives_each_run_what_it_needs(tmp_path: Path) -> None:

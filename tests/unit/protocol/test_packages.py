@@ -18,6 +18,7 @@ CONFIG = dataclasses.replace(
     Config(),
     package_versions=("numpy 2.4.6", "pandas 3.0.1"),
     wheelhouse_versions=("beautifulsoup4 4.15.0", "pyyaml 6.0.4", "scikit-learn 1.9.1", "sympy 1.14.0"),
+    wheelhouse_modules=("bs4", "sklearn", "sympy", "yaml"),
 )
 AVAILABLE = "the wheelhouse has beautifulsoup4 4.15.0, pyyaml 6.0.4, scikit-learn 1.9.1, sympy 1.14.0"
 
@@ -76,7 +77,7 @@ def test_the_tool_description_and_the_schema_list_the_wheelhouse_from_its_lock()
     tool = tool_definition(CONFIG)
     assert tool.description is not None
     assert "installed on first import" in tool.description
-    assert "scikit-learn 1.9.1, sympy 1.14.0" in tool.description
+    assert "wheelhouse: bs4, sklearn, sympy, yaml." in tool.description
     described = tool.input_schema["properties"]["packages"]["description"]
     assert "beautifulsoup4, pyyaml, scikit-learn, sympy" in described
     bare = tool_definition(Config())

@@ -14,10 +14,24 @@ def test_the_tool_description_names_what_runs_may_import(tmp_path: Path) -> None
     env = fake_env(tmp_path / "env", {"numpy": "2.4.6", "pandas": "3.1.1"})
     packaged = open_environment(Config.from_env({"RUNNER_PACKAGES": str(env), "RUNNER_PRELOAD": "json"}))
     described = tool_definition(packaged).description or ""
-    assert "the standard library and these packages importable: numpy 2.4.6, pandas 3.1.1," in described
+    assert "Importable: the standard library, numpy, pandas." in described
     assert "256 MiB memory (beyond what json map, when imported)," in described
     plain = tool_definition(Config.from_env({})).description or ""
-    assert "no site-packages (standard library only)" in plain
+    assert "Standard library only." in plain
+
+
+def test_the_tool_description_lists_what_the_lock_asked_for_without_versions(tmp_path: Path) -> None:
+    # Found by a new user: the description listed 35 distributions with versions, cycler among them.
+    env = fake_env(tmp_path / "env", {"numpy": "2.4.6", "pandas": "3.1.1", "cycler": "0.12.1", "scikit-learn": "1.9"})
+    (env / "requirements.lock").write_text(
+        "cycler==0.12.1\n    # via matplotlib\nnumpy==2.4.6\n    # via\n    #   -r requirements-sandbox.in\n"
+        "    #   pandas\npandas==3.1.1\n    # via -r requirements-sandbox.in\n"
+        "scikit-learn==1.9\n    # via -r requirements-sandbox.in\n"
+    )
+    described = tool_definition(open_environment(Config.from_env({"RUNNER_PACKAGES": str(env)}))).description or ""
+    assert "Importable: the standard library, numpy, pandas, scikit_learn." in described
+    assert "cycler" not in described
+    assert "2.4.6" not in described
 
 
 def test_the_tool_description_warns_the_model_where_runs_have_no_sandbox() -> None:
