@@ -223,6 +223,7 @@ class RunResult:
     omitted: tuple[Omitted, ...] = ()
     session: SessionOutcome | None = None
     kept: tuple[KeptOutput, ...] = ()  # streams kept whole and files linked, to be read back as resources
+    note: str = ""  # what the server adds for the caller (a module it cannot provide); empty mostly
 
     @property
     def images(self) -> tuple[Attachment, ...]:
@@ -284,6 +285,8 @@ class RunResult:
             parts.append(f"--- not returned: {omitted.name}{size}: {omitted.reason} ---\n")
         if self.status not in (Status.OK, Status.ERROR) and self.message:
             parts.append(f"--- {self.status}: {self.message} ---\n")
+        if self.note:
+            parts.append(f"--- note: {self.note} ---\n")
         if self.session is not None:
             parts.append(f"--- {self.session.describe()} ---\n")
         exit_code = "none"

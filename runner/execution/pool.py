@@ -23,6 +23,7 @@ from runner.config import Config
 from runner.environment import POOL_PREFIX
 from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
+from runner.execution.hints import ModuleNotes
 from runner.execution.kept import OutputStore
 from runner.execution.provided import ProvidedPackages
 from runner.execution.sessions import Sessions, anchor_pids, expire_forever
@@ -114,9 +115,11 @@ class Pool:
         store: OutputStore,
         provided: ProvidedPackages | None,
         *,
+        notes: ModuleNotes,
         sandboxed: bool = True,
     ) -> None:
         self.sessions = sessions
+        self._notes = notes
         self._sandboxed = sandboxed
         self._store = store
         self._provided = provided
@@ -192,6 +195,7 @@ class Pool:
                             sessions,
                             store,
                             provided,
+                            notes=_module_notes(config, provided),
                             sandboxed=plan.sandboxed,
                         )
                     finally:
@@ -247,12 +251,13 @@ class Pool:
         await self._teardowns.wait_for_earlier()
 
     async def run(self, request: RunRequest, on_progress: ProgressCallback | None = None) -> RunResult:
-        """Run one request to its end and return the outcome; raises only for cancellation.
-
-        `on_progress`, if given, is called about once a second while the code runs.
-        """
+        """Run one request to its end and return the outcome; raises only for cancellation. `on_progress`,
+        if given, is called about once a second while the code runs."""
         if request.session is not None:
-            return await self.sessions.run(request, on_progress, self._in_a_slot)
+            return self._notes.noted(await self.sessions.run(request, on_progress, self._in_a_slot))
+        return self._notes.noted(await self._one_shot(request, on_progress))
+
+    async def _one_shot(self, request: RunRequest, on_progress: ProgressCallback | None) -> RunResult:
         queued = anyio.current_time()
         caller = request.caller
         if not await self._admission.enter(caller):
@@ -344,6 +349,12 @@ class Pool:
             stderr_bytes=result.stderr.total_bytes,
         )
         return result, child
+
+
+def _module_notes(config: Config, provided: ProvidedPackages | None) -> ModuleNotes:
+    """What a run that could not import a module is told the server has."""
+    house = provided.wheelhouse.modules if provided is not None else {}
+    return ModuleNotes(config.packages_site, house, config.wheelhouse_modules)
 
 
 def _log_start(logger: logging.Logger, config: Config, plan: IsolationPlan, limits: Limits, base_dir: str) -> None:

@@ -151,6 +151,8 @@ def structured_result(result: RunResult) -> dict[str, Any]:
         ],
         "not_returned": [{"name": o.name, "bytes": o.size, "reason": o.reason} for o in result.omitted],
     }
+    if result.note:
+        content["note"] = result.note
     if result.session is not None:
         content["session"] = result.session.handle
         content["rolled_back"] = not result.session.kept

@@ -169,6 +169,13 @@ def output_schema() -> dict[str, Any]:
                 "description": "What the run made that did not come back, and why (a budget, a link, ...).",
                 "items": _object(name={"type": "string"}, bytes=count, reason={"type": "string"}),
             },
+            "note": {
+                "type": "string",
+                "description": (
+                    "Only when the server has something to add: for a module the run could not import, whether "
+                    "the wheelhouse has it and what it offers."
+                ),
+            },
             "session": {
                 "type": "string",
                 "description": "The session's handle (only in a session's call): pass it as `session` to go on.",

@@ -51,3 +51,16 @@ def test_a_call_that_never_ran_says_why_and_has_no_exit_code() -> None:
         "[request_id=a1b2c3d4]\n--- invalid_arguments: missing argument: 'code' is a required property ---\n"
         "--- exit_code: none | duration: 0.000s ---"
     )
+
+
+def test_a_note_has_its_line_before_the_closing_one() -> None:
+    result = RunResult(
+        "a1b2c3d4",
+        Status.ERROR,
+        "exited with status 1",
+        exit_code=1,
+        stderr=StreamText("ModuleNotFoundError: No module named 'requests'\n", 48, 0),
+        duration=0.01,
+        note="no module 'requests' here",
+    )
+    assert result.to_text().endswith("--- note: no module 'requests' here ---\n--- exit_code: 1 | duration: 0.010s ---")

@@ -62,7 +62,7 @@ def with_wheelhouse(config: Config, mode: str, cache: Path, wheelhouse: str = WH
     needs_wheelhouse()
     packaged = dataclasses.replace(with_packages(config, mode), **changes)  # type: ignore[arg-type]
     opened = open_environment(dataclasses.replace(packaged, wheelhouse=wheelhouse, wheelhouse_cache=str(cache)))
-    found = ("wheelhouse", "wheelhouse_cache", "wheelhouse_versions")
+    found = ("wheelhouse", "wheelhouse_cache", "wheelhouse_versions", "wheelhouse_modules")
     return dataclasses.replace(packaged, **{name: getattr(opened, name) for name in found})
 
 
@@ -100,6 +100,7 @@ async def test_an_import_no_scan_sees_works_through_packages_and_fails_without(
         without = await run(pool, code)
         assert without.status is Status.ERROR
         assert "ModuleNotFoundError: No module named 'tabulate'" in without.stderr.text
+        assert "name 'tabulate' in 'packages'" in without.note
         named = await run(pool, code, packages=("tabulate",))
         assert named.status is Status.OK, named.to_text()
         assert "-  -" in named.stdout.text
@@ -209,6 +210,30 @@ async def test_a_corrupted_wheel_is_an_internal_error_naming_it_and_the_pool_goe
         fine = await run(pool, "import yaml\nprint('still serving')")
         assert (fine.status, fine.stdout.text) == (Status.OK, "still serving\n")
     assert not list((tmp_path / "cache" / "packages").glob("tabulate*"))
+
+
+async def test_a_module_that_is_nowhere_here_gets_a_note_saying_so_and_what_the_wheelhouse_offers(
+    config: Config, cache: Path, no_leaks: None
+) -> None:
+    # Found by a new user: `import requests` gave a bare ModuleNotFoundError, and a model tries pip next.
+    async with Pool.open(with_wheelhouse(config, "namespaces", cache)) as pool:
+        missing = await run(pool, "import requests")
+        assert missing.status is Status.ERROR
+        said = "no module 'requests' here: it is neither in the package environment nor in the wheelhouse"
+        assert missing.note.startswith(said), missing.note
+        assert "the wheelhouse offers bs4, networkx," in missing.note
+        assert f"--- note: {missing.note} ---\n--- exit_code: 1" in missing.to_text()
+        # A module that is there, failing within: not the server's to explain.
+        inside = await run(pool, "import numpy.nothing_here")
+        assert (inside.status, inside.note) == (Status.ERROR, "")
+        # A run that catches it and fails otherwise gets no note.
+        caught = await run(pool, "try:\n    import requests\nexcept ImportError:\n    raise SystemExit(3)")
+        assert (caught.exit_code, caught.note) == (3, "")
+        # A session's call too.
+        first = await run(pool, "import requests", session=NEW_SESSION)
+        assert first.note.startswith(said), first.to_text()
+        assert first.session is not None
+        assert await pool.close_session(first.session.handle, None) is None
 
 
 async def test_a_session_keeps_what_its_calls_were_given_and_gets_more_as_it_goes(

@@ -9,6 +9,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from runner.config import Config
+from runner.outcome import RunResult, Status, StreamText
+from runner.protocol.results import structured_result
 from runner.protocol.schemas import close_input_schema, close_output_schema, input_schema, output_schema
 
 CONFIG = dataclasses.replace(Config.from_env({}), max_code_bytes=100, max_stdin_bytes=10, max_timeout=30)
@@ -71,3 +73,13 @@ def test_the_session_description_states_the_lifetimes_of_this_configuration() ->
     described = input_schema(config)["properties"]["session"]["description"]
     assert "120 s unused" in described
     assert "7,200 s after it began" in described
+
+
+def test_a_result_with_a_note_matches_the_output_schema_and_one_without_has_no_note() -> None:
+    stderr = StreamText("ModuleNotFoundError: No module named 'requests'\n", 48, 0)
+    noted = structured_result(RunResult("0a1b2c3d", Status.ERROR, "exited with status 1", 1, stderr=stderr, note="x"))
+    Draft202012Validator(output_schema()).validate(noted)
+    assert noted["note"] == "x"
+    plain = structured_result(RunResult("0a1b2c3d", Status.OK, exit_code=0))
+    Draft202012Validator(output_schema()).validate(plain)
+    assert "note" not in plain

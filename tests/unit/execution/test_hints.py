@@ -1,0 +1,53 @@
+"""The note for a module a run could not import (runner/execution/hints.py): read from the end of
+stderr only, and saying what the server has. Pure, no process."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.execution.hints import SHOWN, ModuleNotes, missing_module, missing_module_note
+from runner.outcome import RunResult, Status, StreamText
+
+TRACEBACK = 'Traceback (most recent call last):\n  File "<run_python>", line 1, in <module>\n'
+
+
+@pytest.mark.parametrize(
+    ("stderr", "module"),
+    [
+        (TRACEBACK + "ModuleNotFoundError: No module named 'requests'\n", "requests"),
+        ("ModuleNotFoundError: No module named 'google.cloud.storage'", "google"),
+        (TRACEBACK + "ModuleNotFoundError: No module named 'requests'\nthen more\n", None),
+        ("ImportError: cannot import name 'x' from 'y'\n", None),
+        ("xModuleNotFoundError: No module named 'requests'\n", None),
+        ("ModuleNotFoundError: No module named 'a b'\n", None),
+        ("ModuleNotFoundError: No module named '" + "a" * 5000 + "'\n", None),
+        ("", None),
+    ],
+)
+def test_the_module_is_read_from_the_last_line_of_stderr_alone(stderr: str, module: str | None) -> None:
+    assert missing_module(stderr) == module
+
+
+def test_the_note_says_what_the_server_has_and_lists_a_bounded_offer() -> None:
+    assert missing_module_note("numpy", lambda name: name == "numpy", {}, ()) == ""
+    computed = missing_module_note("sklearn", lambda name: False, {"sklearn": "scikit-learn"}, ("sklearn",))
+    assert "in the wheelhouse (scikit-learn)" in computed
+    assert "name 'scikit-learn' in 'packages'" in computed
+    offered = tuple(f"m{n:02d}" for n in range(SHOWN + 5))
+    nowhere = missing_module_note("requests", lambda name: False, {}, offered)
+    assert nowhere.startswith(
+        "no module 'requests' here: it is neither in the package environment nor in the wheelhouse"
+    )
+    assert nowhere.endswith(f"m{SHOWN - 1:02d} and 5 more")
+    assert "this server has no wheelhouse" in missing_module_note("requests", lambda name: False, {}, ())
+
+
+def test_only_an_error_s_result_is_noted_and_a_standard_module_never_is() -> None:
+    stderr = StreamText(TRACEBACK + "ModuleNotFoundError: No module named 'requests'\n", 0, 0)
+    notes = ModuleNotes("", {}, ("sympy",))
+    noted = notes.noted(RunResult("0" * 8, Status.ERROR, exit_code=1, stderr=stderr))
+    assert noted.note.endswith("the wheelhouse offers sympy")
+    timed_out = RunResult("0" * 8, Status.TIMEOUT, stderr=stderr)
+    assert notes.noted(timed_out) is timed_out
+    inner = StreamText("ModuleNotFoundError: No module named 'json.nope'\n", 0, 0)
+    assert notes.noted(RunResult("0" * 8, Status.ERROR, exit_code=1, stderr=inner)).note == ""
