@@ -16,7 +16,9 @@ from runner.config import Config
 from runner.environment import open_environment, with_checkout_defaults
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
+from runner.processes.identity import claimed_uids
 from runner.processes.isolation import IsolationPlan, plan_isolation
+from runner.processes.memory import sessions_budget
 from runner.processes.procctl import set_dumpable
 from runner.serving.signals import catch_early
 from runner.transports.auth import BearerTokens
@@ -66,7 +68,14 @@ def _configured(args: argparse.Namespace) -> tuple[Config, IsolationPlan, Bearer
             )
     elif args.insecure_no_auth:
         raise ConfigError("--insecure-no-auth", "applies to --transport http only")
-    return config, plan_isolation(config), tokens
+    plan = plan_isolation(config)
+    # What the pool would refuse as it opens, after its log lines, is refused here, before the first: the
+    # sessions' memory budget and a root server's run uids (a free block now: one another server takes
+    # before our pool does is still refused there).
+    sessions_budget(config)
+    with claimed_uids(config, plan):
+        pass
+    return config, plan, tokens
 
 
 def main(argv: list[str] | None = None) -> int:

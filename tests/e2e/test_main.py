@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from runner.processes.identity import LOCK_DIR, LOCK_PREFIX, _lock
 from tests.conftest import REPO
 
 
-def served(environ: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """`python -m runner` from the checkout with `environ` and /dev/null on stdin, to its exit."""
+def served(
+    environ: dict[str, str], timeout: float = 60, args: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """`python -m runner` from the checkout with `environ`, `args` and /dev/null on stdin, to its exit."""
     return subprocess.run(
-        [sys.executable, "-m", "runner"],
+        [sys.executable, "-m", "runner", *args],
         cwd=REPO,
         env=environ,
         stdin=subprocess.DEVNULL,
@@ -112,3 +119,359 @@ def test_python_m_runner_from_the_checkout_is_the_same_tool_as_the_console_scrip
     assert "wheelhouse opened" in done.stderr, done.stderr
     [starting] = [line for line in done.stderr.splitlines() if "pool starting" in line]
     assert f"packages={REPO / '.sandbox-env'}" in starting, starting
+
+
+class Scratch:
+    """Where a refusal's case makes what its input names, and what it holds until the server has exited."""
+
+    def __init__(self, path: Path, held: contextlib.ExitStack) -> None:
+        self.path, self.held = path, held
+
+    def file(self, name: str, content: str | bytes = "", mode: int = 0o644) -> str:
+        path = self.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        path.chmod(mode)
+        return str(path)
+
+    def directory(self, name: str, mode: int = 0o755) -> str:
+        path = self.path / name
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(mode)  # past the umask: a group-writable one is what a case may want
+        return str(path)
+
+    def unreachable(self, name: str) -> str:
+        """`name`, made in a directory the server's uid may not search."""
+        path = self.directory(f"shut/{name}")
+        (self.path / "shut").chmod(0)
+        return path
+
+    def tokens(self, text: str | bytes) -> dict[str, str]:
+        return {"RUNNER_AUTH_TOKENS_FILE": self.file("tokens", text, mode=0o600)}
+
+    def wheelhouse(self) -> str:
+        """The least RUNNER_WHEELHOUSE accepts: a lock pinning one distribution and its wheel (never opened)."""
+        self.file("wheelhouse/requirements.lock", "tiny==1.0\n    # via -r requirements.in\n")
+        self.file("wheelhouse/tiny-1.0-py3-none-any.whl")
+        return str(self.path / "wheelhouse")
+
+    def failing_python(self) -> str:
+        """An executable that is no interpreter: every sandbox's probe of it fails, on any machine."""
+        return self.file("python", "#!/bin/sh\nexit 3\n", mode=0o755)
+
+    def uids_all_taken(self) -> dict[str, str]:
+        """A two-uid range, one block of a pool of 2 uids (one zygote, one slot, nothing pooled, no
+        sessions), whose lock this test holds as another server's pool would."""
+        work = self.directory("work")
+        directory = LOCK_DIR if os.access(LOCK_DIR, os.W_OK | os.X_OK) else work
+        for uids in unused_uids(2):
+            # Another run of this test, at the same time, may hold one: then the next.
+            held = _lock(os.path.join(directory, f"{LOCK_PREFIX}{uids.split('-')[0]}.lock"))
+            if held is not None:
+                break
+        assert held is not None
+        path, fd = held
+        self.held.callback(os.close, fd)
+        self.held.callback(os.unlink, path)  # before the close, as a pool lets its block go
+        lean = {"RUNNER_POOL_SIZE": "0", "RUNNER_MAX_CONCURRENT": "1", "RUNNER_MAX_SESSIONS": "0"}
+        return {**SANDBOXED, **lean, "RUNNER_WORK_DIR": work, "RUNNER_SANDBOX_UIDS": uids, "RUNNER_PRELOAD": ""}
+
+
+def unused_uids(count: int) -> Iterator[str]:
+    """FIRST-LAST ranges of `count` uids, none a user of the host's, far above the default range other
+    servers take."""
+    users = {entry.pw_uid for entry in pwd.getpwall()}
+    for first in range(3_000_000, 4_000_000, count):
+        if users.isdisjoint(range(first, first + count)):
+            yield f"{first}-{first + count - 1}"
+
+
+def host_user_uids() -> str:
+    """FIRST-LAST holding one user of the host's, not root."""
+    uids = sorted(entry.pw_uid for entry in pwd.getpwall() if entry.pw_uid != 0)
+    if not uids:
+        pytest.skip("this host has no user but root to name in RUNNER_SANDBOX_UIDS")
+    return f"{uids[0]}-{uids[0]}"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One `ConfigError` raised in runner/ (`site`: module:function, what it refuses) and an input that
+    reaches it at start: environment variables made by `environ`, arguments."""
+
+    site: str
+    variable: str
+    says: str  # in the line: this site's refusal, not another's of the same variable
+    environ: Callable[[Scratch], dict[str, str]]
+    args: tuple[str, ...] = ()
+    needs: str = ""  # "root" or "non-root": the server's uid that reaches it; "sandboxed root": namespaces too
+
+
+HTTP = ("--transport", "http")
+SANDBOXED = {"RUNNER_SANDBOX": "namespaces"}  # the uids are checked where runs are lent them (root, sandboxed)
+TOKEN = "t" * 32
+
+# Every `raise ConfigError` of runner/ (43; the 44th match of `grep 'ConfigError(' runner` is the class), each
+# with an input that reaches it at start. None is reached only from a library call: `runner.api.run_code` opens
+# the environment through these same sites. The server's uid decides some, and the other uid skips them: root
+# reads past what a non-root server is refused (environment:_unfit unreachable, :_check_readable by the server),
+# and only a root server's runs are other uids, whose reach is checked (environment:_check_readable by other
+# uids; the identity sites, which need namespaces too, and skip saying why where they do not work).
+REFUSALS = [
+    Refusal("config:from_env unknown variable", "RUNNER_MAXCPU", "did you mean", lambda s: {"RUNNER_MAXCPU": "5"}),
+    Refusal(
+        "config:_check default above max timeout",
+        "RUNNER_DEFAULT_TIMEOUT",
+        "got its default 10",
+        lambda s: {"RUNNER_MAX_TIMEOUT": "5"},
+    ),
+    Refusal(
+        "config:_check empty uid range", "RUNNER_SANDBOX_UIDS", "'100-1'", lambda s: {"RUNNER_SANDBOX_UIDS": "100-1"}
+    ),
+    Refusal(
+        "config:_check preload without packages",
+        "RUNNER_PRELOAD",
+        "needs RUNNER_PACKAGES",
+        lambda s: {"RUNNER_PRELOAD": "json"},
+    ),
+    Refusal(
+        "config:_http operations path", "RUNNER_HTTP_PATH", "/healthz", lambda s: {"RUNNER_HTTP_PATH": "/healthz"}, HTTP
+    ),
+    Refusal(
+        "config:_http hosts needed",
+        "RUNNER_HTTP_ALLOWED_HOSTS",
+        "required",
+        lambda s: {"RUNNER_HTTP_HOST": "0.0.0.0"},
+        HTTP,
+    ),
+    Refusal("settings:parse choice", "RUNNER_LOG_LEVEL", "expected one of", lambda s: {"RUNNER_LOG_LEVEL": "loud"}),
+    Refusal(
+        "settings:parse path", "RUNNER_WORK_DIR", "expected an absolute path", lambda s: {"RUNNER_WORK_DIR": "work"}
+    ),
+    Refusal(
+        "settings:parse list item",
+        "RUNNER_SANDBOX_READ_PATHS",
+        "'data'",
+        lambda s: {"RUNNER_SANDBOX_READ_PATHS": "/srv,data"},
+    ),
+    Refusal("settings:parse text", "RUNNER_SANDBOX_UIDS", "FIRST-LAST", lambda s: {"RUNNER_SANDBOX_UIDS": "many"}),
+    Refusal(
+        "settings:_integer not one", "RUNNER_MAX_CPU_SECONDS", "'ten'", lambda s: {"RUNNER_MAX_CPU_SECONDS": "ten"}
+    ),
+    Refusal(
+        "settings:_integer out of range", "RUNNER_MAX_CPU_SECONDS", "got 0", lambda s: {"RUNNER_MAX_CPU_SECONDS": "0"}
+    ),
+    Refusal("settings:_number", "RUNNER_MAX_TIMEOUT", "'never'", lambda s: {"RUNNER_MAX_TIMEOUT": "never"}),
+    Refusal(
+        "removed:refuse_removed renamed",
+        "RUNNER_MAX_CODE_BYTES",
+        "RUNNER_MAX_CODE_MB=0.0625",
+        lambda s: {"RUNNER_MAX_CODE_BYTES": "65536"},
+    ),
+    Refusal(
+        "removed:refuse_removed dropped",
+        "RUNNER_SPAWN_MODE",
+        "removed:",
+        lambda s: {"RUNNER_SPAWN_MODE": "fork-server"},
+    ),
+    Refusal(
+        "environment:_unfit unreachable",
+        "RUNNER_WORK_DIR",
+        "cannot be reached",
+        lambda s: {"RUNNER_WORK_DIR": s.unreachable("work")},
+        needs="non-root",
+    ),
+    Refusal(
+        "environment:_unfit missing",
+        "RUNNER_WORK_DIR",
+        "does not exist",
+        lambda s: {"RUNNER_WORK_DIR": str(s.path / "no/work")},
+    ),
+    Refusal(
+        "environment:_unfit not one",
+        "RUNNER_PYTHON",
+        "expected an executable file",
+        lambda s: {"RUNNER_PYTHON": s.file("python")},
+    ),
+    Refusal("environment:_packages", "RUNNER_PACKAGES", "found 0", lambda s: {"RUNNER_PACKAGES": s.directory("env")}),
+    Refusal(
+        "environment:_wheelhouse no lock",
+        "RUNNER_WHEELHOUSE",
+        "holding requirements.lock",
+        lambda s: {"RUNNER_WHEELHOUSE": s.directory("house")},
+    ),
+    Refusal(
+        "environment:_wheelhouse no pins",
+        "RUNNER_WHEELHOUSE",
+        "found none",
+        lambda s: {"RUNNER_WHEELHOUSE": str(Path(s.file("house/requirements.lock", "# nothing\n")).parent)},
+    ),
+    Refusal(
+        "environment:_wheelhouse_cache cannot make",
+        "RUNNER_WHEELHOUSE_CACHE",
+        "can make",
+        lambda s: {"RUNNER_WHEELHOUSE": s.wheelhouse(), "RUNNER_WHEELHOUSE_CACHE": s.file("cache") + "/packages"},
+    ),
+    Refusal(
+        "environment:_wheelhouse_cache writable by others",
+        "RUNNER_WHEELHOUSE_CACHE",
+        "mode 0777",
+        lambda s: {"RUNNER_WHEELHOUSE": s.wheelhouse(), "RUNNER_WHEELHOUSE_CACHE": s.directory("cache", 0o777)},
+    ),
+    Refusal(
+        "environment:_preload",
+        "RUNNER_PRELOAD",
+        "no module 'no_such_module'",
+        lambda s: {
+            "RUNNER_PACKAGES": str(Path(s.directory("env/site-packages")).parent),
+            "RUNNER_PRELOAD": "no_such_module",
+        },
+    ),
+    Refusal(
+        "environment:_read_paths missing",
+        "RUNNER_SANDBOX_READ_PATHS",
+        "that exist",
+        lambda s: {"RUNNER_SANDBOX_READ_PATHS": str(s.path / "none")},
+    ),
+    Refusal(
+        "environment:_read_paths root",
+        "RUNNER_SANDBOX_READ_PATHS",
+        "not / itself",
+        lambda s: {"RUNNER_SANDBOX_READ_PATHS": "/"},
+    ),
+    Refusal(
+        "environment:_read_paths the server's own",
+        "RUNNER_SANDBOX_READ_PATHS",
+        "the server's own files",
+        lambda s: {"RUNNER_WORK_DIR": s.directory("work"), "RUNNER_SANDBOX_READ_PATHS": str(s.path)},
+    ),
+    Refusal(
+        "environment:_check_readable by the server",
+        "RUNNER_SANDBOX_READ_PATHS",
+        "cannot be read by the server's uid",
+        lambda s: {"RUNNER_SANDBOX_READ_PATHS": s.file("data", mode=0)},
+        needs="non-root",
+    ),
+    Refusal(
+        "environment:_check_readable by other uids",
+        "RUNNER_SANDBOX_READ_PATHS",
+        "chmod o+rX",
+        lambda s: {"RUNNER_SANDBOX_READ_PATHS": s.file("data", mode=0o600)},
+        needs="root",
+    ),
+    Refusal(
+        "auth:parse name",
+        "RUNNER_AUTH_TOKENS_FILE",
+        "line 2: a name",
+        lambda s: s.tokens(f"# ops\nops team:{TOKEN}\n"),
+        HTTP,
+    ),
+    Refusal(
+        "auth:parse short token",
+        "RUNNER_AUTH_TOKENS_FILE",
+        "line 1: a token",
+        lambda s: s.tokens("alice:short\n"),
+        HTTP,
+    ),
+    Refusal(
+        "auth:parse same token",
+        "RUNNER_AUTH_TOKENS_FILE",
+        "line 2: the same token",
+        lambda s: s.tokens(f"a:{TOKEN}\nb:{TOKEN}\n"),
+        HTTP,
+    ),
+    Refusal(
+        "auth:parse same name",
+        "RUNNER_AUTH_TOKENS_FILE",
+        "'a' is used twice",
+        lambda s: s.tokens(f"a:{TOKEN}\na:{TOKEN}x\n"),
+        HTTP,
+    ),
+    Refusal("auth:parse no token", "RUNNER_AUTH_TOKENS_FILE", "no token", lambda s: s.tokens("# none yet\n"), HTTP),
+    Refusal(
+        "auth:read", "RUNNER_AUTH_TOKENS_FILE", "cannot read", lambda s: s.tokens(b"alice:\xff" + TOKEN.encode()), HTTP
+    ),
+    Refusal(
+        "memory:sessions_budget",
+        "RUNNER_SESSIONS_MEMORY_MB",
+        "16000000 MiB is more",
+        lambda s: {"RUNNER_SESSIONS_MEMORY_MB": "16000000"},
+    ),
+    Refusal(
+        "memory:sessions_budget over http",
+        "RUNNER_SESSIONS_MEMORY_MB",
+        "16000000 MiB is more",
+        lambda s: {"RUNNER_SESSIONS_MEMORY_MB": "16000000"},
+        HTTP,
+    ),
+    Refusal(
+        "isolation:plan_isolation namespaces",
+        "RUNNER_SANDBOX",
+        "namespaces were asked for",
+        lambda s: {"RUNNER_SANDBOX": "namespaces", "RUNNER_PYTHON": s.failing_python()},
+    ),
+    Refusal(
+        "isolation:plan_isolation bwrap",
+        "RUNNER_SANDBOX",
+        "bwrap was asked for",
+        lambda s: {"RUNNER_SANDBOX": "bwrap", "RUNNER_PYTHON": s.failing_python()},
+    ),
+    Refusal(
+        "identity:check_range a host user",
+        "RUNNER_SANDBOX_UIDS",
+        "is the host's user",
+        lambda s: {**SANDBOXED, "RUNNER_SANDBOX_UIDS": host_user_uids()},
+        needs="sandboxed root",
+    ),
+    Refusal(
+        "identity:claimed_uids too few",
+        "RUNNER_SANDBOX_UIDS",
+        "holds 1 uids",
+        lambda s: {**SANDBOXED, "RUNNER_SANDBOX_UIDS": next(unused_uids(1))},
+        needs="sandboxed root",
+    ),
+    Refusal(
+        "identity:claimed_uids every block taken",
+        "RUNNER_SANDBOX_UIDS",
+        "is taken",
+        Scratch.uids_all_taken,
+        needs="sandboxed root",
+    ),
+    Refusal(
+        "__main__:_configured no tokens off loopback",
+        "RUNNER_AUTH_TOKENS_FILE",
+        "not a loopback address",
+        lambda s: {"RUNNER_HTTP_HOST": "0.0.0.0", "RUNNER_HTTP_ALLOWED_HOSTS": "runner.example.com"},
+        HTTP,
+    ),
+    Refusal(
+        "__main__:_configured no-auth on stdio",
+        "--insecure-no-auth",
+        "http only",
+        lambda s: {},
+        ("--insecure-no-auth",),
+    ),
+]
+
+
+@pytest.mark.parametrize("refusal", REFUSALS, ids=[refusal.site for refusal in REFUSALS])
+def test_every_configuration_refusal_at_start_is_one_line_naming_the_variable_and_exit_2(
+    refusal: Refusal, work_dir: Path, tmp_path: Path
+) -> None:
+    # Issue 46: a refusal raised as the pool opened (RUNNER_SANDBOX_UIDS=1-100 on a root server) was a traceback
+    # and exit 1, then came after the pool's log lines; the README promises one line naming the variable, exit 2.
+    uid = "root" if os.geteuid() == 0 else "non-root"
+    if refusal.needs and refusal.needs.split()[-1] != uid:
+        pytest.skip(f"reached by a {refusal.needs} server only")
+    with contextlib.ExitStack() as held:
+        given = refusal.environ(Scratch(tmp_path / "given", held))
+        port = {"RUNNER_HTTP_PORT": "0"} if refusal.args == HTTP else {}  # should it start after all
+        # RUNNER_SANDBOX=none unless a case says otherwise: no probe to wait for where none is refused.
+        done = served(minimal({"RUNNER_SANDBOX": "none", **port, **given}, work_dir), args=refusal.args)
+    said = done.stderr.splitlines()
+    if refusal.needs == "sandboxed root" and "invalid configuration: RUNNER_SANDBOX:" in done.stderr:
+        pytest.skip(f"needs a sandbox that works here: {done.stderr.strip()}")
+    assert (done.returncode, done.stdout, len(said)) == (2, "", 1), done.stderr
+    assert said[0].startswith(f"python-runner-mcp: invalid configuration: {refusal.variable}: "), said[0]
+    assert refusal.says in said[0], said[0]
+    assert "Traceback" not in done.stderr
