@@ -154,8 +154,11 @@ DOCKER ?= docker
 DOCKER_BUILD_FLAGS ?=
 # Where HTTPS is intercepted by a proxy: the CA bundle pip in the build must trust (a build secret, in no layer).
 DOCKER_CA_BUNDLE ?=
-# Another base than python:3.11-slim-bookworm (make test-container builds one with debootstrap).
+# Another base than python:3.11-slim-bookworm (make docker-base makes a stand-in with debootstrap).
 BASE_IMAGE ?=
+# What make docker-base makes (scripts/standin_base.py): Debian bookworm with Debian's Python 3.11, for
+# where python:3.11-slim-bookworm cannot be pulled; docs/docker.md says how it differs.
+STANDIN_BASE_IMAGE ?= localhost/python-runner-base:bookworm
 # The product description's hardened line with every tmpfs option spelled out: Docker adds
 # noexec,nosuid,nodev to a --tmpfs by itself, podman does not. The *-docker entries of
 # mcp-config-examples/ and docker-compose.yml carry the same flags.
@@ -172,7 +175,11 @@ DOCKER_RUN_FLAGS := $(DOCKER_RUN_PLAIN_FLAGS) --security-opt seccomp=$(SECCOMP_P
 	--security-opt systempaths=unconfined
 INSPECTOR := @modelcontextprotocol/inspector@2.12.0
 
-.PHONY: docker-build docker-run docker-run-plain docker-test inspect-cli hadolint container-tools container-engine test-container
+.PHONY: docker-base docker-build docker-run docker-run-plain docker-test inspect-cli hadolint container-tools container-engine test-container
+
+# Root only (debootstrap); nothing is done if the engine has the image already.
+docker-base: $(PY) ## Make a stand-in base where python:3.11-slim-bookworm cannot be pulled (debootstrap, root; about 90 s, 230 MB)
+	$(PY) scripts/standin_base.py --engine $(DOCKER) --image $(STANDIN_BASE_IMAGE)
 
 docker-build: ## Build the image (IMAGE=, DOCKER=podman, DOCKER_BUILD_FLAGS=, DOCKER_CA_BUNDLE=, BASE_IMAGE=)
 	$(DOCKER) build $(if $(DOCKER_CA_BUNDLE),--secret id=ca-bundle$(,)src=$(DOCKER_CA_BUNDLE)) \
@@ -208,12 +215,12 @@ container-tools: ## Install Debian's tini and nginx for the container stand-in a
 
 # make test-container: the image built for real with podman (Debian's, one package away) from a local
 # base, and the container tests run against it with both lines. The machines here reach no image
-# registry: the base is made with debootstrap (scripts/standin_base.py; docs/docker.md lists how it
-# differs from the official image). tests/container/containers.conf holds this machine's podman quirks.
+# registry: the base is made with debootstrap (make docker-base; docs/docker.md lists how it differs
+# from the official image). tests/container/containers.conf holds this machine's podman quirks.
 CONTAINER_ENGINE ?= podman
 # One tag per checkout, so that two checkouts testing at once do not take each other's image.
 CONTAINER_TEST_IMAGE ?= localhost/python-runner-mcp:test-$(shell printf %s '$(CURDIR)' | cksum | cut -d' ' -f1)
-CONTAINER_BASE_IMAGE ?= localhost/python-runner-base:bookworm
+CONTAINER_BASE_IMAGE ?= $(STANDIN_BASE_IMAGE)
 CONTAINER_CA_BUNDLE ?= $(firstword $(wildcard $(PIP_CERT) /etc/ssl/certs/ca-certificates.crt))
 CONTAINER_CONF := $(abspath tests/container/containers.conf)
 # Rootless podman's default build network does not work on these machines; the host's does.
@@ -230,7 +237,7 @@ container-engine: ## Install podman, runc and debootstrap for make test-containe
 test-container: $(DEV_STAMP) container-engine ## Build the image with podman from a local base, then the container tests
 	@export CONTAINERS_CONF=$(CONTAINER_CONF); \
 	if command -v $(CONTAINER_ENGINE) >/dev/null; then \
-		$(PY) scripts/standin_base.py --engine $(CONTAINER_ENGINE) --image $(CONTAINER_BASE_IMAGE) && \
+		$(MAKE) --no-print-directory docker-base DOCKER=$(CONTAINER_ENGINE) STANDIN_BASE_IMAGE=$(CONTAINER_BASE_IMAGE) && \
 		$(MAKE) --no-print-directory docker-build DOCKER=$(CONTAINER_ENGINE) IMAGE=$(CONTAINER_TEST_IMAGE) \
 			BASE_IMAGE=$(CONTAINER_BASE_IMAGE) DOCKER_CA_BUNDLE=$(CONTAINER_CA_BUNDLE) \
 			DOCKER_BUILD_FLAGS='--pull=never --no-cache $(ROOTLESS_BUILD_FLAGS) $(DOCKER_BUILD_FLAGS)' && \

@@ -24,7 +24,11 @@ PACKAGES = "python3,python3-venv,ca-certificates,netbase,tzdata"
 
 
 def exists(engine: str, image: str) -> bool:
-    return subprocess.run([engine, "image", "exists", image], check=False).returncode == 0
+    # `image inspect`, not podman's `image exists`: Docker has no such command.
+    inspected = subprocess.run(
+        [engine, "image", "inspect", image], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    return inspected.returncode == 0
 
 
 def build(engine: str, image: str, mirror: str) -> None:

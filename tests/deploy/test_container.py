@@ -3,7 +3,8 @@ the recommended one (every run forked into namespaces of its own) and the plain 
 
 `make test-container` builds the image from a local base and runs this file with CONTAINER_ENGINE and
 CONTAINER_TEST_IMAGE set; without them (in `make test`) every test here is skipped, saying so. The lines
-come from `make -n docker-run` and `make -n docker-run-plain`, so these tests check what users run.
+come from `make -n docker-run` and `make -n docker-run-plain`, so these tests check what users run; and
+the Docker entry of each of mcp-config-examples/ is started as a client starts it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -481,6 +482,70 @@ async def test_every_hostile_snippet_that_applies_ends_as_expected_and_the_serve
             failures += [f"{case.id}: {problem}" for problem in problems_of(case, reply["result"]["structuredContent"])]
             assert await raw_stdout(session, "print('next')") == "next\n", f"the server stopped serving after {case.id}"
     assert failures == [], "\n".join(failures)
+
+
+# --- The config examples' Docker entries, started as a client starts them ------------------------------
+
+CONFIG_DIR = REPO / "mcp-config-examples"
+CONFIG_EXAMPLES = sorted(path.name for path in CONFIG_DIR.glob("*.json"))
+# What the examples leave to the user: the image's name and where the clone is.
+EXAMPLE_IMAGE = "turhal-ai/python-runner-mcp:latest"
+EXAMPLE_CLONE = "/path/to/python-runner-mcp"
+
+
+def docker_entry(example: str) -> list[str]:
+    """The command and arguments of the example's entry whose command is `docker`."""
+    servers = json.loads((CONFIG_DIR / example).read_text())["mcpServers"]
+    [entry] = [entry for entry in servers.values() if entry["command"] == "docker"]
+    return [entry["command"], *entry["args"]]
+
+
+def for_this_engine(words: list[str]) -> list[str]:
+    """The one mapping from an example's entry to what runs here: podman for docker, the image built for
+    these tests for the example's, this clone for the placeholder in the seccomp profile's path; every
+    flag of the example kept, in its order. One flag is added: podman's --read-only also mounts
+    writable, unbounded tmpfs at /var/tmp and /run unless told not to (Docker mounts none), so podman
+    users add --read-only-tmpfs=false, as docs/docker.md says and the Makefile's lines do."""
+    command, run, *flags, image = words
+    assert (command, run, image) == ("docker", "run", EXAMPLE_IMAGE)
+    flags = [flag.replace(EXAMPLE_CLONE, str(REPO)) for flag in flags]
+    return [ENGINE, run, *flags, "--read-only-tmpfs=false", IMAGE]
+
+
+def pool_start(log: str) -> dict[str, Any]:
+    """The fields of the server's "pool starting" line, in either log format."""
+    [starting] = [row for row in log.splitlines() if "pool starting" in row]
+    if starting.startswith("{"):
+        fields: dict[str, Any] = json.loads(starting)
+        return fields
+    return {key: value.strip('"') for key, value in re.findall(r'(\w+)=("[^"]*"|\S+)', starting)}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("example", CONFIG_EXAMPLES)
+async def test_each_config_example_s_docker_entry_serves_the_image_and_its_run_prints_42(
+    example: str, tmp_path: Path
+) -> None:
+    command, *args = for_this_engine(docker_entry(example))
+    [profile] = [flag.removeprefix("seccomp=") for flag in args if flag.startswith("seccomp=")]
+    assert Path(profile).is_file(), profile
+    # The client's environment (CONTAINERS_CONF: this machine's podman settings), from /, not the clone.
+    params = StdioServerParameters(command=command, args=args, env=dict(os.environ), cwd="/")
+    log = tmp_path / "server.log"
+    with open(log, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            tools = await session.list_tools()
+            result = await session.call_tool("run_python", {"code": "print(6*7)"})
+    assert [tool.name for tool in tools.tools] == ["run_python", "close_session"]
+    assert not result.is_error, result
+    assert result.structured_content is not None, result
+    assert (result.structured_content["status"], result.structured_content["stdout"]) == ("ok", "42\n")
+    text = log.read_text()
+    starting = pool_start(text)
+    assert starting["sandbox"] == "namespaces", text  # the recommended line: every run in its own namespaces
+    # An example's -e settings reach the server: openclaw's asks for JSON logs (their lines carry "level").
+    assert ("level" in starting) == ("RUNNER_LOG_FORMAT=json" in args), text
 
 
 # --- Streamable HTTP from the image --------------------------------------------------------------------
