@@ -22,13 +22,13 @@ from mcp.server.mcpserver import MCPServer
 
 try:  # the checkout on PYTHONPATH (the harness sets it), else the one this file is in
     from runner.config import Config
-    from runner.environment import open_environment
+    from runner.config.disk import open_environment
     from runner.processes.isolation import IsolationPlan
     from runner.processes.limits import count_tasks_of_uid, limits_for
 except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from runner.config import Config
-    from runner.environment import open_environment
+    from runner.config.disk import open_environment
     from runner.processes.isolation import IsolationPlan
     from runner.processes.limits import count_tasks_of_uid, limits_for
 

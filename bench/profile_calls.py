@@ -179,7 +179,7 @@ def child_stages(server_root: Path, sandbox_mode: str, reps: int) -> dict[str, A
     """Part 2: the run interpreter's stages, spawned exactly as the server spawns it."""
     sys.path.insert(0, str(server_root))
     from runner.config import Config
-    from runner.environment import open_environment
+    from runner.config.disk import open_environment
     from runner.inrun.wire import frame_job
     from runner.processes.isolation import plan_isolation
     from runner.processes.limits import count_tasks_of_uid, limits_for

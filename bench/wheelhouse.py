@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from runner.config import Config  # noqa: E402
-from runner.environment import open_environment  # noqa: E402
+from runner.config.disk import open_environment  # noqa: E402
 from runner.execution.pool import Pool  # noqa: E402
 from runner.outcome import RunRequest, Status  # noqa: E402
 

@@ -13,7 +13,7 @@ import sys
 import anyio
 
 from runner.config import Config
-from runner.environment import open_environment, with_checkout_defaults
+from runner.config.disk import open_environment, with_checkout_defaults
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
 from runner.processes.identity import claimed_uids

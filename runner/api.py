@@ -7,7 +7,7 @@ import os
 import secrets
 
 from runner.config import Config
-from runner.environment import open_environment, with_checkout_defaults
+from runner.config.disk import open_environment, with_checkout_defaults
 from runner.errors import ArgumentError
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status

@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 from runner.config import Config
-from runner.environment import open_environment, with_checkout_defaults
+from runner.config.disk import open_environment, with_checkout_defaults
 from runner.protocol.tool import tool_definitions
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "tool.md"

@@ -17,7 +17,7 @@ from tests.helpers import children_of, settled
 REPO = Path(__file__).resolve().parent.parent
 
 # A server started from this checkout takes its `.sandbox-env` and `.wheelhouse` unless RUNNER_PACKAGES and
-# RUNNER_WHEELHOUSE say otherwise (runner.environment.with_checkout_defaults), as a user's does. The servers
+# RUNNER_WHEELHOUSE say otherwise (runner.config.disk.with_checkout_defaults), as a user's does. The servers
 # the tests start get the standard library unless a test gives them more, and say so in their environment.
 os.environ.setdefault("RUNNER_PACKAGES", "")
 os.environ.setdefault("RUNNER_WHEELHOUSE", "")

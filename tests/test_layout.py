@@ -25,11 +25,6 @@ SDK = ("mcp", "mcp_types", "pydantic", "jsonschema", "starlette", "uvicorn", "ht
 SIDES = ("runner.protocol", "runner.transports", "runner.execution", "runner.processes")
 SHARED = (
     "runner.config",
-    "runner.settings",
-    "runner.variables",
-    "runner.removed",
-    "runner.environment",
-    "runner.locks",
     "runner.errors",
     "runner.logs",
     "runner.fdio",

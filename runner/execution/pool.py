@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 
 from runner.config import Config
-from runner.environment import POOL_PREFIX
+from runner.config.disk import POOL_PREFIX
 from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
 from runner.execution.hints import ModuleNotes

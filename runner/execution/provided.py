@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 
 from runner.config import Config
-from runner.environment import WHEELHOUSE_LOCK
+from runner.config.disk import WHEELHOUSE_LOCK
 from runner.execution.driver import ProgressCallback
 from runner.execution.environments import Environments, InstallError, Wanted
 from runner.execution.supply import imported_packages

@@ -1,5 +1,5 @@
 """What the vetted wheelhouse offers: its distributions, the modules each one provides, and what each
-needs of the others, read with `runner.locks` from the lock beside the wheels and the wheels' directories.
+needs of the others, read with `runner.config.locks` from the lock beside the wheels and the wheels' directories.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.locks import Pin, normalized, parse_lock, requirements, wheel_modules
+from runner.config.locks import Pin, normalized, parse_lock, requirements, wheel_modules
 
 
 @dataclass(frozen=True)

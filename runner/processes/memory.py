@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 
 from runner.config import Config
+from runner.config.settings import MIB
 from runner.errors import ConfigError
-from runner.settings import MIB
 
 # The share of what the server can hold that sessions may keep by default: the rest is for the calls
 # that run (RUNNER_MAX_CONCURRENT of them, each up to RUNNER_MAX_MEMORY_MB), the pool's ready

@@ -15,8 +15,8 @@ import re
 from collections.abc import Sequence
 
 from runner.config import Config
+from runner.config.locks import normalized
 from runner.errors import ArgumentError
-from runner.locks import normalized
 
 MAX_PACKAGES = 64
 MAX_NAME_CHARS = 200

@@ -42,7 +42,7 @@ KUSTOMIZATION_FIELDS = {
     "secretGenerator", "generatorOptions",
 }  # fmt: skip
 # The HTTP transport's settings, which docs/configuration.md does not list yet: the engineer building the
-# transport in runner/ documents them there; until then they are named here (the names runner/config.py reads).
+# transport in runner/ documents them there; until then they are named here (the names runner/config/ reads).
 HTTP_SETTINGS = {
     "RUNNER_TRANSPORT",
     "RUNNER_HTTP_HOST",

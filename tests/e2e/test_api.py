@@ -10,7 +10,7 @@ import pytest
 
 from runner import run_code
 from runner.config import Config
-from runner.environment import open_environment
+from runner.config.disk import open_environment
 from runner.outcome import Status
 from tests.helpers import SEED_PLAIN, checked
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from runner.config import Config
-from runner.environment import open_environment
+from runner.config.disk import open_environment
 from runner.errors import ConfigError
 from runner.execution.pool import Pool
 from runner.inrun.images import image_size

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from runner.config import Config
-from runner.environment import open_environment, with_checkout_defaults
+from runner.config.disk import open_environment, with_checkout_defaults
 from runner.protocol.schemas import close_input_schema, close_output_schema, input_schema, output_schema
 from tests.conftest import REPO
 from tests.helpers import (

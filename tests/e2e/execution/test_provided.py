@@ -25,7 +25,7 @@ import anyio
 import pytest
 
 from runner.config import Config
-from runner.environment import open_environment
+from runner.config.disk import open_environment
 from runner.execution.environments import Environments, Wanted
 from runner.execution.pool import Pool
 from runner.outcome import NEW_SESSION, Progress, RunRequest, RunResult, Status

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from runner.config import Config
-from runner.environment import open_environment
+from runner.config.disk import open_environment
 from runner.processes.isolation import NETWORK_VIEW, IsolationPlan, plan_isolation, view_binds
 from tests.helpers import fake_env
 

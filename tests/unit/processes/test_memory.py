@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from runner.config import Config
+from runner.config.settings import MIB
 from runner.errors import ConfigError
 from runner.processes.memory import available_bytes, cgroup_limit_files, over_budget, sessions_budget
-from runner.settings import MIB
 
 MEMINFO = "MemTotal:       24000000 kB\nMemFree:        20000000 kB\n"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.config import Config
-from runner.environment import open_environment
+from runner.config.disk import open_environment
 from runner.protocol.tool import tool_definition
 from tests.helpers import fake_env
 

@@ -1,11 +1,11 @@
 """The server's configuration: one frozen object built once from the environment at start-up.
 
-Every RUNNER_* variable is declared once, in `runner.variables.SETTINGS`: its field, type, unit,
+Every RUNNER_* variable is declared once, in `runner.config.variables.SETTINGS`: its field, type, unit,
 range and meaning (its default is its field's, here). Reading it, the error naming it and the table
 of docs/configuration.md (`python -m runner.config` prints it) come from that declaration; the rules
 between variables are checked here, after. `Config.from_env` reads text only: the paths it names
 are looked at, and what follows from them filled in, where the environment is opened
-(`runner.environment.open_environment`).
+(`runner.config.disk.open_environment`).
 """
 
 from __future__ import annotations
@@ -13,25 +13,24 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runner.config.removed import REMOVED, refuse_removed
+from runner.config.settings import KIB as KIB
+from runner.config.settings import MIB as MIB
+from runner.config.settings import Setting, unknown_variables
+from runner.config.variables import DEFAULT_PRELOAD as DEFAULT_PRELOAD
+from runner.config.variables import LOOPBACK_HOSTS, LOOPBACK_ORIGINS
+from runner.config.variables import OPERATIONS_PATHS as OPERATIONS_PATHS
+from runner.config.variables import SETTINGS as SETTINGS
+from runner.config.variables import LogFormat as LogFormat
+from runner.config.variables import LogLevel as LogLevel
+from runner.config.variables import SandboxMode as SandboxMode
+from runner.config.variables import SandboxNetwork as SandboxNetwork
+from runner.config.variables import Transport as Transport
 from runner.errors import ConfigError
-from runner.removed import REMOVED, refuse_removed
-from runner.settings import KIB as KIB
-from runner.settings import MIB as MIB
-from runner.settings import Setting, markdown_table, unknown_variables
-from runner.variables import DEFAULT_PRELOAD as DEFAULT_PRELOAD
-from runner.variables import LOOPBACK_HOSTS, LOOPBACK_ORIGINS
-from runner.variables import OPERATIONS_PATHS as OPERATIONS_PATHS
-from runner.variables import SETTINGS as SETTINGS
-from runner.variables import LogFormat as LogFormat
-from runner.variables import LogLevel as LogLevel
-from runner.variables import SandboxMode as SandboxMode
-from runner.variables import SandboxNetwork as SandboxNetwork
-from runner.variables import Transport as Transport
 
 # In RUNNER_WHEELHOUSE_CACHE: the installed packages, the one part of it runs see (`provided_packages`).
 PROVIDED_DIRECTORY = "packages"
@@ -70,7 +69,7 @@ class HttpConfig:
 @dataclass(frozen=True, slots=True)
 class Config:
     """Every tunable of the server. Build it with `Config.from_env`, open it with
-    `runner.environment.open_environment`; pass it down, never mutate it."""
+    `runner.config.disk.open_environment`; pass it down, never mutate it."""
 
     max_cpu_seconds: int = 10
     max_memory_mb: int = 256
@@ -261,7 +260,3 @@ def _http(env: Mapping[str, str], max_message_bytes: int) -> HttpConfig:
         allowed_hosts=http.allowed_hosts or LOOPBACK_HOSTS,
         allowed_origins=http.allowed_origins or LOOPBACK_ORIGINS,
     )
-
-
-if __name__ == "__main__":  # docs/configuration.md's table
-    sys.stdout.write(markdown_table(SETTINGS, Config(), HttpConfig()))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.config import Config
-from runner.environment import open_environment
+from runner.config.disk import open_environment
 from runner.errors import ConfigError
 
 HTTP = {"RUNNER_TRANSPORT": "http"}

@@ -3,7 +3,7 @@
 The variables themselves are declared in `runner.config`, each once, as a `Setting`: the reading,
 the error that names a bad variable and the documentation's table all come from that record. Only
 text is read here; what a path names on disk is looked at where the environment is opened
-(`runner.environment`).
+(`runner.config.disk`).
 """
 
 from __future__ import annotations

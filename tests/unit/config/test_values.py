@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from runner.config import KIB, MIB, SETTINGS, Config, HttpConfig, markdown_table
-from runner.environment import open_environment
+from runner.config.disk import open_environment
+from runner.config.removed import DROPPED, RENAMED
+from runner.config.settings import Setting
 from runner.errors import ConfigError
-from runner.removed import DROPPED, RENAMED
-from runner.settings import Setting
 from tests.conftest import REPO
 
 HTTP = {"RUNNER_TRANSPORT": "http"}
@@ -330,7 +330,7 @@ def test_the_documented_table_of_every_variable_is_the_one_printed_from_the_decl
     assert table.startswith("| Variable | Default | Accepted | Meaning |\n")
     assert len(table.splitlines()) == 2 + len(SETTINGS)
     assert table in page, (
-        "docs/configuration.md's table of every variable differs from the declarations in runner/config.py: "
+        "docs/configuration.md's table of every variable differs from the declarations in runner/config/variables.py: "
         "paste the output of `python -m runner.config` over it"
     )
 

@@ -1,11 +1,18 @@
-"""The locks and wheels the package environments are made from (runner/locks.py): pins, who needs
+"""The locks and wheels the package environments are made from (runner/config/locks.py): pins, who needs
 what, what was asked for, and the modules a wheel or an installed distribution provides. Pure, no process."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from runner.locks import installed_modules, parse_lock, requirements, shown_modules, top_level_modules, wheel_modules
+from runner.config.locks import (
+    installed_modules,
+    parse_lock,
+    requirements,
+    shown_modules,
+    top_level_modules,
+    wheel_modules,
+)
 from tests.unit.execution.test_wheelhouse import LOCK, make_wheel
 
 

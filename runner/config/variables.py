@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from runner.settings import KIB, MIB, Setting
+from runner.config.settings import KIB, MIB, Setting
 
 # Paths the HTTP transport serves besides the MCP endpoint; RUNNER_HTTP_PATH may not take one.
 OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")

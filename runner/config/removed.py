@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from runner.config.settings import KIB, mebibytes
 from runner.errors import ConfigError
-from runner.settings import KIB, mebibytes
 
 # Sizes were once in bytes or KiB: each such name, its replacement in MiB, and the bytes of its unit.
 RENAMED = (

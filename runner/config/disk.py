@@ -19,9 +19,9 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from runner.config import DEFAULT_PRELOAD, PROVIDED_DIRECTORY, Config
+from runner.config.locks import installed_modules, normalized, parse_lock, shown_modules, wheel_modules
+from runner.config.values import DEFAULT_PRELOAD, PROVIDED_DIRECTORY, Config
 from runner.errors import ConfigError
-from runner.locks import installed_modules, normalized, parse_lock, shown_modules, wheel_modules
 
 # The pool's directory in RUNNER_WORK_DIR (`runner.execution.pool.Pool.open`), where runs' own are made.
 POOL_PREFIX = "python-runner-"
@@ -44,7 +44,7 @@ def with_checkout_defaults(environ: Mapping[str, str]) -> dict[str, str]:
     builds both). Set, even empty, a variable is kept as it is (empty: the standard library only). The one
     place every entry point takes them from: `python -m runner`, the `python-runner-mcp` command and
     `run_code` are the same tool."""
-    checkout = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    checkout = str(Path(__file__).resolve().parents[2])  # runner/config/disk.py -> the checkout
     found = dict(environ)
     packages = os.path.join(checkout, CHECKOUT_PACKAGES)
     if "RUNNER_PACKAGES" not in found and os.path.isfile(os.path.join(packages, BUILT_STAMP)):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from runner.config import SETTINGS, Config
+from runner.config.settings import unknown_variables
 from runner.errors import ConfigError
-from runner.settings import unknown_variables
 
 
 @pytest.mark.parametrize(

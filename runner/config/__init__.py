@@ -1,0 +1,26 @@
+"""Configuration: the only reader of `RUNNER_*` variables, and where every refusal to start is decided.
+
+Its rooms: `settings` (how one variable is declared, read from its text, documented), `variables` (every
+variable, declared once), `removed` (names that were settings once), `values` (`Config`, the frozen
+configuration read from the text), `disk` (what the configuration names on disk, looked at and filled in),
+`locks` (the locks and wheels package environments are made from). It imports no side of the server:
+each side reads the frozen value it is handed.
+
+Must not import: `runner.protocol`, `runner.transports`, `runner.execution`, `runner.processes`,
+`runner.inrun`, or the SDK.
+"""
+
+from runner.config.settings import KIB as KIB
+from runner.config.settings import MIB as MIB
+from runner.config.settings import markdown_table as markdown_table
+from runner.config.values import DEFAULT_PRELOAD as DEFAULT_PRELOAD
+from runner.config.values import OPERATIONS_PATHS as OPERATIONS_PATHS
+from runner.config.values import PROVIDED_DIRECTORY as PROVIDED_DIRECTORY
+from runner.config.values import SETTINGS as SETTINGS
+from runner.config.values import Config as Config
+from runner.config.values import HttpConfig as HttpConfig
+from runner.config.values import LogFormat as LogFormat
+from runner.config.values import LogLevel as LogLevel
+from runner.config.values import SandboxMode as SandboxMode
+from runner.config.values import SandboxNetwork as SandboxNetwork
+from runner.config.values import Transport as Transport
