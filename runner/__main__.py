@@ -14,6 +14,7 @@ import anyio
 
 from runner.config import Config
 from runner.config.disk import open_environment, with_checkout_defaults
+from runner.config.tokens import BearerTokens
 from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
 from runner.processes.identity import claimed_uids
@@ -21,7 +22,6 @@ from runner.processes.isolation import IsolationPlan, plan_isolation
 from runner.processes.memory import sessions_budget
 from runner.processes.procctl import set_dumpable
 from runner.serving.signals import catch_early
-from runner.transports.auth import BearerTokens
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:

@@ -11,11 +11,11 @@ import socket
 import anyio
 
 from runner.config import Config
+from runner.config.tokens import BearerTokens
 from runner.logs import get_logger, log_event
 from runner.processes.isolation import IsolationPlan
 from runner.processes.procctl import die_with_parent
 from runner.serving.signals import stop_on_signals
-from runner.transports.auth import BearerTokens
 
 
 def main_http(

@@ -1,12 +1,12 @@
-"""Static bearer tokens for the HTTP transport (RFC 6750), as an ASGI middleware in front of the MCP endpoint.
+"""Static bearer tokens for the HTTP transport (RFC 6750), as an ASGI middleware in front of the MCP endpoint;
+the tokens file is read where the configuration is (`runner.config.tokens`).
 
 Why not the SDK's auth: it is OAuth 2.1 (an issuer, a token verifier, protected-resource metadata),
 and a static token has no MCP auth profile. RFC 6750 says what a client gets: no token, 401 with
 ``WWW-Authenticate: Bearer realm="..."``; a wrong one, the same with ``error="invalid_token"``.
 
-A token is compared in time that does not depend on how much of it a guess got right: every
-candidate is hashed, and the digest is compared with every known token's digest, all of them,
-with `hmac.compare_digest`. A token never reaches a log; its name does.
+A token is compared as `BearerTokens.name_of` does, in time that does not depend on how much of it
+a guess got right. A token never reaches a log; its name does.
 
 A refusal is logged with the client's address and why (no token, an unknown one, one in the URL),
 so that an operator can see why a client gets 401; at most one line per `RefusalLog.interval`
@@ -15,89 +15,21 @@ seconds, the next saying how many it stood for, so that a client guessing tokens
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from runner.errors import ConfigError
+from runner.config.tokens import BearerTokens
 from runner.logs import log_event
 
 REALM = "python-runner-mcp"
 # Where the transport leaves the name of the token a request came with, for the handlers' logs,
 # metrics and per-token share (Starlette's request.state is this dict of the ASGI scope).
 CALLER_STATE_KEY = "caller"
-MIN_TOKEN_CHARS = 16
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_TOKEN = re.compile(r"[\x21-\x7e]+")  # RFC 6750's b64token is narrower; any visible ASCII is accepted
-
-
-@dataclass(frozen=True, slots=True)
-class BearerTokens:
-    """The known tokens, as (name, SHA-256 digest) pairs; the tokens themselves are not kept."""
-
-    digests: tuple[tuple[str, bytes], ...]
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The tokens' names, in the file's order."""
-        return tuple(name for name, _ in self.digests)
-
-    @classmethod
-    def parse(cls, text: str, source: str = "RUNNER_AUTH_TOKENS_FILE") -> BearerTokens:
-        """One token per line, ``name:token`` or ``token`` (named token-N by its line); blank lines and
-        lines starting with # are skipped. Raises `ConfigError` naming the line, never echoing a token."""
-        digests: list[tuple[str, bytes]] = []
-        for number, raw in enumerate(text.splitlines(), 1):
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            name, colon, token = line.partition(":")
-            if not colon:
-                name, token = f"token-{number}", line
-            if not _NAME.fullmatch(name):
-                raise ConfigError(source, f"line {number}: a name is 1-64 letters, digits, '_', '.' or '-'")
-            if not _TOKEN.fullmatch(token) or len(token) < MIN_TOKEN_CHARS:
-                raise ConfigError(
-                    source, f"line {number}: a token is at least {MIN_TOKEN_CHARS} visible ASCII characters, no spaces"
-                )
-            digest = _digest(token.encode())
-            if any(hmac.compare_digest(digest, known) for _, known in digests):
-                raise ConfigError(source, f"line {number}: the same token as an earlier line")
-            if name in (known for known, _ in digests):
-                raise ConfigError(source, f"line {number}: the name {name!r} is used twice")
-            digests.append((name, digest))
-        if not digests:
-            raise ConfigError(source, "no token in the file")
-        return cls(tuple(digests))
-
-    @classmethod
-    def read(cls, path: str) -> BearerTokens:
-        """Parse the file at `path` (RUNNER_AUTH_TOKENS_FILE)."""
-        try:
-            with open(path, encoding="utf-8") as file:
-                return cls.parse(file.read())
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError("RUNNER_AUTH_TOKENS_FILE", f"cannot read {path!r}: {exc}") from None
-
-    def name_of(self, token: bytes) -> str | None:
-        """The name of `token`, or None. Compares with every known token, whatever matches."""
-        digest = _digest(token)
-        found = None
-        for name, known in self.digests:
-            if hmac.compare_digest(digest, known):
-                found = name
-        return found
-
-
-def _digest(token: bytes) -> bytes:
-    return hashlib.sha256(token).digest()
 
 
 class RefusalLog:

@@ -34,7 +34,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runner.config import OPERATIONS_PATHS, HttpConfig
-from runner.transports.auth import CALLER_STATE_KEY, BearerAuth, BearerTokens, RefusalLog
+from runner.config.tokens import BearerTokens
+from runner.transports.auth import CALLER_STATE_KEY, BearerAuth, RefusalLog
 from runner.transports.cancels import PostedCancels
 from runner.transports.refusals import ExplainedRefusals
 

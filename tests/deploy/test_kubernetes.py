@@ -374,8 +374,8 @@ def test_every_variable_the_deployment_sets_is_a_setting_the_server_reads() -> N
 
 
 def test_the_example_secret_is_the_one_the_deployment_mounts_and_its_placeholder_is_refused() -> None:
+    from runner.config.tokens import BearerTokens
     from runner.errors import ConfigError
-    from runner.transports.auth import BearerTokens
 
     (secret,) = documents(EXAMPLE_SECRET)
     assert secret["kind"] == "Secret"
