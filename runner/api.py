@@ -6,8 +6,8 @@ import dataclasses
 import os
 import secrets
 
-from runner.config import Config
-from runner.config.disk import open_environment, with_checkout_defaults
+from runner.config import Config, load
+from runner.config.disk import open_environment
 from runner.errors import ArgumentError
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult, Status
@@ -23,12 +23,12 @@ async def run_code(
 ) -> RunResult:
     """Run `code` once under the server's limits and return the result (see `RunResult.to_text()`).
 
-    The configuration comes from the RUNNER_* environment unless given (from a checkout, its
-    `.sandbox-env` and `.wheelhouse` as the server takes them: `environment.with_checkout_defaults`). For example,
+    The configuration comes from the RUNNER_* environment unless given, as the server's does
+    (`runner.config.load`: from a checkout, its `.sandbox-env` and `.wheelhouse`). For example,
     ``(await run_code("print(1+1)", timeout=5)).to_text()`` is the same text block a tool call returns.
     """
     # Opening is idempotent: a configuration the caller built (or opened already) is checked the same way.
-    config = config or Config.from_env(with_checkout_defaults(os.environ))
+    config = config or load(os.environ).config
     config = dataclasses.replace(open_environment(config), pool_size=0)
     request_id = request_id or secrets.token_hex(4)
     arguments: dict[str, object] = {"code": code, "stdin": stdin}

@@ -14,8 +14,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from runner.config import Config
-from runner.config.disk import open_environment, with_checkout_defaults
+from runner.config import load
+from runner.config.disk import with_checkout_defaults
 from runner.protocol.tool import tool_definitions
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "tool.md"
@@ -28,7 +28,7 @@ def section() -> str:
     environ = with_checkout_defaults({})
     if "RUNNER_PACKAGES" not in environ or "RUNNER_WHEELHOUSE" not in environ:
         raise SystemExit("tool_doc: build .sandbox-env and .wheelhouse first (make setup)")
-    tools = tool_definitions(open_environment(Config.from_env(environ)))
+    tools = tool_definitions(load(environ).config)
     description = tools[0].description or ""
     listed = json.dumps({"tools": [tool.model_dump(by_alias=True, exclude_none=True) for tool in tools]})
     wrapped = "\n".join(textwrap.wrap(description, 100, break_long_words=False, break_on_hyphens=False))

@@ -46,7 +46,7 @@ def server_env(work_dir: Path, **extra: str) -> dict[str, str]:
         "RUNNER_HTTP_PORT": "0",
         "RUNNER_SANDBOX": "none",
         # The standard library only, unless a test says otherwise: started from this checkout, the server
-        # would take its .sandbox-env and .wheelhouse (environment.with_checkout_defaults).
+        # would take its .sandbox-env and .wheelhouse (runner.config.load).
         "RUNNER_PACKAGES": "",
         "RUNNER_WHEELHOUSE": "",
         **extra,

@@ -15,7 +15,7 @@ from anyio.abc import Process
 from tests.conftest import REPO
 
 # The standard library only: started from this checkout, the server would take its .sandbox-env and
-# .wheelhouse (environment.with_checkout_defaults).
+# .wheelhouse (runner.config.load).
 STANDARD_LIBRARY_ONLY = {"RUNNER_PACKAGES": "", "RUNNER_WHEELHOUSE": ""}
 
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}

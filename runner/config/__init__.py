@@ -1,15 +1,20 @@
 """Configuration: the only reader of `RUNNER_*` variables, and where every refusal to start is decided.
+Every entry point calls `load(environ, cli)` and is handed a frozen, opened `Deployment`.
 
-Its rooms: `settings` (how one variable is declared, read from its text, documented), `variables` (every
+Its rooms: `loading` (`load`: the checkout's defaults, the command line, the rules between variables),
+`settings` (how one variable is declared, read from its text, documented), `variables` (every
 variable, declared once), `removed` (names that were settings once), `values` (`Config`, the frozen
 configuration read from the text), `disk` (what the configuration names on disk, looked at and filled in),
-`locks` (the locks and wheels package environments are made from). It imports no side of the server:
-each side reads the frozen value it is handed.
+`locks` (the locks and wheels package environments are made from), `tokens` (the HTTP tokens file).
+It imports no side of the server: each side reads the frozen value it is handed.
 
 Must not import: `runner.protocol`, `runner.transports`, `runner.execution`, `runner.processes`,
 `runner.inrun`, or the SDK.
 """
 
+from runner.config.loading import Cli as Cli
+from runner.config.loading import Deployment as Deployment
+from runner.config.loading import load as load
 from runner.config.settings import KIB as KIB
 from runner.config.settings import MIB as MIB
 from runner.config.settings import markdown_table as markdown_table

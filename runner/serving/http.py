@@ -52,6 +52,7 @@ def main_http(
     if not worker and tokens is not None:
         # Names only, never a token: what an operator needs to see why a client gets 401.
         log_event(logger, logging.INFO, "bearer tokens loaded", count=len(tokens.names), names=",".join(tokens.names))
+        _warn_of_readable_tokens(config)
     http = config.http
     try:
         sock = socket.socket(fileno=listen_fd) if worker else listening(http.host, http.port)
@@ -116,3 +117,22 @@ async def serve_http(
         await http_server.serve()
         log_event(logger, logging.INFO, "HTTP server stopped; shutting down")
         tg.cancel_scope.cancel()
+
+
+def _warn_of_readable_tokens(config: Config) -> None:
+    """A tokens file other users of the machine may read gives them the server: say so at start."""
+    path = config.http.tokens_file
+    if not path:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # gone since it was read: the tokens are in memory
+        return
+    if mode & 0o044:
+        log_event(
+            get_logger(),
+            logging.WARNING,
+            "RUNNER_AUTH_TOKENS_FILE is readable by other users: anyone who reads it runs code here; chmod 600 it",
+            path=path,
+            mode=oct(mode & 0o777),
+        )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 
 import anyio
 
@@ -33,3 +35,17 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int]) -> 
             await server.run(read_stream, write_stream, server.create_initialization_options())
         log_event(logger, logging.INFO, "stdin closed; shutting down")
         tg.cancel_scope.cancel()
+
+
+def main_stdio(config: Config, plan: IsolationPlan, early: list[int]) -> int:
+    """Serve on stdin and stdout until stdin closes or a signal; the exit status."""
+    if sys.stdin.isatty():
+        sys.stderr.write(
+            "python-runner-mcp: waiting for an MCP client on stdin/stdout (JSON-RPC); connect one with "
+            "'make inspect' or a config from mcp-config-examples/. Ctrl-C stops.\n"
+        )
+    # A second Ctrl-C during shutdown: everything is already being torn down.
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(serve_stdio, config, plan, early)
+    log_event(get_logger(), logging.INFO, "server stopped")
+    return 0

@@ -438,14 +438,14 @@ REFUSALS = [
         needs="sandboxed root",
     ),
     Refusal(
-        "__main__:_configured no tokens off loopback",
+        "config.loading:load no tokens off loopback",
         "RUNNER_AUTH_TOKENS_FILE",
         "not a loopback address",
         lambda s: {"RUNNER_HTTP_HOST": "0.0.0.0", "RUNNER_HTTP_ALLOWED_HOSTS": "runner.example.com"},
         HTTP,
     ),
     Refusal(
-        "__main__:_configured no-auth on stdio",
+        "config.loading:load no-auth on stdio",
         "--insecure-no-auth",
         "http only",
         lambda s: {},
