@@ -15,7 +15,6 @@ from runner.errors import ConfigError
 from runner.logs import configure_logging, get_logger, log_event
 from runner.processes.identity import claimed_uids
 from runner.processes.isolation import IsolationPlan, plan_isolation
-from runner.processes.memory import sessions_budget
 from runner.processes.procctl import set_dumpable
 from runner.serving.signals import catch_early
 
@@ -44,10 +43,9 @@ def _started(args: argparse.Namespace) -> tuple[Deployment, IsolationPlan]:
     """The deployment and the isolation plan; `ConfigError` for anything that must stop the start."""
     deployment = load(os.environ, Cli(args.transport, args.insecure_no_auth))
     plan = plan_isolation(deployment.config)
-    # What the pool would refuse as it opens, after its log lines, is refused here, before the first: the
-    # sessions' memory budget and a root server's run uids (a free block now: one another server takes
-    # before our pool does is still refused there).
-    sessions_budget(deployment.config)
+    # What the pool would refuse as it opens, after its log lines, is refused here, before the first: a
+    # root server's run uids (a free block now: one another server takes before our pool does is still
+    # refused there).
     with claimed_uids(deployment.config, plan):
         pass
     return deployment, plan

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.config import Config
+from runner.config.memory import sessions_budget
 from runner.execution.pool import Pool
 from tests.helpers import children_of, settled
 
@@ -46,6 +47,8 @@ def config(work_dir: Path) -> Config:
         max_cpu_seconds=5,
         # Tests that want the sandbox say so; pids and paths printed by runs are then not the host's.
         sandbox="none",
+        # What opening the environment decides (`runner.config.memory`), as a server's is.
+        sessions_budget_bytes=sessions_budget(Config()),
     )
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from runner.config.locks import installed_modules, normalized, parse_lock, shown_modules, wheel_modules
+from runner.config.memory import sessions_budget
 from runner.config.values import DEFAULT_PRELOAD, PROVIDED_DIRECTORY, Config
 from runner.errors import ConfigError
 
@@ -76,6 +77,7 @@ def open_environment(config: Config) -> Config:
         wheelhouse_cache=_wheelhouse_cache(config.wheelhouse_cache, work_dir) if wheelhouse else "",
         preload=_preload(config, site),
         default_preload=False,
+        sessions_budget_bytes=sessions_budget(config),
         http=dataclasses.replace(config.http, tokens_file=_tokens_file(config.http.tokens_file)),
     )
     return dataclasses.replace(opened, sandbox_read_paths=_read_paths(opened))

@@ -89,7 +89,8 @@ class Config:
     max_queue: int = 64
     max_sessions: int = 16
     max_sessions_per_caller: int = 4
-    sessions_memory_mb: int = 0  # 0: sized from what the server can hold (`runner.processes.memory`)
+    sessions_memory_mb: int = 0  # 0: sized from what the server can hold (`runner.config.memory`)
+    sessions_budget_bytes: int = 0  # filled in when the environment is opened (`runner.config.memory`)
     session_idle_seconds: int = 900
     session_max_seconds: int = 14_400
     max_tasks_per_caller: int = 64

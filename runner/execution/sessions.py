@@ -30,7 +30,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from runner.config import Config
+from runner.config import MIB, Config
 from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
 from runner.execution.kept import OutputStore
@@ -41,7 +41,6 @@ from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, S
 from runner.processes.anchor_wire import Said
 from runner.processes.child import Child
 from runner.processes.keeper import KeptCall, SessionKeeper, SessionLost
-from runner.processes.memory import over_budget, sessions_budget
 
 HANDLE_PREFIX = "s-"
 HANDLE_BYTES = 24  # 192 bits: past guessing, as MCP's guidance on handles asks for at least 128
@@ -113,7 +112,7 @@ class Sessions:
         self._ended = EndedSessions()
         self._counts = {"created": 0, "expired": 0, "closed": 0, "lost": 0, "rolled_back": 0}
         self._calls_running = 0
-        self._budget = sessions_budget(config)  # what every open session's kept state may hold together
+        self._budget = config.sessions_budget_bytes  # what every open session's kept state may hold together
         # Callers of sessions being started (by id of the request), and ENDING for those being ended (of
         # the session): they count against the caps until open, or their anchor gone (see ENDING).
         self._unlisted: dict[int, str | None] = {}
@@ -482,3 +481,15 @@ def _refusal(c: Config, holders: list[Session | str | None], caller: str | None)
             f"{c.max_sessions_per_caller} allows; close one with close_session: {named}"
         )
     return ""
+
+
+def over_budget(budget: int, held: int, others: int) -> str:
+    """Why a session's next state, holding `held` bytes, may not be kept while the other open sessions'
+    kept states hold `others` ('' if it may): together they would pass `budget`."""
+    if others + held <= budget:
+        return ""
+    return (
+        f"not kept: its state would hold {held / MIB:.0f} MiB, which with the other open sessions' "
+        f"{others / MIB:.0f} MiB passes the sessions' memory budget of {budget / MIB:.0f} MiB "
+        "(RUNNER_SESSIONS_MEMORY_MB)"
+    )

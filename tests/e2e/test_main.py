@@ -392,13 +392,13 @@ REFUSALS = [
         "auth:read", "RUNNER_AUTH_TOKENS_FILE", "cannot read", lambda s: s.tokens(b"alice:\xff" + TOKEN.encode()), HTTP
     ),
     Refusal(
-        "memory:sessions_budget",
+        "config.memory:sessions_budget",
         "RUNNER_SESSIONS_MEMORY_MB",
         "16000000 MiB is more",
         lambda s: {"RUNNER_SESSIONS_MEMORY_MB": "16000000"},
     ),
     Refusal(
-        "memory:sessions_budget over http",
+        "config.memory:sessions_budget over http",
         "RUNNER_SESSIONS_MEMORY_MB",
         "16000000 MiB is more",
         lambda s: {"RUNNER_SESSIONS_MEMORY_MB": "16000000"},

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from runner.config import Config
+from runner.config import MIB, Config
 from runner.execution.pool import Pool
 from runner.outcome import NEW_SESSION, RunRequest, Status
 from tests.e2e.execution.test_sessions import call, new_session
@@ -277,7 +277,7 @@ async def test_sessions_started_at_once_under_load_are_each_kept_from_their_firs
 async def test_a_state_that_would_pass_the_sessions_memory_budget_is_rolled_back_and_says_why(
     session_config: Config, no_leaks: None
 ) -> None:
-    config = dataclasses.replace(session_config, sessions_memory_mb=64)
+    config = dataclasses.replace(session_config, sessions_memory_mb=64, sessions_budget_bytes=64 * MIB)
     async with Pool.open(config, reap_strays=True) as pool:
         first = await new_session(pool, "data = bytearray(40 << 20)")
         second = await new_session(pool, "x = 1")
@@ -331,7 +331,7 @@ async def test_a_kept_state_cannot_reach_its_keeper_through_what_the_keeper_itse
 async def test_the_memory_a_state_holds_is_read_by_the_anchor_not_taken_from_the_call(
     session_config: Config, no_leaks: None
 ) -> None:
-    config = dataclasses.replace(session_config, sessions_memory_mb=64)
+    config = dataclasses.replace(session_config, sessions_memory_mb=64, sessions_budget_bytes=64 * MIB)
     async with Pool.open(config, reap_strays=True) as pool:
         handle = await new_session(pool, "x = 1")
         forged = "import os, socket\ns = socket.socket(fileno=254)\ns.send(b'P %d 0 0' % os.getpid())\ns.detach()"

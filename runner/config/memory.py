@@ -3,16 +3,17 @@
 A session keeps its state in memory between calls, for as long as it lasts; many sessions together
 could hold more than the machine, or the server's container, has, and the kernel's OOM killer would
 then take the largest process, which may be the server itself. So every open session's kept state
-together has a budget (`RUNNER_SESSIONS_MEMORY_MB`): decided once at start, from the machine's memory
-and the server's cgroup's limit, and a call whose state would pass it is rolled back (`Sessions`).
+together has a budget (`RUNNER_SESSIONS_MEMORY_MB`): decided once, when the configuration is opened
+(`Config.sessions_budget_bytes`), from the machine's memory and the server's cgroup's limit, and a call
+whose state would pass it is rolled back (`runner.execution.sessions`).
 """
 
 from __future__ import annotations
 
 import os
 
-from runner.config import Config
 from runner.config.settings import MIB
+from runner.config.values import Config
 from runner.errors import ConfigError
 
 # The share of what the server can hold that sessions may keep by default: the rest is for the calls
@@ -86,15 +87,3 @@ def available_bytes(meminfo: str, limits: list[str]) -> int:
         if value.isdigit() and 0 < int(value) < UNLIMITED:
             total = min(total, int(value))
     return total
-
-
-def over_budget(budget: int, held: int, others: int) -> str:
-    """Why a session's next state, holding `held` bytes, may not be kept while the other open sessions'
-    kept states hold `others` ('' if it may): together they would pass `budget`."""
-    if others + held <= budget:
-        return ""
-    return (
-        f"not kept: its state would hold {held / MIB:.0f} MiB, which with the other open sessions' "
-        f"{others / MIB:.0f} MiB passes the sessions' memory budget of {budget / MIB:.0f} MiB "
-        "(RUNNER_SESSIONS_MEMORY_MB)"
-    )

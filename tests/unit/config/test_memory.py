@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from runner.config import Config
+from runner.config.memory import available_bytes, cgroup_limit_files, sessions_budget
 from runner.config.settings import MIB
 from runner.errors import ConfigError
-from runner.processes.memory import available_bytes, cgroup_limit_files, over_budget, sessions_budget
 
 MEMINFO = "MemTotal:       24000000 kB\nMemFree:        20000000 kB\n"
 
@@ -42,10 +42,3 @@ def test_a_budget_set_beyond_what_the_server_can_hold_stops_it_naming_the_variab
     assert sessions_budget(config, 2048 * MIB) == 1024 * MIB
     with pytest.raises(ConfigError, match="RUNNER_SESSIONS_MEMORY_MB: 1024 MiB is more than the 512 MiB"):
         sessions_budget(config, 512 * MIB)
-
-
-def test_a_state_is_refused_once_it_and_the_other_sessions_kept_states_pass_the_budget() -> None:
-    assert over_budget(100 * MIB, 60 * MIB, 40 * MIB) == ""
-    refusal = over_budget(100 * MIB, 60 * MIB, 41 * MIB)
-    assert refusal.startswith("not kept: its state would hold 60 MiB, which with the other open sessions' 41 MiB")
-    assert "budget of 100 MiB (RUNNER_SESSIONS_MEMORY_MB)" in refusal
