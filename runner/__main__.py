@@ -11,7 +11,7 @@ import os
 import sys
 
 from runner.config import Cli, Deployment, load
-from runner.errors import ConfigError
+from runner.errors import ConfigError, Unavailable
 from runner.logs import configure_logging, get_logger, log_event
 from runner.processes.identity import claimed_uids
 from runner.processes.isolation import IsolationPlan, plan_isolation
@@ -67,19 +67,21 @@ def main(argv: list[str] | None = None) -> int:
         if not set_dumpable(False):
             log_event(get_logger(), logging.WARNING, "cannot make the server non-dumpable on this platform")
         return _serve(deployment, plan, early, args)
-    except Exception as exc:  # a ConfigError at start, or raised as the server starts (the pool's) in a task group
-        refused = _config_error(exc)
+    except Exception as exc:  # a refusal at start, or raised as the server starts (the pool's) in a task group
+        refused = _refusal(exc)
         if refused is None:
             raise
-        sys.stderr.write(f"python-runner-mcp: invalid configuration: {refused}\n")
+        what = "invalid configuration" if isinstance(refused, ConfigError) else "cannot start"
+        sys.stderr.write(f"python-runner-mcp: {what}: {refused}\n")
         return 2
 
 
-def _config_error(exc: BaseException) -> ConfigError | None:
-    """The `ConfigError` that `exc` is or holds (a task group wraps what its tasks raise), if any."""
-    if isinstance(exc, BaseExceptionGroup):
-        return next(filter(None, map(_config_error, exc.exceptions)), None)
-    return exc if isinstance(exc, ConfigError) else None
+def _refusal(exc: BaseException) -> ConfigError | Unavailable | None:
+    """The refusal to start that `exc` is or holds (a task group wraps what its tasks raise), if any."""
+    if isinstance(exc, ConfigError | Unavailable):
+        return exc
+    found = map(_refusal, exc.exceptions) if isinstance(exc, BaseExceptionGroup) else ()
+    return next((refusal for refusal in found if refusal is not None), None)
 
 
 def _serve(deployment: Deployment, plan: IsolationPlan, early: list[int], args: argparse.Namespace) -> int:

@@ -11,6 +11,16 @@ class ConfigError(Exception):
         self.variable = variable
 
 
+class Unavailable(Exception):
+    """The host cannot give what a valid configuration asks for (a sandbox its probe refuses, a block of
+    run uids other servers hold); the server must not start. `ConfigError` is for the values themselves,
+    and is raised in `runner.config` alone."""
+
+    def __init__(self, variable: str, message: str) -> None:
+        super().__init__(f"{variable}: {message}")
+        self.variable = variable
+
+
 class SpawnError(Exception):
     """An interpreter could not be started or did not become ready."""
 

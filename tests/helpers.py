@@ -20,7 +20,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from runner.config import Config
-from runner.errors import ConfigError
+from runner.errors import Unavailable
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, RunResult
 from runner.processes.isolation import plan_isolation
@@ -66,7 +66,7 @@ def in_mode(config: Config, mode: str, **changes: Any) -> Config:
 def _namespaces_problem(python: str) -> str:
     try:
         plan_isolation(dataclasses.replace(Config(), python=python, sandbox="namespaces"))
-    except ConfigError as exc:
+    except Unavailable as exc:
         return str(exc)
     return ""
 

@@ -273,3 +273,39 @@ def test_every_test_file_is_in_unit_e2e_or_deploy_and_every_test_directory_is_a_
     assert placed == {"unit", "e2e", "deploy"}
     directories = {path.parent for path in test_files}
     assert sorted(str(d.relative_to(REPO)) for d in directories if not (d / "__init__.py").is_file()) == []
+
+
+def _calls_config_error(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ConfigError"
+
+
+def _reads_a_runner_variable(node: ast.AST) -> bool:
+    """`os.environ["RUNNER_..."]`, `os.environ.get("RUNNER_...")` (or pop, setdefault), `os.getenv("RUNNER_...")`."""
+
+    def runner_name(arg: ast.AST) -> bool:
+        return isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("RUNNER_")
+
+    if isinstance(node, ast.Subscript):
+        return ast.unparse(node.value) == "os.environ" and runner_name(node.slice)
+    if isinstance(node, ast.Call) and node.args and runner_name(node.args[0]):
+        called = ast.unparse(node.func)
+        return called == "os.getenv" or called.startswith("os.environ.")
+    return False
+
+
+def test_only_the_configuration_package_reads_runner_variables_or_refuses_a_configuration() -> None:
+    # Issue 47: refusals decided in eight modules came after log lines, or escaped as a traceback. The
+    # in-run code is apart: RUNNER_ZYGOTE_PRELOAD is the server's word to its zygote, not a setting.
+    found = []
+    for name, path in MODULES.items():
+        if within(name, "runner.config") or within(name, IN_RUN):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if _calls_config_error(node) or _reads_a_runner_variable(node):
+                found.append(f"{name}:{getattr(node, 'lineno', 0)} {ast.unparse(node)[:60]}")
+    assert found == []
+
+
+def test_the_entry_point_is_arguments_and_dispatch_within_120_lines() -> None:
+    lines = len(MODULES["runner.__main__"].read_text().splitlines())
+    assert lines <= 120, f"runner/__main__.py is {lines} lines"

@@ -12,6 +12,7 @@ import dataclasses
 import glob
 import importlib.machinery
 import os
+import pwd
 import stat
 import sys
 import tempfile
@@ -80,7 +81,26 @@ def open_environment(config: Config) -> Config:
         sessions_budget_bytes=sessions_budget(config),
         http=dataclasses.replace(config.http, tokens_file=_tokens_file(config.http.tokens_file)),
     )
+    _check_run_uids(opened)
     return dataclasses.replace(opened, sandbox_read_paths=_read_paths(opened))
+
+
+def _check_run_uids(config: Config) -> None:
+    """RUNNER_SANDBOX_UIDS, where a root server's sandboxed runs get host uids of it: no uid of it a user
+    of the host's (a run would be that user, and share its process count), and room for one pool's block."""
+    if os.geteuid() != 0 or config.sandbox in ("none", "none-posix-spawn"):
+        return
+    uids = config.run_uid_range
+    users = sorted((entry.pw_uid, entry.pw_name) for entry in pwd.getpwall() if entry.pw_uid in uids)
+    if users:
+        uid, name = users[0]
+        raise ConfigError("RUNNER_SANDBOX_UIDS", f"uid {uid} of {config.sandbox_uids} is the host's user {name!r}")
+    if len(uids) < config.uids_per_pool:
+        raise ConfigError(
+            "RUNNER_SANDBOX_UIDS",
+            f"{config.sandbox_uids} holds {len(uids)} uids; this configuration lends up to {config.uids_per_pool} "
+            "at once (sources x (2 x (RUNNER_POOL_SIZE + RUNNER_MAX_CONCURRENT) + RUNNER_MAX_SESSIONS))",
+        )
 
 
 def _python(path: str) -> str:

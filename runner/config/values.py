@@ -188,6 +188,21 @@ class Config:
         return range(first, last + 1)
 
     @property
+    def uid_sources(self) -> int:
+        """The sources of interpreters that lend run uids each on their own: one, and a preloading
+        zygote beside it where there is preload (bubblewrap has no zygote; `auto` may end as bubblewrap,
+        for which this counts one more than it needs)."""
+        return 2 if self.preload and self.sandbox != "bwrap" else 1
+
+    @property
+    def uids_per_pool(self) -> int:
+        """The run uids a root server's sandboxed pool lends at most at once, its block of RUNNER_SANDBOX_UIDS:
+        each source's ready interpreters and runs in flight, twice over, since a run's uid is lent again
+        only once its processes are gone; and each source's share of the open sessions, whose anchors
+        hold theirs for their whole life."""
+        return self.uid_sources * (2 * (self.pool_size + self.max_concurrent) + self.max_sessions)
+
+    @property
     def memory_bytes(self) -> int:
         """RLIMIT_AS for one run."""
         return self.max_memory_mb * MIB

@@ -17,12 +17,11 @@ import contextlib
 import errno
 import fcntl
 import os
-import pwd
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from runner.config import Config
-from runner.errors import ConfigError
+from runner.errors import Unavailable
 from runner.processes.isolation import IsolationPlan
 
 # Where pools' locks go, for every server of the host to see; the work directory where it is not writable.
@@ -53,39 +52,16 @@ class RunUids:
         return f"uids={self}"
 
 
-def uids_needed(config: Config, plan: IsolationPlan) -> int:
-    """The uids a pool's sources lend at most at once: each source's ready interpreters and runs in
-    flight, twice over, since a run's uid is lent again only once its processes are gone; and each
-    source's share of the open sessions, whose anchors hold theirs for their whole life."""
-    return plan.supplies * (2 * (config.pool_size + config.max_concurrent) + config.max_sessions)
-
-
-def check_range(config: Config) -> None:
-    """`ConfigError` naming RUNNER_SANDBOX_UIDS if a uid of it is a user of the host's (a run would be
-    that user, and share its process count), or it is too small to hold one pool's block."""
-    uids = config.run_uid_range
-    users = sorted((entry.pw_uid, entry.pw_name) for entry in pwd.getpwall() if entry.pw_uid in uids)
-    if users:
-        uid, name = users[0]
-        raise ConfigError("RUNNER_SANDBOX_UIDS", f"uid {uid} of {config.sandbox_uids} is the host's user {name!r}")
-
-
 @contextlib.contextmanager
 def claimed_uids(config: Config, plan: IsolationPlan) -> Iterator[RunUids | None]:
     """The block of uids this pool lends its runs while it is open, or None where runs keep the
-    server's uid (`IsolationPlan.uid_per_run`). `ConfigError` if every block is taken."""
+    server's uid (`IsolationPlan.uid_per_run`); `Unavailable` if other pools hold every block. The
+    range and the block's size were checked when the configuration was opened (`runner.config.disk`)."""
     if not plan.uid_per_run:
         yield None
         return
-    check_range(config)
-    needed = uids_needed(config, plan)
+    needed = config.uids_per_pool
     uids = config.run_uid_range
-    if len(uids) < needed:
-        raise ConfigError(
-            "RUNNER_SANDBOX_UIDS",
-            f"{config.sandbox_uids} holds {len(uids)} uids; this configuration lends up to {needed} at once "
-            "(2 x pools x (RUNNER_POOL_SIZE + RUNNER_MAX_CONCURRENT))",
-        )
     directory = LOCK_DIR if os.access(LOCK_DIR, os.W_OK | os.X_OK) else config.work_dir
     for first in range(uids.start, uids.stop - needed + 1, needed):
         lock = _lock(os.path.join(directory, f"{LOCK_PREFIX}{first}.lock"))
@@ -100,7 +76,7 @@ def claimed_uids(config: Config, plan: IsolationPlan) -> Iterator[RunUids | None
                 os.unlink(path)
             os.close(fd)
         return
-    raise ConfigError("RUNNER_SANDBOX_UIDS", f"every block of {needed} uids in {config.sandbox_uids} is taken")
+    raise Unavailable("RUNNER_SANDBOX_UIDS", f"every block of {needed} uids in {config.sandbox_uids} is taken")
 
 
 def _lock(path: str) -> tuple[str, int] | None:

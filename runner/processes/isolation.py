@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from runner.config import MIB, Config, SandboxNetwork
-from runner.errors import ConfigError
+from runner.errors import Unavailable
 from runner.inrun.bootstrap import __file__ as _bootstrap_file
 from runner.inrun.cgroups import tokens
 
@@ -375,7 +375,7 @@ def plan_isolation(config: Config) -> IsolationPlan:
                 cgroup_reason=cgroup_reason,
             )
         if config.sandbox == "namespaces":
-            raise ConfigError("RUNNER_SANDBOX", f"namespaces were asked for but cannot be used: {problem}")
+            raise Unavailable("RUNNER_SANDBOX", f"namespaces were asked for but cannot be used: {problem}")
         problems.append(f"namespaces: {problem}")
     bwrap = shutil.which("bwrap")
     problem = (
@@ -397,7 +397,7 @@ def plan_isolation(config: Config) -> IsolationPlan:
             cgroup_reason=cgroup_reason,
         )
     if config.sandbox == "bwrap":
-        raise ConfigError("RUNNER_SANDBOX", f"bwrap was asked for but cannot be used: {problem}")
+        raise Unavailable("RUNNER_SANDBOX", f"bwrap was asked for but cannot be used: {problem}")
     problems.append(f"bubblewrap: {problem}")
     reason = "RUNNER_SANDBOX=auto fell back to rlimits only: " + "; ".join(problems)
     return IsolationPlan("none", reason, preload=preload, cgroup_reason="no sandbox")

@@ -417,14 +417,14 @@ REFUSALS = [
         lambda s: {"RUNNER_SANDBOX": "bwrap", "RUNNER_PYTHON": s.failing_python()},
     ),
     Refusal(
-        "identity:check_range a host user",
+        "config.disk:_check_run_uids a host user",
         "RUNNER_SANDBOX_UIDS",
         "is the host's user",
         lambda s: {**SANDBOXED, "RUNNER_SANDBOX_UIDS": host_user_uids()},
         needs="sandboxed root",
     ),
     Refusal(
-        "identity:claimed_uids too few",
+        "config.disk:_check_run_uids too few",
         "RUNNER_SANDBOX_UIDS",
         "holds 1 uids",
         lambda s: {**SANDBOXED, "RUNNER_SANDBOX_UIDS": next(unused_uids(1))},
@@ -454,6 +454,9 @@ REFUSALS = [
 ]
 
 
+HOST_REFUSALS = ("isolation:", "identity:")
+
+
 @pytest.mark.parametrize("refusal", REFUSALS, ids=[refusal.site for refusal in REFUSALS])
 def test_every_configuration_refusal_at_start_is_one_line_naming_the_variable_and_exit_2(
     refusal: Refusal, work_dir: Path, tmp_path: Path
@@ -469,9 +472,11 @@ def test_every_configuration_refusal_at_start_is_one_line_naming_the_variable_an
         # RUNNER_SANDBOX=none unless a case says otherwise: no probe to wait for where none is refused.
         done = served(minimal({"RUNNER_SANDBOX": "none", **port, **given}, work_dir), args=refusal.args)
     said = done.stderr.splitlines()
-    if refusal.needs == "sandboxed root" and "invalid configuration: RUNNER_SANDBOX:" in done.stderr:
+    if refusal.needs == "sandboxed root" and "cannot start: RUNNER_SANDBOX:" in done.stderr:
         pytest.skip(f"needs a sandbox that works here: {done.stderr.strip()}")
     assert (done.returncode, done.stdout, len(said)) == (2, "", 1), done.stderr
-    assert said[0].startswith(f"python-runner-mcp: invalid configuration: {refusal.variable}: "), said[0]
+    # A value refused is invalid configuration; a host that cannot give what a valid one asks, "cannot start".
+    what = "cannot start" if refusal.site.startswith(HOST_REFUSALS) else "invalid configuration"
+    assert said[0].startswith(f"python-runner-mcp: {what}: {refusal.variable}: "), said[0]
     assert refusal.says in said[0], said[0]
     assert "Traceback" not in done.stderr

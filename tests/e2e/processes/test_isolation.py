@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from runner.config import Config
-from runner.errors import ConfigError
+from runner.errors import Unavailable
 from runner.execution.pool import Pool
 from runner.outcome import RunRequest, Status
 from runner.processes.isolation import (
@@ -482,7 +482,7 @@ def test_auto_falls_back_to_rlimits_when_bubblewrap_cannot_work(config: Config) 
     chosen = plan_isolation(broken)
     assert (chosen.mode, chosen.sandboxed, chosen.forked) == ("none", False, True)
     assert chosen.reason.startswith("RUNNER_SANDBOX=auto fell back to rlimits only:")
-    with pytest.raises(ConfigError):
+    with pytest.raises(Unavailable):
         plan_isolation(dataclasses.replace(broken, sandbox="bwrap"))
     assert plan_isolation(dataclasses.replace(config, sandbox="none")).reason == "RUNNER_SANDBOX=none"
 
@@ -545,6 +545,6 @@ def test_a_path_the_view_cannot_hold_stops_a_server_that_asked_for_its_sandbox_n
     gone = f"/var/tmp/python-runner-test-gone-{os.getpid()}"
     config = dataclasses.replace(sandbox_config, sandbox_read_paths=(gone,))
     with pytest.raises(
-        ConfigError, match=f"{sandbox_config.sandbox} (was|were) asked for but cannot be used: .*{gone}"
+        Unavailable, match=f"{sandbox_config.sandbox} (was|were) asked for but cannot be used: .*{gone}"
     ):
         plan_isolation(config)

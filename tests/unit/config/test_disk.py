@@ -197,3 +197,15 @@ def test_a_cache_that_is_a_link_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"must be a directory \(not a link\)") as caught:
         open_environment(Config.from_env(environ))
     assert caught.value.variable == "RUNNER_WHEELHOUSE_CACHE"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root server's runs alone get uids of RUNNER_SANDBOX_UIDS")
+def test_a_root_server_s_uid_range_holding_a_host_user_or_too_small_for_a_block_is_refused() -> None:
+    # uid 1 is a system user on every Linux distribution we know (daemon, bin).
+    with pytest.raises(ConfigError, match=r"^RUNNER_SANDBOX_UIDS: uid 1 of 1-100 is the host's user"):
+        open_environment(Config.from_env({"RUNNER_SANDBOX_UIDS": "1-100", "RUNNER_SANDBOX": "namespaces"}))
+    small = {"RUNNER_SANDBOX_UIDS": "70000-70009", "RUNNER_MAX_SESSIONS": "0", "RUNNER_SANDBOX": "bwrap"}
+    with pytest.raises(ConfigError, match=r"^RUNNER_SANDBOX_UIDS: 70000-70009 holds 10 uids; .* up to 12 at once"):
+        open_environment(Config.from_env(small))
+    # Runs that keep the server's uid use no range: nothing to refuse.
+    assert open_environment(Config.from_env({**small, "RUNNER_SANDBOX": "none"})).sandbox == "none"
