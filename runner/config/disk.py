@@ -20,7 +20,7 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from runner.config.locks import installed_modules, normalized, parse_lock, shown_modules, wheel_modules
+from runner.config.locks import Distribution, installed_modules, normalized, parse_lock, shown_modules, wheel_modules
 from runner.config.memory import sessions_budget
 from runner.config.values import DEFAULT_PRELOAD, PROVIDED_DIRECTORY, Config
 from runner.errors import ConfigError
@@ -70,10 +70,10 @@ def open_environment(config: Config) -> Config:
         work_dir=work_dir,
         packages=packages,
         packages_site=site,
-        package_versions=installed,
+        package_distributions=installed,
         package_modules=_package_modules(packages, site),
         wheelhouse=wheelhouse,
-        wheelhouse_versions=offered,
+        wheelhouse_distributions=offered,
         wheelhouse_modules=offered_modules,
         wheelhouse_cache=_wheelhouse_cache(config.wheelhouse_cache, work_dir) if wheelhouse else "",
         preload=_preload(config, site),
@@ -151,8 +151,10 @@ def _packages(path: str) -> tuple[str, str]:
     return os.path.realpath(path), os.path.realpath(found[0])
 
 
-def _wheelhouse(path: str, installed: tuple[str, ...]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    """RUNNER_WHEELHOUSE, resolved; "name version" of each distribution its lock pins, with its wheel
+def _wheelhouse(
+    path: str, installed: tuple[Distribution, ...]
+) -> tuple[str, tuple[Distribution, ...], tuple[str, ...]]:
+    """RUNNER_WHEELHOUSE, resolved; each distribution its lock pins, with its wheel
     there, that the package environment does not have (what runs may have installed for them); and the
     top-level modules of those its lock asked for (what a user imports of them)."""
     if not path:
@@ -166,7 +168,7 @@ def _wheelhouse(path: str, installed: tuple[str, ...]) -> tuple[str, tuple[str, 
         )
     with open(lock, encoding="utf-8") as file:
         pins = parse_lock(file.read())
-    have = {normalized(line.split(" ")[0]) for line in installed}
+    have = {normalized(distribution.name) for distribution in installed}
     # A pin without its wheel (a wheelhouse `make check-wheelhouse` would refuse) is not offered.
     wheels = {normalized(name.split("-")[0]): name for name in os.listdir(path) if name.endswith(".whl")}
     offered = sorted(name for name in pins if name not in have and name in wheels)
@@ -181,8 +183,8 @@ def _wheelhouse(path: str, installed: tuple[str, ...]) -> tuple[str, tuple[str, 
             modules.update(shown_modules(name, wheel_modules(Path(path, wheels[name]))))
         except (OSError, zipfile.BadZipFile):
             continue  # a damaged wheel: its hash check refuses it when a run asks for it
-    versions = tuple(f"{name} {pins[name].version}" for name in offered)
-    return os.path.realpath(path), versions, tuple(sorted(modules))
+    distributions = tuple(Distribution(name, pins[name].version) for name in offered)
+    return os.path.realpath(path), distributions, tuple(sorted(modules))
 
 
 def _package_modules(packages: str, site: str) -> tuple[str, ...]:
@@ -259,12 +261,12 @@ def _findable(name: str, site: str) -> bool:
     return spec is not None
 
 
-def _installed(site: str) -> tuple[str, ...]:
-    """ "name version" of every distribution in `site`, from its .dist-info directory's name."""
+def _installed(site: str) -> tuple[Distribution, ...]:
+    """Every distribution in `site`, from its .dist-info directory's name."""
     if not site:
         return ()
     names = sorted(entry[: -len(".dist-info")] for entry in os.listdir(site) if entry.endswith(".dist-info"))
-    return tuple(" ".join(name.rsplit("-", 1)) for name in names)
+    return tuple(Distribution(*name.rsplit("-", 1)) for name in names)
 
 
 def _read_paths(config: Config) -> tuple[str, ...]:

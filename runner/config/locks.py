@@ -27,6 +27,17 @@ _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _EXTENSION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\.[\w-]+)?\.(?:so|pyd)$")
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Distribution:
+    """One distribution an environment has or offers: its name (as its metadata spells it) and version."""
+
+    name: str
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.version}"
+
+
 @dataclass(frozen=True, slots=True)
 class Pin:
     """One distribution of the lock: its version, its hashes, and the pins that need it."""

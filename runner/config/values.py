@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runner.config.locks import Distribution
 from runner.config.removed import REMOVED, refuse_removed
 from runner.config.settings import KIB as KIB
 from runner.config.settings import MIB as MIB
@@ -106,14 +107,14 @@ class Config:
     sandbox_uids: str = "60000-60999"  # FIRST-LAST: a root server's runs' host uids (`run_uid_range`)
     packages: str = ""
     packages_site: str = ""
-    package_versions: tuple[str, ...] = ()  # "numpy 2.4.6", ... what runs may import besides the stdlib
+    package_distributions: tuple[Distribution, ...] = ()  # what runs may import besides the stdlib
     # numpy, pandas, ...: the top-level modules of what the environment's lock asked for (what a user imports).
     package_modules: tuple[str, ...] = ()
     wheelhouse: str = ""
     wheelhouse_cache: str = ""  # empty: in the work directory, filled in when the environment is opened
     max_wheelhouse_cache_bytes: int = 1024 * MIB
-    # "sympy 1.14.0", ...: the wheelhouse's distributions beyond the package environment's, for runs to import.
-    wheelhouse_versions: tuple[str, ...] = ()
+    # The wheelhouse's distributions beyond the package environment's, for runs to import.
+    wheelhouse_distributions: tuple[Distribution, ...] = ()
     wheelhouse_modules: tuple[str, ...] = ()  # sklearn, sympy, ...: likewise, of those
     preload: tuple[str, ...] = ()
     # RUNNER_PRELOAD is not set: opening the environment preloads those of DEFAULT_PRELOAD it has.

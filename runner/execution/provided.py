@@ -45,7 +45,7 @@ class ProvidedPackages:
         if not config.wheelhouse:
             return None
         directory = Path(config.wheelhouse)
-        base = [line.split(" ")[0] for line in config.package_versions]
+        base = [distribution.name for distribution in config.package_distributions]
 
         def read() -> Wheelhouse:
             return Wheelhouse.read(directory, (directory / WHEELHOUSE_LOCK).read_text(encoding="utf-8"), base)

@@ -25,9 +25,9 @@ _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 def offered(config: Config) -> str:
     """What the wheelhouse has, as a refusal lists it."""
-    if not config.wheelhouse_versions:
+    if not config.wheelhouse_distributions:
         return "this server has no wheelhouse (RUNNER_WHEELHOUSE): no package can be named"
-    return "the wheelhouse has " + ", ".join(config.wheelhouse_versions)
+    return "the wheelhouse has " + ", ".join(map(str, config.wheelhouse_distributions))
 
 
 def _kind(entry: str) -> str:
@@ -55,8 +55,8 @@ def _kind(entry: str) -> str:
 def check_packages(entries: Sequence[str], config: Config) -> tuple[str, ...]:
     """The wheelhouse's distributions (normalized, sorted) a call's `packages` names; `ArgumentError`
     naming the first entry that is not one of them (or of the package environment's)."""
-    wheelhouse = {line.split(" ")[0] for line in config.wheelhouse_versions}
-    base = {normalized(line.split(" ")[0]) for line in config.package_versions}
+    wheelhouse = {distribution.name for distribution in config.wheelhouse_distributions}
+    base = {normalized(distribution.name) for distribution in config.package_distributions}
     found: set[str] = set()
     for index, entry in enumerate(entries):
         where = f"invalid argument 'packages[{index}]' ({entry[:MAX_NAME_CHARS]!r})"

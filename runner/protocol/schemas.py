@@ -96,9 +96,9 @@ def input_schema(config: Config) -> dict[str, Any]:
 
 
 def _packages_description(config: Config) -> str:
-    if not config.wheelhouse_versions:
+    if not config.wheelhouse_distributions:
         return "This server has no wheelhouse: leave this out (an entry other than a preinstalled package is refused)."
-    names = ", ".join(line.split(" ")[0] for line in config.wheelhouse_versions)
+    names = ", ".join(distribution.name for distribution in config.wheelhouse_distributions)
     return (
         "Distributions to provide besides what the code's import statements already bring in (those need no "
         "entry): for an import the code makes by a computed name. Names alone, from the server's vetted "

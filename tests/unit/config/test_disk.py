@@ -12,6 +12,7 @@ import pytest
 
 from runner.config import Config
 from runner.config.disk import open_environment
+from runner.config.locks import Distribution
 from runner.errors import ConfigError
 
 HTTP = {"RUNNER_TRANSPORT": "http"}
@@ -21,7 +22,7 @@ def test_opening_the_environment_fills_in_the_interpreter_and_the_temp_directory
     config = open_environment(Config.from_env({}))
     assert config.python == os.path.realpath(sys.executable)
     assert config.work_dir == tempfile.gettempdir()
-    assert (config.packages, config.packages_site, config.package_versions, config.preload) == ("", "", (), ())
+    assert (config.packages, config.packages_site, config.package_distributions, config.preload) == ("", "", (), ())
     assert open_environment(config) == config, "opening an opened configuration changes nothing"
 
 
@@ -79,7 +80,7 @@ def test_a_package_environment_gives_its_distributions_and_the_default_preload_i
         (site / name).mkdir(parents=True)
     opened = open_environment(Config.from_env({"RUNNER_PACKAGES": str(tmp_path / "env")}))
     assert (opened.packages, opened.packages_site) == (str(tmp_path / "env"), str(site))
-    assert opened.package_versions == ("matplotlib 3.11.2", "numpy 2.4.6")
+    assert opened.package_distributions == (Distribution("matplotlib", "3.11.2"), Distribution("numpy", "2.4.6"))
     assert opened.preload == ("numpy", "matplotlib.pyplot"), "pandas is not there"
     assert not opened.default_preload
     with pytest.raises(ConfigError, match="no module 'pandas' in RUNNER_PACKAGES") as caught:
@@ -165,7 +166,7 @@ def test_a_wheelhouse_offers_what_its_lock_pins_beyond_the_package_environment_a
         {"RUNNER_WHEELHOUSE": str(house), "RUNNER_PACKAGES": str(tmp_path / "env"), "RUNNER_WORK_DIR": str(tmp_path)}
     )
     config = open_environment(read)
-    assert config.wheelhouse_versions == ("mpmath 1.3.0", "sympy 1.14.0")
+    assert config.wheelhouse_distributions == (Distribution("mpmath", "1.3.0"), Distribution("sympy", "1.14.0"))
     assert config.wheelhouse_cache == str(tmp_path / f"python-runner-environments-{os.geteuid()}")
     assert os.path.isdir(config.wheelhouse_cache)
     assert config.provided_packages == os.path.join(config.wheelhouse_cache, "packages")

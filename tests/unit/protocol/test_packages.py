@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from runner.config import Config
+from runner.config.locks import Distribution
 from runner.errors import ArgumentError
 from runner.protocol.arguments import ArgumentParser
 from runner.protocol.packages import check_packages
@@ -16,8 +17,16 @@ from runner.protocol.tool import tool_definition
 
 CONFIG = dataclasses.replace(
     Config(),
-    package_versions=("numpy 2.4.6", "pandas 3.0.1"),
-    wheelhouse_versions=("beautifulsoup4 4.15.0", "pyyaml 6.0.4", "scikit-learn 1.9.1", "sympy 1.14.0"),
+    package_distributions=(Distribution("numpy", "2.4.6"), Distribution("pandas", "3.0.1")),
+    wheelhouse_distributions=tuple(
+        Distribution(name, version)
+        for name, version in (
+            ("beautifulsoup4", "4.15.0"),
+            ("pyyaml", "6.0.4"),
+            ("scikit-learn", "1.9.1"),
+            ("sympy", "1.14.0"),
+        )
+    ),
     wheelhouse_modules=("bs4", "sklearn", "sympy", "yaml"),
 )
 AVAILABLE = "the wheelhouse has beautifulsoup4 4.15.0, pyyaml 6.0.4, scikit-learn 1.9.1, sympy 1.14.0"
