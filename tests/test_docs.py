@@ -320,3 +320,12 @@ def test_docs_tool_md_shows_the_description_the_model_reads_which_is_under_1200_
     for noise in ("cycler", "pyparsing", "tzdata", "threadpoolctl"):
         assert noise not in shown, noise
     assert not re.search(r"\b\d+\.\d+\.\d+\b", shown), "no versions"
+
+
+def test_the_architecture_page_s_modules_table_lists_every_module_and_no_other() -> None:
+    # Issue 47: five modules were missing from the map (inrun/cgroups.py, processes/cgroups.py, ...).
+    text = (REPO / "docs" / "architecture.md").read_text()
+    table = text.split("## Modules", 1)[1].split("```", 2)[1]
+    listed = set(re.findall(r"^(runner/\S+\.py)\s", table, re.MULTILINE))
+    modules = {str(path.relative_to(REPO)) for path in (REPO / "runner").rglob("*.py")}
+    assert (sorted(modules - listed), sorted(listed - modules)) == ([], [])

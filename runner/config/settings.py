@@ -1,6 +1,6 @@
 """How one RUNNER_* variable is declared, read from its text and listed in docs/configuration.md.
 
-The variables themselves are declared in `runner.config`, each once, as a `Setting`: the reading,
+The variables themselves are declared in `runner.config.variables`, each once, as a `Setting`: the reading,
 the error that names a bad variable and the documentation's table all come from that record. Only
 text is read here; what a path names on disk is looked at where the environment is opened
 (`runner.config.disk`).

@@ -5,8 +5,9 @@ The run's interpreter is ready (its limits applied) when it gets here. Whatever 
 process group has been sent SIGKILL when `drive` returns. A run that told its own end (once its
 output was flushed and closed: `harvest.ended`) is answered without waiting for the kernel to tear
 it down; the pool reaps it afterwards, while the run still holds its slot. Any other run is reaped
-here. Closing its fds and deleting its directory is the supply's part (`InterpreterSupply.destroy`),
-which the pool calls on every path.
+here. The driver closes the run's stdin once it is fed; closing the rest of its fds, removing its
+cgroup and deleting its directory is the teardown's (`teardown.end_interpreter`, through
+`Teardowns.now` or `Teardowns.after_answer`), which the pool calls on every path.
 """
 
 from __future__ import annotations
