@@ -71,12 +71,15 @@ class StraySweeper:
         """
         ended = self._runs_ended
         for _ in range(ROUNDS):
+            # The children first, then who is known: a helper started in between (from a thread) is
+            # not listed, or is known by then. The other way round, it was listed and not known.
+            children = children_of_self()
             helpers = self._helpers()
             if helpers is None:  # one of the server's own is being started: its pid is not known yet
                 await anyio.sleep(GRACE)
                 continue
             known = self._known_pids() | helpers
-            strays = [pid for pid in children_of_self() if pid not in known]
+            strays = [pid for pid in children if pid not in known]
             if not strays:
                 self._swept_through = max(self._swept_through, ended)
                 return

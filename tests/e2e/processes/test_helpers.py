@@ -3,14 +3,17 @@ run, never while their pid is not known yet, and a compile that does not end wel
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from runner.execution.environments import InstallError, Wanted, compile_bytecode
+from runner.execution.sweep import StraySweeper
 from runner.processes.helpers import Helpers
 from tests.helpers import settled
 
@@ -61,3 +64,30 @@ def test_a_compile_that_does_not_end_well_fails_the_install_naming_the_wheel(
     wanted = Wanted("sympy", "1.14.0", tmp_path / "sympy-1.14.0-py3-none-any.whl", frozenset())
     with pytest.raises(InstallError, match=f"sympy-1.14.0-py3-none-any.whl could not be compiled: {said}"):
         compile_bytecode(python, tmp_path, wanted, 30, Helpers())
+
+
+@pytest.mark.anyio
+async def test_a_helper_started_while_a_sweep_looks_is_not_taken_for_a_stray() -> None:
+    # Found in a loaded suite run: the sweep took its snapshot of the helpers, then listed the server's
+    # children; a compile started in between was listed but not known, and killed (signal 9).
+    helpers = Helpers()
+    ended: list[int] = []
+    threads: list[threading.Thread] = []
+
+    def start_a_helper() -> None:
+        ended.append(helpers.run([sys.executable, "-c", "import time; time.sleep(1)"], timeout=30))
+
+    def known_then_a_helper_starts() -> set[int] | None:
+        snapshot = helpers.known()
+        if not threads:
+            threads.append(threading.Thread(target=start_a_helper))
+            threads[0].start()
+            deadline = time.monotonic() + 10
+            while not helpers.known() and time.monotonic() < deadline:  # its pid recorded, the lock let go
+                time.sleep(0.001)
+        return snapshot
+
+    sweeper = StraySweeper(set, known_then_a_helper_starts, sandboxed=False, logger=logging.getLogger("test"))
+    await sweeper.sweep()
+    threads[0].join(timeout=30)
+    assert ended == [0], "a helper the sweep could not know yet was killed"
