@@ -106,7 +106,7 @@ class RunDriver:
             kept = []
             for name, spool, shown in (("stdout", spools[0], result.stdout), ("stderr", spools[1], result.stderr)):
                 if spool is not None and shown.dropped_bytes:
-                    stream = store.keep(request.caller, name, spool)
+                    stream = store.keep_stream(request.caller, name, spool)
                     if stream is not None:
                         kept.append(stream)
             lost = []

@@ -178,7 +178,7 @@ class OutputStore:
         os.close(fd)
         return self._add(caller, name, path, len(data), len(data), now, mime_type=mime_type, reason=reason)
 
-    def keep(
+    def keep_stream(
         self,
         caller: str | None,
         stream: str,

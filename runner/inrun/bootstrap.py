@@ -151,7 +151,7 @@ def run(
     except (OSError, ValueError) as exc:
         os.write(2, b"the run's working directory could not be prepared: %s\n" % str(exc).encode())
         os._exit(1)
-    filename = keeper.filename(keeper.Session.kept_calls) if session else FILENAME
+    filename = keeper.filename(keeper.SessionCarry.kept_calls) if session else FILENAME
     text = job.code.decode("utf-8", "replace").removeprefix("\ufeff")  # a BOM, as compile() of bytes allows
     # Seed linecache so tracebacks print the offending source lines of the run's code.
     linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
@@ -251,15 +251,15 @@ def serve_session(
     *,
     first: bool = False,
 ) -> NoReturn:
-    """A session's keeper (`keeper.keep`), and in each call it forks, the call (`run`). A state
+    """A session's keeper (`keeper.serve_as_keeper`), and in each call it forks, the call (`run`). A state
     the server kept comes back here as the next keeper (`keeper.Kept`), its call's frames unwound."""
     wire, keeper = siblings[0], siblings[5]
-    keeper.Session.warm_up = lambda: warm_up(siblings, home)
-    keeper.Session.home = home
+    keeper.SessionCarry.warm_up = lambda: warm_up(siblings, home)
+    keeper.SessionCarry.home = home
     ready, fds = None, None
     while True:
         if fds is None:
-            fds = keeper.keep(channel, first=first, ahead=ready)
+            fds = keeper.serve_as_keeper(channel, first=first, ahead=ready)
         first = False
         keeper.enter_call(fds, home)
         ready, fds = None, None
@@ -438,7 +438,7 @@ def prepare_process(
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
-def become_run(wire: types.ModuleType, workdir: str, limits: list[int]) -> None:
+def ready_for_code(wire: types.ModuleType, workdir: str, limits: list[int]) -> None:
     """Enter the working directory, apply the limits and say so on stdout (`wire.ready_line`): then the
     code may come."""
     # Anything the server's own parent passed down stops here (in a forked run: the zygote's
@@ -484,7 +484,7 @@ def main() -> None:
     if uid is not None:
         give_home(sys.argv[1], uid)
     prepare_process(libc, seccomp.Filter({**seccomp.WHOLE, **(seccomp.NO_NETWORK if isolated else {})}), uid=uid)
-    become_run(wire, sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
+    ready_for_code(wire, sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
     warm_up(tuple(siblings), ".")
     main = new_main()
     run(wire.read_job(wire.CODE_FD), main, tuple(siblings), tmpfs, spawned=True)

@@ -1,4 +1,4 @@
-"""Whole-run limits through cgroups: the layout found at start, and each run's own cgroup. Stdlib only.
+"""Whole-run limits through cgroups, the run's side (runner/processes/cgroups.py is the server's). Stdlib only.
 
 The server imports this (as runner.inrun.cgroups) to find the layout (`detect`, pure over the text of
 /proc/self/cgroup and /proc/self/mountinfo, with a small look at the control files) and to make a

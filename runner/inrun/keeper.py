@@ -1,5 +1,5 @@
-"""Sessions, from inside the sandbox: the anchor of one session, the keeper of its last good state,
-and each call forked from that state. Standard library only.
+"""A session, the run's side (runner/processes/keeper.py is the server's): its anchor, the keeper of its last
+good state, and each call forked from that state. Standard library only.
 
 A session starts as an ordinary run interpreter, ready (its limits applied, its view built, its uid
 taken): its job says ``keeper`` instead of carrying code (`wire.frame_keeper`), and it becomes the
@@ -67,7 +67,7 @@ KEEPER_FD = 255
 HANDED_ABOVE = 200
 
 
-class Session(sealing.Holder):
+class SessionCarry(sealing.Holder):
     """What a call knows of its session, carried from keeper to candidate: the number of calls kept,
     what a call forked ahead does while it waits for its pipes (`bootstrap.serve_session`), what the
     state set that only a call may run (`sealing.seal`), and whether this process still owes CPython's
@@ -109,7 +109,9 @@ class Forked(BaseException):
         self.fds = fds
 
 
-def keep(channel: socket.socket, *, first: bool = False, ahead: tuple[int, socket.socket] | None = None) -> list[int]:
+def serve_as_keeper(
+    channel: socket.socket, *, first: bool = False, ahead: tuple[int, socket.socket] | None = None
+) -> list[int]:
     """Be a keeper: hold the state, and run one call per ``C`` from the anchor; say its pid, wait
     for it, say its end. Returns only in a call, with the fds it was handed; EOF or being killed ends
     the keeper. The `first` keeper of a session holds nothing of the anchor's; a later one (a kept
@@ -123,9 +125,9 @@ def keep(channel: socket.socket, *, first: bool = False, ahead: tuple[int, socke
 
     try:
         if first:
-            sys.addaudithook(sealing.audit(Session))  # type: ignore[arg-type]
-            Session.child_hooks = sealing.find_child_hooks()
-        if not sealing.seal(Session):
+            sys.addaudithook(sealing.audit(SessionCarry))  # type: ignore[arg-type]
+            SessionCarry.child_hooks = sealing.find_child_hooks()
+        if not sealing.seal(SessionCarry):
             os._exit(1)
         _quiet_signals()
         if channel.fileno() != KEEPER_FD:
@@ -205,7 +207,7 @@ def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int]
     """Fork the next call ahead. In the keeper: its pid and the socket its fds go down (None if the
     fork failed). In the call: the fds, once they come (a call is then on its way, as if just forked).
     While it waits, the call goes once through what a call does before and after its code
-    (`Session.warm_up`), as a pooled interpreter does: the pages that copies are copied then, not
+    (`SessionCarry.warm_up`), as a pooled interpreter does: the pages that copies are copied then, not
     once its code has come."""
     import socket
 
@@ -227,15 +229,15 @@ def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int]
         theirs.close()
         return pid, ours
     try:
-        sealing.after_bare_fork(Session)
+        sealing.after_bare_fork(SessionCarry)
         ours.close()
         channel.close()  # the keeper's: the anchor sees the keeper's end as the end of this socket
         libc.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL)  # a ready call dies with its keeper
         if os.getppid() != keeper:  # it died before that
             os._exit(0)
-        if Session.warm_up is not None:
+        if SessionCarry.warm_up is not None:
             try:  # noqa: SIM105  (contextlib is not imported in runs)
-                Session.warm_up()
+                SessionCarry.warm_up()
             except Exception:  # noqa: S110  (only a head start: the call does it all again)
                 pass
         message, fds, _, _ = theirs.recvmsg(16, socket.CMSG_SPACE(8 * 4))
@@ -281,8 +283,8 @@ def begin_call() -> None:
     Here, and not before, the state's own code may run again: its after_in_child hooks (the keeper
     forked this call bare, `sealing.after_bare_fork`), then what `seal` took out."""
     libc.prctl(libc.PR_SET_PDEATHSIG, 0)
-    sealing.run_deferred(Session)
-    sealing.unseal(Session)
+    sealing.run_deferred(SessionCarry)
+    sealing.unseal(SessionCarry)
 
 
 def files_before(home: str, identity: tuple[int, int]) -> dict[str, tuple[int, int, int, int]]:
@@ -319,9 +321,9 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     without those threads, fds' reach and processes."""
     import resource
 
-    if not sealing.seal(Session):  # from here on, whatever this process becomes, no code of the call's runs in it
+    if not sealing.seal(SessionCarry):  # from here on, whatever this process becomes, no code of the call's runs in it
         return None
-    shared = sealing.share_nothing(Session)
+    shared = sealing.share_nothing(SessionCarry)
     if shared:
         _refuse(channel_fd, shared)
         return None
@@ -479,7 +481,7 @@ def _wait_to_be_kept(channel_fd: int) -> None:
         except OSError:
             pass
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        Session.kept_calls += 1
+        SessionCarry.kept_calls += 1
         channel = socket.socket(fileno=channel_fd)
         channel.send(
             b"D %r %r %d"
@@ -531,7 +533,7 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
             pass  # gone already: the anchor reaps it, and the call is rolled back
         return
     try:
-        sealing.after_bare_fork(Session)  # the session's hooks kept back: never run here
+        sealing.after_bare_fork(SessionCarry)  # the session's hooks kept back: never run here
         os.setpgid(0, 0)  # the same, from this side: whichever runs first
         # A call may have made itself dumpable again; the keeper it may become must not be, or a
         # later call could write the kept state through /proc/PID/mem and then be rolled back.
@@ -542,7 +544,7 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
             os.dup2(null, target)
         os.close(null)
         os.close(3)
-        Session.kept_calls += 1
+        SessionCarry.kept_calls += 1
         channel = socket.socket(fileno=channel_fd)
         answer = channel.recv(16)
     except BaseException:

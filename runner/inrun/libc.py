@@ -156,7 +156,7 @@ def privilege_dropper(*, bounding_set: bool = True, held: bool = True, kept: int
     after the bounding set, which takes CAP_SETPCAP, and before the capabilities, since it takes
     CAP_SETUID; leaving uid 0 clears the rest of them anyway. `kept`: the capabilities (a mask of
     their bits) that stay effective and permitted, for a kept PID namespace's init that must kill
-    processes of runs lent other uids (pidspaces.keep).
+    processes of runs lent other uids (pidspaces.serve_as_init).
     """
     if not LINUX or LIBC is None or not hasattr(LIBC, "capset"):
         return _nothing_to_drop

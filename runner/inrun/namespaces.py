@@ -99,10 +99,10 @@ class Isolation:
 
     __slots__ = (
         "binds",
+        "bound_back",
         "cgroup_args",
         "cgroups",
         "hide",
-        "keep",
         "mounts",
         "proc_covers",
         "spaces",
@@ -119,11 +119,11 @@ class Isolation:
         # interfaces' counters) would tell a run what the earlier one did. It costs the run 0.5-0.9 ms
         # of CPU before its code, and the kernel its teardown after (docs/performance.md).
         self.unshared = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if args[1] == "isolated" else 0)
-        self.keep = [arg for arg in args[2:] if arg.startswith("/")]  # see make_private_view
+        self.bound_back = [arg for arg in args[2:] if arg.startswith("/")]  # see make_private_view
         # What of the host the view holds (prepare_shared_view): nothing else of it is there. What is
-        # kept must be in the view to begin with.
+        # bound back must be in the view to begin with.
         self.binds = [arg[len(BIND_PREFIX) :] for arg in args[2:] if arg.startswith(BIND_PREFIX)]
-        self.binds += [path for path in self.keep if not any(within(path, held) for held in self.binds)]
+        self.binds += [path for path in self.bound_back if not any(within(path, held) for held in self.binds)]
         # What of the server's no run may read (the HTTP tokens): a file covered by an empty one, a
         # directory by an empty tmpfs.
         self.hide = [arg[len(HIDE_PREFIX) :] for arg in args[2:] if arg.startswith(HIDE_PREFIX)]
@@ -418,10 +418,10 @@ def make_private_view(isolation: Isolation) -> None:
     """In a run's copy of the zygote's mount namespace: a private tmpfs on each of PRIVATE_DIRECTORIES
     and /dev/shm, a /proc of the run's PID namespace. Called by the run, before its code can arrive.
 
-    `isolation.keep`: directories under a private one that must stay visible (an interpreter
+    `isolation.bound_back`: directories under a private one that must stay visible (an interpreter
     installed under /tmp), bound back read-only from the view underneath.
     """
-    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)) for path in isolation.keep]
+    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)) for path in isolation.bound_back]
     try:
         for source, target, fstype, flags, options in isolation.mounts:
             _checked(_LIBC.mount(source, target, fstype, flags, options), f"mount {target.decode()}")

@@ -165,11 +165,11 @@ class PidSpaces:
                 # Only a process whose children are born in its own PID namespace may make a new one,
                 # and the zygote's are born in the one runs' are made in. So a child of the zygote,
                 # born there, makes it and exits; with CLONE_PARENT the init is the zygote's child
-                # all the same. The init then sends its pid and its namespace (keep).
+                # all the same. The init then sends its pid and its namespace (serve_as_init).
                 if namespaces.clone(0) == 0:
                     try:
                         if namespaces.clone(namespaces.CLONE_NEWPID | namespaces.CLONE_PARENT) == 0:
-                            keep(commands_r, theirs.fileno(), self._limits, kills_other_uids=self._lends_uids)
+                            serve_as_init(commands_r, theirs.fileno(), self._limits, kills_other_uids=self._lends_uids)
                     finally:
                         os._exit(0)
             finally:
@@ -344,7 +344,7 @@ def _unless_holder_gone(holder: int, exc: OSError) -> None:
         raise HolderGone("the PID namespace runs' are made in has ended") from exc
 
 
-def keep(commands: int, replies: int, limits: list[int], *, kills_other_uids: bool = False) -> NoReturn:
+def serve_as_init(commands: int, replies: int, limits: list[int], *, kills_other_uids: bool = False) -> NoReturn:
     """PID 1 of a kept PID namespace: told on `commands` that a run has ended, kill whatever is left of
     it, then answer on `replies`.
 

@@ -37,7 +37,7 @@ ALL_SIGNALS = tuple(signal.valid_signals())
 
 
 class Holder:
-    """What a session's processes carry from keeper to call (`keeper.Session`, copied by each fork)."""
+    """What a session's processes carry from keeper to call (`keeper.SessionCarry`, copied by each fork)."""
 
     sealed: Sealed | None
     # The interpreter's list of after_in_child hooks (os.register_at_fork keeps them there) and how

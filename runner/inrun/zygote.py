@@ -329,19 +329,19 @@ def _forked_run(
             DROP_PRIVILEGES(uid)
             SET_UP_DONE[bool(isolation.unshared & namespaces.CLONE_NEWNET)].install()
             namespaces.require_no_privileges()  # fail closed: the dropping ignores what fails
-        _become_run(workdir, limits, () if isolation is None else isolation.tmpfs)
+        _ready_and_run_code(workdir, limits, () if isolation is None else isolation.tmpfs)
     except BaseException:
         _fail()
-    os._exit(1)  # _become_run never returns; this keeps the type checker sure of it
+    os._exit(1)  # _ready_and_run_code never returns; this keeps the type checker sure of it
 
 
-def _become_run(workdir: str, limits: list[int], tmpfs: tuple[str, ...]) -> NoReturn:
+def _ready_and_run_code(workdir: str, limits: list[int], tmpfs: tuple[str, ...]) -> NoReturn:
     os.environ["HOME"] = os.environ["TMPDIR"] = workdir
     preload.reseed()
     # Again, and what a run does after its code: after a fork the first writes copy pages, better
     # now than once the code has come and the call is waiting.
     bootstrap.warm_up(SIBLINGS, workdir)
-    bootstrap.become_run(wire, workdir, limits)
+    bootstrap.ready_for_code(wire, workdir, limits)
     main = bootstrap.new_main()
     bootstrap.run(wire.read_job(wire.CODE_FD), main, SIBLINGS, tmpfs)
 

@@ -1,4 +1,4 @@
-"""Whole-run limits through cgroups, the server's side: the layout decided once at start
+"""Whole-run limits in cgroups, the server's side (runner/inrun/cgroups.py is the run's): the layout decided at start
 (`plan_cgroups`, a field of the `IsolationPlan`), the per-source parent made and removed (`Parent`),
 and a bubblewrap run's own cgroup (`Parent.make_run`).
 
@@ -152,7 +152,7 @@ class Parent:
             with contextlib.suppress(OSError):
                 for name in os.listdir(path):
                     if name.startswith(mark):
-                        remove_tree(os.path.join(path, name), PARENT_PATIENCE)
+                        remove_cgroup_tree(os.path.join(path, name), PARENT_PATIENCE)
 
     def remove(self) -> None:
         """Remove the parent and every cgroup left in it, waiting a little for processes still exiting."""
@@ -160,11 +160,11 @@ class Parent:
         if runs is not None:
             runs.close()
         for path in self.paths:
-            remove_tree(path, PARENT_PATIENCE)
+            remove_cgroup_tree(path, PARENT_PATIENCE)
         self.paths = []
 
 
-def remove_tree(path: str, patience: float = 0.0) -> bool:
+def remove_cgroup_tree(path: str, patience: float = 0.0) -> bool:
     """rmdir a cgroup and the cgroups below it, deepest first (a cgroup's files go with it); EBUSY
     (a process still in one) is tried again for `patience` seconds. True once it is gone."""
     deadline = time.monotonic() + patience
@@ -195,6 +195,6 @@ def remove_leftovers(directories: list[str]) -> list[str]:
             pid = name[len(PARENT_PREFIX) :].split("-")[0]
             if name.startswith(PARENT_PREFIX) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
                 path = os.path.join(directory, name)
-                if remove_tree(path):
+                if remove_cgroup_tree(path):
                     removed.append(path)
     return removed

@@ -152,7 +152,7 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
     view = tuple(
         arg
         for path in held
-        if not any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))  # kept: see `keep`
+        if not any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))  # bound back: see `bind_back`
         for arg in (("--symlink", os.readlink(path), path) if os.path.islink(path) else ("--ro-bind", path, path))
     )
     # The directories that lead to each bind, made first and open to every uid: bubblewrap would
@@ -168,13 +168,15 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         - {"/"}
     )
     made = tuple(arg for path in leading for arg in ("--perms", "0755", "--dir", path))
-    kept = _kept(config)
-    keep = tuple(
+    bound_back = _bound_back(config)
+    bind_back = tuple(
         arg
-        for path in sorted({os.path.dirname(path) for bound in kept for path in _ancestors(bound)} - {"/", *HIDDEN})
+        for path in sorted(
+            {os.path.dirname(path) for bound in bound_back for path in _ancestors(bound)} - {"/", *HIDDEN}
+        )
         if any(within(path, hidden) for hidden in HIDDEN)
         for arg in ("--perms", "0755", "--dir", path)
-    ) + tuple(arg for path in kept for arg in ("--ro-bind", path, path))
+    ) + tuple(arg for path in bound_back for arg in ("--ro-bind", path, path))
     # A file: --dev-bind, because bwrap's other binds are nodev, where /dev/null could not be opened
     # (reads would fail with EACCES instead of finding nothing); writes to it go nowhere. A directory:
     # an empty tmpfs, read-only.
@@ -235,7 +237,7 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         "--ro-bind",
         os.path.dirname(BOOTSTRAP),
         os.path.dirname(BOOTSTRAP_INSIDE),
-        *keep,
+        *bind_back,
         *hide,
         "--remount-ro",
         "/",
@@ -261,7 +263,7 @@ def namespace_args(config: Config) -> tuple[str, ...]:
     binds = (BIND_PREFIX + path for path in view_binds(config))
     spaces = f"{SPACES_OPTION}{kept_pid_namespaces(config)}"
     network = config.sandbox_network
-    return ("namespaces", str(config.sandbox_tmp_mb * MIB), network, *_kept(config), *hide, *binds, spaces)
+    return ("namespaces", str(config.sandbox_tmp_mb * MIB), network, *_bound_back(config), *hide, *binds, spaces)
 
 
 def kept_pid_namespaces(config: Config) -> int:
@@ -307,7 +309,7 @@ def hidden_files(config: Config) -> list[str]:
     return [directory if alone else path]
 
 
-def _kept(config: Config) -> list[str]:
+def _bound_back(config: Config) -> list[str]:
     """An interpreter, a package environment (RUNNER_PACKAGES), the wheelhouse's packages (by default in
     the work directory, /tmp) or a path runs may read (RUNNER_SANDBOX_READ_PATHS) under a directory the
     sandbox replaces must stay visible (read-only)."""

@@ -1,4 +1,4 @@
-"""The server's side of one session's anchor (`runner/inrun/anchor.py`, `keeper.py`): a call forked from the
+"""A session, the server's side (runner/inrun/keeper.py and anchor.py are the run's): a call forked from the
 session's kept state, the verdict on it, the session's end.
 
 The anchor is an interpreter of the pool's, ready, that was sent the ``keeper`` job instead of code:

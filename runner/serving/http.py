@@ -1,5 +1,7 @@
-"""Serving MCP over Streamable HTTP: listening, the workers behind one port, readiness, metrics, and
-a graceful stop (runs in flight get RUNNER_SHUTDOWN_GRACE seconds)."""
+"""MCP over Streamable HTTP, the serving side (the process around it); runner/transports/http.py is the wire side.
+
+Listening, the workers behind one port, readiness, metrics, and a graceful stop (runs in flight get
+RUNNER_SHUTDOWN_GRACE seconds)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from runner.config import Config
 from runner.config.tokens import BearerTokens
 from runner.logs import get_logger, log_event
 from runner.processes.isolation import IsolationPlan
-from runner.processes.procctl import die_with_parent
+from runner.processes.procctl import signal_on_parent_death
 from runner.serving.signals import stop_on_signals
 
 
@@ -36,7 +38,7 @@ def main_http(
     if worker:
         # A worker: stop (gracefully) when the supervisor is gone, whatever ended it; if it is gone
         # already (before the call below), at once.
-        die_with_parent(signal.SIGTERM)
+        signal_on_parent_death(signal.SIGTERM)
         if supervisor_pid is not None and os.getppid() != supervisor_pid:
             log_event(logger, logging.ERROR, "the supervisor is gone; not serving")
             return 1

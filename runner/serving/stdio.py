@@ -1,4 +1,6 @@
-"""Serving MCP on stdio: one session with the client that started the server, until stdin closes."""
+"""MCP on stdio, the serving side (the process around it); runner/transports/stdio.py is the wire side.
+
+One session with the client that started the server, until stdin closes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The MCP wire over Streamable HTTP: the SDK's own app, behind bearer tokens, served by uvicorn.
+"""MCP over Streamable HTTP, the wire side; runner/serving/http.py is the serving side (the process around it).
+
+The SDK's own app, behind bearer tokens, served by uvicorn.
 
 The SDK's `Server.streamable_http_app` does the protocol: every version the stdio server speaks
 (2024-11-05 to 2025-11-25 in stateless mode, so no request needs the replica that saw an earlier

@@ -1,4 +1,6 @@
-"""The MCP wire on stdio: newline-delimited JSON-RPC read and written without threads, with bounds.
+"""MCP on stdio, the wire side; runner/serving/stdio.py is the serving side (the process around it).
+
+Newline-delimited JSON-RPC read and written without threads, with bounds.
 
 Why not the SDK's stdio transport: it reads stdin in a worker thread (a blocked readline cannot be
 cancelled, so SIGTERM would wait for the client's next byte), buffers a line without limit, and

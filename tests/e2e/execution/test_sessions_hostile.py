@@ -100,7 +100,15 @@ def mark(*_):
         frame = frame.f_back
     innermost.append(ours)
 """
-WAITING = {"keep", "_fork_ready", "_wait_to_be_kept", "serve_session", "warm_up", "after_bare_fork", "after_fork_child"}
+WAITING = {
+    "serve_as_keeper",
+    "_fork_ready",
+    "_wait_to_be_kept",
+    "serve_session",
+    "warm_up",
+    "after_bare_fork",
+    "after_fork_child",
+}
 OUTSIDE = f"[f for f in innermost if f and (f[0] in {WAITING!r} or f[1] == 'anchor.py')][:3]"
 # Every catchable signal, as numbers written into the code (a state may replace signal.valid_signals).
 CAUGHT = repr(sorted(int(s) for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)))

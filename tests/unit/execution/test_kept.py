@@ -37,8 +37,8 @@ def read(store: OutputStore, kept: KeptOutput, caller: str | None) -> bytes | No
 def test_a_stream_is_kept_byte_for_byte_whether_it_stayed_in_memory_or_went_to_a_file(tmp_path: Path) -> None:
     store = store_in(tmp_path)
     small, large = b"tiny\n" * 10, os.urandom(3 * SPOOL_MEMORY + 17)
-    kept_small = store.keep("alice", "stdout", spool_of(store, small))
-    kept_large = store.keep("alice", "stderr", spool_of(store, large))
+    kept_small = store.keep_stream("alice", "stdout", spool_of(store, small))
+    kept_large = store.keep_stream("alice", "stderr", spool_of(store, large))
     assert kept_small is not None
     assert kept_large is not None
     assert (read(store, kept_small, "alice"), read(store, kept_large, "alice")) == (small, large)
@@ -50,7 +50,7 @@ def test_a_stream_is_kept_byte_for_byte_whether_it_stayed_in_memory_or_went_to_a
 def test_what_goes_past_the_per_call_cap_is_counted_not_kept(tmp_path: Path) -> None:
     store = store_in(tmp_path, max_kept_output_bytes=MIB)
     data = b"x" * (MIB + 5000)
-    kept = store.keep(None, "stdout", spool_of(store, data, chunk=7000))
+    kept = store.keep_stream(None, "stdout", spool_of(store, data, chunk=7000))
     assert kept is not None
     assert (kept.size, kept.total, kept.complete) == (MIB, len(data), False)
     assert read(store, kept, None) == data[:MIB]
@@ -58,7 +58,7 @@ def test_what_goes_past_the_per_call_cap_is_counted_not_kept(tmp_path: Path) -> 
 
 def test_another_caller_an_unknown_uri_and_an_expired_one_are_all_not_found(tmp_path: Path) -> None:
     store = store_in(tmp_path, kept_output_seconds=60)
-    kept = store.keep("alice", "stdout", spool_of(store, b"secret"), now=100.0)
+    kept = store.keep_stream("alice", "stdout", spool_of(store, b"secret"), now=100.0)
     assert kept is not None
     assert store.open(kept.uri, "bob", now=101.0) is None
     assert store.open(kept.uri + "x", "alice", now=101.0) is None
@@ -71,15 +71,15 @@ def test_another_caller_an_unknown_uri_and_an_expired_one_are_all_not_found(tmp_
 def test_the_oldest_of_a_caller_goes_first_when_a_new_one_would_not_fit_its_budget(tmp_path: Path) -> None:
     store = store_in(tmp_path, max_kept_caller_bytes=3 * MIB, max_kept_total_bytes=5 * MIB)
     one_mib = b"y" * MIB
-    first, second, third = (store.keep("alice", "stdout", spool_of(store, one_mib * 2)) for _ in range(3))
-    other = store.keep("bob", "stdout", spool_of(store, one_mib))
+    first, second, third = (store.keep_stream("alice", "stdout", spool_of(store, one_mib * 2)) for _ in range(3))
+    other = store.keep_stream("bob", "stdout", spool_of(store, one_mib))
     assert first is not None
     assert second is not None
     assert third is not None
     assert other is not None
     assert store.listed("alice") == [third], "each 2 MiB: only the newest fits alice's 3 MiB"
     # Over the total (5 MiB): alice 2 + bob 1 + carol's new 3 evicts the oldest of anyone's, alice's.
-    newest = store.keep("carol", "stderr", spool_of(store, one_mib * 3))
+    newest = store.keep_stream("carol", "stderr", spool_of(store, one_mib * 3))
     assert newest is not None
     assert (store.listed("alice"), store.listed("bob"), store.listed("carol")) == ([], [other], [newest])
 
@@ -89,7 +89,7 @@ def test_a_spool_not_kept_leaves_no_file_and_a_closed_store_no_directory(tmp_pat
     spool = spool_of(store, os.urandom(4 * SPOOL_MEMORY))
     spool.discard()
     assert os.listdir(store.directory) == []
-    assert store.keep(None, "stdout", spool_of(store, b"z" * 100)) is not None
+    assert store.keep_stream(None, "stdout", spool_of(store, b"z" * 100)) is not None
     store.close()
     assert list(tmp_path.iterdir()) == []
 
