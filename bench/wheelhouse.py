@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 from runner.config import Config  # noqa: E402
 from runner.config.disk import open_environment  # noqa: E402
 from runner.execution.pool import Pool  # noqa: E402
+from runner.execution.supply import imported_packages  # noqa: E402
 from runner.outcome import RunRequest, Status  # noqa: E402
 
 CODE = {"sympy": "import sympy\nprint(sympy.sqrt(8))", "sklearn": "import sklearn.linear_model\nprint('ok')"}
@@ -86,7 +87,7 @@ async def main() -> None:
         warm = config({**house, "RUNNER_WHEELHOUSE_CACHE": str(scratch / "cache")})
         async with Pool.open(warm) as second:
             assert second.packages is not None
-            names = second.packages.needed(code)
+            names = second.packages.needed(imported_packages(code))
             env = preinstalled(scratch, names, warm.python)
             async with Pool.open(config({**base, "RUNNER_PACKAGES": str(env)})) as before:
                 await timed(second, code)  # installs: every later call in this pool is a second use

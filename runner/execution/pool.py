@@ -27,7 +27,7 @@ from runner.execution.hints import ModuleNotes
 from runner.execution.kept import OutputStore
 from runner.execution.provided import ProvidedPackages
 from runner.execution.sessions import Sessions, anchor_pids, expire_forever
-from runner.execution.supply import Supplies
+from runner.execution.supply import InterpreterSupply, Supplies, imported_packages
 from runner.execution.sweep import StraySweeper
 from runner.execution.teardown import Teardowns
 from runner.logs import get_logger, log_event
@@ -273,12 +273,16 @@ class Pool:
             self._admission.leave(caller)
 
         try:
+            # Scanned once, and only where something reads it: the route and the packages.
+            scanned = self._provided is not None or self._supplies.routes
+            imports = imported_packages(request.code) if scanned else frozenset()
             if self._provided is not None:
-                provided = await self._provided.provide(request, progress=on_progress)
+                provided = await self._provided.provide(request, imports, progress=on_progress)
                 if isinstance(provided, RunResult):
                     return provided
                 held = tuple(provided.values())
-            result, child = await self._run_in_slot(request, queue_wait, on_progress, tuple(map(str, held)))
+            supply = self._supplies.for_imports(imports)
+            result, child = await self._run_in_slot(request, supply, queue_wait, on_progress, tuple(map(str, held)))
             if child.reaped:
                 await self._teardowns.now(child)
             else:
@@ -321,10 +325,15 @@ class Pool:
             self._admission.leave(request.caller)
 
     async def _run_in_slot(
-        self, request: RunRequest, queue_wait: float, on_progress: ProgressCallback | None, paths: tuple[str, ...]
+        self,
+        request: RunRequest,
+        supply: InterpreterSupply,
+        queue_wait: float,
+        on_progress: ProgressCallback | None,
+        paths: tuple[str, ...],
     ) -> tuple[RunResult, Child]:
         await self._teardowns.before_next_run()
-        child = await self._supplies.for_code(request.code).take()
+        child = await supply.take()
         try:
             if self._sweeper is not None:
                 await self._sweeper.settle()

@@ -22,7 +22,6 @@ from runner.config import Config
 from runner.config.disk import WHEELHOUSE_LOCK
 from runner.execution.driver import ProgressCallback
 from runner.execution.environments import Environments, InstallError, Wanted
-from runner.execution.supply import imported_packages
 from runner.execution.wheelhouse import Wheelhouse
 from runner.logs import NO_REQUEST, log_event
 from runner.outcome import Progress, RunRequest, RunResult, Status
@@ -66,10 +65,11 @@ class ProvidedPackages:
         )
         return cls(wheelhouse, environments, logger)
 
-    def needed(self, code: str, asked: Iterable[str] = ()) -> tuple[str, ...]:
-        """The distributions (normalized names) a call with this code and `packages` needs, sorted."""
+    def needed(self, imports: Iterable[str], asked: Iterable[str] = ()) -> tuple[str, ...]:
+        """The distributions (normalized names) a call whose code imports `imports` (top-level names,
+        `supply.imported_packages`) and names `asked` in `packages` needs, sorted."""
         house = self.wheelhouse
-        return house.closure([*house.for_modules(imported_packages(code)), *asked])
+        return house.closure([*house.for_modules(imports), *asked])
 
     async def acquire(
         self, names: tuple[str, ...], request_id: str, progress: ProgressCallback | None = None
@@ -101,11 +101,16 @@ class ProvidedPackages:
         return tuple(paths)
 
     async def provide(
-        self, request: RunRequest, held: Container[str] = (), progress: ProgressCallback | None = None
+        self,
+        request: RunRequest,
+        imports: frozenset[str],
+        held: Container[str] = (),
+        progress: ProgressCallback | None = None,
     ) -> dict[str, Path] | RunResult:
-        """What `request` needs beyond `held` (a session's), installed and held: each distribution's
-        directory; or an `internal_error` result naming the one that could not be installed."""
-        names = tuple(name for name in self.needed(request.code, request.packages) if name not in held)
+        """What `request`, whose code imports `imports`, needs beyond `held` (a session's), installed and
+        held: each distribution's directory; or an `internal_error` result naming the one that could not
+        be installed."""
+        names = tuple(name for name in self.needed(imports, request.packages) if name not in held)
         try:
             return dict(zip(names, await self.acquire(names, request.request_id, progress), strict=True))
         except InstallError as exc:

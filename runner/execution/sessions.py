@@ -35,7 +35,7 @@ from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
 from runner.execution.kept import OutputStore
 from runner.execution.provided import ProvidedPackages
-from runner.execution.supply import InterpreterSupply, Supplies
+from runner.execution.supply import InterpreterSupply, Supplies, imported_packages
 from runner.logs import log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
 from runner.processes.anchor_wire import Said
@@ -204,7 +204,8 @@ class Sessions:
             return self._ended.unknown_call(request)
         session.used = anyio.current_time()
         if self._provided is not None:  # what the call needs beyond what the session holds
-            provided = await self._provided.provide(request, session.packages, on_progress)
+            imports = imported_packages(request.code)
+            provided = await self._provided.provide(request, imports, session.packages, on_progress)
             if isinstance(provided, RunResult):
                 return provided
             if self._open.get(session.handle) is not session:  # closed while its packages were installed

@@ -489,13 +489,13 @@ async def test_closing_the_pool_kills_pooled_interpreters_and_removes_every_dire
 
 
 async def test_an_interpreter_that_cannot_start_is_an_infrastructure_error(config: Config, no_leaks: None) -> None:
-    from runner.errors import ConfigError, SpawnError
+    from runner.errors import SpawnError, Unavailable
 
     broken = tuned(config, python="/bin/false", pool_size=0)
     if config.sandbox in ("bwrap", "namespaces"):
         # The sandbox probe starts the interpreter exactly as runs will: it refuses to start.
         with pytest.raises(
-            ConfigError, match=f"RUNNER_SANDBOX: {config.sandbox} (was|were) asked for but cannot be used"
+            Unavailable, match=f"RUNNER_SANDBOX: {config.sandbox} (was|were) asked for but cannot be used"
         ):
             async with Pool.open(broken):
                 pass
