@@ -316,3 +316,15 @@ def test_only_the_configuration_package_reads_runner_variables_or_refuses_a_conf
 def test_the_entry_point_is_arguments_and_dispatch_within_120_lines() -> None:
     lines = len(MODULES["runner.__main__"].read_text().splitlines())
     assert lines <= 120, f"runner/__main__.py is {lines} lines"
+
+
+def test_every_call_one_shot_or_a_session_s_is_driven_by_the_one_driver_the_pool_makes() -> None:
+    # Issue 47: the pool and the sessions each made a RunDriver of their own.
+    sites = [
+        f"{name}:{node.lineno}"
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "RunDriver"
+    ]
+    assert len(sites) == 1, sites
+    assert sites[0].startswith("runner.execution.pool:"), sites

@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from runner.execution.hints import ModuleNotes
 from runner.execution.kept import OutputStore
 from runner.execution.provided import ProvidedPackages
 from runner.execution.sessions import Sessions, anchor_pids, expire_forever
+from runner.execution.slots import Slots
 from runner.execution.supply import InterpreterSupply, Supplies, imported_packages
 from runner.execution.sweep import StraySweeper
 from runner.execution.teardown import Teardowns
@@ -35,6 +36,7 @@ from runner.outcome import KeptOutput, PoolState, RunRequest, RunResult, Status
 from runner.processes.child import Child
 from runner.processes.helpers import Helpers
 from runner.processes.isolation import IsolationPlan, plan_isolation
+from runner.processes.keeper import KeptCall
 from runner.processes.limits import Limits, count_tasks_of_uid, limits_for
 from runner.processes.procctl import set_child_subreaper, tree_pss_bytes
 from runner.processes.spawn import remove_tree
@@ -105,7 +107,7 @@ class Pool:
 
     def __init__(
         self,
-        admission: Admission,
+        slots: Slots,
         supplies: Supplies,
         driver: RunDriver,
         sweeper: StraySweeper | None,
@@ -123,7 +125,7 @@ class Pool:
         self._sandboxed = sandboxed
         self._store = store
         self._provided = provided
-        self._admission = admission
+        self._slots = slots
         self._supplies = supplies
         self._driver = driver
         self._sweeper = sweeper
@@ -168,25 +170,29 @@ class Pool:
             async with Supplies.opened(config, plan, base_dir, limits, logger) as supplies:
                 if reaping:
                     sweeper = StraySweeper(supplies.known_pids, helpers.known, plan.sandboxed, logger)
-                driver = RunDriver(config, logger, supplies.unresponsive, store)
                 admission = Admission(config.max_concurrent, config.max_queue, caller_share)
+
+                async def unresponsive(child: Child) -> None:
+                    # A session's call is its session's to end; any other interpreter, its source's.
+                    if isinstance(child, KeptCall):
+                        await sessions.call_unresponsive(child)
+                    else:
+                        await supplies.unresponsive(child)
+
+                driver = RunDriver(config, logger, unresponsive, store)  # the one driver of every call
                 async with anyio.create_task_group() as tg:
-                    sessions = Sessions(config, supplies, logger, tg, admission, store, provided)
+                    ended = sweeper.wanted if sweeper is not None else lambda: None
+                    teardowns = Teardowns(tg, supplies, logger, runs_share_files=plan.runs_share_files, ended=ended)
+                    slots = Slots(admission, teardowns, logger)
+                    sessions = Sessions(config, supplies, logger, tg, slots, driver, provided)
                     tg.start_soon(expire_forever, sessions)
                     if config.pool_size:
                         supplies.start_refilling(tg)
                     if sweeper is not None:
                         tg.start_soon(sweeper.sweep_forever)
                     try:
-                        teardowns = Teardowns(
-                            tg,
-                            supplies,
-                            logger,
-                            runs_share_files=plan.runs_share_files,
-                            ended=sweeper.wanted if sweeper is not None else lambda: None,
-                        )
                         yield cls(
-                            admission,
+                            slots,
                             supplies,
                             driver,
                             sweeper,
@@ -231,7 +237,7 @@ class Pool:
 
     def state(self) -> PoolState:
         """Its numbers at this moment, taken together; the sessions' memory as last measured (`measured_state`)."""
-        s, a = self._supplies, self._admission
+        s, a = self._supplies, self._slots.admission
         # An idle session's anchor is taken from the pool but runs nothing: not a run in progress.
         running = s.in_use - self.sessions.idle
         sessions = self.sessions.state()
@@ -254,23 +260,20 @@ class Pool:
         """Run one request to its end and return the outcome; raises only for cancellation. `on_progress`,
         if given, is called about once a second while the code runs."""
         if request.session is not None:
-            return self._notes.noted(await self.sessions.run(request, on_progress, self._in_a_slot))
+            return self._notes.noted(await self.sessions.run(request, on_progress))
         return self._notes.noted(await self._one_shot(request, on_progress))
 
     async def _one_shot(self, request: RunRequest, on_progress: ProgressCallback | None) -> RunResult:
-        queued = anyio.current_time()
-        caller = request.caller
-        if not await self._admission.enter(caller):
-            log_event(self._log, logging.WARNING, "call rejected", request.request_id, reason="busy")
-            return RunResult(request.request_id, Status.BUSY, self._admission.busy_message(caller))
-        queue_wait = anyio.current_time() - queued
+        queue_wait = await self._slots.enter(request)
+        if isinstance(queue_wait, RunResult):
+            return queue_wait
         handed_on = False
         held: tuple[Path, ...] = ()
 
         def leave() -> None:
             if self._provided is not None:
                 self._provided.release(held)
-            self._admission.leave(caller)
+            self._slots.leave(request)
 
         try:
             # Scanned once, and only where something reads it: the route and the packages.
@@ -312,18 +315,6 @@ class Pool:
         """The caller's kept streams that can still be read, oldest first."""
         return self._store.listed(caller)
 
-    async def _in_a_slot(self, request: RunRequest, run: Callable[[float], Awaitable[RunResult]]) -> RunResult:
-        """`run(queue_wait)` holding one of the pool's slots, for the caller's share; busy if none comes."""
-        queued = anyio.current_time()
-        if not await self._admission.enter(request.caller):
-            log_event(self._log, logging.WARNING, "call rejected", request.request_id, reason="busy")
-            return RunResult(request.request_id, Status.BUSY, self._admission.busy_message(request.caller))
-        try:
-            await self._teardowns.before_next_run()
-            return await run(anyio.current_time() - queued)
-        finally:
-            self._admission.leave(request.caller)
-
     async def _run_in_slot(
         self,
         request: RunRequest,
@@ -332,7 +323,6 @@ class Pool:
         on_progress: ProgressCallback | None,
         paths: tuple[str, ...],
     ) -> tuple[RunResult, Child]:
-        await self._teardowns.before_next_run()
         child = await supply.take()
         try:
             if self._sweeper is not None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +33,8 @@ import anyio.abc
 from runner.config import MIB, Config
 from runner.execution.admission import Admission
 from runner.execution.driver import ProgressCallback, RunDriver
-from runner.execution.kept import OutputStore
 from runner.execution.provided import ProvidedPackages
+from runner.execution.slots import Slots
 from runner.execution.supply import InterpreterSupply, Supplies, imported_packages
 from runner.logs import log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
@@ -95,17 +95,17 @@ class Sessions:
         supplies: Supplies,
         logger: logging.Logger,
         tg: anyio.abc.TaskGroup,
-        admission: Admission,
-        store: OutputStore | None = None,
+        slots: Slots,
+        driver: RunDriver,
         provided: ProvidedPackages | None = None,
     ) -> None:
         self._config = config
-        self._admission = admission  # the pool's: a call waiting for its session's turn counts there
+        self._slots = slots  # the pool's: a call waiting for its session's turn counts in its admission
         self._provided = provided
         # A replica's name leads its handles (s-NAME.…): a proxy routes a session's calls on it.
         self._prefix = HANDLE_PREFIX + (config.http.replica + "." if config.http.replica else "")
         self._supplies = supplies
-        self._driver = RunDriver(config, logger, self._unresponsive, store)
+        self._driver = driver  # the pool's one driver, which hands a call of ours back (`call_unresponsive`)
         self._log = logger
         self._tg = tg
         self._open: dict[str, Session] = {}
@@ -117,11 +117,9 @@ class Sessions:
         # the session): they count against the caps until open, or their anchor gone (see ENDING).
         self._unlisted: dict[int, str | None] = {}
 
-    async def _unresponsive(self, child: Child) -> None:
+    async def call_unresponsive(self, child: KeptCall) -> None:
         """A call that did not end after its anchor was told to kill it: its session is over (its
         anchor goes, and the call's PID namespace or group with it)."""
-        if not isinstance(child, KeptCall):
-            return
         for session in list(self._open.values()):
             if session.keeper is child.anchor:
                 await self._end(session, "a call of it could not be killed", "lost")
@@ -136,32 +134,27 @@ class Sessions:
         """Open sessions with no call running: their anchors are taken from the pool, but run nothing."""
         return len(self._open) - self._calls_running
 
-    async def run(
-        self,
-        request: RunRequest,
-        on_progress: ProgressCallback | None,
-        slot: Callable[[RunRequest, Callable[[float], Awaitable[RunResult]]], Awaitable[RunResult]],
-    ) -> RunResult:
+    async def run(self, request: RunRequest, on_progress: ProgressCallback | None) -> RunResult:
         """Run `request` in its session (a new one for ``"new"``), holding a slot of the pool's
-        (`slot`, which admits the caller and passes the queue wait) only while the call runs."""
+        (`Slots.held`, as a one-shot call does) only while the call runs."""
         if request.session == NEW_SESSION:
             refused = _refusal(self._config, [*self._open.values(), *self._unlisted.values()], request.caller)
             if refused:
                 return RunResult(request.request_id, Status.BUSY, refused)
             self._unlisted[id(request)] = request.caller
             try:
-                return await slot(request, lambda waited: self._start_and_run(request, waited, on_progress))
+                return await self._slots.held(request, lambda waited: self._start_and_run(request, waited, on_progress))
             finally:
                 self._unlisted.pop(id(request), None)
         session = self._open.get(request.session or "")
         if session is None or session.caller != request.caller:
             return self._ended.unknown_call(request)
-        async with _turn(session, request, self._admission, self._log) as no_turn:
+        async with _turn(session, request, self._slots.admission, self._log) as no_turn:
             if no_turn is not None:
                 return no_turn
             if self._open.get(session.handle) is not session:  # it ended while this call waited
                 return self._ended.unknown_call(request)
-            return await slot(request, lambda waited: self._call(session, request, waited, on_progress))
+            return await self._slots.held(request, lambda waited: self._call(session, request, waited, on_progress))
 
     async def _start_and_run(
         self, request: RunRequest, waited: float, on_progress: ProgressCallback | None

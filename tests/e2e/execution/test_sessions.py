@@ -219,7 +219,7 @@ async def test_calls_waiting_for_a_busy_session_s_turn_fill_the_queue_and_wait_a
     async with Pool.open(config, reap_strays=True, caller_share=1 if shares else 0) as pool:
         handle = await new_session(pool, "import time", alice)
         session = pool.sessions._open[handle]
-        admission = pool._admission
+        admission = pool._slots.admission
 
         def waiting() -> int:
             return admission.caller_waiting("alice") if shares else admission.waiting
