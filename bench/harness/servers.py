@@ -58,6 +58,9 @@ class Launch:
         """What the harness adds on top of the inherited environment."""
         env = {"PYTHONPATH": str(spec.root if spec is not None and spec.root is not None else self.root)}
         if spec is not None and spec.kind == "runner":
+            # Every variant alike: a server run from a checkout takes its .sandbox-env and .wheelhouse
+            # where these are unset, and an exported commit has none, so a scenario says what it wants.
+            env.update({"RUNNER_PACKAGES": "", "RUNNER_WHEELHOUSE": ""})
             env.update(extra or {})
             env.update(spec.env)  # the caller's --server-env / --variant win over scenario settings
         elif spec is not None and extra and "RUNNER_PACKAGES" in extra:
