@@ -35,7 +35,8 @@ RUN --mount=type=secret,id=ca-bundle \
 # with matplotlib's font cache built here once. Built by the same script as `make sandbox-env`, which
 # also checks the result against the lock (pip from a throwaway venv, which stays in this stage); its
 # bytecode is hash-checked like the venv's.
-COPY requirements-sandbox.lock scripts/sandbox_env.py /tmp/sandbox/
+# The scripts read their locks with the server's own reader (runner/config/locks.py), copied in beside them.
+COPY requirements-sandbox.lock scripts/sandbox_env.py scripts/lockfiles.py runner/config/locks.py /tmp/sandbox/
 RUN --mount=type=secret,id=ca-bundle \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
     && python -m venv /tmp/sandbox/pip \
@@ -43,7 +44,7 @@ RUN --mount=type=secret,id=ca-bundle \
     && python -m compileall -q -f --invalidation-mode checked-hash /opt/sandbox-env/site-packages
 # The vetted wheelhouse (requirements-wheelhouse.lock, beyond the package environment): wheels only,
 # hash-checked by the same script as `make wheelhouse`, for the server to install from offline.
-COPY requirements-wheelhouse.lock scripts/wheelhouse.py /tmp/wheelhouse/
+COPY requirements-wheelhouse.lock scripts/wheelhouse.py scripts/lockfiles.py runner/config/locks.py /tmp/wheelhouse/
 RUN --mount=type=secret,id=ca-bundle \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
     && /tmp/sandbox/pip/bin/python /tmp/wheelhouse/wheelhouse.py download /opt/wheelhouse \

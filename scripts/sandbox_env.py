@@ -17,24 +17,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 
-_PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.MULTILINE)
+import lockfiles  # scripts/ is on sys.path: this file is run as a script
 
-
-def normalized(name: str) -> str:
-    """PEP 503: the form under which two spellings of a project name are the same."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+locks = lockfiles.load()
+normalized = locks.normalized
 
 
 def locked(lock: Path) -> dict[str, str]:
     """name -> version for every pinned line of a pip-compile lock."""
-    return {normalized(name): version for name, version in _PINNED.findall(lock.read_text())}
+    return {name: pin.version for name, pin in locks.parse_lock(lock.read_text()).items()}
 
 
 def installed(site: Path) -> dict[str, str]:

@@ -20,47 +20,34 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-_ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)[^\n]*\n((?:[ \t]+[^\n]*\n)*)", re.MULTILINE)
-_HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+import lockfiles  # scripts/ is on sys.path: this file is run as a script
+
+locks = lockfiles.load()
+normalized = locks.normalized
 # The lock the wheels were downloaded by, kept with them: the server reads it (RUNNER_WHEELHOUSE).
 LOCK_NAME = "requirements.lock"
 
 
-def normalized(name: str) -> str:
-    """PEP 503: the form under which two spellings of a project name are the same."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-@dataclass(frozen=True)
-class Pin:
-    name: str  # normalized
-    version: str
-    hashes: frozenset[str]
-    text: str  # the lock's lines for it, to hand to pip as they are
-
-    def requirement(self) -> str:
-        return self.text
-
-
-def pins(lock: Path) -> dict[str, Pin]:
-    """Every pinned distribution of a pip-compile lock, with its hashes."""
-    found = {}
-    for match in _ENTRY.finditer(lock.read_text()):
-        name = normalized(match[1])
-        found[name] = Pin(name, match[2], frozenset(_HASH.findall(match[3])), match[0])
+def pins(lock: Path) -> dict[str, Any]:
+    """Every pinned distribution of a pip-compile lock, with its hashes (`locks.Pin`s)."""
+    found: dict[str, Any] = locks.parse_lock(lock.read_text())
     return found
 
 
-def extras(lock: Path, base: Path) -> tuple[dict[str, Pin], list[str]]:
+def requirement(pin: Any) -> str:
+    """A pin as a line of a requirements file pip checks the hashes of."""
+    return f"{pin.name}=={pin.version} " + " ".join(f"--hash=sha256:{h}" for h in sorted(pin.hashes)) + "\n"
+
+
+def extras(lock: Path, base: Path) -> tuple[dict[str, Any], list[str]]:
     """What the wheelhouse holds: the lock's distributions the base lock does not pin; and where the
     two locks pin one distribution differently (they must not)."""
     wanted, already = pins(lock), pins(base)
@@ -86,7 +73,7 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def problems(directory: Path, wanted: dict[str, Pin]) -> list[str]:
+def problems(directory: Path, wanted: dict[str, Any]) -> list[str]:
     """How `directory` differs from exactly one hash-checked wheel of each of `wanted`."""
     if not directory.is_dir():
         return [f"{directory} does not exist"]
@@ -137,7 +124,7 @@ def download(directory: Path, lock: Path, base: Path) -> int:
     new.mkdir(parents=True)
     started = time.monotonic()
     with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="wheelhouse-") as requirements:
-        requirements.write("".join(pin.requirement() for pin in wanted.values()))
+        requirements.write("".join(requirement(pin) for pin in wanted.values()))
         requirements.flush()
         pip = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check"]
         pip += ["--require-hashes", "--only-binary=:all:", "--no-deps", "--dest", str(new), "-r", requirements.name]
