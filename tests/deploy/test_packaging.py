@@ -403,11 +403,12 @@ def test_the_dockerfile_has_two_stages_on_the_lock_s_python_with_deps_before_cod
     assert "sandbox_env.py build /opt/sandbox-env" in packages  # which checks it against its lock
     assert "--invalidation-mode checked-hash /opt/sandbox-env" in packages
     assert "wheelhouse.py download /opt/wheelhouse" in wheels  # which checks it against its lock
+    reader = "scripts/lockfiles.py runner/config/locks.py"  # the scripts' one reader of locks
     assert builder.all("COPY") == [
         "requirements.lock /tmp/requirements.lock",
-        "requirements-sandbox.lock scripts/sandbox_env.py /tmp/sandbox/",
-        "requirements-wheelhouse.lock scripts/wheelhouse.py /tmp/wheelhouse/",
-    ], "the builder sees only the locks and the scripts that build the runs' packages"
+        f"requirements-sandbox.lock scripts/sandbox_env.py {reader} /tmp/sandbox/",
+        f"requirements-wheelhouse.lock scripts/wheelhouse.py {reader} /tmp/wheelhouse/",
+    ], "the builder sees only the locks, the scripts that build the runs' packages and their lock reader"
     copies = final.all("COPY")
     assert copies == [
         "--from=builder /app/.venv /app/.venv",
@@ -432,13 +433,14 @@ def test_the_dockerfile_has_two_stages_on_the_lock_s_python_with_deps_before_cod
     assert "python -m runner --install-packages" in final.all("RUN")[-1], "the image's cache installed at build"
     assert image.env["PATH"].startswith("/app/.venv/bin:/usr/local/bin:")
     ignore = [line for line in (REPO / ".dockerignore").read_text().splitlines() if line and line[0] != "#"]
-    assert ignore[:7] == [
+    assert ignore[:8] == [
         "*",
         "!requirements.lock",
         "!requirements-sandbox.lock",
         "!scripts/sandbox_env.py",
         "!requirements-wheelhouse.lock",
         "!scripts/wheelhouse.py",
+        "!scripts/lockfiles.py",
         "!runner/",
     ]
 
