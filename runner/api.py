@@ -27,9 +27,9 @@ async def run_code(
     (`runner.config.load`: from a checkout, its `.sandbox-env` and `.wheelhouse`). For example,
     ``(await run_code("print(1+1)", timeout=5)).to_text()`` is the same text block a tool call returns.
     """
-    # Opening is idempotent: a configuration the caller built (or opened already) is checked the same way.
-    config = config or load(os.environ).config
-    config = dataclasses.replace(open_environment(config), pool_size=0)
+    # `load` opens what it reads; a configuration the caller built (or opened already) is checked the same way.
+    opened = load(os.environ).config if config is None else open_environment(config)
+    config = dataclasses.replace(opened, pool_size=0)
     request_id = request_id or secrets.token_hex(4)
     arguments: dict[str, object] = {"code": code, "stdin": stdin}
     if timeout is not None:

@@ -122,6 +122,8 @@ class Pool:
     ) -> None:
         self.sessions = sessions
         self._notes = notes
+        # Whether a call's imports are read at all: by the route to a preloading zygote, or the packages.
+        self._scans = provided is not None or supplies.routes
         self._sandboxed = sandboxed
         self._store = store
         self._provided = provided
@@ -276,9 +278,7 @@ class Pool:
             self._slots.leave(request)
 
         try:
-            # Scanned once, and only where something reads it: the route and the packages.
-            scanned = self._provided is not None or self._supplies.routes
-            imports = imported_packages(request.code) if scanned else frozenset()
+            imports = imported_packages(request.code) if self._scans else frozenset()  # scanned once
             if self._provided is not None:
                 provided = await self._provided.provide(request, imports, progress=on_progress)
                 if isinstance(provided, RunResult):
