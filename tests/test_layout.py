@@ -328,3 +328,62 @@ def test_every_call_one_shot_or_a_session_s_is_driven_by_the_one_driver_the_pool
     ]
     assert len(sites) == 1, sites
     assert sites[0].startswith("runner.execution.pool:"), sites
+
+
+def _call_sites(attribute: str) -> list[str]:
+    return [
+        f"{name}:{node.lineno}"
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == attribute
+    ]
+
+
+@pytest.mark.parametrize("step", ["drive", "provide", "held"])
+def test_every_call_one_shot_or_a_session_s_takes_its_slot_packages_and_driver_at_one_place(step: str) -> None:
+    # Issue 47: the pool and the sessions each did admission, package provision and driving, so a
+    # bound or a message held for one kind of call and not the other (a session's wait no queue counted).
+    sites = _call_sites(step)
+    owner = "runner.execution.sessions" if step == "held" else "runner.execution.calls"
+    assert sites
+    assert all(site.startswith(("runner.execution.calls:", owner + ":")) for site in sites), sites
+    if step != "held":
+        assert len(sites) == 1, sites
+
+
+CHILD_MAKERS = {
+    "runner.processes.child",
+    "runner.processes.spawn",
+    "runner.processes.forkserver",
+    "runner.processes.keeper",
+}
+
+
+def test_a_child_s_fields_are_written_only_by_its_own_methods_and_the_source_that_made_it() -> None:
+    # Issue 47: teardown set a run's `workdir`, the sessions an anchor's `oom_noticed`, the supply its
+    # `refused_limits`: a handle anyone writes has no owner to ask what it holds.
+    fields = set()
+    for node in ast.walk(ast.parse(MODULES["runner.processes.child"].read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == "Child":
+            fields = {
+                item.target.id
+                for item in node.body
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            }
+    assert {"workdir", "oom_kills", "refused_limits", "reaped"} <= fields
+    found = []
+    for name, path in MODULES.items():
+        if name in CHILD_MAKERS or name.startswith("runner.inrun."):  # inrun's are the run's own processes
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AugAssign)
+                else []
+            )
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr in fields and ast.unparse(target.value) != "self":
+                    found.append(f"{name}:{node.lineno} {ast.unparse(target)}")
+    assert found == []

@@ -1,5 +1,6 @@
-"""The pool: admission, a supply of ready interpreters, a driver per run, the teardowns and the stray
-sweep, together.
+"""The pool: admission, a supply of ready interpreters, the one driver, the teardowns, the sessions and
+the stray sweep, made together and ended together; every call takes the one path through them
+(`runner.execution.calls`).
 
 It knows nothing of MCP. A `RunRequest` goes in, a `RunResult` comes out; infrastructure faults
 raise. Every path out of a run (result, error, cancellation) ends its interpreter: its process group
@@ -15,24 +16,24 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import anyio
 
 from runner.config import Config
 from runner.config.disk import POOL_PREFIX
 from runner.execution.admission import Admission
+from runner.execution.calls import CallPath
 from runner.execution.driver import ProgressCallback, RunDriver
 from runner.execution.hints import ModuleNotes
 from runner.execution.kept import OutputStore
 from runner.execution.provided import ProvidedPackages
 from runner.execution.sessions import Sessions, anchor_pids, expire_forever
 from runner.execution.slots import Slots
-from runner.execution.supply import InterpreterSupply, Supplies, imported_packages
+from runner.execution.supply import Supplies
 from runner.execution.sweep import StraySweeper
 from runner.execution.teardown import Teardowns
 from runner.logs import get_logger, log_event
-from runner.outcome import KeptOutput, PoolState, RunRequest, RunResult, Status
+from runner.outcome import KeptOutput, PoolState, RunRequest, RunResult
 from runner.processes.child import Child
 from runner.processes.helpers import Helpers
 from runner.processes.isolation import IsolationPlan, plan_isolation
@@ -107,32 +108,24 @@ class Pool:
 
     def __init__(
         self,
+        calls: CallPath,
         slots: Slots,
         supplies: Supplies,
-        driver: RunDriver,
-        sweeper: StraySweeper | None,
         teardowns: Teardowns,
-        logger: logging.Logger,
         sessions: Sessions,
         store: OutputStore,
         provided: ProvidedPackages | None,
         *,
-        notes: ModuleNotes,
         sandboxed: bool = True,
     ) -> None:
         self.sessions = sessions
-        self._notes = notes
-        # Whether a call's imports are read at all: by the route to a preloading zygote, or the packages.
-        self._scans = provided is not None or supplies.routes
+        self._calls = calls
         self._sandboxed = sandboxed
         self._store = store
         self._provided = provided
         self._slots = slots
         self._supplies = supplies
-        self._driver = driver
-        self._sweeper = sweeper
         self._teardowns = teardowns
-        self._log = logger
         self._session_memory = SessionMemory(lambda: anchor_pids(sessions), tree_pss_bytes)
 
     @classmethod
@@ -186,7 +179,9 @@ class Pool:
                     ended = sweeper.wanted if sweeper is not None else lambda: None
                     teardowns = Teardowns(tg, supplies, logger, runs_share_files=plan.runs_share_files, ended=ended)
                     slots = Slots(admission, teardowns, logger)
-                    sessions = Sessions(config, supplies, logger, tg, slots, driver, provided)
+                    sessions = Sessions(config, supplies, logger, tg, slots, provided)
+                    notes = _module_notes(config, provided)
+                    calls = CallPath(slots, supplies, teardowns, sessions, driver, provided, sweeper, notes, logger)
                     tg.start_soon(expire_forever, sessions)
                     if config.pool_size:
                         supplies.start_refilling(tg)
@@ -194,17 +189,7 @@ class Pool:
                         tg.start_soon(sweeper.sweep_forever)
                     try:
                         yield cls(
-                            slots,
-                            supplies,
-                            driver,
-                            sweeper,
-                            teardowns,
-                            logger,
-                            sessions,
-                            store,
-                            provided,
-                            notes=_module_notes(config, provided),
-                            sandboxed=plan.sandboxed,
+                            calls, slots, supplies, teardowns, sessions, store, provided, sandboxed=plan.sandboxed
                         )
                     finally:
                         # Sessions end first (their anchors are the supplies'), then the pooled
@@ -259,44 +244,9 @@ class Pool:
         await self._teardowns.wait_for_earlier()
 
     async def run(self, request: RunRequest, on_progress: ProgressCallback | None = None) -> RunResult:
-        """Run one request to its end and return the outcome; raises only for cancellation. `on_progress`,
-        if given, is called about once a second while the code runs."""
-        if request.session is not None:
-            return self._notes.noted(await self.sessions.run(request, on_progress))
-        return self._notes.noted(await self._one_shot(request, on_progress))
-
-    async def _one_shot(self, request: RunRequest, on_progress: ProgressCallback | None) -> RunResult:
-        queue_wait = await self._slots.enter(request)
-        if isinstance(queue_wait, RunResult):
-            return queue_wait
-        handed_on = False
-        held: tuple[Path, ...] = ()
-
-        def leave() -> None:
-            if self._provided is not None:
-                self._provided.release(held)
-            self._slots.leave(request)
-
-        try:
-            imports = imported_packages(request.code) if self._scans else frozenset()  # scanned once
-            if self._provided is not None:
-                provided = await self._provided.provide(request, imports, progress=on_progress)
-                if isinstance(provided, RunResult):
-                    return provided
-                held = tuple(provided.values())
-            supply = self._supplies.for_imports(imports)
-            result, child = await self._run_in_slot(request, supply, queue_wait, on_progress, tuple(map(str, held)))
-            if child.reaped:
-                await self._teardowns.now(child)
-            else:
-                # A run that told its own end is answered now and torn down after, still in its slot
-                # and holding its packages.
-                self._teardowns.after_answer(child, leave)
-                handed_on = True
-            return result
-        finally:
-            if not handed_on:
-                leave()
+        """Run one request to its end and return the outcome (`CallPath.run`); raises only for
+        cancellation. `on_progress`, if given, is called about once a second while the code runs."""
+        return await self._calls.run(request, on_progress)
 
     async def close_session(self, handle: str, caller: str | None) -> str | None:
         """End the caller's session `handle`: None once it has ended, else why there is no such session."""
@@ -314,40 +264,6 @@ class Pool:
     def kept_outputs(self, caller: str | None) -> list[KeptOutput]:
         """The caller's kept streams that can still be read, oldest first."""
         return self._store.listed(caller)
-
-    async def _run_in_slot(
-        self,
-        request: RunRequest,
-        supply: InterpreterSupply,
-        queue_wait: float,
-        on_progress: ProgressCallback | None,
-        paths: tuple[str, ...],
-    ) -> tuple[RunResult, Child]:
-        child = await supply.take()
-        try:
-            if self._sweeper is not None:
-                await self._sweeper.settle()
-            log_event(self._log, logging.INFO, "run started", request.request_id, pid=child.pid, queue_wait=queue_wait)
-            result = await self._driver.drive(child, request, queue_wait, on_progress, paths)
-        except BaseException as exc:
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                log_event(self._log, logging.INFO, "run finished", request.request_id, status=Status.CANCELLED.value)
-            await self._teardowns.now(child)
-            raise
-        log_event(
-            self._log,
-            logging.INFO,
-            "run finished",
-            request.request_id,
-            status=result.status.value,
-            exit_code=result.exit_code,
-            duration=result.duration,
-            cpu=result.cpu_seconds,
-            peak_memory=result.peak_memory_bytes,
-            stdout_bytes=result.stdout.total_bytes,
-            stderr_bytes=result.stderr.total_bytes,
-        )
-        return result, child
 
 
 def _module_notes(config: Config, provided: ProvidedPackages | None) -> ModuleNotes:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +32,10 @@ import anyio.abc
 
 from runner.config import MIB, Config
 from runner.execution.admission import Admission
-from runner.execution.driver import ProgressCallback, RunDriver
+from runner.execution.calls import Admitted
 from runner.execution.provided import ProvidedPackages
-from runner.execution.slots import Slots
-from runner.execution.supply import InterpreterSupply, Supplies, imported_packages
+from runner.execution.slots import Slot, Slots
+from runner.execution.supply import InterpreterSupply, Supplies
 from runner.logs import log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
 from runner.processes.anchor_wire import Said
@@ -59,7 +59,7 @@ ROLLBACK_PATIENCE = 15.0
 
 
 @dataclass(eq=False)
-class Session:
+class OpenSession:
     """One open session: its handle, its caller, its anchor and when it was used."""
 
     handle: str
@@ -81,13 +81,10 @@ class Session:
     def __post_init__(self) -> None:
         self.settled.set()
 
-    @property
-    def package_paths(self) -> tuple[str, ...]:
-        return tuple(map(str, self.packages.values()))
-
 
 class Sessions:
-    """The table of open sessions, and each session's calls run through the pool's parts."""
+    """The table of open sessions, and the way in for their calls (`admitted`): the calls themselves
+    take the one call path (`runner.execution.calls`), each with its session as its `SessionHost`."""
 
     def __init__(
         self,
@@ -96,7 +93,6 @@ class Sessions:
         logger: logging.Logger,
         tg: anyio.abc.TaskGroup,
         slots: Slots,
-        driver: RunDriver,
         provided: ProvidedPackages | None = None,
     ) -> None:
         self._config = config
@@ -105,10 +101,9 @@ class Sessions:
         # A replica's name leads its handles (s-NAME.…): a proxy routes a session's calls on it.
         self._prefix = HANDLE_PREFIX + (config.http.replica + "." if config.http.replica else "")
         self._supplies = supplies
-        self._driver = driver  # the pool's one driver, which hands a call of ours back (`call_unresponsive`)
         self._log = logger
         self._tg = tg
-        self._open: dict[str, Session] = {}
+        self._open: dict[str, OpenSession] = {}
         self._ended = EndedSessions()
         self._counts = {"created": 0, "expired": 0, "closed": 0, "lost": 0, "rolled_back": 0}
         self._calls_running = 0
@@ -122,7 +117,7 @@ class Sessions:
         anchor goes, and the call's PID namespace or group with it)."""
         for session in list(self._open.values()):
             if session.keeper is child.anchor:
-                await self._end(session, "a call of it could not be killed", "lost")
+                await self.end(session, "a call of it could not be killed", "lost")
         child.ended(-9, 0.0, 0)
 
     def state(self) -> SessionsState:
@@ -134,32 +129,66 @@ class Sessions:
         """Open sessions with no call running: their anchors are taken from the pool, but run nothing."""
         return len(self._open) - self._calls_running
 
-    async def run(self, request: RunRequest, on_progress: ProgressCallback | None) -> RunResult:
-        """Run `request` in its session (a new one for ``"new"``), holding a slot of the pool's
-        (`Slots.held`, as a one-shot call does) only while the call runs."""
+    @asynccontextmanager
+    async def admitted(self, request: RunRequest) -> AsyncIterator[Admitted | RunResult]:
+        """A call of `request`'s session let in: its session's turn (FIFO, counted as waiting in the
+        pool's admission), then a slot (`Slots.held`, as a one-shot call takes it); for ``"new"``, a
+        session started in that slot. Or the answer why not (nothing of it ran)."""
         if request.session == NEW_SESSION:
-            refused = _refusal(self._config, [*self._open.values(), *self._unlisted.values()], request.caller)
-            if refused:
-                return RunResult(request.request_id, Status.BUSY, refused)
-            self._unlisted[id(request)] = request.caller
-            try:
-                return await self._slots.held(request, lambda waited: self._start_and_run(request, waited, on_progress))
-            finally:
-                self._unlisted.pop(id(request), None)
+            async with self._new(request) as admitted:
+                yield admitted
+            return
         session = self._open.get(request.session or "")
         if session is None or session.caller != request.caller:
-            return self._ended.unknown_call(request)
+            yield self._ended.unknown_call(request)
+            return
         async with _turn(session, request, self._slots.admission, self._log) as no_turn:
-            if no_turn is not None:
-                return no_turn
-            if self._open.get(session.handle) is not session:  # it ended while this call waited
-                return self._ended.unknown_call(request)
-            return await self._slots.held(request, lambda waited: self._call(session, request, waited, on_progress))
+            if no_turn is not None or self._open.get(session.handle) is not session:  # or it ended meanwhile
+                yield no_turn or self._ended.unknown_call(request)
+                return
+            async with self._slots.held(request) as slot, self._calling(session, request, slot) as admitted:
+                yield admitted
 
-    async def _start_and_run(
-        self, request: RunRequest, waited: float, on_progress: ProgressCallback | None
-    ) -> RunResult:
-        supply = self._supplies.all[-1]  # the preloading one where there is one
+    @asynccontextmanager
+    async def _new(self, request: RunRequest) -> AsyncIterator[Admitted | RunResult]:
+        refused = _refusal(self._config, [*self._open.values(), *self._unlisted.values()], request.caller)
+        if refused:
+            yield RunResult(request.request_id, Status.BUSY, refused)
+            return
+        self._unlisted[id(request)] = request.caller
+        try:
+            async with self._slots.held(request) as slot:
+                session = await self._start(request) if isinstance(slot, Slot) else slot
+                if isinstance(session, RunResult):
+                    yield session
+                    return
+                async with session.turn, self._calling(session, request, slot) as admitted:
+                    yield admitted
+        finally:
+            self._unlisted.pop(id(request), None)
+
+    @asynccontextmanager
+    async def _calling(
+        self, session: OpenSession, request: RunRequest, slot: Slot | RunResult
+    ) -> AsyncIterator[Admitted | RunResult]:
+        """The call, its turn and slot held, once its session's last verdict is done."""
+        if isinstance(slot, RunResult):
+            yield slot
+            return
+        self._calls_running += 1
+        try:
+            await session.settled.wait()
+            if self._open.get(session.handle) is not session:  # the last verdict ended it
+                yield self._ended.unknown_call(request)
+                return
+            session.used = anyio.current_time()
+            yield Admitted(slot, SessionHost(self, session))
+        finally:
+            self._calls_running -= 1
+
+    async def _start(self, request: RunRequest) -> OpenSession | RunResult:
+        """A new session, its anchor a ready interpreter of the preloading supply where there is one."""
+        supply = self._supplies.all[-1]
         anchor = await supply.take()
         try:
             keeper = await SessionKeeper.start(anchor, self._tg)
@@ -172,118 +201,31 @@ class Sessions:
             raise
         now = anyio.current_time()
         handle = self._prefix + secrets.token_urlsafe(HANDLE_BYTES)
-        session = Session(handle, request.caller, anchor, keeper, supply, now, now)
+        session = OpenSession(handle, request.caller, anchor, keeper, supply, now, now)
         self._open[handle] = session
         self._unlisted.pop(id(request), None)
         self._counts["created"] += 1
         log_event(self._log, logging.INFO, "session started", request.request_id, session=handle[:10], pid=anchor.pid)
-        async with session.turn:
-            return await self._call(session, request, waited, on_progress)
+        return session
 
-    async def _call(
-        self, session: Session, request: RunRequest, waited: float, on_progress: ProgressCallback | None
-    ) -> RunResult:
-        self._calls_running += 1
-        try:
-            return await self._call_counted(session, request, waited, on_progress)
-        finally:
-            self._calls_running -= 1
+    def is_open(self, session: OpenSession) -> bool:
+        """Whether `session` is still open (not ended since its call was let in)."""
+        return self._open.get(session.handle) is session
 
-    async def _call_counted(
-        self, session: Session, request: RunRequest, waited: float, on_progress: ProgressCallback | None
-    ) -> RunResult:
-        await session.settled.wait()
-        if self._open.get(session.handle) is not session:  # the last verdict ended it
-            return self._ended.unknown_call(request)
-        session.used = anyio.current_time()
-        if self._provided is not None:  # what the call needs beyond what the session holds
-            imports = imported_packages(request.code)
-            provided = await self._provided.provide(request, imports, session.packages, on_progress)
-            if isinstance(provided, RunResult):
-                return provided
-            if self._open.get(session.handle) is not session:  # closed while its packages were installed
-                self._provided.release(provided.values())
-                return self._ended.unknown_call(request)
-            session.packages.update(provided)
-        try:
-            call = await session.keeper.call()
-        except SessionLost as exc:
-            await self._end(session, str(exc), "lost")
-            return self._ended.unknown_call(request)
-        try:
-            async with anyio.create_task_group() as watching:
-                watching.start_soon(_end_call_at_oom, session.anchor, call)
-                result = await self._driver.drive(call, request, waited, on_progress, session.package_paths)
-                watching.cancel_scope.cancel()
-            ahead = await session.keeper.keepable()
-        except SessionLost as exc:
-            call.close_all()
-            await self._end(session, str(exc), "lost")
-            if not call.pid:  # the keeper never had it: the session had ended before it, nothing ran
-                return self._ended.unknown_call(request)
-            # Its processes went (the call killed them, kill(-1) say, or something outside did, or
-            # close_session came): the call's own end is not known, the session's is.
-            why = self._ended.why(session.handle) or str(exc)
-            message = f'the session ended during this call ({why}); start another with session "new"'
-            return RunResult(request.request_id, Status.SIGNAL, message)
-        except BaseException:
-            # Cancelled (the client went, or the server stops): the call is killed and the session
-            # rolled back, as for any call that did not end ok; only an anchor that cannot do that
-            # ends the session.
-            with anyio.CancelScope(shield=True):
-                await self._roll_back_cancelled(session, call)
-            raise
-        call.close_all()
-        session.used = anyio.current_time()
-        others = sum(s.held for s in self._open.values() if s is not session)
-        over = over_budget(self._budget, ahead.held_bytes, others) if result.status is Status.OK else ""
-        kept = result.status is Status.OK and ahead.yes and not over
-        # The answer goes now, and the verdict (the keeper replaced, or the files put back) is done
-        # meanwhile; the next call, handed its pipes with it (after an OOM: in `_settle`), waits for it.
-        session.keeper.give_verdict(kept, arm=call.oom_kills == 0)
-        session.settled = anyio.Event()
-        self._tg.start_soon(self._settle, session, kept, call.oom_kills > 0, session.settled)
-        if kept:
-            session.held = ahead.held_bytes
-        else:
-            self._counts["rolled_back"] += 1
-        outcome = SessionOutcome(session.handle, kept, _notes(result, ahead, kept, over))
-        return dataclasses.replace(result, session=outcome)
+    def unknown_call(self, request: RunRequest) -> RunResult:
+        """`EndedSessions.unknown_call`."""
+        return self._ended.unknown_call(request)
 
-    async def _settle(self, session: Session, kept: bool, oom: bool, settled: anyio.Event) -> None:
-        """The verdict on a call whose answer is gone: what it said (kept or rolled back) is done,
-        or the session ends. After a call that met an OOM, its other OOMs (the kernel goes on killing
-        its processes until they fit) are all had before the next call can be mistaken for it."""
-        try:
-            verdict = await session.keeper.verdict_done()
-            if oom:
-                await session.supply.oom_told(session.anchor)
-            if verdict.yes != kept:
-                await self._end(session, f"its last call could not be kept after all: {verdict.why}", "lost")
-            elif session.keeper.lost is not None:
-                await self._end(session, session.keeper.lost, "lost")
-            else:
-                session.keeper.arm()
-        except SessionLost as exc:
-            await self._end(session, str(exc), "lost")
-        except Exception as exc:  # in the pool's task group: a fault ends this session only (and is logged)
-            await self._end(session, f"its last verdict failed: {exc!r}"[:400], "lost")
-        finally:
-            settled.set()
+    def why_ended(self, handle: str) -> str:
+        """Why the session `handle` ended, if it did and is remembered."""
+        return self._ended.why(handle)
 
-    async def _roll_back_cancelled(self, session: Session, call: KeptCall) -> None:
-        call.kill_group()
-        try:
-            with anyio.fail_after(ROLLBACK_PATIENCE):
-                await call.exited.wait()
-                await session.keeper.keepable()
-                await session.keeper.verdict(False)
-        except (SessionLost, TimeoutError):
-            await self._end(session, "a call of it was cancelled and could not be rolled back", "lost")
-        else:
-            self._counts["rolled_back"] += 1
-        finally:
-            call.close_all()
+    def held_by_others(self, session: OpenSession) -> int:
+        """What the other open sessions' kept states hold, in bytes."""
+        return sum(s.held for s in self._open.values() if s is not session)
+
+    def count(self, how: str) -> None:
+        self._counts[how] += 1
 
     async def close(self, handle: str, caller: str | None) -> str | None:
         """End the caller's session `handle` (killing a call of it that runs); None once it has ended,
@@ -291,10 +233,11 @@ class Sessions:
         session = self._open.get(handle)
         if session is None or session.caller != caller:
             return self._ended.unknown_message(handle, caller)
-        await self._end(session, "closed by close_session", "closed")
+        await self.end(session, "closed by close_session", "closed")
         return None
 
-    async def _end(self, session: Session, why: str, how: str) -> None:
+    async def end(self, session: OpenSession, why: str, how: str) -> None:
+        """End `session` (`how`: the count it goes to), remembering `why` for calls that name it."""
         if self._open.pop(session.handle, None) is None:
             return
         self._counts[how] += 1
@@ -314,12 +257,119 @@ class Sessions:
     async def shutdown(self) -> None:
         """End every session (the server stops)."""
         for session in list(self._open.values()):
-            await self._end(session, "the server stopped", "closed")
+            await self.end(session, "the server stopped", "closed")
+
+
+class SessionHost:
+    """A call of an open session (`runner.execution.calls.Host`): its interpreter is the call its
+    keeper forked ahead from the session's kept state; its verdict, the state it left kept (it ended
+    ok, the anchor can keep it, the sessions' budget holds it) or rolled back, files too."""
+
+    def __init__(self, sessions: Sessions, session: OpenSession) -> None:
+        self._sessions = sessions
+        self._session = session
+
+    @property
+    def packages(self) -> Mapping[str, Path]:
+        return self._session.packages
+
+    def hold_packages(self, request: RunRequest, provided: Mapping[str, Path]) -> RunResult | None:
+        if not self._sessions.is_open(self._session):  # closed while its packages were installed
+            if self._sessions._provided is not None:
+                self._sessions._provided.release(provided.values())
+            return self._sessions.unknown_call(request)
+        self._session.packages.update(provided)  # held until the session ends
+        return None
+
+    async def take(self, request: RunRequest, imports: frozenset[str]) -> Child | RunResult:
+        try:
+            return await self._session.keeper.call()
+        except SessionLost as exc:
+            await self._sessions.end(self._session, str(exc), "lost")
+            return self._sessions.unknown_call(request)
+
+    @asynccontextmanager
+    async def watching(self, child: Child) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as watching:
+            watching.start_soon(_end_call_at_oom, self._session.anchor, child)
+            yield
+            watching.cancel_scope.cancel()
+
+    async def verdict(self, child: Child, request: RunRequest, result: RunResult) -> RunResult:
+        session, sessions = self._session, self._sessions
+        try:
+            ahead = await session.keeper.keepable()
+        except SessionLost as exc:
+            child.close_all()
+            await sessions.end(session, str(exc), "lost")
+            if not child.pid:  # the keeper never had it: the session had ended before it, nothing ran
+                return sessions.unknown_call(request)
+            # Its processes went (the call killed them, kill(-1) say, or something outside did, or
+            # close_session came): the call's own end is not known, the session's is.
+            why = sessions.why_ended(session.handle) or str(exc)
+            message = f'the session ended during this call ({why}); start another with session "new"'
+            return RunResult(request.request_id, Status.SIGNAL, message)
+        child.close_all()
+        session.used = anyio.current_time()
+        others = sessions.held_by_others(session)
+        over = over_budget(sessions._budget, ahead.held_bytes, others) if result.status is Status.OK else ""
+        kept = result.status is Status.OK and ahead.yes and not over
+        # The answer goes now, and the verdict (the keeper replaced, or the files put back) is done
+        # meanwhile; the next call, handed its pipes with it (after an OOM: in `_settle`), waits for it.
+        session.keeper.give_verdict(kept, arm=child.oom_kills == 0)
+        session.settled = anyio.Event()
+        sessions._tg.start_soon(self._settle, kept, child.oom_kills > 0, session.settled)
+        if kept:
+            session.held = ahead.held_bytes
+        else:
+            sessions.count("rolled_back")
+        outcome = SessionOutcome(session.handle, kept, _notes(result, ahead, kept, over))
+        return dataclasses.replace(result, session=outcome)
+
+    async def _settle(self, kept: bool, oom: bool, settled: anyio.Event) -> None:
+        """The verdict on a call whose answer is gone: what it said (kept or rolled back) is done,
+        or the session ends. After a call that met an OOM, its other OOMs (the kernel goes on killing
+        its processes until they fit) are all had before the next call can be mistaken for it."""
+        session, sessions = self._session, self._sessions
+        try:
+            verdict = await session.keeper.verdict_done()
+            if oom:
+                await session.supply.oom_told(session.anchor)
+            if verdict.yes != kept:
+                await sessions.end(session, f"its last call could not be kept after all: {verdict.why}", "lost")
+            elif session.keeper.lost is not None:
+                await sessions.end(session, session.keeper.lost, "lost")
+            else:
+                session.keeper.arm()
+        except SessionLost as exc:
+            await sessions.end(session, str(exc), "lost")
+        except Exception as exc:  # in the pool's task group: a fault ends this session only (and is logged)
+            await sessions.end(session, f"its last verdict failed: {exc!r}"[:400], "lost")
+        finally:
+            settled.set()
+
+    async def abandon(self, child: Child) -> None:
+        """Cancelled (the client went, or the server stops): the call is killed and the session
+        rolled back, as for any call that did not end ok; only an anchor that cannot do that ends
+        the session."""
+        session = self._session
+        child.kill_group()
+        try:
+            with anyio.fail_after(ROLLBACK_PATIENCE):
+                await child.wait_exit()
+                await session.keeper.keepable()
+                await session.keeper.verdict(False)
+        except (SessionLost, TimeoutError):
+            await self._sessions.end(session, "a call of it was cancelled and could not be rolled back", "lost")
+        else:
+            self._sessions.count("rolled_back")
+        finally:
+            child.close_all()
 
 
 @asynccontextmanager
 async def _turn(
-    session: Session, request: RunRequest, admission: Admission, log: logging.Logger
+    session: OpenSession, request: RunRequest, admission: Admission, log: logging.Logger
 ) -> AsyncIterator[RunResult | None]:
     """Hold `session`'s turn for `request` (yields None), or say why it is not held (yields `busy`)."""
     refused = await _take_turn(session, request, admission)
@@ -333,7 +383,7 @@ async def _turn(
         session.turn.release()
 
 
-async def _take_turn(session: Session, request: RunRequest, admission: Admission) -> RunResult | None:
+async def _take_turn(session: OpenSession, request: RunRequest, admission: Admission) -> RunResult | None:
     """Take `session`'s turn for `request` (None), or say why not: its line of the pool's admission was
     full, or the session's previous call did not end within `request.timeout`. Waiting calls are held
     in memory, each with its code and files: counted like calls waiting for a slot, RUNNER_MAX_QUEUE
@@ -370,15 +420,15 @@ async def expire_forever(sessions: Sessions) -> None:
             if session.turn.locked() or not session.settled.is_set():
                 continue
             if session.keeper.lost is not None:  # its anchor went, or said what is not its wire
-                await sessions._end(session, session.keeper.lost, "lost")
+                await sessions.end(session, session.keeper.lost, "lost")
             elif now - session.used > c.session_idle_seconds:
-                await sessions._end(session, f"unused for {c.session_idle_seconds} s", "expired")
+                await sessions.end(session, f"unused for {c.session_idle_seconds} s", "expired")
             elif now - session.started > c.session_max_seconds:
-                await sessions._end(session, f"older than {c.session_max_seconds} s", "expired")
+                await sessions.end(session, f"older than {c.session_max_seconds} s", "expired")
         sessions._ended.forget_before(now - ENDED_REMEMBERED)
 
 
-async def _end_call_at_oom(anchor: Child, call: KeptCall) -> None:
+async def _end_call_at_oom(anchor: Child, call: Child) -> None:
     """cgroup v1: an OOM in the session's cgroup while `call` runs ends the call (its group killed,
     its result `memory_limit`, the session rolled back), not the session: the kernel's OOM killer
     took the largest process, which is the call or one of its own (each maps the kept state and
@@ -391,10 +441,8 @@ async def _end_call_at_oom(anchor: Child, call: KeptCall) -> None:
             if cgroup.out_of_memory():
                 break
     else:
-        anchor.oom_noticed = anyio.Event()
-        await anchor.oom_noticed.wait()
-    call.oom_kills += 1
-    call.kill_group()
+        await anchor.next_oom()
+    call.kill_for_oom()
 
 
 class EndedSessions:
@@ -453,11 +501,11 @@ def _notes(result: RunResult, ahead: Said, kept: bool, over: str) -> str:
 HANDLES_NAMED = 10
 
 
-def _refusal(c: Config, holders: list[Session | str | None], caller: str | None) -> str:
+def _refusal(c: Config, holders: list[OpenSession | str | None], caller: str | None) -> str:
     """Why `caller` may not start one more session now, or ''; `holders`: the sessions open, and the
     callers of those being started or ended. A caller at its own cap is told its open handles, each
     with how long it has been idle, so that it can close one (nothing else lists them)."""
-    callers = [holder.caller if isinstance(holder, Session) else holder for holder in holders]
+    callers = [holder.caller if isinstance(holder, OpenSession) else holder for holder in holders]
     if c.sessions_refused:
         return c.sessions_refused
     if len(callers) >= c.max_sessions:
@@ -468,7 +516,7 @@ def _refusal(c: Config, holders: list[Session | str | None], caller: str | None)
     mine = callers.count(caller)
     if mine >= c.max_sessions_per_caller:
         now = anyio.current_time()
-        own = sorted((h for h in holders if isinstance(h, Session) and h.caller == caller), key=lambda s: -s.used)
+        own = sorted((h for h in holders if isinstance(h, OpenSession) and h.caller == caller), key=lambda s: -s.used)
         named = ", ".join(f"{s.handle} (idle {now - s.used:.0f} s)" for s in own[:HANDLES_NAMED])
         return (
             f"this caller has {mine} open sessions, the most RUNNER_MAX_SESSIONS_PER_CALLER="

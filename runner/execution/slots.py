@@ -6,7 +6,8 @@ here, so admission's bounds and messages hold for session calls by construction.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import anyio
 
@@ -16,37 +17,54 @@ from runner.logs import log_event
 from runner.outcome import RunRequest, RunResult, Status
 
 
+class Slot:
+    """One call's slot, held: how long the call waited for it, and its leaving, which happens exactly
+    once, with whatever the call holds for as long as its run lasts (`also`): at the call's end, or,
+    handed on (`hand_on`), when its run's teardown after the answer is done."""
+
+    def __init__(self, waited: float, leave: Callable[[], None]) -> None:
+        self.waited = waited
+        self._frees = [leave]
+        self.handed_on = False
+
+    def also(self, free: Callable[[], None]) -> None:
+        """Free this too when the slot is left (first, before the slot itself)."""
+        self._frees.insert(0, free)
+
+    def hand_on(self) -> Callable[[], None]:
+        """The slot's leaving, for whatever ends the run after the call has returned."""
+        self.handed_on = True
+        return self.leave
+
+    def leave(self) -> None:
+        """Free what the call held and the slot; later calls do nothing."""
+        frees, self._frees = self._frees, []
+        for free in frees:
+            free()
+
+
 class Slots:
-    """The pool's slots, as calls take them: `enter` then `leave` (exactly once each), or `held`."""
+    """The pool's slots, as calls take them (`held`)."""
 
     def __init__(self, admission: Admission, teardowns: Teardowns, logger: logging.Logger) -> None:
         self.admission = admission
         self._teardowns = teardowns
         self._log = logger
 
-    async def enter(self, request: RunRequest) -> float | RunResult:
-        """A slot for `request`: the seconds it waited for one, or `busy` (then nothing is held)."""
+    @asynccontextmanager
+    async def held(self, request: RunRequest) -> AsyncIterator[Slot | RunResult]:
+        """A slot for `request` while the block runs, left at its end unless handed on; `busy` (and
+        nothing held) if none comes."""
         queued = anyio.current_time()
         if not await self.admission.enter(request.caller):
             log_event(self._log, logging.WARNING, "call rejected", request.request_id, reason="busy")
-            return RunResult(request.request_id, Status.BUSY, self.admission.busy_message(request.caller))
+            yield RunResult(request.request_id, Status.BUSY, self.admission.busy_message(request.caller))
+            return
+        slot = Slot(0.0, lambda: self.admission.leave(request.caller))
         try:
             await self._teardowns.before_next_run()
-        except BaseException:
-            self.admission.leave(request.caller)
-            raise
-        return anyio.current_time() - queued
-
-    def leave(self, request: RunRequest) -> None:
-        """The slot `enter` gave `request` is free again."""
-        self.admission.leave(request.caller)
-
-    async def held(self, request: RunRequest, run: Callable[[float], Awaitable[RunResult]]) -> RunResult:
-        """`run(seconds waited)` holding a slot for `request`; `busy` if none comes."""
-        waited = await self.enter(request)
-        if isinstance(waited, RunResult):
-            return waited
-        try:
-            return await run(waited)
+            slot.waited = anyio.current_time() - queued
+            yield slot
         finally:
-            self.leave(request)
+            if not slot.handed_on:
+                slot.leave()

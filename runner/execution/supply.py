@@ -188,7 +188,7 @@ class InterpreterSupply:
             if isinstance(exc, TimeoutError):
                 raise SpawnError(f"interpreter {self._config.python} not ready after {STARTUP_TIMEOUT:g}s") from exc
             raise
-        child.find_interpreter()
+        child.said_ready(refused)
         if child.sandbox_init_pid:
             # Before any code: the sandbox's init is within the run's reach, so within its limits too.
             try:
@@ -197,7 +197,6 @@ class InterpreterSupply:
                 with anyio.CancelScope(shield=True):
                     await self.destroy(child)
                 raise SpawnError(f"cannot hold the sandbox's init to the run's limits: {exc}") from exc
-        child.refused_limits = refused
         for name in set(child.refused_limits) - self._refused_reported:
             self._refused_reported.add(name)
             log_event(self._log, logging.WARNING, "limit not enforced on this platform", limit=name)

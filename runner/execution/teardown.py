@@ -51,18 +51,6 @@ async def end_interpreter(child: Child, logger: logging.Logger) -> None:
             await anyio.to_thread.run_sync(remove_tree, child.workdir)
 
 
-def release(child: Child) -> None:
-    """What can go at once of a run that told its own end, before it is reaped: its pipes and its
-    directory, if it left that empty (`end_interpreter` does the rest, and deletes what is in it)."""
-    child.close_streams()
-    if child.workdir is not None:
-        try:
-            os.rmdir(child.workdir)
-            child.workdir = None
-        except OSError:
-            pass
-
-
 class Ends(Protocol):
     """What the teardowns need of the interpreters' supplies."""
 
@@ -76,8 +64,8 @@ class Ends(Protocol):
 
 
 class Teardowns:
-    """Ends runs, at once (`now`) or after their answer (`after_answer`, in `task_group`, shielded:
-    none is ever left half done). `ended` is told of every end (the stray sweep's cue)."""
+    """Ends runs (`end`), at once or after their answer (then in `task_group`, shielded: none is ever
+    left half done). `ended` is told of every end (the stray sweep's cue)."""
 
     def __init__(
         self,
@@ -95,19 +83,24 @@ class Teardowns:
         self._ended = ended
         self._pending: set[anyio.Event] = set()
 
-    async def now(self, child: Child) -> None:
-        """End the run before its answer (it was reaped already, or failed, or was cancelled)."""
+    async def end(self, child: Child, then: Callable[[], None] | None = None) -> None:
+        """End `child`'s run: the one way a run's interpreter goes. With `then` (what frees the run's
+        slot), a run that told its own end but is not reaped yet is answered first: what can go at
+        once goes, the rest is ended in the background and `then` called once it is all gone. Any
+        other (reaped already, failed, cancelled, or no `then`) is ended now, before the answer."""
+        if then is not None and not child.reaped:
+            child.free_early()
+            done = anyio.Event()
+            self._pending.add(done)
+            self._task_group.start_soon(self._tear_down, child, then, done)
+            return
         with anyio.CancelScope(shield=True):
-            await self._ends.destroy(child)
-            self._ended()
-
-    def after_answer(self, child: Child, then: Callable[[], None]) -> None:
-        """Release what can go at once, end the rest in the background, and call `then` (which frees
-        the run's slot) once it is all gone."""
-        release(child)
-        done = anyio.Event()
-        self._pending.add(done)
-        self._task_group.start_soon(self._tear_down, child, then, done)
+            try:
+                await self._ends.destroy(child)
+                self._ended()
+            finally:
+                if then is not None:
+                    then()
 
     async def before_next_run(self) -> None:
         """Return when a run may get its code.

@@ -1,4 +1,8 @@
-"""The handle the pool keeps for one interpreter: its pid, the server's pipe ends, and its end."""
+"""The handle the pool keeps for one interpreter: its pid, the server's pipe ends, and its end.
+
+Its owner is the source that made it (`runner.processes.spawn`, `forkserver`, `keeper`): the fields
+are written there, when it is made and when its source hears of its end, and by its own methods;
+everyone else reads them, and acts on it through its methods (`test_layout` holds to that)."""
 
 from __future__ import annotations
 
@@ -48,11 +52,22 @@ class Child:
     oom_kills: int = 0
     _open: set[int] = field(default_factory=set)
     # A session's anchor whose zygote watches its cgroup: set at each OOM in it the zygote tells.
-    oom_noticed: anyio.Event = field(default_factory=anyio.Event)
+    _oom_noticed: anyio.Event = field(default_factory=anyio.Event)
 
     def note_oom(self) -> None:
         """An OOM in this (anchor's) cgroup, as its zygote saw it."""
-        self.oom_noticed.set()
+        self._oom_noticed.set()
+
+    async def next_oom(self) -> None:
+        """Return at the next OOM in this (anchor's) cgroup its zygote tells (`note_oom`)."""
+        self._oom_noticed = anyio.Event()
+        await self._oom_noticed.wait()
+
+    def kill_for_oom(self) -> None:
+        """An OOM in the cgroup it runs in ends it: counted (its end is then `memory_limit`), and its
+        group killed."""
+        self.oom_kills += 1
+        self.kill_group()
 
     def whole_run_oom_kills(self) -> int:
         """OOM kills in the run's cgroup (its whole tree over its memory budget); 0 without one."""
@@ -76,6 +91,17 @@ class Child:
         for fd in list(self._open):
             if fd != self.pidfd:
                 self.close_fd(fd)
+
+    def free_early(self) -> None:
+        """What can go at once of a run that told its own end, before it is reaped: its pipes, and its
+        directory if it left that empty (its teardown deletes what is in it, and the rest)."""
+        self.close_streams()
+        if self.workdir is not None:
+            try:
+                os.rmdir(self.workdir)
+                self.workdir = None
+            except OSError:
+                pass
 
     def close_all(self) -> None:
         """Close every fd the server holds for this child."""
@@ -123,9 +149,11 @@ class Child:
             code = exit_code_of_sandboxed(code)
         return code, usage.ru_utime + usage.ru_stime, maxrss_bytes(usage.ru_maxrss)
 
-    def find_interpreter(self) -> None:
-        """Point `interpreter_pid` at the interpreter itself and `sandbox_init_pid` at the sandbox's init:
-        inside a sandbox, bwrap -> its namespace's init -> the interpreter."""
+    def said_ready(self, refused: tuple[str, ...]) -> None:
+        """Its bootstrap said it is ready, with the limits this platform refused (`refused`): point
+        `interpreter_pid` at the interpreter itself and `sandbox_init_pid` at the sandbox's init
+        (inside a sandbox, bwrap -> its namespace's init -> the interpreter)."""
+        self.refused_limits = refused
         if not self.wrapped:
             return
         found = [self.pid]
