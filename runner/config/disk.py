@@ -20,7 +20,7 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from runner.config.locks import Distribution, installed_modules, normalized, parse_lock, shown_modules, wheel_modules
+from runner.config.locks import Distribution, installed, normalized, parse_lock, shown_modules, wheel_modules
 from runner.config.memory import sessions_budget
 from runner.config.values import DEFAULT_PRELOAD, PROVIDED_DIRECTORY, Config
 from runner.errors import ConfigError
@@ -61,17 +61,17 @@ def open_environment(config: Config) -> Config:
     """`config` with its paths checked and resolved and what they hold filled in; `ConfigError` naming
     the variable of a path that is not what it must be. Opening an opened configuration changes nothing."""
     packages, site = _packages(config.packages)
-    installed = _installed(site)
+    found = installed(site) if site else {}  # site-packages is listed once, here
     work_dir = _work_dir(config.work_dir)
-    wheelhouse, offered, offered_modules = _wheelhouse(config.wheelhouse, installed)
+    wheelhouse, offered, offered_modules = _wheelhouse(config.wheelhouse, tuple(found))
     opened = dataclasses.replace(
         config,
         python=_python(config.python),
         work_dir=work_dir,
         packages=packages,
         packages_site=site,
-        package_distributions=installed,
-        package_modules=_package_modules(packages, site),
+        package_distributions=tuple(found),
+        package_modules=_package_modules(packages, found),
         wheelhouse=wheelhouse,
         wheelhouse_distributions=offered,
         wheelhouse_modules=offered_modules,
@@ -187,23 +187,20 @@ def _wheelhouse(
     return os.path.realpath(path), distributions, tuple(sorted(modules))
 
 
-def _package_modules(packages: str, site: str) -> tuple[str, ...]:
+def _package_modules(packages: str, found: Mapping[Distribution, frozenset[str]]) -> tuple[str, ...]:
     """The top-level modules of what the package environment's lock asked for (numpy, pandas, not
     cycler): what the tool's description lists. An environment without its lock (one of the user's
     own) shows every distribution's."""
-    if not site:
-        return ()
     try:
         with open(os.path.join(packages, ENVIRONMENT_LOCK), encoding="utf-8") as file:
             asked = {name for name, pin in parse_lock(file.read()).items() if pin.requested}
     except OSError:
         asked = set()
     modules: set[str] = set()
-    for entry in os.listdir(site):
-        if entry.endswith(".dist-info"):
-            name = normalized(entry[: -len(".dist-info")].rsplit("-", 1)[0])
-            if not asked or name in asked:
-                modules.update(shown_modules(name, installed_modules(Path(site, entry))))
+    for distribution, provides in found.items():
+        name = normalized(distribution.name)
+        if not asked or name in asked:
+            modules.update(shown_modules(name, provides))
     return tuple(sorted(modules))
 
 
@@ -259,14 +256,6 @@ def _findable(name: str, site: str) -> bool:
             return False
         spec = importlib.machinery.PathFinder.find_spec(part, list(spec.submodule_search_locations))
     return spec is not None
-
-
-def _installed(site: str) -> tuple[Distribution, ...]:
-    """Every distribution in `site`, from its .dist-info directory's name."""
-    if not site:
-        return ()
-    names = sorted(entry[: -len(".dist-info")] for entry in os.listdir(site) if entry.endswith(".dist-info"))
-    return tuple(Distribution(*name.rsplit("-", 1)) for name in names)
 
 
 def _read_paths(config: Config) -> tuple[str, ...]:

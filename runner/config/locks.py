@@ -1,7 +1,8 @@
 """One reader of the locks and wheels the package environments are made from (the package environment's
 and the vetted wheelhouse's): pins, versions, hashes, who needs what, which pins were asked for, and the
 top-level modules a wheel or an installed distribution provides. Pure functions over a lock's text and
-a wheel's or a distribution's file list; no I/O but reading a zip's directory or a dist-info file.
+a wheel's or a distribution's file list; no I/O but reading a zip's directory or an installed
+distribution's metadata (`installed`).
 
 A lock is pip-compile's output: its `# via` comments name, for every pin, the pins that need it (as
 resolved for this platform and Python when it was compiled, markers included), and `-r FILE.in` for the
@@ -17,6 +18,7 @@ import re
 import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 _ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)[^\n]*\n((?:[ \t]+[^\n]*\n)*)", re.MULTILINE)
@@ -102,19 +104,28 @@ def wheel_modules(path: Path) -> frozenset[str]:
     return top_level_modules(names)
 
 
-def installed_modules(dist_info: Path) -> frozenset[str]:
-    """The top-level modules the installed distribution of `dist_info` (its .dist-info directory)
-    provides: its `top_level.txt` when it has one, else the paths its RECORD lists."""
-    try:
-        text = (dist_info / "top_level.txt").read_text(encoding="utf-8", errors="replace")
+def installed_modules(distribution: metadata.Distribution) -> frozenset[str]:
+    """The top-level modules an installed `distribution` provides: its `top_level.txt` when it has
+    one, else the paths its RECORD lists."""
+    text = distribution.read_text("top_level.txt")
+    if text is not None:
         return frozenset(m for m in (line.strip().split("/")[0] for line in text.splitlines()) if _MODULE.match(m))
-    except OSError:
-        pass
-    try:
-        record = (dist_info / "RECORD").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return frozenset()
-    return top_level_modules(line.split(",", 1)[0] for line in record.splitlines())
+    return top_level_modules(str(path) for path in distribution.files or ())
+
+
+def installed(site: str) -> dict[Distribution, frozenset[str]]:
+    """Every distribution installed in `site` (a site-packages directory), with the top-level modules
+    it provides. Read with `importlib.metadata`, the standard library's reader of installed
+    distributions: names and versions from their METADATA as the packaging specs define them, not
+    from a directory name's spelling, and `.egg-info` installs too (a user's own environment may have
+    them). It reads a file more per distribution than listing directory names did: 12 ms against
+    5 ms for the 13 of `make sandbox-env`, once, at start."""
+    found: dict[Distribution, frozenset[str]] = {}
+    for distribution in metadata.distributions(path=[site]):
+        name, version = distribution.metadata["Name"], distribution.version
+        if name and version:  # without them it is no install (a half-removed one)
+            found[Distribution(name, version)] = installed_modules(distribution)
+    return dict(sorted(found.items()))
 
 
 def shown_modules(distribution: str, modules: Iterable[str]) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from runner.config import Config
 from runner.config.disk import open_environment
 from runner.config.locks import Distribution
 from runner.errors import ConfigError
+from tests.helpers import fake_env
 
 HTTP = {"RUNNER_TRANSPORT": "http"}
 
@@ -75,9 +76,9 @@ def test_reading_the_environment_makes_no_system_call_on_a_path(monkeypatch: pyt
 
 
 def test_a_package_environment_gives_its_distributions_and_the_default_preload_it_has(tmp_path: Path) -> None:
-    site = tmp_path / "env" / "site-packages"
-    for name in ("numpy", "numpy-2.4.6.dist-info", "matplotlib", "matplotlib-3.11.2.dist-info"):
-        (site / name).mkdir(parents=True)
+    site = fake_env(tmp_path / "env", {"numpy": "2.4.6", "matplotlib": "3.11.2"}) / "site-packages"
+    for name in ("numpy", "matplotlib"):
+        (site / name).mkdir()
     opened = open_environment(Config.from_env({"RUNNER_PACKAGES": str(tmp_path / "env")}))
     assert (opened.packages, opened.packages_site) == (str(tmp_path / "env"), str(site))
     assert opened.package_distributions == (Distribution("matplotlib", "3.11.2"), Distribution("numpy", "2.4.6"))
@@ -160,8 +161,7 @@ def test_a_wheelhouse_offers_what_its_lock_pins_beyond_the_package_environment_a
     )
     for wheel in ("sympy-1.14.0-py3-none-any.whl", "mpmath-1.3.0-py3-none-any.whl", "numpy-2.4.6-cp311.whl"):
         (house / wheel).write_bytes(b"")  # tabulate's is missing: it is not offered
-    site = tmp_path / "env" / "site-packages"
-    (site / "numpy-2.4.6.dist-info").mkdir(parents=True)
+    fake_env(tmp_path / "env", {"numpy": "2.4.6"})
     read = Config.from_env(
         {"RUNNER_WHEELHOUSE": str(house), "RUNNER_PACKAGES": str(tmp_path / "env"), "RUNNER_WORK_DIR": str(tmp_path)}
     )

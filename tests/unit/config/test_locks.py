@@ -3,9 +3,12 @@ what, what was asked for, and the modules a wheel or an installed distribution p
 
 from __future__ import annotations
 
+from importlib.metadata import PathDistribution
 from pathlib import Path
 
 from runner.config.locks import (
+    Distribution,
+    installed,
     installed_modules,
     parse_lock,
     requirements,
@@ -13,6 +16,7 @@ from runner.config.locks import (
     top_level_modules,
     wheel_modules,
 )
+from tests.helpers import fake_env
 from tests.unit.execution.test_wheelhouse import LOCK, make_wheel
 
 
@@ -62,12 +66,26 @@ def test_an_installed_distribution_s_modules_come_from_top_level_txt_else_its_re
     listed.mkdir()
     (listed / "top_level.txt").write_text("bs4\n")
     (listed / "RECORD").write_text("bs4/__init__.py,,\nextra/x.py,,\n")
-    assert installed_modules(listed) == {"bs4"}
+    assert installed_modules(PathDistribution(listed)) == {"bs4"}
     recorded = tmp_path / "numpy-2.4.6.dist-info"
     recorded.mkdir()
     (recorded / "RECORD").write_text("numpy/__init__.py,sha256=x,1\nnumpy.libs/libgfortran.so,,\n../../bin/f2py,,\n")
-    assert installed_modules(recorded) == {"numpy"}
-    assert installed_modules(tmp_path / "gone.dist-info") == frozenset()
+    assert installed_modules(PathDistribution(recorded)) == {"numpy"}
+    assert installed_modules(PathDistribution(tmp_path / "gone.dist-info")) == frozenset()
+
+
+def test_a_site_s_distributions_are_named_by_their_metadata_and_egg_info_installs_count(tmp_path: Path) -> None:
+    # A user's own environment may hold a setup.py-era install; its directory names no version.
+    site = fake_env(tmp_path, {"scikit-learn": "1.9.1"}) / "site-packages"
+    egg = site / "legacy.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: legacy\nVersion: 0.1\n")
+    (egg / "top_level.txt").write_text("legacy\n")
+    (site / "half_removed-1.0.dist-info").mkdir()  # no METADATA: no install
+    assert installed(str(site)) == {
+        Distribution("legacy", "0.1"): frozenset({"legacy"}),
+        Distribution("scikit-learn", "1.9.1"): frozenset({"scikit_learn"}),
+    }
 
 
 def test_a_user_is_shown_the_module_named_like_the_distribution_else_its_public_ones() -> None:
