@@ -191,6 +191,8 @@ def _package_modules(packages: str, found: Mapping[Distribution, frozenset[str]]
     """The top-level modules of what the package environment's lock asked for (numpy, pandas, not
     cycler): what the tool's description lists. An environment without its lock (one of the user's
     own) shows every distribution's."""
+    if not found:
+        return ()
     try:
         with open(os.path.join(packages, ENVIRONMENT_LOCK), encoding="utf-8") as file:
             asked = {name for name, pin in parse_lock(file.read()).items() if pin.requested}
