@@ -10,6 +10,12 @@ pins FILE.in asked for, which are what a user imports (numpy, sklearn), not what
 threadpoolctl). A wheel says which top-level modules it installs: its `top_level.txt` when it has one,
 else the first part of every importable path in it. So `import sklearn` maps to scikit-learn, and
 `from bs4 import BeautifulSoup` to beautifulsoup4, without a table of our own that could go stale.
+
+What a distribution needs is read from the lock's `# via` graph, not from its wheel's `Requires-Dist`:
+those carry environment markers and extras (`; python_version < "3.12"`, `; extra == "plot"`) that
+only `packaging` evaluates (not a dependency of the server's), and the lock is already that
+evaluation, done by the resolver for the platform the wheelhouse was downloaded for; a closure read
+from it is what was vetted and hashed together, never a distribution the lock does not pin.
 """
 
 from __future__ import annotations
