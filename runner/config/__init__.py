@@ -4,7 +4,8 @@ Every entry point calls `load(environ, cli)` and is handed a frozen, opened `Dep
 Its rooms: `loading` (`load`: the checkout's defaults, the command line, the rules between variables),
 `settings` (how one variable is declared, read from its text, documented), `variables` (every
 variable, declared once), `removed` (names that were settings once), `values` (`Config`, the frozen
-configuration read from the text), `disk` (what the configuration names on disk, looked at and filled in),
+configuration read from the text), `sections` (its parts, each consumer's: `config.limits`, `config.kept`,
+...), `disk` (what the configuration names on disk, looked at and filled in),
 `locks` (the locks and wheels package environments are made from), `tokens` (the HTTP tokens file).
 It imports no side of the server: each side reads the frozen value it is handed.
 
@@ -15,6 +16,16 @@ Must not import: `runner.protocol`, `runner.transports`, `runner.execution`, `ru
 from runner.config.loading import Cli as Cli
 from runner.config.loading import Deployment as Deployment
 from runner.config.loading import load as load
+from runner.config.sections import IsolationConfig as IsolationConfig
+from runner.config.sections import KeptConfig as KeptConfig
+from runner.config.sections import LimitsConfig as LimitsConfig
+from runner.config.sections import LoggingConfig as LoggingConfig
+from runner.config.sections import PackagesConfig as PackagesConfig
+from runner.config.sections import PoolConfig as PoolConfig
+from runner.config.sections import ReturnsConfig as ReturnsConfig
+from runner.config.sections import ServingConfig as ServingConfig
+from runner.config.sections import SessionsConfig as SessionsConfig
+from runner.config.sections import TasksConfig as TasksConfig
 from runner.config.settings import KIB as KIB
 from runner.config.settings import MIB as MIB
 from runner.config.settings import markdown_table as markdown_table

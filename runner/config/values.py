@@ -19,6 +19,20 @@ from typing import Any
 
 from runner.config.locks import Distribution
 from runner.config.removed import REMOVED, refuse_removed
+from runner.config.sections import PROVIDED_DIRECTORY as PROVIDED_DIRECTORY
+from runner.config.sections import (
+    IsolationConfig,
+    KeptConfig,
+    LimitsConfig,
+    LoggingConfig,
+    PackagesConfig,
+    PoolConfig,
+    ReturnsConfig,
+    ServingConfig,
+    SessionsConfig,
+    TasksConfig,
+    owned_fields,
+)
 from runner.config.settings import KIB as KIB
 from runner.config.settings import MIB as MIB
 from runner.config.settings import Setting, unknown_variables
@@ -32,9 +46,6 @@ from runner.config.variables import SandboxMode as SandboxMode
 from runner.config.variables import SandboxNetwork as SandboxNetwork
 from runner.config.variables import Transport as Transport
 from runner.errors import ConfigError
-
-# In RUNNER_WHEELHOUSE_CACHE: the installed packages, the one part of it runs see (`provided_packages`).
-PROVIDED_DIRECTORY = "packages"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +80,9 @@ class HttpConfig:
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Every tunable of the server. Build it with `Config.from_env`, open it with
-    `runner.config.disk.open_environment`; pass it down, never mutate it."""
+    """Every tunable of the server, one field per setting. Build it with `Config.from_env`, open it with
+    `runner.config.disk.open_environment`; pass it down, never mutate it. A consumer takes its section
+    (`config.limits`, `config.kept`, ...: `runner.config.sections`), not the whole."""
 
     max_cpu_seconds: int = 10
     max_memory_mb: int = 256
@@ -142,51 +154,98 @@ class Config:
             return config  # a stdio server must not fail on settings it never uses
         return dataclasses.replace(config, http=_http(env, config.max_message_bytes))
 
+    # The sections (`runner.config.sections`): each consumer takes the one it reads. Each is made when
+    # asked for, from the fields above: they stay the one record of every setting.
+
+    @property
+    def limits(self) -> LimitsConfig:
+        return LimitsConfig(**self._owned(LimitsConfig))
+
+    @property
+    def returns(self) -> ReturnsConfig:
+        return ReturnsConfig(**self._owned(ReturnsConfig))
+
+    @property
+    def kept(self) -> KeptConfig:
+        return KeptConfig(**self._owned(KeptConfig), workers=self.workers, replica=self.http.replica)
+
+    @property
+    def sessions(self) -> SessionsConfig:
+        return SessionsConfig(**self._owned(SessionsConfig), workers=self.workers, replica=self.http.replica)
+
+    @property
+    def tasks(self) -> TasksConfig:
+        return TasksConfig(
+            **self._owned(TasksConfig),
+            kept_output_seconds=self.kept_output_seconds,
+            workers=self.workers,
+            replica=self.http.replica,
+        )
+
+    @property
+    def pool(self) -> PoolConfig:
+        return PoolConfig(**self._owned(PoolConfig))
+
+    @property
+    def packages_section(self) -> PackagesConfig:
+        """The packages section (`packages` is RUNNER_PACKAGES, the package environment's path)."""
+        return PackagesConfig(**self._owned(PackagesConfig), python=self.python)
+
+    @property
+    def isolation(self) -> IsolationConfig:
+        return IsolationConfig(
+            **self._owned(IsolationConfig),
+            python=self.python,
+            packages=self.packages,
+            provided_packages=self.provided_packages,
+            preload=self.preload,
+            pid_namespaces=self.pool_size + self.max_concurrent + self.max_sessions,
+            hidden_file=self.http.tokens_file if self.transport == "http" else "",
+        )
+
+    @property
+    def logging(self) -> LoggingConfig:
+        return LoggingConfig(**self._owned(LoggingConfig))
+
+    @property
+    def serving(self) -> ServingConfig:
+        return ServingConfig(**self._owned(ServingConfig), workers=self.workers)
+
+    def _owned(self, section: type[Any]) -> dict[str, Any]:
+        """The values of the fields `section` owns, by name."""
+        return {name: getattr(self, name) for name in owned_fields(section)}
+
+    @property
+    def workers(self) -> int:
+        """The server's processes, each with its own pool, sessions, tasks and kept outputs."""
+        return self.http.workers if self.transport == "http" else 1
+
+    # Derived values read where the whole configuration is still taken; each is its section's.
+
     @property
     def sessions_refused(self) -> str:
-        """Why this server keeps no sessions, or "" where it does."""
-        if not self.max_sessions:
-            return "sessions are off on this server (RUNNER_MAX_SESSIONS=0): run without `session`"
-        if self.transport == "http" and self.http.workers > 1:
-            return (
-                f"no sessions with RUNNER_HTTP_WORKERS={self.http.workers}: each worker holds its own, and the kernel, "
-                "not the Mcp-Param-Session header, picks the worker of a connection; run one worker per replica "
-                "behind a proxy that routes on that header (docs/http.md#sessions), or run without `session`"
-            )
-        return ""
+        """Why this server keeps no sessions, or "" where it does (`SessionsConfig.refused`)."""
+        return self.sessions.refused
 
     @property
     def tasks_refused(self) -> str:
-        """Why this server offers no tasks extension, or "" where it does."""
-        if not self.max_tasks_per_caller:
-            return "tasks are off on this server (RUNNER_MAX_TASKS_PER_CALLER=0)"
-        if self.transport == "http" and self.http.workers > 1:
-            return (
-                f"no tasks with RUNNER_HTTP_WORKERS={self.http.workers}: each worker holds its own, and the kernel, "
-                "not the Mcp-Name header, picks the worker of a connection"
-            )
-        return ""
+        """Why this server offers no tasks extension, or "" where it does (`TasksConfig.refused`)."""
+        return self.tasks.refused
 
     @property
     def provided_packages(self) -> str:
-        """Where the wheelhouse's installed packages are (one directory each), which runs see read-only:
-        the cache's `packages` directory; its locks and half-done installs beside it, which they do not."""
-        return os.path.join(self.wheelhouse_cache, PROVIDED_DIRECTORY) if self.wheelhouse_cache else ""
+        """Where the wheelhouse's installed packages are (`PackagesConfig.provided_packages`)."""
+        return self.packages_section.provided_packages
 
     @property
     def keeps_output(self) -> bool:
-        """Whether a stream shown cut, or a file over the returned budgets, is kept whole for
-        resources/read: not with several workers, whose kernel-picked connections would find the link
-        on another worker most of the time."""
-        per_worker = self.transport == "http" and self.http.workers > 1
-        budgets = self.max_kept_output_bytes and self.max_kept_caller_bytes and self.max_kept_total_bytes
-        return bool(budgets) and not per_worker
+        """Whether output over what the answer carries is kept whole (`KeptConfig.keeps_output`)."""
+        return self.kept.keeps_output
 
     @property
     def run_uid_range(self) -> range:
-        """The host uids RUNNER_SANDBOX_UIDS gives a root server's sandboxed runs."""
-        first, last = (int(part) for part in self.sandbox_uids.split("-"))
-        return range(first, last + 1)
+        """The host uids RUNNER_SANDBOX_UIDS gives a root server's sandboxed runs (`IsolationConfig`)."""
+        return self.isolation.run_uid_range
 
     @property
     def uid_sources(self) -> int:
@@ -205,24 +264,23 @@ class Config:
 
     @property
     def memory_bytes(self) -> int:
-        """RLIMIT_AS for one run."""
-        return self.max_memory_mb * MIB
+        """RLIMIT_AS for one run (`LimitsConfig.memory_bytes`)."""
+        return self.limits.memory_bytes
 
     @property
     def max_message_bytes(self) -> int:
-        """Largest JSON-RPC line accepted: the largest legal call, with room for JSON escaping (and
-        for base64, which files may come in)."""
-        return 6 * (self.max_code_bytes + self.max_stdin_bytes + self.max_input_bytes) + 64 * KIB
+        """Largest JSON-RPC line accepted (`LimitsConfig.max_message_bytes`)."""
+        return self.limits.max_message_bytes
 
     @property
     def max_input_bytes(self) -> int:
-        """What the files of one call may hold in all, decoded."""
-        return self.max_input_mb * MIB
+        """What the files of one call may hold in all, decoded (`LimitsConfig.max_input_bytes`)."""
+        return self.limits.max_input_bytes
 
     @property
     def file_size_bytes(self) -> int:
-        """RLIMIT_FSIZE for one run."""
-        return self.max_file_size_mb * MIB
+        """RLIMIT_FSIZE for one run (`LimitsConfig.file_size_bytes`)."""
+        return self.limits.file_size_bytes
 
 
 def _declared(name: str) -> Setting:  # the declaration of the variable `name`
