@@ -154,7 +154,7 @@ class CgroupRuns:
     in it; its directories opened before the view is pivoted into (which has no /sys)."""
 
     def __init__(self) -> None:
-        plan, self.reason = plan_cgroups(Config())
+        plan, self.reason = plan_cgroups(Config().limits)
         self.name = f"python-runner-{os.getpid()}-costs"
         self.holders: list[int] = []
         self.runs: cgroups.RunCgroups | None = None

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from runner.config import Config
+from runner.config import Config, KeptConfig, ReturnsConfig
 from runner.execution.capture import OutputCap, keep_bytes_for, render_stream
 from runner.execution.classify import ProcessEnd, RunLimits, classify
 from runner.execution.kept import OutputStore, Spool
@@ -46,19 +46,19 @@ PROGRESS_TAIL_BYTES = 2048
 ProgressCallback = Callable[[Progress], Awaitable[None]]
 
 
-def returns_of(config: Config) -> Budgets:
+def returns_of(returns: ReturnsConfig, kept: KeptConfig) -> Budgets:
     """What a run may return besides its output: images (none without a byte budget), bytes per
     image, bytes in all, bytes of files that are not images, and the last value's characters."""
-    images = config.max_images if config.max_returned_bytes else 0
+    images = returns.max_images if returns.max_returned_bytes else 0
     # What is over those is sent whole to be kept and linked, as far as one stream may be kept.
-    kept = config.max_kept_output_bytes if config.keeps_output and config.max_returned_bytes else 0
+    kept_bytes = kept.per_call_bytes if returns.max_returned_bytes else 0
     return Budgets(
         images,
-        config.max_image_bytes,
-        config.max_returned_bytes,
-        config.max_files_bytes,
-        config.max_output_chars,
-        kept,
+        returns.max_image_bytes,
+        returns.max_returned_bytes,
+        returns.max_files_bytes,
+        returns.max_output_chars,
+        kept_bytes,
     )
 
 
@@ -72,18 +72,20 @@ class RunDriver:
         unresponsive: Callable[[Child], Awaitable[None]],
         store: OutputStore | None = None,
     ) -> None:
-        self._config = config
+        # The whole is taken where the pool makes it; the driver reads three sections of it: the run's
+        # limits, what the answer returns, and what is kept beyond it.
+        self._limits, self._returns = config.limits, config.returns
         self._store = store if store is not None and store.enabled else None
         self._log = logger
         self._unresponsive = unresponsive
-        self._keep_bytes = keep_bytes_for(config.max_output_chars)
-        budgets = returns_of(config)
+        self._keep_bytes = keep_bytes_for(self._returns.max_output_chars)
+        budgets = returns_of(self._returns, config.kept)
         # Nothing over the budgets is sent where nothing can be kept.
         self._budgets = budgets if self._store is not None else budgets.replace(kept_bytes=0)
 
     def run_limits(self, timeout: float) -> RunLimits:
         """The limits a run with this timeout is held to."""
-        c = self._config
+        c = self._limits
         return RunLimits(timeout, c.max_cpu_seconds, c.max_memory_mb, c.max_file_size_mb, c.max_output_bytes)
 
     async def drive(
@@ -134,7 +136,7 @@ class RunDriver:
         paths: tuple[str, ...],
     ) -> tuple[RunResult, tuple[Attachment, ...]]:
         out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
-        output = RunOutput(child, out, err, self._config.max_output_bytes, self._budgets.report_bytes, spools=spools)
+        output = RunOutput(child, out, err, self._limits.max_output_bytes, self._budgets.report_bytes, spools=spools)
         # Sampled only where wait4 cannot tell (see `usage`); then once while the interpreter still
         # waits for its code, so a run that ends within a millisecond still gets a number.
         samples = UsageSamples(child) if UsageSamples.needed(child) else None
@@ -195,7 +197,7 @@ class RunDriver:
             limit_met=got.end.limit if got.end is not None else None,
         )
         status, message = classify(end, err.parts()[1] or err.parts()[0], self.run_limits(request.timeout))
-        max_chars = self._config.max_output_chars
+        max_chars = self._returns.max_output_chars
         result = RunResult(
             request_id=request.request_id,
             status=status,

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from runner.config import Config
+from runner.config import Config, KeptConfig
 from runner.outcome import KeptOutput
 
 URI_PREFIX = "runner://output/"
@@ -131,15 +131,15 @@ class OutputStore:
     goes, each caller's entries in order, and entries expire in the order they were made (they all
     last the same)."""
 
-    def __init__(self, config: Config, directory: str) -> None:
+    def __init__(self, kept: KeptConfig, directory: str) -> None:
         self.directory = directory
-        self._per_call = config.max_kept_output_bytes if config.keeps_output else 0
-        self._per_caller = config.max_kept_caller_bytes
-        self._total = config.max_kept_total_bytes
-        self._seconds = config.kept_output_seconds
+        self._per_call = kept.per_call_bytes
+        self._per_caller = kept.max_kept_caller_bytes
+        self._total = kept.max_kept_total_bytes
+        self._seconds = kept.kept_output_seconds
         # A replica's name leads its URIs (runner://output/NAME.…), as it does session handles: a proxy
         # routes resources/read on the Mcp-Name header, which carries the URI.
-        self._replica = config.http.replica + "." if config.http.replica else ""
+        self._replica = kept.replica + "." if kept.replica else ""
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # oldest first
         self._by_caller: dict[str | None, OrderedDict[str, None]] = {}
         self._charged: dict[str | None, int] = {}
@@ -147,12 +147,13 @@ class OutputStore:
 
     @classmethod
     def made(cls, config: Config) -> OutputStore:
-        """A store in a new, empty directory of its own (mode 0700) under `RUNNER_WORK_DIR`."""
-        return cls(config, tempfile.mkdtemp(prefix=KEPT_PREFIX, dir=config.work_dir))
+        """A store in a new, empty directory of its own (mode 0700) under `RUNNER_WORK_DIR`. It takes the
+        whole only for where the pool calls it from (pool.py), until that passes the two sections."""
+        return cls(config.kept, tempfile.mkdtemp(prefix=KEPT_PREFIX, dir=config.pool.work_dir))
 
     @property
     def enabled(self) -> bool:
-        return self._per_call > 0  # 0 unless the configuration keeps output (`Config.keeps_output`)
+        return self._per_call > 0  # 0 unless the configuration keeps output (`KeptConfig.keeps_output`)
 
     def spool(self) -> Spool:
         return Spool(self.directory, self._per_call)

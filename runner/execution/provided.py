@@ -40,26 +40,27 @@ class ProvidedPackages:
     async def opened(cls, config: Config, logger: logging.Logger, helpers: Helpers) -> ProvidedPackages | None:
         """The wheelhouse of an opened configuration, its cache looked over (None without one); what
         it installs is compiled by the server's `helpers`. Reading the lock and the wheels'
-        directories, and sizing the cache, are done in threads."""
-        if not config.wheelhouse:
+        directories, and sizing the cache, are done in threads. It reads the packages section alone; the
+        whole is taken for where the pool calls it from (pool.py)."""
+        packages = config.packages_section
+        if not packages.wheelhouse:
             return None
-        directory = Path(config.wheelhouse)
-        base = [distribution.name for distribution in config.package_distributions]
+        directory = Path(packages.wheelhouse)
+        base = [distribution.name for distribution in packages.package_distributions]
 
         def read() -> Wheelhouse:
             return Wheelhouse.read(directory, (directory / WHEELHOUSE_LOCK).read_text(encoding="utf-8"), base)
 
         wheelhouse = await anyio.to_thread.run_sync(read)
-        environments = Environments(
-            Path(config.wheelhouse_cache), config.max_wheelhouse_cache_bytes, python=config.python, helpers=helpers
-        )
+        cache = Path(packages.wheelhouse_cache)
+        environments = Environments(cache, packages.max_wheelhouse_cache_bytes, python=packages.python, helpers=helpers)
         await environments.scan()
         log_event(
             logger,
             logging.INFO,
             "wheelhouse opened",
             distributions=len(wheelhouse.wheels),
-            cache=config.wheelhouse_cache,
+            cache=packages.wheelhouse_cache,
             cached_bytes=environments.size,
             cache_writable=environments.writable,
         )

@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from runner.config import MIB, Config
+from runner.config import LimitsConfig
 from runner.inrun import cgroups as inrun
 from runner.inrun.cgroups import PARENT_PREFIX, RunCgroup, RunCgroups
 
@@ -51,7 +51,7 @@ class CgroupPlan:
         return f"v{self.version} at {where}: {', '.join(self.held)} ({self.reason})"
 
 
-def plan_cgroups(config: Config) -> tuple[CgroupPlan | None, str]:
+def plan_cgroups(limits: LimitsConfig) -> tuple[CgroupPlan | None, str]:
     """The cgroup layout for a sandboxed mode (None and why not where it cannot work). A v2 server
     that must hand controllers down moves itself into a leaf first (`inrun.LEAF_NAME`). Each
     directory is tried with a mkdir and rmdir before it is planned."""
@@ -83,7 +83,7 @@ def plan_cgroups(config: Config) -> tuple[CgroupPlan | None, str]:
     # OPENBLAS/OMP threads are one, and a run's set-up adds none (the kept PID namespace's init is the
     # zygote's child, outside the run's cgroup; bubblewrap and its init stay outside too), so the run's
     # interpreter and everything it starts share RUNNER_MAX_PROCESSES.
-    writes = inrun.limit_writes(layout.version, config.max_processes, config.max_memory_mb * MIB)
+    writes = inrun.limit_writes(layout.version, limits.max_processes, limits.memory_bytes)
     held = {controller for controller, _ in dirs}
     wanted = tuple(write for write in writes if write[0].split(".")[0] in held)
     reason = "; ".join([layout.reason, *problems])

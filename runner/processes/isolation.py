@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Literal
 
-from runner.config import MIB, Config, SandboxNetwork
+from runner.config import MIB, Config, IsolationConfig, SandboxNetwork
 from runner.errors import Unavailable
 from runner.inrun.bootstrap import __file__ as _bootstrap_file
 from runner.inrun.cgroups import tokens
@@ -141,14 +141,14 @@ class IsolationPlan:
         return {"namespaces": 1, "bwrap": 2}.get(self.mode, 0)
 
 
-def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
+def bwrap_argv(bwrap: str, isolation: IsolationConfig) -> tuple[str, ...]:
     """The bubblewrap command line up to and including `--` (bwrap adds PWD=/tmp to the environment).
 
     Default-deny, as the namespaced view: bubblewrap's root is an empty tmpfs, and only `view_binds`
     (read-only, links made again) and the run's own mounts are in it; the source adds the /etc made
     for runs (`SpawnSource`). Then the root itself is made read-only."""
-    network = ("--unshare-net",) if config.sandbox_network == "isolated" else ()
-    held = view_binds(config)
+    network = ("--unshare-net",) if isolation.sandbox_network == "isolated" else ()
+    held = view_binds(isolation)
     view = tuple(
         arg
         for path in held
@@ -168,7 +168,7 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         - {"/"}
     )
     made = tuple(arg for path in leading for arg in ("--perms", "0755", "--dir", path))
-    bound_back = _bound_back(config)
+    bound_back = _bound_back(isolation)
     bind_back = tuple(
         arg
         for path in sorted(
@@ -182,7 +182,7 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
     # an empty tmpfs, read-only.
     hide = tuple(
         arg
-        for path in hidden_files(config)
+        for path in hidden_files(isolation)
         if any(within(path, bound) for bound in held)  # else it is not in the view at all
         for arg in (
             ("--tmpfs", path, "--remount-ro", path) if os.path.isdir(path) else ("--dev-bind", "/dev/null", path)
@@ -207,7 +207,7 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         "--perms",
         "1777",
         "--size",
-        str(config.sandbox_tmp_mb * MIB),
+        str(isolation.sandbox_tmp_mb * MIB),
         "--tmpfs",
         "/dev/shm",
         # Read-only whole, with the same covers as the namespaced mode's (namespaces.PROC_COVERED):
@@ -225,7 +225,7 @@ def bwrap_argv(bwrap: str, config: Config) -> tuple[str, ...]:
         "--perms",
         "1777",
         "--size",
-        str(config.sandbox_tmp_mb * MIB),
+        str(isolation.sandbox_tmp_mb * MIB),
         "--tmpfs",
         WORKDIR,
         "--perms",
@@ -256,49 +256,49 @@ def _ancestors(path: str) -> list[str]:
     return found
 
 
-def namespace_args(config: Config) -> tuple[str, ...]:
+def namespace_args(isolation: IsolationConfig) -> tuple[str, ...]:
     """What the zygote is told after the limits: ``namespaces TMP_BYTES NETWORK KEEP... !HIDE... +BIND...
     spaces=N``."""
-    hide = (HIDE_PREFIX + path for path in hidden_files(config))
-    binds = (BIND_PREFIX + path for path in view_binds(config))
-    spaces = f"{SPACES_OPTION}{kept_pid_namespaces(config)}"
-    network = config.sandbox_network
-    return ("namespaces", str(config.sandbox_tmp_mb * MIB), network, *_bound_back(config), *hide, *binds, spaces)
+    hide = (HIDE_PREFIX + path for path in hidden_files(isolation))
+    binds = (BIND_PREFIX + path for path in view_binds(isolation))
+    spaces = f"{SPACES_OPTION}{kept_pid_namespaces(isolation)}"
+    network = isolation.sandbox_network
+    return ("namespaces", str(isolation.sandbox_tmp_mb * MIB), network, *_bound_back(isolation), *hide, *binds, spaces)
 
 
-def kept_pid_namespaces(config: Config) -> int:
+def kept_pid_namespaces(isolation: IsolationConfig) -> int:
     """How many kept PID namespaces a zygote may have at once (pidspaces.py): one for each process of
     its that can be in one at the same time, its ready interpreters (RUNNER_POOL_SIZE), the runs in
     flight (RUNNER_MAX_CONCURRENT, all of them perhaps from this zygote) and the sessions' anchors
-    (RUNNER_MAX_SESSIONS), which hold theirs for the session's life. Network namespaces are never
-    kept: each run makes its own."""
-    return config.pool_size + config.max_concurrent + config.max_sessions
+    (RUNNER_MAX_SESSIONS), which hold theirs for the session's life, counted where the section is made
+    (`Config.isolation`). Network namespaces are never kept: each run makes its own."""
+    return isolation.pid_namespaces
 
 
-def view_binds(config: Config) -> list[str]:
+def view_binds(isolation: IsolationConfig) -> list[str]:
     """What of the host a namespaced run's view holds, read-only at the same paths: the system's
     programs and libraries (`SYSTEM_VIEW`, where they exist; `NETWORK_VIEW` too with the server's
     network), the interpreter's own prefix (a pyenv
     build under /root, say), the package environment, the wheelhouse's installed packages (read-only:
     no run can change what a later run imports), and RUNNER_SANDBOX_READ_PATHS. Everything else of
     the host is not there."""
-    system = (*SYSTEM_VIEW, *(NETWORK_VIEW if config.sandbox_network == "shared" else ()))
+    system = (*SYSTEM_VIEW, *(NETWORK_VIEW if isolation.sandbox_network == "shared" else ()))
     wanted = [path for path in system if os.path.lexists(path)]
-    prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
-    for path in (prefix, config.packages, _provided(config), *config.sandbox_read_paths):
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(isolation.python)))
+    for path in (prefix, isolation.packages, _provided(isolation), *isolation.sandbox_read_paths):
         if path and path != "/" and not any(within(path, held) for held in wanted):
             wanted.append(path)
     return wanted
 
 
-def hidden_files(config: Config) -> list[str]:
+def hidden_files(isolation: IsolationConfig) -> list[str]:
     """What of the server's runs see as empty: the HTTP transport's tokens file, or the directory that
     holds it when nothing else is there (dot-files aside), so that a file put in its place after start
     (editors save by rename) is hidden too. One under a directory the sandbox replaces anyway (/tmp,
     /run: a Kubernetes Secret under /var/run) is not there to hide."""
-    if config.transport != "http" or not config.http.tokens_file:
+    path = isolation.hidden_file
+    if not path:
         return []
-    path = config.http.tokens_file
     if any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm")):
         return []
     directory, name = os.path.split(path)
@@ -309,19 +309,19 @@ def hidden_files(config: Config) -> list[str]:
     return [directory if alone else path]
 
 
-def _bound_back(config: Config) -> list[str]:
+def _bound_back(isolation: IsolationConfig) -> list[str]:
     """An interpreter, a package environment (RUNNER_PACKAGES), the wheelhouse's packages (by default in
     the work directory, /tmp) or a path runs may read (RUNNER_SANDBOX_READ_PATHS) under a directory the
     sandbox replaces must stay visible (read-only)."""
-    prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
-    wanted = [prefix, *filter(None, [config.packages, _provided(config)]), *config.sandbox_read_paths]
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(isolation.python)))
+    wanted = [prefix, *filter(None, [isolation.packages, _provided(isolation)]), *isolation.sandbox_read_paths]
     return [path for path in wanted if any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))]
 
 
-def _provided(config: Config) -> str:
+def _provided(isolation: IsolationConfig) -> str:
     """The wheelhouse's installed packages, where there are (a read-only cache may have none); never
     the rest of the cache, whose locks a run could otherwise hold."""
-    return config.provided_packages if os.path.isdir(config.provided_packages) else ""
+    return isolation.provided_packages if os.path.isdir(isolation.provided_packages) else ""
 
 
 def plan_isolation(config: Config) -> IsolationPlan:
@@ -329,44 +329,43 @@ def plan_isolation(config: Config) -> IsolationPlan:
 
     `auto` takes the namespaced fork server where namespaces work, then bubblewrap, then plain forks.
     """
-    preload = config.preload
+    isolation = config.isolation
+    preload = isolation.preload
     # A root server gives its sandboxed runs other uids; the probes below try the first of them.
     lends = os.geteuid() == 0
-    probe_uids = (f"uids={config.run_uid_range[0]}-{config.run_uid_range[0]}",) if lends else ()
-    if config.sandbox == "none":
+    probe_uids = (f"uids={isolation.run_uid_range[0]}-{isolation.run_uid_range[0]}",) if lends else ()
+    if isolation.sandbox == "none":
         return IsolationPlan("none", "RUNNER_SANDBOX=none", preload=preload, cgroup_reason="RUNNER_SANDBOX=none")
-    if config.sandbox == "none-posix-spawn":
+    if isolation.sandbox == "none-posix-spawn":
         why = "RUNNER_SANDBOX=none-posix-spawn"
         return IsolationPlan("none-posix-spawn", why, cgroup_reason=why)
     problems = []
     # Decided before the probes, which make a cgroup too where one is planned.
-    cgroups, cgroup_reason = plan_cgroups(config)
+    cgroups, cgroup_reason = plan_cgroups(config.limits)
     probe_cgroups = cgroup_tokens_for_probe(cgroups)
-    if config.sandbox in ("auto", "namespaces"):
+    if isolation.sandbox in ("auto", "namespaces"):
         problem = _probe(
             [
-                *interpreter_argv(config.python),
+                *interpreter_argv(isolation.python),
                 ZYGOTE,
                 "--probe",
-                *namespace_args(config)[1:],
+                *namespace_args(isolation)[1:],
                 *probe_uids,
                 *probe_cgroups,
             ],
-            config,
             env={},
         )
         if problem is not None and probe_cgroups:
             # Namespaces may work without the cgroups: then the plan says why it has none.
             retry = _probe(
-                [*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:], *probe_uids],
-                config,
+                [*interpreter_argv(isolation.python), ZYGOTE, "--probe", *namespace_args(isolation)[1:], *probe_uids],
                 {},
             )
             if retry is None:
                 cgroups, cgroup_reason, problem = None, f"the zygote could not use them: {problem}", None
         if problem is None:
             reason = "the zygote can give each run its own namespaces"
-            args = namespace_args(config)
+            args = namespace_args(isolation)
             return IsolationPlan(
                 "namespaces",
                 reason,
@@ -376,19 +375,19 @@ def plan_isolation(config: Config) -> IsolationPlan:
                 cgroups=cgroups,
                 cgroup_reason=cgroup_reason,
             )
-        if config.sandbox == "namespaces":
+        if isolation.sandbox == "namespaces":
             raise Unavailable("RUNNER_SANDBOX", f"namespaces were asked for but cannot be used: {problem}")
         problems.append(f"namespaces: {problem}")
     bwrap = shutil.which("bwrap")
     problem = (
         "not installed"
         if bwrap is None
-        else _probe([*bwrap_argv(bwrap, config), config.python, "-I", "-S", "-c", _become(lends, config)], config)
+        else _probe([*bwrap_argv(bwrap, isolation), isolation.python, "-I", "-S", "-c", _become(lends, isolation)])
     )
     if bwrap is not None and problem is None:
-        argv = bwrap_argv(bwrap, config)
+        argv = bwrap_argv(bwrap, isolation)
         why = f"bubblewrap at {bwrap} works"
-        network = config.sandbox_network
+        network = isolation.sandbox_network
         return IsolationPlan(
             "bwrap",
             why,
@@ -398,7 +397,7 @@ def plan_isolation(config: Config) -> IsolationPlan:
             cgroups=cgroups,
             cgroup_reason=cgroup_reason,
         )
-    if config.sandbox == "bwrap":
+    if isolation.sandbox == "bwrap":
         raise Unavailable("RUNNER_SANDBOX", f"bwrap was asked for but cannot be used: {problem}")
     problems.append(f"bubblewrap: {problem}")
     reason = "RUNNER_SANDBOX=auto fell back to rlimits only: " + "; ".join(problems)
@@ -410,13 +409,13 @@ def cgroup_tokens_for_probe(cgroups: CgroupPlan | None) -> list[str]:
     return [] if cgroups is None else tokens(cgroups.directories, list(cgroups.writes))
 
 
-def _become(lends: bool, config: Config) -> str:
+def _become(lends: bool, isolation: IsolationConfig) -> str:
     """The bubblewrap probe's code: a root server's run becomes the first uid it could be lent, by
     the runs' own `libc.become_user` (bound in beside the bootstrap)."""
     if not lends:
         return "pass"
     inside = os.path.dirname(BOOTSTRAP_INSIDE)
-    return f"import sys; sys.path.insert(0, {inside!r}); import libc; libc.become_user({config.run_uid_range[0]})"
+    return f"import sys; sys.path.insert(0, {inside!r}); import libc; libc.become_user({isolation.run_uid_range[0]})"
 
 
 def interpreter_argv(python: str) -> list[str]:
@@ -424,7 +423,7 @@ def interpreter_argv(python: str) -> list[str]:
     return [python, "-I", "-S", "-X", "utf8"]
 
 
-def _probe(argv: list[str], config: Config, env: dict[str, str] | None = None) -> str | None:
+def _probe(argv: list[str], env: dict[str, str] | None = None) -> str | None:
     """Run a run of `pass` as runs will be run; None if it worked, else why not."""
     try:
         done = subprocess.run(

@@ -57,22 +57,25 @@ def limits_for(config: Config, tasks_of_uid_at_start: int, plan: IsolationPlan) 
     alone: RLIMIT_NPROC is then RUNNER_MAX_PROCESSES, every process and thread of the run counted,
     and nothing else (its namespace's init and bubblewrap stay root).
     """
+    # The run's limits and the pool's size: the two sections read; the whole is taken for where the
+    # pool calls this from (pool.py).
+    limits, pool = config.limits, config.pool
     if plan.uid_per_run:
-        return Limits(config.max_cpu_seconds, config.memory_bytes, config.max_processes, config.file_size_bytes)
+        return Limits(limits.max_cpu_seconds, limits.memory_bytes, limits.max_processes, limits.file_size_bytes)
     pools = plan.supplies
-    interpreters = pools * config.pool_size + config.max_concurrent
+    interpreters = pools * pool.pool_size + pool.max_concurrent
     nproc = (
         tasks_of_uid_at_start
         + SERVER_THREAD_HEADROOM
-        + pools * config.pool_size
-        + config.max_concurrent * config.max_processes
+        + pools * pool.pool_size
+        + pool.max_concurrent * limits.max_processes
         + interpreters * plan.helpers_per_run
     )
     return Limits(
-        cpu_seconds=config.max_cpu_seconds,
-        address_space_bytes=config.memory_bytes,
+        cpu_seconds=limits.max_cpu_seconds,
+        address_space_bytes=limits.memory_bytes,
         nproc=nproc,
-        file_size_bytes=config.file_size_bytes,
+        file_size_bytes=limits.file_size_bytes,
     )
 
 

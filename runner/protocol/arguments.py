@@ -38,7 +38,11 @@ class ArgumentParser:
     `close_session`'s against its own."""
 
     def __init__(self, config: Config) -> None:
+        # The whole, for the input schema (which says the limits, the sessions and the packages); the
+        # checks beyond it read two sections.
         self._config = config
+        self._limits = config.limits
+        self._packages = config.packages_section
         self._validators: dict[str, Draft202012Validator] = {}
         self._best_match: Callable[[Iterable[ValidationError]], ValidationError | None] | None = None
 
@@ -70,11 +74,12 @@ class ArgumentParser:
         arguments = self._check(RUN_TOOL, lambda: input_schema(self._config), arguments)
         code: str = arguments["code"]
         stdin: str = arguments.get("stdin", "")
-        timeout = float(arguments.get("timeout", self._config.default_timeout))
-        _check_bytes("code", code, self._config.max_code_bytes)
-        _check_bytes("stdin", stdin, self._config.max_stdin_bytes)
-        files = check_files(arguments.get("files", ()), self._config.max_input_bytes, self._config.file_size_bytes)
-        packages = check_packages(arguments.get("packages", ()), self._config)
+        limits = self._limits
+        timeout = float(arguments.get("timeout", limits.default_timeout))
+        _check_bytes("code", code, limits.max_code_bytes)
+        _check_bytes("stdin", stdin, limits.max_stdin_bytes)
+        files = check_files(arguments.get("files", ()), limits.max_input_bytes, limits.file_size_bytes)
+        packages = check_packages(arguments.get("packages", ()), self._packages)
         return Arguments(code, timeout, stdin, files, arguments.get("session"), packages)
 
 

@@ -81,11 +81,10 @@ class Handlers:
         caller_of: CallerOf | None = None,
         tasks: Tasks | None = None,
     ) -> None:
-        self._config = config
         self._runner = runner
         self._log = logger or get_logger()
         self._tools = tool_definitions(config, sandboxed=runner.sandboxed)
-        self._sessions = not config.sessions_refused  # and so close_session is offered
+        self._sessions = not config.sessions.refused  # and so close_session is offered
         self._parser = ArgumentParser(config)
         self._metrics = metrics
         self._caller_of = caller_of
@@ -275,7 +274,7 @@ def build_server(
             "print results to see them. "
             + (
                 "Nothing persists between calls."
-                if config.sessions_refused
+                if config.sessions.refused
                 else 'Nothing persists between calls unless you pass session "new" and then the handle it returns.'
             )
         ),

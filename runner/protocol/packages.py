@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from runner.config import Config
+from runner.config import PackagesConfig
 from runner.config.locks import normalized
 from runner.errors import ArgumentError
 
@@ -23,11 +23,11 @@ MAX_NAME_CHARS = 200
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 
-def offered(config: Config) -> str:
+def offered(packages: PackagesConfig) -> str:
     """What the wheelhouse has, as a refusal lists it."""
-    if not config.wheelhouse_distributions:
+    if not packages.wheelhouse_distributions:
         return "this server has no wheelhouse (RUNNER_WHEELHOUSE): no package can be named"
-    return "the wheelhouse has " + ", ".join(map(str, config.wheelhouse_distributions))
+    return "the wheelhouse has " + ", ".join(map(str, packages.wheelhouse_distributions))
 
 
 def _kind(entry: str) -> str:
@@ -52,20 +52,20 @@ def _kind(entry: str) -> str:
     return ""
 
 
-def check_packages(entries: Sequence[str], config: Config) -> tuple[str, ...]:
+def check_packages(entries: Sequence[str], packages: PackagesConfig) -> tuple[str, ...]:
     """The wheelhouse's distributions (normalized, sorted) a call's `packages` names; `ArgumentError`
     naming the first entry that is not one of them (or of the package environment's)."""
-    wheelhouse = {distribution.name for distribution in config.wheelhouse_distributions}
-    base = {normalized(distribution.name) for distribution in config.package_distributions}
+    wheelhouse = {distribution.name for distribution in packages.wheelhouse_distributions}
+    base = {normalized(distribution.name) for distribution in packages.package_distributions}
     found: set[str] = set()
     for index, entry in enumerate(entries):
         where = f"invalid argument 'packages[{index}]' ({entry[:MAX_NAME_CHARS]!r})"
         kind = _kind(entry)
         if kind:
-            raise ArgumentError(f"{where}: {kind}; name a distribution alone; {offered(config)}")
+            raise ArgumentError(f"{where}: {kind}; name a distribution alone; {offered(packages)}")
         name = normalized(entry.strip())
         if name in wheelhouse:
             found.add(name)
         elif name not in base:
-            raise ArgumentError(f"{where}: not in the wheelhouse; {offered(config)}")
+            raise ArgumentError(f"{where}: not in the wheelhouse; {offered(packages)}")
     return tuple(sorted(found))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.config import Config
+from runner.config import Config, PackagesConfig
 from runner.outcome import Status
 from runner.protocol.files import MAX_FILES, MAX_PATH_CHARS
 from runner.protocol.packages import MAX_NAME_CHARS, MAX_PACKAGES
@@ -79,7 +79,7 @@ def input_schema(config: Config) -> dict[str, Any]:
                 "type": "array",
                 "maxItems": MAX_PACKAGES,
                 "items": {"type": "string", "maxLength": MAX_NAME_CHARS},
-                "description": _packages_description(config),
+                "description": _packages_description(config.packages_section),
             },
             "session": _session_property(
                 '"new" starts a session: globals, imports, loaded data, open figures and the working '
@@ -95,10 +95,10 @@ def input_schema(config: Config) -> dict[str, Any]:
     }
 
 
-def _packages_description(config: Config) -> str:
-    if not config.wheelhouse_distributions:
+def _packages_description(packages: PackagesConfig) -> str:
+    if not packages.wheelhouse_distributions:
         return "This server has no wheelhouse: leave this out (an entry other than a preinstalled package is refused)."
-    names = ", ".join(distribution.name for distribution in config.wheelhouse_distributions)
+    names = ", ".join(distribution.name for distribution in packages.wheelhouse_distributions)
     return (
         "Distributions to provide besides what the code's import statements already bring in (those need no "
         "entry): for an import the code makes by a computed name. Names alone, from the server's vetted "

@@ -27,7 +27,7 @@ import anyio
 import mcp_types as types
 from anyio.abc import TaskGroup
 
-from runner.config import Config
+from runner.config import TasksConfig
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 # A call that has not ended by then becomes a task; one that has is answered as without tasks.
@@ -199,13 +199,13 @@ class Tasks:
 
     @classmethod
     @asynccontextmanager
-    async def opened(cls, config: Config, logger: logging.Logger) -> AsyncIterator[Tasks | None]:
+    async def opened(cls, section: TasksConfig, logger: logging.Logger) -> AsyncIterator[Tasks | None]:
         """The server's tasks, as its configuration has them; None where it offers none."""
-        if config.tasks_refused:
+        if section.refused:
             yield None
             return
         async with cls.open(
-            config.kept_output_seconds, config.max_tasks_per_caller, logger, replica=config.http.replica
+            section.kept_output_seconds, section.max_tasks_per_caller, logger, replica=section.replica
         ) as tasks:
             yield tasks
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import mcp_types as types
 
-from runner.config import KIB, Config
+from runner.config import KIB, Config, PackagesConfig
 from runner.protocol.schemas import (
     CLOSE_TOOL,
     RUN_TOOL,
@@ -49,7 +49,7 @@ CLOSE_DESCRIPTION = (
 def tool_definitions(config: Config, *, sandboxed: bool = True) -> list[types.Tool]:
     """Every tool this server offers, with their hand-written schemas: `close_session` only where
     sessions may be had; `sandboxed`: whether runs are (the description warns where they are not)."""
-    if config.sessions_refused:
+    if config.sessions.refused:
         return [tool_definition(config, sandboxed=sandboxed)]
     return [tool_definition(config, sandboxed=sandboxed), close_definition()]
 
@@ -73,24 +73,26 @@ def close_definition() -> types.Tool:
 
 
 def tool_definition(config: Config, *, sandboxed: bool = True) -> types.Tool:
-    """`run_python`, with its hand-written schemas."""
+    """`run_python`, with its hand-written schemas. It says four sections of the configuration, so
+    it takes the whole."""
+    limits, returns, sessions, packages = config.limits, config.returns, config.sessions, config.packages_section
     return types.Tool(
         name=RUN_TOOL,
         title="Run Python",
         description=DESCRIPTION.format(
-            importable=_importable(config),
-            preloaded=f" (beyond what {', '.join(config.preload)} map, when imported)" if config.preload else "",
-            returns=RETURNS.format(images=config.max_images, files_kb=config.max_files_bytes // KIB)
-            if config.max_returned_bytes
+            importable=_importable(packages),
+            preloaded=f" (beyond what {', '.join(packages.preload)} map, when imported)" if packages.preload else "",
+            returns=RETURNS.format(images=returns.max_images, files_kb=returns.max_files_bytes // KIB)
+            if returns.max_returned_bytes
             else "",
-            sessions=SESSIONS.format(idle=config.session_idle_seconds) if not config.sessions_refused else "",
-            cpu=config.max_cpu_seconds,
-            mem=config.max_memory_mb,
-            procs=config.max_processes,
-            fsize=config.max_file_size_mb,
-            timeout=config.default_timeout,
-            max_timeout=config.max_timeout,
-            chars=config.max_output_chars,
+            sessions=SESSIONS.format(idle=sessions.session_idle_seconds) if not sessions.refused else "",
+            cpu=limits.max_cpu_seconds,
+            mem=limits.max_memory_mb,
+            procs=limits.max_processes,
+            fsize=limits.max_file_size_mb,
+            timeout=limits.default_timeout,
+            max_timeout=limits.max_timeout,
+            chars=returns.max_output_chars,
         )
         + ("" if sandboxed else UNSANDBOXED),
         input_schema=input_schema(config),
@@ -108,13 +110,14 @@ def tool_definition(config: Config, *, sandboxed: bool = True) -> types.Tool:
     )
 
 
-def _importable(config: Config) -> str:
-    if not config.package_modules and not config.wheelhouse_modules:
+def _importable(packages: PackagesConfig) -> str:
+    if not packages.package_modules and not packages.wheelhouse_modules:
         return " Standard library only."
     found = " Importable: the standard library"
-    if config.package_modules:
-        found += ", " + ", ".join(config.package_modules)
-    if config.wheelhouse_modules:
+    if packages.package_modules:
+        found += ", " + ", ".join(packages.package_modules)
+    if packages.wheelhouse_modules:
         # What the wheelhouse's lock asked for; what they need comes with them.
-        found += "; installed on first import from a vetted offline wheelhouse: " + ", ".join(config.wheelhouse_modules)
+        wheelhouse = ", ".join(packages.wheelhouse_modules)
+        found += "; installed on first import from a vetted offline wheelhouse: " + wheelhouse
     return found + "."

@@ -12,7 +12,7 @@ import socket
 
 import anyio
 
-from runner.config import Config
+from runner.config import Config, HttpConfig
 from runner.config.tokens import BearerTokens
 from runner.logs import get_logger, log_event
 from runner.processes.isolation import IsolationPlan
@@ -54,7 +54,7 @@ def main_http(
     if not worker and tokens is not None:
         # Names only, never a token: what an operator needs to see why a client gets 401.
         log_event(logger, logging.INFO, "bearer tokens loaded", count=len(tokens.names), names=",".join(tokens.names))
-        _warn_of_readable_tokens(config)
+        _warn_of_readable_tokens(config.http)
     http = config.http
     try:
         sock = socket.socket(fileno=listen_fd) if worker else listening(http.host, http.port)
@@ -65,7 +65,7 @@ def main_http(
         if not worker and http.workers > 1:
             from runner.serving.supervisor import supervise
 
-            return supervise(config, sock, list(worker_args))
+            return supervise(http, config.pool.work_dir, sock, list(worker_args))
         if not worker:
             log_event(logger, logging.INFO, "serving on HTTP", url=url_of(sock, http.path))
         anyio.run(serve_http, config, plan, tokens, sock, early)
@@ -85,13 +85,14 @@ async def serve_http(
     from runner.transports.http import HttpServer, caller_of, http_app, name_header_of
 
     logger = get_logger()
-    share = fair_share(config.max_concurrent, len(tokens.names) if tokens else 0, config.http.max_concurrent_per_token)
+    pool_config, http = config.pool, config.http
+    share = fair_share(pool_config.max_concurrent, len(tokens.names) if tokens else 0, http.max_concurrent_per_token)
     async with (
         Pool.open(config, logger, reap_strays=True, plan=plan, caller_share=share) as pool,
-        Tasks.opened(config, logger) as tasks,
+        Tasks.opened(config.tasks, logger) as tasks,
         anyio.create_task_group() as tg,
     ):
-        metrics = Metrics(pool.measured_state, config.max_concurrent, config.pool_size)
+        metrics = Metrics(pool.measured_state, pool_config.max_concurrent, pool_config.pool_size)
         server = build_server(
             config, pool, logger, metrics=metrics, caller_of=caller_of, tasks=tasks, name_header_of=name_header_of
         )
@@ -100,12 +101,12 @@ async def serve_http(
             state = pool.state()
             if state.queue_full:
                 return "the queue is full"
-            if config.pool_size and not state.ready:
+            if pool_config.pool_size and not state.ready:
                 return "no interpreter is ready"
             return None
 
-        app = http_app(server, config.http, tokens, not_ready, metrics.exposition, logger)
-        http_server = HttpServer(app, config.http, sock)
+        app = http_app(server, http, tokens, not_ready, metrics.exposition, logger)
+        http_server = HttpServer(app, http, sock)
         if metrics.multiprocess:
             tg.start_soon(metrics.refresh_forever)
 
@@ -121,9 +122,9 @@ async def serve_http(
         tg.cancel_scope.cancel()
 
 
-def _warn_of_readable_tokens(config: Config) -> None:
+def _warn_of_readable_tokens(http: HttpConfig) -> None:
     """A tokens file other users of the machine may read gives them the server: say so at start."""
-    path = config.http.tokens_file
+    path = http.tokens_file
     if not path:
         return
     try:

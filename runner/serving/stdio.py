@@ -27,12 +27,12 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int]) -> 
     logger = get_logger()
     async with (
         Pool.open(config, logger, reap_strays=True, plan=plan) as pool,
-        Tasks.opened(config, logger) as tasks,
+        Tasks.opened(config.tasks, logger) as tasks,
         anyio.create_task_group() as tg,
     ):
         await tg.start(stop_on_signals, tg.cancel_scope.cancel, early, "signal received; shutting down")
         server = build_server(config, pool, logger, tasks=tasks)
-        async with stdio_transport(config.max_message_bytes, logger) as (read_stream, write_stream):
+        async with stdio_transport(config.limits.max_message_bytes, logger) as (read_stream, write_stream):
             log_event(logger, logging.INFO, "serving on stdio")
             await server.run(read_stream, write_stream, server.create_initialization_options())
         log_event(logger, logging.INFO, "stdin closed; shutting down")

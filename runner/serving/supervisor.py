@@ -27,7 +27,7 @@ from types import FrameType
 
 from prometheus_client.multiprocess import mark_process_dead
 
-from runner.config import Config
+from runner.config import HttpConfig
 from runner.logs import get_logger, log_event
 from runner.protocol.metrics import MULTIPROCESS_DIRECTORY
 from runner.transports.http import url_of
@@ -47,11 +47,11 @@ class Worker:
     signalled: bool = False
 
 
-def supervise(config: Config, sock: socket.socket, worker_args: list[str]) -> int:
-    """Serve on `sock` with `config.http.workers` workers until a signal; return the exit status."""
+def supervise(http: HttpConfig, work_dir: str, sock: socket.socket, worker_args: list[str]) -> int:
+    """Serve on `sock` with `http.workers` workers until a signal; return the exit status. Each worker,
+    and the metrics they share, get a directory of their own under `work_dir` (RUNNER_WORK_DIR)."""
     logger = get_logger()
-    http = config.http
-    metrics_dir = tempfile.mkdtemp(prefix="python-runner-metrics-", dir=config.work_dir)
+    metrics_dir = tempfile.mkdtemp(prefix="python-runner-metrics-", dir=work_dir)
     env = {**os.environ, MULTIPROCESS_DIRECTORY: metrics_dir}
     workers: dict[int, Worker] = {}
     stopping: list[int] = []
@@ -76,16 +76,16 @@ def supervise(config: Config, sock: socket.socket, worker_args: list[str]) -> in
         if stopping:
             return
         # A directory of its own, removed when it ends: a worker that dies cannot clean up after itself.
-        work_dir = tempfile.mkdtemp(prefix="worker-", dir=config.work_dir)
+        worker_dir = tempfile.mkdtemp(prefix="worker-", dir=work_dir)
         # A group of its own: a terminal's Ctrl-C reaches the supervisor only, which passes it on once.
         process = subprocess.Popen(
             argv,
-            env={**env, "RUNNER_WORK_DIR": work_dir},
+            env={**env, "RUNNER_WORK_DIR": worker_dir},
             pass_fds=[sock.fileno()],
             stdin=subprocess.DEVNULL,
             process_group=0,
         )
-        workers[process.pid] = Worker(process, time.monotonic(), work_dir)
+        workers[process.pid] = Worker(process, time.monotonic(), worker_dir)
         if stopping:  # the signal came while this one was being started
             pass_on(stopping[0])
 

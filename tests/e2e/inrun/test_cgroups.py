@@ -21,7 +21,7 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 def cgroups() -> CgroupPlan:
-    plan, why = plan_cgroups(Config())
+    plan, why = plan_cgroups(Config().limits)
     if plan is None:
         pytest.skip(f"no cgroups here: {why}")
     return plan

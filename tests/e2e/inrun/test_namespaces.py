@@ -280,7 +280,7 @@ def test_an_interpreter_installed_under_tmp_stays_visible_read_only_in_the_run_s
     # The probe runs one namespaced run; /tmp is its own tmpfs and its working directory.
     installed = tmp_path / "python"
     (installed / "lib").mkdir(parents=True)
-    probe = [*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config)[1:], str(installed)]
+    probe = [*interpreter_argv(config.python), ZYGOTE, "--probe", *namespace_args(config.isolation)[1:], str(installed)]
     if not str(tmp_path).startswith("/tmp/"):
         pytest.skip("the test's directory is not under /tmp")
     done = subprocess.run(probe, capture_output=True, text=True, timeout=60, check=False, cwd="/")
@@ -323,6 +323,12 @@ def test_the_zygote_makes_namespaces_as_an_unprivileged_user_through_a_user_name
     if Path("/proc/sys/user/max_user_namespaces").read_text().strip() == "0":
         pytest.skip("user namespaces are turned off on this machine")
     drop = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
-    probe = [*drop, *interpreter_argv(config.python), str(readable_zygote), "--probe", *namespace_args(config)[1:]]
+    probe = [
+        *drop,
+        *interpreter_argv(config.python),
+        str(readable_zygote),
+        "--probe",
+        *namespace_args(config.isolation)[1:],
+    ]
     done = subprocess.run(probe, capture_output=True, text=True, timeout=60, check=False, cwd="/")
     assert done.returncode == 0, done.stderr

@@ -40,8 +40,8 @@ def test_a_package_environment_under_a_directory_the_sandbox_hides_is_bound_back
 
     with tempfile.TemporaryDirectory(dir="/tmp") as under_tmp:
         packaged = open_environment(Config.from_env({"RUNNER_PACKAGES": str(fake_env(Path(under_tmp) / "env", {}))}))
-        assert packaged.packages in namespace_args(packaged)
-        argv = bwrap_argv("/usr/bin/bwrap", packaged)
+        assert packaged.packages in namespace_args(packaged.isolation)
+        argv = bwrap_argv("/usr/bin/bwrap", packaged.isolation)
         assert argv[argv.index(packaged.packages) - 1] == "--ro-bind"
 
 
@@ -50,7 +50,7 @@ def test_the_view_holds_the_system_the_interpreter_and_the_packages_and_name_loo
 ) -> None:
     packages = tmp_path / "env"
     packages.mkdir()
-    binds = view_binds(dataclasses.replace(config, packages=str(packages)))
+    binds = view_binds(dataclasses.replace(config, packages=str(packages)).isolation)
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(config.python)))
     assert binds[0] == "/usr"
     assert str(packages) in binds
@@ -58,7 +58,7 @@ def test_the_view_holds_the_system_the_interpreter_and_the_packages_and_name_loo
     assert not any(path.startswith(("/home", "/var", "/srv", "/opt")) for path in binds if path != str(packages))
     lookups = [path for path in NETWORK_VIEW if os.path.lexists(path)]
     assert not set(lookups) & set(binds), "no network: nothing to look names up with"
-    shared = view_binds(dataclasses.replace(config, sandbox_network="shared"))
+    shared = view_binds(dataclasses.replace(config, sandbox_network="shared").isolation)
     assert set(lookups) <= set(shared)
 
 
@@ -67,6 +67,6 @@ def test_a_zygote_is_told_to_keep_one_pid_namespace_per_process_of_its_that_can_
     from runner.processes.isolation import kept_pid_namespaces, namespace_args
 
     config = Config(pool_size=3, max_concurrent=5, max_sessions=7)
-    assert kept_pid_namespaces(config) == 3 + 5 + 7
-    assert Isolation(list(namespace_args(config)[1:])).spaces == 15
-    assert Isolation(list(namespace_args(dataclasses.replace(config, max_sessions=0))[1:])).spaces == 8
+    assert kept_pid_namespaces(config.isolation) == 3 + 5 + 7
+    assert Isolation(list(namespace_args(config.isolation)[1:])).spaces == 15
+    assert Isolation(list(namespace_args(dataclasses.replace(config, max_sessions=0).isolation)[1:])).spaces == 8

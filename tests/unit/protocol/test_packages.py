@@ -33,7 +33,8 @@ AVAILABLE = "the wheelhouse has beautifulsoup4 4.15.0, pyyaml 6.0.4, scikit-lear
 
 
 def test_names_in_any_spelling_are_the_wheelhouse_s_and_the_package_environment_s_need_nothing() -> None:
-    got = check_packages(["sympy", "Scikit_Learn", "PyYAML", "numpy", "sympy", " beautifulsoup4 "], CONFIG)
+    entries = ["sympy", "Scikit_Learn", "PyYAML", "numpy", "sympy", " beautifulsoup4 "]
+    got = check_packages(entries, CONFIG.packages_section)
     assert got == ("beautifulsoup4", "pyyaml", "scikit-learn", "sympy")
 
 
@@ -60,7 +61,7 @@ def test_names_in_any_spelling_are_the_wheelhouse_s_and_the_package_environment_
 )
 def test_each_kind_of_entry_that_is_not_a_name_of_the_wheelhouse_is_refused_naming_it(entry: str, kind: str) -> None:
     with pytest.raises(ArgumentError) as refused:
-        check_packages(["sympy", entry], CONFIG)
+        check_packages(["sympy", entry], CONFIG.packages_section)
     message = str(refused.value)
     assert message.startswith(f"invalid argument 'packages[1]' ({entry!r}): {kind}")
     assert message.endswith(AVAILABLE)
@@ -68,8 +69,8 @@ def test_each_kind_of_entry_that_is_not_a_name_of_the_wheelhouse_is_refused_nami
 
 def test_without_a_wheelhouse_any_entry_is_refused_saying_so() -> None:
     with pytest.raises(ArgumentError, match=r"this server has no wheelhouse \(RUNNER_WHEELHOUSE\)"):
-        check_packages(["sympy"], Config())
-    assert check_packages([], Config()) == ()
+        check_packages(["sympy"], Config().packages_section)
+    assert check_packages([], Config().packages_section) == ()
 
 
 def test_the_parser_takes_packages_and_refuses_what_the_schema_does_not_allow() -> None:
