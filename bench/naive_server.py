@@ -35,7 +35,7 @@ except ImportError:
 CONFIG = open_environment(Config.from_env())
 # Plain spawned interpreters of the server's own uid, no helper next to them.
 BASELINE_PLAN = IsolationPlan("none-posix-spawn", "the naive baseline", cgroup_reason="the naive baseline")
-LIMITS = limits_for(CONFIG, count_tasks_of_uid(), BASELINE_PLAN)
+LIMITS = limits_for(CONFIG.limits, CONFIG.pool, count_tasks_of_uid(), BASELINE_PLAN)
 # With RUNNER_PACKAGES (the data scenario): each fresh interpreter imports from the same package
 # environment as the real server's runs, told the same things (one BLAS thread, no display, the
 # prebuilt font cache), with room for what numpy, pandas and pyplot map (~230 MB) on top of the limit.

@@ -187,7 +187,7 @@ def child_stages(server_root: Path, sandbox_mode: str, reps: int) -> dict[str, A
 
     config = open_environment(Config.from_env({**os.environ, "RUNNER_SANDBOX": sandbox_mode}))
     plan = plan_isolation(config)
-    limits = limits_for(config, count_tasks_of_uid(), plan)
+    limits = limits_for(config.limits, config.pool, count_tasks_of_uid(), plan)
     if plan.forked:
         # Forked by a zygote, never spawned (spawn_child refuses); part 1 measures them through the server.
         sys.path.remove(str(server_root))

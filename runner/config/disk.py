@@ -16,13 +16,13 @@ import pwd
 import stat
 import sys
 import tempfile
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from runner.config.locks import Distribution, installed, normalized, parse_lock, shown_modules, wheel_modules
+from runner.config.locks import Distribution, installed, normalized, parse_lock, shown_modules
 from runner.config.memory import sessions_budget
 from runner.config.values import DEFAULT_PRELOAD, PROVIDED_DIRECTORY, Config
+from runner.config.wheelhouse import Wheelhouse
 from runner.errors import ConfigError
 
 # The pool's directory in RUNNER_WORK_DIR (`runner.execution.pool.Pool.open`), where runs' own are made.
@@ -63,7 +63,8 @@ def open_environment(config: Config) -> Config:
     packages, site = _packages(config.packages)
     found = installed(site) if site else {}  # site-packages is listed once, here
     work_dir = _work_dir(config.work_dir)
-    wheelhouse, offered, offered_modules = _wheelhouse(config.wheelhouse, tuple(found))
+    house = _wheelhouse(config.wheelhouse, tuple(found))  # the wheelhouse is read once, here
+    offered, offered_modules = _offered(house)
     opened = dataclasses.replace(
         config,
         python=_python(config.python),
@@ -72,10 +73,11 @@ def open_environment(config: Config) -> Config:
         packages_site=site,
         package_distributions=tuple(found),
         package_modules=_package_modules(packages, found),
-        wheelhouse=wheelhouse,
+        wheelhouse=str(house.directory) if house is not None else "",
+        wheelhouse_contents=house,
         wheelhouse_distributions=offered,
         wheelhouse_modules=offered_modules,
-        wheelhouse_cache=_wheelhouse_cache(config.wheelhouse_cache, work_dir) if wheelhouse else "",
+        wheelhouse_cache=_wheelhouse_cache(config.wheelhouse_cache, work_dir) if house is not None else "",
         preload=_preload(config, site),
         default_preload=False,
         sessions_budget_bytes=sessions_budget(config),
@@ -151,14 +153,11 @@ def _packages(path: str) -> tuple[str, str]:
     return os.path.realpath(path), os.path.realpath(found[0])
 
 
-def _wheelhouse(
-    path: str, installed: tuple[Distribution, ...]
-) -> tuple[str, tuple[Distribution, ...], tuple[str, ...]]:
-    """RUNNER_WHEELHOUSE, resolved; each distribution its lock pins, with its wheel
-    there, that the package environment does not have (what runs may have installed for them); and the
-    top-level modules of those its lock asked for (what a user imports of them)."""
+def _wheelhouse(path: str, installed: tuple[Distribution, ...]) -> Wheelhouse | None:
+    """RUNNER_WHEELHOUSE, read (`Wheelhouse.read`): each distribution its lock pins, with its wheel
+    there, that the package environment does not have (what runs may have installed for them)."""
     if not path:
-        return "", (), ()
+        return None
     if not os.path.isdir(path):
         raise _unfit("RUNNER_WHEELHOUSE", path, "a wheelhouse (a directory; make wheelhouse downloads one)")
     lock = os.path.join(path, WHEELHOUSE_LOCK)
@@ -167,24 +166,23 @@ def _wheelhouse(
             "RUNNER_WHEELHOUSE", f"expected a wheelhouse holding {WHEELHOUSE_LOCK} (make wheelhouse), got {path!r}"
         )
     with open(lock, encoding="utf-8") as file:
-        pins = parse_lock(file.read())
-    have = {normalized(distribution.name) for distribution in installed}
-    # A pin without its wheel (a wheelhouse `make check-wheelhouse` would refuse) is not offered.
-    wheels = {normalized(name.split("-")[0]): name for name in os.listdir(path) if name.endswith(".whl")}
-    offered = sorted(name for name in pins if name not in have and name in wheels)
-    if not offered:
+        # A pin without its wheel (a wheelhouse `make check-wheelhouse` would refuse) is not offered.
+        house = Wheelhouse.read(Path(os.path.realpath(path)), file.read(), [d.name for d in installed])
+    if not house.wheels:
         raise ConfigError(
             "RUNNER_WHEELHOUSE", f"expected {lock} to pin distributions, found none beyond RUNNER_PACKAGES"
         )
-    asked = [name for name in offered if pins[name].requested] or offered
-    modules: set[str] = set()
-    for name in asked:
-        try:
-            modules.update(shown_modules(name, wheel_modules(Path(path, wheels[name]))))
-        except (OSError, zipfile.BadZipFile):
-            continue  # a damaged wheel: its hash check refuses it when a run asks for it
-    distributions = tuple(Distribution(name, pins[name].version) for name in offered)
-    return os.path.realpath(path), distributions, tuple(sorted(modules))
+    return house
+
+
+def _offered(house: Wheelhouse | None) -> tuple[tuple[Distribution, ...], tuple[str, ...]]:
+    """The wheelhouse's distributions, and the top-level modules of those its lock asked for (what a
+    user imports of them)."""
+    if house is None:
+        return (), ()
+    asked = [name for name, pin in house.pins.items() if pin.requested] or list(house.pins)
+    modules = {module for name in asked for module in shown_modules(name, house.provides.get(name, ()))}
+    return tuple(Distribution(name, pin.version) for name, pin in sorted(house.pins.items())), tuple(sorted(modules))
 
 
 def _package_modules(packages: str, found: Mapping[Distribution, frozenset[str]]) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from runner.config.locks import Distribution
 from runner.config.settings import KIB, MIB
 from runner.config.variables import LogFormat, LogLevel, SandboxMode, SandboxNetwork, Transport
+from runner.config.wheelhouse import Wheelhouse
 
 # In RUNNER_WHEELHOUSE_CACHE: the installed packages, the one part of it runs see (`provided_packages`).
 PROVIDED_DIRECTORY = "packages"
@@ -186,6 +187,7 @@ class PackagesConfig:
     wheelhouse: str
     wheelhouse_cache: str
     max_wheelhouse_cache_bytes: int
+    wheelhouse_contents: Wheelhouse | None
     wheelhouse_distributions: tuple[Distribution, ...]
     wheelhouse_modules: tuple[str, ...]
     preload: tuple[str, ...]

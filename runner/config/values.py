@@ -45,6 +45,7 @@ from runner.config.variables import LogLevel as LogLevel
 from runner.config.variables import SandboxMode as SandboxMode
 from runner.config.variables import SandboxNetwork as SandboxNetwork
 from runner.config.variables import Transport as Transport
+from runner.config.wheelhouse import Wheelhouse
 from runner.errors import ConfigError
 
 
@@ -126,6 +127,9 @@ class Config:
     wheelhouse_cache: str = ""  # empty: in the work directory, filled in when the environment is opened
     max_wheelhouse_cache_bytes: int = 1024 * MIB
     # The wheelhouse's distributions beyond the package environment's, for runs to import.
+    # The wheelhouse as read when the environment is opened (`runner.config.wheelhouse`), for the
+    # execution side to map imports to what it installs; None without one.
+    wheelhouse_contents: Wheelhouse | None = None
     wheelhouse_distributions: tuple[Distribution, ...] = ()
     wheelhouse_modules: tuple[str, ...] = ()  # sklearn, sympy, ...: likewise, of those
     preload: tuple[str, ...] = ()

@@ -7,7 +7,7 @@ output was flushed and closed: `harvest.ended`) is answered without waiting for 
 it down; the pool reaps it afterwards, while the run still holds its slot. Any other run is reaped
 here. The driver closes the run's stdin once it is fed; closing the rest of its fds, removing its
 cgroup and deleting its directory is the teardown's (`teardown.end_interpreter`, through
-`Teardowns.now` or `Teardowns.after_answer`), which the pool calls on every path.
+`Teardowns.end`), which the call's path (`calls.py`) takes on every way out of a run.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from runner.config import Config, KeptConfig, ReturnsConfig
+from runner.config import KeptConfig, LimitsConfig, ReturnsConfig
 from runner.execution.capture import OutputCap, keep_bytes_for, render_stream
 from runner.execution.classify import ProcessEnd, RunLimits, classify
 from runner.execution.kept import OutputStore, Spool
@@ -67,19 +67,20 @@ class RunDriver:
 
     def __init__(
         self,
-        config: Config,
+        limits: LimitsConfig,
+        returns: ReturnsConfig,
+        kept: KeptConfig,
         logger: logging.Logger,
         unresponsive: Callable[[Child], Awaitable[None]],
         store: OutputStore | None = None,
     ) -> None:
-        # The whole is taken where the pool makes it; the driver reads three sections of it: the run's
-        # limits, what the answer returns, and what is kept beyond it.
-        self._limits, self._returns = config.limits, config.returns
+        # The run's limits, what the answer returns, and what is kept beyond it.
+        self._limits, self._returns = limits, returns
         self._store = store if store is not None and store.enabled else None
         self._log = logger
         self._unresponsive = unresponsive
         self._keep_bytes = keep_bytes_for(self._returns.max_output_chars)
-        budgets = returns_of(self._returns, config.kept)
+        budgets = returns_of(self._returns, kept)
         # Nothing over the budgets is sent where nothing can be kept.
         self._budgets = budgets if self._store is not None else budgets.replace(kept_bytes=0)
 

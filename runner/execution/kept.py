@@ -23,7 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from runner.config import Config, KeptConfig
+from runner.config import KeptConfig
 from runner.outcome import KeptOutput
 
 URI_PREFIX = "runner://output/"
@@ -146,10 +146,9 @@ class OutputStore:
         self._charged_total = 0
 
     @classmethod
-    def made(cls, config: Config) -> OutputStore:
-        """A store in a new, empty directory of its own (mode 0700) under `RUNNER_WORK_DIR`. It takes the
-        whole only for where the pool calls it from (pool.py), until that passes the two sections."""
-        return cls(config.kept, tempfile.mkdtemp(prefix=KEPT_PREFIX, dir=config.pool.work_dir))
+    def made(cls, config: KeptConfig, work_dir: str) -> OutputStore:
+        """A store in a new, empty directory of its own (mode 0700) under `work_dir` (RUNNER_WORK_DIR)."""
+        return cls(config, tempfile.mkdtemp(prefix=KEPT_PREFIX, dir=work_dir))
 
     @property
     def enabled(self) -> bool:

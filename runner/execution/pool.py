@@ -150,11 +150,11 @@ class Pool:
         logger = logger or get_logger()
         plan = plan or plan_isolation(config)
         helpers = Helpers()  # the server's own helper processes: the sweep knows them
-        provided = await ProvidedPackages.opened(config, logger, helpers)
+        provided = await ProvidedPackages.opened(config.packages_section, logger, helpers)
         base_dir = tempfile.mkdtemp(prefix=POOL_PREFIX, dir=config.work_dir)
         # Not under base_dir, where runs' own directories are made: its own, mode 0700.
-        store = OutputStore.made(config)
-        limits = limits_for(config, count_tasks_of_uid(), plan)
+        store = OutputStore.made(config.kept, config.pool.work_dir)
+        limits = limits_for(config.limits, config.pool, count_tasks_of_uid(), plan)
         _log_start(logger, config, plan, limits, base_dir)
         reaping = reap_strays and set_child_subreaper(True)
         if reap_strays and not reaping:
@@ -174,12 +174,14 @@ class Pool:
                     else:
                         await supplies.unresponsive(child)
 
-                driver = RunDriver(config, logger, unresponsive, store)  # the one driver of every call
+                driver = RunDriver(
+                    config.limits, config.returns, config.kept, logger, unresponsive, store
+                )  # the one driver of every call
                 async with anyio.create_task_group() as tg:
                     ended = sweeper.wanted if sweeper is not None else lambda: None
                     teardowns = Teardowns(tg, supplies, logger, runs_share_files=plan.runs_share_files, ended=ended)
                     slots = Slots(admission, teardowns, logger)
-                    sessions = Sessions(config, supplies, logger, tg, slots, provided)
+                    sessions = Sessions(config.sessions, supplies, logger, tg, slots, provided)
                     notes = _module_notes(config, provided)
                     calls = CallPath(slots, supplies, teardowns, sessions, driver, provided, sweeper, notes, logger)
                     tg.start_soon(expire_forever, sessions)

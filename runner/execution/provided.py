@@ -18,11 +18,10 @@ from pathlib import Path
 
 import anyio
 
-from runner.config import Config
-from runner.config.disk import WHEELHOUSE_LOCK
+from runner.config import PackagesConfig
+from runner.config.wheelhouse import Wheelhouse
 from runner.execution.driver import ProgressCallback
 from runner.execution.environments import Environments, InstallError, Wanted
-from runner.execution.wheelhouse import Wheelhouse
 from runner.logs import NO_REQUEST, log_event
 from runner.outcome import Progress, RunRequest, RunResult, Status
 from runner.processes.helpers import Helpers
@@ -37,21 +36,14 @@ class ProvidedPackages:
         self._log = logger
 
     @classmethod
-    async def opened(cls, config: Config, logger: logging.Logger, helpers: Helpers) -> ProvidedPackages | None:
+    async def opened(
+        cls, packages: PackagesConfig, logger: logging.Logger, helpers: Helpers
+    ) -> ProvidedPackages | None:
         """The wheelhouse of an opened configuration, its cache looked over (None without one); what
-        it installs is compiled by the server's `helpers`. Reading the lock and the wheels'
-        directories, and sizing the cache, are done in threads. It reads the packages section alone; the
-        whole is taken for where the pool calls it from (pool.py)."""
-        packages = config.packages_section
-        if not packages.wheelhouse:
+        it installs is compiled by the server's `helpers`. Sizing the cache is done in a thread."""
+        wheelhouse = packages.wheelhouse_contents  # read when the configuration was opened
+        if wheelhouse is None:
             return None
-        directory = Path(packages.wheelhouse)
-        base = [distribution.name for distribution in packages.package_distributions]
-
-        def read() -> Wheelhouse:
-            return Wheelhouse.read(directory, (directory / WHEELHOUSE_LOCK).read_text(encoding="utf-8"), base)
-
-        wheelhouse = await anyio.to_thread.run_sync(read)
         cache = Path(packages.wheelhouse_cache)
         environments = Environments(cache, packages.max_wheelhouse_cache_bytes, python=packages.python, helpers=helpers)
         await environments.scan()

@@ -30,7 +30,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from runner.config import MIB, Config
+from runner.config import MIB, SessionsConfig
 from runner.execution.admission import Admission
 from runner.execution.calls import Admitted
 from runner.execution.provided import ProvidedPackages
@@ -88,7 +88,7 @@ class Sessions:
 
     def __init__(
         self,
-        config: Config,
+        config: SessionsConfig,
         supplies: Supplies,
         logger: logging.Logger,
         tg: anyio.abc.TaskGroup,
@@ -99,7 +99,7 @@ class Sessions:
         self._slots = slots  # the pool's: a call waiting for its session's turn counts in its admission
         self._provided = provided
         # A replica's name leads its handles (s-NAME.…): a proxy routes a session's calls on it.
-        self._prefix = HANDLE_PREFIX + (config.http.replica + "." if config.http.replica else "")
+        self._prefix = HANDLE_PREFIX + (config.replica + "." if config.replica else "")
         self._supplies = supplies
         self._log = logger
         self._tg = tg
@@ -501,13 +501,13 @@ def _notes(result: RunResult, ahead: Said, kept: bool, over: str) -> str:
 HANDLES_NAMED = 10
 
 
-def _refusal(c: Config, holders: list[OpenSession | str | None], caller: str | None) -> str:
+def _refusal(c: SessionsConfig, holders: list[OpenSession | str | None], caller: str | None) -> str:
     """Why `caller` may not start one more session now, or ''; `holders`: the sessions open, and the
     callers of those being started or ended. A caller at its own cap is told its open handles, each
     with how long it has been idle, so that it can close one (nothing else lists them)."""
     callers = [holder.caller if isinstance(holder, OpenSession) else holder for holder in holders]
-    if c.sessions_refused:
-        return c.sessions_refused
+    if c.refused:
+        return c.refused
     if len(callers) >= c.max_sessions:
         return (
             f"too many open sessions: {len(callers)} of RUNNER_MAX_SESSIONS={c.max_sessions}; "

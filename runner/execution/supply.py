@@ -29,7 +29,7 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.abc
 
-from runner.config import Config
+from runner.config import Config, PoolConfig
 from runner.errors import SpawnError
 from runner.execution.teardown import end_interpreter
 from runner.inrun.wire import parse_ready
@@ -78,7 +78,7 @@ def wants_preloaded(imports: Iterable[str], preloaded: Iterable[str]) -> bool:
 class InterpreterSupply:
     """Hands out ready interpreters from `source`, keeping `config.pool_size` of them waiting."""
 
-    def __init__(self, config: Config, limits: Limits, source: InterpreterSource, logger: logging.Logger) -> None:
+    def __init__(self, config: PoolConfig, limits: Limits, source: InterpreterSource, logger: logging.Logger) -> None:
         self._config = config
         self._limits = limits
         self._source = source
@@ -253,7 +253,7 @@ class Supplies:
         (`Pool.open`) must not outlive its source's cgroup parent."""
         async with opened_sources(config, plan, base_dir, limits, logger) as sources:
             supplies = cls(
-                [(InterpreterSupply(config, limits, source, logger), source) for source in sources],
+                [(InterpreterSupply(config.pool, limits, source, logger), source) for source in sources],
                 plan.preload,
                 logger,
             )

@@ -6,7 +6,7 @@ import os
 import resource
 from dataclasses import dataclass
 
-from runner.config import Config
+from runner.config import LimitsConfig, PoolConfig
 from runner.inrun.bootstrap import lowered, wanted_limits
 from runner.processes.isolation import IsolationPlan
 
@@ -44,7 +44,7 @@ class Limits:
             pass  # gone: its sandbox has ended, and the run with it
 
 
-def limits_for(config: Config, tasks_of_uid_at_start: int, plan: IsolationPlan) -> Limits:
+def limits_for(limits: LimitsConfig, pool: PoolConfig, tasks_of_uid_at_start: int, plan: IsolationPlan) -> Limits:
     """The limits of every run.
 
     RLIMIT_NPROC counts every process and thread of the real uid, not of the run: the server, the
@@ -57,9 +57,6 @@ def limits_for(config: Config, tasks_of_uid_at_start: int, plan: IsolationPlan) 
     alone: RLIMIT_NPROC is then RUNNER_MAX_PROCESSES, every process and thread of the run counted,
     and nothing else (its namespace's init and bubblewrap stay root).
     """
-    # The run's limits and the pool's size: the two sections read; the whole is taken for where the
-    # pool calls this from (pool.py).
-    limits, pool = config.limits, config.pool
     if plan.uid_per_run:
         return Limits(limits.max_cpu_seconds, limits.memory_bytes, limits.max_processes, limits.file_size_bytes)
     pools = plan.supplies

@@ -28,7 +28,7 @@ def install_packages() -> int:
     configure_logging(config.log_level, config.log_format)
 
     async def install() -> tuple[int, int]:
-        provided = await ProvidedPackages.opened(config, get_logger(), Helpers())
+        provided = await ProvidedPackages.opened(config.packages_section, get_logger(), Helpers())
         assert provided is not None  # a wheelhouse is configured
         try:
             return await provided.install_all(), provided.environments.size

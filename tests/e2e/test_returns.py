@@ -359,7 +359,9 @@ async def test_a_run_that_tells_its_end_is_answered_without_waiting_for_its_exit
     theirs.sendall(b"report %d 0\n" % len(head) + head)
     for fd in (out_w, err_w, in_r):
         os.close(fd)
-    driver = RunDriver(config, logging.getLogger("test"), lambda _child: anyio.sleep(0))
+    driver = RunDriver(
+        config.limits, config.returns, config.kept, logging.getLogger("test"), lambda _child: anyio.sleep(0)
+    )
     try:
         with anyio.fail_after(5):  # the process would live 30 s
             result = await driver.drive(child, RunRequest("7e11e11d", "ignored", 20), 0.0, None)

@@ -62,7 +62,7 @@ def with_wheelhouse(config: Config, mode: str, cache: Path, wheelhouse: str = WH
     needs_wheelhouse()
     packaged = dataclasses.replace(with_packages(config, mode), **changes)  # type: ignore[arg-type]
     opened = open_environment(dataclasses.replace(packaged, wheelhouse=wheelhouse, wheelhouse_cache=str(cache)))
-    found = ("wheelhouse", "wheelhouse_cache", "wheelhouse_distributions", "wheelhouse_modules")
+    found = ("wheelhouse", "wheelhouse_cache", "wheelhouse_contents", "wheelhouse_distributions", "wheelhouse_modules")
     return dataclasses.replace(packaged, **{name: getattr(opened, name) for name in found})
 
 

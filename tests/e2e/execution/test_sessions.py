@@ -621,7 +621,7 @@ print(sorted(f"{where}/{name}" for where in ("/tmp", "/dev/shm", ".") for name i
 
 
 async def test_sessions_and_one_shot_runs_share_no_file_no_tmp_no_shm_and_no_variable(pool: Pool) -> None:
-    if pool.sessions._config.sandbox == "none":
+    if not pool.sandboxed:
         pytest.skip("without a sandbox, /tmp and /dev/shm are the host's, shared by every run (docs/sessions.md)")
     first = await new_session(pool, LEAVE_TRACES.format(mark="a"))
     second = await new_session(pool)

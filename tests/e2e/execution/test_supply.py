@@ -55,9 +55,9 @@ async def supply(
     spawn_config: Config, plan: IsolationPlan, work_dir: Path, no_leaks: None
 ) -> AsyncIterator[InterpreterSupply]:
     base_dir = tempfile.mkdtemp(dir=work_dir)
-    limits = limits_for(spawn_config, count_tasks_of_uid(), plan)
+    limits = limits_for(spawn_config.limits, spawn_config.pool, count_tasks_of_uid(), plan)
     async with lean_source(spawn_config, plan, base_dir, limits) as source:
-        supply = InterpreterSupply(spawn_config, limits, source, LOG)
+        supply = InterpreterSupply(spawn_config.pool, limits, source, LOG)
         try:
             yield supply
         finally:
@@ -110,9 +110,9 @@ async def test_an_interpreter_that_cannot_start_fails_the_take_and_leaves_nothin
 ) -> None:
     broken = dataclasses.replace(config, python="/bin/true")
     base_dir = tempfile.mkdtemp(dir=work_dir)
-    limits = limits_for(broken, count_tasks_of_uid(), SPAWNING)
+    limits = limits_for(broken.limits, broken.pool, count_tasks_of_uid(), SPAWNING)
     async with lean_source(broken, SPAWNING, base_dir, limits) as source:
-        supply = InterpreterSupply(broken, limits, source, LOG)
+        supply = InterpreterSupply(broken.pool, limits, source, LOG)
         with pytest.raises(SpawnError, match="did not start"):
             await supply.take()
         assert (supply.in_use, supply.known_pids()) == (0, set())
@@ -128,9 +128,9 @@ async def test_an_interpreter_that_outlives_its_kill_stays_known_and_is_not_swep
     monkeypatch.setattr("runner.execution.teardown.REAP_TIMEOUT", 0.2)
     spawning = config
     base_dir = tempfile.mkdtemp(dir=work_dir)
-    limits = limits_for(spawning, count_tasks_of_uid(), SPAWNING)
+    limits = limits_for(spawning.limits, spawning.pool, count_tasks_of_uid(), SPAWNING)
     async with lean_source(spawning, SPAWNING, base_dir, limits) as source:
-        supply = InterpreterSupply(spawning, limits, source, LOG)
+        supply = InterpreterSupply(spawning.pool, limits, source, LOG)
         child = await supply.take()
         real_kill = child.kill_group
         child.kill_group = lambda: None  # type: ignore[method-assign]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from runner.config.wheelhouse import Wheelhouse
 from runner.execution.environments import Environments, Wanted
-from runner.execution.wheelhouse import Wheelhouse
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]

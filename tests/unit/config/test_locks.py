@@ -17,7 +17,7 @@ from runner.config.locks import (
     wheel_modules,
 )
 from tests.helpers import fake_env
-from tests.unit.execution.test_wheelhouse import LOCK, make_wheel
+from tests.unit.config.test_wheelhouse import LOCK, make_wheel
 
 
 def test_the_lock_gives_versions_hashes_and_who_needs_what() -> None:

@@ -15,7 +15,7 @@ MIB = 1024 * 1024
 
 def store_in(tmp_path: Path, **limits: int) -> OutputStore:
     config = dataclasses.replace(Config.from_env({}), work_dir=str(tmp_path), **limits)
-    return OutputStore.made(config)
+    return OutputStore.made(config.kept, config.pool.work_dir)
 
 
 def spool_of(store: OutputStore, data: bytes, chunk: int = 4096) -> Spool:

@@ -27,7 +27,9 @@ def test_an_interpreter_is_never_spawned_for_a_sandbox_whose_runs_are_forked(
     forked = IsolationPlan("namespaces", "forked by the zygote", zygote_args=("namespaces",))
     refused = ""
     try:
-        child = spawn.spawn_child(config.python, str(tmp_path), limits_for(config, 0, forked), forked)
+        child = spawn.spawn_child(
+            config.python, str(tmp_path), limits_for(config.limits, config.pool, 0, forked), forked
+        )
     except ValueError as exc:
         refused = str(exc)
     else:  # the code before the fix: let the run take its code, and see what is left

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.execution.wheelhouse import Wheelhouse
+from runner.config.wheelhouse import Wheelhouse
 from tests.conftest import REPO
 
 LOCK = """\

@@ -1,5 +1,7 @@
 """What the vetted wheelhouse offers: its distributions, the modules each one provides, and what each
-needs of the others, read with `runner.config.locks` from the lock beside the wheels and the wheels' directories.
+needs of the others, read with `runner.config.locks` from the lock beside the wheels and the wheels'
+directories. Read once, when the configuration is opened (`runner.config.disk`): the tool's description
+lists its modules, and the execution side maps a call's imports to what it installs with the same value.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ class Wheelhouse:
     pins: Mapping[str, Pin]
     modules: Mapping[str, str] = field(default_factory=dict)  # top-level module -> normalized name
     needs: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    provides: Mapping[str, frozenset[str]] = field(default_factory=dict)  # normalized name -> its modules
+    directory: Path = Path()  # where it is (resolved)
 
     @classmethod
     def read(cls, directory: Path, lock_text: str, base: Iterable[str]) -> Wheelhouse:
@@ -34,17 +38,18 @@ class Wheelhouse:
             if name in pins and name not in present:
                 wheels[name] = path
         modules: dict[str, str] = {}
+        provides: dict[str, frozenset[str]] = {}
         for name, path in sorted(wheels.items()):
             try:
-                provides = wheel_modules(path)
+                provides[name] = wheel_modules(path)
             except (OSError, zipfile.BadZipFile):
                 # A damaged wheel: no import maps to it, and naming it in `packages` fails its hash check.
                 continue
-            for module in provides:
+            for module in provides[name]:
                 modules.setdefault(module, name)
         graph = requirements(pins)
         needs = {name: frozenset(n for n in graph.get(name, ()) if n in wheels) for name in wheels}
-        return cls(wheels, {name: pins[name] for name in wheels}, modules, needs)
+        return cls(wheels, {name: pins[name] for name in wheels}, modules, needs, provides, directory)
 
     def for_modules(self, modules: Iterable[str]) -> frozenset[str]:
         """The distributions that provide these top-level modules (the rest are not the wheelhouse's)."""
