@@ -6,7 +6,8 @@ Its rooms: `loading` (`load`: the checkout's defaults, the command line, the rul
 variable, declared once), `removed` (names that were settings once), `values` (`Config`, the frozen
 configuration read from the text), `sections` (its parts, each consumer's: `config.limits`, `config.kept`,
 ...), `disk` (what the configuration names on disk, looked at and filled in),
-`locks` (the locks and wheels package environments are made from), `tokens` (the HTTP tokens file).
+`locks` (the locks and wheels the package environment and the wheelhouse are made from), `tokens`
+(the HTTP tokens file).
 It imports no side of the server: each side reads the frozen value it is handed.
 
 Must not import: `runner.protocol`, `runner.transports`, `runner.execution`, `runner.processes`,

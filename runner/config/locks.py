@@ -1,7 +1,7 @@
-"""One reader of the locks and wheels the package environments are made from (the package environment's
-and the vetted wheelhouse's): pins, versions, hashes, who needs what, which pins were asked for, and the
-top-level modules a wheel or an installed distribution provides. Pure functions over a lock's text and
-a wheel's or a distribution's file list; no I/O but reading a zip's directory or an installed
+"""One reader of the locks and wheels the package environment and the vetted wheelhouse are made from:
+pins, versions, hashes, who needs what, which pins were asked for, and the top-level modules a wheel or
+an installed distribution provides. Pure functions over a lock's text and a wheel's or a distribution's
+file list; no I/O but reading a zip's directory or an installed
 distribution's metadata (`installed`).
 
 A lock is pip-compile's output: its `# via` comments name, for every pin, the pins that need it (as

@@ -5,7 +5,7 @@ A call needs what its code imports (the same scan of import statements as the su
 `supply.imported_packages`, mapped to distributions by the wheels' own module lists: `sklearn` is
 scikit-learn's) and what it names in `packages` (for imports no scan sees), with everything those
 need from the wheelhouse. Names outside the wheelhouse are the protocol side's to refuse; here they
-are only not provided. The directories are installed once (`environments.Environments`), outside
+are only not provided. The directories are installed once (`wheelhouse_cache.WheelhouseCache`), outside
 every run's limits but within the install's own time and disk bounds, and handed to the run on its
 job (`wire.Job.paths`), which puts them after the package environment on sys.path.
 """
@@ -21,7 +21,7 @@ import anyio
 from runner.config import PackagesConfig
 from runner.config.wheelhouse import Wheelhouse
 from runner.execution.driver import ProgressCallback
-from runner.execution.environments import Environments, InstallError, Wanted
+from runner.execution.wheelhouse_cache import InstallError, Wanted, WheelhouseCache
 from runner.logs import NO_REQUEST, log_event
 from runner.outcome import Progress, RunRequest, RunResult, Status
 from runner.processes.helpers import Helpers
@@ -30,9 +30,9 @@ from runner.processes.helpers import Helpers
 class ProvidedPackages:
     """The wheelhouse as runs are given it: what a call needs, installed and held."""
 
-    def __init__(self, wheelhouse: Wheelhouse, environments: Environments, logger: logging.Logger) -> None:
+    def __init__(self, wheelhouse: Wheelhouse, cache: WheelhouseCache, logger: logging.Logger) -> None:
         self.wheelhouse = wheelhouse
-        self.environments = environments
+        self.cache = cache
         self._log = logger
 
     @classmethod
@@ -44,19 +44,23 @@ class ProvidedPackages:
         wheelhouse = packages.wheelhouse_contents  # read when the configuration was opened
         if wheelhouse is None:
             return None
-        cache = Path(packages.wheelhouse_cache)
-        environments = Environments(cache, packages.max_wheelhouse_cache_bytes, python=packages.python, helpers=helpers)
-        await environments.scan()
+        cache = WheelhouseCache(
+            Path(packages.wheelhouse_cache),
+            packages.max_wheelhouse_cache_bytes,
+            python=packages.python,
+            helpers=helpers,
+        )
+        await cache.scan()
         log_event(
             logger,
             logging.INFO,
             "wheelhouse opened",
             distributions=len(wheelhouse.wheels),
             cache=packages.wheelhouse_cache,
-            cached_bytes=environments.size,
-            cache_writable=environments.writable,
+            cached_bytes=cache.size,
+            cache_writable=cache.writable,
         )
-        return cls(wheelhouse, environments, logger)
+        return cls(wheelhouse, cache, logger)
 
     def needed(self, imports: Iterable[str], asked: Iterable[str] = ()) -> tuple[str, ...]:
         """The distributions (normalized names) a call whose code imports `imports` (top-level names,
@@ -75,19 +79,19 @@ class ProvidedPackages:
         house = self.wheelhouse
         wanted = [Wanted(n, house.pins[n].version, house.wheels[n], house.pins[n].hashes) for n in names]
         if progress is not None:
-            missing = await self.environments.missing(wanted)
+            missing = await self.cache.missing(wanted)
             if missing:
                 said = f"installing {', '.join(missing)} from the wheelhouse (their first use on this server)"
                 await progress(Progress(0.0, 0.0, 0, 0, preparing=said))
-        before, started = self.environments.installs, anyio.current_time()
-        paths = await self.environments.acquire(wanted)
-        if self.environments.installs != before:
+        before, started = self.cache.installs, anyio.current_time()
+        paths = await self.cache.acquire(wanted)
+        if self.cache.installs != before:
             log_event(
                 self._log,
                 logging.INFO,
                 "packages installed",
                 request_id,
-                installed=self.environments.installs - before,
+                installed=self.cache.installs - before,
                 distributions=",".join(names),
                 seconds=round(anyio.current_time() - started, 3),
             )
@@ -113,7 +117,7 @@ class ProvidedPackages:
 
     def release(self, paths: Iterable[Path]) -> None:
         """The run (or session) that held these has ended."""
-        self.environments.release(paths)
+        self.cache.release(paths)
 
     async def install_all(self) -> int:
         """Install every distribution of the wheelhouse (an image's build does, into its read-only
@@ -121,7 +125,7 @@ class ProvidedPackages:
         names = tuple(sorted(self.wheelhouse.wheels))
         paths = await self.acquire(names, NO_REQUEST)
         self.release(paths)
-        return self.environments.installs
+        return self.cache.installs
 
     def close(self) -> None:
-        self.environments.close()
+        self.cache.close()

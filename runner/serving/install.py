@@ -31,7 +31,7 @@ def install_packages() -> int:
         provided = await ProvidedPackages.opened(config.packages_section, get_logger(), Helpers())
         assert provided is not None  # a wheelhouse is configured
         try:
-            return await provided.install_all(), provided.environments.size
+            return await provided.install_all(), provided.cache.size
         finally:
             provided.close()
 

@@ -26,8 +26,8 @@ import pytest
 
 from runner.config import Config
 from runner.config.disk import open_environment
-from runner.execution.environments import Environments, Wanted
 from runner.execution.pool import Pool
+from runner.execution.wheelhouse_cache import Wanted, WheelhouseCache
 from runner.outcome import NEW_SESSION, Progress, RunRequest, RunResult, Status
 from tests.conftest import REPO
 from tests.e2e.test_data import with_packages
@@ -147,11 +147,11 @@ async def test_two_calls_that_first_want_the_same_package_at_once_install_it_onc
             tg.start_soon(one)
             tg.start_soon(one)
         assert [r.stdout.text for r in results] == ["a: 1\n", "a: 1\n"], [r.to_text() for r in results]
-        assert pool.packages.environments.installs == 1
+        assert pool.packages.cache.installs == 1
         assert [p.name.split("-")[0] for p in (fresh / "packages").iterdir()] == ["pyyaml"]
         again = await run(pool, "import yaml")
         assert again.status is Status.OK
-        assert pool.packages.environments.installs == 1
+        assert pool.packages.cache.installs == 1
 
 
 def uncompiled(directory: Path) -> list[str]:
@@ -255,14 +255,14 @@ async def test_a_session_keeps_what_its_calls_were_given_and_gets_more_as_it_goe
 READ_ONLY_CACHE = """
 import anyio, hashlib, json, sys, zipfile
 from pathlib import Path
-from runner.execution.environments import Environments, InstallError, Wanted
+from runner.execution.wheelhouse_cache import WheelhouseCache, InstallError, Wanted
 
 def wanted(name):
     path = Path(sys.argv[2]) / f"{name}-1.0-py3-none-any.whl"
     return Wanted(name, "1.0", path, frozenset({hashlib.sha256(path.read_bytes()).hexdigest()}))
 
 async def main():
-    frozen = Environments(Path(sys.argv[1]), max_bytes=1)
+    frozen = WheelhouseCache(Path(sys.argv[1]), max_bytes=1)
     await frozen.scan()
     found = [str(p) for p in await frozen.acquire([wanted("alpha")])]
     try:
@@ -278,7 +278,9 @@ anyio.run(main)
 
 async def test_a_cache_on_a_read_only_mount_is_used_as_it_is_even_by_root(tmp_path: Path) -> None:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("as root with unshare(1): a non-root server's case is tests/unit/execution/test_environments.py")
+        pytest.skip(
+            "as root with unshare(1): a non-root server's case is tests/unit/execution/test_wheelhouse_cache.py"
+        )
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     for name in ("alpha", "beta"):
@@ -287,7 +289,7 @@ async def test_a_cache_on_a_read_only_mount_is_used_as_it_is_even_by_root(tmp_pa
     cache = tmp_path / "cache"
     alpha = wheels / "alpha-1.0-py3-none-any.whl"
     wanted = Wanted("alpha", "1.0", alpha, frozenset({hashlib.sha256(alpha.read_bytes()).hexdigest()}))
-    [path] = await Environments(cache, max_bytes=1 << 20).acquire([wanted])
+    [path] = await WheelhouseCache(cache, max_bytes=1 << 20).acquire([wanted])
     script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && exec "$3" -c "$4" "$1" "$2"'
     done = subprocess.run(
         [

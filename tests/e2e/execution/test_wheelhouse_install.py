@@ -1,4 +1,4 @@
-"""The real wheelhouse installed the server's way (runner/execution/wheelhouse.py and environments.py)
+"""The real wheelhouse installed the server's way (runner/execution/wheelhouse.py and cache.py)
 and imported by an interpreter that sees the package environment and those directories alone, as a run
 will: sympy, scikit-learn and BeautifulSoup, each by the name its code imports."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runner.config.wheelhouse import Wheelhouse
-from runner.execution.environments import Environments, Wanted
+from runner.execution.wheelhouse_cache import Wanted, WheelhouseCache
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -44,12 +44,12 @@ async def test_a_module_the_code_imports_is_installed_with_what_it_needs_and_imp
         pytest.skip("RUNNER_TEST_PACKAGES is not set: `make test` sets it to the package environment")
     names = house.closure(house.for_modules([module]))
     wanted = [Wanted(n, house.pins[n].version, house.wheels[n], house.pins[n].hashes) for n in names]
-    environments = Environments(tmp_path / "cache", max_bytes=1 << 30)
-    paths = await environments.acquire(wanted)
+    cache = WheelhouseCache(tmp_path / "cache", max_bytes=1 << 30)
+    paths = await cache.acquire(wanted)
     path = [str(Path(packages) / "site-packages"), *map(str, paths)]
     run = f"import sys\nsys.path.extend({path!r})\n" + CODE[module]
     done = subprocess.run([sys.executable, "-I", "-S", "-c", run], capture_output=True, text=True, timeout=120)
-    environments.release(paths)
+    cache.release(paths)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == EXPECTED[module]
-    assert environments.installs == len(names)
+    assert cache.installs == len(names)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.execution.environments import InstallError, Wanted, compile_bytecode
 from runner.execution.sweep import StraySweeper
+from runner.execution.wheelhouse_cache import InstallError, Wanted, compile_bytecode
 from runner.processes.helpers import Helpers
 from tests.helpers import settled
 

@@ -1,5 +1,6 @@
-"""The locks and wheels the package environments are made from (runner/config/locks.py): pins, who needs
-what, what was asked for, and the modules a wheel or an installed distribution provides. Pure, no process."""
+"""The locks and wheels the package environment and the wheelhouse are made from (runner/config/locks.py):
+pins, who needs what, what was asked for, and the modules a wheel or an installed distribution
+provides. Pure, no process."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The environments the server installs from the vetted wheelhouse on a run's behalf: one directory
-per distribution, layered on the package environment.
+"""The wheelhouse cache (RUNNER_WHEELHOUSE_CACHE): the distributions the server installs from the vetted
+wheelhouse on a run's behalf, one directory per distribution, layered on the package environment.
 
 One per distribution rather than one per set: the sets runs ask for overlap (statsmodels and
 seaborn both bring patsy's neighbours; sympy alone is mpmath and sympy), so a distribution installed
@@ -263,7 +263,7 @@ class _Installed:
 
 
 @dataclass
-class Environments:
+class WheelhouseCache:
     """The installed distributions under `root`, at most `max_bytes` of them (the ones runs hold aside)."""
 
     root: Path

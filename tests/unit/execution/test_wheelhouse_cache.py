@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from runner.execution.environments import Environments, InstallError, Wanted, install_wheel
+from runner.execution.wheelhouse_cache import InstallError, Wanted, WheelhouseCache, install_wheel
 
 pytestmark = pytest.mark.anyio
 
@@ -82,40 +82,40 @@ async def test_a_link_a_wrong_hash_and_too_many_bytes_are_refused(tmp_path: Path
 
 async def test_two_calls_that_want_the_same_distribution_at_once_install_it_once(tmp_path: Path) -> None:
     wanted = make_wheel(tmp_path, "alpha", {"alpha/__init__.py": b"X = 1\n"})
-    environments = Environments(tmp_path / "cache", max_bytes=1 << 20)
+    cache = WheelhouseCache(tmp_path / "cache", max_bytes=1 << 20)
     got: list[list[Path]] = []
 
     async def one() -> None:
-        got.append(await environments.acquire([wanted]))
+        got.append(await cache.acquire([wanted]))
 
     async with anyio.create_task_group() as tg:
         for _ in range(5):
             tg.start_soon(one)
-    assert environments.installs == 1
+    assert cache.installs == 1
     assert len({tuple(paths) for paths in got}) == 1
     [path] = got[0]
     assert path.name.startswith("alpha-1.0-")
     assert (path / "alpha" / "__init__.py").read_bytes() == b"X = 1\n"
-    again = Environments(tmp_path / "cache", max_bytes=1 << 20)  # a later server finds it by its name
+    again = WheelhouseCache(tmp_path / "cache", max_bytes=1 << 20)  # a later server finds it by its name
     assert await again.acquire([wanted]) == [path]
     assert again.installs == 0
 
 
 async def test_past_the_cap_the_least_recently_used_goes_first_but_never_one_in_use(tmp_path: Path) -> None:
     a, b, c = (make_wheel(tmp_path, name, {f"{name}.py": bytes(400)}) for name in ("a", "b", "c"))
-    environments = Environments(tmp_path / "cache", max_bytes=1000)
-    [path_a] = await environments.acquire([a])
-    [path_b] = await environments.acquire([b])
-    environments.release([path_b])
-    environments.release([path_a])  # a is used more recently than b now
-    held = await environments.acquire([c])  # 1,200 bytes: b, the least recently used, goes
+    cache = WheelhouseCache(tmp_path / "cache", max_bytes=1000)
+    [path_a] = await cache.acquire([a])
+    [path_b] = await cache.acquire([b])
+    cache.release([path_b])
+    cache.release([path_a])  # a is used more recently than b now
+    held = await cache.acquire([c])  # 1,200 bytes: b, the least recently used, goes
     assert (path_a.exists(), path_b.exists()) == (True, False)
-    held += await environments.acquire([a])
-    [path_b] = await environments.acquire([b])  # all three held: over the cap, none may go
-    assert environments.size == 1200
-    environments.release([*held, path_b])
-    assert await environments.acquire([]) == []  # the next call's acquire evicts
-    assert environments.size <= 1000
+    held += await cache.acquire([a])
+    [path_b] = await cache.acquire([b])  # all three held: over the cap, none may go
+    assert cache.size == 1200
+    cache.release([*held, path_b])
+    assert await cache.acquire([]) == []  # the next call's acquire evicts
+    assert cache.size <= 1000
     assert path_b.exists()  # the most recent
 
 
@@ -123,12 +123,12 @@ async def test_a_corrupted_wheel_is_an_error_naming_it_and_the_next_install_stil
     good = make_wheel(tmp_path, "good", {"good.py": b""})
     bad = make_wheel(tmp_path, "bad", {"bad.py": b""})
     bad.wheel.write_bytes(bad.wheel.read_bytes()[:-10] + b"0123456789")  # the lock's hash no longer matches
-    environments = Environments(tmp_path / "cache", max_bytes=1 << 20)
+    cache = WheelhouseCache(tmp_path / "cache", max_bytes=1 << 20)
     with pytest.raises(InstallError, match=r"bad-1\.0-py3-none-any\.whl does not have any of the lock's hashes"):
-        await environments.acquire([good, bad])
+        await cache.acquire([good, bad])
     assert [p.name for p in (tmp_path / "cache" / "packages").iterdir() if not p.name.startswith("good")] == []
     assert list((tmp_path / "cache" / "scratch").iterdir()) == []
-    [path] = await environments.acquire([good])
+    [path] = await cache.acquire([good])
     assert (path / "good.py").exists()
 
 
@@ -137,7 +137,7 @@ async def test_a_cache_directory_others_can_write_is_refused(tmp_path: Path) -> 
     shared.mkdir()
     shared.chmod(0o777)
     with pytest.raises(InstallError, match="writable by no one else"):
-        Environments(shared, max_bytes=1 << 20)
+        WheelhouseCache(shared, max_bytes=1 << 20)
 
 
 async def test_what_is_installed_is_readable_by_all_and_writable_by_the_server_alone_whatever_its_umask(
@@ -146,7 +146,7 @@ async def test_what_is_installed_is_readable_by_all_and_writable_by_the_server_a
     wanted = make_wheel(tmp_path, "alpha", {"alpha/sub/__init__.py": b"", "alpha/data.txt": b"x"})
     old = os.umask(0o077)
     try:
-        [path] = await Environments(tmp_path / "cache", max_bytes=1 << 20).acquire([wanted])
+        [path] = await WheelhouseCache(tmp_path / "cache", max_bytes=1 << 20).acquire([wanted])
     finally:
         os.umask(old)
     modes = {str(p.relative_to(path)): stat.S_IMODE(p.stat().st_mode) for p in [path, *path.rglob("*")]}
@@ -166,7 +166,7 @@ async def test_a_later_server_counts_what_it_finds_against_its_cap_and_evicts_th
     tmp_path: Path,
 ) -> None:
     a, b = (make_wheel(tmp_path, name, {f"{name}.py": bytes(400)}) for name in ("a", "b"))
-    first = Environments(tmp_path / "cache", max_bytes=1 << 20)
+    first = WheelhouseCache(tmp_path / "cache", max_bytes=1 << 20)
     [path_a] = await first.acquire([a])
     first.release([path_a])
     [path_b] = await first.acquire([b])
@@ -176,7 +176,7 @@ async def test_a_later_server_counts_what_it_finds_against_its_cap_and_evicts_th
     (scratch / "installing-left-by-a-killed-server").mkdir()
     os.utime(scratch / "installing-left-by-a-killed-server", (1, 1))
     (scratch / "installing-of-a-live-server").mkdir()  # young: its install may be under way
-    later = Environments(tmp_path / "cache", max_bytes=500)
+    later = WheelhouseCache(tmp_path / "cache", max_bytes=500)
     await later.scan()
     assert (path_a.exists(), path_b.exists()) == (False, True)
     assert later.size == 400
@@ -186,9 +186,9 @@ async def test_a_later_server_counts_what_it_finds_against_its_cap_and_evicts_th
 
 async def test_a_directory_another_server_holds_is_never_evicted(tmp_path: Path) -> None:
     a, b = (make_wheel(tmp_path, name, {f"{name}.py": bytes(400)}) for name in ("a", "b"))
-    other = Environments(tmp_path / "cache", max_bytes=1 << 20)
+    other = WheelhouseCache(tmp_path / "cache", max_bytes=1 << 20)
     [path_a] = await other.acquire([a])  # held by the other server's run
-    this = Environments(tmp_path / "cache", max_bytes=500)
+    this = WheelhouseCache(tmp_path / "cache", max_bytes=500)
     await this.scan()  # over the cap, but a is held
     [path_b] = await this.acquire([b])
     this.release([path_b])
@@ -203,40 +203,40 @@ async def test_a_lock_a_run_takes_on_a_package_directory_stalls_no_install_or_ev
     """Runs see `packages/` (read-only), and flock works on a read-only directory: the server's own
     locks are files in `locks/`, which no run sees."""
     a, b = (make_wheel(tmp_path, name, {f"{name}.py": bytes(400)}) for name in ("a", "b"))
-    environments = Environments(tmp_path / "cache", max_bytes=500)
-    [path_a] = await environments.acquire([a])
-    environments.release([path_a])
+    cache = WheelhouseCache(tmp_path / "cache", max_bytes=500)
+    [path_a] = await cache.acquire([a])
+    cache.release([path_a])
     run_fd = os.open(path_a, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(run_fd, fcntl.LOCK_EX)  # what a hostile run could do, and keep doing
         with anyio.fail_after(5):
-            assert await environments.acquire([a]) == [path_a]
-            environments.release([path_a])
-            [path_b] = await environments.acquire([b])  # a, least recently used, goes
+            assert await cache.acquire([a]) == [path_a]
+            cache.release([path_a])
+            [path_b] = await cache.acquire([b])  # a, least recently used, goes
         assert not path_a.exists()
-        environments.release([path_b])
+        cache.release([path_b])
     finally:
         os.close(run_fd)
 
 
 async def test_calls_that_evict_at_once_lose_no_hold_and_keep_the_books_straight(tmp_path: Path) -> None:
     wheels = [make_wheel(tmp_path, name, {f"{name}.py": bytes(400)}) for name in "abcdefgh"]
-    environments = Environments(tmp_path / "cache", max_bytes=1000)
+    cache = WheelhouseCache(tmp_path / "cache", max_bytes=1000)
 
     async def use(wanted: Wanted) -> None:
-        paths = await environments.acquire([wanted])
+        paths = await cache.acquire([wanted])
         await anyio.sleep(0)
-        environments.release(paths)
+        cache.release(paths)
 
     for _ in range(3):
         async with anyio.create_task_group() as tg:
             for wanted in wheels:
                 tg.start_soon(use, wanted)
-    assert await environments.acquire([]) == []
-    assert environments.size <= 1000
-    assert all(i.holders == 0 and i.held is None for i in environments._installed.values())
+    assert await cache.acquire([]) == []
+    assert cache.size <= 1000
+    assert all(i.holders == 0 and i.held is None for i in cache._installed.values())
     on_disk = {p.name for p in (tmp_path / "cache" / "packages").iterdir()}
-    assert on_disk == {i.path.name for i in environments._installed.values()}
+    assert on_disk == {i.path.name for i in cache._installed.values()}
 
 
 async def test_a_cache_the_server_cannot_write_is_used_as_it_is(tmp_path: Path) -> None:
@@ -244,10 +244,10 @@ async def test_a_cache_the_server_cannot_write_is_used_as_it_is(tmp_path: Path) 
         pytest.skip("root writes a directory of any mode: tests/e2e/execution/test_provided.py mounts it read-only")
     wanted = make_wheel(tmp_path, "alpha", {"alpha.py": b""})
     missing = make_wheel(tmp_path, "beta", {"beta.py": b""})
-    [path] = await Environments(tmp_path / "cache", max_bytes=1 << 20).acquire([wanted])
+    [path] = await WheelhouseCache(tmp_path / "cache", max_bytes=1 << 20).acquire([wanted])
     (tmp_path / "cache").chmod(0o555)
     try:
-        frozen = Environments(tmp_path / "cache", max_bytes=1)
+        frozen = WheelhouseCache(tmp_path / "cache", max_bytes=1)
         await frozen.scan()
         assert await frozen.acquire([wanted]) == [path]
         with pytest.raises(InstallError, match=r"beta is not installed in .*, which the server cannot write"):
