@@ -7,8 +7,13 @@ variable, declared once), `removed` (names that were settings once), `values` (`
 configuration read from the text), `sections` (its parts, each consumer's: `config.limits`, `config.kept`,
 ...), `disk` (what the configuration names on disk, looked at and filled in),
 `locks` (the locks and wheels the package environment and the wheelhouse are made from), `tokens`
-(the HTTP tokens file).
+(the HTTP tokens file), `wheelhouse` (what the wheelhouse offers, read once), `memory` (the sessions'
+memory budget).
 It imports no side of the server: each side reads the frozen value it is handed.
+
+Three words, one meaning each: a *variable* is a `RUNNER_*` name in the environment; a *setting* is
+its declaration (a `Setting`: the variable, its field, kind, unit, range and meaning); the
+*configuration* is the values read (`Config`, handed out in sections), opened on disk.
 
 Must not import: `runner.protocol`, `runner.transports`, `runner.execution`, `runner.processes`,
 `runner.inrun`, or the SDK.

@@ -35,7 +35,12 @@ image's, installed at build time by `python -m runner --install-packages`) is us
 is installed into it, evicted from it or locked.
 
 Pip is not used: the image's server has none, and what a target-directory install of a wheel does is
-the few steps above, over the standard library's zipfile.
+the few steps above, over the standard library's zipfile. Nor is pypa's `installer`, weighed for it:
+it would take the wheel as an open ZipFile (so the hash would still be of the bytes unpacked), but it
+installs into a scheme (scripts, headers, data, RECORD and INSTALLER written, entry points made) where
+this wants purelib and platlib alone, and it has none of the bounds above (members, bytes, time, links),
+which would be a destination class of ours around it: a runtime dependency of the server's for the
+one loop `_unpack` is.
 """
 
 from __future__ import annotations
