@@ -7,9 +7,11 @@ import logging
 import re
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
-from runner.config import LogFormat, LogLevel
+# The logging's own choices (RUNNER_LOG_LEVEL, RUNNER_LOG_FORMAT declare them as their kinds).
+LogFormat = Literal["text", "json"]
+LogLevel = Literal["debug", "info", "warning", "error"]
 
 LOGGER_NAME = "runner"
 NO_REQUEST = "-"

@@ -41,8 +41,8 @@ from runner.config.values import PROVIDED_DIRECTORY as PROVIDED_DIRECTORY
 from runner.config.values import SETTINGS as SETTINGS
 from runner.config.values import Config as Config
 from runner.config.values import HttpConfig as HttpConfig
-from runner.config.values import LogFormat as LogFormat
-from runner.config.values import LogLevel as LogLevel
 from runner.config.values import SandboxMode as SandboxMode
 from runner.config.values import SandboxNetwork as SandboxNetwork
 from runner.config.values import Transport as Transport
+from runner.logs import LogFormat as LogFormat
+from runner.logs import LogLevel as LogLevel

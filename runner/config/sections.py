@@ -20,8 +20,9 @@ from typing import Any, ClassVar
 
 from runner.config.locks import Distribution
 from runner.config.settings import KIB, MIB
-from runner.config.variables import LogFormat, LogLevel, SandboxMode, SandboxNetwork, Transport
+from runner.config.variables import SandboxMode, SandboxNetwork, Transport
 from runner.config.wheelhouse import Wheelhouse
+from runner.logs import LogFormat, LogLevel
 
 # In RUNNER_WHEELHOUSE_CACHE: the installed packages, the one part of it runs see (`provided_packages`).
 PROVIDED_DIRECTORY = "packages"

@@ -40,13 +40,12 @@ from runner.config.variables import DEFAULT_PRELOAD as DEFAULT_PRELOAD
 from runner.config.variables import LOOPBACK_HOSTS, LOOPBACK_ORIGINS
 from runner.config.variables import OPERATIONS_PATHS as OPERATIONS_PATHS
 from runner.config.variables import SETTINGS as SETTINGS
-from runner.config.variables import LogFormat as LogFormat
-from runner.config.variables import LogLevel as LogLevel
 from runner.config.variables import SandboxMode as SandboxMode
 from runner.config.variables import SandboxNetwork as SandboxNetwork
 from runner.config.variables import Transport as Transport
 from runner.config.wheelhouse import Wheelhouse
 from runner.errors import ConfigError
+from runner.logs import LogFormat, LogLevel
 
 
 @dataclass(frozen=True, slots=True)

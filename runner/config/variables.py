@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 from runner.config.settings import KIB, MIB, Setting
+from runner.logs import LogFormat, LogLevel
 
 # Paths the HTTP transport serves besides the MCP endpoint; RUNNER_HTTP_PATH may not take one.
 OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics")
@@ -19,11 +20,9 @@ LOOPBACK_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"
 # Without RUNNER_PRELOAD: those of these installed in RUNNER_PACKAGES.
 DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib.pyplot")
 
-LogFormat = Literal["text", "json"]
 SandboxMode = Literal["auto", "namespaces", "bwrap", "none", "none-posix-spawn"]
 SandboxNetwork = Literal["isolated", "shared"]
 Transport = Literal["stdio", "http"]
-LogLevel = Literal["debug", "info", "warning", "error"]
 
 
 def _choices(name: str, field: str, kind: object, meaning: str) -> Setting:
