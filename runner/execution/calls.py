@@ -38,6 +38,12 @@ class Host(Protocol):
         """The package directories held already (a session's), by distribution: not provided again."""
         ...
 
+    @property
+    def reads_imports(self) -> bool:
+        """Whether `take` chooses by the code's imports (a pooled interpreter of the lean or the
+        preloading supply); the packages read them wherever there are any."""
+        ...
+
     def hold_packages(self, request: RunRequest, provided: Mapping[str, Path]) -> RunResult | None:
         """Hold the directories provided for this call for as long as they are needed; or the answer
         if the call cannot go on (its session ended while they were installed)."""
@@ -81,6 +87,10 @@ class OneShotHost:
         self._supplies = supplies
         self._teardowns = teardowns
         self._provided = provided
+
+    @property
+    def reads_imports(self) -> bool:
+        return self._supplies.routes
 
     def hold_packages(self, request: RunRequest, provided: Mapping[str, Path]) -> RunResult | None:
         if self._provided is not None and provided:
@@ -133,8 +143,6 @@ class CallPath:
         self._sweeper = sweeper
         self._notes = notes
         self._log = logger
-        # Whether a call's imports are read at all: by the route to a preloading zygote, or the packages.
-        self._scans = provided is not None or supplies.routes
 
     async def run(self, request: RunRequest, on_progress: ProgressCallback | None) -> RunResult:
         """Run one request to its end and return the outcome; raises only for cancellation and
@@ -156,7 +164,9 @@ class CallPath:
 
     async def _run(self, request: RunRequest, admitted: Admitted, on_progress: ProgressCallback | None) -> RunResult:
         host = admitted.host
-        imports = imported_packages(request.code) if self._scans else frozenset()  # scanned once
+        # The code's imports, scanned once, and only where read: by the packages, or by the host's choice.
+        scans = self._provided is not None or host.reads_imports
+        imports = imported_packages(request.code) if scans else frozenset()
         paths: tuple[str, ...] = ()
         if self._provided is not None:  # what the call needs beyond what its host holds
             provided = await self._provided.provide(request, imports, host.packages, on_progress)

@@ -163,7 +163,14 @@ class Sessions:
                     yield session
                     return
                 async with session.turn, self._calling(session, request, slot) as admitted:
-                    yield admitted
+                    try:
+                        yield admitted
+                    except BaseException:
+                        # Its handle goes out with this call's answer alone: without one, nobody could
+                        # use or close the session, and it would hold its place under the caps.
+                        with anyio.CancelScope(shield=True):
+                            await self.end(session, "the call that started it ended without an answer", "closed")
+                        raise
         finally:
             self._unlisted.pop(id(request), None)
 
@@ -272,6 +279,10 @@ class SessionHost:
     @property
     def packages(self) -> Mapping[str, Path]:
         return self._session.packages
+
+    @property
+    def reads_imports(self) -> bool:
+        return False  # its call is forked from its anchor, whichever supply that came from
 
     def hold_packages(self, request: RunRequest, provided: Mapping[str, Path]) -> RunResult | None:
         if not self._sessions.is_open(self._session):  # closed while its packages were installed

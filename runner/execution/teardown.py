@@ -87,13 +87,18 @@ class Teardowns:
         """End `child`'s run: the one way a run's interpreter goes. With `then` (what frees the run's
         slot), a run that told its own end but is not reaped yet is answered first: what can go at
         once goes, the rest is ended in the background and `then` called once it is all gone. Any
-        other (reaped already, failed, cancelled, or no `then`) is ended now, before the answer."""
+        other (reaped already, failed, cancelled, or no `then`) is ended now, before the answer, and
+        so is one whose background cannot be had any more; `then` is called either way."""
         if then is not None and not child.reaped:
             child.free_early()
             done = anyio.Event()
-            self._pending.add(done)
-            self._task_group.start_soon(self._tear_down, child, then, done)
-            return
+            try:
+                self._task_group.start_soon(self._tear_down, child, then, done)
+            except RuntimeError:
+                pass  # the pool's task group has ended (the server stops): ended now, below
+            else:
+                self._pending.add(done)
+                return
         with anyio.CancelScope(shield=True):
             try:
                 await self._ends.destroy(child)

@@ -187,6 +187,28 @@ async def test_a_cancelled_call_is_killed_and_rolled_back_and_the_session_goes_o
     assert pool.state().sessions.rolled_back == 1
 
 
+async def test_a_new_session_whose_first_call_is_cancelled_is_ended_not_left_open_under_a_handle_nobody_has(
+    pool: Pool,
+) -> None:
+    # Review of issue 47: its handle goes out only with the first call's answer; cancelled before
+    # that, the session stayed open, counted against the caps until it expired, and nobody could close it.
+    running = anyio.Event()
+
+    async def told(_progress: object) -> None:
+        running.set()
+
+    request = RunRequest("t", "import time\ntime.sleep(30)", 30, session=NEW_SESSION)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pool.run, request, told)
+        with anyio.fail_after(20):
+            await running.wait()  # its session is open and its first call runs
+        assert pool.state().sessions.open == 1
+        tg.cancel_scope.cancel()
+    state = pool.state().sessions
+    assert (state.open, state.closed) == (0, 1)
+    assert (await new_session(pool)).startswith("s-"), "and the caps hold nothing for it"
+
+
 async def test_two_calls_at_once_to_one_session_run_one_after_the_other_in_the_order_they_came(pool: Pool) -> None:
     handle = await new_session(pool, "import time\nlog = []")
     ends: dict[str, RunResult] = {}
