@@ -14,7 +14,8 @@ A session takes a concurrency slot only while one of its calls runs; a second ca
 whose call is running waits its turn (FIFO), counted as waiting in the queue (or its caller's own
 line) and for at most its own timeout, then `busy`. Sessions end when
 closed, after `RUNNER_SESSION_IDLE_SECONDS` unused, `RUNNER_SESSION_MAX_SECONDS` after they began,
-when their state is lost (a call killed its keeper), and with the server.
+when their state is lost (a call killed its keeper), when the call that started them ends without an
+answer (nobody has their handle), and with the server.
 """
 
 from __future__ import annotations
