@@ -59,24 +59,23 @@ def floors(nodes: set[str], edges: set[tuple[str, str]]) -> dict[str, int]:
     return {n: floor(n) for n in nodes}
 
 
-def group(name: str) -> str:
+def group(name: str, packages: set[str]) -> str:
+    """The room `name` stands in: its sub-package (one of `packages`), else itself."""
     parts = name.split(".")
-    return ".".join(parts[:2]) if len(parts) > 2 or name in GROUPS else name
-
-
-GROUPS: set[str] = set()
+    return ".".join(parts[:2]) if len(parts) > 2 or name in packages else name
 
 
 def main() -> None:
     say = sys.stdout.write
     repo = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     found = modules(repo / "runner")
-    GROUPS.update(n for n in found if n.count(".") == 1 and found[n].name == "__init__.py")
+    packages = {n for n in found if n.count(".") == 1 and found[n].name == "__init__.py"}
     edges = arrows(found)
     level = floors(set(found), edges)
     say(f"modules {len(found)}  arrows {len(edges)}  floors {max(level.values())}\n")
-    rooms = {group(n) for n in found}
-    room_edges = {(group(a), group(b)) for a, b in edges if group(a) != group(b)}
+    rooms = {group(n, packages) for n in found}
+    room_edges = {(group(a, packages), group(b, packages)) for a, b in edges}
+    room_edges = {(a, b) for a, b in room_edges if a != b}
     room_level = floors(rooms, room_edges)
     back = sorted((a, b) for a, b in room_edges if room_level[b] >= room_level[a])
     top = max(room_level.values())

@@ -226,24 +226,9 @@ class Config:
     # Derived values read where the whole configuration is still taken; each is its section's.
 
     @property
-    def sessions_refused(self) -> str:
-        """Why this server keeps no sessions, or "" where it does (`SessionsConfig.refused`)."""
-        return self.sessions.refused
-
-    @property
-    def tasks_refused(self) -> str:
-        """Why this server offers no tasks extension, or "" where it does (`TasksConfig.refused`)."""
-        return self.tasks.refused
-
-    @property
     def provided_packages(self) -> str:
         """Where the wheelhouse's installed packages are (`PackagesConfig.provided_packages`)."""
         return self.packages_section.provided_packages
-
-    @property
-    def keeps_output(self) -> bool:
-        """Whether output over what the answer carries is kept whole (`KeptConfig.keeps_output`)."""
-        return self.kept.keeps_output
 
     @property
     def run_uid_range(self) -> range:
@@ -274,11 +259,6 @@ class Config:
     def max_message_bytes(self) -> int:
         """Largest JSON-RPC line accepted (`LimitsConfig.max_message_bytes`)."""
         return self.limits.max_message_bytes
-
-    @property
-    def max_input_bytes(self) -> int:
-        """What the files of one call may hold in all, decoded (`LimitsConfig.max_input_bytes`)."""
-        return self.limits.max_input_bytes
 
     @property
     def file_size_bytes(self) -> int:

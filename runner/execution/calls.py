@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Protocol
 
 import anyio
@@ -80,7 +81,7 @@ class OneShotHost:
     """A one-shot call: a pooled interpreter of the supply its imports choose; its verdict, the
     interpreter's end, after the answer where the run told its own end (the slot held until then)."""
 
-    packages: Mapping[str, Path] = {}
+    packages: Mapping[str, Path] = MappingProxyType({})  # it holds none: what it is given goes with its slot
 
     def __init__(self, slot: Slot, supplies: Supplies, teardowns: Teardowns, provided: ProvidedPackages | None) -> None:
         self._slot = slot
@@ -101,9 +102,8 @@ class OneShotHost:
     async def take(self, request: RunRequest, imports: frozenset[str]) -> Child | RunResult:
         return await self._supplies.for_imports(imports).take()
 
-    @asynccontextmanager
-    async def watching(self, child: Child) -> AsyncIterator[None]:
-        yield  # the driver watches all a one-shot run needs
+    def watching(self, child: Child) -> AbstractAsyncContextManager[None]:
+        return nullcontext()  # the driver watches all a one-shot run needs
 
     async def verdict(self, child: Child, request: RunRequest, result: RunResult) -> RunResult:
         await self._teardowns.end(child, self._slot.hand_on())

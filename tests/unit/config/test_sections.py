@@ -158,8 +158,5 @@ def test_several_workers_keep_no_sessions_tasks_or_outputs_and_the_whole_says_wh
     assert "RUNNER_MAX_TASKS_PER_CALLER=0" in off.tasks.refused
     assert not off.kept.keeps_output
     for config in (one, several, off):
-        assert config.sessions_refused == config.sessions.refused
-        assert config.tasks_refused == config.tasks.refused
-        assert config.keeps_output == config.kept.keeps_output
         assert config.max_message_bytes == config.limits.max_message_bytes
         assert config.run_uid_range == config.isolation.run_uid_range
