@@ -8,9 +8,9 @@ Python 3.11 has no ``os.unshare`` or ``os.setns``, and no Python has ``mount``, 
 Who calls what (see zygote.py): the zygote enters a user namespace once, if it lacks
 CAP_SYS_ADMIN, makes the part of the view that runs share in a mount namespace of its own
 (`prepare_shared_view`) and the PID namespace that runs' are made in (pidspaces.py). For
-each run it lends a kept PID namespace and forks the run into it; the run makes its own mount, IPC,
-UTS and network namespaces (`unshare` of `Isolation.unshared`), and calls `name_host` and
-`make_private_view`, all before its code can arrive.
+each run it lends a kept PID namespace and forks the run into it; the run enters the network
+namespace lent with it (networks.py), makes its own mount, IPC and UTS namespaces (`unshare` of
+`Isolation.unshared`), and calls `name_host` and `make_private_view`, all before its code can arrive.
 """
 
 from __future__ import annotations
@@ -104,6 +104,7 @@ class Isolation:
         "cgroups",
         "hide",
         "mounts",
+        "network",
         "proc_covers",
         "spaces",
         "tmp_bytes",
@@ -114,11 +115,12 @@ class Isolation:
 
     def __init__(self, args: list[str]) -> None:
         self.tmp_bytes = int(args[0])  # the size of each private tmpfs
-        # The namespaces a run makes for itself: a network namespace too unless NETWORK is "shared".
-        # Never one lent from an earlier run: what the kernel counts there (/proc/net/snmp, the
-        # interfaces' counters) would tell a run what the earlier one did. It costs the run 0.5-0.9 ms
-        # of CPU before its code, and the kernel its teardown after (docs/performance.md).
-        self.unshared = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if args[1] == "isolated" else 0)
+        # The namespaces a run makes for itself.
+        self.unshared = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS
+        # Unless NETWORK is "shared", a network namespace that is not the host's: the one its kept PID
+        # namespace's init made, lent again only while nothing of an earlier run can be found in it
+        # (networks.py). One made for each run cost about 1 ms of the machine's CPU (docs/performance.md).
+        self.network = args[1] == "isolated"
         self.bound_back = [arg for arg in args[2:] if arg.startswith("/")]  # see make_private_view
         # What of the host the view holds (prepare_shared_view): nothing else of it is there. What is
         # bound back must be in the view to begin with.

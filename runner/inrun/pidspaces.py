@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn, Protocol
 
-    from runner.inrun import bootstrap, libc, namespaces
+    from runner.inrun import bootstrap, libc, namespaces, networks
 
     class CleaningListener(Protocol):
         """Told of each kept namespace's cleaning, by the fd its init answers on (`cgroups.RunCgroups`:
@@ -52,10 +52,14 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
     import bootstrap
     import libc
     import namespaces
+    import networks
 
-# What an init answers once its run's processes are all gone, or when some would not die in time.
+# What an init answers once its run's processes are all gone (and its network namespace, if it has one,
+# is as it was made), when some would not die in time, or when they are gone but the network
+# namespace holds something of theirs (networks.py).
 CLEAN = b"C"
 NOT_CLEAN = b"D"
+USED = b"N"
 # How long an init waits for what a run left to die before it gives up on its namespace (a process
 # stuck in the kernel): the namespace is then ended instead of lent again.
 CLEAN_SECONDS = 1.0
@@ -71,15 +75,17 @@ class HolderGone(Exception):
 
 
 class Space:
-    """A kept PID namespace: its init (the zygote's child, PID 1 inside), an fd of the namespace, and the
+    """A kept PID namespace: its init (the zygote's child, PID 1 inside), an fd of the namespace, the
+    fd of the network namespace its init made with it (-1: runs keep the zygote's network), and the
     pipe and socket ends on which the zygote says a run has ended and the init answers; the host uid
     lent to its run, if any, until every process of that run is gone."""
 
-    __slots__ = ("commands", "init", "namespace", "replies", "uid")
+    __slots__ = ("commands", "init", "namespace", "network", "replies", "uid")
 
-    def __init__(self, init: int, namespace: int, commands: int, replies: int) -> None:
+    def __init__(self, init: int, namespace: int, commands: int, replies: int, network: int = -1) -> None:
         self.init = init
         self.namespace = namespace
+        self.network = network
         self.commands = commands
         self.replies = replies
         self.uid: int | None = None
@@ -94,6 +100,7 @@ class PidSpaces:
         "_lends_uids",
         "_limits",
         "_listener",
+        "_network",
         "_uids",
         "between",
         "bound",
@@ -109,8 +116,11 @@ class PidSpaces:
         bound: int,
         uids: list[int] | None = None,
         listener: CleaningListener | None = None,
+        *,
+        network: bool = False,
     ) -> None:
         self._limits = limits  # the runs': each init is held to them, but for CPU time
+        self._network = network  # each init makes a network namespace too, lent with it (networks.py)
         self.bound = max(1, bound)  # kept namespaces at most, free, lent, cleaning or ending alike
         self._listener = listener
         # What the zygote does while a fork waits at the bound: reap the runs that have ended and report
@@ -169,14 +179,15 @@ class PidSpaces:
                 if namespaces.clone(0) == 0:
                     try:
                         if namespaces.clone(namespaces.CLONE_NEWPID | namespaces.CLONE_PARENT) == 0:
-                            serve_as_init(commands_r, theirs.fileno(), self._limits, kills_other_uids=self._lends_uids)
+                            serve_as_init(commands_r, theirs.fileno(), self._limits, self._lends_uids, self._network)
                     finally:
                         os._exit(0)
             finally:
                 os.close(commands_r)
                 theirs.close()  # so that the read below ends if no init comes
-            said, fds, _, _ = socket.recv_fds(ours, 32, 1)
-            if len(fds) != 1 or not said.isdigit():
+            wanted = 2 if self._network else 1
+            said, fds, _, _ = socket.recv_fds(ours, 32, wanted)
+            if len(fds) != wanted or not said.isdigit():
                 for fd in fds:
                     os.close(fd)
                 raise OSError(errno.ECHILD, "no init came for a new PID namespace")
@@ -184,7 +195,7 @@ class PidSpaces:
             os.close(commands_w)
             ours.close()
             raise
-        space = Space(int(said), fds[0], commands_w, ours.detach())
+        space = Space(int(said), fds[0], commands_w, ours.detach(), fds[1] if self._network else -1)
         os.set_blocking(space.replies, False)
         self.by_init[space.init] = space
         return space
@@ -275,12 +286,12 @@ class PidSpaces:
         except OSError:
             answer = b""
         if self._listener is not None:
-            self._listener.cleaned(replies, answer == CLEAN)
+            self._listener.cleaned(replies, answer in (CLEAN, USED))
         self.finished(self.cleaning[replies], answer)
 
     def finished(self, space: Space, answer: bytes) -> None:
         """The init of `space` answered: the namespace is free again, or ended if a process of the run
-        may still be in it."""
+        may still be in it, or something of the run in its network namespace."""
         del self.cleaning[space.replies]
         if answer == CLEAN:
             self._take_back_uid(space)
@@ -307,8 +318,9 @@ class PidSpaces:
             self._free.remove(space)
         self.cleaning.pop(space.replies, None)
         self._take_back_uid(space)
-        for fd in (space.namespace, space.commands, space.replies):
-            os.close(fd)
+        for fd in (space.namespace, space.commands, space.replies, space.network):
+            if fd >= 0:
+                os.close(fd)
 
     def retire(self, space: Space) -> None:
         """End a kept namespace: its init is killed, and every process in it with it (`lost` follows)."""
@@ -344,9 +356,12 @@ def _unless_holder_gone(holder: int, exc: OSError) -> None:
         raise HolderGone("the PID namespace runs' are made in has ended") from exc
 
 
-def serve_as_init(commands: int, replies: int, limits: list[int], *, kills_other_uids: bool = False) -> NoReturn:
+def serve_as_init(
+    commands: int, replies: int, limits: list[int], kills_other_uids: bool = False, network: bool = False
+) -> NoReturn:
     """PID 1 of a kept PID namespace: told on `commands` that a run has ended, kill whatever is left of
-    it, then answer on `replies`.
+    it, then answer on `replies`: `CLEAN`, `NOT_CLEAN`, or, where it made a network namespace for its
+    runs (`network`), `USED` if that namespace is not as it was made (`networks.Watch`).
 
     It ignores SIGCHLD, so the kernel reaps what is orphaned to it, and every signal from inside the
     namespace (PID 1 gets none it has no handler for): nothing a run does makes it spend CPU. It is
@@ -366,6 +381,10 @@ def serve_as_init(commands: int, replies: int, limits: list[int], *, kills_other
         # getppid() is 0 here either way (the zygote is outside this PID namespace): if the zygote
         # died before this line, the server's stray sweep kills this orphan.
         namespaces.die_with_parent()
+        watch = None
+        if network:
+            namespaces.unshare(namespaces.CLONE_NEWNET)  # while it still may: it drops every capability below
+            watch = networks.Watch()
         # Within a run's reach, so within a run's limits, but for CPU time, which adds up from run to run.
         for name, soft, hard in bootstrap.wanted_limits(*limits):
             if name != "RLIMIT_CPU":
@@ -375,12 +394,16 @@ def serve_as_init(commands: int, replies: int, limits: list[int], *, kills_other
         # Its pid as the zygote knows it (/proc here is the zygote's, of the zygote's PID namespace), and
         # its namespace: a zygote in a user namespace may not open a non-dumpable process's /proc/PID/ns.
         with socket.socket(fileno=1) as channel:
-            namespace = os.open("/proc/self/ns/pid", os.O_RDONLY)
-            socket.send_fds(channel, [os.readlink("/proc/self").encode()], [namespace])
-            os.close(namespace)
+            held = [os.open(f"/proc/self/ns/{kind}", os.O_RDONLY) for kind in ("pid", "net")[: 1 + network]]
+            socket.send_fds(channel, [os.readlink("/proc/self").encode()], held)
+            for fd in held:
+                os.close(fd)
             channel.detach()
         while os.read(0, 1):  # EOF: the zygote is gone
-            os.write(1, CLEAN if _kill_all() else NOT_CLEAN)
+            if not _kill_all():
+                os.write(1, NOT_CLEAN)
+            else:
+                os.write(1, CLEAN if watch is None or watch.as_made() else USED)
     finally:
         os._exit(0)
 

@@ -142,7 +142,10 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
             isolation.cgroups = cgroups.RunCgroups(parents, cgroups.memory_grown(writes, run_limits[1] - limits[1]))
         namespaces.prepare_shared_view(isolation)
         # The inits are forked from this zygote too: what it maps counts for them as for its runs.
-        namespaced = (isolation, pidspaces.PidSpaces(run_limits, isolation.spaces, isolation.uids, isolation.cgroups))
+        spaces = pidspaces.PidSpaces(
+            run_limits, isolation.spaces, isolation.uids, isolation.cgroups, network=isolation.network
+        )
+        namespaced = (isolation, spaces)
     limits = run_limits
     # A namespaced zygote keeps its capabilities (in its own user namespace, if it needed one) to
     # build each run's namespaces; every run drops them before its code can arrive.
@@ -284,7 +287,8 @@ def _fork_run(
     theirs = [ends[0], ends[3], ends[5], ends[6]]
     if pid == 0:
         uid = space.uid if space else None
-        _forked_run(theirs, workdir or namespaces.WORKDIR, limits, namespaced and namespaced[0], uid, cgroup)
+        network = space.network if space else -1
+        _forked_run(theirs, workdir or namespaces.WORKDIR, limits, namespaced and namespaced[0], uid, cgroup, network)
     for fd in theirs:
         os.close(fd)
     if cgroup is not None:
@@ -301,13 +305,15 @@ def _forked_run(
     isolation: namespaces.Isolation | None,
     uid: int | None = None,
     cgroup: cgroups.RunCgroup | None = None,
+    network: int = -1,
 ) -> NoReturn:
     """In the forked child: become a run like a freshly spawned interpreter would, then run its code.
 
-    A namespaced run (`isolation`), forked into its kept PID namespace, first makes its own mount,
-    IPC, UTS and network namespaces, builds its view of the file system, becomes the host `uid` it
-    was lent (a root server's run), drops every capability and refuses mounting and setns from then
-    on. Never returns: whatever happens, this process must not go back into the zygote's loop.
+    A namespaced run (`isolation`), forked into its kept PID namespace, enters the `network`
+    namespace its init made (-1: the zygote's), makes its own mount, IPC and UTS namespaces, builds its
+    view of the file system, becomes the host `uid` it was lent (a root server's run), drops every
+    capability and refuses mounting and setns from then on. Never returns: whatever happens, this
+    process must not go back into the zygote's loop.
     """
     try:
         if cgroup is not None:
@@ -318,6 +324,8 @@ def _forked_run(
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         if isolation is not None:
+            if network >= 0:
+                namespaces.setns(network, namespaces.CLONE_NEWNET)
             namespaces.unshare(isolation.unshared)
         for target, fd in enumerate(theirs):
             os.dup2(fd, target)
@@ -327,7 +335,7 @@ def _forked_run(
             if uid is not None:
                 bootstrap.give_home(workdir, uid)
             DROP_PRIVILEGES(uid)
-            SET_UP_DONE[bool(isolation.unshared & namespaces.CLONE_NEWNET)].install()
+            SET_UP_DONE[isolation.network].install()
             namespaces.require_no_privileges()  # fail closed: the dropping ignores what fails
         _ready_and_run_code(workdir, limits, () if isolation is None else isolation.tmpfs)
     except BaseException:
@@ -419,7 +427,7 @@ def probe(isolation: namespaces.Isolation) -> int:
         isolation.cgroups = cgroups.RunCgroups(*cgroups.parse_tokens(isolation.cgroup_args))
     namespaces.prepare_shared_view(isolation)
     bootstrap.prepare_process(libc, seccomp.Filter(seccomp.EVERY_PROCESS), namespaced_zygote=True)
-    spaces = pidspaces.PidSpaces(PROBE_LIMITS, isolation.spaces, isolation.uids)
+    spaces = pidspaces.PidSpaces(PROBE_LIMITS, isolation.spaces, isolation.uids, network=isolation.network)
     try:
         spaces.prepare()
         for pid_inside in (2, 3):

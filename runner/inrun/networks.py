@@ -1,0 +1,96 @@
+"""A kept network namespace, lent again only while nothing of an earlier run can be found in it. Stdlib only.
+
+Loaded by the zygote (``zygote.py``) under ``-I -S``, like ``pidspaces.py``, never by the server.
+
+A network namespace made for each run and torn down after it costs more CPU than anything else a run's
+isolation does: about 1 ms of the machine's per run, half of it the kernel's teardown on its own threads
+(docs/performance.md). So each kept PID namespace's init makes one network namespace with it, and its
+runs are entered into that one. It is lent to the next run only if everything a run can read of it is as
+it was when it was made (`Watch.as_made`): the kernel's counters (``/proc/net/snmp``, ``snmp6``,
+``netstat``, ``dev``), its sockets (``sockstat``'s count of every socket of any family, ``sockstat6``,
+``unix``, with the abstract names, and ``netlink``) and its routes (``route``, ``ipv6_route``). A run
+that changed any of them (a socket something still holds, a packet counted, a name bound) leaves a
+namespace that is ended with its init instead; the next run gets a new one. Nothing else in a network
+namespace is within a run's reach: it holds no capability, and its seccomp filter refuses internet
+sockets.
+
+`comparable` is pure over the bytes of one file (tested without processes); `Watch` holds the init's
+open files, read again after each run (``lseek`` and ``read``: no path lookup).
+"""
+
+from __future__ import annotations
+
+import os
+
+# What a run can read of its network namespace under /proc/net, and so what a later run must find as it
+# was made. A file the kernel does not have (no IPv6) is left out.
+WATCHED = ("snmp", "snmp6", "netstat", "dev", "sockstat", "sockstat6", "unix", "netlink", "route", "ipv6_route")
+# sockstat's counts that are the host's, not the namespace's (orphaned TCP sockets, sockets allocated,
+# pages of socket memory): they move with every other namespace's traffic and tell a run nothing of its own.
+HOST_WIDE = frozenset((b"orphan", b"alloc", b"mem"))
+# More than a namespace as made ever holds in one file (unix and netlink list every socket): read no
+# further, and the namespace is not as made.
+MAX_FILE_BYTES = 1 << 20
+
+
+def comparable(name: str, text: bytes) -> bytes:
+    """What of /proc/net/`name`'s `text` is its namespace's own: `text` itself, but for sockstat, whose
+    host-wide counts (`HOST_WIDE`) are left out."""
+    if name != "sockstat":
+        return text
+    lines = []
+    for line in text.split(b"\n"):
+        words = line.split(b" ")
+        kept = words[:1]
+        for at in range(1, len(words) - 1, 2):
+            if words[at] not in HOST_WIDE:
+                kept += words[at : at + 2]
+        lines.append(b" ".join(kept))
+    return b"\n".join(lines)
+
+
+def read_whole(fd: int, limit: int = MAX_FILE_BYTES) -> bytes | None:
+    """The whole of an open /proc file, from its start (a seq_file makes it anew); None if over `limit`."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    size = 0
+    while chunk := os.read(fd, 65536):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class Watch:
+    """The /proc/net files of the caller's network namespace, open, and what they said when it was new.
+
+    Made by the init right after it made the namespace, before any run is in it; the files stay bound to
+    that namespace whatever the init does later (they were opened there), and need no privilege to read.
+    """
+
+    __slots__ = ("files", "made")
+
+    def __init__(self) -> None:
+        self.files: list[tuple[str, int]] = []
+        for name in WATCHED:
+            try:
+                self.files.append((name, os.open(f"/proc/self/net/{name}", os.O_RDONLY | os.O_CLOEXEC)))
+            except FileNotFoundError:
+                continue
+        self.made = self.read()
+
+    def read(self) -> list[bytes | None]:
+        """What the files say now, each as `comparable`, None for one too large."""
+        now: list[bytes | None] = []
+        for name, fd in self.files:
+            text = read_whole(fd)
+            now.append(None if text is None else comparable(name, text))
+        return now
+
+    def as_made(self) -> bool:
+        """True if nothing a run can read of the namespace differs from when it was made."""
+        try:
+            return None not in self.made and self.read() == self.made
+        except OSError:
+            return False
