@@ -332,3 +332,11 @@ def test_the_zygote_makes_namespaces_as_an_unprivileged_user_through_a_user_name
     ]
     done = subprocess.run(probe, capture_output=True, text=True, timeout=60, check=False, cwd="/")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_status_field_is_read_by_its_name_and_a_missing_one_is_what_the_caller_says() -> None:
+    status = b"Name:\tpython\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2"
+    assert namespaces._field(status, b"CapEff", b"1") == b"0000000000000000"
+    assert namespaces._field(status, b"Seccomp", b"0") == b"2"  # the last line, no newline after it
+    assert namespaces._field(status, b"CapPrm", b"1") == b"1"  # missing: held, so the check fails closed
+    assert namespaces._field(status, b"Eff", b"x") == b"x"  # a name is matched whole, from a line's start
