@@ -267,9 +267,11 @@ SETTINGS = (
         "RUNNER_SANDBOX_NETWORK",
         "sandbox_network",
         SandboxNetwork,
-        "`isolated`: each sandboxed run gets an empty network namespace of its own, made for it and never lent to "
-        "another (no network at all, no abstract unix socket shared with another run, and no counter an earlier "
-        "run moved); `shared`: keep the server's network.",
+        "`isolated`: each sandboxed run gets an empty network namespace that no other run is in at the same time "
+        "(no network at all, no abstract unix socket shared with another run): bubblewrap makes one per run, and "
+        "the namespaced fork server lends one again only while nothing an earlier run could leave there (a socket, "
+        "a bound name, a counter, a route) is in it (see [security](security.md#a-lent-network-namespace)); "
+        "`shared`: keep the server's network.",
     ),
     Setting(
         "RUNNER_SANDBOX_TMP_MB",
