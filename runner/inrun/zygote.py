@@ -11,7 +11,8 @@ With ``namespaces`` every run gets its own PID, mount, IPC, UTS and (NETWORK ``i
 network namespaces, set up before its code can arrive. The PID namespace is a kept one, lent to one
 run at a time (pidspaces.py): the run is forked into it, and once the zygote has reaped the run and
 reported its end, the namespace's init, made once, kills whatever the run left before the namespace
-is lent again. The run itself makes the rest (mount, IPC, UTS, network: never lent, see
+is lent again. The network namespace is lent with it, while nothing of an earlier run is in it
+(networks.py). The run itself makes the rest (mount, IPC, UTS: never lent, see
 `namespaces.Isolation`) and builds its private view of the file system, then drops every capability
 and refuses what only that set-up needed (`seccomp.AFTER_SET_UP`).
 ``python zygote.py --probe TMP_BYTES NETWORK KEEP...`` runs two such runs of ``pass``, the second in
