@@ -739,7 +739,7 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
                 "zygotes' fds, end vs warm-up",
                 all(after <= before for before, after in zygote_fds),  # type: ignore[operator]
                 ", ".join(f"{before} -> {after}" for before, after in zygote_fds)
-                + " (but 3 for each kept namespace; bound +0)",
+                + " (but 3 for each kept namespace, 4 with its network namespace; bound +0)",
             )
         )
     zygote_mounts = [

@@ -68,12 +68,29 @@ def fds(pid: int) -> int | None:
         return None
 
 
+def network_namespace_fds(pid: int) -> int:
+    """How many of `pid`'s fds are network namespaces (a zygote holds one for each kept PID namespace
+    whose runs have an isolated network: `pidspaces.Space.network`)."""
+    count = 0
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{name}").startswith("net:[")
+        except OSError:
+            continue
+    return count
+
+
 @dataclass
 class Census:
     """One look at a server: its zygotes' kept inits, fds and mounts, and the host's mounts."""
 
     inits: dict[int, list[int]] = field(default_factory=dict)  # zygote -> its kept namespaces' inits
     zygote_fds: dict[int, int | None] = field(default_factory=dict)
+    zygote_networks: dict[int, int] = field(default_factory=dict)
     zygote_mounts: dict[int, int | None] = field(default_factory=dict)
     host_mounts: int | None = None
 
@@ -85,6 +102,7 @@ class Census:
             children = [pid for pid, parent in parent_of.items() if parent == zygote]
             census.inits[zygote] = sorted(pid for pid in children if is_kept_init(pid))
             census.zygote_fds[zygote] = fds(zygote)
+            census.zygote_networks[zygote] = network_namespace_fds(zygote)
             census.zygote_mounts[zygote] = count_lines(f"/proc/{zygote}/mountinfo")
         return census
 
@@ -98,9 +116,13 @@ class Census:
 
     def fds_beyond_inits(self, zygote: int) -> int | None:
         """The zygote's fds but the three it holds for each kept namespace (its fd, the pipe and the
-        socket to its init: `pidspaces.Space`)."""
+        socket to its init: `pidspaces.Space`) and, where runs have an isolated network, the fourth:
+        its network namespace (one for each at most: one more is counted, as a leak would be)."""
         count = self.zygote_fds.get(zygote)
-        return None if count is None else count - 3 * len(self.inits.get(zygote, []))
+        if count is None:
+            return None
+        inits = len(self.inits.get(zygote, []))
+        return count - 3 * inits - min(inits, self.zygote_networks.get(zygote, 0))
 
 
 def kept_bound(pool_size: int, max_concurrent: int, max_sessions: int) -> int:
