@@ -68,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.procfs import proc_status
 from harness.servers import REPO
-from harness.soak_census import Census, count_lines, kept_bound, parents
+from harness.soak_census import Census, count_lines, kept_bound, kept_cgroups, parents
 from harness.soak_sessions import Story, plan_story
 
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "soak", "version": "1"}}
@@ -739,7 +739,7 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
                 "zygotes' fds, end vs warm-up",
                 all(after <= before for before, after in zygote_fds),  # type: ignore[operator]
                 ", ".join(f"{before} -> {after}" for before, after in zygote_fds)
-                + " (but 3 for each kept namespace, 4 with its network namespace; bound +0)",
+                + " (but 3 for each kept namespace, and its network namespace and cgroup; bound +0)",
             )
         )
     zygote_mounts = [
@@ -788,11 +788,19 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
                 f"bound {args.max_rss_growth_mib:g} MiB)",
             )
         )
+    # A namespaced zygote keeps a cgroup with each kept namespace: no more of them than its inits, and
+    # no more of the others (a spawned run's own) than at the warm-up.
+    kept_before = kept_cgroups(cgroups_before, list(census_before.inits))
+    kept_after = kept_cgroups(cgroups_after, list(census_after.inits))
+    others_before = [path for path in cgroups_before if os.path.basename(path) not in kept_before]
+    others_after = [path for path in cgroups_after if os.path.basename(path) not in kept_after]
+    inits_after = sum(len(inits) for inits in census_after.inits.values())
     checks.append(
         Check(
             "run cgroups, end vs warm-up",
-            len(cgroups_after) <= len(cgroups_before),
-            f"{len(cgroups_before)} -> {len(cgroups_after)} (the warm pool's runs; bound: no more)",
+            len(others_after) <= len(others_before) and len(kept_after) <= inits_after,
+            f"{len(others_before)} -> {len(others_after)} (the warm pool's spawned runs; bound: no more); kept with "
+            f"a namespace {len(kept_before)} -> {len(kept_after)} (bound: the kept inits, {inits_after})",
         )
     )
     checks.append(Check("server exit status on stdin EOF", exit_code == 0, str(exit_code)))

@@ -6,9 +6,14 @@ sandbox would be there).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# A server's parent cgroups' names begin so (runner/inrun/cgroups.py's PARENT_PREFIX; the soak does not
+# import the server's code).
+PARENT_PREFIX = "python-runner-"
 
 # A zygote's children whose NSpid has this many entries and ends in 1 are kept PID namespaces' inits
 # (host, the namespace runs' are made in, their own: runner/inrun/pidspaces.py).
@@ -68,20 +73,36 @@ def fds(pid: int) -> int | None:
         return None
 
 
-def network_namespace_fds(pid: int) -> int:
-    """How many of `pid`'s fds are network namespaces (a zygote holds one for each kept PID namespace
-    whose runs have an isolated network: `pidspaces.Space.network`)."""
-    count = 0
+def kept_fds(pid: int) -> int:
+    """How many of zygote `pid`'s fds it holds for its kept namespaces beyond the three of each
+    (`pidspaces.Space`): their network namespaces, and their cgroups' (`cgroups.RunCgroup`: in each
+    hierarchy the cgroup's directory, its ``tasks`` file and a dup of its parent's fd; v1's OOM eventfd)."""
     try:
         names = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return 0
+    targets = []
     for name in names:
-        try:
-            count += os.readlink(f"/proc/{pid}/fd/{name}").startswith("net:[")
-        except OSError:
-            continue
-    return count
+        with contextlib.suppress(OSError):
+            targets.append(os.readlink(f"/proc/{pid}/fd/{name}"))
+    mark = f"/run-{pid}-"
+    parents = [target for target in targets if os.path.basename(target).startswith(PARENT_PREFIX)]
+    return (
+        sum(target.startswith("net:[") or target == "anon_inode:[eventfd]" or mark in target for target in targets)
+        + len(parents)
+        - len(set(parents))  # the zygote's own fd of each parent is not a kept cgroup's
+    )
+
+
+def kept_cgroups(paths: list[str], zygotes: list[int]) -> set[str]:
+    """The names of the run cgroups among `paths` that `zygotes` keep with their kept namespaces."""
+    marks = tuple(f"run-{zygote}-" for zygote in zygotes)
+    return {os.path.basename(path) for path in paths if os.path.basename(path).startswith(marks)}
+
+
+# What a zygote holds for one kept namespace beyond its three fds, at most: its network namespace, and
+# its cgroup's directory, tasks file and parent's dup in each of two hierarchies, and an OOM eventfd.
+KEPT_FDS_EACH = 8
 
 
 @dataclass
@@ -90,7 +111,7 @@ class Census:
 
     inits: dict[int, list[int]] = field(default_factory=dict)  # zygote -> its kept namespaces' inits
     zygote_fds: dict[int, int | None] = field(default_factory=dict)
-    zygote_networks: dict[int, int] = field(default_factory=dict)
+    zygote_kept_fds: dict[int, int] = field(default_factory=dict)
     zygote_mounts: dict[int, int | None] = field(default_factory=dict)
     host_mounts: int | None = None
 
@@ -102,7 +123,7 @@ class Census:
             children = [pid for pid, parent in parent_of.items() if parent == zygote]
             census.inits[zygote] = sorted(pid for pid in children if is_kept_init(pid))
             census.zygote_fds[zygote] = fds(zygote)
-            census.zygote_networks[zygote] = network_namespace_fds(zygote)
+            census.zygote_kept_fds[zygote] = kept_fds(zygote)
             census.zygote_mounts[zygote] = count_lines(f"/proc/{zygote}/mountinfo")
         return census
 
@@ -115,14 +136,14 @@ class Census:
         return max((len(inits) for inits in self.inits.values()), default=0)
 
     def fds_beyond_inits(self, zygote: int) -> int | None:
-        """The zygote's fds but the three it holds for each kept namespace (its fd, the pipe and the
-        socket to its init: `pidspaces.Space`) and, where runs have an isolated network, the fourth:
-        its network namespace (one for each at most: one more is counted, as a leak would be)."""
+        """The zygote's fds but those it holds for each kept namespace: three (its fd, the pipe and the
+        socket to its init: `pidspaces.Space`) and, at most `KEPT_FDS_EACH` more (`kept_fds`): more than
+        that is counted, as a leak would be."""
         count = self.zygote_fds.get(zygote)
         if count is None:
             return None
         inits = len(self.inits.get(zygote, []))
-        return count - 3 * inits - min(inits, self.zygote_networks.get(zygote, 0))
+        return count - 3 * inits - min(KEPT_FDS_EACH * inits, self.zygote_kept_fds.get(zygote, 0))
 
 
 def kept_bound(pool_size: int, max_concurrent: int, max_sessions: int) -> int:

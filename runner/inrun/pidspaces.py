@@ -43,10 +43,10 @@ if TYPE_CHECKING:
     from runner.inrun import bootstrap, libc, namespaces, networks
 
     class CleaningListener(Protocol):
-        """Told of each kept namespace's cleaning, by the fd its init answers on (`cgroups.RunCgroups`:
-        a run's cgroup goes once its namespace is clean)."""
+        """Told of each kept namespace's lending, cleaning and end, by the fd its init answers on
+        (`cgroups.RunCgroups`: a cgroup is kept with each namespace, and lent with it)."""
 
-        def cleaned(self, replies: int, clean: bool) -> None: ...
+        def lent(self, replies: int) -> None: ...
         def lost(self, replies: int) -> None: ...
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import bootstrap
@@ -242,6 +242,8 @@ class PidSpaces:
                 _unless_holder_gone(self.holder, exc)
                 raise
             try:
+                if self._listener is not None:
+                    self._listener.lent(space.replies)
                 namespaces.setns(space.namespace, namespaces.CLONE_NEWPID)
             except OSError:
                 self._free.append(space)
@@ -285,8 +287,6 @@ class PidSpaces:
             answer = os.read(replies, 1)
         except OSError:
             answer = b""
-        if self._listener is not None:
-            self._listener.cleaned(replies, answer in (CLEAN, USED))
         self.finished(self.cleaning[replies], answer)
 
     def finished(self, space: Space, answer: bytes) -> None:

@@ -265,20 +265,18 @@ def _fork_run(
         if workdir is not None:
             os.mkdir(workdir, 0o700)
             made = True
-        if namespaced is not None and namespaced[0].cgroups is not None:
-            cgroup = namespaced[0].cgroups.make()
         for _ in range(3):  # stdin, stdout, stderr: read, write
             ends.extend(os.pipe())
         ends.extend(sock.detach() for sock in socket.socketpair())  # the job socket: the run's, ours
         if namespaced is None:
             pid = os.fork()
         else:
-            pid, space = namespaced[1].fork()
+            pid, space = namespaced[1].fork()  # and the cgroup kept with its namespace (`cgroups.RunCgroups.lent`)
+            if namespaced[0].cgroups is not None:
+                cgroup = namespaced[0].cgroups.kept[space.replies]
     except OSError as exc:
         for fd in ends:
             os.close(fd)
-        if cgroup is not None and namespaced is not None and namespaced[0].cgroups is not None:
-            namespaced[0].cgroups.doom(cgroup)  # empty: gone now, or at the next wake-up
         if made:
             try:
                 os.rmdir(workdir)  # type: ignore[arg-type]
@@ -292,8 +290,6 @@ def _fork_run(
         _forked_run(theirs, workdir or namespaces.WORKDIR, limits, namespaced and namespaced[0], uid, cgroup, network)
     for fd in theirs:
         os.close(fd)
-    if cgroup is not None:
-        cgroup.close_procs()  # the run moves itself in, first thing (`_forked_run`)
     runs[pid] = Run(workdir, space, cgroup)
     where = b"" if workdir is None else b" " + workdir.encode()
     return b"S %d%s" % (pid, where), [ends[1], ends[2], ends[4], ends[7]]
@@ -382,7 +378,7 @@ def _exited_runs(runs: dict[int, Run], namespaced: Namespaced | None) -> list[by
                 namespaced[1].lost(pid)
             continue
         removed = True
-        # Read now: the cgroup goes once the run's PID namespace is clean.
+        # Read now: the cgroup is lent with the run's PID namespace once that is clean.
         oom_kills = run.cgroup.oom_kills() if run.cgroup is not None else 0
         if run.workdir is not None:
             # Here, not in the server: rmdir costs the server's single thread up to 0.1 ms on a disk.
@@ -393,11 +389,7 @@ def _exited_runs(runs: dict[int, Run], namespaced: Namespaced | None) -> list[by
         rusage = (usage.ru_utime, usage.ru_stime, usage.ru_maxrss)
         reports.append(b"X %d %d %r %r %d %d %d" % (pid, status, *rusage, removed, oom_kills))
         if namespaced is not None and run.space is not None:
-            if run.cgroup is not None and namespaced[0].cgroups is not None:
-                namespaced[0].cgroups.after_cleaning(run.space.replies, run.cgroup)
             namespaced[1].clean(run.space)
-        elif run.cgroup is not None and namespaced is not None and namespaced[0].cgroups is not None:
-            namespaced[0].cgroups.doom(run.cgroup)
 
 
 def _kill_group(pid: int) -> None:
@@ -428,13 +420,20 @@ def probe(isolation: namespaces.Isolation) -> int:
         isolation.cgroups = cgroups.RunCgroups(*cgroups.parse_tokens(isolation.cgroup_args))
     namespaces.prepare_shared_view(isolation)
     bootstrap.prepare_process(libc, seccomp.Filter(seccomp.EVERY_PROCESS), namespaced_zygote=True)
-    spaces = pidspaces.PidSpaces(PROBE_LIMITS, isolation.spaces, isolation.uids, network=isolation.network)
+    spaces = pidspaces.PidSpaces(
+        PROBE_LIMITS, isolation.spaces, isolation.uids, isolation.cgroups, network=isolation.network
+    )
     try:
         spaces.prepare()
         for pid_inside in (2, 3):
             why = _probe_run((isolation, spaces), pid_inside)
             if why:
                 sys.stderr.write(why + "\n")
+                return 1
+        if isolation.cgroups is not None:  # the cgroup kept with the namespace, lent to both runs
+            isolation.cgroups.end([], patience=1.0)
+            if isolation.cgroups.doomed:
+                sys.stderr.write(f"the runs' cgroup {isolation.cgroups.doomed[0].name} could not be removed\n")
                 return 1
     except (OSError, pidspaces.HolderGone) as exc:
         sys.stderr.write(f"{exc}\n")
@@ -471,8 +470,6 @@ def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
     spaces.clean(run.space)
     answer = os.read(run.space.replies, 1) if select.select([run.space.replies], [], [], 5)[0] else b""
     spaces.finished(run.space, answer)
-    if run.cgroup is not None and not run.cgroup.remove(patience=1.0):
-        return f"the run's cgroup {run.cgroup.name} could not be removed"
     return "" if answer == pidspaces.CLEAN else f"the PID namespace's init answered {answer!r}"
 
 

@@ -271,7 +271,7 @@ def kept_pid_namespaces(isolation: IsolationConfig) -> int:
     its that can be in one at the same time, its ready interpreters (RUNNER_POOL_SIZE), the runs in
     flight (RUNNER_MAX_CONCURRENT, all of them perhaps from this zygote) and the sessions' anchors
     (RUNNER_MAX_SESSIONS), which hold theirs for the session's life, counted where the section is made
-    (`Config.isolation`). Network namespaces are never kept: each run makes its own."""
+    (`Config.isolation`). Each keeps its network namespace and its cgroup with it."""
     return isolation.pid_namespaces
 
 

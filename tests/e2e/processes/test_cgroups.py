@@ -1,6 +1,7 @@
 """Whole-run limits through cgroups, checked from the host in both sandboxes: a run's tree is held to
-its memory budget (tmpfs included) and its process count, its cgroup goes after it, the parent after
-the server, and the run can neither see nor change its limits."""
+its memory budget (tmpfs included) and its process count, its cgroup goes after it (or, in the
+namespaced zygote, is kept empty with its kept PID namespace and lent to a later run with its whole
+budget), the parent after the server, and the run can neither see nor change its limits."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from runner.config import Config
 from runner.execution.pool import Pool
 from runner.inrun.cgroups import PARENT_PREFIX, RUN_PREFIX
 from runner.outcome import Status
-from runner.processes.isolation import IsolationPlan, plan_isolation
+from runner.processes.isolation import IsolationPlan, kept_pid_namespaces, plan_isolation
 from tests.helpers import in_mode, settled_async
 from tests.helpers import run_dedented as run
 
@@ -53,8 +54,28 @@ def run_cgroups(plan: IsolationPlan) -> list[str]:
     return sorted(path for parent in parents_of_this_server(plan) for path in glob.glob(f"{parent}/{RUN_PREFIX}*"))
 
 
-async def no_run_cgroup_left(plan: IsolationPlan) -> list[str]:
-    return await settled_async(lambda: run_cgroups(plan))
+def left_behind(plan: IsolationPlan, config: Config) -> list[str]:
+    """Run cgroups left behind: any with a process in it; and, for bubblewrap (a cgroup made per run),
+    any at all; the namespaced zygote keeps one with each kept PID namespace, empty between its runs,
+    and no more than it may keep namespaces."""
+    paths = run_cgroups(plan)
+    busy = [path for path in paths if _processes_in(path)]
+    if plan.mode != "namespaces":
+        return paths
+    names = {os.path.basename(path) for path in paths}
+    return busy or (paths if len(names) > kept_pid_namespaces(config.isolation) else [])
+
+
+def _processes_in(path: str) -> bool:
+    try:
+        with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as procs:
+            return bool(procs.read().split())
+    except OSError:
+        return False  # gone meanwhile
+
+
+async def no_run_cgroup_left(plan: IsolationPlan, config: Config) -> list[str]:
+    return await settled_async(lambda: left_behind(plan, config))
 
 
 async def test_twelve_processes_of_150_mib_end_as_memory_limit_and_leave_nothing(
@@ -78,7 +99,7 @@ async def test_twelve_processes_of_150_mib_end_as_memory_limit_and_leave_nothing
     assert result.status is Status.MEMORY_LIMIT, result
     assert "whole run" in result.message
     await pool.quiesced()
-    assert await no_run_cgroup_left(plan_and_config[0]) == []
+    assert await no_run_cgroup_left(*plan_and_config) == []
 
 
 async def test_tmp_and_dev_shm_filled_count_against_the_same_budget(
@@ -108,6 +129,65 @@ async def test_tmp_and_dev_shm_filled_count_against_the_same_budget(
         )
     assert result.status is Status.MEMORY_LIMIT, result
     assert "fits" not in result.stdout.text
+    assert parents_of_this_server(plan) == []
+
+
+async def test_a_run_lent_an_earlier_run_s_cgroup_has_its_whole_budget_and_none_of_its_oom_kills(
+    plan_and_config: tuple[IsolationPlan, Config], no_leaks: None
+) -> None:
+    # One call at a time, no interpreter started ahead, no session: the namespaced zygote keeps one PID
+    # namespace, and every run is lent it and its cgroup. The first ends killed for memory; the second fills its
+    # tmpfs (2 x 70 MiB, all of the run's budget but 116 MiB) and ends; the third then takes 200 MiB of
+    # its own 256: it fits only if nothing of the second's tmpfs is still charged; and none of them, nor a
+    # fourth killed by a signal, is said to have met the memory limit for the first's OOM kill.
+    plan, sandboxed = plan_and_config
+    config = dataclasses.replace(sandboxed, sandbox_tmp_mb=80, max_concurrent=1, max_sessions=0)
+    async with Pool.open(config, reap_strays=True) as pool:
+        killed = await run(
+            pool,
+            """
+            import os, time
+            for _ in range(4):  # 4 x 100 MiB: each within its own RLIMIT_AS, together past the cgroup's
+                if os.fork() == 0:
+                    block = bytearray(100 << 20)
+                    for i in range(0, len(block), 4096):
+                        block[i] = 1
+                    time.sleep(30)
+            time.sleep(30)
+            """,
+            timeout=20,
+        )
+        filled = await run(
+            pool,
+            """
+            for directory in ("/tmp", "/dev/shm"):
+                for n in range(7):
+                    with open(f"{directory}/fill-{n}", "wb") as f:
+                        f.write(b"x" * (10 << 20))
+            print("filled")
+            """,
+            timeout=20,
+        )
+        took = await run(
+            pool,
+            """
+            block = bytearray(200 << 20)
+            for i in range(0, len(block), 4096):
+                block[i] = 1
+            print("fits")
+            """,
+            timeout=20,
+        )
+        # A run that does not tell its own end is answered from its exit, with its cgroup's OOM kills.
+        signalled = await run(pool, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+        if plan.mode == "namespaces":
+            names = {os.path.basename(path) for path in run_cgroups(plan)}
+            assert len(names) == 1, f"the three runs were not lent one cgroup: {names}"
+    assert killed.status is Status.MEMORY_LIMIT, killed
+    assert "whole run" in killed.message  # the cgroup's OOM kill, not one process's MemoryError
+    assert (filled.status, filled.stdout.text) == (Status.OK, "filled\n"), filled
+    assert (took.status, took.stdout.text) == (Status.OK, "fits\n"), took
+    assert signalled.status is Status.SIGNAL, signalled
     assert parents_of_this_server(plan) == []
 
 
@@ -174,7 +254,7 @@ async def test_no_run_cgroup_is_left_after_300_runs_and_the_parent_goes_with_the
             for n in range(start, start + 10):
                 tg.start_soon(one, n)
     await pool.quiesced()
-    assert await no_run_cgroup_left(plan_and_config[0]) == []
+    assert await no_run_cgroup_left(*plan_and_config) == []
     # (the pool fixture checks that the parents are gone once the pool has stopped)
 
 
