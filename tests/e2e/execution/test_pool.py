@@ -601,6 +601,17 @@ async def test_a_zygote_stopped_from_outside_is_replaced_and_the_next_run_is_ser
     assert not alive(zygote)
 
 
+def below_free(pid: int, free: int) -> int:
+    """The lowest RLIMIT_NOFILE under which `pid` can open no more than `free` new fds: a new fd takes the
+    lowest free number, and the limit bounds numbers, not how many are open (closed fds leave holes)."""
+    taken = {int(name) for name in os.listdir(f"/proc/{pid}/fd")}
+    number = 0
+    while free > 0 or number in taken:
+        free -= number not in taken
+        number += 1
+    return number
+
+
 async def test_a_zygote_out_of_file_descriptors_fails_that_run_only_and_serves_again(
     config: Config, no_leaks: None
 ) -> None:
@@ -609,8 +620,7 @@ async def test_a_zygote_out_of_file_descriptors_fails_that_run_only_and_serves_a
         assert (await run(pool, "print(1)")).stdout.text == "1\n"  # the zygote is up
         zygote = the_zygote()
         was = resource.prlimit(zygote, resource.RLIMIT_NOFILE)
-        open_now = len(os.listdir(f"/proc/{zygote}/fd"))
-        resource.prlimit(zygote, resource.RLIMIT_NOFILE, (open_now + 2, was[1]))  # one pipe, not four
+        resource.prlimit(zygote, resource.RLIMIT_NOFILE, (below_free(zygote, 2), was[1]))  # one pipe, not four
         with pytest.raises(SpawnError, match="could not fork"):
             await run(pool, "print('never')")
         resource.prlimit(zygote, resource.RLIMIT_NOFILE, was)
