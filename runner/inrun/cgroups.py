@@ -475,10 +475,10 @@ class RunCgroups:
 
     def lost(self, replies: int) -> None:
         """The init answering on `replies` died (its namespace ended, and every process in it): the
-        namespace's cgroup goes, now if it is empty."""
+        namespace's cgroup goes, at the zygote's next wake-up (`remove_doomed`)."""
         run = self.kept.pop(replies, None)
         if run is not None:
-            self.doom(run)
+            self.doomed.append(run)
 
     def doom(self, run: RunCgroup) -> None:
         """Remove `run` once it is empty: now if it is."""

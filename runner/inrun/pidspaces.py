@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
     from runner.inrun import bootstrap, libc, namespaces, networks
 
-    class CleaningListener(Protocol):
-        """Told of each kept namespace's lending, cleaning and end, by the fd its init answers on
+    class SpaceListener(Protocol):
+        """Told of each kept namespace's lending and end, by the fd its init answers on
         (`cgroups.RunCgroups`: a cgroup is kept with each namespace, and lent with it)."""
 
         def lent(self, replies: int) -> None: ...
@@ -115,7 +115,7 @@ class PidSpaces:
         limits: list[int],
         bound: int,
         uids: list[int] | None = None,
-        listener: CleaningListener | None = None,
+        listener: SpaceListener | None = None,
         *,
         network: bool = False,
     ) -> None:
@@ -281,8 +281,8 @@ class PidSpaces:
             os.write(space.commands, b"K")
 
     def answered(self, replies: int) -> None:
-        """The init answering on `replies` (a key of `cleaning`) has answered, or died: read it, tell
-        the listener, and take the namespace back (`finished`)."""
+        """The init answering on `replies` (a key of `cleaning`) has answered, or died: read it, and
+        take the namespace back (`finished`)."""
         try:
             answer = os.read(replies, 1)
         except OSError:
