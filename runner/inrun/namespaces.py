@@ -173,20 +173,24 @@ _SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine, -1)
 _checked = libc.checked
 
 
+# Looked up once: on 3.11, getattr(os, "setns", None) raises and catches an AttributeError inside, whose
+# making writes to pages of the zygote's that each run (and the zygote, twice per fork) then copies.
+_NATIVE_SETNS: Any = getattr(os, "setns", None)
+_NATIVE_UNSHARE: Any = getattr(os, "unshare", None)
+
+
 def setns(fd: int, kind: int) -> None:
     """setns(2): os.setns where the interpreter has it, libc's otherwise."""
-    native = getattr(os, "setns", None)
-    if native is not None:
-        native(fd, kind)
+    if _NATIVE_SETNS is not None:
+        _NATIVE_SETNS(fd, kind)
     else:
         _checked(_LIBC.setns(fd, kind), "setns")
 
 
 def unshare(flags: int) -> None:
     """unshare(2): os.unshare where the interpreter has it, libc's otherwise."""
-    native = getattr(os, "unshare", None)
-    if native is not None:
-        native(flags)
+    if _NATIVE_UNSHARE is not None:
+        _NATIVE_UNSHARE(flags)
     else:
         _checked(_LIBC.unshare(flags), "unshare")
 

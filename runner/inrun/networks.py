@@ -6,13 +6,15 @@ A network namespace made for each run and torn down after it costs more CPU than
 isolation does: about 1 ms of the machine's per run, half of it the kernel's teardown on its own threads
 (docs/performance.md). So each kept PID namespace's init makes one network namespace with it, and its
 runs are entered into that one. It is lent to the next run only if everything a run can read of it is as
-it was when it was made (`Watch.as_made`): the kernel's counters (``/proc/net/snmp``, ``snmp6``,
-``netstat``, ``dev``), its sockets (``sockstat``'s count of every socket of any family, ``sockstat6``,
-``unix``, with the abstract names, and ``netlink``) and its routes (``route``, ``ipv6_route``). A run
-that changed any of them (a socket something still holds, a packet counted, a name bound) leaves a
-namespace that is ended with its init instead; the next run gets a new one. Nothing else in a network
-namespace is within a run's reach: it holds no capability, and its seccomp filter refuses internet
-sockets.
+it was when it was made (`Watch.as_made`): its sockets (``sockstat``'s count of every socket of any family
+in the namespace, and its TCP time-waits; ``sockstat6``), the kernel's counters (``/proc/net/snmp``,
+``snmp6``, ``netstat``, ``dev``) and its routes (``route``, ``ipv6_route``). A run that changed any of them
+(a socket something still holds, a packet counted) leaves a namespace that is ended with its init instead;
+the next run gets a new one. ``unix`` and ``netlink``, which list sockets, are not read: a socket they
+list is one ``sockstat`` counts, a name bound (abstract or not) lives only as long as its socket, and
+``netlink`` walks every netlink socket of the host to list a namespace's (its cost grows with the host's
+namespaces). Nothing else in a network namespace is within a run's reach: it holds no capability, and
+its seccomp filter refuses internet sockets.
 
 `comparable` is pure over the bytes of one file (tested without processes); `Watch` holds the init's
 open files, read again after each run (``lseek`` and ``read``: no path lookup).
@@ -22,14 +24,15 @@ from __future__ import annotations
 
 import os
 
-# What a run can read of its network namespace under /proc/net, and so what a later run must find as it
-# was made. A file the kernel does not have (no IPv6) is left out.
-WATCHED = ("snmp", "snmp6", "netstat", "dev", "sockstat", "sockstat6", "unix", "netlink", "route", "ipv6_route")
+# What a run can leave in its network namespace that a later run could read under /proc/net, and so what a
+# later run must find as it was made; the sockets first, the likeliest trace (`Watch.as_made` stops at the
+# first difference). A file the kernel does not have (no IPv6) is left out.
+WATCHED = ("sockstat", "sockstat6", "snmp", "snmp6", "netstat", "dev", "route", "ipv6_route")
 # sockstat's counts that are the host's, not the namespace's (orphaned TCP sockets, sockets allocated,
 # pages of socket memory): they move with every other namespace's traffic and tell a run nothing of its own.
 HOST_WIDE = frozenset((b"orphan", b"alloc", b"mem"))
-# More than a namespace as made ever holds in one file (unix and netlink list every socket): read no
-# further, and the namespace is not as made.
+# More than a namespace as made ever holds in one file (dev and the routes list every interface and
+# route): read no further, and the namespace is not as made.
 MAX_FILE_BYTES = 1 << 20
 
 
@@ -89,8 +92,13 @@ class Watch:
         return now
 
     def as_made(self) -> bool:
-        """True if nothing a run can read of the namespace differs from when it was made."""
+        """True if nothing a run can read of the namespace differs from when it was made (read up to the
+        first difference)."""
         try:
-            return None not in self.made and self.read() == self.made
+            for (name, fd), made in zip(self.files, self.made, strict=True):
+                text = read_whole(fd)
+                if made is None or text is None or comparable(name, text) != made:
+                    return False
         except OSError:
             return False
+        return True

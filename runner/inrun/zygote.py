@@ -36,7 +36,7 @@ import traceback
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import NoReturn
+    from typing import Any, NoReturn
 
     from runner.inrun import (
         bootstrap,
@@ -71,6 +71,13 @@ else:
     del sys.modules["bootstrap"]  # imported here, not by the loader
     sys.dont_write_bytecode = not _writes_bytecode
 
+# After a fork every page the zygote or the run writes to is copied, one page fault each: the modules
+# socket.py and signal.py wrap add work that writes to pages, and their C halves do not. signal.signal
+# turns the handler it replaces into a Handlers enum member, and the zygote's (a function) is none: the
+# ValueError it makes and catches there cost each run some 60 pages. socket.socketpair wraps each end in
+# a Python socket object before the zygote takes its fd back: some 20 pages of the zygote's per run.
+_SIGNAL: Any = sys.modules["_signal"]
+_SOCKET: Any = sys.modules["_socket"]
 # What a run takes besides the bootstrap (`bootstrap.RUN_SIBLINGS`), in its order: loaded once, here.
 SIBLINGS = (wire, workdir, figures, harvest, images, keeper)
 # A namespaced run drops its capabilities itself, after its set-up: with what ctypes needs made once,
@@ -142,6 +149,7 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
             # RLIMIT_AS does, so that one process still meets its MemoryError before the cgroup's kill.
             isolation.cgroups = cgroups.RunCgroups(parents, cgroups.memory_grown(writes, run_limits[1] - limits[1]))
         namespaces.prepare_shared_view(isolation)
+        _home_for_runs()
         # The inits are forked from this zygote too: what it maps counts for them as for its runs.
         spaces = pidspaces.PidSpaces(
             run_limits, isolation.spaces, isolation.uids, isolation.cgroups, network=isolation.network
@@ -267,7 +275,7 @@ def _fork_run(
             made = True
         for _ in range(3):  # stdin, stdout, stderr: read, write
             ends.extend(os.pipe())
-        ends.extend(sock.detach() for sock in socket.socketpair())  # the job socket: the run's, ours
+        ends.extend(sock.detach() for sock in _SOCKET.socketpair())  # the job socket: the run's, ours
         if namespaced is None:
             pid = os.fork()
         else:
@@ -318,7 +326,7 @@ def _forked_run(
             # its limits; then (unshared) in a cgroup namespace rooted there.
             cgroup.place_self()
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _SIGNAL.signal(_SIGNAL.SIGCHLD, _SIGNAL.SIG_DFL)
         os.setsid()
         if isolation is not None:
             if network >= 0:
@@ -334,14 +342,15 @@ def _forked_run(
             DROP_PRIVILEGES(uid)
             SET_UP_DONE[isolation.network].install()
             namespaces.require_no_privileges()  # fail closed: the dropping ignores what fails
-        _ready_and_run_code(workdir, limits, () if isolation is None else isolation.tmpfs)
+        _ready_and_run_code(workdir, limits, () if isolation is None else isolation.tmpfs, isolation is not None)
     except BaseException:
         _fail()
     os._exit(1)  # _ready_and_run_code never returns; this keeps the type checker sure of it
 
 
-def _ready_and_run_code(workdir: str, limits: list[int], tmpfs: tuple[str, ...]) -> NoReturn:
-    os.environ["HOME"] = os.environ["TMPDIR"] = workdir
+def _ready_and_run_code(workdir: str, limits: list[int], tmpfs: tuple[str, ...], home_set: bool) -> NoReturn:
+    if not home_set:  # a plain run's directory is its own (`_home_for_runs`)
+        os.environ["HOME"] = os.environ["TMPDIR"] = workdir
     preload.reseed()
     # Again, and what a run does after its code: after a fork the first writes copy pages, better
     # now than once the code has come and the call is waiting.
@@ -349,6 +358,13 @@ def _ready_and_run_code(workdir: str, limits: list[int], tmpfs: tuple[str, ...])
     bootstrap.ready_for_code(wire, workdir, limits)
     main = bootstrap.new_main()
     bootstrap.run(wire.read_job(wire.CODE_FD), main, SIBLINGS, tmpfs)
+
+
+def _home_for_runs() -> None:
+    """Every namespaced run's HOME and TMPDIR is its own tmpfs at the same place (`namespaces.WORKDIR`): set
+    once here, not in each run, where os.environ's encoding and putenv write to some 25 pages of the
+    zygote's that the run would copy."""
+    os.environ["HOME"] = os.environ["TMPDIR"] = namespaces.WORKDIR
 
 
 def _fail() -> NoReturn:
@@ -419,6 +435,7 @@ def probe(isolation: namespaces.Isolation) -> int:
     if isolation.cgroup_args:  # the runs' cgroups are made and removed as the server's will be
         isolation.cgroups = cgroups.RunCgroups(*cgroups.parse_tokens(isolation.cgroup_args))
     namespaces.prepare_shared_view(isolation)
+    _home_for_runs()
     bootstrap.prepare_process(libc, seccomp.Filter(seccomp.EVERY_PROCESS), namespaced_zygote=True)
     spaces = pidspaces.PidSpaces(
         PROBE_LIMITS, isolation.spaces, isolation.uids, isolation.cgroups, network=isolation.network
