@@ -323,10 +323,12 @@ class RunCgroup:
         Looked at before it is read: the error a read of an eventfd with nothing to say raises would
         cost the zygote some 20 pages copied at every run's start and end (it is asked at both)."""
         try:
-            if not select.select([self.event], [], [], 0)[0]:
+            poll = select.poll()
+            poll.register(self.event, select.POLLIN)
+            if not poll.poll(0):
                 return self.oom_seen
             os.read(self.event, 8)
-        except (OSError, ValueError):  # ValueError: an fd select cannot take, as the zygote's loop cannot
+        except OSError:
             return self.oom_seen
         self.oom_seen = True
         return True
