@@ -14,6 +14,7 @@ import atexit
 import linecache
 import os
 import resource
+import select
 import signal
 import sys
 import traceback
@@ -49,6 +50,18 @@ SIBLINGS = ("libc", "seccomp", *RUN_SIBLINGS)
 # a process's socket queues to about 256 x 2 x 208 KiB (docs/security.md). Python's own needs are a few
 # dozen; 256 is macOS's default.
 OPEN_FILES = 256
+
+
+def readable(fds: list[int], timeout: float | None) -> list[int]:
+    """Which of `fds` can be read (or are at their end) within `timeout` seconds (None: until one can).
+
+    poll, not select: select's fd sets take no fd above 1023, and a zygote that keeps a namespace,
+    its network namespace and its cgroup for each of hundreds of runs (RUNNER_MAX_CONCURRENT up to 256)
+    holds fds well past that."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return [fd for fd, _ in poller.poll(None if timeout is None else timeout * 1000)]
 
 
 def wanted_limits(cpu: int, address_space: int, nproc: int, fsize: int) -> list[tuple[str, int, int]]:

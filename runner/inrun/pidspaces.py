@@ -30,7 +30,6 @@ import contextlib
 import errno
 import os
 import resource
-import select
 import signal
 import socket
 import time
@@ -220,8 +219,7 @@ class PidSpaces:
                     f"all {self.bound} kept PID namespaces of this zygote are in use "
                     "(RUNNER_POOL_SIZE + RUNNER_MAX_CONCURRENT + RUNNER_MAX_SESSIONS)",
                 )
-            readable, _, _ = select.select(list(self.cleaning), [], [], min(left, BOUND_POLL))
-            for replies in readable:
+            for replies in bootstrap.readable(list(self.cleaning), min(left, BOUND_POLL)):
                 self.answered(replies)
 
     def fork(self) -> tuple[int, Space]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import array
 import gc
 import os
-import select
 import signal
 import socket
 import sys
@@ -216,7 +215,7 @@ def _serve(
         # v1: the OOM kill of a run's process ends the whole run (v2's memory.oom.group does it itself).
         ooms = {run.cgroup.event: pid for pid, run in runs.items() if run.cgroup is not None and run.cgroup.event >= 0}
         waiting = 0.05 if run_cgroups is not None and run_cgroups.doomed else None
-        readable, _, _ = select.select([server.fileno(), wake_r, *cleaning, *ooms], [], [], waiting)
+        readable = bootstrap.readable([server.fileno(), wake_r, *cleaning, *ooms], waiting)
         for fd in readable:
             if fd in cleaning:
                 assert namespaced is not None
@@ -485,7 +484,7 @@ def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
     spaces = namespaced[1]
     assert run.space is not None
     spaces.clean(run.space)
-    answer = os.read(run.space.replies, 1) if select.select([run.space.replies], [], [], 5)[0] else b""
+    answer = os.read(run.space.replies, 1) if bootstrap.readable([run.space.replies], 5) else b""
     spaces.finished(run.space, answer)
     return "" if answer == pidspaces.CLEAN else f"the PID namespace's init answered {answer!r}"
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import array
 import contextlib
 import os
-import select
 import socket
 from dataclasses import dataclass
 
 import anyio
 import anyio.abc
 
+from runner.fdio import readable_now
 from runner.inrun.wire import KEEPER_JOB
 from runner.processes import anchor_wire
 from runner.processes.anchor_wire import Ended, Lost, Malformed, Ready, Said, Started
@@ -205,7 +205,7 @@ class SessionKeeper:
     def _drain(self) -> None:
         """Take the lines the anchor has sent and the reader has not read yet."""
         try:
-            while self.lost is None and select.select([self.anchor.code], [], [], 0)[0]:
+            while self.lost is None and readable_now(self.anchor.code):
                 chunk = os.read(self.anchor.code, READ_SIZE)
                 if not chunk:
                     break
@@ -321,6 +321,6 @@ def _wait_status(status: int) -> bool:
 
 def _readable(fd: int) -> bool:
     try:
-        return bool(select.select([fd], [], [], 0)[0])
-    except (OSError, ValueError):
+        return readable_now(fd)
+    except OSError:
         return True

@@ -629,6 +629,31 @@ async def test_a_zygote_out_of_file_descriptors_fails_that_run_only_and_serves_a
     assert after.stdout.text == "served by the same zygote\n"
 
 
+async def test_a_zygote_holding_more_than_a_thousand_fds_serves_every_run_in_flight(
+    config: Config, no_leaks: None
+) -> None:
+    # Each kept PID namespace holds some ten fds in the zygote (its init's pipes, the namespaces, the
+    # cgroup's): 150 runs at once take them past 1023, where select() raised ValueError and the zygote
+    # died with every run in flight (killed by SIGKILL). The limit allows 256.
+    if config.sandbox != "namespaces":
+        pytest.skip("only the namespaced zygote keeps fds per run in flight")
+    runs = 150
+    code = "import time\ntime.sleep(1.5)\nprint('served')"
+    results: list[RunResult] = []
+
+    async def one(index: int) -> None:
+        results.append(await pool.run(request(code, timeout=60, request_id=f"{index:08x}")))
+
+    async with Pool.open(tuned(config, max_concurrent=runs, pool_size=0)) as pool:
+        async with anyio.create_task_group() as tg:
+            for index in range(runs):
+                tg.start_soon(one, index)
+        zygote = the_zygote()
+        held = max(int(fd) for fd in os.listdir(f"/proc/{zygote}/fd"))
+    assert [(r.status, r.stdout.text) for r in results] == [(Status.OK, "served\n")] * runs
+    assert held >= 1024, f"the zygote's highest fd was {held}: the test no longer reaches select's bound"
+
+
 PIDS_CGROUP = Path("/sys/fs/cgroup/pids")
 
 
