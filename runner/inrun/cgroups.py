@@ -322,13 +322,16 @@ class RunCgroup:
 
         Looked at before it is read: the error a read of an eventfd with nothing to say raises would
         cost the zygote some 20 pages copied at every run's start and end (it is asked at both)."""
+        event = self.event  # read once: `remove` may close it, from another thread, and make it -1
+        if event < 0:
+            return self.oom_seen
         try:
             poll = select.poll()
-            poll.register(self.event, select.POLLIN)
+            poll.register(event, select.POLLIN)
             if not poll.poll(0):
                 return self.oom_seen
-            os.read(self.event, 8)
-        except OSError:
+            os.read(event, 8)
+        except (OSError, ValueError):
             return self.oom_seen
         self.oom_seen = True
         return True

@@ -40,8 +40,10 @@ def trace(kind):
         listener.bind("\\0python-runner-test-kept-network")
         listener.listen()
         return listener
-    if kind == "netlink socket held outside":  # listed by /proc/net/netlink alone, counted by sockstat
-        return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+    if kind == "netlink socket held outside":  # bound: listed in /proc/net/netlink, counted by sockstat
+        held = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+        held.bind((0, 0))
+        return held
     if kind == "socket closed":  # bound, then gone with its process: nothing is left
         listener = socket.socket(socket.AF_UNIX)
         listener.bind("\\0python-runner-test-kept-network")
