@@ -4,14 +4,16 @@ checks of every result, and a fake package environment."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import functools
 import json
 import os
+import resource
 import shutil
 import textwrap
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -173,6 +175,22 @@ def children_of(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(entry))
     return found
+
+
+@contextlib.contextmanager
+def pipe_at(fd: int) -> Iterator[tuple[int, int]]:
+    """A pipe whose read end is fd `fd` (past 1023: what select() cannot take): (read end, write end);
+    the test is skipped where RLIMIT_NOFILE does not reach that far."""
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] <= fd:
+        pytest.skip(f"RLIMIT_NOFILE is at most {fd}")
+    r, w = os.pipe()
+    os.dup2(r, fd)
+    os.close(r)
+    try:
+        yield fd, w
+    finally:
+        os.close(fd)
+        os.close(w)
 
 
 def max_overlap(intervals: Iterable[tuple[float, float]]) -> int:

@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import os
-import resource
-
-import pytest
 
 from runner.fdio import readable_now
-
-HIGH_FD = 1500  # past the 1023 that select()'s fd sets end at
+from tests.helpers import pipe_at
 
 
 def test_an_fd_past_1023_can_be_asked_whether_it_is_readable() -> None:
-    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] <= HIGH_FD:
-        pytest.skip(f"RLIMIT_NOFILE is at most {HIGH_FD}")
-    r, w = os.pipe()
-    os.dup2(r, HIGH_FD)
-    os.close(r)
-    try:
-        assert not readable_now(HIGH_FD)
+    with pipe_at(1500) as (r, w):
+        assert not readable_now(r)
         os.write(w, b"x")
-        assert readable_now(HIGH_FD)
-    finally:
-        os.close(HIGH_FD)
-        os.close(w)
+        assert readable_now(r)
