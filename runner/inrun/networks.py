@@ -11,10 +11,11 @@ in the namespace, and its TCP time-waits; ``sockstat6``), the kernel's counters 
 ``snmp6``, ``netstat``, ``dev``) and its routes (``route``, ``ipv6_route``). A run that changed any of them
 (a socket something still holds, a packet counted) leaves a namespace that is ended with its init instead;
 the next run gets a new one. ``unix`` and ``netlink``, which list sockets, are not read: a socket they
-list is one ``sockstat`` counts, a name bound (abstract or not) lives only as long as its socket, and
-``netlink`` walks every netlink socket of the host to list a namespace's (its cost grows with the host's
-namespaces). Nothing else in a network namespace is within a run's reach: it holds no capability, and
-its seccomp filter refuses internet sockets.
+list is one ``sockstat`` counts (also when passed to a process outside the namespace), an abstract name
+lives only as long as its socket (a path's file only in the run's own tmpfs), and ``netlink`` walks every
+netlink socket of the host to list a namespace's (its cost grows with the host's namespaces). Nothing
+else in a network namespace is within a run's reach: it holds no capability, and its seccomp filter
+refuses internet sockets.
 
 `comparable` is pure over the bytes of one file (tested without processes); `Watch` holds the init's
 open files, read again after each run (``lseek`` and ``read``: no path lookup).
