@@ -491,11 +491,6 @@ class RunCgroups:
         if run is not None:
             self.doomed.append(run)
 
-    def doom(self, run: RunCgroup) -> None:
-        """Remove `run` once it is empty: now if it is."""
-        if not run.remove():
-            self.doomed.append(run)
-
     def remove_doomed(self, patience: float = 0.0) -> None:
         """Try again to remove what is still waiting for its last process (for `patience` seconds)."""
         self.doomed = [run for run in self.doomed if not run.remove(patience)]

@@ -82,24 +82,21 @@ class Watch:
                 self.files.append((name, os.open(f"/proc/self/net/{name}", os.O_RDONLY | os.O_CLOEXEC)))
             except FileNotFoundError:
                 continue
-        self.made = self.read()
-
-    def read(self) -> list[bytes | None]:
-        """What the files say now, each as `comparable`, None for one too large."""
-        now: list[bytes | None] = []
-        for name, fd in self.files:
-            text = read_whole(fd)
-            now.append(None if text is None else comparable(name, text))
-        return now
+        self.made = [_said(name, fd) for name, fd in self.files]  # None for a file too large
 
     def as_made(self) -> bool:
         """True if nothing a run can read of the namespace differs from when it was made (read up to the
         first difference)."""
         try:
-            for (name, fd), made in zip(self.files, self.made, strict=True):
-                text = read_whole(fd)
-                if made is None or text is None or comparable(name, text) != made:
-                    return False
+            return all(
+                made is not None and _said(name, fd) == made
+                for (name, fd), made in zip(self.files, self.made, strict=True)
+            )
         except OSError:
             return False
-        return True
+
+
+def _said(name: str, fd: int) -> bytes | None:
+    """What open /proc/net file `name` says now, as `comparable`; None if it is too large."""
+    text = read_whole(fd)
+    return None if text is None else comparable(name, text)
