@@ -182,10 +182,8 @@ class CallPath:
         try:
             if self._sweeper is not None:
                 await self._sweeper.settle()
-            waited = admitted.slot.waited
-            log_event(self._log, logging.INFO, "run started", request.request_id, pid=child.pid, queue_wait=waited)
             async with host.watching(child):
-                result = await self._driver.drive(child, request, waited, on_progress, paths)
+                result = await self._driver.drive(child, request, admitted.slot.waited, on_progress, paths)
             _log_finished(self._log, request, result)
             return await host.verdict(child, request, result)
         except BaseException as exc:

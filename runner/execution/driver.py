@@ -28,6 +28,7 @@ from runner.execution.report import Returned, parse_report
 from runner.execution.usage import UsageSamples, wait_exit_sampling
 from runner.fdio import write_all
 from runner.inrun.wire import Budgets, frame_inputs, frame_job
+from runner.logs import log_event
 from runner.outcome import Attachment, Omitted, Progress, RunRequest, RunResult
 from runner.processes.child import Child
 
@@ -150,6 +151,9 @@ class RunDriver:
                 inputs = frame_inputs([(f.path, f.data) for f in request.files])
                 await write_all(child.code, frame_job(request.code.encode("utf-8"), inputs, self._budgets, paths))
             started = anyio.current_time()
+            # Logged once the run has its code, not before: the line's formatting and write then
+            # overlap the run instead of lengthening the call (some 0.02-0.05 ms, caches cold).
+            log_event(self._log, logging.INFO, "run started", request.request_id, pid=child.pid, queue_wait=queue_wait)
             watching = child.cgroup is not None and child.cgroup.event >= 0
             if watching:
                 tg.start_soon(_end_at_oom, child)

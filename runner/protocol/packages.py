@@ -55,6 +55,8 @@ def _kind(entry: str) -> str:
 def check_packages(entries: Sequence[str], packages: PackagesConfig) -> tuple[str, ...]:
     """The wheelhouse's distributions (normalized, sorted) a call's `packages` names; `ArgumentError`
     naming the first entry that is not one of them (or of the package environment's)."""
+    if not entries:
+        return ()  # most calls name none: no set of names built for them
     wheelhouse = {distribution.name for distribution in packages.wheelhouse_distributions}
     base = {normalized(distribution.name) for distribution in packages.package_distributions}
     found: set[str] = set()
