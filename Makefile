@@ -27,6 +27,9 @@ SANDBOX_STAMP := $(SANDBOX_ENV)/.built
 # once, hash-checked, for the server to install from offline on a run's behalf.
 WHEELHOUSE ?= .wheelhouse
 WHEELHOUSE_STAMP := $(WHEELHOUSE)/.manifest
+# The downstream MCP servers code mode's tests start (requirements-downstream.lock): a venv of their own.
+DOWNSTREAM_ENV ?= .downstream-env
+DOWNSTREAM_STAMP := $(DOWNSTREAM_ENV)/.installed
 PYTEST_ARGS ?=
 , := ,
 
@@ -119,8 +122,15 @@ lint: $(DEV_STAMP) ## ruff lint and format check
 typecheck: $(DEV_STAMP) ## mypy --strict on runner/
 	$(VENV)/bin/mypy runner
 
-unit: $(DEV_STAMP) check-sandbox-env check-wheelhouse ## Only the pytest suite
-	RUNNER_TEST_PACKAGES=$(abspath $(SANDBOX_ENV)) RUNNER_TEST_WHEELHOUSE=$(abspath $(WHEELHOUSE)) $(VENV)/bin/pytest $(PYTEST_ARGS)
+unit: $(DEV_STAMP) $(DOWNSTREAM_STAMP) check-sandbox-env check-wheelhouse ## Only the pytest suite
+	RUNNER_TEST_PACKAGES=$(abspath $(SANDBOX_ENV)) RUNNER_TEST_WHEELHOUSE=$(abspath $(WHEELHOUSE)) \
+		RUNNER_TEST_DOWNSTREAM=$(abspath $(DOWNSTREAM_ENV)) $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+$(DOWNSTREAM_STAMP): requirements-downstream.lock
+	rm -rf $(DOWNSTREAM_ENV)
+	$(PYTHON) -m venv $(DOWNSTREAM_ENV)
+	$(DOWNSTREAM_ENV)/bin/pip install --quiet --require-hashes --no-deps -r requirements-downstream.lock
+	@touch $@
 
 test: container-tools lint typecheck unit ## Install dev tools, then lint, type check and run the whole suite
 
@@ -135,6 +145,7 @@ lock: $(DEV_STAMP) ## Regenerate requirements.lock, -dev, -build, -sandbox and -
 	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-build.lock requirements-build.in
 	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-sandbox.lock requirements-sandbox.in
 	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-wheelhouse.lock requirements-wheelhouse.in
+	$(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links -o requirements-downstream.lock requirements-downstream.in
 
 inspect: $(RUN_STAMP) ## Open the MCP Inspector (npx) against this server
 	npx --yes @modelcontextprotocol/inspector@2.12.0 $(abspath $(VENV))/bin/python-runner-mcp

@@ -96,13 +96,14 @@ def _serve(deployment: Deployment, plan: IsolationPlan, early: list[int], args: 
             plan,
             deployment.tokens,
             early,
+            tools=deployment.tools,
             listen_fd=args.listen_fd,
             supervisor_pid=args.supervisor_pid,
             worker_args=worker_args,
         )
     from runner.serving.stdio import main_stdio
 
-    return main_stdio(config, plan, early)
+    return main_stdio(config, plan, early, deployment.tools)
 
 
 def console() -> int:

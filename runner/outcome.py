@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 
 class Status(StrEnum):
@@ -146,6 +147,7 @@ class Progress:
     stderr_tail: str = ""
     # Before the run: what the server does for it first (packages it installs from the wheelhouse).
     preparing: str = ""
+    calling: str = ""  # the tool (server.tool) a call of the run waits for now, if any
 
     def describe(self) -> str:
         """The message of a progress notification: a first line, then the latest lines of each stream
@@ -154,6 +156,8 @@ class Progress:
             return self.preparing
         output = self.stdout_bytes + self.stderr_bytes
         parts = [f"running for {self.elapsed:.0f}s of {self.timeout:g}s; output {output:,} bytes"]
+        if self.calling:
+            parts[0] += f"; calling the tool {self.calling}"
         for name, tail in (("stdout", self.stdout_tail), ("stderr", self.stderr_tail)):
             if tail:
                 parts.append(f"latest {name}:\n{tail}")
@@ -309,3 +313,38 @@ def signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+class RunTools(Protocol):
+    """One run's tool calls (code mode: `import mcp_tools` in the run), as the broker answers them. The
+    execution side hands it the body of each call frame the run sends on its job socket, as it comes,
+    and writes back what `answer` returns; the broker checks, forwards and counts."""
+
+    @property
+    def limit_bytes(self) -> int:
+        """The largest call frame body the run may send: a larger one breaks its channel."""
+        ...
+
+    @property
+    def calling(self) -> str:
+        """The tool a call of the run is waiting for now (``server.tool``), for its progress; "" if none."""
+        ...
+
+    async def answer(self, body: bytes) -> bytes:
+        """The answer's body to one call frame's `body`; never raises but for cancellation."""
+        ...
+
+
+class ToolGateway(Protocol):
+    """The broker of the downstream servers' tools, as the execution side sees it."""
+
+    def for_run(self, request_id: str, caller: str | None, deadline: float) -> RunTools | None:
+        """The tool calls of one run of `caller`'s, which must end by `deadline` (`anyio.current_time()`'s
+        clock); None if the caller may call no tool (then the run has no `mcp_tools`)."""
+        ...
+
+    def helper_marks(self) -> frozenset[bytes] | None:
+        """The environment entries (``NAME=value``, secret) that mark its downstream servers' processes,
+        children of the server each leading a session of its own (no stray of a run's can join one);
+        None while one is starting."""
+        ...

@@ -22,7 +22,7 @@ PACKAGE = REPO / "runner"
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 250
 SDK = ("mcp", "mcp_types", "pydantic", "jsonschema", "starlette", "uvicorn", "httpx")
-SIDES = ("runner.protocol", "runner.transports", "runner.execution", "runner.processes")
+SIDES = ("runner.protocol", "runner.transports", "runner.execution", "runner.processes", "runner.tools")
 SHARED = (
     "runner.config",
     "runner.errors",
@@ -43,12 +43,13 @@ def is_root(name: str) -> bool:
 
 
 VERSION = "runner.__version__"
-SERVER = ("runner.protocol", "runner.transports", "runner.execution", "runner.processes", *SHARED)
+SERVER = ("runner.protocol", "runner.transports", "runner.execution", "runner.processes", "runner.tools", *SHARED)
 FORBIDDEN = {
     "runner.protocol": ("runner.execution", "runner.processes", "runner.transports", IN_RUN),
     "runner.transports": ("runner.protocol", "runner.execution", "runner.processes", IN_RUN),
     "runner.execution": ("runner.protocol", "runner.transports", *SDK),
     "runner.processes": ("runner.protocol", "runner.transports", "runner.execution", *SDK),
+    "runner.tools": ("runner.protocol", "runner.transports", "runner.execution", "runner.processes", IN_RUN),
     IN_RUN: (*SERVER, *SDK),
     **{shared: (*SIDES, IN_RUN, *SDK) for shared in SHARED},
 }

@@ -32,9 +32,13 @@ from runner.config.sections import ReturnsConfig as ReturnsConfig
 from runner.config.sections import ServingConfig as ServingConfig
 from runner.config.sections import SessionsConfig as SessionsConfig
 from runner.config.sections import TasksConfig as TasksConfig
+from runner.config.sections import ToolsConfig as ToolsConfig
 from runner.config.settings import KIB as KIB
 from runner.config.settings import MIB as MIB
 from runner.config.settings import markdown_table as markdown_table
+from runner.config.tools import Downstream as Downstream
+from runner.config.tools import ToolServers as ToolServers
+from runner.config.tools import python_name as python_name
 from runner.config.values import DEFAULT_PRELOAD as DEFAULT_PRELOAD
 from runner.config.values import OPERATIONS_PATHS as OPERATIONS_PATHS
 from runner.config.values import PROVIDED_DIRECTORY as PROVIDED_DIRECTORY

@@ -82,6 +82,7 @@ def open_environment(config: Config) -> Config:
         default_preload=False,
         sessions_budget_bytes=sessions_budget(config),
         http=dataclasses.replace(config.http, tokens_file=_tokens_file(config.http.tokens_file)),
+        tools_config=_tools_file(config.tools_config),
     )
     _check_run_uids(opened)
     return dataclasses.replace(opened, sandbox_read_paths=_read_paths(opened))
@@ -275,8 +276,11 @@ def _read_paths(config: Config) -> tuple[str, ...]:
             _within(config.work_dir, path)
             or below_work.split(os.sep)[0].startswith(POOL_PREFIX)
             or (tokens and _within(tokens, path))
+            or (config.tools_config and _within(config.tools_config, path))
         ):
-            raise ConfigError(READ_PATHS, f"{raw!r} holds the server's own files (its work directory's, its tokens)")
+            raise ConfigError(
+                READ_PATHS, f"{raw!r} holds the server's own files (its work directory's, its tokens, its tools file)"
+            )
         _check_readable(raw, path)
         resolved.append(path)
     return tuple(resolved)
@@ -311,4 +315,13 @@ def _tokens_file(path: str) -> str:
         return ""
     if not os.path.isfile(path):
         raise _unfit("RUNNER_AUTH_TOKENS_FILE", path, "a file of tokens")
+    return os.path.realpath(path)
+
+
+def _tools_file(path: str) -> str:
+    """RUNNER_TOOLS_CONFIG, resolved: the sandbox hides it from runs by the path it really has."""
+    if not path:
+        return ""
+    if not os.path.isfile(path):
+        raise _unfit("RUNNER_TOOLS_CONFIG", path, "a file of MCP servers")
     return os.path.realpath(path)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from runner.config.disk import open_environment, with_checkout_defaults
 from runner.config.tokens import BearerTokens
+from runner.config.tools import ToolServers
 from runner.config.values import Config, Transport
 from runner.errors import ConfigError
 
@@ -30,6 +31,7 @@ class Deployment:
 
     config: Config
     tokens: BearerTokens | None = None  # RUNNER_AUTH_TOKENS_FILE's, when serving HTTP with one
+    tools: ToolServers | None = None  # RUNNER_TOOLS_CONFIG's downstream servers, when it names a file
 
 
 def load(environ: Mapping[str, str], cli: Cli = Cli()) -> Deployment:
@@ -39,10 +41,11 @@ def load(environ: Mapping[str, str], cli: Cli = Cli()) -> Deployment:
     if cli.transport:
         variables["RUNNER_TRANSPORT"] = cli.transport
     config = open_environment(Config.from_env(variables))
+    tools = ToolServers.read(config.tools_config) if config.tools_config else None
     if config.transport != "http":
         if cli.insecure_no_auth:
             raise ConfigError("--insecure-no-auth", "applies to --transport http only")
-        return Deployment(config)
+        return Deployment(config, tools=tools)
     http = config.http
     tokens = BearerTokens.read(http.tokens_file) if http.tokens_file else None
     if tokens is None and not http.loopback and not cli.insecure_no_auth:
@@ -52,4 +55,4 @@ def load(environ: Mapping[str, str], cli: Cli = Cli()) -> Deployment:
             "reaches the port runs code here. Give a tokens file, or --insecure-no-auth if something in front "
             "of the server authenticates every request",
         )
-    return Deployment(config, tokens)
+    return Deployment(config, tokens, tools)

@@ -214,7 +214,7 @@ class IsolationConfig:
         "provided_packages",
         "preload",
         "pid_namespaces",
-        "hidden_file",
+        "hidden_files",
     )
 
     sandbox: SandboxMode
@@ -229,13 +229,30 @@ class IsolationConfig:
     # How many kept PID namespaces a zygote may have at once (`isolation.kept_pid_namespaces`): the
     # pool's ready interpreters, the runs in flight and the sessions' anchors.
     pid_namespaces: int
-    hidden_file: str  # the HTTP transport's tokens file, which runs must not see; "" on stdio
+    # The server's files that runs must not see: the HTTP transport's tokens file, the tools file.
+    hidden_files: tuple[str, ...]
 
     @property
     def run_uid_range(self) -> range:
         """The host uids RUNNER_SANDBOX_UIDS gives a root server's sandboxed runs."""
         first, last = (int(part) for part in self.sandbox_uids.split("-"))
         return range(first, last + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsConfig:
+    """Code mode: the file of downstream servers runs may call through the broker, and what one run may
+    pass through it."""
+
+    tools_config: str  # resolved when the environment is opened; empty: none
+    tools_max_calls: int
+    tools_max_mb: int
+    tools_max_concurrent: int
+
+    @property
+    def max_bytes(self) -> int:
+        """What one run's tool arguments and results may add up to."""
+        return self.tools_max_mb * MIB
 
 
 @dataclass(frozen=True, slots=True)

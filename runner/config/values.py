@@ -31,6 +31,7 @@ from runner.config.sections import (
     ServingConfig,
     SessionsConfig,
     TasksConfig,
+    ToolsConfig,
     owned_fields,
 )
 from runner.config.settings import KIB as KIB
@@ -139,6 +140,10 @@ class Config:
     max_returned_bytes: int = 512 * KIB
     max_files_bytes: int = 48 * KIB
     max_input_mb: int = 8
+    tools_config: str = ""  # the downstream servers' file (`runner.config.tools`); empty: none
+    tools_max_calls: int = 100
+    tools_max_mb: int = 16
+    tools_max_concurrent: int = 4
     transport: Transport = "stdio"
     http: HttpConfig = HttpConfig()
 
@@ -203,8 +208,14 @@ class Config:
             provided_packages=self.provided_packages,
             preload=self.preload,
             pid_namespaces=self.pool_size + self.max_concurrent + self.max_sessions,
-            hidden_file=self.http.tokens_file if self.transport == "http" else "",
+            hidden_files=tuple(
+                filter(None, (self.http.tokens_file if self.transport == "http" else "", self.tools_config))
+            ),
         )
+
+    @property
+    def tools(self) -> ToolsConfig:
+        return ToolsConfig(**self._owned(ToolsConfig))
 
     @property
     def logging(self) -> LoggingConfig:

@@ -402,6 +402,46 @@ SETTINGS = (
         "The `files` of one call, MiB together after decoding; each file also at most `RUNNER_MAX_FILE_SIZE_MB`.",
         high=1024,
     ),
+    Setting(
+        "RUNNER_TOOLS_CONFIG",
+        "tools_config",
+        "path",
+        "Code mode: a JSON file in the `mcpServers` shape, one entry per downstream MCP server (stdio or "
+        "Streamable HTTP) whose tools runs may call as Python functions (`import mcp_tools`), brokered by this "
+        "server; each entry's `tools` (required) says which, its `callers` who. Read once at start; the servers "
+        "are started with it. A bad file, entry or tool name stops the server naming it; runs never see the "
+        "file (see [code mode](code-mode.md)).",
+        expected="an absolute path to a file",
+        shown_default="none: runs call no tool",
+        shown_accepted="absolute path of a readable file",
+    ),
+    Setting(
+        "RUNNER_TOOLS_MAX_CALLS",
+        "tools_max_calls",
+        "int",
+        "Tool calls one run (or one call of a session) may make through `mcp_tools`; one more raises "
+        "`mcp_tools.ToolError`.",
+        low=1,
+        high=100_000,
+    ),
+    Setting(
+        "RUNNER_TOOLS_MAX_MB",
+        "tools_max_mb",
+        "int",
+        "MiB of tool arguments and results, together, one run may pass through `mcp_tools` (JSON as sent); "
+        "a call past it raises `mcp_tools.ToolError`.",
+        low=1,
+        high=4096,
+    ),
+    Setting(
+        "RUNNER_TOOLS_MAX_CONCURRENT",
+        "tools_max_concurrent",
+        "int",
+        "Tool calls one run may have in flight at once (from its threads or processes); one more raises "
+        "`mcp_tools.ToolError`.",
+        low=1,
+        high=64,
+    ),
     _choices(
         "RUNNER_TRANSPORT",
         "transport",

@@ -21,15 +21,16 @@ import anyio
 
 from runner.config import KeptConfig, LimitsConfig, ReturnsConfig
 from runner.execution.capture import OutputCap, keep_bytes_for, render_stream
+from runner.execution.channel import RunChannel
 from runner.execution.classify import ProcessEnd, RunLimits, classify
 from runner.execution.kept import OutputStore, Spool
 from runner.execution.output import RunOutput
 from runner.execution.report import Returned, parse_report
 from runner.execution.usage import UsageSamples, wait_exit_sampling
 from runner.fdio import write_all
-from runner.inrun.wire import Budgets, frame_inputs, frame_job
+from runner.inrun.wire import Budgets, frame_answer, frame_inputs, frame_job
 from runner.logs import log_event
-from runner.outcome import Attachment, Omitted, Progress, RunRequest, RunResult
+from runner.outcome import Attachment, Omitted, Progress, RunRequest, RunResult, RunTools, ToolGateway
 from runner.processes.child import Child
 
 # How long output may still drain after the run's group is dead: only a process that left the
@@ -74,12 +75,14 @@ class RunDriver:
         logger: logging.Logger,
         unresponsive: Callable[[Child], Awaitable[None]],
         store: OutputStore | None = None,
+        tools: ToolGateway | None = None,
     ) -> None:
         # The run's limits, what the answer returns, and what is kept beyond it.
         self._limits, self._returns = limits, returns
         self._store = store if store is not None and store.enabled else None
         self._log = logger
         self._unresponsive = unresponsive
+        self._tools = tools  # code mode's broker, where the server has downstream tools
         self._keep_bytes = keep_bytes_for(self._returns.max_output_chars)
         budgets = returns_of(self._returns, kept)
         # Nothing over the budgets is sent where nothing can be kept.
@@ -138,7 +141,10 @@ class RunDriver:
         paths: tuple[str, ...],
     ) -> tuple[RunResult, tuple[Attachment, ...]]:
         out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
-        output = RunOutput(child, out, err, self._limits.max_output_bytes, self._budgets.report_bytes, spools=spools)
+        deadline = anyio.current_time() + request.timeout
+        tools = self._tools.for_run(request.request_id, request.caller, deadline) if self._tools is not None else None
+        channel = RunChannel(self._budgets.report_bytes, tools.limit_bytes if tools is not None else 0)
+        output = RunOutput(child, out, err, self._limits.max_output_bytes, channel, spools=spools)
         # Sampled only where wait4 cannot tell (see `usage`); then once while the interpreter still
         # waits for its code, so a run that ends within a millisecond still gets a number.
         samples = UsageSamples(child) if UsageSamples.needed(child) else None
@@ -149,7 +155,8 @@ class RunDriver:
                 # A run that died before reading all its code (say, out of memory) ends below
                 # like any other, with what it printed.
                 inputs = frame_inputs([(f.path, f.data) for f in request.files])
-                await write_all(child.code, frame_job(request.code.encode("utf-8"), inputs, self._budgets, paths))
+                job = frame_job(request.code.encode("utf-8"), inputs, self._budgets, paths, tools is not None)
+                await write_all(child.code, job)
             started = anyio.current_time()
             # Logged once the run has its code, not before: the line's formatting and write then
             # overlap the run instead of lengthening the call (some 0.02-0.05 ms, caches cold).
@@ -163,9 +170,11 @@ class RunDriver:
                 child.close_fd(child.stdin)  # EOF at once; no task needed
             reported = anyio.CancelScope()
             returned: list[Returned] = []
+            if tools is not None:
+                output.on_tool = _answering(tg, child, tools)
             tg.start_soon(self._read_output, output, returned, reported)
             if on_progress is not None:
-                tg.start_soon(self._report_progress, request, started, out, err, on_progress)
+                tg.start_soon(self._report_progress, request, started, out, err, on_progress, tools)
             timed_out = False
             with reported:
                 timed_out = not await wait_exit_sampling(child, samples, started + request.timeout)
@@ -183,7 +192,7 @@ class RunDriver:
                 returncode, cpu, reaped_peak = child.reap()
             with anyio.move_on_after(EXIT_GRACE):
                 await output.done.wait()
-            if request.stdin or on_progress is not None or watching or not output.done.is_set():
+            if request.stdin or on_progress is not None or watching or tools is not None or not output.done.is_set():
                 tg.cancel_scope.cancel()  # not free (anyio formats the task's repr): only if needed
         got = returned[0] if returned else parse_report(output.report, self._budgets)
         # wait4's count carries a spawned run's spawner's (usage.py); the run's own, when it sent one
@@ -239,14 +248,23 @@ class RunDriver:
             await self._unresponsive(child)
 
     async def _report_progress(
-        self, request: RunRequest, started: float, out: OutputCap, err: OutputCap, on_progress: ProgressCallback
+        self,
+        request: RunRequest,
+        started: float,
+        out: OutputCap,
+        err: OutputCap,
+        on_progress: ProgressCallback,
+        tools: RunTools | None = None,
     ) -> None:
-        sent_at, sent_total = -PROGRESS_HEARTBEAT, -1
+        sent_at, sent_total, sent_calling = -PROGRESS_HEARTBEAT, -1, ""
         while True:
             await anyio.sleep(PROGRESS_INTERVAL)
             now = anyio.current_time()
-            if out.total + err.total == sent_total and now - sent_at < PROGRESS_HEARTBEAT - PROGRESS_INTERVAL / 2:
+            calling = tools.calling if tools is not None else ""
+            quiet = out.total + err.total == sent_total and calling == sent_calling
+            if quiet and now - sent_at < PROGRESS_HEARTBEAT - PROGRESS_INTERVAL / 2:
                 continue
+            sent_calling = calling
             sent_at, sent_total = now, out.total + err.total
             # Both streams share the bytes when both have output.
             tail_bytes = PROGRESS_TAIL_BYTES // 2 if out.total and err.total else PROGRESS_TAIL_BYTES
@@ -257,6 +275,7 @@ class RunDriver:
                 stderr_bytes=err.total,
                 stdout_tail=out.latest_lines(PROGRESS_TAIL_LINES, tail_bytes),
                 stderr_tail=err.latest_lines(PROGRESS_TAIL_LINES, tail_bytes),
+                calling=calling,
             )
             try:
                 await on_progress(progress)
@@ -288,3 +307,23 @@ async def _feed_stdin(child: Child, data: bytes) -> None:
         pass  # the run closed its stdin or ended: what it did not read is not our problem
     finally:
         child.close_fd(child.stdin)
+
+
+def _answering(tg: anyio.abc.TaskGroup, child: Child, tools: RunTools) -> Callable[[bytes], None]:
+    """What takes each tool call frame of the run's: a task that has the broker answer it and writes the
+    answer back on the run's job socket, one answer at a time. Cancelled with the run's task group when
+    the run ends (a call in flight downstream is then cancelled there too)."""
+    writing = anyio.Lock()
+
+    async def answer(body: bytes) -> None:
+        answered = frame_answer(await tools.answer(body))
+        async with writing:
+            if child.is_open(child.code):
+                # The run ended, or closed its socket: no one is waiting for the answer.
+                with contextlib.suppress(OSError):
+                    await write_all(child.code, answered)
+
+    def take(body: bytes) -> None:
+        tg.start_soon(answer, body)
+
+    return take

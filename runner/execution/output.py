@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import selectors
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
 
 from runner.execution.capture import OutputCap
+from runner.execution.channel import RunChannel
 from runner.execution.kept import Spool
-from runner.inrun.wire import report_length
 from runner.processes.child import Child
 
 CHUNK = 64 * 1024
@@ -36,14 +37,23 @@ class RunOutput:
     stdout: OutputCap
     stderr: OutputCap
     budget: int
-    report_limit: int
-    report: bytearray = field(default_factory=bytearray)
-    report_whole: bool = False
+    channel: RunChannel
+    # Where the run's tool calls go, each frame's body as it comes (None: the run may make none).
+    on_tool: Callable[[bytes], None] | None = None
     written: int = 0
     output_exceeded: bool = False
     done: anyio.Event = field(default_factory=anyio.Event)
     # Each stream whole (up to its cap), where the pool keeps output that the answer cuts.
     spools: tuple[Spool | None, Spool | None] = (None, None)
+
+    @property
+    def report(self) -> bytearray:
+        """The run's report as it came (whole once `report_whole`)."""
+        return self.channel.report
+
+    @property
+    def report_whole(self) -> bool:
+        return self.channel.report_whole
 
     async def read_all(self) -> None:
         """Read until `done`; cancelled, it leaves what it read so far."""
@@ -88,8 +98,9 @@ class RunOutput:
                     selector.unregister(other)
 
     def _read_report(self, selector: selectors.BaseSelector) -> None:
-        """Too much, or not a report at all, is dropped and the socket closed: a run still writing
-        gets EPIPE rather than blocking until its timeout."""
+        """Tool calls go to `on_tool` as they come; the report is kept once whole. What no frame is
+        (`RunChannel`) is dropped and the socket closed: a run still writing gets EPIPE rather than
+        blocking until its timeout."""
         fd = self.child.code
         try:
             chunk = os.read(fd, CHUNK)
@@ -100,15 +111,12 @@ class RunOutput:
         if not chunk:
             selector.unregister(fd)
             return
-        report = self.report
-        report += chunk
-        length = report_length(report)
-        limit = self.report_limit
-        if length == -1 or len(report) > limit or (length is not None and length > limit):
-            report.clear()
+        channel = self.channel
+        for call in channel.feed(chunk):
+            if self.on_tool is not None:
+                self.on_tool(call)
+        if channel.broken:
             selector.unregister(fd)
             self.child.close_fd(fd)
-        elif length is not None and len(report) >= length:
-            del report[length:]
-            self.report_whole = True
+        elif channel.report_whole:
             selector.unregister(fd)

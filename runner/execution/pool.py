@@ -9,6 +9,7 @@ killed, reaped, its fds closed and its working directory deleted, in a shielded 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -33,13 +34,13 @@ from runner.execution.supply import Supplies
 from runner.execution.sweep import StraySweeper
 from runner.execution.teardown import Teardowns
 from runner.logs import get_logger, log_event
-from runner.outcome import KeptOutput, PoolState, RunRequest, RunResult
+from runner.outcome import KeptOutput, PoolState, RunRequest, RunResult, ToolGateway
 from runner.processes.child import Child
 from runner.processes.helpers import Helpers
 from runner.processes.isolation import IsolationPlan, plan_isolation
 from runner.processes.keeper import KeptCall
 from runner.processes.limits import Limits, count_tasks_of_uid, limits_for
-from runner.processes.procctl import set_child_subreaper, tree_pss_bytes
+from runner.processes.procctl import children_of_self, set_child_subreaper, tree_pss_bytes
 from runner.processes.spawn import remove_tree
 
 # At most how often the open sessions' memory is measured, in seconds. Reading smaps_rollup makes the
@@ -138,6 +139,7 @@ class Pool:
         reap_strays: bool = False,
         plan: IsolationPlan | None = None,
         caller_share: int = 0,
+        tools: ToolGateway | None = None,
     ) -> AsyncIterator[Pool]:
         """Start a pool (its interpreters fill in the background); on exit, kill and remove everything.
 
@@ -146,6 +148,7 @@ class Pool:
         us, and every child that is not a run or pooled interpreter is killed and reaped.
         Without `plan`, it is made from the configuration (`ConfigError` if a sandbox was demanded
         and cannot work). `caller_share`: the slots one caller may hold (`admission.fair_share`).
+        `tools`: code mode's broker, for runs to call tools through.
         """
         logger = logger or get_logger()
         plan = plan or plan_isolation(config)
@@ -164,7 +167,7 @@ class Pool:
         try:
             async with Supplies.opened(config, plan, base_dir, limits, logger) as supplies:
                 if reaping:
-                    sweeper = StraySweeper(supplies.known_pids, helpers.known, plan.sandboxed, logger)
+                    sweeper = StraySweeper(supplies.known_pids, _helpers_of(helpers, tools), plan.sandboxed, logger)
                 admission = Admission(config.max_concurrent, config.max_queue, caller_share)
 
                 async def unresponsive(child: Child) -> None:
@@ -175,7 +178,7 @@ class Pool:
                         await supplies.unresponsive(child)
 
                 driver = RunDriver(
-                    config.limits, config.returns, config.kept, logger, unresponsive, store
+                    config.limits, config.returns, config.kept, logger, unresponsive, store, tools
                 )  # the one driver of every call
                 async with anyio.create_task_group() as tg:
                     ended = sweeper.wanted if sweeper is not None else lambda: None
@@ -308,3 +311,46 @@ def _log_start(logger: logging.Logger, config: Config, plan: IsolationPlan, limi
 def _read_and_close(fd: int) -> bytes:
     with os.fdopen(fd, "rb") as kept:
         return kept.read()
+
+
+def _helpers_of(helpers: Helpers, tools: ToolGateway | None) -> Callable[[], set[int] | None]:
+    """The server's own processes, for the stray sweep: its helpers, and where it brokers tools, every
+    child in a session its downstream servers lead (one that npx leaves, say); None while one starts.
+    A server is found once by the mark in its environment (`ToolGateway.helper_marks`)."""
+    if tools is None:
+        return helpers.known
+    sessions: dict[bytes, int] = {}  # mark -> the session its server leads
+
+    def known() -> set[int] | None:
+        own, marks = helpers.known(), tools.helper_marks()
+        if own is None or marks is None:
+            return None
+        for gone in set(sessions) - marks:
+            del sessions[gone]
+        children = children_of_self()
+        for mark in marks - set(sessions):
+            found = _marked_leader(children, mark)
+            if not found:
+                return None  # not found yet: sweep nothing this round
+            sessions[mark] = found
+        led = set(sessions.values())
+        for pid in children:
+            with contextlib.suppress(OSError):
+                if os.getsid(pid) in led:
+                    own.add(pid)
+        return own
+
+    return known
+
+
+def _marked_leader(children: list[int], mark: bytes) -> int:
+    """The child that leads its session and whose environment holds `mark`; 0 if none."""
+    for pid in children:
+        try:
+            if os.getsid(pid) == pid:
+                with open(f"/proc/{pid}/environ", "rb") as environ:
+                    if mark in environ.read().split(b"\0"):
+                        return pid
+        except OSError:
+            continue
+    return 0

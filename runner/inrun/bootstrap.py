@@ -24,7 +24,8 @@ import types
 # zygote's socket modules stay out of it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    import importlib.machinery
+    from collections.abc import Callable, Sequence
     from typing import NoReturn
 
     from runner.inrun import seccomp, wire
@@ -119,6 +120,61 @@ def load_siblings(*names: str) -> tuple[types.ModuleType, ...]:
                 del sys.modules[name]
 
 
+class _ToolsFinder:
+    """Makes ``import mcp_tools`` work in a run whose server brokers tools (code mode): on the first
+    import, the module's source and the caller's catalog of tools come from the server over the job
+    socket, and the module is made from them. A run that never imports it pays for nothing more than
+    this finder on sys.meta_path."""
+
+    def __init__(self, wire: types.ModuleType) -> None:
+        self._wire = wire
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None, /
+    ) -> importlib.machinery.ModuleSpec | None:
+        if name != "mcp_tools":
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_loader(name, self)  # type: ignore[arg-type]  # exec_module is enough
+
+    def create_module(self, spec: object) -> None:
+        return None  # the default module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        import json
+        import stat
+
+        wire = self._wire
+        fd = wire.CODE_FD
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                raise OSError("fd 3, this run's channel to the server, is no longer its socket")
+            answer = json.loads(wire.exchange(fd, b'{"op": "module"}'))
+            source, catalog = answer["source"], answer["catalog"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ImportError(f"mcp_tools: the server's tools could not be listed: {exc}", name="mcp_tools") from None
+        exec(compile(source, "<mcp_tools>", "exec"), module.__dict__)
+        module._start(catalog, lambda body: wire.exchange(fd, body))
+
+
+def offer_tools(wire: types.ModuleType) -> None:
+    """Let this run import ``mcp_tools`` (once per process: a session's calls inherit it)."""
+    if not any(isinstance(finder, _ToolsFinder) for finder in sys.meta_path):
+        sys.meta_path.append(_ToolsFinder(wire))
+    import builtins
+
+    if not hasattr(builtins, "help"):  # runs start without site: help(mcp_tools) lists the tools
+        builtins.help = _help  # type: ignore[assignment]
+
+
+def _help(*args: object, **kwargs: object) -> None:
+    """help() as the interactive interpreter has it (site's), made for runs that may call tools."""
+    import pydoc
+
+    pydoc.help(*args, **kwargs)
+
+
 def new_main() -> types.ModuleType:
     """The run's fresh ``__main__`` module, made while the interpreter still waits for its code."""
     main = types.ModuleType("__main__")
@@ -153,6 +209,8 @@ def run(
     if job.keeper:
         _become_anchor(main, siblings, tmpfs, spawned)
     add_provided(job.paths)
+    if job.tools:
+        offer_tools(wire)
     try:
         if session:
             before = keeper.files_before(".", _identity("."))

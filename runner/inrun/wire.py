@@ -107,7 +107,7 @@ class Job:
     output, and the directories of packages the server provided for it (`paths`, from its wheelhouse,
     to go on sys.path); or (`keeper`) no code: the interpreter is to hold a session (`keeper.py`)."""
 
-    __slots__ = ("budgets", "code", "inputs", "keeper", "paths", "socket")
+    __slots__ = ("budgets", "code", "inputs", "keeper", "paths", "socket", "tools")
 
     def __init__(
         self,
@@ -117,20 +117,24 @@ class Job:
         socket: tuple[int, int],
         keeper: bool = False,
         paths: tuple[str, ...] = (),
+        tools: bool = False,
     ) -> None:
         self.code, self.inputs, self.budgets, self.socket = code, inputs, budgets, socket
-        self.keeper, self.paths = keeper, paths
+        self.keeper, self.paths, self.tools = keeper, paths, tools
 
 
 # The job of an interpreter that becomes a session's anchor instead of running code.
 KEEPER_JOB = b"keeper\n"
 
 
-def frame_job(code: bytes, inputs: bytes = b"", budgets: Budgets = NO_RETURNS, paths: tuple[str, ...] = ()) -> bytes:
+def frame_job(
+    code: bytes, inputs: bytes = b"", budgets: Budgets = NO_RETURNS, paths: tuple[str, ...] = (), tools: bool = False
+) -> bytes:
     """What the server writes on the job socket: the sizes and budgets on one line, the code, the files,
-    the package directories (NUL-separated: no path holds a NUL)."""
+    the package directories (NUL-separated: no path holds a NUL); and whether the run may call tools
+    (`import mcp_tools`, brokered on this socket: `frame_tool`)."""
     listed = b"\0".join(os.fsencode(path) for path in paths)
-    numbers = b" ".join(b"%d" % n for n in (len(code), len(inputs), *budgets.numbers(), len(listed)))
+    numbers = b" ".join(b"%d" % n for n in (len(code), len(inputs), *budgets.numbers(), len(listed), tools))
     return numbers + b"\n" + code + inputs + listed
 
 
@@ -171,7 +175,8 @@ def read_job(fd: int) -> Job | None:
     del body[numbers[0] :]
     info = os.fstat(fd)
     # The code not copied: decode() takes a bytearray.
-    return Job(body, inputs, Budgets(*numbers[2:8]), (info.st_dev, info.st_ino), paths=paths)
+    tools = len(numbers) > 9 and numbers[9] == 1
+    return Job(body, inputs, Budgets(*numbers[2:8]), (info.st_dev, info.st_ino), paths=paths, tools=tools)
 
 
 def same_socket(fd: int, job: Job) -> bool:
@@ -229,6 +234,67 @@ def encode_end(end: dict[str, Any]) -> bytes:
         limit,
     )
     return REPORT_HEAD + b" %d 0\n" % len(head) + head
+
+
+# A run's tool call (`mcp_tools`), on the job socket before its report: ``tool <body bytes>``, a newline,
+# the JSON body; the server's answer comes back on it the same way, headed ``answer``. The server
+# bounds a body by RUNNER_TOOLS_MAX_MB, the run an answer by MAX_ANSWER_BYTES.
+TOOL_HEAD = b"tool"
+ANSWER_HEAD = b"answer"
+MAX_ANSWER_BYTES = 1 << 32
+
+
+def frame_tool(body: bytes) -> bytes:
+    """A tool call's frame, run to server."""
+    return TOOL_HEAD + b" %d\n" % len(body) + body
+
+
+def frame_answer(body: bytes) -> bytes:
+    """A tool call's answer's frame, server to run."""
+    return ANSWER_HEAD + b" %d\n" % len(body) + body
+
+
+def exchange(fd: int, body: bytes) -> bytes:
+    """The run's side of one tool call: `body` framed on the job socket `fd`, the answer's body read
+    back. OSError if the socket is gone or closed by the server (it closes a channel it cannot
+    read); ValueError for what is not an answer."""
+    data = frame_tool(body)
+    while data:
+        data = data[os.write(fd, data) :]
+    head = b""
+    while b"\n" not in head:
+        chunk = os.read(fd, 64 - len(head))
+        if not chunk:
+            raise OSError("the server closed this run's channel")
+        head += chunk
+        if len(head) >= 64 and b"\n" not in head:
+            raise ValueError("not an answer")
+    line, _, answer = head.partition(b"\n")
+    parts = line.split(b" ")
+    if len(parts) != 2 or parts[0] != ANSWER_HEAD or not parts[1].isdigit() or int(parts[1]) > MAX_ANSWER_BYTES:
+        raise ValueError("not an answer")
+    size = int(parts[1])
+    received = bytearray(answer)
+    while len(received) < size:
+        chunk = os.read(fd, min(size - len(received), 1 << 20))
+        if not chunk:
+            raise OSError("the server closed this run's channel")
+        received += chunk
+    if len(received) > size:
+        raise ValueError("more than one answer")
+    return bytes(received)
+
+
+def frame_length(data: bytes | bytearray, head: bytes) -> int | None:
+    """The length of the whole ``<head> <n>``-framed message `data` starts with, once its first line is
+    in; None until then, or -1 when `data` does not start like one."""
+    line_end = data.find(b"\n", 0, 32)
+    if line_end < 0:
+        return None if len(data) < 32 and (head + b" ").startswith(bytes(data[: len(head) + 1])) else -1
+    parts = bytes(data[:line_end]).split(b" ")
+    if len(parts) != 2 or parts[0] != head or not parts[1].isdigit() or len(parts[1]) > 12:
+        return -1
+    return line_end + 1 + int(parts[1])
 
 
 def report_length(data: bytes | bytearray) -> int | None:

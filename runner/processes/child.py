@@ -80,6 +80,10 @@ class Child:
         """Remove the run's cgroup (the server's), once no process is left in it; True once it is gone."""
         return self.cgroup is None or self.cgroup.remove()
 
+    def is_open(self, fd: int) -> bool:
+        """Whether `fd` is one of our ends of this child's pipes, not closed yet."""
+        return fd in self._open
+
     def close_fd(self, fd: int) -> None:
         """Close one of our pipe ends once; later calls are no-ops."""
         if fd in self._open:

@@ -292,21 +292,27 @@ def view_binds(isolation: IsolationConfig) -> list[str]:
 
 
 def hidden_files(isolation: IsolationConfig) -> list[str]:
-    """What of the server's runs see as empty: the HTTP transport's tokens file, or the directory that
-    holds it when nothing else is there (dot-files aside), so that a file put in its place after start
-    (editors save by rename) is hidden too. One under a directory the sandbox replaces anyway (/tmp,
-    /run: a Kubernetes Secret under /var/run) is not there to hide."""
-    path = isolation.hidden_file
-    if not path:
-        return []
-    if any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm")):
-        return []
-    directory, name = os.path.split(path)
-    try:
-        alone = directory != "/" and all(entry == name or entry.startswith(".") for entry in os.listdir(directory))
-    except OSError:
-        alone = False
-    return [directory if alone else path]
+    """What of the server's runs see as empty: the HTTP transport's tokens file and the tools file
+    (RUNNER_TOOLS_CONFIG), or the directory that holds one when nothing else is there (dot-files
+    aside), so that a file put in its place after start (editors save by rename) is hidden too. One
+    under a directory the sandbox replaces anyway (/tmp, /run: a Kubernetes Secret under /var/run) is
+    not there to hide."""
+    hidden: list[str] = []
+    for path in isolation.hidden_files:
+        if any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm")):
+            continue
+        directory = os.path.dirname(path)
+        try:
+            alone = directory != "/" and all(
+                entry.startswith(".") or os.path.join(directory, entry) in isolation.hidden_files
+                for entry in os.listdir(directory)
+            )
+        except OSError:
+            alone = False
+        made = directory if alone else path
+        if made not in hidden:
+            hidden.append(made)
+    return hidden
 
 
 def _bound_back(isolation: IsolationConfig) -> list[str]:

@@ -80,10 +80,11 @@ class Handlers:
         metrics: Metrics | None = None,
         caller_of: CallerOf | None = None,
         tasks: Tasks | None = None,
+        code_mode: str = "",
     ) -> None:
         self._runner = runner
         self._log = logger or get_logger()
-        self._tools = tool_definitions(config, sandboxed=runner.sandboxed)
+        self._tools = tool_definitions(config, sandboxed=runner.sandboxed, code_mode=code_mode)
         self._sessions = not config.sessions.refused  # and so close_session is offered
         self._parser = ArgumentParser(config)
         self._metrics = metrics
@@ -261,10 +262,12 @@ def build_server(
     caller_of: CallerOf | None = None,
     tasks: Tasks | None = None,
     name_header_of: NameHeaderOf | None = None,
+    code_mode: str = "",
 ) -> Server[Any]:
-    """The low-level MCP server with explicit handlers; with `tasks`, the tasks extension too."""
+    """The low-level MCP server with explicit handlers; with `tasks`, the tasks extension too;
+    `code_mode`: what run_python's description says of the tools runs may call."""
     logger = logger or get_logger()
-    handlers = Handlers(config, runner, logger, metrics=metrics, caller_of=caller_of, tasks=tasks)
+    handlers = Handlers(config, runner, logger, metrics=metrics, caller_of=caller_of, tasks=tasks, code_mode=code_mode)
     server: Server[Any] = Server(
         SERVER_NAME,
         version=__version__,

@@ -54,6 +54,19 @@ class Metrics:
         self._restarts = Counter(
             "runner_zygote_restarts", "Fork-server zygotes started again after one failed", registry=r
         )
+        self._tool_calls = Counter(
+            "runner_tool_calls",
+            "Tool calls runs made through mcp_tools (code mode), by server, tool and status",
+            ["server", "tool", "status"],
+            registry=r,
+        )
+        self._tool_duration = Histogram(
+            "runner_tool_call_duration_seconds",
+            "Wall time of tool calls runs made through mcp_tools, by server",
+            ["server"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
         self._restarts_seen = 0
         self._sessions_seen = SessionsState()
         self._session_counts = {
@@ -90,6 +103,11 @@ class Metrics:
         dropped = result.stdout.dropped_bytes + result.stderr.dropped_bytes
         if dropped:
             self._dropped.inc(dropped)
+
+    def tool_call(self, server: str, tool: str, status: str, seconds: float) -> None:
+        """Count one brokered tool call (code mode)."""
+        self._tool_calls.labels(server=server, tool=tool, status=status).inc()
+        self._tool_duration.labels(server=server).observe(seconds)
 
     async def refresh(self) -> None:
         """The pool's gauges from its state now (the sessions' memory as of its last measurement)."""

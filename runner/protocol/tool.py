@@ -46,12 +46,14 @@ CLOSE_DESCRIPTION = (
 )
 
 
-def tool_definitions(config: Config, *, sandboxed: bool = True) -> list[types.Tool]:
+def tool_definitions(config: Config, *, sandboxed: bool = True, code_mode: str = "") -> list[types.Tool]:
     """Every tool this server offers, with their hand-written schemas: `close_session` only where
-    sessions may be had; `sandboxed`: whether runs are (the description warns where they are not)."""
+    sessions may be had; `sandboxed`: whether runs are (the description warns where they are not);
+    `code_mode`: what run_python's description says of the tools runs may call (none: nothing)."""
+    run = tool_definition(config, sandboxed=sandboxed, code_mode=code_mode)
     if config.sessions.refused:
-        return [tool_definition(config, sandboxed=sandboxed)]
-    return [tool_definition(config, sandboxed=sandboxed), close_definition()]
+        return [run]
+    return [run, close_definition()]
 
 
 def close_definition() -> types.Tool:
@@ -72,7 +74,7 @@ def close_definition() -> types.Tool:
     )
 
 
-def tool_definition(config: Config, *, sandboxed: bool = True) -> types.Tool:
+def tool_definition(config: Config, *, sandboxed: bool = True, code_mode: str = "") -> types.Tool:
     """`run_python`, with its hand-written schemas. It says four sections of the configuration, so
     it takes the whole."""
     limits, returns, sessions, packages = config.limits, config.returns, config.sessions, config.packages_section
@@ -94,6 +96,7 @@ def tool_definition(config: Config, *, sandboxed: bool = True) -> types.Tool:
             max_timeout=limits.max_timeout,
             chars=returns.max_output_chars,
         )
+        + ("\n\n" + code_mode if code_mode else "")
         + ("" if sandboxed else UNSANDBOXED),
         input_schema=input_schema(config),
         output_schema=output_schema(),

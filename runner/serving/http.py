@@ -12,7 +12,7 @@ import socket
 
 import anyio
 
-from runner.config import Config, HttpConfig
+from runner.config import Config, HttpConfig, ToolServers
 from runner.config.tokens import BearerTokens
 from runner.logs import get_logger, log_event
 from runner.processes.isolation import IsolationPlan
@@ -29,6 +29,7 @@ def main_http(
     listen_fd: int | None = None,
     supervisor_pid: int | None = None,
     worker_args: tuple[str, ...] = (),
+    tools: ToolServers | None = None,
 ) -> int:
     """Listen (or, as a worker, take the supervisor's socket), then serve or supervise; the exit status."""
     from runner.transports.http import listening, url_of
@@ -68,33 +69,50 @@ def main_http(
             return supervise(http, config.pool.work_dir, sock, list(worker_args))
         if not worker:
             log_event(logger, logging.INFO, "serving on HTTP", url=url_of(sock, http.path))
-        anyio.run(serve_http, config, plan, tokens, sock, early)
+        anyio.run(serve_http, config, plan, tokens, sock, early, tools)
     log_event(logger, logging.INFO, "server stopped")
     return 0
 
 
 async def serve_http(
-    config: Config, plan: IsolationPlan, tokens: BearerTokens | None, sock: socket.socket, early: list[int]
+    config: Config,
+    plan: IsolationPlan,
+    tokens: BearerTokens | None,
+    sock: socket.socket,
+    early: list[int],
+    tools: ToolServers | None = None,
 ) -> None:
-    """Serve Streamable HTTP until a signal; runs in flight then get RUNNER_SHUTDOWN_GRACE seconds."""
+    """Serve Streamable HTTP until a signal; runs in flight then get RUNNER_SHUTDOWN_GRACE seconds.
+    `tools`: the downstream servers runs may call (code mode), each worker with its own connections."""
     from runner.execution.admission import fair_share
     from runner.execution.pool import Pool
     from runner.protocol.handlers import build_server
     from runner.protocol.metrics import Metrics
     from runner.protocol.tasks import Tasks
+    from runner.tools.broker import Broker
     from runner.transports.http import HttpServer, caller_of, http_app, name_header_of
 
     logger = get_logger()
     pool_config, http = config.pool, config.http
     share = fair_share(pool_config.max_concurrent, len(tokens.names) if tokens else 0, http.max_concurrent_per_token)
     async with (
-        Pool.open(config, logger, reap_strays=True, plan=plan, caller_share=share) as pool,
+        Broker.maybe_opened(tools, config.tools, logger) as broker,
+        Pool.open(config, logger, reap_strays=True, plan=plan, caller_share=share, tools=broker) as pool,
         Tasks.opened(config.tasks, logger) as tasks,
         anyio.create_task_group() as tg,
     ):
         metrics = Metrics(pool.measured_state, pool_config.max_concurrent, pool_config.pool_size)
+        if broker is not None:
+            broker.observe = metrics.tool_call
         server = build_server(
-            config, pool, logger, metrics=metrics, caller_of=caller_of, tasks=tasks, name_header_of=name_header_of
+            config,
+            pool,
+            logger,
+            metrics=metrics,
+            caller_of=caller_of,
+            tasks=tasks,
+            name_header_of=name_header_of,
+            code_mode=broker.description() if broker is not None else "",
         )
 
         def not_ready() -> str | None:

@@ -10,28 +10,32 @@ import sys
 
 import anyio
 
-from runner.config import Config
+from runner.config import Config, ToolServers
 from runner.logs import get_logger, log_event
 from runner.processes.isolation import IsolationPlan
 from runner.serving.signals import stop_on_signals
 
 
-async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int]) -> None:
-    """Serve one stdio session; every run and pooled interpreter is gone when this returns."""
+async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], tools: ToolServers | None = None) -> None:
+    """Serve one stdio session; every run and pooled interpreter is gone when this returns. `tools`:
+    the downstream servers runs may call (code mode)."""
     # Imported here so a configuration error is reported before the SDK's ~0.7 s import.
     from runner.execution.pool import Pool
     from runner.protocol.handlers import build_server
     from runner.protocol.tasks import Tasks
+    from runner.tools.broker import Broker
     from runner.transports.stdio import stdio_transport
 
     logger = get_logger()
     async with (
-        Pool.open(config, logger, reap_strays=True, plan=plan) as pool,
+        Broker.maybe_opened(tools, config.tools, logger) as broker,
+        Pool.open(config, logger, reap_strays=True, plan=plan, tools=broker) as pool,
         Tasks.opened(config.tasks, logger) as tasks,
         anyio.create_task_group() as tg,
     ):
         await tg.start(stop_on_signals, tg.cancel_scope.cancel, early, "signal received; shutting down")
-        server = build_server(config, pool, logger, tasks=tasks)
+        code_mode = broker.description() if broker is not None else ""
+        server = build_server(config, pool, logger, tasks=tasks, code_mode=code_mode)
         async with stdio_transport(config.limits.max_message_bytes, logger) as (read_stream, write_stream):
             log_event(logger, logging.INFO, "serving on stdio")
             await server.run(read_stream, write_stream, server.create_initialization_options())
@@ -39,7 +43,7 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int]) -> 
         tg.cancel_scope.cancel()
 
 
-def main_stdio(config: Config, plan: IsolationPlan, early: list[int]) -> int:
+def main_stdio(config: Config, plan: IsolationPlan, early: list[int], tools: ToolServers | None = None) -> int:
     """Serve on stdin and stdout until stdin closes or a signal; the exit status."""
     if sys.stdin.isatty():
         sys.stderr.write(
@@ -48,6 +52,6 @@ def main_stdio(config: Config, plan: IsolationPlan, early: list[int]) -> int:
         )
     # A second Ctrl-C during shutdown: everything is already being torn down.
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(serve_stdio, config, plan, early)
+        anyio.run(serve_stdio, config, plan, early, tools)
     log_event(get_logger(), logging.INFO, "server stopped")
     return 0

@@ -20,6 +20,7 @@ from runner.config.sections import (
     ServingConfig,
     SessionsConfig,
     TasksConfig,
+    ToolsConfig,
     owned_fields,
 )
 
@@ -35,6 +36,7 @@ SECTIONS: dict[str, type] = {
     "isolation": IsolationConfig,
     "logging": LoggingConfig,
     "serving": ServingConfig,
+    "tools": ToolsConfig,
 }
 # Set, each of them, to a value other than its default.
 ENVIRONMENT = {
@@ -63,6 +65,10 @@ ENVIRONMENT = {
     "RUNNER_TRANSPORT": "http",
     "RUNNER_HTTP_REPLICA": "east",
     "RUNNER_AUTH_TOKENS_FILE": "/etc/runner/tokens",
+    "RUNNER_TOOLS_CONFIG": "/etc/runner/tools.json",
+    "RUNNER_TOOLS_MAX_CALLS": "7",
+    "RUNNER_TOOLS_MAX_MB": "3",
+    "RUNNER_TOOLS_MAX_CONCURRENT": "2",
 }
 
 
@@ -132,6 +138,8 @@ def test_each_section_carries_the_values_of_the_configuration_it_is_made_from(co
     assert config.packages_section.python == "/opt/python/bin/python3"
     assert config.logging == LoggingConfig("debug", "text")
     assert config.serving == ServingConfig("http", 1)
+    assert config.tools == ToolsConfig("/etc/runner/tools.json", 7, 3, 2)
+    assert config.tools.max_bytes == 3 * MIB
 
 
 def test_the_isolation_inputs_are_what_the_plan_reads(config: Config) -> None:
@@ -139,9 +147,9 @@ def test_the_isolation_inputs_are_what_the_plan_reads(config: Config) -> None:
     assert (isolation.sandbox, isolation.sandbox_tmp_mb, isolation.run_uid_range) == ("none", 32, range(70000, 71000))
     assert (isolation.python, isolation.provided_packages) == ("/opt/python/bin/python3", "/var/cache/runner/packages")
     assert isolation.pid_namespaces == 1 + 2 + 3  # the pool's ready interpreters, the runs, the sessions' anchors
-    assert isolation.hidden_file == "/etc/runner/tokens"
+    assert isolation.hidden_files == ("/etc/runner/tokens", "/etc/runner/tools.json")
     stdio = dataclasses.replace(config, transport="stdio")
-    assert stdio.isolation.hidden_file == "", "no tokens file is read on stdio"
+    assert stdio.isolation.hidden_files == ("/etc/runner/tools.json",), "no tokens file is read on stdio"
 
 
 def test_several_workers_keep_no_sessions_tasks_or_outputs_and_the_whole_says_what_its_sections_say() -> None:

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from runner.execution.capture import OutputCap
+from runner.execution.channel import RunChannel
 from runner.execution.output import RunOutput
 from runner.processes.child import Child
 
@@ -44,7 +45,7 @@ async def test_a_stream_ending_in_the_wakeup_that_blows_the_budget_ends_the_read
     try:
         os.write(out_w, b"x" * 5000)
         os.close(err_w)
-        output = RunOutput(child, OutputCap(1000), OutputCap(1000), budget=4096, report_limit=1 << 20)
+        output = RunOutput(child, OutputCap(1000), OutputCap(1000), budget=4096, channel=RunChannel(1 << 20))
         theirs.close()  # no report
         with anyio.fail_after(5):
             await output.read_all()
@@ -62,7 +63,7 @@ async def test_both_streams_and_a_whole_report_are_read_in_one_task() -> None:
         os.close(out_w)
         os.close(err_w)
         theirs.sendall(b"report 2 0\n{}")  # whole by its first line, while the socket stays open
-        output = RunOutput(child, OutputCap(1000), OutputCap(1000), budget=4096, report_limit=1 << 20)
+        output = RunOutput(child, OutputCap(1000), OutputCap(1000), budget=4096, channel=RunChannel(1 << 20))
         with anyio.fail_after(5):
             await output.read_all()
         assert (output.stdout.total, output.stderr.total, bytes(output.report), output.report_whole) == (
@@ -82,7 +83,7 @@ async def test_a_report_over_its_limit_is_dropped_and_its_socket_closed() -> Non
         os.close(out_w)
         os.close(err_w)
         theirs.sendall(b"report 5000 0\n" + b"x" * 100)
-        output = RunOutput(child, OutputCap(1000), OutputCap(1000), budget=4096, report_limit=1000)
+        output = RunOutput(child, OutputCap(1000), OutputCap(1000), budget=4096, channel=RunChannel(1000))
         with anyio.fail_after(5):
             await output.read_all()
         assert (bytes(output.report), output.report_whole) == (b"", False)

@@ -1,0 +1,209 @@
+"""The downstream MCP servers runs may call (RUNNER_TOOLS_CONFIG), read at start into frozen records.
+
+The file has the ``mcpServers`` shape that Claude Desktop's users already write, one entry per server,
+stdio (``command``, ``args``, ``env``) or Streamable HTTP (``url``, ``headers``), and two keys of ours:
+``tools``, required, the tools runs may call (``["*"]``: every one the server lists), and ``callers``,
+the token names that may use it (absent: every caller). A refusal names the file and the entry, and
+never echoes a value of ``env`` or ``headers``: those hold credentials, which stay in the server.
+
+Whether the named tools exist is known only once each server has listed them: the broker checks that
+at start (`runner.tools`), and stops the server the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from runner.errors import ConfigError
+
+VARIABLE = "RUNNER_TOOLS_CONFIG"
+ALL_TOOLS = "*"
+MAX_FILE_BYTES = 1024 * 1024
+MAX_SERVERS = 64
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_]")
+_STDIO_KEYS = frozenset({"command", "args", "env", "cwd"})
+_HTTP_KEYS = frozenset({"url", "headers"})
+_OURS = frozenset({"tools", "callers"})
+# What `mcp_tools` itself defines: no server may take these names there.
+RESERVED = frozenset({"call", "ToolError", "servers"})
+# Keys other clients write that mean nothing here (Claude Desktop's `type`, OpenClaw's `disabled`...).
+_IGNORED = frozenset({"type", "transport", "disabled", "description", "timeout"})
+
+
+def python_name(name: str) -> str:
+    """The name a server or a tool has in `mcp_tools`: each character that is not a letter, digit or
+    ``_`` made ``_``; one that starts with a digit, or is a Python keyword, gets a ``_`` before it."""
+    import keyword
+
+    made = _NOT_IN_A_NAME.sub("_", name)
+    if not made or made[0].isdigit() or keyword.iskeyword(made):
+        made = "_" + made
+    return made
+
+
+@dataclass(frozen=True, slots=True)
+class Downstream:
+    """One downstream server: how it is reached, and what of it runs may call, and who."""
+
+    name: str
+    python_name: str
+    tools: tuple[str, ...]  # ("*",): every tool it lists
+    callers: tuple[str, ...] | None  # None: every caller
+    command: str = ""  # stdio
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str = ""
+    url: str = ""  # Streamable HTTP
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def every_tool(self) -> bool:
+        return self.tools == (ALL_TOOLS,)
+
+    def allows(self, tool: str) -> bool:
+        """Whether runs may call `tool` of this server (that it exists is the broker's to know)."""
+        return self.every_tool or tool in self.tools
+
+    def serves(self, caller: str | None) -> bool:
+        """Whether `caller` (a token's name; None: a stdio client, or HTTP without tokens) may use it."""
+        return self.callers is None or (caller is not None and caller in self.callers)
+
+    def __repr__(self) -> str:  # never the credentials
+        where = self.url or self.command
+        return f"Downstream({self.name!r}, {where!r}, tools={self.tools!r}, callers={self.callers!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolServers:
+    """RUNNER_TOOLS_CONFIG, read: its path (the sandbox hides it from runs) and its servers, in the file's order."""
+
+    path: str
+    servers: tuple[Downstream, ...]
+
+    def named(self, name: str) -> Downstream | None:
+        """The server called `name` in the file, or None."""
+        return next((server for server in self.servers if server.name == name), None)
+
+    @classmethod
+    def read(cls, path: str) -> ToolServers:
+        """Parse the file at `path`; `ConfigError` naming it for any fault."""
+        try:
+            with open(path, "rb") as file:
+                data = file.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(VARIABLE, f"cannot read {path!r}: {exc.strerror or exc}") from None
+        if len(data) > MAX_FILE_BYTES:
+            raise ConfigError(VARIABLE, f"{path}: more than {MAX_FILE_BYTES:,} bytes")
+        return cls.parse(data, path)
+
+    @classmethod
+    def parse(cls, data: bytes | str, path: str) -> ToolServers:
+        """The servers `data` (the file's bytes) describes; `ConfigError` naming `path` and the entry."""
+        try:
+            document = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ConfigError(VARIABLE, f"{path}: not JSON ({exc})") from None
+        servers = document.get("mcpServers") if isinstance(document, dict) else None
+        if not isinstance(servers, dict):
+            raise ConfigError(VARIABLE, f'{path}: expected an object with "mcpServers", an object of servers')
+        if not servers:
+            raise ConfigError(VARIABLE, f"{path}: mcpServers names no server")
+        if len(servers) > MAX_SERVERS:
+            raise ConfigError(VARIABLE, f"{path}: mcpServers names {len(servers)} servers, more than {MAX_SERVERS}")
+        made: list[Downstream] = []
+        by_python: dict[str, str] = {}
+        for name, entry in servers.items():
+            server = _server(path, name, entry)
+            if server.python_name in RESERVED or server.python_name.startswith("__"):
+                raise ConfigError(
+                    VARIABLE, f"{path}: mcpServers.{name}: {server.python_name!r} is mcp_tools' own name; rename it"
+                )
+            other = by_python.get(server.python_name)
+            if other is not None:
+                raise ConfigError(
+                    VARIABLE,
+                    f"{path}: mcpServers.{name}: its Python name {server.python_name!r} is also {other!r}'s; "
+                    "rename one",
+                )
+            by_python[server.python_name] = name
+            made.append(server)
+        return cls(path, tuple(made))
+
+
+def _server(path: str, name: str, entry: Any) -> Downstream:
+    where = f"{path}: mcpServers.{name}"
+
+    def refuse(message: str) -> ConfigError:
+        return ConfigError(VARIABLE, f"{where}: {message}")
+
+    if not _NAME.fullmatch(name):
+        raise ConfigError(VARIABLE, f"{path}: mcpServers: a server's name is 1-64 letters, digits, '_', '.' or '-'")
+    if not isinstance(entry, dict):
+        raise refuse("expected an object")
+    unknown = sorted(set(entry) - _STDIO_KEYS - _HTTP_KEYS - _OURS - _IGNORED)
+    if unknown:
+        raise refuse(f"unknown key {unknown[0]!r}")
+    if "tools" not in entry:
+        raise refuse('"tools" is required: the tools runs may call, or ["*"] for every one')
+    tools = _strings(entry["tools"], "tools", refuse)
+    if not tools:
+        raise refuse('"tools" names no tool: give at least one, or ["*"]')
+    if ALL_TOOLS in tools and len(tools) > 1:
+        raise refuse('"tools": "*" stands alone')
+    if len(set(tools)) != len(tools):
+        raise refuse('"tools" names a tool twice')
+    callers = None
+    if "callers" in entry:
+        callers = _strings(entry["callers"], "callers", refuse)
+        if not callers:
+            raise refuse('"callers" names no caller: leave it out for every caller')
+    has_command, has_url = "command" in entry, "url" in entry
+    if has_command == has_url:
+        raise refuse('give "command" (a stdio server) or "url" (Streamable HTTP), one of them')
+    if has_command:
+        if set(entry) & _HTTP_KEYS:
+            raise refuse('"headers" is for a "url" server')
+        command = entry["command"]
+        if not isinstance(command, str) or not command.strip():
+            raise refuse('"command" must be a non-empty string')
+        cwd = entry.get("cwd", "")
+        if not isinstance(cwd, str):
+            raise refuse('"cwd" must be a string')
+        return Downstream(
+            name,
+            python_name(name),
+            tools,
+            callers,
+            command=command,
+            args=_strings(entry.get("args", []), "args", refuse),
+            env=_pairs(entry.get("env", {}), "env", refuse),
+            cwd=cwd,
+        )
+    if set(entry) & (_STDIO_KEYS - {"command"}):
+        raise refuse('"args", "env" and "cwd" are for a "command" server')
+    url = entry["url"]
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise refuse('"url" must be an http:// or https:// URL')
+    return Downstream(
+        name, python_name(name), tools, callers, url=url, headers=_pairs(entry.get("headers", {}), "headers", refuse)
+    )
+
+
+def _strings(value: Any, key: str, refuse: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise refuse(f'"{key}" must be a list of non-empty strings')
+    return tuple(value)
+
+
+def _pairs(value: Any, key: str, refuse: Any) -> tuple[tuple[str, str], ...]:
+    # The values are credentials: the message names the key only.
+    if not isinstance(value, dict):
+        raise refuse(f'"{key}" must be an object of strings')
+    for name, item in value.items():
+        if not isinstance(item, str) or not name or "\x00" in name or "\x00" in item:
+            raise refuse(f'"{key}": {name[:64]!r} must be a non-empty name with a string value')
+    return tuple(value.items())

@@ -1,0 +1,118 @@
+"""Tools of other MCP servers, called from this run as Python functions (code mode).
+
+Each call goes to the server that runs this code, over this run's own channel to it: the server checks
+it (the tool is allowed, the arguments match its input schema, the run is within its limits), makes
+it with the official MCP client, and answers. This run never reaches the tools' servers, nor their
+credentials.
+
+    import mcp_tools
+    mcp_tools.<server>.<tool>(**arguments)      # one function per allowed tool
+    mcp_tools.call("server", "tool", {...})       # the same, by names given as strings
+
+A call returns the tool result's ``structuredContent`` when it has one; else, when every content block
+is text, the text (blocks joined by a newline); else the list of content blocks as JSON objects. A
+result with ``isError``, a tool that is not allowed, a server that is unknown, down or too slow,
+arguments that do not match the input schema, or a call over a limit raises ``ToolError``.
+
+This file is not imported by the server: the server sends its source to a run that imports
+``mcp_tools`` (`bootstrap._ToolsFinder`), with the caller's catalog, and the run makes the module
+from both. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_exchange: Callable[[bytes], bytes] | None = None
+_lock = threading.Lock()
+_limit_bytes = 0
+servers: dict[str, Any] = {}
+
+
+class ToolError(Exception):
+    """A tool call that returned no value: the message says why, and names the server and the tool."""
+
+
+def call(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any:
+    """Call `tool` of `server` (their names as the server lists them) with `arguments`; its value, or
+    `ToolError`."""
+    if arguments is None:
+        arguments = {}
+    if not isinstance(server, str) or not isinstance(tool, str):
+        raise TypeError("mcp_tools.call takes the server's and the tool's names as strings")
+    if not isinstance(arguments, dict):
+        raise TypeError(f"{server}.{tool}: arguments must be a dict, not {type(arguments).__name__}")
+    try:
+        body = json.dumps({"op": "call", "server": server, "tool": tool, "arguments": arguments}).encode()
+    except (TypeError, ValueError) as exc:
+        raise ToolError(f"{server}.{tool}: the arguments are not JSON: {exc}") from None
+    if len(body) > _limit_bytes:
+        raise ToolError(
+            f"{server}.{tool}: {len(body):,} bytes of arguments, more than this run may send "
+            f"({_limit_bytes:,}; RUNNER_TOOLS_MAX_MB)"
+        )
+    exchange = _exchange
+    if exchange is None:
+        raise ToolError(f"{server}.{tool}: this run has no channel to the server")
+    with _lock:  # one call at a time per process: its answer is the next frame on the channel
+        try:
+            raw = exchange(body)
+        except (OSError, ValueError) as exc:
+            raise ToolError(f"{server}.{tool}: this run's channel to the server failed: {exc}") from None
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        raise ToolError(f"{server}.{tool}: the server's answer is not JSON") from None
+    if not isinstance(answer, dict):
+        raise ToolError(f"{server}.{tool}: the server's answer is not an object")
+    if answer.get("ok") is True:
+        return answer.get("value")
+    raise ToolError(str(answer.get("error") or f"{server}.{tool}: the call failed"))
+
+
+class _Server:
+    """One downstream server's allowed tools, as functions (see ``help()`` of each)."""
+
+    def __init__(self, name: str, description: str) -> None:
+        self._name = name
+        self.__doc__ = description
+
+    def __repr__(self) -> str:
+        tools = sorted(name for name in vars(self) if not name.startswith("_"))
+        return f"<mcp_tools server {self._name!r}: {', '.join(tools)}>"
+
+
+def _function(server: str, tool: str, python_name: str, description: str, schema: Any) -> Callable[..., Any]:
+    def tool_function(**arguments: Any) -> Any:
+        return call(server, tool, arguments)
+
+    tool_function.__name__ = python_name
+    tool_function.__qualname__ = f"{server}.{python_name}"
+    shown = json.dumps(schema, indent=2, sort_keys=True)
+    tool_function.__doc__ = f"{description}\n\nThe tool {tool!r} of {server!r}. Input schema:\n{shown}"
+    tool_function.schema = schema  # type: ignore[attr-defined]
+    return tool_function
+
+
+def _start(catalog: dict[str, Any], exchange: Callable[[bytes], bytes]) -> None:
+    """Make this module's servers and functions from the server's `catalog`; calls go through `exchange`."""
+    global _exchange, _limit_bytes
+    _exchange = exchange
+    _limit_bytes = int(catalog.get("limit_bytes", 0))
+    lines = [__doc__ or "", "Servers and their tools here:"]
+    for entry in catalog.get("servers", []):
+        server = _Server(entry["name"], entry.get("summary", ""))
+        lines.append(f"  {entry['python_name']}  ({entry['name']})")
+        for tool in entry.get("tools", []):
+            made = _function(entry["name"], tool["name"], tool["python_name"], tool["description"], tool["schema"])
+            setattr(server, tool["python_name"], made)
+            first = (tool["description"].strip().splitlines() or [""])[0][:100]
+            lines.append(f"    .{tool['python_name']}(...)  {first}")
+        if entry.get("down"):
+            lines.append(f"    (down now: {entry['down']})")
+        servers[entry["python_name"]] = server
+        globals()[entry["python_name"]] = server
+    globals()["__doc__"] = "\n".join(lines)

@@ -1,0 +1,299 @@
+"""The broker of code mode: what a run's ``mcp_tools`` asks for, checked and answered.
+
+Each run that may call tools gets its own `RunCalls` (`Broker.for_run`), which counts what the run
+does against its limits (calls, bytes, calls at once) and answers each frame the run sends on its job
+socket: the module itself with the caller's catalog (``{"op": "module"}``), or one tool call
+(``{"op": "call", ...}``), which is checked (the server exists and serves this caller, the tool is
+allowed and listed, the arguments validate against its input schema, the run is within its limits)
+before it is forwarded (`Connection.call`) within the run's remaining time. Whatever goes wrong is an
+answer that the run raises as `mcp_tools.ToolError`; nothing a run sends can raise here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+
+from runner.config import ToolsConfig, ToolServers, python_name
+from runner.errors import Unavailable
+from runner.logs import log_event
+from runner.tools.catalog import describe, value_of
+from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, Down
+
+# What the broker's callers count a brokered call as (metrics): ok, tool_error (the tool's isError),
+# refused (not allowed, bad arguments, a limit), unavailable (down, too slow), failed (anything else).
+Observe = Callable[[str, str, str, float], None]
+MAX_SCHEMA_CHECKS = 256  # validators kept, one per (server, tool)
+
+
+class Broker:
+    """The downstream servers' connections, and what runs may do with them."""
+
+    def __init__(
+        self, servers: ToolServers, config: ToolsConfig, logger: logging.Logger, observe: Observe | None = None
+    ) -> None:
+        self.servers = servers
+        self.config = config
+        self.log = logger
+        self.observe = observe  # set once the metrics exist (HTTP), or never
+        self.connections = {server.name: Connection(server, logger) for server in servers.servers}
+        self._module_source = importlib.resources.files("runner.inrun").joinpath("mcp_tools.py").read_text()
+        self._validators: dict[tuple[str, str, str], Any] = {}
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def opened(
+        cls, servers: ToolServers, config: ToolsConfig, logger: logging.Logger, observe: Observe | None = None
+    ) -> AsyncIterator[Broker]:
+        """Start every server and list its tools; stop them all on exit. A server that cannot start is
+        a warning (its calls fail until it comes); one that lists no tool the file allows of it,
+        `Unavailable` naming the file and the entry (the server does not start)."""
+        broker = cls(servers, config, logger, observe)
+        async with anyio.create_task_group() as tg:
+            for connection in broker.connections.values():
+                tg.start_soon(connection.hold)
+            with anyio.move_on_after(CONNECT_SECONDS + 5):
+                for connection in broker.connections.values():
+                    await connection.listed.wait()
+            try:
+                broker.check_listed()
+                yield broker
+            finally:
+                tg.cancel_scope.cancel()
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def maybe_opened(
+        cls, servers: ToolServers | None, config: ToolsConfig, logger: logging.Logger
+    ) -> AsyncIterator[Broker | None]:
+        """`opened`, where the deployment names tool servers; else None."""
+        if servers is None:
+            yield None
+            return
+        async with cls.opened(servers, config, logger) as broker:
+            yield broker
+
+    def check_listed(self) -> None:
+        """`Unavailable` for a tool the file names that its server, up and listed, does not have."""
+        for connection in self.connections.values():
+            server = connection.server
+            if connection.down:
+                log_event(
+                    self.log,
+                    logging.WARNING,
+                    "tool server not started",
+                    server=server.name,
+                    error=connection.down[:300],
+                )
+                continue
+            missing = [tool for tool in server.tools if not server.every_tool and tool not in connection.tools]
+            if missing:
+                raise Unavailable(
+                    "RUNNER_TOOLS_CONFIG",
+                    f"{self.servers.path}: mcpServers.{server.name}: the server lists no tool {missing[0]!r} "
+                    f"(it lists {', '.join(sorted(connection.tools)[:20]) or 'none'})",
+                )
+
+    def for_run(self, request_id: str, caller: str | None, deadline: float) -> RunCalls | None:
+        """A run's calls (`ToolGateway.for_run`); None if `caller` may use no server."""
+        if not any(server.serves(caller) for server in self.servers.servers):
+            return None
+        return RunCalls(self, request_id, caller, deadline)
+
+    def helper_marks(self) -> frozenset[bytes] | None:
+        """`ToolGateway.helper_marks`: the environment entry that marks each stdio server's process."""
+        if any(connection.starting for connection in self.connections.values()):
+            return None
+        return frozenset(
+            f"{MARK_VARIABLE}={connection.mark}".encode() for connection in self.connections.values() if connection.mark
+        )
+
+    def description(self) -> str:
+        """What run_python's description says of the tools (every caller's servers only)."""
+        return describe(
+            [
+                (connection.server, connection.allowed())
+                for connection in self.connections.values()
+                if connection.server.callers is None
+            ],
+            others=sum(1 for server in self.servers.servers if server.callers is not None),
+        )
+
+    def catalog(self, caller: str | None) -> dict[str, Any]:
+        """What `caller`'s run's ``mcp_tools`` is made of: each server it may use, its allowed tools."""
+        servers = []
+        for connection in self.connections.values():
+            server = connection.server
+            if not server.serves(caller):
+                continue
+            tools = [
+                {
+                    "name": name,
+                    "python_name": python_name(name),
+                    "description": tool.description or "",
+                    "schema": tool.input_schema,
+                }
+                for name, tool in sorted(connection.allowed().items())
+            ]
+            servers.append(
+                {"name": server.name, "python_name": server.python_name, "tools": tools, "down": connection.down}
+            )
+        return {"servers": servers, "limit_bytes": self.config.max_bytes}
+
+    def module(self, caller: str | None) -> bytes:
+        return json.dumps({"source": self._module_source, "catalog": self.catalog(caller)}).encode()
+
+    def check_arguments(self, server: str, tool: str, schema: Any, arguments: Any) -> str:
+        """Why `arguments` do not match the tool's input schema ("" if they do)."""
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError, best_match
+
+        key = (server, tool, json.dumps(schema, sort_keys=True))
+        validator = self._validators.get(key)
+        if validator is None:
+            try:
+                Draft202012Validator.check_schema(schema)
+            except SchemaError:
+                return ""  # the server's schema is not one: the server judges its arguments itself
+            if len(self._validators) >= MAX_SCHEMA_CHECKS:
+                self._validators.clear()
+            validator = self._validators[key] = Draft202012Validator(schema)
+        error = best_match(validator.iter_errors(arguments))
+        if error is None:
+            return ""
+        where = "/".join(str(part) for part in error.absolute_path)
+        return f"{'argument ' + repr(where) + ': ' if where else ''}{error.message[:300]}"
+
+    def observed(self, server: str, tool: str, status: str, seconds: float) -> None:
+        if self.observe is not None:
+            self.observe(server, tool, status, seconds)
+
+
+class RunCalls:
+    """One run's tool calls, counted against its limits (`RunTools`)."""
+
+    def __init__(self, broker: Broker, request_id: str, caller: str | None, deadline: float) -> None:
+        self._broker = broker
+        self._request_id = request_id
+        self._caller = caller
+        self._deadline = deadline
+        self._calls = 0
+        self._bytes = 0
+        self._in_flight: list[str] = []
+
+    @property
+    def limit_bytes(self) -> int:
+        return self._broker.config.max_bytes
+
+    @property
+    def calling(self) -> str:
+        return self._in_flight[-1] if self._in_flight else ""
+
+    async def answer(self, body: bytes) -> bytes:
+        try:
+            request = json.loads(body)
+        except (ValueError, RecursionError):
+            return _error("the run sent a call that is not JSON")
+        if not isinstance(request, dict):
+            return _error("the run sent a call that is not an object")
+        if request.get("op") == "module":
+            return self._broker.module(self._caller)
+        server, tool, arguments = request.get("server"), request.get("tool"), request.get("arguments")
+        if request.get("op") != "call" or not isinstance(server, str) or not isinstance(tool, str):
+            return _error("the run sent a call without a server and a tool")
+        if not isinstance(arguments, dict):
+            return _error(f"{server[:100]}.{tool[:100]}: arguments must be an object")
+        return await self._call(server[:200], tool[:200], arguments, len(body))
+
+    async def _call(self, server: str, tool: str, arguments: dict[str, Any], size: int) -> bytes:
+        broker, config = self._broker, self._broker.config
+        name = f"{server}.{tool}"
+        started = anyio.current_time()
+        refused = self._refusal(server, tool, arguments, size)
+        if refused:
+            return self._finish(server, tool, "refused", started, size, 0, _error(f"{name}: {refused}"))
+        connection = broker.connections[server]
+        self._calls += 1
+        self._bytes += size
+        self._in_flight.append(name)
+        try:
+            result = await connection.call(tool, arguments, self._deadline - anyio.current_time())
+        except Down as exc:
+            return self._finish(server, tool, "unavailable", started, size, 0, _error(f"{name}: {exc}"))
+        except anyio.get_cancelled_exc_class():
+            self._finished(server, tool, "cancelled", started, size, 0)
+            raise
+        except Exception as exc:
+            return self._finish(server, tool, "failed", started, size, 0, _error(f"{name}: the call failed: {exc}"))
+        finally:
+            self._in_flight.remove(name)
+        dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if result.is_error:
+            text = value_of(dumped)
+            said = text if isinstance(text, str) else json.dumps(text)[:2000]
+            answer = _error(f"{name}: the tool failed: {said[:2000]}")
+            return self._finish(server, tool, "tool_error", started, size, len(answer), answer)
+        answer = json.dumps({"ok": True, "value": value_of(dumped)}).encode()
+        if self._bytes + len(answer) > config.max_bytes:
+            refused = (
+                f"{name}: its result ({len(answer):,} bytes) would pass what this run may pass through tools "
+                f"({config.max_bytes:,} bytes; RUNNER_TOOLS_MAX_MB)"
+            )
+            return self._finish(server, tool, "refused", started, size, 0, _error(refused))
+        self._bytes += len(answer)
+        return self._finish(server, tool, "ok", started, size, len(answer), answer)
+
+    def _refusal(self, server: str, tool: str, arguments: dict[str, Any], size: int) -> str:
+        broker, config = self._broker, self._broker.config
+        connection = broker.connections.get(server)
+        if connection is None or not connection.server.serves(self._caller):
+            return "no such server here"
+        if not connection.server.allows(tool):
+            return "this tool is not allowed here (RUNNER_TOOLS_CONFIG's tools)"
+        listed = connection.tools.get(tool)
+        if listed is None:
+            return "the server is down" if connection.down else "the server lists no such tool"
+        if self._calls >= config.tools_max_calls:
+            return f"this run has made its {config.tools_max_calls} tool calls (RUNNER_TOOLS_MAX_CALLS)"
+        if len(self._in_flight) >= config.tools_max_concurrent:
+            return f"this run has {config.tools_max_concurrent} tool calls in flight (RUNNER_TOOLS_MAX_CONCURRENT)"
+        if self._bytes + size > config.max_bytes:
+            return f"this run has passed {config.max_bytes:,} bytes through tools (RUNNER_TOOLS_MAX_MB)"
+        if anyio.current_time() >= self._deadline:
+            return "the run's time is up"
+        mismatch = broker.check_arguments(server, tool, listed.input_schema, arguments)
+        return f"the arguments do not match the tool's input schema: {mismatch}" if mismatch else ""
+
+    def _finish(self, server: str, tool: str, status: str, started: float, sent: int, got: int, answer: bytes) -> bytes:
+        self._finished(server, tool, status, started, sent, got)
+        return answer
+
+    def _finished(self, server: str, tool: str, status: str, started: float, sent: int, got: int) -> None:
+        seconds = anyio.current_time() - started
+        log_event(
+            self._broker.log,
+            logging.INFO,
+            "tool call",
+            self._request_id,
+            server=server,
+            tool=tool,
+            status=status,
+            duration=round(seconds, 4),
+            sent_bytes=sent,
+            received_bytes=got,
+        )
+        broker = self._broker
+        connection = broker.connections.get(server)
+        # A run may name anything: only names the file and the listing hold become metric labels.
+        known = connection is not None and tool in connection.tools
+        broker.observed(server if known else "(unknown)", tool if known else "(unknown)", status, seconds)
+
+
+def _error(message: str) -> bytes:
+    return json.dumps({"ok": False, "error": message}).encode()

@@ -1,0 +1,50 @@
+"""What code mode shows of the tools, as pure functions: a result's value as a run gets it, and the
+lines run_python's description gives the tools."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mcp import types
+
+from runner.config import Downstream, python_name
+
+MAX_DESCRIBED = 30  # tools the description lists, over every server; help(mcp_tools) lists the rest
+MAX_LINE_CHARS = 120
+
+
+def value_of(result: Mapping[str, Any]) -> Any:
+    """A tool result (as JSON, MCP's names) as the run gets it: its ``structuredContent`` when it has
+    one; else, when every content block is text, their text joined by a newline; else the content
+    blocks as JSON objects."""
+    if "structuredContent" in result and result["structuredContent"] is not None:
+        return result["structuredContent"]
+    content = result.get("content") or []
+    if all(isinstance(block, Mapping) and block.get("type") == "text" for block in content):
+        return "\n".join(str(block.get("text", "")) for block in content)
+    return list(content)
+
+
+def describe(servers: Sequence[tuple[Downstream, Mapping[str, types.Tool]]], others: int = 0) -> str:
+    """The paragraph run_python's description gives the tools: each server's Python name and each
+    allowed tool's with the first line of its description, at most MAX_DESCRIBED of them."""
+    lines = [
+        "Code mode: `import mcp_tools` calls tools of other MCP servers as functions, "
+        "`mcp_tools.<server>.<tool>(**arguments)`; `help(mcp_tools)` lists them with their input schemas; "
+        "a failed call raises `mcp_tools.ToolError`."
+    ]
+    shown = 0
+    left = 0
+    for server, tools in servers:
+        for name, tool in sorted(tools.items()):
+            if shown >= MAX_DESCRIBED:
+                left += 1
+                continue
+            first = ((tool.description or "").strip().splitlines() or [""])[0]
+            line = f"- mcp_tools.{server.python_name}.{python_name(name)}: {first}"
+            lines.append(line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "...")
+            shown += 1
+    if left or others:
+        lines.append("help(mcp_tools) lists the rest.")
+    return "\n".join(lines)

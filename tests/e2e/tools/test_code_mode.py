@@ -1,0 +1,197 @@
+"""Code mode end to end: a real server over stdio with the official client, a real downstream server
+(mcp-server-time, from requirements-downstream.lock) it starts itself, and runs that call its tools
+through `mcp_tools`, in every mode runs can have."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from tests.conftest import REPO
+from tests.helpers import check_structured, processes_mentioning, settled
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SECRET = "s3cr3t-downstream-credential-0123456789"
+DOWNSTREAM = Path(os.environ.get("RUNNER_TEST_DOWNSTREAM", str(REPO / ".downstream-env")))
+TIME_SERVER = DOWNSTREAM / "bin" / "mcp-server-time"
+if not TIME_SERVER.exists():
+    pytest.skip(
+        "no downstream environment: `make test` builds it (requirements-downstream.lock)", allow_module_level=True
+    )
+
+
+def tools_file(tmp_path: Path, **servers: Any) -> Path:
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps({"mcpServers": servers}))
+    return path
+
+
+def time_server(tools: list[str]) -> dict[str, Any]:
+    return {
+        "command": str(TIME_SERVER),
+        "args": ["--local-timezone", "UTC"],
+        "env": {"TIME_SERVER_TOKEN": SECRET},
+        "tools": tools,
+    }
+
+
+def session(work_dir: Path, errlog: Any, **env: str) -> Client:
+    environment = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "RUNNER_WORK_DIR": str(work_dir),
+        "RUNNER_POOL_SIZE": "1",
+        "RUNNER_PACKAGES": "",
+        "RUNNER_WHEELHOUSE": "",
+        **env,
+    }
+    params = StdioServerParameters(command=sys.executable, args=["-m", "runner"], cwd=str(REPO), env=environment)
+    return Client(stdio_client(params, errlog=errlog))
+
+
+async def run(client: Client, code: str, **arguments: Any) -> dict[str, Any]:
+    result = await client.call_tool("run_python", {"code": code, "timeout": 30, **arguments})
+    return check_structured(result.structured_content)
+
+
+@pytest.mark.parametrize("mode", ["none", "namespaces", "bwrap"])
+async def test_a_run_calls_a_downstream_servers_tools_as_functions_fifty_in_a_row(
+    work_dir: Path, tmp_path: Path, mode: str
+) -> None:
+    path = tools_file(tmp_path, time=time_server(["get_current_time", "convert_time"]))
+    code = (
+        "import mcp_tools\n"
+        "zones = [mcp_tools.time.get_current_time(timezone='UTC')['timezone'] for _ in range(50)]\n"
+        "print(len(zones), set(zones))\n"
+        "print(mcp_tools.call('time', 'convert_time', {'source_timezone': 'UTC', 'time': '12:00', "
+        "'target_timezone': 'Europe/Istanbul'})['target']['datetime'][11:16])\n"
+        "print('get_current_time' in mcp_tools.time.get_current_time.__doc__, "
+        "mcp_tools.time.get_current_time.schema['type'])\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_SANDBOX=mode) as client:
+            listed = await client.list_tools()
+            description = listed.tools[0].description or ""
+            assert "mcp_tools.time.get_current_time: Get current time" in description
+            done = await run(client, code)
+    if done["status"] == "internal_error" and mode != "none":
+        pytest.skip(f"{mode}: {done['message']}")
+    assert done["status"] == "ok", done
+    assert done["stdout"] == "50 {'UTC'}\n15:00\nTrue object\n"
+    log = (tmp_path / "stderr.log").read_text()
+    assert log.count(" tool call ") == 51
+    assert "server=time tool=get_current_time status=ok" in log
+    assert settled(lambda: processes_mentioning(str(TIME_SERVER))) == [], "the downstream ends with the server"
+
+
+async def test_every_failure_of_a_call_is_a_tool_error_naming_the_server_and_the_tool(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    path = tools_file(tmp_path, time=time_server(["get_current_time", "convert_time"]))
+    code = (
+        "import mcp_tools\n"
+        "def said(call):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except mcp_tools.ToolError as exc:\n"
+        "        print(exc)\n"
+        "said(lambda: mcp_tools.call('time', 'get_everything', {}))\n"
+        "said(lambda: mcp_tools.call('elsewhere', 'get_current_time', {}))\n"
+        "said(lambda: mcp_tools.time.get_current_time(timezone=5))\n"
+        "said(lambda: mcp_tools.time.convert_time(source_timezone='Nowhere/X', time='12:00', target_timezone='UTC'))\n"
+        "said(lambda: [mcp_tools.time.get_current_time(timezone='UTC') for _ in range(5)])\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with session(
+            work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_SANDBOX="none", RUNNER_TOOLS_MAX_CALLS="3"
+        ) as client:
+            done = await run(client, code)
+    lines = done["stdout"].splitlines()
+    assert done["status"] == "ok", done
+    assert lines[0] == "time.get_everything: this tool is not allowed here (RUNNER_TOOLS_CONFIG's tools)"
+    assert lines[1] == "elsewhere.get_current_time: no such server here"
+    assert lines[2].startswith("time.get_current_time: the arguments do not match the tool's input schema")
+    assert lines[3].startswith("time.convert_time: the tool failed:")
+    assert lines[4] == "time.get_current_time: this run has made its 3 tool calls (RUNNER_TOOLS_MAX_CALLS)"
+
+
+@pytest.mark.parametrize("mode", ["none", "namespaces"])
+async def test_a_run_sees_neither_the_tools_file_nor_the_downstream_credentials(
+    work_dir: Path, tmp_path: Path, mode: str
+) -> None:
+    path = tools_file(tmp_path, time=time_server(["get_current_time"]))
+    code = (
+        "import os, glob\n"
+        f"print(os.path.exists({str(path)!r}) and open({str(path)!r}).read() != '')\n"
+        f"print({SECRET!r} in repr(os.environ))\n"
+        "found = False\n"
+        "for name in glob.glob('/proc/[0-9]*/environ'):\n"
+        "    try:\n"
+        f"        found = found or {SECRET.encode()!r} in open(name, 'rb').read()\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(found)\n"
+        "import mcp_tools\n"
+        f"print({SECRET!r} in repr(vars(mcp_tools)))\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_SANDBOX=mode) as client:
+            done = await run(client, code)
+    if done["status"] == "internal_error":
+        pytest.skip(f"{mode}: {done['message']}")
+    if mode == "none":
+        # Plain mode is no boundary (docs/code-mode.md): the run is the server's uid and reads the file.
+        assert (
+            done["stdout"].splitlines()[1:] == ["False", "True", "False"] or done["stdout"].splitlines()[1] == "False"
+        )
+        return
+    assert done["stdout"] == "False\nFalse\nFalse\nFalse\n", done
+    assert SECRET not in (tmp_path / "stderr.log").read_text()
+
+
+async def test_a_server_without_tools_offers_no_mcp_tools_and_its_description_says_nothing_of_it(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with session(work_dir, errlog, RUNNER_SANDBOX="none") as client:
+            listed = await client.list_tools()
+            done = await run(client, "import mcp_tools")
+    assert "mcp_tools" not in (listed.tools[0].description or "")
+    assert done["status"] == "error"
+    assert "ModuleNotFoundError: No module named 'mcp_tools'" in done["stderr"]
+
+
+async def test_a_tool_the_file_names_that_the_server_does_not_list_stops_the_server_naming_the_entry(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    path = tools_file(tmp_path, time=time_server(["get_current_time", "get_weather"]))
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "runner"],
+        cwd=REPO,
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "RUNNER_WORK_DIR": str(work_dir),
+            "RUNNER_TOOLS_CONFIG": str(path),
+            "RUNNER_SANDBOX": "none",
+            "RUNNER_PACKAGES": "",
+            "RUNNER_WHEELHOUSE": "",
+        },
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert "RUNNER_TOOLS_CONFIG" in last
+    assert f"{path.resolve()}: mcpServers.time: the server lists no tool 'get_weather'" in last

@@ -1,0 +1,30 @@
+"""What code mode shows of tools, without servers: a result's value, and run_python's lines."""
+
+from __future__ import annotations
+
+from mcp import types
+
+from runner.config.tools import Downstream
+from runner.tools.catalog import MAX_DESCRIBED, describe, value_of
+
+
+def test_a_result_is_its_structured_content_else_its_text_else_its_blocks() -> None:
+    assert value_of({"structuredContent": {"a": 1}, "content": [{"type": "text", "text": "x"}]}) == {"a": 1}
+    assert value_of({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}) == "a\nb"
+    image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+    assert value_of({"content": [{"type": "text", "text": "a"}, image]}) == [{"type": "text", "text": "a"}, image]
+    assert value_of({"content": []}) == ""
+
+
+def test_the_description_lists_each_allowed_tool_in_one_bounded_line_and_says_where_the_rest_are() -> None:
+    server = Downstream("my-server", "my_server", ("*",), None, command="x")
+    tools = {
+        f"tool-{n:03d}": types.Tool(name=f"tool-{n:03d}", description="Does a thing.\nMore.", input_schema={})
+        for n in range(MAX_DESCRIBED + 5)
+    }
+    text = describe([(server, tools)])
+    assert "- mcp_tools.my_server.tool_000: Does a thing." in text
+    assert "More." not in text
+    assert text.count("\n- ") == MAX_DESCRIBED
+    assert text.endswith("help(mcp_tools) lists the rest.")
+    assert "lists the rest" not in describe([(server, dict(list(tools.items())[:2]))])
