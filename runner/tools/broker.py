@@ -24,10 +24,11 @@ from runner.config import ToolsConfig, ToolServers, python_name
 from runner.errors import Unavailable
 from runner.logs import log_event
 from runner.tools.catalog import describe, value_of
-from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, Down
+from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, Down, TooSlow
 
 # What the broker's callers count a brokered call as (metrics): ok, tool_error (the tool's isError),
-# refused (not allowed, bad arguments, a limit), unavailable (down, too slow), failed (anything else).
+# refused (not allowed, bad arguments, a limit), unavailable (down), timeout (no answer within the run's
+# time left: cancelled there), cancelled (the run ended first), failed (anything else).
 Observe = Callable[[str, str, str, float], None]
 MAX_SCHEMA_CHECKS = 256  # validators kept, one per (server, tool)
 
@@ -153,17 +154,20 @@ class Broker:
         """Why `arguments` do not match the tool's input schema ("" if they do)."""
         from jsonschema import Draft202012Validator
         from jsonschema.exceptions import SchemaError, best_match
+        from jsonschema.validators import validator_for
 
         key = (server, tool, json.dumps(schema, sort_keys=True))
         validator = self._validators.get(key)
         if validator is None:
+            # The draft the schema names ($schema: many servers still write draft-07), else 2020-12.
+            kind = validator_for(schema, default=Draft202012Validator)
             try:
-                Draft202012Validator.check_schema(schema)
+                kind.check_schema(schema)
             except SchemaError:
                 return ""  # the server's schema is not one: the server judges its arguments itself
             if len(self._validators) >= MAX_SCHEMA_CHECKS:
                 self._validators.clear()
-            validator = self._validators[key] = Draft202012Validator(schema)
+            validator = self._validators[key] = kind(schema)
         error = best_match(validator.iter_errors(arguments))
         if error is None:
             return ""
@@ -225,7 +229,8 @@ class RunCalls:
         try:
             result = await connection.call(tool, arguments, self._deadline - anyio.current_time())
         except Down as exc:
-            return self._finish(server, tool, "unavailable", started, size, 0, _error(f"{name}: {exc}"))
+            status = "timeout" if isinstance(exc, TooSlow) else "unavailable"
+            return self._finish(server, tool, status, started, size, 0, _error(f"{name}: {exc}"))
         except anyio.get_cancelled_exc_class():
             self._finished(server, tool, "cancelled", started, size, 0)
             raise

@@ -39,6 +39,10 @@ class Down(Exception):
     """The server cannot be reached now; the message says why."""
 
 
+class TooSlow(Down):
+    """The server did not answer within the run's time left (the call is cancelled there)."""
+
+
 class Connection:
     """One downstream server's connection (`hold` keeps it), its allowed tools as last listed."""
 
@@ -102,7 +106,7 @@ class Connection:
             with anyio.fail_after(seconds):
                 return await client.call_tool(tool, arguments)
         except TimeoutError:
-            raise Down(f"no answer within {seconds:.1f} s (the run's time left)") from None
+            raise TooSlow(f"no answer within {seconds:.1f} s (the run's time left)") from None
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:

@@ -1,0 +1,251 @@
+"""Code mode against the downstream servers users have: @modelcontextprotocol/server-everything over
+stdio (text, sums, images, structured output, a long operation with progress), and a second
+python-runner-mcp over Streamable HTTP with a bearer token, reached by callers of an HTTP server of
+ours with two tokens. Downstreams die and come back; runs time out; a run floods its channel."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.conftest import REPO
+from tests.helpers import check_structured, processes_mentioning, settled
+from tests.http_server import HttpServer, http_server
+from tests.npm import npm_ci_once
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+DOWNSTREAM = REPO / "tests" / "downstream"
+EVERYTHING = DOWNSTREAM / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+ALLOWED = ["echo", "get-sum", "get-tiny-image", "get-structured-content", "trigger-long-running-operation"]
+ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdef01"
+REMOTE = "remote-token-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def everything() -> dict[str, Any]:
+    """server-everything from tests/downstream's lock, as a tools file entry."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed for @modelcontextprotocol/server-everything")
+    npm_ci_once(npm, DOWNSTREAM, 200, skip_if_unreachable=False)
+    return {"command": node, "args": [str(EVERYTHING), "stdio"], "tools": ALLOWED}
+
+
+def tools_file(tmp_path: Path, **servers: Any) -> Path:
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps({"mcpServers": servers}))
+    return path
+
+
+def stdio_env(work_dir: Path, **env: str) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "RUNNER_WORK_DIR": str(work_dir),
+        "RUNNER_POOL_SIZE": "1",
+        "RUNNER_SANDBOX": "none",
+        "RUNNER_PACKAGES": "",
+        "RUNNER_WHEELHOUSE": "",
+        **env,
+    }
+
+
+def stdio_session(work_dir: Path, errlog: Any, **env: str) -> Client:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "runner"], cwd=str(REPO), env=stdio_env(work_dir, **env)
+    )
+    return Client(stdio_client(params, errlog=errlog))
+
+
+@contextlib.asynccontextmanager
+async def http_client(server: HttpServer, token: str) -> AsyncIterator[Client]:
+    async with (
+        httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60)) as http,
+        Client(streamable_http_client(server.url, http_client=http)) as client,  # type: ignore[arg-type]
+    ):
+        yield client
+
+
+async def run(client: Client, code: str, **arguments: Any) -> dict[str, Any]:
+    result = await client.call_tool("run_python", {"code": code, "timeout": 30, **arguments})
+    return check_structured(result.structured_content)
+
+
+async def test_each_kind_of_result_comes_back_as_its_value_and_a_long_call_is_named_in_the_progress(
+    work_dir: Path, tmp_path: Path, everything: dict[str, Any]
+) -> None:
+    path = tools_file(tmp_path, every=everything)
+    code = (
+        "import mcp_tools\n"
+        "every = mcp_tools.every\n"
+        "print(repr(every.echo(message='hi')))\n"
+        "print(repr(every.get_sum(a=1, b=2)))\n"
+        "image = every.get_tiny_image()\n"
+        "print([block['type'] for block in image], image[1]['mimeType'])\n"
+        "print(sorted(every.get_structured_content(location='Chicago')))\n"
+        "print(every.trigger_long_running_operation(duration=2, steps=4))\n"
+    )
+    messages: list[str] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
+
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            result = await client.call_tool("run_python", {"code": code, "timeout": 30}, progress_callback=progress)
+    done = check_structured(result.structured_content)
+    assert done["status"] == "ok", done
+    assert done["stdout"].splitlines() == [
+        "'Echo: hi'",
+        "'The sum of 1 and 2 is 3.'",
+        "['text', 'image', 'text'] image/png",
+        "['conditions', 'humidity', 'temperature']",
+        "Long running operation completed. Duration: 2 seconds, Steps: 4.",
+    ]
+    assert any("calling the tool every.trigger-long-running-operation" in message for message in messages), messages
+    log = (tmp_path / "stderr.log").read_text()
+    assert 'tool server stderr server=every line="Starting default (STDIO) server..."' in log
+
+
+async def test_a_downstream_killed_mid_call_fails_that_call_only_and_is_started_again(
+    work_dir: Path, tmp_path: Path, everything: dict[str, Any]
+) -> None:
+    path = tools_file(tmp_path, every=everything)
+    code = (
+        "import mcp_tools\n"
+        "try:\n"
+        "    mcp_tools.every.trigger_long_running_operation(duration=20, steps=2)\n"
+        "except mcp_tools.ToolError as exc:\n"
+        "    print(exc)\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            async with anyio.create_task_group() as tg:
+                results: list[dict[str, Any]] = []
+
+                async def call() -> None:
+                    results.append(await run(client, code))
+
+                tg.start_soon(call)
+                await anyio.sleep(1.5)
+                first = processes_mentioning(str(EVERYTHING))
+                assert len(first) == 1, first
+                os.kill(first[0], signal.SIGKILL)
+            assert results[0]["status"] == "ok", results[0]
+            assert results[0]["stdout"].startswith("every.trigger-long-running-operation: ")
+
+            async def answers() -> dict[str, Any]:
+                return await run(client, "import mcp_tools\nprint(mcp_tools.every.echo(message='back'))")
+
+            again = await answers()
+            with anyio.fail_after(40):
+                while again["stdout"] != "Echo: back\n":
+                    await anyio.sleep(0.5)
+                    again = await answers()
+            assert processes_mentioning(str(EVERYTHING)) not in ([], first)
+    log = (tmp_path / "stderr.log").read_text()
+    assert "tool server down server=every" in log
+
+
+async def test_a_run_that_floods_its_channel_loses_it_and_nothing_else(
+    work_dir: Path, tmp_path: Path, everything: dict[str, Any]
+) -> None:
+    path = tools_file(tmp_path, every=everything)
+    flood = (
+        "import os, mcp_tools\n"
+        "print(mcp_tools.every.echo(message='before'), flush=True)\n"
+        "try:\n"
+        "    os.write(3, b'tool 99999999999\\n' + b'x' * 100000)\n"
+        "except OSError as exc:\n"
+        "    print('write failed', exc.errno)\n"
+        "try:\n"
+        "    mcp_tools.every.echo(message='after')\n"
+        "except mcp_tools.ToolError as exc:\n"
+        "    print('after:', exc)\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            flooded = await run(client, flood)
+            next_run = await run(client, "import mcp_tools\nprint(mcp_tools.every.echo(message='next'))")
+    assert flooded["stdout"].startswith("Echo: before\n")
+    assert "after: every.echo: this run's channel to the server failed" in flooded["stdout"]
+    assert next_run["status"] == "ok"
+    assert next_run["stdout"] == "Echo: next\n"
+
+
+async def test_every_call_of_a_session_calls_tools_with_the_module_it_imported_once(
+    work_dir: Path, tmp_path: Path, everything: dict[str, Any]
+) -> None:
+    path = tools_file(tmp_path, every=everything)
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            first = await run(client, "import mcp_tools\ntotal = mcp_tools.every.get_sum(a=1, b=2)", session="new")
+            handle = first["session"]
+            second = await run(client, "print(total, mcp_tools.every.echo(message='kept'))", session=handle)
+            third = await run(client, "print(mcp_tools.call('every', 'get-sum', {'a': 2, 'b': 2}))", session=handle)
+    assert first["status"] == "ok", first
+    assert second["stdout"] == "The sum of 1 and 2 is 3. Echo: kept\n", second
+    assert third["stdout"] == "The sum of 2 and 2 is 4.\n", third
+
+
+@pytest.fixture
+def remote(work_dir: Path, tmp_path: Path) -> Any:
+    """A second python-runner-mcp over Streamable HTTP, with a token."""
+    tokens = tmp_path / "remote-tokens"
+    tokens.write_text(f"outer:{REMOTE}\n")
+    remote_work = tmp_path / "remote-work"
+    remote_work.mkdir()
+    with http_server(remote_work, tmp_path / "remote.log", RUNNER_AUTH_TOKENS_FILE=str(tokens)) as server:
+        yield server
+
+
+async def test_only_the_callers_a_server_names_reach_it_and_a_run_timed_out_cancels_its_call_downstream(
+    work_dir: Path, tmp_path: Path, remote: HttpServer
+) -> None:
+    path = tools_file(
+        tmp_path,
+        remote={
+            "url": remote.url,
+            "headers": {"Authorization": f"Bearer {REMOTE}"},
+            "tools": ["run_python"],
+            "callers": ["alice"],
+        },
+    )
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice:{ALICE}\nbob:{BOB}\n")
+    nested = "import mcp_tools\nprint(mcp_tools.remote.run_python(code='print(6 * 7)')['stdout'], end='')"
+    slow = "import mcp_tools\nmcp_tools.remote.run_python(code='import time; time.sleep(25)', timeout=60)"
+    with http_server(
+        work_dir, tmp_path / "outer.log", RUNNER_AUTH_TOKENS_FILE=str(tokens), RUNNER_TOOLS_CONFIG=str(path)
+    ) as outer:
+        async with http_client(outer, ALICE) as alice, http_client(outer, BOB) as bob:
+            mine = await run(alice, nested)
+            theirs = await run(bob, nested)
+            cut = await run(alice, slow, timeout=3)
+        scraped = httpx2.get(outer.base + "/metrics", timeout=30).text
+    assert mine["status"] == "ok", mine
+    assert mine["stdout"] == "42\n"
+    assert theirs["status"] == "error"
+    assert "No module named 'mcp_tools'" in theirs["stderr"], "bob may use no server: no module"
+    assert cut["status"] == "timeout", cut
+    # The outer run's end cancelled its call: the remote server's own call was cancelled with it.
+    assert not settled(lambda: "call cancelled" not in remote.log.read_text(), timeout=20)
+    assert REMOTE not in (tmp_path / "outer.log").read_text()
+    assert 'runner_tool_calls_total{server="remote",status="ok",tool="run_python"} 1.0' in scraped
+    assert 'runner_tool_calls_total{server="remote",status="timeout",tool="run_python"} 1.0' in scraped
+    assert 'runner_tool_call_duration_seconds_count{server="remote"} 2.0' in scraped
