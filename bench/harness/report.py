@@ -18,6 +18,7 @@ from .kept import kept_rows
 from .scenarios import RSS_SAMPLE_INTERVAL
 from .sessions import session_rows
 from .stats import ratio
+from .tools import tools_rows
 from .workloads import BARE_IMPORT, CONCURRENCY_LEVELS, CPU_N, PACE, TARGETS, THROUGHPUT_ENV
 
 
@@ -365,6 +366,9 @@ def render(report: dict[str, Any]) -> str:
     kept = kept_rows(report)
     if kept:
         lines += ["## Kept output (issue 26)", "", *kept]
+    tools = tools_rows(report)
+    if tools:
+        lines += ["## Code mode (issue 49)", "", *tools]
     calls = report.get("calls", {})
     if calls:
         lines += [

@@ -1,0 +1,156 @@
+"""The code-mode scenario of issue 49, against @modelcontextprotocol/server-everything (tests/downstream):
+
+- a brokered call's round trip: a run calls ``echo`` 200 times through ``mcp_tools`` and times each
+  call itself, against the same 200 calls made directly by the official Python client from the host,
+  alternating rounds in one run; the target is a p50 at most 1.5x the direct one;
+- context saved: a run that fetches 200 records through a tool (``get-structured-content``) and prints a
+  pandas summary, against the bytes of the 200 tool results the model would read without code mode
+  (each result as the client receives it, JSON): the ratio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .drivers import RawConn, open_conn
+from .scenarios import say
+from .servers import Launch, ServerSpec
+from .workloads import Params
+
+DOWNSTREAM = Path(__file__).resolve().parents[2] / "tests" / "downstream"
+EVERYTHING = DOWNSTREAM / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+CALLS = 200
+ROUNDS = 3
+BROKERED = (
+    "import json, time, mcp_tools\n"
+    "echo = mcp_tools.every.echo\n"
+    "echo(message='warm')\n"
+    "took = []\n"
+    "for n in range({calls}):\n"
+    "    start = time.perf_counter()\n"
+    "    echo(message=f'message {{n}}')\n"
+    "    took.append(time.perf_counter() - start)\n"
+    "print(json.dumps(took))\n"
+)
+SUMMARY = (
+    "import mcp_tools, pandas as pd\n"
+    "places = ['New York', 'Chicago', 'Los Angeles']\n"
+    "rows = [dict(mcp_tools.every.get_structured_content(location=places[n % 3]), place=places[n % 3])\n"
+    "        for n in range({calls})]\n"
+    "frame = pd.DataFrame(rows)\n"
+    "print(frame.groupby('place')[['temperature', 'humidity']].mean().round(1).to_string())\n"
+)
+
+
+def _server_everything() -> list[str] | None:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        return None
+    if not EVERYTHING.exists():
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=DOWNSTREAM, check=True, capture_output=True)
+    return [node, str(EVERYTHING), "stdio"]
+
+
+async def _direct(command: list[str], calls: int) -> tuple[list[float], list[int]]:
+    """`calls` echo calls by the official client (latencies), and the bytes of `calls` records."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=command[0], args=command[1:])
+    with open("/dev/null", "w") as quiet:
+        async with Client(stdio_client(params, errlog=quiet)) as client:
+            await client.call_tool("echo", {"message": "warm"})
+            took = []
+            for n in range(calls):
+                start = time.perf_counter()
+                await client.call_tool("echo", {"message": f"message {n}"})
+                took.append(time.perf_counter() - start)
+            places = ["New York", "Chicago", "Los Angeles"]
+            sizes = []
+            for n in range(calls):
+                result = await client.call_tool("get-structured-content", {"location": places[n % 3]})
+                sizes.append(len(json.dumps(result.model_dump(mode="json", by_alias=True, exclude_none=True))))
+    return took, sizes
+
+
+async def scenario_tools(specs: list[ServerSpec], launch: Launch, p: Params, packages: str) -> dict[str, Any]:
+    """Brokered against direct, alternating rounds; and the context a summary saves."""
+    command = _server_everything()
+    if command is None:
+        say("[tools] skipped: node and npm are needed for server-everything")
+        return {"skipped": "node and npm are needed for @modelcontextprotocol/server-everything"}
+    [spec] = [s for s in specs if s.kind == "runner"][:1]
+    calls = CALLS if p.trivial_calls >= 60 else 50  # --quick: fewer
+    out: dict[str, Any] = {"calls": calls, "rounds": ROUNDS, "direct": [], "brokered": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        tools = Path(tmp) / "tools.json"
+        tools.write_text(
+            json.dumps({"mcpServers": {"every": {"command": command[0], "args": command[1:], "tools": ["*"]}}})
+        )
+        env = {
+            "RUNNER_TOOLS_CONFIG": str(tools),
+            "RUNNER_PACKAGES": packages,
+            "RUNNER_TOOLS_MAX_CALLS": str(calls + 10),
+            "RUNNER_DEFAULT_TIMEOUT": "120",
+            "RUNNER_MAX_TIMEOUT": "300",
+        }
+        async with contextlib.AsyncExitStack() as stack:
+            conn = await open_conn("raw", spec, launch, "tools", stack, env)
+            assert isinstance(conn, RawConn)
+            sizes: list[int] = []
+            for n in range(ROUNDS):
+                say(f"[tools] round {n + 1}/{ROUNDS}: {calls} echo calls, direct then brokered")
+                direct, sizes = await _direct(command, calls)
+                out["direct"].append(statistics.median(direct) * 1000)
+                result = await conn.call(BROKERED.format(calls=calls), None, 120)
+                structured = result.structured or {}
+                if structured.get("status") != "ok":
+                    raise SystemExit(f"run_bench: the brokered run failed: {str(structured)[:500]}")
+                out["brokered"].append(statistics.median(json.loads(structured["stdout"])) * 1000)
+            say(f"[tools] a pandas summary of {calls} records fetched through a tool")
+            summary = await conn.call(SUMMARY.format(calls=calls), None, 120)
+            structured = summary.structured or {}
+            if structured.get("status") != "ok":
+                raise SystemExit(f"run_bench: the summary run failed: {str(structured)[:500]}")
+            out["records_bytes"] = sum(sizes)
+            out["summary_bytes"] = len(json.dumps(structured["stdout"]))
+            out["summary"] = structured["stdout"]
+    return out
+
+
+def tools_rows(report: dict[str, Any]) -> list[str]:
+    """Markdown: the targets of issue 49."""
+    scenario = report.get("tools")
+    if not scenario:
+        return []
+    if "skipped" in scenario:
+        return [f"Skipped: {scenario['skipped']}.", ""]
+    direct, brokered = scenario["direct"], scenario["brokered"]
+    ratios = [b / d for d, b in zip(direct, brokered, strict=True)]
+    worst = max(ratios)
+    lines = [
+        "| measure | value |",
+        "|---|---|",
+        f"| echo p50, direct (official client), per round | {', '.join(f'{v:.3f} ms' for v in direct)} |",
+        f"| echo p50, brokered (from a run), per round | {', '.join(f'{v:.3f} ms' for v in brokered)} |",
+        f"| brokered / direct, per round (target at most 1.5x: {'met' if worst <= 1.5 else '**not met**'}) "
+        f"| {', '.join(f'{r:.2f}x' for r in ratios)} |",
+        f"| bytes of {scenario['calls']} tool results (what the model would read) | {scenario['records_bytes']:,} |",
+        f"| bytes of the run's summary | {scenario['summary_bytes']:,} |",
+        f"| context saved | {scenario['records_bytes'] / max(1, scenario['summary_bytes']):.0f}x |",
+        "",
+    ]
+    return lines
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("run through bench/run_bench.py --only tools")
