@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -66,7 +67,7 @@ async def _direct(command: list[str], calls: int) -> tuple[list[float], list[int
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     params = StdioServerParameters(command=command[0], args=command[1:])
-    with open("/dev/null", "w") as quiet:
+    with open(os.devnull, "w") as quiet:  # noqa: ASYNC230  (opening /dev/null does not block)
         async with Client(stdio_client(params, errlog=quiet)) as client:
             await client.call_tool("echo", {"message": "warm"})
             took = []
