@@ -334,6 +334,11 @@ class RunTools(Protocol):
         """The answer's body to one call frame's `body`; never raises but for cancellation."""
         ...
 
+    def tell(self) -> None:
+        """Log and count the calls answered so far and not yet told: called once an answer is written
+        (or given up), so that the log line is not on the run's way to its answer."""
+        ...
+
 
 class ToolGateway(Protocol):
     """The broker of the downstream servers' tools, as the execution side sees it."""

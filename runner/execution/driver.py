@@ -313,15 +313,18 @@ def _answering(tg: anyio.abc.TaskGroup, child: Child, tools: RunTools) -> Callab
     """What takes each tool call frame of the run's: a task that has the broker answer it and writes the
     answer back on the run's job socket, one answer at a time. Cancelled with the run's task group when
     the run ends (a call in flight downstream is then cancelled there too)."""
-    writing = anyio.Lock()
+    writing = anyio.Lock(fast_acquire=True)  # no checkpoint when no other answer is being written
 
     async def answer(body: bytes) -> None:
-        answered = frame_answer(await tools.answer(body))
-        async with writing:
-            if child.is_open(child.code):
-                # The run ended, or closed its socket: no one is waiting for the answer.
-                with contextlib.suppress(OSError):
-                    await write_all(child.code, answered)
+        try:
+            answered = frame_answer(await tools.answer(body))
+            async with writing:
+                if child.is_open(child.code):
+                    # The run ended, or closed its socket: no one is waiting for the answer.
+                    with contextlib.suppress(OSError):
+                        await write_all(child.code, answered)
+        finally:
+            tools.tell()
 
     def take(body: bytes) -> None:
         tg.start_soon(answer, body)

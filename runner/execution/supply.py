@@ -47,7 +47,9 @@ REFILL_DELAY = 0.01
 # pattern cannot see) goes by name in `packages`, and routing to the lean zygote only costs an import.
 _STATEMENT = re.compile(r"^[ \t]*(?:import[ \t]+([^#\n;]+)|from[ \t]+([\w.]+)[ \t]+import\b)", re.MULTILINE)
 _CALL = re.compile(r"""(?:__import__|import_module)\(\s*['"]([\w.]+)['"]""")
-_STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
+# What a run imports that no package environment holds: the standard library, and `mcp_tools` (code
+# mode's module, which the server sends): code that imports only these is better off in the lean zygote.
+_STDLIB = frozenset(sys.stdlib_module_names) | {"__future__", "mcp_tools"}
 
 
 def imported_packages(code: str) -> frozenset[str]:

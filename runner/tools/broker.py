@@ -23,7 +23,7 @@ import anyio
 from runner.config import ToolsConfig, ToolServers, python_name
 from runner.errors import Unavailable
 from runner.logs import log_event
-from runner.tools.catalog import describe, value_of
+from runner.tools.catalog import describe, value_of_result
 from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, Down, TooSlow
 
 # What the broker's callers count a brokered call as (metrics): ok, tool_error (the tool's isError),
@@ -45,7 +45,7 @@ class Broker:
         self.observe = observe  # set once the metrics exist (HTTP), or never
         self.connections = {server.name: Connection(server, logger) for server in servers.servers}
         self._module_source = importlib.resources.files("runner.inrun").joinpath("mcp_tools.py").read_text()
-        self._validators: dict[tuple[str, str, str], Any] = {}
+        self._validators: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -156,8 +156,10 @@ class Broker:
         from jsonschema.exceptions import SchemaError, best_match
         from jsonschema.validators import validator_for
 
-        key = (server, tool, json.dumps(schema, sort_keys=True))
-        validator = self._validators.get(key)
+        key = (server, tool)
+        kept = self._validators.get(key)
+        # One validator per listed schema: a listing made again makes new schema objects.
+        validator = kept[1] if kept is not None and kept[0] is schema else None
         if validator is None:
             # The draft the schema names ($schema: many servers still write draft-07), else 2020-12.
             kind = validator_for(schema, default=Draft202012Validator)
@@ -167,7 +169,10 @@ class Broker:
                 return ""  # the server's schema is not one: the server judges its arguments itself
             if len(self._validators) >= MAX_SCHEMA_CHECKS:
                 self._validators.clear()
-            validator = self._validators[key] = kind(schema)
+            validator = kind(schema)
+            self._validators[key] = (schema, validator)
+        if validator.is_valid(arguments):  # the common case, without gathering errors to rank
+            return ""
         error = best_match(validator.iter_errors(arguments))
         if error is None:
             return ""
@@ -190,6 +195,7 @@ class RunCalls:
         self._calls = 0
         self._bytes = 0
         self._in_flight: list[str] = []
+        self._untold: list[tuple[str, str, str, float, int, int]] = []  # answered, not logged yet (`tell`)
 
     @property
     def limit_bytes(self) -> int:
@@ -238,13 +244,12 @@ class RunCalls:
             return self._finish(server, tool, "failed", started, size, 0, _error(f"{name}: the call failed: {exc}"))
         finally:
             self._in_flight.remove(name)
-        dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        value = value_of_result(result)
         if result.is_error:
-            text = value_of(dumped)
-            said = text if isinstance(text, str) else json.dumps(text)[:2000]
+            said = value if isinstance(value, str) else json.dumps(value)
             answer = _error(f"{name}: the tool failed: {said[:2000]}")
             return self._finish(server, tool, "tool_error", started, size, len(answer), answer)
-        answer = json.dumps({"ok": True, "value": value_of(dumped)}).encode()
+        answer = json.dumps({"ok": True, "value": value}).encode()
         if self._bytes + len(answer) > config.max_bytes:
             refused = (
                 f"{name}: its result ({len(answer):,} bytes) would pass what this run may pass through tools "
@@ -280,24 +285,29 @@ class RunCalls:
         return answer
 
     def _finished(self, server: str, tool: str, status: str, started: float, sent: int, got: int) -> None:
-        seconds = anyio.current_time() - started
-        log_event(
-            self._broker.log,
-            logging.INFO,
-            "tool call",
-            self._request_id,
-            server=server,
-            tool=tool,
-            status=status,
-            duration=round(seconds, 4),
-            sent_bytes=sent,
-            received_bytes=got,
-        )
+        self._untold.append((server, tool, status, anyio.current_time() - started, sent, got))
+
+    def tell(self) -> None:
+        """`RunTools.tell`: log and count each call answered since the last time."""
         broker = self._broker
-        connection = broker.connections.get(server)
-        # A run may name anything: only names the file and the listing hold become metric labels.
-        known = connection is not None and tool in connection.tools
-        broker.observed(server if known else "(unknown)", tool if known else "(unknown)", status, seconds)
+        untold, self._untold = self._untold, []
+        for server, tool, status, seconds, sent, got in untold:
+            log_event(
+                broker.log,
+                logging.INFO,
+                "tool call",
+                self._request_id,
+                server=server,
+                tool=tool,
+                status=status,
+                duration=round(seconds, 4),
+                sent_bytes=sent,
+                received_bytes=got,
+            )
+            connection = broker.connections.get(server)
+            # A run may name anything: only names the file and the listing hold become metric labels.
+            known = connection is not None and tool in connection.tools
+            broker.observed(server if known else "(unknown)", tool if known else "(unknown)", status, seconds)
 
 
 def _error(message: str) -> bytes:

@@ -26,6 +26,16 @@ def value_of(result: Mapping[str, Any]) -> Any:
     return list(content)
 
 
+def value_of_result(result: types.CallToolResult) -> Any:
+    """`value_of` a result as the SDK gives it, dumping to JSON only what is not text."""
+    if result.structured_content is not None:
+        return result.structured_content
+    blocks = result.content
+    if all(isinstance(block, types.TextContent) for block in blocks):
+        return "\n".join(block.text for block in blocks)  # type: ignore[union-attr]
+    return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in blocks]
+
+
 def describe(servers: Sequence[tuple[Downstream, Mapping[str, types.Tool]]], others: int = 0) -> str:
     """The paragraph run_python's description gives the tools: each server's Python name and each
     allowed tool's with the first line of its description, at most MAX_DESCRIBED of them."""

@@ -21,6 +21,7 @@ def test_only_code_that_imports_beyond_the_standard_library_goes_to_the_preloadi
     preload = ("numpy", "pandas", "matplotlib.pyplot")
     assert not wants_preloaded(imported_packages("print(1)"), preload)
     assert not wants_preloaded(imported_packages("import json, os.path\nfrom collections import deque"), preload)
+    assert not wants_preloaded(imported_packages("import mcp_tools, json"), preload), "code mode's own module"
     assert wants_preloaded(imported_packages("from matplotlib import pyplot"), preload)
     assert wants_preloaded(imported_packages("import scipy"), preload)  # a package: most likely built on numpy
     assert not wants_preloaded(imported_packages("import numpy"), ())
