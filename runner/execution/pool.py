@@ -329,10 +329,10 @@ def _helpers_of(helpers: Helpers, tools: ToolGateway | None) -> Callable[[], set
             del sessions[gone]
         children = children_of_self()
         for mark in marks - set(sessions):
+            # Found once its connection is made (`marks` is None until then); not found, it has died.
             found = _marked_leader(children, mark)
-            if not found:
-                return None  # not found yet: sweep nothing this round
-            sessions[mark] = found
+            if found:
+                sessions[mark] = found
         led = set(sessions.values())
         for pid in children:
             with contextlib.suppress(OSError):
