@@ -9,10 +9,7 @@ socket: the run gets EPIPE rather than a server that waits for it, and nothing e
 
 from __future__ import annotations
 
-from runner.inrun.wire import TOOL_HEAD, frame_length, report_length
-
-# A tool call's frame line: "tool <n>\n".
-_HEAD_BYTES = 32
+from runner.inrun.wire import TOOL_HEAD, frame_line, report_length
 
 
 class RunChannel:
@@ -34,26 +31,31 @@ class RunChannel:
         """The report, once whole (`report_whole`); else what came of it so far."""
         return self._buffer
 
-    def feed(self, chunk: bytes | bytearray) -> list[bytes]:
-        """Take `chunk`; the bodies of the tool calls it completed, in order. Sets `broken` when the run
-        sent what no frame is, and `report_whole` once its report has come."""
+    def feed(self, chunk: bytes | bytearray) -> list[tuple[bytes, bytes]]:
+        """Take `chunk`; the tool calls it completed, in order, as (call id, body). Sets `broken` when the
+        run sent what no frame is, and `report_whole` once its report has come."""
         if self.broken or self.report_whole:
             return []  # the reader stops reading at either
         buffer = self._buffer
         buffer += chunk
-        calls: list[bytes] = []
+        calls: list[tuple[bytes, bytes]] = []
         while buffer:
             if self._tool_limit and buffer[:1] == TOOL_HEAD[:1]:
-                length = frame_length(buffer, TOOL_HEAD)
-                if length is None:
-                    break
-                if length < 0 or length > self._tool_limit + _HEAD_BYTES:
+                try:
+                    line = frame_line(buffer, TOOL_HEAD)
+                except ValueError:
                     self._break()
                     break
-                if len(buffer) < length:
+                if line is None:
                     break
-                calls.append(bytes(buffer[buffer.index(b"\n") + 1 : length]))
-                del buffer[:length]
+                line_bytes, size, call_id = line
+                if size > self._tool_limit:
+                    self._break()
+                    break
+                if len(buffer) < line_bytes + size:
+                    break
+                calls.append((call_id, bytes(buffer[line_bytes : line_bytes + size])))
+                del buffer[: line_bytes + size]
                 continue
             length = report_length(buffer)
             if length is None:

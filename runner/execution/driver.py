@@ -309,15 +309,15 @@ async def _feed_stdin(child: Child, data: bytes) -> None:
         child.close_fd(child.stdin)
 
 
-def _answering(tg: anyio.abc.TaskGroup, child: Child, tools: RunTools) -> Callable[[bytes], None]:
+def _answering(tg: anyio.abc.TaskGroup, child: Child, tools: RunTools) -> Callable[[bytes, bytes], None]:
     """What takes each tool call frame of the run's: a task that has the broker answer it and writes the
     answer back on the run's job socket, one answer at a time. Cancelled with the run's task group when
     the run ends (a call in flight downstream is then cancelled there too)."""
     writing = anyio.Lock(fast_acquire=True)  # no checkpoint when no other answer is being written
 
-    async def answer(body: bytes) -> None:
+    async def answer(call_id: bytes, body: bytes) -> None:
         try:
-            answered = frame_answer(await tools.answer(body))
+            answered = frame_answer(await tools.answer(body), call_id)
             async with writing:
                 if child.is_open(child.code):
                     # The run ended, or closed its socket: no one is waiting for the answer.
@@ -326,7 +326,7 @@ def _answering(tg: anyio.abc.TaskGroup, child: Child, tools: RunTools) -> Callab
         finally:
             tools.tell()
 
-    def take(body: bytes) -> None:
-        tg.start_soon(answer, body)
+    def take(call_id: bytes, body: bytes) -> None:
+        tg.start_soon(answer, call_id, body)
 
     return take

@@ -38,8 +38,8 @@ class RunOutput:
     stderr: OutputCap
     budget: int
     channel: RunChannel
-    # Where the run's tool calls go, each frame's body as it comes (None: the run may make none).
-    on_tool: Callable[[bytes], None] | None = None
+    # Where the run's tool calls go, each frame's call id and body as it comes (None: the run may make none).
+    on_tool: Callable[[bytes, bytes], None] | None = None
     written: int = 0
     output_exceeded: bool = False
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -112,9 +112,9 @@ class RunOutput:
             selector.unregister(fd)
             return
         channel = self.channel
-        for call in channel.feed(chunk):
+        for call_id, body in channel.feed(chunk):
             if self.on_tool is not None:
-                self.on_tool(call)
+                self.on_tool(call_id, body)
         if channel.broken:
             selector.unregister(fd)
             self.child.close_fd(fd)

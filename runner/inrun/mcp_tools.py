@@ -21,15 +21,27 @@ from both. Standard library only.
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
-_exchange: Callable[[bytes], bytes] | None = None
+_exchange: Callable[[bytes, bytes], bytes] | None = None
 _lock = threading.Lock()
+_counts = itertools.count(1)
 _limit_bytes = 0
 servers: dict[str, Any] = {}
+
+
+def _forked() -> None:
+    # A fork copies the lock as it was (held by a thread the child does not have): a new one.
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class ToolError(Exception):
@@ -57,9 +69,9 @@ def call(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any
     exchange = _exchange
     if exchange is None:
         raise ToolError(f"{server}.{tool}: this run has no channel to the server")
-    with _lock:  # one call at a time per process: its answer is the next frame on the channel
+    with _lock:  # one call at a time per process; the run's processes each take their own answers
         try:
-            raw = exchange(body)
+            raw = exchange(body, b"%d.%d" % (os.getpid(), next(_counts)))
         except (OSError, ValueError) as exc:
             raise ToolError(f"{server}.{tool}: this run's channel to the server failed: {exc}") from None
     try:
@@ -97,7 +109,7 @@ def _function(server: str, tool: str, python_name: str, description: str, schema
     return tool_function
 
 
-def _start(catalog: dict[str, Any], exchange: Callable[[bytes], bytes]) -> None:
+def _start(catalog: dict[str, Any], exchange: Callable[[bytes, bytes], bytes]) -> None:
     """Make this module's servers and functions from the server's `catalog`; calls go through `exchange`."""
     global _exchange, _limit_bytes
     _exchange = exchange

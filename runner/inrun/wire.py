@@ -236,65 +236,89 @@ def encode_end(end: dict[str, Any]) -> bytes:
     return REPORT_HEAD + b" %d 0\n" % len(head) + head
 
 
-# A run's tool call (`mcp_tools`), on the job socket before its report: ``tool <body bytes>``, a newline,
-# the JSON body; the server's answer comes back on it the same way, headed ``answer``. The server
-# bounds a body by RUNNER_TOOLS_MAX_MB, the run an answer by MAX_ANSWER_BYTES.
+# A run's tool call (`mcp_tools`), on the job socket before its report: ``tool <body bytes> <call id>``, a
+# newline, the JSON body; the server's answer comes back on it the same way, headed ``answer`` with the
+# same call id. A call id is the calling process's pid and a count (``1234.7``): the processes of a run
+# share its socket, and each takes only its own answers (`exchange`). The server bounds a body by
+# RUNNER_TOOLS_MAX_MB, the run an answer by MAX_ANSWER_BYTES.
 TOOL_HEAD = b"tool"
 ANSWER_HEAD = b"answer"
 MAX_ANSWER_BYTES = 1 << 32
+MAX_FRAME_LINE = 64  # "answer <12 digits> <call id>\n" and then some
+_CALL_ID_CHARACTERS = frozenset(b"0123456789.")
 
 
-def frame_tool(body: bytes) -> bytes:
+def frame_tool(body: bytes, call_id: bytes) -> bytes:
     """A tool call's frame, run to server."""
-    return TOOL_HEAD + b" %d\n" % len(body) + body
+    return TOOL_HEAD + b" %d %s\n" % (len(body), call_id) + body
 
 
-def frame_answer(body: bytes) -> bytes:
+def frame_answer(body: bytes, call_id: bytes) -> bytes:
     """A tool call's answer's frame, server to run."""
-    return ANSWER_HEAD + b" %d\n" % len(body) + body
+    return ANSWER_HEAD + b" %d %s\n" % (len(body), call_id) + body
 
 
-def exchange(fd: int, body: bytes) -> bytes:
-    """The run's side of one tool call: `body` framed on the job socket `fd`, the answer's body read
-    back. OSError if the socket is gone or closed by the server (it closes a channel it cannot
-    read); ValueError for what is not an answer."""
-    data = frame_tool(body)
+def frame_line(data: bytes | bytearray, head: bytes) -> tuple[int, int, bytes] | None:
+    """The ``<head> <n> <call id>`` line `data` starts with, as (the line's length with its newline, the
+    body's length, the call id); None until the line is whole; ValueError when `data` does not start
+    like one."""
+    line_end = data.find(b"\n", 0, MAX_FRAME_LINE)
+    if line_end < 0:
+        if len(data) >= MAX_FRAME_LINE or not (head + b" ").startswith(bytes(data[: len(head) + 1])):
+            raise ValueError("not a frame")
+        return None
+    parts = bytes(data[:line_end]).split(b" ")
+    if (
+        len(parts) != 3
+        or parts[0] != head
+        or not parts[1].isdigit()
+        or len(parts[1]) > 12
+        or not 0 < len(parts[2]) <= 32
+        or not _CALL_ID_CHARACTERS.issuperset(parts[2])
+    ):
+        raise ValueError("not a frame")
+    return line_end + 1, int(parts[1]), parts[2]
+
+
+def exchange(fd: int, body: bytes, call_id: bytes) -> bytes:
+    """The run's side of one tool call: `body` framed on the job socket `fd`, its answer's body read
+    back. The answer at the head of the socket is looked at before it is taken (MSG_PEEK): one for
+    another process of the run is left for it, and this one waits its turn. OSError if the socket is
+    gone or closed by the server (it closes a channel it cannot read); ValueError for what is not an
+    answer."""
+    import socket
+    import time
+
+    data = frame_tool(body, call_id)
     while data:
         data = data[os.write(fd, data) :]
-    head = b""
-    while b"\n" not in head:
-        chunk = os.read(fd, 64 - len(head))
-        if not chunk:
-            raise OSError("the server closed this run's channel")
-        head += chunk
-        if len(head) >= 64 and b"\n" not in head:
-            raise ValueError("not an answer")
-    line, _, answer = head.partition(b"\n")
-    parts = line.split(b" ")
-    if len(parts) != 2 or parts[0] != ANSWER_HEAD or not parts[1].isdigit() or int(parts[1]) > MAX_ANSWER_BYTES:
-        raise ValueError("not an answer")
-    size = int(parts[1])
-    received = bytearray(answer)
-    while len(received) < size:
-        chunk = os.read(fd, min(size - len(received), 1 << 20))
-        if not chunk:
-            raise OSError("the server closed this run's channel")
-        received += chunk
-    if len(received) > size:
-        raise ValueError("more than one answer")
-    return bytes(received)
-
-
-def frame_length(data: bytes | bytearray, head: bytes) -> int | None:
-    """The length of the whole ``<head> <n>``-framed message `data` starts with, once its first line is
-    in; None until then, or -1 when `data` does not start like one."""
-    line_end = data.find(b"\n", 0, 32)
-    if line_end < 0:
-        return None if len(data) < 32 and (head + b" ").startswith(bytes(data[: len(head) + 1])) else -1
-    parts = bytes(data[:line_end]).split(b" ")
-    if len(parts) != 2 or parts[0] != head or not parts[1].isdigit() or len(parts[1]) > 12:
-        return -1
-    return line_end + 1 + int(parts[1])
+    channel = socket.socket(fileno=fd)
+    try:
+        while True:
+            head = channel.recv(MAX_FRAME_LINE, socket.MSG_PEEK)
+            if not head:
+                raise OSError("the server closed this run's channel")
+            line = frame_line(head, ANSWER_HEAD)
+            if line is None:
+                time.sleep(0.0005)  # the rest of the line is on its way
+                continue
+            line_bytes, size, answered = line
+            if answered == call_id:
+                break
+            time.sleep(0.001)  # another process's answer: it takes it
+        if size > MAX_ANSWER_BYTES:
+            raise ValueError("an answer too large")
+        while line_bytes:  # the line alone: it is all there
+            line_bytes -= len(channel.recv(line_bytes))
+        received = bytearray()
+        while len(received) < size:
+            chunk = channel.recv(min(size - len(received), 1 << 20))
+            if not chunk:
+                raise OSError("the server closed this run's channel")
+            received += chunk
+        return bytes(received)
+    finally:
+        channel.detach()
 
 
 def report_length(data: bytes | bytearray) -> int | None:

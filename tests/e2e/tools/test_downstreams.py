@@ -249,3 +249,86 @@ async def test_only_the_callers_a_server_names_reach_it_and_a_run_timed_out_canc
     assert 'runner_tool_calls_total{server="remote",status="ok",tool="run_python"} 1.0' in scraped
     assert 'runner_tool_calls_total{server="remote",status="timeout",tool="run_python"} 1.0' in scraped
     assert 'runner_tool_call_duration_seconds_count{server="remote"} 2.0' in scraped
+
+
+async def test_a_runs_processes_call_at_once_each_taking_its_own_answers_within_the_limit(
+    work_dir: Path, tmp_path: Path, everything: dict[str, Any]
+) -> None:
+    path = tools_file(tmp_path, every=everything)
+    code = (
+        "import os, mcp_tools\n"
+        "def echoes(n):\n"
+        "    got = [mcp_tools.every.echo(message=f'{n}-{i}') for i in range(30)]\n"
+        "    print(f'echo {n}', got == [f'Echo: {n}-{i}' for i in range(30)], flush=True)\n"
+        "def long():\n"
+        "    try:\n"
+        "        mcp_tools.every.trigger_long_running_operation(duration=2, steps=1)\n"
+        "        print('long ok', flush=True)\n"
+        "    except mcp_tools.ToolError as exc:\n"
+        "        print('long refused', 'in flight' in str(exc), flush=True)\n"
+        "def at_once(*jobs):\n"
+        "    children = []\n"
+        "    for job in jobs:\n"
+        "        pid = os.fork()\n"
+        "        if pid == 0:\n"
+        "            try:\n"
+        "                job()\n"
+        "            finally:\n"
+        "                os._exit(0)\n"
+        "        children.append(pid)\n"
+        "    for pid in children:\n"
+        "        os.waitpid(pid, 0)\n"
+        "at_once(lambda: echoes(0), lambda: echoes(1))\n"
+        "at_once(long, long, long)\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(
+            work_dir,
+            errlog,
+            RUNNER_TOOLS_CONFIG=str(path),
+            RUNNER_TOOLS_MAX_CONCURRENT="2",
+            RUNNER_SANDBOX="namespaces",
+        ) as client:
+            done = await run(client, code)
+    if done["status"] == "internal_error":
+        pytest.skip(done["message"])
+    lines = sorted(done["stdout"].splitlines())
+    assert done["status"] == "ok", done["stderr"]
+    assert [line for line in lines if line.startswith("echo")] == ["echo 0 True", "echo 1 True"], done
+    long = [line for line in lines if line.startswith("long")]
+    assert len(long) == 3
+    assert "long refused True" in long, "three at once, two allowed: one is refused"
+
+
+async def test_a_run_that_passes_its_bytes_gets_a_tool_error_and_goes_on(
+    work_dir: Path, tmp_path: Path, everything: dict[str, Any]
+) -> None:
+    path = tools_file(tmp_path, every=everything)
+    code = (
+        "import mcp_tools\n"
+        "try:\n"
+        "    mcp_tools.every.echo(message='x' * 2_000_000)\n"
+        "except mcp_tools.ToolError as exc:\n"
+        "    print(exc)\n"
+        "sent = 0\n"
+        "try:\n"
+        "    while True:\n"
+        "        mcp_tools.every.echo(message='y' * 100_000)\n"
+        "        sent += 1\n"
+        "except mcp_tools.ToolError as exc:\n"
+        "    print(sent, exc)\n"
+        "print('went on')\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(
+            work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_TOOLS_MAX_MB="1", RUNNER_TOOLS_MAX_CALLS="1000"
+        ) as client:
+            done = await run(client, code)
+    first, second, last = done["stdout"].splitlines()
+    assert first.startswith("every.echo: 2,000,0"), first
+    assert "RUNNER_TOOLS_MAX_MB" in first
+    sent, _, said = second.partition(" ")
+    assert 3 <= int(sent) <= 5, second  # 1 MiB: each call passes some 200 kB there and back
+    assert "RUNNER_TOOLS_MAX_MB" in said
+    assert last == "went on"
+    assert done["status"] == "ok"
