@@ -432,3 +432,41 @@ def test_the_typescript_session_closes_with_no_process_and_no_file_left(ts_sessi
     assert close["exited"], "the server exits when the client closes"
     assert not alive(close["serverPid"])
     assert_left_nothing(ts_session.work_dir)
+
+
+@pytest.mark.parametrize("era", ERAS)
+def test_the_inspector_finds_nothing_under_strict_with_code_mode_on_and_calls_a_tool_through_a_run(
+    inspector: Callable[..., Run], work_dir: Path, tmp_path: Path, era: str
+) -> None:
+    time_server = (
+        Path(os.environ.get("RUNNER_TEST_DOWNSTREAM", str(REPO / ".downstream-env"))) / "bin" / "mcp-server-time"
+    )
+    if not time_server.exists():
+        pytest.skip("no downstream environment: `make test` builds it from its lock")
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps({"mcpServers": {"time": {"command": str(time_server), "tools": ["get_current_time"]}}}))
+    ours = [sys.executable, "-m", "runner", "-e", f"RUNNER_WORK_DIR={work_dir}", "-e", "RUNNER_SANDBOX=none"]
+    ours += ["-e", f"RUNNER_WHEELHOUSE_CACHE={tmp_path / 'environments'}", "-e", f"RUNNER_TOOLS_CONFIG={tools}"]
+    server = [*ours, "--cwd", str(REPO)]
+    listed = inspector("--method", "tools/list", "--strict", "--protocol-era", era, "--format", "json", server=server)
+    assert listed.returncode == 0, listed.stderr
+    envelope = listed.envelope()
+    assert set(envelope) == {"result"}, "no schemaFindings key: the lint found nothing"
+    assert "mcp_tools.time.get_current_time" in envelope["result"]["tools"][0]["description"]
+    code = json.dumps({"code": "import mcp_tools\nprint(mcp_tools.time.get_current_time(timezone='UTC')['timezone'])"})
+    called = inspector(
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "run_python",
+        "--tool-args-json",
+        code,
+        "--protocol-era",
+        era,
+        "--format",
+        "json",
+        server=server,
+    )
+    assert called.returncode == 0, called.stderr
+    assert called.envelope()["result"]["structuredContent"]["stdout"] == "UTC\n"
+    assert called.inspector_stderr() == []

@@ -26,6 +26,7 @@ from tests.conftest import REPO
 from tests.helpers import check_structured, processes_mentioning, settled
 from tests.http_server import HttpServer, http_server
 from tests.npm import npm_ci_once
+from tests.tasks_client import TasksExtension
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -332,3 +333,29 @@ async def test_a_run_that_passes_its_bytes_gets_a_tool_error_and_goes_on(
     assert "RUNNER_TOOLS_MAX_MB" in said
     assert last == "went on"
     assert done["status"] == "ok"
+
+
+async def test_a_long_run_making_tool_calls_becomes_an_ordinary_task(
+    work_dir: Path, tmp_path: Path, everything: dict[str, Any]
+) -> None:
+    path = tools_file(tmp_path, every=everything)
+    code = (
+        "import mcp_tools\n"
+        "print(mcp_tools.every.trigger_long_running_operation(duration=2, steps=2))\n"
+        "print(mcp_tools.every.get_sum(a=20, b=22))\n"
+    )
+    extension = TasksExtension()
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "runner"],
+        cwd=str(REPO),
+        env=stdio_env(work_dir, RUNNER_TOOLS_CONFIG=str(path)),
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode="auto", extensions=[extension]) as client:  # type: ignore[arg-type]
+            result = await client.call_tool("run_python", {"code": code, "timeout": 30})
+    assert len(extension.created) == 1, "it became a task, polled to its end"
+    assert check_structured(result.structured_content)["stdout"].splitlines() == [
+        "Long running operation completed. Duration: 2 seconds, Steps: 2.",
+        "The sum of 20 and 22 is 42.",
+    ]
