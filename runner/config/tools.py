@@ -25,11 +25,14 @@ MAX_FILE_BYTES = 1024 * 1024
 MAX_SERVERS = 64
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_]")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*")
 _STDIO_KEYS = frozenset({"command", "args", "env", "cwd"})
 _HTTP_KEYS = frozenset({"url", "headers"})
 _OURS = frozenset({"tools", "callers"})
-# What `mcp_tools` itself defines: no server may take these names there.
-RESERVED = frozenset({"call", "ToolError", "servers"})
+# What `mcp_tools` itself defines (runner/inrun/mcp_tools.py: its other names start with `_mcp`): no
+# server may take these names there.
+RESERVED = frozenset({"call", "ToolError", "servers", "annotations", "Any", "Callable"})
 # Keys other clients write that mean nothing here (Claude Desktop's `type`, OpenClaw's `disabled`...).
 _IGNORED = frozenset({"type", "transport", "disabled", "description", "timeout"})
 
@@ -118,7 +121,7 @@ class ToolServers:
         by_python: dict[str, str] = {}
         for name, entry in servers.items():
             server = _server(path, name, entry)
-            if server.python_name in RESERVED or server.python_name.startswith("__"):
+            if server.python_name in RESERVED or server.python_name.startswith(("__", "_mcp")):
                 raise ConfigError(
                     VARIABLE, f"{path}: mcpServers.{name}: {server.python_name!r} is mcp_tools' own name; rename it"
                 )
@@ -200,10 +203,16 @@ def _strings(value: Any, key: str, refuse: Any) -> tuple[str, ...]:
 
 
 def _pairs(value: Any, key: str, refuse: Any) -> tuple[tuple[str, str], ...]:
-    # The values are credentials: the message names the key only.
+    # The values are credentials: the message names the key only. A header's value with a newline (a
+    # token read with `$(cat file)`, say) would be echoed in the HTTP library's error: refused here.
     if not isinstance(value, dict):
         raise refuse(f'"{key}" must be an object of strings')
     for name, item in value.items():
         if not isinstance(item, str) or not name or "\x00" in name or "\x00" in item:
             raise refuse(f'"{key}": {name[:64]!r} must be a non-empty name with a string value')
+        if key == "headers" and not (_HEADER_NAME.fullmatch(name) and _HEADER_VALUE.fullmatch(item)):
+            raise refuse(
+                f'"headers": {name[:64]!r}: a header name is letters, digits and !#$%&\'*+-.^_`|~, its value '
+                "visible ASCII, spaces and tabs (no line break)"
+            )
     return tuple(value.items())

@@ -171,7 +171,9 @@ class RunDriver:
             reported = anyio.CancelScope()
             returned: list[Returned] = []
             if tools is not None:
-                output.on_tool = _answering(tg, child, tools)
+                # A well-behaved run has one call in flight per process at most; past that many
+                # unanswered frames it is flooding its channel, which is shut.
+                output.on_tool = _answering(tg, child, tools, self._limits.max_processes + 8, self._log)
             tg.start_soon(self._read_output, output, returned, reported)
             if on_progress is not None:
                 tg.start_soon(self._report_progress, request, started, out, err, on_progress, tools)
@@ -309,24 +311,35 @@ async def _feed_stdin(child: Child, data: bytes) -> None:
         child.close_fd(child.stdin)
 
 
-def _answering(tg: anyio.abc.TaskGroup, child: Child, tools: RunTools) -> Callable[[bytes, bytes], None]:
+def _answering(
+    tg: anyio.abc.TaskGroup, child: Child, tools: RunTools, most_pending: int, log: logging.Logger
+) -> Callable[[bytes, bytes], None]:
     """What takes each tool call frame of the run's: a task that has the broker answer it and writes the
     answer back on the run's job socket, one answer at a time. Cancelled with the run's task group when
-    the run ends (a call in flight downstream is then cancelled there too)."""
+    the run ends (a call in flight downstream is then cancelled there too). More than `most_pending`
+    frames unanswered (a run that sends frames and reads no answer) shut the channel."""
     writing = anyio.Lock(fast_acquire=True)  # no checkpoint when no other answer is being written
+    pending = [0]
 
     async def answer(call_id: bytes, body: bytes) -> None:
         try:
             answered = frame_answer(await tools.answer(body), call_id)
             async with writing:
                 if child.is_open(child.code):
-                    # The run ended, or closed its socket: no one is waiting for the answer.
+                    # The run ended, or shut its socket: no one is waiting for the answer.
                     with contextlib.suppress(OSError):
                         await write_all(child.code, answered)
+        except Exception:  # never the run's task group's end (the broker answers every call itself)
+            log.warning("a tool call's answer failed", exc_info=True, extra={"request_id": "-", "fields": {}})
         finally:
+            pending[0] -= 1
             tools.tell()
 
     def take(call_id: bytes, body: bytes) -> None:
+        if pending[0] >= most_pending:
+            child.shut(child.code)
+            return
+        pending[0] += 1
         tg.start_soon(answer, call_id, body)
 
     return take

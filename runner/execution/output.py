@@ -117,6 +117,8 @@ class RunOutput:
                 self.on_tool(call_id, body)
         if channel.broken:
             selector.unregister(fd)
-            self.child.close_fd(fd)
+            # Shut, not closed: an answer's task may still wait to write on it, and a closed number
+            # would soon be another file's.
+            self.child.shut(fd)
         elif channel.report_whole:
             selector.unregister(fd)

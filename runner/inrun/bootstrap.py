@@ -155,7 +155,7 @@ class _ToolsFinder:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ImportError(f"mcp_tools: the server's tools could not be listed: {exc}", name="mcp_tools") from None
         exec(compile(source, "<mcp_tools>", "exec"), module.__dict__)
-        module._start(catalog, lambda body, call_id: wire.exchange(fd, body, call_id))
+        module._mcp_start(catalog, lambda body, call_id: wire.exchange(fd, body, call_id))
 
 
 def offer_tools(wire: types.ModuleType) -> None:

@@ -21,27 +21,30 @@ from both. Standard library only.
 
 from __future__ import annotations
 
-import itertools
-import json
-import os
-import threading
+import itertools as _mcp_itertools
+import json as _mcp_json
+import os as _mcp_os
+import threading as _mcp_threading
 from collections.abc import Callable
 from typing import Any
 
-_exchange: Callable[[bytes, bytes], bytes] | None = None
-_lock = threading.Lock()
-_counts = itertools.count(1)
-_limit_bytes = 0
+# Every name of this module but `call`, `ToolError` and `servers` starts with `_mcp` (or is one of the
+# three the imports above leave, `annotations`, `Callable`, `Any`): a server's Python name cannot be one
+# of them (`runner.config.tools.RESERVED`).
+_mcp_exchange: Callable[[bytes, bytes], bytes] | None = None
+_mcp_lock = _mcp_threading.Lock()
+_mcp_counts = _mcp_itertools.count(1)
+_mcp_limit_bytes = 0
 servers: dict[str, Any] = {}
 
 
-def _forked() -> None:
+def _mcp_forked() -> None:
     # A fork copies the lock as it was (held by a thread the child does not have): a new one.
-    global _lock
-    _lock = threading.Lock()
+    global _mcp_lock
+    _mcp_lock = _mcp_threading.Lock()
 
 
-os.register_at_fork(after_in_child=_forked)
+_mcp_os.register_at_fork(after_in_child=_mcp_forked)
 
 
 class ToolError(Exception):
@@ -58,25 +61,25 @@ def call(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any
     if not isinstance(arguments, dict):
         raise TypeError(f"{server}.{tool}: arguments must be a dict, not {type(arguments).__name__}")
     try:
-        body = json.dumps({"op": "call", "server": server, "tool": tool, "arguments": arguments}).encode()
-    except (TypeError, ValueError) as exc:
+        body = _mcp_json.dumps({"op": "call", "server": server, "tool": tool, "arguments": arguments}).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ToolError(f"{server}.{tool}: the arguments are not JSON: {exc}") from None
-    if len(body) > _limit_bytes:
+    if len(body) > _mcp_limit_bytes:
         raise ToolError(
             f"{server}.{tool}: {len(body):,} bytes of arguments, more than this run may send "
-            f"({_limit_bytes:,}; RUNNER_TOOLS_MAX_MB)"
+            f"({_mcp_limit_bytes:,}; RUNNER_TOOLS_MAX_MB)"
         )
-    exchange = _exchange
+    exchange = _mcp_exchange
     if exchange is None:
         raise ToolError(f"{server}.{tool}: this run has no channel to the server")
-    with _lock:  # one call at a time per process; the run's processes each take their own answers
+    with _mcp_lock:  # one call at a time per process; the run's processes each take their own answers
         try:
-            raw = exchange(body, b"%d.%d" % (os.getpid(), next(_counts)))
+            raw = exchange(body, b"%d.%d" % (_mcp_os.getpid(), next(_mcp_counts)))
         except (OSError, ValueError) as exc:
             raise ToolError(f"{server}.{tool}: this run's channel to the server failed: {exc}") from None
     try:
-        answer = json.loads(raw)
-    except ValueError:
+        answer = _mcp_json.loads(raw)
+    except (ValueError, RecursionError):
         raise ToolError(f"{server}.{tool}: the server's answer is not JSON") from None
     if not isinstance(answer, dict):
         raise ToolError(f"{server}.{tool}: the server's answer is not an object")
@@ -85,41 +88,42 @@ def call(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any
     raise ToolError(str(answer.get("error") or f"{server}.{tool}: the call failed"))
 
 
-class _Server:
+class _McpServer:
     """One downstream server's allowed tools, as functions (see ``help()`` of each)."""
 
     def __init__(self, name: str, description: str) -> None:
-        self._name = name
+        self._mcp_server_name = name
         self.__doc__ = description
 
     def __repr__(self) -> str:
-        tools = sorted(name for name in vars(self) if not name.startswith("_"))
-        return f"<mcp_tools server {self._name!r}: {', '.join(tools)}>"
+        tools = sorted(name for name in vars(self) if not name.startswith("_mcp"))
+        return f"<mcp_tools server {self._mcp_server_name!r}: {', '.join(tools)}>"
 
 
-def _function(server: str, tool: str, python_name: str, description: str, schema: Any) -> Callable[..., Any]:
+def _mcp_function(server: str, tool: str, python_name: str, description: str, schema: Any) -> Callable[..., Any]:
     def tool_function(**arguments: Any) -> Any:
         return call(server, tool, arguments)
 
     tool_function.__name__ = python_name
     tool_function.__qualname__ = f"{server}.{python_name}"
-    shown = json.dumps(schema, indent=2, sort_keys=True)
+    shown = _mcp_json.dumps(schema, indent=2, sort_keys=True)
     tool_function.__doc__ = f"{description}\n\nThe tool {tool!r} of {server!r}. Input schema:\n{shown}"
     tool_function.schema = schema  # type: ignore[attr-defined]
     return tool_function
 
 
-def _start(catalog: dict[str, Any], exchange: Callable[[bytes, bytes], bytes]) -> None:
-    """Make this module's servers and functions from the server's `catalog`; calls go through `exchange`."""
-    global _exchange, _limit_bytes
-    _exchange = exchange
-    _limit_bytes = int(catalog.get("limit_bytes", 0))
+def _mcp_start(catalog: dict[str, Any], exchange: Callable[[bytes, bytes], bytes]) -> None:
+    """Make this module's servers and functions from the server's `catalog` (whose Python names the
+    server made unique and safe); calls go through `exchange`."""
+    global _mcp_exchange, _mcp_limit_bytes
+    _mcp_exchange = exchange
+    _mcp_limit_bytes = int(catalog.get("limit_bytes", 0))
     lines = [__doc__ or "", "Servers and their tools here:"]
     for entry in catalog.get("servers", []):
-        server = _Server(entry["name"], entry.get("summary", ""))
+        server = _McpServer(entry["name"], entry.get("summary", ""))
         lines.append(f"  {entry['python_name']}  ({entry['name']})")
         for tool in entry.get("tools", []):
-            made = _function(entry["name"], tool["name"], tool["python_name"], tool["description"], tool["schema"])
+            made = _mcp_function(entry["name"], tool["name"], tool["python_name"], tool["description"], tool["schema"])
             setattr(server, tool["python_name"], made)
             first = (tool["description"].strip().splitlines() or [""])[0][:100]
             lines.append(f"    .{tool['python_name']}(...)  {first}")

@@ -282,43 +282,103 @@ def frame_line(data: bytes | bytearray, head: bytes) -> tuple[int, int, bytes] |
 
 def exchange(fd: int, body: bytes, call_id: bytes) -> bytes:
     """The run's side of one tool call: `body` framed on the job socket `fd`, its answer's body read
-    back. The answer at the head of the socket is looked at before it is taken (MSG_PEEK): one for
-    another process of the run is left for it, and this one waits its turn. OSError if the socket is
-    gone or closed by the server (it closes a channel it cannot read); ValueError for what is not an
-    answer."""
+    back. OSError if the socket is gone or closed by the server (it shuts a channel it cannot read);
+    ValueError for what is not an answer.
+
+    The run's processes share the socket, and each takes only its own answers: it writes its frame, and
+    reads, holding a POSIX lock on the socket (per process: a fork does not inherit it), so that no
+    frame is written into another and no answer is read by halves; it waits for its answer without the
+    lock. An answer at the head that is not its own is left for its process, unless that process is
+    gone or it is an earlier call of this one (a call given up, say by a signal): such an answer is
+    read and dropped, so that no one waits behind it."""
+    import fcntl
+    import select
     import socket
     import time
 
     data = frame_tool(body, call_id)
-    while data:
-        data = data[os.write(fd, data) :]
+    fcntl.lockf(fd, fcntl.LOCK_EX)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        fcntl.lockf(fd, fcntl.LOCK_UN)
     channel = socket.socket(fileno=fd)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     try:
         while True:
-            head = channel.recv(MAX_FRAME_LINE, socket.MSG_PEEK)
-            if not head:
-                raise OSError("the server closed this run's channel")
-            line = frame_line(head, ANSWER_HEAD)
-            if line is None:
-                time.sleep(0.0005)  # the rest of the line is on its way
-                continue
-            line_bytes, size, answered = line
-            if answered == call_id:
-                break
-            time.sleep(0.001)  # another process's answer: it takes it
-        if size > MAX_ANSWER_BYTES:
-            raise ValueError("an answer too large")
-        while line_bytes:  # the line alone: it is all there
-            line_bytes -= len(channel.recv(line_bytes))
-        received = bytearray()
-        while len(received) < size:
-            chunk = channel.recv(min(size - len(received), 1 << 20))
-            if not chunk:
-                raise OSError("the server closed this run's channel")
-            received += chunk
-        return bytes(received)
+            poller.poll(100)
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+            try:
+                found = _take_answer(channel, call_id)
+            finally:
+                fcntl.lockf(fd, fcntl.LOCK_UN)
+            if found is not None:
+                return found
+            time.sleep(0.0005)  # another process's answer at the head, or one on its way
     finally:
         channel.detach()
+
+
+def _take_answer(channel: Any, call_id: bytes) -> bytes | None:
+    """Under the lock: this call's answer if it is at the head (taken), None if not (an orphan at the
+    head is dropped)."""
+    import socket
+
+    try:
+        head = channel.recv(MAX_FRAME_LINE, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return None
+    if not head:
+        raise OSError("the server closed this run's channel")
+    line = frame_line(head, ANSWER_HEAD)
+    if line is None:
+        return None  # the rest of the line is on its way
+    line_bytes, size, owner = line
+    mine = owner == call_id
+    if not mine and not _orphaned(owner):
+        return None
+    _receive(channel, line_bytes)
+    if not mine or size > MAX_ANSWER_BYTES:
+        _drop(channel, size)
+        if mine:
+            raise ValueError("an answer too large")
+        return None
+    return _receive(channel, size)
+
+
+def _orphaned(owner: bytes) -> bool:
+    """Whether the call `owner` names is no one's now: its process is gone, or it is this process's
+    (whose one call in flight is the caller's)."""
+    pid = int(owner.split(b".")[0] or b"0")
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _receive(channel: Any, size: int) -> bytes:
+    received = bytearray()
+    while len(received) < size:
+        chunk = channel.recv(min(size - len(received), 1 << 20))
+        if not chunk:
+            raise OSError("the server closed this run's channel")
+        received += chunk
+    return bytes(received)
+
+
+def _drop(channel: Any, size: int) -> None:
+    while size > 0:
+        chunk = channel.recv(min(size, 1 << 20))
+        if not chunk:
+            raise OSError("the server closed this run's channel")
+        size -= len(chunk)
 
 
 def report_length(data: bytes | bytearray) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,6 +84,19 @@ class Child:
     def is_open(self, fd: int) -> bool:
         """Whether `fd` is one of our ends of this child's pipes, not closed yet."""
         return fd in self._open
+
+    def shut(self, fd: int) -> None:
+        """Shut one of our socket ends both ways without closing it: the run's writes fail (EPIPE) and
+        what waits on it here ends, and its number is not given to another file while a task may still
+        wait on it (closed with the rest, at teardown)."""
+        if fd in self._open:
+            end = socket.socket(fileno=fd)
+            try:
+                end.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # the run's end is gone already
+            finally:
+                end.detach()
 
     def close_fd(self, fd: int) -> None:
         """Close one of our pipe ends once; later calls are no-ops."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from runner.config import ToolsConfig, ToolServers, python_name
+from runner.config import ToolsConfig, ToolServers
 from runner.errors import Unavailable
 from runner.logs import log_event
 from runner.tools.catalog import describe, value_of_result
@@ -31,6 +31,7 @@ from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, 
 # time left: cancelled there), cancelled (the run ended first), failed (anything else).
 Observe = Callable[[str, str, str, float], None]
 MAX_SCHEMA_CHECKS = 256  # validators kept, one per (server, tool)
+MAX_REFUSALS_LOGGED = 20  # a run's refused calls logged, one line each; the rest counted (metrics) only
 
 
 class Broker:
@@ -133,14 +134,16 @@ class Broker:
             server = connection.server
             if not server.serves(caller):
                 continue
+            named = connection.python_names()
             tools = [
                 {
                     "name": name,
-                    "python_name": python_name(name),
+                    "python_name": named[name],
                     "description": tool.description or "",
                     "schema": tool.input_schema,
                 }
                 for name, tool in sorted(connection.allowed().items())
+                if name in named
             ]
             servers.append(
                 {"name": server.name, "python_name": server.python_name, "tools": tools, "down": connection.down}
@@ -151,29 +154,30 @@ class Broker:
         return json.dumps({"source": self._module_source, "catalog": self.catalog(caller)}).encode()
 
     def check_arguments(self, server: str, tool: str, schema: Any, arguments: Any) -> str:
-        """Why `arguments` do not match the tool's input schema ("" if they do)."""
-        from jsonschema import Draft202012Validator
-        from jsonschema.exceptions import SchemaError, best_match
-        from jsonschema.validators import validator_for
-
+        """Why `arguments` do not match the tool's input schema ("" if they do). The run picks the
+        arguments: what could take a validator long on them (a `pattern` that backtracks, `uniqueItems`
+        over many objects) is left to the downstream server, which checks its arguments itself."""
         key = (server, tool)
         kept = self._validators.get(key)
         # One validator per listed schema: a listing made again makes new schema objects.
         validator = kept[1] if kept is not None and kept[0] is schema else None
-        if validator is None:
-            # The draft the schema names ($schema: many servers still write draft-07), else 2020-12.
-            kind = validator_for(schema, default=Draft202012Validator)
-            try:
-                kind.check_schema(schema)
-            except SchemaError:
-                return ""  # the server's schema is not one: the server judges its arguments itself
-            if len(self._validators) >= MAX_SCHEMA_CHECKS:
-                self._validators.clear()
-            validator = kind(schema)
-            self._validators[key] = (schema, validator)
-        if validator.is_valid(arguments):  # the common case, without gathering errors to rank
-            return ""
-        error = best_match(validator.iter_errors(arguments))
+        try:
+            if validator is None:
+                validator = _bounded_validator(schema)
+                if validator is None:
+                    return ""  # the server's schema is not one: the server judges its arguments itself
+                if len(self._validators) >= MAX_SCHEMA_CHECKS:
+                    self._validators.clear()
+                self._validators[key] = (schema, validator)
+            if validator.is_valid(arguments):  # the common case, without gathering errors to rank
+                return ""
+            from jsonschema.exceptions import best_match
+
+            error = best_match(validator.iter_errors(arguments))
+        except RecursionError:
+            return "nested too deep to be checked"
+        except Exception as exc:
+            return f"they could not be checked against it ({type(exc).__name__})"
         if error is None:
             return ""
         where = "/".join(str(part) for part in error.absolute_path)
@@ -196,6 +200,7 @@ class RunCalls:
         self._bytes = 0
         self._in_flight: list[str] = []
         self._untold: list[tuple[str, str, str, float, int, int]] = []  # answered, not logged yet (`tell`)
+        self._refused = 0  # refused calls told so far: past MAX_REFUSALS_LOGGED, counted but not logged
 
     @property
     def limit_bytes(self) -> int:
@@ -207,13 +212,28 @@ class RunCalls:
 
     async def answer(self, body: bytes) -> bytes:
         try:
+            return await self._answer(body)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
+            log_event(self._broker.log, logging.WARNING, "tool call failed", self._request_id, error=repr(exc)[:300])
+            return _error(f"the server could not answer this call ({type(exc).__name__})")
+
+    async def _answer(self, body: bytes) -> bytes:
+        # Every frame counts against the run's bytes, whatever it asks: a flood of frames ends in refusals.
+        self._bytes += len(body)
+        if self._bytes > self._broker.config.max_bytes:
+            return self._over_budget()
+        try:
             request = json.loads(body)
         except (ValueError, RecursionError):
             return _error("the run sent a call that is not JSON")
         if not isinstance(request, dict):
             return _error("the run sent a call that is not an object")
         if request.get("op") == "module":
-            return self._broker.module(self._caller)
+            module = self._broker.module(self._caller)
+            self._bytes += len(module)
+            return module if self._bytes <= self._broker.config.max_bytes else self._over_budget()
         server, tool, arguments = request.get("server"), request.get("tool"), request.get("arguments")
         if request.get("op") != "call" or not isinstance(server, str) or not isinstance(tool, str):
             return _error("the run sent a call without a server and a tool")
@@ -230,7 +250,6 @@ class RunCalls:
             return self._finish(server, tool, "refused", started, size, 0, _error(f"{name}: {refused}"))
         connection = broker.connections[server]
         self._calls += 1
-        self._bytes += size
         self._in_flight.append(name)
         try:
             result = await connection.call(tool, arguments, self._deadline - anyio.current_time())
@@ -251,6 +270,7 @@ class RunCalls:
             return self._finish(server, tool, "tool_error", started, size, len(answer), answer)
         answer = json.dumps({"ok": True, "value": value}).encode()
         if self._bytes + len(answer) > config.max_bytes:
+            self._bytes += len(answer)  # received all the same: a call repeated does not get it again
             refused = (
                 f"{name}: its result ({len(answer):,} bytes) would pass what this run may pass through tools "
                 f"({config.max_bytes:,} bytes; RUNNER_TOOLS_MAX_MB)"
@@ -273,12 +293,14 @@ class RunCalls:
             return f"this run has made its {config.tools_max_calls} tool calls (RUNNER_TOOLS_MAX_CALLS)"
         if len(self._in_flight) >= config.tools_max_concurrent:
             return f"this run has {config.tools_max_concurrent} tool calls in flight (RUNNER_TOOLS_MAX_CONCURRENT)"
-        if self._bytes + size > config.max_bytes:
-            return f"this run has passed {config.max_bytes:,} bytes through tools (RUNNER_TOOLS_MAX_MB)"
         if anyio.current_time() >= self._deadline:
             return "the run's time is up"
         mismatch = broker.check_arguments(server, tool, listed.input_schema, arguments)
         return f"the arguments do not match the tool's input schema: {mismatch}" if mismatch else ""
+
+    def _over_budget(self) -> bytes:
+        limit = self._broker.config.max_bytes
+        return _error(f"this run has passed {limit:,} bytes through tools (RUNNER_TOOLS_MAX_MB)")
 
     def _finish(self, server: str, tool: str, status: str, started: float, sent: int, got: int, answer: bytes) -> bytes:
         self._finished(server, tool, status, started, sent, got)
@@ -292,23 +314,56 @@ class RunCalls:
         broker = self._broker
         untold, self._untold = self._untold, []
         for server, tool, status, seconds, sent, got in untold:
+            connection = broker.connections.get(server)
+            # A run may name anything: only names the file and the listing hold become metric labels.
+            known = connection is not None and tool in connection.tools
+            broker.observed(server if known else "(unknown)", tool if known else "(unknown)", status, seconds)
+            if status == "refused":
+                self._refused += 1
+                if self._refused > MAX_REFUSALS_LOGGED:
+                    if self._refused == MAX_REFUSALS_LOGGED + 1:
+                        log_event(broker.log, logging.INFO, "tool calls refused: no more logged", self._request_id)
+                    continue
             log_event(
                 broker.log,
                 logging.INFO,
                 "tool call",
                 self._request_id,
-                server=server,
-                tool=tool,
+                server=server if known else server[:100],
+                tool=tool if known else tool[:100],
                 status=status,
                 duration=round(seconds, 4),
                 sent_bytes=sent,
                 received_bytes=got,
             )
-            connection = broker.connections.get(server)
-            # A run may name anything: only names the file and the listing hold become metric labels.
-            known = connection is not None and tool in connection.tools
-            broker.observed(server if known else "(unknown)", tool if known else "(unknown)", status, seconds)
 
 
 def _error(message: str) -> bytes:
     return json.dumps({"ok": False, "error": message}).encode()
+
+
+# Keywords whose cost the run could choose through its arguments (a backtracking pattern, uniqueItems
+# over unhashable items is quadratic): not checked here.
+_UNCHECKED = frozenset({"pattern", "patternProperties", "uniqueItems"})
+
+
+def _bounded_validator(schema: Any) -> Any:
+    """A validator of `schema` in the draft it names (many servers still write draft-07; else 2020-12),
+    without the keywords in `_UNCHECKED`; None if `schema` is not a schema."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import extend, validator_for
+
+    try:
+        kind = validator_for(schema, default=Draft202012Validator)
+        kind.check_schema(schema)
+    except SchemaError:
+        return None
+    except Exception:
+        return None
+    bounded = extend(kind, {keyword: _skipped for keyword in _UNCHECKED})  # type: ignore[no-untyped-call]
+    return bounded(schema)
+
+
+def _skipped(*_: Any) -> None:
+    return None

@@ -24,10 +24,11 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from runner.config import Downstream
+from runner.config import Downstream, python_name
 from runner.logs import log_event
 
-MAX_TOOLS = 1000  # a listing's most: more are left out, and the log says so
+MAX_TOOLS = 1000  # a listing's most: more are left out
+MAX_PAGES = 100
 CONNECT_SECONDS = 30.0  # a start (or a reconnect) that takes longer has failed
 PING_SECONDS = 10.0  # how often a quiet connection is checked
 BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # waits between reconnections, the last repeated
@@ -49,16 +50,31 @@ class Connection:
     def __init__(self, server: Downstream, logger: logging.Logger) -> None:
         self.server = server
         self._log = logger
+        # What the file gives it to hold (credentials): never in a reason it is down, an error or the log.
+        self._secrets = sorted((value for _, value in (*server.env, *server.headers) if len(value) >= 4), key=len)[::-1]
         self.tools: dict[str, types.Tool] = {}  # every tool it listed, by name
         self.down = "not started yet"  # why it cannot be called now; "" while it can
         self.listed = anyio.Event()  # set once a first attempt to connect and list has ended
         self._client: Client | None = None
         # A stdio server's process is told by this mark in its environment, for the stray sweep to leave
-        # it and its session alone; `starting` while it may exist and its connection is not made yet.
+        # it and its session alone; `starting` while it is being started (before its exec, no mark yet).
         self.mark = ""
         self.starting = False
         self._lost = anyio.Event()
         self._relist = anyio.Event()
+
+    def python_names(self) -> dict[str, str]:
+        """Each allowed tool's name in `mcp_tools`, by its own: one whose Python name another tool (first
+        by name) has, or that would be the server object's own (``__class__``, ``_mcp...``), is left out."""
+        named: dict[str, str] = {}
+        taken: set[str] = set()
+        for name in sorted(self.allowed()):
+            made = python_name(name)
+            if made in taken or made.startswith(("__", "_mcp")):
+                continue
+            taken.add(made)
+            named[name] = made
+        return named
 
     def allowed(self) -> dict[str, types.Tool]:
         """The tools runs may call, of those it listed."""
@@ -96,6 +112,12 @@ class Connection:
             await anyio.sleep(BACKOFF[min(failures, len(BACKOFF) - 1)])
             failures += 1
 
+    def scrubbed(self, text: str) -> str:
+        """`text` with every credential the file gives this server replaced by ``***``."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
     async def call(self, tool: str, arguments: dict[str, Any], seconds: float) -> types.CallToolResult:
         """Call `tool`; `Down` if the server is down or does not answer within `seconds` (the run's
         time left; then the call is cancelled there: the SDK sends notifications/cancelled)."""
@@ -112,7 +134,7 @@ class Connection:
         except Exception as exc:
             if _connection_failed(exc):
                 self._lost.set()
-                raise Down(f"the connection failed: {_why(exc)}") from None
+                raise Down(f"the connection failed: {self.scrubbed(_why(exc))}") from None
             raise
 
     @contextlib.asynccontextmanager
@@ -134,14 +156,17 @@ class Connection:
                     env={**dict(server.env), MARK_VARIABLE: mark},
                     cwd=server.cwd or None,
                 )
-                transport = stdio_client(parameters, errlog=errlog)
                 self.mark, self.starting = mark, True
                 stack.callback(self._forget_mark)
+                try:
+                    streams = await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
+                finally:
+                    # Started (its exec done: the mark is in its environment) or failed: the stray sweep
+                    # need not wait for it any more.
+                    self.starting = False
+                transport = _already_open(streams)
             client = Client(transport, cache=None, message_handler=self._on_message)
-            try:
-                await stack.enter_async_context(client)
-            finally:
-                self.starting = False
+            await stack.enter_async_context(client)
             yield client
 
     def _forget_mark(self) -> None:
@@ -184,8 +209,9 @@ class Connection:
     async def _list(self, client: Client) -> None:
         listed: dict[str, types.Tool] = {}
         cursor: str | None = None
-        while True:
-            page = await client.list_tools(cursor=cursor)
+        for _ in range(MAX_PAGES):  # a server whose cursor never ends is listed this far
+            with anyio.fail_after(CONNECT_SECONDS):
+                page = await client.list_tools(cursor=cursor)
             for tool in page.tools:
                 if len(listed) < MAX_TOOLS:
                     listed[tool.name] = tool
@@ -221,6 +247,12 @@ class Connection:
             self._lost.set()
         elif isinstance(message, types.ToolListChangedNotification):
             self._relist.set()
+
+
+@contextlib.asynccontextmanager
+async def _already_open(streams: Any) -> AsyncIterator[Any]:
+    """A transport for the client of streams its caller opened (and closes)."""
+    yield streams
 
 
 async def _first(*waits: Any) -> None:

@@ -359,3 +359,69 @@ async def test_a_long_run_making_tool_calls_becomes_an_ordinary_task(
         "Long running operation completed. Duration: 2 seconds, Steps: 2.",
         "The sum of 20 and 22 is 42.",
     ]
+
+
+async def test_a_run_that_sends_frames_and_reads_no_answer_has_its_channel_shut_and_the_server_goes_on(
+    work_dir: Path, tmp_path: Path, everything: dict[str, Any]
+) -> None:
+    # Found by a review: every frame got a task, and a run that read no answer piled them up (3 GB of
+    # answers to {"op": "module"} frames in a minute).
+    path = tools_file(tmp_path, every=everything)
+    flood = (
+        "import os, mcp_tools\n"
+        'frame = b\'{"op": "module"}\'\n'
+        "try:\n"
+        "    for n in range(2000):\n"
+        "        os.write(3, b'tool %d 9.%d\\n' % (len(frame), n) + frame)\n"
+        "except OSError as exc:\n"
+        "    print('shut after some frames', exc.errno)\n"
+        "try:\n"
+        "    mcp_tools.every.echo(message='after')\n"
+        "except mcp_tools.ToolError as exc:\n"
+        "    print('after:', exc)\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            flooded = await run(client, flood, timeout=20)
+            next_run = await run(client, "import mcp_tools\nprint(mcp_tools.every.echo(message='next'))")
+    assert "after: every.echo: this run's channel to the server failed" in flooded["stdout"], flooded
+    assert next_run["stdout"] == "Echo: next\n"
+
+
+def hostile() -> dict[str, Any]:
+    """tests/downstream/hostile_server.py: input schemas a broker must not choke on, a huge result."""
+    return {"command": sys.executable, "args": [str(DOWNSTREAM / "hostile_server.py")], "tools": ["*"]}
+
+
+async def test_schemas_that_cannot_be_checked_and_a_huge_result_are_tool_errors_and_the_run_goes_on(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: an exception from the schema check (a recursive schema the run nests its
+    # arguments deep in, a $ref to nowhere) escaped the broker and ended the run's task group
+    # (internal_error, its output lost); a pattern that backtracks held the event loop for seconds.
+    path = tools_file(tmp_path, hostile=hostile())
+    code = (
+        "import mcp_tools, time\n"
+        "h = mcp_tools.hostile\n"
+        "deep = 'x'\n"
+        "for _ in range(500):\n"
+        "    deep = [deep]\n"
+        "calls = [('nested', lambda: h.nested(tree=deep)), ('nowhere', lambda: h.nowhere(a=1)),\n"
+        "         ('backtracks', lambda: h.backtracks(s='a' * 40 + '!')), ('huge', lambda: h.huge(megabytes=20))]\n"
+        "for name, call in calls:\n"
+        "    started = time.monotonic()\n"
+        "    try:\n"
+        "        said = call()\n"
+        "    except mcp_tools.ToolError as exc:\n"
+        "        said = str(exc)\n"
+        "    print(name, time.monotonic() - started < 5, said[:140])\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            done = await run(client, code)
+    assert done["status"] == "ok", done
+    nested, nowhere, backtracks, huge = done["stdout"].splitlines()
+    assert nested.startswith("nested True hostile.nested: the arguments do not match the tool's input schema: nested")
+    assert nowhere.startswith("nowhere True hostile.nowhere: the arguments do not match the tool's input schema:")
+    assert backtracks == "backtracks True backtracks ok", "the downstream checks its pattern itself"
+    assert huge.startswith("huge True hostile.huge: its result (20,000,0")

@@ -123,3 +123,10 @@ def test_the_server_reads_the_file_it_is_given_and_hides_it_from_runs(tmp_path: 
     assert deployment.config.isolation.hidden_files == (str(path.resolve()),)
     with pytest.raises(ConfigError, match="RUNNER_TOOLS_CONFIG"):
         load({"RUNNER_TOOLS_CONFIG": str(tmp_path / "missing.json"), "RUNNER_PACKAGES": "", "RUNNER_WHEELHOUSE": ""})
+
+
+def test_a_header_with_a_line_break_is_refused_at_start_without_its_value() -> None:
+    data = servers(remote={"url": "http://h/mcp", "headers": {"Authorization": SECRET + "\n"}, "tools": ["*"]})
+    with pytest.raises(ConfigError, match="no line break") as raised:
+        ToolServers.parse(data, "/etc/tools.json")
+    assert SECRET not in str(raised.value)

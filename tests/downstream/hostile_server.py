@@ -1,0 +1,51 @@
+"""A downstream MCP server (stdio) whose tools are hostile to a broker: input schemas that recurse,
+that name a $ref nowhere, a pattern that backtracks, and a result far
+larger than a run may take. Code mode's tests start it with the official SDK's low-level server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "nested": {
+        "type": "object",
+        "properties": {"tree": {"$ref": "#/$defs/tree"}},
+        "$defs": {"tree": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/$defs/tree"}}]}},
+    },
+    "nowhere": {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}},
+    "backtracks": {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}},
+    "huge": {"type": "object", "properties": {"megabytes": {"type": "integer"}}},
+}
+
+
+async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+    return types.ListToolsResult(
+        tools=[
+            types.Tool(name=name, description=f"A hostile tool: {name}.", input_schema=schema)
+            for name, schema in SCHEMAS.items()
+        ]
+    )
+
+
+async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    arguments = params.arguments or {}
+    if params.name == "huge":
+        text = "x" * (int(arguments.get("megabytes", 1)) * 1_000_000)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+    return types.CallToolResult(content=[types.TextContent(type="text", text=f"{params.name} ok")])
+
+
+async def main() -> None:
+    server: Server[Any] = Server("hostile", on_list_tools=list_tools)
+    server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+if __name__ == "__main__":
+    anyio.run(main)

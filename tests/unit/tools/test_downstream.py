@@ -1,0 +1,33 @@
+"""A downstream connection's own text, without a server: no credential of the file's in it."""
+
+from __future__ import annotations
+
+from runner.config.tools import Downstream
+from runner.logs import get_logger
+from runner.tools.downstream import Connection
+
+TOKEN = "Bearer s3cr3t-0123456789"
+
+
+def test_a_reason_or_an_error_never_shows_a_credential_the_file_gives_the_server() -> None:
+    # Found by a review: an HTTP library's error echoed a header's value, which went to runs ("down")
+    # and to the log.
+    server = Downstream(
+        "remote", "remote", ("*",), None, url="http://h/mcp", headers=(("Authorization", TOKEN), ("X-Short", "ab"))
+    )
+    connection = Connection(server, get_logger())
+    said = connection.scrubbed(f"LocalProtocolError: Illegal header value b'{TOKEN}\\n' ({TOKEN})")
+    assert "s3cr3t" not in said
+    assert said == "LocalProtocolError: Illegal header value b'***\\n' (***)"
+    assert connection.scrubbed("ab stays: too short to be one") == "ab stays: too short to be one"
+
+
+def test_tools_whose_python_names_collide_or_are_the_servers_own_are_left_out() -> None:
+    from mcp import types
+
+    server = Downstream("every", "every", ("*",), None, command="x")
+    connection = Connection(server, get_logger())
+    connection.tools = {
+        name: types.Tool(name=name, input_schema={}) for name in ("get-sum", "get_sum", "__class__", "_mcp_x", "echo")
+    }
+    assert connection.python_names() == {"echo": "echo", "get-sum": "get_sum"}
