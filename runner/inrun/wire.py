@@ -245,6 +245,7 @@ TOOL_HEAD = b"tool"
 ANSWER_HEAD = b"answer"
 MAX_ANSWER_BYTES = 1 << 32
 MAX_FRAME_LINE = 64  # "answer <12 digits> <call id>\n" and then some
+ATOMIC_BYTES = 16 * 1024  # a frame this small is written in one write, which no other write splits
 _CALL_ID_CHARACTERS = frozenset(b"0123456789.")
 
 
@@ -283,69 +284,78 @@ def frame_line(data: bytes | bytearray, head: bytes) -> tuple[int, int, bytes] |
 def exchange(fd: int, body: bytes, call_id: bytes) -> bytes:
     """The run's side of one tool call: `body` framed on the job socket `fd`, its answer's body read
     back. OSError if the socket is gone or closed by the server (it shuts a channel it cannot read);
-    ValueError for what is not an answer.
+    ValueError for an answer too large.
 
-    The run's processes share the socket, and each takes only its own answers: it writes its frame, and
-    reads, holding a POSIX lock on the socket (per process: a fork does not inherit it), so that no
-    frame is written into another and no answer is read by halves; it waits for its answer without the
-    lock. An answer at the head that is not its own is left for its process, unless that process is
-    gone or it is an earlier call of this one (a call given up, say by a signal): such an answer is
-    read and dropped, so that no one waits behind it."""
+    The run's processes share the socket, and each takes only its own answers. An answer at the head is
+    looked at before it is taken (MSG_PEEK) and taken whole in one receive (the socket's own lock keeps
+    other readers out meanwhile), or, a large one, in parts while others wait (what they see at the head
+    then is no frame). An answer at the head that is not its own is left for its process, unless that
+    process is gone or it is an earlier call of this one (a call given up, say by a signal): such an
+    answer is dropped, under a POSIX lock on the socket (per process: a fork does not inherit it) so
+    that two processes do not both drop it. A large call is written under that lock too: a small one
+    goes in one write, which no other write splits."""
     import fcntl
     import select
     import socket
     import time
 
     data = frame_tool(body, call_id)
-    fcntl.lockf(fd, fcntl.LOCK_EX)
+    large = len(data) > ATOMIC_BYTES
+    if large:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
     try:
         while data:
             data = data[os.write(fd, data) :]
     finally:
-        fcntl.lockf(fd, fcntl.LOCK_UN)
+        if large:
+            fcntl.lockf(fd, fcntl.LOCK_UN)
     channel = socket.socket(fileno=fd)
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     try:
         while True:
             poller.poll(100)
-            fcntl.lockf(fd, fcntl.LOCK_EX)
-            try:
-                found = _take_answer(channel, call_id)
-            finally:
-                fcntl.lockf(fd, fcntl.LOCK_UN)
-            if found is not None:
-                return found
-            time.sleep(0.0005)  # another process's answer at the head, or one on its way
+            head = _peek(channel)
+            line = _line_of(head)
+            if line is not None:
+                line_bytes, size, owner = line
+                if owner == call_id:
+                    if size > MAX_ANSWER_BYTES:
+                        _drop(channel, line_bytes + size)
+                        raise ValueError("an answer too large")
+                    return _receive(channel, line_bytes + size)[line_bytes:]
+                if _orphaned(owner):
+                    fcntl.lockf(fd, fcntl.LOCK_EX)
+                    try:
+                        if _peek(channel) == head:  # still there: no other process dropped it
+                            _drop(channel, line_bytes + size)
+                    finally:
+                        fcntl.lockf(fd, fcntl.LOCK_UN)
+                    continue
+            time.sleep(0.0005)  # another process's answer at the head, or being read, or on its way
     finally:
         channel.detach()
 
 
-def _take_answer(channel: Any, call_id: bytes) -> bytes | None:
-    """Under the lock: this call's answer if it is at the head (taken), None if not (an orphan at the
-    head is dropped)."""
+def _peek(channel: Any) -> bytes:
     import socket
 
     try:
-        head = channel.recv(MAX_FRAME_LINE, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        head: bytes = channel.recv(MAX_FRAME_LINE, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except BlockingIOError:
-        return None
+        return b"-"  # nothing yet: no frame
     if not head:
         raise OSError("the server closed this run's channel")
-    line = frame_line(head, ANSWER_HEAD)
-    if line is None:
-        return None  # the rest of the line is on its way
-    line_bytes, size, owner = line
-    mine = owner == call_id
-    if not mine and not _orphaned(owner):
+    return head
+
+
+def _line_of(head: bytes) -> tuple[int, int, bytes] | None:
+    """The answer's line at the head, if one is whole there (else: on its way, or the middle of an
+    answer another process is reading)."""
+    try:
+        return frame_line(head, ANSWER_HEAD)
+    except ValueError:
         return None
-    _receive(channel, line_bytes)
-    if not mine or size > MAX_ANSWER_BYTES:
-        _drop(channel, size)
-        if mine:
-            raise ValueError("an answer too large")
-        return None
-    return _receive(channel, size)
 
 
 def _orphaned(owner: bytes) -> bool:
@@ -364,7 +374,10 @@ def _orphaned(owner: bytes) -> bool:
 
 
 def _receive(channel: Any, size: int) -> bytes:
-    received = bytearray()
+    """`size` bytes, in one receive where they fit (whole, with no other reader between)."""
+    import socket
+
+    received = bytearray(channel.recv(size, socket.MSG_WAITALL) if size <= 1 << 20 else b"")
     while len(received) < size:
         chunk = channel.recv(min(size - len(received), 1 << 20))
         if not chunk:

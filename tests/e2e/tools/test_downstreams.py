@@ -425,3 +425,36 @@ async def test_schemas_that_cannot_be_checked_and_a_huge_result_are_tool_errors_
     assert nowhere.startswith("nowhere True hostile.nowhere: the arguments do not match the tool's input schema:")
     assert backtracks == "backtracks True backtracks ok", "the downstream checks its pattern itself"
     assert huge.startswith("huge True hostile.huge: its result (20,000,0")
+
+
+async def test_two_processes_taking_large_answers_at_once_each_get_their_own_whole(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: while one process read a large answer in parts, another looked at the head,
+    # saw the middle of it, and failed; its own answer then stalled every later call.
+    path = tools_file(tmp_path, hostile=hostile())
+    code = (
+        "import os, mcp_tools\n"
+        "children = []\n"
+        "for n in (2, 3):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        try:\n"
+        "            sizes = [len(mcp_tools.hostile.huge(megabytes=n)) for _ in range(3)]\n"
+        "            print(n, sizes, flush=True)\n"
+        "        finally:\n"
+        "            os._exit(0)\n"
+        "    children.append(pid)\n"
+        "for pid in children:\n"
+        "    os.waitpid(pid, 0)\n"
+        "print('after', mcp_tools.hostile.backtracks(s='aa'))\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_TOOLS_MAX_MB="64") as client:
+            done = await run(client, code)
+    assert done["status"] == "ok", done
+    assert sorted(done["stdout"].splitlines()) == [
+        "2 [2000000, 2000000, 2000000]",
+        "3 [3000000, 3000000, 3000000]",
+        "after backtracks ok",
+    ]
