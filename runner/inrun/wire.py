@@ -295,7 +295,6 @@ def exchange(fd: int, body: bytes, call_id: bytes) -> bytes:
     that two processes do not both drop it. A large call is written under that lock too: a small one
     goes in one write, which no other write splits."""
     import fcntl
-    import select
     import socket
     import time
 
@@ -310,12 +309,9 @@ def exchange(fd: int, body: bytes, call_id: bytes) -> bytes:
         if large:
             fcntl.lockf(fd, fcntl.LOCK_UN)
     channel = socket.socket(fileno=fd)
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
     try:
         while True:
-            poller.poll(100)
-            head = _peek(channel)
+            head = _peek(channel)  # blocks until something is there
             line = _line_of(head)
             if line is not None:
                 line_bytes, size, owner = line
@@ -340,10 +336,7 @@ def exchange(fd: int, body: bytes, call_id: bytes) -> bytes:
 def _peek(channel: Any) -> bytes:
     import socket
 
-    try:
-        head: bytes = channel.recv(MAX_FRAME_LINE, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except BlockingIOError:
-        return b"-"  # nothing yet: no frame
+    head: bytes = channel.recv(MAX_FRAME_LINE, socket.MSG_PEEK)
     if not head:
         raise OSError("the server closed this run's channel")
     return head
