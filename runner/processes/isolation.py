@@ -296,11 +296,14 @@ def hidden_files(isolation: IsolationConfig) -> list[str]:
     (RUNNER_TOOLS_CONFIG), or the directory that holds one when nothing else is there (dot-files
     aside), so that a file put in its place after start (editors save by rename) is hidden too. One
     under a directory the sandbox replaces anyway (/tmp, /run: a Kubernetes Secret under /var/run) is
-    not there to hide."""
+    not there to hide, unless it is in a directory bound back into the view (a package environment
+    under /tmp)."""
     hidden: list[str] = []
+    bound_back = _bound_back(isolation)
     for path in isolation.hidden_files:
-        if any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm")):
-            continue
+        replaced = any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))
+        if replaced and not any(within(path, back) for back in bound_back):
+            continue  # not in the view at all; but one in a directory bound back into it (found by a test) is
         directory = os.path.dirname(path)
         try:
             alone = directory != "/" and all(

@@ -129,13 +129,18 @@ async def test_every_failure_of_a_call_is_a_tool_error_naming_the_server_and_the
     assert lines[4] == "time.get_current_time: this run has made its 3 tool calls (RUNNER_TOOLS_MAX_CALLS)"
 
 
-@pytest.mark.parametrize("mode", ["none", "namespaces"])
+@pytest.mark.parametrize("mode", ["none", "namespaces", "bwrap"])
 async def test_a_run_sees_neither_the_tools_file_nor_the_downstream_credentials(
     work_dir: Path, tmp_path: Path, mode: str
 ) -> None:
-    path = tools_file(tmp_path, time=time_server(["get_current_time"]))
+    # In a directory runs see (their package environment, bound into the view read-only): only the
+    # hiding keeps the file out of their sight.
+    environment = tmp_path / "environment"
+    (environment / "site-packages").mkdir(parents=True)
+    path = tools_file(environment, time=time_server(["get_current_time"]))
     code = (
         "import os, glob\n"
+        f"print(os.path.isdir({str(environment / 'site-packages')!r}), end=' ')\n"
         f"print(os.path.exists({str(path)!r}) and open({str(path)!r}).read() != '')\n"
         f"print({SECRET!r} in repr(os.environ))\n"
         "found = False\n"
@@ -149,17 +154,19 @@ async def test_a_run_sees_neither_the_tools_file_nor_the_downstream_credentials(
         f"print({SECRET!r} in repr(vars(mcp_tools)))\n"
     )
     with (tmp_path / "stderr.log").open("w") as errlog:
-        async with session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_SANDBOX=mode) as client:
+        async with session(
+            work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_SANDBOX=mode, RUNNER_PACKAGES=str(environment)
+        ) as client:
             done = await run(client, code)
     if done["status"] == "internal_error":
         pytest.skip(f"{mode}: {done['message']}")
     if mode == "none":
-        # Plain mode is no boundary (docs/code-mode.md): the run is the server's uid and reads the file.
-        assert (
-            done["stdout"].splitlines()[1:] == ["False", "True", "False"] or done["stdout"].splitlines()[1] == "False"
-        )
+        # Plain mode is no boundary (docs/code-mode.md): the run is the server's uid and may read the file
+        # and the downstream's /proc; its own environment and mcp_tools still hold no credential.
+        seen, environ, _, module = done["stdout"].splitlines()
+        assert (seen, environ, module) == ("True True", "False", "False"), done
         return
-    assert done["stdout"] == "False\nFalse\nFalse\nFalse\n", done
+    assert done["stdout"] == "True False\nFalse\nFalse\nFalse\n", done
     assert SECRET not in (tmp_path / "stderr.log").read_text()
 
 
