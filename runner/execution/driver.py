@@ -171,9 +171,7 @@ class RunDriver:
             reported = anyio.CancelScope()
             returned: list[Returned] = []
             if tools is not None:
-                # A well-behaved run has one call in flight per process at most; past that many
-                # unanswered frames it is flooding its channel, which is shut.
-                output.on_tool = _answering(tg, child, tools, self._limits.max_processes + 8, self._log)
+                output.on_tool = _answering(tg, child, tools, self._log)
             tg.start_soon(self._read_output, output, returned, reported)
             if on_progress is not None:
                 tg.start_soon(self._report_progress, request, started, out, err, on_progress, tools)
@@ -311,17 +309,24 @@ async def _feed_stdin(child: Child, data: bytes) -> None:
         child.close_fd(child.stdin)
 
 
+# A well-behaved run has one call in flight per process (its threads take turns): more unanswered
+# frames from one process, or from all of them together, and the run is flooding its channel.
+MOST_PENDING_PER_PROCESS = 8
+MOST_PENDING = 1024
+
+
 def _answering(
-    tg: anyio.abc.TaskGroup, child: Child, tools: RunTools, most_pending: int, log: logging.Logger
+    tg: anyio.abc.TaskGroup, child: Child, tools: RunTools, log: logging.Logger
 ) -> Callable[[bytes, bytes], None]:
     """What takes each tool call frame of the run's: a task that has the broker answer it and writes the
     answer back on the run's job socket, one answer at a time. Cancelled with the run's task group when
-    the run ends (a call in flight downstream is then cancelled there too). More than `most_pending`
-    frames unanswered (a run that sends frames and reads no answer) shut the channel."""
+    the run ends (a call in flight downstream is then cancelled there too). Past MOST_PENDING_PER_PROCESS
+    unanswered frames of one process (the pid its call ids name), or MOST_PENDING in all, the channel
+    is shut."""
     writing = anyio.Lock(fast_acquire=True)  # no checkpoint when no other answer is being written
-    pending = [0]
+    pending: dict[bytes, int] = {}
 
-    async def answer(call_id: bytes, body: bytes) -> None:
+    async def answer(call_id: bytes, body: bytes, process: bytes) -> None:
         try:
             answered = frame_answer(await tools.answer(body), call_id)
             async with writing:
@@ -332,14 +337,17 @@ def _answering(
         except Exception:  # never the run's task group's end (the broker answers every call itself)
             log.warning("a tool call's answer failed", exc_info=True, extra={"request_id": "-", "fields": {}})
         finally:
-            pending[0] -= 1
+            pending[process] -= 1
+            if not pending[process]:
+                del pending[process]
             tools.tell()
 
     def take(call_id: bytes, body: bytes) -> None:
-        if pending[0] >= most_pending:
+        process = call_id.partition(b".")[0]
+        if pending.get(process, 0) >= MOST_PENDING_PER_PROCESS or sum(pending.values()) >= MOST_PENDING:
             child.shut(child.code)
             return
-        pending[0] += 1
-        tg.start_soon(answer, call_id, body)
+        pending[process] = pending.get(process, 0) + 1
+        tg.start_soon(answer, call_id, body, process)
 
     return take

@@ -249,7 +249,7 @@ def run(
         harvest.close_output()
         if wire.same_socket(wire.CODE_FD, job):  # not a file the code opened where the socket was
             end = harvest.ended(status, tmpfs, spawned, met[0])
-            harvest.send(wire.CODE_FD, (report or harvest.Report(budgets)).encode(end))
+            harvest.send(wire.CODE_FD, (report or harvest.Report(budgets)).encode(end), job.tools)
 
     def kept() -> Callable[[], None] | None:
         # The last value goes now, in the call: held here, it would be freed as a kept call's frames

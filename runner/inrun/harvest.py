@@ -337,12 +337,20 @@ def close_output() -> None:
     os.closerange(1, 3)
 
 
-def send(fd: int, data: bytes) -> None:
-    """Write the report whole; a server that stopped listening (the call is over) gets nothing."""
+def send(fd: int, data: bytes, shared: bool = False) -> None:
+    """Write the report whole; a server that stopped listening (the call is over) gets nothing. Where
+    the run may call tools (`shared`: its processes write frames on the socket too), holding the
+    socket's lock alone, so that no frame goes into the report (`wire.exchange`)."""
     view = memoryview(data)
     done = 0
     try:
+        if shared:
+            import fcntl
+
+            fcntl.lockf(fd, fcntl.LOCK_EX)
         while done < len(data):
             done += os.write(fd, view[done:])
+        if shared:
+            fcntl.lockf(fd, fcntl.LOCK_UN)
     except OSError:
         pass

@@ -88,7 +88,7 @@ def call(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any
     raise ToolError(str(answer.get("error") or f"{server}.{tool}: the call failed"))
 
 
-class _McpServer:
+class _mcp_Server:
     """One downstream server's allowed tools, as functions (see ``help()`` of each)."""
 
     def __init__(self, name: str, description: str) -> None:
@@ -120,7 +120,7 @@ def _mcp_start(catalog: dict[str, Any], exchange: Callable[[bytes, bytes], bytes
     _mcp_limit_bytes = int(catalog.get("limit_bytes", 0))
     lines = [__doc__ or "", "Servers and their tools here:"]
     for entry in catalog.get("servers", []):
-        server = _McpServer(entry["name"], entry.get("summary", ""))
+        server = _mcp_Server(entry["name"], entry.get("summary", ""))
         lines.append(f"  {entry['python_name']}  ({entry['name']})")
         for tool in entry.get("tools", []):
             made = _mcp_function(entry["name"], tool["name"], tool["python_name"], tool["description"], tool["schema"])

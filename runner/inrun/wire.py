@@ -299,16 +299,16 @@ def exchange(fd: int, body: bytes, call_id: bytes) -> bytes:
     import time
 
     data = frame_tool(body, call_id)
-    large = len(data) > ATOMIC_BYTES
-    if large:
-        fcntl.lockf(fd, fcntl.LOCK_EX)
+    # A large frame goes in parts, between which the kernel lets another write in: it is written
+    # holding the lock alone; small ones, each in one write, share it (and the report takes it alone).
+    fcntl.lockf(fd, fcntl.LOCK_EX if len(data) > ATOMIC_BYTES else fcntl.LOCK_SH)
     try:
         while data:
             data = data[os.write(fd, data) :]
     finally:
-        if large:
-            fcntl.lockf(fd, fcntl.LOCK_UN)
+        fcntl.lockf(fd, fcntl.LOCK_UN)
     channel = socket.socket(fileno=fd)
+    channel.settimeout(None)  # blocking, whatever socket.setdefaulttimeout the run's code set
     try:
         while True:
             head = _peek(channel)  # blocks until something is there
@@ -323,7 +323,7 @@ def exchange(fd: int, body: bytes, call_id: bytes) -> bytes:
                 if _orphaned(owner):
                     fcntl.lockf(fd, fcntl.LOCK_EX)
                     try:
-                        if _peek(channel) == head:  # still there: no other process dropped it
+                        if _peek(channel, wait=False) == head:  # still there: no other process dropped it
                             _drop(channel, line_bytes + size)
                     finally:
                         fcntl.lockf(fd, fcntl.LOCK_UN)
@@ -333,10 +333,13 @@ def exchange(fd: int, body: bytes, call_id: bytes) -> bytes:
         channel.detach()
 
 
-def _peek(channel: Any) -> bytes:
+def _peek(channel: Any, wait: bool = True) -> bytes:
     import socket
 
-    head: bytes = channel.recv(MAX_FRAME_LINE, socket.MSG_PEEK)
+    try:
+        head: bytes = channel.recv(MAX_FRAME_LINE, socket.MSG_PEEK | (0 if wait else socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return b"-"  # nothing there now
     if not head:
         raise OSError("the server closed this run's channel")
     return head
@@ -359,11 +362,15 @@ def _orphaned(owner: bytes) -> bool:
         return True
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # gone, or no pid at all (an id the run made up)
         return True
     except OSError:
         return False
-    return False
+    try:  # a zombie is signalled as if alive, and will never take its answer
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _receive(channel: Any, size: int) -> bytes:

@@ -101,8 +101,8 @@ class Connection:
                     self.down = f"not started and listed within {CONNECT_SECONDS:g} s"
             except anyio.get_cancelled_exc_class():
                 raise
-            except Exception as exc:
-                self.down = _why(exc)
+            except Exception as exc:  # whatever the server or the SDK raised: it is down
+                self.down = self.scrubbed(_why(exc))
             finally:
                 self._client = None
             if not self.down:
@@ -200,7 +200,7 @@ class Connection:
                     lines.append(pending)
                     pending = b""
                 for line in lines:
-                    text = line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip()
+                    text = self.scrubbed(line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip())
                     if text:
                         log_event(self._log, logging.INFO, "tool server stderr", server=self.server.name, line=text)
         finally:

@@ -4,6 +4,7 @@ larger than a run may take. Code mode's tests start it with the official SDK's l
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import anyio
@@ -12,6 +13,11 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 SCHEMAS: dict[str, dict[str, Any]] = {
+    # A $ref to a file (or a URL): a broker that followed it would read the server's disk for a run.
+    "elsewhere": {
+        "type": "object",
+        "properties": {"a": {"$ref": os.environ.get("HOSTILE_REF", "file:///nonexistent")}},
+    },
     "nested": {
         "type": "object",
         "properties": {"tree": {"$ref": "#/$defs/tree"}},

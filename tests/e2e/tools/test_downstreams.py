@@ -458,3 +458,96 @@ async def test_two_processes_taking_large_answers_at_once_each_get_their_own_who
         "3 [3000000, 3000000, 3000000]",
         "after backtracks ok",
     ]
+
+
+async def test_a_schema_that_points_at_a_file_is_not_followed_and_the_file_stays_unread(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a second review: the validator's default registry fetched a $ref's URL or file, on the
+    # event loop, and echoed what it found to the run.
+    marker = tmp_path / "server-file.json"
+    marker.write_text(json.dumps({"enum": ["SERVER-FILE-CONTENT"]}))
+    server = {**hostile(), "env": {"HOSTILE_REF": marker.as_uri()}}
+    path = tools_file(tmp_path, hostile=server)
+    code = (
+        "import mcp_tools\n"
+        "try:\n"
+        "    print(mcp_tools.hostile.elsewhere(a='nope'))\n"
+        "except mcp_tools.ToolError as exc:\n"
+        "    print(exc)\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            done = await run(client, code)
+    assert "SERVER-FILE-CONTENT" not in done["stdout"]
+    assert done["stdout"].startswith("hostile.elsewhere: the arguments do not match the tool's input schema: they")
+
+
+async def test_large_and_small_calls_of_a_runs_processes_at_once_keep_the_channel_whole(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a second review: a small call written while a large one went in parts landed inside it,
+    # and the channel was shut.
+    path = tools_file(tmp_path, hostile=hostile())
+    code = (
+        "import os, mcp_tools\n"
+        "def large():\n"
+        "    return [mcp_tools.hostile.backtracks(s='b' * 300_000) for _ in range(10)]\n"
+        "def small():\n"
+        "    return [mcp_tools.hostile.backtracks(s='a') for _ in range(200)]\n"
+        "children = []\n"
+        "for job in (large, small, small):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        try:\n"
+        "            print(job.__name__, set(job()), flush=True)\n"
+        "        finally:\n"
+        "            os._exit(0)\n"
+        "    children.append(pid)\n"
+        "for pid in children:\n"
+        "    os.waitpid(pid, 0)\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(
+            work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_TOOLS_MAX_MB="64", RUNNER_TOOLS_MAX_CALLS="1000"
+        ) as client:
+            done = await run(client, code)
+    assert done["status"] == "ok", done
+    assert sorted(done["stdout"].splitlines()) == [
+        "large {'backtracks ok'}",
+        "small {'backtracks ok'}",
+        "small {'backtracks ok'}",
+    ]
+
+
+async def test_a_default_socket_timeout_and_a_zombie_caller_do_not_break_a_runs_calls(
+    work_dir: Path, tmp_path: Path, everything: dict[str, Any]
+) -> None:
+    # Found by a second review: the run's socket.setdefaulttimeout made the channel non-blocking (a
+    # long call timed out, the next one failed); an answer for a zombie that never takes it stalled
+    # every later call.
+    path = tools_file(tmp_path, every=everything)
+    code = (
+        "import os, socket, mcp_tools\n"
+        "socket.setdefaulttimeout(0.5)\n"
+        "print(mcp_tools.every.trigger_long_running_operation(duration=1, steps=1))\n"
+        "print(mcp_tools.every.echo(message='then'))\n"
+        'frame = b\'{"op": "call", "server": "every", "tool": "echo", "arguments": {"message": "z"}}\'\n'
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os.write(3, b'tool %d %d.1\\n' % (len(frame), os.getpid()) + frame)\n"
+        "    os._exit(0)\n"
+        "import time\n"
+        "time.sleep(0.5)  # the child's answer is back, and the child a zombie (not reaped)\n"
+        "print(mcp_tools.every.echo(message='after the zombie'))\n"
+        "os.waitpid(pid, 0)\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            done = await run(client, code, timeout=15)
+    assert done["status"] == "ok", done
+    assert done["stdout"].splitlines() == [
+        "Long running operation completed. Duration: 1 seconds, Steps: 1.",
+        "Echo: then",
+        "Echo: after the zombie",
+    ]
