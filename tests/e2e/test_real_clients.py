@@ -25,6 +25,7 @@ import pytest
 from runner.config import Config
 from runner.config.disk import open_environment, with_checkout_defaults
 from runner.protocol.schemas import close_input_schema, close_output_schema, input_schema, output_schema
+from tests.code_mode import TIME_SERVER, tools_file
 from tests.conftest import REPO
 from tests.helpers import (
     RETURNS_ARGUMENTS,
@@ -438,13 +439,9 @@ def test_the_typescript_session_closes_with_no_process_and_no_file_left(ts_sessi
 def test_the_inspector_finds_nothing_under_strict_with_code_mode_on_and_calls_a_tool_through_a_run(
     inspector: Callable[..., Run], work_dir: Path, tmp_path: Path, era: str
 ) -> None:
-    time_server = (
-        Path(os.environ.get("RUNNER_TEST_DOWNSTREAM", str(REPO / ".downstream-env"))) / "bin" / "mcp-server-time"
-    )
-    if not time_server.exists():
+    if not TIME_SERVER.exists():
         pytest.skip("no downstream environment: `make test` builds it from its lock")
-    tools = tmp_path / "tools.json"
-    tools.write_text(json.dumps({"mcpServers": {"time": {"command": str(time_server), "tools": ["get_current_time"]}}}))
+    tools = tools_file(tmp_path, time={"command": str(TIME_SERVER), "tools": ["get_current_time"]})
     ours = [sys.executable, "-m", "runner", "-e", f"RUNNER_WORK_DIR={work_dir}", "-e", "RUNNER_SANDBOX=none"]
     ours += ["-e", f"RUNNER_WHEELHOUSE_CACHE={tmp_path / 'environments'}", "-e", f"RUNNER_TOOLS_CONFIG={tools}"]
     server = [*ours, "--cwd", str(REPO)]

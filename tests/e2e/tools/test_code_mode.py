@@ -4,34 +4,23 @@ through `mcp_tools`, in every mode runs can have."""
 
 from __future__ import annotations
 
-import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
+from tests.code_mode import TIME_SERVER, run, stdio_session, tools_file
 from tests.conftest import REPO
-from tests.helpers import check_structured, processes_mentioning, settled
+from tests.helpers import processes_mentioning, settled
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SECRET = "s3cr3t-downstream-credential-0123456789"
-DOWNSTREAM = Path(os.environ.get("RUNNER_TEST_DOWNSTREAM", str(REPO / ".downstream-env")))
-TIME_SERVER = DOWNSTREAM / "bin" / "mcp-server-time"
 if not TIME_SERVER.exists():
-    pytest.skip(
-        "no downstream environment: `make test` builds it (requirements-downstream.lock)", allow_module_level=True
-    )
-
-
-def tools_file(tmp_path: Path, **servers: Any) -> Path:
-    path = tmp_path / "tools.json"
-    path.write_text(json.dumps({"mcpServers": servers}))
-    return path
+    pytest.skip("no downstream environment: `make test` builds it from its lock", allow_module_level=True)
 
 
 def time_server(tools: list[str]) -> dict[str, Any]:
@@ -41,24 +30,6 @@ def time_server(tools: list[str]) -> dict[str, Any]:
         "env": {"TIME_SERVER_TOKEN": SECRET},
         "tools": tools,
     }
-
-
-def session(work_dir: Path, errlog: Any, **env: str) -> Client:
-    environment = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "RUNNER_WORK_DIR": str(work_dir),
-        "RUNNER_POOL_SIZE": "1",
-        "RUNNER_PACKAGES": "",
-        "RUNNER_WHEELHOUSE": "",
-        **env,
-    }
-    params = StdioServerParameters(command=sys.executable, args=["-m", "runner"], cwd=str(REPO), env=environment)
-    return Client(stdio_client(params, errlog=errlog))
-
-
-async def run(client: Client, code: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool("run_python", {"code": code, "timeout": 30, **arguments})
-    return check_structured(result.structured_content)
 
 
 @pytest.mark.parametrize("mode", ["none", "namespaces", "bwrap"])
@@ -76,7 +47,7 @@ async def test_a_run_calls_a_downstream_servers_tools_as_functions_fifty_in_a_ro
         "mcp_tools.time.get_current_time.schema['type'])\n"
     )
     with (tmp_path / "stderr.log").open("w") as errlog:
-        async with session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_SANDBOX=mode) as client:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_SANDBOX=mode) as client:
             listed = await client.list_tools()
             description = listed.tools[0].description or ""
             assert "mcp_tools.time.get_current_time: Get current time" in description
@@ -116,7 +87,7 @@ async def test_every_failure_of_a_call_is_a_tool_error_naming_the_server_and_the
         "said(lambda: [mcp_tools.time.get_current_time(timezone='UTC') for _ in range(5)])\n"
     )
     with (tmp_path / "stderr.log").open("w") as errlog:
-        async with session(
+        async with stdio_session(
             work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_SANDBOX="none", RUNNER_TOOLS_MAX_CALLS="3"
         ) as client:
             done = await run(client, code)
@@ -154,7 +125,7 @@ async def test_a_run_sees_neither_the_tools_file_nor_the_downstream_credentials(
         f"print({SECRET!r} in repr(vars(mcp_tools)))\n"
     )
     with (tmp_path / "stderr.log").open("w") as errlog:
-        async with session(
+        async with stdio_session(
             work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_SANDBOX=mode, RUNNER_PACKAGES=str(environment)
         ) as client:
             done = await run(client, code)
@@ -174,7 +145,7 @@ async def test_a_server_without_tools_offers_no_mcp_tools_and_its_description_sa
     work_dir: Path, tmp_path: Path
 ) -> None:
     with (tmp_path / "stderr.log").open("w") as errlog:
-        async with session(work_dir, errlog, RUNNER_SANDBOX="none") as client:
+        async with stdio_session(work_dir, errlog, RUNNER_SANDBOX="none") as client:
             listed = await client.list_tools()
             done = await run(client, "import mcp_tools")
     assert "mcp_tools" not in (listed.tools[0].description or "")
@@ -186,8 +157,6 @@ async def test_a_tool_the_file_names_that_the_server_does_not_list_stops_the_ser
     work_dir: Path, tmp_path: Path
 ) -> None:
     path = tools_file(tmp_path, time=time_server(["get_current_time", "get_weather"]))
-    import subprocess
-
     done = subprocess.run(
         [sys.executable, "-m", "runner"],
         cwd=REPO,

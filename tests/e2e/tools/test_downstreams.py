@@ -18,10 +18,11 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.code_mode import run, run_once, stdio_params, stdio_session, tools_file
 from tests.conftest import REPO
 from tests.helpers import check_structured, processes_mentioning, settled
 from tests.http_server import HttpServer, http_server
@@ -48,31 +49,6 @@ def everything() -> dict[str, Any]:
     return {"command": node, "args": [str(EVERYTHING), "stdio"], "tools": ALLOWED}
 
 
-def tools_file(tmp_path: Path, **servers: Any) -> Path:
-    path = tmp_path / "tools.json"
-    path.write_text(json.dumps({"mcpServers": servers}))
-    return path
-
-
-def stdio_env(work_dir: Path, **env: str) -> dict[str, str]:
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "RUNNER_WORK_DIR": str(work_dir),
-        "RUNNER_POOL_SIZE": "1",
-        "RUNNER_SANDBOX": "none",
-        "RUNNER_PACKAGES": "",
-        "RUNNER_WHEELHOUSE": "",
-        **env,
-    }
-
-
-def stdio_session(work_dir: Path, errlog: Any, **env: str) -> Client:
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "runner"], cwd=str(REPO), env=stdio_env(work_dir, **env)
-    )
-    return Client(stdio_client(params, errlog=errlog))
-
-
 @contextlib.asynccontextmanager
 async def http_client(server: HttpServer, token: str) -> AsyncIterator[Client]:
     async with (
@@ -80,11 +56,6 @@ async def http_client(server: HttpServer, token: str) -> AsyncIterator[Client]:
         Client(streamable_http_client(server.url, http_client=http)) as client,  # type: ignore[arg-type]
     ):
         yield client
-
-
-async def run(client: Client, code: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool("run_python", {"code": code, "timeout": 30, **arguments})
-    return check_structured(result.structured_content)
 
 
 async def test_each_kind_of_result_comes_back_as_its_value_and_a_long_call_is_named_in_the_progress(
@@ -282,15 +253,14 @@ async def test_a_runs_processes_call_at_once_each_taking_its_own_answers_within_
         "at_once(lambda: echoes(0), lambda: echoes(1))\n"
         "at_once(long, long, long)\n"
     )
-    with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(
-            work_dir,
-            errlog,
-            RUNNER_TOOLS_CONFIG=str(path),
-            RUNNER_TOOLS_MAX_CONCURRENT="2",
-            RUNNER_SANDBOX="namespaces",
-        ) as client:
-            done = await run(client, code)
+    done = await run_once(
+        work_dir,
+        tmp_path / "stderr.log",
+        code,
+        RUNNER_TOOLS_CONFIG=str(path),
+        RUNNER_TOOLS_MAX_CONCURRENT="2",
+        RUNNER_SANDBOX="namespaces",
+    )
     if done["status"] == "internal_error":
         pytest.skip(done["message"])
     lines = sorted(done["stdout"].splitlines())
@@ -320,11 +290,14 @@ async def test_a_run_that_passes_its_bytes_gets_a_tool_error_and_goes_on(
         "    print(sent, exc)\n"
         "print('went on')\n"
     )
-    with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(
-            work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_TOOLS_MAX_MB="1", RUNNER_TOOLS_MAX_CALLS="1000"
-        ) as client:
-            done = await run(client, code)
+    done = await run_once(
+        work_dir,
+        tmp_path / "stderr.log",
+        code,
+        RUNNER_TOOLS_CONFIG=str(path),
+        RUNNER_TOOLS_MAX_MB="1",
+        RUNNER_TOOLS_MAX_CALLS="1000",
+    )
     first, second, last = done["stdout"].splitlines()
     assert first.startswith("every.echo: 2,000,0"), first
     assert "RUNNER_TOOLS_MAX_MB" in first
@@ -345,12 +318,7 @@ async def test_a_long_run_making_tool_calls_becomes_an_ordinary_task(
         "print(mcp_tools.every.get_sum(a=20, b=22))\n"
     )
     extension = TasksExtension()
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "runner"],
-        cwd=str(REPO),
-        env=stdio_env(work_dir, RUNNER_TOOLS_CONFIG=str(path)),
-    )
+    params = stdio_params(work_dir, RUNNER_TOOLS_CONFIG=str(path))
     with (tmp_path / "stderr.log").open("w") as errlog:
         async with Client(stdio_client(params, errlog=errlog), mode="auto", extensions=[extension]) as client:  # type: ignore[arg-type]
             result = await client.call_tool("run_python", {"code": code, "timeout": 30})
@@ -416,9 +384,7 @@ async def test_schemas_that_cannot_be_checked_and_a_huge_result_are_tool_errors_
         "        said = str(exc)\n"
         "    print(name, time.monotonic() - started < 5, said[:140])\n"
     )
-    with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            done = await run(client, code)
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
     assert done["status"] == "ok", done
     nested, nowhere, backtracks, huge = done["stdout"].splitlines()
     assert nested.startswith("nested True hostile.nested: the arguments do not match the tool's input schema: nested")
@@ -449,9 +415,9 @@ async def test_two_processes_taking_large_answers_at_once_each_get_their_own_who
         "    os.waitpid(pid, 0)\n"
         "print('after', mcp_tools.hostile.backtracks(s='aa'))\n"
     )
-    with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_TOOLS_MAX_MB="64") as client:
-            done = await run(client, code)
+    done = await run_once(
+        work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path), RUNNER_TOOLS_MAX_MB="64"
+    )
     assert done["status"] == "ok", done
     assert sorted(done["stdout"].splitlines()) == [
         "2 [2000000, 2000000, 2000000]",
@@ -476,9 +442,7 @@ async def test_a_schema_that_points_at_a_file_is_not_followed_and_the_file_stays
         "except mcp_tools.ToolError as exc:\n"
         "    print(exc)\n"
     )
-    with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            done = await run(client, code)
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
     assert "SERVER-FILE-CONTENT" not in done["stdout"]
     assert done["stdout"].startswith("hostile.elsewhere: the arguments do not match the tool's input schema: they")
 
@@ -507,11 +471,14 @@ async def test_large_and_small_calls_of_a_runs_processes_at_once_keep_the_channe
         "for pid in children:\n"
         "    os.waitpid(pid, 0)\n"
     )
-    with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(
-            work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_TOOLS_MAX_MB="64", RUNNER_TOOLS_MAX_CALLS="1000"
-        ) as client:
-            done = await run(client, code)
+    done = await run_once(
+        work_dir,
+        tmp_path / "stderr.log",
+        code,
+        RUNNER_TOOLS_CONFIG=str(path),
+        RUNNER_TOOLS_MAX_MB="64",
+        RUNNER_TOOLS_MAX_CALLS="1000",
+    )
     assert done["status"] == "ok", done
     assert sorted(done["stdout"].splitlines()) == [
         "large {'backtracks ok'}",

@@ -1,0 +1,65 @@
+"""What code mode's tests share (tests/e2e/tools, the Inspector's): a tools file, and a real server over
+stdio with the official client, with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from tests.conftest import REPO
+from tests.helpers import check_structured
+
+# mcp-server-time, from requirements-downstream.lock (`make test` builds the venv).
+DOWNSTREAM_ENV = Path(os.environ.get("RUNNER_TEST_DOWNSTREAM", str(REPO / ".downstream-env")))
+TIME_SERVER = DOWNSTREAM_ENV / "bin" / "mcp-server-time"
+
+
+def tools_file(directory: Path, **servers: Any) -> Path:
+    """RUNNER_TOOLS_CONFIG's file in `directory`, naming `servers`."""
+    path = directory / "tools.json"
+    path.write_text(json.dumps({"mcpServers": servers}))
+    return path
+
+
+def stdio_env(work_dir: Path, **env: str) -> dict[str, str]:
+    """A stdio server's environment: one pooled interpreter, the standard library only, plain runs
+    unless `env` says otherwise."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "RUNNER_WORK_DIR": str(work_dir),
+        "RUNNER_POOL_SIZE": "1",
+        "RUNNER_SANDBOX": "none",
+        "RUNNER_PACKAGES": "",
+        "RUNNER_WHEELHOUSE": "",
+        **env,
+    }
+
+
+def stdio_params(work_dir: Path, **env: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "runner"], cwd=str(REPO), env=stdio_env(work_dir, **env)
+    )
+
+
+def stdio_session(work_dir: Path, errlog: Any, **env: str) -> Client:
+    """The official client of a stdio server of ours (`stdio_env`), its log to `errlog`."""
+    return Client(stdio_client(stdio_params(work_dir, **env), errlog=errlog))
+
+
+async def run(client: Client, code: str, **arguments: Any) -> dict[str, Any]:
+    """run_python's structured result for `code` (30 s unless `arguments` say otherwise)."""
+    result = await client.call_tool("run_python", {"code": code, "timeout": 30, **arguments})
+    return check_structured(result.structured_content)
+
+
+async def run_once(work_dir: Path, log: Path, code: str, **env: str) -> dict[str, Any]:
+    """One run of `code` on a stdio server of ours started for it (`stdio_env`), its log in `log`."""
+    with log.open("w") as errlog:
+        async with stdio_session(work_dir, errlog, **env) as client:
+            return await run(client, code)
