@@ -171,7 +171,7 @@ class RunDriver:
             reported = anyio.CancelScope()
             returned: list[Returned] = []
             if tools is not None:
-                output.on_tool = _answering(tg, child, tools, self._log)
+                output.on_tool = _answering(tg, child, tools, self._log, request.request_id)
             tg.start_soon(self._read_output, output, returned, reported)
             if on_progress is not None:
                 tg.start_soon(self._report_progress, request, started, out, err, on_progress, tools)
@@ -316,7 +316,7 @@ MOST_PENDING = 1024
 
 
 def _answering(
-    tg: anyio.abc.TaskGroup, child: Child, tools: RunTools, log: logging.Logger
+    tg: anyio.abc.TaskGroup, child: Child, tools: RunTools, log: logging.Logger, request_id: str
 ) -> Callable[[bytes, bytes], None]:
     """What takes each tool call frame of the run's: a task that has the broker answer it and writes the
     answer back on the run's job socket, one answer at a time. Cancelled with the run's task group when
@@ -335,7 +335,7 @@ def _answering(
                     with contextlib.suppress(OSError):
                         await write_all(child.code, answered)
         except Exception:  # never the run's task group's end (the broker answers every call itself)
-            log.warning("a tool call's answer failed", exc_info=True, extra={"request_id": "-", "fields": {}})
+            log.warning("a tool call's answer failed", exc_info=True, extra={"request_id": request_id, "fields": {}})
         finally:
             pending[process] -= 1
             if not pending[process]:

@@ -287,13 +287,14 @@ def exchange(fd: int, body: bytes, call_id: bytes) -> bytes:
     ValueError for an answer too large.
 
     The run's processes share the socket, and each takes only its own answers. An answer at the head is
-    looked at before it is taken (MSG_PEEK) and taken whole in one receive (the socket's own lock keeps
-    other readers out meanwhile), or, a large one, in parts while others wait (what they see at the head
-    then is no frame). An answer at the head that is not its own is left for its process, unless that
-    process is gone or it is an earlier call of this one (a call given up, say by a signal): such an
-    answer is dropped, under a POSIX lock on the socket (per process: a fork does not inherit it) so
-    that two processes do not both drop it. A large call is written under that lock too: a small one
-    goes in one write, which no other write splits."""
+    looked at before it is taken (MSG_PEEK), then taken by its own process alone; another that looks
+    while it is being taken sees no frame at the head (the middle of an answer: its JSON holds no
+    newline) and waits. An answer at the head that is not its own is left for its process, unless that
+    process is gone (or a zombie) or it is an earlier call of this one (a call given up, say by a
+    signal): such an answer is dropped, under a POSIX lock on the socket (per process: a fork does not
+    inherit it) so that two processes do not both drop it. Every call is written under that lock, shared
+    for a small one (one write, which no other write splits) and alone for a large one (written in
+    parts) and for the report (`harvest.send`)."""
     import fcntl
     import socket
     import time

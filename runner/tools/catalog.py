@@ -14,20 +14,10 @@ MAX_DESCRIBED = 30  # tools the description lists, over every server; help(mcp_t
 MAX_LINE_CHARS = 120
 
 
-def value_of(result: Mapping[str, Any]) -> Any:
-    """A tool result (as JSON, MCP's names) as the run gets it: its ``structuredContent`` when it has
-    one; else, when every content block is text, their text joined by a newline; else the content
-    blocks as JSON objects."""
-    if "structuredContent" in result and result["structuredContent"] is not None:
-        return result["structuredContent"]
-    content = result.get("content") or []
-    if all(isinstance(block, Mapping) and block.get("type") == "text" for block in content):
-        return "\n".join(str(block.get("text", "")) for block in content)
-    return list(content)
-
-
 def value_of_result(result: types.CallToolResult) -> Any:
-    """`value_of` a result as the SDK gives it, dumping to JSON only what is not text."""
+    """A tool result as the run gets it: its ``structuredContent`` when it has one; else, when every
+    content block is text, their text joined by a newline; else the content blocks as JSON objects (as
+    MCP writes them). Only what is not text is dumped to JSON."""
     if result.structured_content is not None:
         return result.structured_content
     blocks = result.content

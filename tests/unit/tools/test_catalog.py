@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mcp import types
 
 from runner.config.tools import Downstream
-from runner.tools.catalog import MAX_DESCRIBED, describe, value_of
+from runner.tools.catalog import MAX_DESCRIBED, describe, value_of_result
 
 
 def test_a_result_is_its_structured_content_else_its_text_else_its_blocks() -> None:
-    assert value_of({"structuredContent": {"a": 1}, "content": [{"type": "text", "text": "x"}]}) == {"a": 1}
-    assert value_of({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}) == "a\nb"
+    def of(**result: Any) -> Any:
+        return value_of_result(types.CallToolResult.model_validate(result))
+
+    assert of(structuredContent={"a": 1}, content=[{"type": "text", "text": "x"}]) == {"a": 1}
+    assert of(content=[{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]) == "a\nb"
     image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
-    assert value_of({"content": [{"type": "text", "text": "a"}, image]}) == [{"type": "text", "text": "a"}, image]
-    assert value_of({"content": []}) == ""
+    assert of(content=[{"type": "text", "text": "a"}, image]) == [{"type": "text", "text": "a"}, image]
+    assert of(content=[]) == ""
 
 
 def test_the_description_lists_each_allowed_tool_in_one_bounded_line_and_says_where_the_rest_are() -> None:
