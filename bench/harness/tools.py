@@ -3,6 +3,8 @@
 - a brokered call's round trip: a run calls ``echo`` 200 times through ``mcp_tools`` and times each
   call itself, against the same 200 calls made directly by the official Python client from the host,
   alternating rounds in one run; the target is a p50 at most 1.5x the direct one;
+- the floor under any broker here: raw JSON-RPC calls made directly and through a minimal relay process
+  (``relay.py``), whose difference is what two more processes' wake-ups cost on this machine;
 - context saved: a run that fetches 200 records through a tool (``get-structured-content``) and prints a
   pandas summary, against the bytes of the 200 tool results the model would read without code mode
   (each result as the client receives it, JSON): the ratio.
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import relay
 from .drivers import RawConn, open_conn
 from .scenarios import say
 from .servers import Launch, ServerSpec
@@ -91,7 +94,7 @@ async def scenario_tools(specs: list[ServerSpec], launch: Launch, p: Params, pac
         return {"skipped": "node and npm are needed for @modelcontextprotocol/server-everything"}
     [spec] = [s for s in specs if s.kind == "runner"][:1]
     calls = CALLS if p.trivial_calls >= 60 else 50  # --quick: fewer
-    out: dict[str, Any] = {"calls": calls, "rounds": ROUNDS, "direct": [], "brokered": []}
+    out: dict[str, Any] = {"calls": calls, "rounds": ROUNDS, "direct": [], "brokered": [], "raw": [], "relayed": []}
     with tempfile.TemporaryDirectory() as tmp:
         tools = Path(tmp) / "tools.json"
         tools.write_text(
@@ -109,7 +112,7 @@ async def scenario_tools(specs: list[ServerSpec], launch: Launch, p: Params, pac
             assert isinstance(conn, RawConn)
             sizes: list[int] = []
             for n in range(ROUNDS):
-                say(f"[tools] round {n + 1}/{ROUNDS}: {calls} echo calls, direct then brokered")
+                say(f"[tools] round {n + 1}/{ROUNDS}: {calls} echo calls: direct, brokered, raw, relayed")
                 direct, sizes = await _direct(command, calls)
                 out["direct"].append(statistics.median(direct) * 1000)
                 result = await conn.call(BROKERED.format(calls=calls), None, 120)
@@ -117,6 +120,8 @@ async def scenario_tools(specs: list[ServerSpec], launch: Launch, p: Params, pac
                 if structured.get("status") != "ok":
                     raise SystemExit(f"run_bench: the brokered run failed: {str(structured)[:500]}")
                 out["brokered"].append(statistics.median(json.loads(structured["stdout"])) * 1000)
+                out["raw"].append(relay.direct(command, calls) / 1000)
+                out["relayed"].append(relay.relayed(command, calls) / 1000)
             say(f"[tools] a pandas summary of {calls} records fetched through a tool")
             summary = await conn.call(SUMMARY.format(calls=calls), None, 120)
             structured = summary.structured or {}
@@ -145,12 +150,28 @@ def tools_rows(report: dict[str, Any]) -> list[str]:
         f"| echo p50, brokered (from a run), per round | {', '.join(f'{v:.3f} ms' for v in brokered)} |",
         f"| brokered / direct, per round (target at most 1.5x: {'met' if worst <= 1.5 else '**not met**'}) "
         f"| {', '.join(f'{r:.2f}x' for r in ratios)} |",
+        *_floor_rows(scenario, direct),
         f"| bytes of {scenario['calls']} tool results (what the model would read) | {scenario['records_bytes']:,} |",
         f"| bytes of the run's summary | {scenario['summary_bytes']:,} |",
         f"| context saved | {scenario['records_bytes'] / max(1, scenario['summary_bytes']):.0f}x |",
         "",
     ]
     return lines
+
+
+def _floor_rows(scenario: dict[str, Any], direct: list[float]) -> list[str]:
+    raw, relayed = scenario.get("raw"), scenario.get("relayed")
+    if not raw or not relayed:
+        return []
+    hops = [r - d for d, r in zip(raw, relayed, strict=True)]
+    floors = [(d + h) / d for d, h in zip(direct, hops, strict=True)]
+    return [
+        f"| echo p50, raw JSON-RPC direct / through a minimal relay, per round "
+        f"| {', '.join(f'{d:.3f} / {r:.3f} ms' for d, r in zip(raw, relayed, strict=True))} |",
+        f"| the relay's two more processes, per round | {', '.join(f'+{h * 1000:.0f} us' for h in hops)} |",
+        f"| the floor under any broker: (direct + those) / direct, per round "
+        f"| {', '.join(f'{f:.2f}x' for f in floors)} |",
+    ]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -318,13 +319,18 @@ MOST_PENDING = 1024
 def _answering(
     tg: anyio.abc.TaskGroup, child: Child, tools: RunTools, log: logging.Logger, request_id: str
 ) -> Callable[[bytes, bytes], None]:
-    """What takes each tool call frame of the run's: a task that has the broker answer it and writes the
-    answer back on the run's job socket, one answer at a time. Cancelled with the run's task group when
-    the run ends (a call in flight downstream is then cancelled there too). Past MOST_PENDING_PER_PROCESS
-    unanswered frames of one process (the pid its call ids name), or MOST_PENDING in all, the channel
-    is shut."""
+    """What takes each tool call frame of the run's: a worker that has the broker answer it and writes
+    the answer back on the run's job socket, one answer at a time. A worker done with its call waits
+    for the next, so that a run calling tool after tool does not pay for a task per call; a call that
+    finds every worker busy starts one more. Cancelled with the run's task group when the run ends (a
+    call in flight downstream is then cancelled there too). Past MOST_PENDING_PER_PROCESS unanswered
+    frames of one process (the pid its call ids name), or MOST_PENDING in all, the channel is shut."""
     writing = anyio.Lock(fast_acquire=True)  # no checkpoint when no other answer is being written
     pending: dict[bytes, int] = {}
+    handing, waiting_for = anyio.create_memory_object_stream[tuple[bytes, bytes, bytes]](math.inf)
+    # Workers waiting for a call, less the calls handed to them and not yet taken: each call handed
+    # has a worker to take it, so no call waits behind a busy one.
+    free = 0
 
     async def answer(call_id: bytes, body: bytes, process: bytes) -> None:
         try:
@@ -342,12 +348,24 @@ def _answering(
                 del pending[process]
             tools.tell()
 
+    async def worker(call_id: bytes, body: bytes, process: bytes) -> None:
+        nonlocal free
+        while True:
+            await answer(call_id, body, process)
+            free += 1
+            call_id, body, process = await waiting_for.receive()
+
     def take(call_id: bytes, body: bytes) -> None:
+        nonlocal free
         process = call_id.partition(b".")[0]
         if pending.get(process, 0) >= MOST_PENDING_PER_PROCESS or sum(pending.values()) >= MOST_PENDING:
             child.shut(child.code)
             return
         pending[process] = pending.get(process, 0) + 1
-        tg.start_soon(answer, call_id, body, process)
+        if free:
+            free -= 1
+            handing.send_nowait((call_id, body, process))
+        else:
+            tg.start_soon(worker, call_id, body, process, name="tool call worker")
 
     return take

@@ -19,10 +19,11 @@ from typing import Any
 
 import anyio
 import anyio.abc
-from mcp import Client, types
+from mcp import Client, MCPError, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.types import REQUEST_TIMEOUT
 
 from runner.config import Downstream, python_name
 from runner.logs import log_event
@@ -124,14 +125,16 @@ class Connection:
         client = self._client
         if client is None:
             raise Down(f"the server is down: {self.down}")
+        deadline = anyio.current_time() + seconds
         try:
-            with anyio.fail_after(seconds):
-                return await client.call_tool(tool, arguments)
-        except TimeoutError:
-            raise TooSlow(f"no answer within {seconds:.1f} s (the run's time left)") from None
+            # The SDK's own clock, not a scope of ours around it: one cancel scope fewer per call.
+            return await client.call_tool(tool, arguments, read_timeout_seconds=seconds)
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:
+            # The SDK's timeout (it has sent notifications/cancelled), not the same code from the server.
+            if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT and anyio.current_time() >= deadline:
+                raise TooSlow(f"no answer within {seconds:.1f} s (the run's time left)") from None
             if _connection_failed(exc):
                 self._lost.set()
                 raise Down(f"the connection failed: {self.scrubbed(_why(exc))}") from None
