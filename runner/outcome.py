@@ -10,6 +10,7 @@ Pure data and formatting; no I/O.
 from __future__ import annotations
 
 import signal
+import socket
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -132,6 +133,18 @@ class Omitted:
     name: str
     size: int
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkUse:
+    """A host and port a run asked the egress proxy for: the bytes it received from there and sent
+    there (0 when refused), and whether RUNNER_EGRESS_ALLOW let it through."""
+
+    host: str
+    port: int
+    bytes_in: int
+    bytes_out: int
+    allowed: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,4 +365,26 @@ class ToolGateway(Protocol):
         """The environment entries (``NAME=value``, secret) that mark its downstream servers' processes,
         children of the server each leading a session of its own (no stray of a run's can join one);
         None while one is starting."""
+        ...
+
+
+class RunEgress(Protocol):
+    """One run's connections through the egress proxy (RUNNER_EGRESS_ALLOW), as the execution side sees
+    them: it hands over the run's listening socket and cancels `serve` when the run ends."""
+
+    async def serve(self, listener: socket.socket) -> None:
+        """Accept and carry the run's connections on `listener` (taken over: closed on the way out) until
+        cancelled; every connection is closed with it."""
+        ...
+
+    def reached(self) -> tuple[NetworkUse, ...]:
+        """What the run reached and was refused, so far."""
+        ...
+
+
+class EgressGateway(Protocol):
+    """The egress proxy, as the execution side sees it."""
+
+    def for_run(self, request_id: str) -> RunEgress:
+        """The connections of one run (or one call of a session)."""
         ...

@@ -22,7 +22,14 @@ PACKAGE = REPO / "runner"
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 250
 SDK = ("mcp", "mcp_types", "pydantic", "jsonschema", "starlette", "uvicorn", "httpx")
-SIDES = ("runner.protocol", "runner.transports", "runner.execution", "runner.processes", "runner.tools")
+SIDES = (
+    "runner.protocol",
+    "runner.transports",
+    "runner.execution",
+    "runner.processes",
+    "runner.tools",
+    "runner.egress",
+)
 SHARED = (
     "runner.config",
     "runner.errors",
@@ -43,13 +50,22 @@ def is_root(name: str) -> bool:
 
 
 VERSION = "runner.__version__"
-SERVER = ("runner.protocol", "runner.transports", "runner.execution", "runner.processes", "runner.tools", *SHARED)
+SERVER = (*SIDES, *SHARED)
 FORBIDDEN = {
     "runner.protocol": ("runner.execution", "runner.processes", "runner.transports", IN_RUN),
     "runner.transports": ("runner.protocol", "runner.execution", "runner.processes", IN_RUN),
     "runner.execution": ("runner.protocol", "runner.transports", *SDK),
     "runner.processes": ("runner.protocol", "runner.transports", "runner.execution", *SDK),
     "runner.tools": ("runner.protocol", "runner.transports", "runner.execution", "runner.processes", IN_RUN),
+    "runner.egress": (
+        "runner.protocol",
+        "runner.transports",
+        "runner.execution",
+        "runner.processes",
+        "runner.tools",
+        IN_RUN,
+        *SDK,
+    ),
     IN_RUN: (*SERVER, *SDK),
     **{shared: (*SIDES, IN_RUN, *SDK) for shared in SHARED},
 }

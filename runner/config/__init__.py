@@ -19,9 +19,11 @@ Must not import: `runner.protocol`, `runner.transports`, `runner.execution`, `ru
 `runner.inrun`, or the SDK.
 """
 
+from runner.config.egress import EgressAllow as EgressAllow
 from runner.config.loading import Cli as Cli
 from runner.config.loading import Deployment as Deployment
 from runner.config.loading import load as load
+from runner.config.sections import EgressConfig as EgressConfig
 from runner.config.sections import IsolationConfig as IsolationConfig
 from runner.config.sections import KeptConfig as KeptConfig
 from runner.config.sections import LimitsConfig as LimitsConfig

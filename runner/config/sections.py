@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from runner.config.egress import EgressAllow
 from runner.config.locks import Distribution
 from runner.config.settings import KIB, MIB
 from runner.config.variables import SandboxMode, SandboxNetwork, Transport
@@ -253,6 +254,24 @@ class ToolsConfig:
     def max_bytes(self) -> int:
         """What one run's tool arguments and results may add up to."""
         return self.tools_max_mb * MIB
+
+
+@dataclass(frozen=True, slots=True)
+class EgressConfig:
+    """Egress by allowlist: the hosts runs may reach through the server's proxy, and how much."""
+
+    egress_allow: tuple[str, ...]  # RUNNER_EGRESS_ALLOW's entries as written (checked by `Config.from_env`)
+    max_egress_mb: int
+
+    @property
+    def allow(self) -> EgressAllow:
+        """The entries parsed: the proxy takes this once, at start."""
+        return EgressAllow.parse(self.egress_allow)
+
+    @property
+    def max_bytes(self) -> int:
+        """What one run may send and receive through the proxy, together."""
+        return self.max_egress_mb * MIB
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runner.config.egress import EgressAllow
 from runner.config.locks import Distribution
 from runner.config.removed import REMOVED, refuse_removed
 from runner.config.sections import PROVIDED_DIRECTORY as PROVIDED_DIRECTORY
 from runner.config.sections import (
+    EgressConfig,
     IsolationConfig,
     KeptConfig,
     LimitsConfig,
@@ -144,6 +146,8 @@ class Config:
     tools_max_calls: int = 100
     tools_max_mb: int = 16
     tools_max_concurrent: int = 4
+    egress_allow: tuple[str, ...] = ()  # RUNNER_EGRESS_ALLOW's entries, parsed by `egress` (`runner.config.egress`)
+    max_egress_mb: int = 100
     transport: Transport = "stdio"
     http: HttpConfig = HttpConfig()
 
@@ -216,6 +220,10 @@ class Config:
     @property
     def tools(self) -> ToolsConfig:
         return ToolsConfig(**self._owned(ToolsConfig))
+
+    @property
+    def egress(self) -> EgressConfig:
+        return EgressConfig(**self._owned(EgressConfig))
 
     @property
     def logging(self) -> LoggingConfig:
@@ -304,6 +312,20 @@ def _check(config: Config, env: Mapping[str, str]) -> None:
         raise ConfigError(
             "RUNNER_SANDBOX_UIDS", f"expected {_declared('RUNNER_SANDBOX_UIDS').expected}, got {config.sandbox_uids!r}"
         )
+    if config.egress_allow:
+        EgressAllow.parse(config.egress_allow)  # each entry, the first bad one named
+        if config.sandbox in ("none", "none-posix-spawn"):
+            raise ConfigError(
+                "RUNNER_EGRESS_ALLOW",
+                f"cannot be enforced with RUNNER_SANDBOX={config.sandbox}: its runs have the server's own network, "
+                "all of it. Use a sandbox (namespaces or bwrap), or leave RUNNER_EGRESS_ALLOW empty",
+            )
+        if config.sandbox_network == "shared":
+            raise ConfigError(
+                "RUNNER_EGRESS_ALLOW",
+                "cannot be enforced with RUNNER_SANDBOX_NETWORK=shared: runs have the server's own network, all of "
+                "it. Use RUNNER_SANDBOX_NETWORK=isolated, or leave RUNNER_EGRESS_ALLOW empty",
+            )
     if config.preload and not config.packages:
         raise ConfigError("RUNNER_PRELOAD", "needs RUNNER_PACKAGES: the modules to preload come from there")
 

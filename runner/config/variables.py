@@ -442,6 +442,30 @@ SETTINGS = (
         low=1,
         high=64,
     ),
+    Setting(
+        "RUNNER_EGRESS_ALLOW",
+        "egress_allow",
+        "list",
+        "Hosts sandboxed runs may reach, through the server's HTTP proxy (`HTTP_PROXY` and `HTTPS_PROXY` in a "
+        "run name it, on the run's own loopback); nothing else leaves a run. Each entry `HOST[:PORT]`: a name "
+        "(`pypi.org`), a subdomain wildcard (`*.example.com`, not `example.com` itself), an IP address or a "
+        "CIDR; `:PORT` or `:*`, without one 80 and 443. A name is reached only at its public addresses unless "
+        "the address is listed too. Needs a sandbox with an isolated network. **Not served yet**: the entries are "
+        "checked, then the server refuses to start with them, until runs are handed the proxy's socket.",
+        pattern=r"[^\s,]+",
+        expected="comma-separated HOST[:PORT] entries",
+        shown_default="empty: runs have no network at all",
+        shown_accepted="comma-separated `name`, `*.domain`, `address` or `cidr`, each with `:port` or `:*` or none",
+    ),
+    Setting(
+        "RUNNER_MAX_EGRESS_MB",
+        "max_egress_mb",
+        "int",
+        "MiB one run (or one call of a session) may send and receive through the egress proxy, together; past "
+        "it, the run's connections are closed.",
+        low=1,
+        high=1_048_576,
+    ),
     _choices(
         "RUNNER_TRANSPORT",
         "transport",

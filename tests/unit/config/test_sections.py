@@ -10,6 +10,7 @@ import pytest
 
 from runner.config import MIB, SETTINGS, Config, HttpConfig, sections
 from runner.config.sections import (
+    EgressConfig,
     IsolationConfig,
     KeptConfig,
     LimitsConfig,
@@ -37,6 +38,7 @@ SECTIONS: dict[str, type] = {
     "logging": LoggingConfig,
     "serving": ServingConfig,
     "tools": ToolsConfig,
+    "egress": EgressConfig,
 }
 # Set, each of them, to a value other than its default.
 ENVIRONMENT = {

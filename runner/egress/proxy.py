@@ -1,0 +1,188 @@
+"""The egress proxy: what a sandboxed run reaches of the network, decided and carried by the server.
+
+A run with egress has a network namespace of its own with only a loopback, and on it one listening
+socket that the server accepts on (`RunProxy.serve`): its ``HTTP_PROXY`` and ``HTTPS_PROXY`` name it.
+Every connection the run makes there is the server's to answer. A ``CONNECT host:port`` is checked and,
+if allowed, tunnelled (TLS is not terminated: the proxy sees names and ports, never paths); a plain-HTTP
+request in absolute form is checked, sent on with ``Connection: close`` in origin form, and its response
+carried back, each request of a kept-alive connection checked on its own (h11 parses both sides: no
+request can hide inside another's body).
+
+A name is checked against RUNNER_EGRESS_ALLOW, then resolved here, and the connection made to an address
+this resolution gave, never to one the run names in a Host or an SNI: a public name that resolves to
+loopback, private, link-local (cloud metadata) or other non-public addresses is refused unless that
+address is listed itself (DNS rebinding). Refusals are a 403 with one line naming the host and
+RUNNER_EGRESS_ALLOW, a warning in the log with the run's request_id, and a count by reason.
+
+Bounds per run: connections at once (`MAX_CONNECTIONS`, one more is answered 503), an idle timeout per
+connection, and the bytes in and out together (RUNNER_MAX_EGRESS_MB: past it every connection of the run
+is closed, and its listener, so that nothing more gets through). Whatever ends the run cancels `serve`,
+and every connection closes with it.
+
+Why not a proxy library: mitmproxy (regular mode with an addon) and proxy.py (plugins) each bring their
+own server loop, acceptor and process model, made to listen on addresses of their own; here the listening
+sockets are the runs', each in its own namespace and handed over one at a time, and each connection is
+counted against its run. What is left once those are ours is a CONNECT tunnel and a plain-HTTP hop, and
+h11 (already here with httpx) does the HTTP parsing, which is the part worth not writing.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable
+
+import anyio
+import anyio.abc
+import h11
+
+from runner.config import EgressAllow, EgressConfig
+from runner.egress.relay import Activity, Reach, Relay, watch_idle
+from runner.egress.targets import Refusal
+from runner.logs import log_event
+from runner.outcome import NetworkUse
+
+MAX_CONNECTIONS = 16  # a run's connections through the proxy at once
+MAX_REACHES = 256  # host:port records kept per run; more are counted in the last
+REFUSAL_REASONS = ("not_listed", "address", "malformed", "unreachable", "busy", "budget")
+
+
+class EgressProxy:
+    """The server's proxy for every run: the list, the budget, and where refusals and bytes are counted."""
+
+    def __init__(
+        self,
+        config: EgressConfig,
+        log: logging.Logger,
+        on_refused: Callable[[str], None] | None = None,
+        on_bytes: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.allow: EgressAllow = config.allow  # parsed once, here
+        self.max_bytes = config.max_bytes
+        self.log = log
+        self.on_refused = on_refused
+        self.on_bytes = on_bytes
+
+    def for_run(self, request_id: str) -> RunProxy:
+        return RunProxy(self, request_id)
+
+
+class RunProxy:
+    """One run's (or one session call's) connections through the proxy, and what they reached."""
+
+    def __init__(self, proxy: EgressProxy, request_id: str) -> None:
+        self._proxy = proxy
+        self._request_id = request_id
+        self._bytes = 0
+        self._open = 0
+        self._reaches: dict[tuple[str, int, bool], Reach] = {}
+        self._scope: anyio.CancelScope | None = None
+
+    def reached(self) -> tuple[NetworkUse, ...]:
+        """What the run reached and was refused, in the order it first asked."""
+        return tuple(
+            NetworkUse(reach.host, reach.port, reach.bytes_in, reach.bytes_out, reach.allowed)
+            for reach in self._reaches.values()
+        )
+
+    async def serve(self, listener: socket.socket) -> None:
+        """Accept the run's connections on `listener` (a listening TCP socket in the run's network namespace,
+        which this takes) until cancelled, by the run's end or its budget; every connection is closed on
+        the way out."""
+        accepting = await anyio.abc.SocketListener.from_socket(listener)
+        async with accepting, anyio.create_task_group() as tg:
+            self._scope = tg.cancel_scope
+            while True:
+                try:
+                    stream = await accepting.accept()
+                except OSError:
+                    # A connection reset before it was accepted (the run gave up on it): the next one.
+                    await anyio.lowlevel.checkpoint()
+                    continue
+                if self._open >= MAX_CONNECTIONS:
+                    tg.start_soon(self._busy, stream)
+                else:
+                    self._open += 1
+                    tg.start_soon(self._connection, stream)
+
+    async def _busy(self, client: anyio.abc.SocketStream) -> None:
+        async with client:
+            self.refused(Refusal(503, f"this run has {MAX_CONNECTIONS} connections through the proxy open"), "busy")
+            with anyio.move_on_after(1):
+                await client.send(_answer(503, f"this run has {MAX_CONNECTIONS} connections open at once"))
+
+    async def _connection(self, client: anyio.abc.SocketStream) -> None:
+        activity = Activity()
+        try:
+            async with client, anyio.create_task_group() as tg:
+                # Idle: no byte read or written either way for IDLE_SECONDS, a send the run does not read included.
+                tg.start_soon(watch_idle, activity, tg.cancel_scope)
+                await Relay(self, self._proxy.allow).requests(client, activity)
+                tg.cancel_scope.cancel()
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, h11.ProtocolError):
+            pass  # the run closed or broke its side: nothing to answer
+        finally:
+            self._open -= 1
+
+    def refused(self, refusal: Refusal, kind: str) -> None:
+        proxy = self._proxy
+        if refusal.host and kind in ("not_listed", "address", "malformed"):
+            self.reach(refusal.host, refusal.port, False)
+        log_event(
+            proxy.log,
+            logging.WARNING,
+            "egress refused",
+            self._request_id,
+            host=refusal.host[:253] or "-",
+            port=refusal.port,
+            status=refusal.status,
+            reason=refusal.reason[:300],
+        )
+        if proxy.on_refused is not None:
+            proxy.on_refused(kind)
+
+    def reach(self, host: str, port: int, allowed: bool) -> Reach:
+        key = (host, port, allowed)
+        reach = self._reaches.get(key)
+        if reach is None:
+            if len(self._reaches) >= MAX_REACHES:
+                return next(reversed(self._reaches.values()))  # counted in the last one kept
+            reach = self._reaches[key] = Reach(host, port, allowed)
+        return reach
+
+    def count(self, reach: Reach, bytes_in: int, bytes_out: int) -> None:
+        reach.bytes_in += bytes_in
+        reach.bytes_out += bytes_out
+        self._bytes += bytes_in + bytes_out
+        proxy = self._proxy
+        if proxy.on_bytes is not None:
+            if bytes_in:
+                proxy.on_bytes("in", bytes_in)
+            if bytes_out:
+                proxy.on_bytes("out", bytes_out)
+        if self._bytes > proxy.max_bytes:
+            self._spend_all()
+
+    def _spend_all(self) -> None:
+        """The budget is spent: every connection of the run, and its listener, closed (once: the cancelled
+        scope ends them at their next await)."""
+        if self._scope is not None and not self._scope.cancel_called:
+            log_event(
+                self._proxy.log,
+                logging.WARNING,
+                "egress budget spent: the run's connections are closed",
+                self._request_id,
+                bytes=self._bytes,
+                limit=self._proxy.max_bytes,
+            )
+            if self._proxy.on_refused is not None:
+                self._proxy.on_refused("budget")
+            self._scope.cancel()
+
+
+def _answer(status: int, reason: str) -> bytes:
+    body = f"python-runner-mcp: {reason}\n".encode()
+    return (
+        f"HTTP/1.1 {status} {'Service Unavailable' if status == 503 else 'Refused'}\r\n"
+        f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body

@@ -1,0 +1,260 @@
+"""One connection of a run's through the egress proxy (`Relay`): its requests read with h11, each checked
+against the list and answered, tunnelled (``CONNECT``) or sent on (plain HTTP), with every byte counted in
+the run's ledger (`RunProxy`). See `runner.egress.proxy` for what is refused and why."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+import h11
+
+from runner.config import EgressAllow
+from runner.config.egress import refused_address
+from runner.egress.targets import Refusal, Target, target_of, upstream_headers
+
+if TYPE_CHECKING:
+    from runner.egress.proxy import RunProxy
+
+IDLE_SECONDS = 60.0  # a connection with no byte either way for this long is closed
+CONNECT_SECONDS = 10.0  # to resolve a name and connect to it
+MAX_HEAD = 16 * 1024  # a request's head
+MAX_RESPONSE_HEAD = 64 * 1024  # a response's (cookies make them larger)
+CHUNK = 64 * 1024
+_RESPONSE_HOPS = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"trailer"))
+
+
+@dataclass(slots=True)
+class Reach:
+    """One host and port of a run's, and its bytes."""
+
+    host: str
+    port: int
+    allowed: bool
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+
+@dataclass(slots=True)
+class Activity:
+    """When a connection last moved a byte (for its idle timeout)."""
+
+    last: float = field(default_factory=anyio.current_time)
+
+    def touch(self) -> None:
+        self.last = anyio.current_time()
+
+
+async def watch_idle(activity: Activity, scope: anyio.CancelScope) -> None:
+    """Cancel `scope` once `activity` has been still for IDLE_SECONDS."""
+    while True:
+        left = activity.last + IDLE_SECONDS - anyio.current_time()
+        if left <= 0:
+            scope.cancel()
+            return
+        await anyio.sleep(left)
+
+
+class Relay:
+    """The requests of one connection, until it closes, is refused or is tunnelled."""
+
+    def __init__(self, run: RunProxy, allow: EgressAllow) -> None:
+        self._run = run
+        self._allow = allow
+        self._unattributed = 0  # what the run sent before its request said where to (its head)
+
+    async def requests(self, client: anyio.abc.SocketStream, activity: Activity) -> None:
+        """Each request of one connection, until it closes or is tunnelled."""
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        while True:
+            event = await self._next(conn, client, activity, None)
+            if not isinstance(event, h11.Request):
+                return  # closed, or a protocol error h11 raised
+            decided = self._decide(event)
+            if isinstance(decided, Refusal):
+                await self._refuse(conn, client, decided, "malformed" if decided.status == 400 else "not_listed")
+                return
+            upstream = await self._open_upstream(decided)
+            if isinstance(upstream, Refusal):
+                kind = "address" if upstream.status == 403 else "unreachable"
+                if kind == "unreachable":  # allowed, tried, and nothing went through
+                    self._run.reach(decided.host, decided.port, True)
+                await self._refuse(conn, client, upstream, kind)
+                return
+            reach = self._run.reach(decided.host, decided.port, True)
+            self._run.count(reach, 0, self._unattributed)  # the head that asked for it
+            self._unattributed = 0
+            async with upstream:
+                if decided.tunnel:
+                    await self._tunnel(conn, client, upstream, reach, activity)
+                    return
+                if not await self._forward(conn, client, upstream, event, decided, reach, activity):
+                    return
+            conn.start_next_cycle()
+
+    def _decide(self, request: h11.Request) -> Target | Refusal:
+        target = target_of(request.method, request.target, list(request.headers))
+        if isinstance(target, Refusal):
+            return target
+        if not self._allow.allows(target.host, target.port):
+            return Refusal(403, f"{target.host}:{target.port} is not on RUNNER_EGRESS_ALLOW", target.host, target.port)
+        return target
+
+    async def _open_upstream(self, target: Target) -> anyio.abc.SocketStream | Refusal:
+        """A connection to an address of `target` that may be reached, or why there is none."""
+        host, port = target.host, target.port
+        try:
+            with anyio.fail_after(CONNECT_SECONDS):
+                address = await self._address(target)
+                if isinstance(address, Refusal):
+                    return address
+                return await anyio.connect_tcp(address, port)
+        except TimeoutError:
+            return Refusal(504, f"{host}:{port} did not answer within {CONNECT_SECONDS:g} s", host, port)
+        except OSError as exc:
+            return Refusal(
+                502, f"{host}:{port} could not be reached ({exc.strerror or type(exc).__name__})", host, port
+            )
+
+    async def _address(self, target: Target) -> str | Refusal:
+        host, port = target.host, target.port
+        with contextlib.suppress(ValueError):
+            ipaddress.ip_address(host)
+            return host  # an address the list names itself (`EgressAllow.allows`)
+        try:
+            found = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            return Refusal(502, f"{host} could not be resolved ({exc.strerror or exc})", host, port)
+        why = ""
+        for _, _, _, _, sockaddr in found:
+            address = ipaddress.ip_address(str(sockaddr[0]).partition("%")[0])
+            refused = refused_address(address)
+            if not refused or self._allow.lists_address(address, port):
+                return str(address)
+            why = why or f"{refused} ({address})"
+        return Refusal(
+            403, f"{host} resolves to {why or 'no address'}, which RUNNER_EGRESS_ALLOW does not list", host, port
+        )
+
+    async def _tunnel(
+        self,
+        conn: h11.Connection,
+        client: anyio.abc.SocketStream,
+        upstream: anyio.abc.SocketStream,
+        reach: Reach,
+        activity: Activity,
+    ) -> None:
+        if not isinstance(conn.next_event(), h11.EndOfMessage):  # a CONNECT has no body: h11 ends it at once
+            return
+        await self._send(client, conn.send(h11.Response(status_code=200, headers=[])), reach, activity)
+        early, _ = conn.trailing_data  # what the run sent after its CONNECT, before the answer
+        if early:
+            await upstream.send(early)
+        async with anyio.create_task_group() as tg:
+
+            async def pump(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream, outward: bool) -> None:
+                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                    while True:
+                        data = await source.receive(CHUNK)
+                        activity.touch()
+                        self._run.count(reach, 0 if outward else len(data), len(data) if outward else 0)
+                        await sink.send(data)
+                        activity.touch()
+                # One side is done: so is the tunnel (a half-closed TLS stream is not worth keeping).
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(pump, client, upstream, True)
+            tg.start_soon(pump, upstream, client, False)
+
+    async def _forward(
+        self,
+        conn: h11.Connection,
+        client: anyio.abc.SocketStream,
+        upstream: anyio.abc.SocketStream,
+        request: h11.Request,
+        target: Target,
+        reach: Reach,
+        activity: Activity,
+    ) -> bool:
+        """One plain request sent on and its response carried back; whether the run's connection may
+        take another."""
+        hop = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_RESPONSE_HEAD)
+        sent = hop.send(
+            h11.Request(method=request.method, target=target.path, headers=upstream_headers(list(request.headers)))
+        )
+        await upstream.send(sent)
+        while True:  # the request's body, as the run sends it
+            event = await self._next(conn, client, activity, reach)
+            if isinstance(event, h11.Data):
+                await upstream.send(hop.send(h11.Data(data=event.data)))
+            elif isinstance(event, h11.EndOfMessage):
+                await upstream.send(hop.send(h11.EndOfMessage()))
+                break
+            else:
+                return False
+        while True:  # the response, as the upstream sends it
+            event = await self._next(hop, upstream, activity, None)
+            if isinstance(event, h11.InformationalResponse | h11.Response):
+                headers = [(name, value) for name, value in event.headers if name not in _RESPONSE_HOPS]
+                kind = h11.Response if isinstance(event, h11.Response) else h11.InformationalResponse
+                answer = kind(status_code=event.status_code, headers=headers, reason=event.reason)
+                await self._send(client, conn.send(answer), reach, activity)
+            elif isinstance(event, h11.Data):
+                await self._send(client, conn.send(h11.Data(data=event.data)), reach, activity)
+            elif isinstance(event, h11.EndOfMessage):
+                await self._send(client, conn.send(h11.EndOfMessage()), reach, activity)
+                return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+            else:
+                return False
+
+    async def _next(
+        self, conn: h11.Connection, stream: anyio.abc.SocketStream, activity: Activity, reach: Reach | None
+    ) -> h11.Event | None:
+        """The next event of `conn`, reading `stream` as needed; None once it is closed or breaks the
+        protocol. What the run sends is counted as out when `reach` is given."""
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError:
+                return None
+            if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+                return None  # PAUSED: the peer sent more than one message's worth where it should wait
+            if isinstance(event, h11.Event):
+                return event
+            try:
+                data = await stream.receive(CHUNK)
+            except anyio.EndOfStream:
+                data = b""
+            activity.touch()
+            if reach is not None:
+                self._run.count(reach, 0, len(data))
+            elif stream is not None and conn.our_role is h11.SERVER:
+                self._unattributed += len(data)
+            conn.receive_data(data)
+
+    async def _send(self, client: anyio.abc.SocketStream, data: bytes | None, reach: Reach, activity: Activity) -> None:
+        """`data` to the run, counted as in."""
+        if data:
+            self._run.count(reach, len(data), 0)
+            await client.send(data)
+            activity.touch()
+
+    async def _refuse(self, conn: h11.Connection, client: anyio.abc.SocketStream, refusal: Refusal, kind: str) -> None:
+        self._run.refused(refusal, kind)
+        if conn.our_state is not h11.SEND_RESPONSE:
+            return
+        body = f"python-runner-mcp: {refusal.reason}\n".encode()
+        headers = [
+            (b"content-type", b"text/plain"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        with anyio.move_on_after(5), contextlib.suppress(OSError, anyio.BrokenResourceError, h11.LocalProtocolError):
+            await client.send(conn.send(h11.Response(status_code=refusal.status, headers=headers)) or b"")
+            await client.send(conn.send(h11.Data(data=body)) or b"")
+            await client.send(conn.send(h11.EndOfMessage()) or b"")

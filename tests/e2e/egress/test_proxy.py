@@ -1,0 +1,267 @@
+"""The egress proxy over real sockets, without a run: a listener like the one a run hands over, served by
+`RunProxy`, real upstream servers on 127.0.0.2 (HTTP, and HTTPS with a CA the test makes), and urllib
+going through the proxy as a run's code does. What is allowed gets through and is counted; everything
+else is refused with its reason, and nothing is left open."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from runner.config import EgressConfig
+from runner.egress.proxy import MAX_CONNECTIONS, EgressProxy, RunProxy
+from runner.outcome import NetworkUse
+from tests.egress import BIG, UPSTREAM_HOST, Authority, fetch, make_authority, upstream
+
+pytestmark = pytest.mark.anyio
+
+
+class Counted:
+    def __init__(self) -> None:
+        self.refused: list[str] = []
+        self.bytes: dict[str, int] = {"in": 0, "out": 0}
+
+    def on_refused(self, kind: str) -> None:
+        self.refused.append(kind)
+
+    def on_bytes(self, direction: str, amount: int) -> None:
+        self.bytes[direction] += amount
+
+
+class Served:
+    """A run's proxy serving a listener on 127.0.0.1 in a task group: `url` is what HTTP_PROXY would say."""
+
+    def __init__(self, run: RunProxy, port: int, counted: Counted) -> None:
+        self.run = run
+        self.url = f"http://127.0.0.1:{port}"
+        self.port = port
+        self.counted = counted
+
+    async def fetch(self, url: str, ca_file: Path | None = None, data: bytes | None = None) -> tuple[int, bytes]:
+        return await anyio.to_thread.run_sync(fetch, self.url, url, ca_file, data)
+
+    def reached(self, allowed: bool = True) -> list[NetworkUse]:
+        return [use for use in self.run.reached() if use.allowed is allowed]
+
+
+@pytest.fixture
+def authority(tmp_path: Path) -> Authority:
+    return make_authority(tmp_path)
+
+
+@pytest.fixture
+async def serve(caplog: pytest.LogCaptureFixture) -> AsyncIterator[Callable[..., Any]]:
+    caplog.set_level(logging.INFO, logger="runner")
+    async with anyio.create_task_group() as tg:
+
+        async def start(*allow: str, max_mb: int = 100) -> Served:
+            counted = Counted()
+            proxy = EgressProxy(
+                EgressConfig(egress_allow=allow, max_egress_mb=max_mb),
+                logging.getLogger("runner"),
+                counted.on_refused,
+                counted.on_bytes,
+            )
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(64)
+            port = listener.getsockname()[1]
+            run = proxy.for_run("req-egress")
+            tg.start_soon(run.serve, listener)
+            return Served(run, port, counted)
+
+        yield start
+        tg.cancel_scope.cancel()
+
+
+async def test_an_allowed_address_is_reached_over_http_and_counted_both_ways(serve: Any) -> None:
+    with upstream() as port:
+        served = await serve(f"{UPSTREAM_HOST}:{port}")
+        status, body = await served.fetch(f"http://{UPSTREAM_HOST}:{port}/hello?x=1")
+    assert (status, body) == (200, f"hello from /hello?x=1 via {UPSTREAM_HOST}:{port}".encode())
+    [use] = served.reached()
+    assert (use.host, use.port, use.allowed) == (UPSTREAM_HOST, port, True)
+    assert use.bytes_in > len(body)
+    assert use.bytes_out > 0
+    assert served.counted.bytes == {"in": use.bytes_in, "out": use.bytes_out}
+
+
+async def test_an_allowed_address_is_reached_over_https_through_connect_unterminated(
+    serve: Any, authority: Authority
+) -> None:
+    with upstream(authority) as port:
+        served = await serve(f"{UPSTREAM_HOST}:{port}")
+        status, body = await served.fetch(f"https://{UPSTREAM_HOST}:{port}/secure", authority.ca_file)
+    assert (status, body) == (200, f"hello from /secure via {UPSTREAM_HOST}:{port}".encode())
+    [use] = served.reached()
+    # The TLS handshake went through the tunnel: the run's bytes are the TLS records, more than the body.
+    assert use.bytes_in > len(body) + 500
+
+
+async def test_request_bodies_go_through_whole_with_a_length_and_chunked(serve: Any) -> None:
+    with upstream() as port:
+        served = await serve(f"{UPSTREAM_HOST}:{port}")
+        assert await served.fetch(f"http://{UPSTREAM_HOST}:{port}/p", data=b"abc" * 1000) == (
+            200,
+            b"echo " + b"abc" * 1000,
+        )
+        chunked = await anyio.to_thread.run_sync(_chunked_post, served.port, port)
+    assert chunked.endswith(b"echo hello, chunked")
+
+
+def _chunked_post(proxy_port: int, port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", proxy_port), timeout=10) as sock:
+        sock.sendall(
+            f"POST http://{UPSTREAM_HOST}:{port}/c HTTP/1.1\r\nHost: {UPSTREAM_HOST}:{port}\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n7\r\nhello, \r\n7\r\nchunked\r\n0\r\n\r\n".encode()
+        )
+        return _read_response(sock)
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536) or b"\r\n\r\n"
+    head, _, body = data.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            while len(body) < int(line.split(b":")[1]):
+                body += sock.recv(65536) or b"!" * 10**9
+    return head + b"\r\n\r\n" + body
+
+
+async def test_a_name_not_on_the_list_is_refused_with_a_403_naming_it_and_the_variable(
+    serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    served = await serve("pypi.org")
+    status, body = await served.fetch("http://example.com/x")
+    assert status == 403
+    assert body == b"python-runner-mcp: example.com:80 is not on RUNNER_EGRESS_ALLOW\n"
+    assert served.reached(allowed=False) == [NetworkUse("example.com", 80, 0, 0, False)]
+    assert served.counted.refused == ["not_listed"]
+    [line] = [r for r in caplog.records if r.getMessage() == "egress refused"]
+    assert line.levelno == logging.WARNING
+    assert line.request_id == "req-egress"  # type: ignore[attr-defined]
+
+
+async def test_a_connect_to_a_name_not_on_the_list_is_refused_before_any_byte_leaves(serve: Any) -> None:
+    served = await serve("pypi.org")
+    status, said = await served.fetch("https://example.com/")
+    assert status == 0
+    assert b"403" in said
+    assert served.reached(allowed=False) == [NetworkUse("example.com", 443, 0, 0, False)]
+
+
+async def test_a_port_not_on_the_list_is_refused(serve: Any) -> None:
+    with upstream() as port:
+        served = await serve(f"{UPSTREAM_HOST}:{port + 1}")
+        status, body = await served.fetch(f"http://{UPSTREAM_HOST}:{port}/")
+    assert status == 403
+    assert f"{UPSTREAM_HOST}:{port} is not on RUNNER_EGRESS_ALLOW".encode() in body
+
+
+async def test_a_wildcard_allows_subdomains_and_not_the_bare_domain(serve: Any) -> None:
+    served = await serve("*.localhost:*")
+    status, body = await served.fetch("http://localhost:9/")
+    assert status == 403
+    assert b"localhost:9 is not on RUNNER_EGRESS_ALLOW" in body
+
+
+async def test_a_listed_name_that_resolves_to_loopback_is_refused_unless_its_address_is_listed(serve: Any) -> None:
+    with upstream() as port:
+        served = await serve("localhost:*")
+        status, body = await served.fetch(f"http://localhost:{port}/")
+        assert status == 403
+        assert b"localhost resolves to a loopback address" in body
+        assert b"which RUNNER_EGRESS_ALLOW does not list" in body
+        assert served.counted.refused == ["address"]
+        assert served.reached() == []
+        assert served.reached(allowed=False)[0].host == "localhost"
+    # Its address listed as well, the same name is reached there.
+    with upstream(host="127.0.0.1") as port:
+        again = await serve("localhost:*", "127.0.0.1:*")
+        assert await again.fetch(f"http://localhost:{port}/") == (200, f"hello from / via localhost:{port}".encode())
+
+
+async def test_a_host_header_other_than_the_urls_is_a_400(serve: Any) -> None:
+    with upstream() as port:
+        served = await serve(f"{UPSTREAM_HOST}:{port}")
+        answer = await anyio.to_thread.run_sync(
+            _raw, served.port, f"GET http://{UPSTREAM_HOST}:{port}/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n"
+        )
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert b"the Host header does not name the URL's host and port" in answer
+
+
+def _raw(proxy_port: int, request: str) -> bytes:
+    with socket.create_connection(("127.0.0.1", proxy_port), timeout=10) as sock:
+        sock.sendall(request.encode())
+        return _read_response(sock)
+
+
+async def test_the_byte_budget_closes_the_runs_connections_and_its_listener(serve: Any) -> None:
+    with upstream() as port:
+        served = await serve(f"{UPSTREAM_HOST}:{port}", max_mb=1)
+        status, body = await served.fetch(f"http://{UPSTREAM_HOST}:{port}/big")
+        assert status == -1
+        assert len(body) < BIG
+        [use] = served.reached()
+        assert 1024 * 1024 < use.bytes_in < 1024 * 1024 + 200_000
+        assert "budget" in served.counted.refused
+        with pytest.raises(ConnectionRefusedError):
+            await anyio.to_thread.run_sync(socket.create_connection, ("127.0.0.1", served.port), 5)
+
+
+async def test_connections_past_the_limit_at_once_get_a_503(serve: Any) -> None:
+    served = await serve("pypi.org")
+    held = [await anyio.connect_tcp("127.0.0.1", served.port) for _ in range(MAX_CONNECTIONS)]
+    try:
+        with anyio.fail_after(10):
+            while True:  # the proxy has accepted them all once one more is answered 503
+                extra = await anyio.connect_tcp("127.0.0.1", served.port)
+                answer = await extra.receive()
+                await extra.aclose()
+                if answer.startswith(b"HTTP/1.1 503"):
+                    break
+        assert "busy" in served.counted.refused
+    finally:
+        for stream in held:
+            await stream.aclose()
+
+
+async def test_a_tunnel_open_when_the_run_ends_is_closed_with_it(authority: Authority) -> None:
+    proxy = EgressProxy(
+        EgressConfig(egress_allow=(f"{UPSTREAM_HOST}:*",), max_egress_mb=100), logging.getLogger("runner")
+    )
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    with upstream(authority) as port:
+        async with anyio.create_task_group() as run:
+            run.start_soon(proxy.for_run("req-ending").serve, listener)
+            client = await anyio.connect_tcp(*listener.getsockname())
+            async with client:
+                await client.send(f"CONNECT {UPSTREAM_HOST}:{port} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                assert (await client.receive()).startswith(b"HTTP/1.1 200")
+                run.cancel_scope.cancel()  # the run ends
+                await anyio.sleep(0)
+        with anyio.fail_after(10), pytest.raises((anyio.EndOfStream, anyio.ClosedResourceError, OSError)):
+            await client.receive()
+    assert listener.fileno() == -1  # taken over, and closed
+
+
+async def test_two_runs_count_apart(serve: Any) -> None:
+    with upstream() as port:
+        one = await serve(f"{UPSTREAM_HOST}:{port}")
+        two = await serve(f"{UPSTREAM_HOST}:{port}")
+        await one.fetch(f"http://{UPSTREAM_HOST}:{port}/a")
+        await one.fetch(f"http://{UPSTREAM_HOST}:{port}/b")
+        await two.fetch(f"http://{UPSTREAM_HOST}:{port}/c")
+    [first], [second] = one.reached(), two.reached()
+    assert first.bytes_in > second.bytes_in > 0

@@ -1,0 +1,146 @@
+"""What egress's tests share: real upstream servers on a loopback address other than the proxy's
+(127.0.0.2), over plain HTTP and over TLS with a certificate authority the test makes, and a client that
+goes through a proxy the way urllib does for a run."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import http.client
+import http.server
+import ipaddress
+import ssl
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+UPSTREAM_HOST = "127.0.0.2"
+BIG = 3 * 1024 * 1024  # GET /big's bytes
+
+
+@dataclass(frozen=True)
+class Authority:
+    """A test CA (its certificate in `ca_file`) and one server certificate it signed for 127.0.0.2."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+def make_authority(directory: Path) -> Authority:
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "python-runner-mcp test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, UPSTREAM_HOST)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(UPSTREAM_HOST)), x509.DNSName("upstream.test")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    authority = Authority(directory / "ca.pem", directory / "server.pem", directory / "server.key")
+    authority.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    authority.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    authority.key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return authority
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        if self.path == "/big":
+            self._reply(b"x" * BIG)
+        else:
+            self._reply(f"hello from {self.path} via {self.headers.get('Host')}".encode())
+
+    def do_POST(self) -> None:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = b""
+            while size := int(self.rfile.readline().strip() or b"0", 16):
+                body += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+        else:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self._reply(b"echo " + body)
+
+    def _reply(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def upstream(authority: Authority | None = None, host: str = UPSTREAM_HOST) -> Iterator[int]:
+    """A real HTTP (or, given `authority`, HTTPS) server on `host`, in a thread: its port."""
+    server = http.server.ThreadingHTTPServer((host, 0), _Handler)
+    server.daemon_threads = True
+    if authority is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(authority.cert_file, authority.key_file)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def fetch(proxy: str, url: str, ca_file: Path | None = None, data: bytes | None = None) -> tuple[int, bytes]:
+    """`url` through `proxy` with urllib, as a run's code would with HTTP(S)_PROXY set: status and body
+    (an error status's too)."""
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({"http": proxy, "https": proxy})]
+    if ca_file is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=str(ca_file))))
+    opener = urllib.request.build_opener(*handlers)
+    try:
+        with opener.open(urllib.request.Request(url, data=data), timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+    except OSError as error:  # a refused CONNECT: http.client says "Tunnel connection failed: 403 ..."
+        return 0, str(error).encode()
+    except http.client.IncompleteRead as error:  # the connection closed mid-body
+        return -1, error.partial

@@ -1,0 +1,134 @@
+"""RUNNER_EGRESS_ALLOW without a proxy: entries parsed into names, wildcards and networks with their ports,
+matched as the proxy asks, and every bad entry or impossible mode refused naming the variable."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from runner.config import Config, EgressAllow, load
+from runner.config.egress import host_form, refused_address
+from runner.errors import ConfigError
+
+ALLOW = EgressAllow.parse(
+    ("pypi.org", "*.githubusercontent.com", "127.0.0.2:*", "10.1.0.0/16:8080", "Bücher.example:443", "[::1]:8443")
+)
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "allowed"),
+    [
+        ("pypi.org", 443, True),
+        ("pypi.org", 80, True),
+        ("pypi.org", 22, False),
+        ("files.pypi.org", 443, False),
+        ("raw.githubusercontent.com", 443, True),
+        ("githubusercontent.com", 443, False),
+        ("evilgithubusercontent.com", 443, False),
+        ("127.0.0.2", 1, True),
+        ("127.0.0.3", 80, False),
+        ("10.1.200.3", 8080, True),
+        ("10.1.200.3", 80, False),
+        ("xn--bcher-kva.example", 443, True),
+        ("::1", 8443, True),
+    ],
+)
+def test_an_entry_allows_its_host_on_its_ports_and_nothing_more(host: str, port: int, allowed: bool) -> None:
+    assert ALLOW.allows(host, port) is allowed
+
+
+def test_a_name_never_matches_an_address_entry_nor_an_address_a_name_entry() -> None:
+    allow = EgressAllow.parse(("localhost", "127.0.0.1"))
+    assert not allow.allows("127.0.0.1.nip.io", 80)
+    assert allow.allows("127.0.0.1", 80)
+    assert not EgressAllow.parse(("localhost",)).allows("127.0.0.1", 80)
+
+
+def test_names_are_compared_in_idna_form_lower_case_without_the_root_dot() -> None:
+    assert host_form("BÜCHER.Example.") == "xn--bcher-kva.example"
+    assert host_form("PyPI.org") == "pypi.org"
+    assert host_form("_dmarc.example.com") == "_dmarc.example.com"
+    assert host_form("[::FFFF:127.0.0.1]") == "127.0.0.1"
+    assert host_form("a b") is None
+    assert host_form("x" * 64 + ".com") is None
+
+
+def test_a_listed_address_is_known_by_its_network_and_port() -> None:
+    assert ALLOW.lists_address(ipaddress.ip_address("10.1.0.9"), 8080)
+    assert not ALLOW.lists_address(ipaddress.ip_address("10.1.0.9"), 443)
+    assert ALLOW.lists_address(ipaddress.ip_address("::ffff:127.0.0.2"), 5)
+
+
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("169.254.169.254", "link-local"),
+        ("10.0.0.1", "private"),
+        ("100.64.0.1", "private"),
+        ("192.168.1.1", "private"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("0.0.0.0", "unspecified"),
+        ("224.0.0.1", "multicast"),
+        ("fd00::1", "private"),
+        ("fe80::1", "link-local"),
+        ("8.8.8.8", ""),
+        ("2606:4700::1111", ""),
+    ],
+)
+def test_addresses_off_the_public_internet_are_refused_with_their_kind(address: str, why: str) -> None:
+    refused = refused_address(ipaddress.ip_address(address))
+    assert (why in refused) if why else refused == ""
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ("*", "a wildcard stands only at the start"),
+        ("a.*.com", "a wildcard stands only at the start"),
+        ("*.1.2.3.4", "a wildcard is *. followed by a domain name"),
+        ("10.1.0.1/16", "has host bits set"),
+        ("pypi.org:0", "the port is 1-65535 or *"),
+        ("pypi.org:http", "the port is 1-65535 or *"),
+        ("[::1", "closed with ]"),
+        ("[::1]x", "expected :PORT"),
+        ("-x.com", "not a host name"),
+    ],
+)
+def test_a_bad_entry_stops_the_server_naming_the_variable_and_the_entry(entry: str, said: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        Config.from_env({"RUNNER_EGRESS_ALLOW": f"pypi.org,{entry}"})
+    assert raised.value.variable == "RUNNER_EGRESS_ALLOW"
+    assert repr(entry) in str(raised.value)
+    assert said in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ({"RUNNER_SANDBOX": "none"}, "RUNNER_SANDBOX=none"),
+        ({"RUNNER_SANDBOX": "none-posix-spawn"}, "RUNNER_SANDBOX=none-posix-spawn"),
+        ({"RUNNER_SANDBOX_NETWORK": "shared"}, "RUNNER_SANDBOX_NETWORK=shared"),
+    ],
+)
+def test_egress_is_refused_where_runs_have_the_servers_whole_network(setting: dict[str, str], said: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        Config.from_env({"RUNNER_EGRESS_ALLOW": "pypi.org", **setting})
+    assert raised.value.variable == "RUNNER_EGRESS_ALLOW"
+    assert said in str(raised.value)
+    assert "cannot be enforced" in str(raised.value)
+
+
+def test_without_the_variable_runs_have_no_network_and_the_budget_defaults_to_100_mib() -> None:
+    egress = Config.from_env({}).egress
+    assert not egress.allow
+    assert egress.max_bytes == 100 * 1024 * 1024
+
+
+def test_a_valid_list_is_refused_at_start_until_runs_are_handed_the_proxys_socket() -> None:
+    # Served, a list that lets nothing through would be a promise not kept: the server says so instead.
+    with pytest.raises(ConfigError) as raised:
+        load({"RUNNER_EGRESS_ALLOW": "pypi.org", "RUNNER_PACKAGES": "", "RUNNER_WHEELHOUSE": ""})
+    assert raised.value.variable == "RUNNER_EGRESS_ALLOW"
+    assert "not served by this version yet" in str(raised.value)
