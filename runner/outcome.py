@@ -146,6 +146,10 @@ class NetworkUse:
     bytes_out: int
     allowed: bool
 
+    @property
+    def host_port(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
 
 @dataclass(frozen=True, slots=True)
 class Progress:
@@ -241,6 +245,7 @@ class RunResult:
     session: SessionOutcome | None = None
     kept: tuple[KeptOutput, ...] = ()  # streams kept whole and files linked, to be read back as resources
     note: str = ""  # what the server adds for the caller (a module it cannot provide); empty mostly
+    network: tuple[NetworkUse, ...] = ()  # what the run reached through the egress proxy, and was refused
 
     @property
     def images(self) -> tuple[Attachment, ...]:
@@ -302,6 +307,8 @@ class RunResult:
             parts.append(f"--- not returned: {omitted.name}{size}: {omitted.reason} ---\n")
         if self.status not in (Status.OK, Status.ERROR) and self.message:
             parts.append(f"--- {self.status}: {self.message} ---\n")
+        if self.network:
+            parts.append(f"--- network: {describe_network(self.network)} ---\n")
         if self.note:
             parts.append(f"--- note: {self.note} ---\n")
         if self.session is not None:
@@ -311,6 +318,21 @@ class RunResult:
             exit_code = f"{self.exit_code}" + (f" ({self.signal})" if self.signal else "")
         parts.append(f"--- exit_code: {exit_code} | duration: {self.duration:.3f}s ---")
         return "".join(parts)
+
+
+def describe_network(uses: tuple[NetworkUse, ...]) -> str:
+    """The text result's network line: ``pypi.org:443 (1.2 MB), refused: example.com:443``."""
+    reached = [f"{use.host_port} ({_size(use.bytes_in + use.bytes_out)})" for use in uses if use.allowed]
+    refused = [use.host_port for use in uses if not use.allowed]
+    return ", ".join([*reached, *([f"refused: {', '.join(refused)}"] if refused else [])])
+
+
+def _size(count: int) -> str:
+    if count >= 1_000_000:
+        return f"{count / 1_000_000:.1f} MB"
+    if count >= 1_000:
+        return f"{count / 1_000:.1f} kB"
+    return f"{count} bytes"
 
 
 def _section(name: str, stream: StreamText) -> str:

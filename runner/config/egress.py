@@ -23,6 +23,11 @@ import idna
 from runner.errors import ConfigError
 
 VARIABLE = "RUNNER_EGRESS_ALLOW"
+# Where a run finds the proxy: 127.0.0.1 of its own network namespace, this port (HTTP_PROXY says so).
+# Taken by the run's set-up before its code, while it still has its privileges (in bubblewrap, a root
+# server's), so its code cannot take it first.
+PROXY_PORT = 3128
+PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
 DEFAULT_PORTS = frozenset((80, 443))
 MAX_NAME = 253
 _NAME = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)(\.(?!-)[a-z0-9_-]{1,63}(?<!-))*")
@@ -195,3 +200,9 @@ def _split(item: str) -> tuple[str, frozenset[int] | None]:
 
 def _bad(item: str, why: str) -> ConfigError:
     return ConfigError(VARIABLE, f"entry {item!r}: {why}")
+
+
+def proxy_environment() -> dict[str, str]:
+    """What a run with egress finds in its environment: the proxy, named in both spellings that clients
+    read (urllib, requests, httpx and pip read either), and nothing exempt from it."""
+    return {name: PROXY_URL for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}

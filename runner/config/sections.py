@@ -216,6 +216,7 @@ class IsolationConfig:
         "preload",
         "pid_namespaces",
         "hidden_files",
+        "egress_port",
     )
 
     sandbox: SandboxMode
@@ -232,6 +233,9 @@ class IsolationConfig:
     pid_namespaces: int
     # The server's files that runs must not see: the HTTP transport's tokens file, the tools file.
     hidden_files: tuple[str, ...]
+    # Where each run's proxy listens on its own loopback (`runner.config.egress.PROXY_PORT`) when
+    # RUNNER_EGRESS_ALLOW lists anything; 0: runs have no network at all.
+    egress_port: int = 0
 
     @property
     def run_uid_range(self) -> range:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runner.config.egress import EgressAllow
+from runner.config.egress import PROXY_PORT, EgressAllow
 from runner.config.locks import Distribution
 from runner.config.removed import REMOVED, refuse_removed
 from runner.config.sections import PROVIDED_DIRECTORY as PROVIDED_DIRECTORY
@@ -215,6 +215,7 @@ class Config:
             hidden_files=tuple(
                 filter(None, (self.http.tokens_file if self.transport == "http" else "", self.tools_config))
             ),
+            egress_port=PROXY_PORT if self.egress_allow else 0,
         )
 
     @property

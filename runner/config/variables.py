@@ -450,8 +450,7 @@ SETTINGS = (
         "run name it, on the run's own loopback); nothing else leaves a run. Each entry `HOST[:PORT]`: a name "
         "(`pypi.org`), a subdomain wildcard (`*.example.com`, not `example.com` itself), an IP address or a "
         "CIDR; `:PORT` or `:*`, without one 80 and 443. A name is reached only at its public addresses unless "
-        "the address is listed too. Needs a sandbox with an isolated network. **Not served yet**: the entries are "
-        "checked, then the server refuses to start with them, until runs are handed the proxy's socket.",
+        "the address is listed too. Needs a sandbox with an isolated network (see [network](network.md)).",
         pattern=r"[^\s,]+",
         expected="comma-separated HOST[:PORT] entries",
         shown_default="empty: runs have no network at all",

@@ -26,6 +26,13 @@ CONNECT_SECONDS = 10.0  # to resolve a name and connect to it
 MAX_HEAD = 16 * 1024  # a request's head
 MAX_RESPONSE_HEAD = 64 * 1024  # a response's (cookies make them larger)
 CHUNK = 64 * 1024
+REASONS = {
+    400: b"Bad Request",
+    403: b"Forbidden",
+    502: b"Bad Gateway",
+    503: b"Service Unavailable",
+    504: b"Gateway Timeout",
+}
 _RESPONSE_HOPS = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"trailer"))
 
 
@@ -255,6 +262,11 @@ class Relay:
             (b"connection", b"close"),
         ]
         with anyio.move_on_after(5), contextlib.suppress(OSError, anyio.BrokenResourceError, h11.LocalProtocolError):
-            await client.send(conn.send(h11.Response(status_code=refusal.status, headers=headers)) or b"")
+            await client.send(
+                conn.send(
+                    h11.Response(status_code=refusal.status, headers=headers, reason=REASONS.get(refusal.status, b""))
+                )
+                or b""
+            )
             await client.send(conn.send(h11.Data(data=body)) or b"")
             await client.send(conn.send(h11.EndOfMessage()) or b"")

@@ -31,7 +31,17 @@ from runner.execution.usage import UsageSamples, wait_exit_sampling
 from runner.fdio import write_all
 from runner.inrun.wire import Budgets, frame_answer, frame_inputs, frame_job
 from runner.logs import log_event
-from runner.outcome import Attachment, Omitted, Progress, RunRequest, RunResult, RunTools, ToolGateway
+from runner.outcome import (
+    Attachment,
+    EgressGateway,
+    Omitted,
+    Progress,
+    RunEgress,
+    RunRequest,
+    RunResult,
+    RunTools,
+    ToolGateway,
+)
 from runner.processes.child import Child
 
 # How long output may still drain after the run's group is dead: only a process that left the
@@ -77,6 +87,7 @@ class RunDriver:
         unresponsive: Callable[[Child], Awaitable[None]],
         store: OutputStore | None = None,
         tools: ToolGateway | None = None,
+        egress: EgressGateway | None = None,
     ) -> None:
         # The run's limits, what the answer returns, and what is kept beyond it.
         self._limits, self._returns = limits, returns
@@ -84,6 +95,7 @@ class RunDriver:
         self._log = logger
         self._unresponsive = unresponsive
         self._tools = tools  # code mode's broker, where the server has downstream tools
+        self._egress = egress  # the egress proxy, where RUNNER_EGRESS_ALLOW lists hosts
         self._keep_bytes = keep_bytes_for(self._returns.max_output_chars)
         budgets = returns_of(self._returns, kept)
         # Nothing over the budgets is sent where nothing can be kept.
@@ -152,6 +164,7 @@ class RunDriver:
         if samples is not None:
             samples.take()
         async with anyio.create_task_group() as tg:
+            egress = self._serve_egress(tg, child, request.request_id)
             with contextlib.suppress(BrokenPipeError):
                 # A run that died before reading all its code (say, out of memory) ends below
                 # like any other, with what it printed.
@@ -193,7 +206,14 @@ class RunDriver:
                 returncode, cpu, reaped_peak = child.reap()
             with anyio.move_on_after(EXIT_GRACE):
                 await output.done.wait()
-            if request.stdin or on_progress is not None or watching or tools is not None or not output.done.is_set():
+            if (
+                request.stdin
+                or on_progress is not None
+                or watching
+                or tools is not None
+                or egress is not None
+                or not output.done.is_set()
+            ):
                 tg.cancel_scope.cancel()  # not free (anyio formats the task's repr): only if needed
         got = returned[0] if returned else parse_report(output.report, self._budgets)
         # wait4's count carries a spawned run's spawner's (usage.py); the run's own, when it sent one
@@ -228,8 +248,19 @@ class RunDriver:
             result_chars=got.result_chars,
             attachments=got.attachments,
             omitted=got.omitted,
+            network=egress.reached() if egress is not None else (),
         )
         return result, got.linked
+
+    def _serve_egress(self, tg: anyio.abc.TaskGroup, child: Child, request_id: str) -> RunEgress | None:
+        """The run's connections through the egress proxy, served on the listener its interpreter handed
+        over, until the run's task group ends (every connection closes with it); None without egress."""
+        listener = child.listener_for_run() if self._egress is not None else None
+        if self._egress is None or listener is None:
+            return None
+        egress = self._egress.for_run(request_id)
+        tg.start_soon(egress.serve, listener)
+        return egress
 
     async def _read_output(self, output: RunOutput, returned: list[Returned], reported: anyio.CancelScope) -> None:
         """Read the run's streams and report; once the report is whole and both streams are closed,

@@ -34,7 +34,7 @@ from runner.execution.supply import Supplies
 from runner.execution.sweep import StraySweeper
 from runner.execution.teardown import Teardowns
 from runner.logs import get_logger, log_event
-from runner.outcome import KeptOutput, PoolState, RunRequest, RunResult, ToolGateway
+from runner.outcome import EgressGateway, KeptOutput, PoolState, RunRequest, RunResult, ToolGateway
 from runner.processes.child import Child
 from runner.processes.helpers import Helpers
 from runner.processes.isolation import IsolationPlan, plan_isolation
@@ -140,6 +140,7 @@ class Pool:
         plan: IsolationPlan | None = None,
         caller_share: int = 0,
         tools: ToolGateway | None = None,
+        egress: EgressGateway | None = None,
     ) -> AsyncIterator[Pool]:
         """Start a pool (its interpreters fill in the background); on exit, kill and remove everything.
 
@@ -148,7 +149,8 @@ class Pool:
         us, and every child that is not a run or pooled interpreter is killed and reaped.
         Without `plan`, it is made from the configuration (`ConfigError` if a sandbox was demanded
         and cannot work). `caller_share`: the slots one caller may hold (`admission.fair_share`).
-        `tools`: code mode's broker, for runs to call tools through.
+        `tools`: code mode's broker, for runs to call tools through. `egress`: the proxy runs reach the
+        network through (RUNNER_EGRESS_ALLOW).
         """
         logger = logger or get_logger()
         plan = plan or plan_isolation(config)
@@ -178,7 +180,7 @@ class Pool:
                         await supplies.unresponsive(child)
 
                 driver = RunDriver(
-                    config.limits, config.returns, config.kept, logger, unresponsive, store, tools
+                    config.limits, config.returns, config.kept, logger, unresponsive, store, tools, egress
                 )  # the one driver of every call
                 async with anyio.create_task_group() as tg:
                     ended = sweeper.wanted if sweeper is not None else lambda: None

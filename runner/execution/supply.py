@@ -80,8 +80,17 @@ def wants_preloaded(imports: Iterable[str], preloaded: Iterable[str]) -> bool:
 class InterpreterSupply:
     """Hands out ready interpreters from `source`, keeping `config.pool_size` of them waiting."""
 
-    def __init__(self, config: PoolConfig, limits: Limits, source: InterpreterSource, logger: logging.Logger) -> None:
+    def __init__(
+        self,
+        config: PoolConfig,
+        limits: Limits,
+        source: InterpreterSource,
+        logger: logging.Logger,
+        *,
+        egress: bool = False,
+    ) -> None:
         self._config = config
+        self._egress = egress  # each interpreter hands over its egress proxy's listener (`Child.receive_listener`)
         self._limits = limits
         self._source = source
         self._log = logger
@@ -191,6 +200,13 @@ class InterpreterSupply:
                 raise SpawnError(f"interpreter {self._config.python} not ready after {STARTUP_TIMEOUT:g}s") from exc
             raise
         child.said_ready(refused)
+        if self._egress:
+            try:
+                child.receive_listener()
+            except OSError as exc:
+                with anyio.CancelScope(shield=True):
+                    await self.destroy(child)
+                raise SpawnError(f"interpreter {self._config.python}: {exc}") from exc
         if child.sandbox_init_pid:
             # Before any code: the sandbox's init is within the run's reach, so within its limits too.
             try:
@@ -255,7 +271,10 @@ class Supplies:
         (`Pool.open`) must not outlive its source's cgroup parent."""
         async with opened_sources(config, plan, base_dir, limits, logger) as sources:
             supplies = cls(
-                [(InterpreterSupply(config.pool, limits, source, logger), source) for source in sources],
+                [
+                    (InterpreterSupply(config.pool, limits, source, logger, egress=bool(plan.egress_port)), source)
+                    for source in sources
+                ],
                 plan.preload,
                 logger,
             )

@@ -541,10 +541,10 @@ def enter_cgroup(count: int) -> None:
 
 
 def main() -> None:
-    """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE [TMPFS NETWORK [uid=UID] [cgroup-fds=N]]`` (in a
-    sandbox: TMPFS, the run's own tmpfs mounts, colon-separated; NETWORK, ``isolated`` or ``shared``;
-    UID, the host uid a root server's run becomes; N, its cgroup's fds); the zygote is `zygote.py`,
-    which imports this."""
+    """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE [TMPFS NETWORK [uid=UID] [cgroup-fds=N] [egress=PORT]]``
+    (in a sandbox: TMPFS, the run's own tmpfs mounts, colon-separated; NETWORK, ``isolated`` or ``shared``;
+    UID, the host uid a root server's run becomes; N, its cgroup's fds; PORT, where its loopback holds the
+    server's egress proxy); the zygote is `zygote.py`, which imports this."""
     tmpfs = tuple(sys.argv[6].split(":")) if len(sys.argv) > 6 and sys.argv[6] else ()
     options = dict(arg.split("=", 1) for arg in sys.argv[8:] if "=" in arg)
     enter_cgroup(int(options.get(CGROUP_FDS.rstrip("="), 0)))
@@ -554,7 +554,13 @@ def main() -> None:
     uid = int(options["uid"]) if "uid" in options else None
     if uid is not None:
         give_home(sys.argv[1], uid)
-    prepare_process(libc, seccomp.Filter({**seccomp.WHOLE, **(seccomp.NO_NETWORK if isolated else {})}), uid=uid)
+    egress = int(options.get("egress", 0)) if isolated else 0
+    if egress:
+        # Before its privileges go (a root server's bubblewrap keeps them until here): the port is the
+        # server's before the run's code exists. Bubblewrap brought the loopback up.
+        wire.hand_over_listener(egress)
+    network = seccomp.PROXY_ONLY if egress else seccomp.NO_NETWORK if isolated else {}
+    prepare_process(libc, seccomp.Filter({**seccomp.WHOLE, **network}), uid=uid)
     ready_for_code(wire, sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
     warm_up(tuple(siblings), ".")
     main = new_main()

@@ -209,10 +209,13 @@ def limit_writes(version: int, pids_max: int, memory_bytes: int) -> list[tuple[s
             ("memory.swap.max", "0"),
             ("memory.oom.group", "1"),
         ]
+    # v1 counts a socket's TCP buffers only where its cgroup has a TCP limit (v2 counts them in memory.max):
+    # buffers that grow by themselves to megabytes, where a run has TCP (egress, a shared network).
     return [
         ("pids.max", str(pids_max)),
         ("memory.limit_in_bytes", str(memory_bytes)),
         ("memory.memsw.limit_in_bytes", str(memory_bytes)),
+        ("memory.kmem.tcp.limit_in_bytes", str(memory_bytes)),
     ]
 
 

@@ -84,6 +84,8 @@ BIND_PREFIX = "+"
 UIDS_OPTION = "uids="
 # Names how many kept PID namespaces the zygote may have at once (`Isolation.spaces`).
 SPACES_OPTION = "spaces="
+# Names the port of the server's egress proxy on each run's loopback (`Isolation.egress_port`).
+EGRESS_OPTION = "egress="
 # Where the zygote builds the view's root before it pivots into it: a tmpfs over this directory of
 # its own mount namespace (what is bound from under it was opened first).
 NEW_ROOT = "/tmp"
@@ -102,6 +104,7 @@ class Isolation:
         "bound_back",
         "cgroup_args",
         "cgroups",
+        "egress_port",
         "hide",
         "mounts",
         "network",
@@ -134,12 +137,17 @@ class Isolation:
         self.uids: list[int] = []
         # ``spaces=N``: the kept PID namespaces the zygote may have at once (pidspaces.py); one if untold.
         self.spaces = 1
+        # ``egress=PORT`` (RUNNER_EGRESS_ALLOW, an isolated network only): each run listens on its loopback's
+        # PORT and hands the socket to the server's proxy before its code (`wire.hand_over_listener`); 0: none.
+        self.egress_port = 0
         for arg in args[2:]:
             if arg.startswith(UIDS_OPTION):
                 first, last = (int(part) for part in arg[len(UIDS_OPTION) :].split("-"))
                 self.uids = list(range(first, last + 1))
             elif arg.startswith(SPACES_OPTION):
                 self.spaces = int(arg[len(SPACES_OPTION) :])
+            elif arg.startswith(EGRESS_OPTION) and self.network:
+                self.egress_port = int(arg[len(EGRESS_OPTION) :])
         # Each run's own cgroup (cgroups.py): the parents and limits (``cgroup=`` tokens), and the parents
         # opened by the zygote before it pivots into a view without /sys. A run placed in its cgroup
         # makes a cgroup namespace of its own too, so that /proc/self/cgroup shows it at "/".

@@ -100,3 +100,21 @@ def _said(name: str, fd: int) -> bytes | None:
     """What open /proc/net file `name` says now, as `comparable`; None if it is too large."""
     text = read_whole(fd)
     return None if text is None else comparable(name, text)
+
+
+# <linux/sockios.h> and <net/if.h>: the loopback's flags, read and set by name.
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def loopback_up() -> None:
+    """Bring this network namespace's loopback up (a new namespace's is down): where a run with egress
+    finds the server's proxy. Needs CAP_NET_ADMIN over the namespace: the init that made it, before it
+    drops its capabilities and before `Watch` reads the namespace as made."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(probe.fileno(), SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(probe.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))

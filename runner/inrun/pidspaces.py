@@ -94,6 +94,7 @@ class PidSpaces:
     """The zygote's kept PID namespaces, and the one they are made in."""
 
     __slots__ = (
+        "_egress",
         "_free",
         "_home",
         "_lends_uids",
@@ -117,9 +118,12 @@ class PidSpaces:
         listener: SpaceListener | None = None,
         *,
         network: bool = False,
+        egress: bool = False,
     ) -> None:
         self._limits = limits  # the runs': each init is held to them, but for CPU time
-        self._network = network  # each init makes a network namespace too, lent with it (networks.py)
+        # Each init makes a network namespace too, lent with it (networks.py), and with egress brings its
+        # loopback up, where runs find the server's proxy.
+        self._network = (network, egress)
         self.bound = max(1, bound)  # kept namespaces at most, free, lent, cleaning or ending alike
         self._listener = listener
         # What the zygote does while a fork waits at the bound: reap the runs that have ended and report
@@ -178,13 +182,13 @@ class PidSpaces:
                 if namespaces.clone(0) == 0:
                     try:
                         if namespaces.clone(namespaces.CLONE_NEWPID | namespaces.CLONE_PARENT) == 0:
-                            serve_as_init(commands_r, theirs.fileno(), self._limits, self._lends_uids, self._network)
+                            serve_as_init(commands_r, theirs.fileno(), self._limits, self._lends_uids, *self._network)
                     finally:
                         os._exit(0)
             finally:
                 os.close(commands_r)
                 theirs.close()  # so that the read below ends if no init comes
-            wanted = 2 if self._network else 1
+            wanted = 2 if self._network[0] else 1
             said, fds, _, _ = socket.recv_fds(ours, 32, wanted)
             if len(fds) != wanted or not said.isdigit():
                 for fd in fds:
@@ -194,7 +198,7 @@ class PidSpaces:
             os.close(commands_w)
             ours.close()
             raise
-        space = Space(int(said), fds[0], commands_w, ours.detach(), fds[1] if self._network else -1)
+        space = Space(int(said), fds[0], commands_w, ours.detach(), fds[1] if self._network[0] else -1)
         os.set_blocking(space.replies, False)
         self.by_init[space.init] = space
         return space
@@ -355,7 +359,12 @@ def _unless_holder_gone(holder: int, exc: OSError) -> None:
 
 
 def serve_as_init(
-    commands: int, replies: int, limits: list[int], kills_other_uids: bool = False, network: bool = False
+    commands: int,
+    replies: int,
+    limits: list[int],
+    kills_other_uids: bool = False,
+    network: bool = False,
+    egress: bool = False,
 ) -> NoReturn:
     """PID 1 of a kept PID namespace: told on `commands` that a run has ended, kill whatever is left of
     it, then answer on `replies`: `CLEAN`, `NOT_CLEAN`, or, where it made a network namespace for its
@@ -382,6 +391,8 @@ def serve_as_init(
         watch = None
         if network:
             namespaces.unshare(namespaces.CLONE_NEWNET)  # while it still may: it drops every capability below
+            if egress:
+                networks.loopback_up()  # before the namespace is read as made: its routes include the loopback's
             watch = networks.Watch()
         # Within a run's reach, so within a run's limits, but for CPU time, which adds up from run to run.
         for name, soft, hard in bootstrap.wanted_limits(*limits):

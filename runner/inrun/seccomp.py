@@ -20,7 +20,8 @@ starts, and nothing lifts it. The sets of rules:
   interpreter (plain, or in bubblewrap, which made its view before the exec) and a plain zygote
   install both sets at once (`WHOLE`).
 - `NO_NETWORK`: internet sockets, for a sandboxed run of an isolated network, which has no network to
-  use them on (`bootstrap.main`, the zygote's `Namespaced`).
+  use them on (`bootstrap.main`, the zygote's `Namespaced`); `PROXY_ONLY` in its place with egress
+  (RUNNER_EGRESS_ALLOW): IPv4 sockets, for the server's proxy on the run's loopback, and no IPv6.
 
 clone3(2) fails with ENOSYS (its flags are in memory a filter cannot read): glibc then falls back to
 clone(2), whose flags it can. Every system call of another ABI (i386 or x32 on x86_64) is refused.
@@ -132,10 +133,11 @@ REFUSE, NO_SUCH_CALL, NO_NEW_USER_NAMESPACE, NO_USER_NAMESPACE_TO_ENTER = (
     "no new user namespace",
     "no user namespace to enter",
 )
-IGNORE_BUFFER_SIZES, NO_USERFAULTFD_DEVICE, NO_INTERNET = (
+IGNORE_BUFFER_SIZES, NO_USERFAULTFD_DEVICE, NO_INTERNET, NO_INTERNET_BUT_IPV4 = (
     "ignore socket buffer sizes",
     "no userfaultfd device",
     "no internet",
+    "no internet but ipv4",
 )
 EVERY_PROCESS = {
     **dict.fromkeys(("add_key", "request_key", "keyctl"), REFUSE),
@@ -177,6 +179,10 @@ WHOLE = {**EVERY_PROCESS, **AFTER_SET_UP}  # setns refused whatever it enters
 # socket (in bubblewrap's sandbox only its own loopback), and a TCP socket's buffers grow by themselves
 # to tcp_rmem and tcp_wmem, megabytes each, outside every limit of the run.
 NO_NETWORK = {"socket": NO_INTERNET}
+# Egress (RUNNER_EGRESS_ALLOW): the same namespace, whose loopback holds the server's proxy, reached over
+# IPv4 (127.0.0.1); IPv6 still refused. A TCP socket's buffers are bounded there by the run's cgroup
+# (`memory.kmem.tcp.limit_in_bytes` on v1; v2 counts them in `memory.max`).
+PROXY_ONLY = {"socket": NO_INTERNET_BUT_IPV4}
 
 Instruction = tuple[int, int, int, int]
 
@@ -201,6 +207,7 @@ def program(machine: str, rules: dict[str, str]) -> list[Instruction]:
         IGNORE_BUFFER_SIZES,
         NO_USERFAULTFD_DEVICE,
         NO_INTERNET,
+        NO_INTERNET_BUT_IPV4,
     )
     lines: list[tuple[Any, ...] | str] = [
         (LOAD, 0, 0, ARCH),
@@ -229,6 +236,9 @@ def program(machine: str, rules: dict[str, str]) -> list[Instruction]:
         "no internet",
         (LOAD, 0, 0, argument(0)),
         (JUMP_EQUAL, "refuse", 0, AF_INET),
+        (JUMP_EQUAL, "refuse", "allow", AF_INET6),
+        "no internet but ipv4",
+        (LOAD, 0, 0, argument(0)),
         (JUMP_EQUAL, "refuse", "allow", AF_INET6),
         "allow",
         (RETURN, 0, 0, RET_ALLOW),

@@ -249,6 +249,30 @@ ATOMIC_BYTES = 16 * 1024  # a frame this small is written in one write, which no
 _CALL_ID_CHARACTERS = frozenset(b"0123456789.")
 
 
+# Egress (RUNNER_EGRESS_ALLOW): the message that hands the server the proxy's listening socket, made in
+# the run's own network namespace before its ready line (`hand_over_listener`, `Child.take_listener`).
+LISTENER_MESSAGE = b"egress-listener"
+
+
+def hand_over_listener(port: int, fd: int = CODE_FD) -> None:
+    """Before any code: listen on 127.0.0.1:`port` of this process's network namespace (its loopback, where
+    HTTP_PROXY points) and hand the socket to the server over the job socket `fd`; this process keeps no
+    copy. The server accepts on it: each connection the run makes there is the proxy's."""
+    import socket
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.bind(("127.0.0.1", port))
+        listener.listen(64)
+        channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
+        try:
+            socket.send_fds(channel, [LISTENER_MESSAGE], [listener.fileno()])
+        finally:
+            channel.detach()
+    finally:
+        listener.close()
+
+
 def frame_tool(body: bytes, call_id: bytes) -> bytes:
     """A tool call's frame, run to server."""
     return TOOL_HEAD + b" %d %s\n" % (len(body), call_id) + body

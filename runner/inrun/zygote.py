@@ -84,9 +84,11 @@ SIBLINGS = (wire, workdir, figures, harvest, images, keeper)
 DROP_PRIVILEGES = libc.privilege_dropper(bounding_set=False)
 # And refuses what only its set-up needed (mount, setns), and in a network namespace of its own the
 # internet sockets it has no network for: on top of the zygote's own filter. By: has it that namespace?
+# With egress (RUNNER_EGRESS_ALLOW), IPv4 sockets stay, for the server's proxy on the run's loopback.
 SET_UP_DONE = {
     False: seccomp.Filter(seccomp.AFTER_SET_UP),
     True: seccomp.Filter({**seccomp.AFTER_SET_UP, **seccomp.NO_NETWORK}),
+    "egress": seccomp.Filter({**seccomp.AFTER_SET_UP, **seccomp.PROXY_ONLY}),
 }
 
 
@@ -151,7 +153,12 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
         _home_for_runs()
         # The inits are forked from this zygote too: what it maps counts for them as for its runs.
         spaces = pidspaces.PidSpaces(
-            run_limits, isolation.spaces, isolation.uids, isolation.cgroups, network=isolation.network
+            run_limits,
+            isolation.spaces,
+            isolation.uids,
+            isolation.cgroups,
+            network=isolation.network,
+            egress=bool(isolation.egress_port),
         )
         namespaced = (isolation, spaces)
     limits = run_limits
@@ -334,12 +341,16 @@ def _forked_run(
         for target, fd in enumerate(theirs):
             os.dup2(fd, target)
         if isolation is not None:
+            if isolation.egress_port:
+                # Still privileged: the port is below any a run could take first, and the socket is the
+                # server's before the run's code exists.
+                wire.hand_over_listener(isolation.egress_port)
             namespaces.name_host()
             namespaces.make_private_view(isolation)
             if uid is not None:
                 bootstrap.give_home(workdir, uid)
             DROP_PRIVILEGES(uid)
-            SET_UP_DONE[isolation.network].install()
+            SET_UP_DONE["egress" if isolation.egress_port else isolation.network].install()
             namespaces.require_no_privileges()  # fail closed: the dropping ignores what fails
         _ready_and_run_code(workdir, limits, () if isolation is None else isolation.tmpfs, isolation is not None)
     except BaseException:
@@ -437,7 +448,12 @@ def probe(isolation: namespaces.Isolation) -> int:
     _home_for_runs()
     bootstrap.prepare_process(libc, seccomp.Filter(seccomp.EVERY_PROCESS), namespaced_zygote=True)
     spaces = pidspaces.PidSpaces(
-        PROBE_LIMITS, isolation.spaces, isolation.uids, isolation.cgroups, network=isolation.network
+        PROBE_LIMITS,
+        isolation.spaces,
+        isolation.uids,
+        isolation.cgroups,
+        network=isolation.network,
+        egress=bool(isolation.egress_port),
     )
     try:
         spaces.prepare()
@@ -466,6 +482,16 @@ def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
     stdin, stdout, stderr, code = ours
     os.close(stdin)
     ready = os.read(stdout, 256)
+    unhanded = ""
+    if namespaced[0].egress_port and wire.parse_ready(ready) is not None:
+        # The listener a run hands the server (`wire.hand_over_listener`): taken and closed here, so that
+        # the namespace is as made again when its init looks.
+        with socket.socket(fileno=os.dup(code)) as channel:
+            said, held, _, _ = socket.recv_fds(channel, 64, 1)
+        for fd in held:
+            os.close(fd)
+        if said != wire.LISTENER_MESSAGE or len(held) != 1:
+            unhanded = "a run with egress did not hand over its proxy's listener"
     if wire.parse_ready(ready) is not None:
         uids = namespaced[0].uids
         lent = b"assert os.getuid() in %r, os.getuid()\n" % (uids,) if uids else b""
@@ -486,7 +512,7 @@ def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
     spaces.clean(run.space)
     answer = os.read(run.space.replies, 1) if bootstrap.readable([run.space.replies], 5) else b""
     spaces.finished(run.space, answer)
-    return "" if answer == pidspaces.CLEAN else f"the PID namespace's init answered {answer!r}"
+    return unhanded or ("" if answer == pidspaces.CLEAN else f"the PID namespace's init answered {answer!r}")
 
 
 if __name__ == "__main__":

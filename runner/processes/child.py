@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from runner.inrun.cgroups import RunCgroup
+from runner.inrun.wire import LISTENER_MESSAGE
 from runner.processes.isolation import exit_code_of_sandboxed
 
 POLL_INTERVAL = 0.005
@@ -51,6 +52,9 @@ class Child:
     # a zygote made it and reported them (`ForkedChild`).
     cgroup: RunCgroup | None = None
     oom_kills: int = 0
+    # Egress (RUNNER_EGRESS_ALLOW): the listening socket on the run's loopback it handed over before its
+    # ready line (`receive_listener`), until its run's proxy takes it (`take_listener`).
+    egress_listener: socket.socket | None = None
     _open: set[int] = field(default_factory=set)
     # A session's anchor whose zygote watches its cgroup: set at each OOM in it the zygote tells.
     _oom_noticed: anyio.Event = field(default_factory=anyio.Event)
@@ -109,6 +113,43 @@ class Child:
         for fd in list(self._open):
             if fd != self.pidfd:
                 self.close_fd(fd)
+        if self.egress_listener is not None:
+            self.egress_listener.close()
+            self.egress_listener = None
+
+    def receive_listener(self) -> None:
+        """Take the egress proxy's listener the interpreter handed over on its job socket before it said it
+        was ready (`wire.hand_over_listener`); OSError, and nothing kept, unless it is one: a listening TCP
+        socket over IPv4."""
+        end = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, self.code)
+        try:
+            said, fds, _, _ = socket.recv_fds(end, len(LISTENER_MESSAGE), 2, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            said, fds = b"", []
+        finally:
+            end.detach()
+        received = [socket.socket(fileno=fd) for fd in fds]
+        listener = received[0] if said == LISTENER_MESSAGE and len(received) == 1 else None
+        if (
+            listener is None
+            or listener.family != socket.AF_INET
+            or listener.type != socket.SOCK_STREAM
+            or not listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        ):
+            for one in received:
+                one.close()
+            raise OSError("the interpreter did not hand over the egress proxy's listener")
+        self.egress_listener = listener
+
+    def take_listener(self) -> socket.socket | None:
+        """The egress listener, for one run's proxy to serve (and close): it is no longer this handle's."""
+        listener, self.egress_listener = self.egress_listener, None
+        return listener
+
+    def listener_for_run(self) -> socket.socket | None:
+        """What this run's egress proxy serves and then closes: the interpreter's own listener, taken (a
+        session's call: its anchor's, shared, `KeptCall`)."""
+        return self.take_listener()
 
     def free_early(self) -> None:
         """What can go at once of a run that told its own end, before it is reaped: its pipes, and its

@@ -33,7 +33,7 @@ from runner.processes.cgroups import CgroupPlan, Parent
 from runner.processes.child import REAP_TIMEOUT, STARTUP_TIMEOUT, Child, maxrss_bytes
 from runner.processes.isolation import ZYGOTE, interpreter_argv
 from runner.processes.limits import Limits
-from runner.processes.spawn import package_environment, spawn_in_new_session
+from runner.processes.spawn import run_environment, spawn_in_new_session
 
 MAX_MESSAGE = 8192
 # Importing numpy, pandas and pyplot takes 1-2 s on an idle machine, many times that on a busy one.
@@ -327,7 +327,7 @@ def _spawn_zygote(
     config: Config, base_dir: str, limits: Limits, zygote_args: tuple[str, ...], preload: tuple[str, ...]
 ) -> tuple[int, socket.socket]:
     """Start the zygote like a run interpreter, with its end of a socket pair on fd 3."""
-    environment = package_environment(config) | ({PRELOAD_VARIABLE: ",".join(preload)} if preload else {})
+    environment = run_environment(config) | ({PRELOAD_VARIABLE: ",".join(preload)} if preload else {})
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     argv = [*interpreter_argv(config.python), ZYGOTE, base_dir, *limits.argv(), *zygote_args]
     null = os.open(os.devnull, os.O_RDONLY)

@@ -34,7 +34,16 @@ from runner.inrun.cgroups import tokens
 # The run's directory, and /run's size (sockets and pid files, if anything: without a size it would be
 # a tmpfs of half the host's memory, bubblewrap's default, outside every limit of the run): the same in
 # both sandboxes.
-from runner.inrun.namespaces import BIND_PREFIX, HIDE_PREFIX, PROC_COVERED, RUN_BYTES, SPACES_OPTION, WORKDIR, within
+from runner.inrun.namespaces import (
+    BIND_PREFIX,
+    EGRESS_OPTION,
+    HIDE_PREFIX,
+    PROC_COVERED,
+    RUN_BYTES,
+    SPACES_OPTION,
+    WORKDIR,
+    within,
+)
 from runner.processes.cgroups import CgroupPlan, plan_cgroups
 
 # A bwrap run's own tmpfs mounts (bwrap_argv), whose pages its peak memory counts (harvest.ended).
@@ -72,6 +81,9 @@ class IsolationPlan:
     wrapper: tuple[str, ...] = ()
     zygote_args: tuple[str, ...] = ()
     network: SandboxNetwork = "shared"  # a wrapped run's: "isolated", a network namespace of its own
+    # Egress (RUNNER_EGRESS_ALLOW): the port each run listens on, on its own loopback, and hands to the
+    # server's proxy before its code (`wire.hand_over_listener`); 0: runs have no network at all.
+    egress_port: int = 0
     preload: tuple[str, ...] = ()
     # Each run is lent a host uid of its own (RUNNER_SANDBOX_UIDS, `identity`): a root server's
     # sandboxed runs. Otherwise runs keep the server's uid: it has no other to give.
@@ -124,7 +136,10 @@ class IsolationPlan:
     def run_args(self) -> tuple[str, ...]:
         """The spawned interpreter's last arguments in a wrapper: its own tmpfs mounts, and its network
         (`bootstrap.main`). The zygote knows its runs' itself."""
-        return (":".join(BWRAP_TMPFS), self.network) if self.wrapper else ()
+        if not self.wrapper:
+            return ()
+        egress = (f"{EGRESS_OPTION}{self.egress_port}",) if self.egress_port else ()
+        return (":".join(BWRAP_TMPFS), self.network, *egress)
 
     @property
     def identity(self) -> str:
@@ -263,7 +278,17 @@ def namespace_args(isolation: IsolationConfig) -> tuple[str, ...]:
     binds = (BIND_PREFIX + path for path in view_binds(isolation))
     spaces = f"{SPACES_OPTION}{kept_pid_namespaces(isolation)}"
     network = isolation.sandbox_network
-    return ("namespaces", str(isolation.sandbox_tmp_mb * MIB), network, *_bound_back(isolation), *hide, *binds, spaces)
+    egress = (f"{EGRESS_OPTION}{isolation.egress_port}",) if isolation.egress_port else ()
+    return (
+        "namespaces",
+        str(isolation.sandbox_tmp_mb * MIB),
+        network,
+        *_bound_back(isolation),
+        *hide,
+        *binds,
+        spaces,
+        *egress,
+    )
 
 
 def kept_pid_namespaces(isolation: IsolationConfig) -> int:
@@ -379,6 +404,7 @@ def plan_isolation(config: Config) -> IsolationPlan:
                 "namespaces",
                 reason,
                 zygote_args=args,
+                egress_port=isolation.egress_port,
                 preload=preload,
                 uid_per_run=lends,
                 cgroups=cgroups,
@@ -402,6 +428,7 @@ def plan_isolation(config: Config) -> IsolationPlan:
             why,
             argv,
             network=network,
+            egress_port=isolation.egress_port,
             uid_per_run=lends,
             cgroups=cgroups,
             cgroup_reason=cgroup_reason,
@@ -409,6 +436,13 @@ def plan_isolation(config: Config) -> IsolationPlan:
     if isolation.sandbox == "bwrap":
         raise Unavailable("RUNNER_SANDBOX", f"bwrap was asked for but cannot be used: {problem}")
     problems.append(f"bubblewrap: {problem}")
+    if isolation.egress_port:
+        raise Unavailable(
+            "RUNNER_EGRESS_ALLOW",
+            "needs a sandbox to enforce it, and RUNNER_SANDBOX=auto found none that works here ("
+            + "; ".join(problems)
+            + "): runs would have the server's whole network. Make one work, or leave RUNNER_EGRESS_ALLOW empty",
+        )
     reason = "RUNNER_SANDBOX=auto fell back to rlimits only: " + "; ".join(problems)
     return IsolationPlan("none", reason, preload=preload, cgroup_reason="no sandbox")
 

@@ -52,6 +52,13 @@ class KeptCall(ForkedChild):
         if self.report is None and self.anchor is not None:
             self.anchor.kill_call()
 
+    def listener_for_run(self) -> socket.socket | None:
+        """The session's egress listener, its anchor's, which stays for the calls after: a duplicate
+        for this call's proxy to serve and close (what the call leaves in its backlog, the next call's
+        proxy serves)."""
+        held = self.anchor.anchor.egress_listener if self.anchor is not None else None
+        return held.dup() if held is not None else None
+
 
 class SessionKeeper:
     """One session's anchor, as the server drives it: `call`, then `verdict`, one call at a time."""

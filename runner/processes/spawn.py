@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 
 from runner.config import Config
+from runner.config.egress import proxy_environment
 from runner.errors import SpawnError
 from runner.inrun.bootstrap import CGROUP_FDS
 from runner.inrun.cgroups import RunCgroup
@@ -74,6 +75,12 @@ def minimal_environment(workdir: str) -> dict[str, str]:
         # No display: figures are drawn to PNG (and come back as images, `figures`).
         "MPLBACKEND": "Agg",
     }
+
+
+def run_environment(config: Config) -> dict[str, str]:
+    """What runs find in their environment beside `minimal_environment`: their packages
+    (`package_environment`) and, with egress (RUNNER_EGRESS_ALLOW), the proxy on their loopback."""
+    return package_environment(config) | (proxy_environment() if config.egress_allow else {})
 
 
 def package_environment(config: Config) -> dict[str, str]:
@@ -189,7 +196,7 @@ class SpawnSource:
         self._plan = (
             dataclasses.replace(plan, wrapper=_with_etc(plan.wrapper, base_dir, runs)) if plan.wrapper else plan
         )
-        self._extra = package_environment(config)
+        self._extra = run_environment(config)
         self._uids = UidLender(uids) if uids is not None and plan.wrapper else None
 
     async def start(self) -> Child:

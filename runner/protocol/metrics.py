@@ -67,6 +67,19 @@ class Metrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
+        self._egress_refusals = Counter(
+            "runner_egress_refusals",
+            "Requests runs made through the egress proxy that it refused, by reason (not_listed, address, "
+            "malformed, unreachable, busy, budget)",
+            ["reason"],
+            registry=r,
+        )
+        self._egress_bytes = Counter(
+            "runner_egress_bytes",
+            "Bytes runs received (in) and sent (out) through the egress proxy",
+            ["direction"],
+            registry=r,
+        )
         self._restarts_seen = 0
         self._sessions_seen = SessionsState()
         self._session_counts = {
@@ -108,6 +121,12 @@ class Metrics:
         """Count one brokered tool call (code mode)."""
         self._tool_calls.labels(server=server, tool=tool, status=status).inc()
         self._tool_duration.labels(server=server).observe(seconds)
+
+    def egress_refused(self, reason: str) -> None:
+        self._egress_refusals.labels(reason=reason).inc()
+
+    def egress_bytes(self, direction: str, count: int) -> None:
+        self._egress_bytes.labels(direction=direction).inc(count)
 
     async def refresh(self) -> None:
         """The pool's gauges from its state now (the sessions' memory as of its last measurement)."""

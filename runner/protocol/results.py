@@ -153,6 +153,17 @@ def structured_result(result: RunResult) -> dict[str, Any]:
     }
     if result.note:
         content["note"] = result.note
+    if result.network:
+        content["network"] = [
+            {
+                "host": use.host,
+                "port": use.port,
+                "bytes_in": use.bytes_in,
+                "bytes_out": use.bytes_out,
+                "allowed": use.allowed,
+            }
+            for use in result.network
+        ]
     if result.session is not None:
         content["session"] = result.session.handle
         content["rolled_back"] = not result.session.kept

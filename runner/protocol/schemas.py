@@ -176,6 +176,21 @@ def output_schema() -> dict[str, Any]:
                     "the wheelhouse has it and what it offers."
                 ),
             },
+            "network": {
+                "type": "array",
+                "description": (
+                    "Only when the run used the network (RUNNER_EGRESS_ALLOW): each host and port it asked the "
+                    "server's proxy for, the bytes it received from there and sent there, and whether it was "
+                    "allowed (a refused one has 0 bytes)."
+                ),
+                "items": _object(
+                    host={"type": "string"},
+                    port={"type": "integer", "minimum": 1, "maximum": 65535},
+                    bytes_in=count,
+                    bytes_out=count,
+                    allowed={"type": "boolean"},
+                ),
+            },
             "session": {
                 "type": "string",
                 "description": "The session's handle (only in a session's call): pass it as `session` to go on.",

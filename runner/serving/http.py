@@ -84,6 +84,7 @@ async def serve_http(
 ) -> None:
     """Serve Streamable HTTP until a signal; runs in flight then get RUNNER_SHUTDOWN_GRACE seconds.
     `tools`: the downstream servers runs may call (code mode), each worker with its own connections."""
+    from runner.egress.proxy import EgressProxy
     from runner.execution.admission import fair_share
     from runner.execution.pool import Pool
     from runner.protocol.handlers import build_server
@@ -93,17 +94,20 @@ async def serve_http(
     from runner.transports.http import HttpServer, caller_of, http_app, name_header_of
 
     logger = get_logger()
+    egress = EgressProxy(config.egress, logger) if config.egress_allow else None
     pool_config, http = config.pool, config.http
     share = fair_share(pool_config.max_concurrent, len(tokens.names) if tokens else 0, http.max_concurrent_per_token)
     async with (
         Broker.maybe_opened(tools, config.tools, logger) as broker,
-        Pool.open(config, logger, reap_strays=True, plan=plan, caller_share=share, tools=broker) as pool,
+        Pool.open(config, logger, reap_strays=True, plan=plan, caller_share=share, tools=broker, egress=egress) as pool,
         Tasks.opened(config.tasks, logger) as tasks,
         anyio.create_task_group() as tg,
     ):
         metrics = Metrics(pool.measured_state, pool_config.max_concurrent, pool_config.pool_size)
         if broker is not None:
             broker.observe = metrics.tool_call
+        if egress is not None:
+            egress.on_refused, egress.on_bytes = metrics.egress_refused, metrics.egress_bytes
         server = build_server(
             config,
             pool,

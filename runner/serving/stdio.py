@@ -20,6 +20,7 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
     """Serve one stdio session; every run and pooled interpreter is gone when this returns. `tools`:
     the downstream servers runs may call (code mode)."""
     # Imported here so a configuration error is reported before the SDK's ~0.7 s import.
+    from runner.egress.proxy import EgressProxy
     from runner.execution.pool import Pool
     from runner.protocol.handlers import build_server
     from runner.protocol.tasks import Tasks
@@ -27,9 +28,10 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
     from runner.transports.stdio import stdio_transport
 
     logger = get_logger()
+    egress = EgressProxy(config.egress, logger) if config.egress_allow else None
     async with (
         Broker.maybe_opened(tools, config.tools, logger) as broker,
-        Pool.open(config, logger, reap_strays=True, plan=plan, tools=broker) as pool,
+        Pool.open(config, logger, reap_strays=True, plan=plan, tools=broker, egress=egress) as pool,
         Tasks.opened(config.tasks, logger) as tasks,
         anyio.create_task_group() as tg,
     ):

@@ -121,6 +121,10 @@ def test_v1_limits_set_memsw_after_the_memory_limit_it_may_not_be_below() -> Non
     assert names.index("memory.limit_in_bytes") < names.index("memory.memsw.limit_in_bytes")
 
 
+def test_v1_limits_bound_the_runs_tcp_buffers_by_its_memory_limit() -> None:
+    assert ("memory.kmem.tcp.limit_in_bytes", str(1 << 28)) in limit_writes(1, 32, 1 << 28)
+
+
 def test_the_zygotes_tokens_round_trip_whatever_their_position() -> None:
     writes = limit_writes(1, 32, 1 << 28)
     made = tokens(["/sys/fs/cgroup/memory/p", "/sys/fs/cgroup/pids/p"], writes)
