@@ -1,0 +1,292 @@
+"""Egress end to end: a real server over stdio with the official client, RUNNER_EGRESS_ALLOW set, runs in
+each sandboxed mode, and real upstreams on 127.0.0.2 (HTTP, and HTTPS with a CA the test makes and hands
+the run in its code). A run reaches what is listed through its proxy, as urllib and pandas do it, and
+nothing else leaves it: not a direct connection, not a datagram, not a name lookup."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.code_mode import run, stdio_session
+from tests.conftest import REPO
+from tests.egress import UPSTREAM_HOST, Authority, make_authority, upstream
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+MODES = ["namespaces", "bwrap"]
+
+REACH = """
+import os, socket, ssl, urllib.request, urllib.error
+ca = os.path.join(os.environ["HOME"], "ca.pem")
+with open(ca, "w") as f:
+    f.write({ca!r})
+print("proxy", os.environ["HTTPS_PROXY"], os.environ["http_proxy"])
+print("http", urllib.request.urlopen("http://{host}:{port}/plain", timeout=20).read())
+context = ssl.create_default_context(cafile=ca)
+print("https", urllib.request.urlopen("https://{host}:{tls}/secure", timeout=20, context=context).read())
+for url in ("http://example.com/", "http://{host}:{closed}/"):
+    try:
+        urllib.request.urlopen(url, timeout=20)
+    except urllib.error.HTTPError as error:
+        print("refused", error.code, error.read().decode().strip())
+try:
+    socket.create_connection(("{host}", {port}), timeout=5)
+except OSError as error:
+    print("direct", error.errno)
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    udp.sendto(b"escaped", ("{host}", {udp}))
+except OSError as error:
+    print("udp", error.errno)
+try:
+    socket.getaddrinfo("pypi.org", 443)
+except OSError as error:
+    print("dns", type(error).__name__)
+try:
+    socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+except OSError as error:
+    print("inet6", error.errno)
+"""
+
+
+@pytest.fixture(scope="module")
+def authority(tmp_path_factory: pytest.TempPathFactory) -> Authority:
+    return make_authority(tmp_path_factory.mktemp("ca"))
+
+
+@contextlib.contextmanager
+def datagrams() -> Iterator[tuple[int, list[bytes]]]:
+    """A UDP socket on 127.0.0.2 and what reaches it."""
+    got: list[bytes] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind((UPSTREAM_HOST, 0))
+        sock.settimeout(0.2)
+        stop = threading.Event()
+
+        def listen() -> None:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    got.append(sock.recv(100))
+
+        thread = threading.Thread(target=listen, daemon=True)
+        thread.start()
+        try:
+            yield sock.getsockname()[1], got
+        finally:
+            stop.set()
+            thread.join(5)
+
+
+def server_log(tmp_path: Path) -> Path:
+    return tmp_path / "server.log"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_run_reaches_the_listed_hosts_through_its_proxy_and_nothing_else_leaves_it(
+    mode: str, work_dir: Path, tmp_path: Path, authority: Authority
+) -> None:
+    with upstream() as port, upstream(authority) as tls, datagrams() as (udp, arrived):
+        closed = port + 1 if port < 65535 else port - 1
+        code = REACH.format(
+            ca=authority.ca_file.read_text(), host=UPSTREAM_HOST, port=port, tls=tls, closed=closed, udp=udp
+        )
+        allow = f"{UPSTREAM_HOST}:{port},{UPSTREAM_HOST}:{tls}"
+        with open(server_log(tmp_path), "w") as log:
+            async with stdio_session(work_dir, log, RUNNER_SANDBOX=mode, RUNNER_EGRESS_ALLOW=allow) as client:
+                result = await client.call_tool("run_python", {"code": code, "timeout": 60})
+        await anyio.sleep(0.5)  # a datagram that got out would be here by now
+        structured: dict[str, Any] = result.structured_content or {}
+    assert structured["status"] == "ok", structured
+    lines = structured["stdout"].splitlines()
+    assert lines[0] == "proxy http://127.0.0.1:3128 http://127.0.0.1:3128"
+    assert lines[1] == f"http b'hello from /plain via {UPSTREAM_HOST}:{port}'"
+    assert lines[2] == f"https b'hello from /secure via {UPSTREAM_HOST}:{tls}'"
+    assert lines[3] == "refused 403 python-runner-mcp: example.com:80 is not on RUNNER_EGRESS_ALLOW"
+    assert lines[4] == f"refused 403 python-runner-mcp: {UPSTREAM_HOST}:{closed} is not on RUNNER_EGRESS_ALLOW"
+    # 127.0.0.2 in the run is its own loopback's: nothing listens there.
+    assert lines[5] == "direct 111"
+    assert "dns gaierror" in lines
+    assert "inet6 1" in lines
+    assert arrived == [], "a datagram left the run"
+    network = {(use["host"], use["port"]): use for use in structured["network"]}
+    assert set(network) == {(UPSTREAM_HOST, port), (UPSTREAM_HOST, tls), ("example.com", 80), (UPSTREAM_HOST, closed)}
+    assert network[(UPSTREAM_HOST, port)]["allowed"]
+    assert network[(UPSTREAM_HOST, tls)]["bytes_in"] > 1000  # the TLS handshake and the answer
+    assert not network[("example.com", 80)]["allowed"]
+    assert network[("example.com", 80)]["bytes_in"] == network[("example.com", 80)]["bytes_out"] == 0
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert f"--- network: {UPSTREAM_HOST}:{port} (" in text
+    assert f", refused: example.com:80, {UPSTREAM_HOST}:{closed} ---" in text
+    log_text = server_log(tmp_path).read_text()
+    assert "egress refused host=example.com port=80 status=403 reason=" in log_text
+    assert f"request_id={structured['request_id']}" in log_text
+
+
+async def test_pandas_reads_a_csv_by_url_through_the_proxy(work_dir: Path, tmp_path: Path) -> None:
+    code = "import pandas as pd\nframe = pd.read_csv('http://{host}:{port}/table.csv')\nprint(frame.shape)\n"
+    with upstream() as port, open(server_log(tmp_path), "w") as log:
+        async with stdio_session(
+            work_dir,
+            log,
+            RUNNER_SANDBOX="namespaces",
+            RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}",
+            RUNNER_PACKAGES=str(REPO / ".sandbox-env"),
+        ) as client:
+            structured = await run(client, code.format(host=UPSTREAM_HOST, port=port), timeout=60)
+    assert structured["status"] == "ok", structured
+    assert structured["stdout"] == "(0, 1)\n"  # the upstream's answer, one line read as a header
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_byte_budget_cuts_a_run_off_and_counts_what_passed(mode: str, work_dir: Path, tmp_path: Path) -> None:
+    code = (
+        "import urllib.request\n"
+        "try:\n"
+        "    got = urllib.request.urlopen('http://{host}:{port}/big', timeout=20).read()\n"
+        "    print('whole', len(got))\n"
+        "except Exception as error:\n"
+        "    print('cut', type(error).__name__)\n"
+    )
+    with upstream() as port, open(server_log(tmp_path), "w") as log:
+        async with stdio_session(
+            work_dir,
+            log,
+            RUNNER_SANDBOX=mode,
+            RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}",
+            RUNNER_MAX_EGRESS_MB="1",
+        ) as client:
+            structured = await run(client, code.format(host=UPSTREAM_HOST, port=port), timeout=60)
+    assert structured["stdout"].startswith("cut "), structured
+    [use] = structured["network"]
+    assert 1024 * 1024 < use["bytes_in"] < 1024 * 1024 + 200_000
+    assert "egress budget spent" in server_log(tmp_path).read_text()
+
+
+async def test_a_killed_runs_connections_are_closed_with_it(work_dir: Path, tmp_path: Path) -> None:
+    ended = threading.Event()
+    with socket.socket() as upstream_socket:
+        upstream_socket.bind((UPSTREAM_HOST, 0))
+        upstream_socket.listen(4)
+        port = upstream_socket.getsockname()[1]
+
+        def hold() -> None:
+            connection, _ = upstream_socket.accept()
+            with connection:
+                connection.settimeout(60)
+                while connection.recv(100):
+                    pass
+            ended.set()
+
+        threading.Thread(target=hold, daemon=True).start()
+        code = (
+            "import socket, time\n"
+            "s = socket.create_connection(('127.0.0.1', 3128))\n"
+            f"s.sendall(b'CONNECT {UPSTREAM_HOST}:{port} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
+            "print(s.recv(100).split(b'\\r\\n')[0], flush=True)\n"
+            "time.sleep(60)\n"
+        )
+        with open(server_log(tmp_path), "w") as log:
+            async with stdio_session(
+                work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}"
+            ) as client:
+                structured = await run(client, code, timeout=3)
+        assert structured["status"] == "timeout", structured
+        assert structured["stdout"] == "b'HTTP/1.1 200 '\n"
+        assert await anyio.to_thread.run_sync(ended.wait, 10), "the upstream connection outlived the run"
+
+
+async def test_two_runs_at_once_each_count_their_own(work_dir: Path, tmp_path: Path) -> None:
+    code = "import urllib.request\nprint(len(urllib.request.urlopen('http://{host}:{port}/{path}', timeout=20).read()))"
+    with upstream() as port, open(server_log(tmp_path), "w") as log:
+        async with stdio_session(
+            work_dir,
+            log,
+            RUNNER_SANDBOX="namespaces",
+            RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}",
+            RUNNER_POOL_SIZE="2",
+        ) as client:
+            got: dict[str, dict[str, Any]] = {}
+
+            async def one(path: str) -> None:
+                got[path] = await run(client, code.format(host=UPSTREAM_HOST, port=port, path=path), timeout=60)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one, "big")
+                tg.start_soon(one, "small")
+    big, small = got["big"]["network"][0], got["small"]["network"][0]
+    assert big["bytes_in"] > 3 * 1024 * 1024 > 1000 > small["bytes_in"] > 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_each_call_of_a_session_reaches_the_network_and_counts_its_own(
+    mode: str, work_dir: Path, tmp_path: Path
+) -> None:
+    code = "import urllib.request\nprint(urllib.request.urlopen('http://{host}:{port}/{path}', timeout=20).read())"
+    with upstream() as port, open(server_log(tmp_path), "w") as log:
+        async with stdio_session(
+            work_dir, log, RUNNER_SANDBOX=mode, RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}"
+        ) as client:
+            first = await run(client, code.format(host=UPSTREAM_HOST, port=port, path="one"), session="new")
+            second = await run(
+                client, code.format(host=UPSTREAM_HOST, port=port, path="second"), session=first["session"]
+            )
+            third = await run(client, "print('quiet')", session=first["session"])
+    assert first["stdout"] == f"b'hello from /one via {UPSTREAM_HOST}:{port}'\n", first
+    assert second["stdout"] == f"b'hello from /second via {UPSTREAM_HOST}:{port}'\n", second
+    assert second["network"][0]["bytes_in"] > first["network"][0]["bytes_in"] > 0  # a longer answer, its own count
+    assert "network" not in third
+
+
+async def test_a_listed_name_that_resolves_to_loopback_is_refused_in_a_run(work_dir: Path, tmp_path: Path) -> None:
+    code = (
+        "import urllib.request, urllib.error\n"
+        "try:\n"
+        "    urllib.request.urlopen('http://localhost:{port}/', timeout=20)\n"
+        "except urllib.error.HTTPError as error:\n"
+        "    print(error.code, error.read().decode().strip())\n"
+    )
+    with upstream(host="127.0.0.1") as port, open(server_log(tmp_path), "w") as log:
+        async with stdio_session(
+            work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW="localhost:*"
+        ) as client:
+            structured = await run(client, code.format(port=port), timeout=60)
+    assert structured["stdout"] == (
+        "403 python-runner-mcp: localhost resolves to a loopback address (127.0.0.1), "
+        "which RUNNER_EGRESS_ALLOW does not list\n"
+    ) or structured["stdout"].startswith("403 python-runner-mcp: localhost resolves to a loopback address (::1)")
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ({"RUNNER_SANDBOX": "none"}, "cannot be enforced with RUNNER_SANDBOX=none"),
+        ({"RUNNER_EGRESS_ALLOW": "pypi.org,*"}, "entry '*': a wildcard stands only at the start"),
+    ],
+)
+def test_the_server_refuses_to_start_with_a_list_it_cannot_enforce_or_read(
+    setting: dict[str, str], said: str, work_dir: Path
+) -> None:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "RUNNER_WORK_DIR": str(work_dir),
+        "RUNNER_EGRESS_ALLOW": "pypi.org",
+        **setting,
+    }
+    ended = subprocess.run(
+        [sys.executable, "-m", "runner"], cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=60
+    )
+    assert ended.returncode == 2
+    [line] = ended.stderr.decode().strip().splitlines()
+    assert "RUNNER_EGRESS_ALLOW" in line
+    assert said in line
