@@ -1,14 +1,16 @@
 """RUNNER_EGRESS_ALLOW: the hosts a sandboxed run may reach through the server's proxy, read once at start
-into a frozen `EgressAllow` that the proxy asks (`allows`, `lists_address`).
+into a frozen `EgressAllow` that the proxy asks (`allows`, `refusal_of`).
 
 Each entry is ``HOST[:PORT]``: an exact name (``pypi.org``), a subdomain wildcard (``*.example.com``,
 which does not match ``example.com`` itself), an IP address or a CIDR (``127.0.0.2``, ``10.1.0.0/16``,
 ``[2001:db8::1]:443``); ``:PORT`` or ``:*``, and without one, 80 and 443. Names are compared in their
 IDNA (ASCII) form, lower case, so ``Bücher.example`` and ``xn--bcher-kva.example`` are one entry.
 
-A name on the list allows the name, not what it resolves to: the proxy connects only to public addresses
-of it (`refused_address`), unless that address itself is listed (`lists_address`). An address on the list
-is reached as asked, loopback or private included: the operator named it.
+A name on the list allows the name, not what it resolves to: the proxy connects only to its public
+addresses, or to one off the public internet (`special_block`: loopback, private, link-local, ...) that an
+entry lists from within that address's own block (`refusal_of`): ``127.0.0.2`` or ``10.1.0.0/16`` name such
+addresses on purpose; ``0.0.0.0/0`` names everything, so none of them. The unspecified address, which
+reaches the server's own loopback, is never reached.
 """
 
 from __future__ import annotations
@@ -85,12 +87,29 @@ class EgressAllow:
                 return True
         return False
 
-    def lists_address(self, address: Address, port: int) -> bool:
-        """Whether `address` (one a name resolved to) is itself on the list for `port`."""
-        return any(
-            entry.network is not None and entry.allows_port(port) and _unmapped(address) in entry.network
-            for entry in self.entries
-        )
+    def refusal_of(self, address: Address, port: int) -> str:
+        """Why the proxy may not connect to `address` on `port` ("" if it may): an address a listed name
+        resolved to, or one a run named that `allows` let through. A public address may be reached; one
+        off the public internet (`special_block`) only where an entry lists it from within its own block
+        (``127.0.0.2``, ``10.1.0.0/16``: not ``0.0.0.0/0``, which names everything and so nothing on
+        purpose); the unspecified address, which reaches the server's own loopback, never."""
+        address = _unmapped(address)
+        why, block = special_block(address)
+        if not why:
+            return ""
+        if block is None:
+            return why
+        for entry in self.entries:
+            network = entry.network
+            if (
+                network is not None
+                and entry.allows_port(port)
+                and network.version == block.version
+                and address in network
+                and network.subnet_of(block)  # type: ignore[arg-type]
+            ):
+                return ""
+        return why
 
 
 def host_form(host: str) -> str | None:
@@ -116,22 +135,67 @@ def host_form(host: str) -> str | None:
     return name
 
 
-def refused_address(address: Address) -> str:
-    """Why a name's address is not reached unless listed ("" if it may be): not on the public internet
-    (loopback, private, shared, link-local with the cloud metadata address, reserved, unspecified) or
-    multicast."""
+# The blocks off the public internet, each with why (RFC 6890 and its successors); an address in one is
+# reached only where an entry lists it from within its block (`EgressAllow.refusal_of`).
+_SPECIAL = tuple(
+    (ipaddress.ip_network(block), why)
+    for block, why in (
+        ("10.0.0.0/8", "a private address"),
+        ("100.64.0.0/10", "a shared (carrier NAT) address"),
+        ("127.0.0.0/8", "a loopback address"),
+        ("169.254.0.0/16", "a link-local address (cloud metadata lives there)"),
+        ("172.16.0.0/12", "a private address"),
+        ("192.0.0.0/24", "a reserved address"),
+        ("192.0.2.0/24", "a documentation address"),
+        ("192.88.99.0/24", "a reserved address"),
+        ("192.168.0.0/16", "a private address"),
+        ("198.18.0.0/15", "a benchmarking address"),
+        ("198.51.100.0/24", "a documentation address"),
+        ("203.0.113.0/24", "a documentation address"),
+        ("224.0.0.0/4", "a multicast address"),
+        ("240.0.0.0/4", "a reserved address"),
+        ("::1/128", "a loopback address"),
+        ("64:ff9b:1::/48", "a translated (NAT64) address"),
+        ("100::/64", "a discard address"),
+        ("2001::/23", "a reserved address"),
+        ("fc00::/7", "a private address"),
+        ("fe80::/10", "a link-local address"),
+        ("fec0::/10", "a site-local address"),
+        ("ff00::/8", "a multicast address"),
+    )
+)
+# IPv6 forms that carry an IPv4 address the packet ends up at: judged as that address.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_COMPATIBLE = ipaddress.ip_network("::/96")
+_UNSPECIFIED = (ipaddress.ip_network("0.0.0.0/8"), ipaddress.ip_network("::/128"))
+
+
+def special_block(address: Address) -> tuple[str, Network | None]:
+    """Why `address` is off the public internet and the block it is in ("", None if it is public); the
+    unspecified address with no block at all (it is never reached)."""
     address = _unmapped(address)
-    if address.is_loopback:
-        return "a loopback address"
-    if address.is_link_local:
-        return "a link-local address (cloud metadata lives there)"
-    if address.is_multicast:
-        return "a multicast address"
-    if address.is_unspecified:
-        return "the unspecified address"
-    if not address.is_global:
-        return "a private or reserved address"
-    return ""
+    if any(address.version == block.version and address in block for block in _UNSPECIFIED):
+        return "the unspecified address (this host)", None
+    if isinstance(address, ipaddress.IPv6Address):
+        carried = None
+        if address in _NAT64 or address in _COMPATIBLE:
+            carried = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        elif address.sixtofour is not None:
+            carried = address.sixtofour
+        if carried is not None:
+            why, _ = special_block(carried)
+            return (f"{why}, carried in an IPv6 one", _NAT64 if address in _NAT64 else None) if why else ("", None)
+    for block, why in _SPECIAL:
+        if address.version == block.version and address in block:
+            return why, block
+    if not address.is_global:  # one Python knows of and the table does not: only itself, listed, reaches it
+        return "a reserved address", ipaddress.ip_network(address)
+    return "", None
+
+
+def refused_address(address: Address) -> str:
+    """Why an address is off the public internet ("" if it is not): `special_block`'s reason."""
+    return special_block(address)[0]
 
 
 def _unmapped(address: Address) -> Address:

@@ -28,6 +28,7 @@ h11 (already here with httpx) does the HTTP parsing, which is the part worth not
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 from collections.abc import Callable
@@ -37,13 +38,18 @@ import anyio.abc
 import h11
 
 from runner.config import EgressAllow, EgressConfig
-from runner.egress.relay import Activity, Reach, Relay, watch_idle
+from runner.egress.relay import Activity, Reach, Relay, plain_answer, watch_idle
 from runner.egress.targets import Refusal
 from runner.logs import log_event
 from runner.outcome import NetworkUse
 
 MAX_CONNECTIONS = 16  # a run's connections through the proxy at once
-MAX_REACHES = 256  # host:port records kept per run; more are counted in the last
+MAX_REACHES = 256  # host:port records kept per run; more are counted together, as OTHER_HOSTS
+OTHER_HOSTS = "(other hosts)"
+MAX_REFUSALS_LOGGED = 20  # a run's refusals logged; the rest are counted (metrics) and in its result
+ACCEPT_PAUSE = 0.05
+# What ends a connection because a peer closed or broke its side, or spoke something h11 refuses.
+_GONE = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, h11.ProtocolError)
 REFUSAL_REASONS = ("not_listed", "address", "malformed", "unreachable", "busy", "budget")
 
 
@@ -76,6 +82,7 @@ class RunProxy:
         self._bytes = 0
         self._open = 0
         self._reaches: dict[tuple[str, int, bool], Reach] = {}
+        self._refusals = 0
         self._scope: anyio.CancelScope | None = None
 
     def reached(self) -> tuple[NetworkUse, ...]:
@@ -88,16 +95,21 @@ class RunProxy:
     async def serve(self, listener: socket.socket) -> None:
         """Accept the run's connections on `listener` (a listening TCP socket in the run's network namespace,
         which this takes) until cancelled, by the run's end or its budget; every connection is closed on
-        the way out."""
-        accepting = await anyio.abc.SocketListener.from_socket(listener)
+        the way out. Nothing a connection does ends this: each one's faults end that one alone."""
+        try:
+            accepting = await anyio.abc.SocketListener.from_socket(listener)
+        except BaseException:
+            listener.close()
+            raise
         async with accepting, anyio.create_task_group() as tg:
             self._scope = tg.cancel_scope
             while True:
                 try:
                     stream = await accepting.accept()
                 except OSError:
-                    # A connection reset before it was accepted (the run gave up on it): the next one.
-                    await anyio.lowlevel.checkpoint()
+                    # A connection reset before it was accepted, or no fd left for it (EMFILE): the next one,
+                    # after a pause that keeps a lasting error from spinning.
+                    await anyio.sleep(ACCEPT_PAUSE)
                     continue
                 if self._open >= MAX_CONNECTIONS:
                     tg.start_soon(self._busy, stream)
@@ -106,10 +118,10 @@ class RunProxy:
                     tg.start_soon(self._connection, stream)
 
     async def _busy(self, client: anyio.abc.SocketStream) -> None:
-        async with client:
-            self.refused(Refusal(503, f"this run has {MAX_CONNECTIONS} connections through the proxy open"), "busy")
-            with anyio.move_on_after(1):
-                await client.send(_answer(503, f"this run has {MAX_CONNECTIONS} connections open at once"))
+        self.refused(Refusal(503, f"this run has {MAX_CONNECTIONS} connections through the proxy open"), "busy")
+        with contextlib.suppress(Exception), anyio.move_on_after(1):
+            async with client:
+                await client.send(plain_answer(503, f"this run has {MAX_CONNECTIONS} connections open at once"))
 
     async def _connection(self, client: anyio.abc.SocketStream) -> None:
         activity = Activity()
@@ -117,10 +129,22 @@ class RunProxy:
             async with client, anyio.create_task_group() as tg:
                 # Idle: no byte read or written either way for IDLE_SECONDS, a send the run does not read included.
                 tg.start_soon(watch_idle, activity, tg.cancel_scope)
-                await Relay(self, self._proxy.allow).requests(client, activity)
+                try:
+                    await Relay(self, self._proxy.allow).requests(client, activity)
+                except anyio.get_cancelled_exc_class():
+                    raise
+                except _GONE:
+                    pass  # the run or the upstream closed or broke its side: nothing to answer
+                except Exception:  # a fault of ours with one connection: that connection ends, logged
+                    fields: dict[str, object] = {}
+                    self._proxy.log.warning(
+                        "egress connection failed",
+                        exc_info=True,
+                        extra={"request_id": self._request_id, "fields": fields},
+                    )
                 tg.cancel_scope.cancel()
-        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, h11.ProtocolError):
-            pass  # the run closed or broke its side: nothing to answer
+        except _GONE:
+            pass  # closing a socket the peer reset
         finally:
             self._open -= 1
 
@@ -128,6 +152,14 @@ class RunProxy:
         proxy = self._proxy
         if refusal.host and kind in ("not_listed", "address", "malformed"):
             self.reach(refusal.host, refusal.port, False)
+        if proxy.on_refused is not None:
+            proxy.on_refused(kind)
+        # A run may ask again and again: the first refusals are logged, the rest counted.
+        self._refusals += 1
+        if self._refusals > MAX_REFUSALS_LOGGED:
+            if self._refusals == MAX_REFUSALS_LOGGED + 1:
+                log_event(proxy.log, logging.WARNING, "egress refusals: no more logged for this run", self._request_id)
+            return
         log_event(
             proxy.log,
             logging.WARNING,
@@ -138,16 +170,19 @@ class RunProxy:
             status=refusal.status,
             reason=refusal.reason[:300],
         )
-        if proxy.on_refused is not None:
-            proxy.on_refused(kind)
 
     def reach(self, host: str, port: int, allowed: bool) -> Reach:
+        """The record of `host`:`port` (allowed or refused); past MAX_REACHES records, one record of the
+        rest, allowed or refused as they were."""
         key = (host, port, allowed)
         reach = self._reaches.get(key)
         if reach is None:
             if len(self._reaches) >= MAX_REACHES:
-                return next(reversed(self._reaches.values()))  # counted in the last one kept
-            reach = self._reaches[key] = Reach(host, port, allowed)
+                key = (OTHER_HOSTS, 0, allowed)
+                reach = self._reaches.get(key)
+                if reach is not None:
+                    return reach
+            reach = self._reaches[key] = Reach(*key)
         return reach
 
     def count(self, reach: Reach, bytes_in: int, bytes_out: int) -> None:
@@ -178,11 +213,3 @@ class RunProxy:
             if self._proxy.on_refused is not None:
                 self._proxy.on_refused("budget")
             self._scope.cancel()
-
-
-def _answer(status: int, reason: str) -> bytes:
-    body = f"python-runner-mcp: {reason}\n".encode()
-    return (
-        f"HTTP/1.1 {status} {'Service Unavailable' if status == 503 else 'Refused'}\r\n"
-        f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    ).encode() + body

@@ -15,7 +15,6 @@ import anyio.abc
 import h11
 
 from runner.config import EgressAllow
-from runner.config.egress import refused_address
 from runner.egress.targets import Refusal, Target, target_of, upstream_headers
 
 if TYPE_CHECKING:
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
 
 IDLE_SECONDS = 60.0  # a connection with no byte either way for this long is closed
 CONNECT_SECONDS = 10.0  # to resolve a name and connect to it
+HEAD_SECONDS = 15.0  # for a request's whole head to come
 MAX_HEAD = 16 * 1024  # a request's head
 MAX_RESPONSE_HEAD = 64 * 1024  # a response's (cookies make them larger)
 CHUNK = 64 * 1024
@@ -79,9 +79,22 @@ class Relay:
         """Each request of one connection, until it closes or is tunnelled."""
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         while True:
-            event = await self._next(conn, client, activity, None)
+            # A whole head within HEAD_SECONDS: a run trickling one byte at a time holds no slot for long.
+            with anyio.move_on_after(HEAD_SECONDS) as slow:
+                try:
+                    event = await self._next(conn, client, activity, None, strict=True)
+                except h11.RemoteProtocolError as exc:
+                    await self._refuse(
+                        conn, client, Refusal(400, f"not an HTTP request a proxy takes ({exc})"), "malformed"
+                    )
+                    return
+            if slow.cancelled_caught:
+                await self._refuse(
+                    conn, client, Refusal(408, f"no whole request within {HEAD_SECONDS:g} s"), "malformed"
+                )
+                return
             if not isinstance(event, h11.Request):
-                return  # closed, or a protocol error h11 raised
+                return  # closed
             decided = self._decide(event)
             if isinstance(decided, Refusal):
                 await self._refuse(conn, client, decided, "malformed" if decided.status == 400 else "not_listed")
@@ -113,37 +126,54 @@ class Relay:
         return target
 
     async def _open_upstream(self, target: Target) -> anyio.abc.SocketStream | Refusal:
-        """A connection to an address of `target` that may be reached, or why there is none."""
+        """A connection to an address of `target` that may be reached (each in turn, until one answers),
+        or why there is none."""
         host, port = target.host, target.port
+        failed: OSError | None = None
         try:
             with anyio.fail_after(CONNECT_SECONDS):
-                address = await self._address(target)
-                if isinstance(address, Refusal):
-                    return address
-                return await anyio.connect_tcp(address, port)
+                addresses = await self._addresses(target)
+                if isinstance(addresses, Refusal):
+                    return addresses
+                for address in addresses:
+                    try:
+                        return await anyio.connect_tcp(address, port)
+                    except OSError as exc:
+                        failed = exc
         except TimeoutError:
             return Refusal(504, f"{host}:{port} did not answer within {CONNECT_SECONDS:g} s", host, port)
-        except OSError as exc:
-            return Refusal(
-                502, f"{host}:{port} could not be reached ({exc.strerror or type(exc).__name__})", host, port
-            )
+        why = (failed.strerror or type(failed).__name__) if failed is not None else "no address"
+        return Refusal(502, f"{host}:{port} could not be reached ({why})", host, port)
 
-    async def _address(self, target: Target) -> str | Refusal:
+    async def _addresses(self, target: Target) -> list[str] | Refusal:
+        """The addresses of `target` the proxy may connect to: its own, for an address the list names (and
+        not one off the public internet unless listed from within its block), else what the name resolves
+        to here, less what is off the public internet and not so listed (DNS rebinding)."""
         host, port = target.host, target.port
         with contextlib.suppress(ValueError):
-            ipaddress.ip_address(host)
-            return host  # an address the list names itself (`EgressAllow.allows`)
+            why = self._allow.refusal_of(ipaddress.ip_address(host), port)
+            if why:
+                return Refusal(403, f"{host} is {why}, which RUNNER_EGRESS_ALLOW does not list on its own", host, port)
+            return [host]
         try:
             found = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
             return Refusal(502, f"{host} could not be resolved ({exc.strerror or exc})", host, port)
+        reachable: list[str] = []
         why = ""
         for _, _, _, _, sockaddr in found:
-            address = ipaddress.ip_address(str(sockaddr[0]).partition("%")[0])
-            refused = refused_address(address)
-            if not refused or self._allow.lists_address(address, port):
-                return str(address)
-            why = why or f"{refused} ({address})"
+            try:
+                address = ipaddress.ip_address(str(sockaddr[0]).partition("%")[0])
+            except ValueError:
+                continue
+            refused = self._allow.refusal_of(address, port)
+            if not refused:
+                if str(address) not in reachable:
+                    reachable.append(str(address))
+            else:
+                why = why or f"{refused} ({address})"
+        if reachable:
+            return reachable
         return Refusal(
             403, f"{host} resolves to {why or 'no address'}, which RUNNER_EGRESS_ALLOW does not list", host, port
         )
@@ -195,6 +225,9 @@ class Relay:
             h11.Request(method=request.method, target=target.path, headers=upstream_headers(list(request.headers)))
         )
         await upstream.send(sent)
+        if conn.they_are_waiting_for_100_continue:
+            # The body is sent on whatever the upstream would say: the run need not wait for it to ask.
+            await self._send(client, conn.send(h11.InformationalResponse(status_code=100, headers=[])), reach, activity)
         while True:  # the request's body, as the run sends it
             event = await self._next(conn, client, activity, reach)
             if isinstance(event, h11.Data):
@@ -220,14 +253,23 @@ class Relay:
                 return False
 
     async def _next(
-        self, conn: h11.Connection, stream: anyio.abc.SocketStream, activity: Activity, reach: Reach | None
+        self,
+        conn: h11.Connection,
+        stream: anyio.abc.SocketStream,
+        activity: Activity,
+        reach: Reach | None,
+        *,
+        strict: bool = False,
     ) -> h11.Event | None:
         """The next event of `conn`, reading `stream` as needed; None once it is closed or breaks the
-        protocol. What the run sends is counted as out when `reach` is given."""
+        protocol (`strict`: the error raised, for an answer that says why). What the run sends is counted
+        as out when `reach` is given."""
         while True:
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError:
+                if strict:
+                    raise
                 return None
             if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
                 return None  # PAUSED: the peer sent more than one message's worth where it should wait
@@ -252,21 +294,31 @@ class Relay:
             activity.touch()
 
     async def _refuse(self, conn: h11.Connection, client: anyio.abc.SocketStream, refusal: Refusal, kind: str) -> None:
+        """Count and log `refusal`, and answer it if no answer to this request has begun: through h11 once
+        it has the request, as plain bytes when the request never came whole (h11 then has none to answer)."""
         self._run.refused(refusal, kind)
-        if conn.our_state is not h11.SEND_RESPONSE:
-            return
-        body = f"python-runner-mcp: {refusal.reason}\n".encode()
-        headers = [
-            (b"content-type", b"text/plain"),
-            (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close"),
-        ]
-        with anyio.move_on_after(5), contextlib.suppress(OSError, anyio.BrokenResourceError, h11.LocalProtocolError):
-            await client.send(
-                conn.send(
-                    h11.Response(status_code=refusal.status, headers=headers, reason=REASONS.get(refusal.status, b""))
-                )
-                or b""
+        if conn.our_state is h11.SEND_RESPONSE:
+            body = f"python-runner-mcp: {refusal.reason}\n".encode()
+            headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+            response = h11.Response(
+                status_code=refusal.status,
+                headers=[*headers, (b"connection", b"close")],
+                reason=REASONS.get(refusal.status, b""),
             )
-            await client.send(conn.send(h11.Data(data=body)) or b"")
-            await client.send(conn.send(h11.EndOfMessage()) or b"")
+            parts = [conn.send(response), conn.send(h11.Data(data=body)), conn.send(h11.EndOfMessage())]
+            answer = b"".join(part or b"" for part in parts)
+        elif conn.our_state in (h11.IDLE, h11.ERROR) and conn.their_state is not h11.DONE:
+            answer = plain_answer(refusal.status, refusal.reason)
+        else:
+            return
+        with anyio.move_on_after(5), contextlib.suppress(OSError, anyio.BrokenResourceError):
+            await client.send(answer)
+
+
+def plain_answer(status: int, reason: str) -> bytes:
+    """A whole answer of `status` whose body is one line, `reason`, written without h11 (for a request it
+    never had whole, or a connection past the run's limit)."""
+    body = f"python-runner-mcp: {reason}\n".encode()
+    phrase = REASONS.get(status, b"Refused").decode()
+    head = f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+    return (head + "Connection: close\r\n\r\n").encode() + body

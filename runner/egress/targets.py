@@ -29,6 +29,10 @@ HOP_BY_HOP = frozenset(
 )
 
 
+# What `Connection` may not name away: the host, and the body's framing.
+FRAMING = frozenset((b"host", b"content-length", b"transfer-encoding"))
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where a request goes: `host` in `host_form`, its port, and for plain HTTP the origin-form target."""
@@ -82,13 +86,16 @@ def target_of(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) 
 
 
 def upstream_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """A plain request's headers as sent on: hop-by-hop ones and those `Connection` names left out,
-    `Connection: close` added. The body keeps its framing: `Content-Length` as it was, a chunked body
-    chunked again (h11 decodes it from the run and encodes it to the upstream)."""
+    """A plain request's headers as sent on: hop-by-hop ones and those `Connection` names left out (but
+    the host and the framing), `Expect` too (the proxy answers 100-continue itself), `Connection: close`
+    added. The body keeps its framing: `Content-Length` as it was, a chunked body chunked again (h11 decodes
+    it from the run and encodes it to the upstream; a `Content-Length` beside it is dropped, RFC 9112 6.3)."""
     named = {token.strip().lower() for name, value in headers if name == b"connection" for token in value.split(b",")}
-    kept = [(name, value) for name, value in headers if name not in HOP_BY_HOP and name not in named]
-    if any(name == b"transfer-encoding" for name, _ in headers):
-        kept.append((b"transfer-encoding", b"chunked"))  # h11 chunks the body again as it sends it
+    chunked = any(name == b"transfer-encoding" for name, _ in headers)
+    dropped = HOP_BY_HOP | (named - FRAMING) | {b"expect"} | ({b"content-length"} if chunked else set())
+    kept = [(name, value) for name, value in headers if name not in dropped]
+    if chunked:
+        kept.append((b"transfer-encoding", b"chunked"))
     kept.append((b"connection", b"close"))
     return kept
 

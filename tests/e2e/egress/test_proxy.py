@@ -265,3 +265,128 @@ async def test_two_runs_count_apart(serve: Any) -> None:
         await two.fetch(f"http://{UPSTREAM_HOST}:{port}/c")
     [first], [second] = one.reached(), two.reached()
     assert first.bytes_in > second.bytes_in > 0
+
+
+async def test_a_run_closing_mid_answer_ends_that_connection_alone(
+    serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with upstream() as port:
+        served = await serve(f"{UPSTREAM_HOST}:{port}")
+        for _ in range(3):  # each cut short: the proxy's task group and its other connections go on
+            client = await anyio.connect_tcp("127.0.0.1", served.port)
+            await client.send(
+                f"GET http://{UPSTREAM_HOST}:{port}/big HTTP/1.1\r\nHost: {UPSTREAM_HOST}:{port}\r\n\r\n".encode()
+            )
+            await client.receive(1000)
+            await client.aclose()
+        assert await served.fetch(f"http://{UPSTREAM_HOST}:{port}/after") == (
+            200,
+            f"hello from /after via {UPSTREAM_HOST}:{port}".encode(),
+        )
+    assert not [r for r in caplog.records if r.getMessage() == "egress connection failed"]
+
+
+async def test_a_request_h11_refuses_is_answered_400_and_counted(serve: Any) -> None:
+    served = await serve("pypi.org")
+    answer = await anyio.to_thread.run_sync(_raw, served.port, "GET http://pypi.org/ HTTP/1.1\r\n\r\n")  # no Host
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request")
+    assert b"not an HTTP request a proxy takes" in answer
+    assert served.counted.refused == ["malformed"]
+
+
+async def test_connection_may_not_name_the_host_or_the_framing_away(serve: Any) -> None:
+    with upstream() as port:
+        served = await serve(f"{UPSTREAM_HOST}:{port}")
+        request = (
+            f"POST http://{UPSTREAM_HOST}:{port}/p HTTP/1.1\r\nHost: {UPSTREAM_HOST}:{port}\r\n"
+            "Connection: host, content-length\r\nContent-Length: 5\r\n\r\nhello"
+        )
+        answer = await anyio.to_thread.run_sync(_raw, served.port, request)
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert answer.endswith(b"echo hello")
+
+
+async def test_expect_100_continue_is_answered_by_the_proxy(serve: Any) -> None:
+    with upstream() as port:
+        served = await serve(f"{UPSTREAM_HOST}:{port}")
+
+        def post() -> tuple[bytes, bytes]:
+            with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
+                sock.sendall(
+                    f"POST http://{UPSTREAM_HOST}:{port}/e HTTP/1.1\r\nHost: {UPSTREAM_HOST}:{port}\r\n"
+                    "Expect: 100-continue\r\nContent-Length: 4\r\n\r\n".encode()
+                )
+                interim = sock.recv(100)  # within the 10 s timeout, or the test fails
+                sock.sendall(b"body")
+                return interim, _read_response(sock)
+
+        interim, answer = await anyio.to_thread.run_sync(post)
+    assert interim.startswith(b"HTTP/1.1 100")
+    assert answer.endswith(b"echo body")
+
+
+async def test_an_idle_connection_is_closed(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("runner.egress.relay.IDLE_SECONDS", 0.5)
+    served = await serve("pypi.org")
+    client = await anyio.connect_tcp("127.0.0.1", served.port)
+    async with client:
+        with anyio.fail_after(10), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+            await client.receive()
+
+
+async def test_a_closed_connection_gives_its_slot_back(serve: Any) -> None:
+    with upstream() as port:
+        served = await serve(f"{UPSTREAM_HOST}:{port}")
+        for _ in range(2):
+            held = [await anyio.connect_tcp("127.0.0.1", served.port) for _ in range(MAX_CONNECTIONS)]
+            for stream in held:
+                await stream.aclose()
+            with anyio.fail_after(10):
+                while served.run._open:
+                    await anyio.sleep(0.01)
+        assert await served.fetch(f"http://{UPSTREAM_HOST}:{port}/x") == (
+            200,
+            f"hello from /x via {UPSTREAM_HOST}:{port}".encode(),
+        )
+    assert "busy" not in served.counted.refused
+
+
+@pytest.mark.parametrize(
+    "url", ["http://0.0.0.0:{port}/", "http://127.0.0.1:{port}/", "http://[::ffff:127.0.0.1]:{port}/"]
+)
+async def test_a_list_of_everything_reaches_no_address_off_the_public_internet(serve: Any, url: str) -> None:
+    with upstream(host="127.0.0.1") as port:
+        served = await serve("0.0.0.0/0:*", "[::/0]:*")
+        status, body = await served.fetch(url.format(port=port))
+    assert status == 403
+    assert b"RUNNER_EGRESS_ALLOW does not list on its own" in body
+
+
+async def test_a_connect_to_a_name_that_resolves_to_loopback_is_refused(serve: Any) -> None:
+    with upstream(host="127.0.0.1") as port:
+        served = await serve("localhost:*")
+        answer = await anyio.to_thread.run_sync(
+            _raw, served.port, f"CONNECT localhost:{port} HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+    assert answer.startswith(b"HTTP/1.1 403 Forbidden")
+    assert b"localhost resolves to a loopback address" in answer
+
+
+async def test_each_request_of_a_kept_alive_connection_is_checked_on_its_own(serve: Any) -> None:
+    with upstream() as port:
+        served = await serve(f"{UPSTREAM_HOST}:{port}")
+
+        def two() -> bytes:
+            with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
+                sock.sendall(
+                    f"GET http://{UPSTREAM_HOST}:{port}/a HTTP/1.1\r\nHost: {UPSTREAM_HOST}:{port}\r\n\r\n"
+                    "GET http://example.com/b HTTP/1.1\r\nHost: example.com\r\n\r\n".encode()
+                )
+                first = _read_response(sock)
+                return first + b"||" + _read_response(sock)
+
+        both = await anyio.to_thread.run_sync(two)
+    first, second = both.split(b"||")
+    assert first.endswith(f"hello from /a via {UPSTREAM_HOST}:{port}".encode())
+    assert second.startswith(b"HTTP/1.1 403")
+    assert b"example.com:80 is not on RUNNER_EGRESS_ALLOW" in second
