@@ -80,9 +80,13 @@ def make_authority(directory: Path) -> Authority:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    files: dict[str, tuple[str, bytes]] = {}  # noqa: RUF012  (a subclass per server sets its own)
 
     def do_GET(self) -> None:
-        if self.path == "/big":
+        if self.path in self.files:
+            kind, body = self.files[self.path]
+            self._reply(body, kind)
+        elif self.path == "/big":
             self._reply(b"x" * BIG)
         else:
             self._reply(f"hello from {self.path} via {self.headers.get('Host')}".encode())
@@ -98,9 +102,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         self._reply(b"echo " + body)
 
-    def _reply(self, body: bytes) -> None:
+    def _reply(self, body: bytes, kind: str = "text/plain") -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -110,9 +114,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def upstream(authority: Authority | None = None, host: str = UPSTREAM_HOST) -> Iterator[int]:
-    """A real HTTP (or, given `authority`, HTTPS) server on `host`, in a thread: its port."""
-    server = http.server.ThreadingHTTPServer((host, 0), _Handler)
+def upstream(
+    authority: Authority | None = None, host: str = UPSTREAM_HOST, files: dict[str, tuple[str, bytes]] | None = None
+) -> Iterator[int]:
+    """A real HTTP (or, given `authority`, HTTPS) server on `host`, in a thread: its port. It answers
+    `files` (path: content type and body) as given, and anything else with a line or a size."""
+    handler = type("Handler", (_Handler,), {"files": dict(files or {})})
+    server = http.server.ThreadingHTTPServer((host, 0), handler)
     server.daemon_threads = True
     if authority is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -144,3 +152,37 @@ def fetch(proxy: str, url: str, ca_file: Path | None = None, data: bytes | None 
         return 0, str(error).encode()
     except http.client.IncompleteRead as error:  # the connection closed mid-body
         return -1, error.partial
+
+
+def tiny_wheel(name: str = "tinypkg", version: str = "1.0") -> tuple[str, bytes]:
+    """A real, minimal wheel (a module, METADATA, WHEEL and RECORD): its file name and bytes."""
+    import base64
+    import hashlib
+    import io
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    members = {
+        f"{name}/__init__.py": b"VALUE = 42\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    lines = []
+    for path, data in members.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{path},sha256={digest},{len(data)}")
+    members[f"{info}/RECORD"] = ("\n".join([*lines, f"{info}/RECORD,,"]) + "\n").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        for path, data in members.items():
+            wheel.writestr(path, data)
+    return f"{name}-{version}-py3-none-any.whl", buffer.getvalue()
+
+
+def simple_index(name: str, wheel: str, data: bytes) -> dict[str, tuple[str, bytes]]:
+    """A PEP 503 simple index of one project with one wheel, its hash in the link, as `upstream` serves."""
+    import hashlib
+
+    link = f'<a href="/files/{wheel}#sha256={hashlib.sha256(data).hexdigest()}">{wheel}</a>'
+    page = f"<!DOCTYPE html><html><body>{link}</body></html>".encode()
+    return {f"/simple/{name}/": ("text/html", page), f"/files/{wheel}": ("application/octet-stream", data)}

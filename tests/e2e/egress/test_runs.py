@@ -16,11 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.code_mode import run, stdio_session
 from tests.conftest import REPO
-from tests.egress import UPSTREAM_HOST, Authority, make_authority, upstream
+from tests.egress import UPSTREAM_HOST, Authority, make_authority, simple_index, tiny_wheel, upstream
+from tests.http_server import http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -290,3 +294,56 @@ def test_the_server_refuses_to_start_with_a_list_it_cannot_enforce_or_read(
     [line] = ended.stderr.decode().strip().splitlines()
     assert "RUNNER_EGRESS_ALLOW" in line
     assert said in line
+
+
+async def test_pip_downloads_from_an_index_it_is_allowed_through_the_proxy(work_dir: Path, tmp_path: Path) -> None:
+    # pip as the interpreter bundles it (ensurepip's wheel, in the view with the interpreter's prefix).
+    wheel, data = tiny_wheel()
+    code = (
+        "import ensurepip, glob, os, subprocess, sys\n"
+        "pip = glob.glob(os.path.join(os.path.dirname(ensurepip.__file__), '_bundled', 'pip-*.whl'))[0]\n"
+        "done = subprocess.run([sys.executable, '-I', pip + '/pip', 'download', '--no-deps', '--no-cache-dir',\n"
+        "    '--disable-pip-version-check', '--index-url', 'http://{host}:{port}/simple/', 'tinypkg',\n"
+        "    '-d', os.path.join(os.environ['HOME'], 'got')], capture_output=True, text=True)\n"
+        "got = os.path.join(os.environ['HOME'], 'got')\n"
+        "print(done.returncode, sorted(os.listdir(got)) if done.returncode == 0 else done.stderr[-800:])\n"
+    )
+    with upstream(files=simple_index("tinypkg", wheel, data)) as port, open(server_log(tmp_path), "w") as log:
+        async with stdio_session(
+            work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}"
+        ) as client:
+            structured = await run(client, code.format(host=UPSTREAM_HOST, port=port), timeout=120)
+    assert structured["stdout"] == f"0 ['{wheel}']\n", structured
+    [use] = structured["network"]
+    assert use["bytes_in"] > len(data)
+
+
+async def test_metrics_count_refusals_by_reason_and_bytes_by_direction(work_dir: Path, tmp_path: Path) -> None:
+    code = (
+        "import urllib.request, urllib.error\n"
+        "print(len(urllib.request.urlopen('http://{host}:{port}/x', timeout=20).read()))\n"
+        "try:\n"
+        "    urllib.request.urlopen('http://example.com/', timeout=20)\n"
+        "except urllib.error.HTTPError as error:\n"
+        "    print(error.code)\n"
+    )
+    with (
+        upstream() as port,
+        http_server(
+            work_dir,
+            tmp_path / "server.log",
+            "--insecure-no-auth",
+            RUNNER_SANDBOX="namespaces",
+            RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}",
+        ) as server,
+    ):
+        async with (
+            httpx2.AsyncClient(timeout=httpx2.Timeout(60)) as http,
+            Client(streamable_http_client(server.url, http_client=http)) as client,  # type: ignore[arg-type]
+        ):
+            structured = await run(client, code.format(host=UPSTREAM_HOST, port=port), timeout=60)
+        scraped = httpx2.get(server.base + "/metrics", timeout=30).text
+    assert structured["stdout"].splitlines()[1] == "403", structured
+    assert 'runner_egress_refusals_total{reason="not_listed"} 1.0' in scraped
+    [received] = [line for line in scraped.splitlines() if line.startswith('runner_egress_bytes_total{direction="in"}')]
+    assert float(received.split()[-1]) == structured["network"][0]["bytes_in"]
