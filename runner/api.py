@@ -8,8 +8,10 @@ import secrets
 
 from runner.config import Config, load
 from runner.config.disk import open_environment
+from runner.egress.proxy import EgressProxy
 from runner.errors import ArgumentError
 from runner.execution.pool import Pool
+from runner.logs import get_logger
 from runner.outcome import RunRequest, RunResult, Status
 from runner.protocol.arguments import ArgumentParser
 
@@ -38,5 +40,7 @@ async def run_code(
         args = ArgumentParser(config).parse(arguments)
     except ArgumentError as exc:
         return RunResult(request_id, Status.INVALID_ARGUMENTS, str(exc))
-    async with Pool.open(config) as pool:
+    # With RUNNER_EGRESS_ALLOW, the run's listener is served by a proxy of this call's own.
+    egress = EgressProxy(config.egress, get_logger()) if config.egress_allow else None
+    async with Pool.open(config, egress=egress) as pool:
         return await pool.run(RunRequest(request_id, args.code, args.timeout, args.stdin, args.files))

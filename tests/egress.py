@@ -81,8 +81,10 @@ def make_authority(directory: Path) -> Authority:
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     files: dict[str, tuple[str, bytes]] = {}  # noqa: RUF012  (a subclass per server sets its own)
+    seen: list[str] = []  # noqa: RUF012  (likewise: the paths asked for, in order)
 
     def do_GET(self) -> None:
+        self.seen.append(self.path)
         if self.path in self.files:
             kind, body = self.files[self.path]
             self._reply(body, kind)
@@ -115,11 +117,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def upstream(
-    authority: Authority | None = None, host: str = UPSTREAM_HOST, files: dict[str, tuple[str, bytes]] | None = None
+    authority: Authority | None = None,
+    host: str = UPSTREAM_HOST,
+    files: dict[str, tuple[str, bytes]] | None = None,
+    seen: list[str] | None = None,
 ) -> Iterator[int]:
     """A real HTTP (or, given `authority`, HTTPS) server on `host`, in a thread: its port. It answers
-    `files` (path: content type and body) as given, and anything else with a line or a size."""
-    handler = type("Handler", (_Handler,), {"files": dict(files or {})})
+    `files` (path: content type and body) as given, and anything else with a line or a size; the paths
+    of GET requests go to `seen`."""
+    handler = type("Handler", (_Handler,), {"files": dict(files or {}), "seen": seen if seen is not None else []})
     server = http.server.ThreadingHTTPServer((host, 0), handler)
     server.daemon_threads = True
     if authority is not None:

@@ -94,28 +94,42 @@ class RunProxy:
 
     async def serve(self, listener: socket.socket) -> None:
         """Accept the run's connections on `listener` (a listening TCP socket in the run's network namespace,
-        which this takes) until cancelled, by the run's end or its budget; every connection is closed on
-        the way out. Nothing a connection does ends this: each one's faults end that one alone."""
+        which this takes) until the run's end cancels this; every connection is closed on the way out, and
+        past the budget, every connection and each new one at once. Nothing a connection does ends this:
+        each one's faults end that one alone."""
         try:
             accepting = await anyio.abc.SocketListener.from_socket(listener)
         except BaseException:
             listener.close()
             raise
-        async with accepting, anyio.create_task_group() as tg:
-            self._scope = tg.cancel_scope
+        async with accepting:
+            async with anyio.create_task_group() as tg:
+                self._scope = tg.cancel_scope
+                await self._accept(accepting, tg)
+            # The budget is spent (its scope cancelled): until the run ends, what it connects is closed
+            # at once, not left waiting.
             while True:
                 try:
                     stream = await accepting.accept()
                 except OSError:
-                    # A connection reset before it was accepted, or no fd left for it (EMFILE): the next one,
-                    # after a pause that keeps a lasting error from spinning.
                     await anyio.sleep(ACCEPT_PAUSE)
                     continue
-                if self._open >= MAX_CONNECTIONS:
-                    tg.start_soon(self._busy, stream)
-                else:
-                    self._open += 1
-                    tg.start_soon(self._connection, stream)
+                await stream.aclose()
+
+    async def _accept(self, accepting: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup) -> None:
+        while True:
+            try:
+                stream = await accepting.accept()
+            except OSError:
+                # A connection reset before it was accepted, or no fd left for it (EMFILE): the next one,
+                # after a pause that keeps a lasting error from spinning.
+                await anyio.sleep(ACCEPT_PAUSE)
+                continue
+            if self._open >= MAX_CONNECTIONS:
+                tg.start_soon(self._busy, stream)
+            else:
+                self._open += 1
+                tg.start_soon(self._connection, stream)
 
     async def _busy(self, client: anyio.abc.SocketStream) -> None:
         self.refused(Refusal(503, f"this run has {MAX_CONNECTIONS} connections through the proxy open"), "busy")

@@ -556,8 +556,8 @@ def main() -> None:
         give_home(sys.argv[1], uid)
     egress = int(options.get("egress", 0)) if isolated else 0
     if egress:
-        # Before its privileges go (a root server's bubblewrap keeps them until here): the port is the
-        # server's before the run's code exists. Bubblewrap brought the loopback up.
+        # Before the run's code exists: the port is the server's socket's, which no code can take first.
+        # Bubblewrap brought the loopback up.
         wire.hand_over_listener(egress)
     network = seccomp.PROXY_ONLY if egress else seccomp.NO_NETWORK if isolated else {}
     prepare_process(libc, seccomp.Filter({**seccomp.WHOLE, **network}), uid=uid)

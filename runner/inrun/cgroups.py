@@ -220,7 +220,12 @@ def limit_writes(version: int, pids_max: int, memory_bytes: int) -> list[tuple[s
 
 
 # The files that hold a run's memory budget, in either version.
-MEMORY_LIMITS = ("memory.max", "memory.limit_in_bytes", "memory.memsw.limit_in_bytes")
+MEMORY_LIMITS = (
+    "memory.max",
+    "memory.limit_in_bytes",
+    "memory.memsw.limit_in_bytes",
+    "memory.kmem.tcp.limit_in_bytes",
+)
 
 
 def memory_grown(writes: list[tuple[str, str]], extra: int) -> list[tuple[str, str]]:

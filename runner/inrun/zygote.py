@@ -342,8 +342,7 @@ def _forked_run(
             os.dup2(fd, target)
         if isolation is not None:
             if isolation.egress_port:
-                # Still privileged: the port is below any a run could take first, and the socket is the
-                # server's before the run's code exists.
+                # Before the run's code exists: the port is the server's socket's, which no code can take first.
                 wire.hand_over_listener(isolation.egress_port)
             namespaces.name_host()
             namespaces.make_private_view(isolation)

@@ -40,6 +40,16 @@ class CgroupPlan:
         """The controllers that bound runs: pids, memory, or both."""
         return tuple(sorted(controller for controller, _ in self.dirs))
 
+    def tcp_unbounded(self) -> str:
+        """Why a run's TCP buffers would not count against its memory limit ("" if they do): v2 counts them
+        in memory.max; v1 only where the kernel still has memory.kmem.tcp.limit_in_bytes."""
+        memory = dict(self.dirs).get("memory")
+        if memory is None:
+            return "the memory controller is not among the runs' cgroups"
+        if self.version == 1 and not os.path.exists(os.path.join(memory, "memory.kmem.tcp.limit_in_bytes")):
+            return "this kernel's cgroup v1 has no memory.kmem.tcp.limit_in_bytes"
+        return ""
+
     @property
     def directories(self) -> list[str]:
         """The distinct directories (one per hierarchy) a parent is made in."""

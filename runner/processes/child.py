@@ -163,9 +163,12 @@ class Child:
                 pass
 
     def close_all(self) -> None:
-        """Close every fd the server holds for this child."""
+        """Close every fd the server holds for this child, its egress listener too."""
         for fd in list(self._open):
             self.close_fd(fd)
+        if self.egress_listener is not None:
+            self.egress_listener.close()
+            self.egress_listener = None
 
     def kill_group(self) -> None:
         """SIGKILL the child's whole process group; a group that is already gone is fine.

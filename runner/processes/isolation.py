@@ -398,6 +398,7 @@ def plan_isolation(config: Config) -> IsolationPlan:
             if retry is None:
                 cgroups, cgroup_reason, problem = None, f"the zygote could not use them: {problem}", None
         if problem is None:
+            _require_tcp_bound(isolation, cgroups, cgroup_reason)
             reason = "the zygote can give each run its own namespaces"
             args = namespace_args(isolation)
             return IsolationPlan(
@@ -420,6 +421,7 @@ def plan_isolation(config: Config) -> IsolationPlan:
         else _probe([*bwrap_argv(bwrap, isolation), isolation.python, "-I", "-S", "-c", _become(lends, isolation)])
     )
     if bwrap is not None and problem is None:
+        _require_tcp_bound(isolation, cgroups, cgroup_reason)
         argv = bwrap_argv(bwrap, isolation)
         why = f"bubblewrap at {bwrap} works"
         network = isolation.sandbox_network
@@ -445,6 +447,25 @@ def plan_isolation(config: Config) -> IsolationPlan:
         )
     reason = "RUNNER_SANDBOX=auto fell back to rlimits only: " + "; ".join(problems)
     return IsolationPlan("none", reason, preload=preload, cgroup_reason="no sandbox")
+
+
+def _require_tcp_bound(isolation: IsolationConfig, cgroups: CgroupPlan | None, cgroup_reason: str) -> None:
+    """With egress, a run has TCP sockets on its loopback, whose buffers grow by themselves to megabytes
+    each: only its memory cgroup bounds them. Without one, egress stops the server."""
+    if not isolation.egress_port:
+        return
+    why = (
+        f"the server cannot make the runs' cgroups here ({cgroup_reason})"
+        if cgroups is None
+        else cgroups.tcp_unbounded()
+    )
+    if why:
+        raise Unavailable(
+            "RUNNER_EGRESS_ALLOW",
+            f"needs each run's TCP buffers bounded by its memory cgroup, and {why}: a run could hold gigabytes "
+            "of the host's memory in its own loopback TCP sockets. Run the server where it can make cgroups "
+            "(root, or a delegated cgroup v2 subtree), or leave RUNNER_EGRESS_ALLOW empty",
+        )
 
 
 def cgroup_tokens_for_probe(cgroups: CgroupPlan | None) -> list[str]:

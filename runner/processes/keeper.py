@@ -14,6 +14,7 @@ import array
 import contextlib
 import os
 import socket
+import struct
 from dataclasses import dataclass
 
 import anyio
@@ -39,6 +40,20 @@ class SessionLost(Exception):
     """The session's anchor is gone or said its state is lost: nothing more runs in it."""
 
 
+def reset_pending(listener: socket.socket) -> None:
+    """Take every connection queued on `listener` and reset it (no TIME_WAIT, nothing carried out)."""
+    listener.setblocking(False)
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            continue  # reset by its client before it was taken: the next
+        with connection:
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
 @dataclass(eq=False)
 class KeptCall(ForkedChild):
     """A call of a session: forked by its keeper, which reaps it and tells its end through the
@@ -54,10 +69,14 @@ class KeptCall(ForkedChild):
 
     def listener_for_run(self) -> socket.socket | None:
         """The session's egress listener, its anchor's, which stays for the calls after: a duplicate
-        for this call's proxy to serve and close (what the call leaves in its backlog, the next call's
-        proxy serves)."""
+        for this call's proxy to serve and close. Called before the call has its code: what is still
+        queued on it is an earlier call's (connected after its proxy stopped serving), reset here, so
+        that no call's connection is carried out in another's name."""
         held = self.anchor.anchor.egress_listener if self.anchor is not None else None
-        return held.dup() if held is not None else None
+        if held is None:
+            return None
+        reset_pending(held)
+        return held.dup()
 
 
 class SessionKeeper:

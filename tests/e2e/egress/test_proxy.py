@@ -205,7 +205,7 @@ def _raw(proxy_port: int, request: str) -> bytes:
         return _read_response(sock)
 
 
-async def test_the_byte_budget_closes_the_runs_connections_and_its_listener(serve: Any) -> None:
+async def test_the_byte_budget_closes_the_runs_connections_and_each_new_one_at_once(serve: Any) -> None:
     with upstream() as port:
         served = await serve(f"{UPSTREAM_HOST}:{port}", max_mb=1)
         status, body = await served.fetch(f"http://{UPSTREAM_HOST}:{port}/big")
@@ -214,8 +214,14 @@ async def test_the_byte_budget_closes_the_runs_connections_and_its_listener(serv
         [use] = served.reached()
         assert 1024 * 1024 < use.bytes_in < 1024 * 1024 + 200_000
         assert "budget" in served.counted.refused
-        with pytest.raises(ConnectionRefusedError):
-            await anyio.to_thread.run_sync(socket.create_connection, ("127.0.0.1", served.port), 5)
+        # Past it, a new connection is closed at once, unanswered.
+        late = await anyio.connect_tcp("127.0.0.1", served.port)
+        async with late:
+            await late.send(
+                f"GET http://{UPSTREAM_HOST}:{port}/a HTTP/1.1\r\nHost: {UPSTREAM_HOST}:{port}\r\n\r\n".encode()
+            )
+            with anyio.fail_after(10), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+                await late.receive()
 
 
 async def test_connections_past_the_limit_at_once_get_a_503(serve: Any) -> None:

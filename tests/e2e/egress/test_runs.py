@@ -347,3 +347,58 @@ async def test_metrics_count_refusals_by_reason_and_bytes_by_direction(work_dir:
     assert 'runner_egress_refusals_total{reason="not_listed"} 1.0' in scraped
     [received] = [line for line in scraped.splitlines() if line.startswith('runner_egress_bytes_total{direction="in"}')]
     assert float(received.split()[-1]) == structured["network"][0]["bytes_in"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_what_a_session_call_queues_after_its_budget_is_never_carried_out_by_the_next(
+    mode: str, work_dir: Path, tmp_path: Path
+) -> None:
+    seen: list[str] = []
+    spend = (
+        "import socket, urllib.request\n"
+        "try:\n"
+        "    urllib.request.urlopen('http://{host}:{port}/big', timeout=20).read()\n"
+        "except Exception as error:\n"
+        "    print('cut', type(error).__name__)\n"
+        "queued = []\n"
+        "for n in range(3):\n"
+        "    s = socket.create_connection(('127.0.0.1', 3128), timeout=5)\n"
+        "    s.sendall(b'GET http://{host}:{port}/queued-%d HTTP/1.1\\r\\nHost: {host}:{port}\\r\\n\\r\\n' % n)\n"
+        "    queued.append(s)\n"
+        "raise SystemExit(3)\n"
+    )
+    with upstream(seen=seen) as port, open(server_log(tmp_path), "w") as log:
+        async with stdio_session(
+            work_dir, log, RUNNER_SANDBOX=mode, RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}", RUNNER_MAX_EGRESS_MB="1"
+        ) as client:
+            first = await run(client, spend.format(host=UPSTREAM_HOST, port=port), session="new", timeout=60)
+            second = await run(client, "import time; time.sleep(2)", session=first["session"])
+    assert first["stdout"].startswith("cut "), first
+    assert [path for path in seen if path.startswith("/queued")] == []
+    assert "network" not in second, second
+
+
+async def test_a_runs_own_loopback_tcp_buffers_count_against_its_memory(work_dir: Path, tmp_path: Path) -> None:
+    # With egress a run has IPv4 sockets: pairs on its own loopback whose buffers the kernel grows by itself.
+    code = (
+        "import socket\n"
+        "server = socket.socket(); server.bind(('127.0.0.1', 5000)); server.listen(128)\n"
+        "held, total = [], 0\n"
+        "for _ in range(100):\n"
+        "    a = socket.create_connection(('127.0.0.1', 5000)); b, _ = server.accept()\n"
+        "    a.setblocking(False); held += [a, b]\n"
+        "    try:\n"
+        "        while True:\n"
+        "            total += a.send(b'x' * 65536)\n"
+        "    except (BlockingIOError, OSError):\n"
+        "        pass\n"
+        "print(total // (1024 * 1024))\n"
+    )
+    with open(server_log(tmp_path), "w") as log:
+        async with stdio_session(
+            work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW="pypi.org", RUNNER_MAX_MEMORY_MB="64"
+        ) as client:
+            structured = await run(client, code, timeout=60)
+    assert structured["status"] == "ok", structured
+    # Unbounded, the same loop holds some 400 MiB; bounded, the run's TCP memory stops near its 64 MiB.
+    assert int(structured["stdout"]) < 96, structured["stdout"]

@@ -8,9 +8,13 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from runner.config import Config
 from runner.config.disk import open_environment
-from runner.processes.isolation import NETWORK_VIEW, IsolationPlan, plan_isolation, view_binds
+from runner.errors import Unavailable
+from runner.processes.cgroups import CgroupPlan
+from runner.processes.isolation import NETWORK_VIEW, IsolationPlan, _require_tcp_bound, plan_isolation, view_binds
 from tests.helpers import fake_env
 
 
@@ -70,3 +74,18 @@ def test_a_zygote_is_told_to_keep_one_pid_namespace_per_process_of_its_that_can_
     assert kept_pid_namespaces(config.isolation) == 3 + 5 + 7
     assert Isolation(list(namespace_args(config.isolation)[1:])).spaces == 15
     assert Isolation(list(namespace_args(dataclasses.replace(config, max_sessions=0).isolation)[1:])).spaces == 8
+
+
+def test_egress_stops_the_server_where_no_memory_cgroup_bounds_a_runs_tcp_buffers(tmp_path: Path) -> None:
+    isolation = Config.from_env({"RUNNER_EGRESS_ALLOW": "pypi.org"}).isolation
+    with pytest.raises(Unavailable, match="cannot make the runs' cgroups here"):
+        _require_tcp_bound(isolation, None, "not root")
+    no_tcp = CgroupPlan(1, (("memory", str(tmp_path)),), (), "")
+    with pytest.raises(Unavailable, match=r"has no memory\.kmem\.tcp\.limit_in_bytes"):
+        _require_tcp_bound(isolation, no_tcp, "")
+    (tmp_path / "memory.kmem.tcp.limit_in_bytes").write_text("0")
+    _require_tcp_bound(isolation, no_tcp, "")
+    _require_tcp_bound(isolation, CgroupPlan(2, (("memory", str(tmp_path)),), (), ""), "")
+    with pytest.raises(Unavailable, match="memory controller"):
+        _require_tcp_bound(isolation, CgroupPlan(2, (("pids", str(tmp_path)),), (), ""), "")
+    _require_tcp_bound(Config.from_env({}).isolation, None, "not root")  # without egress: nothing asked
