@@ -557,8 +557,12 @@ def main() -> None:
     egress = int(options.get("egress", 0)) if isolated else 0
     if egress:
         # Before the run's code exists: the port is the server's socket's, which no code can take first.
-        # Bubblewrap brought the loopback up.
-        wire.hand_over_listener(egress)
+        # Bubblewrap made the namespace for this run alone, its loopback up.
+        listener = wire.proxy_listener(egress)
+        try:
+            wire.hand_over_listener(listener)
+        finally:
+            os.close(listener)
     network = seccomp.PROXY_ONLY if egress else seccomp.NO_NETWORK if isolated else {}
     prepare_process(libc, seccomp.Filter({**seccomp.WHOLE, **network}), uid=uid)
     ready_for_code(wire, sys.argv[1], [int(arg) for arg in sys.argv[2:6]])

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn, Protocol
 
-    from runner.inrun import bootstrap, libc, namespaces, networks
+    from runner.inrun import bootstrap, libc, namespaces, networks, wire
 
     class SpaceListener(Protocol):
         """Told of each kept namespace's lending and end, by the fd its init answers on
@@ -52,6 +52,7 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
     import libc
     import namespaces
     import networks
+    import wire
 
 # What an init answers once its run's processes are all gone (and its network namespace, if it has one,
 # is as it was made), when some would not die in time, or when they are gone but the network
@@ -79,12 +80,17 @@ class Space:
     pipe and socket ends on which the zygote says a run has ended and the init answers; the host uid
     lent to its run, if any, until every process of that run is gone."""
 
-    __slots__ = ("commands", "init", "namespace", "network", "replies", "uid")
+    __slots__ = ("commands", "init", "listener", "namespace", "network", "replies", "uid")
 
-    def __init__(self, init: int, namespace: int, commands: int, replies: int, network: int = -1) -> None:
+    def __init__(
+        self, init: int, namespace: int, commands: int, replies: int, network: int = -1, listener: int = -1
+    ) -> None:
         self.init = init
         self.namespace = namespace
         self.network = network
+        # With egress: the proxy's listener its init made in that network namespace, part of it as made;
+        # each run hands the server a copy (`wire.hand_over_listener`), and it goes with the namespace.
+        self.listener = listener
         self.commands = commands
         self.replies = replies
         self.uid: int | None = None
@@ -118,11 +124,11 @@ class PidSpaces:
         listener: SpaceListener | None = None,
         *,
         network: bool = False,
-        egress: bool = False,
+        egress: int = 0,
     ) -> None:
         self._limits = limits  # the runs': each init is held to them, but for CPU time
-        # Each init makes a network namespace too, lent with it (networks.py), and with egress brings its
-        # loopback up, where runs find the server's proxy.
+        # Each init makes a network namespace too, lent with it (networks.py), and with egress (the proxy's
+        # port) brings its loopback up and listens there for the server's proxy.
         self._network = (network, egress)
         self.bound = max(1, bound)  # kept namespaces at most, free, lent, cleaning or ending alike
         self._listener = listener
@@ -188,7 +194,7 @@ class PidSpaces:
             finally:
                 os.close(commands_r)
                 theirs.close()  # so that the read below ends if no init comes
-            wanted = 2 if self._network[0] else 1
+            wanted = 1 + bool(self._network[0]) + bool(self._network[1])
             said, fds, _, _ = socket.recv_fds(ours, 32, wanted)
             if len(fds) != wanted or not said.isdigit():
                 for fd in fds:
@@ -198,7 +204,7 @@ class PidSpaces:
             os.close(commands_w)
             ours.close()
             raise
-        space = Space(int(said), fds[0], commands_w, ours.detach(), fds[1] if self._network[0] else -1)
+        space = Space(int(said), fds[0], commands_w, ours.detach(), *fds[1:])
         os.set_blocking(space.replies, False)
         self.by_init[space.init] = space
         return space
@@ -320,7 +326,7 @@ class PidSpaces:
             self._free.remove(space)
         self.cleaning.pop(space.replies, None)
         self._take_back_uid(space)
-        for fd in (space.namespace, space.commands, space.replies, space.network):
+        for fd in (space.namespace, space.commands, space.replies, space.network, space.listener):
             if fd >= 0:
                 os.close(fd)
 
@@ -364,7 +370,7 @@ def serve_as_init(
     limits: list[int],
     kills_other_uids: bool = False,
     network: bool = False,
-    egress: bool = False,
+    egress: int = 0,
 ) -> NoReturn:
     """PID 1 of a kept PID namespace: told on `commands` that a run has ended, kill whatever is left of
     it, then answer on `replies`: `CLEAN`, `NOT_CLEAN`, or, where it made a network namespace for its
@@ -389,10 +395,15 @@ def serve_as_init(
         # died before this line, the server's stray sweep kills this orphan.
         namespaces.die_with_parent()
         watch = None
+        listener = -1
         if network:
             namespaces.unshare(namespaces.CLONE_NEWNET)  # while it still may: it drops every capability below
             if egress:
-                networks.loopback_up()  # before the namespace is read as made: its routes include the loopback's
+                # Before the namespace is read as made: its routes include the loopback's, its sockets the
+                # proxy's listener, which stays as long as the namespace (the zygote keeps it), so that a
+                # run that made no connection leaves the namespace as made.
+                networks.loopback_up()
+                listener = wire.proxy_listener(egress)
             watch = networks.Watch()
         # Within a run's reach, so within a run's limits, but for CPU time, which adds up from run to run.
         for name, soft, hard in bootstrap.wanted_limits(*limits):
@@ -404,8 +415,8 @@ def serve_as_init(
         # its namespace: a zygote in a user namespace may not open a non-dumpable process's /proc/PID/ns.
         with socket.socket(fileno=1) as channel:
             held = [os.open(f"/proc/self/ns/{kind}", os.O_RDONLY) for kind in ("pid", "net")[: 1 + network]]
-            socket.send_fds(channel, [os.readlink("/proc/self").encode()], held)
-            for fd in held:
+            socket.send_fds(channel, [os.readlink("/proc/self").encode()], [*held, *([listener] if egress else [])])
+            for fd in [*held, *([listener] if egress else [])]:
                 os.close(fd)
             channel.detach()
         while os.read(0, 1):  # EOF: the zygote is gone

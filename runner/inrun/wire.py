@@ -254,23 +254,32 @@ _CALL_ID_CHARACTERS = frozenset(b"0123456789.")
 LISTENER_MESSAGE = b"egress-listener"
 
 
-def hand_over_listener(port: int, fd: int = CODE_FD) -> None:
-    """Before any code: listen on 127.0.0.1:`port` of this process's network namespace (its loopback, where
-    HTTP_PROXY points) and hand the socket to the server over the job socket `fd`; this process keeps no
-    copy. The server accepts on it: each connection the run makes there is the proxy's."""
+def proxy_listener(port: int) -> int:
+    """A socket listening on 127.0.0.1:`port` of the caller's network namespace (its loopback, where
+    HTTP_PROXY points): its fd."""
     import socket
 
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         listener.bind(("127.0.0.1", port))
         listener.listen(64)
-        channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
-        try:
-            socket.send_fds(channel, [LISTENER_MESSAGE], [listener.fileno()])
-        finally:
-            channel.detach()
-    finally:
+    except BaseException:
         listener.close()
+        raise
+    return listener.detach()
+
+
+def hand_over_listener(listener: int, fd: int = CODE_FD) -> None:
+    """Before any code: hand the proxy's `listener` (in this process's network namespace) to the server
+    over the job socket `fd`. The server accepts on it: each connection the run makes there is the
+    proxy's. The caller closes its own copy before the code comes."""
+    import socket
+
+    channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
+    try:
+        socket.send_fds(channel, [LISTENER_MESSAGE], [listener])
+    finally:
+        channel.detach()
 
 
 def frame_tool(body: bytes, call_id: bytes) -> bytes:

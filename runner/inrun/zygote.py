@@ -158,7 +158,7 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
             isolation.uids,
             isolation.cgroups,
             network=isolation.network,
-            egress=bool(isolation.egress_port),
+            egress=isolation.egress_port,
         )
         namespaced = (isolation, spaces)
     limits = run_limits
@@ -301,7 +301,10 @@ def _fork_run(
     if pid == 0:
         uid = space.uid if space else None
         network = space.network if space else -1
-        _forked_run(theirs, workdir or namespaces.WORKDIR, limits, namespaced and namespaced[0], uid, cgroup, network)
+        listener = space.listener if space else -1
+        _forked_run(
+            theirs, workdir or namespaces.WORKDIR, limits, namespaced and namespaced[0], uid, cgroup, network, listener
+        )
     for fd in theirs:
         os.close(fd)
     runs[pid] = Run(workdir, space, cgroup)
@@ -317,14 +320,16 @@ def _forked_run(
     uid: int | None = None,
     cgroup: cgroups.RunCgroup | None = None,
     network: int = -1,
+    listener: int = -1,
 ) -> NoReturn:
     """In the forked child: become a run like a freshly spawned interpreter would, then run its code.
 
     A namespaced run (`isolation`), forked into its kept PID namespace, enters the `network`
     namespace its init made (-1: the zygote's), makes its own mount, IPC and UTS namespaces, builds its
     view of the file system, becomes the host `uid` it was lent (a root server's run), drops every
-    capability and refuses mounting and setns from then on. Never returns: whatever happens, this
-    process must not go back into the zygote's loop.
+    capability and refuses mounting and setns from then on; with egress, it first hands the server the
+    `listener` of its network namespace's proxy. Never returns: whatever happens, this process must not
+    go back into the zygote's loop.
     """
     try:
         if cgroup is not None:
@@ -341,9 +346,10 @@ def _forked_run(
         for target, fd in enumerate(theirs):
             os.dup2(fd, target)
         if isolation is not None:
-            if isolation.egress_port:
-                # Before the run's code exists: the port is the server's socket's, which no code can take first.
-                wire.hand_over_listener(isolation.egress_port)
+            if listener >= 0:
+                # The proxy's listener its namespace's init made (inherited from the zygote, closed with the
+                # rest before the code comes), handed to the server before the run's code exists.
+                wire.hand_over_listener(listener)
             namespaces.name_host()
             namespaces.make_private_view(isolation)
             if uid is not None:
@@ -452,7 +458,7 @@ def probe(isolation: namespaces.Isolation) -> int:
         isolation.uids,
         isolation.cgroups,
         network=isolation.network,
-        egress=bool(isolation.egress_port),
+        egress=isolation.egress_port,
     )
     try:
         spaces.prepare()

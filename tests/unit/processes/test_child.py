@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runner.inrun.wire import LISTENER_MESSAGE, hand_over_listener
+from runner.inrun.wire import LISTENER_MESSAGE, hand_over_listener, proxy_listener
 from runner.processes.child import Child
 
 
@@ -30,7 +30,9 @@ def open_fds() -> int:
 
 def test_a_listener_handed_over_is_taken_and_closed_with_the_handle(channel: tuple[Child, socket.socket]) -> None:
     child, theirs = channel
-    hand_over_listener(0, theirs.fileno())
+    made = proxy_listener(0)
+    hand_over_listener(made, theirs.fileno())
+    os.close(made)
     child.receive_listener()
     listener = child.egress_listener
     assert listener is not None
