@@ -10,14 +10,15 @@ request can hide inside another's body).
 
 A name is checked against RUNNER_EGRESS_ALLOW, then resolved here, and the connection made to an address
 this resolution gave, never to one the run names in a Host or an SNI: a public name that resolves to
-loopback, private, link-local (cloud metadata) or other non-public addresses is refused unless that
-address is listed itself (DNS rebinding). Refusals are a 403 with one line naming the host and
-RUNNER_EGRESS_ALLOW, a warning in the log with the run's request_id, and a count by reason.
+loopback, private, link-local (cloud metadata) or other non-public addresses is refused unless an entry
+lists that address from within its own block (DNS rebinding; `EgressAllow.refusal_of`). Refusals are a 403
+with one line naming the host and RUNNER_EGRESS_ALLOW, a warning in the log with the run's request_id, and
+a count by reason.
 
 Bounds per run: connections at once (`MAX_CONNECTIONS`, one more is answered 503), an idle timeout per
 connection, and the bytes in and out together (RUNNER_MAX_EGRESS_MB: past it every connection of the run
-is closed, and its listener, so that nothing more gets through). Whatever ends the run cancels `serve`,
-and every connection closes with it.
+is closed, and each new one at once). Whatever ends the run cancels `serve` at once, and every connection
+closes with it.
 
 Why not a proxy library: mitmproxy (regular mode with an addon) and proxy.py (plugins) each bring their
 own server loop, acceptor and process model, made to listen on addresses of their own; here the listening

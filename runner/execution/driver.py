@@ -164,7 +164,7 @@ class RunDriver:
         if samples is not None:
             samples.take()
         async with anyio.create_task_group() as tg:
-            egress = self._serve_egress(tg, child, request.request_id)
+            proxied = _serve_egress(self._egress, tg, child, request.request_id)
             with contextlib.suppress(BrokenPipeError):
                 # A run that died before reading all its code (say, out of memory) ends below
                 # like any other, with what it printed.
@@ -192,6 +192,10 @@ class RunDriver:
             timed_out = False
             with reported:
                 timed_out = not await wait_exit_sampling(child, samples, started + request.timeout)
+            if proxied is not None:
+                # The run is over: its proxy stops at once, not once its output has drained. In the
+                # namespaced mode the listener is its network namespace's, which a next run may be lent.
+                proxied[1].cancel()
             if timed_out:
                 child.kill_group()
                 await self._wait_after_kill(child)
@@ -211,7 +215,7 @@ class RunDriver:
                 or on_progress is not None
                 or watching
                 or tools is not None
-                or egress is not None
+                or proxied is not None
                 or not output.done.is_set()
             ):
                 tg.cancel_scope.cancel()  # not free (anyio formats the task's repr): only if needed
@@ -248,19 +252,9 @@ class RunDriver:
             result_chars=got.result_chars,
             attachments=got.attachments,
             omitted=got.omitted,
-            network=egress.reached() if egress is not None else (),
+            network=proxied[0].reached() if proxied is not None else (),
         )
         return result, got.linked
-
-    def _serve_egress(self, tg: anyio.abc.TaskGroup, child: Child, request_id: str) -> RunEgress | None:
-        """The run's connections through the egress proxy, served on the listener its interpreter handed
-        over, until the run's task group ends (every connection closes with it); None without egress."""
-        listener = child.listener_for_run() if self._egress is not None else None
-        if self._egress is None or listener is None:
-            return None
-        egress = self._egress.for_run(request_id)
-        tg.start_soon(egress.serve, listener)
-        return egress
 
     async def _read_output(self, output: RunOutput, returned: list[Returned], reported: anyio.CancelScope) -> None:
         """Read the run's streams and report; once the report is whole and both streams are closed,
@@ -330,6 +324,26 @@ async def _end_at_oom(child: Child) -> None:
         if child.cgroup.out_of_memory():
             child.kill_group()
             return
+
+
+def _serve_egress(
+    gateway: EgressGateway | None, tg: anyio.abc.TaskGroup, child: Child, request_id: str
+) -> tuple[RunEgress, anyio.CancelScope] | None:
+    """The run's connections through the egress proxy, served on the listener its interpreter handed
+    over until the scope returned is cancelled, at the run's end (every connection closes with it);
+    None without egress."""
+    listener = child.listener_for_run() if gateway is not None else None
+    if gateway is None or listener is None:
+        return None
+    egress = gateway.for_run(request_id)
+    serving = anyio.CancelScope()
+
+    async def serve() -> None:
+        with serving:
+            await egress.serve(listener)
+
+    tg.start_soon(serve)
+    return egress, serving
 
 
 async def _feed_stdin(child: Child, data: bytes) -> None:

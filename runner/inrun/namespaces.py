@@ -137,8 +137,9 @@ class Isolation:
         self.uids: list[int] = []
         # ``spaces=N``: the kept PID namespaces the zygote may have at once (pidspaces.py); one if untold.
         self.spaces = 1
-        # ``egress=PORT`` (RUNNER_EGRESS_ALLOW, an isolated network only): each run listens on its loopback's
-        # PORT and hands the socket to the server's proxy before its code (`wire.hand_over_listener`); 0: none.
+        # ``egress=PORT`` (RUNNER_EGRESS_ALLOW, an isolated network only): each kept network namespace's init
+        # listens on its loopback's PORT, and each run hands the server's proxy a copy before its code
+        # (`wire.hand_over_listener`); 0: none.
         self.egress_port = 0
         for arg in args[2:]:
             if arg.startswith(UIDS_OPTION):

@@ -194,7 +194,7 @@ class PidSpaces:
             finally:
                 os.close(commands_r)
                 theirs.close()  # so that the read below ends if no init comes
-            wanted = 1 + bool(self._network[0]) + bool(self._network[1])
+            wanted = 1 + bool(self._network[0]) + bool(self._network[0] and self._network[1])
             said, fds, _, _ = socket.recv_fds(ours, 32, wanted)
             if len(fds) != wanted or not said.isdigit():
                 for fd in fds:
@@ -396,6 +396,7 @@ def serve_as_init(
         namespaces.die_with_parent()
         watch = None
         listener = -1
+        egress = egress if network else 0
         if network:
             namespaces.unshare(namespaces.CLONE_NEWNET)  # while it still may: it drops every capability below
             if egress:

@@ -249,8 +249,8 @@ ATOMIC_BYTES = 16 * 1024  # a frame this small is written in one write, which no
 _CALL_ID_CHARACTERS = frozenset(b"0123456789.")
 
 
-# Egress (RUNNER_EGRESS_ALLOW): the message that hands the server the proxy's listening socket, made in
-# the run's own network namespace before its ready line (`hand_over_listener`, `Child.take_listener`).
+# Egress (RUNNER_EGRESS_ALLOW): the message that hands the server a copy of the proxy's listening socket in
+# the run's own network namespace, before its ready line (`hand_over_listener`, `Child.receive_listener`).
 LISTENER_MESSAGE = b"egress-listener"
 
 

@@ -489,8 +489,8 @@ def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
     ready = os.read(stdout, 256)
     unhanded = ""
     if namespaced[0].egress_port and wire.parse_ready(ready) is not None:
-        # The listener a run hands the server (`wire.hand_over_listener`): taken and closed here, so that
-        # the namespace is as made again when its init looks.
+        # The copy of its namespace's listener a run hands the server (`wire.hand_over_listener`): taken
+        # and closed here, as the server does once the run is over.
         with socket.socket(fileno=os.dup(code)) as channel:
             said, held, _, _ = socket.recv_fds(channel, 64, 1)
         for fd in held:

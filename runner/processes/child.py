@@ -128,6 +128,8 @@ class Child:
             said, fds = b"", []
         finally:
             end.detach()
+        for fd in fds:
+            os.set_inheritable(fd, False)  # no interpreter spawned later (bubblewrap) holds it
         received = [socket.socket(fileno=fd) for fd in fds]
         listener = received[0] if said == LISTENER_MESSAGE and len(received) == 1 else None
         if (
@@ -147,8 +149,8 @@ class Child:
         return listener
 
     def listener_for_run(self) -> socket.socket | None:
-        """What this run's egress proxy serves and then closes: the interpreter's own listener, taken (a
-        session's call: its anchor's, shared, `KeptCall`)."""
+        """What this run's egress proxy serves and then closes: the copy of the listener the interpreter
+        handed over, taken (a session's call: a copy of its anchor's, `KeptCall`)."""
         return self.take_listener()
 
     def free_early(self) -> None:

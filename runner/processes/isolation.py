@@ -81,8 +81,9 @@ class IsolationPlan:
     wrapper: tuple[str, ...] = ()
     zygote_args: tuple[str, ...] = ()
     network: SandboxNetwork = "shared"  # a wrapped run's: "isolated", a network namespace of its own
-    # Egress (RUNNER_EGRESS_ALLOW): the port each run listens on, on its own loopback, and hands to the
-    # server's proxy before its code (`wire.hand_over_listener`); 0: runs have no network at all.
+    # Egress (RUNNER_EGRESS_ALLOW): the port the proxy's listener takes on each run's own loopback (made by
+    # the namespace's init, or by a bubblewrap run itself), handed to the server before the run's code
+    # (`wire.hand_over_listener`); 0: runs have no network at all.
     egress_port: int = 0
     preload: tuple[str, ...] = ()
     # Each run is lent a host uid of its own (RUNNER_SANDBOX_UIDS, `identity`): a root server's

@@ -128,3 +128,67 @@ def test_a_network_namespace_is_lent_again_only_while_nothing_of_an_earlier_run_
             assert later["network"] not in {one["network"] for one in rounds[: rounds.index(earlier) + 1]}, rounds
     assert not any(one["reached"] for one in rounds), f"a run reached a name bound by an earlier one: {rounds}"
     assert len(rounds) >= 8
+
+
+EGRESS_ROUNDS = """
+import json, os, select, socket, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import namespaces, pidspaces
+if not namespaces.has_cap_sys_admin():
+    namespaces.enter_user_namespace()
+spaces = pidspaces.PidSpaces([10, 1 << 30, 64, 1 << 20], 1, network=True, egress=3128)
+spaces.prepare()
+
+def round_(kind):
+    ours, theirs = socket.socketpair()
+    pid, space = spaces.fork()
+    if pid == 0:
+        try:
+            namespaces.setns(space.network, namespaces.CLONE_NEWNET)
+            if kind != "none":
+                socket.create_connection(("127.0.0.1", 3128))  # queued on the namespace's listener
+            theirs.send(json.dumps(os.readlink("/proc/self/ns/net")).encode())
+        finally:
+            os._exit(0)
+    theirs.close()
+    network = json.loads(ours.recv(4096))
+    ours.close()
+    os.waitpid(pid, 0)
+    if kind == "connected, taken after":  # as the server's proxy takes it
+        copy = socket.socket(fileno=os.dup(space.listener))
+        copy.setblocking(False)
+        copy.accept()[0].close()
+        copy.close()
+    spaces.clean(space)
+    select.select([space.replies], [], [], 5)
+    answer = os.read(space.replies, 1)
+    spaces.finished(space, answer)
+    return {"kind": kind, "network": network, "answer": answer.decode()}
+
+said = []
+for kind in ["none", "none", "connected, left queued", "none", "connected, taken after", "none", "none"]:
+    said.append(round_(kind))
+    while len(spaces.by_init) > len(spaces._free):
+        pid, _ = os.wait()
+        spaces.lost(pid)
+print(json.dumps(said))
+"""
+
+
+def test_with_egress_the_proxys_listener_is_the_namespaces_and_a_connection_ends_it(config: Config) -> None:
+    # The listener its init made is part of the namespace as made: a run that connected to it (whether
+    # the connection waits or was taken) leaves a namespace no later run gets; one that did not leaves it
+    # to the next run.
+    in_mode(config, "namespaces")
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", EGRESS_ROUNDS, BOOTSTRAP], capture_output=True, text=True, timeout=50, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    rounds = json.loads(done.stdout)
+    for earlier, later in itertools.pairwise(rounds):
+        if earlier["kind"] == "none":
+            assert earlier["answer"] == "C", rounds
+            assert later["network"] == earlier["network"], rounds
+        else:
+            assert earlier["answer"] == "N", rounds
+            assert later["network"] not in {one["network"] for one in rounds[: rounds.index(earlier) + 1]}, rounds
