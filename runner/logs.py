@@ -29,6 +29,27 @@ def log_event(logger: logging.Logger, level: int, event: str, request_id: str = 
         logger.log(level, event, extra={"request_id": request_id, "fields": fields})
 
 
+class LogBudget:
+    """Lines of one kind a run may cause, which it could cause again and again (a refused call): the
+    first `limit` are logged, then one line saying the rest are not (they are still counted elsewhere)."""
+
+    __slots__ = ("_last", "_limit", "_used")
+
+    def __init__(self, limit: int, last: str) -> None:
+        self._limit = limit
+        self._last = last
+        self._used = 0
+
+    def allows(self, logger: logging.Logger, level: int, request_id: str) -> bool:
+        """Whether one more line may be logged; past the limit, the first refusal says so once."""
+        self._used += 1
+        if self._used <= self._limit:
+            return True
+        if self._used == self._limit + 1:
+            log_event(logger, level, self._last, request_id)
+        return False
+
+
 class _TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         fields: dict[str, Any] = getattr(record, "fields", {})

@@ -41,7 +41,7 @@ import h11
 from runner.config import EgressAllow, EgressConfig
 from runner.egress.relay import Activity, Reach, Relay, plain_answer, watch_idle
 from runner.egress.targets import Refusal
-from runner.logs import log_event
+from runner.logs import LogBudget, log_event
 from runner.outcome import NetworkUse
 
 MAX_CONNECTIONS = 16  # a run's connections through the proxy at once
@@ -83,7 +83,7 @@ class RunProxy:
         self._bytes = 0
         self._open = 0
         self._reaches: dict[tuple[str, int, bool], Reach] = {}
-        self._refusals = 0
+        self._refusals = LogBudget(MAX_REFUSALS_LOGGED, "egress refusals: no more logged for this run")
         self._scope: anyio.CancelScope | None = None
 
     def reached(self) -> tuple[NetworkUse, ...]:
@@ -110,22 +110,11 @@ class RunProxy:
             # The budget is spent (its scope cancelled): until the run ends, what it connects is closed
             # at once, not left waiting.
             while True:
-                try:
-                    stream = await accepting.accept()
-                except OSError:
-                    await anyio.sleep(ACCEPT_PAUSE)
-                    continue
-                await stream.aclose()
+                await (await _next_connection(accepting)).aclose()
 
     async def _accept(self, accepting: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup) -> None:
         while True:
-            try:
-                stream = await accepting.accept()
-            except OSError:
-                # A connection reset before it was accepted, or no fd left for it (EMFILE): the next one,
-                # after a pause that keeps a lasting error from spinning.
-                await anyio.sleep(ACCEPT_PAUSE)
-                continue
+            stream = await _next_connection(accepting)
             if self._open >= MAX_CONNECTIONS:
                 tg.start_soon(self._busy, stream)
             else:
@@ -169,11 +158,7 @@ class RunProxy:
             self.reach(refusal.host, refusal.port, False)
         if proxy.on_refused is not None:
             proxy.on_refused(kind)
-        # A run may ask again and again: the first refusals are logged, the rest counted.
-        self._refusals += 1
-        if self._refusals > MAX_REFUSALS_LOGGED:
-            if self._refusals == MAX_REFUSALS_LOGGED + 1:
-                log_event(proxy.log, logging.WARNING, "egress refusals: no more logged for this run", self._request_id)
+        if not self._refusals.allows(proxy.log, logging.WARNING, self._request_id):
             return
         log_event(
             proxy.log,
@@ -228,3 +213,13 @@ class RunProxy:
             if self._proxy.on_refused is not None:
                 self._proxy.on_refused("budget")
             self._scope.cancel()
+
+
+async def _next_connection(accepting: anyio.abc.SocketListener) -> anyio.abc.SocketStream:
+    """The next connection; one reset before it was taken, or no fd left for it (EMFILE), is passed
+    over after a pause that keeps a lasting error from spinning."""
+    while True:
+        try:
+            return await accepting.accept()
+        except OSError:
+            await anyio.sleep(ACCEPT_PAUSE)

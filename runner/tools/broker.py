@@ -22,7 +22,7 @@ import anyio
 
 from runner.config import ToolsConfig, ToolServers
 from runner.errors import Unavailable
-from runner.logs import log_event
+from runner.logs import LogBudget, log_event
 from runner.tools.catalog import describe, value_of_result
 from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, Down, TooSlow
 
@@ -200,7 +200,8 @@ class RunCalls:
         self._bytes = 0
         self._in_flight: list[str] = []
         self._untold: list[tuple[str, str, str, float, int, int]] = []  # answered, not logged yet (`tell`)
-        self._refused = 0  # refused calls told so far: past MAX_REFUSALS_LOGGED, counted but not logged
+        # Refused calls told: past MAX_REFUSALS_LOGGED, counted but not logged.
+        self._refused = LogBudget(MAX_REFUSALS_LOGGED, "tool calls refused: no more logged")
 
     @property
     def limit_bytes(self) -> int:
@@ -319,12 +320,8 @@ class RunCalls:
             # A run may name anything: only names the file and the listing hold become metric labels.
             known = connection is not None and tool in connection.tools
             broker.observed(server if known else "(unknown)", tool if known else "(unknown)", status, seconds)
-            if status == "refused":
-                self._refused += 1
-                if self._refused > MAX_REFUSALS_LOGGED:
-                    if self._refused == MAX_REFUSALS_LOGGED + 1:
-                        log_event(broker.log, logging.INFO, "tool calls refused: no more logged", self._request_id)
-                    continue
+            if status == "refused" and not self._refused.allows(broker.log, logging.INFO, self._request_id):
+                continue
             log_event(
                 broker.log,
                 logging.INFO,

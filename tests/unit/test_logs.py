@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runner.logs import configure_logging, get_logger, log_event
+from runner.logs import LogBudget, configure_logging, get_logger, log_event
 
 
 @pytest.fixture
@@ -53,3 +53,13 @@ def test_lines_from_other_loggers_get_a_placeholder_request_id(restore_logging: 
     configure_logging("info", "text", stream)
     logging.getLogger("mcp.server").warning("something odd")
     assert " request_id=- something odd" in stream.getvalue()
+
+
+def test_a_log_budget_logs_its_first_lines_then_says_once_that_the_rest_are_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("runner.test-budget")
+    caplog.set_level(logging.INFO, logger="runner.test-budget")
+    budget = LogBudget(2, "no more logged")
+    assert [budget.allows(logger, logging.INFO, "abc") for _ in range(5)] == [True, True, False, False, False]
+    assert [record.getMessage() for record in caplog.records] == ["no more logged"]
