@@ -100,7 +100,6 @@ class PidSpaces:
     """The zygote's kept PID namespaces, and the one they are made in."""
 
     __slots__ = (
-        "_egress",
         "_free",
         "_home",
         "_lends_uids",
