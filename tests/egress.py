@@ -5,11 +5,15 @@ goes through a proxy the way urllib does for a run."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
+import functools
 import http.client
 import http.server
 import ipaddress
+import os
 import ssl
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -192,3 +196,20 @@ def simple_index(name: str, wheel: str, data: bytes) -> dict[str, tuple[str, byt
     link = f'<a href="/files/{wheel}#sha256={hashlib.sha256(data).hexdigest()}">{wheel}</a>'
     page = f"<!DOCTYPE html><html><body>{link}</body></html>".encode()
     return {f"/simple/{name}/": ("text/html", page), f"/files/{wheel}": ("application/octet-stream", data)}
+
+
+@functools.cache
+def egress_problem(sandbox: str) -> str:
+    """Why a server in `sandbox` could not serve egress here ("" if it can): no such sandbox, or no memory
+    cgroup to bound a run's TCP buffers (a server as root makes them; .ci/run runs as root)."""
+    from runner.config import Config
+    from runner.errors import Unavailable
+    from runner.processes.isolation import plan_isolation
+
+    python = os.path.realpath(sys.executable)
+    config = dataclasses.replace(Config(), python=python, sandbox=sandbox, egress_allow=("pypi.org",))
+    try:
+        plan_isolation(config)
+    except Unavailable as exc:
+        return str(exc)
+    return ""
