@@ -152,15 +152,7 @@ def serve(base_dir: str, limits: list[int], isolation: namespaces.Isolation | No
         namespaces.prepare_shared_view(isolation)
         _home_for_runs()
         # The inits are forked from this zygote too: what it maps counts for them as for its runs.
-        spaces = pidspaces.PidSpaces(
-            run_limits,
-            isolation.spaces,
-            isolation.uids,
-            isolation.cgroups,
-            network=isolation.network,
-            egress=isolation.egress_port,
-        )
-        namespaced = (isolation, spaces)
+        namespaced = (isolation, _pid_spaces(isolation, run_limits))
     limits = run_limits
     # A namespaced zygote keeps its capabilities (in its own user namespace, if it needed one) to
     # build each run's namespaces; every run drops them before its code can arrive.
@@ -375,6 +367,18 @@ def _ready_and_run_code(workdir: str, limits: list[int], tmpfs: tuple[str, ...],
     bootstrap.run(wire.read_job(wire.CODE_FD), main, SIBLINGS, tmpfs)
 
 
+def _pid_spaces(isolation: namespaces.Isolation, limits: list[int]) -> pidspaces.PidSpaces:
+    """The kept PID namespaces of a namespaced zygote (or its probe), as its arguments ask."""
+    return pidspaces.PidSpaces(
+        limits,
+        isolation.spaces,
+        isolation.uids,
+        isolation.cgroups,
+        network=isolation.network,
+        egress=isolation.egress_port,
+    )
+
+
 def _home_for_runs() -> None:
     """Every namespaced run's HOME and TMPDIR is its own tmpfs at the same place (`namespaces.WORKDIR`): set
     once here, not in each run, where os.environ's encoding and putenv write to some 25 pages of the
@@ -452,14 +456,7 @@ def probe(isolation: namespaces.Isolation) -> int:
     namespaces.prepare_shared_view(isolation)
     _home_for_runs()
     bootstrap.prepare_process(libc, seccomp.Filter(seccomp.EVERY_PROCESS), namespaced_zygote=True)
-    spaces = pidspaces.PidSpaces(
-        PROBE_LIMITS,
-        isolation.spaces,
-        isolation.uids,
-        isolation.cgroups,
-        network=isolation.network,
-        egress=isolation.egress_port,
-    )
+    spaces = _pid_spaces(isolation, PROBE_LIMITS)
     try:
         spaces.prepare()
         for pid_inside in (2, 3):
