@@ -193,11 +193,6 @@ def special_block(address: Address) -> tuple[str, Network | None]:
     return "", None
 
 
-def refused_address(address: Address) -> str:
-    """Why an address is off the public internet ("" if it is not): `special_block`'s reason."""
-    return special_block(address)[0]
-
-
 def _unmapped(address: Address) -> Address:
     # ::ffff:127.0.0.1 is 127.0.0.1 to the kernel: judged as such.
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:

@@ -51,7 +51,6 @@ MAX_REFUSALS_LOGGED = 20  # a run's refusals logged; the rest are counted (metri
 ACCEPT_PAUSE = 0.05
 # What ends a connection because a peer closed or broke its side, or spoke something h11 refuses.
 _GONE = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, h11.ProtocolError)
-REFUSAL_REASONS = ("not_listed", "address", "malformed", "unreachable", "busy", "budget")
 
 
 class EgressProxy:
