@@ -59,6 +59,9 @@ class RunRequest:
     session: str | None = None  # "new", or the handle of a session this call runs in
     # Distributions of the wheelhouse the call names (normalized), beyond what its code imports.
     packages: tuple[str, ...] = ()
+    # Rows of a last value that is a DataFrame or Series to return as a `Table`: the caller's client
+    # shows an app view; 0: none (the result is then exactly as without the view).
+    table_rows: int = 0
 
 
 # What a session's call asks for to start a session.
@@ -133,6 +136,24 @@ class Omitted:
     name: str
     size: int
     reason: str
+
+
+# A table's cell, as JSON carries it.
+Cell = str | int | float | bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """The first rows of a run's last value, a pandas DataFrame or Series, for an app view: its columns'
+    names and dtypes, its whole shape, and up to the call's `table_rows` rows; where its index is not the
+    default 0, 1, 2, ...: the index's level names and each row's key (`index_rows`)."""
+
+    columns: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    shape: tuple[int, ...]
+    rows: tuple[tuple[Cell, ...], ...]
+    index_names: tuple[str | None, ...] = ()
+    index_rows: tuple[tuple[Cell, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +267,7 @@ class RunResult:
     kept: tuple[KeptOutput, ...] = ()  # streams kept whole and files linked, to be read back as resources
     note: str = ""  # what the server adds for the caller (a module it cannot provide); empty mostly
     network: tuple[NetworkUse, ...] = ()  # what the run reached through the egress proxy, and was refused
+    table: Table | None = None  # the last value's first rows, for a caller whose client shows them
 
     @property
     def images(self) -> tuple[Attachment, ...]:

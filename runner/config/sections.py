@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from runner.config.egress import EgressAllow
 from runner.config.locks import Distribution
 from runner.config.settings import KIB, MIB
-from runner.config.variables import SandboxMode, SandboxNetwork, Transport
+from runner.config.variables import AppView, SandboxMode, SandboxNetwork, Transport
 from runner.config.wheelhouse import Wheelhouse
 from runner.logs import LogFormat, LogLevel
 
@@ -74,13 +74,22 @@ class LimitsConfig:
 
 @dataclass(frozen=True, slots=True)
 class ReturnsConfig:
-    """What comes back in the answer: the streams as shown, images, files, the last value."""
+    """What comes back in the answer: the streams as shown, images, files, the last value, and the app
+    view that shows them (with the last value's table)."""
 
     max_output_chars: int
     max_images: int
     max_image_bytes: int
     max_returned_bytes: int
     max_files_bytes: int
+    app_view: AppView
+    max_table_rows: int
+
+    @property
+    def table_rows(self) -> int:
+        """Rows of a table for a client that shows the app view: none where the view is off, or where
+        a call returns no bytes besides its output."""
+        return self.max_table_rows if self.app_view == "on" and self.max_returned_bytes else 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from runner.config.variables import DEFAULT_PRELOAD as DEFAULT_PRELOAD
 from runner.config.variables import LOOPBACK_HOSTS, LOOPBACK_ORIGINS
 from runner.config.variables import OPERATIONS_PATHS as OPERATIONS_PATHS
 from runner.config.variables import SETTINGS as SETTINGS
+from runner.config.variables import AppView as AppView
 from runner.config.variables import SandboxMode as SandboxMode
 from runner.config.variables import SandboxNetwork as SandboxNetwork
 from runner.config.variables import Transport as Transport
@@ -141,6 +142,8 @@ class Config:
     max_image_bytes: int = 256 * KIB
     max_returned_bytes: int = 512 * KIB
     max_files_bytes: int = 48 * KIB
+    app_view: AppView = "on"
+    max_table_rows: int = 1000
     max_input_mb: int = 8
     tools_config: str = ""  # the downstream servers' file (`runner.config.tools`); empty: none
     tools_max_calls: int = 100

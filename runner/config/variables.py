@@ -23,6 +23,7 @@ DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib.pyplot")
 SandboxMode = Literal["auto", "namespaces", "bwrap", "none", "none-posix-spawn"]
 SandboxNetwork = Literal["isolated", "shared"]
 Transport = Literal["stdio", "http"]
+AppView = Literal["on", "off"]
 
 
 def _choices(name: str, field: str, kind: object, meaning: str) -> Setting:
@@ -394,6 +395,23 @@ SETTINGS = (
         "Files that are not images one call returns, MiB together (within `RUNNER_MAX_RETURNED_MB`).",
         unit="MiB",
         high=1024 * MIB,
+    ),
+    _choices(
+        "RUNNER_APP_VIEW",
+        "app_view",
+        AppView,
+        "`on`: `run_python` names its MCP App view (`ui://python-runner/run.html`, the `io.modelcontextprotocol/ui` "
+        "extension), and a client that negotiated the extension gets a last value that is a pandas DataFrame or "
+        "Series as a table besides its text (`structuredContent.table`); other clients see the same results either "
+        "way. `off`: no view, no table, and the extension is not offered (see [the app view](apps.md)).",
+    ),
+    Setting(
+        "RUNNER_MAX_TABLE_ROWS",
+        "max_table_rows",
+        "int",
+        "Rows of a DataFrame or Series that `structuredContent.table` carries for the app view: the first ones, "
+        "within half of `RUNNER_MAX_RETURNED_MB` (fewer where they would not fit); `0`: no table.",
+        high=100_000,
     ),
     Setting(
         "RUNNER_MAX_INPUT_MB",

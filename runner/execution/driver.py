@@ -156,7 +156,9 @@ class RunDriver:
         out, err = OutputCap(self._keep_bytes), OutputCap(self._keep_bytes)
         deadline = anyio.current_time() + request.timeout
         tools = self._tools.for_run(request.request_id, request.caller, deadline) if self._tools is not None else None
-        channel = RunChannel(self._budgets.report_bytes, tools.limit_bytes if tools is not None else 0)
+        # A table for a caller whose client shows one; else the budgets every call has.
+        budgets = self._budgets.replace(table_rows=request.table_rows) if request.table_rows else self._budgets
+        channel = RunChannel(budgets.report_bytes, tools.limit_bytes if tools is not None else 0)
         output = RunOutput(child, out, err, self._limits.max_output_bytes, channel, spools=spools)
         # Sampled only where wait4 cannot tell (see `usage`); then once while the interpreter still
         # waits for its code, so a run that ends within a millisecond still gets a number.
@@ -169,7 +171,7 @@ class RunDriver:
                 # A run that died before reading all its code (say, out of memory) ends below
                 # like any other, with what it printed.
                 inputs = frame_inputs([(f.path, f.data) for f in request.files])
-                job = frame_job(request.code.encode("utf-8"), inputs, self._budgets, paths, tools is not None)
+                job = frame_job(request.code.encode("utf-8"), inputs, budgets, paths, tools is not None)
                 await write_all(child.code, job)
             started = anyio.current_time()
             # Logged once the run has its code, not before: the line's formatting and write then
@@ -186,7 +188,7 @@ class RunDriver:
             returned: list[Returned] = []
             if tools is not None:
                 output.on_tool = _answering(tg, child, tools, self._log, request.request_id)
-            tg.start_soon(self._read_output, output, returned, reported)
+            tg.start_soon(self._read_output, output, budgets, returned, reported)
             if on_progress is not None:
                 tg.start_soon(self._report_progress, request, started, out, err, on_progress, tools)
             timed_out = False
@@ -219,7 +221,7 @@ class RunDriver:
                 or not output.done.is_set()
             ):
                 tg.cancel_scope.cancel()  # not free (anyio formats the task's repr): only if needed
-        got = returned[0] if returned else parse_report(output.report, self._budgets)
+        got = returned[0] if returned else parse_report(output.report, budgets)
         # wait4's count carries a spawned run's spawner's (usage.py); the run's own, when it sent one
         # (first or not), never does, and counts its tmpfs (harvest.ended).
         peak = reaped_peak if reaped_peak > child.inherited_peak else (samples.peak if samples else None)
@@ -253,16 +255,19 @@ class RunDriver:
             attachments=got.attachments,
             omitted=got.omitted,
             network=proxied[0].reached() if proxied is not None else (),
+            table=got.table,
         )
         return result, got.linked
 
-    async def _read_output(self, output: RunOutput, returned: list[Returned], reported: anyio.CancelScope) -> None:
+    async def _read_output(
+        self, output: RunOutput, budgets: Budgets, returned: list[Returned], reported: anyio.CancelScope
+    ) -> None:
         """Read the run's streams and report; once the report is whole and both streams are closed,
         if it tells the run's end, stop waiting for the exit (`reported`): the kernel's teardown of
         the process then happens after the answer."""
         await output.read_all()
         if output.report_whole:
-            returned.append(parse_report(output.report, self._budgets))
+            returned.append(parse_report(output.report, budgets))
             if returned[0].end is not None and not output.output_exceeded:
                 reported.cancel()
 

@@ -29,7 +29,7 @@ from runner.inrun.wire import (
     read_end,
     split_report,
 )
-from runner.outcome import Attachment, Omitted
+from runner.outcome import Attachment, Cell, Omitted, Table
 
 _CONTROLS = re.compile("[\x00-\x1f\x7f]")
 
@@ -70,6 +70,7 @@ class Returned:
     end: RunEnd | None = None
     # Over a budget, sent whole to be kept and linked (`note`: which budget); the driver keeps them.
     linked: tuple[Attachment, ...] = ()
+    table: Table | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,15 @@ def _parse(data: bytes | bytearray, budgets: Budgets) -> Returned:
     result_chars = max(_count(head.get("result_chars", 0)), len(result or ""))
     attachments: list[Attachment] = []
     at = 0
+    table: Table | None = None
+    dropped: list[Omitted] = []
+    if head.get("table") is not None:
+        at = _count(head["table"])
+        _require(at <= budgets.table_bytes, "a table over its budget")
+        try:
+            table = parse_table(blobs[:at], budgets.table_rows)
+        except (ValueError, TypeError, RecursionError) as exc:  # the rest of the report stands
+            dropped.append(Omitted("(the last value's table)", at, f"malformed, dropped: {exc}"))
     for entry in _entries(head, "images"):
         size = _count(entry["bytes"])
         png = bytes(blobs[at : at + size])
@@ -147,12 +157,64 @@ def _parse(data: bytes | bytearray, budgets: Budgets) -> Returned:
     _require(at == blob_size, "sizes do not add up to the blobs")
     attachments, over = _within_budgets(attachments, budgets)
     omitted = [Omitted(_name(e["name"]), _count(e["bytes"]), _text(e, "reason")) for e in _entries(head, "omitted")]
-    omitted += over + too_large
+    omitted += over + too_large + dropped
     more = _count(head.get("more_omitted", 0))
     if more:
         omitted.append(Omitted(f"{more:,} more", 0, "not listed"))
     omitted = omitted[: MAX_OMITTED + 1]
-    return Returned(result, result_chars, tuple(attachments), tuple(omitted), _end(head.get("end")), tuple(linked))
+    end = _end(head.get("end"))
+    return Returned(result, result_chars, tuple(attachments), tuple(omitted), end, tuple(linked), table)
+
+
+def parse_table(data: bytes | bytearray | memoryview, max_rows: int) -> Table:
+    """A table as `runner.inrun.tables` writes it, checked: column names and dtypes as text, the same
+    number of cells in every row, at most `max_rows` rows, every cell a JSON scalar (no NaN or infinity,
+    which JSON has not either), every text Unicode. Raises ValueError (or TypeError) naming what is wrong."""
+
+    def no_constants(name: str) -> object:
+        raise ValueError(f"{name} is not JSON")
+
+    value = json.loads(bytes(data), parse_constant=no_constants)
+    _require(isinstance(value, dict), "not an object")
+    columns = _labels(value.get("columns"), "columns")
+    dtypes = _labels(value.get("dtypes"), "dtypes")
+    _require(len(dtypes) == len(columns), "a dtype for each column")
+    shape = value.get("shape")
+    _require(isinstance(shape, list) and 1 <= len(shape) <= 2, "shape is not one or two counts")
+    shape = tuple(_count(n) for n in shape)
+    rows = _rows(value.get("rows"), len(columns), max_rows)
+    _require(len(rows) <= shape[0], "more rows than its shape")
+    index = value.get("index")
+    if index is None:
+        return Table(columns, dtypes, shape, rows)
+    _require(isinstance(index, dict), "index is not an object")
+    names = index.get("names")
+    _require(isinstance(names, list) and 0 < len(names) <= 64, "index names are not a list")
+    index_names = tuple(None if name is None else _labels([name], "index names")[0] for name in names)
+    keys = _rows(index.get("rows"), len(index_names), max_rows)
+    _require(len(keys) == len(rows), "an index key for each row")
+    return Table(columns, dtypes, shape, rows, index_names, keys)
+
+
+def _labels(value: object, what: str) -> tuple[str, ...]:
+    _require(isinstance(value, list) and all(isinstance(v, str) for v in value), f"{what} are not text")
+    assert isinstance(value, list)
+    return tuple(_unicode(v) for v in value)
+
+
+def _rows(value: object, width: int, max_rows: int) -> tuple[tuple[Cell, ...], ...]:
+    _require(isinstance(value, list) and len(value) <= max_rows, f"rows are not a list of at most {max_rows:,}")
+    assert isinstance(value, list)
+    rows: list[tuple[Cell, ...]] = []
+    for row in value:
+        _require(isinstance(row, list) and len(row) == width, f"a row is not a list of {width} cells")
+        rows.append(tuple(_unicode(v) if isinstance(v, str) else _scalar(v) for v in row))
+    return tuple(rows)
+
+
+def _scalar(value: object) -> Cell:
+    _require(value is None or isinstance(value, (bool, int, float)), "a cell is not a JSON scalar")
+    return value  # type: ignore[return-value]  # checked above
 
 
 def _end(value: object) -> RunEnd | None:

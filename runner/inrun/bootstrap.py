@@ -44,7 +44,7 @@ FILENAME = "<run_python>"
 MAX_FD = 1 << 20
 # What a run needs besides this file (`load_siblings`): `run` takes RUN_SIBLINGS, in this order; a
 # spawned interpreter also needs the other two to become a run (`prepare_process`).
-RUN_SIBLINGS = ("wire", "workdir", "figures", "harvest", "images", "keeper")
+RUN_SIBLINGS = ("wire", "workdir", "figures", "harvest", "images", "keeper", "tables")
 SIBLINGS = ("libc", "seccomp", *RUN_SIBLINGS)
 # A run's open files, per process. Each can hold kernel memory that RLIMIT_AS does not count (a
 # socket's queue, a pipe's buffer); with the socket buffers a run may not raise (seccomp.py), this bounds
@@ -203,7 +203,7 @@ def run(
     """
     if job is None:
         os._exit(1)
-    wire, workdir, figures, harvest, images, keeper = siblings
+    wire, workdir, figures, harvest, images, keeper, tables = siblings
     if session:
         keeper.begin_call()  # from here on the state's own code may run again: this is the call
     if job.keeper:
@@ -242,6 +242,7 @@ def run(
             lambda: workdir.walk(home, (home_info.st_dev, home_info.st_ino)),
             lambda path, info, limit: workdir.read_regular(os.path.join(home, path), info, limit),
             images,
+            tables,
         )
         return report
 
@@ -455,7 +456,7 @@ def warm_up(siblings: tuple[types.ModuleType, ...] = (), workdir: str = "/") -> 
     exec(compile("pass", FILENAME, "exec", dont_inherit=True), {})
     os.listdir(workdir)
     if siblings:
-        wire, directory, figures, harvest, images, _ = siblings
+        wire, directory, figures, harvest, images = siblings[:5]
         harvest.split_last_expression("x", FILENAME)
         figures.Figures(0, 0, images.MAX_PIXELS)
         home = os.stat(workdir)

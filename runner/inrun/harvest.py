@@ -93,6 +93,7 @@ class Report:
         self.budgets = budgets
         self.result: str | None = None
         self.result_chars = 0
+        self.table: bytes | None = None  # the last value's first rows as JSON (`tables.table_of`)
         self.images: list[dict[str, Any]] = []
         self.files: list[dict[str, Any]] = []
         self.omitted: list[dict[str, Any]] = []
@@ -104,6 +105,12 @@ class Report:
         self.linked: list[dict[str, Any]] = []
         self.linked_blobs: list[bytes] = []
         self.kept_bytes_left = budgets.kept_bytes
+
+    def add_table(self, table: bytes | None) -> None:
+        """The last value's table, which the call's bytes pay for as they pay for a figure."""
+        if table is not None and len(table) <= self.bytes_left:
+            self.table = table
+            self.bytes_left -= len(table)
 
     def omit(self, name: str, size: int, reason: str) -> None:
         if len(self.omitted) < MAX_OMITTED:
@@ -242,10 +249,11 @@ class Report:
         return None, True
 
     def empty(self) -> bool:
-        return self.result is None and not (self.images or self.files or self.omitted or self.linked)
+        return self.result is None and not (self.table or self.images or self.files or self.omitted or self.linked)
 
     def encode(self, end: dict[str, Any] | None = None) -> bytes:
-        """``report <header bytes> <blob bytes>``, a newline, the JSON header, the blobs in order.
+        """``report <header bytes> <blob bytes>``, a newline, the JSON header, the blobs in order: the
+        table's first, where there is one.
 
         `end` is the run's own account of its end (`ended`), when it has one.
         """
@@ -255,13 +263,15 @@ class Report:
             "end": end,
             "result": self.result,
             "result_chars": self.result_chars,
+            "table": len(self.table) if self.table is not None else None,
             "images": self.images,
             "files": [{"path": f["path"], "bytes": f["bytes"]} for f in self.files],
             "omitted": self.omitted,
             "more_omitted": self.more_omitted,
             "linked": self.linked,
         }
-        return wire.encode_report(header, self.blobs + self.linked_blobs)
+        table = [self.table] if self.table is not None else []
+        return wire.encode_report(header, table + self.blobs + self.linked_blobs)
 
 
 def gather(
@@ -272,16 +282,20 @@ def gather(
     walk: Callable[[], Iterator[tuple[str, os.stat_result | None]]],
     read: Callable[[str, os.stat_result, int], bytes | None],
     image_headers: ModuleType,
+    tables: ModuleType,
 ) -> Report:
     """The run's report once its code has ended (`figures`: its `figures.Figures`).
 
     `walk` lists the run's directory (`workdir.walk`), `read` reads a file it listed, by its path
-    relative to that directory (`workdir.read_regular`), `image_headers` is `images.py`.
+    relative to that directory (`workdir.read_regular`), `image_headers` is `images.py`, `tables`
+    is `tables.py`.
     """
     report = Report(budgets)
     try:
         if value is not None and budgets.result_chars:
             report.result, report.result_chars = describe_value(value, budgets.result_chars)
+        if value is not None and budgets.table_rows:
+            report.add_table(tables.table_of(value, budgets.table_rows, min(budgets.table_bytes, report.bytes_left)))
         for rendered in figures.finish():
             report.add_figure(rendered.name, rendered.png, rendered.note, rendered.full)
         if budgets.call_bytes:

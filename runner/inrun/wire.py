@@ -48,12 +48,13 @@ def parse_ready(line: bytes) -> tuple[str, ...] | None:
 class Budgets:
     """What one call may return: images, bytes per image, bytes in all, bytes of files that are not
     images (a client may read those as text, and count them against its limits), characters of the
-    last expression's value, and bytes of what is over those budgets but sent anyway for the server to
-    keep and link (`kept_bytes`: files, full-size figures; 0 where the server keeps nothing). All 0
-    (`NO_RETURNS`): the run returns its output only. Frozen."""
+    last expression's value, bytes of what is over those budgets but sent anyway for the server to
+    keep and link (`kept_bytes`: files, full-size figures; 0 where the server keeps nothing), and rows
+    of a last value that is a pandas DataFrame or Series, as a table for an app view (`table_rows`; 0
+    where the caller's client shows none). All 0 (`NO_RETURNS`): the run returns its output only. Frozen."""
 
-    __slots__ = ("call_bytes", "file_bytes", "image_bytes", "images", "kept_bytes", "result_chars")
-    FIELDS = ("images", "image_bytes", "call_bytes", "file_bytes", "result_chars", "kept_bytes")
+    __slots__ = ("call_bytes", "file_bytes", "image_bytes", "images", "kept_bytes", "result_chars", "table_rows")
+    FIELDS = ("images", "image_bytes", "call_bytes", "file_bytes", "result_chars", "kept_bytes", "table_rows")
 
     images: int
     image_bytes: int
@@ -61,11 +62,19 @@ class Budgets:
     file_bytes: int
     result_chars: int
     kept_bytes: int
+    table_rows: int
 
     def __init__(
-        self, images: int, image_bytes: int, call_bytes: int, file_bytes: int, result_chars: int, kept_bytes: int = 0
+        self,
+        images: int,
+        image_bytes: int,
+        call_bytes: int,
+        file_bytes: int,
+        result_chars: int,
+        kept_bytes: int = 0,
+        table_rows: int = 0,
     ) -> None:
-        values = (images, image_bytes, call_bytes, file_bytes, result_chars, kept_bytes)
+        values = (images, image_bytes, call_bytes, file_bytes, result_chars, kept_bytes, table_rows)
         for name, value in zip(self.FIELDS, values, strict=True):
             object.__setattr__(self, name, value)
 
@@ -85,6 +94,11 @@ class Budgets:
         return any(self.numbers())
 
     @property
+    def table_bytes(self) -> int:
+        """The most a table may take of the call's bytes: half, so that figures and files keep room."""
+        return self.call_bytes // 2 if self.table_rows else 0
+
+    @property
     def report_bytes(self) -> int:
         """The most a well-formed report can take on the wire."""
         return len(REPORT_HEAD) + 32 + MAX_HEADER_BYTES + 6 * self.result_chars + self.call_bytes + self.kept_bytes
@@ -99,7 +113,7 @@ class Budgets:
         return "Budgets(" + ", ".join(f"{name}={getattr(self, name)}" for name in self.FIELDS) + ")"
 
 
-NO_RETURNS = Budgets(0, 0, 0, 0, 0, 0)
+NO_RETURNS = Budgets(0, 0, 0, 0, 0, 0, 0)
 
 
 class Job:
@@ -156,7 +170,9 @@ def read_job(fd: int) -> Job | None:
         info = os.fstat(fd)
         return Job(bytearray(), b"", NO_RETURNS, (info.st_dev, info.st_ino), keeper=True)
     numbers = tuple(int(n) for n in line.split())
-    body = bytearray(numbers[0] + numbers[1] + numbers[8])
+    # code, inputs, the budgets, the package directories, tools: as `frame_job` writes them
+    listed_at, tools_at = 2 + len(Budgets.FIELDS), 3 + len(Budgets.FIELDS)
+    body = bytearray(numbers[0] + numbers[1] + numbers[listed_at])
     got = min(len(first), len(body))
     body[:got] = first[:got]
     view = memoryview(body)
@@ -170,13 +186,14 @@ def read_job(fd: int) -> Job | None:
     if got != len(body):
         return None
     ends = numbers[0] + numbers[1]
-    paths = tuple(os.fsdecode(bytes(p)) for p in body[ends:].split(b"\0")) if numbers[8] else ()
+    paths = tuple(os.fsdecode(bytes(p)) for p in body[ends:].split(b"\0")) if numbers[listed_at] else ()
     inputs = bytes(body[numbers[0] : ends]) if numbers[1] else b""
     del body[numbers[0] :]
     info = os.fstat(fd)
     # The code not copied: decode() takes a bytearray.
-    tools = len(numbers) > 9 and numbers[9] == 1
-    return Job(body, inputs, Budgets(*numbers[2:8]), (info.st_dev, info.st_ino), paths=paths, tools=tools)
+    tools = len(numbers) > tools_at and numbers[tools_at] == 1
+    budgets = Budgets(*numbers[2:listed_at])
+    return Job(body, inputs, budgets, (info.st_dev, info.st_ino), paths=paths, tools=tools)
 
 
 def same_socket(fd: int, job: Job) -> bool:

@@ -1,6 +1,6 @@
 """The MCP handlers: tools/list and tools/call (run_python, close_session), and resources/list and
-resources/read (the whole of a stream a result showed cut), on the low-level SDK server. Knows nothing
-of processes.
+resources/read (the app view, and the whole of a stream a result showed cut), on the low-level SDK
+server. Knows nothing of processes.
 
 Every call ends in a result: bad arguments, a busy server and the server's own faults become
 `isError` results carrying the request_id, because an exception escaping a handler would become a
@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
+from mcp.server.apps import EXTENSION_ID
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
@@ -32,6 +33,7 @@ from runner.protocol.schemas import CLOSE_TOOL, RUN_TOOL
 from runner.protocol.task_methods import CallerOf, NameHeaderOf, TaskMethods, negotiated
 from runner.protocol.tasks import TASK_AFTER_SECONDS, Tasks, created_result
 from runner.protocol.tool import tool_definitions
+from runner.protocol.view import VIEW_URI, AppView, client_shows_views
 
 SERVER_NAME = "python-runner-mcp"
 
@@ -90,6 +92,13 @@ class Handlers:
         self._metrics = metrics
         self._caller_of = caller_of
         self._tasks = tasks
+        self._view = AppView.load() if config.returns.app_view == "on" else None
+        self._table_rows = config.returns.table_rows
+
+    @property
+    def view(self) -> AppView | None:
+        """The app view run_python names; None where RUNNER_APP_VIEW is off."""
+        return self._view
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -100,17 +109,20 @@ class Handlers:
     async def list_resources(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        """resources/list: the caller's kept streams that can still be read (the links results gave)."""
+        """resources/list: the app view, and the caller's kept streams that can still be read (the links
+        results gave)."""
         kept = self._runner.kept_outputs(self._caller(ctx))
-        return types.ListResourcesResult(
-            resources=[types.Resource(uri=k.uri, name=k.stream, mime_type=k.mime_type, size=k.size) for k in kept]
-        )
+        listed = [types.Resource(uri=k.uri, name=k.stream, mime_type=k.mime_type, size=k.size) for k in kept]
+        return types.ListResourcesResult(resources=([self._view.resource()] if self._view else []) + listed)
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        """resources/read: a kept stream, whole, to the caller whose run wrote it; any other URI (never
-        made, expired, evicted, another caller's) is "resource not found" (-32602), alike."""
+        """resources/read: the app view, to any caller; a kept stream, whole, to the caller whose run
+        wrote it; any other URI (never made, expired, evicted, another caller's) is "resource not
+        found" (-32602), alike."""
+        if self._view is not None and str(params.uri) == VIEW_URI:
+            return types.ReadResourceResult(contents=[self._view.contents()])
         found = await self._runner.read_output(str(params.uri), self._caller(ctx))
         if found is None:
             log_event(self._log, logging.INFO, "resource not found", uri=str(params.uri)[:100])
@@ -131,7 +143,8 @@ class Handlers:
         try:
             if params.name == CLOSE_TOOL and self._sessions:
                 return await self._close(request_id, params, caller)
-            prepared = self._prepare(request_id, params, caller)
+            table_rows = self._table_rows if self._view is not None and client_shows_views(_capabilities(ctx)) else 0
+            prepared = self._prepare(request_id, params, caller, table_rows)
             if isinstance(prepared, RunResult):
                 result = prepared
             elif self._tasks is not None and negotiated(ctx):
@@ -162,9 +175,10 @@ class Handlers:
         return f"the runner failed ({type(exc).__name__}); the server log has details under this request_id"
 
     def _prepare(
-        self, request_id: str, params: types.CallToolRequestParams, caller: str | None
+        self, request_id: str, params: types.CallToolRequestParams, caller: str | None, table_rows: int = 0
     ) -> RunRequest | RunResult:
-        """The run a call asks for, or the result that refuses it."""
+        """The run a call asks for, or the result that refuses it; `table_rows`: of a last value's table,
+        for a client that shows the app view."""
         code_size = len(str((params.arguments or {}).get("code", "")))
         fields: dict[str, Any] = {"tool": params.name, "code_chars": code_size}
         if caller is not None:
@@ -181,7 +195,15 @@ class Handlers:
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="invalid arguments")
             return RunResult(request_id, Status.INVALID_ARGUMENTS, str(exc))
         return RunRequest(
-            request_id, args.code, args.timeout, args.stdin, args.files, caller, args.session, args.packages
+            request_id,
+            args.code,
+            args.timeout,
+            args.stdin,
+            args.files,
+            caller,
+            args.session,
+            args.packages,
+            table_rows,
         )
 
     async def _as_task(
@@ -245,6 +267,13 @@ class Handlers:
         return closed_result(request_id, handle, unknown)
 
 
+def _capabilities(ctx: ServerRequestContext[Any]) -> types.ClientCapabilities | None:
+    try:
+        return ctx.session.client_capabilities
+    except Exception:  # a context without a session (none in the SDK today): no view, the plain result
+        return None
+
+
 def _progress_reporter(ctx: ServerRequestContext[Any]) -> Callable[[Progress], Awaitable[None]]:
     async def report(progress: Progress) -> None:
         # No known total: the elapsed seconds count up, and the message says the rest.
@@ -287,6 +316,8 @@ def build_server(
     )
     # No OpenTelemetry exporter is ever installed here; skip the per-message span work.
     server.middleware = []
+    if handlers.view is not None:
+        server.extensions[EXTENSION_ID] = {}
     # Registered as a plain request handler, not `on_call_tool`: a task's answer (CreateTaskResult,
     # `resultType: "task"`) is an extension's shape that on_call_tool's typing does not admit; the SDK
     # passes such a result through unsieved on a 2026-07-28 wire, the only one tasks are offered on.

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import mcp_types as types
 
-from runner.outcome import Attachment, KeptOutput, RunResult
+from runner.outcome import Attachment, KeptOutput, RunResult, Table
 
 Block = types.TextContent | types.ImageContent | types.EmbeddedResource | types.ResourceLink
 # A returned file larger than this is marked for the user's eyes (`audience`), not the model's.
@@ -109,7 +109,7 @@ def closed_result(request_id: str, handle: str, unknown: str | None) -> types.Ca
 def structured_result(result: RunResult) -> dict[str, Any]:
     """The structuredContent of a call, matching `output_schema()`; the session's fields only in a
     session's call."""
-    content = {
+    content: dict[str, Any] = {
         "request_id": result.request_id,
         "status": result.status.value,
         "message": result.message,
@@ -164,6 +164,8 @@ def structured_result(result: RunResult) -> dict[str, Any]:
             }
             for use in result.network
         ]
+    if result.table is not None:
+        content["table"] = table_content(result.table)
     if result.session is not None:
         content["session"] = result.session.handle
         content["rolled_back"] = not result.session.kept
@@ -193,4 +195,17 @@ def structured_result(result: RunResult) -> dict[str, Any]:
             }
             for kept in files
         ]
+    return content
+
+
+def table_content(table: Table) -> dict[str, Any]:
+    """`structuredContent.table`: what the app view sorts, filters and pages."""
+    content: dict[str, Any] = {
+        "columns": list(table.columns),
+        "dtypes": list(table.dtypes),
+        "shape": list(table.shape),
+        "rows": [list(row) for row in table.rows],
+    }
+    if table.index_names:
+        content["index"] = {"names": list(table.index_names), "rows": [list(key) for key in table.index_rows]}
     return content

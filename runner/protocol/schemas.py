@@ -110,6 +110,10 @@ _NULLABLE_INT: dict[str, Any] = {"anyOf": [{"type": "integer"}, {"type": "null"}
 _NULLABLE_NUMBER: dict[str, Any] = {"anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}]}
 
 
+# A table's cell: a JSON scalar.
+_CELL = {"type": ["string", "number", "boolean", "null"]}
+
+
 def output_schema() -> dict[str, Any]:
     """The tool's outputSchema: what `structured_result` returns for every call."""
     count = {"type": "integer", "minimum": 0}
@@ -190,6 +194,27 @@ def output_schema() -> dict[str, Any]:
                     bytes_out=count,
                     allowed={"type": "boolean"},
                 ),
+            },
+            "table": {
+                "type": "object",
+                "description": (
+                    "Only for a client that shows MCP App views, when the last value is a pandas DataFrame or "
+                    "Series: its column names and dtypes, its whole shape, and its first rows (at most "
+                    "RUNNER_MAX_TABLE_ROWS), values as JSON (NaN and NaT as null, datetimes as ISO text); "
+                    "`index` where its index is not 0, 1, 2, ..."
+                ),
+                "required": ["columns", "dtypes", "shape", "rows"],
+                "properties": {
+                    "columns": {"type": "array", "items": {"type": "string"}},
+                    "dtypes": {"type": "array", "items": {"type": "string"}},
+                    "shape": {"type": "array", "items": count, "minItems": 1, "maxItems": 2},
+                    "rows": {"type": "array", "items": {"type": "array", "items": _CELL}},
+                    "index": _object(
+                        names={"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+                        rows={"type": "array", "items": {"type": "array", "items": _CELL}},
+                    ),
+                },
+                "additionalProperties": False,
             },
             "session": {
                 "type": "string",

@@ -14,6 +14,7 @@ from runner.protocol.schemas import (
     input_schema,
     output_schema,
 )
+from runner.protocol.view import AppView
 
 # What the model reads before every call, so short (under ~1,200 characters with the default settings:
 # tests/test_docs.py checks docs/tool.md, generated from this) and what a user imports, not every
@@ -100,6 +101,8 @@ def tool_definition(config: Config, *, sandboxed: bool = True, code_mode: str = 
         + ("" if sandboxed else UNSANDBOXED),
         input_schema=input_schema(config),
         output_schema=output_schema(),
+        # The app view a host that renders MCP Apps shows beside the result (`runner.protocol.view`).
+        _meta=AppView.tool_meta() if returns.app_view == "on" else None,
         annotations=types.ToolAnnotations(
             title="Run Python",
             # Each run starts in a throwaway directory, but code can do whatever the server's user
