@@ -70,6 +70,7 @@ from harness.scenarios import preflight, say, scenario_calls, scenario_flood, sc
 from harness.servers import BENCH_DIR, REPO, Launch, build_specs, describe_root, export_commit, server_config_line
 from harness.sessions import scenario_sessions
 from harness.tools import scenario_tools
+from harness.view import scenario_view
 from harness.workloads import CALL_TIMEOUT, CPU_CODE, FLOOD_CODE, FULL, QUICK, TRIVIAL_CODE
 
 
@@ -95,8 +96,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-naive", action="store_true", help="leave the naive baseline out")
     parser.add_argument(
         "--only",
-        default="calls,flood,startup,memory,data,sessions,kept,tools",
-        help="comma-separated scenarios: calls, flood, startup, memory, data, sessions, kept, tools (default: all)",
+        default="calls,flood,startup,memory,data,sessions,kept,tools,view",
+        help="comma-separated scenarios: calls, flood, startup, memory, data, sessions, kept, tools, view "
+        "(default: all)",
     )
     parser.add_argument(
         "--modes", default="raw,client", help="client modes for the call scenarios (default raw,client)"
@@ -136,7 +138,7 @@ async def main_async(args: argparse.Namespace) -> int:
     params = QUICK if args.quick else FULL
     modes = tuple(m for m in args.modes.split(",") if m)
     scenarios = {s for s in args.only.split(",") if s}
-    known = {"calls", "flood", "startup", "memory", "data", "sessions", "kept", "tools"}
+    known = {"calls", "flood", "startup", "memory", "data", "sessions", "kept", "tools", "view"}
     unknown = scenarios - known | set(modes) - {"raw", "client"}
     if unknown:
         raise SystemExit(f"run_bench: unknown scenario or mode: {sorted(unknown)}")
@@ -179,7 +181,7 @@ async def main_async(args: argparse.Namespace) -> int:
         report["startup"] = await scenario_startup(specs, launch, params)
     if "memory" in scenarios:
         report["memory"] = await scenario_memory(specs, launch, params)
-    if {"data", "sessions", "tools"} & scenarios and not (args.packages / "site-packages").is_dir():
+    if {"data", "sessions", "tools", "view"} & scenarios and not (args.packages / "site-packages").is_dir():
         raise SystemExit(f"run_bench: no package environment at {args.packages}: make sandbox-env builds it")
     if "data" in scenarios:
         report["data"] = {}
@@ -191,6 +193,9 @@ async def main_async(args: argparse.Namespace) -> int:
         report["kept"] = await scenario_kept(specs, launch, params)
     if "tools" in scenarios:
         report["tools"] = await scenario_tools(specs, launch, params, str(args.packages.resolve()))
+    if "view" in scenarios:
+        repeats = 3 if args.quick else 7
+        report["view"] = scenario_view(specs, launch, repeats, str(args.packages.resolve()))
     report["elapsed_s"] = time.perf_counter() - begin
     report["loadavg_end"] = os.getloadavg()
     markdown = render(report)

@@ -19,6 +19,7 @@ from .scenarios import RSS_SAMPLE_INTERVAL
 from .sessions import session_rows
 from .stats import ratio
 from .tools import tools_rows
+from .view import view_rows
 from .workloads import BARE_IMPORT, CONCURRENCY_LEVELS, CPU_N, PACE, TARGETS, THROUGHPUT_ENV
 
 
@@ -369,6 +370,9 @@ def render(report: dict[str, Any]) -> str:
     tools = tools_rows(report)
     if tools:
         lines += ["## Code mode (issue 49)", "", *tools]
+    view = view_rows(report)
+    if view:
+        lines += ["## The app view (issue 51)", "", *view]
     calls = report.get("calls", {})
     if calls:
         lines += [

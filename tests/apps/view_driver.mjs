@@ -75,6 +75,15 @@ const AGAIN_CODE = `
 import os
 print("pid", os.getpid())
 `;
+// What a run writes is text to the view, never markup: were any of it parsed, the img would ask the network for
+// "x" (the request log sees it) and the script would change the title.
+const HOSTILE_CODE = `
+import pandas as pd
+MARKUP = '<img src="x" onerror="document.title=1"><script>document.title = "pwned"</script><b>bold</b>'
+print(MARKUP)
+open(MARKUP.replace("/", "_")[:60] + ".txt", "w").write(MARKUP)
+pd.DataFrame({MARKUP: [MARKUP]})
+`;
 const SESSION_CODE = `
 x = 42
 x
@@ -373,6 +382,24 @@ async function main() {
         firstStdout: result.structuredContent?.stdout,
         callsThroughHost: calls - callsBefore,
         status: await frame.locator("#status").textContent(),
+      };
+      await page.close();
+      return observed;
+    });
+
+    await check("hostile", async () => {
+      const { args, result } = await run(HOSTILE_CODE);
+      const page = await newPage(browser, bundle, hostHtml);
+      const frame = await show(page, view, args, result);
+      await frame.locator("#table tbody tr").first().waitFor();
+      const observed = {
+        printed: result.structuredContent?.stdout,
+        stdout: await frame.locator("#stdout").textContent(),
+        header: await frame.locator("#table thead th button span:first-child").first().textContent(),
+        cell: await frame.locator("#table tbody td").first().textContent(),
+        file: await frame.locator("#files li").first().textContent(),
+        elements: await frame.locator("main img, main script, main b").count(),
+        title: await frame.locator("html").evaluate(() => document.title),
       };
       await page.close();
       return observed;

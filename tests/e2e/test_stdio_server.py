@@ -341,7 +341,8 @@ async def test_a_6_mb_stdout_shown_cut_is_read_back_byte_for_byte_through_its_li
     [contents] = read.contents
     assert isinstance(contents, types.TextResourceContents)
     assert contents.text.encode() == SIX_MB_OUTPUT
-    assert [str(resource.uri) for resource in listed.resources] == [str(link.uri)]
+    # The app view is listed too, first: readable by every caller (tests/e2e/protocol/test_view.py).
+    assert [str(resource.uri) for resource in listed.resources] == ["ui://python-runner/run.html", str(link.uri)]
     assert "short" in text_of(short)  # text_of takes the one block there is: no link for output shown whole
     assert "full_output" not in check_structured(short.structured_content)
 

@@ -14,11 +14,14 @@ import mcp_types as types
 import pytest
 from jsonschema import Draft202012Validator
 from mcp import Client
+from mcp.client.extension import advertise
+from mcp.shared.exceptions import MCPError
 
 from runner.config import Config
 from runner.execution.pool import Pool
 from runner.protocol.handlers import build_server
 from runner.protocol.schemas import close_input_schema, close_output_schema, input_schema, output_schema
+from tests.e2e.test_data import with_packages
 from tests.helpers import SEED_PLAIN, check_structured
 
 pytestmark = pytest.mark.anyio
@@ -334,3 +337,57 @@ async def test_a_large_returned_file_is_marked_for_the_user_and_links_for_both_t
         assert link.annotations is not None
         assert (link.annotations.audience, link.annotations.priority) == (["user", "assistant"], 0.2)
     assert links["huge.txt"].mime_type == "text/plain"
+
+
+# --- the app view (issue 51): a table for the clients that show it, the same result for the rest -------
+
+SHOWS_APPS = advertise("io.modelcontextprotocol/ui", {"mimeTypes": ["text/html;profile=mcp-app"]})
+FRAME_CODE = "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', None]})"
+
+
+def without_request_id(result: types.CallToolResult) -> tuple[str, dict[str, Any]]:
+    structured = dict(check_structured(result.structured_content))
+    request_id = structured.pop("request_id")
+    for timing in ("duration_seconds", "queue_wait_seconds", "cpu_seconds", "peak_memory_bytes"):
+        structured.pop(timing)
+    return re.sub(r"duration: [0-9.]+s", "duration: -", text_of(result).replace(request_id, "-")), structured
+
+
+async def test_a_client_that_shows_app_views_gets_the_table_and_every_other_client_exactly_today_s_result(
+    config: Config, mode: str, no_leaks: None
+) -> None:
+    data = with_packages(config, "fork-server")
+    off = dataclasses.replace(data, app_view="off")
+    async with Pool.open(data) as pool, Pool.open(off) as off_pool:
+        async with Client(build_server(data, pool), mode=mode, extensions=[SHOWS_APPS]) as shows:  # type: ignore[arg-type]
+            viewed = await shows.call_tool("run_python", {"code": FRAME_CODE})
+            resource = await shows.read_resource("ui://python-runner/run.html")
+        async with Client(build_server(data, pool), mode=mode) as plain:  # type: ignore[arg-type]
+            unviewed = await plain.call_tool("run_python", {"code": FRAME_CODE})
+            listed = await plain.list_resources()
+            read_by_any = await plain.read_resource("ui://python-runner/run.html")
+        async with Client(build_server(off, off_pool), mode=mode, extensions=[SHOWS_APPS]) as refused:  # type: ignore[arg-type]
+            turned_off = await refused.call_tool("run_python", {"code": FRAME_CODE})
+            [tool] = (await refused.list_tools()).tools[:1]
+            unlisted = await refused.list_resources()
+            with pytest.raises(MCPError, match="resource not found"):
+                await refused.read_resource("ui://python-runner/run.html")
+    text, structured = without_request_id(viewed)
+    assert structured.pop("table") == {
+        "columns": ["a", "b"],
+        "dtypes": ["int64", structured_dtype(viewed)],
+        "shape": [2, 2],
+        "rows": [[1, "x"], [2, None]],
+    }
+    assert (text, structured) == without_request_id(unviewed) == without_request_id(turned_off)
+    assert [block.type for block in viewed.content] == [block.type for block in unviewed.content] == ["text"]
+    assert [str(r.uri) for r in listed.resources] == ["ui://python-runner/run.html"]
+    assert resource.contents == read_by_any.contents
+    assert tool.meta is None
+    assert unlisted.resources == []
+
+
+def structured_dtype(result: types.CallToolResult) -> str:
+    dtype = check_structured(result.structured_content)["table"]["dtypes"][1]
+    assert dtype in ("object", "str")  # pandas 3 has a dtype of its own for text
+    return str(dtype)

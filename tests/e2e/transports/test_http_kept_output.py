@@ -12,6 +12,7 @@ import mcp_types as types
 import pytest
 from mcp import MCPError
 
+from runner.protocol.view import VIEW_URI
 from tests.e2e.transports.test_http_sessions import ALICE, BOB, client_for
 from tests.helpers import SIX_MB_CODE, SIX_MB_OUTPUT, check_structured
 from tests.http_server import http_server
@@ -46,8 +47,9 @@ async def test_a_6_mb_stdout_is_read_back_byte_for_byte_by_its_token_and_is_not_
     assert contents.text.encode() == SIX_MB_OUTPUT
     assert foreign.value.code == -32602
     assert "resource not found" in foreign.value.message
-    assert listed_by_bob.resources == []
-    assert [str(r.uri) for r in listed_by_alice.resources] == [str(link.uri)]
+    # Each lists the app view (every caller's), and only its own kept output.
+    assert [str(r.uri) for r in listed_by_bob.resources] == [VIEW_URI]
+    assert [str(r.uri) for r in listed_by_alice.resources] == [VIEW_URI, str(link.uri)]
 
 
 async def test_a_link_past_its_time_or_evicted_for_a_newer_one_is_resource_not_found(
@@ -65,7 +67,7 @@ async def test_a_link_past_its_time_or_evicted_for_a_newer_one_is_resource_not_f
             await anyio.sleep(1.2)  # past the second's time
             with pytest.raises(MCPError, match="resource not found"):
                 await client.read_resource(second.uri)
-            assert (await client.list_resources()).resources == []
+            assert [str(r.uri) for r in (await client.list_resources()).resources] == [VIEW_URI]
         assert server.stop() == 0
 
 

@@ -322,3 +322,87 @@ def test_a_forged_link_without_a_reason_is_still_a_file_s_never_a_stream_s() -> 
     returned = parse_report(report({"linked": [{"name": "stdout", "bytes": 3}]}, b"abc"), KEEPING)
     [linked] = returned.linked
     assert (linked.name, linked.note) == ("stdout", "over what the answer carries")
+
+
+# --- the last value's table (runner/inrun/tables.py writes it; nothing of it is trusted) ---------------
+
+TABLES = BUDGETS.replace(table_rows=3)  # table_bytes: half of call_bytes, 2,500
+TABLE = {"columns": ["a", "b"], "dtypes": ["int64", "object"], "shape": [10, 2], "rows": [[1, "x"], [None, True]]}
+
+
+def table_report(table: bytes, **head: object) -> bytes:
+    return report({"table": len(table), **head}, table)
+
+
+def test_a_table_comes_back_with_its_columns_dtypes_shape_rows_and_index() -> None:
+    table = {**TABLE, "index": {"names": ["k", None], "rows": [["p", 1], ["q", 2]]}}
+    returned = parse_report(table_report(json.dumps(table).encode(), result="df"), TABLES)
+    assert returned.result == "df"
+    assert returned.table is not None
+    assert returned.table.columns == ("a", "b")
+    assert returned.table.dtypes == ("int64", "object")
+    assert returned.table.shape == (10, 2)
+    assert returned.table.rows == ((1, "x"), (None, True))
+    assert returned.table.index_names == ("k", None)
+    assert returned.table.index_rows == (("p", 1), ("q", 2))
+
+
+def test_a_table_s_blob_comes_before_the_figures_and_counts_against_the_call_s_bytes() -> None:
+    table = json.dumps(TABLE).encode()
+    head = {"images": [{"name": "figure-1.png", "bytes": len(PNG), "note": ""}]}
+    returned = parse_report(
+        table_report(table + PNG, **head)[:0] + report({"table": len(table), **head}, table + PNG), TABLES
+    )
+    assert returned.table is not None
+    assert [a.name for a in returned.attachments] == ["figure-1.png"]
+    over = report({"table": len(table), **head}, table + PNG + bytes(BUDGETS.call_bytes))
+    assert parse_report(over, TABLES).table is None
+
+
+@pytest.mark.parametrize(
+    ("table", "why"),
+    [
+        (b"[1, 2]", "not an object"),
+        (b'{"columns": ["a"], "dtypes": [], "shape": [1, 1], "rows": []}', "a dtype for each column"),
+        (b'{"columns": ["a"], "dtypes": ["f"], "shape": [1, 1], "rows": [[NaN]]}', "NaN is not JSON"),
+        (b'{"columns": ["a"], "dtypes": ["f"], "shape": [1, 1], "rows": [[Infinity]]}', "Infinity is not JSON"),
+        (b'{"columns": ["a"], "dtypes": ["f"], "shape": [1, 1], "rows": [[1, 2]]}', "a row is not a list of 1 cells"),
+        (b'{"columns": ["a"], "dtypes": ["f"], "shape": [1, 1], "rows": [[[1]]]}', "a cell is not a JSON scalar"),
+        (b'{"columns": ["a"], "dtypes": ["f"], "shape": [1, 1], "rows": [[{}]]}', "a cell is not a JSON scalar"),
+        (b'{"columns": [1], "dtypes": ["f"], "shape": [1, 1], "rows": []}', "columns are not text"),
+        (b'{"columns": ["a"], "dtypes": ["f"], "shape": [-1, 1], "rows": []}', "a size is not a count"),
+        (b'{"columns": ["a"], "dtypes": ["f"], "shape": [1, 1, 1], "rows": []}', "shape is not one or two counts"),
+        (b'{"columns": ["a"], "dtypes": ["f"], "shape": [1, 1], "rows": [[1], [2]]}', "more rows than its shape"),
+        (b'{"columns": ["a"], "dtypes": ["f"], "shape": [9, 1], "rows": [[1], [2], [3], [4]]}', "at most 3"),
+        (
+            b'{"columns": ["a"], "dtypes": ["f"], "shape": [9, 1], "rows": [[1]], '
+            b'"index": {"names": ["k"], "rows": []}}',
+            "an index key for each row",
+        ),
+        (b"[" * 2400, "recursion"),
+        (b"\xff", "codec"),
+    ],
+)
+def test_a_malformed_table_is_dropped_with_a_note_and_the_rest_of_the_report_stands(table: bytes, why: str) -> None:
+    returned = parse_report(table_report(table, result="kept", result_chars=4), TABLES)
+    assert returned.table is None
+    assert returned.result == "kept"
+    [note] = returned.omitted
+    assert note.name == "(the last value's table)"
+    assert note.reason.startswith("malformed, dropped: ")
+    assert why.lower() in note.reason.lower()
+
+
+def test_text_in_a_table_that_is_not_unicode_comes_back_escaped() -> None:
+    table = b'{"columns": ["\\ud800"], "dtypes": ["o"], "shape": [1, 1], "rows": [["\\udcff"]]}'
+    returned = parse_report(table_report(table), TABLES)
+    assert returned.table is not None
+    assert returned.table.columns == ("\\ud800",)
+    assert returned.table.rows == (("\\udcff",),)
+    json.dumps(returned.table.rows).encode("utf-8")
+
+
+def test_a_table_over_half_the_call_s_bytes_or_unasked_for_drops_the_report() -> None:
+    big = json.dumps({**TABLE, "columns": ["a" * 3000, "b"]}).encode()
+    assert parse_report(table_report(big), TABLES).table is None
+    assert parse_report(table_report(json.dumps(TABLE).encode()), BUDGETS).table is None, "a call that asked for none"

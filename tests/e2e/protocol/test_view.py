@@ -1,0 +1,235 @@
+"""The MCP App view in a real browser (issue 51): Debian's Chromium, driven by Playwright, hosts
+ui://python-runner/run.html the way a host does, with ext-apps' own AppBridge on a test host page
+(tests/apps), and hands it real results of a real server, which the official TypeScript client calls.
+
+tests/apps/view_driver.mjs does the browsing and reports what it saw; the assertions are here. The
+screenshots of each state are kept in RUNNER_TEST_ARTIFACTS (default: .test-artifacts/) under apps/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+from tests.e2e.test_real_clients import assert_left_nothing, client_env, required_tool
+from tests.npm import npm_ci_once
+
+APPS = REPO / "tests" / "apps"
+PACKAGES = os.environ.get("RUNNER_TEST_PACKAGES") or str(REPO / ".sandbox-env")
+ARTIFACTS = Path(os.environ.get("RUNNER_TEST_ARTIFACTS") or REPO / ".test-artifacts") / "apps"
+SCREENSHOTS = (
+    "table-light.png",
+    "table-sorted.png",
+    "table-filtered.png",
+    "table-dark.png",
+    "figure.png",
+    "error.png",
+    "linked.png",
+    "session.png",
+)
+
+# npm ci, Chromium's start, and eight real calls (two of 2,000,000-row frames) on a busy machine.
+pytestmark = pytest.mark.timeout(300)
+
+
+def chromium() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's chromium (.ci/run does): the app view's tests need it")
+        pytest.skip("no chromium on PATH (Debian's package `chromium`): the app view's browser tests need it")
+    return path
+
+
+def run_driver(work_dir: Path, home: Path, **config: Any) -> dict[str, dict[str, Any]]:
+    """One run of tests/apps/view_driver.mjs against a stdio server of ours: its reports by check."""
+    if not os.path.isdir(os.path.join(PACKAGES, "site-packages")):
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must build the package environment: no {PACKAGES} (make sandbox-env)")
+        pytest.skip(f"no package environment at {PACKAGES}: make sandbox-env builds it")
+    node = required_tool("node")
+    npm_ci_once(required_tool("npm"), APPS, 200, skip_if_unreachable=False)
+    server_env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "RUNNER_WORK_DIR": str(work_dir),
+        "RUNNER_PACKAGES": PACKAGES,
+        "RUNNER_WHEELHOUSE": "",
+        "RUNNER_LOG_LEVEL": "warning",
+    }
+    settings = {
+        "command": sys.executable,
+        "args": ["-m", "runner"],
+        "env": server_env,
+        "cwd": str(REPO),
+        "chromium": chromium(),
+        **config,
+    }
+    done = subprocess.run(
+        [node, str(APPS / "view_driver.mjs"), json.dumps(settings)],
+        cwd=APPS,
+        env=client_env(home),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    reports = {}
+    for line in done.stdout.splitlines():
+        report = json.loads(line)
+        reports[report.pop("check")] = report
+    assert done.returncode == 0, f"the driver failed:\n{done.stderr[-4000:]}"
+    for name, report in reports.items():
+        assert "error" not in report, f"check {name!r} failed in the driver:\n{report['error']}\n{done.stderr[-3000:]}"
+    return reports
+
+
+@pytest.fixture(scope="module")
+def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    base = tmp_path_factory.mktemp("view")
+    work_dir = base / "work"
+    work_dir.mkdir()
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
+    reports = run_driver(work_dir, base / "home", shots=str(ARTIFACTS))
+    assert_left_nothing(work_dir)
+    return reports
+
+
+def test_the_tool_names_the_view_and_the_view_is_one_small_document_that_allows_nothing_external(
+    seen: dict[str, dict[str, Any]],
+) -> None:
+    declared = seen["declared"]
+    uri = "ui://python-runner/run.html"
+    assert declared["meta"] == {"ui": {"resourceUri": uri}, "ui/resourceUri": uri}
+    assert declared["mimeType"] == "text/html;profile=mcp-app"
+    assert 0 < declared["bytes"] < 300 * 1024
+    assert declared["csp"] == {"connectDomains": [], "resourceDomains": [], "frameDomains": [], "baseUriDomains": []}
+    assert declared["listed"] == [uri]
+
+
+def test_a_dataframe_of_two_million_rows_shows_its_first_thousand_a_page_at_a_time(
+    seen: dict[str, dict[str, Any]],
+) -> None:
+    table = seen["table"]
+    assert table["isError"] is False
+    assert table["status"] == "ok"
+    assert table["tableRows"] == 1000
+    assert table["caption"] == "first 1,000 of 2,000,000 rows, 4 columns"
+    assert table["headers"] == ["city", "amount", "score", "when"]
+    assert len(table["firstRows"]) == 50
+    assert table["firstRows"][0] == ["Ankara", "0", "0", "2026-01-01T00:00:00"]
+    assert table["firstRows"][2] == ["Cairo", "74", "0.5", "2026-01-01T00:02:00"]
+    assert table["missing"] == "NaN", "a NaN comes as null and shows as pandas shows it"
+    assert table["page"] == "rows 1\u201350, page 1 of 20"
+    assert table["stdout"] == "rows: 2000000\n"
+
+
+def test_the_table_sorts_by_a_column_both_ways_and_pages(seen: dict[str, dict[str, Any]]) -> None:
+    table = seen["table"]
+    # amount is i * 37 % 1000 for the first 1,000 rows: each of 0..999 once.
+    assert table["ascending"]["sort"] == "ascending"
+    assert [row[1] for row in table["ascending"]["rows"][:3]] == ["0", "1", "2"]
+    assert table["descending"]["sort"] == "descending"
+    assert [row[1] for row in table["descending"]["rows"][:3]] == ["999", "998", "997"]
+    assert table["nextPage"]["page"] == "rows 51\u2013100, page 2 of 20"
+    assert table["nextPage"]["rows"][0][1] == "949"
+
+
+def test_the_table_filters_by_text_in_any_column(seen: dict[str, dict[str, Any]]) -> None:
+    filtered = seen["table"]["filtered"]
+    assert filtered["count"] == "200 rows matching, of 1,000"
+    assert filtered["page"] == "rows 1\u201350, page 1 of 4"
+    assert filtered["cities"] == ["Cairo"]
+
+
+def test_the_view_follows_the_host_s_theme_both_ways(seen: dict[str, dict[str, Any]]) -> None:
+    assert seen["table"]["dark"] == "rgb(22, 24, 28)"
+    assert seen["table"]["light"] == "rgb(255, 255, 255)"
+
+
+def test_the_view_works_with_the_keyboard_alone(seen: dict[str, dict[str, Any]]) -> None:
+    keys = seen["keyboard"]
+    assert keys["path"][-1] == "filter", "Tab from the host page reaches the filter"
+    assert keys["header"].startswith("amount")
+    assert keys["sort"] == "descending", "Enter twice on a header sorts by it, then the other way"
+    assert keys["count"] == "200 rows matching, of 1,000"
+    assert {row[0] for row in keys["rows"]} == {"Lima"}
+    assert [row[1] for row in keys["rows"][:2]] == ["998", "993"]
+
+
+def test_a_figure_is_drawn(seen: dict[str, dict[str, Any]]) -> None:
+    figure = seen["figure"]
+    assert figure["status"] == "ok"
+    assert figure["images"] == 1
+    assert figure["drawn"] == {"complete": True, "width": 640, "height": 480, "src": "data:image/png;base64,"}
+    assert figure["caption"] == "figure-1.png"
+    assert figure["stdout"] == "drawn\n"
+
+
+def test_a_failed_run_shows_its_status_message_and_stderr_and_marks_where_its_output_was_cut(
+    seen: dict[str, dict[str, Any]],
+) -> None:
+    error = seen["error"]
+    assert error["status"] == "error"
+    assert "bad" in error["statusClass"]
+    assert error["message"] == "exited with status 1"
+    assert error["stderr"].startswith("a warning\nTraceback")
+    assert error["stderr"].endswith("ValueError: bad value\n")
+    assert error["stderrOpen"] is True
+    assert error["stdoutTitle"] == "stdout (3 lines, cut: 60,001 bytes written)"
+    assert error["cut"] == ["… 40,001 bytes cut here …"]
+
+
+def test_a_linked_file_is_read_through_the_host(seen: dict[str, dict[str, Any]]) -> None:
+    linked = seen["linked"]
+    [uri] = linked["links"]
+    assert uri.startswith("runner://output/")
+    assert linked["name"] == "report.txt, whole"
+    assert linked["shown"].startswith("first line of the report\nyyy")
+    assert linked["shownChars"] == len("first line of the report\n") + 200_000
+
+
+def test_run_again_calls_run_python_through_the_host_and_shows_the_new_result(
+    seen: dict[str, dict[str, Any]],
+) -> None:
+    again = seen["again"]
+    assert again["callsThroughHost"] == 1
+    assert again["status"] == "ok"
+    assert again["before"] != again["after"], "a new request_id"
+    assert again["stdout"].startswith("pid ")
+
+
+def test_what_a_run_writes_is_shown_as_text_never_as_markup(seen: dict[str, dict[str, Any]]) -> None:
+    hostile = seen["hostile"]
+    markup = '<img src="x" onerror="document.title=1"><script>document.title = "pwned"</script><b>bold</b>'
+    assert hostile["printed"] == hostile["stdout"] == markup + "\n"
+    assert hostile["header"] == hostile["cell"] == markup
+    assert hostile["file"].startswith("<img src=")
+    assert hostile["elements"] == 0
+    assert hostile["title"] == "Python run"
+
+
+def test_a_session_s_handle_is_shown(seen: dict[str, dict[str, Any]]) -> None:
+    session = seen["session"]
+    assert session["handle"].startswith("s-")
+    assert session["session"] == f"Session {session['handle']}"
+    assert session["value"] == "42"
+
+
+def test_no_request_leaves_the_host_page_and_nothing_is_refused(seen: dict[str, dict[str, Any]]) -> None:
+    requests = seen["requests"]
+    assert requests["requests"], "the log saw the host page's own requests"
+    assert requests["outside"] == []
+    assert requests["consoleErrors"] == [], "no Content-Security-Policy refusal, no script error"
+
+
+def test_each_state_is_kept_as_a_screenshot(seen: dict[str, dict[str, Any]]) -> None:
+    for name in SCREENSHOTS:
+        shot = ARTIFACTS / name
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
