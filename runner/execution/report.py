@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import posixpath
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from runner.inrun.images import PNG_MAGIC, image_size, image_type, refused
+from runner.inrun.tables import MAX_COLUMNS
 from runner.inrun.wire import (
     LIMITS_MET,
     MAX_HEADER_BYTES,
@@ -177,6 +179,7 @@ def parse_table(data: bytes | bytearray | memoryview, max_rows: int) -> Table:
     value = json.loads(bytes(data), parse_constant=no_constants)
     _require(isinstance(value, dict), "not an object")
     columns = _labels(value.get("columns"), "columns")
+    _require(len(columns) <= MAX_COLUMNS, f"more than {MAX_COLUMNS} columns")
     dtypes = _labels(value.get("dtypes"), "dtypes")
     _require(len(dtypes) == len(columns), "a dtype for each column")
     shape = value.get("shape")
@@ -214,6 +217,8 @@ def _rows(value: object, width: int, max_rows: int) -> tuple[tuple[Cell, ...], .
 
 def _scalar(value: object) -> Cell:
     _require(value is None or isinstance(value, (bool, int, float)), "a cell is not a JSON scalar")
+    # 1e400 reads as an infinity, which JSON cannot carry back out (the run writes "inf" as text).
+    _require(not isinstance(value, float) or math.isfinite(value), "a cell is not a finite number")
     return value  # type: ignore[return-value]  # checked above
 
 

@@ -294,8 +294,6 @@ def gather(
     try:
         if value is not None and budgets.result_chars:
             report.result, report.result_chars = describe_value(value, budgets.result_chars)
-        if value is not None and budgets.table_rows:
-            report.add_table(tables.table_of(value, budgets.table_rows, min(budgets.table_bytes, report.bytes_left)))
         for rendered in figures.finish():
             report.add_figure(rendered.name, rendered.png, rendered.note, rendered.full)
         if budgets.call_bytes:
@@ -304,6 +302,13 @@ def gather(
         # A note, not a line on stderr: the run's own last line there is what its status is read from
         # where it tells no end of its own.
         report.omit("(the rest of what the run returns)", 0, f"could not be gathered: {_exception_text(exc)}")
+    if value is not None and budgets.table_rows:
+        # Last, with what the figures and files left (the model sees those; the table is the view's), and
+        # on its own: a value the table cannot be made of loses the table only.
+        try:
+            report.add_table(tables.table_of(value, budgets.table_rows, min(budgets.table_bytes, report.bytes_left)))
+        except Exception as exc:
+            report.omit("(the last value's table)", 0, f"could not be made: {_exception_text(exc)}")
     return report
 
 

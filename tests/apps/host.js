@@ -43,8 +43,9 @@ window.hostOpen = async ({ html, csp, toolInput, theme }) => {
   );
   bridge.oncalltool = (params) => window.hostCallTool(params);
   bridge.onreadresource = (params) => window.hostReadResource(params);
+  window.viewHeights = [];
   bridge.onsizechange = ({ height }) => {
-    if (height) window.lastViewHeight = height;
+    if (height) window.viewHeights.push(height);
   };
   const initialized = new Promise((resolve) => {
     bridge.oninitialized = resolve;

@@ -81,13 +81,20 @@ const HOSTILE_CODE = `
 import pandas as pd
 MARKUP = '<img src="x" onerror="document.title=1"><script>document.title = "pwned"</script><b>bold</b>'
 print(MARKUP)
+print("\\n... [5 bytes dropped] ...")  # the server's cut mark, printed by the run: no cut of the server's
 open(MARKUP.replace("/", "_")[:60] + ".txt", "w").write(MARKUP)
 pd.DataFrame({MARKUP: [MARKUP]})
 `;
 const SESSION_CODE = `
-x = 42
-x
+n = globals().get("n", 41) + 1
+n
 `;
+const INFINITE_CODE = `
+import numpy as np, pandas as pd
+pd.DataFrame({"v": [1.0, np.inf, -np.inf, 2.0], "n": pd.array([1, None, 3, 4], dtype="Int64")})
+`;
+const LONG_CODE = `print("\\n".join(f"line {i}" for i in range(60)))`;
+const SHORT_CODE = `print("one line")`;
 
 function benchCode(rows) {
   return `import numpy as np, pandas as pd\nn = ${rows}\npd.DataFrame({"i": np.arange(n), "v": np.arange(n) * 0.5, "s": pd.Categorical.from_codes(np.arange(n) % 2, ["a", "b"])})`;
@@ -399,6 +406,7 @@ async function main() {
         cell: await frame.locator("#table tbody td").first().textContent(),
         file: await frame.locator("#files li").first().textContent(),
         elements: await frame.locator("main img, main script, main b").count(),
+        cutMarks: await frame.locator("mark.cut").count(),
         title: await frame.locator("html").evaluate(() => document.title),
       };
       await page.close();
@@ -415,6 +423,42 @@ async function main() {
         value: await frame.locator("#value").textContent(),
       };
       observed.shot = await shot(page, "session.png");
+      // Run again runs in the session the result ran in, not in a new one.
+      await frame.locator("#again").click();
+      await frame.locator('#value:text-is("43")').waitFor({ timeout: 30_000 });
+      observed.again = {
+        session: await frame.locator("#session").textContent(),
+        value: await frame.locator("#value").textContent(),
+      };
+      await client.callTool({ name: "close_session", arguments: { session: observed.handle } });
+      await page.close();
+      return observed;
+    });
+
+    await check("infinite", async () => {
+      const { args, result } = await run(INFINITE_CODE);
+      const page = await newPage(browser, bundle, hostHtml);
+      const frame = await show(page, view, args, result);
+      await frame.locator("#table tbody tr").first().waitFor();
+      const missing = await frame.locator("#table tbody tr:nth-child(2) td:nth-child(2)").textContent();
+      await frame.locator("#table thead th:nth-child(1) button").click();
+      const observed = { missing, ascending: (await rowsShown(frame, 1)).map((r) => r[0]) };
+      await page.close();
+      return observed;
+    });
+
+    await check("size", async () => {
+      const long = await run(LONG_CODE);
+      const short = await run(SHORT_CODE);
+      const page = await newPage(browser, bundle, hostHtml);
+      await show(page, view, long.args, long.result);
+      await page.waitForFunction(() => window.viewHeights.length > 0);
+      const heights = async () => page.evaluate(() => window.viewHeights.slice());
+      await page.waitForTimeout(300); // let the size settle: frames, not a deadline
+      const tall = (await heights()).at(-1);
+      await page.evaluate((answer) => window.hostResult(answer), short.result);
+      await page.waitForFunction((before) => window.viewHeights.at(-1) < before, tall, { timeout: 10_000 }).catch(() => null);
+      const observed = { tall, short: (await heights()).at(-1) };
       await page.close();
       return observed;
     });

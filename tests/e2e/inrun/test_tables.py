@@ -170,3 +170,39 @@ async def test_cells_of_objects_numpy_scalars_and_decimals_become_json(forked_po
         "(1, 2)",
         "b'x'",
     ]
+
+
+async def test_a_value_the_table_cannot_show_well_still_returns_its_figures_and_files(forked_pool: Pool) -> None:
+    # Found by a review: a column of arrays (embeddings) or text that is not Unicode made the table fail,
+    # and with it the call's figures and files.
+    result = await table_of(
+        forked_pool,
+        """
+        import numpy as np, pandas as pd, matplotlib.pyplot as plt
+        plt.plot([1, 2])
+        open("out.txt", "w").write("kept")
+        class Opaque:
+            def __str__(self):
+                raise RuntimeError("no text")
+        pd.DataFrame({"\\udcff": [np.array([1, 2]), "caf\\udce9", Opaque()]})
+        """,
+    )
+    assert [a.name for a in result.attachments] == ["figure-1.png", "out.txt"]
+    assert result.table is not None
+    assert result.table.columns == ("\\udcff",)
+    assert [row[0] for row in result.table.rows] == ["[1 2]", "caf\\udce9", "<Opaque>"]
+    assert result.omitted == ()
+
+
+async def test_a_wide_long_frame_costs_the_run_the_rows_that_fit_not_every_row_asked_for(
+    config: Config, no_leaks: None
+) -> None:
+    # Found by a review: every cell of the rows asked for was made a Python object before the byte budget
+    # applied: 100,000 rows of 200 floats took 7 s and some 800 MB in the run to send 67 of them.
+    async with Pool.open(with_packages(config, "fork-server"), reap_strays=True) as pool:
+        result = await table_of(
+            pool, "import numpy as np, pandas as pd\npd.DataFrame(np.ones((60_000, 200)))", rows=100_000
+        )
+    assert result.table is not None
+    assert result.table.shape == (60_000, 200)
+    assert 0 < len(result.table.rows) < 1000

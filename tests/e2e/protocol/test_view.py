@@ -85,24 +85,35 @@ def run_driver(work_dir: Path, home: Path, **config: Any) -> dict[str, dict[str,
         report = json.loads(line)
         reports[report.pop("check")] = report
     assert done.returncode == 0, f"the driver failed:\n{done.stderr[-4000:]}"
-    for name, report in reports.items():
-        assert "error" not in report, f"check {name!r} failed in the driver:\n{report['error']}\n{done.stderr[-3000:]}"
     return reports
 
 
+class Seen:
+    """What the driver saw, by check; a check that failed in the driver fails the tests that read it."""
+
+    def __init__(self, reports: dict[str, dict[str, Any]]) -> None:
+        self._reports = reports
+
+    def __getitem__(self, check: str) -> dict[str, Any]:
+        assert check in self._reports, f"the driver printed no {check!r} report"
+        report = self._reports[check]
+        assert "error" not in report, f"check {check!r} failed in the driver:\n{report['error']}"
+        return report
+
+
 @pytest.fixture(scope="module")
-def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+def seen(tmp_path_factory: pytest.TempPathFactory) -> Seen:
     base = tmp_path_factory.mktemp("view")
     work_dir = base / "work"
     work_dir.mkdir()
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     reports = run_driver(work_dir, base / "home", shots=str(ARTIFACTS))
     assert_left_nothing(work_dir)
-    return reports
+    return Seen(reports)
 
 
 def test_the_tool_names_the_view_and_the_view_is_one_small_document_that_allows_nothing_external(
-    seen: dict[str, dict[str, Any]],
+    seen: Seen,
 ) -> None:
     declared = seen["declared"]
     uri = "ui://python-runner/run.html"
@@ -114,7 +125,7 @@ def test_the_tool_names_the_view_and_the_view_is_one_small_document_that_allows_
 
 
 def test_a_dataframe_of_two_million_rows_shows_its_first_thousand_a_page_at_a_time(
-    seen: dict[str, dict[str, Any]],
+    seen: Seen,
 ) -> None:
     table = seen["table"]
     assert table["isError"] is False
@@ -130,7 +141,7 @@ def test_a_dataframe_of_two_million_rows_shows_its_first_thousand_a_page_at_a_ti
     assert table["stdout"] == "rows: 2000000\n"
 
 
-def test_the_table_sorts_by_a_column_both_ways_and_pages(seen: dict[str, dict[str, Any]]) -> None:
+def test_the_table_sorts_by_a_column_both_ways_and_pages(seen: Seen) -> None:
     table = seen["table"]
     # amount is i * 37 % 1000 for the first 1,000 rows: each of 0..999 once.
     assert table["ascending"]["sort"] == "ascending"
@@ -141,19 +152,19 @@ def test_the_table_sorts_by_a_column_both_ways_and_pages(seen: dict[str, dict[st
     assert table["nextPage"]["rows"][0][1] == "949"
 
 
-def test_the_table_filters_by_text_in_any_column(seen: dict[str, dict[str, Any]]) -> None:
+def test_the_table_filters_by_text_in_any_column(seen: Seen) -> None:
     filtered = seen["table"]["filtered"]
     assert filtered["count"] == "200 rows matching, of 1,000"
     assert filtered["page"] == "rows 1\u201350, page 1 of 4"
     assert filtered["cities"] == ["Cairo"]
 
 
-def test_the_view_follows_the_host_s_theme_both_ways(seen: dict[str, dict[str, Any]]) -> None:
+def test_the_view_follows_the_host_s_theme_both_ways(seen: Seen) -> None:
     assert seen["table"]["dark"] == "rgb(22, 24, 28)"
     assert seen["table"]["light"] == "rgb(255, 255, 255)"
 
 
-def test_the_view_works_with_the_keyboard_alone(seen: dict[str, dict[str, Any]]) -> None:
+def test_the_view_works_with_the_keyboard_alone(seen: Seen) -> None:
     keys = seen["keyboard"]
     assert keys["path"][-1] == "filter", "Tab from the host page reaches the filter"
     assert keys["header"].startswith("amount")
@@ -163,7 +174,7 @@ def test_the_view_works_with_the_keyboard_alone(seen: dict[str, dict[str, Any]])
     assert [row[1] for row in keys["rows"][:2]] == ["998", "993"]
 
 
-def test_a_figure_is_drawn(seen: dict[str, dict[str, Any]]) -> None:
+def test_a_figure_is_drawn(seen: Seen) -> None:
     figure = seen["figure"]
     assert figure["status"] == "ok"
     assert figure["images"] == 1
@@ -173,7 +184,7 @@ def test_a_figure_is_drawn(seen: dict[str, dict[str, Any]]) -> None:
 
 
 def test_a_failed_run_shows_its_status_message_and_stderr_and_marks_where_its_output_was_cut(
-    seen: dict[str, dict[str, Any]],
+    seen: Seen,
 ) -> None:
     error = seen["error"]
     assert error["status"] == "error"
@@ -186,7 +197,7 @@ def test_a_failed_run_shows_its_status_message_and_stderr_and_marks_where_its_ou
     assert error["cut"] == ["… 40,001 bytes cut here …"]
 
 
-def test_a_linked_file_is_read_through_the_host(seen: dict[str, dict[str, Any]]) -> None:
+def test_a_linked_file_is_read_through_the_host(seen: Seen) -> None:
     linked = seen["linked"]
     [uri] = linked["links"]
     assert uri.startswith("runner://output/")
@@ -196,7 +207,7 @@ def test_a_linked_file_is_read_through_the_host(seen: dict[str, dict[str, Any]])
 
 
 def test_run_again_calls_run_python_through_the_host_and_shows_the_new_result(
-    seen: dict[str, dict[str, Any]],
+    seen: Seen,
 ) -> None:
     again = seen["again"]
     assert again["callsThroughHost"] == 1
@@ -205,31 +216,49 @@ def test_run_again_calls_run_python_through_the_host_and_shows_the_new_result(
     assert again["stdout"].startswith("pid ")
 
 
-def test_what_a_run_writes_is_shown_as_text_never_as_markup(seen: dict[str, dict[str, Any]]) -> None:
+def test_what_a_run_writes_is_shown_as_text_never_as_markup(seen: Seen) -> None:
     hostile = seen["hostile"]
     markup = '<img src="x" onerror="document.title=1"><script>document.title = "pwned"</script><b>bold</b>'
-    assert hostile["printed"] == hostile["stdout"] == markup + "\n"
+    assert hostile["printed"] == hostile["stdout"] == markup + "\n\n... [5 bytes dropped] ...\n"
     assert hostile["header"] == hostile["cell"] == markup
     assert hostile["file"].startswith("<img src=")
     assert hostile["elements"] == 0
     assert hostile["title"] == "Python run"
+    assert hostile["cutMarks"] == 0, "a cut mark the run printed is its text, not the server's mark"
 
 
-def test_a_session_s_handle_is_shown(seen: dict[str, dict[str, Any]]) -> None:
+def test_a_session_s_handle_is_shown_and_run_again_runs_in_that_session(seen: Seen) -> None:
     session = seen["session"]
     assert session["handle"].startswith("s-")
     assert session["session"] == f"Session {session['handle']}"
     assert session["value"] == "42"
+    assert session["again"] == {"session": session["session"], "value": "43"}
 
 
-def test_no_request_leaves_the_host_page_and_nothing_is_refused(seen: dict[str, dict[str, Any]]) -> None:
+def test_infinities_sort_as_numbers_and_a_nullable_dtype_s_missing_value_shows_as_pandas_shows_it(
+    seen: Seen,
+) -> None:
+    infinite = seen["infinite"]
+    assert infinite["missing"] == "<NA>"
+    assert infinite["ascending"] == ["-inf", "1", "2", "inf"]
+
+
+def test_the_view_tells_the_host_its_height_and_a_shorter_result_makes_it_shorter(
+    seen: Seen,
+) -> None:
+    size = seen["size"]
+    assert size["tall"] > 300
+    assert 0 < size["short"] < size["tall"] - 200
+
+
+def test_no_request_leaves_the_host_page_and_nothing_is_refused(seen: Seen) -> None:
     requests = seen["requests"]
     assert requests["requests"], "the log saw the host page's own requests"
     assert requests["outside"] == []
     assert requests["consoleErrors"] == [], "no Content-Security-Policy refusal, no script error"
 
 
-def test_each_state_is_kept_as_a_screenshot(seen: dict[str, dict[str, Any]]) -> None:
+def test_each_state_is_kept_as_a_screenshot(seen: Seen) -> None:
     for name in SCREENSHOTS:
         shot = ARTIFACTS / name
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name

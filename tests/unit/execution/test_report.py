@@ -406,3 +406,13 @@ def test_a_table_over_half_the_call_s_bytes_or_unasked_for_drops_the_report() ->
     big = json.dumps({**TABLE, "columns": ["a" * 3000, "b"]}).encode()
     assert parse_report(table_report(big), TABLES).table is None
     assert parse_report(table_report(json.dumps(TABLE).encode()), BUDGETS).table is None, "a call that asked for none"
+
+
+def test_a_forged_table_of_infinite_numbers_or_too_many_columns_is_dropped() -> None:
+    # Found by a review: 1e400 read as an infinity, which JSON cannot carry back out.
+    infinite = b'{"columns": ["a"], "dtypes": ["f"], "shape": [2, 1], "rows": [[1e400], [-1e999]]}'
+    [note] = parse_report(table_report(infinite), TABLES).omitted
+    assert "not a finite number" in note.reason
+    wide = json.dumps({"columns": ["c"] * 201, "dtypes": ["d"] * 201, "shape": [0, 201], "rows": []}).encode()
+    [note] = parse_report(table_report(wide), TABLES).omitted
+    assert "more than 200 columns" in note.reason
