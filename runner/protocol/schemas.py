@@ -111,7 +111,7 @@ _NULLABLE_NUMBER: dict[str, Any] = {"anyOf": [{"type": "number", "minimum": 0}, 
 
 
 # A table's cell: a JSON scalar.
-_CELL = {"type": ["string", "number", "boolean", "null"]}
+_CELL = {"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"}]}
 
 
 def output_schema() -> dict[str, Any]:

@@ -75,7 +75,7 @@ async def test_a_task_is_its_tokens_and_unknown_to_another_and_its_result_comes_
             resolved = await alice.call_tool("run_python", {"code": "import time\ntime.sleep(1.5)\nprint('whole')"})
         assert server.stop() == 0
     assert discovered is not None
-    assert discovered.extensions == {EXTENSION: {}}
+    assert discovered.extensions == {EXTENSION: {}, "io.modelcontextprotocol/ui": {}}  # tasks, and the app view
     assert mine["status"] == still["status"] == "working"
     for refused in (foreign_get.value, foreign_cancel.value):
         assert refused.code == -32602
