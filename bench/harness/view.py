@@ -53,7 +53,13 @@ def scenario_view(specs: list[ServerSpec], launch: Launch, repeats: int, package
     bench = reports.get("bench", {})
     if done.returncode != 0 or "error" in bench or "times" not in bench:
         raise SystemExit(f"run_bench: the view's driver failed: {bench.get('error', '')}\n{done.stderr[-2000:]}")
-    return {"rows": list(ROWS), "repeats": repeats, "view_bytes": reports["declared"]["bytes"], **bench["times"]}
+    return {
+        "rows": list(ROWS),
+        "repeats": repeats,
+        "view_bytes": reports["declared"]["bytes"],
+        **bench["times"],
+        "cost": bench["cost"],
+    }
 
 
 def view_rows(report: dict[str, Any]) -> list[str]:
@@ -76,5 +82,17 @@ def view_rows(report: dict[str, Any]) -> list[str]:
         f"(target within 1 s: {met}) | {first_large:.1f} / {max(large['firstPageMs']):.1f} ms |",
         f"| ratio, {scenario['rows'][1]:,} / {scenario['rows'][0]} rows | {first_large / first_small:.2f}x |",
         f"| the call that makes each frame, p50 | {call_small:.0f} / {call_large:.0f} ms |",
+        *_cost_rows(scenario.get("cost")),
         "",
+    ]
+
+
+def _cost_rows(cost: dict[str, Any] | None) -> list[str]:
+    if not cost:
+        return []
+    shown, plain = statistics.median(cost["withTable"]), statistics.median(cost["withoutTable"])
+    return [
+        f"| a 1,000 x 10 DataFrame's call, p50, client that shows the view (its table {cost['tableBytes']:,} bytes) "
+        f"/ one that does not ({len(cost['withTable'])} each, alternating) | {shown:.2f} / {plain:.2f} ms "
+        f"(+{shown - plain:.2f} ms) |",
     ]

@@ -210,9 +210,25 @@ def _rows(value: object, width: int, max_rows: int) -> tuple[tuple[Cell, ...], .
     assert isinstance(value, list)
     rows: list[tuple[Cell, ...]] = []
     for row in value:
-        _require(isinstance(row, list) and len(row) == width, f"a row is not a list of {width} cells")
-        rows.append(tuple(_unicode(v) if isinstance(v, str) else _scalar(v) for v in row))
+        _require(type(row) is list and len(row) == width, f"a row is not a list of {width} cells")
+        # What json.loads makes, by exact type: most cells need no more than this look.
+        if all(type(v) in _PLAIN or (type(v) is float and -_INFINITY < v < _INFINITY) for v in row):
+            rows.append(tuple(row))
+        else:
+            rows.append(tuple(_cell(v) for v in row))
     return tuple(rows)
+
+
+# Cells json.loads made that are good as they are: ints, booleans, null (floats are checked for
+# infinities, text for what is not Unicode).
+_PLAIN = frozenset({int, bool, type(None)})
+_INFINITY = float("inf")
+
+
+def _cell(value: object) -> Cell:
+    if type(value) is str:
+        return value if value.isascii() else _unicode(value)
+    return _scalar(value)
 
 
 def _scalar(value: object) -> Cell:

@@ -57,41 +57,71 @@ def table_of(value: object, max_rows: int, max_bytes: int) -> bytes | None:
     else:
         return None
     index = None if _default_index(head.index, pandas) else head.index
-    table: dict[str, Any] = {"columns": columns, "dtypes": dtypes, "shape": list(value.shape), "rows": []}
-    if index is not None:
-        table["index"] = {"names": [None if name is None else _label(name) for name in index.names], "rows": []}
+    names = [None if name is None else _label(name) for name in index.names] if index is not None else None
     dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
-    size = len(dumps(table).encode("utf-8")) + 16  # the index's own brackets, the last row's comma
+    # Written from its parts: each chunk of rows encoded once, as it is measured.
+    opening = dumps({"columns": columns, "dtypes": dtypes, "shape": list(value.shape)})[:-1] + ',"rows":['
+    closing = "]" + (',"index":{"names":' + dumps(names) + ',"rows":[' if names is not None else "")
+    size = len(opening.encode("utf-8")) + len(closing.encode("utf-8")) + 3
     if size > max_bytes:
         return None
-    cell = _converter(pandas)
-    rows, keys = table["rows"], table["index"]["rows"] if index is not None else None
-    for row, key in _rows(head, index, cell):
-        size += len(dumps(row).encode("utf-8")) + 1 + (len(dumps(key).encode("utf-8")) + 1 if keys is not None else 0)
-        if size > max_bytes:
-            break
-        rows.append(row)
-        if keys is not None:
-            keys.append(key)
-    return dumps(table).encode("utf-8")
+    rows: list[str] = []
+    keys: list[str] = []
+    for chunk_rows, chunk_keys in _chunks(head, index, _converter(pandas)):
+        encoded = dumps(chunk_rows)[1:-1], dumps(chunk_keys)[1:-1] if names is not None else ""
+        more = len(encoded[0].encode("utf-8")) + len(encoded[1].encode("utf-8")) + 2
+        if size + more <= max_bytes:  # the whole chunk fits
+            size += more
+            rows.append(encoded[0])
+            keys.append(encoded[1])
+            continue
+        for row, key in zip(chunk_rows, chunk_keys, strict=True):  # the rows of it that fit
+            one = dumps(row), dumps(key) if names is not None else ""
+            size += len(one[0].encode("utf-8")) + len(one[1].encode("utf-8")) + 2
+            if size > max_bytes:
+                break
+            rows.append(one[0])
+            keys.append(one[1])
+        break
+    text = opening + ",".join(filter(None, rows)) + closing
+    if names is not None:
+        text += ",".join(filter(None, keys)) + "]}"
+    return (text + "}").encode("utf-8")
 
 
-def _rows(head: Any, index: Any, cell: Callable[[object], object]) -> Iterator[tuple[list[object], list[object]]]:
-    """Each row of `head` (a DataFrame's or a Series') as JSON values, with its index key (empty where
-    `index` is None), converted CHUNK_ROWS at first, then twice as many each time."""
+def _chunks(head: Any, index: Any, cell: Callable[[object], object]) -> Iterator[tuple[list[Any], list[Any]]]:
+    """The rows of `head` (a DataFrame's or a Series') as JSON values, and their index keys (empty where
+    `index` is None): CHUNK_ROWS at first, then twice as many each time."""
     frame = head.ndim == 2
     levels = index.nlevels if index is not None else 0
     start, size = 0, CHUNK_ROWS
     while start < len(head):
         chunk = head.iloc[start : start + size]
-        # Column by column (one tolist() each, in C), then turned into rows; no columns: rows of nothing.
-        data = [chunk.iloc[:, at].tolist() for at in range(chunk.shape[1])] if frame else [chunk.tolist()]
-        cells = zip(*data, strict=True) if data else ((),) * len(chunk)
-        keys = index[start : start + size].tolist() if index is not None else [()] * len(chunk)
-        for values, key in zip(cells, keys, strict=True):
-            parts = (key if levels > 1 else (key,)) if index is not None else ()
-            yield [cell(v) for v in values], [cell(part) for part in parts]
+        # Column by column (one tolist() each, in C, and a loop made for its dtype), then turned into rows;
+        # no columns: rows of nothing.
+        columns = [chunk.iloc[:, at] for at in range(chunk.shape[1])] if frame else [chunk]
+        data = [_column(column.tolist(), column.dtype, cell) for column in columns]
+        rows = [list(values) for values in zip(*data, strict=True)] if data else [[] for _ in range(len(chunk))]
+        if index is None:
+            yield rows, [[]] * len(rows)
+        else:
+            keys = index[start : start + size].tolist()
+            yield rows, [[cell(part) for part in (key if levels > 1 else (key,))] for key in keys]
         start, size = start + size, size * 2
+
+
+def _column(values: list[Any], dtype: Any, cell: Callable[[object], object]) -> list[Any]:
+    """One column's values (its `tolist()`) as JSON values. A NumPy integer or boolean column lists Python
+    ints and bools, a float one Python floats: those need no more than a look at NaN and infinities."""
+    kind = getattr(dtype, "kind", "") if type(dtype).__module__.startswith("numpy") else ""
+    if kind in ("i", "u", "b"):
+        return values
+    if kind == "f":
+        return [v if -_INFINITY < v < _INFINITY else None if v != v else "inf" if v > 0 else "-inf" for v in values]
+    return [cell(v) for v in values]
+
+
+_INFINITY = float("inf")
 
 
 def _default_index(index: Any, pandas: Any) -> bool:
@@ -166,8 +196,6 @@ def _text(text: str, limit: int = MAX_CELL_CHARS) -> str:
 
 
 def _number(value: float) -> object:
-    if value != value:  # NaN
-        return None
-    if value in (float("inf"), float("-inf")):
-        return "inf" if value > 0 else "-inf"
-    return value
+    if -_INFINITY < value < _INFINITY:
+        return value
+    return None if value != value else "inf" if value > 0 else "-inf"

@@ -96,6 +96,10 @@ pd.DataFrame({"v": [1.0, np.inf, -np.inf, 2.0], "n": pd.array([1, None, 3, 4], d
 const LONG_CODE = `print("\\n".join(f"line {i}" for i in range(60)))`;
 const SHORT_CODE = `print("one line")`;
 
+// A frame of 1,000 rows and 10 columns, the default table's size: what making its table costs a call.
+const TABLE_COST_CODE = `import numpy as np, pandas as pd
+pd.DataFrame(np.arange(10_000).reshape(1000, 10) * 0.5, columns=[f"c{i}" for i in range(10)])`;
+
 function benchCode(rows) {
   return `import numpy as np, pandas as pd\nn = ${rows}\npd.DataFrame({"i": np.arange(n), "v": np.arange(n) * 0.5, "s": pd.Categorical.from_codes(np.arange(n) % 2, ["a", "b"])})`;
 }
@@ -482,7 +486,27 @@ async function main() {
           await page.close();
         }
       }
-      return { times };
+      // The same call from a client that shows the view (a table made, sent, checked) and from one that
+      // does not (the same server's code, no table), alternating.
+      const plain = new Client({ name: "python-runner-mcp view driver, no apps", version: "1.0.0" });
+      await plain.connect(
+        new StdioClientTransport({ command: config.command, args: config.args, env: config.env, cwd: config.cwd, stderr: "inherit" }),
+      );
+      const cost = { withTable: [], withoutTable: [], tableBytes: 0 };
+      try {
+        for (let i = 0; i < bench.repeats * 10; i++) {
+          let started = performance.now();
+          const shown = await callTool({ name: "run_python", arguments: { code: TABLE_COST_CODE } });
+          cost.withTable.push(performance.now() - started);
+          cost.tableBytes = JSON.stringify(shown.structuredContent?.table ?? null).length;
+          started = performance.now();
+          await plain.callTool({ name: "run_python", arguments: { code: TABLE_COST_CODE } });
+          cost.withoutTable.push(performance.now() - started);
+        }
+      } finally {
+        await plain.close();
+      }
+      return { times, cost };
     });
 
     await check("requests", async () => ({
