@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.inrun.images import PNG_MAGIC, image_size, image_type, refused
-from runner.inrun.tables import MAX_COLUMNS
+from runner.inrun.tables import MAX_COLUMNS, MAX_INDEX_LEVELS
 from runner.inrun.wire import (
     LIMITS_MET,
     MAX_HEADER_BYTES,
@@ -192,7 +192,7 @@ def parse_table(data: bytes | bytearray | memoryview, max_rows: int) -> Table:
         return Table(columns, dtypes, shape, rows)
     _require(isinstance(index, dict), "index is not an object")
     names = index.get("names")
-    _require(isinstance(names, list) and 0 < len(names) <= 64, "index names are not a list")
+    _require(isinstance(names, list) and 0 < len(names) <= MAX_INDEX_LEVELS, "index names are not a list")
     index_names = tuple(None if name is None else _labels([name], "index names")[0] for name in names)
     keys = _rows(index.get("rows"), len(index_names), max_rows)
     _require(len(keys) == len(rows), "an index key for each row")

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 MAX_COLUMNS = 200
 MAX_CELL_CHARS = 1000
 MAX_LABEL_CHARS = 200
+# Levels of an index shown (a deeper one is left out: the rows stand without it).
+MAX_INDEX_LEVELS = 64
+# Bits of an integer shown as a number: Python writes no more than 4,300 digits of one.
+MAX_INT_BITS = 14_000
 # A cell cut to MAX_CELL_CHARS ends with this.
 CUT = "\u2026"
 # Rows converted at first, twice as many each time after: the conversion stops at the byte budget, so a
@@ -56,20 +60,25 @@ def table_of(value: object, max_rows: int, max_bytes: int) -> bytes | None:
         dtypes = [_label(value.dtype)]
     else:
         return None
-    index = None if _default_index(head.index, pandas) else head.index
+    shown = not _default_index(head.index, pandas) and head.index.nlevels <= MAX_INDEX_LEVELS
+    index = head.index if shown else None
     names = [None if name is None else _label(name) for name in index.names] if index is not None else None
     dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
     # Written from its parts: each chunk of rows encoded once, as it is measured.
     opening = dumps({"columns": columns, "dtypes": dtypes, "shape": list(value.shape)})[:-1] + ',"rows":['
     closing = "]" + (',"index":{"names":' + dumps(names) + ',"rows":[' if names is not None else "")
-    size = len(opening.encode("utf-8")) + len(closing.encode("utf-8")) + 3
+    # The closing brackets: the rows' (in `closing`), and the index's and the table's where there is an
+    # index, the table's alone where not; a comma between rows (and between keys) after the first.
+    size = len(opening.encode("utf-8")) + len(closing.encode("utf-8")) + (3 if names is not None else 1)
+    commas = 2 if names is not None else 1
     if size > max_bytes:
         return None
     rows: list[str] = []
     keys: list[str] = []
-    for chunk_rows, chunk_keys in _chunks(head, index, _converter(pandas)):
+    multi = isinstance(head.index, pandas.MultiIndex)
+    for chunk_rows, chunk_keys in _chunks(head, index, multi, _converter(pandas)):
         encoded = dumps(chunk_rows)[1:-1], dumps(chunk_keys)[1:-1] if names is not None else ""
-        more = len(encoded[0].encode("utf-8")) + len(encoded[1].encode("utf-8")) + 2
+        more = len(encoded[0].encode("utf-8")) + len(encoded[1].encode("utf-8")) + (commas if rows else 0)
         if size + more <= max_bytes:  # the whole chunk fits
             size += more
             rows.append(encoded[0])
@@ -77,7 +86,7 @@ def table_of(value: object, max_rows: int, max_bytes: int) -> bytes | None:
             continue
         for row, key in zip(chunk_rows, chunk_keys, strict=True):  # the rows of it that fit
             one = dumps(row), dumps(key) if names is not None else ""
-            size += len(one[0].encode("utf-8")) + len(one[1].encode("utf-8")) + 2
+            size += len(one[0].encode("utf-8")) + len(one[1].encode("utf-8")) + (commas if rows else 0)
             if size > max_bytes:
                 break
             rows.append(one[0])
@@ -89,11 +98,13 @@ def table_of(value: object, max_rows: int, max_bytes: int) -> bytes | None:
     return (text + "}").encode("utf-8")
 
 
-def _chunks(head: Any, index: Any, cell: Callable[[object], object]) -> Iterator[tuple[list[Any], list[Any]]]:
+def _chunks(
+    head: Any, index: Any, multi: bool, cell: Callable[[object], object]
+) -> Iterator[tuple[list[Any], list[Any]]]:
     """The rows of `head` (a DataFrame's or a Series') as JSON values, and their index keys (empty where
-    `index` is None): CHUNK_ROWS at first, then twice as many each time."""
+    `index` is None; a tuple each where it is a MultiIndex, of one level even): CHUNK_ROWS at first, then
+    twice as many each time."""
     frame = head.ndim == 2
-    levels = index.nlevels if index is not None else 0
     start, size = 0, CHUNK_ROWS
     while start < len(head):
         chunk = head.iloc[start : start + size]
@@ -106,7 +117,7 @@ def _chunks(head: Any, index: Any, cell: Callable[[object], object]) -> Iterator
             yield rows, [[]] * len(rows)
         else:
             keys = index[start : start + size].tolist()
-            yield rows, [[cell(part) for part in (key if levels > 1 else (key,))] for key in keys]
+            yield rows, [[cell(part) for part in (key if multi else (key,))] for key in keys]
         start, size = start + size, size * 2
 
 
@@ -117,6 +128,8 @@ def _column(values: list[Any], dtype: Any, cell: Callable[[object], object]) -> 
     if kind in ("i", "u", "b"):
         return values
     if kind == "f":
+        if getattr(dtype, "itemsize", 8) > 8:  # longdouble lists NumPy scalars, not floats
+            values = [float(v) for v in values]
         return [v if -_INFINITY < v < _INFINITY else None if v != v else "inf" if v > 0 else "-inf" for v in values]
     return [cell(v) for v in values]
 
@@ -152,7 +165,8 @@ def _converter(pandas: Any) -> Callable[[object], object]:
         if isinstance(value, str):
             return _text(value)
         if isinstance(value, int):  # bool is handled above; NumPy's integers are not int (below)
-            return int(value)
+            number = int(value)
+            return number if number.bit_length() < MAX_INT_BITS else f"<int of {number.bit_length():,} bits>"
         if isinstance(value, float):  # NumPy's float64 is one
             return _number(float(value))
         if any(value is m for m in missing):  # before datetime: pandas' NaT is one

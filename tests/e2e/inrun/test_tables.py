@@ -206,3 +206,32 @@ async def test_a_wide_long_frame_costs_the_run_the_rows_that_fit_not_every_row_a
     assert result.table is not None
     assert result.table.shape == (60_000, 200)
     assert 0 < len(result.table.rows) < 1000
+
+
+async def test_a_table_fills_its_budget_and_odd_values_keep_it(config: Config, no_leaks: None) -> None:
+    # Found by a second review: a table without an index was charged a comma for keys it never writes
+    # (some 120 bytes left unused); a longdouble column or an int of 5,000 digits lost the whole table; a
+    # one-level MultiIndex's keys came as "(1,)"; a MultiIndex deeper than the server takes dropped it.
+    small = with_packages(config, "fork-server", max_returned_bytes=8 * 1024)  # a table of at most 4 KiB
+    async with Pool.open(small, reap_strays=True) as pool:
+        filled = await table_of(pool, "import pandas as pd\npd.Series([1] * 5000)", rows=5000)
+        odd = await table_of(
+            pool,
+            """
+            import numpy as np, pandas as pd
+            pd.DataFrame({"big": [10 ** 5000, 7], "long": np.array([1.5, np.inf], dtype=np.longdouble)},
+                         index=pd.MultiIndex.from_tuples([("a",), ("b",)], names=["k"]))
+            """,
+        )
+        deep = await table_of(
+            pool, "import pandas as pd\npd.Series([1], index=pd.MultiIndex.from_tuples([tuple(range(70))]))"
+        )
+    assert filled.table is not None
+    written = len(json.dumps(structured_result(filled)["table"], separators=(",", ":")).encode())
+    assert 4096 - len("[1],") < written <= 4096
+    assert odd.table is not None
+    assert odd.table.rows == (("<int of 16,610 bits>", 1.5), (7, "inf"))
+    assert odd.table.index_rows == (("a",), ("b",))
+    assert deep.table is not None
+    assert deep.table.rows == ((1,),)
+    assert deep.table.index_names == ()
