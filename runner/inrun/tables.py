@@ -92,9 +92,11 @@ def table_of(value: object, max_rows: int, max_bytes: int) -> bytes | None:
             rows.append(one[0])
             keys.append(one[1])
         break
-    text = opening + ",".join(filter(None, rows)) + closing
+    # Each entry is a chunk's rows (or keys) or one row's (key's): never empty, but for the keys of a table
+    # without an index, which are not written.
+    text = opening + ",".join(rows) + closing
     if names is not None:
-        text += ",".join(filter(None, keys)) + "]}"
+        text += ",".join(keys) + "]}"
     return (text + "}").encode("utf-8")
 
 

@@ -143,7 +143,8 @@ class Handlers:
         try:
             if params.name == CLOSE_TOOL and self._sessions:
                 return await self._close(request_id, params, caller)
-            table_rows = self._table_rows if self._view is not None and client_shows_views(_capabilities(ctx)) else 0
+            shows = self._view is not None and client_shows_views(ctx.session.client_capabilities)
+            table_rows = self._table_rows if shows else 0
             prepared = self._prepare(request_id, params, caller, table_rows)
             if isinstance(prepared, RunResult):
                 result = prepared
@@ -175,7 +176,7 @@ class Handlers:
         return f"the runner failed ({type(exc).__name__}); the server log has details under this request_id"
 
     def _prepare(
-        self, request_id: str, params: types.CallToolRequestParams, caller: str | None, table_rows: int = 0
+        self, request_id: str, params: types.CallToolRequestParams, caller: str | None, table_rows: int
     ) -> RunRequest | RunResult:
         """The run a call asks for, or the result that refuses it; `table_rows`: of a last value's table,
         for a client that shows the app view."""
@@ -265,13 +266,6 @@ class Handlers:
             return closed_result(request_id, handle, self._fault(request_id, exc))
         log_event(self._log, logging.INFO, "session closed" if unknown is None else "call rejected", request_id)
         return closed_result(request_id, handle, unknown)
-
-
-def _capabilities(ctx: ServerRequestContext[Any]) -> types.ClientCapabilities | None:
-    try:
-        return ctx.session.client_capabilities
-    except Exception:  # a context without a session (none in the SDK today): no view, the plain result
-        return None
 
 
 def _progress_reporter(ctx: ServerRequestContext[Any]) -> Callable[[Progress], Awaitable[None]]:
