@@ -150,12 +150,13 @@ class _ToolsFinder:
         try:
             if not stat.S_ISSOCK(os.fstat(fd).st_mode):
                 raise OSError("fd 3, this run's channel to the server, is no longer its socket")
-            answer = json.loads(wire.exchange(fd, b'{"op": "module"}', b"%d.0" % os.getpid()))
+            channel = wire.ToolChannel(fd)
+            answer = json.loads(channel.exchange(b'{"op": "module"}', b"%d.0" % os.getpid()))
             source, catalog = answer["source"], answer["catalog"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ImportError(f"mcp_tools: the server's tools could not be listed: {exc}", name="mcp_tools") from None
         exec(compile(source, "<mcp_tools>", "exec"), module.__dict__)
-        module._mcp_start(catalog, lambda body, call_id: wire.exchange(fd, body, call_id))
+        module._mcp_start(catalog, channel.exchange)
 
 
 def offer_tools(wire: types.ModuleType) -> None:

@@ -331,36 +331,57 @@ def frame_line(data: bytes | bytearray, head: bytes) -> tuple[int, int, bytes] |
     return line_end + 1, int(parts[1]), parts[2]
 
 
-def exchange(fd: int, body: bytes, call_id: bytes) -> bytes:
-    """The run's side of one tool call: `body` framed on the job socket `fd`, its answer's body read
-    back. OSError if the socket is gone or closed by the server (it shuts a channel it cannot read);
-    ValueError for an answer too large.
+class ToolChannel:
+    """The run's side of its tool calls (`exchange`) on its job socket `fd`: made once, when the run
+    first imports ``mcp_tools``, and inherited by the processes it forks and, in a session, by its
+    later calls (whose job socket is `fd` again, by number)."""
 
-    The run's processes share the socket, and each takes only its own answers. An answer at the head is
-    looked at before it is taken (MSG_PEEK), then taken by its own process alone; another that looks
-    while it is being taken sees no frame at the head (the middle of an answer: its JSON holds no
-    newline) and waits. An answer at the head that is not its own is left for its process, unless that
-    process is gone (or a zombie) or it is an earlier call of this one (a call given up, say by a
-    signal): such an answer is dropped, under a POSIX lock on the socket (per process: a fork does not
-    inherit it) so that two processes do not both drop it. Every call is written under that lock, shared
-    for a small one (one write, which no other write splits) and alone for a large one (written in
-    parts) and for the report (`harvest.send`)."""
-    import fcntl
-    import socket
-    import time
+    def __init__(self, fd: int) -> None:
+        import socket
 
-    data = frame_tool(body, call_id)
-    # A large frame goes in parts, between which the kernel lets another write in: it is written
-    # holding the lock alone; small ones, each in one write, share it (and the report takes it alone).
-    fcntl.lockf(fd, fcntl.LOCK_EX if len(data) > ATOMIC_BYTES else fcntl.LOCK_SH)
-    try:
-        while data:
-            data = data[os.write(fd, data) :]
-    finally:
-        fcntl.lockf(fd, fcntl.LOCK_UN)
-    channel = socket.socket(fileno=fd)
-    channel.settimeout(None)  # blocking, whatever socket.setdefaulttimeout the run's code set
-    try:
+        class Borrowed(socket.socket):
+            """A socket object over an fd it does not own: never closes it, not even when collected
+            (at the interpreter's exit, or a forked process's), and never warns that it did not."""
+
+            def __del__(self) -> None:
+                self.detach()
+
+        self.fd = fd
+        # One socket object for the run's life, not one per call: making one costs a call some
+        # syscalls (its family, type and timeout read and set), each a few microseconds in a sandbox.
+        self._socket = Borrowed(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
+        self._socket.settimeout(None)  # blocking, whatever socket.setdefaulttimeout the run's code set
+
+    def exchange(self, body: bytes, call_id: bytes) -> bytes:
+        """One tool call: `body` framed on the job socket, its answer's body read back. OSError if the
+        socket is gone or closed by the server (it shuts a channel it cannot read); ValueError for an
+        answer too large.
+
+        The run's processes share the socket, and each takes only its own answers. An answer at the
+        head is looked at before it is taken (MSG_PEEK), then taken by its own process alone; another
+        that looks while it is being taken sees no frame at the head (the middle of an answer: its
+        JSON holds no newline) and waits. An answer at the head that is not its own is left for its
+        process, unless that process is gone (or a zombie) or it is an earlier call of this one (a call
+        given up, say by a signal): such an answer is dropped, under a POSIX lock on the socket (per
+        process: a fork does not inherit it) so that two processes do not both drop it. Every call is
+        written under that lock, shared for a small one (one write, which no other write splits) and
+        alone for a large one (written in parts) and for the report (`harvest.send`)."""
+        import fcntl
+        import time
+
+        fd, channel = self.fd, self._socket
+        data = frame_tool(body, call_id)
+        # A large frame goes in parts, between which the kernel lets another write in: it is written
+        # holding the lock alone; small ones, each in one write, share it (and the report takes it alone).
+        fcntl.lockf(fd, fcntl.LOCK_EX if len(data) > ATOMIC_BYTES else fcntl.LOCK_SH)
+        try:
+            while data:
+                try:
+                    data = data[os.write(fd, data) :]
+                except BlockingIOError:
+                    os.set_blocking(fd, True)  # made non-blocking by the run's code (see `_recv`)
+        finally:
+            fcntl.lockf(fd, fcntl.LOCK_UN)
         while True:
             head = _peek(channel)  # blocks until something is there
             line = _line_of(head)
@@ -380,20 +401,33 @@ def exchange(fd: int, body: bytes, call_id: bytes) -> bytes:
                         fcntl.lockf(fd, fcntl.LOCK_UN)
                     continue
             time.sleep(0.0005)  # another process's answer at the head, or being read, or on its way
-    finally:
-        channel.detach()
 
 
 def _peek(channel: Any, wait: bool = True) -> bytes:
     import socket
 
-    try:
-        head: bytes = channel.recv(MAX_FRAME_LINE, socket.MSG_PEEK | (0 if wait else socket.MSG_DONTWAIT))
-    except BlockingIOError:
-        return b"-"  # nothing there now
+    if not wait:
+        try:
+            head: bytes = channel.recv(MAX_FRAME_LINE, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return b"-"  # nothing there now
+    else:
+        head = _recv(channel, MAX_FRAME_LINE, socket.MSG_PEEK)  # blocks until something is there
     if not head:
         raise OSError("the server closed this run's channel")
     return head
+
+
+def _recv(channel: Any, size: int, flags: int = 0) -> bytes:
+    """A blocking receive, also where the fd has been made non-blocking since the channel was made
+    (the run's code can: a socket object of its own over fd 3, with a default timeout): then it is
+    made blocking again."""
+    while True:
+        try:
+            chunk: bytes = channel.recv(size, flags)
+            return chunk
+        except BlockingIOError:
+            channel.setblocking(True)
 
 
 def _line_of(head: bytes) -> tuple[int, int, bytes] | None:
@@ -428,9 +462,9 @@ def _receive(channel: Any, size: int) -> bytes:
     """`size` bytes, in one receive where they fit (whole, with no other reader between)."""
     import socket
 
-    received = bytearray(channel.recv(size, socket.MSG_WAITALL) if size <= 1 << 20 else b"")
+    received = bytearray(_recv(channel, size, socket.MSG_WAITALL) if size <= 1 << 20 else b"")
     while len(received) < size:
-        chunk = channel.recv(min(size - len(received), 1 << 20))
+        chunk = _recv(channel, min(size - len(received), 1 << 20))
         if not chunk:
             raise OSError("the server closed this run's channel")
         received += chunk
@@ -439,7 +473,7 @@ def _receive(channel: Any, size: int) -> bytes:
 
 def _drop(channel: Any, size: int) -> None:
     while size > 0:
-        chunk = channel.recv(min(size, 1 << 20))
+        chunk = _recv(channel, min(size, 1 << 20))
         if not chunk:
             raise OSError("the server closed this run's channel")
         size -= len(chunk)

@@ -307,6 +307,27 @@ async def test_a_forged_report_on_the_job_socket_can_only_change_what_its_own_ca
     assert [o.name for o in result.omitted] == ["(the run's report)"]
 
 
+async def test_a_run_that_made_its_job_socket_non_blocking_still_sends_its_whole_report(any_pool: Pool) -> None:
+    # Its report (two images, some 390 KB) is more than the socket takes at once: written on a
+    # non-blocking fd, it met EAGAIN midway and was lost.
+    code = """
+        import os, struct, zlib
+        def chunk(kind, data):
+            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        def png(side):
+            pixels = zlib.compress(b"".join(b"\\x00" + os.urandom(side) for _ in range(side)), 1)
+            header = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+            return b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+        os.set_blocking(3, False)
+        for name in ("a.png", "b.png"):
+            open(name, "wb").write(png(440))
+    """
+    result = await run(any_pool, code)
+    assert result.status == Status.OK, result.to_text()
+    assert sorted(a.name for a in result.attachments) == ["a.png", "b.png"], result.omitted
+    assert result.omitted == ()
+
+
 async def test_files_come_back_from_the_runs_directory_whatever_directory_the_code_ends_in(any_pool: Pool) -> None:
     code = """
         import os

@@ -487,6 +487,26 @@ async def test_large_and_small_calls_of_a_runs_processes_at_once_keep_the_channe
     ]
 
 
+async def test_a_channel_the_runs_code_made_non_blocking_still_takes_a_large_answer_in_parts(
+    work_dir: Path, tmp_path: Path, everything: dict[str, Any]
+) -> None:
+    # The run's side of its channel is made once, at the first import of mcp_tools; what the code does
+    # to fd 3 after that (here: non-blocking) must not break a later answer that comes in parts.
+    path = tools_file(tmp_path, every=everything)
+    code = (
+        "import os, mcp_tools\n"
+        "print(mcp_tools.every.echo(message='first'))\n"
+        "os.set_blocking(3, False)\n"
+        "print(len(mcp_tools.every.echo(message='x' * 2_000_000)))\n"
+        "print(mcp_tools.every.echo(message='last'))\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            done = await run(client, code, timeout=30)
+    assert done["status"] == "ok", (done["stdout"], done["stderr"])
+    assert done["stdout"].splitlines() == ["Echo: first", str(len("Echo: ") + 2_000_000), "Echo: last"]
+
+
 async def test_a_default_socket_timeout_and_a_zombie_caller_do_not_break_a_runs_calls(
     work_dir: Path, tmp_path: Path, everything: dict[str, Any]
 ) -> None:
