@@ -370,10 +370,11 @@ class ToolChannel:
         import time
 
         fd, channel = self.fd, self._socket
-        data = frame_tool(body, call_id)
+        framed = frame_tool(body, call_id)
+        data = memoryview(framed)
         # A large frame goes in parts, between which the kernel lets another write in: it is written
         # holding the lock alone; small ones, each in one write, share it (and the report takes it alone).
-        fcntl.lockf(fd, fcntl.LOCK_EX if len(data) > ATOMIC_BYTES else fcntl.LOCK_SH)
+        fcntl.lockf(fd, fcntl.LOCK_EX if len(framed) > ATOMIC_BYTES else fcntl.LOCK_SH)
         try:
             while data:
                 try:
@@ -427,7 +428,7 @@ def _recv(channel: Any, size: int, flags: int = 0) -> bytes:
             chunk: bytes = channel.recv(size, flags)
             return chunk
         except BlockingIOError:
-            channel.setblocking(True)
+            os.set_blocking(channel.fileno(), True)  # the fd's flag itself, whatever socket class is in use
 
 
 def _line_of(head: bytes) -> tuple[int, int, bytes] | None:
