@@ -491,7 +491,9 @@ async def test_a_channel_the_runs_code_made_non_blocking_still_takes_a_large_ans
     work_dir: Path, tmp_path: Path, everything: dict[str, Any]
 ) -> None:
     # The run's side of its channel is made once, at the first import of mcp_tools; what the code does
-    # to fd 3 after that (here: non-blocking) must not break a later answer that comes in parts.
+    # to fd 3 after that (here: non-blocking) must not break a later large call, whose frame and answer
+    # both go in parts (before: EAGAIN midway through the frame, a failed call). The receive's own
+    # case is tests/unit/inrun/test_wire.py's.
     path = tools_file(tmp_path, every=everything)
     code = (
         "import os, mcp_tools\n"
