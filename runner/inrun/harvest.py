@@ -360,18 +360,12 @@ def send(fd: int, data: bytes, shared: bool = False) -> None:
     """Write the report whole; a server that stopped listening (the call is over) gets nothing. Where
     the run may call tools (`shared`: its processes write frames on the socket too), holding the
     socket's lock alone, so that no frame goes into the report (`wire.ToolChannel.exchange`)."""
-    view = memoryview(data)
-    done = 0
     try:
         if shared:
             import fcntl
 
             fcntl.lockf(fd, fcntl.LOCK_EX)
-        while done < len(data):
-            try:
-                done += os.write(fd, view[done:])
-            except BlockingIOError:
-                os.set_blocking(fd, True)  # the code made the socket non-blocking: sent whole all the same
+        wire.write_whole(fd, data)
         if shared:
             fcntl.lockf(fd, fcntl.LOCK_UN)
     except OSError:

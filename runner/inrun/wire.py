@@ -371,16 +371,11 @@ class ToolChannel:
 
         fd, channel = self.fd, self._socket
         framed = frame_tool(body, call_id)
-        data = memoryview(framed)
         # A large frame goes in parts, between which the kernel lets another write in: it is written
         # holding the lock alone; small ones, each in one write, share it (and the report takes it alone).
         fcntl.lockf(fd, fcntl.LOCK_EX if len(framed) > ATOMIC_BYTES else fcntl.LOCK_SH)
         try:
-            while data:
-                try:
-                    data = data[os.write(fd, data) :]
-                except BlockingIOError:
-                    os.set_blocking(fd, True)  # made non-blocking by the run's code (see `_recv`)
+            write_whole(fd, framed)
         finally:
             fcntl.lockf(fd, fcntl.LOCK_UN)
         while True:
@@ -402,6 +397,17 @@ class ToolChannel:
                         fcntl.lockf(fd, fcntl.LOCK_UN)
                     continue
             time.sleep(0.0005)  # another process's answer at the head, or being read, or on its way
+
+
+def write_whole(fd: int, data: bytes) -> None:
+    """Write all of `data` to the job socket `fd`, blocking, also where the run's code made the fd
+    non-blocking (then it is made blocking again: a frame or a report cut at EAGAIN would be lost)."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            os.set_blocking(fd, True)
 
 
 def _peek(channel: Any, wait: bool = True) -> bytes:

@@ -502,9 +502,7 @@ async def test_a_channel_the_runs_code_made_non_blocking_still_takes_a_large_ans
         "print(len(mcp_tools.every.echo(message='x' * 2_000_000)))\n"
         "print(mcp_tools.every.echo(message='last'))\n"
     )
-    with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            done = await run(client, code, timeout=30)
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
     assert done["status"] == "ok", (done["stdout"], done["stderr"])
     assert done["stdout"].splitlines() == ["Echo: first", str(len("Echo: ") + 2_000_000), "Echo: last"]
 
