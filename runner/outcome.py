@@ -383,6 +383,11 @@ class RunTools(Protocol):
         ...
 
     @property
+    def most_frames(self) -> int:
+        """The most call frames the run may send: past them it is flooding its channel (shut)."""
+        ...
+
+    @property
     def calling(self) -> str:
         """The tool a call of the run is waiting for now (``server.tool``), for its progress; "" if none."""
         ...

@@ -20,6 +20,14 @@ DOWNSTREAM_ENV = Path(os.environ.get("RUNNER_TEST_DOWNSTREAM", str(REPO / ".down
 TIME_SERVER = DOWNSTREAM_ENV / "bin" / "mcp-server-time"
 
 
+HOSTILE_SERVER = REPO / "tests" / "downstream" / "hostile_server.py"
+
+
+def hostile(**env: str) -> dict[str, Any]:
+    """tests/downstream/hostile_server.py as a tools file entry (every tool), with `env`."""
+    return {"command": sys.executable, "args": [str(HOSTILE_SERVER)], "tools": ["*"], **({"env": env} if env else {})}
+
+
 def tools_file(directory: Path, **servers: Any) -> Path:
     """RUNNER_TOOLS_CONFIG's file in `directory`, naming `servers`."""
     path = directory / "tools.json"

@@ -3,6 +3,10 @@
 - a brokered call's round trip: a run calls ``echo`` 200 times through ``mcp_tools`` and times each
   call itself, against the same 200 calls made directly by the official Python client from the host,
   alternating rounds in one run; the target is a p50 at most 1.5x the direct one;
+- the broker's own round trip: as many calls of a tool the server does not list, which it answers
+  itself (refused: no downstream, no SDK), timed in the same run; a brokered call is that plus a call
+  by the SDK within the server, so ``1 + own / direct`` is a floor under the ratio that no change to
+  the SDK's side or the downstream's can pass;
 - the floor under any broker here: raw JSON-RPC calls made directly and through a minimal relay process
   (``relay.py``), whose difference is what two more processes' wake-ups cost on this machine;
 - the same after WARM calls on both sides first (not timed): a freshly started server's first ~1,500
@@ -48,7 +52,15 @@ BROKERED = (
     "    start = time.perf_counter()\n"
     "    echo(message=f'message {{n}}')\n"
     "    took.append(time.perf_counter() - start)\n"
-    "print(json.dumps(took))\n"
+    "own = []\n"
+    "for n in range({calls}):\n"
+    "    start = time.perf_counter()\n"
+    "    try:\n"
+    "        mcp_tools.call('every', 'no such tool', {{}})\n"
+    "    except mcp_tools.ToolError:\n"
+    "        pass\n"
+    "    own.append(time.perf_counter() - start)\n"
+    "print(json.dumps({{'echo': took, 'own': own}}))\n"
 )
 SUMMARY = (
     "import mcp_tools, pandas as pd\n"
@@ -101,7 +113,15 @@ async def scenario_tools(specs: list[ServerSpec], launch: Launch, p: Params, pac
         return {"skipped": "node and npm are needed for @modelcontextprotocol/server-everything"}
     [spec] = [s for s in specs if s.kind == "runner"][:1]
     calls = CALLS if p.trivial_calls >= 60 else 50  # --quick: fewer
-    out: dict[str, Any] = {"calls": calls, "rounds": ROUNDS, "direct": [], "brokered": [], "raw": [], "relayed": []}
+    out: dict[str, Any] = {
+        "calls": calls,
+        "rounds": ROUNDS,
+        "direct": [],
+        "brokered": [],
+        "own": [],
+        "raw": [],
+        "relayed": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         tools = Path(tmp) / "tools.json"
         tools.write_text(
@@ -110,7 +130,7 @@ async def scenario_tools(specs: list[ServerSpec], launch: Launch, p: Params, pac
         env = {
             "RUNNER_TOOLS_CONFIG": str(tools),
             "RUNNER_PACKAGES": packages,
-            "RUNNER_TOOLS_MAX_CALLS": str(calls + WARM + 10),
+            "RUNNER_TOOLS_MAX_CALLS": str(2 * calls + WARM + 10),
             "RUNNER_DEFAULT_TIMEOUT": "120",
             "RUNNER_MAX_TIMEOUT": "300",
         }
@@ -126,7 +146,9 @@ async def scenario_tools(specs: list[ServerSpec], launch: Launch, p: Params, pac
                 structured = result.structured or {}
                 if structured.get("status") != "ok":
                     raise SystemExit(f"run_bench: the brokered run failed: {str(structured)[:500]}")
-                out["brokered"].append(statistics.median(json.loads(structured["stdout"])) * 1000)
+                timed = json.loads(structured["stdout"])
+                out["brokered"].append(statistics.median(timed["echo"]) * 1000)
+                out["own"].append(statistics.median(timed["own"]) * 1000)
                 out["raw"].append(relay.direct(command, calls) / 1000)
                 out["relayed"].append(relay.relayed(command, calls) / 1000)
             say(f"[tools] {calls} echo calls after {WARM} not timed, direct and brokered")
@@ -136,7 +158,9 @@ async def scenario_tools(specs: list[ServerSpec], launch: Launch, p: Params, pac
             structured = result.structured or {}
             if structured.get("status") != "ok":
                 raise SystemExit(f"run_bench: the warmed brokered run failed: {str(structured)[:500]}")
-            out["brokered_warm"] = statistics.median(json.loads(structured["stdout"])) * 1000
+            timed = json.loads(structured["stdout"])
+            out["brokered_warm"] = statistics.median(timed["echo"]) * 1000
+            out["own_warm"] = statistics.median(timed["own"]) * 1000
             say(f"[tools] a pandas summary of {calls} records fetched through a tool")
             summary = await conn.call(SUMMARY.format(calls=calls), None, 120)
             structured = summary.structured or {}
@@ -166,6 +190,7 @@ def tools_rows(report: dict[str, Any]) -> list[str]:
         f"| brokered / direct, per round (target at most 1.5x: {'met' if worst <= 1.5 else '**not met**'}) "
         f"| {', '.join(f'{r:.2f}x' for r in ratios)} |",
         *_warm_rows(scenario),
+        *_own_rows(scenario, direct),
         *_floor_rows(scenario, direct),
         f"| bytes of {scenario['calls']} tool results (what the model would read) | {scenario['records_bytes']:,} |",
         f"| bytes of the run's summary | {scenario['summary_bytes']:,} |",
@@ -183,6 +208,24 @@ def _warm_rows(scenario: dict[str, Any]) -> list[str]:
         f"| the same after {WARM:,} calls not timed, direct / brokered "
         f"| {direct:.3f} / {brokered:.3f} ms: {brokered / direct:.2f}x |"
     ]
+
+
+def _own_rows(scenario: dict[str, Any], direct: list[float]) -> list[str]:
+    own = scenario.get("own")
+    if not own:
+        return []
+    rows = [
+        f"| the broker's own round trip (a call it refuses itself: no SDK, no downstream), p50 per round "
+        f"| {', '.join(f'{v:.3f} ms' for v in own)} |",
+        f"| the floor it sets: 1 + own / direct, per round "
+        f"| {', '.join(f'{1 + o / d:.2f}x' for o, d in zip(own, direct, strict=True))} |",
+    ]
+    own_warm, direct_warm = scenario.get("own_warm"), scenario.get("direct_warm")
+    if own_warm and direct_warm:
+        rows.append(
+            f"| the same after {WARM:,} calls not timed | {own_warm:.3f} ms: {1 + own_warm / direct_warm:.2f}x |"
+        )
+    return rows
 
 
 def _floor_rows(scenario: dict[str, Any], direct: list[float]) -> list[str]:

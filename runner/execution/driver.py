@@ -374,17 +374,22 @@ def _answering(
     for the next, so that a run calling tool after tool does not pay for a task per call; a call that
     finds every worker busy starts one more. Cancelled with the run's task group when the run ends (a
     call in flight downstream is then cancelled there too). Past MOST_PENDING_PER_PROCESS unanswered
-    frames of one process (the pid its call ids name), or MOST_PENDING in all, the channel is shut."""
+    frames of one process (the pid its call ids name), or MOST_PENDING in all, or past the run's
+    `RunTools.most_frames`, the channel is shut."""
     writing = anyio.Lock(fast_acquire=True)  # no checkpoint when no other answer is being written
     pending: dict[bytes, int] = {}
     handing, waiting_for = anyio.create_memory_object_stream[tuple[bytes, bytes, bytes]](math.inf)
     # Workers waiting for a call, less the calls handed to them and not yet taken: each call handed
     # has a worker to take it, so no call waits behind a busy one.
     free = 0
+    frames = 0
 
-    async def answer(call_id: bytes, body: bytes, process: bytes) -> None:
+    async def answer(call_id: bytes, held: list[bytes], process: bytes) -> None:
         try:
-            answered = frame_answer(await tools.answer(body), call_id)
+            # The frame is let go as soon as the broker has answered it, before its answer waits its
+            # turn to be written: a run that reads no answer would otherwise have the server hold
+            # every body it sent (up to its bytes apiece).
+            answered = frame_answer(await tools.answer(held.pop()), call_id)
             async with writing:
                 if child.is_open(child.code):
                     # The run ended, or shut its socket: no one is waiting for the answer.
@@ -401,14 +406,17 @@ def _answering(
     async def worker(call_id: bytes, body: bytes, process: bytes) -> None:
         nonlocal free
         while True:
-            await answer(call_id, body, process)
+            held, body = [body], b""  # `answer` holds the only reference
+            await answer(call_id, held, process)
             free += 1
             call_id, body, process = await waiting_for.receive()
 
     def take(call_id: bytes, body: bytes) -> None:
-        nonlocal free
+        nonlocal free, frames
         process = call_id.partition(b".")[0]
-        if pending.get(process, 0) >= MOST_PENDING_PER_PROCESS or sum(pending.values()) >= MOST_PENDING:
+        frames += 1
+        flooding = frames > tools.most_frames or sum(pending.values()) >= MOST_PENDING
+        if flooding or pending.get(process, 0) >= MOST_PENDING_PER_PROCESS:
             child.shut(child.code)
             return
         pending[process] = pending.get(process, 0) + 1

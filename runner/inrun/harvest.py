@@ -362,11 +362,9 @@ def send(fd: int, data: bytes, shared: bool = False) -> None:
     socket's lock alone, so that no frame goes into the report (`wire.ToolChannel.exchange`)."""
     try:
         if shared:
-            import fcntl
-
-            fcntl.lockf(fd, fcntl.LOCK_EX)
-        wire.write_whole(fd, data)
-        if shared:
-            fcntl.lockf(fd, fcntl.LOCK_UN)
+            with wire.SocketTurn(fd, alone=True):  # a thread of the run's may be writing a frame
+                wire.write_whole(fd, data)
+        else:
+            wire.write_whole(fd, data)
     except OSError:
         pass

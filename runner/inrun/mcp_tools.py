@@ -61,7 +61,9 @@ def call(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any
     if not isinstance(arguments, dict):
         raise TypeError(f"{server}.{tool}: arguments must be a dict, not {type(arguments).__name__}")
     try:
-        body = _mcp_json.dumps({"op": "call", "server": server, "tool": tool, "arguments": arguments}).encode()
+        # No NaN or Infinity: JSON has neither, and a downstream server would get null for them.
+        request = {"op": "call", "server": server, "tool": tool, "arguments": arguments}
+        body = _mcp_json.dumps(request, allow_nan=False).encode()
     except (TypeError, ValueError, RecursionError) as exc:
         raise ToolError(f"{server}.{tool}: the arguments are not JSON: {exc}") from None
     if len(body) > _mcp_limit_bytes:

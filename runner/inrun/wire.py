@@ -263,6 +263,8 @@ ANSWER_HEAD = b"answer"
 MAX_ANSWER_BYTES = 1 << 32
 MAX_FRAME_LINE = 64  # "answer <12 digits> <call id>\n" and then some
 ATOMIC_BYTES = 16 * 1024  # a frame this small is written in one write, which no other write splits
+# Calls given up (`ToolChannel._give_up`): slots of a call id's most bytes, one picked by its hash.
+GIVEN_UP_SLOTS, GIVEN_UP_SLOT = 64, 32
 _CALL_ID_CHARACTERS = frozenset(b"0123456789.")
 
 
@@ -337,6 +339,7 @@ class ToolChannel:
     later calls (whose job socket is `fd` again, by number)."""
 
     def __init__(self, fd: int) -> None:
+        import mmap
         import socket
 
         class Borrowed(socket.socket):
@@ -351,6 +354,8 @@ class ToolChannel:
         # syscalls (its family, type and timeout read and set), each a few microseconds in a sandbox.
         self._socket = Borrowed(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
         self._socket.settimeout(None)  # blocking, whatever socket.setdefaulttimeout the run's code set
+        # The calls given up (`exchange`), in memory the run's processes share: forks inherit it.
+        self._given_up = mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
 
     def exchange(self, body: bytes, call_id: bytes) -> bytes:
         """One tool call: `body` framed on the job socket, its answer's body read back. OSError if the
@@ -361,23 +366,28 @@ class ToolChannel:
         head is looked at before it is taken (MSG_PEEK), then taken by its own process alone; another
         that looks while it is being taken sees no frame at the head (the middle of an answer: its
         JSON holds no newline) and waits. An answer at the head that is not its own is left for its
-        process, unless that process is gone (or a zombie) or it is an earlier call of this one (a call
-        given up, say by a signal): such an answer is dropped, under a POSIX lock on the socket (per
-        process: a fork does not inherit it) so that two processes do not both drop it. Every call is
-        written under that lock, shared for a small one (one write, which no other write splits) and
-        alone for a large one (written in parts) and for the report (`harvest.send`)."""
-        import fcntl
-        import time
-
-        fd, channel = self.fd, self._socket
+        process, unless no one will take it: that process is gone (or a zombie), or it is an earlier
+        call of this one, or one its process gave up (a signal's exception while it waited, say: such a
+        call is written down in memory the run's processes share). Such an answer is dropped, under a
+        POSIX lock on the socket (per process: a fork does not inherit it) so that two processes do not
+        both drop it. Every call is written under that lock (`SocketTurn`), shared for a small one (one
+        write, which no other write splits) and alone for a large one (written in parts) and for the
+        report (`harvest.send`)."""
         framed = frame_tool(body, call_id)
         # A large frame goes in parts, between which the kernel lets another write in: it is written
         # holding the lock alone; small ones, each in one write, share it (and the report takes it alone).
-        fcntl.lockf(fd, fcntl.LOCK_EX if len(framed) > ATOMIC_BYTES else fcntl.LOCK_SH)
+        with SocketTurn(self.fd, alone=len(framed) > ATOMIC_BYTES):
+            write_whole(self.fd, framed)
         try:
-            write_whole(fd, framed)
-        finally:
-            fcntl.lockf(fd, fcntl.LOCK_UN)
+            return self._answer(call_id)
+        except BaseException:
+            self._give_up(call_id)
+            raise
+
+    def _answer(self, call_id: bytes) -> bytes:
+        import time
+
+        channel = self._socket
         while True:
             head = _peek(channel)  # blocks until something is there
             line = _line_of(head)
@@ -388,15 +398,67 @@ class ToolChannel:
                         _drop(channel, line_bytes + size)
                         raise ValueError("an answer too large")
                     return _receive(channel, line_bytes + size)[line_bytes:]
-                if _orphaned(owner):
-                    fcntl.lockf(fd, fcntl.LOCK_EX)
-                    try:
+                at = _slot(owner)
+                given_up = self._given_up[at : at + GIVEN_UP_SLOT].rstrip(b"\0") == owner
+                if given_up or _orphaned(owner):
+                    with SocketTurn(self.fd, alone=True):
                         if _peek(channel, wait=False) == head:  # still there: no other process dropped it
                             _drop(channel, line_bytes + size)
-                    finally:
-                        fcntl.lockf(fd, fcntl.LOCK_UN)
+                            if given_up:
+                                self._given_up[at : at + GIVEN_UP_SLOT] = bytes(GIVEN_UP_SLOT)
                     continue
             time.sleep(0.0005)  # another process's answer at the head, or being read, or on its way
+
+    def _give_up(self, call_id: bytes) -> None:
+        """Write `call_id` down as given up, over any older one in its slot (whose answer then waits
+        for its process's next call, or its end)."""
+        at = _slot(call_id)
+        self._given_up[at : at + GIVEN_UP_SLOT] = call_id.ljust(GIVEN_UP_SLOT, b"\0")
+
+
+def _slot(call_id: bytes) -> int:
+    """Where a call given up is written down (`ToolChannel._give_up`)."""
+    import zlib
+
+    return zlib.crc32(call_id) % GIVEN_UP_SLOTS * GIVEN_UP_SLOT
+
+
+class SocketTurn:
+    """The job socket taken for writing (a frame, the report) or for dropping an answer: by this thread
+    among its process's (a thread lock: a POSIX lock is the whole process's, so one thread's unlock
+    would undo another's), then by this process among the run's (a POSIX lock: shared for a frame
+    written in one write, `alone` otherwise)."""
+
+    __slots__ = ("_alone", "_fd", "_turn")
+
+    def __init__(self, fd: int, alone: bool) -> None:
+        import threading
+
+        self._fd, self._alone = fd, alone
+        pid = os.getpid()
+        # Each process its own thread lock: a forked one's parent's may be held by a thread it lacks.
+        self._turn = _TURNS.get(pid) or _TURNS.setdefault(pid, threading.Lock())
+
+    def __enter__(self) -> None:
+        import fcntl
+
+        self._turn.acquire()
+        try:
+            fcntl.lockf(self._fd, fcntl.LOCK_EX if self._alone else fcntl.LOCK_SH)
+        except BaseException:
+            self._turn.release()
+            raise
+
+    def __exit__(self, *_: object) -> None:
+        import fcntl
+
+        try:
+            fcntl.lockf(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._turn.release()
+
+
+_TURNS: dict[int, Any] = {}  # each process's thread lock (`SocketTurn`), made in it when first needed
 
 
 def write_whole(fd: int, data: bytes) -> None:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.resources
+import itertools
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -32,6 +34,19 @@ from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, 
 Observe = Callable[[str, str, str, float], None]
 MAX_SCHEMA_CHECKS = 256  # validators kept, one per (server, tool)
 MAX_REFUSALS_LOGGED = 20  # a run's refused calls logged, one line each; the rest counted (metrics) only
+# What checking a call's arguments may cost, on the event loop every run shares: the arguments' JSON
+# values times the schema's (each counted by its commas, colons and brackets), at about 0.3 us a unit
+# (a list of strings against a small schema: 0.31; items against a 20-way anyOf: 0.23): some 30 ms
+# at most. Larger arguments are left to the downstream server, which checks its arguments itself.
+MOST_CHECKED = 100_000
+MOST_ERRORS_RANKED = 64  # a mismatch's errors looked at to name the one that says most
+# A frame the run may send for each call it may make, and some for imports and refusals: past them
+# it is flooding its channel, and each frame costs the event loop all the same.
+FRAMES_PER_CALL = 10
+FRAMES_BESIDES = 1_000
+# A \uD800-\uDFFF escape: JSON may spell a lone surrogate, which no UTF-8 holds (the SDK could not
+# send it on, and its stdio transport would end over it).
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class Broker:
@@ -46,7 +61,7 @@ class Broker:
         self.observe = observe  # set once the metrics exist (HTTP), or never
         self.connections = {server.name: Connection(server, logger) for server in servers.servers}
         self._module_source = importlib.resources.files("runner.inrun").joinpath("mcp_tools.py").read_text()
-        self._validators: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._validators: dict[tuple[str, str], tuple[Any, Any, int]] = {}
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -153,27 +168,31 @@ class Broker:
     def module(self, caller: str | None) -> bytes:
         return json.dumps({"source": self._module_source, "catalog": self.catalog(caller)}).encode()
 
-    def check_arguments(self, server: str, tool: str, schema: Any, arguments: Any) -> str:
-        """Why `arguments` do not match the tool's input schema ("" if they do). The run picks the
-        arguments: what could take a validator long on them (a `pattern` that backtracks, `uniqueItems`
-        over many objects) is left to the downstream server, which checks its arguments itself."""
+    def check_arguments(self, server: str, tool: str, schema: Any, arguments: Any, units: int) -> str:
+        """Why `arguments` (`units`: their `json_units`) do not match the tool's input schema ("" if they
+        do). The run picks the arguments: what could take a validator long on them (a `pattern` that
+        backtracks, `uniqueItems` over many objects, more than MOST_CHECKED units of checking) is left
+        to the downstream server, which checks its arguments itself."""
         key = (server, tool)
         kept = self._validators.get(key)
         # One validator per listed schema: a listing made again makes new schema objects.
-        validator = kept[1] if kept is not None and kept[0] is schema else None
+        validator, schema_units = (kept[1], kept[2]) if kept is not None and kept[0] is schema else (None, 0)
         try:
             if validator is None:
                 validator = _bounded_validator(schema)
                 if validator is None:
                     return ""  # the server's schema is not one: the server judges its arguments itself
+                schema_units = json_units(json.dumps(schema).encode())
                 if len(self._validators) >= MAX_SCHEMA_CHECKS:
                     self._validators.clear()
-                self._validators[key] = (schema, validator)
+                self._validators[key] = (schema, validator, schema_units)
+            if units * schema_units > MOST_CHECKED:
+                return ""
             if validator.is_valid(arguments):  # the common case, without gathering errors to rank
                 return ""
             from jsonschema.exceptions import best_match
 
-            error = best_match(validator.iter_errors(arguments))
+            error = best_match(itertools.islice(validator.iter_errors(arguments), MOST_ERRORS_RANKED))
         except RecursionError:
             return "nested too deep to be checked"
         except Exception as exc:
@@ -208,6 +227,10 @@ class RunCalls:
         return self._broker.config.max_bytes
 
     @property
+    def most_frames(self) -> int:
+        return FRAMES_PER_CALL * self._broker.config.tools_max_calls + FRAMES_BESIDES
+
+    @property
     def calling(self) -> str:
         return self._in_flight[-1] if self._in_flight else ""
 
@@ -226,7 +249,8 @@ class RunCalls:
         if self._bytes > self._broker.config.max_bytes:
             return self._over_budget()
         try:
-            request = json.loads(body)
+            # NaN and Infinity are Python's, not JSON's: a downstream server would get null for them.
+            request = json.loads(body, parse_constant=_not_json)
         except (ValueError, RecursionError):
             return _error("the run sent a call that is not JSON")
         if not isinstance(request, dict):
@@ -240,13 +264,14 @@ class RunCalls:
             return _error("the run sent a call without a server and a tool")
         if not isinstance(arguments, dict):
             return _error(f"{server[:100]}.{tool[:100]}: arguments must be an object")
-        return await self._call(server[:200], tool[:200], arguments, len(body))
+        return await self._call(server[:200], tool[:200], arguments, body)
 
-    async def _call(self, server: str, tool: str, arguments: dict[str, Any], size: int) -> bytes:
+    async def _call(self, server: str, tool: str, arguments: dict[str, Any], body: bytes) -> bytes:
         broker, config = self._broker, self._broker.config
         name = f"{server}.{tool}"
         started = anyio.current_time()
-        refused = self._refusal(server, tool, arguments, size)
+        size = len(body)
+        refused = self._refusal(server, tool, arguments, body)
         if refused:
             return self._finish(server, tool, "refused", started, size, 0, _error(f"{name}: {refused}"))
         connection = broker.connections[server]
@@ -267,7 +292,7 @@ class RunCalls:
             self._in_flight.remove(name)
         value = value_of_result(result)
         if result.is_error:
-            said = value if isinstance(value, str) else json.dumps(value)
+            said = connection.scrubbed(value if isinstance(value, str) else json.dumps(value))
             answer = _error(f"{name}: the tool failed: {said[:2000]}")
             return self._finish(server, tool, "tool_error", started, size, len(answer), answer)
         answer = json.dumps({"ok": True, "value": value}).encode()
@@ -281,7 +306,7 @@ class RunCalls:
         self._bytes += len(answer)
         return self._finish(server, tool, "ok", started, size, len(answer), answer)
 
-    def _refusal(self, server: str, tool: str, arguments: dict[str, Any], size: int) -> str:
+    def _refusal(self, server: str, tool: str, arguments: dict[str, Any], body: bytes) -> str:
         broker, config = self._broker, self._broker.config
         connection = broker.connections.get(server)
         if connection is None or not connection.server.serves(self._caller):
@@ -297,7 +322,9 @@ class RunCalls:
             return f"this run has {config.tools_max_concurrent} tool calls in flight (RUNNER_TOOLS_MAX_CONCURRENT)"
         if anyio.current_time() >= self._deadline:
             return "the run's time is up"
-        mismatch = broker.check_arguments(server, tool, listed.input_schema, arguments)
+        if _SURROGATE.search(body) and not _unicode(arguments):
+            return "the arguments hold a lone surrogate, which is not Unicode text"
+        mismatch = broker.check_arguments(server, tool, listed.input_schema, arguments, json_units(body))
         return f"the arguments do not match the tool's input schema: {mismatch}" if mismatch else ""
 
     def _over_budget(self) -> bytes:
@@ -338,6 +365,25 @@ class RunCalls:
 
 def _error(message: str) -> bytes:
     return json.dumps({"ok": False, "error": message}).encode()
+
+
+def json_units(text: bytes) -> int:
+    """About how many values a JSON text holds: its commas, colons and brackets (a string holding
+    them counts more: never fewer)."""
+    return text.count(b",") + text.count(b":") + text.count(b"[") + text.count(b"{") + 1
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _unicode(value: Any) -> bool:
+    """Whether `value`'s text is all Unicode (no lone surrogate), as UTF-8 must hold it."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # Keywords whose cost the run could choose through its arguments (a backtracking pattern, uniqueItems

@@ -1,6 +1,8 @@
 """A downstream MCP server (stdio) whose tools are hostile to a broker: input schemas that recurse,
-that name a $ref nowhere, a pattern that backtracks, and a result far
-larger than a run may take. Code mode's tests start it with the official SDK's low-level server."""
+that name a $ref nowhere, a pattern that backtracks, a result far larger than a run may take, an
+error that tells its credential; and tools that say what they got (`texts`, `measure`) or take their
+time (`slow`). It checks no arguments itself. Code mode's tests start it with the official SDK's
+low-level server."""
 
 from __future__ import annotations
 
@@ -26,6 +28,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "nowhere": {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}},
     "backtracks": {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}},
     "huge": {"type": "object", "properties": {"megabytes": {"type": "integer"}}},
+    "texts": {"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "string"}}}},
+    "measure": {"type": "object", "properties": {"x": {"type": "number"}}},
+    "slow": {"type": "object", "properties": {"seconds": {"type": "number"}}},
+    "leaks": {"type": "object"},
 }
 
 
@@ -43,7 +49,20 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if params.name == "huge":
         text = "x" * (int(arguments.get("megabytes", 1)) * 1_000_000)
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+    if params.name == "texts":
+        return _text(f"texts {len(arguments.get('xs', []))}")
+    if params.name == "measure":
+        return _text(f"measure {arguments.get('x')!r}")
+    if params.name == "slow":
+        await anyio.sleep(float(arguments.get("seconds", 1)))
+    if params.name == "leaks":
+        refused = f"upstream refused the credential {os.environ.get('HOSTILE_SECRET', '')}"
+        return types.CallToolResult(content=[types.TextContent(type="text", text=refused)], is_error=True)
     return types.CallToolResult(content=[types.TextContent(type="text", text=f"{params.name} ok")])
+
+
+def _text(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 
 async def main() -> None:

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from mcp import Client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.code_mode import run, run_once, stdio_params, stdio_session, tools_file
+from tests.code_mode import hostile, run, run_once, stdio_params, stdio_session, tools_file
 from tests.conftest import REPO
 from tests.helpers import check_structured, processes_mentioning, settled
 from tests.http_server import HttpServer, http_server
@@ -354,11 +353,6 @@ async def test_a_run_that_sends_frames_and_reads_no_answer_has_its_channel_shut_
             next_run = await run(client, "import mcp_tools\nprint(mcp_tools.every.echo(message='next'))")
     assert "after: every.echo: this run's channel to the server failed" in flooded["stdout"], flooded
     assert next_run["stdout"] == "Echo: next\n"
-
-
-def hostile() -> dict[str, Any]:
-    """tests/downstream/hostile_server.py: input schemas a broker must not choke on, a huge result."""
-    return {"command": sys.executable, "args": [str(DOWNSTREAM / "hostile_server.py")], "tools": ["*"]}
 
 
 async def test_schemas_that_cannot_be_checked_and_a_huge_result_are_tool_errors_and_the_run_goes_on(

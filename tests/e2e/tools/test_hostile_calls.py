@@ -1,0 +1,214 @@
+"""What a run may send through `mcp_tools` that it should not, each found by a review and each once a
+way to hurt more than the run's own call: arguments that take the event loop long to check, text no
+UTF-8 holds, NaN, a flood of frames, bodies it reads no answer to, a report written while a thread
+writes a call, an answer its process gave up; and a downstream's error that tells its credential.
+Against tests/downstream/hostile_server.py, which checks no arguments itself."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.code_mode import hostile, run, run_once, stdio_session, tools_file
+from tests.helpers import children_of
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SAID = (
+    "import mcp_tools\n"
+    "h = mcp_tools.hostile\n"
+    "def said(call):\n"
+    "    try:\n"
+    "        return call()\n"
+    "    except mcp_tools.ToolError as exc:\n"
+    "        return str(exc)\n"
+)
+
+
+async def test_arguments_too_many_to_check_quickly_go_to_the_downstream_unchecked_and_a_few_are_still_checked(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: 5,000,000 items held the event loop 48 s in the schema check (every error of
+    # them gathered to rank), every other run's call and timeout with it.
+    code = SAID + "print(said(lambda: h.texts(xs=[0])))\nprint(said(lambda: h.texts(xs=[0] * 300_000)))\n"
+    path = tools_file(tmp_path, hostile=hostile())
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["status"] == "ok", done
+    checked, unchecked = done["stdout"].splitlines()
+    assert checked == (
+        "hostile.texts: the arguments do not match the tool's input schema: argument 'xs/0': 0 is not of type 'string'"
+    )
+    assert unchecked == "texts 300000", "left to the downstream, which checks its arguments itself"
+
+
+async def test_a_lone_surrogate_in_the_arguments_is_refused_and_the_downstream_serves_on(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: JSON may spell a lone surrogate; the SDK's stdio writer could not encode it,
+    # and its connection ended: the downstream restarted, every run's calls to it failed meanwhile.
+    code = SAID + (
+        "print(said(lambda: h.backtracks(s='\\ud800')))\n"
+        "print(said(lambda: h.backtracks(s='a\\U0001F600')))\n"
+        "print(said(lambda: h.backtracks(s='aa')))\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["status"] == "ok", done
+    assert done["stdout"].splitlines() == [
+        "hostile.backtracks: the arguments hold a lone surrogate, which is not Unicode text",
+        "backtracks ok",
+        "backtracks ok",
+    ]
+    assert "tool server down" not in (tmp_path / "stderr.log").read_text()
+
+
+async def test_nan_and_infinity_are_refused_not_sent_on_as_null(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: Python writes NaN and Infinity into JSON, which has neither; the SDK sent them
+    # on as null. A frame of the run's own that holds one is refused by the server too.
+    frame = b'{"op": "call", "server": "hostile", "tool": "measure", "arguments": {"x": Infinity}}'
+    code = SAID + (
+        "import json, os\n"
+        "print(said(lambda: h.measure(x=float('nan'))))\n"
+        "print(said(lambda: h.measure(x=1.5)))\n"
+        f"print(json.loads(mcp_tools._mcp_exchange({frame!r}, b'%d.900' % os.getpid())))\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["status"] == "ok", done
+    refused, measured, raw = done["stdout"].splitlines()
+    assert refused.startswith("hostile.measure: the arguments are not JSON: Out of range float values"), refused
+    assert measured == "measure 1.5"
+    assert raw == "{'ok': False, 'error': 'the run sent a call that is not JSON'}"
+
+
+async def test_a_tools_own_error_has_the_credentials_of_its_entry_masked(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: why a server is down, or a call failed, was masked; the tool's own isError
+    # text went to the run as the downstream wrote it.
+    secret = "hostile-secret-" + os.urandom(8).hex()
+    path = tools_file(tmp_path, hostile=hostile(HOSTILE_SECRET=secret))
+    code = SAID + "print(said(h.leaks))\n"
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["stdout"] == "hostile.leaks: the tool failed: upstream refused the credential ***\n"
+    assert secret not in (tmp_path / "stderr.log").read_text()
+
+
+async def test_a_run_calling_and_reading_its_answers_loses_its_channel_past_its_frames(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: a flood of empty or refused frames, each answered and read, kept the event
+    # loop busy for the run's whole timeout (empty frames never even reached the run's bytes limit).
+    # Past 10 frames a call it may make (RUNNER_TOOLS_MAX_CALLS, here 100) and 1,000 besides, its
+    # channel is shut: the module's frame is the first, so the 2,000th call is the one past them.
+    code = (
+        "import mcp_tools\n"
+        "for n in range(3000):\n"
+        "    try:\n"
+        "        mcp_tools.call('hostile', 'no such tool', {})\n"
+        "    except mcp_tools.ToolError as exc:\n"
+        "        if 'channel' in str(exc):\n"
+        "            print(n, exc)\n"
+        "            break\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["status"] == "ok", done
+    assert done["stdout"].startswith("1999 hostile.no such tool: this run's channel to the server failed"), done
+
+
+def _command_line(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def _peak_memory(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+
+
+async def test_the_bodies_of_frames_a_run_reads_no_answer_to_are_not_held_by_the_server(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: each answer waiting to be written (the run reads none) held the body of its
+    # frame, up to RUNNER_TOOLS_MAX_MB apiece, 1,024 frames a run: 74 MB -> 1.1 GB in 1.6 s. The small
+    # frames' answers fill the socket first; each frame names a pid of its own, within the limits.
+    code = (
+        "import os, mcp_tools\n"
+        'small = b\'{"op": "nothing"}\'\n'
+        "for n in range(600):\n"
+        "    os.write(3, b'tool %d %d.1\\n' % (len(small), 100000 + n) + small)\n"
+        "large = b'x' * (8 << 20)\n"
+        "for n in range(30):\n"
+        "    os.write(3, b'tool %d %d.1\\n' % (len(large), 200000 + n) + large)\n"
+        "print('sent')\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            [server] = [pid for pid in children_of(os.getpid()) if b"runner" in _command_line(pid)]
+            before = _peak_memory(server)
+            done = await run(client, code)
+            grown = _peak_memory(server) - before
+    assert done["stdout"] == "sent\n", done
+    assert grown < 100 << 20, f"the server's peak memory grew {grown >> 20} MiB for 240 MiB of frames"
+
+
+async def test_the_report_comes_whole_while_a_thread_of_the_run_writes_a_large_call(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: a POSIX lock keeps processes apart, not threads: the report went out while a
+    # daemon thread's large frame was being written, into the middle of it, and was lost.
+    code = (
+        "import threading, mcp_tools\n"
+        "writing = threading.Event()\n"
+        "def flood():\n"
+        "    while True:\n"
+        "        writing.set()\n"
+        "        try:\n"
+        "            mcp_tools.hostile.backtracks(s='b' * 6_000_000)\n"
+        "        except mcp_tools.ToolError:\n"
+        "            pass\n"
+        "threading.Thread(target=flood, daemon=True).start()\n"
+        "writing.wait()\n"
+        "6 * 7\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_TOOLS_MAX_MB="64") as client:
+            results = [await run(client, code) for _ in range(3)]
+    outcomes = [(done["status"], done["result"], done.get("not_returned") or []) for done in results]
+    assert outcomes == [("ok", "42", [])] * 3
+
+
+async def test_an_answer_its_process_gave_up_does_not_hold_up_the_calls_of_the_runs_other_processes(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: an answer whose process is alive but gave up its call (a signal's exception)
+    # sat at the head of the socket, and a forked child's calls waited behind it until the timeout.
+    code = SAID + (
+        "import os, signal, socket\n"
+        "def alarm(*_):\n"
+        "    raise RuntimeError('gave up')\n"
+        "signal.signal(signal.SIGALRM, alarm)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.3)\n"
+        "try:\n"
+        "    h.slow(seconds=1)\n"
+        "except RuntimeError as exc:\n"
+        "    print('parent', exc, flush=True)\n"
+        "with socket.socket(fileno=os.dup(3)) as peek:\n"
+        "    peek.recv(64, socket.MSG_PEEK)  # the answer given up is at the head now\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    try:\n"
+        "        print('child', said(lambda: h.backtracks(s='aa')), flush=True)\n"
+        "    finally:\n"
+        "        os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "print('parent done')\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            done = await run(client, code, timeout=10)
+    assert done["status"] == "ok", (done["stdout"], done["stderr"])
+    assert done["stdout"].splitlines() == ["parent gave up", "child backtracks ok", "parent done"]
