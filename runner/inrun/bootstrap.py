@@ -152,6 +152,8 @@ class _ToolsFinder:
                 raise OSError("fd 3, this run's channel to the server, is no longer its socket")
             channel = wire.ToolChannel(fd)
             answer = json.loads(channel.exchange(b'{"op": "module"}', b"%d.0" % os.getpid()))
+            if "error" in answer:  # refused: the run's bytes, say
+                raise ValueError(answer["error"])
             source, catalog = answer["source"], answer["catalog"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ImportError(f"mcp_tools: the server's tools could not be listed: {exc}", name="mcp_tools") from None

@@ -87,7 +87,9 @@ def call(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any
         raise ToolError(f"{server}.{tool}: the server's answer is not an object")
     if answer.get("ok") is True:
         return answer.get("value")
-    raise ToolError(str(answer.get("error") or f"{server}.{tool}: the call failed"))
+    said = str(answer.get("error") or "the call failed")
+    # What the server refuses before it reads the call (the run's bytes) names no server nor tool.
+    raise ToolError(said if said.startswith(f"{server}.{tool}: ") else f"{server}.{tool}: {said}")
 
 
 class _mcp_Server:

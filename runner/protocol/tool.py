@@ -98,7 +98,8 @@ def tool_definition(config: Config, *, sandboxed: bool = True, code_mode: str = 
             chars=returns.max_output_chars,
         )
         + ("\n\n" + code_mode if code_mode else "")
-        + ("" if sandboxed else UNSANDBOXED),
+        # After the code mode's paragraph, a paragraph of its own (it ends with a list).
+        + ("" if sandboxed else ("\n\n" + UNSANDBOXED.lstrip() if code_mode else UNSANDBOXED)),
         input_schema=input_schema(config),
         output_schema=output_schema(),
         # The app view a host that renders MCP Apps shows beside the result (`runner.protocol.view`).

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.resources
-import itertools
 import json
 import logging
 import re
@@ -27,6 +26,7 @@ from runner.errors import Unavailable
 from runner.logs import LogBudget, log_event
 from runner.tools.catalog import describe, value_of_result
 from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, Down, TooSlow
+from runner.tools.schemas import SchemaCheck
 
 # What the broker's callers count a brokered call as (metrics): ok, tool_error (the tool's isError),
 # refused (not allowed, bad arguments, a limit), unavailable (down), timeout (no answer within the run's
@@ -34,12 +34,7 @@ from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, 
 Observe = Callable[[str, str, str, float], None]
 MAX_SCHEMA_CHECKS = 256  # validators kept, one per (server, tool)
 MAX_REFUSALS_LOGGED = 20  # a run's refused calls logged, one line each; the rest counted (metrics) only
-# What checking a call's arguments may cost, on the event loop every run shares: the arguments' JSON
-# values times the schema's (each counted by its commas, colons and brackets), at about 0.3 us a unit
-# (a list of strings against a small schema: 0.31; items against a 20-way anyOf: 0.23): some 30 ms
-# at most. Larger arguments are left to the downstream server, which checks its arguments itself.
-MOST_CHECKED = 100_000
-MOST_ERRORS_RANKED = 64  # a mismatch's errors looked at to name the one that says most
+MAX_SAID_CHARS = 2000  # of a tool's or the SDK's error, what the run's ToolError says
 # A frame the run may send for each call it may make, and some for imports and refusals: past them
 # it is flooding its channel, and each frame costs the event loop all the same.
 FRAMES_PER_CALL = 10
@@ -61,7 +56,7 @@ class Broker:
         self.observe = observe  # set once the metrics exist (HTTP), or never
         self.connections = {server.name: Connection(server, logger) for server in servers.servers}
         self._module_source = importlib.resources.files("runner.inrun").joinpath("mcp_tools.py").read_text()
-        self._validators: dict[tuple[str, str], tuple[Any, Any, int]] = {}
+        self._checks: dict[tuple[str, str], tuple[Any, SchemaCheck | None]] = {}
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -135,7 +130,7 @@ class Broker:
         """What run_python's description says of the tools (every caller's servers only)."""
         return describe(
             [
-                (connection.server, connection.allowed())
+                (connection.server, connection.allowed(), connection.python_names())
                 for connection in self.connections.values()
                 if connection.server.callers is None
             ],
@@ -168,39 +163,18 @@ class Broker:
     def module(self, caller: str | None) -> bytes:
         return json.dumps({"source": self._module_source, "catalog": self.catalog(caller)}).encode()
 
-    def check_arguments(self, server: str, tool: str, schema: Any, arguments: Any, units: int) -> str:
-        """Why `arguments` (`units`: their `json_units`) do not match the tool's input schema ("" if they
-        do). The run picks the arguments: what could take a validator long on them (a `pattern` that
-        backtracks, `uniqueItems` over many objects, more than MOST_CHECKED units of checking) is left
-        to the downstream server, which checks its arguments itself."""
+    def check_arguments(self, server: str, tool: str, schema: Any, arguments: Any) -> str:
+        """Why `arguments` do not match the tool's input schema ("" if they do, or if that is the
+        downstream server's to tell: `SchemaCheck`)."""
         key = (server, tool)
-        kept = self._validators.get(key)
-        # One validator per listed schema: a listing made again makes new schema objects.
-        validator, schema_units = (kept[1], kept[2]) if kept is not None and kept[0] is schema else (None, 0)
-        try:
-            if validator is None:
-                validator = _bounded_validator(schema)
-                if validator is None:
-                    return ""  # the server's schema is not one: the server judges its arguments itself
-                schema_units = json_units(json.dumps(schema).encode())
-                if len(self._validators) >= MAX_SCHEMA_CHECKS:
-                    self._validators.clear()
-                self._validators[key] = (schema, validator, schema_units)
-            if units * schema_units > MOST_CHECKED:
-                return ""
-            if validator.is_valid(arguments):  # the common case, without gathering errors to rank
-                return ""
-            from jsonschema.exceptions import best_match
-
-            error = best_match(itertools.islice(validator.iter_errors(arguments), MOST_ERRORS_RANKED))
-        except RecursionError:
-            return "nested too deep to be checked"
-        except Exception as exc:
-            return f"they could not be checked against it ({type(exc).__name__})"
-        if error is None:
-            return ""
-        where = "/".join(str(part) for part in error.absolute_path)
-        return f"{'argument ' + repr(where) + ': ' if where else ''}{error.message[:300]}"
+        kept = self._checks.get(key)
+        # One check per listed schema: a listing made again makes new schema objects.
+        if kept is None or kept[0] is not schema:
+            if len(self._checks) >= MAX_SCHEMA_CHECKS:
+                self._checks.clear()
+            kept = self._checks[key] = (schema, SchemaCheck.of(schema))
+        check = kept[1]
+        return check.mismatch(arguments) if check is not None else ""
 
     def observed(self, server: str, tool: str, status: str, seconds: float) -> None:
         if self.observe is not None:
@@ -286,14 +260,15 @@ class RunCalls:
             self._finished(server, tool, "cancelled", started, size, 0)
             raise
         except Exception as exc:
-            said = connection.scrubbed(str(exc))
+            said = connection.scrubbed(str(exc))[:MAX_SAID_CHARS]
             return self._finish(server, tool, "failed", started, size, 0, _error(f"{name}: the call failed: {said}"))
         finally:
             self._in_flight.remove(name)
         value = value_of_result(result)
         if result.is_error:
             said = connection.scrubbed(value if isinstance(value, str) else json.dumps(value))
-            answer = _error(f"{name}: the tool failed: {said[:2000]}")
+            self._bytes += len(said)  # received all the same, however little of it is passed on
+            answer = _error(f"{name}: the tool failed: {said[:MAX_SAID_CHARS]}")
             return self._finish(server, tool, "tool_error", started, size, len(answer), answer)
         answer = json.dumps({"ok": True, "value": value}).encode()
         if self._bytes + len(answer) > config.max_bytes:
@@ -324,7 +299,7 @@ class RunCalls:
             return "the run's time is up"
         if _SURROGATE.search(body) and not _unicode(arguments):
             return "the arguments hold a lone surrogate, which is not Unicode text"
-        mismatch = broker.check_arguments(server, tool, listed.input_schema, arguments, json_units(body))
+        mismatch = broker.check_arguments(server, tool, listed.input_schema, arguments)
         return f"the arguments do not match the tool's input schema: {mismatch}" if mismatch else ""
 
     def _over_budget(self) -> bytes:
@@ -367,12 +342,6 @@ def _error(message: str) -> bytes:
     return json.dumps({"ok": False, "error": message}).encode()
 
 
-def json_units(text: bytes) -> int:
-    """About how many values a JSON text holds: its commas, colons and brackets (a string holding
-    them counts more: never fewer)."""
-    return text.count(b",") + text.count(b":") + text.count(b"[") + text.count(b"{") + 1
-
-
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
@@ -384,48 +353,3 @@ def _unicode(value: Any) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-# Keywords whose cost the run could choose through its arguments (a backtracking pattern, uniqueItems
-# over unhashable items is quadratic): not checked here.
-_UNCHECKED = frozenset({"pattern", "patternProperties", "uniqueItems"})
-
-
-def _bounded_validator(schema: Any) -> Any:
-    """A validator of `schema` in the draft it names (many servers still write draft-07; else 2020-12),
-    without the keywords in `_UNCHECKED`; None if `schema` is not a schema."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
-    from jsonschema.validators import extend, validator_for
-    from referencing import Registry
-
-    try:
-        kind = validator_for(schema, default=Draft202012Validator)
-        kind.check_schema(schema)
-    except SchemaError:
-        return None
-    except Exception:
-        return None
-    skipped: dict[str, Any] = {keyword: _skipped for keyword in _UNCHECKED}
-    for keyword in ("additionalProperties", "unevaluatedProperties"):
-        # Which properties are "additional" is found by matching patternProperties' patterns against
-        # the names the run chose: not where the schema has those.
-        if keyword in kind.VALIDATORS:
-            skipped[keyword] = _unless_patterns(kind.VALIDATORS[keyword])
-    bounded = extend(kind, skipped)  # type: ignore[no-untyped-call]
-    # No registry to fetch from: a $ref to a URL or a file (the downstream's schema) is not followed,
-    # never fetched from inside the server's network nor read from its disk.
-    return bounded(schema, registry=Registry())
-
-
-def _skipped(*_: Any) -> None:
-    return None
-
-
-def _unless_patterns(check: Any) -> Any:
-    def checked(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        if isinstance(schema, dict) and "patternProperties" in schema:
-            return None
-        return check(validator, value, instance, schema)
-
-    return checked

@@ -8,7 +8,7 @@ from typing import Any
 
 from mcp import types
 
-from runner.config import Downstream, python_name
+from runner.config import Downstream
 
 MAX_DESCRIBED = 30  # tools the description lists, over every server; help(mcp_tools) lists the rest
 MAX_LINE_CHARS = 120
@@ -26,9 +26,10 @@ def value_of_result(result: types.CallToolResult) -> Any:
     return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in blocks]
 
 
-def describe(servers: Sequence[tuple[Downstream, Mapping[str, types.Tool]]], others: int = 0) -> str:
+def describe(servers: Sequence[tuple[Downstream, Mapping[str, types.Tool], Mapping[str, str]]], others: int = 0) -> str:
     """The paragraph run_python's description gives the tools: each server's Python name and each
-    allowed tool's with the first line of its description, at most MAX_DESCRIBED of them."""
+    allowed tool's (as `mcp_tools` has it: `Connection.python_names`, the tools it leaves out left
+    out here too) with the first line of its description, at most MAX_DESCRIBED of them."""
     lines = [
         "Code mode: `import mcp_tools` calls tools of other MCP servers as functions, "
         "`mcp_tools.<server>.<tool>(**arguments)`; `help(mcp_tools)` lists them with their input schemas; "
@@ -36,13 +37,15 @@ def describe(servers: Sequence[tuple[Downstream, Mapping[str, types.Tool]]], oth
     ]
     shown = 0
     left = 0
-    for server, tools in servers:
+    for server, tools, named in servers:
         for name, tool in sorted(tools.items()):
+            if name not in named:
+                continue
             if shown >= MAX_DESCRIBED:
                 left += 1
                 continue
             first = ((tool.description or "").strip().splitlines() or [""])[0]
-            line = f"- mcp_tools.{server.python_name}.{python_name(name)}: {first}"
+            line = f"- mcp_tools.{server.python_name}.{named[name]}: {first}"
             lines.append(line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "...")
             shown += 1
     if left or others:

@@ -3,13 +3,16 @@ under its name) or reached (Streamable HTTP, with its headers) with the official
 listed at start and again when it says they changed, reconnected with backoff when it goes, and
 stopped with the server.
 
-Everything it answers is hostile input to us: a listing is taken through the SDK's models and kept
-bounded (`MAX_TOOLS`), a result is bounded by the run's budget where the broker reads it.
+Everything it sends is hostile input to us: a listing is taken through the SDK's models and kept
+bounded (`MAX_TOOLS`, `MAX_LISTING_BYTES`, `MAX_DESCRIPTION_CHARS`), a result is checked against its
+output schema within bounds (`SchemaCheck`) and bounded by the run's budget where the broker reads it,
+its own requests to us are rationed (`Rationed`), its stderr lines too, and why it is down is cut short.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -23,17 +26,28 @@ from mcp import Client, MCPError, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.types import REQUEST_TIMEOUT
+from mcp.shared.message import SessionMessage
+from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
 from runner.config import Downstream, python_name
 from runner.logs import log_event
+from runner.tools.schemas import SchemaCheck
 
 MAX_TOOLS = 1000  # a listing's most: more are left out
 MAX_PAGES = 100
+MAX_LISTING_BYTES = 4 << 20  # a listing's names, descriptions and schemas, as JSON: past it, the rest left out
+MAX_DESCRIPTION_CHARS = 2000  # a tool's description as runs and the log see it
+MAX_DOWN_CHARS = 300  # why a server is down, as runs and the log see it
 CONNECT_SECONDS = 30.0  # a start (or a reconnect) that takes longer has failed
 PING_SECONDS = 10.0  # how often a quiet connection is checked
 BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # waits between reconnections, the last repeated
+HEALTHY_SECONDS = 30.0  # a connection up this long starts the backoff over when it goes
 MAX_STDERR_LINE = 2000
+# A server's stderr lines logged, and its requests to us (ping; the others are refused) taken: as a
+# rate (a second's worth at once, then so many a second); the rest dropped, the dropped counted.
+STDERR_LINES = (1000, 100.0)
+REQUESTS = (20, 10.0)
+TOLD = (1, 0.1)  # how often what was dropped is logged
 MARK_VARIABLE = "RUNNER_TOOL_SERVER_MARK"
 
 
@@ -63,6 +77,7 @@ class Connection:
         self.starting = False
         self._lost = anyio.Event()
         self._relist = anyio.Event()
+        self._output_checks: dict[str, tuple[Any, SchemaCheck | None]] = {}  # by tool, per listed schema
 
     def python_names(self) -> dict[str, str]:
         """Each allowed tool's name in `mcp_tools`, by its own: one whose Python name another tool (first
@@ -88,11 +103,12 @@ class Connection:
         goes. Never raises but for cancellation."""
         failures = 0
         while True:
+            up_since = math.inf
             try:
                 # The start and the first listing within CONNECT_SECONDS; then no deadline.
                 with anyio.CancelScope(deadline=anyio.current_time() + CONNECT_SECONDS) as starting:
                     async with self._connected() as client:
-                        failures = 0
+                        up_since = anyio.current_time()
                         await self._list(client)
                         starting.deadline = math.inf
                         self._client, self.down = client, ""
@@ -109,7 +125,10 @@ class Connection:
             if not self.down:
                 self.down = "its connection ended"
             self.listed.set()
-            log_event(self._log, logging.WARNING, "tool server down", server=self.server.name, error=self.down[:300])
+            log_event(self._log, logging.WARNING, "tool server down", server=self.server.name, error=self.down)
+            # A server that dies right after it starts is not up: its backoff grows.
+            if anyio.current_time() - up_since >= HEALTHY_SECONDS:
+                failures = 0
             await anyio.sleep(BACKOFF[min(failures, len(BACKOFF) - 1)])
             failures += 1
 
@@ -135,7 +154,7 @@ class Connection:
             # The SDK's timeout (it has sent notifications/cancelled), not the same code from the server.
             if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT and anyio.current_time() >= deadline:
                 raise TooSlow(f"no answer within {seconds:.1f} s (the run's time left)") from None
-            if _connection_failed(exc):
+            if _connection_failed(exc) or (isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED):
                 self._lost.set()
                 raise Down(f"the connection failed: {self.scrubbed(_why(exc))}") from None
             raise
@@ -158,6 +177,9 @@ class Connection:
                     args=list(server.args),
                     env={**dict(server.env), MARK_VARIABLE: mark},
                     cwd=server.cwd or None,
+                    # A byte that is not UTF-8 makes its line a parse error (and a reconnect), not a
+                    # reader that ends while the session waits on.
+                    encoding_error_handler="replace",
                 )
                 self.mark, self.starting = mark, True
                 stack.callback(self._forget_mark)
@@ -168,8 +190,11 @@ class Connection:
                     # need not wait for it any more.
                     self.starting = False
                 transport = _already_open(streams)
-            client = Client(transport, cache=None, message_handler=self._on_message)
+            client = Client(_rationed(transport, self._log, server.name), cache=None, message_handler=self._on_message)
             await stack.enter_async_context(client)
+            # The SDK's own check of a result against the tool's output schema runs every keyword (a
+            # `pattern` that backtracks, `$ref`s that expand exponentially) on the event loop.
+            client.session.validate_tool_result = self._check_result  # type: ignore[method-assign]
             yield client
 
     def _forget_mark(self) -> None:
@@ -182,46 +207,25 @@ class Connection:
         stack.callback(errlog.close)
         tg = await stack.enter_async_context(anyio.create_task_group())
         stack.push_async_callback(_cancel_soon, tg)
-        tg.start_soon(self._log_lines, read_end)
+        tg.start_soon(_log_lines, read_end, self._log, self.server.name, self._secrets)
         return errlog
-
-    async def _log_lines(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        pending = b""
-        try:
-            while True:
-                await anyio.wait_readable(fd)
-                try:
-                    chunk = os.read(fd, 65536)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    break
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                if len(pending) > MAX_STDERR_LINE:
-                    lines.append(pending)
-                    pending = b""
-                for line in lines:
-                    text = self.scrubbed(line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip())
-                    if text:
-                        log_event(self._log, logging.INFO, "tool server stderr", server=self.server.name, line=text)
-        finally:
-            os.close(fd)
 
     async def _list(self, client: Client) -> None:
         listed: dict[str, types.Tool] = {}
         cursor: str | None = None
+        size = 0
         for _ in range(MAX_PAGES):  # a server whose cursor never ends is listed this far
             with anyio.fail_after(CONNECT_SECONDS):
                 page = await client.list_tools(cursor=cursor)
             for tool in page.tools:
-                if len(listed) < MAX_TOOLS:
-                    listed[tool.name] = tool
+                size += _listed_bytes(tool)
+                if len(listed) < MAX_TOOLS and size <= MAX_LISTING_BYTES:
+                    listed[tool.name] = _cut(tool)
             cursor = page.next_cursor
-            if not cursor or len(listed) >= MAX_TOOLS:
+            if not cursor or len(listed) >= MAX_TOOLS or size > MAX_LISTING_BYTES:
                 break
         self.tools = listed
+        self._output_checks.clear()
         log_event(
             self._log,
             logging.INFO,
@@ -242,8 +246,29 @@ class Connection:
                 self._relist = anyio.Event()
                 await self._list(client)
                 continue
-            with anyio.fail_after(CONNECT_SECONDS):
-                await client.send_ping()
+            try:
+                with anyio.fail_after(CONNECT_SECONDS):
+                    await client.session.send_ping()
+            except MCPError as exc:
+                if exc.code != METHOD_NOT_FOUND:
+                    raise
+                # An answer all the same (2026-07-28 has no ping): the server is alive.
+
+    async def _check_result(self, name: str, result: types.CallToolResult) -> None:
+        """What the SDK's `validate_tool_result` checks, within bounds (`SchemaCheck`): a tool with an
+        output schema returns structured content that matches it. RuntimeError if not."""
+        tool = self.tools.get(name)
+        schema = tool.output_schema if tool is not None else None
+        if schema is None:
+            return
+        if result.structured_content is None:
+            raise RuntimeError("the tool has an output schema but returned no structured content")
+        kept = self._output_checks.get(name)
+        if kept is None or kept[0] is not schema:
+            kept = self._output_checks[name] = (schema, SchemaCheck.of(schema))
+        mismatch = kept[1].mismatch(result.structured_content) if kept[1] is not None else ""
+        if mismatch:
+            raise RuntimeError(f"its structured content does not match its output schema: {mismatch}")
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
@@ -252,10 +277,109 @@ class Connection:
             self._relist.set()
 
 
+async def _log_lines(fd: int, logger: logging.Logger, name: str, secrets: list[str]) -> None:
+    """Log each line a stdio server writes on its stderr (`fd`), at a rate (`STDERR_LINES`), with
+    every credential of its entry (`secrets`) masked before the line is cut."""
+    os.set_blocking(fd, False)
+    pending = b""
+    rate, told = Rate(*STDERR_LINES), Rate(*TOLD)
+    masked = [(secret.encode(), b"***") for secret in secrets]
+    # The end of a long line waits for what follows: it may be the start of a credential.
+    keep = max((len(secret) for secret, _ in masked), default=1) - 1
+    try:
+        while True:
+            await anyio.wait_readable(fd)
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            pending += chunk
+            for secret, mask in masked:
+                pending = pending.replace(secret, mask)
+            *lines, pending = pending.split(b"\n")
+            if len(pending) > MAX_STDERR_LINE + keep:
+                lines.append(pending[: len(pending) - keep])
+                pending = pending[len(pending) - keep :]
+            for line in lines:
+                text = line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip()
+                if text and rate.take():
+                    log_event(logger, logging.INFO, "tool server stderr", server=name, line=text)
+            if rate.dropped and told.take():
+                log_event(logger, logging.WARNING, "tool server stderr not logged", server=name, lines=rate.dropped)
+                rate.dropped = 0
+    finally:
+        os.close(fd)
+
+
 @contextlib.asynccontextmanager
 async def _already_open(streams: Any) -> AsyncIterator[Any]:
     """A transport for the client of streams its caller opened (and closes)."""
     yield streams
+
+
+@contextlib.asynccontextmanager
+async def _rationed(transport: Any, logger: logging.Logger, name: str) -> AsyncIterator[Any]:
+    """`transport`, its server's requests to us rationed (`Rationed`)."""
+    async with transport as (read_stream, write_stream):
+        yield Rationed(read_stream, logger, name), write_stream
+
+
+class Rationed(anyio.abc.ObjectReceiveStream[Any]):
+    """What a server sends us, its own requests rationed (`REQUESTS`): the SDK starts a task to answer
+    each, and a server that sends them without end and reads no answer would have them pile up."""
+
+    def __init__(self, inner: Any, logger: logging.Logger, name: str) -> None:
+        self._inner = inner
+        self._rate, self._told = Rate(*REQUESTS), Rate(*TOLD)
+        self._log = logger
+        self._name = name
+
+    @property
+    def last_context(self) -> Any:  # the SDK's dispatcher reads its transport's context through this
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._inner.receive()
+            if not (isinstance(item, SessionMessage) and isinstance(item.message, types.JSONRPCRequest)):
+                return item
+            if self._rate.take():
+                return item
+            if self._told.take():
+                log_event(
+                    self._log,
+                    logging.WARNING,
+                    "tool server requests dropped",
+                    server=self._name,
+                    requests=self._rate.dropped,
+                )
+                self._rate.dropped = 0
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class Rate:
+    """A token bucket: `burst` at once, then `per_second`; what it refused, `dropped`."""
+
+    __slots__ = ("_at", "_burst", "_per_second", "_tokens", "dropped")
+
+    def __init__(self, burst: int, per_second: float) -> None:
+        self._burst, self._per_second = burst, per_second
+        self._tokens, self._at = float(burst), anyio.current_time()
+        self.dropped = 0
+
+    def take(self) -> bool:
+        now = anyio.current_time()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_second)
+        self._at = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return True
+        self.dropped += 1
+        return False
 
 
 async def _first(*waits: Any) -> None:
@@ -282,5 +406,18 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         inner = exc.exceptions[0] if exc.exceptions else exc
         return _why(inner)
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = str(exc).strip().splitlines()[0][:MAX_DOWN_CHARS] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _listed_bytes(tool: types.Tool) -> int:
+    """About what a listed tool costs to keep and to hand runs: its name, description and schemas."""
+    schemas = json.dumps([tool.input_schema, tool.output_schema])
+    return len(tool.name) + min(len(tool.description or ""), MAX_DESCRIPTION_CHARS) + len(schemas)
+
+
+def _cut(tool: types.Tool) -> types.Tool:
+    """`tool` with its description cut to MAX_DESCRIPTION_CHARS."""
+    if tool.description is None or len(tool.description) <= MAX_DESCRIPTION_CHARS:
+        return tool
+    return tool.model_copy(update={"description": tool.description[: MAX_DESCRIPTION_CHARS - 3] + "..."})

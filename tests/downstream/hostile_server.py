@@ -1,12 +1,15 @@
 """A downstream MCP server (stdio) whose tools are hostile to a broker: input schemas that recurse,
-that name a $ref nowhere, a pattern that backtracks, a result far larger than a run may take, an
-error that tells its credential; and tools that say what they got (`texts`, `measure`) or take their
-time (`slow`). It checks no arguments itself. Code mode's tests start it with the official SDK's
-low-level server."""
+that name a $ref nowhere, whose $refs expand exponentially, a pattern that backtracks (in an input
+schema, and in an output schema its result does not match), a result far larger than a run may take,
+errors that tell its credential or run long; and tools that say what they got (`texts`, `measure`) or
+take their time (`slow`). It checks no arguments itself. With HOSTILE_STDERR set, it starts by
+writing a line of 1,990 characters and that on its stderr. Code mode's tests start it with the
+official SDK's low-level server (which speaks 2026-07-28)."""
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import anyio
@@ -32,13 +35,32 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "measure": {"type": "object", "properties": {"x": {"type": "number"}}},
     "slow": {"type": "object", "properties": {"seconds": {"type": "number"}}},
     "leaks": {"type": "object"},
+    "verbose": {"type": "object"},
+    # 2^40 ways through: a validator that follows every $ref never ends.
+    "expands": {
+        "type": "object",
+        "$ref": "#/$defs/d0",
+        "$defs": {
+            **{f"d{n}": {"allOf": [{"$ref": f"#/$defs/d{n + 1}"}, {"$ref": f"#/$defs/d{n + 1}"}]} for n in range(40)},
+            "d40": {"type": "object"},
+        },
+    },
+    "shaped": {"type": "object"},
+}
+OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
+    "shaped": {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}},
 }
 
 
 async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
     return types.ListToolsResult(
         tools=[
-            types.Tool(name=name, description=f"A hostile tool: {name}.", input_schema=schema)
+            types.Tool(
+                name=name,
+                description=f"A hostile tool: {name}.",
+                input_schema=schema,
+                output_schema=OUTPUT_SCHEMAS.get(name),
+            )
             for name, schema in SCHEMAS.items()
         ]
     )
@@ -55,6 +77,12 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         return _text(f"measure {arguments.get('x')!r}")
     if params.name == "slow":
         await anyio.sleep(float(arguments.get("seconds", 1)))
+    if params.name == "shaped":
+        shape = {"s": "a" * 40 + "!"}  # does not match: a backtracking check takes 2^40 steps to say so
+        return types.CallToolResult(content=[types.TextContent(type="text", text="shaped")], structured_content=shape)
+    if params.name == "verbose":
+        text = "why " * 150_000
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
     if params.name == "leaks":
         refused = f"upstream refused the credential {os.environ.get('HOSTILE_SECRET', '')}"
         return types.CallToolResult(content=[types.TextContent(type="text", text=refused)], is_error=True)
@@ -66,6 +94,9 @@ def _text(text: str) -> types.CallToolResult:
 
 
 async def main() -> None:
+    if os.environ.get("HOSTILE_STDERR"):
+        sys.stderr.write("x" * 1990 + os.environ["HOSTILE_STDERR"] + "\n")
+        sys.stderr.flush()
     server: Server[Any] = Server("hostile", on_list_tools=list_tools)
     server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
     async with stdio_server() as (read_stream, write_stream):

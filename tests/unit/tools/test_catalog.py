@@ -27,9 +27,21 @@ def test_the_description_lists_each_allowed_tool_in_one_bounded_line_and_says_wh
         f"tool-{n:03d}": types.Tool(name=f"tool-{n:03d}", description="Does a thing.\nMore.", input_schema={})
         for n in range(MAX_DESCRIBED + 5)
     }
-    text = describe([(server, tools)])
+    named = {name: name.replace("-", "_") for name in tools}
+    text = describe([(server, tools, named)])
     assert "- mcp_tools.my_server.tool_000: Does a thing." in text
     assert "More." not in text
     assert text.count("\n- ") == MAX_DESCRIBED
     assert text.endswith("help(mcp_tools) lists the rest.")
-    assert "lists the rest" not in describe([(server, dict(list(tools.items())[:2]))])
+    assert "lists the rest" not in describe([(server, dict(list(tools.items())[:2]), named)])
+
+
+def test_the_description_names_the_tools_as_mcp_tools_has_them_and_leaves_out_those_it_leaves_out() -> None:
+    # Found by a review: the description named `__class__`, `_mcp_x` and each of three tools whose
+    # Python name is `a_b`, which mcp_tools leaves out or keeps one of.
+    server = Downstream("s", "s", ("*",), None, command="x")
+    tools = {
+        name: types.Tool(name=name, description=name, input_schema={}) for name in ("a-b", "a.b", "__class__", "_mcp_x")
+    }
+    text = describe([(server, tools, {"a-b": "a_b"})])
+    assert text.splitlines()[1:] == ["- mcp_tools.s.a_b: a-b"]

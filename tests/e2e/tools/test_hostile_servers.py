@@ -1,0 +1,193 @@
+"""What a downstream server may send that it should not, each found by a review and each once a way to
+hurt more than its own calls: schemas whose checks never end, a protocol without ping, a flood of
+its own requests or of stderr, a byte that is not UTF-8, a listing too large to hand runs, errors
+too long, a credential cut across stderr lines, a server that dies as soon as it starts.
+tests/downstream/hostile_server.py is made with the official SDK (2026-07-28); raw_server.py by hand."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.code_mode import hostile, run, run_once, stdio_session, tools_file
+from tests.conftest import REPO
+from tests.helpers import children_of
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+RAW_SERVER = REPO / "tests" / "downstream" / "raw_server.py"
+SAID = (
+    "import mcp_tools\n"
+    "def said(call):\n"
+    "    try:\n"
+    "        return call()\n"
+    "    except mcp_tools.ToolError as exc:\n"
+    "        return str(exc)\n"
+)
+
+
+def raw(*args: str) -> dict[str, Any]:
+    """tests/downstream/raw_server.py in a mode, as a tools file entry."""
+    return {"command": sys.executable, "args": [str(RAW_SERVER), *args], "tools": ["*"]}
+
+
+async def logged(log: Path, text: str, seconds: float = 20) -> bool:
+    """Whether `text` is in the server's log within `seconds`."""
+    with anyio.move_on_after(seconds):
+        while text not in log.read_text():
+            await anyio.sleep(0.05)
+        return True
+    return False
+
+
+async def test_schemas_whose_checks_would_never_end_are_left_unchecked(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: an input schema whose $refs expand exponentially, or an output schema with a
+    # pattern that backtracks (the SDK checked results itself, every keyword), held the event loop for
+    # as long as the server made it: every run and every client with it.
+    path = tools_file(tmp_path, hostile=hostile())
+    code = SAID + "print(said(lambda: mcp_tools.hostile.expands(a=1)))\nprint(mcp_tools.hostile.shaped())\n"
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["status"] == "ok", done
+    assert done["stdout"].splitlines() == ["expands ok", "{'s': '" + "a" * 40 + "!'}"]
+
+
+async def test_a_call_longer_than_the_ping_to_a_2026_07_28_server_is_answered(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: 2026-07-28 has no ping; the quiet connection's ping every 10 s got "Method not
+    # found" and took the connection down: every call longer than that failed, every SDK-made server
+    # was restarted every 11 s.
+    path = tools_file(tmp_path, hostile=hostile())
+    code = "import mcp_tools\nprint(mcp_tools.hostile.slow(seconds=12))\n"
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            done = await run(client, code, timeout=30)
+    assert done["stdout"] == "slow ok\n", done
+    assert "tool server down" not in (tmp_path / "stderr.log").read_text()
+
+
+def _peak_memory(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+
+
+async def test_a_flood_of_the_servers_own_requests_is_rationed(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: the SDK starts a task to answer each request a server sends us; one that sent
+    # pings without end and read no answer grew ours by 50 MB a second, to 2 GB.
+    path = tools_file(tmp_path, good=hostile(), flood=raw("requests"))
+    log = tmp_path / "stderr.log"
+    with log.open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            [server] = [
+                pid for pid in children_of(os.getpid()) if b"runner" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            ]
+            assert await logged(log, "tool server requests dropped"), "the flood's requests are dropped"
+            before = _peak_memory(server)
+            assert await logged(log, "requests=", 5)
+            done = await run(client, "import mcp_tools\nprint(mcp_tools.good.backtracks(s='aa'))\n")
+            grown = _peak_memory(server) - before
+    assert done["stdout"] == "backtracks ok\n", done
+    assert grown < 50 << 20, f"{grown >> 20} MiB more while the flood went on"
+
+
+async def test_a_servers_stderr_flood_is_logged_at_a_rate_and_a_long_line_keeps_its_credential_masked(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: every stderr line was logged (238 MB in 17 s); a credential that a long line
+    # had across the 2,000th character was cut before it was masked, and its start logged.
+    secret = "sk-live-" + os.urandom(16).hex()
+    path = tools_file(tmp_path, loud=raw("stderr"), leaky=hostile(HOSTILE_STDERR=secret, KEY=secret))
+    log = tmp_path / "stderr.log"
+    with log.open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            assert await logged(log, "tool server stderr not logged"), "the rest of the flood is counted"
+            done = await run(client, "import mcp_tools\nprint(mcp_tools.leaky.backtracks(s='a'))\n")
+    text = log.read_text()
+    assert done["stdout"] == "backtracks ok\n", done
+    assert text.count("a line of a server that says too much") < 5_000
+    assert secret[:10] not in text, "no part of the credential"
+    assert "***" in text
+
+
+async def test_a_byte_that_is_not_utf8_fails_that_call_and_the_server_is_started_again(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the SDK's stdout reader ended over it, the session did not notice, and every
+    # call waited out its run's whole timeout until the ping timed out, 40 s later.
+    path = tools_file(tmp_path, raw=raw("badbyte", str(tmp_path / "once")))
+    code = (
+        SAID + "import time\n"
+        "print(said(lambda: mcp_tools.raw.echo(n=1)))\n"
+        "for _ in range(200):\n"
+        "    answer = said(lambda: mcp_tools.raw.echo(n=2))\n"
+        "    if answer.startswith('echo'):\n"
+        "        break\n"
+        "    time.sleep(0.05)  # the server is being started again\n"
+        "print(answer)\n"
+    )
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["status"] == "ok", done
+    first, then = done["stdout"].splitlines()
+    assert first.startswith("raw.echo: "), first
+    assert then == 'echo {"n": 2}'
+
+
+async def test_a_listing_too_large_to_hand_runs_is_cut_and_the_other_servers_tools_still_import(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: 1,000 tools of 20,000-character descriptions made mcp_tools larger than a run
+    # may take: `import mcp_tools` failed in every run, for every server ("could not be listed: 'source'").
+    path = tools_file(tmp_path, big=raw("described"), good=hostile())
+    code = (
+        "import mcp_tools\n"
+        "print(mcp_tools.good.backtracks(s='a'))\n"
+        "tools = [name for name in vars(mcp_tools.big) if name.startswith('t')]\n"
+        "print(0 < len(tools) < 1000, max(len(getattr(mcp_tools.big, name).__doc__) for name in tools) < 3000)\n"
+    )
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["status"] == "ok", done
+    assert done["stdout"].splitlines() == ["backtracks ok", "True True"]
+
+
+async def test_a_tools_long_error_is_cut_and_counted_against_the_runs_bytes(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: an isError result of any size was received and passed on cut to 2,000
+    # characters, and nothing of it counted against RUNNER_TOOLS_MAX_MB (75 MB under a 1 MiB budget).
+    path = tools_file(tmp_path, hostile=hostile())
+    code = SAID + "for _ in range(3):\n    print(said(mcp_tools.hostile.verbose)[:100])\n"
+    done = await run_once(
+        work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path), RUNNER_TOOLS_MAX_MB="1"
+    )
+    first, second, third = done["stdout"].splitlines()
+    assert first.startswith("hostile.verbose: the tool failed: why why")
+    assert second.startswith("hostile.verbose: the tool failed: why why")
+    assert third.startswith("hostile.verbose: this run has passed 1,048,576 bytes through tools"), third
+
+
+def _stamps(log: Path, text: str) -> list[datetime]:
+    return [
+        datetime.fromisoformat(line.split(" ", 1)[0].rstrip("Z"))
+        for line in log.read_text().splitlines()
+        if text in line
+    ]
+
+
+async def test_a_server_that_dies_as_soon_as_it_starts_is_started_again_ever_later(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the backoff started over with each connection made, so one that died right
+    # after it started was started again every 0.55 s, for ever.
+    path = tools_file(tmp_path, dies=raw("exits"), good=hostile())
+    log = tmp_path / "stderr.log"
+    with log.open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)):
+            with anyio.fail_after(40):
+                while len(_stamps(log, "tool server down server=dies")) < 5:
+                    await anyio.sleep(0.1)
+    downs = _stamps(log, "tool server down server=dies")
+    gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(downs)]
+    assert gaps[-1] >= 4.5, f"the backoff grows: {gaps}"
