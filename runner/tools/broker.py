@@ -54,7 +54,7 @@ class Broker:
         self.config = config
         self.log = logger
         self.observe = observe  # set once the metrics exist (HTTP), or never
-        self.connections = {server.name: Connection(server, logger) for server in servers.servers}
+        self.connections = {server.name: Connection(server, logger, config.max_bytes) for server in servers.servers}
         self._module_source = importlib.resources.files("runner.inrun").joinpath("mcp_tools.py").read_text()
         self._checks: dict[tuple[str, str], tuple[Any, SchemaCheck | None]] = {}
 

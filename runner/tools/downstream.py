@@ -22,10 +22,11 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import httpx2
 from mcp import Client, MCPError, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.message import SessionMessage
 from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
@@ -62,9 +63,11 @@ class TooSlow(Down):
 class Connection:
     """One downstream server's connection (`hold` keeps it), its allowed tools as last listed."""
 
-    def __init__(self, server: Downstream, logger: logging.Logger) -> None:
+    def __init__(self, server: Downstream, logger: logging.Logger, most_bytes: int = 16 << 20) -> None:
+        """`most_bytes`: the largest answer an HTTP server's body may hold (a run passes no more)."""
         self.server = server
         self._log = logger
+        self._most_bytes = most_bytes
         # What the file gives it to hold (credentials): never in a reason it is down, an error or the log.
         self._secrets = sorted((value for _, value in (*server.env, *server.headers) if len(value) >= 4), key=len)[::-1]
         self.tools: dict[str, types.Tool] = {}  # every tool it listed, by name
@@ -165,7 +168,12 @@ class Connection:
         self._lost, self._relist = anyio.Event(), anyio.Event()
         async with contextlib.AsyncExitStack() as stack:
             if server.url:
-                http = create_mcp_http_client(headers=dict(server.headers))
+                # The SDK's own client (create_mcp_http_client), but each answer's body bounded.
+                http = httpx2.AsyncClient(
+                    headers=dict(server.headers),
+                    timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+                    transport=Bounded(self._most_bytes),
+                )
                 await stack.enter_async_context(http)
                 transport: Any = streamable_http_client(server.url, http_client=http)
             else:
@@ -356,6 +364,41 @@ class Rationed(anyio.abc.ObjectReceiveStream[Any]):
                     requests=self._rate.dropped,
                 )
                 self._rate.dropped = 0
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class Bounded(httpx2.AsyncBaseTransport):
+    """HTTP whose answers to our messages (POST) end within `most` bytes and some: the SDK reads a
+    JSON answer whole, with no bound, and a server's body that never ends would fill our memory. Past
+    it, the body fails (`httpx2.StreamError`: that call's error)."""
+
+    def __init__(self, most: int) -> None:
+        self._inner = httpx2.AsyncHTTPTransport()
+        self._most = most + (1 << 20)  # the envelope around a result a run may take whole
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        if request.method == "POST":  # not the GET stream of the server's own messages, open for hours
+            response.stream = _BoundedBody(response.stream, self._most)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _BoundedBody(httpx2.AsyncByteStream):
+    def __init__(self, inner: Any, most: int) -> None:
+        self._inner, self._most = inner, most
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._most:
+                raise httpx2.StreamError(f"an answer of more than {self._most:,} bytes")
+            yield chunk
 
     async def aclose(self) -> None:
         await self._inner.aclose()

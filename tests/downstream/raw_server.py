@@ -6,12 +6,15 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
 - ``exits``: it exits once initialized;
 - ``badbyte``: its first answer to a call (the first of all its processes: argv[2] is a file it
   makes) is a line with a byte that is not UTF-8, and nothing more;
-- ``described``: it lists 1,000 tools besides ``echo``, each with a 20,000-character description.
+- ``described``: it lists 1,000 tools besides ``echo``, each with a 20,000-character description;
+- ``http``: Streamable HTTP on 127.0.0.1 (its port written to the file argv[2]), whose answer to a
+  call is a JSON body that never ends.
 
 Standard library only."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import sys
@@ -69,7 +72,51 @@ def misbehave() -> None:
             sys.stderr.write("a line of a server that says too much\n")
 
 
+class Endless(http.server.BaseHTTPRequestHandler):
+    """Streamable HTTP, answered in JSON: a call's answer never ends."""
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        method, ident = request.get("method"), request.get("id")
+        if ident is None:
+            self.send_response(202)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if method != "tools/call":
+            if method == "initialize":
+                info = {"name": "raw", "version": "1"}
+                result: object = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": info}
+            else:
+                result = {"tools": [ECHO]} if method == "tools/list" else {}
+            body = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode()
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.end_headers()
+        try:
+            while True:
+                self.wfile.write(b" " * 65536)
+        except OSError:
+            pass  # we hung up
+
+    def do_GET(self) -> None:
+        self.send_response(405)
+        self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
 def main() -> None:
+    if MODE == "http":
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+        with open(sys.argv[2] + ".part", "w") as port:
+            port.write(str(server.server_address[1]))
+        os.rename(sys.argv[2] + ".part", sys.argv[2])
+        server.serve_forever()
     for line in sys.stdin:
         try:
             request = json.loads(line)

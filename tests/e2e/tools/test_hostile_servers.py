@@ -191,3 +191,32 @@ async def test_a_server_that_dies_as_soon_as_it_starts_is_started_again_ever_lat
     downs = _stamps(log, "tool server down server=dies")
     gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(downs)]
     assert gaps[-1] >= 4.5, f"the backoff grows: {gaps}"
+
+
+async def test_an_http_servers_answer_that_never_ends_fails_that_call_within_the_runs_bytes(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the SDK reads a JSON answer whole, with no bound, and kept reading one that
+    # never ended after its call was given up: 268 -> 1,100 MiB in 20 s, 2 GiB in 5 s unthrottled.
+    port_file = tmp_path / "port"
+    downstream = await anyio.open_process([sys.executable, str(RAW_SERVER), "http", str(port_file)])
+    try:
+        with anyio.fail_after(20):
+            while not port_file.exists():
+                await anyio.sleep(0.05)
+        url = f"http://127.0.0.1:{port_file.read_text()}/mcp"
+        path = tools_file(tmp_path, endless={"url": url, "tools": ["*"]})
+        with (tmp_path / "stderr.log").open("w") as errlog:
+            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+                [server] = [
+                    pid for pid in children_of(os.getpid()) if b"runner" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                ]
+                before = _peak_memory(server)
+                done = await run(client, SAID + "print(said(lambda: mcp_tools.endless.echo(a=1)))\n", timeout=10)
+                grown = _peak_memory(server) - before
+    finally:
+        downstream.kill()
+        await downstream.wait()
+    assert done["status"] == "ok", done
+    assert done["stdout"].startswith("endless.echo: the call failed: "), done["stdout"]
+    assert grown < 150 << 20, f"{grown >> 20} MiB more for one answer"
