@@ -127,7 +127,12 @@ class _ToolsFinder:
     this finder on sys.meta_path."""
 
     def __init__(self, wire: types.ModuleType) -> None:
+        import mmap
+
         self._wire = wire
+        # The calls a process of the run gave up (`wire.ToolChannel`): made here, before the run's code
+        # runs, so that the processes it forks share it whichever of them imports mcp_tools first.
+        self._given_up = mmap.mmap(-1, wire.GIVEN_UP_SLOTS * wire.GIVEN_UP_SLOT)
 
     def find_spec(
         self, name: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None, /
@@ -150,7 +155,7 @@ class _ToolsFinder:
         try:
             if not stat.S_ISSOCK(os.fstat(fd).st_mode):
                 raise OSError("fd 3, this run's channel to the server, is no longer its socket")
-            channel = wire.ToolChannel(fd)
+            channel = wire.ToolChannel(fd, self._given_up)
             answer = json.loads(channel.exchange(b'{"op": "module"}', b"%d.0" % os.getpid()))
             if "error" in answer:  # refused: the run's bytes, say
                 raise ValueError(answer["error"])

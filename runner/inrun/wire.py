@@ -338,7 +338,8 @@ class ToolChannel:
     first imports ``mcp_tools``, and inherited by the processes it forks and, in a session, by its
     later calls (whose job socket is `fd` again, by number)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, given_up: Any = None) -> None:
+        """`given_up`: memory all the run's processes share (made before its code runs: `offer_tools`)."""
         import mmap
         import socket
 
@@ -354,8 +355,7 @@ class ToolChannel:
         # syscalls (its family, type and timeout read and set), each a few microseconds in a sandbox.
         self._socket = Borrowed(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
         self._socket.settimeout(None)  # blocking, whatever socket.setdefaulttimeout the run's code set
-        # The calls given up (`exchange`), in memory the run's processes share: forks inherit it.
-        self._given_up = mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
+        self._given_up = given_up if given_up is not None else mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
 
     def exchange(self, body: bytes, call_id: bytes) -> bytes:
         """One tool call: `body` framed on the job socket, its answer's body read back. OSError if the

@@ -223,8 +223,9 @@ class RunCalls:
         if self._bytes > self._broker.config.max_bytes:
             return self._over_budget()
         try:
-            # NaN and Infinity are Python's, not JSON's: a downstream server would get null for them.
-            request = json.loads(body, parse_constant=_not_json)
+            # UTF-8 strictly: json.loads would take bytes as UTF-16 too, and UTF-8 with surrogates. And
+            # no NaN nor Infinity, Python's, not JSON's: a downstream server would get null for them.
+            request = json.loads(body.decode(), parse_constant=_not_json)
         except (ValueError, RecursionError):
             return _error("the run sent a call that is not JSON")
         if not isinstance(request, dict):

@@ -122,7 +122,7 @@ class Connection:
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:  # whatever the server or the SDK raised: it is down
-                self.down = self.scrubbed(_why(exc))
+                self.down = self._reason(exc)
             finally:
                 self._client = None
             if not self.down:
@@ -134,6 +134,10 @@ class Connection:
                 failures = 0
             await anyio.sleep(BACKOFF[min(failures, len(BACKOFF) - 1)])
             failures += 1
+
+    def _reason(self, exc: BaseException) -> str:
+        """Why `exc` happened, in a line, credentials masked before it is cut."""
+        return self.scrubbed(_why(exc))[:MAX_DOWN_CHARS]
 
     def scrubbed(self, text: str) -> str:
         """`text` with every credential the file gives this server replaced by ``***``."""
@@ -157,9 +161,12 @@ class Connection:
             # The SDK's timeout (it has sent notifications/cancelled), not the same code from the server.
             if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT and anyio.current_time() >= deadline:
                 raise TooSlow(f"no answer within {seconds:.1f} s (the run's time left)") from None
-            if _connection_failed(exc) or (isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED):
+            # The SDK's stdio session ends its calls so when its process is gone; over HTTP, a call's
+            # own stream that failed is said the same way, and the connection may serve on.
+            closed = isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED and not self.server.url
+            if _connection_failed(exc) or closed:
                 self._lost.set()
-                raise Down(f"the connection failed: {self.scrubbed(_why(exc))}") from None
+                raise Down(f"the connection failed: {self._reason(exc)}") from None
             raise
 
     @contextlib.asynccontextmanager
@@ -168,11 +175,12 @@ class Connection:
         self._lost, self._relist = anyio.Event(), anyio.Event()
         async with contextlib.AsyncExitStack() as stack:
             if server.url:
-                # The SDK's own client (create_mcp_http_client), but each answer's body bounded.
+                # The SDK's own client (create_mcp_http_client), each answer's body bounded; its
+                # transports httpx2's own (a proxy the environment names, say).
                 http = httpx2.AsyncClient(
                     headers=dict(server.headers),
                     timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-                    transport=Bounded(self._most_bytes),
+                    event_hooks={"response": [_bounded(self._most_bytes)]},
                 )
                 await stack.enter_async_context(http)
                 transport: Any = streamable_http_client(server.url, http_client=http)
@@ -369,23 +377,18 @@ class Rationed(anyio.abc.ObjectReceiveStream[Any]):
         await self._inner.aclose()
 
 
-class Bounded(httpx2.AsyncBaseTransport):
-    """HTTP whose answers to our messages (POST) end within `most` bytes and some: the SDK reads a
-    JSON answer whole, with no bound, and a server's body that never ends would fill our memory. Past
-    it, the body fails (`httpx2.StreamError`: that call's error)."""
+def _bounded(most: int) -> Any:
+    """A response hook for HTTP whose answers to our messages (POST) end within `most` bytes and some:
+    the SDK reads a JSON answer whole, with no bound, and a server's body that never ends would fill
+    our memory. Past it, the body fails (`httpx2.StreamError`: that call's error). Not the GET stream
+    of the server's own messages, open for hours (each event of it the SDK bounds)."""
+    limit = most + (1 << 20)  # the envelope around a result a run may take whole
 
-    def __init__(self, most: int) -> None:
-        self._inner = httpx2.AsyncHTTPTransport()
-        self._most = most + (1 << 20)  # the envelope around a result a run may take whole
+    async def bound(response: httpx2.Response) -> None:
+        if response.request.method == "POST":
+            response.stream = _BoundedBody(response.stream, limit)
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await self._inner.handle_async_request(request)
-        if request.method == "POST":  # not the GET stream of the server's own messages, open for hours
-            response.stream = _BoundedBody(response.stream, self._most)
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+    return bound
 
 
 class _BoundedBody(httpx2.AsyncByteStream):
@@ -449,7 +452,7 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         inner = exc.exceptions[0] if exc.exceptions else exc
         return _why(inner)
-    text = str(exc).strip().splitlines()[0][:MAX_DOWN_CHARS] if str(exc).strip() else ""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

@@ -46,9 +46,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         },
     },
     "shaped": {"type": "object"},
+    "wide": {"type": "object"},
 }
 OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
     "shaped": {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}},
+    # Its result is 200 KB of text, which no branch takes: a validator writes each branch's error with it.
+    "wide": {"type": "object", "properties": {"s": {"anyOf": [{"type": "integer"}] * 3000}}},
 }
 
 
@@ -80,6 +83,9 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if params.name == "shaped":
         shape = {"s": "a" * 40 + "!"}  # does not match: a backtracking check takes 2^40 steps to say so
         return types.CallToolResult(content=[types.TextContent(type="text", text="shaped")], structured_content=shape)
+    if params.name == "wide":
+        shape = {"s": "a" * 200_000}
+        return types.CallToolResult(content=[types.TextContent(type="text", text="wide")], structured_content=shape)
     if params.name == "verbose":
         text = "why " * 150_000
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)

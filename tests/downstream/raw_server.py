@@ -7,8 +7,9 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
 - ``badbyte``: its first answer to a call (the first of all its processes: argv[2] is a file it
   makes) is a line with a byte that is not UTF-8, and nothing more;
 - ``described``: it lists 1,000 tools besides ``echo``, each with a 20,000-character description;
-- ``http``: Streamable HTTP on 127.0.0.1 (its port written to the file argv[2]), whose answer to a
-  call is a JSON body that never ends.
+- ``http``: Streamable HTTP on 127.0.0.1 (its port written to the file argv[2]), whose tools answer
+  a call with a JSON body that never ends (``endless``), with an event stream it ends without an
+  answer (``cut``), or as they should (``echo``).
 
 Standard library only."""
 
@@ -78,18 +79,26 @@ class Endless(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         method, ident = request.get("method"), request.get("id")
+        tool = (request.get("params") or {}).get("name")
         if ident is None:
             self.send_response(202)
             self.end_headers()
             return
         self.send_response(200)
+        if method == "tools/call" and tool == "cut":
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            return  # and the stream ends, with no answer in it
         self.send_header("Content-Type", "application/json")
-        if method != "tools/call":
+        if method != "tools/call" or tool == "echo":
             if method == "initialize":
                 info = {"name": "raw", "version": "1"}
                 result: object = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": info}
+            elif method == "tools/call":
+                result = {"content": [{"type": "text", "text": "echo"}]}
             else:
-                result = {"tools": [ECHO]} if method == "tools/list" else {}
+                listed = [ECHO, {**ECHO, "name": "endless"}, {**ECHO, "name": "cut"}]
+                result = {"tools": listed} if method == "tools/list" else {}
             body = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode()
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

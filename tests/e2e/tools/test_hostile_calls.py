@@ -33,11 +33,13 @@ async def test_many_arguments_are_checked_within_a_budget_and_what_is_past_it_is
     # Found by a review: 5,000,000 items held the event loop 48 s in the schema check (every error of
     # them gathered to rank), every other run's call and timeout with it. A check now takes at most
     # MOST_STEPS keyword evaluations (a schema whose $refs expand without end: test_hostile_servers)
-    # and ranks the first 64 errors: a mismatch early in a long list is still told, quickly.
+    # of at most MOST_NODES values, and ranks the first 64 errors: a mismatch early in a long list is
+    # still told, quickly; 300,000 values are the downstream's to check.
     code = SAID + (
         "print(said(lambda: h.texts(xs=[0])))\n"
-        "print(said(lambda: h.texts(xs=[0] * 300_000))[:80])\n"
+        "print(said(lambda: h.texts(xs=[0] * 50_000))[:80])\n"
         "print(said(lambda: h.texts(xs=['a'] * 300_000)))\n"
+        "print(said(lambda: h.texts(xs=[0] * 300_000)))\n"
     )
     path = tools_file(tmp_path, hostile=hostile())
     done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
@@ -45,6 +47,7 @@ async def test_many_arguments_are_checked_within_a_budget_and_what_is_past_it_is
     assert done["stdout"].splitlines() == [
         "hostile.texts: the arguments do not match the tool's input schema: argument 'xs/0': 0 is not of type 'string'",
         "hostile.texts: the arguments do not match the tool's input schema: argument 'xs/",
+        "texts 300000",
         "texts 300000",
     ]
 
@@ -54,10 +57,17 @@ async def test_a_lone_surrogate_in_the_arguments_is_refused_and_the_downstream_s
 ) -> None:
     # Found by a review: JSON may spell a lone surrogate; the SDK's stdio writer could not encode it,
     # and its connection ended: the downstream restarted, every run's calls to it failed meanwhile.
+    # Found by a third: json.loads takes bytes as UTF-8 with surrogates, or as UTF-16: no escape needed.
     code = SAID + (
         "print(said(lambda: h.backtracks(s='\\ud800')))\n"
         "print(said(lambda: h.backtracks(s='a\\U0001F600')))\n"
         "print(said(lambda: h.backtracks(s='aa')))\n"
+        "import json, os\n"
+        # The surrogate as UTF-8 bytes (which json.loads takes from bytes), and as a UTF-16 frame.
+        'raw = b\'{"op": "call", "server": "hostile", "tool": "backtracks", "arguments": {"s": "\\xed\\xa0\\x80"}}\'\n'
+        "for n, frame in enumerate((raw, raw.decode('utf-8', 'surrogatepass').encode('utf-16', 'surrogatepass'))):\n"
+        "    print(json.loads(mcp_tools._mcp_exchange(frame, b'%d.90%d' % (os.getpid(), n))))\n"
+        "print(said(lambda: h.backtracks(s='aaa')))\n"
     )
     path = tools_file(tmp_path, hostile=hostile())
     done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
@@ -65,6 +75,9 @@ async def test_a_lone_surrogate_in_the_arguments_is_refused_and_the_downstream_s
     assert done["stdout"].splitlines() == [
         "hostile.backtracks: the arguments hold a lone surrogate, which is not Unicode text",
         "backtracks ok",
+        "backtracks ok",
+        "{'ok': False, 'error': 'the run sent a call that is not JSON'}",
+        "{'ok': False, 'error': 'the run sent a call that is not JSON'}",
         "backtracks ok",
     ]
     assert "tool server down" not in (tmp_path / "stderr.log").read_text()
@@ -218,3 +231,40 @@ async def test_an_answer_its_process_gave_up_does_not_hold_up_the_calls_of_the_r
             done = await run(client, code, timeout=10)
     assert done["status"] == "ok", (done["stdout"], done["stderr"])
     assert done["stdout"].splitlines() == ["parent gave up", "child backtracks ok", "parent done"]
+
+
+async def test_a_call_given_up_by_a_process_forked_before_mcp_tools_was_imported_is_dropped_all_the_same(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a third review: the memory that says which calls were given up was made at each
+    # process's first import of mcp_tools, so processes forked before it did not share it: the
+    # parent's call waited behind the child's answer until the child ended.
+    code = (
+        "import os, signal, socket, time\n"
+        "ready, told = os.pipe()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    import mcp_tools\n"
+        "    def alarm(*_):\n"
+        "        raise RuntimeError('gave up')\n"
+        "    signal.signal(signal.SIGALRM, alarm)\n"
+        "    signal.setitimer(signal.ITIMER_REAL, 0.3)\n"
+        "    try:\n"
+        "        mcp_tools.hostile.slow(seconds=1)\n"
+        "    except RuntimeError as exc:\n"
+        "        print('child', exc, flush=True)\n"
+        "    with socket.socket(fileno=os.dup(3)) as peek:\n"
+        "        peek.recv(64, socket.MSG_PEEK)  # the answer given up is at the head now\n"
+        "    os.write(told, b'.')\n"
+        "    time.sleep(60)  # alive, and calling no more\n"
+        "os.read(ready, 1)\n"
+        "import mcp_tools\n"
+        "print('parent', mcp_tools.hostile.backtracks(s='aa'), flush=True)\n"
+        "os.kill(pid, signal.SIGKILL)\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            done = await run(client, code, timeout=10)
+    assert done["status"] == "ok", (done["stdout"], done["stderr"])
+    assert done["stdout"].splitlines() == ["child gave up", "parent backtracks ok"]

@@ -205,18 +205,60 @@ async def test_an_http_servers_answer_that_never_ends_fails_that_call_within_the
             while not port_file.exists():
                 await anyio.sleep(0.05)
         url = f"http://127.0.0.1:{port_file.read_text()}/mcp"
-        path = tools_file(tmp_path, endless={"url": url, "tools": ["*"]})
+        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
         with (tmp_path / "stderr.log").open("w") as errlog:
             async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
                 [server] = [
                     pid for pid in children_of(os.getpid()) if b"runner" in Path(f"/proc/{pid}/cmdline").read_bytes()
                 ]
                 before = _peak_memory(server)
-                done = await run(client, SAID + "print(said(lambda: mcp_tools.endless.echo(a=1)))\n", timeout=10)
+                done = await run(client, SAID + "print(said(lambda: mcp_tools.http.endless(a=1)))\n", timeout=10)
                 grown = _peak_memory(server) - before
     finally:
         downstream.kill()
         await downstream.wait()
     assert done["status"] == "ok", done
-    assert done["stdout"].startswith("endless.echo: the call failed: "), done["stdout"]
+    assert done["stdout"].startswith("http.endless: the call failed: "), done["stdout"]
     assert grown < 150 << 20, f"{grown >> 20} MiB more for one answer"
+
+
+async def test_an_http_call_whose_stream_ends_without_an_answer_fails_alone(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a third review: the SDK says "connection closed" for one HTTP call whose stream failed
+    # or ended without an answer; that was taken for the connection's end, and every run's calls in
+    # flight to the server failed with it while it was made again.
+    port_file = tmp_path / "port"
+    downstream = await anyio.open_process([sys.executable, str(RAW_SERVER), "http", str(port_file)])
+    try:
+        with anyio.fail_after(20):
+            while not port_file.exists():
+                await anyio.sleep(0.05)
+        url = f"http://127.0.0.1:{port_file.read_text()}/mcp"
+        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
+        code = SAID + "print(said(lambda: mcp_tools.http.cut()))\nprint(said(lambda: mcp_tools.http.echo()))\n"
+        done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    finally:
+        downstream.kill()
+        await downstream.wait()
+    cut, echo = done["stdout"].splitlines()
+    assert cut.startswith("http.cut: "), cut
+    assert echo == "echo"
+    assert "tool server down" not in (tmp_path / "stderr.log").read_text()
+
+
+async def test_a_check_whose_errors_would_print_a_large_value_many_times_stays_small(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a third review: the step budget counted keywords, but jsonschema writes each error's
+    # message with the value it is about: a 300 KB string against an anyOf of 9,000 branches took 27 s
+    # and 6.6 GB. The validator now sees a copy that prints short, and an error counts for ten steps.
+    path = tools_file(tmp_path, hostile=hostile())
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            [server] = [
+                pid for pid in children_of(os.getpid()) if b"runner" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            ]
+            before = _peak_memory(server)
+            done = await run(client, SAID + "print(str(said(lambda: mcp_tools.hostile.wide()))[:12])\n")
+            grown = _peak_memory(server) - before
+    assert done["stdout"] == "{'s': 'aaaaa\n", "left unchecked: telling would take too long"
+    assert grown < 100 << 20, f"{grown >> 20} MiB more to check one result"
