@@ -13,7 +13,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from tests.conftest import REPO
-from tests.helpers import check_structured
+from tests.helpers import check_structured, children_of
 
 # mcp-server-time, from requirements-downstream.lock (`make test` builds the venv).
 DOWNSTREAM_ENV = Path(os.environ.get("RUNNER_TEST_DOWNSTREAM", str(REPO / ".downstream-env")))
@@ -71,3 +71,15 @@ async def run_once(work_dir: Path, log: Path, code: str, **env: str) -> dict[str
     with log.open("w") as errlog:
         async with stdio_session(work_dir, errlog, **env) as client:
             return await run(client, code)
+
+
+def server_process() -> int:
+    """The pid of the stdio server of ours the test has open (`stdio_session`: a child of its process)."""
+    [pid] = [pid for pid in children_of(os.getpid()) if b"runner" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return pid
+
+
+def peak_memory(pid: int) -> int:
+    """`pid`'s peak resident memory (VmHWM), in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))

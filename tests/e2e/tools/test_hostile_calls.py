@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.code_mode import hostile, run, run_once, stdio_session, tools_file
-from tests.helpers import children_of
+from tests.code_mode import hostile, peak_memory, run, run_once, server_process, stdio_session, tools_file
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -136,15 +135,6 @@ async def test_a_run_calling_and_reading_its_answers_loses_its_channel_past_its_
     assert done["stdout"].startswith("1999 hostile.no such tool: this run's channel to the server failed"), done
 
 
-def _command_line(pid: int) -> bytes:
-    return Path(f"/proc/{pid}/cmdline").read_bytes()
-
-
-def _peak_memory(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
-
-
 async def test_the_bodies_of_frames_a_run_reads_no_answer_to_are_not_held_by_the_server(
     work_dir: Path, tmp_path: Path
 ) -> None:
@@ -164,10 +154,10 @@ async def test_the_bodies_of_frames_a_run_reads_no_answer_to_are_not_held_by_the
     path = tools_file(tmp_path, hostile=hostile())
     with (tmp_path / "stderr.log").open("w") as errlog:
         async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            [server] = [pid for pid in children_of(os.getpid()) if b"runner" in _command_line(pid)]
-            before = _peak_memory(server)
+            server = server_process()
+            before = peak_memory(server)
             done = await run(client, code)
-            grown = _peak_memory(server) - before
+            grown = peak_memory(server) - before
     assert done["stdout"] == "sent\n", done
     assert grown < 100 << 20, f"the server's peak memory grew {grown >> 20} MiB for 240 MiB of frames"
 

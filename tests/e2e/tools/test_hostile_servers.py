@@ -6,9 +6,11 @@ tests/downstream/hostile_server.py is made with the official SDK (2026-07-28); r
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import sys
+from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,9 +18,8 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.code_mode import hostile, run, run_once, stdio_session, tools_file
+from tests.code_mode import hostile, peak_memory, run, run_once, server_process, stdio_session, tools_file
 from tests.conftest import REPO
-from tests.helpers import children_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -36,6 +37,21 @@ SAID = (
 def raw(*args: str) -> dict[str, Any]:
     """tests/downstream/raw_server.py in a mode, as a tools file entry."""
     return {"command": sys.executable, "args": [str(RAW_SERVER), *args], "tools": ["*"]}
+
+
+@contextlib.asynccontextmanager
+async def raw_http(directory: Path) -> AsyncIterator[str]:
+    """raw_server.py's HTTP mode, started for the test: its URL."""
+    port = directory / "port"
+    downstream = await anyio.open_process([sys.executable, str(RAW_SERVER), "http", str(port)])
+    try:
+        with anyio.fail_after(20):
+            while not port.exists():
+                await anyio.sleep(0.05)
+        yield f"http://127.0.0.1:{port.read_text()}/mcp"
+    finally:
+        downstream.kill()
+        await downstream.wait()
 
 
 async def logged(log: Path, text: str, seconds: float = 20) -> bool:
@@ -71,11 +87,6 @@ async def test_a_call_longer_than_the_ping_to_a_2026_07_28_server_is_answered(wo
     assert "tool server down" not in (tmp_path / "stderr.log").read_text()
 
 
-def _peak_memory(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
-
-
 async def test_a_flood_of_the_servers_own_requests_is_rationed(work_dir: Path, tmp_path: Path) -> None:
     # Found by a review: the SDK starts a task to answer each request a server sends us; one that sent
     # pings without end and read no answer grew ours by 50 MB a second, to 2 GB.
@@ -83,14 +94,12 @@ async def test_a_flood_of_the_servers_own_requests_is_rationed(work_dir: Path, t
     log = tmp_path / "stderr.log"
     with log.open("w") as errlog:
         async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            [server] = [
-                pid for pid in children_of(os.getpid()) if b"runner" in Path(f"/proc/{pid}/cmdline").read_bytes()
-            ]
+            server = server_process()
             assert await logged(log, "tool server requests dropped"), "the flood's requests are dropped"
-            before = _peak_memory(server)
+            before = peak_memory(server)
             assert await logged(log, "requests=", 5)
             done = await run(client, "import mcp_tools\nprint(mcp_tools.good.backtracks(s='aa'))\n")
-            grown = _peak_memory(server) - before
+            grown = peak_memory(server) - before
     assert done["stdout"] == "backtracks ok\n", done
     assert grown < 50 << 20, f"{grown >> 20} MiB more while the flood went on"
 
@@ -198,25 +207,14 @@ async def test_an_http_servers_answer_that_never_ends_fails_that_call_within_the
 ) -> None:
     # Found by a review: the SDK reads a JSON answer whole, with no bound, and kept reading one that
     # never ended after its call was given up: 268 -> 1,100 MiB in 20 s, 2 GiB in 5 s unthrottled.
-    port_file = tmp_path / "port"
-    downstream = await anyio.open_process([sys.executable, str(RAW_SERVER), "http", str(port_file)])
-    try:
-        with anyio.fail_after(20):
-            while not port_file.exists():
-                await anyio.sleep(0.05)
-        url = f"http://127.0.0.1:{port_file.read_text()}/mcp"
+    async with raw_http(tmp_path) as url:
         path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
         with (tmp_path / "stderr.log").open("w") as errlog:
             async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-                [server] = [
-                    pid for pid in children_of(os.getpid()) if b"runner" in Path(f"/proc/{pid}/cmdline").read_bytes()
-                ]
-                before = _peak_memory(server)
+                server = server_process()
+                before = peak_memory(server)
                 done = await run(client, SAID + "print(said(lambda: mcp_tools.http.endless(a=1)))\n", timeout=10)
-                grown = _peak_memory(server) - before
-    finally:
-        downstream.kill()
-        await downstream.wait()
+                grown = peak_memory(server) - before
     assert done["status"] == "ok", done
     assert done["stdout"].startswith("http.endless: the call failed: "), done["stdout"]
     assert grown < 150 << 20, f"{grown >> 20} MiB more for one answer"
@@ -226,19 +224,10 @@ async def test_an_http_call_whose_stream_ends_without_an_answer_fails_alone(work
     # Found by a third review: the SDK says "connection closed" for one HTTP call whose stream failed
     # or ended without an answer; that was taken for the connection's end, and every run's calls in
     # flight to the server failed with it while it was made again.
-    port_file = tmp_path / "port"
-    downstream = await anyio.open_process([sys.executable, str(RAW_SERVER), "http", str(port_file)])
-    try:
-        with anyio.fail_after(20):
-            while not port_file.exists():
-                await anyio.sleep(0.05)
-        url = f"http://127.0.0.1:{port_file.read_text()}/mcp"
+    async with raw_http(tmp_path) as url:
         path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
         code = SAID + "print(said(lambda: mcp_tools.http.cut()))\nprint(said(lambda: mcp_tools.http.echo()))\n"
         done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
-    finally:
-        downstream.kill()
-        await downstream.wait()
     cut, echo = done["stdout"].splitlines()
     assert cut.startswith("http.cut: "), cut
     assert echo == "echo"
@@ -254,11 +243,9 @@ async def test_a_check_whose_errors_would_print_a_large_value_many_times_stays_s
     path = tools_file(tmp_path, hostile=hostile())
     with (tmp_path / "stderr.log").open("w") as errlog:
         async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            [server] = [
-                pid for pid in children_of(os.getpid()) if b"runner" in Path(f"/proc/{pid}/cmdline").read_bytes()
-            ]
-            before = _peak_memory(server)
+            server = server_process()
+            before = peak_memory(server)
             done = await run(client, SAID + "print(str(said(lambda: mcp_tools.hostile.wide()))[:12])\n")
-            grown = _peak_memory(server) - before
+            grown = peak_memory(server) - before
     assert done["stdout"] == "{'s': 'aaaaa\n", "left unchecked: telling would take too long"
     assert grown < 100 << 20, f"{grown >> 20} MiB more to check one result"
