@@ -51,9 +51,17 @@ class LogBudget:
 
 
 class _TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__()
+        # The stamp's second, made once a second: a brokered tool call logs a line, hundreds a second.
+        self._second, self._stamp = -1, ""
+
     def format(self, record: logging.LogRecord) -> str:
         fields: dict[str, Any] = getattr(record, "fields", {})
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+        second = int(record.created)
+        if second != self._second:
+            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        stamp = f"{self._stamp}.{int(record.msecs):03d}Z"
         request_id = getattr(record, "request_id", NO_REQUEST)
         line = f"{stamp} {record.levelname:<7} request_id={request_id} {record.getMessage()}"
         if fields:
@@ -67,6 +75,8 @@ class _TextFormatter(logging.Formatter):
 def _text_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4f}".rstrip("0").rstrip(".") if value else "0"
+    if isinstance(value, int):
+        return str(value)  # never quoted
     text = str(value)
     return json.dumps(text) if (not text or _NEEDS_QUOTES.search(text)) else text
 

@@ -13,7 +13,7 @@ import signal
 import socket
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Status(StrEnum):
@@ -372,10 +372,23 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A run's tool call that the broker checked and will forward (`RunTools.take`): what it names,
+    its arguments, its frame's size and when it came (`anyio.current_time()`)."""
+
+    server: str
+    tool: str
+    arguments: dict[str, Any]
+    sent: int
+    started: float
+
+
 class RunTools(Protocol):
     """One run's tool calls (code mode: `import mcp_tools` in the run), as the broker answers them. The
-    execution side hands it the body of each call frame the run sends on its job socket, as it comes,
-    and writes back what `answer` returns; the broker checks, forwards and counts."""
+    execution side hands it the body of each call frame the run sends on its job socket, as it comes
+    (`take`), and writes back what it answers (at once, or once `forward` returns); the broker checks,
+    forwards and counts."""
 
     @property
     def limit_bytes(self) -> int:
@@ -392,8 +405,13 @@ class RunTools(Protocol):
         """The tool a call of the run is waiting for now (``server.tool``), for its progress; "" if none."""
         ...
 
-    async def answer(self, body: bytes) -> bytes:
-        """The answer's body to one call frame's `body`; never raises but for cancellation."""
+    def take(self, body: bytes) -> bytes | ToolCall:
+        """One call frame's `body`, checked: the answer's body at once (the module, a refusal, an
+        error), or the call to `forward`, counted as in flight from now. Never raises."""
+        ...
+
+    async def forward(self, call: ToolCall) -> bytes:
+        """The answer's body to `call`, made downstream; never raises but for cancellation."""
         ...
 
     def tell(self) -> None:

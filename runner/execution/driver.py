@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -27,9 +26,10 @@ from runner.execution.classify import ProcessEnd, RunLimits, classify
 from runner.execution.kept import OutputStore, Spool
 from runner.execution.output import RunOutput
 from runner.execution.report import Returned, parse_report
+from runner.execution.toolcalls import ToolCalls
 from runner.execution.usage import UsageSamples, wait_exit_sampling
 from runner.fdio import write_all
-from runner.inrun.wire import Budgets, frame_answer, frame_inputs, frame_job
+from runner.inrun.wire import Budgets, frame_inputs, frame_job
 from runner.logs import log_event
 from runner.outcome import (
     Attachment,
@@ -187,7 +187,7 @@ class RunDriver:
             reported = anyio.CancelScope()
             returned: list[Returned] = []
             if tools is not None:
-                output.on_tool = _answering(tg, child, tools, self._log, request.request_id)
+                output.on_tool = ToolCalls(tg, child, tools, self._log, request.request_id).take
             tg.start_soon(self._read_output, output, budgets, returned, reported)
             if on_progress is not None:
                 tg.start_soon(self._report_progress, request, started, out, err, on_progress, tools)
@@ -358,72 +358,3 @@ async def _feed_stdin(child: Child, data: bytes) -> None:
         pass  # the run closed its stdin or ended: what it did not read is not our problem
     finally:
         child.close_fd(child.stdin)
-
-
-# A well-behaved run has one call in flight per process (its threads take turns): more unanswered
-# frames from one process, or from all of them together, and the run is flooding its channel.
-MOST_PENDING_PER_PROCESS = 8
-MOST_PENDING = 1024
-
-
-def _answering(
-    tg: anyio.abc.TaskGroup, child: Child, tools: RunTools, log: logging.Logger, request_id: str
-) -> Callable[[bytes, bytes], None]:
-    """What takes each tool call frame of the run's: a worker that has the broker answer it and writes
-    the answer back on the run's job socket, one answer at a time. A worker done with its call waits
-    for the next, so that a run calling tool after tool does not pay for a task per call; a call that
-    finds every worker busy starts one more. Cancelled with the run's task group when the run ends (a
-    call in flight downstream is then cancelled there too). Past MOST_PENDING_PER_PROCESS unanswered
-    frames of one process (the pid its call ids name), or MOST_PENDING in all, or past the run's
-    `RunTools.most_frames`, the channel is shut."""
-    writing = anyio.Lock(fast_acquire=True)  # no checkpoint when no other answer is being written
-    pending: dict[bytes, int] = {}
-    handing, waiting_for = anyio.create_memory_object_stream[tuple[bytes, bytes, bytes]](math.inf)
-    # Workers waiting for a call, less the calls handed to them and not yet taken: each call handed
-    # has a worker to take it, so no call waits behind a busy one.
-    free = 0
-    frames = 0
-
-    async def answer(call_id: bytes, held: list[bytes], process: bytes) -> None:
-        try:
-            # The frame is let go as soon as the broker has answered it, before its answer waits its
-            # turn to be written: a run that reads no answer would otherwise have the server hold
-            # every body it sent (up to its bytes apiece).
-            answered = frame_answer(await tools.answer(held.pop()), call_id)
-            async with writing:
-                if child.is_open(child.code):
-                    # The run ended, or shut its socket: no one is waiting for the answer.
-                    with contextlib.suppress(OSError):
-                        await write_all(child.code, answered)
-        except Exception:  # never the run's task group's end (the broker answers every call itself)
-            log.warning("a tool call's answer failed", exc_info=True, extra={"request_id": request_id, "fields": {}})
-        finally:
-            pending[process] -= 1
-            if not pending[process]:
-                del pending[process]
-            tools.tell()
-
-    async def worker(call_id: bytes, body: bytes, process: bytes) -> None:
-        nonlocal free
-        while True:
-            held, body = [body], b""  # `answer` holds the only reference
-            await answer(call_id, held, process)
-            free += 1
-            call_id, body, process = await waiting_for.receive()
-
-    def take(call_id: bytes, body: bytes) -> None:
-        nonlocal free, frames
-        process = call_id.partition(b".")[0]
-        frames += 1
-        flooding = frames > tools.most_frames or sum(pending.values()) >= MOST_PENDING
-        if flooding or pending.get(process, 0) >= MOST_PENDING_PER_PROCESS:
-            child.shut(child.code)
-            return
-        pending[process] = pending.get(process, 0) + 1
-        if free:
-            free -= 1
-            handing.send_nowait((call_id, body, process))
-        else:
-            tg.start_soon(worker, call_id, body, process, name="tool call worker")
-
-    return take

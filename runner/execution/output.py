@@ -1,16 +1,16 @@
 """Reading what a run sends back while it is driven: stdout, stderr and the report on the job
 socket, all three from one task.
 
-The three fds sit in one selector (epoll on Linux, kqueue on the BSDs and macOS), and the event loop
-waits on the selector's own fd: one wakeup reads whatever is ready, often a stream's last bytes, its
-end and the report together. A task per fd cost two more task starts and about three more waits per
-run (12% of the pool's Python calls per trivial run, a few percent of its CPU).
+The three fds are the event loop's readers for the run's life (epoll on Linux, kqueue on the BSDs and
+macOS): one wakeup reads whatever is ready, often a stream's last bytes, its end and the report
+together, each in the loop's callback. A task per fd cost two more task starts and about three more
+waits per run (12% of the pool's Python calls per trivial run, a few percent of its CPU).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-import selectors
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -45,6 +45,7 @@ class RunOutput:
     done: anyio.Event = field(default_factory=anyio.Event)
     # Each stream whole (up to its cap), where the pool keeps output that the answer cuts.
     spools: tuple[Spool | None, Spool | None] = (None, None)
+    _reading: set[int] = field(default_factory=set)  # the fds still read
 
     @property
     def report(self) -> bytearray:
@@ -56,34 +57,59 @@ class RunOutput:
         return self.channel.report_whole
 
     async def read_all(self) -> None:
-        """Read until `done`; cancelled, it leaves what it read so far."""
+        """Read until `done`; cancelled, it leaves what it read so far.
+
+        Each fd stays registered with the event loop for the run's life, and what is ready is read in
+        the loop's own callback: a tool call's frame then reaches `on_tool`, and a refusal its answer,
+        without a task's turn, and a wakeup costs no re-registration (anyio's `wait_readable` adds and
+        removes its reader each time: two epoll_ctl calls, a future and a task's turn). Each fd is in
+        the loop's own epoll, not in a selector of ours nested there: a nested epoll wakes the loop
+        without the kernel's sync hint, so the server was woken on an idle core rather than on the
+        one the run had just left for its answer (some 40 us of a brokered call's round trip here).
+        """
         child = self.child
-        selector = selectors.DefaultSelector()
+        # The server runs on asyncio (`anyio.run`'s default backend), whose loop takes readers.
+        loop = asyncio.get_running_loop()
+        drained = anyio.Event()
+        failed: list[BaseException] = []
+
+        def ready(read: Callable[[], None]) -> None:
+            try:
+                read()
+            except Exception as exc:  # raised in read_all, as a wait there would have
+                failed.append(exc)
+            if failed or not self._reading:
+                drained.set()
+
         try:
-            selector.register(child.stdout, selectors.EVENT_READ, (self.stdout, self.spools[0]))
-            selector.register(child.stderr, selectors.EVENT_READ, (self.stderr, self.spools[1]))
-            selector.register(child.code, selectors.EVENT_READ, None)
-            while selector.get_map():
-                await anyio.wait_readable(selector.fileno())
-                for key, _ in selector.select(0):
-                    if key.fd not in selector.get_map():
-                        continue  # let go earlier in this batch: the other stream, once the budget is blown
-                    if key.data is None:
-                        self._read_report(selector)
-                    else:
-                        self._read_stream(selector, key.fd, key.data)
+            for fd, read in (
+                (child.stdout, lambda: self._read_stream(child.stdout, self.stdout, self.spools[0])),
+                (child.stderr, lambda: self._read_stream(child.stderr, self.stderr, self.spools[1])),
+                (child.code, self._read_report),
+            ):
+                self._reading.add(fd)
+                loop.add_reader(fd, ready, read)
+            await drained.wait()
+            if failed:
+                raise failed[0]
         finally:
-            selector.close()
+            for fd in list(self._reading):
+                self._stop(fd)
             self.done.set()
 
-    def _read_stream(self, selector: selectors.BaseSelector, fd: int, stream: tuple[OutputCap, Spool | None]) -> None:
-        cap, spool = stream
+    def _stop(self, fd: int) -> None:
+        """No more is read from `fd`."""
+        if fd in self._reading:
+            self._reading.discard(fd)
+            asyncio.get_running_loop().remove_reader(fd)
+
+    def _read_stream(self, fd: int, cap: OutputCap, spool: Spool | None) -> None:
         try:
             chunk = os.read(fd, CHUNK)
         except BlockingIOError:
             return
         if not chunk:
-            selector.unregister(fd)
+            self._stop(fd)
             return
         cap.feed(chunk)
         if spool is not None:
@@ -93,11 +119,10 @@ class RunOutput:
             # Nothing more is read from either stream: what was kept is what the answer shows.
             self.output_exceeded = True
             self.child.kill_group()
-            for other in (self.child.stdout, self.child.stderr):
-                if other in selector.get_map():
-                    selector.unregister(other)
+            self._stop(self.child.stdout)
+            self._stop(self.child.stderr)
 
-    def _read_report(self, selector: selectors.BaseSelector) -> None:
+    def _read_report(self) -> None:
         """Tool calls go to `on_tool` as they come; the report is kept once whole. What no frame is
         (`RunChannel`) is dropped and the socket closed: a run still writing gets EPIPE rather than
         blocking until its timeout."""
@@ -109,16 +134,16 @@ class RunOutput:
         except OSError:
             chunk = b""  # reset by the run's end
         if not chunk:
-            selector.unregister(fd)
+            self._stop(fd)
             return
         channel = self.channel
         for call_id, body in channel.feed(chunk):
             if self.on_tool is not None:
                 self.on_tool(call_id, body)
         if channel.broken:
-            selector.unregister(fd)
+            self._stop(fd)
             # Shut, not closed: an answer's task may still wait to write on it, and a closed number
             # would soon be another file's.
             self.child.shut(fd)
         elif channel.report_whole:
-            selector.unregister(fd)
+            self._stop(fd)

@@ -24,8 +24,9 @@ import anyio
 from runner.config import ToolsConfig, ToolServers
 from runner.errors import Unavailable
 from runner.logs import LogBudget, log_event
+from runner.outcome import ToolCall
 from runner.tools.catalog import describe, value_of_result
-from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, Down, TooSlow
+from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, Down, TooSlow, loop_time
 from runner.tools.schemas import SchemaCheck
 
 # What the broker's callers count a brokered call as (metrics): ok, tool_error (the tool's isError),
@@ -208,16 +209,25 @@ class RunCalls:
     def calling(self) -> str:
         return self._in_flight[-1] if self._in_flight else ""
 
-    async def answer(self, body: bytes) -> bytes:
+    def take(self, body: bytes) -> bytes | ToolCall:
+        """`RunTools.take`: the answer now (the module, a refusal, an error), or the call to forward."""
         try:
-            return await self._answer(body)
+            return self._take(body)
+        except Exception as exc:
+            log_event(self._broker.log, logging.WARNING, "tool call failed", self._request_id, error=repr(exc)[:300])
+            return _error(f"the server could not answer this call ({type(exc).__name__})")
+
+    async def forward(self, call: ToolCall) -> bytes:
+        """`RunTools.forward`: the answer to a call `take` let through, made downstream."""
+        try:
+            return await self._forward(call)
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:
             log_event(self._broker.log, logging.WARNING, "tool call failed", self._request_id, error=repr(exc)[:300])
             return _error(f"the server could not answer this call ({type(exc).__name__})")
 
-    async def _answer(self, body: bytes) -> bytes:
+    def _take(self, body: bytes) -> bytes | ToolCall:
         # Every frame counts against the run's bytes, whatever it asks: a flood of frames ends in refusals.
         self._bytes += len(body)
         if self._bytes > self._broker.config.max_bytes:
@@ -225,7 +235,7 @@ class RunCalls:
         try:
             # UTF-8 strictly: json.loads would take bytes as UTF-16 too, and UTF-8 with surrogates. And
             # no NaN nor Infinity, Python's, not JSON's: a downstream server would get null for them.
-            request = json.loads(body.decode(), parse_constant=_not_json)
+            request = _DECODER.decode(body.decode())
         except (ValueError, RecursionError):
             return _error("the run sent a call that is not JSON")
         if not isinstance(request, dict):
@@ -239,21 +249,24 @@ class RunCalls:
             return _error("the run sent a call without a server and a tool")
         if not isinstance(arguments, dict):
             return _error(f"{server[:100]}.{tool[:100]}: arguments must be an object")
-        return await self._call(server[:200], tool[:200], arguments, body)
+        server, tool = server[:200], tool[:200]
+        started = loop_time()
+        refused = self._refusal(server, tool, arguments, body, started)
+        if refused:
+            answer = _error(f"{server}.{tool}: {refused}")
+            return self._finish(server, tool, "refused", started, len(body), 0, answer)
+        # In flight from here: a call taken in the same read as this one counts it.
+        self._calls += 1
+        self._in_flight.append(f"{server}.{tool}")
+        return ToolCall(server, tool, arguments, len(body), started)
 
-    async def _call(self, server: str, tool: str, arguments: dict[str, Any], body: bytes) -> bytes:
+    async def _forward(self, call: ToolCall) -> bytes:
+        server, tool, size, started = call.server, call.tool, call.sent, call.started
         broker, config = self._broker, self._broker.config
         name = f"{server}.{tool}"
-        started = anyio.current_time()
-        size = len(body)
-        refused = self._refusal(server, tool, arguments, body)
-        if refused:
-            return self._finish(server, tool, "refused", started, size, 0, _error(f"{name}: {refused}"))
         connection = broker.connections[server]
-        self._calls += 1
-        self._in_flight.append(name)
         try:
-            result = await connection.call(tool, arguments, self._deadline - anyio.current_time())
+            result = await connection.call(tool, call.arguments, self._deadline - loop_time())
         except Down as exc:
             status = "timeout" if isinstance(exc, TooSlow) else "unavailable"
             return self._finish(server, tool, status, started, size, 0, _error(f"{name}: {exc}"))
@@ -282,7 +295,7 @@ class RunCalls:
         self._bytes += len(answer)
         return self._finish(server, tool, "ok", started, size, len(answer), answer)
 
-    def _refusal(self, server: str, tool: str, arguments: dict[str, Any], body: bytes) -> str:
+    def _refusal(self, server: str, tool: str, arguments: dict[str, Any], body: bytes, now: float) -> str:
         broker, config = self._broker, self._broker.config
         connection = broker.connections.get(server)
         if connection is None or not connection.server.serves(self._caller):
@@ -296,7 +309,7 @@ class RunCalls:
             return f"this run has made its {config.tools_max_calls} tool calls (RUNNER_TOOLS_MAX_CALLS)"
         if len(self._in_flight) >= config.tools_max_concurrent:
             return f"this run has {config.tools_max_concurrent} tool calls in flight (RUNNER_TOOLS_MAX_CONCURRENT)"
-        if anyio.current_time() >= self._deadline:
+        if now >= self._deadline:
             return "the run's time is up"
         if _SURROGATE.search(body) and not _unicode(arguments):
             return "the arguments hold a lone surrogate, which is not Unicode text"
@@ -312,7 +325,7 @@ class RunCalls:
         return answer
 
     def _finished(self, server: str, tool: str, status: str, started: float, sent: int, got: int) -> None:
-        self._untold.append((server, tool, status, anyio.current_time() - started, sent, got))
+        self._untold.append((server, tool, status, loop_time() - started, sent, got))
 
     def tell(self) -> None:
         """`RunTools.tell`: log and count each call answered since the last time."""
@@ -345,6 +358,9 @@ def _error(message: str) -> bytes:
 
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_not_json)  # one, not one a call (`json.loads` with a keyword)
 
 
 def _unicode(value: Any) -> bool:

@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import secrets
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -49,6 +50,9 @@ MAX_STDERR_LINE = 2000
 STDERR_LINES = (1000, 100.0)
 REQUESTS = (20, 10.0)
 TOLD = (1, 0.1)  # how often what was dropped is logged
+# The event loop's clock, `anyio.current_time()`'s on asyncio, read without anyio's lookup of the running
+# backend: a brokered call reads it four times on its way.
+loop_time = time.monotonic
 MARK_VARIABLE = "RUNNER_TOOL_SERVER_MARK"
 
 
@@ -151,7 +155,7 @@ class Connection:
         client = self._client
         if client is None:
             raise Down(f"the server is down: {self.down}")
-        deadline = anyio.current_time() + seconds
+        deadline = loop_time() + seconds
         try:
             # The SDK's own clock, not a scope of ours around it: one cancel scope fewer per call.
             return await client.call_tool(tool, arguments, read_timeout_seconds=seconds)
@@ -159,7 +163,7 @@ class Connection:
             raise
         except Exception as exc:
             # The SDK's timeout (it has sent notifications/cancelled), not the same code from the server.
-            if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT and anyio.current_time() >= deadline:
+            if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT and loop_time() >= deadline:
                 raise TooSlow(f"no answer within {seconds:.1f} s (the run's time left)") from None
             # The SDK's stdio session ends its calls so when its process is gone; over HTTP, a call's
             # own stream that failed is said the same way, and the connection may serve on.
@@ -348,13 +352,16 @@ class Rationed(anyio.abc.ObjectReceiveStream[Any]):
 
     def __init__(self, inner: Any, logger: logging.Logger, name: str) -> None:
         self._inner = inner
+        self._contexts = hasattr(inner, "last_context")
         self._rate, self._told = Rate(*REQUESTS), Rate(*TOLD)
         self._log = logger
         self._name = name
 
     @property
     def last_context(self) -> Any:  # the SDK's dispatcher reads its transport's context through this
-        return getattr(self._inner, "last_context", None)
+        # Whether there is one is known from the start: getattr on a stream without one (stdio's) raised
+        # and caught an AttributeError for every message.
+        return self._inner.last_context if self._contexts else None
 
     async def receive(self) -> Any:
         while True:

@@ -20,6 +20,7 @@ may take long, whatever either holds.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 MOST_STEPS = 5_000  # keyword evaluations a check may take, each pass: 50 ms at most (10 us each with $refs)
@@ -36,11 +37,12 @@ class _OverBudget(Exception):
 class SchemaCheck:
     """One schema's bounded validator (`of`), for `mismatch`."""
 
-    __slots__ = ("_steps", "_validator")
+    __slots__ = ("_plain", "_steps", "_validator")
 
-    def __init__(self, validator: Any, steps: list[int]) -> None:
+    def __init__(self, validator: Any, steps: list[int], plain: Callable[[Any], bool] | None = None) -> None:
         self._validator = validator
         self._steps = steps  # the steps left to the check under way, counted by every keyword
+        self._plain = plain  # `_plain_check` of the schema, where it is plain
 
     @classmethod
     def of(cls, schema: Any) -> SchemaCheck | None:
@@ -64,11 +66,15 @@ class SchemaCheck:
                 check = _unless_patterns(check)
             keywords[keyword] = _counted(check, steps)
         bounded = extend(kind, {**{keyword: _skipped for keyword in _UNCHECKED}, **keywords})  # type: ignore[no-untyped-call]
-        return cls(bounded(schema, registry=Registry()), steps)
+        return cls(bounded(schema, registry=Registry()), steps, _plain_check(schema))
 
     def mismatch(self, instance: Any) -> str:
         """Why `instance` does not match ("" if it does, or if telling would take more than MOST_STEPS)."""
         try:
+            # Most tools' schemas are plain: a match is told in a few microseconds, not the validator's
+            # 10-25 (on the event loop, a brokered call's round trip). What it does not pass, it checks.
+            if self._plain is not None and self._plain(instance):
+                return ""
             shadow = _shadow(instance, [MOST_NODES])
             self._steps[0] = MOST_STEPS
             if self._validator.is_valid(shadow):  # the common case, without gathering errors to rank
@@ -146,6 +152,103 @@ def _counting(errors: Any, steps: list[int]) -> Any:
         if steps[0] < 0:
             raise _OverBudget
         yield error
+
+
+# A plain schema's keywords: each checked here at least as strictly as jsonschema does in any draft
+# (an integer is an int, never a float; an enum only of strings), so that what passes here passes
+# there. What fails here is checked there, which says why. The rest are annotations.
+_PLAIN_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+    "object": (dict,),
+    "array": (list,),
+}
+_ANNOTATIONS = ("description", "title", "default", "examples", "$schema", "$comment", "format", "deprecated")
+_PLAIN = frozenset(
+    {*_ANNOTATIONS, "readOnly", "writeOnly", "type", "properties", "required", "additionalProperties", "items", "enum"}
+)
+
+# A check of one value against one plain schema: True if it matches; `left` counts the values seen.
+Plain = Callable[[Any, list[int]], bool]
+
+
+def _plain_check(schema: Any) -> Callable[[Any], bool] | None:
+    """A check that an instance matches `schema` (True), made where `schema` holds only plain keywords
+    (`_PLAIN`); None where it holds any other, or is too deep for one. Past MOST_NODES values,
+    `_OverBudget`."""
+    try:
+        check = _plain(schema)
+    except RecursionError:
+        return None
+    if check is None:
+        return None
+    return lambda instance: check(instance, [MOST_NODES])
+
+
+def _plain(schema: Any) -> Plain | None:
+    if schema is True or schema == {}:
+        return _any
+    if not isinstance(schema, dict) or not _PLAIN.issuperset(schema):
+        return None
+    checks: list[Plain] = []
+    if "type" in schema:
+        kinds = [schema["type"]] if isinstance(schema["type"], str) else schema["type"]
+        if not isinstance(kinds, list) or not all(isinstance(k, str) and k in _PLAIN_TYPES for k in kinds):
+            return None
+        types = tuple(t for k in kinds for t in _PLAIN_TYPES[k])
+        bools = "boolean" in kinds  # else a bool is no number (Python's bool is an int)
+        checks.append(lambda value, _: isinstance(value, types) and (bools or not isinstance(value, bool)))
+    if "enum" in schema:
+        enum = schema["enum"]
+        if not isinstance(enum, list) or not all(isinstance(item, str) for item in enum):
+            return None
+        strings = frozenset(enum)
+        checks.append(lambda value, _: isinstance(value, str) and value in strings)
+    properties, required = schema.get("properties", {}), schema.get("required", [])
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        return None
+    named = {name: _plain(sub) for name, sub in properties.items()}
+    extra = schema.get("additionalProperties", True)
+    other = None if extra is False else _plain(extra)
+    if None in named.values() or (other is None and extra is not False):
+        return None
+    if named or required or extra is not True:
+        checks.append(_object_check(named, required, other))  # type: ignore[arg-type]
+    if "items" in schema:
+        each = _plain(schema["items"])
+        if each is None:
+            return None
+        checks.append(lambda value, left: not isinstance(value, list) or all(each(item, left) for item in value))
+    return lambda value, left: _counted_value(left) and all(check(value, left) for check in checks)
+
+
+def _object_check(named: dict[str, Plain], required: list[Any], other: Plain | None) -> Plain:
+    def check(value: Any, left: list[int]) -> bool:
+        if not isinstance(value, dict):
+            return True
+        if any(name not in value for name in required):
+            return False
+        for key, item in value.items():
+            one = named.get(key, other)
+            if one is None or not one(item, left):
+                return False
+        return True
+
+    return check
+
+
+def _any(_: Any, left: list[int]) -> bool:
+    return _counted_value(left)
+
+
+def _counted_value(left: list[int]) -> bool:
+    left[0] -= 1
+    if left[0] < 0:
+        raise _OverBudget
+    return True
 
 
 def _skipped(*_: Any) -> None:

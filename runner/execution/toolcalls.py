@@ -1,0 +1,159 @@
+"""A run's tool calls (code mode), taken from its job socket and answered there.
+
+Each call frame reaches `ToolCalls.take` from the output reader's callback (`RunOutput`), in the event
+loop's own turn. The broker's checks are synchronous (`RunTools.take`): a call it refuses, or the
+module, is answered there and then, and written at once if the socket takes it; only a call that goes
+downstream waits for a worker task. A brokered call's round trip is the run's time: this path costs it
+no task's turn, no lock and no re-registration with the loop that it does not need (each some 5-30 us
+of a round trip of a few hundred).
+
+Answers are written whole, one after another: what the socket does not take at once waits in order
+(`_Outbox`) and one task writes it as the socket drains, so that no answer's bytes are split by
+another's.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import os
+
+import anyio
+import anyio.abc
+
+from runner.inrun.wire import frame_answer
+from runner.outcome import RunTools, ToolCall
+from runner.processes.child import Child
+
+# A well-behaved run has one call in flight per process (its threads take turns): more unanswered
+# frames from one process, or from all of them together, and the run is flooding its channel.
+MOST_PENDING_PER_PROCESS = 8
+MOST_PENDING = 1024
+
+
+class ToolCalls:
+    """One run's call frames: each checked and answered (`take`), or handed to a worker that has the
+    broker forward it and answers it. A worker done with its call waits for the next, so that a run
+    calling tool after tool does not pay for a task per call; a call that finds every worker busy
+    starts one more. Workers are cancelled with the run's task group when the run ends (a call in
+    flight downstream is then cancelled there too). Past MOST_PENDING_PER_PROCESS unanswered frames of
+    one process (the pid its call ids name), or MOST_PENDING in all, or past the run's
+    `RunTools.most_frames`, the channel is shut."""
+
+    def __init__(
+        self, tg: anyio.abc.TaskGroup, child: Child, tools: RunTools, log: logging.Logger, request_id: str
+    ) -> None:
+        self._tg = tg
+        self._child = child
+        self._tools = tools
+        self._log = log
+        self._request_id = request_id
+        self._outbox = _Outbox(tg, child)
+        self._pending: dict[bytes, int] = {}
+        self._frames = 0
+        self._handing, self._waiting_for = anyio.create_memory_object_stream[tuple[bytes, ToolCall, bytes]](math.inf)
+        # Workers waiting for a call, less the calls handed to them and not yet taken: each call handed
+        # has a worker to take it, so no call waits behind a busy one.
+        self._free = 0
+
+    def take(self, call_id: bytes, body: bytes) -> None:
+        """One call frame of the run's, as it came (`RunOutput.on_tool`)."""
+        child, tools = self._child, self._tools
+        process = call_id.partition(b".")[0]
+        self._frames += 1
+        pending = self._pending
+        flooding = self._frames > tools.most_frames or sum(pending.values()) >= MOST_PENDING
+        if flooding or pending.get(process, 0) >= MOST_PENDING_PER_PROCESS:
+            child.shut(child.code)
+            return
+        pending[process] = pending.get(process, 0) + 1
+        try:
+            taken = tools.take(body)
+            del body  # the frame is let go before its answer waits its turn to be written
+            if isinstance(taken, bytes):
+                self._answer(call_id, taken, process)
+            elif self._free:
+                self._free -= 1
+                self._handing.send_nowait((call_id, taken, process))
+            else:
+                self._tg.start_soon(self._worker, call_id, taken, process, name="tool call worker")
+        except Exception:  # a fault of ours: this run's channel ends, the server serves on
+            self._log.warning(
+                "a tool call could not be taken", exc_info=True, extra={"request_id": self._request_id, "fields": {}}
+            )
+            child.shut(child.code)
+
+    async def _worker(self, call_id: bytes, call: ToolCall, process: bytes) -> None:
+        while True:
+            try:
+                answer = await self._tools.forward(call)
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception:  # never the run's task group's end (the broker answers every call itself)
+                self._log.warning(
+                    "a tool call's answer failed", exc_info=True, extra={"request_id": self._request_id, "fields": {}}
+                )
+                answer = b'{"ok": false, "error": "the server could not answer this call"}'
+            del call  # the arguments are let go before the next call comes
+            self._answer(call_id, answer, process)
+            self._free += 1
+            call_id, call, process = await self._waiting_for.receive()
+
+    def _answer(self, call_id: bytes, answer: bytes, process: bytes) -> None:
+        try:
+            self._outbox.send(frame_answer(answer, call_id))
+        finally:
+            pending = self._pending
+            pending[process] -= 1
+            if not pending[process]:
+                del pending[process]
+            self._tools.tell()
+
+
+class _Outbox:
+    """Answers written whole and in turn on the run's job socket: at once where it takes them, else
+    queued for one task that writes them as it drains. An answer to a run that has ended, or shut its
+    socket, is dropped: no one waits for it."""
+
+    def __init__(self, tg: anyio.abc.TaskGroup, child: Child) -> None:
+        self._tg = tg
+        self._child = child
+        self._queued: collections.deque[memoryview] = collections.deque()
+
+    def send(self, data: bytes) -> None:
+        fd = self._child.code
+        if self._queued:
+            self._queued.append(memoryview(data))
+            return
+        if not self._child.is_open(fd):
+            return
+        try:
+            written = os.write(fd, data)
+        except BlockingIOError:
+            written = 0
+        except OSError:
+            return  # the run ended, or its socket was shut
+        if written < len(data):
+            self._queued.append(memoryview(data)[written:])
+            self._tg.start_soon(self._drain, name="tool answers")
+
+    async def _drain(self) -> None:
+        fd, queued = self._child.code, self._queued
+        try:
+            while queued:
+                if not self._child.is_open(fd):
+                    return
+                try:
+                    written = os.write(fd, queued[0])
+                except BlockingIOError:
+                    await anyio.wait_writable(fd)
+                    continue
+                if written == len(queued[0]):
+                    queued.popleft()
+                else:
+                    queued[0] = queued[0][written:]
+        except OSError:
+            pass  # the run ended, or its socket was shut
+        finally:
+            queued.clear()  # written, or no one's: the run has ended, or its socket was shut
