@@ -341,11 +341,11 @@ class ToolChannel:
     def __init__(self, fd: int, given_up: Any = None) -> None:
         """`given_up`: memory all the run's processes share (made before its code runs: `offer_tools`)."""
         import mmap
+        import select
         import socket
 
         class Borrowed(socket.socket):
-            """A socket object over an fd it does not own: never closes it, not even when collected
-            (at the interpreter's exit, or a forked process's), and never warns that it did not."""
+            """A socket over an fd it does not own: never closed, even when collected, and no warning."""
 
             def __del__(self) -> None:
                 self.detach()
@@ -356,6 +356,9 @@ class ToolChannel:
         self._socket = Borrowed(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
         self._socket.settimeout(None)  # blocking, whatever socket.setdefaulttimeout the run's code set
         self._given_up = given_up if given_up is not None else mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
+        # Answers are awaited in poll: the server's read of a call wakes one in recv too, for nothing.
+        self._ready = select.poll()
+        self._ready.register(fd, select.POLLIN)
 
     def exchange(self, body: bytes, call_id: bytes) -> bytes:
         """One tool call: `body` framed on the job socket, its answer's body read back. OSError if the
@@ -374,8 +377,6 @@ class ToolChannel:
         write, which no other write splits) and alone for a large one (written in parts) and for the
         report (`harvest.send`)."""
         framed = frame_tool(body, call_id)
-        # A large frame goes in parts, between which the kernel lets another write in: it is written
-        # holding the lock alone; small ones, each in one write, share it (and the report takes it alone).
         with SocketTurn(self.fd, alone=len(framed) > ATOMIC_BYTES):
             write_whole(self.fd, framed)
         try:
@@ -389,6 +390,7 @@ class ToolChannel:
 
         channel = self._socket
         while True:
+            self._ready.poll()
             head = _peek(channel)  # blocks until something is there
             line = _line_of(head)
             if line is not None:
@@ -410,8 +412,7 @@ class ToolChannel:
             time.sleep(0.0005)  # another process's answer at the head, or being read, or on its way
 
     def _give_up(self, call_id: bytes) -> None:
-        """Write `call_id` down as given up, over any older one in its slot (whose answer then waits
-        for its process's next call, or its end)."""
+        """Write `call_id` down as given up, over any older one in its slot (its answer waits longer)."""
         at = _slot(call_id)
         self._given_up[at : at + GIVEN_UP_SLOT] = call_id.ljust(GIVEN_UP_SLOT, b"\0")
 
@@ -500,8 +501,7 @@ def _recv(channel: Any, size: int, flags: int = 0) -> bytes:
 
 
 def _line_of(head: bytes) -> tuple[int, int, bytes] | None:
-    """The answer's line at the head, if one is whole there (else: on its way, or the middle of an
-    answer another process is reading)."""
+    """The answer's line at the head, if whole there (else on its way, or another's being read)."""
     try:
         return frame_line(head, ANSWER_HEAD)
     except ValueError:

@@ -69,6 +69,32 @@ async def test_a_run_calls_a_downstream_servers_tools_as_functions_fifty_in_a_ro
     assert settled(lambda: processes_mentioning(str(TIME_SERVER))) == [], "the downstream ends with the server"
 
 
+async def test_a_run_waiting_for_a_tools_answer_is_woken_once_a_call_by_its_answer(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found measuring issue 49's round trip: a run that waited in recv was woken twice a call, the
+    # first time for nothing when the server read its call (the socket's space freed wakes recv's
+    # waiters too): a context switch, and on a VM an idle core woken, each call. It waits in poll now.
+    path = tools_file(tmp_path, time=time_server(["get_current_time"]))
+    code = (
+        "import mcp_tools\n"
+        "def switches():\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('voluntary_ctxt_switches:'):\n"
+        "            return int(line.split()[1])\n"
+        "mcp_tools.time.get_current_time(timezone='UTC')\n"
+        "before = switches()\n"
+        "for _ in range(90):\n"
+        "    mcp_tools.time.get_current_time(timezone='UTC')\n"
+        "print((switches() - before) / 90)\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            done = await run(client, code)
+    assert done["status"] == "ok", done["stderr"]
+    assert 0.9 <= float(done["stdout"]) <= 1.2, done["stdout"]
+
+
 async def test_every_failure_of_a_call_is_a_tool_error_naming_the_server_and_the_tool(
     work_dir: Path, tmp_path: Path
 ) -> None:
