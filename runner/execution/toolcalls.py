@@ -98,7 +98,12 @@ class ToolCalls:
                 )
                 answer = b'{"ok": false, "error": "the server could not answer this call"}'
             del call  # the arguments are let go before the next call comes
-            self._answer(call_id, answer, process)
+            try:
+                self._answer(call_id, answer, process)
+            except Exception:  # a fault of ours: this call's answer is lost, the run's calls go on
+                self._log.warning(
+                    "a tool call's answer failed", exc_info=True, extra={"request_id": self._request_id, "fields": {}}
+                )
             waiting = asyncio.get_running_loop().create_future()
             self._idle.append(waiting)
             call_id, call, process = await waiting
