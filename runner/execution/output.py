@@ -1,5 +1,5 @@
 """Reading what a run sends back while it is driven: stdout, stderr and the report on the job
-socket, all three from one task.
+socket, each read in the event loop's callback while one task waits for them all.
 
 The three fds are the event loop's readers for the run's life (epoll on Linux, kqueue on the BSDs and
 macOS): one wakeup reads whatever is ready, often a stream's last bytes, its end and the report

@@ -18,6 +18,7 @@ import asyncio
 import collections
 import logging
 import os
+from collections.abc import Callable
 
 import anyio
 import anyio.abc
@@ -49,7 +50,7 @@ class ToolCalls:
         self._tools = tools
         self._log = log
         self._request_id = request_id
-        self._outbox = _Outbox(tg, child)
+        self._outbox = _Outbox(tg, child, self._written)
         self._pending: dict[bytes, int] = {}
         self._frames = 0
         # Each worker waiting for a call, by the future it waits on: a call handed to one is its own, so no
@@ -69,8 +70,7 @@ class ToolCalls:
             return
         pending[process] = pending.get(process, 0) + 1
         try:
-            taken = tools.take(body)
-            del body  # the frame is let go before its answer waits its turn to be written
+            taken = tools.take(body)  # the frame's body is let go when the reader's callback returns
             if isinstance(taken, bytes):
                 self._answer(call_id, taken, process)
                 return
@@ -104,64 +104,72 @@ class ToolCalls:
                 self._log.warning(
                     "a tool call's answer failed", exc_info=True, extra={"request_id": self._request_id, "fields": {}}
                 )
+            del answer  # not held while the worker waits
             waiting = asyncio.get_running_loop().create_future()
             self._idle.append(waiting)
             call_id, call, process = await waiting
 
     def _answer(self, call_id: bytes, answer: bytes, process: bytes) -> None:
         try:
-            self._outbox.send(frame_answer(answer, call_id))
+            self._outbox.send(frame_answer(answer, call_id), process)
         finally:
-            pending = self._pending
-            pending[process] -= 1
-            if not pending[process]:
-                del pending[process]
             self._tools.tell()
+
+    def _written(self, process: bytes) -> None:
+        """`process`'s answer is written, or dropped: it no longer counts as unanswered. (One that
+        waits in the outbox does: a run that reads no answer is flooding its channel all the same.)"""
+        pending = self._pending
+        pending[process] -= 1
+        if not pending[process]:
+            del pending[process]
 
 
 class _Outbox:
     """Answers written whole and in turn on the run's job socket: at once where it takes them, else
     queued for one task that writes them as it drains. An answer to a run that has ended, or shut its
-    socket, is dropped: no one waits for it."""
+    socket, is dropped: no one waits for it. Each answer's process is told to `written` once its answer
+    is written or dropped."""
 
-    def __init__(self, tg: anyio.abc.TaskGroup, child: Child) -> None:
+    def __init__(self, tg: anyio.abc.TaskGroup, child: Child, written: Callable[[bytes], None]) -> None:
         self._tg = tg
         self._child = child
-        self._queued: collections.deque[memoryview] = collections.deque()
+        self._written = written
+        self._queued: collections.deque[tuple[memoryview, bytes]] = collections.deque()
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes, process: bytes) -> None:
         fd = self._child.code
         if self._queued:
-            self._queued.append(memoryview(data))
-            return
-        if not self._child.is_open(fd):
+            self._queued.append((memoryview(data), process))
             return
         try:
-            written = os.write(fd, data)
+            written = os.write(fd, data) if self._child.is_open(fd) else len(data)
         except BlockingIOError:
             written = 0
         except OSError:
-            return  # the run ended, or its socket was shut
+            written = len(data)  # the run ended, or its socket was shut: dropped
         if written < len(data):
-            self._queued.append(memoryview(data)[written:])
+            self._queued.append((memoryview(data)[written:], process))
             self._tg.start_soon(self._drain, name="tool answers")
+        else:
+            self._written(process)
 
     async def _drain(self) -> None:
         fd, queued = self._child.code, self._queued
         try:
-            while queued:
-                if not self._child.is_open(fd):
-                    return
+            while queued and self._child.is_open(fd):
+                data, process = queued[0]
                 try:
-                    written = os.write(fd, queued[0])
+                    written = os.write(fd, data)
                 except BlockingIOError:
                     await anyio.wait_writable(fd)
                     continue
-                if written == len(queued[0]):
+                if written == len(data):
                     queued.popleft()
+                    self._written(process)
                 else:
-                    queued[0] = queued[0][written:]
+                    queued[0] = (data[written:], process)
         except OSError:
             pass  # the run ended, or its socket was shut
         finally:
-            queued.clear()  # written, or no one's: the run has ended, or its socket was shut
+            while queued:  # written, or no one's: the run has ended, or its socket was shut
+                self._written(queued.popleft()[1])

@@ -341,7 +341,6 @@ class ToolChannel:
     def __init__(self, fd: int, given_up: Any = None) -> None:
         """`given_up`: memory all the run's processes share (made before its code runs: `offer_tools`)."""
         import mmap
-        import select
         import socket
 
         class Borrowed(socket.socket):
@@ -356,9 +355,6 @@ class ToolChannel:
         self._socket = Borrowed(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
         self._socket.settimeout(None)  # blocking, whatever socket.setdefaulttimeout the run's code set
         self._given_up = given_up if given_up is not None else mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
-        # Answers are awaited in poll: the server's read of a call wakes one in recv too, for nothing.
-        self._ready = select.poll()
-        self._ready.register(fd, select.POLLIN)
 
     def exchange(self, body: bytes, call_id: bytes) -> bytes:
         """One tool call: `body` framed on the job socket, its answer's body read back. OSError if the
@@ -386,11 +382,15 @@ class ToolChannel:
             raise
 
     def _answer(self, call_id: bytes) -> bytes:
+        import select
         import time
 
+        # In poll (the server's read of a call wakes a recv for nothing); one a call (a fork copies one in use).
+        ready = select.poll()
+        ready.register(self.fd, select.POLLIN)
         channel = self._socket
         while True:
-            self._ready.poll()
+            ready.poll()
             head = _peek(channel)  # blocks until something is there
             line = _line_of(head)
             if line is not None:

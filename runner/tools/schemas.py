@@ -47,7 +47,9 @@ class SchemaCheck:
     @classmethod
     def of(cls, schema: Any) -> SchemaCheck | None:
         """A check of `schema` in the draft it names (many servers still write draft-07; else
-        2020-12); None if `schema` is not a schema."""
+        2020-12); None if `schema` is not a schema, or names a draft below its root (jsonschema checks
+        such a part with that draft's own validator, without these bounds: a `pattern` there would
+        backtrack on the event loop)."""
         from jsonschema import Draft202012Validator
         from jsonschema.validators import extend, validator_for
         from referencing import Registry
@@ -56,6 +58,8 @@ class SchemaCheck:
             kind = validator_for(schema, default=Draft202012Validator)
             kind.check_schema(schema)
         except Exception:  # SchemaError, or what the server's schema makes the meta-check raise
+            return None
+        if _draft_below_root(schema):
             return None
         steps = [MOST_STEPS]
         keywords: dict[str, Any] = {}
@@ -166,7 +170,7 @@ _PLAIN_TYPES: dict[str, tuple[type, ...]] = {
     "object": (dict,),
     "array": (list,),
 }
-_ANNOTATIONS = ("description", "title", "default", "examples", "$schema", "$comment", "format", "deprecated")
+_ANNOTATIONS = ("description", "title", "default", "examples", "$comment", "format", "deprecated")
 _PLAIN = frozenset(
     {*_ANNOTATIONS, "readOnly", "writeOnly", "type", "properties", "required", "additionalProperties", "items", "enum"}
 )
@@ -180,7 +184,9 @@ def _plain_check(schema: Any) -> Callable[[Any], bool] | None:
     (`_PLAIN`); None where it holds any other, or is too deep for one. Past MOST_NODES values,
     `_OverBudget`."""
     try:
-        check = _plain(schema)
+        # A draft named at its root only (`of`), and the plain keywords are checked for the strictest draft.
+        root = {key: value for key, value in schema.items() if key != "$schema"} if isinstance(schema, dict) else schema
+        check = _plain(root)
     except RecursionError:
         return None
     if check is None:
@@ -249,6 +255,25 @@ def _counted_value(left: list[int]) -> bool:
     if left[0] < 0:
         raise _OverBudget
     return True
+
+
+def _draft_below_root(schema: Any) -> bool:
+    """Whether an object below `schema`'s root names a draft (a string ``$schema``), or it is too large
+    to tell (more than MOST_NODES values: a listing is 4 MiB at most)."""
+    left = MOST_NODES
+    stack = [value for value in (schema.values() if isinstance(schema, dict) else [schema])]
+    while stack:
+        left -= 1
+        if left < 0:
+            return True
+        value = stack.pop()
+        if isinstance(value, dict):
+            if isinstance(value.get("$schema"), str):
+                return True
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
 
 
 def _skipped(*_: Any) -> None:

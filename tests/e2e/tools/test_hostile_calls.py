@@ -258,3 +258,31 @@ async def test_a_call_given_up_by_a_process_forked_before_mcp_tools_was_imported
             done = await run(client, code, timeout=10)
     assert done["status"] == "ok", (done["stdout"], done["stderr"])
     assert done["stdout"].splitlines() == ["child gave up", "parent backtracks ok"]
+
+
+async def test_a_process_forked_while_a_thread_waits_for_an_answer_makes_calls_of_its_own(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the run waited for answers on one poll object, and a fork copies its "in use"
+    # mark: a child forked while a thread of its parent waited could never poll, every call of its a
+    # RuntimeError (not a ToolError), its call still sent and its answer dropped.
+    code = SAID + (
+        "import os, threading, time\n"
+        "slow = threading.Thread(target=lambda: print('thread', said(lambda: h.slow(seconds=1)), flush=True))\n"
+        "slow.start()\n"
+        "time.sleep(0.3)  # the thread waits for its answer\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    try:\n"
+        "        print('child', said(lambda: h.backtracks(s='aa')), flush=True)\n"
+        "    finally:\n"
+        "        os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "slow.join()\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            done = await run(client, code, timeout=10)
+    assert done["status"] == "ok", (done["stdout"], done["stderr"])
+    assert done["stdout"].splitlines() == ["child backtracks ok", "thread slow ok"], done["stdout"]

@@ -1,0 +1,121 @@
+"""A run's tool call frames taken and answered (`runner.execution.toolcalls`), on a real socket pair and
+the real broker's own answers (the module, refusals), without a run or a downstream server."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+
+import anyio
+import pytest
+
+from runner.config import ToolsConfig, ToolServers
+from runner.config.tools import Downstream
+from runner.execution.toolcalls import MOST_PENDING_PER_PROCESS, ToolCalls
+from runner.inrun.wire import ANSWER_HEAD, frame_line
+from runner.processes.child import Child
+from runner.tools.broker import Broker
+
+pytestmark = pytest.mark.anyio
+
+
+def broker() -> Broker:
+    """The real broker, its one server never started: what it answers itself (the module, refusals)."""
+    server = Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true")
+    config = ToolsConfig("tools.json", tools_max_calls=100_000, tools_max_mb=16, tools_max_concurrent=4)
+    return Broker(ToolServers("tools.json", (server,)), config, logging.getLogger())
+
+
+def channel(send_buffer: int) -> tuple[Child, socket.socket]:
+    """A child whose job socket's server end takes at most about `send_buffer` bytes unread."""
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, send_buffer)
+    ours.setblocking(False)
+    code = ours.detach()
+    child = Child(pid=-1, workdir=None, stdin=-1, stdout=-1, stderr=-1, code=code)
+    child._open.add(code)
+    return child, theirs
+
+
+def answers(data: bytes) -> list[tuple[bytes, bytes]]:
+    """(call id, body) of each whole answer frame in `data`, in order; the rest must be none."""
+    found = []
+    while data:
+        line = frame_line(data, ANSWER_HEAD)
+        assert line is not None, data[:80]
+        line_bytes, size, call_id = line
+        assert len(data) >= line_bytes + size, "an answer cut short"
+        found.append((call_id, data[line_bytes : line_bytes + size]))
+        data = data[line_bytes + size :]
+    return found
+
+
+async def test_a_process_that_reads_none_of_its_answers_has_the_channel_shut_once_eight_wait() -> None:
+    # Found by a review: an answer the socket would not take was queued and no longer counted as
+    # unanswered, so a run that wrote empty frames and read nothing had the server queue every answer
+    # (409 MiB for one run at RUNNER_TOOLS_MAX_CALLS=100000) until its frames ran out.
+    child, theirs = channel(4096)
+    try:
+        async with anyio.create_task_group() as tg:
+            tools = broker().for_run("r", None, anyio.current_time() + 60)
+            assert tools is not None
+            calls = ToolCalls(tg, child, tools, logging.getLogger(), "r")
+            for taken in range(10_000):
+                calls.take(b"1.%d" % taken, b"")  # not JSON: the broker answers at once
+            received = bytearray()
+            theirs.setblocking(False)
+            with anyio.fail_after(5):  # the channel's end: shut by the server
+                while chunk := await _received(theirs):
+                    received += chunk
+            written = answers(bytes(received))
+            assert MOST_PENDING_PER_PROCESS < len(written) < 1_000
+            tg.cancel_scope.cancel()
+    finally:
+        theirs.close()
+        child.close_all()
+
+
+async def _received(end: socket.socket) -> bytes:
+    await anyio.wait_readable(end)
+    return end.recv(1 << 16)
+
+
+async def test_answers_too_large_for_the_socket_come_whole_and_in_their_order() -> None:
+    child, theirs = channel(4096)
+    try:
+        async with anyio.create_task_group() as tg:
+            tools = broker().for_run("r", None, anyio.current_time() + 60)
+            assert tools is not None
+            calls = ToolCalls(tg, child, tools, logging.getLogger(), "r")
+            for n in range(3):
+                calls.take(b"%d.1" % (n + 1), b'{"op": "module"}')  # each some kB: the socket takes part
+            calls.take(b"4.1", b"not json")
+            received = bytearray()
+            theirs.setblocking(False)
+            with anyio.fail_after(10):
+                while len(answers_so_far := _whole(received)) < 4:
+                    await anyio.wait_readable(theirs)
+                    received += theirs.recv(1 << 16)
+            ids = [call_id for call_id, _ in answers_so_far]
+            assert ids == [b"1.1", b"2.1", b"3.1", b"4.1"]
+            assert all("catalog" in json.loads(body) for _, body in answers_so_far[:3])
+            assert json.loads(answers_so_far[3][1]) == {"ok": False, "error": "the run sent a call that is not JSON"}
+            tg.cancel_scope.cancel()
+    finally:
+        theirs.close()
+        child.close_all()
+
+
+def _whole(data: bytearray) -> list[tuple[bytes, bytes]]:
+    """The whole answers at the head of `data` (one cut short at the end is not yet whole)."""
+    found = []
+    view = bytes(data)
+    while view:
+        line = frame_line(view, ANSWER_HEAD)
+        if line is None or len(view) < line[0] + line[1]:
+            break
+        found.append((line[2], view[line[0] : line[0] + line[1]]))
+        view = view[line[0] + line[1] :]
+    return found
