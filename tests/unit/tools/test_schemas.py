@@ -1,6 +1,7 @@
 """Bounded schema checks (`runner.tools.schemas`): the plain schemas' own check never lets through what
-jsonschema refuses, in any draft a tool may name, and a refusal is still said by jsonschema; a schema
-that names another draft below its root is not checked (jsonschema would check that part unbounded)."""
+jsonschema refuses, in any draft a tool may name, and a refusal is still said by jsonschema; every part
+of an instance, and the schema against its meta-schema, is checked within the bounds, whatever draft a
+part names or a `$ref` leads to."""
 
 from __future__ import annotations
 
@@ -98,20 +99,62 @@ def test_what_the_check_passes_jsonschema_passes_in_every_draft(schema: Any, ins
         assert valid, (schema, instance)
 
 
-def test_a_draft_named_below_the_root_leaves_the_schema_unchecked_and_a_pattern_there_never_runs() -> None:
-    # Found by a review: jsonschema checks such a part with that draft's own validator, without the
-    # bounds (a `pattern` that backtracks held the event loop, 0.3 s at 22 characters, x4 each 2 more).
-    backtracking = {"type": "object", "properties": {"a": {"$schema": DRAFTS[3], "pattern": "^(a+)+$"}}}
-    assert SchemaCheck.of(backtracking) is None
+def test_a_part_that_names_its_draft_is_checked_in_it_within_the_bounds() -> None:
+    # Found by a review: the plain check took a `$schema` below the root for an annotation, while
+    # jsonschema checks that part in the draft it names (draft 3's `required: true`).
     draft3 = {
+        "$schema": DRAFTS[5],
         "type": "object",
-        "properties": {"a": {"$schema": DRAFTS[0], "properties": {"b": {"required": ["z"]}}}},
+        "properties": {"a": {"$schema": DRAFTS[0], "properties": {"b": {"required": ["z"]}}}},  # truthy: b required
     }
-    assert SchemaCheck.of(draft3) is None
-    named = {"type": "object", "properties": {"$schema": {"type": "string"}}}  # a property so named
-    check = SchemaCheck.of(named)
+    check = SchemaCheck.of(draft3)
     assert check is not None
-    assert check.mismatch({"$schema": 1}) != ""
+    assert check.mismatch({"a": {}}) == "argument 'a/b': 'b' is a required property"
+    assert check.mismatch({"a": {"b": 1}}) == ""
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"properties": {"s": {"$schema": DRAFTS[3], "pattern": "^(a+)+$"}}},
+        {"$schema": DRAFTS[3], "properties": {"s": {"pattern": "^(a+)+$"}, "child": {"$ref": "#"}}},
+        {"$schema": DRAFTS[5], "$id": "https://x.example/t", "properties": {"child": {"$ref": "https://x.example/t"}}}
+        | {"properties": {"s": {"pattern": "^(a+)+$"}, "child": {"$ref": "https://x.example/t"}}},
+        {
+            "$schema": DRAFTS[4],
+            "$recursiveAnchor": True,
+            "properties": {"s": {"pattern": "^(a+)+$"}, "child": {"$recursiveRef": "#"}},
+        },
+        {
+            "$schema": DRAFTS[5],
+            "$dynamicAnchor": "n",
+            "properties": {"s": {"pattern": "^(a+)+$"}, "child": {"$dynamicRef": "#n"}},
+        },
+    ],
+)
+def test_a_pattern_is_never_run_where_a_part_names_its_draft_or_a_ref_leads_back_to_the_root(schema: Any) -> None:
+    # Found by two reviews: jsonschema checked such a part with the draft's registered validator, not
+    # the bounded one: the pattern backtracked on the event loop (0.3 s at 22 characters, x4 each two
+    # more; at 40 this test would not end).
+    check = SchemaCheck.of(schema)
+    assert check is not None
+    assert check.mismatch({"s": "a" * 40 + "!", "child": {"s": "a" * 40 + "!"}}) == ""
+
+
+def test_a_ref_to_a_drafts_meta_schema_is_checked_within_the_bounds() -> None:
+    # Found by a review: a `$ref` to draft 4's meta-schema checked its `enum` (`uniqueItems`) with the
+    # registered validator, every pair of 30,000 objects compared: some 15 minutes on the event loop.
+    check = SchemaCheck.of({"$schema": DRAFTS[3], "properties": {"spec": {"$ref": DRAFTS[1]}}})
+    assert check is not None
+    assert check.mismatch({"spec": {"enum": [{"a": n} for n in range(30_000)]}}) == ""
+    assert check.mismatch({"spec": {"type": 5}}).startswith("argument 'spec/type': 5 is not valid")
+
+
+def test_a_listed_schema_is_checked_against_its_meta_schema_within_the_bounds() -> None:
+    # Found by a review: the meta-check (`check_schema`) ran unbounded: a draft-4 `enum` of 30,000
+    # objects in a listing compared every pair.
+    assert SchemaCheck.of({"$schema": DRAFTS[1], "enum": [{"a": n} for n in range(30_000)]}) is not None
+    assert SchemaCheck.of({"$schema": DRAFTS[3], "type": 5}) is None  # not a schema
 
 
 def test_a_plain_schema_gets_its_own_check_and_one_with_any_other_keyword_none() -> None:
