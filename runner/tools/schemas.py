@@ -4,14 +4,18 @@ the event loop every run shares, and the server wrote the schemas, a run the arg
 may take long, whatever either holds.
 
 - Keywords whose cost the instance chooses are not checked: `pattern` and `patternProperties` (a
-  pattern may backtrack), `uniqueItems` (quadratic over unhashable items); nor
-  `additionalProperties`/`unevaluatedProperties` where the schema has `patternProperties` (telling
-  which names are additional runs its patterns).
-- No `$ref` is followed off the page: no registry to fetch a URL or read a file from.
-- Each check is bounded in steps (keyword evaluations, 4-10 us each; an error counts ERROR_STEPS): a
-  schema whose `$ref`s
-  expand exponentially, or an instance of millions of items, is left unchecked past MOST_STEPS; an
-  instance of more than MOST_NODES values is not checked at all.
+  pattern may backtrack), `uniqueItems` (quadratic over unhashable items), `unevaluatedItems` and
+  `unevaluatedProperties` (each item looked up in a list, each property through every branch); nor
+  `additionalProperties` where the schema has `patternProperties` (telling which names are
+  additional runs its patterns).
+- No `$ref` is followed off the page: no registry to fetch a URL or read a file from; the schema's
+  anchors are found once.
+- Each check is bounded in steps (an error counts ERROR_STEPS): a step is a keyword evaluated (4-10
+  us), a part of the instance walked into, or VALUE_STEP entries of a keyword's value. A schema whose
+  `$ref`s expand exponentially, or an instance of millions of items, is left unchecked past
+  MOST_STEPS; an instance of more than MOST_NODES values, or a schema of more than MOST_SCHEMA_NODES,
+  is not checked at all. Every part is checked by a bounded validator, whatever draft it names
+  (`_Bounded`), and so is the schema against its meta-schema (META_STEPS, no format asserted).
 - A step costs little whatever the instance holds: the validator sees a copy of it whose strings,
   objects and arrays print short, since jsonschema writes each error's message with the value it is
   about (a 300 KB string, once per branch of an `anyOf` of 9,000: 6.6 GB).
@@ -23,12 +27,16 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-MOST_STEPS = 5_000  # keyword evaluations a check may take, each pass: 50 ms at most (10 us each with $refs)
+MOST_STEPS = 5_000  # steps a check may take, each pass: 50 ms at most (10 us each with $refs)
 META_STEPS = 20_000  # a schema checked against its meta-schema, once a listed schema: some 0.15 s at most
 MOST_NODES = 100_000  # an instance's values copied for a check at most
+MOST_SCHEMA_NODES = 10_000  # a schema's values: a larger one is left to its server (a keyword's value is read whole)
+VALUE_STEP = 8  # a keyword's value costs a step for each so many of its entries (an `enum`, `properties`)
 ERROR_STEPS = 10  # what an error a keyword yields counts for (its object, its message, its context)
 MOST_ERRORS_RANKED = 64  # a mismatch's errors looked at to name the one that says most
-_UNCHECKED = frozenset({"pattern", "patternProperties", "uniqueItems"})
+# Keywords whose cost the instance chooses: a pattern may backtrack; the others compare every pair
+# of items, or walk the schema's every branch for each property, counting no step.
+_UNCHECKED = frozenset({"pattern", "patternProperties", "uniqueItems", "unevaluatedItems", "unevaluatedProperties"})
 
 
 class _OverBudget(Exception):
@@ -53,17 +61,29 @@ class SchemaCheck:
         its draft: `_Bounded`."""
         from jsonschema import Draft202012Validator
         from jsonschema.validators import validator_for
-        from referencing import Registry
+        from jsonschema_specifications import REGISTRY as DRAFTS  # type: ignore[import-untyped]
+        from referencing import Registry, Specification
+        from referencing.jsonschema import specification_with
 
+        if _too_large(schema):
+            return None
         try:
             kind = validator_for(schema, default=Draft202012Validator)
             if not _Bounded([META_STEPS]).is_schema(kind, schema):
                 return None
-        except Exception:  # what the server's schema makes the meta-check raise
+            # Its anchors found once, not each time a `$ref` names one (referencing crawls the whole
+            # schema for an anchor it has not seen); and no registry to fetch a `$ref`'s URL or read its
+            # file from: the drafts' own meta-schemas only.
+            meta_id = kind.META_SCHEMA.get("$id") or kind.META_SCHEMA.get("id") or ""
+            draft = specification_with(meta_id, default=Specification.OPAQUE)
+            resource = draft.create_resource(schema)
+            uri = resource.id() or ""
+            registry = DRAFTS.combine(Registry()).with_resource(uri, resource).crawl()
+        except Exception:  # what the server's schema makes the meta-check or the crawl raise
             return None
         steps = [MOST_STEPS]
-        # No registry to fetch a `$ref`'s URL or read its file from (the drafts' own meta-schemas only).
-        return cls(_Bounded(steps).of(kind)(schema, registry=Registry()), steps, _plain_check(schema))
+        validator = _Bounded(steps).of(kind)(schema, _resolver=registry.resolver(base_uri=uri))
+        return cls(validator, steps, _plain_check(schema))
 
     def mismatch(self, instance: Any) -> str:
         """Why `instance` does not match ("" if it does, or if telling would take more than MOST_STEPS)."""
@@ -131,8 +151,22 @@ class _Bounded:
                 keywords[keyword] = _counted(check, self._steps)
             made = extend(kind, {**{keyword: _skipped for keyword in _UNCHECKED}, **keywords})  # type: ignore[no-untyped-call]
             made.evolve = self._evolve()
+            made.descend = self._descend(made.descend)
             self._classes[kind], self._registered[made] = made, kind
         return made
+
+    def _descend(self, descend: Callable[..., Any]) -> Callable[..., Any]:
+        """jsonschema's `descend` (into a part of the instance), a step each: an `items` over a long
+        array, even of `true`, walks each item."""
+        steps = self._steps
+
+        def counted(validator: Any, *args: Any, **kwargs: Any) -> Any:
+            steps[0] -= 1
+            if steps[0] < 0:
+                raise _OverBudget
+            return descend(validator, *args, **kwargs)
+
+        return counted
 
     def _evolve(self) -> Callable[..., Any]:
         """jsonschema's `evolve` (the validator of a part of the instance), its class a bounded one."""
@@ -155,9 +189,10 @@ class _Bounded:
         from jsonschema.validators import validator_for
         from referencing import Registry
 
+        # No format asserted: the `regex` one compiles every pattern (a hostile one, seconds), and no
+        # pattern is run here.
         meta = kind.META_SCHEMA
-        bounded = self.of(validator_for(meta, default=kind))
-        checking = bounded(meta, format_checker=kind.FORMAT_CHECKER, registry=Registry())
+        checking = self.of(validator_for(meta, default=kind))(meta, registry=Registry())
         try:
             return next(iter(checking.iter_errors(schema)), None) is None
         except _OverBudget:
@@ -195,7 +230,7 @@ def _shadow(value: Any, left: list[int]) -> Any:
 
 def _counted(check: Any, steps: list[int]) -> Any:
     def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        steps[0] -= 1
+        steps[0] -= 1 + (len(value) // VALUE_STEP if isinstance(value, (list, dict)) else 0)
         if steps[0] < 0:
             raise _OverBudget
         errors = check(validator, value, instance, schema)
@@ -271,6 +306,9 @@ def _plain(schema: Any) -> Plain | None:
     properties, required = schema.get("properties", {}), schema.get("required", [])
     if not isinstance(properties, dict) or not isinstance(required, list):
         return None
+    if not all(isinstance(name, str) for name in required):
+        return None
+    required = list(dict.fromkeys(required))  # each once: an object that passes holds them all
     named = {name: _plain(sub) for name, sub in properties.items()}
     extra = schema.get("additionalProperties", True)
     other = None if extra is False else _plain(extra)
@@ -310,6 +348,21 @@ def _counted_value(left: list[int]) -> bool:
     if left[0] < 0:
         raise _OverBudget
     return True
+
+
+def _too_large(schema: Any) -> bool:
+    """Whether `schema` holds more than MOST_SCHEMA_NODES values (a listing holds 4 MiB at most)."""
+    left, stack = MOST_SCHEMA_NODES, [schema]
+    while stack:
+        left -= 1
+        if left < 0:
+            return True
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
 
 
 def _skipped(*_: Any) -> None:
