@@ -51,11 +51,12 @@ class ToolCalls:
         self._log = log
         self._request_id = request_id
         self._outbox = _Outbox(tg, child, self._written)
-        self._pending: dict[bytes, int] = {}
+        self._pending: dict[bytes, int] = {}  # unanswered frames, by process
+        self._unanswered = 0  # of all processes
         self._frames = 0
         # Each worker waiting for a call, by the future it waits on: a call handed to one is its own, so no
-        # call waits behind a busy worker. (A future, not a memory stream: a handing costs a call 12 us
-        # through anyio's stream here, a few through the loop's future.)
+        # call waits behind a busy worker. (A future, not a memory stream: a handing cost a call 12 us
+        # through anyio's stream here, 7 through the loop's future.)
         self._idle: collections.deque[asyncio.Future[tuple[bytes, ToolCall, bytes]]] = collections.deque()
 
     def take(self, call_id: bytes, body: bytes) -> None:
@@ -64,11 +65,12 @@ class ToolCalls:
         process = call_id.partition(b".")[0]
         self._frames += 1
         pending = self._pending
-        flooding = self._frames > tools.most_frames or sum(pending.values()) >= MOST_PENDING
+        flooding = self._frames > tools.most_frames or self._unanswered >= MOST_PENDING
         if flooding or pending.get(process, 0) >= MOST_PENDING_PER_PROCESS:
             child.shut(child.code)
             return
         pending[process] = pending.get(process, 0) + 1
+        self._unanswered += 1
         try:
             taken = tools.take(body)  # the frame's body is let go when the reader's callback returns
             if isinstance(taken, bytes):
@@ -120,6 +122,7 @@ class ToolCalls:
         waits in the outbox does: a run that reads no answer is flooding its channel all the same.)"""
         pending = self._pending
         pending[process] -= 1
+        self._unanswered -= 1
         if not pending[process]:
             del pending[process]
 

@@ -15,6 +15,16 @@ from tests.code_mode import hostile, peak_memory, run, run_once, server_process,
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
+# A child forked now makes a call of its own, and its parent waits for it.
+CHILD_CALLS = (
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    try:\n"
+    "        print('child', said(lambda: h.backtracks(s='aa')), flush=True)\n"
+    "    finally:\n"
+    "        os._exit(0)\n"
+    "os.waitpid(pid, 0)\n"
+)
 SAID = (
     "import mcp_tools\n"
     "h = mcp_tools.hostile\n"
@@ -206,14 +216,8 @@ async def test_an_answer_its_process_gave_up_does_not_hold_up_the_calls_of_the_r
         "    print('parent', exc, flush=True)\n"
         "with socket.socket(fileno=os.dup(3)) as peek:\n"
         "    peek.recv(64, socket.MSG_PEEK)  # the answer given up is at the head now\n"
-        "pid = os.fork()\n"
-        "if pid == 0:\n"
-        "    try:\n"
-        "        print('child', said(lambda: h.backtracks(s='aa')), flush=True)\n"
-        "    finally:\n"
-        "        os._exit(0)\n"
-        "os.waitpid(pid, 0)\n"
-        "print('parent done')\n"
+        + CHILD_CALLS
+        + "print('parent done')\n"
     )
     path = tools_file(tmp_path, hostile=hostile())
     with (tmp_path / "stderr.log").open("w") as errlog:
@@ -270,15 +274,7 @@ async def test_a_process_forked_while_a_thread_waits_for_an_answer_makes_calls_o
         "import os, threading, time\n"
         "slow = threading.Thread(target=lambda: print('thread', said(lambda: h.slow(seconds=1)), flush=True))\n"
         "slow.start()\n"
-        "time.sleep(0.3)  # the thread waits for its answer\n"
-        "pid = os.fork()\n"
-        "if pid == 0:\n"
-        "    try:\n"
-        "        print('child', said(lambda: h.backtracks(s='aa')), flush=True)\n"
-        "    finally:\n"
-        "        os._exit(0)\n"
-        "os.waitpid(pid, 0)\n"
-        "slow.join()\n"
+        "time.sleep(0.3)  # the thread waits for its answer\n" + CHILD_CALLS + "slow.join()\n"
     )
     path = tools_file(tmp_path, hostile=hostile())
     with (tmp_path / "stderr.log").open("w") as errlog:

@@ -3,9 +3,11 @@ the real broker's own answers (the module, refusals), without a run or a downstr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -39,83 +41,66 @@ def channel(send_buffer: int) -> tuple[Child, socket.socket]:
     return child, theirs
 
 
-def answers(data: bytes) -> list[tuple[bytes, bytes]]:
-    """(call id, body) of each whole answer frame in `data`, in order; the rest must be none."""
-    found = []
-    while data:
-        line = frame_line(data, ANSWER_HEAD)
-        assert line is not None, data[:80]
-        line_bytes, size, call_id = line
-        assert len(data) >= line_bytes + size, "an answer cut short"
-        found.append((call_id, data[line_bytes : line_bytes + size]))
-        data = data[line_bytes + size :]
-    return found
-
-
-async def test_a_process_that_reads_none_of_its_answers_has_the_channel_shut_once_eight_wait() -> None:
-    # Found by a review: an answer the socket would not take was queued and no longer counted as
-    # unanswered, so a run that wrote empty frames and read nothing had the server queue every answer
-    # (409 MiB for one run at RUNNER_TOOLS_MAX_CALLS=100000) until its frames ran out.
-    child, theirs = channel(4096)
-    try:
-        async with anyio.create_task_group() as tg:
-            tools = broker().for_run("r", None, anyio.current_time() + 60)
-            assert tools is not None
-            calls = ToolCalls(tg, child, tools, logging.getLogger(), "r")
-            for taken in range(10_000):
-                calls.take(b"1.%d" % taken, b"")  # not JSON: the broker answers at once
-            received = bytearray()
-            theirs.setblocking(False)
-            with anyio.fail_after(5):  # the channel's end: shut by the server
-                while chunk := await _received(theirs):
-                    received += chunk
-            written = answers(bytes(received))
-            assert MOST_PENDING_PER_PROCESS < len(written) < 1_000
-            tg.cancel_scope.cancel()
-    finally:
-        theirs.close()
-        child.close_all()
-
-
-async def _received(end: socket.socket) -> bytes:
-    await anyio.wait_readable(end)
-    return end.recv(1 << 16)
-
-
-async def test_answers_too_large_for_the_socket_come_whole_and_in_their_order() -> None:
-    child, theirs = channel(4096)
-    try:
-        async with anyio.create_task_group() as tg:
-            tools = broker().for_run("r", None, anyio.current_time() + 60)
-            assert tools is not None
-            calls = ToolCalls(tg, child, tools, logging.getLogger(), "r")
-            for n in range(3):
-                calls.take(b"%d.1" % (n + 1), b'{"op": "module"}')  # each some kB: the socket takes part
-            calls.take(b"4.1", b"not json")
-            received = bytearray()
-            theirs.setblocking(False)
-            with anyio.fail_after(10):
-                while len(answers_so_far := _whole(received)) < 4:
-                    await anyio.wait_readable(theirs)
-                    received += theirs.recv(1 << 16)
-            ids = [call_id for call_id, _ in answers_so_far]
-            assert ids == [b"1.1", b"2.1", b"3.1", b"4.1"]
-            assert all("catalog" in json.loads(body) for _, body in answers_so_far[:3])
-            assert json.loads(answers_so_far[3][1]) == {"ok": False, "error": "the run sent a call that is not JSON"}
-            tg.cancel_scope.cancel()
-    finally:
-        theirs.close()
-        child.close_all()
-
-
-def _whole(data: bytearray) -> list[tuple[bytes, bytes]]:
-    """The whole answers at the head of `data` (one cut short at the end is not yet whole)."""
-    found = []
-    view = bytes(data)
+def answers(data: bytes | bytearray) -> tuple[list[tuple[bytes, bytes]], int]:
+    """(call id, body) of each whole answer frame at the head of `data`, in order, and the bytes left."""
+    found, view = [], bytes(data)
     while view:
         line = frame_line(view, ANSWER_HEAD)
         if line is None or len(view) < line[0] + line[1]:
             break
         found.append((line[2], view[line[0] : line[0] + line[1]]))
         view = view[line[0] + line[1] :]
-    return found
+    return found, len(view)
+
+
+@contextlib.asynccontextmanager
+async def taking() -> AsyncIterator[tuple[ToolCalls, socket.socket]]:
+    """The call frames of a run whose job socket takes some 4 kB unread, and the run's end of it."""
+    child, theirs = channel(4096)
+    try:
+        async with anyio.create_task_group() as tg:
+            tools = broker().for_run("r", None, anyio.current_time() + 60)
+            assert tools is not None
+            yield ToolCalls(tg, child, tools, logging.getLogger(), "r"), theirs
+            tg.cancel_scope.cancel()
+    finally:
+        theirs.close()
+        child.close_all()
+
+
+async def received(end: socket.socket) -> bytes:
+    await anyio.wait_readable(end)
+    return end.recv(1 << 16)
+
+
+async def test_a_process_that_reads_none_of_its_answers_has_the_channel_shut_once_eight_wait() -> None:
+    # Found by a review: an answer the socket would not take was queued and no longer counted as
+    # unanswered, so a run that wrote empty frames and read nothing had the server queue every answer
+    # (409 MiB for one run at RUNNER_TOOLS_MAX_CALLS=100000) until its frames ran out.
+    async with taking() as (calls, theirs):
+        for taken in range(10_000):
+            calls.take(b"1.%d" % taken, b"")  # not JSON: the broker answers at once
+        data = bytearray()
+        theirs.setblocking(False)
+        with anyio.fail_after(5):  # the channel's end: shut by the server
+            while chunk := await received(theirs):
+                data += chunk
+        written, left = answers(data)
+        assert MOST_PENDING_PER_PROCESS < len(written) < 1_000
+        assert left == 0
+
+
+async def test_answers_too_large_for_the_socket_come_whole_and_in_their_order() -> None:
+    async with taking() as (calls, theirs):
+        for n in range(3):
+            calls.take(b"%d.1" % (n + 1), b'{"op": "module"}')  # each some kB: the socket takes part
+        calls.take(b"4.1", b"not json")
+        data = bytearray()
+        theirs.setblocking(False)
+        with anyio.fail_after(10):
+            while len(answers(data)[0]) < 4:
+                data += await received(theirs)
+        written, left = answers(data)
+        assert ([call_id for call_id, _ in written], left) == ([b"1.1", b"2.1", b"3.1", b"4.1"], 0)
+        assert all("catalog" in json.loads(body) for _, body in written[:3])
+        assert json.loads(written[3][1]) == {"ok": False, "error": "the run sent a call that is not JSON"}
