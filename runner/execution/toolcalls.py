@@ -83,9 +83,7 @@ class ToolCalls:
                     return
             self._tg.start_soon(self._worker, call_id, taken, process, name="tool call worker")
         except Exception:  # a fault of ours: this run's channel ends, the server serves on
-            self._log.warning(
-                "a tool call could not be taken", exc_info=True, extra={"request_id": self._request_id, "fields": {}}
-            )
+            self._fault("a tool call could not be taken")
             child.shut(child.code)
 
     async def _worker(self, call_id: bytes, call: ToolCall, process: bytes) -> None:
@@ -95,21 +93,21 @@ class ToolCalls:
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception:  # never the run's task group's end (the broker answers every call itself)
-                self._log.warning(
-                    "a tool call's answer failed", exc_info=True, extra={"request_id": self._request_id, "fields": {}}
-                )
+                self._fault("a tool call's answer failed")
                 answer = b'{"ok": false, "error": "the server could not answer this call"}'
             del call  # the arguments are let go before the next call comes
             try:
                 self._answer(call_id, answer, process)
             except Exception:  # a fault of ours: this call's answer is lost, the run's calls go on
-                self._log.warning(
-                    "a tool call's answer failed", exc_info=True, extra={"request_id": self._request_id, "fields": {}}
-                )
+                self._fault("a tool call's answer failed")
             del answer  # not held while the worker waits
             waiting = asyncio.get_running_loop().create_future()
             self._idle.append(waiting)
             call_id, call, process = await waiting
+
+    def _fault(self, what: str) -> None:
+        """Log a fault of ours (the exception being handled) under the run's request_id."""
+        self._log.warning(what, exc_info=True, extra={"request_id": self._request_id, "fields": {}})
 
     def _answer(self, call_id: bytes, answer: bytes, process: bytes) -> None:
         try:

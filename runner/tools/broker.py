@@ -214,8 +214,7 @@ class RunCalls:
         try:
             return self._take(body)
         except Exception as exc:
-            log_event(self._broker.log, logging.WARNING, "tool call failed", self._request_id, error=repr(exc)[:300])
-            return _error(f"the server could not answer this call ({type(exc).__name__})")
+            return self._fault(exc)
 
     async def forward(self, call: ToolCall) -> bytes:
         """`RunTools.forward`: the answer to a call `take` let through, made downstream."""
@@ -224,8 +223,12 @@ class RunCalls:
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as exc:
-            log_event(self._broker.log, logging.WARNING, "tool call failed", self._request_id, error=repr(exc)[:300])
-            return _error(f"the server could not answer this call ({type(exc).__name__})")
+            return self._fault(exc)
+
+    def _fault(self, exc: Exception) -> bytes:
+        """A fault of ours on a call: logged, and said to the run as its answer."""
+        log_event(self._broker.log, logging.WARNING, "tool call failed", self._request_id, error=repr(exc)[:300])
+        return _error(f"the server could not answer this call ({type(exc).__name__})")
 
     def _take(self, body: bytes) -> bytes | ToolCall:
         # Every frame counts against the run's bytes, whatever it asks: a flood of frames ends in refusals.

@@ -146,7 +146,7 @@ class _Bounded:
             for keyword, check in kind.VALIDATORS.items():
                 if keyword in _UNCHECKED:
                     continue
-                if keyword in ("additionalProperties", "unevaluatedProperties"):
+                if keyword == "additionalProperties":
                     check = _unless_patterns(check)
                 keywords[keyword] = _counted(check, self._steps)
             made = extend(kind, {**{keyword: _skipped for keyword in _UNCHECKED}, **keywords})  # type: ignore[no-untyped-call]
@@ -161,9 +161,7 @@ class _Bounded:
         steps = self._steps
 
         def counted(validator: Any, *args: Any, **kwargs: Any) -> Any:
-            steps[0] -= 1
-            if steps[0] < 0:
-                raise _OverBudget
+            _spend(steps)
             return descend(validator, *args, **kwargs)
 
         return counted
@@ -230,9 +228,7 @@ def _shadow(value: Any, left: list[int]) -> Any:
 
 def _counted(check: Any, steps: list[int]) -> Any:
     def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        steps[0] -= 1 + (len(value) // VALUE_STEP if isinstance(value, (list, dict)) else 0)
-        if steps[0] < 0:
-            raise _OverBudget
+        _spend(steps, 1 + (len(value) // VALUE_STEP if isinstance(value, (list, dict)) else 0))
         errors = check(validator, value, instance, schema)
         return None if errors is None else _counting(errors, steps)
 
@@ -242,9 +238,7 @@ def _counted(check: Any, steps: list[int]) -> Any:
 def _counting(errors: Any, steps: list[int]) -> Any:
     """`errors` as a keyword yields them, each ERROR_STEPS steps: making one costs more than a step."""
     for error in errors:
-        steps[0] -= ERROR_STEPS
-        if steps[0] < 0:
-            raise _OverBudget
+        _spend(steps, ERROR_STEPS)
         yield error
 
 
@@ -344,10 +338,15 @@ def _any(_: Any, left: list[int]) -> bool:
 
 
 def _counted_value(left: list[int]) -> bool:
-    left[0] -= 1
+    _spend(left)
+    return True
+
+
+def _spend(left: list[int], steps: int = 1) -> None:
+    """Take `steps` from what a check has `left`; past it, `_OverBudget`."""
+    left[0] -= steps
     if left[0] < 0:
         raise _OverBudget
-    return True
 
 
 def _too_large(schema: Any) -> bool:

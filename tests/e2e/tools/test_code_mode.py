@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.code_mode import TIME_SERVER, run, stdio_session, tools_file
+from tests.code_mode import TIME_SERVER, run, run_once, stdio_session, tools_file
 from tests.conftest import REPO
 from tests.helpers import processes_mentioning, settled
 
@@ -88,9 +88,7 @@ async def test_a_run_waiting_for_a_tools_answer_is_woken_once_a_call_by_its_answ
         "    mcp_tools.time.get_current_time(timezone='UTC')\n"
         "print((switches() - before) / 90)\n"
     )
-    with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            done = await run(client, code)
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
     assert done["status"] == "ok", done["stderr"]
     assert 0.9 <= float(done["stdout"]) <= 1.2, done["stdout"]
 
