@@ -25,7 +25,7 @@ import anyio
 import anyio.abc
 import httpx2
 from mcp import Client, MCPError, types
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.message import SessionMessage
@@ -34,6 +34,7 @@ from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 from runner.config import Downstream, python_name
 from runner.logs import log_event
 from runner.tools.schemas import SchemaCheck
+from runner.tools.stdio import stdio_transport
 
 MAX_TOOLS = 1000  # a listing's most: more are left out
 MAX_PAGES = 100
@@ -68,7 +69,8 @@ class Connection:
     """One downstream server's connection (`hold` keeps it), its allowed tools as last listed."""
 
     def __init__(self, server: Downstream, logger: logging.Logger, most_bytes: int = 16 << 20) -> None:
-        """`most_bytes`: the largest answer an HTTP server's body may hold (a run passes no more)."""
+        """`most_bytes`: the largest answer an HTTP server's body, or a stdio server's line, may hold
+        (a run passes no more)."""
         self.server = server
         self._log = logger
         self._most_bytes = most_bytes
@@ -83,6 +85,7 @@ class Connection:
         self.mark = ""
         self.starting = False
         self._lost = anyio.Event()
+        self._fault = ""  # what the connection's transport said was wrong, when it was lost so
         self._relist = anyio.Event()
         self._output_checks: dict[str, tuple[Any, SchemaCheck | None]] = {}  # by tool, per listed schema
 
@@ -130,7 +133,7 @@ class Connection:
             finally:
                 self._client = None
             if not self.down:
-                self.down = "its connection ended"
+                self.down = self._fault or "its connection ended"
             self.listed.set()
             log_event(self._log, logging.WARNING, "tool server down", server=self.server.name, error=self.down)
             # A server that dies right after it starts is not up: its backoff grows.
@@ -170,13 +173,13 @@ class Connection:
             closed = isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED and not self.server.url
             if _connection_failed(exc) or closed:
                 self._lost.set()
-                raise Down(f"the connection failed: {self._reason(exc)}") from None
+                raise Down(f"the connection failed: {self._fault or self._reason(exc)}") from None
             raise
 
     @contextlib.asynccontextmanager
     async def _connected(self) -> AsyncIterator[Client]:
         server = self.server
-        self._lost, self._relist = anyio.Event(), anyio.Event()
+        self._lost, self._relist, self._fault = anyio.Event(), anyio.Event(), ""
         async with contextlib.AsyncExitStack() as stack:
             if server.url:
                 # The SDK's own client (create_mcp_http_client), each answer's body bounded; its
@@ -204,7 +207,7 @@ class Connection:
                 self.mark, self.starting = mark, True
                 stack.callback(self._forget_mark)
                 try:
-                    streams = await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
+                    streams = await stack.enter_async_context(stdio_transport(parameters, errlog, self._most_bytes))
                 finally:
                     # Started (its exec done: the mark is in its environment) or failed: the stray sweep
                     # need not wait for it any more.
@@ -291,7 +294,8 @@ class Connection:
             raise RuntimeError(f"its structured content does not match its output schema: {mismatch}")
 
     async def _on_message(self, message: Any) -> None:
-        if isinstance(message, Exception):
+        if isinstance(message, Exception):  # a line that did not parse, or too long
+            self._fault = self._fault or self._reason(message)
             self._lost.set()
         elif isinstance(message, types.ToolListChangedNotification):
             self._relist.set()

@@ -7,6 +7,8 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
 - ``badbyte``: its first answer to a call (the first of all its processes: argv[2] is a file it
   makes) is a line with a byte that is not UTF-8, and nothing more;
 - ``described``: it lists 1,000 tools besides ``echo``, each with a 20,000-character description;
+- ``endless``: its first answer to a call (the first of all its processes: argv[2] is a file it
+  makes) is a line that never ends;
 - ``http``: Streamable HTTP on 127.0.0.1 (its port written to the file argv[2]), whose tools answer
   a call with a JSON body that never ends (``endless``), with an event stream it ends without an
   answer (``cut``), or as they should (``echo``).
@@ -54,6 +56,11 @@ def answer(request: dict[str, object]) -> None:
             sys.stdout.buffer.write(b'{"jsonrpc": "2.0", "id": ' + str(ident).encode() + b', "result": "\xff"}\n')
             sys.stdout.flush()
             return
+        if MODE == "endless" and not os.path.exists(sys.argv[2]):
+            open(sys.argv[2], "w").close()
+            sys.stdout.write('{"jsonrpc": "2.0", "id": ' + json.dumps(ident) + ', "result": {"content": [')
+            while True:
+                sys.stdout.write('{"type": "text", "text": "' + "x" * 65_000 + '"}, ')
         text = json.dumps(params.get("arguments") if isinstance(params, dict) else None)
         send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": f"echo {text}"}]}})
     elif method == "ping":

@@ -1,7 +1,8 @@
 """What a downstream server may send that it should not, each found by a review and each once a way to
 hurt more than its own calls: schemas whose checks never end, a protocol without ping, a flood of
-its own requests or of stderr, a byte that is not UTF-8, a listing too large to hand runs, errors
-too long, a credential cut across stderr lines, a server that dies as soon as it starts.
+its own requests or of stderr, a byte that is not UTF-8, a line that never ends, a listing too large
+to hand runs, errors too long, a credential cut across stderr lines, a server that dies as soon as it
+starts.
 tests/downstream/hostile_server.py is made with the official SDK (2026-07-28); raw_server.py by hand."""
 
 from __future__ import annotations
@@ -143,6 +144,36 @@ async def test_a_byte_that_is_not_utf8_fails_that_call_and_the_server_is_started
     first, then = done["stdout"].splitlines()
     assert first.startswith("raw.echo: "), first
     assert then == 'echo {"n": 2}'
+
+
+async def test_a_line_that_never_ends_fails_that_call_within_bounds_and_the_server_is_started_again(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the SDK's stdout reader keeps a line until its newline, joining each chunk to
+    # all it has (quadratic), with no bound: one server's endless line took the whole server's memory
+    # and, ever slower, its event loop.
+    path = tools_file(tmp_path, raw=raw("endless", str(tmp_path / "once")))
+    code = (
+        SAID + "import time\n"
+        "print(said(lambda: mcp_tools.raw.echo(n=1)))\n"
+        "for _ in range(200):\n"
+        "    answer = said(lambda: mcp_tools.raw.echo(n=2))\n"
+        "    if answer.startswith('echo'):\n"
+        "        break\n"
+        "    time.sleep(0.05)  # the server is being started again\n"
+        "print(answer)\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            server = server_process()
+            before = peak_memory(server)
+            done = await run(client, code, timeout=30)
+            grown = peak_memory(server) - before
+    assert done["status"] == "ok", done
+    first, then = done["stdout"].splitlines()
+    assert first == "raw.echo: the connection failed: LineTooLong: a line of more than 67,108,864 bytes", first
+    assert then == 'echo {"n": 2}'
+    assert grown < 200 << 20, f"{grown >> 20} MiB more for one line (64 MiB held)"
 
 
 async def test_a_listing_too_large_to_hand_runs_is_cut_and_the_other_servers_tools_still_import(

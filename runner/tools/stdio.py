@@ -1,0 +1,184 @@
+"""A downstream server over stdio: the official SDK's transport (`mcp.client.stdio.stdio_client`), with
+the reader of the server's stdout ours.
+
+The SDK's reader keeps a line until its newline by joining each chunk it reads to all it has, which is
+quadratic and has no bound: one server's line that never ended took the whole server's memory and,
+ever slower, its event loop. Ours keeps a line's parts (`Lines`: linear, bounded). A line
+past the bound is a fault of the connection, said to the session as the SDK says a line that does not
+parse (the client's message handler hears it, and the server is started again), and the rest of that
+stdout is left unread until the server is stopped.
+
+The rest is the SDK's own code, unchanged: the process started in a session of its own, written to,
+and stopped (stdin closed, then the process tree killed, each wait bounded); its private helpers are
+the SDK's pinned version's (requirements.lock), and the tests of downstream servers go through them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import TextIO
+
+import anyio
+import anyio.lowlevel
+from mcp import types
+from mcp.client._transport import TransportStreams
+from mcp.client.stdio import (
+    _WRITER_FLUSH_TIMEOUT,
+    StdioServerParameters,
+    _aclose_all,
+    _create_platform_compatible_process,
+    _drain_stdout,
+    _get_executable_command,
+    _stop_server_process,
+    get_default_environment,
+)
+from mcp.shared.message import SessionMessage
+
+logger = logging.getLogger(__name__)
+# A stdio server's line at most (or a run's budget of bytes through tools, if larger). A listing is one
+# line, and one larger than a run may take is cut (`MAX_LISTING_BYTES`), not refused: 20 MB of tools
+# have been seen. A result larger than the run may take is read, then refused to the run alone.
+MAX_LINE_BYTES = 64 << 20
+
+
+class LineTooLong(ValueError):
+    """A server's line passed the bound its connection sets."""
+
+
+class Lines:
+    """Sans-IO: newline-ended lines out of a stream's chunks, each at most `most` bytes (past it:
+    `LineTooLong`). Each byte is looked at once, and a line's parts are joined once, when it ends."""
+
+    def __init__(self, most: int) -> None:
+        self._most = most
+        self._parts: list[bytes] = []
+        self._held = 0
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The lines that `chunk` ends, without their newlines."""
+        lines: list[bytes] = []
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            line = chunk[start:end]
+            if self._parts:
+                self._parts.append(line)
+                line = b"".join(self._parts)
+                self._parts.clear()
+                self._held = 0
+            if len(line) > self._most:
+                raise LineTooLong(f"a line of more than {self._most:,} bytes")
+            lines.append(line)
+            start = end + 1
+        if start < len(chunk):
+            self._held += len(chunk) - start
+            if self._held > self._most:
+                raise LineTooLong(f"a line of more than {self._most:,} bytes")
+            self._parts.append(chunk[start:])
+        return lines
+
+
+def parse(line: bytes, server: StdioServerParameters) -> SessionMessage | Exception:
+    """One line as the SDK's reader takes it (its `_parse_line`): a message, or the error that says why
+    not, for the session to hear. Lines end at a newline byte, so they are decoded whole in UTF-8."""
+    try:
+        text = line.decode(server.encoding, server.encoding_error_handler)
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(text, by_name=False))
+    except ValueError as exc:
+        logger.debug("a line from a tool server did not parse", exc_info=True)
+        return exc
+
+
+@contextlib.asynccontextmanager
+async def stdio_transport(
+    server: StdioServerParameters, errlog: TextIO, most_bytes: int
+) -> AsyncIterator[TransportStreams]:
+    """The SDK's `stdio_client(server, errlog)`, each line the server writes at most `most_bytes` or
+    `MAX_LINE_BYTES`, whichever is larger."""
+    command = await _get_executable_command(server.command)
+    process = await _create_platform_compatible_process(
+        command=command,
+        args=server.args,
+        env=get_default_environment() | (server.env or {}),
+        errlog=errlog,
+        cwd=server.cwd,
+    )
+    # The spawn succeeded; no awaits until the task group is entered (a cancellation in the gap would
+    # leak the live process).
+    read_stream_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_stream_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    shutting_down = False
+    writer_done = anyio.Event()
+
+    async def stdout_reader() -> None:
+        assert process.stdout, "the process is started with pipes"
+        lines = Lines(max(most_bytes, MAX_LINE_BYTES))
+        overflowed = False
+        try:
+            async with read_stream_writer:
+                try:
+                    while True:
+                        try:
+                            chunk = await process.stdout.receive()
+                        except anyio.EndOfStream:
+                            return
+                        try:
+                            got = lines.feed(chunk)
+                        except LineTooLong as exc:
+                            # Left unread from here: draining a stream that never ends would spin
+                            # until the server is stopped, which the session's end now does.
+                            overflowed = True
+                            await read_stream_writer.send(exc)
+                            return
+                        for line in got:
+                            await read_stream_writer.send(parse(line, server))
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    return  # the session is gone; only the drain below remains
+                finally:
+                    if not overflowed:
+                        await _drain_stdout(process)
+        except anyio.ClosedResourceError:
+            pass  # our own shutdown closed the stdout stream under the read
+        except (anyio.BrokenResourceError, ConnectionError):
+            if not shutting_down:
+                logger.exception("reading a tool server's stdout failed mid-session")
+
+    async def stdin_writer() -> None:
+        assert process.stdin, "the process is started with pipes"
+        try:
+            async with write_stream_reader:
+                async for session_message in write_stream_reader:
+                    json = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    data = (json + "\n").encode(encoding=server.encoding, errors=server.encoding_error_handler)
+                    await process.stdin.send(data)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            # The server may still be alive: the read stream closed, so that the session sees the
+            # connection end instead of a request waiting for ever.
+            await read_stream_writer.aclose()
+        finally:
+            writer_done.set()
+
+    async def shutdown() -> None:
+        read_stream.close()  # the reader into its drain: a server stuck writing stdout reads no stdin
+        write_stream.close()
+        with anyio.move_on_after(_WRITER_FLUSH_TIMEOUT) as flush_scope:
+            await writer_done.wait()
+        if flush_scope.cancelled_caught:
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+        await _stop_server_process(process)
+        await _aclose_all(read_stream, write_stream, read_stream_writer, write_stream_reader)
+        await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stdout_reader)
+        tg.start_soon(stdin_writer)
+        try:
+            yield read_stream, write_stream
+        finally:
+            shutting_down = True
+            # The server is stopped whatever cancels us, every wait in it bounded.
+            with anyio.CancelScope(shield=True):
+                await shutdown()
+            tg.cancel_scope.cancel()
+    await anyio.lowlevel.cancel_shielded_checkpoint()
