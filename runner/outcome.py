@@ -419,6 +419,11 @@ class RunTools(Protocol):
         (or given up), so that the log line is not on the run's way to its answer."""
         ...
 
+    def end(self) -> None:
+        """The run is over and its calls' tasks done: each call taken and not answered (cancelled by the
+        run's end, or before it was forwarded) is told as cancelled, with every call not told yet."""
+        ...
+
 
 class ToolGateway(Protocol):
     """The broker of the downstream servers' tools, as the execution side sees it."""

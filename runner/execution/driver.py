@@ -165,62 +165,69 @@ class RunDriver:
         samples = UsageSamples(child) if UsageSamples.needed(child) else None
         if samples is not None:
             samples.take()
-        async with anyio.create_task_group() as tg:
-            proxied = _serve_egress(self._egress, tg, child, request.request_id)
-            with contextlib.suppress(BrokenPipeError):
-                # A run that died before reading all its code (say, out of memory) ends below
-                # like any other, with what it printed.
-                inputs = frame_inputs([(f.path, f.data) for f in request.files])
-                job = frame_job(request.code.encode("utf-8"), inputs, budgets, paths, tools is not None)
-                await write_all(child.code, job)
-            started = anyio.current_time()
-            # Logged once the run has its code, not before: the line's formatting and write then
-            # overlap the run instead of lengthening the call (some 0.02-0.05 ms, caches cold).
-            log_event(self._log, logging.INFO, "run started", request.request_id, pid=child.pid, queue_wait=queue_wait)
-            watching = child.cgroup is not None and child.cgroup.event >= 0
-            if watching:
-                tg.start_soon(_end_at_oom, child)
-            if request.stdin:
-                tg.start_soon(_feed_stdin, child, request.stdin.encode("utf-8"))
-            else:
-                child.close_fd(child.stdin)  # EOF at once; no task needed
-            reported = anyio.CancelScope()
-            returned: list[Returned] = []
-            if tools is not None:
-                output.on_tool = ToolCalls(tg, child, tools, self._log, request.request_id).take
-            tg.start_soon(self._read_output, output, budgets, returned, reported)
-            if on_progress is not None:
-                tg.start_soon(self._report_progress, request, started, out, err, on_progress, tools)
-            timed_out = False
-            with reported:
-                timed_out = not await wait_exit_sampling(child, samples, started + request.timeout)
-            if proxied is not None:
-                # The run is over: its proxy stops at once, not once its output has drained. In the
-                # namespaced mode the listener is its network namespace's, which a next run may be lent.
-                proxied[1].cancel()
-            if timed_out:
+        try:
+            async with anyio.create_task_group() as tg:
+                proxied = _serve_egress(self._egress, tg, child, request.request_id)
+                with contextlib.suppress(BrokenPipeError):
+                    # A run that died before reading all its code (say, out of memory) ends below
+                    # like any other, with what it printed.
+                    inputs = frame_inputs([(f.path, f.data) for f in request.files])
+                    job = frame_job(request.code.encode("utf-8"), inputs, budgets, paths, tools is not None)
+                    await write_all(child.code, job)
+                started = anyio.current_time()
+                # Logged once the run has its code, not before: the line's formatting and write then
+                # overlap the run instead of lengthening the call (some 0.02-0.05 ms, caches cold).
+                log_event(
+                    self._log, logging.INFO, "run started", request.request_id, pid=child.pid, queue_wait=queue_wait
+                )
+                watching = child.cgroup is not None and child.cgroup.event >= 0
+                if watching:
+                    tg.start_soon(_end_at_oom, child)
+                if request.stdin:
+                    tg.start_soon(_feed_stdin, child, request.stdin.encode("utf-8"))
+                else:
+                    child.close_fd(child.stdin)  # EOF at once; no task needed
+                reported = anyio.CancelScope()
+                returned: list[Returned] = []
+                if tools is not None:
+                    output.on_tool = ToolCalls(tg, child, tools, self._log, request.request_id).take
+                tg.start_soon(self._read_output, output, budgets, returned, reported)
+                if on_progress is not None:
+                    tg.start_soon(self._report_progress, request, started, out, err, on_progress, tools)
+                timed_out = False
+                with reported:
+                    timed_out = not await wait_exit_sampling(child, samples, started + request.timeout)
+                if proxied is not None:
+                    # The run is over: its proxy stops at once, not once its output has drained. In the
+                    # namespaced mode the listener is its network namespace's, which a next run may be lent.
+                    proxied[1].cancel()
+                if timed_out:
+                    child.kill_group()
+                    await self._wait_after_kill(child)
+                duration = anyio.current_time() - started
+                # Whatever the run left in its group dies with it, before the leader is reaped (by the
+                # pool, after the answer, when the run told its own end).
                 child.kill_group()
-                await self._wait_after_kill(child)
-            duration = anyio.current_time() - started
-            # Whatever the run left in its group dies with it, before the leader is reaped (by the
-            # pool, after the answer, when the run told its own end).
-            child.kill_group()
-            told = returned[0].end if reported.cancel_called and returned else None
-            if told is not None:
-                returncode, cpu, reaped_peak = told.status, told.cpu_seconds, told.peak_memory_bytes
-            else:
-                returncode, cpu, reaped_peak = child.reap()
-            with anyio.move_on_after(EXIT_GRACE):
-                await output.done.wait()
-            if (
-                request.stdin
-                or on_progress is not None
-                or watching
-                or tools is not None
-                or proxied is not None
-                or not output.done.is_set()
-            ):
-                tg.cancel_scope.cancel()  # not free (anyio formats the task's repr): only if needed
+                told = returned[0].end if reported.cancel_called and returned else None
+                if told is not None:
+                    returncode, cpu, reaped_peak = told.status, told.cpu_seconds, told.peak_memory_bytes
+                else:
+                    returncode, cpu, reaped_peak = child.reap()
+                with anyio.move_on_after(EXIT_GRACE):
+                    await output.done.wait()
+                if (
+                    request.stdin
+                    or on_progress is not None
+                    or watching
+                    or tools is not None
+                    or proxied is not None
+                    or not output.done.is_set()
+                ):
+                    tg.cancel_scope.cancel()  # not free (anyio formats the task's repr): only if needed
+        finally:
+            if tools is not None:
+                # Every worker is done: a call the run's end cancelled, or took before it began, is told.
+                tools.end()
         got = returned[0] if returned else parse_report(output.report, budgets)
         # wait4's count carries a spawned run's spawner's (usage.py); the run's own, when it sent one
         # (first or not), never does, and counts its tmpfs (harvest.ended).

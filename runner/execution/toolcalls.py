@@ -40,7 +40,7 @@ class ToolCalls:
     starts one more. Workers are cancelled with the run's task group when the run ends (a call in
     flight downstream is then cancelled there too). Past MOST_PENDING_PER_PROCESS unanswered frames of
     one process (the pid its call ids name), or MOST_PENDING in all, or past the run's
-    `RunTools.most_frames`, the channel is shut."""
+    `RunTools.most_frames`, the channel is shut, and no frame is taken after (those read with it)."""
 
     def __init__(
         self, tg: anyio.abc.TaskGroup, child: Child, tools: RunTools, log: logging.Logger, request_id: str
@@ -54,6 +54,7 @@ class ToolCalls:
         self._pending: dict[bytes, int] = {}  # unanswered frames, by process
         self._unanswered = 0  # of all processes
         self._frames = 0
+        self._shut = False  # the channel is shut: frames read before it are dropped, not taken
         # Each worker waiting for a call, by the future it waits on: a call handed to one is its own, so no
         # call waits behind a busy worker. (A future, not a memory stream: a handing cost a call 12 us
         # through anyio's stream here, 7 through the loop's future.)
@@ -61,12 +62,15 @@ class ToolCalls:
 
     def take(self, call_id: bytes, body: bytes) -> None:
         """One call frame of the run's, as it came (`RunOutput.on_tool`)."""
+        if self._shut:
+            return
         child, tools = self._child, self._tools
         process = call_id.partition(b".")[0]
         self._frames += 1
         pending = self._pending
         flooding = self._frames > tools.most_frames or self._unanswered >= MOST_PENDING
         if flooding or pending.get(process, 0) >= MOST_PENDING_PER_PROCESS:
+            self._shut = True
             child.shut(child.code)
             return
         pending[process] = pending.get(process, 0) + 1
@@ -84,6 +88,7 @@ class ToolCalls:
             self._tg.start_soon(self._worker, call_id, taken, process, name="tool call worker")
         except Exception:  # a fault of ours: this run's channel ends, the server serves on
             self._fault("a tool call could not be taken")
+            self._shut = True
             child.shut(child.code)
 
     async def _worker(self, call_id: bytes, call: ToolCall, process: bytes) -> None:

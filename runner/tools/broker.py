@@ -192,7 +192,7 @@ class RunCalls:
         self._deadline = deadline
         self._calls = 0
         self._bytes = 0
-        self._in_flight: list[str] = []
+        self._in_flight: list[ToolCall] = []  # taken (`take`), not answered yet
         self._untold: list[tuple[str, str, str, float, int, int]] = []  # answered, not logged yet (`tell`)
         # Refused calls told: past MAX_REFUSALS_LOGGED, counted but not logged.
         self._refused = LogBudget(MAX_REFUSALS_LOGGED, "tool calls refused: no more logged")
@@ -207,7 +207,7 @@ class RunCalls:
 
     @property
     def calling(self) -> str:
-        return self._in_flight[-1] if self._in_flight else ""
+        return f"{self._in_flight[-1].server}.{self._in_flight[-1].tool}" if self._in_flight else ""
 
     def take(self, body: bytes) -> bytes | ToolCall:
         """`RunTools.take`: the answer now (the module, a refusal, an error), or the call to forward."""
@@ -260,8 +260,9 @@ class RunCalls:
             return self._finish(server, tool, "refused", started, len(body), 0, answer)
         # In flight from here: a call taken in the same read as this one counts it.
         self._calls += 1
-        self._in_flight.append(f"{server}.{tool}")
-        return ToolCall(server, tool, arguments, len(body), started)
+        call = ToolCall(server, tool, arguments, len(body), started)
+        self._in_flight.append(call)
+        return call
 
     async def _forward(self, call: ToolCall) -> bytes:
         server, tool, size, started = call.server, call.tool, call.sent, call.started
@@ -274,13 +275,13 @@ class RunCalls:
             status = "timeout" if isinstance(exc, TooSlow) else "unavailable"
             return self._finish(server, tool, status, started, size, 0, _error(f"{name}: {exc}"))
         except anyio.get_cancelled_exc_class():
-            self._finished(server, tool, "cancelled", started, size, 0)
+            self._finished(server, tool, "cancelled", started, size, 0)  # told at the run's end
             raise
         except Exception as exc:
             said = connection.scrubbed(str(exc))[:MAX_SAID_CHARS]
             return self._finish(server, tool, "failed", started, size, 0, _error(f"{name}: the call failed: {said}"))
         finally:
-            self._in_flight.remove(name)
+            self._landed(call)
         value = value_of_result(result)
         if result.is_error:
             said = connection.scrubbed(value if isinstance(value, str) else json.dumps(value))
@@ -329,6 +330,20 @@ class RunCalls:
 
     def _finished(self, server: str, tool: str, status: str, started: float, sent: int, got: int) -> None:
         self._untold.append((server, tool, status, loop_time() - started, sent, got))
+
+    def _landed(self, call: ToolCall) -> None:
+        """`call` is no longer in flight (the same call twice is two entries: the one itself goes)."""
+        for n, taken in enumerate(self._in_flight):
+            if taken is call:
+                del self._in_flight[n]
+                return
+
+    def end(self) -> None:
+        """`RunTools.end`: what is still in flight was never forwarded (the run's end came first)."""
+        for call in self._in_flight:
+            self._finished(call.server, call.tool, "cancelled", call.started, call.sent, 0)
+        self._in_flight.clear()
+        self.tell()
 
     def tell(self) -> None:
         """`RunTools.tell`: log and count each call answered since the last time."""

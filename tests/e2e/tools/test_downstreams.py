@@ -328,6 +328,30 @@ async def test_a_long_run_making_tool_calls_becomes_an_ordinary_task(
     ]
 
 
+async def test_calls_a_runs_end_cancels_are_logged_and_counted_as_cancelled(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: a call cancelled by its run's end was written down as cancelled but never
+    # told (only an answer written told the calls answered), so neither the log nor the metrics had it.
+    path = tools_file(tmp_path, hostile=hostile())
+    code = (
+        "import os, threading, time, mcp_tools\n"
+        "threading.Thread(target=lambda: mcp_tools.hostile.slow(seconds=30), daemon=True).start()\n"
+        "time.sleep(1)\n"
+        "os._exit(0)  # the run ends with its call in flight\n"
+    )
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice:{ALICE}\n")
+    with http_server(
+        work_dir, tmp_path / "server.log", RUNNER_AUTH_TOKENS_FILE=str(tokens), RUNNER_TOOLS_CONFIG=str(path)
+    ) as server:
+        async with http_client(server, ALICE) as client:
+            done = await run(client, code)
+        scraped = httpx2.get(server.base + "/metrics", timeout=30).text
+    assert done["status"] == "ok", done
+    log = (tmp_path / "server.log").read_text()
+    assert log.count("server=hostile tool=slow status=cancelled") == 1, log[-3000:]
+    assert 'runner_tool_calls_total{server="hostile",status="cancelled",tool="slow"} 1.0' in scraped
+
+
 async def test_a_run_that_sends_frames_and_reads_no_answer_has_its_channel_shut_and_the_server_goes_on(
     work_dir: Path, tmp_path: Path, everything: dict[str, Any]
 ) -> None:

@@ -16,8 +16,9 @@ from runner.config import ToolsConfig, ToolServers
 from runner.config.tools import Downstream
 from runner.execution.toolcalls import MOST_PENDING_PER_PROCESS, ToolCalls
 from runner.inrun.wire import ANSWER_HEAD, frame_line
+from runner.outcome import ToolCall
 from runner.processes.child import Child
-from runner.tools.broker import Broker
+from runner.tools.broker import Broker, RunCalls
 
 pytestmark = pytest.mark.anyio
 
@@ -53,15 +54,37 @@ def answers(data: bytes | bytearray) -> tuple[list[tuple[bytes, bytes]], int]:
     return found, len(view)
 
 
+class Taken:
+    """The real broker's calls of a run, each frame's body it was handed written down."""
+
+    def __init__(self, tools: RunCalls) -> None:
+        self.tools = tools
+        self.bodies: list[bytes] = []
+        self.most_frames, self.limit_bytes, self.tell = tools.most_frames, tools.limit_bytes, tools.tell
+        self.forward, self.end = tools.forward, tools.end
+
+    @property
+    def calling(self) -> str:
+        return self.tools.calling
+
+    def take(self, body: bytes) -> bytes | ToolCall:
+        self.bodies.append(body)
+        return self.tools.take(body)
+
+
 @contextlib.asynccontextmanager
-async def taking() -> AsyncIterator[tuple[ToolCalls, socket.socket]]:
-    """The call frames of a run whose job socket takes some 4 kB unread, and the run's end of it."""
+async def taking(taken: list[Taken] | None = None) -> AsyncIterator[tuple[ToolCalls, socket.socket]]:
+    """The call frames of a run whose job socket takes some 4 kB unread, and the run's end of it; what
+    the broker was handed added to `taken`."""
     child, theirs = channel(4096)
     try:
         async with anyio.create_task_group() as tg:
             tools = broker().for_run("r", None, anyio.current_time() + 60)
             assert tools is not None
-            yield ToolCalls(tg, child, tools, logging.getLogger(), "r"), theirs
+            seen = Taken(tools)
+            if taken is not None:
+                taken.append(seen)
+            yield ToolCalls(tg, child, seen, logging.getLogger(), "r"), theirs
             tg.cancel_scope.cancel()
     finally:
         theirs.close()
@@ -88,6 +111,20 @@ async def test_a_process_that_reads_none_of_its_answers_has_the_channel_shut_onc
         written, left = answers(data)
         assert MOST_PENDING_PER_PROCESS < len(written) < 1_000
         assert left == 0
+
+
+async def test_once_the_channel_is_shut_no_frame_read_before_it_reaches_the_broker() -> None:
+    # Found by a review: the frames of one read that came after the one that shut the channel were
+    # still checked and forwarded, another process's calls among them: a run cut off for flooding
+    # still had calls made downstream.
+    taken: list[Taken] = []
+    async with taking(taken) as (calls, _):
+        for n in range(10_000):
+            calls.take(b"1.%d" % n, b"")
+        handed = len(taken[0].bodies)
+        assert handed < 1_000, "shut once eight of its answers waited"
+        calls.take(b"2.1", b'{"op": "call", "server": "s", "tool": "t", "arguments": {}}')
+        assert len(taken[0].bodies) == handed
 
 
 async def test_answers_too_large_for_the_socket_come_whole_and_in_their_order() -> None:
