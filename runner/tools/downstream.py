@@ -29,7 +29,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.message import SessionMessage
-from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
+from mcp.types import CONNECTION_CLOSED, INVALID_REQUEST, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
 from runner.config import Downstream, python_name
 from runner.logs import log_event
@@ -171,7 +171,7 @@ class Connection:
             # The SDK's stdio session ends its calls so when its process is gone; over HTTP, a call's
             # own stream that failed is said the same way, and the connection may serve on.
             closed = isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED and not self.server.url
-            if _connection_failed(exc) or closed:
+            if _connection_failed(exc) or closed or (self.server.url and _session_gone(exc)):
                 self._lost.set()
                 raise Down(f"the connection failed: {self._fault or self._reason(exc)}") from None
             raise
@@ -453,6 +453,12 @@ async def _first(*waits: Any) -> None:
 
 async def _cancel_soon(tg: anyio.abc.TaskGroup) -> None:
     tg.cancel_scope.cancel()
+
+
+def _session_gone(exc: BaseException) -> bool:
+    """Whether `exc` is the SDK's word for an HTTP 404 to a request of our session: the server no
+    longer has it (it was started again, say), and the spec has the client start a new one."""
+    return isinstance(exc, MCPError) and exc.code == INVALID_REQUEST and exc.message == "Session terminated"
 
 
 def _connection_failed(exc: BaseException) -> bool:

@@ -11,7 +11,10 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
   makes) is a line that never ends;
 - ``http``: Streamable HTTP on 127.0.0.1 (its port written to the file argv[2]), whose tools answer
   a call with a JSON body that never ends (``endless``), with an event stream it ends without an
-  answer (``cut``), or as they should (``echo``).
+  answer (``cut``), or as they should (``echo``);
+- ``sessions``: Streamable HTTP as ``http``, with sessions: a request with a session id it did not
+  give gets 404, as the spec has it; once the file argv[2] + ``.forget`` is made, it forgets the
+  session it gave (as one started again would) and removes the file. Its tool ``echo`` answers.
 
 Standard library only."""
 
@@ -126,9 +129,49 @@ class Endless(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class Sessions(Endless):
+    """Streamable HTTP with sessions: each process gives its own, and knows no other."""
+
+    session = "session-1"
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        method, ident = request.get("method"), request.get("id")
+        forget = sys.argv[2] + ".forget"
+        if os.path.exists(forget):
+            os.remove(forget)
+            Sessions.session = f"session-{int(Sessions.session.split('-')[1]) + 1}"
+        if method != "initialize" and self.headers.get("Mcp-Session-Id") != self.session:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if ident is None:
+            self.send_response(202)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if method == "initialize":
+            info = {"name": "raw", "version": "1"}
+            result: object = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": info}
+        elif method == "tools/list":
+            result = {"tools": [ECHO]}
+        elif method == "tools/call":
+            result = {"content": [{"type": "text", "text": "echo"}]}
+        else:
+            result = {}
+        body = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Mcp-Session-Id", self.session)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 def main() -> None:
-    if MODE == "http":
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    if MODE in ("http", "sessions"):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sessions if MODE == "sessions" else Endless)
         with open(sys.argv[2] + ".part", "w") as port:
             port.write(str(server.server_address[1]))
         os.rename(sys.argv[2] + ".part", sys.argv[2])

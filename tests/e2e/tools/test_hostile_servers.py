@@ -41,10 +41,10 @@ def raw(*args: str) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def raw_http(directory: Path) -> AsyncIterator[str]:
-    """raw_server.py's HTTP mode, started for the test: its URL."""
+async def raw_http(directory: Path, mode: str = "http") -> AsyncIterator[str]:
+    """raw_server.py's HTTP mode (or `mode`), started for the test: its URL."""
     port = directory / "port"
-    downstream = await anyio.open_process([sys.executable, str(RAW_SERVER), "http", str(port)])
+    downstream = await anyio.open_process([sys.executable, str(RAW_SERVER), mode, str(port)])
     try:
         with anyio.fail_after(20):
             while not port.exists():
@@ -248,6 +248,36 @@ async def test_an_http_servers_answer_that_never_ends_fails_that_call_within_the
     assert done["status"] == "ok", done
     assert done["stdout"].startswith("http.endless: the call failed: "), done["stdout"]
     assert grown < 150 << 20, f"{grown >> 20} MiB more for one answer"
+
+
+async def test_an_http_server_that_lost_our_session_is_connected_again_at_its_first_404(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: a 404 to a request of a session says the session is gone (the server was
+    # started again, say), and the spec has the client start a new one; each call failed ("Session
+    # terminated") until the next ping, up to 10 s later, found the connection down.
+    async with raw_http(tmp_path, "sessions") as url:
+        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
+        code = (
+            SAID + "import time\n"
+            "first = said(mcp_tools.http.echo)\n"
+            "for _ in range(90):  # within RUNNER_TOOLS_MAX_CALLS\n"
+            "    answer = said(mcp_tools.http.echo)\n"
+            "    if answer == 'echo':\n"
+            "        break\n"
+            "    time.sleep(0.25)\n"
+            "print(first)\n"
+            "print(answer)\n"
+        )
+        with (tmp_path / "stderr.log").open("w") as errlog:
+            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+                before = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+                (tmp_path / "port.forget").touch()  # as if it were started again
+                done = await run(client, code)
+    assert before["stdout"] == "echo\n", before
+    first, then = done["stdout"].splitlines()
+    assert first == "http.echo: the connection failed: MCPError: Session terminated", first
+    assert then == "echo"
 
 
 async def test_an_http_call_whose_stream_ends_without_an_answer_fails_alone(work_dir: Path, tmp_path: Path) -> None:
