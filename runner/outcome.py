@@ -401,6 +401,11 @@ class RunTools(Protocol):
         ...
 
     @property
+    def most_in_flight(self) -> int:
+        """The most calls the run may have in flight downstream at once (more are refused at once)."""
+        ...
+
+    @property
     def calling(self) -> str:
         """The tool a call of the run is waiting for now (``server.tool``), for its progress; "" if none."""
         ...

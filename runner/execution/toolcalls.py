@@ -27,8 +27,10 @@ from runner.inrun.wire import frame_answer
 from runner.outcome import RunTools, ToolCall
 from runner.processes.child import Child
 
-# A well-behaved run has one call in flight per process (its threads take turns): more unanswered
-# frames from one process, or from all of them together, and the run is flooding its channel.
+# A well-behaved run has one call in flight per process (its threads take turns), and those it gave up
+# (a signal's exception while it waited) until they are answered, within the run's limit of calls in
+# flight: more unanswered frames than these and 8 from one process, or MOST_PENDING from all of them
+# together, and the run is flooding its channel.
 MOST_PENDING_PER_PROCESS = 8
 MOST_PENDING = 1024
 
@@ -39,8 +41,9 @@ class ToolCalls:
     calling tool after tool does not pay for a task per call; a call that finds every worker busy
     starts one more. Workers are cancelled with the run's task group when the run ends (a call in
     flight downstream is then cancelled there too). Past MOST_PENDING_PER_PROCESS unanswered frames of
-    one process (the pid its call ids name), or MOST_PENDING in all, or past the run's
-    `RunTools.most_frames`, the channel is shut, and no frame is taken after (those read with it)."""
+    one process (the pid its call ids name) besides the calls it may have in flight
+    (`RunTools.most_in_flight`), or MOST_PENDING in all, or past the run's `RunTools.most_frames`, the
+    channel is shut, and no frame is taken after (those read with it)."""
 
     def __init__(
         self, tg: anyio.abc.TaskGroup, child: Child, tools: RunTools, log: logging.Logger, request_id: str
@@ -69,7 +72,7 @@ class ToolCalls:
         self._frames += 1
         pending = self._pending
         flooding = self._frames > tools.most_frames or self._unanswered >= MOST_PENDING
-        if flooding or pending.get(process, 0) >= MOST_PENDING_PER_PROCESS:
+        if flooding or pending.get(process, 0) >= MOST_PENDING_PER_PROCESS + tools.most_in_flight:
             self._shut = True
             child.shut(child.code)
             return

@@ -206,6 +206,10 @@ class RunCalls:
         return FRAMES_PER_CALL * self._broker.config.tools_max_calls + FRAMES_BESIDES
 
     @property
+    def most_in_flight(self) -> int:
+        return self._broker.config.tools_max_concurrent
+
+    @property
     def calling(self) -> str:
         return f"{self._in_flight[-1].server}.{self._in_flight[-1].tool}" if self._in_flight else ""
 

@@ -227,6 +227,37 @@ async def test_an_answer_its_process_gave_up_does_not_hold_up_the_calls_of_the_r
     assert done["stdout"].splitlines() == ["parent gave up", "child backtracks ok", "parent done"]
 
 
+async def test_a_process_that_gave_up_more_calls_than_eight_still_within_the_runs_limit_keeps_its_channel(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: past eight unanswered frames a process's channel was shut as flooding, its
+    # calls still in flight downstream counted, so under RUNNER_TOOLS_MAX_CONCURRENT=12 a process that
+    # gave up ten slow calls (a signal's exception each) lost the channel that its limit allowed.
+    code = SAID + (
+        "import signal\n"
+        "def alarm(*_):\n"
+        "    raise RuntimeError('gave up')\n"
+        "signal.signal(signal.SIGALRM, alarm)\n"
+        "for _ in range(10):\n"
+        "    signal.setitimer(signal.ITIMER_REAL, 0.2)\n"
+        "    try:\n"
+        "        h.slow(seconds=20)\n"
+        "    except RuntimeError:\n"
+        "        pass\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0)\n"
+        "print(said(lambda: h.backtracks(s='aa')))\n"
+        "print(said(lambda: h.slow(seconds=1)))\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(
+            work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_TOOLS_MAX_CONCURRENT="12"
+        ) as client:
+            done = await run(client, code, timeout=20)
+    assert done["status"] == "ok", (done["stdout"], done["stderr"])
+    assert done["stdout"].splitlines() == ["backtracks ok", "slow ok"]
+
+
 async def test_a_call_given_up_by_a_process_forked_before_mcp_tools_was_imported_is_dropped_all_the_same(
     work_dir: Path, tmp_path: Path
 ) -> None:

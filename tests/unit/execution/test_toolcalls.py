@@ -61,7 +61,7 @@ class Taken:
         self.tools = tools
         self.bodies: list[bytes] = []
         self.most_frames, self.limit_bytes, self.tell = tools.most_frames, tools.limit_bytes, tools.tell
-        self.forward, self.end = tools.forward, tools.end
+        self.forward, self.end, self.most_in_flight = tools.forward, tools.end, tools.most_in_flight
 
     @property
     def calling(self) -> str:
@@ -96,7 +96,9 @@ async def received(end: socket.socket) -> bytes:
     return end.recv(1 << 16)
 
 
-async def test_a_process_that_reads_none_of_its_answers_has_the_channel_shut_once_eight_wait() -> None:
+async def test_a_process_that_reads_none_of_its_answers_has_the_channel_shut_once_eight_more_than_its_calls_wait() -> (
+    None
+):
     # Found by a review: an answer the socket would not take was queued and no longer counted as
     # unanswered, so a run that wrote empty frames and read nothing had the server queue every answer
     # (409 MiB for one run at RUNNER_TOOLS_MAX_CALLS=100000) until its frames ran out.
