@@ -125,11 +125,13 @@ class Connection:
                         self.listed.set()
                         await self._watch(client)
                 if starting.cancelled_caught:
-                    self.down = f"not started and listed within {CONNECT_SECONDS:g} s"
+                    self.down = self._fault or f"not started and listed within {CONNECT_SECONDS:g} s"
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:  # whatever the server or the SDK raised: it is down
-                self.down = self._reason(exc)
+                # What its transport said was wrong first, if it did: the SDK's own error then is what
+                # followed from it ("Connection closed").
+                self.down = self._fault or self._reason(exc)
             finally:
                 self._client = None
             if not self.down:

@@ -37,9 +37,11 @@ from mcp.client.stdio import (
 from mcp.shared.message import SessionMessage
 
 logger = logging.getLogger(__name__)
-# A stdio server's line at most (or a run's budget of bytes through tools, if larger). A listing is one
-# line, and one larger than a run may take is cut (`MAX_LISTING_BYTES`), not refused: 20 MB of tools
-# have been seen. A result larger than the run may take is read, then refused to the run alone.
+# A stdio server's line at most, or what a result as large as a run's budget of bytes through tools may
+# take on the wire, if more: its text and, from an SDK-made server, its structured content too, and the
+# message around them. A listing is one line, and one larger than a run may take is cut
+# (`MAX_LISTING_BYTES`), not refused: 20 MB of tools have been seen. A result within the line that is
+# larger than the run may take is read, then refused to that run alone; past it, the connection fails.
 MAX_LINE_BYTES = 64 << 20
 
 
@@ -94,8 +96,8 @@ def parse(line: bytes, server: StdioServerParameters) -> SessionMessage | Except
 async def stdio_transport(
     server: StdioServerParameters, errlog: TextIO, most_bytes: int
 ) -> AsyncIterator[TransportStreams]:
-    """The SDK's `stdio_client(server, errlog)`, each line the server writes at most `most_bytes` or
-    `MAX_LINE_BYTES`, whichever is larger."""
+    """The SDK's `stdio_client(server, errlog)`, each line the server writes bounded: `MAX_LINE_BYTES`,
+    or twice `most_bytes` (a run's budget) and 1 MiB, whichever is larger."""
     command = await _get_executable_command(server.command)
     process = await _create_platform_compatible_process(
         command=command,
@@ -113,7 +115,7 @@ async def stdio_transport(
 
     async def stdout_reader() -> None:
         assert process.stdout, "the process is started with pipes"
-        lines = Lines(max(most_bytes, MAX_LINE_BYTES))
+        lines = Lines(max(2 * most_bytes + (1 << 20), MAX_LINE_BYTES))
         overflowed = False
         try:
             async with read_stream_writer:

@@ -8,7 +8,7 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
   makes) is a line with a byte that is not UTF-8, and nothing more;
 - ``described``: it lists 1,000 tools besides ``echo``, each with a 20,000-character description;
 - ``endless``: its first answer to a call (the first of all its processes: argv[2] is a file it
-  makes) is a line that never ends;
+  makes) is a line that never ends; ``endless-list``: its answer to tools/list is;
 - ``http``: Streamable HTTP on 127.0.0.1 (its port written to the file argv[2]), whose tools answer
   a call with a JSON body that never ends (``endless``), with an event stream it ends without an
   answer (``cut``), or as they should (``echo``);
@@ -50,6 +50,8 @@ def answer(request: dict[str, object]) -> None:
     elif method == "notifications/initialized" and MODE == "exits":
         sys.exit(0)
     elif method == "tools/list":
+        if MODE == "endless-list":
+            write_endlessly(ident)
         send({"jsonrpc": "2.0", "id": ident, "result": {"tools": tools()}})
         misbehave()
     elif method == "tools/call":
@@ -61,15 +63,19 @@ def answer(request: dict[str, object]) -> None:
             return
         if MODE == "endless" and not os.path.exists(sys.argv[2]):
             open(sys.argv[2], "w").close()
-            sys.stdout.write('{"jsonrpc": "2.0", "id": ' + json.dumps(ident) + ', "result": {"content": [')
-            while True:
-                sys.stdout.write('{"type": "text", "text": "' + "x" * 65_000 + '"}, ')
+            write_endlessly(ident)
         text = json.dumps(params.get("arguments") if isinstance(params, dict) else None)
         send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": f"echo {text}"}]}})
     elif method == "ping":
         send({"jsonrpc": "2.0", "id": ident, "result": {}})
     elif ident is not None:
         send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32601, "message": "Method not found"}})
+
+
+def write_endlessly(ident: object) -> None:
+    sys.stdout.write('{"jsonrpc": "2.0", "id": ' + json.dumps(ident) + ', "result": {"content": [')
+    while True:
+        sys.stdout.write('{"type": "text", "text": "' + "x" * 65_000 + '"}, ')
 
 
 def misbehave() -> None:

@@ -176,6 +176,19 @@ async def test_a_line_that_never_ends_fails_that_call_within_bounds_and_the_serv
     assert grown < 200 << 20, f"{grown >> 20} MiB more for one line (64 MiB held)"
 
 
+async def test_a_server_whose_listing_never_ends_is_down_saying_why_and_the_others_serve(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the line's fault was known, but the down reason was the SDK's error that
+    # followed from it ("Connection closed").
+    path = tools_file(tmp_path, endless=raw("endless-list"), good=hostile())
+    code = "import mcp_tools\nprint(mcp_tools.good.backtracks(s='a'))\n"
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["stdout"] == "backtracks ok\n", done
+    log = (tmp_path / "stderr.log").read_text()
+    assert 'tool server not started server=endless error="LineTooLong: a line of more than 67,108,864 bytes"' in log
+
+
 async def test_a_listing_too_large_to_hand_runs_is_cut_and_the_other_servers_tools_still_import(
     work_dir: Path, tmp_path: Path
 ) -> None:
