@@ -12,6 +12,7 @@ its own requests to us are rationed (`Rationed`), its stderr lines too, and why 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -240,8 +241,14 @@ class Connection:
         cursor: str | None = None
         size = 0
         for _ in range(MAX_PAGES):  # a server whose cursor never ends is listed this far
+            pages: list[types.ListToolsResult] = []
+            # Given up once the connection is lost: its answer may have been the line that broke it,
+            # and the SDK would wait for another.
             with anyio.fail_after(CONNECT_SECONDS):
-                page = await client.list_tools(cursor=cursor)
+                await _first(functools.partial(_fetch_page, client, cursor, pages), self._lost.wait)
+            if not pages:
+                raise Down(self._fault or "its connection was lost while its tools were listed")
+            page = pages[0]
             for tool in page.tools:
                 size += _listed_bytes(tool)
                 if len(listed) < MAX_TOOLS and size <= MAX_LISTING_BYTES:
@@ -439,6 +446,10 @@ class Rate:
             return True
         self.dropped += 1
         return False
+
+
+async def _fetch_page(client: Client, cursor: str | None, pages: list[types.ListToolsResult]) -> None:
+    pages.append(await client.list_tools(cursor=cursor))
 
 
 async def _first(*waits: Any) -> None:

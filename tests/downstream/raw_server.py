@@ -9,6 +9,7 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
 - ``described``: it lists 1,000 tools besides ``echo``, each with a 20,000-character description;
 - ``endless``: its first answer to a call (the first of all its processes: argv[2] is a file it
   makes) is a line that never ends; ``endless-list``: its answer to tools/list is;
+- ``badlist``: its answer to tools/list is a line that does not parse, and nothing more;
 - ``http``: Streamable HTTP on 127.0.0.1 (its port written to the file argv[2]), whose tools answer
   a call with a JSON body that never ends (``endless``), with an event stream it ends without an
   answer (``cut``), or as they should (``echo``);
@@ -52,6 +53,10 @@ def answer(request: dict[str, object]) -> None:
     elif method == "tools/list":
         if MODE == "endless-list":
             write_endlessly(ident)
+        if MODE == "badlist":
+            sys.stdout.write('{"jsonrpc": "2.0", "id": ' + json.dumps(ident) + ', "result": "not a listing"}\n')
+            sys.stdout.flush()
+            return
         send({"jsonrpc": "2.0", "id": ident, "result": {"tools": tools()}})
         misbehave()
     elif method == "tools/call":

@@ -189,6 +189,22 @@ async def test_a_server_whose_listing_never_ends_is_down_saying_why_and_the_othe
     assert 'tool server not started server=endless error="LineTooLong: a line of more than 67,108,864 bytes"' in log
 
 
+async def test_a_listing_that_does_not_parse_makes_its_server_down_at_once_not_after_the_start_timeout(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the line that broke the connection was its answer, and the listing waited
+    # for another until CONNECT_SECONDS (30 s): the whole server's start with it.
+    path = tools_file(tmp_path, bad=raw("badlist"), good=hostile())
+    code = "import mcp_tools\nprint(mcp_tools.good.backtracks(s='a'))\n"
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["stdout"] == "backtracks ok\n", done
+    log = tmp_path / "stderr.log"
+    [down] = _stamps(log, "tool server not started server=bad error=")
+    [listed] = _stamps(log, "tool server listed server=good")
+    assert abs((down - listed).total_seconds()) < 15, "well before the start's 30 s"
+    assert "ValidationError" in log.read_text()
+
+
 async def test_a_listing_too_large_to_hand_runs_is_cut_and_the_other_servers_tools_still_import(
     work_dir: Path, tmp_path: Path
 ) -> None:
