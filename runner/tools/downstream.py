@@ -51,6 +51,11 @@ MAX_STDERR_LINE = 2000
 # rate (a second's worth at once, then so many a second); the rest dropped, the dropped counted.
 STDERR_LINES = (1000, 100.0)
 REQUESTS = (20, 10.0)
+# Its notifications are taken at a rate, not dropped (a list_changed may be among them): past it, its
+# stream waits unread (and the server with it, once its pipe or socket is full). Each costs us a parse
+# and a dispatch on the event loop: a flood of them kept it 85% busy and made every brokered call 2-5x
+# slower.
+NOTIFICATIONS = (1000, 200.0)
 TOLD = (1, 0.1)  # how often what was dropped is logged
 # The event loop's clock, `anyio.current_time()`'s on asyncio, read without anyio's lookup of the running
 # backend: a brokered call reads it four times on its way.
@@ -361,12 +366,14 @@ async def _rationed(transport: Any, logger: logging.Logger, name: str) -> AsyncI
 
 class Rationed(anyio.abc.ObjectReceiveStream[Any]):
     """What a server sends us, its own requests rationed (`REQUESTS`): the SDK starts a task to answer
-    each, and a server that sends them without end and reads no answer would have them pile up."""
+    each, and a server that sends them without end and reads no answer would have them pile up; and
+    its notifications taken at a rate (`NOTIFICATIONS`)."""
 
     def __init__(self, inner: Any, logger: logging.Logger, name: str) -> None:
         self._inner = inner
         self._contexts = hasattr(inner, "last_context")
         self._rate, self._told = Rate(*REQUESTS), Rate(*TOLD)
+        self._notes, self._notes_told = Rate(*NOTIFICATIONS), Rate(*TOLD)
         self._log = logger
         self._name = name
 
@@ -379,7 +386,14 @@ class Rationed(anyio.abc.ObjectReceiveStream[Any]):
     async def receive(self) -> Any:
         while True:
             item = await self._inner.receive()
-            if not (isinstance(item, SessionMessage) and isinstance(item.message, types.JSONRPCRequest)):
+            message = item.message if isinstance(item, SessionMessage) else None
+            if isinstance(message, types.JSONRPCNotification):
+                while not self._notes.take():
+                    if self._notes_told.take():
+                        log_event(self._log, logging.WARNING, "tool server notifications slowed", server=self._name)
+                    await anyio.sleep(1 / NOTIFICATIONS[1])
+                return item
+            if not isinstance(message, types.JSONRPCRequest):
                 return item
             if self._rate.take():
                 return item

@@ -1,8 +1,8 @@
 """What a downstream server may send that it should not, each found by a review and each once a way to
-hurt more than its own calls: schemas whose checks never end, a protocol without ping, a flood of
-its own requests or of stderr, a byte that is not UTF-8, a line that never ends, a listing too large
-to hand runs, errors too long, a credential cut across stderr lines, a server that dies as soon as it
-starts.
+hurt more than its own calls: schemas whose checks never end, a protocol without ping, a flood of its
+own requests, notifications or stderr lines, a byte that is not UTF-8, a line that never ends, a
+listing too large to hand runs, errors too long, a credential cut across stderr lines, a server that
+dies as soon as it starts.
 tests/downstream/hostile_server.py is made with the official SDK (2026-07-28); raw_server.py by hand."""
 
 from __future__ import annotations
@@ -102,6 +102,25 @@ async def test_a_flood_of_the_servers_own_requests_is_rationed(work_dir: Path, t
             grown = peak_memory(server) - before
     assert done["stdout"] == "backtracks ok\n", done
     assert grown < 50 << 20, f"{grown >> 20} MiB more while the flood went on"
+
+
+async def test_a_flood_of_the_servers_notifications_is_taken_at_a_rate_and_the_other_servers_serve(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: a server's notifications were taken as fast as it sent them, each parsed and
+    # dispatched on the event loop: 85% of it for as long as the flood went on, and every brokered call
+    # 2-5x slower.
+    count = tmp_path / "sent"
+    path = tools_file(tmp_path, notes=raw("notes", str(count)), good=hostile())
+    code = "import time, mcp_tools\ntime.sleep(3)  # the flood's time\nprint(mcp_tools.good.backtracks(s='a'))\n"
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            done = await run(client, code)
+            sent = int(count.read_text())  # before the server stops (it drains their stdout then)
+    assert done["stdout"] == "backtracks ok\n", done
+    # At most its burst, 200 a second, and what its pipe holds; else some 100,000 a second.
+    assert sent < 20_000, sent
+    assert "tool server notifications slowed server=notes" in (tmp_path / "stderr.log").read_text()
 
 
 async def test_a_servers_stderr_flood_is_logged_at_a_rate_and_a_long_line_keeps_its_credential_masked(
