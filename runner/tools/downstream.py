@@ -51,10 +51,10 @@ MAX_STDERR_LINE = 2000
 # rate (a second's worth at once, then so many a second); the rest dropped, the dropped counted.
 STDERR_LINES = (1000, 100.0)
 REQUESTS = (20, 10.0)
-# Its notifications are taken at a rate, not dropped (a list_changed may be among them): past it, its
-# stream waits unread (and the server with it, once its pipe or socket is full). Each costs us a parse
-# and a dispatch on the event loop: a flood of them kept it 85% busy and made every brokered call 2-5x
-# slower.
+# Its notifications, and its answers to requests we did not make, are taken at a rate, not dropped (a
+# list_changed may be among them): past it, its stream waits unread (and the server with it, once its
+# pipe or socket is full). Each costs us a parse and a dispatch on the event loop: a flood of them kept
+# it 85% busy and made every brokered call 2-5x slower.
 NOTIFICATIONS = (1000, 200.0)
 TOLD = (1, 0.1)  # how often what was dropped is logged
 # The event loop's clock, `anyio.current_time()`'s on asyncio, read without anyio's lookup of the running
@@ -359,21 +359,23 @@ async def _already_open(streams: Any) -> AsyncIterator[Any]:
 
 @contextlib.asynccontextmanager
 async def _rationed(transport: Any, logger: logging.Logger, name: str) -> AsyncIterator[Any]:
-    """`transport`, its server's requests to us rationed (`Rationed`)."""
+    """`transport`, what its server sends us rationed (`Rationed`)."""
     async with transport as (read_stream, write_stream):
-        yield Rationed(read_stream, logger, name), write_stream
+        rationed = Rationed(read_stream, logger, name)
+        yield rationed, _Asking(write_stream, rationed)
 
 
 class Rationed(anyio.abc.ObjectReceiveStream[Any]):
     """What a server sends us, its own requests rationed (`REQUESTS`): the SDK starts a task to answer
     each, and a server that sends them without end and reads no answer would have them pile up; and
-    its notifications taken at a rate (`NOTIFICATIONS`)."""
+    its notifications, and answers past those we asked for (`owed`), taken at a rate (`NOTIFICATIONS`)."""
 
     def __init__(self, inner: Any, logger: logging.Logger, name: str) -> None:
         self._inner = inner
         self._contexts = hasattr(inner, "last_context")
         self._rate, self._told = Rate(*REQUESTS), Rate(*TOLD)
         self._notes, self._notes_told = Rate(*NOTIFICATIONS), Rate(*TOLD)
+        self.owed = 0  # our requests it has not answered yet (`_Asking`)
         self._log = logger
         self._name = name
 
@@ -387,13 +389,12 @@ class Rationed(anyio.abc.ObjectReceiveStream[Any]):
         while True:
             item = await self._inner.receive()
             message = item.message if isinstance(item, SessionMessage) else None
-            if isinstance(message, types.JSONRPCNotification):
-                while not self._notes.take():
-                    if self._notes_told.take():
-                        log_event(self._log, logging.WARNING, "tool server notifications slowed", server=self._name)
-                    await anyio.sleep(1 / NOTIFICATIONS[1])
+            if isinstance(message, types.JSONRPCResponse | types.JSONRPCError) and self.owed > 0:
+                self.owed -= 1
                 return item
             if not isinstance(message, types.JSONRPCRequest):
+                if message is not None:  # a notification, or an answer we did not ask for
+                    await self._turn()
                 return item
             if self._rate.take():
                 return item
@@ -406,6 +407,29 @@ class Rationed(anyio.abc.ObjectReceiveStream[Any]):
                     requests=self._rate.dropped,
                 )
                 self._rate.dropped = 0
+
+    async def _turn(self) -> None:
+        """Wait for a notification's turn (`NOTIFICATIONS`)."""
+        while not self._notes.take():
+            if self._notes_told.take():
+                log_event(self._log, logging.WARNING, "tool server messages slowed", server=self._name)
+            await anyio.sleep(1 / NOTIFICATIONS[1])
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _Asking(anyio.abc.ObjectSendStream[Any]):
+    """What we send a server, each request counted as an answer it owes us (`Rationed.owed`)."""
+
+    def __init__(self, inner: Any, rationed: Rationed) -> None:
+        self._inner = inner
+        self._rationed = rationed
+
+    async def send(self, item: Any) -> None:
+        if isinstance(item, SessionMessage) and isinstance(item.message, types.JSONRPCRequest):
+            self._rationed.owed += 1
+        await self._inner.send(item)
 
     async def aclose(self) -> None:
         await self._inner.aclose()

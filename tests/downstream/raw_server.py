@@ -4,7 +4,7 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
 - ``requests``: once listed, it sends ping requests without end and reads nothing more;
 - ``stderr``: once listed, it writes stderr lines without end;
 - ``notes``: once listed, it sends notifications without end, the number sent so far written to the
-  file argv[2] every hundred;
+  file argv[2] every hundred; ``answers``: the same, of answers to requests no one made;
 - ``exits``: it exits once initialized;
 - ``badbyte``: its first answer to a call (the first of all its processes: argv[2] is a file it
   makes) is a line with a byte that is not UTF-8, and nothing more;
@@ -94,12 +94,13 @@ def misbehave() -> None:
     if MODE == "stderr":
         while True:
             sys.stderr.write("a line of a server that says too much\n")
-    if MODE == "notes":
+    if MODE in ("notes", "answers"):
         note = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x" * 50}}
+        answer = {"jsonrpc": "2.0", "id": "no one's", "result": {"content": []}}
         sent = 0
         while True:
             for _ in range(100):
-                send(note)
+                send(note if MODE == "notes" else answer)
             sent += 100
             with open(sys.argv[2] + ".part", "w") as count:
                 count.write(str(sent))

@@ -104,14 +104,15 @@ async def test_a_flood_of_the_servers_own_requests_is_rationed(work_dir: Path, t
     assert grown < 50 << 20, f"{grown >> 20} MiB more while the flood went on"
 
 
-async def test_a_flood_of_the_servers_notifications_is_taken_at_a_rate_and_the_other_servers_serve(
-    work_dir: Path, tmp_path: Path
+@pytest.mark.parametrize("flood", ["notes", "answers"])
+async def test_a_flood_of_notifications_or_of_answers_no_one_asked_for_is_taken_at_a_rate(
+    work_dir: Path, tmp_path: Path, flood: str
 ) -> None:
     # Found by a review: a server's notifications were taken as fast as it sent them, each parsed and
     # dispatched on the event loop: 85% of it for as long as the flood went on, and every brokered call
-    # 2-5x slower.
+    # to any server 2-5x slower. Answers to requests we did not make, the same.
     count = tmp_path / "sent"
-    path = tools_file(tmp_path, notes=raw("notes", str(count)), good=hostile())
+    path = tools_file(tmp_path, notes=raw(flood, str(count)), good=hostile())
     code = "import time, mcp_tools\ntime.sleep(3)  # the flood's time\nprint(mcp_tools.good.backtracks(s='a'))\n"
     with (tmp_path / "stderr.log").open("w") as errlog:
         async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
@@ -120,7 +121,7 @@ async def test_a_flood_of_the_servers_notifications_is_taken_at_a_rate_and_the_o
     assert done["stdout"] == "backtracks ok\n", done
     # At most its burst, 200 a second, and what its pipe holds; else some 100,000 a second.
     assert sent < 20_000, sent
-    assert "tool server notifications slowed server=notes" in (tmp_path / "stderr.log").read_text()
+    assert "tool server messages slowed server=notes" in (tmp_path / "stderr.log").read_text()
 
 
 async def test_a_servers_stderr_flood_is_logged_at_a_rate_and_a_long_line_keeps_its_credential_masked(
