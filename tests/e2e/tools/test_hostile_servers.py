@@ -116,12 +116,23 @@ async def test_a_flood_of_notifications_or_of_answers_no_one_asked_for_is_taken_
     code = "import time, mcp_tools\ntime.sleep(3)  # the flood's time\nprint(mcp_tools.good.backtracks(s='a'))\n"
     with (tmp_path / "stderr.log").open("w") as errlog:
         async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            server = server_process()
+            before = cpu_seconds(server)
             done = await run(client, code)
+            busy = cpu_seconds(server) - before
             sent = int(count.read_text())  # before the server stops (it drains their stdout then)
     assert done["stdout"] == "backtracks ok\n", done
+    # Some 2.5 s of the server's CPU in the run's 3 s, unbounded.
+    assert busy < 1.0, f"{busy:.2f} s of the server's CPU"
     # At most its burst, 200 a second, and what its pipe holds; else some 100,000 a second.
     assert sent < 20_000, sent
     assert "tool server messages slowed server=notes" in (tmp_path / "stderr.log").read_text()
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time `pid` has used, user and system."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def test_a_servers_stderr_flood_is_logged_at_a_rate_and_a_long_line_keeps_its_credential_masked(
