@@ -51,6 +51,8 @@ MAX_STDERR_LINE = 2000
 # rate (a second's worth at once, then so many a second); the rest dropped, the dropped counted.
 STDERR_LINES = (1000, 100.0)
 REQUESTS = (20, 10.0)
+MOST_ANSWERING = 8  # its requests taken and not answered yet, at most: the rest dropped
+MAX_ID_CHARS = 256  # a request's id, at most: one longer is dropped
 # Its notifications, and its answers to requests we did not make, are taken at a rate, not dropped (a
 # list_changed may be among them): past it, its stream waits unread (and the server with it, once its
 # pipe or socket is full). Each costs us a parse and a dispatch on the event loop: a flood of them kept
@@ -376,6 +378,8 @@ class Rationed(anyio.abc.ObjectReceiveStream[Any]):
         self._rate, self._told = Rate(*REQUESTS), Rate(*TOLD)
         self._notes, self._notes_told = Rate(*NOTIFICATIONS), Rate(*TOLD)
         self.owed = 0  # our requests it has not answered yet (`_Asking`)
+        self.answering = 0  # its requests taken that we have not answered yet (`_Asking`)
+        self._dropped = 0
         self._log = logger
         self._name = name
 
@@ -396,17 +400,19 @@ class Rationed(anyio.abc.ObjectReceiveStream[Any]):
                 if message is not None:  # a notification, or an answer we did not ask for
                     await self._turn()
                 return item
-            if self._rate.take():
+            # Each request taken is held, its id with it, until our answer is written, which a server
+            # that reads none never lets be: so few at once, and no long id (20 MiB ids, unread: 4 GB
+            # in 30 s).
+            short = not isinstance(message.id, str) or len(message.id) <= MAX_ID_CHARS
+            if self._rate.take() and short and self.answering < MOST_ANSWERING:
+                self.answering += 1
                 return item
+            self._dropped += 1
             if self._told.take():
-                log_event(
-                    self._log,
-                    logging.WARNING,
-                    "tool server requests dropped",
-                    server=self._name,
-                    requests=self._rate.dropped,
-                )
-                self._rate.dropped = 0
+                what, dropped = "tool server requests dropped", self._dropped
+                log_event(self._log, logging.WARNING, what, server=self._name, requests=dropped)
+                self._dropped = 0
+            await self._turn()  # dropped at a rate too: each cost a parse all the same
 
     async def _turn(self) -> None:
         """Wait for a notification's turn (`NOTIFICATIONS`)."""
@@ -420,15 +426,22 @@ class Rationed(anyio.abc.ObjectReceiveStream[Any]):
 
 
 class _Asking(anyio.abc.ObjectSendStream[Any]):
-    """What we send a server, each request counted as an answer it owes us (`Rationed.owed`)."""
+    """What we send a server, each request counted as an answer it owes us (`Rationed.owed`), each
+    answer as one of its requests answered (`Rationed.answering`)."""
 
     def __init__(self, inner: Any, rationed: Rationed) -> None:
         self._inner = inner
         self._rationed = rationed
 
     async def send(self, item: Any) -> None:
-        if isinstance(item, SessionMessage) and isinstance(item.message, types.JSONRPCRequest):
+        message = item.message if isinstance(item, SessionMessage) else None
+        if isinstance(message, types.JSONRPCRequest):
             self._rationed.owed += 1
+        elif isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            # Counted once written: a server that reads no answer keeps its requests held.
+            await self._inner.send(item)
+            self._rationed.answering -= 1
+            return
         await self._inner.send(item)
 
     async def aclose(self) -> None:

@@ -1,7 +1,8 @@
 """A downstream MCP server (stdio, 2025-06-18) written by hand in JSON-RPC lines, to misbehave where an
 SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says how it misbehaves:
 
-- ``requests``: once listed, it sends ping requests without end and reads nothing more;
+- ``requests``: once listed, it sends ping requests without end and reads nothing more; ``bigids``:
+  the same, each with an id of 8 MiB;
 - ``stderr``: once listed, it writes stderr lines without end;
 - ``notes``: once listed, it sends notifications without end, the number sent so far written to the
   file argv[2] every hundred; ``answers``: the same, of answers to requests no one made;
@@ -86,11 +87,11 @@ def write_endlessly(ident: object) -> None:
 
 
 def misbehave() -> None:
-    if MODE == "requests":
-        n = 0
+    if MODE in ("requests", "bigids"):
+        n, long = 0, "x" * (8 << 20) if MODE == "bigids" else ""
         while True:
             n += 1
-            send({"jsonrpc": "2.0", "id": f"flood-{n}", "method": "ping"})
+            send({"jsonrpc": "2.0", "id": f"flood-{n}{long}", "method": "ping"})
     if MODE == "stderr":
         while True:
             sys.stderr.write("a line of a server that says too much\n")
