@@ -5,7 +5,8 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
   the same, each with an id of 8 MiB;
 - ``stderr``: once listed, it writes stderr lines without end;
 - ``notes``: once listed, it sends notifications without end, the number sent so far written to the
-  file argv[2] every hundred; ``answers``: the same, of answers to requests no one made;
+  file argv[2] every hundred; ``answers``: the same, of answers to requests no one made; ``bignotes``:
+  the same, of notifications of 4 MiB, the number written every one;
 - ``exits``: it exits once initialized;
 - ``badbyte``: its first answer to a call (the first of all its processes: argv[2] is a file it
   makes) is a line with a byte that is not UTF-8, and nothing more;
@@ -95,14 +96,15 @@ def misbehave() -> None:
     if MODE == "stderr":
         while True:
             sys.stderr.write("a line of a server that says too much\n")
-    if MODE in ("notes", "answers"):
-        note = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x" * 50}}
+    if MODE in ("notes", "answers", "bignotes"):
+        data = "x" * ((4 << 20) if MODE == "bignotes" else 50)
+        note = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": data}}
         answer = {"jsonrpc": "2.0", "id": "no one's", "result": {"content": []}}
-        sent = 0
+        sent, each = 0, 1 if MODE == "bignotes" else 100
         while True:
-            for _ in range(100):
-                send(note if MODE == "notes" else answer)
-            sent += 100
+            for _ in range(each):
+                send(answer if MODE == "answers" else note)
+            sent += each
             with open(sys.argv[2] + ".part", "w") as count:
                 count.write(str(sent))
             os.replace(sys.argv[2] + ".part", sys.argv[2])
