@@ -50,6 +50,7 @@ MAX_STDERR_LINE = 2000
 # A server's stderr lines logged, and its requests to us (ping; the others are refused) taken: as a
 # rate (a second's worth at once, then so many a second); the rest dropped, the dropped counted.
 STDERR_LINES = (1000, 100.0)
+STDERR_PAUSE = 0.05  # between reads of its stderr once lines are dropped: at most some 1.3 MB a second
 REQUESTS = (20, 10.0)
 MOST_ANSWERING = 8  # its requests taken and not answered yet, at most: the rest dropped
 MAX_ID_CHARS = 256  # a request's id, at most: one longer is dropped
@@ -342,13 +343,21 @@ async def _log_lines(fd: int, logger: logging.Logger, name: str, secrets: list[s
             if len(pending) > MAX_STDERR_LINE + keep:
                 lines.append(pending[: len(pending) - keep])
                 pending = pending[len(pending) - keep :]
-            for line in lines:
+            for n, line in enumerate(lines):
+                if not line.strip():
+                    continue
+                if not rate.take():
+                    rate.dropped += len(lines) - n - 1  # the rest, not looked at one by one
+                    break
                 text = line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip()
-                if text and rate.take():
-                    log_event(logger, logging.INFO, "tool server stderr", server=name, line=text)
+                log_event(logger, logging.INFO, "tool server stderr", server=name, line=text)
             if rate.dropped and told.take():
                 log_event(logger, logging.WARNING, "tool server stderr not logged", server=name, lines=rate.dropped)
                 rate.dropped = 0
+            if rate.dropped:
+                # Past its rate, what it writes is read at a pace, not as fast as it comes: each read
+                # would cost the event loop all the same (99% of it for a flood).
+                await anyio.sleep(STDERR_PAUSE)
     finally:
         os.close(fd)
 

@@ -146,16 +146,22 @@ async def test_a_servers_stderr_flood_is_logged_at_a_rate_and_a_long_line_keeps_
     work_dir: Path, tmp_path: Path
 ) -> None:
     # Found by a review: every stderr line was logged (238 MB in 17 s); a credential that a long line
-    # had across the 2,000th character was cut before it was masked, and its start logged.
+    # had across the 2,000th character was cut before it was masked, and its start logged. Found by a
+    # second: the lines not logged were read as fast as they came (99% of the event loop).
     secret = "sk-live-" + os.urandom(16).hex()
     path = tools_file(tmp_path, loud=raw("stderr"), leaky=hostile(HOSTILE_STDERR=secret, KEY=secret))
     log = tmp_path / "stderr.log"
+    code = "import time, mcp_tools\ntime.sleep(3)  # the flood's time\nprint(mcp_tools.leaky.backtracks(s='a'))\n"
     with log.open("w") as errlog:
         async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
             assert await logged(log, "tool server stderr not logged"), "the rest of the flood is counted"
-            done = await run(client, "import mcp_tools\nprint(mcp_tools.leaky.backtracks(s='a'))\n")
+            server = server_process()
+            before = cpu_seconds(server)
+            done = await run(client, code)
+            busy = cpu_seconds(server) - before
     text = log.read_text()
     assert done["stdout"] == "backtracks ok\n", done
+    assert busy < 1.0, f"{busy:.2f} s of the server's CPU in the run's 3 s"
     assert text.count("a line of a server that says too much") < 5_000
     assert secret[:10] not in text, "no part of the credential"
     assert "***" in text
