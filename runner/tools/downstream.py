@@ -45,6 +45,7 @@ MAX_DOWN_CHARS = 300  # why a server is down, as runs and the log see it
 CONNECT_SECONDS = 30.0  # a start (or a reconnect) that takes longer has failed
 PING_SECONDS = 10.0  # how often a quiet connection is checked
 BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # waits between reconnections, the last repeated
+RELIST_SECONDS = 2.0  # between a server's listings, at least
 HEALTHY_SECONDS = 30.0  # a connection up this long starts the backoff over when it goes
 MAX_STDERR_LINE = 2000
 # A server's stderr lines logged, and its requests to us (ping; the others are refused) taken: as a
@@ -262,6 +263,7 @@ class Connection:
                 if len(listed) < MAX_TOOLS and size <= MAX_LISTING_BYTES:
                     listed[tool.name] = _cut(tool)
             cursor = page.next_cursor
+            size += len(cursor or "")  # a cursor of megabytes is no less to hold
             if not cursor or len(listed) >= MAX_TOOLS or size > MAX_LISTING_BYTES:
                 break
         self.tools = listed
@@ -277,14 +279,22 @@ class Connection:
 
     async def _watch(self, client: Client) -> None:
         """Until the connection is lost: re-list when the server says its tools changed, ping when quiet."""
+        relist_at = anyio.current_time() + RELIST_SECONDS
         while not self._lost.is_set():
             with anyio.move_on_after(PING_SECONDS):
                 await _first(self._lost.wait, self._relist.wait)
             if self._lost.is_set():
                 return
             if self._relist.is_set():
+                # At most one listing each RELIST_SECONDS, the notices that come meanwhile one: a
+                # server that said so after each listing had us list it without end.
+                with anyio.move_on_after(relist_at - anyio.current_time()):
+                    await self._lost.wait()
+                if self._lost.is_set():
+                    return
                 self._relist = anyio.Event()
                 await self._list(client)
+                relist_at = anyio.current_time() + RELIST_SECONDS
                 continue
             try:
                 with anyio.fail_after(CONNECT_SECONDS):

@@ -14,6 +14,8 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
 - ``endless``: its first answer to a call (the first of all its processes: argv[2] is a file it
   makes) is a line that never ends; ``endless-list``: its answer to tools/list is;
 - ``badlist``: its answer to tools/list is a line that does not parse, and nothing more;
+- ``relists``: after each answer to tools/list, it says its tools changed, and counts the listings in
+  the file argv[2];
 - ``http``: Streamable HTTP on 127.0.0.1 (its port written to the file argv[2]), whose tools answer
   a call with a JSON body that never ends (``endless``), with an event stream it ends without an
   answer (``cut``), or as they should (``echo``);
@@ -31,6 +33,7 @@ import os
 import sys
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else ""
+LISTINGS: list[object] = []  # relists: the listings asked for so far
 ECHO = {"name": "echo", "description": "Says what it got.", "inputSchema": {"type": "object"}}
 
 
@@ -62,6 +65,12 @@ def answer(request: dict[str, object]) -> None:
             sys.stdout.flush()
             return
         send({"jsonrpc": "2.0", "id": ident, "result": {"tools": tools()}})
+        if MODE == "relists":
+            LISTINGS.append(ident)
+            with open(sys.argv[2] + ".part", "w") as count:
+                count.write(str(len(LISTINGS)))
+            os.replace(sys.argv[2] + ".part", sys.argv[2])
+            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         misbehave()
     elif method == "tools/call":
         params = request.get("params") or {}

@@ -142,6 +142,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def test_a_server_that_says_its_tools_changed_after_each_listing_is_listed_again_at_a_pace(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a second review: each notice was a listing at once, and a server that sent one after
+    # each had us list it without end (2,607 listings in 8 s; with a listing of 4 MiB, 72% of the loop).
+    count = tmp_path / "listed"
+    path = tools_file(tmp_path, fickle=raw("relists", str(count)), good=hostile())
+    code = "import time, mcp_tools\ntime.sleep(3)  # the notices' time\nprint(mcp_tools.fickle.echo(n=1))\n"
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            done = await run(client, code)
+            listed = int(count.read_text())
+    assert done["stdout"] == 'echo {"n": 1}\n', done
+    assert listed < 10, f"listed {listed} times in some 3 s"
+
+
 async def test_a_servers_stderr_flood_is_logged_at_a_rate_and_a_long_line_keeps_its_credential_masked(
     work_dir: Path, tmp_path: Path
 ) -> None:
