@@ -290,7 +290,6 @@ class Connection:
                 # server that said so after each listing had us list it without end.
                 with anyio.move_on_after(relist_at - anyio.current_time()):
                     await self._lost.wait()
-                if self._lost.is_set():
                     return
                 self._relist = anyio.Event()
                 await self._list(client)
