@@ -19,7 +19,7 @@ import math
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -27,10 +27,10 @@ import anyio.abc
 import httpx2
 from mcp import Client, MCPError, types
 from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.message import SessionMessage
-from mcp.types import CONNECTION_CLOSED, INVALID_REQUEST, METHOD_NOT_FOUND, REQUEST_TIMEOUT
+from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
 from runner.config import Downstream, python_name
 from runner.logs import log_event
@@ -61,6 +61,7 @@ TOLD = (1, 0.1)  # how often what was dropped is logged
 # backend: a brokered call reads it four times on its way.
 loop_time = time.monotonic
 MARK_VARIABLE = "RUNNER_TOOL_SERVER_MARK"
+SESSION_GONE = "the server no longer has our session (HTTP 404)"
 
 
 class Down(Exception):
@@ -163,7 +164,7 @@ class Connection:
     async def call(self, tool: str, arguments: dict[str, Any], seconds: float) -> types.CallToolResult:
         """Call `tool`; `Down` if the server is down or does not answer within `seconds` (the run's
         time left; then the call is cancelled there: the SDK sends notifications/cancelled)."""
-        client = self._client
+        client, lost = self._client, self._lost
         if client is None:
             raise Down(f"the server is down: {self.down}")
         deadline = loop_time() + seconds
@@ -177,10 +178,12 @@ class Connection:
             if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT and loop_time() >= deadline:
                 raise TooSlow(f"no answer within {seconds:.1f} s (the run's time left)") from None
             # The SDK's stdio session ends its calls so when its process is gone; over HTTP, a call's
-            # own stream that failed is said the same way, and the connection may serve on.
+            # own stream that failed is said the same way, and the connection may serve on. A call that
+            # failed once the connection was lost (an HTTP 404 to our session: the error is the
+            # server's own, whatever it says) failed for that.
             closed = isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED and not self.server.url
-            if _connection_failed(exc) or closed or (self.server.url and _session_gone(exc)):
-                self._lost.set()
+            if _connection_failed(exc) or closed or lost.is_set():
+                lost.set()
                 raise Down(f"the connection failed: {self._fault or self._reason(exc)}") from None
             raise
 
@@ -190,12 +193,12 @@ class Connection:
         self._lost, self._relist, self._fault = anyio.Event(), anyio.Event(), ""
         async with contextlib.AsyncExitStack() as stack:
             if server.url:
-                # The SDK's own client (create_mcp_http_client), each answer's body bounded; its
-                # transports httpx2's own (a proxy the environment names, say).
+                # The SDK's own client (create_mcp_http_client), each answer's body bounded and a 404
+                # to our session seen; its transports httpx2's own (a proxy the environment names, say).
                 http = httpx2.AsyncClient(
                     headers=dict(server.headers),
                     timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-                    event_hooks={"response": [_bounded(self._most_bytes)]},
+                    event_hooks={"response": [_bounded(self._most_bytes, self._session_gone)]},
                 )
                 await stack.enter_async_context(http)
                 transport: Any = streamable_http_client(server.url, http_client=http)
@@ -313,6 +316,13 @@ class Connection:
             self._lost.set()
         elif isinstance(message, types.ToolListChangedNotification):
             self._relist.set()
+
+    def _session_gone(self) -> None:
+        """An HTTP 404 to a request of our session: the server no longer has it (it was started again,
+        say), and the spec has the client start a new one. The SDK passes the server's error on as it is
+        (the SDK's own server's, "Session not found"), or says "Session terminated" if there is none."""
+        self._fault = self._fault or SESSION_GONE
+        self._lost.set()
 
 
 async def _log_lines(fd: int, logger: logging.Logger, name: str, secrets: list[str]) -> None:
@@ -435,14 +445,17 @@ class _Asking(anyio.abc.ObjectSendStream[Any]):
         await self._inner.aclose()
 
 
-def _bounded(most: int) -> Any:
+def _bounded(most: int, session_gone: Callable[[], None]) -> Any:
     """A response hook for HTTP whose answers to our messages (POST) end within `most` bytes and some:
     the SDK reads a JSON answer whole, with no bound, and a server's body that never ends would fill
     our memory. Past it, the body fails (`httpx2.StreamError`: that call's error). Not the GET stream
-    of the server's own messages, open for hours (each event of it the SDK bounds)."""
+    of the server's own messages, open for hours (each event of it the SDK bounds). A 404 to a request
+    of our session calls `session_gone`, before the SDK reads what the server says of it."""
     limit = most + (1 << 20)  # the envelope around a result a run may take whole
 
     async def bound(response: httpx2.Response) -> None:
+        if response.status_code == 404 and MCP_SESSION_ID in response.request.headers:
+            session_gone()
         if response.request.method == "POST":
             response.stream = _BoundedBody(response.stream, limit)
 
@@ -504,12 +517,6 @@ async def _first(*waits: Any) -> None:
 
 async def _cancel_soon(tg: anyio.abc.TaskGroup) -> None:
     tg.cancel_scope.cancel()
-
-
-def _session_gone(exc: BaseException) -> bool:
-    """Whether `exc` is the SDK's word for an HTTP 404 to a request of our session: the server no
-    longer has it (it was started again, say), and the spec has the client start a new one."""
-    return isinstance(exc, MCPError) and exc.code == INVALID_REQUEST and exc.message == "Session terminated"
 
 
 def _connection_failed(exc: BaseException) -> bool:

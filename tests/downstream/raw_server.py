@@ -16,8 +16,9 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
   a call with a JSON body that never ends (``endless``), with an event stream it ends without an
   answer (``cut``), or as they should (``echo``);
 - ``sessions``: Streamable HTTP as ``http``, with sessions: a request with a session id it did not
-  give gets 404, as the spec has it; once the file argv[2] + ``.forget`` is made, it forgets the
-  session it gave (as one started again would) and removes the file. Its tool ``echo`` answers.
+  give gets 404 with a JSON-RPC error, as the SDK's own server answers it; once the file argv[2] +
+  ``.forget`` is made, it forgets the session it gave (as one started again would) and removes the
+  file. Its tool ``echo`` answers.
 
 Standard library only."""
 
@@ -166,9 +167,14 @@ class Sessions(Endless):
             os.remove(forget)
             Sessions.session = f"session-{int(Sessions.session.split('-')[1]) + 1}"
         if method != "initialize" and self.headers.get("Mcp-Session-Id") != self.session:
+            # As the SDK's own server answers it (streamable_http_manager.py): the client passes the
+            # error on as it is, not its "Session terminated" for a 404 without one.
+            body = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}'
             self.send_response(404)
-            self.send_header("Content-Length", "0")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            self.wfile.write(body)
             return
         if ident is None:
             self.send_response(202)
