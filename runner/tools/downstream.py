@@ -446,20 +446,29 @@ class _Asking(anyio.abc.ObjectSendStream[Any]):
 
 
 def _bounded(most: int, session_gone: Callable[[], None]) -> Any:
-    """A response hook for HTTP whose answers to our messages (POST) end within `most` bytes and some:
-    the SDK reads a JSON answer whole, with no bound, and a server's body that never ends would fill
-    our memory. Past it, the body fails (`httpx2.StreamError`: that call's error). Not the GET stream
-    of the server's own messages, open for hours (each event of it the SDK bounds). A 404 to a request
-    of our session calls `session_gone`, before the SDK reads what the server says of it."""
+    """A response hook for HTTP whose bodies end within `most` bytes and some, but for event streams:
+    the SDK reads a body whole, with no bound, where it is not one (a JSON answer; an error's; a
+    redirect's it follows, of a GET or a POST; the DELETE's), and a server's body that never ends would
+    fill our memory. Past it, the body fails (`httpx2.StreamError`: that call's error, or the stream's).
+    An event stream is read event by event, each bounded by the SDK (1 MiB), and may be open for hours
+    (the GET of the server's own messages). A 404 to a request of our session calls `session_gone`,
+    before the SDK reads what the server says of it."""
     limit = most + (1 << 20)  # the envelope around a result a run may take whole
 
     async def bound(response: httpx2.Response) -> None:
         if response.status_code == 404 and MCP_SESSION_ID in response.request.headers:
             session_gone()
-        if response.request.method == "POST":
+        if not _event_stream(response):
             response.stream = _BoundedBody(response.stream, limit)
 
     return bound
+
+
+def _event_stream(response: httpx2.Response) -> bool:
+    """Whether the SDK reads `response` as an event stream: a success (a redirect's body it reads whole,
+    whatever it says it is), of the type the SDK's `EventSource` takes."""
+    kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    return response.is_success and kind == "text/event-stream"
 
 
 class _BoundedBody(httpx2.AsyncByteStream):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -332,6 +333,39 @@ async def test_an_http_server_that_lost_our_session_is_connected_again_at_its_fi
     # Down for the 404 itself, not for the next ping's (which a 404 too would find, 10 s later).
     gone = 'tool server down server=http error="the server no longer has our session (HTTP 404)"'
     assert gone in (tmp_path / "stderr.log").read_text()
+
+
+def told(directory: Path) -> dict[str, int]:
+    """What raw_server.py's HTTP mode (`raw_http` in `directory`) wrote on the stream of its own messages
+    (GET): how many it answered, the bytes, and how many of them we hung up."""
+    told = directory / "port.gets"
+    return json.loads(told.read_text()) if told.exists() else {"gets": 0, "bytes": 0, "ended": 0}
+
+
+async def test_an_http_servers_redirect_whose_body_never_ends_is_read_within_bounds(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the SDK reads the body of a redirect it follows (within the origin) whole, and
+    # only answers to our messages (POST) were bounded: a 307 to the stream of the server's own messages
+    # (GET) whose body never ended took the whole server from 73 to 3,964 MB in 10 s.
+    async with raw_http(tmp_path, "redirect") as url:
+        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
+        with (tmp_path / "stderr.log").open("w") as errlog:
+            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+                done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+                server = server_process()
+                before = peak_memory(server)
+                (tmp_path / "port.go").touch()
+                # Until the SDK has given up its stream (its two tries, both hung up), or has been sent
+                # more than it could hold whole.
+                with anyio.fail_after(30):
+                    while told(tmp_path)["ended"] < 2 and told(tmp_path)["bytes"] < 512 << 20:
+                        await anyio.sleep(0.05)
+                grown = peak_memory(server) - before
+    assert done["stdout"] == "echo\n", done
+    assert grown < 150 << 20, f"{grown >> 20} MiB more for redirects"
+    sent = told(tmp_path)["bytes"]
+    assert sent < 100 << 20, f"{sent >> 20} MiB sent"
 
 
 async def test_an_http_call_whose_stream_ends_without_an_answer_fails_alone(work_dir: Path, tmp_path: Path) -> None:
