@@ -6,7 +6,8 @@ stopped with the server.
 Everything it sends is hostile input to us: a listing is taken through the SDK's models and kept
 bounded (`MAX_TOOLS`, `MAX_LISTING_BYTES`, `MAX_DESCRIPTION_CHARS`), a result is checked against its
 output schema within bounds (`SchemaCheck`) and bounded by the run's budget where the broker reads it,
-its own requests to us are rationed (`Rationed`), its stderr lines too, and why it is down is cut short.
+its own requests to us are rationed (`Rationed`), its stderr lines too, an HTTP server's bodies and
+GETs are bounded (`runner.tools.streamable_http`), and why it is down is cut short.
 """
 
 from __future__ import annotations
@@ -19,16 +20,14 @@ import math
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import anyio.abc
-import httpx2
 from mcp import Client, MCPError, types
 from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
@@ -36,6 +35,7 @@ from runner.config import Downstream, python_name
 from runner.logs import log_event
 from runner.tools.schemas import SchemaCheck
 from runner.tools.stdio import stdio_transport
+from runner.tools.streamable_http import http_client
 
 MAX_TOOLS = 1000  # a listing's most: more are left out
 MAX_PAGES = 100
@@ -193,13 +193,8 @@ class Connection:
         self._lost, self._relist, self._fault = anyio.Event(), anyio.Event(), ""
         async with contextlib.AsyncExitStack() as stack:
             if server.url:
-                # The SDK's own client (create_mcp_http_client), each answer's body bounded and a 404
-                # to our session seen; its transports httpx2's own (a proxy the environment names, say).
-                http = httpx2.AsyncClient(
-                    headers=dict(server.headers),
-                    timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-                    event_hooks={"response": [_bounded(self._most_bytes, self._session_gone)]},
-                )
+                # What the server sends bounded, and a 404 to our session seen (`http_client`).
+                http = http_client(dict(server.headers), self._most_bytes, self._session_gone)
                 await stack.enter_async_context(http)
                 transport: Any = streamable_http_client(server.url, http_client=http)
             else:
@@ -440,48 +435,6 @@ class _Asking(anyio.abc.ObjectSendStream[Any]):
         if isinstance(item, SessionMessage) and isinstance(item.message, types.JSONRPCRequest):
             self._rationed.owed += 1
         await self._inner.send(item)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def _bounded(most: int, session_gone: Callable[[], None]) -> Any:
-    """A response hook for HTTP whose bodies end within `most` bytes and some, but for event streams:
-    the SDK reads a body whole, with no bound, where it is not one (a JSON answer; an error's; a
-    redirect's it follows, of a GET or a POST; the DELETE's), and a server's body that never ends would
-    fill our memory. Past it, the body fails (`httpx2.StreamError`: that call's error, or the stream's).
-    An event stream is read event by event, each bounded by the SDK (1 MiB), and may be open for hours
-    (the GET of the server's own messages). A 404 to a request of our session calls `session_gone`,
-    before the SDK reads what the server says of it."""
-    limit = most + (1 << 20)  # the envelope around a result a run may take whole
-
-    async def bound(response: httpx2.Response) -> None:
-        if response.status_code == 404 and MCP_SESSION_ID in response.request.headers:
-            session_gone()
-        if not _event_stream(response):
-            response.stream = _BoundedBody(response.stream, limit)
-
-    return bound
-
-
-def _event_stream(response: httpx2.Response) -> bool:
-    """Whether the SDK reads `response` as an event stream: a success (a redirect's body it reads whole,
-    whatever it says it is), of the type the SDK's `EventSource` takes."""
-    kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-    return response.is_success and kind == "text/event-stream"
-
-
-class _BoundedBody(httpx2.AsyncByteStream):
-    def __init__(self, inner: Any, most: int) -> None:
-        self._inner, self._most = inner, most
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
-        async for chunk in self._inner:
-            seen += len(chunk)
-            if seen > self._most:
-                raise httpx2.StreamError(f"an answer of more than {self._most:,} bytes")
-            yield chunk
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -387,6 +387,39 @@ async def test_an_http_servers_flood_of_events_of_unknown_type_is_not_logged(wor
     assert logged < 100, f"{logged:,} lines of it"
 
 
+async def test_an_http_servers_own_stream_is_read_at_a_rate(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: what the server sent on the stream of its own messages (GET) that is no
+    # message (comment lines, here) was read and parsed as fast as it came, a whole core's worth.
+    async with raw_http(tmp_path, "comments") as url:
+        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
+        with (tmp_path / "stderr.log").open("w") as errlog:
+            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+                (tmp_path / "port.go").touch()
+                await anyio.sleep(3)  # the flood's time
+                sent = told(tmp_path)["bytes"]
+                done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+    assert done["stdout"] == "echo\n", done
+    # Its burst (4 MiB), 1 MiB a second, and what the sockets hold between; else hundreds of MiB.
+    assert sent < 24 << 20, f"{sent >> 20} MiB sent in 3 s"
+
+
+async def test_an_http_servers_own_stream_that_ends_at_once_is_opened_again_at_most_once_a_second(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the SDK opens the stream of the server's own messages (GET) again after the
+    # wait its last `retry:` said, with no least: `retry: 0` and an end, 1,687 GETs in 5 s.
+    async with raw_http(tmp_path, "retry") as url:
+        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
+        with (tmp_path / "stderr.log").open("w") as errlog:
+            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+                (tmp_path / "port.go").touch()
+                await anyio.sleep(3)  # the flood's time
+                opened = told(tmp_path)["gets"]
+                done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+    assert done["stdout"] == "echo\n", done
+    assert opened < 10, f"{opened} GETs in 3 s"  # one a second; else some 400
+
+
 async def test_an_http_call_whose_stream_ends_without_an_answer_fails_alone(work_dir: Path, tmp_path: Path) -> None:
     # Found by a third review: the SDK says "connection closed" for one HTTP call whose stream failed
     # or ended without an answer; that was taken for the connection's end, and every run's calls in
