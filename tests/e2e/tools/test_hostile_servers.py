@@ -2,7 +2,8 @@
 hurt more than its own calls: schemas whose checks never end, a protocol without ping, a flood of its
 own requests, notifications or stderr lines, a byte that is not UTF-8, a line that never ends, a
 listing too large to hand runs, errors too long, a credential cut across stderr lines, a server that
-dies as soon as it starts.
+dies as soon as it starts; over HTTP, an answer or a redirect that never ends, a session lost, and a
+stream of its own messages (GET) of comments or unknown events without end, or that ends at once.
 tests/downstream/hostile_server.py is made with the official SDK (2026-07-28); raw_server.py by hand."""
 
 from __future__ import annotations
