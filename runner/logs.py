@@ -111,4 +111,10 @@ def configure_logging(level: LogLevel, fmt: LogFormat, stream: TextIO | None = N
     # Its refusals (a Host, an Origin) are logged by ours with the variable to change, once; its own
     # lines said the same twice more, with no request_id.
     logging.getLogger("mcp.server.transport_security").setLevel(logging.ERROR)
+    # Its HTTP client warns of each event of a type it does not know on a downstream server's stream,
+    # which that server may send without end (406,857 lines, 63 MB, in 5 s; the event loop 99% busy).
+    # Its other warnings go with it: a redirect it did not follow (the call's error says so too; the
+    # GET of the server's own messages then stays closed, unsaid) and a DELETE of the session at the
+    # end that failed. Its errors stay: an answer or event that does not parse, an unexpected type.
+    logging.getLogger("mcp.client.streamable_http").setLevel(logging.ERROR)
     get_logger().setLevel(level.upper())

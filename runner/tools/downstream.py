@@ -6,7 +6,8 @@ stopped with the server.
 Everything it sends is hostile input to us: a listing is taken through the SDK's models and kept
 bounded (`MAX_TOOLS`, `MAX_LISTING_BYTES`, `MAX_DESCRIPTION_CHARS`), a result is checked against its
 output schema within bounds (`SchemaCheck`) and bounded by the run's budget where the broker reads it,
-its own requests to us are rationed (`Rationed`), its stderr lines too, and why it is down is cut short.
+its own requests to us are rationed (`Rationed`), its stderr lines too, an HTTP server's bodies and
+GETs are bounded (`runner.tools.streamable_http`), and why it is down is cut short.
 """
 
 from __future__ import annotations
@@ -24,18 +25,17 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import httpx2
 from mcp import Client, MCPError, types
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.message import SessionMessage
-from mcp.types import CONNECTION_CLOSED, INVALID_REQUEST, METHOD_NOT_FOUND, REQUEST_TIMEOUT
+from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
 from runner.config import Downstream, python_name
 from runner.logs import log_event
 from runner.tools.schemas import SchemaCheck
 from runner.tools.stdio import stdio_transport
+from runner.tools.streamable_http import http_client
 
 MAX_TOOLS = 1000  # a listing's most: more are left out
 MAX_PAGES = 100
@@ -65,6 +65,10 @@ TOLD = (1, 0.1)  # how often what was dropped is logged
 # backend: a brokered call reads it four times on its way.
 loop_time = time.monotonic
 MARK_VARIABLE = "RUNNER_TOOL_SERVER_MARK"
+# An HTTP 404 to a request of our session: the server no longer has it (it was started again, say),
+# and the spec has the client start a new one. The SDK passes the server's error on as it is (the
+# SDK's own server's, "Session not found"), or says "Session terminated" if there is none.
+SESSION_GONE = "the server no longer has our session (HTTP 404)"
 
 
 class Down(Exception):
@@ -139,8 +143,7 @@ class Connection:
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:  # whatever the server or the SDK raised: it is down
-                # What its transport said was wrong first, if it did: the SDK's own error then is what
-                # followed from it ("Connection closed").
+                # What its transport said was wrong first, if it did (the SDK's error followed from it).
                 self.down = self._fault or self._reason(exc)
             finally:
                 self._client = None
@@ -167,7 +170,7 @@ class Connection:
     async def call(self, tool: str, arguments: dict[str, Any], seconds: float) -> types.CallToolResult:
         """Call `tool`; `Down` if the server is down or does not answer within `seconds` (the run's
         time left; then the call is cancelled there: the SDK sends notifications/cancelled)."""
-        client = self._client
+        client, lost = self._client, self._lost
         if client is None:
             raise Down(f"the server is down: {self.down}")
         deadline = loop_time() + seconds
@@ -181,10 +184,11 @@ class Connection:
             if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT and loop_time() >= deadline:
                 raise TooSlow(f"no answer within {seconds:.1f} s (the run's time left)") from None
             # The SDK's stdio session ends its calls so when its process is gone; over HTTP, a call's
-            # own stream that failed is said the same way, and the connection may serve on.
+            # own stream that failed is said the same way, and the connection may serve on. One that
+            # failed once the connection was lost (`SESSION_GONE`, say) failed for that.
             closed = isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED and not self.server.url
-            if _connection_failed(exc) or closed or (self.server.url and _session_gone(exc)):
-                self._lost.set()
+            if _connection_failed(exc) or closed or lost.is_set():
+                lost.set()
                 raise Down(f"the connection failed: {self._fault or self._reason(exc)}") from None
             raise
 
@@ -194,13 +198,8 @@ class Connection:
         self._lost, self._relist, self._fault = anyio.Event(), anyio.Event(), ""
         async with contextlib.AsyncExitStack() as stack:
             if server.url:
-                # The SDK's own client (create_mcp_http_client), each answer's body bounded; its
-                # transports httpx2's own (a proxy the environment names, say).
-                http = httpx2.AsyncClient(
-                    headers=dict(server.headers),
-                    timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-                    event_hooks={"response": [_bounded(self._most_bytes)]},
-                )
+                # What the server sends bounded, and a 404 to our session seen (`http_client`).
+                http = http_client(dict(server.headers), self._most_bytes, self._session_gone)
                 await stack.enter_async_context(http)
                 transport: Any = streamable_http_client(server.url, http_client=http)
             else:
@@ -325,6 +324,11 @@ class Connection:
             self._lost.set()
         elif isinstance(message, types.ToolListChangedNotification):
             self._relist.set()
+
+    def _session_gone(self) -> None:
+        """An HTTP 404 to a request of our session (`SESSION_GONE`): a new one, as the spec has it."""
+        self._fault = self._fault or SESSION_GONE
+        self._lost.set()
 
 
 async def _log_lines(fd: int, logger: logging.Logger, name: str, secrets: list[str]) -> None:
@@ -466,36 +470,6 @@ class _Asking(anyio.abc.ObjectSendStream[Any]):
         await self._inner.aclose()
 
 
-def _bounded(most: int) -> Any:
-    """A response hook for HTTP whose answers to our messages (POST) end within `most` bytes and some:
-    the SDK reads a JSON answer whole, with no bound, and a server's body that never ends would fill
-    our memory. Past it, the body fails (`httpx2.StreamError`: that call's error). Not the GET stream
-    of the server's own messages, open for hours (each event of it the SDK bounds)."""
-    limit = most + (1 << 20)  # the envelope around a result a run may take whole
-
-    async def bound(response: httpx2.Response) -> None:
-        if response.request.method == "POST":
-            response.stream = _BoundedBody(response.stream, limit)
-
-    return bound
-
-
-class _BoundedBody(httpx2.AsyncByteStream):
-    def __init__(self, inner: Any, most: int) -> None:
-        self._inner, self._most = inner, most
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
-        async for chunk in self._inner:
-            seen += len(chunk)
-            if seen > self._most:
-                raise httpx2.StreamError(f"an answer of more than {self._most:,} bytes")
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
 class Rate:
     """A token bucket: `burst` at once, then `per_second`; what it refused, `dropped`."""
 
@@ -535,12 +509,6 @@ async def _first(*waits: Any) -> None:
 
 async def _cancel_soon(tg: anyio.abc.TaskGroup) -> None:
     tg.cancel_scope.cancel()
-
-
-def _session_gone(exc: BaseException) -> bool:
-    """Whether `exc` is the SDK's word for an HTTP 404 to a request of our session: the server no
-    longer has it (it was started again, say), and the spec has the client start a new one."""
-    return isinstance(exc, MCPError) and exc.code == INVALID_REQUEST and exc.message == "Session terminated"
 
 
 def _connection_failed(exc: BaseException) -> bool:

@@ -20,8 +20,14 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
   a call with a JSON body that never ends (``endless``), with an event stream it ends without an
   answer (``cut``), or as they should (``echo``);
 - ``sessions``: Streamable HTTP as ``http``, with sessions: a request with a session id it did not
-  give gets 404, as the spec has it; once the file argv[2] + ``.forget`` is made, it forgets the
-  session it gave (as one started again would) and removes the file. Its tool ``echo`` answers.
+  give gets 404 with a JSON-RPC error, as the SDK's own server answers it; once the file argv[2] +
+  ``.forget`` is made, it forgets the session it gave (as one started again would) and removes the
+  file. Its tool ``echo`` answers;
+- ``redirect``, ``events``, ``comments``, ``retry``: as ``http``, with a session, whose stream of its
+  own messages (GET), once the file argv[2] + ``.go`` is made, is a redirect within its origin whose
+  body never ends; events of a type no one knows, without end; comment lines, without end; or a
+  ``retry: 0`` and its end. The GETs it answered, the bytes it wrote on them and how many of them we
+  hung up are in the file argv[2] + ``.gets`` (JSON).
 
 Standard library only."""
 
@@ -31,10 +37,15 @@ import http.server
 import json
 import os
 import sys
+import threading
+import time
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else ""
 LISTINGS: list[object] = []  # relists: the listings asked for so far
 ECHO = {"name": "echo", "description": "Says what it got.", "inputSchema": {"type": "object"}}
+# An HTTP mode's stream of its own messages (GET): how many it answered, the bytes, how many we hung up.
+GETS = {"gets": 0, "bytes": 0, "ended": 0}
+GETS_LOCK = threading.Lock()
 
 
 def send(message: dict[str, object]) -> None:
@@ -147,6 +158,8 @@ class Endless(http.server.BaseHTTPRequestHandler):
                 result = {"tools": listed} if method == "tools/list" else {}
             body = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode()
             self.send_header("Content-Length", str(len(body)))
+            if MODE != "http":  # a session: the client opens the stream of its own messages
+                self.send_header("Mcp-Session-Id", "session-1")
             self.end_headers()
             self.wfile.write(body)
             return
@@ -158,8 +171,52 @@ class Endless(http.server.BaseHTTPRequestHandler):
             pass  # we hung up
 
     def do_GET(self) -> None:
-        self.send_response(405)
+        if MODE in ("redirect", "events", "comments", "retry"):
+            while not os.path.exists(sys.argv[2] + ".go"):  # the test's word to start
+                time.sleep(0.05)
+        self.tell(gets=1)
+        if MODE == "redirect":
+            self.send_response(307)
+            self.send_header("Location", self.path)
+            self.end_headers()
+            self.endlessly(b"x" * 65536)
+        elif MODE in ("events", "comments", "retry"):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            if MODE == "retry":
+                self.wfile.write(b"retry: 0\n\n")  # and the stream ends: the client is to reconnect at once
+                return
+            self.endlessly(b"event: unknown\ndata: x\n\n" * 3000 if MODE == "events" else b":\n" * 32768)
+        else:
+            self.send_response(405)
+            self.end_headers()
+
+    def do_DELETE(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
         self.end_headers()
+
+    def endlessly(self, chunk: bytes) -> None:
+        """Write `chunk` again and again until we hang up, what was written told every 1 MiB or so."""
+        written = 0
+        try:
+            while True:
+                self.wfile.write(chunk)
+                written += len(chunk)
+                if written >= 1 << 20:
+                    self.tell(bytes=written)
+                    written = 0
+        except OSError:
+            self.tell(bytes=written, ended=1)
+
+    def tell(self, **counts: int) -> None:
+        with GETS_LOCK:
+            for name, count in counts.items():
+                GETS[name] += count
+            with open(sys.argv[2] + ".gets.part", "w") as told:
+                json.dump(GETS, told)
+            os.replace(sys.argv[2] + ".gets.part", sys.argv[2] + ".gets")
 
     def log_message(self, *_: object) -> None:
         pass
@@ -178,9 +235,14 @@ class Sessions(Endless):
             os.remove(forget)
             Sessions.session = f"session-{int(Sessions.session.split('-')[1]) + 1}"
         if method != "initialize" and self.headers.get("Mcp-Session-Id") != self.session:
+            # As the SDK's own server answers it (streamable_http_manager.py): the client passes the
+            # error on as it is, not its "Session terminated" for a 404 without one.
+            body = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}'
             self.send_response(404)
-            self.send_header("Content-Length", "0")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            self.wfile.write(body)
             return
         if ident is None:
             self.send_response(202)
@@ -206,7 +268,7 @@ class Sessions(Endless):
 
 
 def main() -> None:
-    if MODE in ("http", "sessions"):
+    if MODE in ("http", "sessions", "redirect", "events", "comments", "retry"):
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sessions if MODE == "sessions" else Endless)
         with open(sys.argv[2] + ".part", "w") as port:
             port.write(str(server.server_address[1]))

@@ -2,13 +2,15 @@
 hurt more than its own calls: schemas whose checks never end, a protocol without ping, a flood of its
 own requests, notifications or stderr lines, a byte that is not UTF-8, a line that never ends, a
 listing too large to hand runs, errors too long, a credential cut across stderr lines, a server that
-dies as soon as it starts.
+dies as soon as it starts; over HTTP, an answer or a redirect that never ends, a session lost, and a
+stream of its own messages (GET) of comments or unknown events without end, or that ends at once.
 tests/downstream/hostile_server.py is made with the official SDK (2026-07-28); raw_server.py by hand."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -344,7 +346,9 @@ async def test_an_http_server_that_lost_our_session_is_connected_again_at_its_fi
 ) -> None:
     # Found by a review: a 404 to a request of a session says the session is gone (the server was
     # started again, say), and the spec has the client start a new one; each call failed ("Session
-    # terminated") until the next ping, up to 10 s later, found the connection down.
+    # terminated") until the next ping, up to 10 s later, found the connection down. Found by a second:
+    # that was known by the SDK client's words for a 404 without a body, and the SDK's own server
+    # answers with a JSON-RPC error, "Session not found", passed on as it is: 52 calls failed in 10.6 s.
     async with raw_http(tmp_path, "sessions") as url:
         path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
         code = (
@@ -365,8 +369,96 @@ async def test_an_http_server_that_lost_our_session_is_connected_again_at_its_fi
                 done = await run(client, code)
     assert before["stdout"] == "echo\n", before
     first, then = done["stdout"].splitlines()
-    assert first == "http.echo: the connection failed: MCPError: Session terminated", first
+    assert first == "http.echo: the connection failed: the server no longer has our session (HTTP 404)", first
     assert then == "echo"
+    # Down for the 404 itself, not for the next ping's (which a 404 too would find, 10 s later).
+    gone = 'tool server down server=http error="the server no longer has our session (HTTP 404)"'
+    assert gone in (tmp_path / "stderr.log").read_text()
+
+
+def told(directory: Path) -> dict[str, int]:
+    """What raw_server.py's HTTP mode (`raw_http` in `directory`) wrote on the stream of its own messages
+    (GET): how many it answered, the bytes, and how many of them we hung up."""
+    told = directory / "port.gets"
+    return json.loads(told.read_text()) if told.exists() else {"gets": 0, "bytes": 0, "ended": 0}
+
+
+async def test_an_http_servers_redirect_whose_body_never_ends_is_read_within_bounds(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the SDK reads the body of a redirect it follows (within the origin) whole, and
+    # only answers to our messages (POST) were bounded: a 307 to the stream of the server's own messages
+    # (GET) whose body never ended took the whole server from 73 to 3,964 MB in 10 s.
+    async with raw_http(tmp_path, "redirect") as url:
+        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
+        with (tmp_path / "stderr.log").open("w") as errlog:
+            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+                done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+                server = server_process()
+                before = peak_memory(server)
+                (tmp_path / "port.go").touch()
+                # Until the SDK has given up its stream (its two tries, both hung up), or has been sent
+                # more than it could hold whole.
+                with anyio.fail_after(30):
+                    while told(tmp_path)["ended"] < 2 and told(tmp_path)["bytes"] < 512 << 20:
+                        await anyio.sleep(0.05)
+                grown = peak_memory(server) - before
+    assert done["stdout"] == "echo\n", done
+    assert grown < 150 << 20, f"{grown >> 20} MiB more for redirects"
+    sent = told(tmp_path)["bytes"]
+    assert sent < 100 << 20, f"{sent >> 20} MiB sent"
+
+
+async def test_an_http_servers_flood_of_events_of_unknown_type_is_not_logged(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: the SDK logs a warning for each event of a type it does not know, on the
+    # stream of the server's own messages (GET), which none of our bounds saw: 406,857 lines (63 MB) in
+    # 5 s, the event loop 99% busy, every other server's calls 40x slower.
+    async with raw_http(tmp_path, "events") as url:
+        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
+        log = tmp_path / "stderr.log"
+        with log.open("w") as errlog:
+            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+                (tmp_path / "port.go").touch()
+                with anyio.fail_after(30):
+                    while told(tmp_path)["bytes"] < 8 << 20:  # some 350,000 events
+                        await anyio.sleep(0.05)
+                done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+    assert done["stdout"] == "echo\n", done
+    logged = log.read_text().count("Unknown SSE event")
+    assert logged < 100, f"{logged:,} lines of it"
+
+
+async def test_an_http_servers_own_stream_is_read_at_a_rate(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: what the server sent on the stream of its own messages (GET) that is no
+    # message (comment lines, here) was read and parsed as fast as it came, a whole core's worth.
+    async with raw_http(tmp_path, "comments") as url:
+        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
+        with (tmp_path / "stderr.log").open("w") as errlog:
+            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+                (tmp_path / "port.go").touch()
+                await anyio.sleep(3)  # the flood's time
+                sent = told(tmp_path)["bytes"]
+                done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+    assert done["stdout"] == "echo\n", done
+    # Its burst (4 MiB), 1 MiB a second, and what the sockets hold between; else hundreds of MiB.
+    assert sent < 24 << 20, f"{sent >> 20} MiB sent in 3 s"
+
+
+async def test_an_http_servers_own_stream_that_ends_at_once_is_opened_again_at_most_once_a_second(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the SDK opens the stream of the server's own messages (GET) again after the
+    # wait its last `retry:` said, with no least: `retry: 0` and an end, 1,687 GETs in 5 s.
+    async with raw_http(tmp_path, "retry") as url:
+        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
+        with (tmp_path / "stderr.log").open("w") as errlog:
+            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+                (tmp_path / "port.go").touch()
+                await anyio.sleep(3)  # the flood's time
+                opened = told(tmp_path)["gets"]
+                done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+    assert done["stdout"] == "echo\n", done
+    assert opened < 10, f"{opened} GETs in 3 s"  # one a second; else some 400
 
 
 async def test_an_http_call_whose_stream_ends_without_an_answer_fails_alone(work_dir: Path, tmp_path: Path) -> None:
