@@ -33,6 +33,7 @@ from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
 from runner.config import Downstream, python_name
 from runner.logs import log_event
+from runner.tools.rates import ByteRate, Rate
 from runner.tools.schemas import SchemaCheck
 from runner.tools.stdio import stdio_transport
 from runner.tools.streamable_http import http_client
@@ -51,7 +52,7 @@ MAX_STDERR_LINE = 2000
 # A server's stderr lines logged, and its requests to us (ping; the others are refused) taken: as a
 # rate (a second's worth at once, then so many a second); the rest dropped, the dropped counted.
 STDERR_LINES = (1000, 100.0)
-STDERR_PAUSE = 0.05  # between reads of its stderr once lines are dropped: at most some 1.3 MB a second
+STDERR_BYTES = 8 << 20  # of its stderr read a second, and at once (a legitimate server's logging waits not)
 REQUESTS = (20, 10.0)
 MOST_ANSWERING = 8  # its requests taken and not answered yet, at most: the rest dropped
 MAX_ID_CHARS = 256  # a request's id, at most: one longer is dropped
@@ -337,6 +338,7 @@ async def _log_lines(fd: int, logger: logging.Logger, name: str, secrets: list[s
     os.set_blocking(fd, False)
     pending = b""
     rate, told = Rate(*STDERR_LINES), Rate(*TOLD)
+    paced = ByteRate(STDERR_BYTES, STDERR_BYTES, anyio.current_time())
     masked = [(secret.encode(), b"***") for secret in secrets]
     # The end of a long line waits for what follows: it may be the start of a credential.
     keep = max((len(secret) for secret, _ in masked), default=1) - 1
@@ -360,17 +362,17 @@ async def _log_lines(fd: int, logger: logging.Logger, name: str, secrets: list[s
                 if not line.strip():
                     continue
                 if not rate.take():
-                    rate.dropped += len(lines) - n - 1  # the rest, not looked at one by one
+                    rate.dropped += len(lines) - n - 1  # the rest, not looked at one by one (blank or not)
                     break
                 text = line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip()
                 log_event(logger, logging.INFO, "tool server stderr", server=name, line=text)
             if rate.dropped and told.take():
                 log_event(logger, logging.WARNING, "tool server stderr not logged", server=name, lines=rate.dropped)
                 rate.dropped = 0
-            if rate.dropped:
-                # Past its rate, what it writes is read at a pace, not as fast as it comes: each read
-                # would cost the event loop all the same (99% of it for a flood).
-                await anyio.sleep(STDERR_PAUSE)
+            # Read at a pace, not as fast as it comes: a flood's reads cost the event loop 99% of it.
+            wait = paced.spend(len(chunk), anyio.current_time())
+            if wait:
+                await anyio.sleep(wait)
     finally:
         os.close(fd)
 
@@ -468,27 +470,6 @@ class _Asking(anyio.abc.ObjectSendStream[Any]):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-
-class Rate:
-    """A token bucket: `burst` at once, then `per_second`; what it refused, `dropped`."""
-
-    __slots__ = ("_at", "_burst", "_per_second", "_tokens", "dropped")
-
-    def __init__(self, burst: int, per_second: float) -> None:
-        self._burst, self._per_second = burst, per_second
-        self._tokens, self._at = float(burst), anyio.current_time()
-        self.dropped = 0
-
-    def take(self) -> bool:
-        now = anyio.current_time()
-        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_second)
-        self._at = now
-        if self._tokens >= 1:
-            self._tokens -= 1
-            return True
-        self.dropped += 1
-        return False
 
 
 async def _fetch_page(client: Client, cursor: str | None, pages: list[types.ListToolsResult]) -> None:

@@ -16,13 +16,13 @@ the SDK's pinned version's (requirements.lock), and the tests of downstream serv
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import TextIO
 
 import anyio
 import anyio.lowlevel
+import pydantic_core
 from mcp import types
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import (
@@ -37,18 +37,24 @@ from mcp.client.stdio import (
 )
 from mcp.shared.message import SessionMessage
 
+from runner.tools.rates import ByteRate
+
 logger = logging.getLogger(__name__)
 # A stdio server's line at most, or what a result as large as a run's budget of bytes through tools may
-# take on the wire, if more: its text and, from an SDK-made server, its structured content too, and the
-# message around them. A listing is one line, and one larger than a run may take is cut
-# (`MAX_LISTING_BYTES`), not refused: 20 MB of tools have been seen. A result within the line that is
-# larger than the run may take is read, then refused to that run alone; past it, the connection fails.
-MAX_LINE_BYTES = 32 << 20
+# take on the wire, if more: from an SDK-made server, its structured content and the same as indented
+# JSON text (3.2x the run's value for flat records, 5x for nested), and the message around them. A
+# listing is one line, and one larger than a run may take is cut (`MAX_LISTING_BYTES`), not refused:
+# 20 MB of tools have been seen. A result within the line that is larger than the run may take is
+# read, then refused to that run alone; past it, the connection fails.
+MAX_LINE_BYTES = 64 << 20
 # What a server's stdout is read at, after as much as its longest line at once: each byte is parsed on
-# the event loop (4 MiB notifications, each in its turn, kept it busy without end).
-BYTES_PER_SECOND = 8 << 20
-# A line longer than this is parsed by `json` and then checked, not by pydantic from its JSON: 4x
-# faster on many small values (12 MiB of `{}`s: 6.5 s -> 1.7 s), 1 us slower on a small message.
+# the event loop (4 MiB notifications, each in its turn, kept it busy without end). One bucket for all
+# the runs that call it: 12 MiB results in a row came at 0.1 s each, and at 1.5 s under 8 MiB a second.
+BYTES_PER_SECOND = 32 << 20
+# A line longer than this is parsed into Python values, then checked, not checked from its JSON: 5x
+# faster on many small values (18 MiB: 2.12 s -> 0.43 s), 1 us slower on a small message. By
+# pydantic's own parser, which refuses what its JSON check does (`json` took a lone surrogate, whose
+# listing then broke our own tools/list for every client, and nesting five times deeper).
 PARSED_IN_TWO = 64 << 10
 
 
@@ -87,21 +93,6 @@ class Lines:
         return lines
 
 
-class ByteRate:
-    """Sans-IO: a token bucket of bytes, `burst` at once, then `per_second`; a read past it owes the
-    time it must wait (`spend`)."""
-
-    def __init__(self, burst: int, per_second: float, now: float) -> None:
-        self._burst, self._per_second = burst, per_second
-        self._tokens, self._at = float(burst), now
-
-    def spend(self, size: int, now: float) -> float:
-        """Take `size` bytes at `now`: the seconds to wait before the next read (0 if none)."""
-        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_second) - size
-        self._at = now
-        return -self._tokens / self._per_second if self._tokens < 0 else 0.0
-
-
 def parse(line: bytes, server: StdioServerParameters) -> SessionMessage | Exception:
     """One line as the SDK's reader takes it (its `_parse_line`): a message, or the error that says why
     not, for the session to hear. Lines end at a newline byte, so they are decoded whole in UTF-8."""
@@ -109,7 +100,7 @@ def parse(line: bytes, server: StdioServerParameters) -> SessionMessage | Except
         text = line.decode(server.encoding, server.encoding_error_handler)
         adapter = types.jsonrpc_message_adapter
         if len(line) > PARSED_IN_TWO:
-            return SessionMessage(adapter.validate_python(json.loads(text), by_name=False))
+            return SessionMessage(adapter.validate_python(pydantic_core.from_json(text), by_name=False))
         return SessionMessage(adapter.validate_json(text, by_name=False))
     except (ValueError, RecursionError) as exc:
         logger.debug("a line from a tool server did not parse", exc_info=True)
@@ -121,7 +112,7 @@ async def stdio_transport(
     server: StdioServerParameters, errlog: TextIO, most_bytes: int
 ) -> AsyncIterator[TransportStreams]:
     """The SDK's `stdio_client(server, errlog)`, each line the server writes bounded: `MAX_LINE_BYTES`,
-    or twice `most_bytes` (a run's budget) and 1 MiB, whichever is larger."""
+    or four times `most_bytes` (a run's budget) and 1 MiB, whichever is larger."""
     command = await _get_executable_command(server.command)
     process = await _create_platform_compatible_process(
         command=command,
@@ -139,7 +130,7 @@ async def stdio_transport(
 
     async def stdout_reader() -> None:
         assert process.stdout, "the process is started with pipes"
-        longest = max(2 * most_bytes + (1 << 20), MAX_LINE_BYTES)
+        longest = max(4 * most_bytes + (1 << 20), MAX_LINE_BYTES)
         lines = Lines(longest)
         rate = ByteRate(longest, BYTES_PER_SECOND, anyio.current_time())
         overflowed = False

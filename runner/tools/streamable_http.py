@@ -21,6 +21,8 @@ import httpx2
 from mcp.client.streamable_http import MCP_SESSION_ID
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
+from runner.tools.rates import ByteRate
+
 # A GET's event stream (the server's own messages, or a call's resumed) is read at most 1 MiB a second
 # after 4 MiB at once (past it, reading waits, and the server with it), and a GET is sent at most once
 # a second: comments at wire speed cost the event loop a whole core, and `retry: 0` and an end made
@@ -55,7 +57,8 @@ class Hooks:
     def __init__(self, most: int, session_gone: Callable[[], None]) -> None:
         self._limit = most + (1 << 20)  # the envelope around a result a run may take whole
         self._session_gone = session_gone
-        self._bytes = _Paced(*GET_BYTES)  # one for all its GETs: a stream opened again starts no burst
+        # One for all its GETs: a stream opened again starts no burst.
+        self._bytes = ByteRate(GET_BYTES[0], GET_BYTES[1], anyio.current_time())
         self._next_get = -math.inf
 
     async def request(self, request: httpx2.Request) -> None:
@@ -98,29 +101,15 @@ class _BoundedBody(httpx2.AsyncByteStream):
 
 
 class _PacedBody(httpx2.AsyncByteStream):
-    def __init__(self, inner: Any, paced: _Paced) -> None:
-        self._inner, self._paced = inner, paced
+    def __init__(self, inner: Any, rate: ByteRate) -> None:
+        self._inner, self._rate = inner, rate
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._inner:
-            await self._paced.take(len(chunk))  # the next chunk is read once this one's turn has come
+            wait = self._rate.spend(len(chunk), anyio.current_time())
+            if wait:
+                await anyio.sleep(wait)  # the next chunk is read once this one's turn has come
             yield chunk
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-
-class _Paced:
-    """A token bucket that waits: `burst` at once, then `per_second`; what is taken past it is owed,
-    and its taker waits until it is paid."""
-
-    def __init__(self, burst: int, per_second: float) -> None:
-        self._burst, self._per_second = burst, per_second
-        self._tokens, self._at = float(burst), anyio.current_time()
-
-    async def take(self, count: int) -> None:
-        now = anyio.current_time()
-        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_second) - count
-        self._at = now
-        if self._tokens < 0:
-            await anyio.sleep(-self._tokens / self._per_second)
