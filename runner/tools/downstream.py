@@ -392,9 +392,10 @@ async def _rationed(transport: Any, logger: logging.Logger, name: str) -> AsyncI
 
 
 class Rationed(anyio.abc.ObjectReceiveStream[Any]):
-    """What a server sends us, its own requests rationed (`REQUESTS`): the SDK starts a task to answer
-    each, and a server that sends them without end and reads no answer would have them pile up; and
-    its notifications, and answers past those we asked for (`owed`), taken at a rate (`NOTIFICATIONS`)."""
+    """What a server sends us, its own requests rationed (`REQUESTS`, at most `MOST_ANSWERING` of them
+    unanswered, none with an id past `MAX_ID_CHARS`): the SDK starts a task to answer each, and a server
+    that sends them without end and reads no answer would have them pile up; and its notifications, and
+    answers past those we asked for (`owed`), taken at a rate (`NOTIFICATIONS`)."""
 
     def __init__(self, inner: Any, logger: logging.Logger, name: str) -> None:
         self._inner = inner
@@ -464,7 +465,7 @@ class _Asking(anyio.abc.ObjectSendStream[Any]):
         elif isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
             # Counted once written: a server that reads no answer keeps its requests held.
             await self._inner.send(item)
-            self._rationed.answering -= 1
+            self._rationed.answering = max(0, self._rationed.answering - 1)
             return
         await self._inner.send(item)
 

@@ -3,10 +3,11 @@ the reader of the server's stdout ours.
 
 The SDK's reader keeps a line until its newline by joining each chunk it reads to all it has, which is
 quadratic and has no bound: one server's line that never ended took the whole server's memory and,
-ever slower, its event loop. Ours keeps a line's parts (`Lines`: linear, bounded). A line
-past the bound is a fault of the connection, said to the session as the SDK says a line that does not
-parse (the client's message handler hears it, and the server is started again), and the rest of that
-stdout is left unread until the server is stopped.
+ever slower, its event loop. Ours keeps a line's start in one buffer (`Lines`: linear, bounded). A
+line past the bound is a fault of the connection, said to the session as the SDK says a line that does
+not parse (the client's message handler hears it, and the server is started again), and the rest of
+that stdout is left unread until the server is stopped. It reads at a rate (`BYTES_PER_SECOND`: each
+byte costs the event loop a parse), and parses a long line faster than the SDK does (`parse`).
 
 The rest is the SDK's own code, unchanged: the process started in a session of its own, written to,
 and stopped (stdin closed, then the process tree killed, each wait bounded); its private helpers are
