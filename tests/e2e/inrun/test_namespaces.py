@@ -62,8 +62,10 @@ def zygote_children(depth: int, pid_inside: str | None = None) -> list[int]:
     for pid in children_of(the_zygote()):
         try:
             nspid = status_fields(pid)["NSpid"].split()
-        except FileNotFoundError:
-            continue  # reaped since it was listed (a run answered before its teardown, say)
+        except (FileNotFoundError, ProcessLookupError):
+            # Reaped since it was listed (a run answered before its teardown, say); or it died while its
+            # status was read, which Linux tells as ESRCH.
+            continue
         if len(nspid) == 1 + depth and (pid_inside is None or nspid[-1] == pid_inside):
             found.append(pid)
     return found
