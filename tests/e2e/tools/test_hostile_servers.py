@@ -36,6 +36,19 @@ SAID = (
     "        return str(exc)\n"
 )
 
+# A call that fails (the server is broken by it), then the same call until the server, started again,
+# answers it: the first's error and the answer, a line each.
+FAILED_THEN_AGAIN = (
+    SAID + "import time\n"
+    "print(said(lambda: mcp_tools.raw.echo(n=1)))\n"
+    "for _ in range(200):\n"
+    "    answer = said(lambda: mcp_tools.raw.echo(n=2))\n"
+    "    if answer.startswith('echo'):\n"
+    "        break\n"
+    "    time.sleep(0.05)  # the server is being started again\n"
+    "print(answer)\n"
+)
+
 
 def raw(*args: str) -> dict[str, Any]:
     """tests/downstream/raw_server.py in a mode, as a tools file entry."""
@@ -191,16 +204,7 @@ async def test_a_byte_that_is_not_utf8_fails_that_call_and_the_server_is_started
     # Found by a review: the SDK's stdout reader ended over it, the session did not notice, and every
     # call waited out its run's whole timeout until the ping timed out, 40 s later.
     path = tools_file(tmp_path, raw=raw("badbyte", str(tmp_path / "once")))
-    code = (
-        SAID + "import time\n"
-        "print(said(lambda: mcp_tools.raw.echo(n=1)))\n"
-        "for _ in range(200):\n"
-        "    answer = said(lambda: mcp_tools.raw.echo(n=2))\n"
-        "    if answer.startswith('echo'):\n"
-        "        break\n"
-        "    time.sleep(0.05)  # the server is being started again\n"
-        "print(answer)\n"
-    )
+    code = FAILED_THEN_AGAIN
     done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
     assert done["status"] == "ok", done
     first, then = done["stdout"].splitlines()
@@ -215,16 +219,7 @@ async def test_a_line_that_never_ends_fails_that_call_within_bounds_and_the_serv
     # all it has (quadratic), with no bound: one server's endless line took the whole server's memory
     # and, ever slower, its event loop.
     path = tools_file(tmp_path, raw=raw("endless", str(tmp_path / "once")))
-    code = (
-        SAID + "import time\n"
-        "print(said(lambda: mcp_tools.raw.echo(n=1)))\n"
-        "for _ in range(200):\n"
-        "    answer = said(lambda: mcp_tools.raw.echo(n=2))\n"
-        "    if answer.startswith('echo'):\n"
-        "        break\n"
-        "    time.sleep(0.05)  # the server is being started again\n"
-        "print(answer)\n"
-    )
+    code = FAILED_THEN_AGAIN
     with (tmp_path / "stderr.log").open("w") as errlog:
         async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
             server = server_process()
