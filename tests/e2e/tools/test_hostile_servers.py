@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import Client
 
 from tests.code_mode import hostile, peak_memory, run, run_once, server_process, stdio_session, tools_file
 from tests.conftest import REPO
@@ -68,6 +69,17 @@ async def raw_http(directory: Path, mode: str = "http") -> AsyncIterator[str]:
     finally:
         downstream.kill()
         await downstream.wait()
+
+
+@contextlib.asynccontextmanager
+async def http_session(work_dir: Path, tmp_path: Path, mode: str) -> AsyncIterator[Client]:
+    """A stdio server of ours whose one tool server, `http`, is raw_server.py's HTTP `mode` (`raw_http`),
+    its log in tmp_path/stderr.log: its client."""
+    async with raw_http(tmp_path, mode) as url:
+        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
+        with (tmp_path / "stderr.log").open("w") as errlog:
+            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+                yield client
 
 
 async def logged(log: Path, text: str, seconds: float = 20) -> bool:
@@ -344,24 +356,21 @@ async def test_an_http_server_that_lost_our_session_is_connected_again_at_its_fi
     # terminated") until the next ping, up to 10 s later, found the connection down. Found by a second:
     # that was known by the SDK client's words for a 404 without a body, and the SDK's own server
     # answers with a JSON-RPC error, "Session not found", passed on as it is: 52 calls failed in 10.6 s.
-    async with raw_http(tmp_path, "sessions") as url:
-        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
-        code = (
-            SAID + "import time\n"
-            "first = said(mcp_tools.http.echo)\n"
-            "for _ in range(90):  # within RUNNER_TOOLS_MAX_CALLS\n"
-            "    answer = said(mcp_tools.http.echo)\n"
-            "    if answer == 'echo':\n"
-            "        break\n"
-            "    time.sleep(0.25)\n"
-            "print(first)\n"
-            "print(answer)\n"
-        )
-        with (tmp_path / "stderr.log").open("w") as errlog:
-            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-                before = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
-                (tmp_path / "port.forget").touch()  # as if it were started again
-                done = await run(client, code)
+    code = (
+        SAID + "import time\n"
+        "first = said(mcp_tools.http.echo)\n"
+        "for _ in range(90):  # within RUNNER_TOOLS_MAX_CALLS\n"
+        "    answer = said(mcp_tools.http.echo)\n"
+        "    if answer == 'echo':\n"
+        "        break\n"
+        "    time.sleep(0.25)\n"
+        "print(first)\n"
+        "print(answer)\n"
+    )
+    async with http_session(work_dir, tmp_path, "sessions") as client:
+        before = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+        (tmp_path / "port.forget").touch()  # as if it were started again
+        done = await run(client, code)
     assert before["stdout"] == "echo\n", before
     first, then = done["stdout"].splitlines()
     assert first == "http.echo: the connection failed: the server no longer has our session (HTTP 404)", first
@@ -384,20 +393,17 @@ async def test_an_http_servers_redirect_whose_body_never_ends_is_read_within_bou
     # Found by a review: the SDK reads the body of a redirect it follows (within the origin) whole, and
     # only answers to our messages (POST) were bounded: a 307 to the stream of the server's own messages
     # (GET) whose body never ended took the whole server from 73 to 3,964 MB in 10 s.
-    async with raw_http(tmp_path, "redirect") as url:
-        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
-        with (tmp_path / "stderr.log").open("w") as errlog:
-            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-                done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
-                server = server_process()
-                before = peak_memory(server)
-                (tmp_path / "port.go").touch()
-                # Until the SDK has given up its stream (its two tries, both hung up), or has been sent
-                # more than it could hold whole.
-                with anyio.fail_after(30):
-                    while told(tmp_path)["ended"] < 2 and told(tmp_path)["bytes"] < 512 << 20:
-                        await anyio.sleep(0.05)
-                grown = peak_memory(server) - before
+    async with http_session(work_dir, tmp_path, "redirect") as client:
+        done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+        server = server_process()
+        before = peak_memory(server)
+        (tmp_path / "port.go").touch()
+        # Until the SDK has given up its stream (its two tries, both hung up), or has been sent
+        # more than it could hold whole.
+        with anyio.fail_after(30):
+            while told(tmp_path)["ended"] < 2 and told(tmp_path)["bytes"] < 512 << 20:
+                await anyio.sleep(0.05)
+        grown = peak_memory(server) - before
     assert done["stdout"] == "echo\n", done
     assert grown < 150 << 20, f"{grown >> 20} MiB more for redirects"
     sent = told(tmp_path)["bytes"]
@@ -408,16 +414,13 @@ async def test_an_http_servers_flood_of_events_of_unknown_type_is_not_logged(wor
     # Found by a review: the SDK logs a warning for each event of a type it does not know, on the
     # stream of the server's own messages (GET), which none of our bounds saw: 406,857 lines (63 MB) in
     # 5 s, the event loop 99% busy, every other server's calls 40x slower.
-    async with raw_http(tmp_path, "events") as url:
-        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
-        log = tmp_path / "stderr.log"
-        with log.open("w") as errlog:
-            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-                (tmp_path / "port.go").touch()
-                with anyio.fail_after(30):
-                    while told(tmp_path)["bytes"] < 8 << 20:  # some 350,000 events
-                        await anyio.sleep(0.05)
-                done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+    log = tmp_path / "stderr.log"
+    async with http_session(work_dir, tmp_path, "events") as client:
+        (tmp_path / "port.go").touch()
+        with anyio.fail_after(30):
+            while told(tmp_path)["bytes"] < 8 << 20:  # some 350,000 events
+                await anyio.sleep(0.05)
+        done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
     assert done["stdout"] == "echo\n", done
     logged = log.read_text().count("Unknown SSE event")
     assert logged < 100, f"{logged:,} lines of it"
@@ -426,14 +429,11 @@ async def test_an_http_servers_flood_of_events_of_unknown_type_is_not_logged(wor
 async def test_an_http_servers_own_stream_is_read_at_a_rate(work_dir: Path, tmp_path: Path) -> None:
     # Found by a review: what the server sent on the stream of its own messages (GET) that is no
     # message (comment lines, here) was read and parsed as fast as it came, a whole core's worth.
-    async with raw_http(tmp_path, "comments") as url:
-        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
-        with (tmp_path / "stderr.log").open("w") as errlog:
-            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-                (tmp_path / "port.go").touch()
-                await anyio.sleep(3)  # the flood's time
-                sent = told(tmp_path)["bytes"]
-                done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+    async with http_session(work_dir, tmp_path, "comments") as client:
+        (tmp_path / "port.go").touch()
+        await anyio.sleep(3)  # the flood's time
+        sent = told(tmp_path)["bytes"]
+        done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
     assert done["stdout"] == "echo\n", done
     # Its burst (4 MiB), 1 MiB a second, and what the sockets hold between; else hundreds of MiB.
     assert sent < 24 << 20, f"{sent >> 20} MiB sent in 3 s"
@@ -444,14 +444,11 @@ async def test_an_http_servers_own_stream_that_ends_at_once_is_opened_again_at_m
 ) -> None:
     # Found by a review: the SDK opens the stream of the server's own messages (GET) again after the
     # wait its last `retry:` said, with no least: `retry: 0` and an end, 1,687 GETs in 5 s.
-    async with raw_http(tmp_path, "retry") as url:
-        path = tools_file(tmp_path, http={"url": url, "tools": ["*"]})
-        with (tmp_path / "stderr.log").open("w") as errlog:
-            async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-                (tmp_path / "port.go").touch()
-                await anyio.sleep(3)  # the flood's time
-                opened = told(tmp_path)["gets"]
-                done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+    async with http_session(work_dir, tmp_path, "retry") as client:
+        (tmp_path / "port.go").touch()
+        await anyio.sleep(3)  # the flood's time
+        opened = told(tmp_path)["gets"]
+        done = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
     assert done["stdout"] == "echo\n", done
     assert opened < 10, f"{opened} GETs in 3 s"  # one a second; else some 400
 
