@@ -27,16 +27,15 @@ import anyio
 import anyio.abc
 from mcp import Client, MCPError, types
 from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
 from runner.config import Downstream, python_name
 from runner.logs import log_event
-from runner.tools.rates import ByteRate, Rate
+from runner.tools.rates import Pace, Rate
 from runner.tools.schemas import SchemaCheck
 from runner.tools.stdio import stdio_transport
-from runner.tools.streamable_http import http_client
+from runner.tools.streamable_http import http_client, streamable_http_client
 
 MAX_TOOLS = 1000  # a listing's most: more are left out
 MAX_PAGES = 100
@@ -338,7 +337,7 @@ async def _log_lines(fd: int, logger: logging.Logger, name: str, secrets: list[s
     os.set_blocking(fd, False)
     pending = b""
     rate, told = Rate(*STDERR_LINES), Rate(*TOLD)
-    paced = ByteRate(STDERR_BYTES, STDERR_BYTES, anyio.current_time())
+    paced = Pace(STDERR_BYTES, STDERR_BYTES, anyio.current_time())
     masked = [(secret.encode(), b"***") for secret in secrets]
     # The end of a long line waits for what follows: it may be the start of a credential.
     keep = max((len(secret) for secret, _ in masked), default=1) - 1

@@ -1,6 +1,6 @@
 """Token buckets for what a downstream server sends us: a count of messages or lines that are dropped
-past it (`Rate`, on the event loop's clock), and bytes that are owed past it, their reader waiting
-(`ByteRate`: sans-IO, its caller says when and waits)."""
+past it (`Rate`, on the event loop's clock), and bytes or lines read that are owed past it, their
+reader waiting (`Pace`: sans-IO, its caller says when and waits)."""
 
 from __future__ import annotations
 
@@ -28,16 +28,16 @@ class Rate:
         return False
 
 
-class ByteRate:
-    """Sans-IO: a token bucket of bytes, `burst` at once, then `per_second`; a read past it owes the
-    time it must wait (`spend`)."""
+class Pace:
+    """Sans-IO: a token bucket of what a reader reads (bytes, or lines), `burst` at once, then
+    `per_second`; a read past it owes the time it must wait (`spend`)."""
 
     def __init__(self, burst: int, per_second: float, now: float) -> None:
         self._burst, self._per_second = burst, per_second
         self._tokens, self._at = float(burst), now
 
     def spend(self, size: int, now: float) -> float:
-        """Take `size` bytes at `now`: the seconds to wait before the next read (0 if none)."""
+        """Take `size` (bytes, or lines) at `now`: the seconds to wait before the next read (0 if none)."""
         self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_second) - size
         self._at = now
         return -self._tokens / self._per_second if self._tokens < 0 else 0.0

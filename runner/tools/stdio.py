@@ -38,7 +38,7 @@ from mcp.client.stdio import (
 )
 from mcp.shared.message import SessionMessage
 
-from runner.tools.rates import ByteRate
+from runner.tools.rates import Pace
 
 logger = logging.getLogger(__name__)
 # A stdio server's line at most, or what a result as large as a run's budget of bytes through tools may
@@ -133,7 +133,7 @@ async def stdio_transport(
         assert process.stdout, "the process is started with pipes"
         longest = max(4 * most_bytes + (1 << 20), MAX_LINE_BYTES)
         lines = Lines(longest)
-        rate = ByteRate(longest, BYTES_PER_SECOND, anyio.current_time())
+        rate = Pace(longest, BYTES_PER_SECOND, anyio.current_time())
         overflowed = False
         try:
             async with read_stream_writer:

@@ -1,27 +1,36 @@
 """A downstream server over Streamable HTTP: the official SDK's transport (`streamable_http_client`) on
 an httpx2 client of ours (`http_client`), the SDK's own but for its event hooks (`Hooks`), which bound
-what the server sends where the SDK does not.
+what the server sends where the SDK does not; and a call given up hung up (`_Transport`).
 
 The SDK reads a body that is not an event stream whole, with no bound (a JSON answer, an error's, a
 redirect's it follows, the DELETE's at the end): one that never ended took the whole server's memory.
 It reads an event stream event by event, each within 1 MiB, but what is no message there (comments,
 events of a type it does not know) never reaches the session's rations (`Rationed`), and it opens the
 stream of the server's own messages (GET) again after whatever wait the server asks for, none too.
-And a 404 to a request of our session says the server no longer has it, whatever its body says.
+A 404 to a request of our session says the server no longer has it, whatever its body says. And it
+hangs up the stream of a call given up (its POST's, or that stream resumed) only when the server
+speaks 2026-07-28: with an earlier one it read on for as long as the server wrote.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
 import httpx2
-from mcp.client.streamable_http import MCP_SESSION_ID
+from mcp.client._transport import TransportStreams
+from mcp.client.streamable_http import MCP_SESSION_ID, StreamableHTTPTransport
+from mcp.shared._compat import resync_tracer
+from mcp.shared._context_streams import create_context_streams
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
+from mcp.shared.message import SessionMessage
+from mcp.types import JSONRPCNotification
 
-from runner.tools.rates import ByteRate
+from runner.tools.rates import Pace
 
 # A GET's event stream (the server's own messages, or a call's resumed) is read at most 1 MiB a second
 # after 4 MiB at once (past it, reading waits, and the server with it), and a GET is sent at most once
@@ -29,6 +38,13 @@ from runner.tools.rates import ByteRate
 # hundreds of GETs a second.
 GET_BYTES = (4 << 20, float(1 << 20))
 GET_SECONDS = 1.0
+# A call's stream (its POST's answer) is read at most 32 MiB a second after as much as a run may take
+# at once, as a stdio server's stdout is (`runner.tools.stdio`): each byte is parsed on the event loop.
+CALL_BYTES_PER_SECOND = float(32 << 20)
+# The lines of all of a server's event streams, at most: each costs the SDK's parser 0.1-1.3 us
+# (comment lines at wire speed kept the loop busy for as long as a call waited), and a legitimate
+# server's take three or four a message.
+LINES = (100_000, 20_000.0)
 
 
 def http_client(headers: dict[str, str], most_bytes: int, session_gone: Callable[[], None]) -> httpx2.AsyncClient:
@@ -51,14 +67,18 @@ class Hooks:
     call's error, or the stream's). An event stream is read event by event, each bounded by the SDK
     (1 MiB), and may be open for hours: a GET's (the server's own messages; or a call's stream resumed)
     is read at a rate (`GET_BYTES`), and a GET is sent at most once a second (`GET_SECONDS`); a POST's
-    carries a call's answer, as fast as it comes. A 404 to a request of our session calls
-    `session_gone`, before the SDK reads what the server says of it."""
+    carries a call's answer, read at a rate after as much as a run may take at once
+    (`CALL_BYTES_PER_SECOND`); and the lines of all of them at a rate (`LINES`). A 404 to a request
+    of our session calls `session_gone`, before the SDK reads what the server says of it."""
 
     def __init__(self, most: int, session_gone: Callable[[], None]) -> None:
         self._limit = most + (1 << 20)  # the envelope around a result a run may take whole
         self._session_gone = session_gone
-        # One for all its GETs: a stream opened again starts no burst.
-        self._bytes = ByteRate(GET_BYTES[0], GET_BYTES[1], anyio.current_time())
+        # One of each for all its streams: a stream opened again starts no burst.
+        now = anyio.current_time()
+        self._get_bytes = Pace(GET_BYTES[0], GET_BYTES[1], now)
+        self._call_bytes = Pace(self._limit, CALL_BYTES_PER_SECOND, now)
+        self._lines = Pace(LINES[0], LINES[1], now)
         self._next_get = -math.inf
 
     async def request(self, request: httpx2.Request) -> None:
@@ -73,8 +93,9 @@ class Hooks:
             self._session_gone()
         if not _event_stream(response):
             response.stream = _BoundedBody(response.stream, self._limit)
-        elif response.request.method == "GET":
-            response.stream = _PacedBody(response.stream, self._bytes)
+        else:
+            size = self._get_bytes if response.request.method == "GET" else self._call_bytes
+            response.stream = _PacedBody(response.stream, size, self._lines)
 
 
 def _event_stream(response: httpx2.Response) -> bool:
@@ -101,15 +122,62 @@ class _BoundedBody(httpx2.AsyncByteStream):
 
 
 class _PacedBody(httpx2.AsyncByteStream):
-    def __init__(self, inner: Any, rate: ByteRate) -> None:
-        self._inner, self._rate = inner, rate
+    def __init__(self, inner: Any, size: Pace, lines: Pace) -> None:
+        self._inner, self._size, self._lines = inner, size, lines
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._inner:
-            wait = self._rate.spend(len(chunk), anyio.current_time())
+            now = anyio.current_time()
+            # An event stream's line ends at CR, LF or both (a CRLF counted twice: no matter).
+            ends = chunk.count(b"\n") + chunk.count(b"\r")
+            wait = max(self._size.spend(len(chunk), now), self._lines.spend(ends, now))
             if wait:
                 await anyio.sleep(wait)  # the next chunk is read once this one's turn has come
             yield chunk
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+@contextlib.asynccontextmanager
+async def streamable_http_client(url: str, http_client: httpx2.AsyncClient) -> AsyncIterator[TransportStreams]:
+    """The SDK's `streamable_http_client(url, http_client=http_client)`, its transport ours
+    (`_Transport`); its own code but for that (mcp==2.3.0's, the SDK's pinned version: the private
+    helpers are its)."""
+    transport = _Transport(url)
+    read_stream_writer, read_stream = create_context_streams[SessionMessage | Exception](0)
+    write_stream, write_stream_reader = create_context_streams[SessionMessage](0)
+    async with read_stream_writer, read_stream, write_stream, write_stream_reader, anyio.create_task_group() as tg:
+
+        def start_get_stream() -> None:
+            tg.start_soon(transport.handle_get_stream, http_client, read_stream_writer)
+
+        writer = transport.post_writer
+        tg.start_soon(writer, http_client, write_stream_reader, read_stream_writer, write_stream, start_get_stream, tg)
+        try:
+            yield read_stream, write_stream
+        finally:
+            if transport.session_id:
+                await transport.terminate_session(http_client)
+            tg.cancel_scope.cancel()
+    await resync_tracer()
+
+
+class _Transport(StreamableHTTPTransport):
+    """The SDK's transport, which hangs up a call given up whatever the server speaks.
+
+    When a call is given up (its time is out, or its run ended) the SDK sends `notifications/cancelled`
+    for it. At 2026-07-28 that hangs up the call's stream (its POST's, or the stream resumed: the same
+    task), which is the cancellation there; below it, the notification is POSTed and the stream read on
+    for as long as the server writes it, or resumed each time it ends after an event with an id. The
+    spec lets a client hang up at any time; the call's answer, if it ever came, would go to no one."""
+
+    def _consume_modern_cancellation(self, session_message: SessionMessage) -> bool:
+        message = session_message.message
+        if isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
+            request_id = cancelled_request_id_from_params(message.params)
+            post = self._in_flight_posts.get(request_id) if request_id is not None else None
+            if post is not None and not post.modern:
+                post.scope.cancel()  # and the notification is POSTed, as the SDK does below 2026-07-28
+                return False
+        return super()._consume_modern_cancellation(session_message)

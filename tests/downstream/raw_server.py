@@ -18,7 +18,9 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
   the file argv[2];
 - ``http``: Streamable HTTP on 127.0.0.1 (its port written to the file argv[2]), whose tools answer
   a call with a JSON body that never ends (``endless``), with an event stream it ends without an
-  answer (``cut``), or as they should (``echo``);
+  answer (``cut``), with one of comment lines without end (``chatter``), with one it ends after an
+  event with an id and ``retry: 0``, each time it is resumed (a GET with ``Last-Event-ID``) too
+  (``resumed``), or as they should (``echo``);
 - ``sessions``: Streamable HTTP as ``http``, with sessions: a request with a session id it did not
   give gets 404 with a JSON-RPC error, as the SDK's own server answers it; once the file argv[2] +
   ``.forget`` is made, it forgets the session it gave (as one started again would) and removes the
@@ -27,7 +29,8 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
   own messages (GET), once the file argv[2] + ``.go`` is made, is a redirect within its origin whose
   body never ends; events of a type no one knows, without end; comment lines, without end; or a
   ``retry: 0`` and its end. The GETs it answered, the bytes it wrote on them and how many of them we
-  hung up are in the file argv[2] + ``.gets`` (JSON).
+  hung up are in the file argv[2] + ``.gets`` (JSON), with the same of calls' streams (``calls``,
+  ``call_bytes``, ``calls_ended``) and the resumptions it answered (``resumed``).
 
 Standard library only."""
 
@@ -43,8 +46,9 @@ import time
 MODE = sys.argv[1] if len(sys.argv) > 1 else ""
 LISTINGS: list[object] = []  # relists: the listings asked for so far
 ECHO = {"name": "echo", "description": "Says what it got.", "inputSchema": {"type": "object"}}
-# An HTTP mode's stream of its own messages (GET): how many it answered, the bytes, how many we hung up.
-GETS = {"gets": 0, "bytes": 0, "ended": 0}
+# An HTTP mode's streams: of its own messages (GET) and of calls' answers, how many it answered, the
+# bytes, how many we hung up; and the calls' streams it was asked to resume.
+GETS = {"gets": 0, "bytes": 0, "ended": 0, "calls": 0, "call_bytes": 0, "calls_ended": 0, "resumed": 0}
 GETS_LOCK = threading.Lock()
 
 
@@ -142,9 +146,14 @@ class Endless(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             return
         self.send_response(200)
-        if method == "tools/call" and tool == "cut":
+        if method == "tools/call" and tool in ("cut", "chatter", "resumed"):
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
+            if tool == "chatter":
+                self.tell(calls=1)
+                self.endlessly(b":\n" * 32768, "call_bytes", "calls_ended")
+            elif tool == "resumed":
+                self.wfile.write(b"id: 1\nretry: 0\ndata:\n\n")  # and the end: the client is to resume it
             return  # and the stream ends, with no answer in it
         self.send_header("Content-Type", "application/json")
         if method != "tools/call" or tool == "echo":
@@ -154,7 +163,7 @@ class Endless(http.server.BaseHTTPRequestHandler):
             elif method == "tools/call":
                 result = {"content": [{"type": "text", "text": "echo"}]}
             else:
-                listed = [ECHO, {**ECHO, "name": "endless"}, {**ECHO, "name": "cut"}]
+                listed = [ECHO] + [{**ECHO, "name": name} for name in ("endless", "cut", "chatter", "resumed")]
                 result = {"tools": listed} if method == "tools/list" else {}
             body = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode()
             self.send_header("Content-Length", str(len(body)))
@@ -171,6 +180,13 @@ class Endless(http.server.BaseHTTPRequestHandler):
             pass  # we hung up
 
     def do_GET(self) -> None:
+        if self.headers.get("Last-Event-ID"):  # a call's stream resumed: as before, no answer
+            self.tell(resumed=1)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(b"id: 1\nretry: 0\ndata:\n\n")
+            return
         if MODE in ("redirect", "events", "comments", "retry"):
             while not os.path.exists(sys.argv[2] + ".go"):  # the test's word to start
                 time.sleep(0.05)
@@ -197,7 +213,7 @@ class Endless(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def endlessly(self, chunk: bytes) -> None:
+    def endlessly(self, chunk: bytes, written_as: str = "bytes", ended_as: str = "ended") -> None:
         """Write `chunk` again and again until we hang up, what was written told every 1 MiB or so."""
         written = 0
         try:
@@ -205,10 +221,10 @@ class Endless(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(chunk)
                 written += len(chunk)
                 if written >= 1 << 20:
-                    self.tell(bytes=written)
+                    self.tell(**{written_as: written})
                     written = 0
         except OSError:
-            self.tell(bytes=written, ended=1)
+            self.tell(**{written_as: written, ended_as: 1})
 
     def tell(self, **counts: int) -> None:
         with GETS_LOCK:

@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
@@ -380,11 +381,12 @@ async def test_an_http_server_that_lost_our_session_is_connected_again_at_its_fi
     assert gone in (tmp_path / "stderr.log").read_text()
 
 
-def told(directory: Path) -> dict[str, int]:
+def told(directory: Path) -> Counter[str]:
     """What raw_server.py's HTTP mode (`raw_http` in `directory`) wrote on the stream of its own messages
-    (GET): how many it answered, the bytes, and how many of them we hung up."""
+    (GET): how many it answered, the bytes, and how many of them we hung up; the same of calls' streams
+    (`calls`, `call_bytes`, `calls_ended`), and the calls' streams it was asked to resume (`resumed`)."""
     told = directory / "port.gets"
-    return json.loads(told.read_text()) if told.exists() else {"gets": 0, "bytes": 0, "ended": 0}
+    return Counter(json.loads(told.read_text()) if told.exists() else {})
 
 
 async def test_an_http_servers_redirect_whose_body_never_ends_is_read_within_bounds(
@@ -465,6 +467,47 @@ async def test_an_http_call_whose_stream_ends_without_an_answer_fails_alone(work
     assert cut.startswith("http.cut: "), cut
     assert echo == "echo"
     assert "tool server down" not in (tmp_path / "stderr.log").read_text()
+
+
+async def test_an_http_calls_stream_of_comments_is_read_at_a_rate(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: a call's own stream (its POST's answer) was read as fast as it came, comment
+    # lines parsed one by one on the event loop that every run shares: a whole core for as long as the
+    # call waited.
+    async with http_session(work_dir, tmp_path, "http") as client:
+        server = server_process()
+        before = cpu_seconds(server)
+        done = await run(client, SAID + "print(said(mcp_tools.http.chatter))\n", timeout=4)
+        busy = cpu_seconds(server) - before
+    assert done["status"] == "timeout", done
+    assert busy < 1.0, f"{busy:.2f} s of the server's CPU in the run's 4 s"
+
+
+async def test_an_http_call_given_up_hangs_up_its_stream(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: the SDK hangs up a call's stream when the call is given up only when the server
+    # speaks 2026-07-28; with an earlier one, it read the stream on for as long as the server wrote it,
+    # comment lines at wire speed, after the call and its run had ended.
+    async with http_session(work_dir, tmp_path, "http") as client:
+        done = await run(client, SAID + "print(said(mcp_tools.http.chatter))\n", timeout=2)
+        with anyio.fail_after(10):
+            while not told(tmp_path)["calls_ended"]:
+                await anyio.sleep(0.05)
+        again = await run(client, "import mcp_tools\nprint(mcp_tools.http.echo())\n")
+    assert done["status"] == "timeout", done
+    assert again["stdout"] == "echo\n", again
+
+
+async def test_an_http_call_given_up_is_resumed_no_more(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: a call's stream that ended without an answer, after an event with an id, is
+    # resumed (a GET with `Last-Event-ID`) each time it ends so, and was after the call had been given
+    # up too: once a second for as long as the server lived.
+    async with http_session(work_dir, tmp_path, "http") as client:
+        done = await run(client, SAID + "print(said(mcp_tools.http.resumed))\n", timeout=3)
+        resumed = told(tmp_path)["resumed"]
+        await anyio.sleep(3)  # a resumption a second, were it still resumed
+        later = told(tmp_path)["resumed"]
+    assert done["status"] == "timeout", done
+    assert resumed >= 1, "resumed while the call waited"
+    assert later <= resumed + 1, f"{later - resumed} resumptions after the call was given up"
 
 
 async def test_a_check_whose_errors_would_print_a_large_value_many_times_stays_small(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from runner.tools.rates import ByteRate
+from runner.tools.rates import Pace
 
 
 def test_a_stream_is_read_at_its_rate_after_its_burst_and_waits_what_it_owes() -> None:
-    rate = ByteRate(burst=100, per_second=10, now=0.0)
+    rate = Pace(burst=100, per_second=10, now=0.0)
     assert rate.spend(100, now=0.0) == 0.0
     assert rate.spend(20, now=0.0) == 2.0  # 20 bytes owed at 10 a second
     assert rate.spend(0, now=2.0) == 0.0
