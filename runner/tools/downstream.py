@@ -52,6 +52,7 @@ MAX_STDERR_LINE = 2000
 # rate (a second's worth at once, then so many a second); the rest dropped, the dropped counted.
 STDERR_LINES = (1000, 100.0)
 STDERR_BYTES = 8 << 20  # of its stderr read a second, and at once (a legitimate server's logging waits not)
+STDERR_READ = 64 << 10  # a read of its stderr at most, and as paced
 REQUESTS = (20, 10.0)
 MOST_ANSWERING = 8  # its requests taken and not answered yet, at most: the rest dropped
 MAX_ID_CHARS = 256  # a request's id, at most: one longer is dropped
@@ -345,7 +346,7 @@ async def _log_lines(fd: int, logger: logging.Logger, name: str, secrets: list[s
         while True:
             await anyio.wait_readable(fd)
             try:
-                chunk = os.read(fd, 65536)
+                chunk = os.read(fd, STDERR_READ)
             except BlockingIOError:
                 continue
             if not chunk:
@@ -368,8 +369,9 @@ async def _log_lines(fd: int, logger: logging.Logger, name: str, secrets: list[s
             if rate.dropped and told.take():
                 log_event(logger, logging.WARNING, "tool server stderr not logged", server=name, lines=rate.dropped)
                 rate.dropped = 0
-            # Read at a pace, not as fast as it comes: a flood's reads cost the event loop 99% of it.
-            wait = paced.spend(len(chunk), anyio.current_time())
+            # Read at a pace, not as fast as it comes: a flood's reads cost the event loop 99% of it; and
+            # each read as if it were a full one, a byte at a time cost it 80%.
+            wait = paced.spend(max(len(chunk), STDERR_READ), anyio.current_time())
             if wait:
                 await anyio.sleep(wait)
     finally:

@@ -7,33 +7,43 @@ ever slower, its event loop. Ours keeps a line's start in one buffer (`Lines`: l
 line past the bound is a fault of the connection, said to the session as the SDK says a line that does
 not parse (the client's message handler hears it, and the server is started again), and the rest of
 that stdout is left unread until the server is stopped. It reads at a rate (`BYTES_PER_SECOND`: each
-byte costs the event loop a parse), and parses a long line faster than the SDK does (`parse`).
+byte costs the event loop a parse; a read that ends no line counts as a full one, `READ_BYTES`), and
+parses a long line faster than the SDK does (`parse`). The stdout is a pipe of ours (`_Pipe`), read
+only when the reader asks: asyncio's pipe transport read whatever came, a byte at a time if so, paced
+or not.
 
-The rest is the SDK's own code, unchanged: the process started in a session of its own, written to,
-and stopped (stdin closed, then the process tree killed, each wait bounded); its private helpers are
-the SDK's pinned version's (requirements.lock), and the tests of downstream servers go through them.
+The rest is the SDK's own code: the process started in a session of its own, written to, and stopped
+(stdin closed, then the process tree killed, each wait bounded; `_stop`, the SDK's but for the pipe);
+its private helpers are the SDK's pinned version's (requirements.lock), and the tests of downstream
+servers go through them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import subprocess
 from collections.abc import AsyncIterator
 from typing import TextIO
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import pydantic_core
 from mcp import types
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import (
+    _KILL_REAP_TIMEOUT,
     _WRITER_FLUSH_TIMEOUT,
+    PROCESS_TERMINATION_TIMEOUT,
     StdioServerParameters,
     _aclose_all,
-    _create_platform_compatible_process,
-    _drain_stdout,
+    _close_pipe,
+    _close_subprocess_transport,
     _get_executable_command,
-    _stop_server_process,
+    _terminate_process_tree,
+    _wait_for_process_exit,
     get_default_environment,
 )
 from mcp.shared.message import SessionMessage
@@ -52,6 +62,10 @@ MAX_LINE_BYTES = 64 << 20
 # the event loop (4 MiB notifications, each in its turn, kept it busy without end). One bucket for all
 # the runs that call it: 12 MiB results in a row came at 0.1 s each, and at 1.5 s under 8 MiB a second.
 BYTES_PER_SECOND = 32 << 20
+# A read of the server's stdout that ends no line is paced as if it were this long: a server that wrote
+# a byte at a time had each byte read on its own, a whole core of the event loop for as long as it
+# went on (a read that ends a line is a message, paced by the session's rations).
+READ_BYTES = 64 << 10
 # A line longer than this is parsed into Python values, then checked, not checked from its JSON: 5x
 # faster on many small values (18 MiB: 2.12 s -> 0.43 s), 1 us slower on a small message. By
 # pydantic's own parser, which refuses what its JSON check does (`json` took a lone surrogate, whose
@@ -115,34 +129,40 @@ async def stdio_transport(
     """The SDK's `stdio_client(server, errlog)`, each line the server writes bounded: `MAX_LINE_BYTES`,
     or four times `most_bytes` (a run's budget) and 1 MiB, whichever is larger."""
     command = await _get_executable_command(server.command)
-    process = await _create_platform_compatible_process(
-        command=command,
-        args=server.args,
-        env=get_default_environment() | (server.env or {}),
-        errlog=errlog,
-        cwd=server.cwd,
-    )
+    read_end, write_end = os.pipe()
+    try:
+        # As the SDK's `_create_platform_compatible_process`, its stdout the pipe's write end.
+        process = await anyio.open_process(
+            [command, *server.args],
+            env=get_default_environment() | (server.env or {}),
+            stdin=subprocess.PIPE,
+            stdout=write_end,
+            stderr=errlog,
+            cwd=server.cwd,
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    stdout = _Pipe(read_end)
     # The spawn succeeded; no awaits until the task group is entered (a cancellation in the gap would
     # leak the live process).
     read_stream_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_stream_reader = anyio.create_memory_object_stream[SessionMessage](0)
     shutting_down = False
     writer_done = anyio.Event()
+    longest = max(4 * most_bytes + (1 << 20), MAX_LINE_BYTES)
+    rate = Pace(longest, BYTES_PER_SECOND, anyio.current_time())
 
     async def stdout_reader() -> None:
-        assert process.stdout, "the process is started with pipes"
-        longest = max(4 * most_bytes + (1 << 20), MAX_LINE_BYTES)
         lines = Lines(longest)
-        rate = Pace(longest, BYTES_PER_SECOND, anyio.current_time())
         overflowed = False
         try:
             async with read_stream_writer:
                 try:
-                    while True:
-                        try:
-                            chunk = await process.stdout.receive()
-                        except anyio.EndOfStream:
-                            return
+                    while chunk := await stdout.read():
                         try:
                             got = lines.feed(chunk)
                         except LineTooLong as exc:
@@ -153,14 +173,12 @@ async def stdio_transport(
                             return
                         for line in got:
                             await read_stream_writer.send(parse(line, server))
-                        wait = rate.spend(len(chunk), anyio.current_time())
-                        if wait:
-                            await anyio.sleep(wait)  # unread meanwhile: the server waits
+                        await _turn(rate, len(chunk) if got else max(len(chunk), READ_BYTES))
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return  # the session is gone; only the drain below remains
                 finally:
                     if not overflowed:
-                        await _drain_stdout(process)
+                        await _drain(stdout, rate)
         except anyio.ClosedResourceError:
             pass  # our own shutdown closed the stdout stream under the read
         except (anyio.BrokenResourceError, ConnectionError):
@@ -189,7 +207,7 @@ async def stdio_transport(
             await writer_done.wait()
         if flush_scope.cancelled_caught:
             await anyio.lowlevel.cancel_shielded_checkpoint()
-        await _stop_server_process(process)
+        await _stop(process, stdout)
         await _aclose_all(read_stream, write_stream, read_stream_writer, write_stream_reader)
         await anyio.lowlevel.checkpoint()
 
@@ -205,3 +223,61 @@ async def stdio_transport(
                 await shutdown()
             tg.cancel_scope.cancel()
     await anyio.lowlevel.cancel_shielded_checkpoint()
+
+
+class _Pipe:
+    """The read end of a server's stdout, non-blocking, read on the event loop only when asked; closed
+    once (its waiters woken first, and no read after: its number may be another file's by then)."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd: int | None = fd
+
+    async def read(self) -> bytes:
+        """What the pipe holds, up to `READ_BYTES`, once it holds some; b"" at its end."""
+        while True:
+            if self._fd is None:
+                raise anyio.ClosedResourceError
+            await anyio.wait_readable(self._fd)
+            if self._fd is None:
+                raise anyio.ClosedResourceError
+            try:
+                return os.read(self._fd, READ_BYTES)
+            except BlockingIOError:
+                continue
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            anyio.notify_closing(fd)
+            os.close(fd)
+
+
+async def _turn(rate: Pace, size: int) -> None:
+    """Wait until a read of `size` may be followed by another (`BYTES_PER_SECOND`); unread meanwhile:
+    the server waits."""
+    wait = rate.spend(size, anyio.current_time())
+    if wait:
+        await anyio.sleep(wait)
+
+
+async def _drain(stdout: _Pipe, rate: Pace) -> None:
+    """The SDK's `_drain_stdout` on our pipe, at the same pace: what the server still writes is read and
+    dropped until its end, or until `_stop` closes it (a server blocked writing a full pipe would miss
+    its chance to exit)."""
+    with anyio.CancelScope(shield=True), contextlib.suppress(anyio.ClosedResourceError, OSError):
+        while chunk := await stdout.read():
+            await _turn(rate, max(len(chunk), READ_BYTES))
+
+
+async def _stop(process: anyio.abc.Process, stdout: _Pipe) -> None:
+    """The SDK's `_stop_server_process`, the stdout ours: stdin closed, a grace period, then the whole
+    tree killed; the pipe closed whatever holds its other end (a process that outlived the kill)."""
+    assert process.stdin, "the process is started with a pipe for its stdin"
+    await _close_pipe(process.stdin)
+    if not await _wait_for_process_exit(process, PROCESS_TERMINATION_TIMEOUT):
+        await _terminate_process_tree(process)
+        if not await _wait_for_process_exit(process, _KILL_REAP_TIMEOUT):
+            logger.warning("a tool server (pid %d) is still alive after it was killed; left behind", process.pid)
+    stdout.close()
+    _close_subprocess_transport(process)

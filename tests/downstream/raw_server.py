@@ -3,7 +3,8 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
 
 - ``requests``: once listed, it sends ping requests without end and reads nothing more; ``bigids``:
   the same, each with an id of 8 MiB;
-- ``stderr``: once listed, it writes stderr lines without end;
+- ``stderr``: once listed, it writes stderr lines without end; ``trickle``: notifications without
+  end, a byte a write;
 - ``notes``: once listed, it sends notifications without end, the number sent so far written to the
   file argv[2] every hundred; ``answers``: the same, of answers to requests no one made; ``bignotes``:
   the same, of notifications of 4 MiB, the number written every one;
@@ -120,6 +121,14 @@ def misbehave() -> None:
     if MODE == "stderr":
         while True:
             sys.stderr.write("a line of a server that says too much\n")
+    if MODE == "trickle-stderr":
+        while True:
+            os.write(2, b"x")
+    if MODE == "trickle":
+        note = json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": 1}})
+        os.write(1, note[:-1].encode())
+        while True:
+            os.write(1, b" ")  # JSON's white space, without end
     if MODE in ("notes", "answers", "bignotes"):
         data = "x" * ((4 << 20) if MODE == "bignotes" else 50)
         note = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": data}}

@@ -211,6 +211,25 @@ async def test_a_servers_stderr_flood_is_logged_at_a_rate_and_a_long_line_keeps_
     assert "***" in text
 
 
+@pytest.mark.parametrize("mode", ["trickle", "trickle-stderr"])
+async def test_a_server_that_writes_a_byte_at_a_time_is_read_at_a_pace(
+    work_dir: Path, tmp_path: Path, mode: str
+) -> None:
+    # Found by a review: each byte a server wrote on its own, on stdout (a line without end) or stderr,
+    # was read on its own, a wakeup of the event loop each: 3.01 s and 2.42 s of the server's CPU in a
+    # run's 3 s. (On stdout asyncio's pipe transport read whatever came, however the reader was paced.)
+    path = tools_file(tmp_path, slow=raw(mode), good=hostile())
+    code = "import time, mcp_tools\ntime.sleep(3)  # the trickle's time\nprint(mcp_tools.good.backtracks(s='a'))\n"
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            server = server_process()
+            before = cpu_seconds(server)
+            done = await run(client, code)
+            busy = cpu_seconds(server) - before
+    assert done["stdout"] == "backtracks ok\n", done
+    assert busy < 1.0, f"{busy:.2f} s of the server's CPU in the run's 3 s"
+
+
 async def test_a_byte_that_is_not_utf8_fails_that_call_and_the_server_is_started_again(
     work_dir: Path, tmp_path: Path
 ) -> None:
