@@ -20,6 +20,7 @@ servers go through them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -226,31 +227,56 @@ async def stdio_transport(
 
 
 class _Pipe:
-    """The read end of a server's stdout, non-blocking, read on the event loop only when asked; closed
-    once (its waiters woken first, and no read after: its number may be another file's by then)."""
+    """The read end of a server's stdout, non-blocking, read only when the reader asks (`read`): what a
+    wait finds is read in the event loop's own callback, and the fd stays with the loop while the
+    reader keeps asking (anyio's `wait_readable` adds and removes it each time: two epoll_ctl calls a
+    brokered call); found ready while no one asks, it is left with the kernel (the writer waits) until
+    the next `read`. Closed once, any wait woken (no read after: its number may be another file's)."""
 
     def __init__(self, fd: int) -> None:
         os.set_blocking(fd, False)
         self._fd: int | None = fd
+        # The server runs on asyncio (`anyio.run`'s default backend), whose loop takes readers.
+        self._loop = asyncio.get_running_loop()
+        self._watched = False
+        self._waiter: asyncio.Future[bytes] | None = None
 
     async def read(self) -> bytes:
         """What the pipe holds, up to `READ_BYTES`, once it holds some; b"" at its end."""
-        while True:
-            if self._fd is None:
-                raise anyio.ClosedResourceError
-            await anyio.wait_readable(self._fd)
-            if self._fd is None:
-                raise anyio.ClosedResourceError
-            try:
-                return os.read(self._fd, READ_BYTES)
-            except BlockingIOError:
-                continue
+        if self._fd is None:
+            raise anyio.ClosedResourceError
+        waiter: asyncio.Future[bytes] = self._loop.create_future()
+        self._waiter = waiter
+        if not self._watched:
+            self._loop.add_reader(self._fd, self._ready)
+            self._watched = True
+        return await waiter
+
+    def _ready(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is None or waiter.done() or self._fd is None:
+            self._unwatch()  # no one asks: the next `read` watches again
+            return
+        try:
+            waiter.set_result(os.read(self._fd, READ_BYTES))
+        except BlockingIOError:
+            self._waiter = waiter
+        except OSError as exc:
+            waiter.set_exception(exc)
+
+    def _unwatch(self) -> None:
+        if self._watched and self._fd is not None:
+            self._loop.remove_reader(self._fd)
+        self._watched = False
 
     def close(self) -> None:
         if self._fd is not None:
-            fd, self._fd = self._fd, None
-            anyio.notify_closing(fd)
-            os.close(fd)
+            self._unwatch()
+            waiter, self._waiter = self._waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(anyio.ClosedResourceError())
+            os.close(self._fd)
+            self._fd = None
 
 
 async def _turn(rate: Pace, size: int) -> None:
