@@ -202,7 +202,7 @@ class Connection:
                 # What the server sends bounded, and a 404 to our session seen (`http_client`).
                 http = http_client(dict(server.headers), self._most_bytes, self._session_gone)
                 await stack.enter_async_context(http)
-                transport: Any = streamable_http_client(server.url, http_client=http)
+                transport: Any = streamable_http_client(server.url, http, self._most_bytes)
             else:
                 errlog = await self._stderr_to_log(stack)
                 # The SDK starts it in a session of its own and keeps its pid: it is found by this mark.

@@ -4,7 +4,7 @@ what the server sends where the SDK does not; and a call given up hung up (`_Tra
 
 The SDK reads a body that is not an event stream whole, with no bound (a JSON answer, an error's, a
 redirect's it follows, the DELETE's at the end): one that never ended took the whole server's memory.
-It reads an event stream event by event, each within 1 MiB, but what is no message there (comments,
+It reads an event stream event by event, each bounded, but what is no message there (comments,
 events of a type it does not know) never reaches the session's rations (`Rationed`), and it opens the
 stream of the server's own messages (GET) again after whatever wait the server asks for, none too.
 A 404 to a request of our session says the server no longer has it, whatever its body says. And it
@@ -36,6 +36,9 @@ from runner.tools.rates import Pace
 # after 4 MiB at once (past it, reading waits, and the server with it), and a GET is sent at most once
 # a second: comments at wire speed cost the event loop a whole core, and `retry: 0` and an end made
 # hundreds of GETs a second.
+# Around a result a run may take whole (`most_bytes`), what its message may hold more: a body that is no
+# event stream, and an event, are bounded by the two together.
+ENVELOPE = 1 << 20
 GET_BYTES = (4 << 20, float(1 << 20))
 GET_SECONDS = 1.0
 # A call's stream (its POST's answer) is read at most 32 MiB a second after as much as a run may take
@@ -65,14 +68,14 @@ class Hooks:
     no bound (a JSON answer; an error's; a redirect's it follows, of a GET or a POST; the DELETE's), and
     one that never ends would fill our memory. Past it, the body fails (`httpx2.StreamError`: that
     call's error, or the stream's). An event stream is read event by event, each bounded by the SDK
-    (1 MiB), and may be open for hours: a GET's (the server's own messages; or a call's stream resumed)
+    (as `most` and some: `streamable_http_client`), and may be open for hours: a GET's (the server's own messages; or a call's stream resumed)
     is read at a rate (`GET_BYTES`), and a GET is sent at most once a second (`GET_SECONDS`); a POST's
     carries a call's answer, read at a rate after as much as a run may take at once
     (`CALL_BYTES_PER_SECOND`); and the lines of all of them at a rate (`LINES`). A 404 to a request
     of our session calls `session_gone`, before the SDK reads what the server says of it."""
 
     def __init__(self, most: int, session_gone: Callable[[], None]) -> None:
-        self._limit = most + (1 << 20)  # the envelope around a result a run may take whole
+        self._limit = most + ENVELOPE
         self._session_gone = session_gone
         # One of each for all its streams: a stream opened again starts no burst.
         now = anyio.current_time()
@@ -140,11 +143,15 @@ class _PacedBody(httpx2.AsyncByteStream):
 
 
 @contextlib.asynccontextmanager
-async def streamable_http_client(url: str, http_client: httpx2.AsyncClient) -> AsyncIterator[TransportStreams]:
+async def streamable_http_client(
+    url: str, http_client: httpx2.AsyncClient, most_bytes: int
+) -> AsyncIterator[TransportStreams]:
     """The SDK's `streamable_http_client(url, http_client=http_client)`, its transport ours
-    (`_Transport`); its own code but for that (mcp==2.3.0's, the SDK's pinned version: the private
-    helpers are its)."""
-    transport = _Transport(url)
+    (`_Transport`), an event as large as a result a run may take (`most_bytes`) and its envelope: the
+    SDK's 1 MiB failed larger results from a server that answers in an event stream (the SDK's own
+    servers do), which in JSON passed. Its own code but for that (mcp==2.3.0's, the SDK's pinned
+    version: the private helpers are its)."""
+    transport = _Transport(url, max_sse_event_size=most_bytes + ENVELOPE)
     read_stream_writer, read_stream = create_context_streams[SessionMessage | Exception](0)
     write_stream, write_stream_reader = create_context_streams[SessionMessage](0)
     async with read_stream_writer, read_stream, write_stream, write_stream_reader, anyio.create_task_group() as tg:

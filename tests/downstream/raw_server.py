@@ -21,7 +21,8 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
   a call with a JSON body that never ends (``endless``), with an event stream it ends without an
   answer (``cut``), with one of comment lines without end (``chatter``), with one it ends after an
   event with an id and ``retry: 0``, each time it is resumed (a GET with ``Last-Event-ID``) too
-  (``resumed``), or as they should (``echo``);
+  (``resumed``), with an event stream of one answer of 2 MiB of text (``big``), or as they should
+  (``echo``);
 - ``sessions``: Streamable HTTP as ``http``, with sessions: a request with a session id it did not
   give gets 404 with a JSON-RPC error, as the SDK's own server answers it; once the file argv[2] +
   ``.forget`` is made, it forgets the session it gave (as one started again would) and removes the
@@ -155,6 +156,14 @@ class Endless(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             return
         self.send_response(200)
+        if method == "tools/call" and tool == "big":
+            result = {"content": [{"type": "text", "text": "x" * (2 << 20)}]}
+            event = b"data: " + json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode() + b"\n\n"
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(event)))
+            self.end_headers()
+            self.wfile.write(event)
+            return
         if method == "tools/call" and tool in ("cut", "chatter", "resumed"):
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
@@ -172,7 +181,7 @@ class Endless(http.server.BaseHTTPRequestHandler):
             elif method == "tools/call":
                 result = {"content": [{"type": "text", "text": "echo"}]}
             else:
-                listed = [ECHO] + [{**ECHO, "name": name} for name in ("endless", "cut", "chatter", "resumed")]
+                listed = [ECHO] + [{**ECHO, "name": name} for name in ("endless", "cut", "chatter", "resumed", "big")]
                 result = {"tools": listed} if method == "tools/list" else {}
             body = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode()
             self.send_header("Content-Length", str(len(body)))

@@ -368,6 +368,17 @@ async def test_an_http_servers_answer_that_never_ends_fails_that_call_within_the
     assert grown < 150 << 20, f"{grown >> 20} MiB more for one answer"
 
 
+async def test_an_http_servers_answer_of_more_than_1_mib_in_an_event_stream_reaches_the_run(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the SDK takes an event of at most 1 MiB, so a result larger than that from a
+    # server that answers in an event stream (as the SDK's own servers do) failed, however large the
+    # run's budget; in JSON, or from a stdio server, it passed.
+    async with http_session(work_dir, tmp_path, "http") as client:
+        done = await run(client, SAID + "print(len(said(mcp_tools.http.big)))\n")
+    assert done["stdout"] == f"{2 << 20}\n", done
+
+
 async def test_an_http_server_that_lost_our_session_is_connected_again_at_its_first_404(
     work_dir: Path, tmp_path: Path
 ) -> None:
