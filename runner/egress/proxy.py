@@ -40,6 +40,7 @@ import h11
 
 from runner.config import EgressAllow, EgressConfig
 from runner.egress.relay import Activity, Reach, Relay, plain_answer, watch_idle
+from runner.egress.sockets import Socket, accept
 from runner.egress.targets import Refusal
 from runner.logs import LogBudget, log_event
 from runner.outcome import NetworkUse
@@ -97,39 +98,39 @@ class RunProxy:
         which this takes) until the run's end cancels this; every connection is closed on the way out, and
         past the budget, every connection and each new one at once. Nothing a connection does ends this:
         each one's faults end that one alone."""
-        try:
-            accepting = await anyio.abc.SocketListener.from_socket(listener)
-        except BaseException:
-            listener.close()
-            raise
-        async with accepting:
+        # Our own sockets, not anyio's streams: those read a connection into memory as fast as it came
+        # (`runner.egress.sockets`).
+        with listener:
+            listener.setblocking(False)
             async with anyio.create_task_group() as tg:
                 self._scope = tg.cancel_scope
-                await self._accept(accepting, tg)
+                await self._accept(listener, tg)
             # The budget is spent (its scope cancelled): until the run ends, what it connects is closed
             # at once, not left waiting.
             while True:
-                await (await _next_connection(accepting)).aclose()
+                (await _next_connection(listener)).close()
 
-    async def _accept(self, accepting: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup) -> None:
+    async def _accept(self, listener: socket.socket, tg: anyio.abc.TaskGroup) -> None:
         while True:
-            stream = await _next_connection(accepting)
+            stream = await _next_connection(listener)
             if self._open >= MAX_CONNECTIONS:
                 tg.start_soon(self._busy, stream)
             else:
                 self._open += 1
                 tg.start_soon(self._connection, stream)
 
-    async def _busy(self, client: anyio.abc.SocketStream) -> None:
+    async def _busy(self, client: Socket) -> None:
         self.refused(Refusal(503, f"this run has {MAX_CONNECTIONS} connections through the proxy open"), "busy")
-        with contextlib.suppress(Exception), anyio.move_on_after(1):
-            async with client:
+        try:
+            with contextlib.suppress(Exception), anyio.move_on_after(1):
                 await client.send(plain_answer(503, f"this run has {MAX_CONNECTIONS} connections open at once"))
+        finally:
+            client.close()
 
-    async def _connection(self, client: anyio.abc.SocketStream) -> None:
+    async def _connection(self, client: Socket) -> None:
         activity = Activity()
         try:
-            async with client, anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as tg:
                 # Idle: no byte read or written either way for IDLE_SECONDS, a send the run does not read included.
                 tg.start_soon(watch_idle, activity, tg.cancel_scope)
                 try:
@@ -149,6 +150,7 @@ class RunProxy:
         except _GONE:
             pass  # closing a socket the peer reset
         finally:
+            client.close()
             self._open -= 1
 
     def refused(self, refusal: Refusal, kind: str) -> None:
@@ -214,11 +216,11 @@ class RunProxy:
             self._scope.cancel()
 
 
-async def _next_connection(accepting: anyio.abc.SocketListener) -> anyio.abc.SocketStream:
+async def _next_connection(listener: socket.socket) -> Socket:
     """The next connection; one reset before it was taken, or no fd left for it (EMFILE), is passed
     over after a pause that keeps a lasting error from spinning."""
     while True:
         try:
-            return await accepting.accept()
+            return await accept(listener)
         except OSError:
             await anyio.sleep(ACCEPT_PAUSE)

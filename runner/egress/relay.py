@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import anyio
-import anyio.abc
 import h11
 
 from runner.config import EgressAllow
+from runner.egress.sockets import Socket, connect
 from runner.egress.targets import Refusal, Target, target_of, upstream_headers
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ CONNECT_SECONDS = 10.0  # to resolve a name and connect to it
 HEAD_SECONDS = 15.0  # for a request's whole head to come
 MAX_HEAD = 16 * 1024  # a request's head
 MAX_RESPONSE_HEAD = 64 * 1024  # a response's (cookies make them larger)
-CHUNK = 64 * 1024
+CHUNK = 64 * 1024  # a read of either side at most: what the proxy holds of a connection's bytes
 REASONS = {
     400: b"Bad Request",
     403: b"Forbidden",
@@ -75,7 +75,7 @@ class Relay:
         self._allow = allow
         self._unattributed = 0  # what the run sent before its request said where to (its head)
 
-    async def requests(self, client: anyio.abc.SocketStream, activity: Activity) -> None:
+    async def requests(self, client: Socket, activity: Activity) -> None:
         """Each request of one connection, until it closes or is tunnelled."""
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         while True:
@@ -109,12 +109,14 @@ class Relay:
             reach = self._run.reach(decided.host, decided.port, True)
             self._run.count(reach, 0, self._unattributed)  # the head that asked for it
             self._unattributed = 0
-            async with upstream:
+            try:
                 if decided.tunnel:
                     await self._tunnel(conn, client, upstream, reach, activity)
                     return
                 if not await self._forward(conn, client, upstream, event, decided, reach, activity):
                     return
+            finally:
+                upstream.close()
             conn.start_next_cycle()
 
     def _decide(self, request: h11.Request) -> Target | Refusal:
@@ -125,7 +127,7 @@ class Relay:
             return Refusal(403, f"{target.host}:{target.port} is not on RUNNER_EGRESS_ALLOW", target.host, target.port)
         return target
 
-    async def _open_upstream(self, target: Target) -> anyio.abc.SocketStream | Refusal:
+    async def _open_upstream(self, target: Target) -> Socket | Refusal:
         """A connection to an address of `target` that may be reached (each in turn, until one answers),
         or why there is none."""
         host, port = target.host, target.port
@@ -137,7 +139,7 @@ class Relay:
                     return addresses
                 for address in addresses:
                     try:
-                        return await anyio.connect_tcp(address, port)
+                        return await connect(address, port)
                     except OSError as exc:
                         failed = exc
         except TimeoutError:
@@ -181,8 +183,8 @@ class Relay:
     async def _tunnel(
         self,
         conn: h11.Connection,
-        client: anyio.abc.SocketStream,
-        upstream: anyio.abc.SocketStream,
+        client: Socket,
+        upstream: Socket,
         reach: Reach,
         activity: Activity,
     ) -> None:
@@ -194,10 +196,11 @@ class Relay:
             await upstream.send(early)
         async with anyio.create_task_group() as tg:
 
-            async def pump(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream, outward: bool) -> None:
-                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-                    while True:
-                        data = await source.receive(CHUNK)
+            async def pump(source: Socket, sink: Socket, outward: bool) -> None:
+                with contextlib.suppress(OSError):
+                    # Read only once the last read is sent on: what one side sends faster than the other
+                    # takes waits in the kernel, its sender held back by the window.
+                    while data := await source.receive(CHUNK):
                         activity.touch()
                         self._run.count(reach, 0 if outward else len(data), len(data) if outward else 0)
                         await sink.send(data)
@@ -211,8 +214,8 @@ class Relay:
     async def _forward(
         self,
         conn: h11.Connection,
-        client: anyio.abc.SocketStream,
-        upstream: anyio.abc.SocketStream,
+        client: Socket,
+        upstream: Socket,
         request: h11.Request,
         target: Target,
         reach: Reach,
@@ -255,7 +258,7 @@ class Relay:
     async def _next(
         self,
         conn: h11.Connection,
-        stream: anyio.abc.SocketStream,
+        stream: Socket,
         activity: Activity,
         reach: Reach | None,
         *,
@@ -275,10 +278,8 @@ class Relay:
                 return None  # PAUSED: the peer sent more than one message's worth where it should wait
             if isinstance(event, h11.Event):
                 return event
-            try:
-                data = await stream.receive(CHUNK)
-            except anyio.EndOfStream:
-                data = b""
+            # Only what h11 needs for its next event is read (b"" at the end), and counted as it comes.
+            data = await stream.receive(CHUNK)
             activity.touch()
             if reach is not None:
                 self._run.count(reach, 0, len(data))
@@ -286,14 +287,14 @@ class Relay:
                 self._unattributed += len(data)
             conn.receive_data(data)
 
-    async def _send(self, client: anyio.abc.SocketStream, data: bytes | None, reach: Reach, activity: Activity) -> None:
+    async def _send(self, client: Socket, data: bytes | None, reach: Reach, activity: Activity) -> None:
         """`data` to the run, counted as in."""
         if data:
             self._run.count(reach, len(data), 0)
             await client.send(data)
             activity.touch()
 
-    async def _refuse(self, conn: h11.Connection, client: anyio.abc.SocketStream, refusal: Refusal, kind: str) -> None:
+    async def _refuse(self, conn: h11.Connection, client: Socket, refusal: Refusal, kind: str) -> None:
         """Count and log `refusal`, and answer it if no answer to this request has begun: through h11 once
         it has the request, as plain bytes when the request never came whole (h11 then has none to answer)."""
         self._run.refused(refusal, kind)
@@ -311,7 +312,7 @@ class Relay:
             answer = plain_answer(refusal.status, refusal.reason)
         else:
             return
-        with anyio.move_on_after(5), contextlib.suppress(OSError, anyio.BrokenResourceError):
+        with anyio.move_on_after(5), contextlib.suppress(OSError):
             await client.send(answer)
 
 
