@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.code_mode import peak_memory, run, server_process, stdio_session
+from tests.code_mode import cpu_seconds, peak_memory, run, server_process, stdio_session
 from tests.egress import UPSTREAM_HOST, egress_problem
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -76,6 +76,38 @@ def floods(sent: list[int]) -> Iterator[int]:
         listener.close()
 
 
+@contextlib.contextmanager
+def sink() -> Iterator[int]:
+    """A listed host that reads whatever it is sent and drops it."""
+    stop = threading.Event()
+    listener = socket.socket()
+    listener.bind((UPSTREAM_HOST, 0))
+    listener.listen(64)
+    listener.settimeout(0.2)
+
+    def drain(connection: socket.socket) -> None:
+        with connection, contextlib.suppress(OSError):
+            connection.settimeout(0.2)
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    if not connection.recv(1 << 16):
+                        return
+
+    def serve() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                threading.Thread(target=drain, args=(listener.accept()[0],), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(10)
+        listener.close()
+
+
 # Four connections, each a request's head and the start of its body in one write, then as much body as
 # the proxy takes for 4 s (at most MOST in all): what it sent, in MiB.
 PUSH = """
@@ -107,6 +139,26 @@ for _ in range(4):
     conns.append(s)
 time.sleep(4)
 print("read none of it")
+"""
+
+# Four connections, each a chunked body of 1-byte chunks, sent as fast as the proxy takes it for 3 s.
+CHUNKS = """
+import socket, time
+head = b"POST http://{host}:{port}/up HTTP/1.1\\r\\nHost: {host}:{port}\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
+block = b"1\\r\\na\\r\\n" * 20000
+sent, end, conns = 0, time.monotonic() + 3, []
+for _ in range(4):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.settimeout(0.1)
+    s.sendall(head)
+    conns.append(s)
+while time.monotonic() < end:
+    for s in conns:
+        try:
+            sent += s.send(block)
+        except OSError:
+            pass
+print(sent // 6)
 """
 
 
@@ -145,3 +197,20 @@ async def test_a_response_the_run_never_reads_is_held_back_not_held_in_memory(wo
     assert peak - before < 150 << 20, f"{(peak - before) >> 20} MiB more; the upstream sent {sum(sent) >> 20} MiB"
     # What the upstream could write is what the kernel's buffers took, not the 100 MB budget's worth.
     assert sum(sent) < 100 << 20, f"the upstream sent {sum(sent) >> 20} MiB"
+
+
+async def test_a_body_of_1_byte_chunks_costs_the_server_a_bounded_share_of_a_core(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: each chunk was an h11 event and a send on, some 26 us of the event loop per
+    # 6 bytes: a whole core at 200 KB/s, and other runs' downloads 100x slower.
+    with sink() as port, (tmp_path / "server.log").open("w") as log:
+        async with stdio_session(
+            work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}"
+        ) as client:
+            server = server_process()
+            before = cpu_seconds(server)
+            done = await run(client, CHUNKS.format(host=UPSTREAM_HOST, port=port))
+            busy = cpu_seconds(server) - before
+    assert done["status"] == "ok", done
+    assert busy < 1.0, f"{busy:.2f} s of the server's CPU in the run's 3 s ({done['stdout'].strip()} chunks sent)"
