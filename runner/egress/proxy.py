@@ -41,6 +41,7 @@ import h11
 
 from runner.config import EgressAllow, EgressConfig
 from runner.egress.relay import Activity, Reach, Relay, plain_answer, watch_idle
+from runner.egress.resolver import AddressInfo, Resolver
 from runner.egress.sockets import Socket, accept
 from runner.egress.targets import Refusal
 from runner.logs import LogBudget, log_event
@@ -69,8 +70,10 @@ class EgressProxy:
         log: logging.Logger,
         on_refused: Callable[[str], None] | None = None,
         on_bytes: Callable[[str, int], None] | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
         self.allow: EgressAllow = config.allow  # parsed once, here
+        self.resolver = resolver if resolver is not None else Resolver()
         self.max_bytes = config.max_bytes
         self.log = log
         self.on_refused = on_refused
@@ -92,6 +95,7 @@ class RunProxy:
         self._refusals = LogBudget(MAX_REFUSALS_LOGGED, "egress refusals: no more logged for this run")
         self._scope: anyio.CancelScope | None = None
         self._parse_tokens, self._parsed_at = float(PARSED_PER_SECOND), time.monotonic()
+        self._lookups = proxy.resolver.for_run()
 
     def reached(self) -> tuple[NetworkUse, ...]:
         """What the run reached and was refused, in the order it first asked."""
@@ -205,6 +209,10 @@ class RunProxy:
                 proxy.on_bytes("out", bytes_out)
         if self._bytes > proxy.max_bytes:
             self._spend_all()
+
+    async def lookup(self, host: str, port: int) -> AddressInfo:
+        """`host`'s addresses, looked up in the proxy's threads, the run's share of them at most."""
+        return await self._lookups.lookup(host, port)
 
     def parsed(self, events: int) -> float:
         """Charge the run `events` of h11's parsing: the seconds its connection waits before it reads

@@ -5,8 +5,6 @@ the run's ledger (`RunProxy`). See `runner.egress.proxy` for what is refused and
 from __future__ import annotations
 
 import contextlib
-import ipaddress
-import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -15,7 +13,7 @@ import h11
 
 from runner.config import EgressAllow
 from runner.egress.sockets import Socket, connect
-from runner.egress.targets import Refusal, Target, target_of, upstream_headers
+from runner.egress.targets import Refusal, Target, own_address, reachable, target_of, upstream_headers
 
 if TYPE_CHECKING:
     from runner.egress.proxy import RunProxy
@@ -150,37 +148,17 @@ class Relay:
         return Refusal(502, f"{host}:{port} could not be reached ({why})", host, port)
 
     async def _addresses(self, target: Target) -> list[str] | Refusal:
-        """The addresses of `target` the proxy may connect to: its own, for an address the list names (and
-        not one off the public internet unless listed from within its block), else what the name resolves
-        to here, less what is off the public internet and not so listed (DNS rebinding)."""
+        """The addresses of `target` the proxy may connect to: its own, for an address (`own_address`),
+        else what the name resolves to here that may be reached (`reachable`: DNS rebinding)."""
         host, port = target.host, target.port
-        with contextlib.suppress(ValueError):
-            why = self._allow.refusal_of(ipaddress.ip_address(host), port)
-            if why:
-                return Refusal(403, f"{host} is {why}, which RUNNER_EGRESS_ALLOW does not list on its own", host, port)
-            return [host]
+        own = own_address(self._allow, host, port)
+        if own is not None:
+            return own
         try:
-            found = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            found = await self._run.lookup(host, port)
         except OSError as exc:
             return Refusal(502, f"{host} could not be resolved ({exc.strerror or exc})", host, port)
-        reachable: list[str] = []
-        why = ""
-        for _, _, _, _, sockaddr in found:
-            try:
-                address = ipaddress.ip_address(str(sockaddr[0]).partition("%")[0])
-            except ValueError:
-                continue
-            refused = self._allow.refusal_of(address, port)
-            if not refused:
-                if str(address) not in reachable:
-                    reachable.append(str(address))
-            else:
-                why = why or f"{refused} ({address})"
-        if reachable:
-            return reachable
-        return Refusal(
-            403, f"{host} resolves to {why or 'no address'}, which RUNNER_EGRESS_ALLOW does not list", host, port
-        )
+        return reachable(self._allow, host, port, [sockaddr for *_, sockaddr in found])
 
     async def _tunnel(
         self,
