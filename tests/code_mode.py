@@ -83,3 +83,9 @@ def peak_memory(pid: int) -> int:
     """`pid`'s peak resident memory (VmHWM), in bytes."""
     with open(f"/proc/{pid}/status") as status:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time `pid` has used, user and system."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

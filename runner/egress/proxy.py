@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Callable
 
 import anyio
@@ -40,6 +41,8 @@ import h11
 
 from runner.config import EgressAllow, EgressConfig
 from runner.egress.relay import Activity, Reach, Relay, plain_answer, watch_idle
+from runner.egress.resolver import AddressInfo, Resolver
+from runner.egress.sockets import Socket, accept
 from runner.egress.targets import Refusal
 from runner.logs import LogBudget, log_event
 from runner.outcome import NetworkUse
@@ -49,6 +52,11 @@ MAX_REACHES = 256  # host:port records kept per run; more are counted together, 
 OTHER_HOSTS = "(other hosts)"
 MAX_REFUSALS_LOGGED = 20  # a run's refusals logged; the rest are counted (metrics) and in its result
 ACCEPT_PAUSE = 0.05
+# Body chunks (h11's events) a run's connections may have parsed, at once and then each second: one costs
+# the event loop some 8 us (h11's parse, 5, and the relay's share of the read it came in), so a run takes
+# under a tenth of a core for them. A body read 64 KiB at a time is an event a read, far within it; one
+# sent as 80-byte lines, each a chunk (a generator given to requests), goes on at 800 KB/s.
+PARSED_PER_SECOND = 10_000
 # What ends a connection because a peer closed or broke its side, or spoke something h11 refuses.
 _GONE = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, h11.ProtocolError)
 
@@ -62,8 +70,10 @@ class EgressProxy:
         log: logging.Logger,
         on_refused: Callable[[str], None] | None = None,
         on_bytes: Callable[[str, int], None] | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
         self.allow: EgressAllow = config.allow  # parsed once, here
+        self.resolver = resolver if resolver is not None else Resolver()
         self.max_bytes = config.max_bytes
         self.log = log
         self.on_refused = on_refused
@@ -84,6 +94,8 @@ class RunProxy:
         self._reaches: dict[tuple[str, int, bool], Reach] = {}
         self._refusals = LogBudget(MAX_REFUSALS_LOGGED, "egress refusals: no more logged for this run")
         self._scope: anyio.CancelScope | None = None
+        self._parse_tokens, self._parsed_at = float(PARSED_PER_SECOND), time.monotonic()
+        self._lookups = proxy.resolver.for_run()
 
     def reached(self) -> tuple[NetworkUse, ...]:
         """What the run reached and was refused, in the order it first asked."""
@@ -97,39 +109,39 @@ class RunProxy:
         which this takes) until the run's end cancels this; every connection is closed on the way out, and
         past the budget, every connection and each new one at once. Nothing a connection does ends this:
         each one's faults end that one alone."""
-        try:
-            accepting = await anyio.abc.SocketListener.from_socket(listener)
-        except BaseException:
-            listener.close()
-            raise
-        async with accepting:
+        # Our own sockets, not anyio's streams: those read a connection into memory as fast as it came
+        # (`runner.egress.sockets`).
+        with listener:
+            listener.setblocking(False)
             async with anyio.create_task_group() as tg:
                 self._scope = tg.cancel_scope
-                await self._accept(accepting, tg)
+                await self._accept(listener, tg)
             # The budget is spent (its scope cancelled): until the run ends, what it connects is closed
             # at once, not left waiting.
             while True:
-                await (await _next_connection(accepting)).aclose()
+                (await _next_connection(listener)).close()
 
-    async def _accept(self, accepting: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup) -> None:
+    async def _accept(self, listener: socket.socket, tg: anyio.abc.TaskGroup) -> None:
         while True:
-            stream = await _next_connection(accepting)
+            stream = await _next_connection(listener)
             if self._open >= MAX_CONNECTIONS:
                 tg.start_soon(self._busy, stream)
             else:
                 self._open += 1
                 tg.start_soon(self._connection, stream)
 
-    async def _busy(self, client: anyio.abc.SocketStream) -> None:
+    async def _busy(self, client: Socket) -> None:
         self.refused(Refusal(503, f"this run has {MAX_CONNECTIONS} connections through the proxy open"), "busy")
-        with contextlib.suppress(Exception), anyio.move_on_after(1):
-            async with client:
+        try:
+            with contextlib.suppress(Exception), anyio.move_on_after(1):
                 await client.send(plain_answer(503, f"this run has {MAX_CONNECTIONS} connections open at once"))
+        finally:
+            client.close()
 
-    async def _connection(self, client: anyio.abc.SocketStream) -> None:
+    async def _connection(self, client: Socket) -> None:
         activity = Activity()
         try:
-            async with client, anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as tg:
                 # Idle: no byte read or written either way for IDLE_SECONDS, a send the run does not read included.
                 tg.start_soon(watch_idle, activity, tg.cancel_scope)
                 try:
@@ -149,6 +161,7 @@ class RunProxy:
         except _GONE:
             pass  # closing a socket the peer reset
         finally:
+            client.close()
             self._open -= 1
 
     def refused(self, refusal: Refusal, kind: str) -> None:
@@ -197,6 +210,19 @@ class RunProxy:
         if self._bytes > proxy.max_bytes:
             self._spend_all()
 
+    async def lookup(self, host: str, port: int) -> AddressInfo:
+        """`host`'s addresses, looked up in the proxy's threads, the run's share of them at most."""
+        return await self._lookups.lookup(host, port)
+
+    def parsed(self, events: int) -> float:
+        """Charge the run `events` of h11's parsing: the seconds its connection waits before it reads
+        again (0 within `PARSED_PER_SECOND`). A token bucket on the event loop's clock, shared by all
+        the run's connections: each pays for what the others took."""
+        now = time.monotonic()
+        refilled = self._parse_tokens + (now - self._parsed_at) * PARSED_PER_SECOND
+        self._parse_tokens, self._parsed_at = min(float(PARSED_PER_SECOND), refilled) - events, now
+        return -self._parse_tokens / PARSED_PER_SECOND if self._parse_tokens < 0 else 0.0
+
     def _spend_all(self) -> None:
         """The budget is spent: every connection of the run, and its listener, closed (once: the cancelled
         scope ends them at their next await)."""
@@ -214,11 +240,11 @@ class RunProxy:
             self._scope.cancel()
 
 
-async def _next_connection(accepting: anyio.abc.SocketListener) -> anyio.abc.SocketStream:
+async def _next_connection(listener: socket.socket) -> Socket:
     """The next connection; one reset before it was taken, or no fd left for it (EMFILE), is passed
     over after a pause that keeps a lasting error from spinning."""
     while True:
         try:
-            return await accepting.accept()
+            return await accept(listener)
         except OSError:
             await anyio.sleep(ACCEPT_PAUSE)

@@ -1,16 +1,21 @@
 """What a run's request through the proxy asks for, taken from its head without I/O: the host and port a
 ``CONNECT`` names, or the host, port and origin-form target of a plain-HTTP request in absolute form,
-whose ``Host`` must name the same host (`target_of`); and the head sent on for the latter
-(`upstream_headers`). Every byte of it is the run's: anything malformed is a `Refusal` with the status to
-answer, never an exception.
+whose ``Host`` must name the same host (`target_of`); the head sent on for the latter
+(`upstream_headers`); and which of a target's addresses may be reached (`own_address`, `reachable`).
+Every byte of it is the run's: anything malformed is a `Refusal` with the status to answer, never an
+exception.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
-from runner.config.egress import host_form
+from runner.config.egress import EgressAllow, host_form
 
 # Headers that belong to one hop (RFC 9110 7.6.1) and the proxy's own: not sent on. `Connection: close`
 # is sent instead, so that each request the run makes is checked on its own.
@@ -98,6 +103,41 @@ def upstream_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, by
         kept.append((b"transfer-encoding", b"chunked"))
     kept.append((b"connection", b"close"))
     return kept
+
+
+def own_address(allow: EgressAllow, host: str, port: int) -> list[str] | Refusal | None:
+    """For a host that is an IP address, itself, if the list names it (and not one off the public
+    internet unless listed from within its block), else why not; None for a name."""
+    with contextlib.suppress(ValueError):
+        why = allow.refusal_of(ipaddress.ip_address(host), port)
+        if why:
+            return Refusal(403, f"{host} is {why}, which RUNNER_EGRESS_ALLOW does not list on its own", host, port)
+        return [host]
+    return None
+
+
+def reachable(allow: EgressAllow, host: str, port: int, found: Sequence[tuple[Any, ...]]) -> list[str] | Refusal:
+    """The addresses a name resolved to (`found`: getaddrinfo's socket addresses) that may be reached,
+    each once, in order: less what is off the public internet and not listed from within its block (DNS
+    rebinding); none left, why."""
+    addresses: list[str] = []
+    why = ""
+    for sockaddr in found:
+        try:
+            address = ipaddress.ip_address(str(sockaddr[0]).partition("%")[0])
+        except ValueError:
+            continue
+        refused = allow.refusal_of(address, port)
+        if not refused:
+            if str(address) not in addresses:
+                addresses.append(str(address))
+        else:
+            why = why or f"{refused} ({address})"
+    if addresses:
+        return addresses
+    return Refusal(
+        403, f"{host} resolves to {why or 'no address'}, which RUNNER_EGRESS_ALLOW does not list", host, port
+    )
 
 
 def _authority(target: bytes) -> Target | Refusal:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from runner.config import EgressConfig
 from runner.egress.proxy import MAX_CONNECTIONS, EgressProxy, RunProxy
+from runner.egress.resolver import LOOKUPS_PER_RUN
 from runner.outcome import NetworkUse
 from tests.egress import BIG, UPSTREAM_HOST, Authority, fetch, make_authority, upstream
 
@@ -403,3 +405,69 @@ async def test_each_request_of_a_kept_alive_connection_is_checked_on_its_own(ser
     assert first.endswith(f"hello from /a via {UPSTREAM_HOST}:{port}".encode())
     assert second.startswith(b"HTTP/1.1 403")
     assert b"example.com:80 is not on RUNNER_EGRESS_ALLOW" in second
+
+
+async def test_one_runs_stalled_name_lookups_leave_another_runs_lookup_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Found by a review: every run's lookups shared asyncio's default executor (6 threads on 2 CPUs);
+    # 16 lookups of names that stalled, from one run, made another run's CONNECT wait 9.5 s instead of
+    # 4 ms. Two such runs here: 32 lookups fill that executor on any machine. The system's resolver
+    # is stood in for in `socket.getaddrinfo`: the host's own is not touched.
+    real = socket.getaddrinfo
+    released = threading.Event()
+    stalled: list[str] = []
+    most = [0]
+
+    def lookup(host: str, port: int, *args: Any, **kwargs: Any) -> Any:
+        if str(host).endswith(".slow.test"):
+            stalled.append(host)
+            most[0] = max(most[0], len(stalled))
+            try:
+                released.wait(60)
+                raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+            finally:
+                stalled.remove(host)
+        return real(UPSTREAM_HOST if host == "victim.test" else host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    monkeypatch.setattr("runner.egress.relay.CONNECT_SECONDS", 3.0)  # a starved lookup: a 504 after this
+    proxy = EgressProxy(
+        EgressConfig(egress_allow=("*.slow.test:*", "victim.test:*", f"{UPSTREAM_HOST}:*"), max_egress_mb=100),
+        logging.getLogger("runner"),
+    )
+    listeners = []
+    for _ in range(3):
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        listeners.append(listener)
+    ports = [listener.getsockname()[1] for listener in listeners]
+    try:
+        with upstream() as port:
+            async with anyio.create_task_group() as tg:
+                for n, listener in enumerate(listeners):
+                    tg.start_soon(proxy.for_run(f"req-{n}").serve, listener)
+                hostile = []
+                for run_port in ports[:2]:
+                    for n in range(MAX_CONNECTIONS):
+                        stream = await anyio.connect_tcp("127.0.0.1", run_port)
+                        name = f"a{n}.p{run_port}.slow.test"
+                        await stream.send(f"CONNECT {name}:443 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                        hostile.append(stream)
+                # As many as will be taken at once are in their threads (every one of them, on a shared
+                # executor with threads to spare).
+                with anyio.move_on_after(2):
+                    while len(stalled) < 2 * MAX_CONNECTIONS:
+                        await anyio.sleep(0.01)
+                answer = await anyio.to_thread.run_sync(
+                    _raw, ports[2], f"CONNECT victim.test:{port} HTTP/1.1\r\nHost: x\r\n\r\n"
+                )
+                released.set()
+                for stream in hostile:
+                    await stream.aclose()
+                tg.cancel_scope.cancel()
+    finally:
+        released.set()
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    assert most[0] <= 2 * LOOKUPS_PER_RUN, f"{most[0]} of two runs' lookups in threads at once"

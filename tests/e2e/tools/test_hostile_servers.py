@@ -23,7 +23,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from tests.code_mode import hostile, peak_memory, run, run_once, server_process, stdio_session, tools_file
+from tests.code_mode import cpu_seconds, hostile, peak_memory, run, run_once, server_process, stdio_session, tools_file
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -162,12 +162,6 @@ async def test_a_flood_of_notifications_or_of_answers_no_one_asked_for_is_taken_
     assert sent < most, sent
     if flood != "bignotes":  # those are slowed by their bytes
         assert "tool server messages slowed server=notes" in (tmp_path / "stderr.log").read_text()
-
-
-def cpu_seconds(pid: int) -> float:
-    """The CPU time `pid` has used, user and system."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def test_a_server_that_says_its_tools_changed_after_each_listing_is_listed_again_at_a_pace(

@@ -1,0 +1,216 @@
+"""Runs that turn the egress proxy against the server: sending faster than a listed host takes, asking for
+a response and never reading it, a request body cut into 1-byte chunks. A real server over stdio in the
+namespaced sandbox, real upstreams on 127.0.0.2; what is bounded is the server's memory and CPU, however
+hard the run pushes."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.code_mode import cpu_seconds, peak_memory, run, server_process, stdio_session
+from tests.egress import UPSTREAM_HOST, egress_problem
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+# What a test's upstream or run sends at most: on code that holds it all, the test fails without
+# taking the machine's memory.
+MOST = 1 << 30
+BLOCK = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _egress_served_here() -> None:
+    problem = egress_problem("namespaces")
+    if problem:
+        pytest.skip(f"no egress here: {problem}")
+
+
+@contextlib.contextmanager
+def never_reads() -> Iterator[int]:
+    """A listed host that takes connections and never reads them (a listening socket that never
+    accepts: the kernel completes each handshake, and what is sent fills the connection's buffer)."""
+    with socket.socket() as sock:
+        sock.bind((UPSTREAM_HOST, 0))
+        sock.listen(64)
+        yield sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def floods(sent: list[int]) -> Iterator[int]:
+    """A listed host that sends each connection a response with a body of 2 GiB from the moment it is
+    accepted, as fast as it is taken (at most MOST in all): a host that speaks first, through a tunnel.
+    What it could write is added to `sent`."""
+    stop = threading.Event()
+    listener = socket.socket()
+    listener.bind((UPSTREAM_HOST, 0))
+    listener.listen(64)
+    listener.settimeout(0.2)
+
+    def answer(connection: socket.socket) -> None:
+        with connection, contextlib.suppress(OSError):
+            connection.settimeout(0.2)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (2 << 30))
+            block = b"x" * BLOCK
+            while not stop.is_set() and sum(sent) < MOST:
+                with contextlib.suppress(TimeoutError):
+                    sent.append(connection.send(block))
+
+    def serve() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                threading.Thread(target=answer, args=(listener.accept()[0],), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(10)
+        listener.close()
+
+
+@contextlib.contextmanager
+def sink() -> Iterator[int]:
+    """A listed host that reads whatever it is sent and drops it."""
+    stop = threading.Event()
+    listener = socket.socket()
+    listener.bind((UPSTREAM_HOST, 0))
+    listener.listen(64)
+    listener.settimeout(0.2)
+
+    def drain(connection: socket.socket) -> None:
+        with connection, contextlib.suppress(OSError):
+            connection.settimeout(0.2)
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    if not connection.recv(1 << 16):
+                        return
+
+    def serve() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                threading.Thread(target=drain, args=(listener.accept()[0],), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(10)
+        listener.close()
+
+
+# Four connections, each a request's head and the start of its body in one write, then as much body as
+# the proxy takes for 4 s (at most MOST in all): what it sent, in MiB.
+PUSH = """
+import socket, time
+head = b"POST http://{host}:{port}/up HTTP/1.1\\r\\nHost: {host}:{port}\\r\\nContent-Length: 4000000000\\r\\n\\r\\n"
+block = b"x" * {block}
+sent, end, conns = 0, time.monotonic() + 4, []
+for _ in range(4):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.settimeout(0.1)
+    sent += s.send(head + block)
+    conns.append(s)
+while time.monotonic() < end and sent < {most}:
+    for s in conns:
+        try:
+            sent += s.send(block)
+        except OSError:
+            pass
+print(sent >> 20)
+"""
+
+# Four tunnels to the flood (as HTTPS goes), none of it read, for 4 s.
+UNREAD = """
+import socket, time
+conns = []
+for _ in range(4):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"CONNECT {host}:{port} HTTP/1.1\\r\\nHost: {host}:{port}\\r\\n\\r\\n")
+    conns.append(s)
+time.sleep(4)
+print("read none of it")
+"""
+
+# Four connections, each a chunked body of 1-byte chunks, sent as fast as the proxy takes it for 3 s.
+CHUNKS = """
+import socket, time
+head = b"POST http://{host}:{port}/up HTTP/1.1\\r\\nHost: {host}:{port}\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
+block = b"1\\r\\na\\r\\n" * 20000
+sent, end, conns = 0, time.monotonic() + 3, []
+for _ in range(4):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.settimeout(0.1)
+    s.sendall(head)
+    conns.append(s)
+while time.monotonic() < end:
+    for s in conns:
+        try:
+            sent += s.send(block)
+        except OSError:
+            pass
+print(sent // 6)
+"""
+
+
+async def test_a_run_that_sends_faster_than_a_listed_host_reads_is_held_back_not_held_in_memory(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the proxy read a run's connection as fast as it came, whatever the upstream
+    # took, into anyio's buffer: 2.5 GiB of the server's memory in 5 s from one run with a 100 MB budget,
+    # and uncounted until sent on.
+    with never_reads() as port, (tmp_path / "server.log").open("w") as log:
+        async with stdio_session(
+            work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}"
+        ) as client:
+            server = server_process()
+            before = peak_memory(server)
+            done = await run(client, PUSH.format(host=UPSTREAM_HOST, port=port, block=BLOCK, most=MOST))
+            peak = peak_memory(server)
+    assert done["status"] == "ok", done
+    assert peak - before < 150 << 20, f"{(peak - before) >> 20} MiB more; the run sent {done['stdout'].strip()} MiB"
+
+
+async def test_a_response_the_run_never_reads_is_held_back_not_held_in_memory(work_dir: Path, tmp_path: Path) -> None:
+    # The other side of the review's finding. anyio's `connect_tcp` paused an upstream's reading at
+    # once, so this held (4 MiB more, 29 MiB written by the upstream) before the proxy's sockets were
+    # its own; it must hold with them: an upstream is read only when the run has taken the last read.
+    sent: list[int] = []
+    with floods(sent) as port, (tmp_path / "server.log").open("w") as log:
+        async with stdio_session(
+            work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}"
+        ) as client:
+            server = server_process()
+            before = peak_memory(server)
+            done = await run(client, UNREAD.format(host=UPSTREAM_HOST, port=port))
+            peak = peak_memory(server)
+    assert done["stdout"] == "read none of it\n", done
+    assert peak - before < 150 << 20, f"{(peak - before) >> 20} MiB more; the upstream sent {sum(sent) >> 20} MiB"
+    # What the upstream could write is what the kernel's buffers took, not the 100 MB budget's worth.
+    assert sum(sent) < 100 << 20, f"the upstream sent {sum(sent) >> 20} MiB"
+
+
+async def test_a_body_of_1_byte_chunks_costs_the_server_a_bounded_share_of_a_core(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: each chunk was an h11 event and a send on, some 26 us of the event loop per
+    # 6 bytes: a whole core at 200 KB/s, and other runs' downloads 100x slower.
+    with sink() as port, (tmp_path / "server.log").open("w") as log:
+        async with stdio_session(
+            work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}"
+        ) as client:
+            server = server_process()
+            before = cpu_seconds(server)
+            done = await run(client, CHUNKS.format(host=UPSTREAM_HOST, port=port))
+            busy = cpu_seconds(server) - before
+    assert done["status"] == "ok", done
+    assert busy < 1.0, f"{busy:.2f} s of the server's CPU in the run's 3 s ({done['stdout'].strip()} chunks sent)"
