@@ -68,11 +68,12 @@ class Hooks:
     no bound (a JSON answer; an error's; a redirect's it follows, of a GET or a POST; the DELETE's), and
     one that never ends would fill our memory. Past it, the body fails (`httpx2.StreamError`: that
     call's error, or the stream's). An event stream is read event by event, each bounded by the SDK
-    (as `most` and some: `streamable_http_client`), and may be open for hours: a GET's (the server's own messages; or a call's stream resumed)
-    is read at a rate (`GET_BYTES`), and a GET is sent at most once a second (`GET_SECONDS`); a POST's
-    carries a call's answer, read at a rate after as much as a run may take at once
-    (`CALL_BYTES_PER_SECOND`); and the lines of all of them at a rate (`LINES`). A 404 to a request
-    of our session calls `session_gone`, before the SDK reads what the server says of it."""
+    (as `most` and some: `streamable_http_client`), and may be open for hours: a GET's (the server's
+    own messages; or a call's stream resumed) is read at a rate (`GET_BYTES`), and a GET is sent at
+    most once a second (`GET_SECONDS`); a POST's carries a call's answer, read at a rate after as
+    much as a run may take at once (`CALL_BYTES_PER_SECOND`); and the lines of all of them at a rate
+    (`LINES`). A 404 to a request of our session calls `session_gone`, before the SDK reads what the
+    server says of it."""
 
     def __init__(self, most: int, session_gone: Callable[[], None]) -> None:
         self._limit = most + ENVELOPE
