@@ -1,4 +1,10 @@
-"""Logging to stderr only (stdout is the MCP wire), one line per event, each with a request_id."""
+"""Logging to stderr only (stdout is the MCP wire), one line per event, each with a request_id.
+
+Whatever a line carries, it stays one line of printable ASCII, and bounded: the formatters, not the
+callers, escape and cut, since some values are a client's own (a tool's name, a URI, a Host) and a
+caller that forgot would let a client forge lines (a carriage return, U+2028 or NEL is a line break
+to some readers; ESC drives a terminal) or grow the log by megabytes a request.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +21,16 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 
 LOGGER_NAME = "runner"
 NO_REQUEST = "-"
-_NEEDS_QUOTES = re.compile(r'[ ="\n]')
+# A field's value shown as is: printable ASCII but the space, '"' and '=' that delimit fields.
+# Anything else is quoted as JSON, which escapes every other character (ensure_ascii).
+_bare = re.compile(r"[!#-<>-~]+").fullmatch
+# The characters a field's value (and a line's event text) keeps; the rest is cut, and said to be.
+# Bounded before escaping: an escape is at most 12 characters (an astral one as two \u escapes).
+MAX_VALUE_CHARS = 2000  # as a downstream server's stderr line and a tool's description are cut
+MAX_EVENT_CHARS = 2000
+MAX_TRACEBACK_CHARS = 20_000
+# ASCII control characters in an event's text, escaped as Python writes them.
+_CONTROLS = {code: f"\\x{code:02x}" for code in [*range(32), 127]} | {9: "\\t", 10: "\\n", 13: "\\r"}
 
 
 def get_logger() -> logging.Logger:
@@ -63,22 +78,58 @@ class _TextFormatter(logging.Formatter):
             self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         stamp = f"{self._stamp}.{int(record.msecs):03d}Z"
         request_id = getattr(record, "request_id", NO_REQUEST)
-        line = f"{stamp} {record.levelname:<7} request_id={request_id} {record.getMessage()}"
+        if type(request_id) is not str or not _bare(request_id):  # ours are; another logger's may not be
+            request_id = _text_value(request_id)
+        event = record.getMessage()
+        if not (event.isascii() and event.isprintable() and len(event) <= MAX_EVENT_CHARS):
+            event = _escaped_event(event)
+        line = f"{stamp} {record.levelname:<7} request_id={request_id} {event}"
         if fields:
             line += " " + " ".join(f"{key}={_text_value(value)}" for key, value in fields.items())
         if record.exc_info:
             # Keep one event per line: the traceback is folded into the same line.
-            line += " traceback=" + json.dumps(self.formatException(record.exc_info))
+            line += " traceback=" + json.dumps(_cut_middle(self.formatException(record.exc_info)))
         return line
 
 
 def _text_value(value: Any) -> str:
-    if isinstance(value, float):
+    if type(value) is str:  # the most of them: no str() to call
+        text = value
+    elif isinstance(value, float):
         return f"{value:.4f}".rstrip("0").rstrip(".") if value else "0"
-    if isinstance(value, int):
+    elif isinstance(value, int):
         return str(value)  # never quoted
-    text = str(value)
-    return json.dumps(text) if (not text or _NEEDS_QUOTES.search(text)) else text
+    else:
+        text = str(value)
+    if len(text) > MAX_VALUE_CHARS:
+        text = _cut(text, MAX_VALUE_CHARS)
+    return text if _bare(text) else json.dumps(text)
+
+
+def _escaped_event(text: str) -> str:
+    """An event's text (not quoted: it has spaces), cut and with what is not printable ASCII escaped.
+    Ours always is; another logger's (the SDK's, uvicorn's) may carry what a client sent."""
+    return _cut(text, MAX_EVENT_CHARS).translate(_CONTROLS).encode("ascii", "backslashreplace").decode("ascii")
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... (cut: {len(text):,} characters)"
+
+
+def _cut_middle(text: str, limit: int = MAX_TRACEBACK_CHARS) -> str:
+    """A traceback keeps its head (where it began) and its tail (the exception), cut between."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n... (cut: {len(text):,} characters) ...\n{text[-half:]}"
+
+
+def _json_value(value: Any) -> Any:
+    if value is None or isinstance(value, int | float):  # bool is an int
+        return value
+    return _cut(value if isinstance(value, str) else str(value), MAX_VALUE_CHARS)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -87,13 +138,15 @@ class _JsonFormatter(logging.Formatter):
             "ts": record.created,
             "level": record.levelname.lower(),
             "logger": record.name,
-            "request_id": getattr(record, "request_id", NO_REQUEST),
-            "event": record.getMessage(),
+            "request_id": _json_value(getattr(record, "request_id", NO_REQUEST)),
+            "event": _cut(record.getMessage(), MAX_EVENT_CHARS),
         }
-        payload.update(getattr(record, "fields", {}))
+        for key, value in getattr(record, "fields", {}).items():
+            payload[key] = _json_value(value)
         if record.exc_info:
-            payload["traceback"] = self.formatException(record.exc_info)
-        return json.dumps(payload, default=str)
+            payload["traceback"] = _cut_middle(self.formatException(record.exc_info))
+        # ensure_ascii (the default): every character past ASCII, U+2028 and NEL included, is escaped.
+        return json.dumps(payload)
 
 
 def configure_logging(level: LogLevel, fmt: LogFormat, stream: TextIO | None = None) -> None:
