@@ -13,6 +13,7 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Literal, TextIO
 
 # The logging's own choices (RUNNER_LOG_LEVEL, RUNNER_LOG_FORMAT declare them as their kinds).
@@ -63,6 +64,60 @@ class LogBudget:
         if self._used == self._limit + 1:
             log_event(logger, level, self._last, request_id)
         return False
+
+
+class RefusalLog:
+    """Decides which refusals get a log line: the first, then at most one per `interval` seconds.
+    A client may cause them without end, and with no token (a 401, a Host not allowed, a request
+    that is not HTTP).
+
+    Sans-IO: `clock` is injected, and `note` returns how many refusals the line stands for (0: none
+    is written). One counter for every client, not one per address: a map of addresses would grow
+    with whatever a scanner sends.
+    """
+
+    def __init__(self, interval: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._last: float | None = None
+        self._held = 0
+
+    def note(self) -> int:
+        """Count one refusal; the number of refusals to log now (this one and those held), or 0."""
+        self._held += 1
+        now = self._clock()
+        if self._last is not None and now - self._last < self.interval:
+            return 0
+        self._last, held, self._held = now, self._held, 0
+        return held
+
+
+class _ThrottledWarnings(logging.Filter):
+    """uvicorn's warnings, each said of a request a client may send without end, token or no token
+    ("Invalid HTTP request received.", "Unsupported upgrade request."): each kind logged as a
+    `RefusalLog` allows, the line saying how many it stands for. Its errors all pass."""
+
+    # Kinds are uvicorn's format strings, a few constants; past this many (never) they share one.
+    MAX_KINDS = 64
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kinds: dict[str, RefusalLog] = {}
+        self._others = RefusalLog()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING:
+            return True
+        kind = str(record.msg)
+        throttle = self._kinds.get(kind)
+        if throttle is None:
+            throttle = (
+                self._others if len(self._kinds) >= self.MAX_KINDS else self._kinds.setdefault(kind, RefusalLog())
+            )
+        count = throttle.note()
+        if count > 1:
+            record.fields = {**getattr(record, "fields", {}), "seen_since_last_line": count}
+        return count > 0
 
 
 class _TextFormatter(logging.Formatter):
@@ -170,4 +225,9 @@ def configure_logging(level: LogLevel, fmt: LogFormat, stream: TextIO | None = N
     # GET of the server's own messages then stays closed, unsaid) and a DELETE of the session at the
     # end that failed. Its errors stay: an answer or event that does not parse, an unexpected type.
     logging.getLogger("mcp.client.streamable_http").setLevel(logging.ERROR)
+    # uvicorn warns once per request it refuses before the app sees it (500 malformed requests, no
+    # token needed: 500 lines in 0.4 s): throttled as our own refusals are.
+    uvicorn = logging.getLogger("uvicorn.error")
+    uvicorn.filters[:] = [f for f in uvicorn.filters if not isinstance(f, _ThrottledWarnings)]
+    uvicorn.addFilter(_ThrottledWarnings())
     get_logger().setLevel(level.upper())

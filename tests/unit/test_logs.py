@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.logs import LogBudget, LogFormat, configure_logging, get_logger, log_event
+from runner.logs import LogBudget, LogFormat, RefusalLog, configure_logging, get_logger, log_event
 
 
 @pytest.fixture
@@ -149,3 +149,38 @@ def test_a_json_line_is_one_line_of_printable_ascii_that_gives_back_the_hostile_
     log_event(get_logger(), logging.INFO, "call received", HOSTILE, tool=HOSTILE, path=Path("/tmp/x"), ok=True)
     record = json.loads(one_printable_line(stream.getvalue()))
     assert (record["request_id"], record["tool"], record["path"], record["ok"]) == (HOSTILE, HOSTILE, "/tmp/x", True)
+
+
+def test_refusals_are_logged_first_then_at_most_once_an_interval_counting_those_held() -> None:
+    now = [100.0]
+    log = RefusalLog(interval=10.0, clock=lambda: now[0])
+    assert log.note() == 1, "the first refusal is logged at once"
+    assert [log.note() for _ in range(5)] == [0] * 5, "a burst is held"
+    now[0] += 10.0
+    assert log.note() == 6, "the next line stands for the five held and itself"
+    now[0] += 9.9
+    assert log.note() == 0
+    now[0] += 0.1
+    assert log.note() == 2
+
+
+def test_uvicorn_s_warnings_are_logged_first_then_held_each_kind_apart_and_its_errors_all(
+    restore_logging: None,
+) -> None:
+    # Found by a review: one line per request uvicorn refused (500 malformed requests, no token: 500
+    # lines in 0.4 s). Held as our refusals are: the first of each kind, then one an interval.
+    stream = io.StringIO()
+    configure_logging("info", "text", stream)
+    uvicorn = logging.getLogger("uvicorn.error")
+    for _ in range(500):
+        uvicorn.warning("Invalid HTTP request received.")
+        uvicorn.warning("Unsupported upgrade request.")
+    for _ in range(3):
+        uvicorn.error("Exception in ASGI application")
+    lines = stream.getvalue().splitlines()
+    # 10 s between lines of a kind: a pause that long in this loop would add one.
+    assert 1 <= sum("Invalid HTTP request received." in line for line in lines) <= 2, lines
+    assert 1 <= sum("Unsupported upgrade request." in line for line in lines) <= 2, lines
+    assert sum("Exception in ASGI application" in line for line in lines) == 3
+    configure_logging("info", "text", stream)  # configured again: one filter still, not two
+    assert len(uvicorn.filters) == 1
