@@ -1,4 +1,10 @@
-"""Logging to stderr only (stdout is the MCP wire), one line per event, each with a request_id."""
+"""Logging to stderr only (stdout is the MCP wire), one line per event, each with a request_id.
+
+Whatever a line carries, it stays one line of printable ASCII, and bounded: the formatters, not the
+callers, escape and cut, since some values are a client's own (a tool's name, a URI, a Host) and a
+caller that forgot would let a client forge lines (a carriage return, U+2028 or NEL is a line break
+to some readers; ESC drives a terminal) or grow the log by megabytes a request.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Literal, TextIO
 
 # The logging's own choices (RUNNER_LOG_LEVEL, RUNNER_LOG_FORMAT declare them as their kinds).
@@ -15,7 +22,16 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 
 LOGGER_NAME = "runner"
 NO_REQUEST = "-"
-_NEEDS_QUOTES = re.compile(r'[ ="\n]')
+# A field's value shown as is: printable ASCII but the space, '"' and '=' that delimit fields.
+# Anything else is quoted as JSON, which escapes every other character (ensure_ascii).
+_bare = re.compile(r"[!#-<>-~]+").fullmatch
+# The characters a field's value (and a line's event text) keeps; the rest is cut, and said to be.
+# Bounded before escaping: an escape is at most 12 characters (an astral one as two \u escapes).
+MAX_VALUE_CHARS = 2000  # as a downstream server's stderr line and a tool's description are cut
+MAX_EVENT_CHARS = 2000
+MAX_TRACEBACK_CHARS = 20_000
+# ASCII control characters in an event's text, escaped as Python writes them.
+_CONTROLS = {code: f"\\x{code:02x}" for code in [*range(32), 127]} | {9: "\\t", 10: "\\n", 13: "\\r"}
 
 
 def get_logger() -> logging.Logger:
@@ -50,6 +66,60 @@ class LogBudget:
         return False
 
 
+class RefusalLog:
+    """Decides which refusals get a log line: the first, then at most one per `interval` seconds.
+    A client may cause them without end, and with no token (a 401, a Host not allowed, a request
+    that is not HTTP).
+
+    Sans-IO: `clock` is injected, and `note` returns how many refusals the line stands for (0: none
+    is written). One counter for every client, not one per address: a map of addresses would grow
+    with whatever a scanner sends.
+    """
+
+    def __init__(self, interval: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._last: float | None = None
+        self._held = 0
+
+    def note(self) -> int:
+        """Count one refusal; the number of refusals to log now (this one and those held), or 0."""
+        self._held += 1
+        now = self._clock()
+        if self._last is not None and now - self._last < self.interval:
+            return 0
+        self._last, held, self._held = now, self._held, 0
+        return held
+
+
+class _ThrottledWarnings(logging.Filter):
+    """uvicorn's warnings, each said of a request a client may send without end, token or no token
+    ("Invalid HTTP request received.", "Unsupported upgrade request."): each kind logged as a
+    `RefusalLog` allows, the line saying how many it stands for. Its errors all pass."""
+
+    # Kinds are uvicorn's format strings, a few constants; past this many (never) they share one.
+    MAX_KINDS = 64
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kinds: dict[str, RefusalLog] = {}
+        self._others = RefusalLog()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING:
+            return True
+        kind = str(record.msg)
+        throttle = self._kinds.get(kind)
+        if throttle is None:
+            throttle = (
+                self._others if len(self._kinds) >= self.MAX_KINDS else self._kinds.setdefault(kind, RefusalLog())
+            )
+        count = throttle.note()
+        if count > 1:
+            record.fields = {**getattr(record, "fields", {}), "seen_since_last_line": count}
+        return count > 0
+
+
 class _TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__()
@@ -63,22 +133,58 @@ class _TextFormatter(logging.Formatter):
             self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         stamp = f"{self._stamp}.{int(record.msecs):03d}Z"
         request_id = getattr(record, "request_id", NO_REQUEST)
-        line = f"{stamp} {record.levelname:<7} request_id={request_id} {record.getMessage()}"
+        if type(request_id) is not str or not _bare(request_id):  # ours are; another logger's may not be
+            request_id = _text_value(request_id)
+        event = record.getMessage()
+        if not (event.isascii() and event.isprintable() and len(event) <= MAX_EVENT_CHARS):
+            event = _escaped_event(event)
+        line = f"{stamp} {record.levelname:<7} request_id={request_id} {event}"
         if fields:
             line += " " + " ".join(f"{key}={_text_value(value)}" for key, value in fields.items())
         if record.exc_info:
             # Keep one event per line: the traceback is folded into the same line.
-            line += " traceback=" + json.dumps(self.formatException(record.exc_info))
+            line += " traceback=" + json.dumps(_cut_middle(self.formatException(record.exc_info)))
         return line
 
 
 def _text_value(value: Any) -> str:
-    if isinstance(value, float):
+    if type(value) is str:  # the most of them: no str() to call
+        text = value
+    elif isinstance(value, float):
         return f"{value:.4f}".rstrip("0").rstrip(".") if value else "0"
-    if isinstance(value, int):
+    elif isinstance(value, int):
         return str(value)  # never quoted
-    text = str(value)
-    return json.dumps(text) if (not text or _NEEDS_QUOTES.search(text)) else text
+    else:
+        text = str(value)
+    if len(text) > MAX_VALUE_CHARS:
+        text = _cut(text, MAX_VALUE_CHARS)
+    return text if _bare(text) else json.dumps(text)
+
+
+def _escaped_event(text: str) -> str:
+    """An event's text (not quoted: it has spaces), cut and with what is not printable ASCII escaped.
+    Ours always is; another logger's (the SDK's, uvicorn's) may carry what a client sent."""
+    return _cut(text, MAX_EVENT_CHARS).translate(_CONTROLS).encode("ascii", "backslashreplace").decode("ascii")
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... (cut: {len(text):,} characters)"
+
+
+def _cut_middle(text: str, limit: int = MAX_TRACEBACK_CHARS) -> str:
+    """A traceback keeps its head (where it began) and its tail (the exception), cut between."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n... (cut: {len(text):,} characters) ...\n{text[-half:]}"
+
+
+def _json_value(value: Any) -> Any:
+    if value is None or isinstance(value, int | float):  # bool is an int
+        return value
+    return _cut(value if isinstance(value, str) else str(value), MAX_VALUE_CHARS)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -87,13 +193,15 @@ class _JsonFormatter(logging.Formatter):
             "ts": record.created,
             "level": record.levelname.lower(),
             "logger": record.name,
-            "request_id": getattr(record, "request_id", NO_REQUEST),
-            "event": record.getMessage(),
+            "request_id": _json_value(getattr(record, "request_id", NO_REQUEST)),
+            "event": _cut(record.getMessage(), MAX_EVENT_CHARS),
         }
-        payload.update(getattr(record, "fields", {}))
+        for key, value in getattr(record, "fields", {}).items():
+            payload[key] = _json_value(value)
         if record.exc_info:
-            payload["traceback"] = self.formatException(record.exc_info)
-        return json.dumps(payload, default=str)
+            payload["traceback"] = _cut_middle(self.formatException(record.exc_info))
+        # ensure_ascii (the default): every character past ASCII, U+2028 and NEL included, is escaped.
+        return json.dumps(payload)
 
 
 def configure_logging(level: LogLevel, fmt: LogFormat, stream: TextIO | None = None) -> None:
@@ -117,4 +225,9 @@ def configure_logging(level: LogLevel, fmt: LogFormat, stream: TextIO | None = N
     # GET of the server's own messages then stays closed, unsaid) and a DELETE of the session at the
     # end that failed. Its errors stay: an answer or event that does not parse, an unexpected type.
     logging.getLogger("mcp.client.streamable_http").setLevel(logging.ERROR)
+    # uvicorn warns once per request it refuses before the app sees it (500 malformed requests, no
+    # token needed: 500 lines in 0.4 s): throttled as our own refusals are.
+    uvicorn = logging.getLogger("uvicorn.error")
+    uvicorn.filters[:] = [f for f in uvicorn.filters if not isinstance(f, _ThrottledWarnings)]
+    uvicorn.addFilter(_ThrottledWarnings())
     get_logger().setLevel(level.upper())

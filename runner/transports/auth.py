@@ -17,43 +17,17 @@ from __future__ import annotations
 
 import logging
 import re
-import time
-from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runner.config.tokens import BearerTokens
-from runner.logs import log_event
+from runner.logs import RefusalLog, log_event
 
 REALM = "python-runner-mcp"
 # Where the transport leaves the name of the token a request came with, for the handlers' logs,
 # metrics and per-token share (Starlette's request.state is this dict of the ASGI scope).
 CALLER_STATE_KEY = "caller"
-
-
-class RefusalLog:
-    """Decides which refusals get a log line: the first, then at most one per `interval` seconds.
-
-    Sans-IO: `clock` is injected, and `note` returns how many refusals the line stands for (0: none
-    is written). One counter for every client, not one per address: a map of addresses would grow
-    with whatever a scanner sends.
-    """
-
-    def __init__(self, interval: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.interval = interval
-        self._clock = clock
-        self._last: float | None = None
-        self._held = 0
-
-    def note(self) -> int:
-        """Count one refusal; the number of refusals to log now (this one and those held), or 0."""
-        self._held += 1
-        now = self._clock()
-        if self._last is not None and now - self._last < self.interval:
-            return 0
-        self._last, held, self._held = now, self._held, 0
-        return held
 
 
 class BearerAuth:

@@ -37,7 +37,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runner.config import OPERATIONS_PATHS, HttpConfig
 from runner.config.tokens import BearerTokens
-from runner.transports.auth import CALLER_STATE_KEY, BearerAuth, RefusalLog
+from runner.logs import RefusalLog
+from runner.transports.auth import CALLER_STATE_KEY, BearerAuth
 from runner.transports.cancels import PostedCancels
 from runner.transports.refusals import ExplainedRefusals
 

@@ -4,17 +4,20 @@ The SDK's Streamable HTTP app answers a Host it does not allow with ``421 Invali
 Origin with ``403 Invalid Origin header`` and a body over its bound with ``413 Request body too large``:
 none of them names the setting, and `localhost` in RUNNER_HTTP_ALLOWED_HOSTS not matching a Host of
 `localhost:18123` is a common surprise. `ExplainedRefusals` keeps the status and replaces exactly those
-bodies with one that names the value refused and the variable, and logs it with what the variable holds.
+bodies with one that names the value refused and the variable, and logs it with what the variable holds:
+the first of each status, then at most one a `RefusalLog.interval`, saying how many it stands for
+(a client needs no token to be refused a Host, so it could fill the log).
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runner.config import HttpConfig
-from runner.logs import log_event
+from runner.logs import RefusalLog, log_event
 
 # The SDK's bodies (mcp.server.transport_security, RequestBodyLimitMiddleware), by status.
 SDK_BODIES = {421: b"Invalid Host header", 403: b"Invalid Origin header", 413: b"Request body too large"}
@@ -48,6 +51,7 @@ class ExplainedRefusals:
         self._app = app
         self._http = http
         self._log = logger
+        self._refusals = {status: RefusalLog() for status in SDK_BODIES}  # one each: a flood of one hides no other
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -64,8 +68,7 @@ class ExplainedRefusals:
                 status = start["status"]
                 if message.get("body", b"") == SDK_BODIES[status] and not message.get("more_body", False):
                     text, allowed = explained(status, dict(scope["headers"]), self._http)
-                    fields = {"allowed": allowed} if allowed else {}
-                    log_event(self._log, logging.WARNING, "HTTP request refused", status=status, why=text, **fields)
+                    self._logged(status, text, allowed)
                     body = (text + "\n").encode()
                     headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
                     start = {**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
@@ -74,3 +77,11 @@ class ExplainedRefusals:
             await send(message)
 
         await self._app(scope, receive, explaining)
+
+    def _logged(self, status: int, why: str, allowed: str) -> None:
+        count = self._refusals[status].note()
+        if count:
+            fields: dict[str, Any] = {"allowed": allowed} if allowed else {}
+            if count > 1:
+                fields["refused_since_last_line"] = count
+            log_event(self._log, logging.WARNING, "HTTP request refused", status=status, why=why, **fields)

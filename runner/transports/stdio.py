@@ -8,6 +8,11 @@ drops malformed messages without the error response JSON-RPC requires, so such a
 forever. Here every line is parsed once; what is not a JSON-RPC message is answered with a parse
 error or an invalid-request error, and a line over the size bound is discarded unread and answered.
 
+At most `MAX_UNANSWERED` of the client's requests are in flight: past that, its next request waits,
+and nothing more is read, until one is answered on the wire. The SDK starts a task per request and
+each holds its answer until the client reads it, so a client that writes and never reads would
+otherwise make the server grow without bound; this way its own pipe fills and its writes block.
+
 While serving, fd 0 reads /dev/null and fd 1 writes to stderr, so nothing else in the process can
 read from or write to the wire by accident.
 """
@@ -26,12 +31,12 @@ from dataclasses import dataclass
 import anyio
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.shared.message import SessionMessage
-from mcp.types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from mcp.types import JSONRPCError, JSONRPCRequest, JSONRPCResponse
 
 from runner.fdio import write_all
 from runner.logs import log_event
-from runner.transports.jsonrpc import CANCELLED_METHOD, ID_SEARCH_BYTES, InvalidMessage, parse_message, too_large_reply
+from runner.transports.jsonrpc import ID_SEARCH_BYTES, InvalidMessage, parse_message, too_large_reply
 
 READ_SIZE = 64 * 1024
 # Said when stdin is /dev/null: the server reads it to its end and stops at once.
@@ -39,6 +44,11 @@ NO_CLIENT = (
     "stdin is /dev/null, so no client can reach this server and it stops: an MCP client starts it with a "
     "pipe on stdin and stdout (a container needs -i: podman run -i / docker run -i)"
 )
+
+# Requests of the client in flight at most (dispatched, not yet answered on the wire nor settled
+# unanswered). Far above what a client waits on at once (runs are bounded by the pool and its queue,
+# tasks answer at once), and few enough that their held answers stay small.
+MAX_UNANSWERED = 256
 
 Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 
@@ -126,8 +136,44 @@ class Dropped:
     size: int
 
 
+class Unanswered:
+    """How many of the client's requests are in flight, and a wait for that count to fall.
+
+    Counted, not named by id: the answer to one request cannot be told from another's when the client
+    reuses an id, and a count cannot be talked down by ids. A request leaves by its answer (any
+    response or error the server writes) or by `settled` (it was cancelled, so it gets none).
+    """
+
+    __slots__ = ("_changed", "count")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._changed = anyio.Event()
+
+    def opened(self) -> None:
+        self.count += 1
+
+    def settled(self) -> None:
+        if self.count:
+            self.count -= 1
+            self._changed.set()
+
+    async def at_most(self, count: int) -> None:
+        """Return once no more than `count` requests are in flight."""
+        while self.count > count:
+            self._changed = anyio.Event()
+            await self._changed.wait()
+
+
+# Marks the answers `read_wire` writes itself (a line that is not a message): they answer no request
+# the server took, so they must not count as one answered.
+_OWN = ServerMessageMetadata()
+
+
 @asynccontextmanager
-async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncIterator[Streams]:
+async def stdio_transport(
+    max_line_bytes: int, logger: logging.Logger, max_unanswered: int = MAX_UNANSWERED
+) -> AsyncIterator[Streams]:
     """Serve this process's stdin and stdout as the (read, write) stream pair `Server.run` takes."""
     nothing_to_read = is_dev_null(0)
     with _claimed(0, os.O_RDONLY) as wire_in, _claimed(1, os.O_WRONLY) as wire_out:
@@ -139,13 +185,18 @@ async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncI
         # A file on stdin (`python -m runner < requests.jsonl`) is read to its end, and the server stops
         # once it has answered every request in it. A pipe's EOF is the client gone: the server stops
         # at once, its calls cancelled.
-        # Ids as text: the SDK takes "4" and 4 for one request (a cancel may name it either way).
-        unanswered: set[str] = set()
-        all_answered = anyio.Event()  # set once the file is read to its end and every request answered
-        read_all = False
+        unanswered = Unanswered()
+
+        async def settled_unanswered() -> None:  # the SDK's hook: a request ended with no answer (cancelled)
+            unanswered.settled()
+
+        # Each request carries the hook; nothing else in this metadata differs from none (stdio has no
+        # request context, and can carry the server's requests).
+        metadata = ServerMessageMetadata(on_request_unanswered=settled_unanswered)
 
         async def read_wire() -> None:
             reader = LineReader(wire_in, max_line_bytes)
+            said_full = False
             async with to_server, replies:
                 async for line in reader:
                     if isinstance(line, bytes) and not line.strip():
@@ -156,27 +207,34 @@ async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncI
                         message = parse_message(line)
                     except InvalidMessage as invalid:
                         log_event(logger, logging.WARNING, "invalid message answered", error=str(invalid))
-                        await replies.send(SessionMessage(invalid.reply))
+                        await replies.send(SessionMessage(invalid.reply, metadata=_OWN))
                         continue
-                    if not reader.pollable:
-                        if isinstance(message, JSONRPCRequest):
-                            unanswered.add(str(message.id))
-                        elif isinstance(message, JSONRPCNotification) and message.method == CANCELLED_METHOD:
-                            unanswered.discard(str((message.params or {}).get("requestId")))  # gets no answer
-                    await to_server.send(SessionMessage(message))
-                nonlocal read_all
-                read_all = True
-                if unanswered:
-                    await all_answered.wait()
+                    if not isinstance(message, JSONRPCRequest):
+                        await to_server.send(SessionMessage(message))
+                        continue
+                    if unanswered.count >= max_unanswered:
+                        # Back-pressure: this request waits, unread past, until one is answered; its
+                        # writes then block on its own full pipe. Notifications and answers it sent
+                        # before this request have gone through.
+                        if not said_full:
+                            said_full = True
+                            log_event(
+                                logger,
+                                logging.WARNING,
+                                "client has too many requests unanswered; reading paused until it reads answers",
+                                unanswered=unanswered.count,
+                            )
+                        await unanswered.at_most(max_unanswered - 1)
+                    unanswered.opened()
+                    await to_server.send(SessionMessage(message, metadata=metadata))
+                if not reader.pollable:
+                    await unanswered.at_most(0)
             if not reader.bytes_read and nothing_to_read:
                 log_event(logger, logging.WARNING, NO_CLIENT)
 
         def answered(message: SessionMessage) -> None:
-            root = message.message
-            if unanswered and isinstance(root, JSONRPCResponse | JSONRPCError) and root.id is not None:
-                unanswered.discard(str(root.id))
-                if read_all and not unanswered:
-                    all_answered.set()
+            if message.metadata is not _OWN and isinstance(message.message, JSONRPCResponse | JSONRPCError):
+                unanswered.settled()
 
         async def write_wire() -> None:
             try:
@@ -190,6 +248,7 @@ async def stdio_transport(max_line_bytes: int, logger: logging.Logger) -> AsyncI
                                 exc_info=True,
                                 extra={"request_id": "-", "fields": {}},
                             )
+                            answered(message)  # its request is over all the same
                             continue
                         await write_all(wire_out, data + b"\n")
                         answered(message)

@@ -6,9 +6,11 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -232,6 +234,96 @@ def test_a_client_that_stops_reading_ends_the_session_with_exit_0(
         server.kill()
         server.stdin.close()
     assert "client closed its end of stdout; shutting down" in (tmp_path / "stderr.log").read_text()
+
+
+# What a client that never reads may make the server take: a ping line is 42 bytes, so this is some
+# 100,000 requests, hundreds of times what the server reads before it stops (256, the pipe and a read).
+UNREAD_BYTES_BOUND = 4 * 1024 * 1024
+# How long the client's pipe stays full before the server is taken to have stopped reading it.
+QUIET_SECONDS = 2.0
+
+
+def vm_rss_mib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) // 1024
+
+
+def test_a_client_that_writes_requests_and_never_reads_is_held_back_by_its_full_pipe_and_served_once_it_reads(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    # Found by a review: the server read on and started a task per request, each holding its answer
+    # for a client that never read one (70 MiB -> 1.29 GB in 40 s of pings).
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+    with open(tmp_path / "stderr.log", "w") as errlog:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "runner"],
+            cwd=REPO,
+            env=server_env(work_dir),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errlog,
+        )
+    assert server.stdin is not None
+    assert server.stdout is not None
+    try:
+        server.stdin.write(
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize}).encode()
+        )
+        server.stdin.write(b'\n{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        server.stdin.flush()
+        assert json.loads(server.stdout.readline())["id"] == 1
+        rss_before = vm_rss_mib(server.pid)
+
+        ping = b'{"jsonrpc": "2.0", "id": 7, "method": "ping"}\n'
+        chunk, written, rest = ping * 1000, 0, b""
+        fd = server.stdin.fileno()
+        os.set_blocking(fd, False)
+        # Write until the pipe stays full (the server no longer reads) or past the bound (it reads on).
+        while written < UNREAD_BYTES_BOUND and select.select([], [fd], [], QUIET_SECONDS)[1]:
+            with contextlib.suppress(BlockingIOError):
+                data = rest or chunk
+                sent = os.write(fd, data)
+                written, rest = written + sent, data[sent:]
+        assert written < UNREAD_BYTES_BOUND, "the server read on, holding what it could not answer"
+        assert vm_rss_mib(server.pid) < rss_before + 100
+        log = (tmp_path / "stderr.log").read_text()
+        assert "client has too many requests unanswered; reading paused until it reads answers unanswered=256" in log
+
+        # Once the client reads, every request it sent is answered, and the server goes on.
+        os.set_blocking(fd, True)
+        last = rest + b'{"jsonrpc": "2.0", "id": 8, "method": "ping"}\n'
+        writer = threading.Thread(target=server.stdin.write, args=(last,), daemon=True)  # blocks until read
+        writer.start()
+        answers = []
+        while not answers or answers[-1] != 8:
+            assert select.select([server.stdout], [], [], 60)[0], "no answer within a minute"
+            answers.append(json.loads(server.stdout.readline())["id"])
+        assert answers == [7] * ((written + len(rest)) // len(ping)) + [8]
+        writer.join()
+        server.stdin.close()
+        assert server.wait(timeout=20) == 0
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()
+
+
+async def test_requests_past_the_bound_that_are_cancelled_leave_room_for_more(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    # A cancelled request gets no answer: it must leave the count of those in flight all the same, or
+    # a client that cancels would find the server reading nothing more after 256 cancels.
+    call = {"name": "run_python", "arguments": {"code": "pass"}}
+    async with raw_server(work_dir, tmp_path / "stderr.log", RUNNER_MAX_QUEUE="0") as session:
+        await session.initialize()
+        long_run = {"name": "run_python", "arguments": {"code": "import time\ntime.sleep(120)", "timeout": 300}}
+        await session.send({"jsonrpc": "2.0", "id": "long", "method": "tools/call", "params": long_run})
+        for index in range(300):  # each waits for the one slot, behind the long run, and is cancelled
+            await session.send({"jsonrpc": "2.0", "id": index, "method": "tools/call", "params": call})
+            await session.notify("notifications/cancelled", {"requestId": index})
+        assert (await session.request("ping"))["result"] == {}
+        await session.notify("notifications/cancelled", {"requestId": "long"})
+    assert "too many requests unanswered" not in (tmp_path / "stderr.log").read_text()
 
 
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "file", "version": "1"}}
