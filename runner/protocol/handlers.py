@@ -180,8 +180,9 @@ class Handlers:
     ) -> RunRequest | RunResult:
         """The run a call asks for, or the result that refuses it; `table_rows`: of a last value's table,
         for a client that shows the app view."""
-        code_size = len(str((params.arguments or {}).get("code", "")))
-        fields: dict[str, Any] = {"tool": params.name, "code_chars": code_size}
+        code = (params.arguments or {}).get("code", "")
+        # Its length only if it is text: str() of a wrong value (a long array) would cost what it holds.
+        fields: dict[str, Any] = {"tool": params.name, "code_chars": len(code) if isinstance(code, str) else -1}
         if caller is not None:
             fields["caller"] = caller
         log_event(self._log, logging.INFO, "call received", request_id, **fields)
@@ -259,7 +260,9 @@ class Handlers:
             handle = self._parser.parse_close(params.arguments)
         except ArgumentError as exc:
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="invalid arguments")
-            return closed_result(request_id, str((params.arguments or {}).get("session", "")), str(exc))
+            named = (params.arguments or {}).get("session", "")
+            # Said back only if it is text, and cut: any value may come here.
+            return closed_result(request_id, named[:100] if isinstance(named, str) else "", str(exc))
         try:
             unknown = await self._runner.close_session(handle, caller)
         except Exception as exc:  # an answer in close_session's own shape, as every fault of run_python's

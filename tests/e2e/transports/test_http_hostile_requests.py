@@ -1,0 +1,80 @@
+"""Requests made to cost the server: against `python -m runner --transport http` as a real process, what
+one request may cost it in CPU and memory is bounded, and another client is answered meanwhile."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from tests.e2e.transports.test_http import ALICE, BOB, JSON_AND_SSE, call, post, sse_messages
+from tests.http_server import HttpServer, http_server
+
+pytestmark = [pytest.mark.timeout(180)]
+
+
+def cpu_seconds(pid: int) -> float:
+    """`pid`'s CPU time so far, user and system, in seconds."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_memory(pid: int) -> int:
+    """`pid`'s peak resident memory (VmHWM), in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+
+
+def tokens(tmp_path: Path) -> dict[str, str]:
+    path = tmp_path / "tokens"
+    path.write_text(f"alice:{ALICE}\nbob:{BOB}\n")
+    return {"RUNNER_AUTH_TOKENS_FILE": str(path)}
+
+
+def posted(server: HttpServer, body: bytes, token: str) -> httpx2.Response:
+    headers = {**JSON_AND_SSE, "authorization": f"Bearer {token}"}
+    return httpx2.post(server.url, content=body, headers=headers, timeout=120)
+
+
+def answer_of(response: httpx2.Response) -> dict[str, object]:
+    assert response.status_code == 200, response.text[:300]
+    [message] = sse_messages(response.text) if "data: " in response.text else [response.json()]
+    return message
+
+
+@pytest.mark.parametrize("field", ["files", "packages"])
+def test_a_call_with_a_million_wrong_items_is_refused_in_little_cpu_while_another_token_is_answered(
+    work_dir: Path, tmp_path: Path, field: str, left_nothing: None
+) -> None:
+    # Found by a review: jsonschema made and ranked an error for each item on the event loop, 16 s for
+    # 1M items (1.9 MiB) with every client frozen, and the answer held the whole array repr'd (6 MB).
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_python","arguments":'
+    body += b'{"code":"1","' + field.encode() + b'":[' + b"1," * (1_000_000 - 1) + b"1]}}}"
+    with http_server(work_dir, tmp_path / "log", **tokens(tmp_path)) as server:
+        assert answer_of(post(server, call("print(1)"), ALICE))  # warmed: jsonschema imported
+        other: list[httpx2.Response] = []
+        bob = threading.Thread(target=lambda: other.append(post(server, call("print('bob')"), BOB)))
+        before = cpu_seconds(server.process.pid)
+        bob.start()
+        refused = answer_of(posted(server, body, ALICE))
+        spent = cpu_seconds(server.process.pid) - before
+        bob.join()
+        assert server.stop() == 0
+    # The SDK's own parse of the body and bob's run included; before, 16 s.
+    assert spent < 2
+    result = refused["result"]
+    assert isinstance(result, dict)
+    assert result["isError"] is True
+    structured = result["structuredContent"]
+    assert structured["status"] == "invalid_arguments"
+    assert (
+        structured["message"]
+        == f"invalid argument '{field}': 1,000,000 entries, more than {64 if field == 'packages' else 1000:,}"
+    )
+    assert len(str(result)) < 5_000
+    [answered] = other
+    assert "bob" in str(answer_of(answered)["result"])
