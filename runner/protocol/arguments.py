@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import reprlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -236,6 +237,10 @@ def _check_shape(tool: str, arguments: object) -> None:
 def _check_type(where: str, value: object, expected: str) -> None:
     if not _is(value, expected):
         raise ArgumentError(f"invalid argument '{where}': {_shown(value)} is not of type '{expected}'")
+    if isinstance(value, float) and not math.isfinite(value):
+        # JSON has no NaN or infinity, but the SDK's parser takes them; NaN passes every bound of the
+        # schema (each comparison is false) and would reach the run's deadline.
+        raise ArgumentError(f"invalid argument '{where}': must be a finite number, got {value}")
 
 
 def _is(value: object, expected: str) -> bool:

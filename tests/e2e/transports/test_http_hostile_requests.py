@@ -78,3 +78,27 @@ def test_a_call_with_a_million_wrong_items_is_refused_in_little_cpu_while_anothe
     assert len(str(result)) < 5_000
     [answered] = other
     assert "bob" in str(answer_of(answered)["result"])
+
+
+def test_a_timeout_of_nan_is_invalid_arguments_and_logs_no_error(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    # Found by a review: NaN passed the schema and reached the run's deadline, internal_error with a 3 KB
+    # traceback logged at ERROR for each such call.
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_python","arguments":'
+    body += b'{"code":"print(1)","timeout":NaN}}}'
+    with http_server(work_dir, tmp_path / "log", **tokens(tmp_path)) as server:
+        refused = answer_of(posted(server, body, ALICE))
+        after = answer_of(post(server, call("print('next')"), ALICE))
+        assert server.stop() == 0
+    result = refused["result"]
+    assert isinstance(result, dict)
+    structured = result["structuredContent"]
+    assert (structured["status"], structured["message"]) == (
+        "invalid_arguments",
+        "invalid argument 'timeout': must be a finite number, got nan",
+    )
+    assert "next" in str(after["result"])
+    log = server.log.read_text()
+    assert "ERROR" not in log
+    assert "Traceback" not in log

@@ -126,3 +126,12 @@ def test_a_million_wrong_items_or_keys_are_refused_in_a_fraction_of_a_cpu_second
     assert time.thread_time() - started < 1
     assert says in str(caught.value)
     assert len(str(caught.value)) < 500
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_timeout_that_is_not_a_finite_number_is_refused_naming_it(value: float) -> None:
+    # Found by a review: JSON's NaN, which the SDK's parser takes, passed every bound of the schema (each
+    # comparison false) and reached the run's deadline: internal_error and a traceback in the log.
+    with pytest.raises(ArgumentError) as caught:
+        ArgumentParser(CONFIG).parse({"code": "1", "timeout": value})
+    assert str(caught.value) == f"invalid argument 'timeout': must be a finite number, got {value}"
