@@ -20,6 +20,7 @@ found to be over the bound is handed on as it comes, for the SDK to refuse (413)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, TypeGuard
 
 import anyio
@@ -31,6 +32,20 @@ from runner.transports.auth import CALLER_STATE_KEY
 from runner.transports.jsonrpc import CANCELLED_METHOD
 
 Key = tuple[str, str | int]
+# Where a POST's scope keeps what is to be called once its answer has been sent (`after_answer`).
+AFTER_ANSWER_KEY = "after_answer"
+
+
+def after_answer(request: object, callback: Callable[[], None]) -> bool:
+    """Call `callback` once the answer to `request` (the SDK's, of a POST that `PostedCancels` serves)
+    has been sent; False if that cannot be told (the callback is then the caller's to call)."""
+    scope = getattr(request, "scope", None)
+    state = scope.get("state") if isinstance(scope, dict) else None
+    waiting = state.get(AFTER_ANSWER_KEY) if isinstance(state, dict) else None
+    if not isinstance(waiting, list):
+        return False
+    waiting.append(callback)
+    return True
 
 
 class PostedCancels:
@@ -56,6 +71,19 @@ class PostedCancels:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self._path:
             await self._app(scope, receive, send)
             return
+        # Whoever answers this request may ask to be told when its answer has been sent (`after_answer`):
+        # the ASGI app returns only once the client has taken nearly all of it.
+        waiting: list[Callable[[], None]] = []
+        state = scope.setdefault("state", {})
+        state[AFTER_ANSWER_KEY] = waiting
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            state[AFTER_ANSWER_KEY] = None  # too late to ask now: the asker is told so
+            for answered in waiting:
+                answered()
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         buffered, body = await _buffer(scope, receive, self._max)
 
         async def replay() -> Message:

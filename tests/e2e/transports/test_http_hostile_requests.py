@@ -3,9 +3,14 @@ one request may cost it in CPU and memory is bounded, and another client is answ
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import re
+import socket
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
@@ -102,3 +107,71 @@ def test_a_timeout_of_nan_is_invalid_arguments_and_logs_no_error(
     log = server.log.read_text()
     assert "ERROR" not in log
     assert "Traceback" not in log
+
+
+def unread_post(server: HttpServer, message: dict[str, object], token: str) -> socket.socket:
+    """POST `message` on a connection of its own whose answer is read only as far as `head_of` reads it."""
+    body = json.dumps(message).encode()
+    where = urlsplit(server.url)
+    connection = socket.create_connection((where.hostname, where.port))
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    headers = {**JSON_AND_SSE, "authorization": f"Bearer {token}", "content-length": str(len(body))}
+    head = f"POST {where.path} HTTP/1.1\r\nhost: {where.netloc}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
+    connection.sendall(head.encode() + body)
+    return connection
+
+
+def head_of(connection: socket.socket) -> bytes:
+    """The start of the answer on `connection`: until it shows a result or an error."""
+    connection.settimeout(60)
+    head = b""
+    while b'"result"' not in head and b'"error"' not in head:
+        chunk = connection.recv(4096)
+        assert chunk, head
+        head += chunk
+    return head
+
+
+def read(uri: str, request_id: int = 1) -> dict[str, object]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "resources/read", "params": {"uri": uri}}
+
+
+def kept_uri(answer: dict[str, object]) -> str:
+    [uri] = set(re.findall(r"runner://output/[^\"]+", json.dumps(answer)))
+    return uri
+
+
+def test_reads_of_a_kept_output_that_are_never_read_are_bounded_and_the_rest_refused_busy(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    # Found by a review: each resources/read of a 16 MiB kept output of control characters built a
+    # 96 MiB answer (each one `\u0001`) that stayed in memory as long as the client did not read it,
+    # ~110 MiB each, any number of them: 30 held 3.35 GB.
+    output = chr(1) * (8 * 2**20 - 1000)
+    code = f"import sys; sys.stdout.write(chr(1) * {len(output)})"
+    with http_server(work_dir, tmp_path / "log", RUNNER_MAX_KEPT_OUTPUT_MB="8", **tokens(tmp_path)) as server:
+        alices, bobs = (
+            kept_uri(answer_of(post(server, call(code), ALICE))),
+            kept_uri(answer_of(post(server, call(code), BOB))),
+        )
+        before = peak_memory(server.process.pid)
+        reads = [unread_post(server, read(alices, i), ALICE) for i in range(8)]
+        heads = [head_of(connection) for connection in reads]
+        held = peak_memory(server.process.pid) - before
+        bob = answer_of(post(server, read(bobs), BOB))  # alice's answers still unread
+        for connection in reads:
+            connection.close()
+        again = answer_of(post(server, read(alices), ALICE))
+        assert server.stop() == 0
+    answered = [head for head in heads if b'"result"' in head]
+    refused = [head for head in heads if b'"error"' in head]
+    # One in flight (a second would pass half the budget), its answer base64: 60 MiB; before, all eight,
+    # 156 MiB each.
+    assert held < 150 * 2**20
+    assert (len(answered), len(refused)) == (1, 7)
+    assert all(b"-32010" in head and b"busy: " in head and b"then ask again" in head for head in refused)
+    for answer in (bob, again):
+        [contents] = answer["result"]["contents"]  # type: ignore[index]
+        assert base64.b64decode(contents["blob"]) == output.encode()
+        assert contents["mimeType"] == "text/plain"
