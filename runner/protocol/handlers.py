@@ -28,6 +28,7 @@ from runner.logs import get_logger, log_event
 from runner.outcome import KeptOutput, Progress, RunRequest, RunResult, Status
 from runner.protocol.arguments import ArgumentParser
 from runner.protocol.metrics import Metrics
+from runner.protocol.reads import AfterAnswer, Reads, answer_cost
 from runner.protocol.results import closed_result, kept_contents, to_call_result
 from runner.protocol.schemas import CLOSE_TOOL, RUN_TOOL
 from runner.protocol.task_methods import CallerOf, NameHeaderOf, TaskMethods, negotiated
@@ -83,6 +84,7 @@ class Handlers:
         caller_of: CallerOf | None = None,
         tasks: Tasks | None = None,
         code_mode: str = "",
+        after_answer: AfterAnswer | None = None,
     ) -> None:
         self._runner = runner
         self._log = logger or get_logger()
@@ -94,6 +96,8 @@ class Handlers:
         self._tasks = tasks
         self._view = AppView.load() if config.returns.app_view == "on" else None
         self._table_rows = config.returns.table_rows
+        self._reads = Reads.for_largest(config.kept.max_kept_output_bytes)
+        self._after_answer = after_answer
 
     @property
     def view(self) -> AppView | None:
@@ -121,14 +125,37 @@ class Handlers:
         """resources/read: the app view, to any caller; a kept stream, whole, to the caller whose run
         wrote it; any other URI (never made, expired, evicted, another caller's) is "resource not
         found" (-32602), alike."""
-        if self._view is not None and str(params.uri) == VIEW_URI:
+        uri, caller = str(params.uri), self._caller(ctx)
+        if self._view is not None and uri == VIEW_URI:
             return types.ReadResourceResult(contents=[self._view.contents()])
-        found = await self._runner.read_output(str(params.uri), self._caller(ctx))
-        if found is None:
-            log_event(self._log, logging.INFO, "resource not found", uri=str(params.uri)[:100])
-            raise MCPError(types.INVALID_PARAMS, f"resource not found: {params.uri}", {"uri": str(params.uri)})
-        kept, data = found
-        return types.ReadResourceResult(contents=[kept_contents(kept, data)])
+        size = next((kept.size for kept in self._runner.kept_outputs(caller) if kept.uri == uri), None)
+        if size is None:
+            raise self._not_found(uri)
+        held = self._reads.admit(caller, size)  # or MCPError: busy
+        # Released once the answer has left (not when it is built: a client that does not read it
+        # holds it), or here where the transport cannot say when that is.
+        hooked = False
+        if self._after_answer is not None and ctx.request is not None:
+            hooked = self._after_answer(ctx.request, lambda: self._reads.release(held))
+        try:
+            found = await self._runner.read_output(uri, caller)
+            if found is None:  # expired or evicted since it was listed
+                raise self._not_found(uri)
+            kept, data = found
+            del found
+            contents = kept_contents(kept, data)
+            self._reads.charge(held, answer_cost(data, contents))
+            return types.ReadResourceResult(contents=[contents])
+        except BaseException:
+            self._reads.release(held)
+            raise
+        finally:
+            if not hooked:
+                self._reads.release(held)
+
+    def _not_found(self, uri: str) -> MCPError:
+        log_event(self._log, logging.INFO, "resource not found", uri=uri[:100])
+        return MCPError(types.INVALID_PARAMS, f"resource not found: {uri}", {"uri": uri})
 
     def _caller(self, ctx: ServerRequestContext[Any]) -> str | None:
         return self._caller_of(ctx.request) if self._caller_of is not None and ctx.request is not None else None
@@ -180,8 +207,9 @@ class Handlers:
     ) -> RunRequest | RunResult:
         """The run a call asks for, or the result that refuses it; `table_rows`: of a last value's table,
         for a client that shows the app view."""
-        code_size = len(str((params.arguments or {}).get("code", "")))
-        fields: dict[str, Any] = {"tool": params.name, "code_chars": code_size}
+        code = (params.arguments or {}).get("code", "")
+        # Its length only if it is text: str() of a wrong value (a long array) would cost what it holds.
+        fields: dict[str, Any] = {"tool": params.name, "code_chars": len(code) if isinstance(code, str) else -1}
         if caller is not None:
             fields["caller"] = caller
         log_event(self._log, logging.INFO, "call received", request_id, **fields)
@@ -259,7 +287,9 @@ class Handlers:
             handle = self._parser.parse_close(params.arguments)
         except ArgumentError as exc:
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="invalid arguments")
-            return closed_result(request_id, str((params.arguments or {}).get("session", "")), str(exc))
+            named = (params.arguments or {}).get("session", "")
+            # Said back only if it is text, and cut: any value may come here.
+            return closed_result(request_id, named[:100] if isinstance(named, str) else "", str(exc))
         try:
             unknown = await self._runner.close_session(handle, caller)
         except Exception as exc:  # an answer in close_session's own shape, as every fault of run_python's
@@ -286,11 +316,21 @@ def build_server(
     tasks: Tasks | None = None,
     name_header_of: NameHeaderOf | None = None,
     code_mode: str = "",
+    after_answer: AfterAnswer | None = None,
 ) -> Server[Any]:
     """The low-level MCP server with explicit handlers; with `tasks`, the tasks extension too;
     `code_mode`: what run_python's description says of the tools runs may call."""
     logger = logger or get_logger()
-    handlers = Handlers(config, runner, logger, metrics=metrics, caller_of=caller_of, tasks=tasks, code_mode=code_mode)
+    handlers = Handlers(
+        config,
+        runner,
+        logger,
+        metrics=metrics,
+        caller_of=caller_of,
+        tasks=tasks,
+        code_mode=code_mode,
+        after_answer=after_answer,
+    )
     server: Server[Any] = Server(
         SERVER_NAME,
         version=__version__,

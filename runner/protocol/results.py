@@ -82,10 +82,29 @@ def _link(kept: KeptOutput) -> types.ResourceLink:
     )
 
 
+# A kept stream or file whose text would be more than this many times its bytes in JSON is answered
+# as base64 (4/3 of them): a control character is six bytes of JSON (`\u0001`), and a 16 MiB stream
+# of them was a 96 MiB answer.
+MAX_TEXT_GROWTH = 1.5
+# Bytes JSON writes as six (the control characters but the three below) or as two.
+_SIX = bytes(set(range(0x20)) - {0x09, 0x0A, 0x0D})
+_TWO = b'\t\n\r"\\'
+
+
+def text_json_bytes(data: bytes) -> int:
+    """How long `data`, UTF-8, is as a JSON string (the SDK leaves what is not ASCII as it is)."""
+    six = len(data) - len(data.translate(None, _SIX))
+    two = len(data) - len(data.translate(None, _TWO))
+    return len(data) + 5 * six + two
+
+
 def kept_contents(kept: KeptOutput, data: bytes) -> types.TextResourceContents | types.BlobResourceContents:
     """A kept stream or file as resources/read returns it: text when it is UTF-8 (an image never is,
-    as the answer judged it), else its bytes (base64), with the type the answer gave it."""
+    as the answer judged it) and its JSON is at most MAX_TEXT_GROWTH times its bytes, else its bytes
+    (base64), with the type the answer gave it."""
     binary = kept.mime_type.startswith("image/") and kept.mime_type != "image/svg+xml"
+    if not binary and text_json_bytes(data) > MAX_TEXT_GROWTH * len(data):
+        return types.BlobResourceContents(uri=kept.uri, mime_type=kept.mime_type, blob=base64.b64encode(data).decode())
     if not binary:
         try:
             return types.TextResourceContents(uri=kept.uri, mime_type=kept.mime_type, text=data.decode("utf-8"))

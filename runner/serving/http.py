@@ -91,6 +91,7 @@ async def serve_http(
     from runner.protocol.metrics import Metrics
     from runner.protocol.tasks import Tasks
     from runner.tools.broker import Broker
+    from runner.transports.cancels import after_answer
     from runner.transports.http import HttpServer, caller_of, http_app, name_header_of
 
     logger = get_logger()
@@ -117,6 +118,7 @@ async def serve_http(
             tasks=tasks,
             name_header_of=name_header_of,
             code_mode=broker.description() if broker is not None else "",
+            after_answer=after_answer,
         )
 
         def not_ready() -> str | None:

@@ -13,24 +13,58 @@ proxy's address. A cancel acts only if the SDK would take the POST itself: to th
 with an allowed Host and Origin (a web page must not be able to cancel a local user's runs). A
 cancel for an id that two requests of one client share cancels both: the client reused an id.
 
-The body is read here once, within the endpoint's bound, and handed on unchanged; one declared or
-found to be over the bound is handed on as it comes, for the SDK to refuse (413).
+The body is read here once, within the endpoint's bound, and handed on unchanged, as one message (its
+chunks let go); one declared or found to be over the bound is handed on as it comes, for the SDK to
+refuse (413). The bodies in flight, all clients together, hold at most BODIES_IN_FLIGHT times the bound
+(503 past it). Only a body of PARSED_BYTES or less is parsed here; a longer one's method and id are read
+from its start, and one that would parse into more than MAX_JSON_VALUES values (`json_values`, counted
+without parsing) is answered 400 before anything parses it: a few MiB of `{}` are gigabytes of objects.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from typing import Any, TypeGuard
 
 import anyio
+import mcp_types as types
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runner.transports.auth import CALLER_STATE_KEY
-from runner.transports.jsonrpc import CANCELLED_METHOD
+from runner.transports.jsonrpc import (
+    CANCELLED_METHOD,
+    ID_SEARCH_BYTES,
+    MAX_JSON_VALUES,
+    SERVER_BUSY,
+    error_reply,
+    json_values,
+    request_id_in,
+)
 
 Key = tuple[str, str | int]
+# A body up to this long is parsed here for its method and ids; a longer one is not parsed here at all.
+PARSED_BYTES = 64 * 1024
+# The bodies of all requests in flight at once, in bodies as long as may be (a lone one is always read).
+BODIES_IN_FLIGHT = 4
+_METHOD = re.compile(rb'"method"\s*:\s*"([A-Za-z0-9_/.$-]{1,200})"')
+# Where a POST's scope keeps what is to be called once its answer has been sent (`after_answer`).
+AFTER_ANSWER_KEY = "after_answer"
+
+
+def after_answer(request: object, callback: Callable[[], None]) -> bool:
+    """Call `callback` once the answer to `request` (the SDK's, of a POST that `PostedCancels` serves)
+    has been sent; False if that cannot be told (the callback is then the caller's to call)."""
+    scope = getattr(request, "scope", None)
+    state = scope.get("state") if isinstance(scope, dict) else None
+    waiting = state.get(AFTER_ANSWER_KEY) if isinstance(state, dict) else None
+    if not isinstance(waiting, list):
+        return False
+    waiting.append(callback)
+    return True
 
 
 class PostedCancels:
@@ -51,13 +85,46 @@ class PostedCancels:
         self._checks = TransportSecurityMiddleware(security)
         self._anonymous_cancels = anonymous_cancels  # honour cancels without a token (loopback only)
         self._in_flight: dict[Key, set[anyio.CancelScope]] = {}
+        self._bodies = _Bodies(BODIES_IN_FLIGHT * max_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self._path:
             await self._app(scope, receive, send)
             return
-        buffered, body = await _buffer(scope, receive, self._max)
+        # Whoever answers this request may ask to be told when its answer has been sent (`after_answer`):
+        # the ASGI app returns only once the client has taken nearly all of it.
+        waiting: list[Callable[[], None]] = []
+        state = scope.setdefault("state", {})
+        state[AFTER_ANSWER_KEY] = waiting
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            state[AFTER_ANSWER_KEY] = None  # too late to ask now: the asker is told so
+            for answered in waiting:
+                answered()
 
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        declared = _declared(scope)
+        if declared is not None and declared > self._max:
+            await self._app(scope, receive, send)  # as it comes, for the SDK to refuse (413)
+            return
+        held = _Held(self._bodies)
+        try:
+            read = await _buffer(receive, self._max, held, declared or 0)
+            if read is None:
+                await _refuse(send, 503, None, f"busy: {self._bodies.held / 2**20:,.0f} MiB of requests are being read")
+                return
+            buffered, body = read
+            if len(body) > PARSED_BYTES and (values := json_values(body)) > MAX_JSON_VALUES:
+                await _refuse(
+                    send, 400, request_id_in(body), f"{values:,} JSON values or more, past {MAX_JSON_VALUES:,}"
+                )
+                return
+            await self._route(scope, receive, send, buffered, body)
+        finally:
+            held.release()
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send, buffered: list[Message], body: bytes) -> None:
         async def replay() -> Message:
             return buffered.pop(0) if buffered else await receive()
 
@@ -103,28 +170,91 @@ class PostedCancels:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def _buffer(scope: Scope, receive: Receive, limit: int) -> tuple[list[Message], bytes]:
-    """The request's messages up to its end, or up to `limit` bytes of body (then b"" as the body);
-    nothing when its Content-Length is over the limit already."""
+class _Bodies:
+    """The bytes of the request bodies being read or served, together: each is held from its first byte
+    (its whole Content-Length, where it has one) until its exchange ends, for the SDK keeps it and its
+    parse for that long."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.bodies = 0
+
+
+class _Held:
+    """One request's share of `_Bodies`."""
+
+    def __init__(self, bodies: _Bodies) -> None:
+        self._bodies = bodies
+        self._size = 0
+        bodies.bodies += 1
+
+    def take(self, size: int) -> bool:
+        """Hold `size` more bytes; False past the limit, unless this is the only body (one is always read)."""
+        bodies = self._bodies
+        if bodies.bodies > 1 and bodies.held + size > bodies.limit:
+            return False
+        bodies.held += size
+        self._size += size
+        return True
+
+    def release(self) -> None:
+        self._bodies.held -= self._size
+        self._bodies.bodies -= 1
+        self._size = 0
+
+
+def _declared(scope: Scope) -> int | None:
     declared = next((value for key, value in scope["headers"] if key == b"content-length"), None)
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return [], b""
+    return int(declared) if declared is not None and declared.isdigit() else None
+
+
+async def _buffer(receive: Receive, limit: int, held: _Held, declared: int) -> tuple[list[Message], bytes] | None:
+    """What to hand on (the whole body as one message, its chunks let go; or the messages read until the
+    body went past `limit`, for the SDK to refuse), and the body (b"" when it went past); None when the
+    server's bound of bodies in flight has no room for it (`declared` bytes at once, then as they come)."""
+    if not held.take(declared):
+        return None
     messages: list[Message] = []
-    size = 0
+    size, taken = 0, declared
     while True:
         message = await receive()
         messages.append(message)
         if message["type"] != "http.request":
             return messages, b""
         size += len(message.get("body", b""))
+        if size > taken:
+            if not held.take(size - taken):
+                return None
+            taken = size
         if size > limit:
             return messages, b""
         if not message.get("more_body", False):
-            return messages, b"".join(part.get("body", b"") for part in messages)
+            body = b"".join(part.get("body", b"") for part in messages)
+            messages.clear()  # one copy held, not two
+            return [{"type": "http.request", "body": body, "more_body": False}], body
+
+
+async def _refuse(send: Send, status: int, request_id: object, why: str) -> None:
+    """Answer a JSON-RPC error without handing the request on."""
+    busy = status == 503
+    code, message = (SERVER_BUSY, why) if busy else (types.INVALID_REQUEST, f"Invalid Request: {why}")
+    answer = error_reply(request_id if _is_id(request_id) else None, code, message)
+    body = answer.model_dump_json(by_alias=True, exclude_none=True).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if busy:
+        headers.append((b"retry-after", b"1"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def _routing(body: bytes) -> tuple[str | None, object, object]:
-    """A message's method, its id, and the id a `notifications/cancelled` names (None where absent)."""
+    """A message's method, its id, and the id a `notifications/cancelled` names (None where absent).
+    A body over PARSED_BYTES is not parsed here (the SDK parses it): its method and id are looked for
+    at its start, where clients put them, and it is taken for no cancel (a cancel is a few hundred bytes)."""
+    if len(body) > PARSED_BYTES:
+        found = _METHOD.search(body[:ID_SEARCH_BYTES])
+        return (found.group(1).decode(), request_id_in(body), None) if found else (None, None, None)
     try:
         value: Any = json.loads(body) if body else None
     except (ValueError, RecursionError):
