@@ -171,6 +171,18 @@ LEAVES = {
         "os.register_at_fork(after_in_child=lambda: subprocess.Popen(['sleep', '60']))\n"
         "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()"
     ),
+    # Found by a review: clone(CLONE_PARENT) made the call's child the keeper's, out of the sweeps'
+    # reach; its own child then ran on, orphaned to the anchor, until the session's next call.
+    "clone-parent": (
+        "import ctypes, os, signal, time\n"
+        "clone = 56 if os.uname().machine == 'x86_64' else 220\n"
+        "pid = ctypes.CDLL(None).syscall(clone, 0x8000 | signal.SIGCHLD, 0, 0, 0)\n"
+        "if pid == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        while True:\n            time.sleep(1)\n"
+        "    os.wait()"
+    ),
 }
 
 
@@ -185,6 +197,34 @@ async def test_after_every_call_only_the_anchor_the_keeper_and_the_next_call_run
         await pool.sessions._open[handle].settled.wait()
         left = await settled_async(lambda: [] if len(_session_processes(pool, handle)) == 3 else ["more"])
         assert left == [], _session_processes(pool, handle)
+
+
+# Found by a review: a call with a thread (it forks its candidate) named its own child on its channel,
+# and that child, kept as the keeper, ran the call's code on, its forks burning CPU past RLIMIT_CPU.
+FORGED_KEEPER = (
+    "import os, socket, threading, time\n"
+    "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    "child = os.fork()\n"
+    "if child == 0:\n"
+    "    os.setsid()\n"
+    "    while True:\n"  # it stays, and forks what burns the CPU (each with an RLIMIT_CPU of its own)
+    "        if os.fork() == 0:\n"
+    "            while True:\n                pass\n"
+    "        time.sleep(0.5)\n"
+    "socket.socket(fileno=254).send(b'P %d 0' % child)"
+)
+
+
+async def test_a_keeper_forged_by_a_calls_channel_ends_its_session_once_it_runs_while_idle(pool: Pool) -> None:
+    handle = await new_session(pool, "x = 1")
+    session = pool.sessions._open[handle]
+    result = await call(pool, FORGED_KEEPER, handle)
+    assert result.status is Status.OK, result
+    with anyio.fail_after(40):  # the anchor waits 10 s for the keeper's A that never comes, then 2 s of CPU
+        await session.settled.wait()
+        while handle in pool.sessions._open:
+            await anyio.sleep(0.1)
+    assert "while it was idle" in pool.sessions.why_ended(handle)
 
 
 # What a rolled-back call changes through what the keeper shares with it: each put back, or the state
