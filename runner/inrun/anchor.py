@@ -17,8 +17,9 @@ killed). Anchor to server: ``R`` once ready; ``S <pid>`` a call was forked; ``X 
 <utime> <stime> <maxrss>`` it ended; ``P <keepable> <threads> <KiB> <why...>``, once per call, as soon
 as it is known whether the call can be kept (1: its code ran to its end, and its files could be read;
 threads: 1 if the call left threads, which a fork does not carry; why not, or ``-``), so that the server
-can answer before the verdict; ``V <kept> <threads> <why...>`` the verdict is done; ``E <why>`` the
-session is over (its state was lost).
+can answer before the verdict; ``V <kept> <threads> <KiB> <why...>`` the verdict is done, and what
+the session holds now, kept or rolled back (its /dev/shm and /run are not rolled back); ``E <why>``
+the session is over (its state was lost).
 """
 
 from __future__ import annotations
@@ -299,8 +300,6 @@ class Anchor:
 
     def announce(self, call: _Call, failure: str) -> None:
         if not call.announced:
-            if call.candidate <= 0:  # what the session holds if the call is rolled back: its tmpfs stays
-                call.held_kb = _held_kb(self.keeper, self.baseline_kb, self.snapshot.entries, self.tmpfs)
             self.say(call.announcement(failure))
 
     def reap(self) -> None:
@@ -323,7 +322,7 @@ class Anchor:
         CLONE_PARENT child was the keeper's, its own child ran on while the session idled)."""
         call = self.call  # until it has ended: what comes meanwhile is about it
         if call is None:
-            self.say(b"V 0 0 no-call")
+            self.say(b"V 0 0 0 no-call")
             return
         deadline = time.monotonic() + CANDIDATE_SECONDS
         while not call.ended and time.monotonic() < deadline:
@@ -359,7 +358,8 @@ class Anchor:
             self.snapshot.entries = call.looked
         if not self.keeper or self.keeper_channel is None:
             self.lost("the session's keeper process was killed")
-        self.say(b"V %d %d %s" % (keep, call.threads, why))
+        held = _held_kb(self.keeper, self.baseline_kb, self.snapshot.entries, self.tmpfs)  # kept or not
+        self.say(b"V %d %d %d %s" % (keep, call.threads, held, why))
 
     def await_ready(self) -> None:
         """Wait for the keeper's ``A`` (`from_keeper`): the next call's ``C`` waits, but the keeper
