@@ -41,7 +41,7 @@ from runner.logs import log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
 from runner.processes.anchor_wire import Said
 from runner.processes.child import Child
-from runner.processes.keeper import KeptCall, SessionKeeper, SessionLost
+from runner.processes.keeper import KeptCall, SessionKeeper, SessionLost, stopped
 
 HANDLE_PREFIX = "s-"
 HANDLE_BYTES = 24  # 192 bits: past guessing, as MCP's guidance on handles asks for at least 128
@@ -57,6 +57,9 @@ ENDED_REMEMBERED_MAX = 10_000
 EXPIRY_INTERVAL = 1.0
 # How long a cancelled call's kill and the rollback after it may take before the session is ended.
 ROLLBACK_PATIENCE = 15.0
+# How long past its call's own timeout the anchor may take to say whether the call can be kept (it
+# reads what changed in the session's directory first).
+KEEPABLE_GRACE = 5.0
 
 
 @dataclass(eq=False)
@@ -147,6 +150,9 @@ class Sessions:
             if no_turn is not None or self._open.get(session.handle) is not session:  # or it ended meanwhile
                 yield no_turn or self._ended.unknown_call(request)
                 return
+            # The last verdict done before a slot is taken (found by a review: a call waited 30 s for
+            # a stopped anchor inside its slot, and another caller's one-shot call with it).
+            await session.settled.wait()
             async with self._slots.held(request) as slot, self._calling(session, request, slot) as admitted:
                 yield admitted
 
@@ -310,7 +316,9 @@ class SessionHost:
     async def verdict(self, child: Child, request: RunRequest, result: RunResult) -> RunResult:
         session, sessions = self._session, self._sessions
         try:
-            ahead = await session.keeper.keepable()
+            # Within the call's own timeout and a grace (found by a review: a 3 s call whose anchor
+            # was stopped was answered after 31 s, holding its slot).
+            ahead = await session.keeper.keepable(max(0.0, request.timeout - result.duration) + KEEPABLE_GRACE)
         except SessionLost as exc:
             child.close_all()
             await sessions.end(session, str(exc), "lost")
@@ -347,6 +355,9 @@ class SessionHost:
             verdict = await session.keeper.verdict_done()
             if oom:
                 await session.supply.oom_told(session.anchor)
+            # What it holds now, as the anchor read it once the verdict was done: a rolled-back call's
+            # /dev/shm and /run stay (found by a review: they counted nowhere).
+            session.held = verdict.held_bytes
             if verdict.yes != kept:
                 await sessions.end(session, f"its last call could not be kept after all: {verdict.why}", "lost")
             elif session.keeper.lost is not None:
@@ -433,6 +444,8 @@ async def expire_forever(sessions: Sessions) -> None:
                 continue
             if session.keeper.lost is not None:  # its anchor went, or said what is not its wire
                 await sessions.end(session, session.keeper.lost, "lost")
+            elif stopped(session.anchor):
+                await sessions.end(session, "the session's anchor was stopped", "lost")
             elif now - session.used > c.session_idle_seconds:
                 await sessions.end(session, f"unused for {c.session_idle_seconds} s", "expired")
             elif now - session.started > c.session_max_seconds:

@@ -317,7 +317,9 @@ def _become_anchor(
     still empty, and forks each call from it."""
     keeper = siblings[5]
     home = os.getcwd()
-    keeper.anchor(3, home, lambda channel: serve_session(channel, home, main, siblings, tmpfs, spawned, first=True))
+    keeper.anchor(
+        3, home, lambda channel: serve_session(channel, home, main, siblings, tmpfs, spawned, first=True), tmpfs
+    )
     os._exit(1)  # anchor never returns
 
 

@@ -43,14 +43,16 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from runner.inrun import libc, sealing, workdir
-    from runner.inrun.anchor import MAX_LINE, SWEEP_SECONDS, _fds
+    from runner.inrun.anchor import MAX_LINE, _fds
     from runner.inrun.anchor import anchor as anchor
+    from runner.inrun.sweeps import SWEEP_SECONDS
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import libc
     import sealing
     import workdir
-    from anchor import MAX_LINE, SWEEP_SECONDS, _fds
+    from anchor import MAX_LINE, _fds
     from anchor import anchor as anchor
+    from sweeps import SWEEP_SECONDS
 
 # Bound as this module loads, before any code of a session's: what a keeper calls each time a call is
 # rolled back, out of reach of a call that replaces os.listdir (not of one that rewrites this module).

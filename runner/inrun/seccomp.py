@@ -16,7 +16,9 @@ starts, and nothing lifts it. The sets of rules:
   socket buffers raised past the default (a request for one is taken and ignored). A namespaced zygote
   installs these once for all its forks: it still makes namespaces and mounts.
 - `AFTER_SET_UP`: what only the making of a run's namespaces and view needs: mount(2) and the new mount
-  API, pivot_root and setns. A namespaced run installs these itself once its view is made; a spawned
+  API, pivot_root and setns, and a clone with CLONE_PARENT (the zygote's PID namespaces' inits are
+  made so; a run's child cloned so would be its parent's, out of the run's own tree: in a session,
+  the keeper's). A namespaced run installs these itself once its view is made; a spawned
   interpreter (plain, or in bubblewrap, which made its view before the exec) and a plain zygote
   install both sets at once (`WHOLE`).
 - `NO_NETWORK`: internet sockets, for a sandboxed run of an isolated network, which has no network to
@@ -49,6 +51,7 @@ RET_ALLOW = 0x7FFF0000
 RET_ERRNO = 0x00050000
 X32_SYSCALL_BIT = 0x40000000
 CLONE_NEWUSER = 0x10000000
+CLONE_PARENT = 0x00008000
 SOL_SOCKET = 1
 # SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE, and SO_RCVLOWAT, which grows a TCP socket's
 # receive buffer to match: the same on both machines.
@@ -126,12 +129,15 @@ MACHINES = {"x86_64": (0xC000003E, 1), "aarch64": (0xC00000B7, 2)}
 # it asks for a new user namespace (clone, unshare: flags in argument 0) or for entering one or any
 # namespace at all (setns: its type in argument 1, 0 meaning any), take and ignore a request for
 # socket buffers (setsockopt at SOL_SOCKET: they would hold kernel memory outside every limit), refuse
-# the ioctl that makes a userfaultfd, or refuse an internet socket (socket: its family in argument 0).
-REFUSE, NO_SUCH_CALL, NO_NEW_USER_NAMESPACE, NO_USER_NAMESPACE_TO_ENTER = (
+# the ioctl that makes a userfaultfd, or refuse an internet socket (socket: its family in argument 0);
+# clone also when it asks for the caller's parent as the child's (CLONE_PARENT: glibc's fork,
+# pthread_create and posix_spawn never pass it).
+REFUSE, NO_SUCH_CALL, NO_NEW_USER_NAMESPACE, NO_USER_NAMESPACE_TO_ENTER, NO_NEW_USER_NAMESPACE_NOR_PARENT = (
     "refuse",
     "ENOSYS",
     "no new user namespace",
     "no user namespace to enter",
+    "no new user namespace nor parent",
 )
 IGNORE_BUFFER_SIZES, NO_USERFAULTFD_DEVICE, NO_INTERNET, NO_INTERNET_BUT_IPV4 = (
     "ignore socket buffer sizes",
@@ -157,23 +163,29 @@ EVERY_PROCESS = {
     **dict.fromkeys(("memfd_create", "memfd_secret", "shmget", "msgget", "semget", "mq_open"), REFUSE),
     "setsockopt": IGNORE_BUFFER_SIZES,
 }
-AFTER_SET_UP = dict.fromkeys(
-    (
-        "mount",
-        "umount2",
-        "pivot_root",
-        "setns",
-        "mount_setattr",
-        "open_tree",
-        "open_tree_attr",
-        "move_mount",
-        "fsopen",
-        "fsconfig",
-        "fsmount",
-        "fspick",
+AFTER_SET_UP = {
+    **dict.fromkeys(
+        (
+            "mount",
+            "umount2",
+            "pivot_root",
+            "setns",
+            "mount_setattr",
+            "open_tree",
+            "open_tree_attr",
+            "move_mount",
+            "fsopen",
+            "fsconfig",
+            "fsmount",
+            "fspick",
+        ),
+        REFUSE,
     ),
-    REFUSE,
-)
+    # A run's clone may not make its child its parent's (found by a review: a session call's
+    # CLONE_PARENT child was the keeper's, which the sweeps of what a call leaves spared); nor, as in
+    # EVERY_PROCESS, a user namespace.
+    "clone": NO_NEW_USER_NAMESPACE_NOR_PARENT,
+}
 WHOLE = {**EVERY_PROCESS, **AFTER_SET_UP}  # setns refused whatever it enters
 # A sandboxed run of an isolated network (RUNNER_SANDBOX_NETWORK=isolated) has no use for an internet
 # socket (in bubblewrap's sandbox only its own loopback), and a TCP socket's buffers grow by themselves
@@ -204,6 +216,7 @@ def program(machine: str, rules: dict[str, str]) -> list[Instruction]:
         NO_SUCH_CALL,
         NO_NEW_USER_NAMESPACE,
         NO_USER_NAMESPACE_TO_ENTER,
+        NO_NEW_USER_NAMESPACE_NOR_PARENT,
         IGNORE_BUFFER_SIZES,
         NO_USERFAULTFD_DEVICE,
         NO_INTERNET,
@@ -224,6 +237,9 @@ def program(machine: str, rules: dict[str, str]) -> list[Instruction]:
         (LOAD, 0, 0, argument(1)),
         (JUMP_EQUAL, "refuse", 0, 0),
         (JUMP_ANY_BIT, "refuse", "allow", CLONE_NEWUSER),
+        "no new user namespace nor parent",
+        (LOAD, 0, 0, argument(0)),
+        (JUMP_ANY_BIT, "refuse", "allow", CLONE_NEWUSER | CLONE_PARENT),
         "ignore socket buffer sizes",
         (LOAD, 0, 0, argument(1)),
         (JUMP_EQUAL, 0, "allow", SOL_SOCKET),

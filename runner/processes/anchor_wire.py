@@ -56,9 +56,10 @@ class Ended:
 @dataclass(frozen=True, slots=True)
 class Said:
     """``P <0|1> <threads> <KiB> <why>`` (whether the last call can be kept, as it ends, and the memory
-    its state would hold) or ``V <0|1> <threads> <why>`` (whether it was kept, after the verdict): yes
-    or no, whether the call left threads (which a kept state does not carry), why not (``-`` on the
-    wire: no reason), and for P the bytes its state holds."""
+    its state would hold) or ``V <0|1> <threads> <KiB> <why>`` (whether it was kept, after the verdict,
+    and what the session holds now: a roll-back leaves its /dev/shm and /run as they are): yes or no,
+    whether the call left threads (which a kept state does not carry), why not (``-`` on the wire: no
+    reason), and the bytes held."""
 
     tag: bytes
     yes: bool
@@ -92,11 +93,11 @@ def parse(line: bytes) -> Message:
         cpu = _seconds(utime) + _seconds(stime)
         return Ended(_pid(pid), _unsigned(status, 0xFFFF), cpu, _unsigned(maxrss, MAX_MAXRSS_KB))
     if tag in (b"P", b"V"):
-        count = 4 if tag == b"P" else 3
+        count = 4
         fields = rest.split(b" ", count - 1)
         if len(fields) != count or fields[0] not in (b"0", b"1") or fields[1] not in (b"0", b"1") or not fields[-1]:
             raise Malformed(f"not a {tag.decode()} line: {_shown(line)}")
-        held = _unsigned(fields[2], MAX_HELD_KB) * 1024 if tag == b"P" else 0
+        held = _unsigned(fields[2], MAX_HELD_KB) * 1024
         why = _text(fields[-1])
         return Said(tag, fields[0] == b"1", fields[1] == b"1", "" if why == "-" else why, held)
     if tag == b"E":

@@ -30,6 +30,9 @@ from runner.processes.forkserver import ForkedChild
 # How long the anchor may take to say whether a call can be kept, and to keep it or roll it back
 # (which, with files to put back, reads and writes the session's directory).
 VERDICT_TIMEOUT = 30.0
+# How often a wait for the anchor looks whether it was stopped (SIGSTOP: a call of its uid can send
+# it), which ends the session at once: found by a review, a stopped anchor held a call's slot 30 s.
+STOPPED_CHECK_SECONDS = 0.25
 READ_SIZE = 4096
 # Lines the anchor may have said that nobody asked for yet (R, P, V wait in this queue; the server asks
 # for each in turn, so two or three is the most a working session ever has).
@@ -182,10 +185,10 @@ class SessionKeeper:
     def kill_call(self) -> None:
         self._say(b"K\n")
 
-    async def keepable(self) -> Said:
+    async def keepable(self, patience: float = VERDICT_TIMEOUT) -> Said:
         """Whether the last call can be kept: the anchor says so once per call, as soon as it
-        knows (its candidate appeared, or the call ended without one)."""
-        return await self._said(b"P")
+        knows (its candidate appeared, or the call ended without one); SessionLost after `patience`."""
+        return await self._said(b"P", patience)
 
     async def verdict(self, keep: bool) -> Said:
         """Keep the last call's state, or roll it back; whether the anchor kept it. The anchor
@@ -205,9 +208,9 @@ class SessionKeeper:
         """Whether the anchor kept the last call, once it has done what `give_verdict` told it."""
         return await self._said(b"V")
 
-    async def _said(self, tag: bytes) -> Said:
+    async def _said(self, tag: bytes, patience: float = VERDICT_TIMEOUT) -> Said:
         """The anchor's next ``P`` or ``V`` (`tag`); anything else in its place ends the session."""
-        said = await self._next(VERDICT_TIMEOUT)
+        said = await self._next(patience)
         if not isinstance(said, Said) or said.tag != tag:
             self._lose(f"the session's anchor said {said} where a {tag.decode()} line belongs")
             raise SessionLost(self.lost)
@@ -218,13 +221,16 @@ class SessionKeeper:
             os.write(self.anchor.code, line)
 
     async def _next(self, patience: float) -> Ready | Said:
-        """The next line from the anchor that is not about a call in progress; SessionLost if none comes."""
+        """The anchor's next line not about a call in progress; SessionLost if none comes, or it is stopped."""
         with anyio.move_on_after(patience):
             while not self._lines:
+                if self.lost is None and stopped(self.anchor):
+                    self._lose("the session's anchor was stopped")
                 if self.lost is not None:
                     raise SessionLost(self.lost)
                 self._arrived = anyio.Event()
-                await self._arrived.wait()
+                with anyio.move_on_after(STOPPED_CHECK_SECONDS):
+                    await self._arrived.wait()
             return self._lines.pop(0)
         raise SessionLost(self.lost or "the session's anchor did not answer in time")
 
@@ -326,6 +332,15 @@ class SessionKeeper:
             self._armed.close_all()
             self._armed = None
         _shut(self.anchor.code, socket.SHUT_WR)
+
+
+def stopped(anchor: Child) -> bool:
+    """Whether the session's `anchor` is stopped (state T or t): it answers nothing until continued."""
+    try:
+        with open(f"/proc/{anchor.interpreter_pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return False
 
 
 def _shut(fd: int, how: int) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from runner.config import MIB, Config
 from runner.execution.pool import Pool
-from runner.outcome import NEW_SESSION, RunRequest, Status
+from runner.outcome import NEW_SESSION, RunRequest, RunResult, Status
 from tests.e2e.execution.test_sessions import call, new_session
 from tests.helpers import alive, children_of, in_mode, settled_async
 
@@ -171,6 +171,18 @@ LEAVES = {
         "os.register_at_fork(after_in_child=lambda: subprocess.Popen(['sleep', '60']))\n"
         "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()"
     ),
+    # Found by a review: clone(CLONE_PARENT) made the call's child the keeper's, out of the sweeps'
+    # reach; its own child then ran on, orphaned to the anchor, until the session's next call.
+    "clone-parent": (
+        "import ctypes, os, signal, time\n"
+        "clone = 56 if os.uname().machine == 'x86_64' else 220\n"
+        "pid = ctypes.CDLL(None).syscall(clone, 0x8000 | signal.SIGCHLD, 0, 0, 0)\n"
+        "if pid == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        while True:\n            time.sleep(1)\n"
+        "    os.wait()"
+    ),
 }
 
 
@@ -185,6 +197,34 @@ async def test_after_every_call_only_the_anchor_the_keeper_and_the_next_call_run
         await pool.sessions._open[handle].settled.wait()
         left = await settled_async(lambda: [] if len(_session_processes(pool, handle)) == 3 else ["more"])
         assert left == [], _session_processes(pool, handle)
+
+
+# Found by a review: a call with a thread (it forks its candidate) named its own child on its channel,
+# and that child, kept as the keeper, ran the call's code on, its forks burning CPU past RLIMIT_CPU.
+FORGED_KEEPER = (
+    "import os, socket, threading, time\n"
+    "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    "child = os.fork()\n"
+    "if child == 0:\n"
+    "    os.setsid()\n"
+    "    while True:\n"  # it stays, and forks what burns the CPU (each with an RLIMIT_CPU of its own)
+    "        if os.fork() == 0:\n"
+    "            while True:\n                pass\n"
+    "        time.sleep(0.5)\n"
+    "socket.socket(fileno=254).send(b'P %d 0' % child)"
+)
+
+
+async def test_a_keeper_forged_by_a_calls_channel_ends_its_session_once_it_runs_while_idle(pool: Pool) -> None:
+    handle = await new_session(pool, "x = 1")
+    session = pool.sessions._open[handle]
+    result = await call(pool, FORGED_KEEPER, handle)
+    assert result.status is Status.OK, result
+    with anyio.fail_after(40):  # the anchor waits 10 s for the keeper's A that never comes, then 2 s of CPU
+        await session.settled.wait()
+        while handle in pool.sessions._open:
+            await anyio.sleep(0.1)
+    assert "while it was idle" in pool.sessions.why_ended(handle)
 
 
 # What a rolled-back call changes through what the keeper shares with it: each put back, or the state
@@ -299,6 +339,66 @@ async def test_a_state_that_would_pass_the_sessions_memory_budget_is_rolled_back
         again = await call(pool, "data = bytearray(40 << 20)", second)
         assert again.session is not None
         assert again.session.kept, again
+
+
+async def test_what_a_sessions_own_dev_shm_holds_counts_in_the_sessions_memory_budget(
+    session_config: Config, no_leaks: None
+) -> None:
+    # Found by a review: 4 sessions each kept 60 MiB in their /dev/shm under a budget of 64 MiB.
+    if session_config.sandbox == "none":
+        pytest.skip("without a sandbox /dev/shm is the host's (docs/sessions.md)")
+    config = dataclasses.replace(session_config, sessions_memory_mb=64, sessions_budget_bytes=64 * MIB)
+    # 42 MiB, each file within the file size limit
+    fill = "for i in range(3):\n    open(f'/dev/shm/blob{i}', 'wb').write(b'x' * (14 << 20))"
+    async with Pool.open(config, reap_strays=True) as pool:
+        first = await new_session(pool, fill)
+        second = await new_session(pool, "x = 1")
+        result = await call(pool, fill, second)
+        assert result.status is Status.OK
+        assert result.session is not None
+        assert not result.session.kept, result
+        assert "passes the sessions' memory budget of 64 MiB" in result.session.note
+        # Rolled back, but /dev/shm is not: what it holds there still counts against the others.
+        await pool.sessions._open[second].settled.wait()
+        later = await call(pool, "y = 1", first)
+        assert later.session is not None
+        assert not later.session.kept, later
+        assert await pool.close_session(second, None) is None
+        again = await call(pool, "y = 1", first)
+        assert again.session is not None
+        assert again.session.kept, again
+
+
+STOP_THE_ANCHOR = (
+    "import os, signal\n"
+    "anchor = int(open(f'/proc/{os.getppid()}/stat').read().rpartition(')')[2].split()[1])\n"
+    "os.kill(anchor, signal.SIGSTOP)"
+)
+
+
+async def test_a_call_that_stops_its_anchor_ends_its_session_at_once_and_holds_no_slot(
+    session_config: Config, no_leaks: None
+) -> None:
+    # Found by a review: the server waited 30 s for the stopped anchor, the call's slot held meanwhile,
+    # and another caller's one-shot call waited with it (RUNNER_MAX_CONCURRENT=1).
+    async with Pool.open(dataclasses.replace(session_config, max_concurrent=1), reap_strays=True) as pool:
+        handle = await new_session(pool, "x = 1")
+        answers: dict[str, RunResult] = {}
+
+        async def hostile() -> None:
+            answers["hostile"] = await call(pool, STOP_THE_ANCHOR, handle, timeout=3)
+
+        async def other() -> None:
+            answers["other"] = await pool.run(RunRequest("t", "print(6 * 7)", 5, caller="alice"))
+
+        with anyio.fail_after(20):  # the call's 3 s and its grace of 5 s, far from the 30 s it was
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(hostile)
+                tg.start_soon(other)
+        assert (answers["other"].status, answers["other"].stdout.text) == (Status.OK, "42\n")
+        assert "the session's anchor was stopped" in answers["hostile"].message, answers["hostile"]
+        after = await call(pool, "print(x)", handle)
+        assert after.message.startswith("unknown session"), after
 
 
 async def test_an_audit_hook_added_in_a_session_is_not_added(pool: Pool) -> None:

@@ -20,6 +20,9 @@ CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_PARENT = 0x00020000, 0x20000000, 
 
 
 SIGCHLD = 17
+# The flags glibc passes: fork (nptl's _Fork), pthread_create (create_thread), posix_spawn (__spawni).
+CLONE_VM, CLONE_VFORK, CLONE_CHILD_SETTID, CLONE_CHILD_CLEARTID = 0x100, 0x4000, 0x01000000, 0x00200000
+PTHREAD_CREATE = 0x100 | 0x200 | 0x400 | 0x800 | 0x10000 | 0x40000 | 0x80000 | 0x00100000 | 0x00200000
 
 
 ALLOW, EPERM, ENOSYS, DONE = (
@@ -87,6 +90,20 @@ def test_a_new_user_namespace_is_refused_but_the_namespaces_a_zygote_makes_are_n
     assert verdict(machine, rules, "clone", SIGCHLD) == ALLOW  # fork()
     # Flags a filter cannot read (clone3 takes them in memory): libc falls back to clone.
     assert verdict(machine, rules, "clone3", 0x1000, 88) == ENOSYS
+
+
+@machines
+def test_a_run_may_not_clone_a_child_of_its_own_parent_but_its_zygote_may(machine: str) -> None:
+    # Found by a review: a session call's CLONE_PARENT child was its keeper's, out of the call's tree.
+    for rules in (seccomp.AFTER_SET_UP, seccomp.WHOLE):
+        assert verdict(machine, rules, "clone", CLONE_PARENT | SIGCHLD) == EPERM
+        assert verdict(machine, rules, "clone", CLONE_NEWPID | CLONE_PARENT | SIGCHLD) == EPERM
+        assert verdict(machine, rules, "clone", seccomp.CLONE_NEWUSER | SIGCHLD) == EPERM
+        assert verdict(machine, rules, "clone", SIGCHLD | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID) == ALLOW  # fork()
+        assert verdict(machine, rules, "clone", PTHREAD_CREATE) == ALLOW
+        assert verdict(machine, rules, "clone", CLONE_VM | CLONE_VFORK | SIGCHLD) == ALLOW  # posix_spawn
+    # The namespaced zygote makes its PID namespaces' inits so, under EVERY_PROCESS alone.
+    assert verdict(machine, seccomp.EVERY_PROCESS, "clone", CLONE_NEWPID | CLONE_PARENT | SIGCHLD) == ALLOW
 
 
 @machines

@@ -15,7 +15,8 @@ def test_each_message_of_the_wire_is_read_with_its_numbers() -> None:
     assert parse(b"S 4242") == Started(4242)
     assert parse(b"X 4242 9 0.25 1e-05 2048") == Ended(4242, 9, 0.25001, 2048)
     assert parse(b"P 1 0 2048 -") == Said(b"P", True, False, "", 2048 * 1024)
-    assert parse(b"V 0 1 its files could not be read") == Said(b"V", False, True, "its files could not be read")
+    assert parse(b"V 0 1 0 its files could not be read") == Said(b"V", False, True, "its files could not be read")
+    assert parse(b"V 0 0 40960 -") == Said(b"V", False, False, "", 40960 * 1024)
     assert parse(b"E the session's keeper process was killed") == Lost("the session's keeper process was killed")
 
 

@@ -102,7 +102,7 @@ HOSTILE = {
     "second-pid": b"S 101\nS 102\n",
     "too-long-unfinished": b"x" * 5000,
     "too-long-line": b"E " + b"y" * 5000 + b"\n",
-    "flood-unasked": b"V 1 0 -\n" * 100,
+    "flood-unasked": b"V 1 0 0 -\n" * 100,
 }
 
 
