@@ -224,13 +224,14 @@ class SessionKeeper:
         """The anchor's next line not about a call in progress; SessionLost if none comes, or it is stopped."""
         with anyio.move_on_after(patience):
             while not self._lines:
-                if self.lost is None and stopped(self.anchor):
-                    self._lose("the session's anchor was stopped")
                 if self.lost is not None:
                     raise SessionLost(self.lost)
                 self._arrived = anyio.Event()
-                with anyio.move_on_after(STOPPED_CHECK_SECONDS):
+                with anyio.move_on_after(STOPPED_CHECK_SECONDS) as waited:
                     await self._arrived.wait()
+                # Looked at only once a wait is long (its /proc read is on every call's way else).
+                if waited.cancelled_caught and self.lost is None and stopped(self.anchor):
+                    self._lose("the session's anchor was stopped")
             return self._lines.pop(0)
         raise SessionLost(self.lost or "the session's anchor did not answer in time")
 
