@@ -15,10 +15,15 @@ cancel for an id that two requests of one client share cancels both: the client 
 
 The body is read here once, within the endpoint's bound, and handed on unchanged, as one message (its
 chunks let go); one declared or found to be over the bound is handed on as it comes, for the SDK to
-refuse (413). The bodies in flight, all clients together, hold at most BODIES_IN_FLIGHT times the bound
-(503 past it). Only a body of PARSED_BYTES or less is parsed here; a longer one's method and id are read
-from its start, and one that would parse into more than MAX_JSON_VALUES values (`json_values`, counted
-without parsing) is answered 400 before anything parses it: a few MiB of `{}` are gigabytes of objects.
+refuse (413). The bodies in flight, all clients together, hold at most BODIES_IN_FLIGHT times the bound,
+and one client's at most half of that (503 past it), each counted as its bytes arrive, not as declared
+(found by a review: four requests that declared the bound and sent nothing held every other client's
+POSTs busy); a body of PARSED_BYTES or less is always read (a cancel, a ping, a small call).
+
+Only a body of PARSED_BYTES or less is parsed here; a longer one's method and id are read from its start
+and its end (`request_id_in`: the TypeScript SDK writes the id last), and one that would parse into more
+than MAX_JSON_VALUES values (`json_values`, counted without parsing) is answered 400 before anything
+parses it: a few MiB of `{}` are gigabytes of objects.
 """
 
 from __future__ import annotations
@@ -108,9 +113,9 @@ class PostedCancels:
         if declared is not None and declared > self._max:
             await self._app(scope, receive, send)  # as it comes, for the SDK to refuse (413)
             return
-        held = _Held(self._bodies)
+        held = _Held(self._bodies, _who(scope, anonymous=True) or "")
         try:
-            read = await _buffer(receive, self._max, held, declared or 0)
+            read = await _buffer(receive, self._max, held)
             if read is None:
                 await _refuse(send, 503, None, f"busy: {self._bodies.held / 2**20:,.0f} MiB of requests are being read")
                 return
@@ -171,36 +176,46 @@ class PostedCancels:
 
 
 class _Bodies:
-    """The bytes of the request bodies being read or served, together: each is held from its first byte
-    (its whole Content-Length, where it has one) until its exchange ends, for the SDK keeps it and its
-    parse for that long."""
+    """The bytes of the request bodies being read or served, together and by client: each byte is held
+    from its arrival until its exchange ends, for the SDK keeps the body and its parse for that long."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.held = 0
         self.bodies = 0
+        self.by_client: dict[str, int] = {}
 
 
 class _Held:
-    """One request's share of `_Bodies`."""
+    """One request's share of `_Bodies`, its client's `who`."""
 
-    def __init__(self, bodies: _Bodies) -> None:
+    def __init__(self, bodies: _Bodies, who: str) -> None:
         self._bodies = bodies
+        self._who = who
         self._size = 0
         bodies.bodies += 1
 
     def take(self, size: int) -> bool:
-        """Hold `size` more bytes; False past the limit, unless this is the only body (one is always read)."""
+        """Hold `size` more bytes; False past the limit, or past half of it for one client, unless the
+        body is still within PARSED_BYTES or is the only one (those are always read)."""
         bodies = self._bodies
-        if bodies.bodies > 1 and bodies.held + size > bodies.limit:
+        mine = bodies.by_client.get(self._who, 0)
+        small = self._size + size <= PARSED_BYTES
+        over = bodies.held + size > bodies.limit or mine + size > bodies.limit // 2
+        if over and not small and bodies.bodies > 1:
             return False
         bodies.held += size
+        bodies.by_client[self._who] = mine + size
         self._size += size
         return True
 
     def release(self) -> None:
-        self._bodies.held -= self._size
-        self._bodies.bodies -= 1
+        bodies = self._bodies
+        bodies.held -= self._size
+        bodies.bodies -= 1
+        left = bodies.by_client.pop(self._who, 0) - self._size
+        if left > 0:
+            bodies.by_client[self._who] = left
         self._size = 0
 
 
@@ -209,24 +224,21 @@ def _declared(scope: Scope) -> int | None:
     return int(declared) if declared is not None and declared.isdigit() else None
 
 
-async def _buffer(receive: Receive, limit: int, held: _Held, declared: int) -> tuple[list[Message], bytes] | None:
+async def _buffer(receive: Receive, limit: int, held: _Held) -> tuple[list[Message], bytes] | None:
     """What to hand on (the whole body as one message, its chunks let go; or the messages read until the
     body went past `limit`, for the SDK to refuse), and the body (b"" when it went past); None when the
-    server's bound of bodies in flight has no room for it (`declared` bytes at once, then as they come)."""
-    if not held.take(declared):
-        return None
+    server's bound of bodies in flight has no room for what came (each chunk taken as it comes)."""
     messages: list[Message] = []
-    size, taken = 0, declared
+    size = 0
     while True:
         message = await receive()
         messages.append(message)
         if message["type"] != "http.request":
             return messages, b""
-        size += len(message.get("body", b""))
-        if size > taken:
-            if not held.take(size - taken):
-                return None
-            taken = size
+        chunk = len(message.get("body", b""))
+        if not held.take(chunk):
+            return None
+        size += chunk
         if size > limit:
             return messages, b""
         if not message.get("more_body", False):

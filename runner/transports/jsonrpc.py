@@ -18,11 +18,15 @@ SERVER_BUSY = -32011
 # Where to look for the id of a request too large to parse: clients put it near the start.
 ID_SEARCH_BYTES = 4096
 _ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)')
+# The id written last, as the TypeScript SDK writes a request (`{...request, jsonrpc, id}`): followed by
+# the object's end alone (a nested one is followed by more than one), or by the version and that end.
+_LAST_ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*\Z')
 
 
-def request_id_in(head: bytes) -> str | int | None:
-    """The JSON-RPC id at the start of a message, if it can be seen without parsing the whole."""
-    match = _ID.search(head[:ID_SEARCH_BYTES])
+def request_id_in(message: bytes) -> str | int | None:
+    """The JSON-RPC id of a message, if it can be seen without parsing the whole: at its end, where the
+    TypeScript SDK writes it, else at its start, where the Python SDK does."""
+    match = _LAST_ID.search(message[-ID_SEARCH_BYTES:]) or _ID.search(message[:ID_SEARCH_BYTES])
     if match is None:
         return None
     try:

@@ -19,6 +19,18 @@ def test_the_request_id_is_found_near_the_start_or_not_at_all() -> None:
     assert too_large_reply(b'{"id":7', 5000, 100).id == 7
 
 
+def test_the_request_id_written_last_is_found_past_a_large_params_and_a_nested_id_is_not_taken_for_it() -> None:
+    # Found by a review: the TypeScript SDK writes a request as `{...request, jsonrpc, id}`, the id after
+    # its params; in a body past 64 KiB it was looked for in the first 4 KiB only, so its cancel was
+    # dropped and the run went on to its timeout.
+    params = json.dumps({"name": "run_python", "arguments": {"code": "x = 1\n" * 30_000, "id": 3}})
+    last = f'{{"method":"tools/call","params":{params},"jsonrpc":"2.0","id":9}}'.encode()
+    assert request_id_in(last) == 9
+    assert request_id_in(f'{{"method":"tools/call","params":{params},"id":"r-9"}}'.encode()) == "r-9"
+    # A notification whose params end with an id of their own has none.
+    assert request_id_in(f'{{"jsonrpc":"2.0","method":"x","params":{{"code":"{"y" * 9000}","id":4}}}}'.encode()) is None
+
+
 def test_a_valid_message_parses_once_into_its_type() -> None:
     message = parse_message(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
     assert isinstance(message, types.JSONRPCRequest)
