@@ -227,6 +227,48 @@ async def test_a_keeper_forged_by_a_calls_channel_ends_its_session_once_it_runs_
     assert "while it was idle" in pool.sessions.why_ended(handle)
 
 
+# Found by a review: a forged keeper (as above) said its one A, then flooded its channel: the idle check
+# was skipped while something on it was unread, and its processes ran on while the session idled.
+FLOODING_KEEPER = (
+    "import os, socket, threading, time\n"
+    "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    "child = os.fork()\n"
+    "if child == 0:\n"
+    "    os.setsid()\n"
+    "    s = socket.socket(fileno=254)\n"
+    "    ready = os.fork()\n"
+    "    if ready == 0:\n"
+    "        while True:\n            time.sleep(100)\n"
+    "    canary = os.fork()\n"
+    "    if canary == 0:\n"
+    "        while True:\n            time.sleep(100)\n"
+    "    while os.waitpid(canary, os.WNOHANG)[0] == 0:\n"  # until the verdict's sweep, once its A was taken
+    "        try:\n            s.send(b'A %d' % ready)\n"
+    "        except OSError:\n            pass\n"
+    "        time.sleep(0.02)\n"
+    "    time.sleep(0.05)\n"
+    "    for _ in range(3):\n"  # each with an RLIMIT_CPU of its own, as long as the test looks
+    "        if os.fork() == 0:\n"
+    "            while True:\n"
+    "                try:\n                    s.send(b'z', socket.MSG_DONTWAIT)\n"
+    "                except OSError:\n                    pass\n"
+    "    while True:\n        time.sleep(100)\n"
+    "socket.socket(fileno=254).send(b'P %d 0' % child)"
+)
+
+
+async def test_a_forged_keeper_flooding_its_channel_while_idle_ends_its_session_at_once(pool: Pool) -> None:
+    handle = await new_session(pool, "x = 1")
+    session = pool.sessions._open[handle]
+    await call(pool, FLOODING_KEEPER, handle)
+    await session.settled.wait()
+    # The idle check comes once a second; the flood lasted 4.5 to 6 s before (the anchor's RLIMIT_CPU).
+    with anyio.fail_after(2.5):
+        while handle in pool.sessions._open:
+            await anyio.sleep(0.05)
+    assert "idle" in pool.sessions.why_ended(handle)
+
+
 # What a rolled-back call changes through what the keeper shares with it: each put back, or the state
 # that would share it not kept.
 async def test_writes_to_kept_anonymous_shared_memory_are_rolled_back_with_the_call(pool: Pool) -> None:
