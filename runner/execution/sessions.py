@@ -301,10 +301,16 @@ class SessionHost:
 
     async def take(self, request: RunRequest, imports: frozenset[str]) -> Child | RunResult:
         try:
-            return await self._session.keeper.call()
+            child = await self._session.keeper.call()
         except SessionLost as exc:
             await self._sessions.end(self._session, str(exc), "lost")
             return self._sessions.unknown_call(request)
+        rolled_back, self._session.keeper.rolled_back = self._session.keeper.rolled_back, None
+        if rolled_back is not None and (over := self._hold(rolled_back.held_bytes)):
+            child.close_all()
+            await self._sessions.end(self._session, over, "lost")
+            return self._sessions.unknown_call(request)
+        return child
 
     @asynccontextmanager
     async def watching(self, child: Child) -> AsyncIterator[None]:
@@ -357,8 +363,9 @@ class SessionHost:
                 await session.supply.oom_told(session.anchor)
             # What it holds now, as the anchor read it once the verdict was done: a rolled-back call's
             # /dev/shm and /run stay (found by a review: they counted nowhere).
-            session.held = verdict.held_bytes
-            if verdict.yes != kept:
+            if over := self._hold(verdict.held_bytes):
+                await sessions.end(session, over, "lost")
+            elif verdict.yes != kept:
                 await sessions.end(session, f"its last call could not be kept after all: {verdict.why}", "lost")
             elif session.keeper.lost is not None:
                 await sessions.end(session, session.keeper.lost, "lost")
@@ -371,6 +378,21 @@ class SessionHost:
         finally:
             settled.set()
 
+    def _hold(self, held: int) -> str:
+        """Count `held` bytes, what the session holds after a verdict, as its own; why the session must
+        end ('' if not): with the other open sessions' it passes the sessions' budget. Found by a
+        review: a rolled-back call left 60 MiB in its /dev/shm under a budget of 64 MiB, the session
+        went on, and only other callers' sessions were refused; its memory goes with its end."""
+        session, sessions = self._session, self._sessions
+        session.held, others = held, sessions.held_by_others(session)
+        if not over_budget(sessions._budget, held, others):
+            return ""
+        return (
+            f"what it holds after its last call ({held / MIB:.0f} MiB, its /dev/shm and /run too, which are "
+            f"not rolled back) with the other open sessions' {others / MIB:.0f} MiB passes the sessions' "
+            f"memory budget of {sessions._budget / MIB:.0f} MiB (RUNNER_SESSIONS_MEMORY_MB)"
+        )
+
     async def abandon(self, child: Child) -> None:
         """Cancelled (the client went, or the server stops): the call is killed and the session
         rolled back, as for any call that did not end ok; only an anchor that cannot do that ends
@@ -381,11 +403,13 @@ class SessionHost:
             with anyio.fail_after(ROLLBACK_PATIENCE):
                 await child.wait_exit()
                 await session.keeper.keepable()
-                await session.keeper.verdict(False)
+                verdict = await session.keeper.verdict(False)
         except (SessionLost, TimeoutError):
             await self._sessions.end(session, "a call of it was cancelled and could not be rolled back", "lost")
         else:
             self._sessions.count("rolled_back")
+            if over := self._hold(verdict.held_bytes):
+                await self._sessions.end(session, over, "lost")
         finally:
             child.close_all()
 

@@ -52,6 +52,9 @@ CANDIDATE_SECONDS = 10.0
 # that forged its candidate would run that call's code, and hand it on to fresh forks).
 IDLE_CHECK_SECONDS = 1.0
 IDLE_CPU_SECONDS = 2.0
+# How many of the keeper's messages one wait takes (`Anchor.step`): a keeper says one or two things at
+# a time (S, X, A), so that a flood of them never keeps the anchor from the rest of its loop.
+MAX_DRAIN = 16
 
 
 class _Call:
@@ -179,7 +182,11 @@ class Anchor:
             os.read(self.wake, 4096)
             self.reap()  # the call too, once its keeper is gone
         more = self.keeper_channel is not None and self.keeper_channel in readable
-        while more:  # all the keeper said first: it says a call's pid (S) before the call can say anything
+        # What the keeper said first (a call's pid, S, comes before the call can say anything), a
+        # bounded number of messages at a time.
+        for _ in range(MAX_DRAIN):
+            if not more:
+                break
             self.from_keeper()
             more = _readable_now(self.keeper_channel)
         if call is not None and call.channel in readable and call.listening():
@@ -188,9 +195,15 @@ class Anchor:
             self.from_server()
         if idle and (self.call is None or not self.call.pid) and time.monotonic() >= self.next_check:
             self.next_check = time.monotonic() + IDLE_CHECK_SECONDS
-            fault = _idle_fault((self.keeper, self.ready), self.dying, self.idle_cpu)
-            if fault and not _readable_now(self.keeper_channel):  # no S unread: no call began as it looked
-                self.lost(fault)
+            if fault := _idle_fault((self.keeper, self.ready), self.dying, self.idle_cpu):
+                # Unless a call began as it looked: its S came first (the keeper says it before the
+                # call has its fds), and the only thing an idle keeper says (`from_keeper`). Found by
+                # a review: whatever was unread on the channel skipped this check, and a forged keeper
+                # that flooded it kept its processes running while idle.
+                if self.call is not None and _readable_now(self.keeper_channel):
+                    self.from_keeper()
+                if self.call is None or not self.call.pid:
+                    self.lost(fault)
 
     def from_server(self) -> None:
         import socket
@@ -238,8 +251,12 @@ class Anchor:
             if self.call is None or not self.call.pid:  # no call, or one it died before forking
                 self.lost("the session's keeper process was killed")
             return
-        tag, pid, line = _keeper_says(message) or (b"", 0, b"")
         call = self.call
+        tag, pid, line = _keeper_says(message) or (b"", 0, b"")
+        if not self.awaiting and (call is None or not call.pid) and not (tag == b"S" and call is not None):
+            # Idle, its one A taken: a keeper of ours says nothing but the S of a call handed on (found
+            # by a review: a forged keeper flooded its channel, and the idle check waited for it).
+            self.lost("its keeper spoke while the session was idle")
         if tag == b"A" and self.awaiting and parent(pid) == self.keeper:
             self.awaiting, self.ready = False, pid
             self.idle_cpu = cpu_seconds(self.keeper) + cpu_seconds(pid)

@@ -95,6 +95,9 @@ class SessionKeeper:
         self._previous: KeptCall | None = None  # the call before, whose end may still be told
         self._armed: KeptCall | None = None
         self._closed = False
+        # The verdict `call` had on an armed call that died waiting (what the session holds after it),
+        # for the caller to take (`Sessions`' budget); None if it had none.
+        self.rolled_back: Said | None = None
 
     @classmethod
     async def start(cls, anchor: Child, tg: anyio.abc.TaskGroup) -> SessionKeeper:
@@ -123,7 +126,7 @@ class SessionKeeper:
             armed.close_all()
             if self.lost is None:
                 await self.keepable()
-                await self.verdict(False)
+                self.rolled_back = await self.verdict(False)
         return self._hand()
 
     def arm(self, before: bytes = b"") -> bool:

@@ -15,7 +15,7 @@ import pytest
 
 from runner.config import MIB, Config
 from runner.execution.pool import Pool
-from runner.outcome import NEW_SESSION, RunRequest, RunResult, Status
+from runner.outcome import NEW_SESSION, Progress, RunRequest, RunResult, Status
 from tests.e2e.execution.test_sessions import call, new_session
 from tests.helpers import alive, children_of, in_mode, settled_async
 
@@ -227,6 +227,48 @@ async def test_a_keeper_forged_by_a_calls_channel_ends_its_session_once_it_runs_
     assert "while it was idle" in pool.sessions.why_ended(handle)
 
 
+# Found by a review: a forged keeper (as above) said its one A, then flooded its channel: the idle check
+# was skipped while something on it was unread, and its processes ran on while the session idled.
+FLOODING_KEEPER = (
+    "import os, socket, threading, time\n"
+    "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    "child = os.fork()\n"
+    "if child == 0:\n"
+    "    os.setsid()\n"
+    "    s = socket.socket(fileno=254)\n"
+    "    ready = os.fork()\n"
+    "    if ready == 0:\n"
+    "        while True:\n            time.sleep(100)\n"
+    "    canary = os.fork()\n"
+    "    if canary == 0:\n"
+    "        while True:\n            time.sleep(100)\n"
+    "    while os.waitpid(canary, os.WNOHANG)[0] == 0:\n"  # until the verdict's sweep, once its A was taken
+    "        try:\n            s.send(b'A %d' % ready)\n"
+    "        except OSError:\n            pass\n"
+    "        time.sleep(0.02)\n"
+    "    time.sleep(0.05)\n"
+    "    for _ in range(3):\n"  # each with an RLIMIT_CPU of its own, as long as the test looks
+    "        if os.fork() == 0:\n"
+    "            while True:\n"
+    "                try:\n                    s.send(b'z', socket.MSG_DONTWAIT)\n"
+    "                except OSError:\n                    pass\n"
+    "    while True:\n        time.sleep(100)\n"
+    "socket.socket(fileno=254).send(b'P %d 0' % child)"
+)
+
+
+async def test_a_forged_keeper_flooding_its_channel_while_idle_ends_its_session_at_once(pool: Pool) -> None:
+    handle = await new_session(pool, "x = 1")
+    session = pool.sessions._open[handle]
+    await call(pool, FLOODING_KEEPER, handle)
+    await session.settled.wait()
+    # The idle check comes once a second; the flood lasted 4.5 to 6 s before (the anchor's RLIMIT_CPU).
+    with anyio.fail_after(2.5):
+        while handle in pool.sessions._open:
+            await anyio.sleep(0.05)
+    assert "idle" in pool.sessions.why_ended(handle)
+
+
 # What a rolled-back call changes through what the keeper shares with it: each put back, or the state
 # that would share it not kept.
 async def test_writes_to_kept_anonymous_shared_memory_are_rolled_back_with_the_call(pool: Pool) -> None:
@@ -358,15 +400,81 @@ async def test_what_a_sessions_own_dev_shm_holds_counts_in_the_sessions_memory_b
         assert result.session is not None
         assert not result.session.kept, result
         assert "passes the sessions' memory budget of 64 MiB" in result.session.note
-        # Rolled back, but /dev/shm is not: what it holds there still counts against the others.
-        await pool.sessions._open[second].settled.wait()
+        # Rolled back, but /dev/shm is not: what it holds there with the others' passes the budget,
+        # and the session ends (its /dev/shm with it), not the others' next states.
+        await _ended(pool, second)
+        assert "passes the sessions' memory budget of 64 MiB" in pool.sessions.why_ended(second)
         later = await call(pool, "y = 1", first)
         assert later.session is not None
-        assert not later.session.kept, later
-        assert await pool.close_session(second, None) is None
-        again = await call(pool, "y = 1", first)
-        assert again.session is not None
-        assert again.session.kept, again
+        assert later.session.kept, later
+
+
+async def _ended(pool: Pool, handle: str) -> None:
+    """Once the last verdict of the session `handle` is done, and it ended."""
+    session = pool.sessions._open.get(handle)
+    if session is not None:
+        await session.settled.wait()
+    assert handle not in pool.sessions._open
+
+
+async def test_a_session_whose_rolled_back_call_leaves_its_dev_shm_past_the_budget_ends_not_the_others(
+    session_config: Config, no_leaks: None
+) -> None:
+    # Found by a review: a failed call left 60 MiB in its /dev/shm under a budget of 64 MiB; its session
+    # went on, and only other callers' states were refused.
+    if session_config.sandbox == "none":
+        pytest.skip("without a sandbox /dev/shm is the host's (docs/sessions.md)")
+    config = dataclasses.replace(
+        session_config, sessions_memory_mb=64, sessions_budget_bytes=64 * MIB, sandbox_tmp_mb=128
+    )
+    fill = "for i in range(5):\n    open(f'/dev/shm/f{i}', 'wb').write(bytes(14 << 20))\nraise SystemExit(1)"
+    async with Pool.open(config, reap_strays=True) as pool:
+        mallory = await new_session(pool, "x = 1", caller="mallory")
+        alice = await new_session(pool, "y = 1", caller="alice")
+        failed = await call(pool, fill, mallory, caller="mallory")
+        assert failed.status is not Status.OK, failed
+        await _ended(pool, mallory)
+        assert "passes the sessions' memory budget of 64 MiB" in pool.sessions.why_ended(mallory)
+        kept = await call(pool, "y = 2\nz = bytearray(8 << 20)", alice, caller="alice")
+        assert kept.session is not None
+        assert kept.session.kept, kept
+        assert (await call(pool, "print(y)", alice, caller="alice")).stdout.text == "2\n"
+
+
+async def test_a_session_whose_cancelled_call_leaves_its_dev_shm_past_the_budget_ends_not_the_others(
+    session_config: Config, no_leaks: None
+) -> None:
+    # The same, for a call cancelled (its client went): that roll-back's count was dropped.
+    if session_config.sandbox == "none":
+        pytest.skip("without a sandbox /dev/shm is the host's (docs/sessions.md)")
+    config = dataclasses.replace(
+        session_config, sessions_memory_mb=64, sessions_budget_bytes=64 * MIB, sandbox_tmp_mb=128
+    )
+    fill = (
+        "import time\nfor i in range(5):\n    open(f'/dev/shm/f{i}', 'wb').write(bytes(14 << 20))\n"
+        "print('filled', flush=True)\ntime.sleep(60)"
+    )
+    async with Pool.open(config, reap_strays=True) as pool:
+        mallory = await new_session(pool, "x = 1", caller="mallory")
+        alice = await new_session(pool, "y = 1", caller="alice")
+        filled = anyio.Event()
+
+        async def told(progress: Progress) -> None:
+            if "filled" in progress.stdout_tail:
+                filled.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pool.run, RunRequest("t", fill, 30, session=mallory, caller="mallory"), told)
+            with anyio.fail_after(20):
+                await filled.wait()
+            tg.cancel_scope.cancel()
+        with anyio.fail_after(20):
+            while mallory in pool.sessions._open:
+                await anyio.sleep(0.05)
+        assert "passes the sessions' memory budget of 64 MiB" in pool.sessions.why_ended(mallory)
+        kept = await call(pool, "y = 2\nz = bytearray(8 << 20)", alice, caller="alice")
+        assert kept.session is not None
+        assert kept.session.kept, kept
 
 
 STOP_THE_ANCHOR = (

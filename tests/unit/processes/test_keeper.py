@@ -131,3 +131,24 @@ async def test_the_reader_of_an_anchor_that_sends_garbage_ends_quietly_and_says_
     assert keeper.lost is not None
     assert "not its wire" in keeper.lost
     assert anchor.recv(10) == b""  # its end was shut: a real anchor ends the session on that
+
+
+async def test_an_armed_call_that_died_waiting_is_rolled_back_and_what_the_session_holds_after_is_kept(
+    anchor_socket: tuple[SessionKeeper, socket.socket], held: list[int]
+) -> None:
+    # Found by a review: that roll-back's V was dropped, and what the session's /dev/shm held after it
+    # counted nowhere (`Sessions` ends a session it puts past the budget).
+    keeper, anchor = anchor_socket
+    (await keeper.call()).close_all()
+    keeper._received(b"S 101\n")
+    keeper.give_verdict(True, arm=True)
+    _received(anchor, held)
+    _received(anchor, held)
+    os.close(held.pop())  # the armed call's job socket, the anchor's end: that call is gone
+    keeper._received(b"X 101 0 0.25 0.0 2048\n")
+    keeper._received(b"P 0 0 0 its code did not run to its end\nV 0 0 61440 -\n")
+    assert keeper.rolled_back is None
+    again = await keeper.call()
+    assert keeper.rolled_back is not None
+    assert keeper.rolled_back.held_bytes == 60 << 20
+    again.close_all()
