@@ -36,22 +36,19 @@ if TYPE_CHECKING:
 
     from runner.inrun import libc
     from runner.inrun.snapshot import Snapshot
-    from runner.inrun.sweeps import anonymous_kb, cpu_seconds, descendants, kill, parent, state, sweep_tree, tmpfs_kb
+    from runner.inrun.sweeps import anonymous_kb, cpu_seconds, idle_fault, kill, parent, sweep_tree, tmpfs_kb
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import libc
     from snapshot import Snapshot
-    from sweeps import anonymous_kb, cpu_seconds, descendants, kill, parent, state, sweep_tree, tmpfs_kb
+    from sweeps import anonymous_kb, cpu_seconds, idle_fault, kill, parent, sweep_tree, tmpfs_kb
 
 MAX_LINE = 512
 MAX_PID = 1 << 22  # Linux's pid_max is at most this
 # How long the anchor waits for a call to end once its verdict is asked for, and for the keeper to say
 # it forked the next call.
 CANDIDATE_SECONDS = 10.0
-# How often an idle session's processes are looked at (`Anchor.idle_check`), and the CPU time its
-# keeper and the call it forked ahead may use while idle: both only wait (a keeper made of a call
-# that forged its candidate would run that call's code, and hand it on to fresh forks).
+# How often an idle session's processes are looked at (`sweeps.idle_fault`).
 IDLE_CHECK_SECONDS = 1.0
-IDLE_CPU_SECONDS = 2.0
 # How many of the keeper's messages one wait takes (`Anchor.step`): a keeper says one or two things at
 # a time (S, X, A), so that a flood of them never keeps the anchor from the rest of its loop.
 MAX_DRAIN = 16
@@ -146,10 +143,9 @@ class Anchor:
         self.keeper, channel = _first_keeper(fork_keeper)
         self.keeper_channel: socket.socket | None = channel
         self.wake = -1  # the read end of SIGCHLD's wake-up pipe (`serve`)
-        # The call the keeper forked ahead, as its A said: one A is taken from each keeper, and one
-        # after each roll-back (`await_ready`), none in between.
+        # The call the keeper forked ahead (its A): one A from each keeper and after each roll-back.
         self.awaiting, self.ready = True, 0
-        self.idle_cpu, self.next_check = 0.0, 0.0  # what keeper and ready had used then (`_idle_fault`)
+        self.idle_cpu, self.next_check = 0.0, 0.0  # what keeper and ready had used then (`idle_fault`)
         self.dying: set[int] = set()  # what the last verdict killed: its teardown may take a while
 
     def say(self, line: bytes) -> None:
@@ -182,8 +178,7 @@ class Anchor:
             os.read(self.wake, 4096)
             self.reap()  # the call too, once its keeper is gone
         more = self.keeper_channel is not None and self.keeper_channel in readable
-        # What the keeper said first (a call's pid, S, comes before the call can say anything), a
-        # bounded number of messages at a time.
+        # The keeper's first (a call's S comes before the call can say anything), so many at a time.
         for _ in range(MAX_DRAIN):
             if not more:
                 break
@@ -193,17 +188,8 @@ class Anchor:
             self.from_candidate(call)
         if self.control in readable:
             self.from_server()
-        if idle and (self.call is None or not self.call.pid) and time.monotonic() >= self.next_check:
-            self.next_check = time.monotonic() + IDLE_CHECK_SECONDS
-            if fault := _idle_fault((self.keeper, self.ready), self.dying, self.idle_cpu):
-                # Unless a call began as it looked: its S came first (the keeper says it before the
-                # call has its fds), and the only thing an idle keeper says (`from_keeper`). Found by
-                # a review: whatever was unread on the channel skipped this check, and a forged keeper
-                # that flooded it kept its processes running while idle.
-                if self.call is not None and _readable_now(self.keeper_channel):
-                    self.from_keeper()
-                if self.call is None or not self.call.pid:
-                    self.lost(fault)
+        if idle:
+            _check_idle(self)
 
     def from_server(self) -> None:
         import socket
@@ -254,8 +240,7 @@ class Anchor:
         call = self.call
         tag, pid, line = _keeper_says(message) or (b"", 0, b"")
         if not self.awaiting and (call is None or not call.pid) and not (tag == b"S" and call is not None):
-            # Idle, its one A taken: a keeper of ours says nothing but the S of a call handed on (found
-            # by a review: a forged keeper flooded its channel, and the idle check waited for it).
+            # Idle, its A taken: ours says only a handed-on call's S (found by a review: a forged one flooded).
             self.lost("its keeper spoke while the session was idle")
         if tag == b"A" and self.awaiting and parent(pid) == self.keeper:
             self.awaiting, self.ready = False, pid
@@ -394,6 +379,22 @@ class Anchor:
         _end_session()
 
 
+def _check_idle(anchor: Anchor) -> None:
+    """Each IDLE_CHECK_SECONDS while no call runs, end the session if `idle_fault` finds a fault; unless
+    a call began as it looked: its S came first (the keeper says it before the call has its fds), and
+    the only thing an idle keeper says (`Anchor.from_keeper`). Found by a review: whatever was unread on
+    the keeper's channel skipped this check, and a forged keeper that flooded it kept its processes
+    running while idle."""
+    if (anchor.call is not None and anchor.call.pid) or time.monotonic() < anchor.next_check:
+        return
+    anchor.next_check = time.monotonic() + IDLE_CHECK_SECONDS
+    if fault := idle_fault((anchor.keeper, anchor.ready), anchor.dying, anchor.idle_cpu):
+        if anchor.call is not None and _readable_now(anchor.keeper_channel):
+            anchor.from_keeper()
+        if anchor.call is None or not anchor.call.pid:
+            anchor.lost(fault)
+
+
 def _first_keeper(fork_keeper: Callable[[socket.socket], None]) -> tuple[int, socket.socket]:
     """Fork the session's first keeper (`fork_keeper` is what it does): its pid, and the anchor's end
     of its channel."""
@@ -409,22 +410,6 @@ def _first_keeper(fork_keeper: Callable[[socket.socket], None]) -> tuple[int, so
             os._exit(1)
     theirs.close()
     return pid, ours
-
-
-def _idle_fault(waiting: tuple[int, int], dying: set[int], cpu_before: float) -> str:
-    """Why an idle session must end, or '': between calls nothing of it runs but the anchor, and the
-    keeper and the call it forked ahead (`waiting`), which wait. No other process may be there (but
-    those killed already, `dying`): only a keeper made of a call that forged its candidate forks then
-    (found by a review: it ran 16.6 s of CPU in 17 past a limit of 5, handing over to fresh forks).
-    Nor may those two run (beyond what they had used, `cpu_before`, and IDLE_CPU_SECONDS) or be
-    stopped. The session's end kills them all."""
-    if [pid for pid in descendants(os.getpid()) if pid not in waiting and pid not in dying]:
-        return "a process of it ran while it was idle"
-    if sum(cpu_seconds(pid) for pid in waiting) > cpu_before + IDLE_CPU_SECONDS:
-        return "its keeper ran while the session was idle"
-    if any(state(pid) in (b"T", b"t") for pid in waiting):
-        return "its keeper was stopped"
-    return ""
 
 
 def _told(keeper: socket.socket | None, message: bytes) -> socket.socket | None:

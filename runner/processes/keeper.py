@@ -144,16 +144,7 @@ class SessionKeeper:
         """A call of the session's kept state, its pipes the server's, ready for its job (the keeper
         hands them to the call it forked ahead); `before`, lines the anchor takes first, in the same
         message."""
-        ends: list[int] = []
-        try:
-            for _ in range(3):
-                ends.extend(os.pipe())
-            ours, theirs = socket.socketpair()
-            ends.extend((theirs.detach(), ours.detach()))
-        except OSError:
-            for fd in ends:
-                os.close(fd)
-            raise
+        ends = _call_ends()
         stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w, code_theirs, code_ours = ends
         handed = [stdin_r, stdout_w, stderr_w, code_theirs]
         try:
@@ -336,6 +327,22 @@ class SessionKeeper:
             self._armed.close_all()
             self._armed = None
         _shut(self.anchor.code, socket.SHUT_WR)
+
+
+def _call_ends() -> list[int]:
+    """A call's stdin, stdout and stderr pipes and its job socket pair, each end an fd: all closed if
+    one cannot be made."""
+    ends: list[int] = []
+    try:
+        for _ in range(3):
+            ends.extend(os.pipe())
+        ours, theirs = socket.socketpair()
+        ends.extend((theirs.detach(), ours.detach()))
+    except OSError:
+        for fd in ends:
+            os.close(fd)
+        raise
+    return ends
 
 
 def stopped(anchor: Child) -> bool:

@@ -58,13 +58,13 @@ def test_the_idle_check_ends_the_session_even_while_the_keepers_channel_has_some
     idle: tuple[types.SimpleNamespace, socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     held, keeper, server = idle
-    looked = anchor._idle_fault
+    looked = anchor.idle_fault
 
     def flooded(*args: object) -> str:  # the flood goes on while the anchor looks at its processes
         keeper.send(b"z")
         return str(looked(*args))
 
-    monkeypatch.setattr(anchor, "_idle_fault", flooded)
+    monkeypatch.setattr(anchor, "idle_fault", flooded)
     left = subprocess.Popen(["sleep", "30"])  # a process but the keeper and its next call
     try:
         with pytest.raises(Ended):
