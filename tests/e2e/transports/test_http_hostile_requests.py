@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import re
 import socket
 import threading
@@ -16,23 +15,11 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 
+from tests.code_mode import cpu_seconds, peak_memory
 from tests.e2e.transports.test_http import ALICE, BOB, JSON_AND_SSE, call, post, sse_messages
 from tests.http_server import HttpServer, http_server
 
 pytestmark = [pytest.mark.timeout(180)]
-
-
-def cpu_seconds(pid: int) -> float:
-    """`pid`'s CPU time so far, user and system, in seconds."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_memory(pid: int) -> int:
-    """`pid`'s peak resident memory (VmHWM), in bytes."""
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
 
 
 def tokens(tmp_path: Path) -> dict[str, str]:
