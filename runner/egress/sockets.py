@@ -16,65 +16,26 @@ import contextlib
 import socket
 
 import anyio
-import anyio.lowlevel
+
+from runner.fdio import AskedReads
 
 
 class Socket:
-    """A connected non-blocking TCP socket, read only when `receive` is awaited. A wait for bytes is the
-    event loop's own reader callback, kept registered while the relay keeps asking (anyio's
-    `wait_readable` adds and removes it at every wait: two epoll_ctl calls a read); found ready while no
-    one asks, it is left with the kernel until the next `receive`."""
+    """A connected non-blocking TCP socket, read only when `receive` is awaited (`AskedReads`)."""
 
-    __slots__ = ("_loop", "_sock", "_waiter", "_wanted", "_watched")
+    __slots__ = ("_reads", "_sock")
 
     def __init__(self, sock: socket.socket) -> None:
         sock.setblocking(False)
         with contextlib.suppress(OSError):  # as anyio did: a small write (a head, a 100) goes at once
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
-        # The server runs on asyncio (`anyio.run`'s default backend), whose loop takes readers.
-        self._loop = asyncio.get_running_loop()
-        self._watched = False
-        self._waiter: asyncio.Future[bytes] | None = None
-        self._wanted = 0
+        self._reads = AskedReads(sock.fileno(), sock.recv, sock.close)
 
     async def receive(self, most: int) -> bytes:
         """What the socket holds, up to `most` bytes, once it holds some; b"" at its end. A reset raises
         its OSError."""
-        if self._sock.fileno() < 0:
-            raise anyio.ClosedResourceError
-        try:
-            data = self._sock.recv(most)
-        except BlockingIOError:
-            pass
-        else:
-            # Bytes were there already (a download's next chunk): the other tasks get their turn, and a
-            # cancellation its chance, as they would at a wait.
-            await anyio.lowlevel.checkpoint()
-            return data
-        waiter: asyncio.Future[bytes] = self._loop.create_future()
-        self._waiter, self._wanted = waiter, most
-        if not self._watched:
-            self._loop.add_reader(self._sock.fileno(), self._ready)
-            self._watched = True
-        return await waiter
-
-    def _ready(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is None or waiter.done():
-            self._unwatch()  # no one asks: the next `receive` watches again
-            return
-        try:
-            waiter.set_result(self._sock.recv(self._wanted))
-        except BlockingIOError:
-            self._waiter = waiter
-        except OSError as exc:
-            waiter.set_exception(exc)
-
-    def _unwatch(self) -> None:
-        if self._watched and self._sock.fileno() >= 0:
-            self._loop.remove_reader(self._sock.fileno())
-        self._watched = False
+        return await self._reads.read(most)
 
     async def send(self, data: bytes | bytearray | memoryview) -> None:
         """All of `data`, waiting whenever the socket's buffer is full (the peer not reading): nothing
@@ -90,12 +51,7 @@ class Socket:
 
     def close(self) -> None:
         """Closed once, a wait for bytes woken (its reader removed before the fd number can be another's)."""
-        if self._sock.fileno() >= 0:
-            self._unwatch()
-            waiter, self._waiter = self._waiter, None
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(anyio.ClosedResourceError())
-            self._sock.close()
+        self._reads.close()
 
 
 async def accept(listener: socket.socket) -> Socket:

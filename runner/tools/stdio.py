@@ -8,7 +8,7 @@ line past the bound is a fault of the connection, said to the session as the SDK
 not parse (the client's message handler hears it, and the server is started again), and the rest of
 that stdout is left unread until the server is stopped. It reads at a rate (`BYTES_PER_SECOND`: each
 byte costs the event loop a parse; a read that ends no line counts as a full one, `READ_BYTES`), and
-parses a long line faster than the SDK does (`parse`). The stdout is a pipe of ours (`_Pipe`), read
+parses a long line faster than the SDK does (`parse`). The stdout is a pipe of ours (`AskedReads`), read
 only when the reader asks: asyncio's pipe transport read whatever came, a byte at a time if so, paced
 or not.
 
@@ -20,8 +20,8 @@ servers go through them.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import logging
 import os
 import subprocess
@@ -49,6 +49,7 @@ from mcp.client.stdio import (
 )
 from mcp.shared.message import SessionMessage
 
+from runner.fdio import AskedReads
 from runner.tools.rates import Pace
 
 logger = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ async def stdio_transport(
         raise
     finally:
         os.close(write_end)
-    stdout = _Pipe(read_end)
+    stdout = AskedReads(read_end, functools.partial(os.read, read_end), functools.partial(os.close, read_end))
     # The spawn succeeded; no awaits until the task group is entered (a cancellation in the gap would
     # leak the live process).
     read_stream_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -163,7 +164,7 @@ async def stdio_transport(
         try:
             async with read_stream_writer:
                 try:
-                    while chunk := await stdout.read():
+                    while chunk := await stdout.read(READ_BYTES):
                         try:
                             got = lines.feed(chunk)
                         except LineTooLong as exc:
@@ -226,59 +227,6 @@ async def stdio_transport(
     await anyio.lowlevel.cancel_shielded_checkpoint()
 
 
-class _Pipe:
-    """The read end of a server's stdout, non-blocking, read only when the reader asks (`read`): what a
-    wait finds is read in the event loop's own callback, and the fd stays with the loop while the
-    reader keeps asking (anyio's `wait_readable` adds and removes it each time: two epoll_ctl calls a
-    brokered call); found ready while no one asks, it is left with the kernel (the writer waits) until
-    the next `read`. Closed once, any wait woken (no read after: its number may be another file's)."""
-
-    def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        self._fd: int | None = fd
-        # The server runs on asyncio (`anyio.run`'s default backend), whose loop takes readers.
-        self._loop = asyncio.get_running_loop()
-        self._watched = False
-        self._waiter: asyncio.Future[bytes] | None = None
-
-    async def read(self) -> bytes:
-        """What the pipe holds, up to `READ_BYTES`, once it holds some; b"" at its end."""
-        if self._fd is None:
-            raise anyio.ClosedResourceError
-        waiter: asyncio.Future[bytes] = self._loop.create_future()
-        self._waiter = waiter
-        if not self._watched:
-            self._loop.add_reader(self._fd, self._ready)
-            self._watched = True
-        return await waiter
-
-    def _ready(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is None or waiter.done() or self._fd is None:
-            self._unwatch()  # no one asks: the next `read` watches again
-            return
-        try:
-            waiter.set_result(os.read(self._fd, READ_BYTES))
-        except BlockingIOError:
-            self._waiter = waiter
-        except OSError as exc:
-            waiter.set_exception(exc)
-
-    def _unwatch(self) -> None:
-        if self._watched and self._fd is not None:
-            self._loop.remove_reader(self._fd)
-        self._watched = False
-
-    def close(self) -> None:
-        if self._fd is not None:
-            self._unwatch()
-            waiter, self._waiter = self._waiter, None
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(anyio.ClosedResourceError())
-            os.close(self._fd)
-            self._fd = None
-
-
 async def _turn(rate: Pace, size: int) -> None:
     """Wait until a read of `size` may be followed by another (`BYTES_PER_SECOND`); unread meanwhile:
     the server waits."""
@@ -287,16 +235,16 @@ async def _turn(rate: Pace, size: int) -> None:
         await anyio.sleep(wait)
 
 
-async def _drain(stdout: _Pipe, rate: Pace) -> None:
+async def _drain(stdout: AskedReads, rate: Pace) -> None:
     """The SDK's `_drain_stdout` on our pipe, at the same pace: what the server still writes is read and
     dropped until its end, or until `_stop` closes it (a server blocked writing a full pipe would miss
     its chance to exit)."""
     with anyio.CancelScope(shield=True), contextlib.suppress(anyio.ClosedResourceError, OSError):
-        while chunk := await stdout.read():
+        while chunk := await stdout.read(READ_BYTES):
             await _turn(rate, max(len(chunk), READ_BYTES))
 
 
-async def _stop(process: anyio.abc.Process, stdout: _Pipe) -> None:
+async def _stop(process: anyio.abc.Process, stdout: AskedReads) -> None:
     """The SDK's `_stop_server_process`, the stdout ours: stdin closed, a grace period, then the whole
     tree killed; the pipe closed whatever holds its other end (a process that outlived the kill)."""
     assert process.stdin, "the process is started with a pipe for its stdin"
