@@ -24,8 +24,10 @@ from runner.protocol.results import MAX_TEXT_GROWTH, text_json_bytes
 
 # A JSON-RPC error of the server's own range (-32000 to -32099; the SDK uses -32000 and -32001).
 READ_BUSY = -32010
-# Reads of one caller in flight at once: a client reads its links one after another.
-MAX_READS_PER_CALLER = 2
+# Reads of one caller in flight at once. Not two: a gateway behind one token, or every client of a
+# server without tokens (one caller), reads the links of its concurrent calls at once (eight tasks
+# behind nginx had theirs refused). What bounds the memory is the budget of bytes, half for a caller.
+MAX_READS_PER_CALLER = 16
 # Bytes the answers of all reads in flight may cost together, at least; more where one answer of the
 # largest kept stream could cost more (see `Reads.for_largest`).
 MIN_BUDGET_BYTES = 256 * 1024 * 1024

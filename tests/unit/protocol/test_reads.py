@@ -20,7 +20,7 @@ def test_a_caller_has_at_most_a_few_reads_in_flight_and_one_more_is_refused_busy
     with pytest.raises(MCPError) as refused:
         reads.admit("alice", 1)
     assert refused.value.code == READ_BUSY
-    assert "busy: 2 reads of kept output of this caller are in flight" in refused.value.message
+    assert f"busy: {MAX_READS_PER_CALLER} reads of kept output of this caller are in flight" in refused.value.message
     reads.admit("bob", 1)  # another caller is not held up
     reads.release(held[0])
     reads.release(held[0])  # once only
