@@ -56,8 +56,9 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def children(pid: int) -> list[int]:
-    """The children of `pid`, of each of its threads: a child is listed under the thread that made it."""
+def children(pid: int | str) -> list[int]:
+    """The children of `pid` ("self": this process's), of each of its threads: a child is listed under
+    the thread that made it."""
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")

@@ -11,6 +11,7 @@ import contextlib
 import os
 
 from runner.inrun import libc
+from runner.inrun.sweeps import children
 
 
 def set_child_subreaper(enabled: bool) -> bool:
@@ -28,7 +29,7 @@ set_dumpable = libc.set_dumpable
 
 def children_of_self() -> list[int]:
     """Our direct children, adopted orphans included (Linux; empty where /proc cannot tell)."""
-    return _children("self")
+    return children("self")
 
 
 def is_zombie(pid: int) -> bool:
@@ -55,22 +56,6 @@ def reap_if_exited(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def _children(pid: int | str) -> list[int]:
-    """The direct children of `pid` ("self": ours), from every one of its threads' lists."""
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children", "rb") as listing:
-                found.extend(int(child) for child in listing.read().split())
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 def tree_pss_bytes(pid: int, most: int = 64) -> int:
     """The proportional set size of `pid` and of every process under it (smaps_rollup's Pss and
     SwapPss): the pages only they map in full, so a page two of them share (a keeper and the call it
@@ -89,5 +74,5 @@ def tree_pss_bytes(pid: int, most: int = 64) -> int:
             name, _, rest = line.partition(b":")
             if name in (b"Pss", b"SwapPss"):
                 total += int(rest.split()[0]) * 1024
-        todo.extend(_children(current))
+        todo.extend(children(current))
     return total
