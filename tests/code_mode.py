@@ -89,3 +89,11 @@ def cpu_seconds(pid: int) -> float:
     """The CPU time `pid` has used, user and system."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def run_costing(client: Client, code: str, **arguments: Any) -> tuple[dict[str, Any], float]:
+    """`run`, and the seconds of CPU the server (`server_process`) used meanwhile."""
+    server = server_process()
+    before = cpu_seconds(server)
+    done = await run(client, code, **arguments)
+    return done, cpu_seconds(server) - before

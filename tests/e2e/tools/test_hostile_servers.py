@@ -23,7 +23,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from tests.code_mode import cpu_seconds, hostile, peak_memory, run, run_once, server_process, stdio_session, tools_file
+from tests.code_mode import hostile, peak_memory, run, run_costing, run_once, server_process, stdio_session, tools_file
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -150,10 +150,7 @@ async def test_a_flood_of_notifications_or_of_answers_no_one_asked_for_is_taken_
     code = "import time, mcp_tools\ntime.sleep(3)  # the flood's time\nprint(mcp_tools.good.backtracks(s='a'))\n"
     with (tmp_path / "stderr.log").open("w") as errlog:
         async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            server = server_process()
-            before = cpu_seconds(server)
-            done = await run(client, code)
-            busy = cpu_seconds(server) - before
+            done, busy = await run_costing(client, code)
             sent = int(count.read_text())  # before the server stops (it drains their stdout then)
     assert done["stdout"] == "backtracks ok\n", done
     # Some 2.5 s of the server's CPU in the run's 3 s, unbounded.
@@ -193,10 +190,7 @@ async def test_a_servers_stderr_flood_is_logged_at_a_rate_and_a_long_line_keeps_
     with log.open("w") as errlog:
         async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
             assert await logged(log, "tool server stderr not logged"), "the rest of the flood is counted"
-            server = server_process()
-            before = cpu_seconds(server)
-            done = await run(client, code)
-            busy = cpu_seconds(server) - before
+            done, busy = await run_costing(client, code)
     text = log.read_text()
     assert done["stdout"] == "backtracks ok\n", done
     assert busy < 1.0, f"{busy:.2f} s of the server's CPU in the run's 3 s"
@@ -216,10 +210,7 @@ async def test_a_server_that_writes_a_byte_at_a_time_is_read_at_a_pace(
     code = "import time, mcp_tools\ntime.sleep(3)  # the trickle's time\nprint(mcp_tools.good.backtracks(s='a'))\n"
     with (tmp_path / "stderr.log").open("w") as errlog:
         async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            server = server_process()
-            before = cpu_seconds(server)
-            done = await run(client, code)
-            busy = cpu_seconds(server) - before
+            done, busy = await run_costing(client, code)
     assert done["stdout"] == "backtracks ok\n", done
     assert busy < 1.0, f"{busy:.2f} s of the server's CPU in the run's 3 s"
 
@@ -498,10 +489,7 @@ async def test_an_http_calls_stream_of_comments_is_read_at_a_rate(work_dir: Path
     # lines parsed one by one on the event loop that every run shares: a whole core for as long as the
     # call waited.
     async with http_session(work_dir, tmp_path, "http") as client:
-        server = server_process()
-        before = cpu_seconds(server)
-        done = await run(client, SAID + "print(said(mcp_tools.http.chatter))\n", timeout=4)
-        busy = cpu_seconds(server) - before
+        done, busy = await run_costing(client, SAID + "print(said(mcp_tools.http.chatter))\n", timeout=4)
     assert done["status"] == "timeout", done
     assert busy < 1.0, f"{busy:.2f} s of the server's CPU in the run's 4 s"
 
