@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -42,17 +42,36 @@ def never_reads() -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def floods(sent: list[int]) -> Iterator[int]:
-    """A listed host that sends each connection a response with a body of 2 GiB from the moment it is
-    accepted, as fast as it is taken (at most MOST in all): a host that speaks first, through a tunnel.
-    What it could write is added to `sent`."""
+def upstream(each: Callable[[socket.socket, threading.Event], None]) -> Iterator[int]:
+    """A listed host that serves each connection it accepts with `each` (in a thread of its own, told by
+    the event when the test is done): its port."""
     stop = threading.Event()
     listener = socket.socket()
     listener.bind((UPSTREAM_HOST, 0))
     listener.listen(64)
     listener.settimeout(0.2)
 
-    def answer(connection: socket.socket) -> None:
+    def serve() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                threading.Thread(target=each, args=(listener.accept()[0], stop), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(10)
+        listener.close()
+
+
+def floods(sent: list[int]) -> contextlib.AbstractContextManager[int]:
+    """A listed host that sends each connection a response with a body of 2 GiB from the moment it is
+    accepted, as fast as it is taken (at most MOST in all): a host that speaks first, through a tunnel.
+    What it could write is added to `sent`."""
+
+    def answer(connection: socket.socket, stop: threading.Event) -> None:
         with connection, contextlib.suppress(OSError):
             connection.settimeout(0.2)
             connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (2 << 30))
@@ -61,31 +80,13 @@ def floods(sent: list[int]) -> Iterator[int]:
                 with contextlib.suppress(TimeoutError):
                     sent.append(connection.send(block))
 
-    def serve() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                threading.Thread(target=answer, args=(listener.accept()[0],), daemon=True).start()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        stop.set()
-        thread.join(10)
-        listener.close()
+    return upstream(answer)
 
 
-@contextlib.contextmanager
-def sink() -> Iterator[int]:
+def sink() -> contextlib.AbstractContextManager[int]:
     """A listed host that reads whatever it is sent and drops it."""
-    stop = threading.Event()
-    listener = socket.socket()
-    listener.bind((UPSTREAM_HOST, 0))
-    listener.listen(64)
-    listener.settimeout(0.2)
 
-    def drain(connection: socket.socket) -> None:
+    def drain(connection: socket.socket, stop: threading.Event) -> None:
         with connection, contextlib.suppress(OSError):
             connection.settimeout(0.2)
             while not stop.is_set():
@@ -93,19 +94,7 @@ def sink() -> Iterator[int]:
                     if not connection.recv(1 << 16):
                         return
 
-    def serve() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                threading.Thread(target=drain, args=(listener.accept()[0],), daemon=True).start()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        stop.set()
-        thread.join(10)
-        listener.close()
+    return upstream(drain)
 
 
 # Four connections, each a request's head and the start of its body in one write, then as much body as
