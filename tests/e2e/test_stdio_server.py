@@ -205,12 +205,17 @@ async def test_an_oversized_message_is_answered_and_the_server_keeps_serving(
     assert re.search(r'invalid message answered error="Invalid Request: 20,000,1\d\d bytes', log)
 
 
-def test_a_client_that_stops_reading_ends_the_session_with_exit_0(
-    work_dir: Path, tmp_path: Path, left_nothing: None
-) -> None:
-    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+# The initialize request of a client the test plays by hand, as its line.
+PIPED_INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+INITIALIZE_LINE = (
+    json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": PIPED_INITIALIZE}).encode() + b"\n"
+)
+
+
+def piped_server(work_dir: Path, tmp_path: Path) -> subprocess.Popen[bytes]:
+    """`python -m runner` over pipes the test writes and reads by hand, its log in tmp_path/stderr.log."""
     with open(tmp_path / "stderr.log", "w") as errlog:
-        server = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "runner"],
             cwd=REPO,
             env=server_env(work_dir),
@@ -218,10 +223,15 @@ def test_a_client_that_stops_reading_ends_the_session_with_exit_0(
             stdout=subprocess.PIPE,
             stderr=errlog,
         )
+
+
+def test_a_client_that_stops_reading_ends_the_session_with_exit_0(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    server = piped_server(work_dir, tmp_path)
     assert server.stdin is not None
     assert server.stdout is not None
-    server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize}).encode())
-    server.stdin.write(b"\n")
+    server.stdin.write(INITIALIZE_LINE)
     server.stdin.flush()
     assert json.loads(server.stdout.readline())["id"] == 1
     server.stdout.close()  # no reader left: the server's next write fails with EPIPE
@@ -253,23 +263,11 @@ def test_a_client_that_writes_requests_and_never_reads_is_held_back_by_its_full_
 ) -> None:
     # Found by a review: the server read on and started a task per request, each holding its answer
     # for a client that never read one (70 MiB -> 1.29 GB in 40 s of pings).
-    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
-    with open(tmp_path / "stderr.log", "w") as errlog:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "runner"],
-            cwd=REPO,
-            env=server_env(work_dir),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=errlog,
-        )
+    server = piped_server(work_dir, tmp_path)
     assert server.stdin is not None
     assert server.stdout is not None
     try:
-        server.stdin.write(
-            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize}).encode()
-        )
-        server.stdin.write(b'\n{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        server.stdin.write(INITIALIZE_LINE + b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
         server.stdin.flush()
         assert json.loads(server.stdout.readline())["id"] == 1
         rss_before = vm_rss_mib(server.pid)
