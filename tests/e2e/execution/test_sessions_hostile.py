@@ -199,19 +199,25 @@ async def test_after_every_call_only_the_anchor_the_keeper_and_the_next_call_run
         assert left == [], _session_processes(pool, handle)
 
 
+def forged_keeper(child: str) -> str:
+    """A call with a thread (so it forks its candidate) whose child, in a session of its own, runs `child`
+    (indented once), and is named on the call's channel as its candidate."""
+    return (
+        "import os, socket, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    os.setsid()\n" + child + "socket.socket(fileno=254).send(b'P %d 0' % child)"
+    )
+
+
 # Found by a review: a call with a thread (it forks its candidate) named its own child on its channel,
 # and that child, kept as the keeper, ran the call's code on, its forks burning CPU past RLIMIT_CPU.
-FORGED_KEEPER = (
-    "import os, socket, threading, time\n"
-    "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
-    "child = os.fork()\n"
-    "if child == 0:\n"
-    "    os.setsid()\n"
+FORGED_KEEPER = forged_keeper(
     "    while True:\n"  # it stays, and forks what burns the CPU (each with an RLIMIT_CPU of its own)
     "        if os.fork() == 0:\n"
     "            while True:\n                pass\n"
     "        time.sleep(0.5)\n"
-    "socket.socket(fileno=254).send(b'P %d 0' % child)"
 )
 
 
@@ -229,12 +235,7 @@ async def test_a_keeper_forged_by_a_calls_channel_ends_its_session_once_it_runs_
 
 # Found by a review: a forged keeper (as above) said its one A, then flooded its channel: the idle check
 # was skipped while something on it was unread, and its processes ran on while the session idled.
-FLOODING_KEEPER = (
-    "import os, socket, threading, time\n"
-    "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
-    "child = os.fork()\n"
-    "if child == 0:\n"
-    "    os.setsid()\n"
+FLOODING_KEEPER = forged_keeper(
     "    s = socket.socket(fileno=254)\n"
     "    ready = os.fork()\n"
     "    if ready == 0:\n"
@@ -253,7 +254,6 @@ FLOODING_KEEPER = (
     "                try:\n                    s.send(b'z', socket.MSG_DONTWAIT)\n"
     "                except OSError:\n                    pass\n"
     "    while True:\n        time.sleep(100)\n"
-    "socket.socket(fileno=254).send(b'P %d 0' % child)"
 )
 
 
