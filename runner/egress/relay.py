@@ -185,6 +185,8 @@ class Relay:
                         self._run.count(reach, 0 if outward else len(data), len(data) if outward else 0)
                         await sink.send(data)
                         activity.touch()
+                        if wait := self._run.read():  # past the run's pace (`READS_PER_SECOND`)
+                            await anyio.sleep(wait)
                 # One side is done: so is the tunnel (a half-closed TLS stream is not worth keeping).
                 tg.cancel_scope.cancel()
 
