@@ -462,6 +462,6 @@ class RunEgress(Protocol):
 class EgressGateway(Protocol):
     """The egress proxy, as the execution side sees it."""
 
-    def for_run(self, request_id: str) -> RunEgress:
-        """The connections of one run (or one call of a session)."""
+    def for_run(self, request_id: str, caller: str | None) -> RunEgress:
+        """The connections of one run (or one call of a session) of `caller`'s (a token's name, or None)."""
         ...

@@ -86,14 +86,14 @@ class EgressProxy:
         self.on_refused = on_refused
         self.on_bytes = on_bytes
 
-    def for_run(self, request_id: str) -> RunProxy:
-        return RunProxy(self, request_id)
+    def for_run(self, request_id: str, caller: str | None = None) -> RunProxy:
+        return RunProxy(self, request_id, caller)
 
 
 class RunProxy:
     """One run's (or one session call's) connections through the proxy, and what they reached."""
 
-    def __init__(self, proxy: EgressProxy, request_id: str) -> None:
+    def __init__(self, proxy: EgressProxy, request_id: str, caller: str | None = None) -> None:
         self._proxy = proxy
         self._request_id = request_id
         self._bytes = 0
@@ -103,7 +103,7 @@ class RunProxy:
         self._scope: anyio.CancelScope | None = None
         self._parsing = _Pace(PARSED_PER_SECOND)
         self._reading = _Pace(READS_PER_SECOND)
-        self._lookups = proxy.resolver.for_run()
+        self._lookups = proxy.resolver.for_run(caller)
 
     def reached(self) -> tuple[NetworkUse, ...]:
         """What the run reached and was refused, in the order it first asked."""
@@ -120,14 +120,17 @@ class RunProxy:
         # Our own sockets, not anyio's streams: those read a connection into memory as fast as it came
         # (`runner.egress.sockets`).
         with listener:
-            listener.setblocking(False)
-            async with anyio.create_task_group() as tg:
-                self._scope = tg.cancel_scope
-                await self._accept(listener, tg)
-            # The budget is spent (its scope cancelled): until the run ends, what it connects is closed
-            # at once, not left waiting.
-            while True:
-                (await _next_connection(listener)).close()
+            try:
+                listener.setblocking(False)
+                async with anyio.create_task_group() as tg:
+                    self._scope = tg.cancel_scope
+                    await self._accept(listener, tg)
+                # The budget is spent (its scope cancelled): until the run ends, what it connects is
+                # closed at once, not left waiting.
+                while True:
+                    (await _next_connection(listener)).close()
+            finally:
+                self._lookups.end()  # what stalls in threads still is its caller's from now on
 
     async def _accept(self, listener: socket.socket, tg: anyio.abc.TaskGroup) -> None:
         while True:

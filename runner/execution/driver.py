@@ -167,7 +167,7 @@ class RunDriver:
             samples.take()
         try:
             async with anyio.create_task_group() as tg:
-                proxied = _serve_egress(self._egress, tg, child, request.request_id)
+                proxied = _serve_egress(self._egress, tg, child, request)
                 with contextlib.suppress(BrokenPipeError):
                     # A run that died before reading all its code (say, out of memory) ends below
                     # like any other, with what it printed.
@@ -339,7 +339,7 @@ async def _end_at_oom(child: Child) -> None:
 
 
 def _serve_egress(
-    gateway: EgressGateway | None, tg: anyio.abc.TaskGroup, child: Child, request_id: str
+    gateway: EgressGateway | None, tg: anyio.abc.TaskGroup, child: Child, request: RunRequest
 ) -> tuple[RunEgress, anyio.CancelScope] | None:
     """The run's connections through the egress proxy, served on the listener its interpreter handed
     over until the scope returned is cancelled, at the run's end (every connection closes with it);
@@ -347,7 +347,7 @@ def _serve_egress(
     listener = child.listener_for_run() if gateway is not None else None
     if gateway is None or listener is None:
         return None
-    egress = gateway.for_run(request_id)
+    egress = gateway.for_run(request.request_id, request.caller)
     serving = anyio.CancelScope()
 
     async def serve() -> None:

@@ -429,3 +429,54 @@ async def test_a_runs_own_loopback_tcp_buffers_count_against_its_memory(work_dir
     assert structured["status"] == "ok", structured
     # Unbounded, the same loop holds some 400 MiB; bounded, the run's TCP memory stops near its 64 MiB.
     assert int(structured["stdout"]) < 96, structured["stdout"]
+
+
+# In the server (PYTHONPATH: runs start with -I, and have no resolver anyway): a name under .slow.test
+# marks that its lookup began, then stalls for good, as a resolver that never answers would.
+STALLS = """
+import os, socket, threading
+_system = socket.getaddrinfo
+def getaddrinfo(host, *args, **kwargs):
+    if str(host).endswith(".slow.test"):
+        open(os.environ["STALL_MARK"], "w").close()
+        threading.Event().wait()
+    return _system(host, *args, **kwargs)
+socket.getaddrinfo = getaddrinfo
+"""
+
+# A CONNECT to a name that stalls, given up after a second: the run ends with its lookup in a thread.
+GIVES_UP = """
+import socket
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"CONNECT never.slow.test:443 HTTP/1.1\\r\\nHost: never.slow.test:443\\r\\n\\r\\n")
+s.settimeout(1)
+try:
+    s.recv(100)
+except TimeoutError:
+    print("gave up")
+"""
+
+
+async def test_a_server_whose_lookup_stalls_exits_without_waiting_for_it(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: lookups ran in concurrent.futures' threads, which the interpreter joins at
+    # its exit: a server whose lookup stalled outlived its end by the resolver's timeout (here, for good).
+    from tests.raw import raw_server
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(STALLS)
+    mark = tmp_path / "stalled"
+    env = {"RUNNER_SANDBOX": "namespaces", "RUNNER_EGRESS_ALLOW": "*.slow.test:443"}
+    async with raw_server(work_dir, server_log(tmp_path), PYTHONPATH=str(site), STALL_MARK=str(mark), **env) as server:
+        await server.initialize()
+        answer = await server.request("tools/call", {"name": "run_python", "arguments": {"code": GIVES_UP}})
+        assert answer["result"]["structuredContent"]["stdout"] == "gave up\n", answer
+        assert mark.exists()
+        process = server.process
+        assert process.stdin is not None
+        await process.stdin.aclose()
+        with anyio.move_on_after(10) as late:
+            await process.wait()
+        if late.cancelled_caught:
+            process.kill()
+        assert not late.cancelled_caught, "the server was still there 10 s after its stdin closed"

@@ -1,6 +1,7 @@
 """The proxy's name lookups: a run's share of the resolver's threads, held until each lookup's thread is
-done with it. A resolver of the test's own stands in for the system's: names that stall until the test
-lets them go, and names that answer at once."""
+done with it, and what an ended run left in them counted against its caller. A resolver of the test's
+own stands in for the system's: names that stall until the test lets them go, and names that answer at
+once."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Callable, Iterator
 import anyio
 import pytest
 
-from runner.egress.resolver import LOOKUPS_PER_RUN, AddressInfo, Resolver
+from runner.egress.resolver import LEFT_PER_CALLER, LOOKUP_THREADS, LOOKUPS_PER_RUN, AddressInfo, Resolver
 
 pytestmark = pytest.mark.anyio
 
@@ -94,3 +95,43 @@ async def test_a_lookup_given_up_keeps_its_place_until_its_thread_is_done(stalli
     await until(lambda: stalling.stalled == 0)
     with anyio.fail_after(10):
         assert await run.lookup("fast.test", 80)
+
+
+async def short_runs_that_stall(resolver: Resolver, caller: str, runs: int) -> None:
+    """`runs` runs of `caller`'s, one after another, each asking for LOOKUPS_PER_RUN names that stall
+    and ending (its lookups given up) once every one of them is in a thread or waiting for one."""
+    for n in range(runs):
+        run = resolver.for_run(caller)
+        async with anyio.create_task_group() as tg:
+            for m in range(LOOKUPS_PER_RUN):
+                tg.start_soon(run.lookup, f"r{n}-{m}.slow.test", 443)
+            await anyio.wait_all_tasks_blocked()
+            tg.cancel_scope.cancel()
+        run.end()
+
+
+async def test_short_runs_whose_lookups_stall_leave_the_threads_to_the_other_callers(stalling: Stalling) -> None:
+    # Found by a review: an ended run's stalled lookups held their threads until the resolver gave up,
+    # so 16 short runs, one after another, held all 32 and every other run's lookups waited.
+    resolver = Resolver(stalling)
+    await short_runs_that_stall(resolver, "hostile", LOOKUP_THREADS // LOOKUPS_PER_RUN)
+    assert stalling.stalled == LEFT_PER_CALLER  # the first run's; the next ones' waited theirs and ended
+    assert resolver.left_by("hostile") == LEFT_PER_CALLER
+    with anyio.fail_after(10):
+        [(_, _, _, _, address)] = await resolver.for_run("other").lookup("victim.test", 443)
+    assert address == ("192.0.2.1", 443)
+
+
+async def test_a_callers_run_waits_for_what_its_ended_runs_left_stalled_and_goes_on_once_it_is_done(
+    stalling: Stalling,
+) -> None:
+    resolver = Resolver(stalling)
+    await short_runs_that_stall(resolver, "hostile", 1)
+    following = resolver.for_run("hostile")
+    with anyio.move_on_after(0.3) as waited:
+        await following.lookup("fast.test", 443)
+    assert waited.cancelled_caught
+    stalling.released.set()
+    await until(lambda: resolver.left_by("hostile") == 0)
+    with anyio.fail_after(10):
+        assert await following.lookup("fast.test", 443)
