@@ -36,6 +36,7 @@ SHARED = (
     "runner.logs",
     "runner.fdio",
     "runner.outcome",
+    "runner.rates",
 )
 # The code that runs inside a run's interpreter: the standard library and its own modules only, and
 # imported by the server side (the execution side and the process handles) for its wire and tables.

@@ -46,6 +46,7 @@ from runner.egress.sockets import Socket, accept
 from runner.egress.targets import Refusal
 from runner.logs import LogBudget, log_event
 from runner.outcome import NetworkUse
+from runner.rates import Pace
 
 MAX_CONNECTIONS = 16  # a run's connections through the proxy at once
 MAX_REACHES = 256  # host:port records kept per run; more are counted together, as OTHER_HOSTS
@@ -101,8 +102,9 @@ class RunProxy:
         self._reaches: dict[tuple[str, int, bool], Reach] = {}
         self._refusals = LogBudget(MAX_REFUSALS_LOGGED, "egress refusals: no more logged for this run")
         self._scope: anyio.CancelScope | None = None
-        self._parsing = _Pace(PARSED_PER_SECOND)
-        self._reading = _Pace(READS_PER_SECOND)
+        now = time.monotonic()
+        self._parsing = Pace(PARSED_PER_SECOND, PARSED_PER_SECOND, now)
+        self._reading = Pace(READS_PER_SECOND, READS_PER_SECOND, now)
         self._lookups = proxy.resolver.for_run(caller)
 
     def reached(self) -> tuple[NetworkUse, ...]:
@@ -229,12 +231,12 @@ class RunProxy:
         """Charge the run `events` of h11's parsing: the seconds its connection waits before it reads
         again (0 within `PARSED_PER_SECOND`), shared by all the run's connections: each pays for what the
         others took."""
-        return self._parsing.spend(events)
+        return self._parsing.spend(events, time.monotonic())
 
     def read(self) -> float:
         """Charge the run one read of a tunnel's: the seconds that tunnel's side waits before it reads
         again (0 within `READS_PER_SECOND`), shared by all the run's tunnels, both ways."""
-        return self._reading.spend(1)
+        return self._reading.spend(1, time.monotonic())
 
     def _spend_all(self) -> None:
         """The budget is spent: every connection of the run, and its listener, closed (once: the cancelled
@@ -251,23 +253,6 @@ class RunProxy:
             if self._proxy.on_refused is not None:
                 self._proxy.on_refused("budget")
             self._scope.cancel()
-
-
-class _Pace:
-    """A token bucket on the event loop's clock (`per_second`, as many at once): what is spent past it
-    is owed as seconds to wait."""
-
-    __slots__ = ("_at", "_per_second", "_tokens")
-
-    def __init__(self, per_second: int) -> None:
-        self._per_second = per_second
-        self._tokens, self._at = float(per_second), time.monotonic()
-
-    def spend(self, count: int) -> float:
-        now = time.monotonic()
-        refilled = self._tokens + (now - self._at) * self._per_second
-        self._tokens, self._at = min(float(self._per_second), refilled) - count, now
-        return -self._tokens / self._per_second if self._tokens < 0 else 0.0
 
 
 async def _next_connection(listener: socket.socket) -> Socket:

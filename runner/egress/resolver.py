@@ -82,13 +82,6 @@ class Resolver:
         run.in_threads += 1
         self._busy += 1
 
-    def _has_place(self, run: RunLookups) -> bool:
-        return (
-            run.in_threads < LOOKUPS_PER_RUN
-            and self._busy < self._threads
-            and self.left_by(run.caller) < LEFT_PER_CALLER
-        )
-
     def start(self, run: RunLookups, host: str, port: int) -> concurrent.futures.Future[AddressInfo]:
         """`host` looked up in a thread of its own, whose place (`take`) is given back when it is done."""
         loop = asyncio.get_running_loop()

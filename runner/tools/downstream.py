@@ -32,7 +32,7 @@ from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
 from runner.config import Downstream, python_name
 from runner.logs import log_event
-from runner.tools.rates import Pace, Rate
+from runner.rates import Pace, Rate
 from runner.tools.schemas import SchemaCheck
 from runner.tools.stdio import stdio_transport
 from runner.tools.streamable_http import http_client, streamable_http_client

@@ -50,7 +50,7 @@ from mcp.client.stdio import (
 from mcp.shared.message import SessionMessage
 
 from runner.fdio import AskedReads
-from runner.tools.rates import Pace
+from runner.rates import Pace
 
 logger = logging.getLogger(__name__)
 # A stdio server's line at most, or what a result as large as a run's budget of bytes through tools may

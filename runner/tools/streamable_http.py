@@ -30,7 +30,7 @@ from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
 from mcp.types import JSONRPCNotification
 
-from runner.tools.rates import Pace
+from runner.rates import Pace
 
 # A GET's event stream (the server's own messages, or a call's resumed) is read at most 1 MiB a second
 # after 4 MiB at once (past it, reading waits, and the server with it), and a GET is sent at most once

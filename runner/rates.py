@@ -1,4 +1,4 @@
-"""Token buckets for what a downstream server sends us: a count of messages or lines that are dropped
+"""Token buckets for what a downstream server or a run's egress sends us: a count of messages or lines that are dropped
 past it (`Rate`, on the event loop's clock), and bytes or lines read that are owed past it, their
 reader waiting (`Pace`: sans-IO, its caller says when and waits)."""
 

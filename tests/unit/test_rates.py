@@ -1,8 +1,8 @@
-"""The token buckets for what a downstream server sends (`runner.tools.rates`), on a clock the test gives."""
+"""The token buckets (`runner.rates`) for what a downstream or a run's egress sends, on a clock the test gives."""
 
 from __future__ import annotations
 
-from runner.tools.rates import Pace
+from runner.rates import Pace
 
 
 def test_a_stream_is_read_at_its_rate_after_its_burst_and_waits_what_it_owes() -> None:
