@@ -118,7 +118,19 @@ def test_setns_may_enter_a_named_namespace_until_set_up_is_done_and_never_a_user
 
 @machines
 def test_mounting_is_a_zygote_s_until_set_up_is_done(machine: str) -> None:
-    mounting = ("mount", "umount2", "pivot_root", "mount_setattr", "open_tree", "move_mount", "fsopen", "fsmount")
+    mounting = (
+        "mount",
+        "umount2",
+        "pivot_root",
+        "mount_setattr",
+        "open_tree",
+        "open_tree_attr",
+        "move_mount",
+        "fsopen",
+        "fsconfig",
+        "fsmount",
+        "fspick",
+    )
     for name in mounting:
         assert verdict(machine, seccomp.EVERY_PROCESS, name) == ALLOW, name
         assert verdict(machine, seccomp.AFTER_SET_UP, name) == EPERM, name
@@ -133,14 +145,22 @@ def test_what_holds_memory_outside_every_limit_or_watches_others_is_refused(mach
         "shmget",
         "msgget",
         "semget",
+        "inotify_init",
         "inotify_init1",
         "fanotify_init",
         "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
         "userfaultfd",
         "kexec_load",
+        "kexec_file_load",
+        "init_module",
         "finit_module",
+        "delete_module",
         "ptrace",
+        "process_vm_readv",
         "process_vm_writev",
+        "process_madvise",
         "pidfd_getfd",
         "kcmp",
         "mq_open",
@@ -151,7 +171,11 @@ def test_what_holds_memory_outside_every_limit_or_watches_others_is_refused(mach
         "request_key",
         "keyctl",
     )
+    # Every call docs/security.md's table refuses (found by a review of the claims: eight of them were
+    # named by no test, and a rule dropped for any would have passed).
     for name in refused:
+        if name == "inotify_init" and machine == "aarch64":
+            continue  # aarch64 has inotify_init1 alone
         assert verdict(machine, seccomp.EVERY_PROCESS, name) == EPERM, name
         assert verdict(machine, seccomp.WHOLE, name) == EPERM, name
         assert verdict(machine, seccomp.AFTER_SET_UP, name) == ALLOW, name  # the zygote's filter holds it
