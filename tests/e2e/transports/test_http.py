@@ -468,6 +468,43 @@ async def test_a_posted_cancel_kills_the_run_of_its_own_client_only(
         assert "status=cancelled" in server.log.read_text()
 
 
+@pytest.mark.parametrize(("host", "cancelled"), [("127.0.0.1", True), ("0.0.0.0", False)], ids=["loopback", "public"])
+async def test_without_tokens_a_posted_cancel_acts_on_a_loopback_address_only(
+    work_dir: Path, tmp_path: Path, left_nothing: None, host: str, cancelled: bool
+) -> None:
+    """Without tokens a client is its address; on a public address every client behind a proxy has the
+    proxy's, so there a posted cancel acts on nothing. The cancel is decided before its 202, so the run,
+    let go only after it, finishes exactly where the cancel did not act (found untested by a review of
+    the claims)."""
+    marker, go = tmp_path / "pid", tmp_path / "go"
+    code = (
+        f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\nprint('finished')"
+    )
+    legacy = {"mcp-protocol-version": "2025-06-18"}
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7, "reason": "test"}}
+    env = {"RUNNER_HTTP_HOST": host, "RUNNER_HTTP_ALLOWED_HOSTS": "127.0.0.1:*"}
+    answers: list[httpx2.Response] = []
+    with http_server(work_dir, tmp_path / "log", *(() if cancelled else ("--insecure-no-auth",)), **env) as served:
+        server = dataclasses.replace(served, url=served.url.replace("0.0.0.0", "127.0.0.1"))
+
+        async def the_call() -> None:
+            answers.append(await anyio.to_thread.run_sync(lambda: post(server, call(code, 7, timeout=60), **legacy)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(the_call)
+            await _pid_written(marker)
+            assert post(server, cancel, **legacy).status_code == 202
+            go.touch()
+    [answer] = answers
+    messages = sse_messages(answer.text)
+    if cancelled:
+        assert messages == [], "a cancelled request gets no JSON-RPC answer"
+    else:
+        [message] = messages
+        assert message["result"]["structuredContent"]["stdout"] == "finished\n", message
+
+
 async def _pid_written(marker: Path) -> int:
     with anyio.fail_after(30):
         while not marker.exists() or not marker.read_text():
