@@ -8,7 +8,7 @@ import ipaddress
 import pytest
 
 from runner.config import Config, EgressAllow
-from runner.config.egress import host_form
+from runner.config.egress import host_form, special_block
 from runner.errors import ConfigError
 
 ALLOW = EgressAllow.parse(
@@ -63,6 +63,15 @@ def test_an_address_off_the_public_internet_is_reached_only_where_listed_from_wi
     for special in ("127.0.0.1", "169.254.169.254", "10.0.0.1", "::1", "fd00::1", "64:ff9b::a9fe:a9fe"):
         assert wide.refusal_of(ipaddress.ip_address(special), 443), special
     assert wide.refusal_of(ipaddress.ip_address("1.1.1.1"), 443) == ""
+
+
+def test_ipv6_loopback_is_a_loopback_address_reached_where_listed_not_an_ipv4_one_carried() -> None:
+    # ::1 lies in the IPv4-compatible ::/96 too: it was judged as 0.0.0.1, the unspecified address, and
+    # a listed [::1]:8443 was never reached (found by a review of the claims).
+    loopback = ipaddress.ip_address("::1")
+    assert special_block(loopback) == ("a loopback address", ipaddress.ip_network("::1/128"))
+    assert EgressAllow.parse(("[::1]:8443",)).refusal_of(loopback, 8443) == ""
+    assert EgressAllow.parse(("[::1]:8443",)).refusal_of(loopback, 80) == "a loopback address"
 
 
 @pytest.mark.parametrize(
