@@ -131,7 +131,11 @@ class Handlers:
         size = next((kept.size for kept in self._runner.kept_outputs(caller) if kept.uri == uri), None)
         if size is None:
             raise self._not_found(uri)
-        held = self._reads.admit(caller, size)  # or MCPError: busy
+        try:
+            held = self._reads.admit(caller, size)
+        except MCPError as busy:
+            log_event(self._log, logging.INFO, "read refused", reason="busy", error=busy.message)
+            raise
         # Released once the answer has left (not when it is built: a client that does not read it
         # holds it), or here where the transport cannot say when that is.
         hooked = False
