@@ -30,6 +30,9 @@ _bare = re.compile(r"[!#-<>-~]+").fullmatch
 MAX_VALUE_CHARS = 2000  # as a downstream server's stderr line and a tool's description are cut
 MAX_EVENT_CHARS = 2000
 MAX_TRACEBACK_CHARS = 20_000
+# The characters of a client's value an answer says back (a tool's, an argument's or a resource's name):
+# cut by `cut`, as the log cuts its values, so an answer is never the size of what was sent.
+SHOWN_CHARS = 200
 # ASCII control characters in an event's text, escaped as Python writes them.
 _CONTROLS = {code: f"\\x{code:02x}" for code in [*range(32), 127]} | {9: "\\t", 10: "\\n", 13: "\\r"}
 
@@ -157,17 +160,19 @@ def _text_value(value: Any) -> str:
     else:
         text = str(value)
     if len(text) > MAX_VALUE_CHARS:
-        text = _cut(text, MAX_VALUE_CHARS)
+        text = cut(text, MAX_VALUE_CHARS)
     return text if _bare(text) else json.dumps(text)
 
 
 def _escaped_event(text: str) -> str:
     """An event's text (not quoted: it has spaces), cut and with what is not printable ASCII escaped.
     Ours always is; another logger's (the SDK's, uvicorn's) may carry what a client sent."""
-    return _cut(text, MAX_EVENT_CHARS).translate(_CONTROLS).encode("ascii", "backslashreplace").decode("ascii")
+    return cut(text, MAX_EVENT_CHARS).translate(_CONTROLS).encode("ascii", "backslashreplace").decode("ascii")
 
 
-def _cut(text: str, limit: int) -> str:
+def cut(text: str, limit: int) -> str:
+    """`text`, or its first `limit` characters and how many it had: how the log and every answer show a
+    value a client sent."""
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... (cut: {len(text):,} characters)"
@@ -184,7 +189,7 @@ def _cut_middle(text: str, limit: int = MAX_TRACEBACK_CHARS) -> str:
 def _json_value(value: Any) -> Any:
     if value is None or isinstance(value, int | float):  # bool is an int
         return value
-    return _cut(value if isinstance(value, str) else str(value), MAX_VALUE_CHARS)
+    return cut(value if isinstance(value, str) else str(value), MAX_VALUE_CHARS)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -194,7 +199,7 @@ class _JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "request_id": _json_value(getattr(record, "request_id", NO_REQUEST)),
-            "event": _cut(record.getMessage(), MAX_EVENT_CHARS),
+            "event": cut(record.getMessage(), MAX_EVENT_CHARS),
         }
         for key, value in getattr(record, "fields", {}).items():
             payload[key] = _json_value(value)

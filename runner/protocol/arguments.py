@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.config import Config
 from runner.errors import ArgumentError
+from runner.logs import SHOWN_CHARS, cut
 from runner.outcome import InputFile
 from runner.protocol.files import MAX_FILES, MAX_PATH_CHARS, check_files
 from runner.protocol.packages import MAX_NAME_CHARS, MAX_PACKAGES, check_packages
@@ -143,7 +144,7 @@ def _describe(error: ValidationError, tool: str) -> str:
             unknown = [name for name in entry if name not in _FILE_FIELDS]
             also = f"; unknown field {_names(unknown)}" if unknown else ""
             missing = error.message.split("'")[1] if error.message.count("'") >= 2 else error.message
-            missing = _cut(missing)
+            missing = cut(missing, SHOWN_CHARS)
             return (
                 f"invalid argument '{_field(error)}': missing field {missing!r}{also}; "
                 "a file has 'path', 'content' and 'encoding'"
@@ -157,7 +158,7 @@ def _describe(error: ValidationError, tool: str) -> str:
         return f"invalid argument '{_field(error)}': must be {bound} {shown}{setting}, got {_shown(error.instance)}"
     if error.validator == "type" and not error.path:
         return f"arguments must be a JSON object, got {type(error.instance).__name__}"
-    return f"invalid argument '{_field(error)}': {_cut(error.message)}"
+    return f"invalid argument '{_field(error)}': {cut(error.message, SHOWN_CHARS)}"
 
 
 def _field(error: ValidationError) -> str:
@@ -166,8 +167,6 @@ def _field(error: ValidationError) -> str:
     return "".join(parts).lstrip(".") or "arguments"
 
 
-# How much of a value a message shows: an argument may be megabytes, and the message goes to the model.
-SHOWN_CHARS = 200
 # How many unknown names a message lists.
 SHOWN_NAMES = 5
 # How many of jsonschema's errors are made and ranked (best_match) at most.
@@ -262,14 +261,9 @@ def _shown(value: object) -> str:
     """repr(value), at most SHOWN_CHARS of it, made without repr'ing the whole (reprlib looks at the first
     few items of a container, a few levels deep, and the ends of a string)."""
     try:
-        return _cut(_REPR.repr(value))
+        return cut(_REPR.repr(value), SHOWN_CHARS)
     except ValueError:  # an int of more digits than Python converts
         return f"a {_type_name(value)} too large to show"
-
-
-def _cut(text: str) -> str:
-    """`text`, or its first SHOWN_CHARS and a mark that it was cut."""
-    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... (cut)"
 
 
 def _names(names: Iterable[str]) -> str:

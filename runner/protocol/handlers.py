@@ -17,14 +17,14 @@ from typing import Any, Protocol
 import anyio
 import mcp_types as types
 from mcp.server.apps import EXTENSION_ID
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
 from runner import __version__
 from runner.config import Config
 from runner.errors import ArgumentError
-from runner.logs import get_logger, log_event
+from runner.logs import MAX_VALUE_CHARS, SHOWN_CHARS, cut, get_logger, log_event
 from runner.outcome import KeptOutput, Progress, RunRequest, RunResult, Status
 from runner.protocol.arguments import ArgumentParser
 from runner.protocol.metrics import Metrics
@@ -131,7 +131,11 @@ class Handlers:
         size = next((kept.size for kept in self._runner.kept_outputs(caller) if kept.uri == uri), None)
         if size is None:
             raise self._not_found(uri)
-        held = self._reads.admit(caller, size)  # or MCPError: busy
+        try:
+            held = self._reads.admit(caller, size)
+        except MCPError as busy:
+            log_event(self._log, logging.INFO, "read refused", reason="busy", error=busy.message)
+            raise
         # Released once the answer has left (not when it is built: a client that does not read it
         # holds it), or here where the transport cannot say when that is.
         hooked = False
@@ -155,7 +159,8 @@ class Handlers:
 
     def _not_found(self, uri: str) -> MCPError:
         log_event(self._log, logging.INFO, "resource not found", uri=uri[:100])
-        return MCPError(types.INVALID_PARAMS, f"resource not found: {uri}", {"uri": uri})
+        shown = cut(uri, SHOWN_CHARS)
+        return MCPError(types.INVALID_PARAMS, f"resource not found: {shown}", {"uri": shown})
 
     def _caller(self, ctx: ServerRequestContext[Any]) -> str | None:
         return self._caller_of(ctx.request) if self._caller_of is not None and ctx.request is not None else None
@@ -215,7 +220,7 @@ class Handlers:
         log_event(self._log, logging.INFO, "call received", request_id, **fields)
         if params.name != RUN_TOOL:
             offered = " and ".join(repr(tool.name) for tool in self._tools)
-            message = f"unknown tool {params.name!r}: this server offers {offered}"
+            message = f"unknown tool {cut(params.name, SHOWN_CHARS)!r}: this server offers {offered}"
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="unknown tool")
             return RunResult(request_id, Status.INVALID_ARGUMENTS, message)
         try:
@@ -289,13 +294,35 @@ class Handlers:
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="invalid arguments")
             named = (params.arguments or {}).get("session", "")
             # Said back only if it is text, and cut: any value may come here.
-            return closed_result(request_id, named[:100] if isinstance(named, str) else "", str(exc))
+            return closed_result(request_id, cut(named, SHOWN_CHARS) if isinstance(named, str) else "", str(exc))
         try:
             unknown = await self._runner.close_session(handle, caller)
         except Exception as exc:  # an answer in close_session's own shape, as every fault of run_python's
-            return closed_result(request_id, handle, self._fault(request_id, exc))
+            return closed_result(request_id, cut(handle, SHOWN_CHARS), self._fault(request_id, exc))
         log_event(self._log, logging.INFO, "session closed" if unknown is None else "call rejected", request_id)
-        return closed_result(request_id, handle, unknown)
+        # Said back cut: a handle is any string (one never made is refused only once looked up).
+        return closed_result(request_id, cut(handle, SHOWN_CHARS), unknown)
+
+
+async def cut_errors(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+    """Server middleware: an error answer (the SDK's too: "Method not found" says the method back in its
+    data) says back at most MAX_VALUE_CHARS of its message and of each text in its data, whatever a client
+    sent; the handlers cut what they say back to SHOWN_CHARS themselves (found by a review: a 5 MiB tool
+    name was said back whole)."""
+    try:
+        return await call_next(ctx)
+    except MCPError as error:
+        data = error.data
+        if isinstance(data, str):
+            data = cut(data, MAX_VALUE_CHARS)
+        elif isinstance(data, dict):
+            data = {
+                key: cut(value, MAX_VALUE_CHARS) if isinstance(value, str) else value for key, value in data.items()
+            }
+        message = cut(error.message, MAX_VALUE_CHARS)
+        if message == error.message and data == error.data:
+            raise  # as it was, its own type kept
+        raise MCPError(error.code, message, data) from error
 
 
 def _progress_reporter(ctx: ServerRequestContext[Any]) -> Callable[[Progress], Awaitable[None]]:
@@ -349,7 +376,7 @@ def build_server(
         on_read_resource=handlers.read_resource,
     )
     # No OpenTelemetry exporter is ever installed here; skip the per-message span work.
-    server.middleware = []
+    server.middleware = [cut_errors]
     if handlers.view is not None:
         server.extensions[EXTENSION_ID] = {}
     # Registered as a plain request handler, not `on_call_tool`: a task's answer (CreateTaskResult,

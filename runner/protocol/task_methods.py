@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
-from runner.logs import log_event
+from runner.logs import SHOWN_CHARS, cut, log_event
 from runner.protocol.tasks import EXTENSION, Task, Tasks, detailed_task
 
 # How long tasks/cancel waits for the run to be killed before it answers anyway.
@@ -113,5 +113,6 @@ class TaskMethods:
         caller = self._caller_of(ctx.request) if self._caller_of is not None and ctx.request is not None else None
         task = self._tasks.store.find(params.task_id, caller)
         if task is None:
-            raise MCPError(types.INVALID_PARAMS, f"task not found: {params.task_id[:100]}", {"taskId": params.task_id})
+            shown = cut(params.task_id, SHOWN_CHARS)
+            raise MCPError(types.INVALID_PARAMS, f"task not found: {shown}", {"taskId": shown})
         return task

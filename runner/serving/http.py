@@ -91,7 +91,7 @@ async def serve_http(
     from runner.protocol.metrics import Metrics
     from runner.protocol.tasks import Tasks
     from runner.tools.broker import Broker
-    from runner.transports.cancels import after_answer
+    from runner.transports.cancels import after_answer, identified
     from runner.transports.http import HttpServer, caller_of, http_app, name_header_of
 
     logger = get_logger()
@@ -120,6 +120,8 @@ async def serve_http(
             code_mode=broker.description() if broker is not None else "",
             after_answer=after_answer,
         )
+        # Each POST learns its request's id and method from the SDK's parse (cancels, the bodies' bound).
+        server.middleware.append(identified)
 
         def not_ready() -> str | None:
             state = pool.state()

@@ -25,7 +25,7 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
     from runner.protocol.handlers import build_server
     from runner.protocol.tasks import Tasks
     from runner.tools.broker import Broker
-    from runner.transports.stdio import stdio_transport
+    from runner.transports.stdio import after_written, stdio_transport
 
     logger = get_logger()
     egress = EgressProxy(config.egress, logger) if config.egress_allow else None
@@ -37,7 +37,7 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
     ):
         await tg.start(stop_on_signals, tg.cancel_scope.cancel, early, "signal received; shutting down")
         code_mode = broker.description() if broker is not None else ""
-        server = build_server(config, pool, logger, tasks=tasks, code_mode=code_mode)
+        server = build_server(config, pool, logger, tasks=tasks, code_mode=code_mode, after_answer=after_written)
         async with stdio_transport(config.limits.max_message_bytes, logger) as (read_stream, write_stream):
             log_event(logger, logging.INFO, "serving on stdio")
             await server.run(read_stream, write_stream, server.create_initialization_options())

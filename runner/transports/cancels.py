@@ -15,26 +15,34 @@ cancel for an id that two requests of one client share cancels both: the client 
 
 The body is read here once, within the endpoint's bound, and handed on unchanged, as one message (its
 chunks let go); one declared or found to be over the bound is handed on as it comes, for the SDK to
-refuse (413). The bodies in flight, all clients together, hold at most BODIES_IN_FLIGHT times the bound,
-and one client's at most half of that (503 past it), each counted as its bytes arrive, not as declared
-(found by a review: four requests that declared the bound and sent nothing held every other client's
-POSTs busy); a body of PARSED_BYTES or less is always read (a cancel, a ping, a small call).
+refuse (413). The bodies being read and parsed, all clients together, hold at most BODIES_IN_FLIGHT
+times the bound, and one client's at most half of that (503 past it), each counted as its bytes arrive,
+not as declared (found by a review: four requests that declared the bound and sent nothing held every
+other client's POSTs busy); a body of PARSED_BYTES or less is always read (a cancel, a ping, a small call).
+A `tools/call`'s body leaves that bound once the SDK has parsed it into the call (`identified`, told by
+the server's middleware): the SDK holds it until the call is answered, and calls are bounded by their
+own admission (RUNNER_MAX_CONCURRENT and RUNNER_MAX_QUEUE). Found by a review: held until the answer,
+a third call of ~18 MiB from one token was refused busy while two ran. Any other request's body is held
+until its answer, as before: nothing else bounds how many may wait.
 
-Only a body of PARSED_BYTES or less is parsed here; a longer one's method and id are read from its start
-and its end (`request_id_in`: the TypeScript SDK writes the id last), and one that would parse into more
-than MAX_JSON_VALUES values (`json_values`, counted without parsing) is answered 400 before anything
-parses it: a few MiB of `{}` are gigabytes of objects.
+Only a body of PARSED_BYTES or less is parsed here, and so known at once for what it is: a cancel, or a
+request that a cancel can reach from the moment it is handed on. A longer one is not parsed here (the
+SDK parses it) and one that would parse into more than MAX_JSON_VALUES values (`json_values`, counted
+without parsing) is answered 400 before anything parses it: a few MiB of `{}` are gigabytes of objects.
+A longer request's id is the one the SDK parsed, told by the middleware before its handler runs, never
+a guess from its bytes (found by a review: a scan of its start and end took a nested `"id"` for it,
+and missed one in its middle, so its cancels were dropped or cancelled another request).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
 import anyio
 import mcp_types as types
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -42,7 +50,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from runner.transports.auth import CALLER_STATE_KEY
 from runner.transports.jsonrpc import (
     CANCELLED_METHOD,
-    ID_SEARCH_BYTES,
     MAX_JSON_VALUES,
     SERVER_BUSY,
     error_reply,
@@ -55,9 +62,12 @@ Key = tuple[str, str | int]
 PARSED_BYTES = 64 * 1024
 # The bodies of all requests in flight at once, in bodies as long as may be (a lone one is always read).
 BODIES_IN_FLIGHT = 4
-_METHOD = re.compile(rb'"method"\s*:\s*"([A-Za-z0-9_/.$-]{1,200})"')
 # Where a POST's scope keeps what is to be called once its answer has been sent (`after_answer`).
 AFTER_ANSWER_KEY = "after_answer"
+# Where a POST's scope keeps its `_Exchange`, for the server's middleware (`identified`).
+EXCHANGE_KEY = "posted_exchange"
+# The method whose body leaves the bound of bodies in flight once parsed: calls are bounded by their admission.
+CALL_METHOD = "tools/call"
 
 
 def after_answer(request: object, callback: Callable[[], None]) -> bool:
@@ -70,6 +80,17 @@ def after_answer(request: object, callback: Callable[[], None]) -> bool:
         return False
     waiting.append(callback)
     return True
+
+
+async def identified(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Server middleware: the SDK has parsed a POST's message; its exchange learns the request's id and
+    method, exact (a cancel can reach it by that id from now on; a call's body leaves the bound)."""
+    scope = getattr(ctx.request, "scope", None)
+    state = scope.get("state") if isinstance(scope, dict) else None
+    exchange = state.get(EXCHANGE_KEY) if isinstance(state, dict) else None
+    if isinstance(exchange, _Exchange) and _is_id(ctx.request_id):
+        exchange.identified(ctx.request_id, ctx.method)
+    return await call_next(ctx)
 
 
 class PostedCancels:
@@ -121,34 +142,48 @@ class PostedCancels:
                 return
             buffered, body = read
             if len(body) > PARSED_BYTES and (values := json_values(body)) > MAX_JSON_VALUES:
+                # The id is a guess here (nothing parsed it), for an answer only: this request is over.
                 await _refuse(
                     send, 400, request_id_in(body), f"{values:,} JSON values or more, past {MAX_JSON_VALUES:,}"
                 )
                 return
-            await self._route(scope, receive, send, buffered, body)
+            exchange = _Exchange(held)
+            scope["state"][EXCHANGE_KEY] = exchange
+            try:
+                await self._route(scope, receive, send, buffered, body, exchange)
+            finally:
+                exchange.register = None  # too late to be identified now
         finally:
             held.release()
 
-    async def _route(self, scope: Scope, receive: Receive, send: Send, buffered: list[Message], body: bytes) -> None:
+    async def _route(
+        self, scope: Scope, receive: Receive, send: Send, buffered: list[Message], body: bytes, exchange: _Exchange
+    ) -> None:
         async def replay() -> Message:
             return buffered.pop(0) if buffered else await receive()
 
         # Only what is needed is kept for the length of the call, not the body or its parse.
-        method, request_id, cancels = _routing(body)
+        parsed = len(body) <= PARSED_BYTES
+        method, request_id, cancels = _routing(body) if parsed else (None, None, None)
         del body
         # What the SDK will refuse (a bad Host, Origin or Content-Type) must not act here either.
-        refused = method is None or await self._checks.validate_request(Request(scope), is_post=True) is not None
+        refused = (parsed and method is None) or await self._checks.validate_request(
+            Request(scope), is_post=True
+        ) is not None
         who = None if refused else _who(scope, self._anonymous_cancels)
         if who is not None:
             if _is_id(cancels):
                 for cancel_scope in self._in_flight.get((who, cancels), ()):
                     cancel_scope.cancel()
-            if _is_id(request_id):
-                await self._serve_request(scope, replay, send, (who, request_id))
+            # A longer body may be a request: its id comes from the SDK's parse (`identified`).
+            if _is_id(request_id) or not parsed:
+                await self._serve_request(scope, replay, send, who, request_id, exchange)
                 return
         await self._app(scope, replay, send)
 
-    async def _serve_request(self, scope: Scope, receive: Receive, send: Send, key: Key) -> None:
+    async def _serve_request(
+        self, scope: Scope, receive: Receive, send: Send, who: str, request_id: object, exchange: _Exchange
+    ) -> None:
         started = ended = False
 
         async def watched(message: Message) -> None:
@@ -158,15 +193,27 @@ class PostedCancels:
             await send(message)
 
         cancel_scope = anyio.CancelScope()
-        self._in_flight.setdefault(key, set()).add(cancel_scope)
+        keys: list[Key] = []
+
+        def register(request_id: str | int) -> None:
+            key = (who, request_id)
+            if key not in keys:
+                keys.append(key)
+                self._in_flight.setdefault(key, set()).add(cancel_scope)
+
+        if _is_id(request_id):
+            register(request_id)
+        exchange.register = register
         try:
             with cancel_scope:
                 await self._app(scope, receive, watched)
         finally:
-            scopes = self._in_flight[key]
-            scopes.discard(cancel_scope)
-            if not scopes:
-                del self._in_flight[key]
+            exchange.register = None
+            for key in keys:
+                scopes = self._in_flight[key]
+                scopes.discard(cancel_scope)
+                if not scopes:
+                    del self._in_flight[key]
         if cancel_scope.cancelled_caught and not ended:
             # A cancelled request gets no JSON-RPC answer; the HTTP exchange still needs an end (an empty
             # one, or the end of an event stream already begun), or the client sees a broken response.
@@ -175,9 +222,25 @@ class PostedCancels:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+class _Exchange:
+    """What the server's middleware tells a POST once the SDK has parsed its message (`identified`)."""
+
+    def __init__(self, held: _Held) -> None:
+        self._held = held
+        # Makes the request reachable by a cancel under its id; None where no cancel may reach it.
+        self.register: Callable[[str | int], None] | None = None
+
+    def identified(self, request_id: str | int, method: str) -> None:
+        if method == CALL_METHOD:
+            self._held.release()
+        if self.register is not None:
+            self.register(request_id)
+
+
 class _Bodies:
     """The bytes of the request bodies being read or served, together and by client: each byte is held
-    from its arrival until its exchange ends, for the SDK keeps the body and its parse for that long."""
+    from its arrival until its exchange ends, for the SDK keeps the body and its parse for that long,
+    or, for a call, until the SDK has parsed it (`_Exchange.identified`)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -193,6 +256,7 @@ class _Held:
         self._bodies = bodies
         self._who = who
         self._size = 0
+        self._released = False
         bodies.bodies += 1
 
     def take(self, size: int) -> bool:
@@ -210,6 +274,10 @@ class _Held:
         return True
 
     def release(self) -> None:
+        """Let the body's bytes go from the bound: once only."""
+        if self._released:
+            return
+        self._released = True
         bodies = self._bodies
         bodies.held -= self._size
         bodies.bodies -= 1
@@ -261,12 +329,8 @@ async def _refuse(send: Send, status: int, request_id: object, why: str) -> None
 
 
 def _routing(body: bytes) -> tuple[str | None, object, object]:
-    """A message's method, its id, and the id a `notifications/cancelled` names (None where absent).
-    A body over PARSED_BYTES is not parsed here (the SDK parses it): its method and id are looked for
-    at its start, where clients put them, and it is taken for no cancel (a cancel is a few hundred bytes)."""
-    if len(body) > PARSED_BYTES:
-        found = _METHOD.search(body[:ID_SEARCH_BYTES])
-        return (found.group(1).decode(), request_id_in(body), None) if found else (None, None, None)
+    """A message's method, its id, and the id a `notifications/cancelled` names (None where absent), of a
+    body of PARSED_BYTES or less (a longer one is taken for no cancel: a cancel is a few hundred bytes)."""
     try:
         value: Any = json.loads(body) if body else None
     except (ValueError, RecursionError):

@@ -17,7 +17,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runner.config import HttpConfig
-from runner.logs import RefusalLog, log_event
+from runner.logs import SHOWN_CHARS, RefusalLog, cut, log_event
 
 # The SDK's bodies (mcp.server.transport_security, RequestBodyLimitMiddleware), by status.
 SDK_BODIES = {421: b"Invalid Host header", 403: b"Invalid Origin header", 413: b"Request body too large"}
@@ -28,14 +28,14 @@ def explained(status: int, headers: dict[bytes, bytes], http: HttpConfig) -> tup
     and what the log adds: the variable's value, which the answer does not tell a caller who may hold
     no token."""
     if status == 421:
-        host = headers.get(b"host", b"").decode("latin-1")
+        host = cut(headers.get(b"host", b"").decode("latin-1"), SHOWN_CHARS)
         why = f"Host {host!r} is not in RUNNER_HTTP_ALLOWED_HOSTS"
         name, colon, port = host.rpartition(":")
         if colon and port.isdigit() and name in http.allowed_hosts:
             why += f"; {name!r} there matches no port: {host!r} needs {host!r} or {name + ':*'!r}"
         return why, ", ".join(http.allowed_hosts)
     if status == 403:
-        origin = headers.get(b"origin", b"").decode("latin-1")
+        origin = cut(headers.get(b"origin", b"").decode("latin-1"), SHOWN_CHARS)
         return f"Origin {origin!r} is not in RUNNER_HTTP_ALLOWED_ORIGINS", ", ".join(http.allowed_origins)
     why = (
         f"Request body too large: over {http.max_body_bytes:,} bytes, the largest call the input caps allow "

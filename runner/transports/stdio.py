@@ -8,6 +8,11 @@ drops malformed messages without the error response JSON-RPC requires, so such a
 forever. Here every line is parsed once; what is not a JSON-RPC message is answered with a parse
 error or an invalid-request error, and a line over the size bound is discarded unread and answered.
 
+Each request carries a `WireRequest` as its request context: whoever answers it may ask to be told when
+its answer has been written (`after_written`), as `resources/read` does to hold its answer's bytes in
+its budget until then, not only until the answer is built (found by a review: a client that never read
+could pile up built answers).
+
 At most `MAX_UNANSWERED` of the client's requests are in flight: past that, its next request waits,
 and nothing more is read, until one is answered on the wire. The SDK starts a task per request and
 each holds its answer until the client reads it, so a client that writes and never reads would
@@ -24,7 +29,7 @@ import fcntl
 import logging
 import os
 import stat
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -32,7 +37,7 @@ import anyio
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
-from mcp.types import JSONRPCError, JSONRPCRequest, JSONRPCResponse
+from mcp.types import JSONRPCError, JSONRPCRequest, JSONRPCResponse, RequestId
 
 from runner.fdio import write_all
 from runner.logs import log_event
@@ -165,6 +170,88 @@ class Unanswered:
             await self._changed.wait()
 
 
+Key = tuple[bool, RequestId]  # a request's id, "1" and 1 apart
+
+
+class WireRequest:
+    """A request read from the wire, as its handler sees it (`ctx.request`; `after_written`)."""
+
+    __slots__ = ("callbacks", "done", "key", "written")
+
+    def __init__(self, key: Key, written: Written) -> None:
+        self.key = key
+        self.written = written
+        self.done = False
+        self.callbacks: list[Callable[[], None]] = []
+
+    def finish(self) -> None:
+        self.done = True
+        callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks:
+            callback()
+
+
+def after_written(request: object, callback: Callable[[], None]) -> bool:
+    """Call `callback` once the answer to `request` (a `WireRequest`) has been written to the wire; False
+    if that cannot be told (the callback is then the caller's to call)."""
+    return isinstance(request, WireRequest) and request.written.watch(request, callback)
+
+
+class Written:
+    """Which requests' answers have been written, told by their ids.
+
+    An answer carries only its request's id, and a client may reuse one: so the requests of one id that
+    asked to be told are told together once every request of that id in flight has been answered (never
+    early, whichever was answered first); a request settled with no answer (cancelled) is told at once.
+    Kept: a count per id of the requests in flight (at most MAX_UNANSWERED together), and those that asked."""
+
+    def __init__(self) -> None:
+        self._counts: dict[Key, int] = {}
+        self._waiting: dict[Key, list[WireRequest]] = {}
+
+    def opened(self, request_id: RequestId) -> WireRequest:
+        key = (isinstance(request_id, str), request_id)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        return WireRequest(key, self)
+
+    def watch(self, request: WireRequest, callback: Callable[[], None]) -> bool:
+        if request.done or request.key not in self._counts:
+            return False  # settled, or its id's every answer written
+        if not request.callbacks:
+            self._waiting.setdefault(request.key, []).append(request)
+        request.callbacks.append(callback)
+        return True
+
+    def answered(self, request_id: RequestId) -> None:
+        self._close((isinstance(request_id, str), request_id))
+
+    def settled(self, request: WireRequest) -> None:
+        waiting = self._waiting.get(request.key, [])
+        if request in waiting:
+            waiting.remove(request)
+        request.finish()
+        self._close(request.key)
+
+    def finish_all(self) -> None:
+        """The wire is closed: no answer will be written."""
+        for waiting in self._waiting.values():
+            for request in waiting:
+                request.finish()
+        self._counts.clear()
+        self._waiting.clear()
+
+    def _close(self, key: Key) -> None:
+        count = self._counts.get(key)
+        if count is None:
+            return
+        if count > 1:
+            self._counts[key] = count - 1
+            return
+        del self._counts[key]
+        for request in self._waiting.pop(key, []):
+            request.finish()
+
+
 # Marks the answers `read_wire` writes itself (a line that is not a message): they answer no request
 # the server took, so they must not count as one answered.
 _OWN = ServerMessageMetadata()
@@ -186,13 +273,15 @@ async def stdio_transport(
         # once it has answered every request in it. A pipe's EOF is the client gone: the server stops
         # at once, its calls cancelled.
         unanswered = Unanswered()
+        written = Written()
 
-        async def settled_unanswered() -> None:  # the SDK's hook: a request ended with no answer (cancelled)
-            unanswered.settled()
+        def metadata(request: WireRequest) -> ServerMessageMetadata:
+            async def settled_unanswered() -> None:  # the SDK's hook: it ended with no answer (cancelled)
+                unanswered.settled()
+                written.settled(request)
 
-        # Each request carries the hook; nothing else in this metadata differs from none (stdio has no
-        # request context, and can carry the server's requests).
-        metadata = ServerMessageMetadata(on_request_unanswered=settled_unanswered)
+            # Nothing else in this metadata differs from none (it can carry the server's requests).
+            return ServerMessageMetadata(request_context=request, on_request_unanswered=settled_unanswered)
 
         async def read_wire() -> None:
             reader = LineReader(wire_in, max_line_bytes)
@@ -226,7 +315,7 @@ async def stdio_transport(
                             )
                         await unanswered.at_most(max_unanswered - 1)
                     unanswered.opened()
-                    await to_server.send(SessionMessage(message, metadata=metadata))
+                    await to_server.send(SessionMessage(message, metadata=metadata(written.opened(message.id))))
                 if not reader.pollable:
                     await unanswered.at_most(0)
             if not reader.bytes_read and nothing_to_read:
@@ -235,6 +324,8 @@ async def stdio_transport(
         def answered(message: SessionMessage) -> None:
             if message.metadata is not _OWN and isinstance(message.message, JSONRPCResponse | JSONRPCError):
                 unanswered.settled()
+                if message.message.id is not None:
+                    written.answered(message.message.id)
 
         async def write_wire() -> None:
             try:
@@ -257,6 +348,7 @@ async def stdio_transport(
                 log_event(logger, logging.INFO, "client closed its end of stdout; shutting down")
                 tg.cancel_scope.cancel()
             finally:
+                written.finish_all()  # nothing more will be written
                 written_all.set()
 
         async with anyio.create_task_group() as tg:

@@ -491,3 +491,37 @@ def test_the_server_refuses_to_start_on_a_path_that_is_not_there_with_exit_statu
         f"python-runner-mcp: invalid configuration: RUNNER_WORK_DIR: {str(tmp_path / 'missing')!r} does not exist "
         f"({tmp_path} has no 'missing')\n"
     )
+
+
+async def test_reads_of_a_kept_output_hold_their_budget_until_their_answers_are_written_not_built(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    # Found by a review: over stdio a read's answer left the reads' budget once built, so a client that
+    # never read its answers could pile up built answers (each 8 MiB read of control characters ~60 MiB).
+    log = tmp_path / "stderr.log"
+    code = f"import sys; sys.stdout.write(chr(1) * {8 * 2**20 - 1000})"
+    async with raw_server(work_dir, log, RUNNER_MAX_KEPT_OUTPUT_MB="8") as session:
+        await session.initialize()
+        result = await session.request("tools/call", {"name": "run_python", "arguments": {"code": code}})
+        [uri] = set(re.findall(r"runner://output/[^\"]+", json.dumps(result)))
+        assert session.process.stdout is not None
+        unread = bytearray()
+        for index in range(8):
+            read = {"jsonrpc": "2.0", "id": f"read-{index}", "method": "resources/read", "params": {"uri": uri}}
+            await session.send(read)
+            if not index:  # its answer is built and being written: 11 MiB, more than the pipe takes unread
+                unread += await session.process.stdout.receive(1)
+                continue
+            with anyio.move_on_after(20):
+                while log.read_text().count("read refused") < index:
+                    await anyio.sleep(0.02)
+            assert log.read_text().count("read refused") == index, "a read was admitted beside an unwritten answer"
+        with anyio.fail_after(60):  # read as a client does, a MiB at a time
+            while unread.count(b"\n") < 8:
+                unread += await session.process.stdout.receive(2**20)
+        answers = [json.loads(line) for line in bytes(unread).splitlines()]
+        again = await session.request("resources/read", {"uri": uri})
+    assert "result" in answers[0]
+    assert all(answer["error"]["code"] == -32010 for answer in answers[1:])
+    assert "busy: " in answers[1]["error"]["message"]
+    assert "result" in again, "once written, an answer leaves the budget"

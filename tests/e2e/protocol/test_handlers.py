@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import re
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -23,6 +25,7 @@ from runner.protocol.handlers import build_server
 from runner.protocol.schemas import close_input_schema, close_output_schema, input_schema, output_schema
 from tests.e2e.test_data import with_packages
 from tests.helpers import SEED_PLAIN, check_structured
+from tests.raw import raw_server
 
 pytestmark = pytest.mark.anyio
 
@@ -391,3 +394,29 @@ def structured_dtype(result: types.CallToolResult) -> str:
     dtype = check_structured(result.structured_content)["table"]["dtypes"][1]
     assert dtype in ("object", "str")  # pandas 3 has a dtype of its own for text
     return str(dtype)
+
+
+async def test_an_error_answer_says_back_a_5_mib_tool_name_uri_handle_or_method_cut_saying_so(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: a tools/call naming a 5 MiB tool was answered with the name whole (10 MiB, as the
+    # repr of it was said twice over), though the log cut it; a URI, a handle and a method likewise.
+    huge = "x" * (5 * 2**20)
+    async with raw_server(work_dir, tmp_path / "stderr.log") as session:
+        await session.initialize()
+        answers = [
+            await session.request("tools/call", {"name": huge, "arguments": {"code": "1"}}),
+            await session.request("tools/call", {"name": "close_session", "arguments": {"session": huge}}),
+            await session.request("resources/read", {"uri": "runner://output/" + huge}),
+            await session.request(huge),
+        ]
+    sizes = [len(json.dumps(answer)) for answer in answers]
+    assert max(sizes) < 5_000, sizes
+    unknown_tool, closed, not_found, no_method = answers
+    assert "unknown tool 'xxx" in unknown_tool["result"]["structuredContent"]["message"]
+    assert "(cut: 5,242,880 characters)" in unknown_tool["result"]["structuredContent"]["message"]
+    assert closed["result"]["isError"] is True
+    assert not_found["error"]["message"].startswith("resource not found: runner://output/xxx")
+    assert not_found["error"]["data"]["uri"].endswith("(cut: 5,242,896 characters)")
+    assert no_method["error"]["message"] == "Method not found"
+    assert no_method["error"]["data"].endswith("(cut: 5,242,880 characters)")

@@ -239,3 +239,50 @@ def test_bodies_are_held_as_they_arrive_one_client_to_half_the_bound_and_small_o
     assert "small" in str(small["result"]), small
     assert "bob again" in str(larger["result"]), larger
     assert "after" in str(after["result"])
+
+
+def test_three_calls_of_bodies_near_the_bound_from_one_token_run_at_once(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    # Found by a review: a body was held in the bound of bodies in flight until its call was answered,
+    # so a token's third call of ~18 MiB was answered 503 busy while its first two ran. A call's body
+    # leaves the bound once the SDK has parsed it; calls are bounded by their admission.
+    gate = tmp_path / "gate"
+    near = "\x01" * (2**20 - 4096)  # each of code, stdin and a file: 6 bytes of JSON a character
+
+    def large_call(index: int) -> dict[str, object]:
+        code = f"# {near}\nimport os, time\nopen({str(tmp_path / str(index))!r}, 'w').close()\n"
+        code += f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\nprint(len(open('f').read()))"
+        arguments = {"code": code, "stdin": near, "files": [{"path": "f", "content": near}], "timeout": 60}
+        return {
+            "jsonrpc": "2.0",
+            "id": index,
+            "method": "tools/call",
+            "params": {"name": "run_python", "arguments": arguments},
+        }
+
+    bodies = [json.dumps(large_call(index)).encode() for index in range(3)]
+    answers: list[httpx2.Response | None] = [None] * 3
+    env = {**SMALL_LIMITS, "RUNNER_MAX_CONCURRENT": "4", "RUNNER_HTTP_MAX_CONCURRENT_PER_TOKEN": "4"}
+    with http_server(work_dir, tmp_path / "log", **env, **tokens(tmp_path)) as server:
+        limit = 6 * 3 * 2**20 + 64 * 1024
+        assert all(2 * limit // 3 < len(body) <= limit for body in bodies), "past what two take of a client's half"
+
+        def send(index: int) -> None:
+            answers[index] = posted(server, bodies[index], ALICE)
+
+        threads = [threading.Thread(target=send, args=(index,), daemon=True) for index in range(3)]
+        try:
+            for index, thread in enumerate(threads):
+                thread.start()
+                # Running (or answered, which fails below): the next body comes once this one was parsed.
+                while not (tmp_path / str(index)).exists() and thread.is_alive():
+                    thread.join(0.02)
+        finally:
+            gate.touch()
+            for thread in threads:
+                thread.join(120)
+        assert server.stop() == 0
+    for answer in answers:
+        assert answer is not None
+        assert str(len(near)) in str(answer_of(answer)["result"])

@@ -7,7 +7,7 @@ import os
 import anyio
 import pytest
 
-from runner.transports.stdio import Dropped, LineReader
+from runner.transports.stdio import Dropped, LineReader, Written, after_written
 
 
 async def read_all(chunks: list[bytes], max_line: int) -> list[bytes | Dropped]:
@@ -48,3 +48,18 @@ async def test_an_oversized_line_is_discarded_as_it_arrives_and_the_next_line_su
 async def test_a_line_just_over_the_limit_is_dropped_even_when_it_arrives_in_one_read() -> None:
     line = b'{"id":"a"}' + b" " * 100 + b"\n"
     assert await read_all([line + b"{}\n"], 100) == [Dropped(line, 111), b"{}\n"]
+
+
+def test_requests_sharing_an_id_are_told_their_answers_were_written_only_once_all_of_that_id_were() -> None:
+    written, told = Written(), []
+    read, ping, other = written.opened(1), written.opened(1), written.opened("1")
+    assert after_written(read, lambda: told.append("read"))
+    assert after_written(other, lambda: told.append("other"))
+    written.answered(1)  # the ping's answer, or the read's: an answer says only its id
+    assert told == []
+    written.answered(1)
+    assert told == ["read"]
+    written.settled(other)  # cancelled: no answer will come
+    assert told == ["read", "other"]
+    assert not after_written(ping, lambda: told.append("late")), "its answer is written: the caller's to call"
+    assert not after_written(object(), lambda: None)
