@@ -15,15 +15,15 @@ cancel for an id that two requests of one client share cancels both: the client 
 
 The body is read here once, within the endpoint's bound, and handed on unchanged, as one message (its
 chunks let go); one declared or found to be over the bound is handed on as it comes, for the SDK to
-refuse (413). The bodies being read and parsed, all clients together, hold at most BODIES_IN_FLIGHT
+refuse (413). The bodies in flight, all clients together, hold at most BODIES_IN_FLIGHT
 times the bound, and one client's at most half of that (503 past it), each counted as its bytes arrive,
 not as declared (found by a review: four requests that declared the bound and sent nothing held every
 other client's POSTs busy); a body of PARSED_BYTES or less is always read (a cancel, a ping, a small call).
-A `tools/call`'s body leaves that bound once the SDK has parsed it into the call (`identified`, told by
-the server's middleware): the SDK holds it until the call is answered, and calls are bounded by their
-own admission (RUNNER_MAX_CONCURRENT and RUNNER_MAX_QUEUE). Found by a review: held until the answer,
-a third call of ~18 MiB from one token was refused busy while two ran. Any other request's body is held
-until its answer, as before: nothing else bounds how many may wait.
+A body is held in that bound until its answer, a call's too, though that makes a token's third call
+of a body near the bound busy while two run. Let go once the SDK had parsed it (the SDK holds it until
+the answer all the same), the calls waiting in the pool's queue held theirs past the bound: 30 calls of
+3 MiB bodies from one token, one running, took the server from 67 to 499 MiB; held, 12 were taken and
+the rest told busy, 246 MiB (tried after a third review, not kept).
 
 Only a body of PARSED_BYTES or less is parsed here, and so known at once for what it is: a cancel, or a
 request that a cancel can reach from the moment it is handed on. A longer one is not parsed here (the
@@ -66,8 +66,6 @@ BODIES_IN_FLIGHT = 4
 AFTER_ANSWER_KEY = "after_answer"
 # Where a POST's scope keeps its `_Exchange`, for the server's middleware (`identified`).
 EXCHANGE_KEY = "posted_exchange"
-# The method whose body leaves the bound of bodies in flight once parsed: calls are bounded by their admission.
-CALL_METHOD = "tools/call"
 
 
 def after_answer(request: object, callback: Callable[[], None]) -> bool:
@@ -83,13 +81,13 @@ def after_answer(request: object, callback: Callable[[], None]) -> bool:
 
 
 async def identified(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-    """Server middleware: the SDK has parsed a POST's message; its exchange learns the request's id and
-    method, exact (a cancel can reach it by that id from now on; a call's body leaves the bound)."""
+    """Server middleware: the SDK has parsed a POST's message; its exchange learns the request's id,
+    exact (a cancel can reach it by that id from now on)."""
     scope = getattr(ctx.request, "scope", None)
     state = scope.get("state") if isinstance(scope, dict) else None
     exchange = state.get(EXCHANGE_KEY) if isinstance(state, dict) else None
     if isinstance(exchange, _Exchange) and _is_id(ctx.request_id):
-        exchange.identified(ctx.request_id, ctx.method)
+        exchange.identified(ctx.request_id)
     return await call_next(ctx)
 
 
@@ -147,7 +145,7 @@ class PostedCancels:
                     send, 400, request_id_in(body), f"{values:,} JSON values or more, past {MAX_JSON_VALUES:,}"
                 )
                 return
-            exchange = _Exchange(held)
+            exchange = _Exchange()
             scope["state"][EXCHANGE_KEY] = exchange
             try:
                 await self._route(scope, receive, send, buffered, body, exchange)
@@ -225,22 +223,18 @@ class PostedCancels:
 class _Exchange:
     """What the server's middleware tells a POST once the SDK has parsed its message (`identified`)."""
 
-    def __init__(self, held: _Held) -> None:
-        self._held = held
+    def __init__(self) -> None:
         # Makes the request reachable by a cancel under its id; None where no cancel may reach it.
         self.register: Callable[[str | int], None] | None = None
 
-    def identified(self, request_id: str | int, method: str) -> None:
-        if method == CALL_METHOD:
-            self._held.release()
+    def identified(self, request_id: str | int) -> None:
         if self.register is not None:
             self.register(request_id)
 
 
 class _Bodies:
     """The bytes of the request bodies being read or served, together and by client: each byte is held
-    from its arrival until its exchange ends, for the SDK keeps the body and its parse for that long,
-    or, for a call, until the SDK has parsed it (`_Exchange.identified`)."""
+    from its arrival until its exchange ends, for the SDK keeps the body and its parse for that long."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -256,7 +250,6 @@ class _Held:
         self._bodies = bodies
         self._who = who
         self._size = 0
-        self._released = False
         bodies.bodies += 1
 
     def take(self, size: int) -> bool:
@@ -274,10 +267,6 @@ class _Held:
         return True
 
     def release(self) -> None:
-        """Let the body's bytes go from the bound: once only."""
-        if self._released:
-            return
-        self._released = True
         bodies = self._bodies
         bodies.held -= self._size
         bodies.bodies -= 1
