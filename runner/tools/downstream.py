@@ -66,10 +66,6 @@ TOLD = (1, 0.1)  # how often what was dropped is logged
 # backend: a brokered call reads it four times on its way.
 loop_time = time.monotonic
 MARK_VARIABLE = "RUNNER_TOOL_SERVER_MARK"
-# An HTTP 404 to a request of our session: the server no longer has it (it was started again, say),
-# and the spec has the client start a new one. The SDK passes the server's error on as it is (the
-# SDK's own server's, "Session not found"), or says "Session terminated" if there is none.
-SESSION_GONE = "the server no longer has our session (HTTP 404)"
 
 
 class Down(Exception):
@@ -186,7 +182,7 @@ class Connection:
                 raise TooSlow(f"no answer within {seconds:.1f} s (the run's time left)") from None
             # The SDK's stdio session ends its calls so when its process is gone; over HTTP, a call's
             # own stream that failed is said the same way, and the connection may serve on. One that
-            # failed once the connection was lost (`SESSION_GONE`, say) failed for that.
+            # failed once the connection was lost (an HTTP 404, say) failed for that.
             closed = isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED and not self.server.url
             if _connection_failed(exc) or closed or lost.is_set():
                 lost.set()
@@ -199,8 +195,8 @@ class Connection:
         self._lost, self._relist, self._fault = anyio.Event(), anyio.Event(), ""
         async with contextlib.AsyncExitStack() as stack:
             if server.url:
-                # What the server sends bounded, and a 404 to our session seen (`http_client`).
-                http = http_client(dict(server.headers), self._most_bytes, self._session_gone)
+                # What the server sends bounded, and a 404 seen (`http_client`): the connection lost.
+                http = http_client(dict(server.headers), self._most_bytes, self._gone)
                 await stack.enter_async_context(http)
                 transport: Any = streamable_http_client(server.url, http, self._most_bytes)
             else:
@@ -326,9 +322,9 @@ class Connection:
         elif isinstance(message, types.ToolListChangedNotification):
             self._relist.set()
 
-    def _session_gone(self) -> None:
-        """An HTTP 404 to a request of our session (`SESSION_GONE`): a new one, as the spec has it."""
-        self._fault = self._fault or SESSION_GONE
+    def _gone(self, why: str) -> None:
+        """An HTTP 404 (`SESSION_GONE`, `ENDPOINT_GONE`): lost, made again (a new session) after the backoff."""
+        self._fault = self._fault or why
         self._lost.set()
 
 

@@ -10,12 +10,13 @@ may take long, whatever either holds.
   additional runs its patterns).
 - No `$ref` is followed off the page: no registry to fetch a URL or read a file from; the schema's
   anchors are found once.
-- Each check is bounded in steps (an error counts ERROR_STEPS): a step is a keyword evaluated (4-10
-  us), a part of the instance walked into, or VALUE_STEP entries of a keyword's value. A schema whose
-  `$ref`s expand exponentially, or an instance of millions of items, is left unchecked past
-  MOST_STEPS; an instance of more than MOST_NODES values, or a schema of more than MOST_SCHEMA_NODES,
-  is not checked at all. Every part is checked by a bounded validator, whatever draft it names
-  (`_Bounded`), and so is the schema against its meta-schema (META_STEPS, no format asserted).
+- Each check is one walk of the instance, bounded in steps (an error counts ERROR_STEPS): a step is
+  a keyword evaluated (4-10 us), a part of the instance walked into, or VALUE_STEP entries of a
+  keyword's value. A schema whose `$ref`s expand exponentially, or an instance of millions of items,
+  is left unchecked past MOST_STEPS; an instance of more than MOST_NODES values, or a schema of more
+  than MOST_SCHEMA_NODES, is not checked at all. Every part is checked by a bounded validator,
+  whatever draft it names (`_Bounded`), and so is the schema against its meta-schema (META_STEPS, no
+  format asserted).
 - A step costs little whatever the instance holds: the validator sees a copy of it whose strings,
   objects and arrays print short, since jsonschema writes each error's message with the value it is
   about (a 300 KB string, once per branch of an `anyOf` of 9,000: 6.6 GB).
@@ -27,7 +28,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-MOST_STEPS = 5_000  # steps a check may take, each pass: 50 ms at most (10 us each with $refs)
+MOST_STEPS = 5_000  # steps a check may take: 50 ms at most (10 us each with $refs)
 META_STEPS = 20_000  # a schema checked against its meta-schema, once a listed schema: some 0.15 s at most
 MOST_NODES = 100_000  # an instance's values copied for a check at most
 MOST_SCHEMA_NODES = 10_000  # a schema's values: a larger one is left to its server (a keyword's value is read whole)
@@ -86,7 +87,12 @@ class SchemaCheck:
         return cls(validator, steps, _plain_check(schema))
 
     def mismatch(self, instance: Any) -> str:
-        """Why `instance` does not match ("" if it does, or if telling would take more than MOST_STEPS)."""
+        """Why `instance` does not match ("" if it does, or if telling would take more than MOST_STEPS).
+        One walk tells both: the errors it meets, the first MOST_ERRORS_RANKED of them, are ranked to
+        say why (a verdict, then a walk again for the errors, cost a hostile instance twice)."""
+        from jsonschema.exceptions import best_match
+
+        errors: list[Any] = []
         try:
             # Most tools' schemas are plain: a match is told in a few microseconds, not the validator's
             # 10-25 (on the event loop, a brokered call's round trip). What it does not pass, it checks.
@@ -94,23 +100,9 @@ class SchemaCheck:
                 return ""
             shadow = _shadow(instance, [MOST_NODES])
             self._steps[0] = MOST_STEPS
-            if self._validator.is_valid(shadow):  # the common case, without gathering errors to rank
-                return ""
-        except _OverBudget:
-            return ""
-        except RecursionError:
-            return "nested too deep to be checked"
-        except Exception as exc:
-            return f"they could not be checked against it ({type(exc).__name__})"
-        from jsonschema.exceptions import best_match
-
-        errors: list[Any] = []
-        try:
-            self._steps[0] = MOST_STEPS
             errors.extend(itertools.islice(self._validator.iter_errors(shadow), MOST_ERRORS_RANKED))
         except _OverBudget:
-            if not errors:
-                return "it does not match (where, it would take too long to tell)"
+            pass  # what was met within the steps says why; if nothing was, it is left to the server
         except RecursionError:
             return "nested too deep to be checked"
         except Exception as exc:

@@ -27,6 +27,10 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
   give gets 404 with a JSON-RPC error, as the SDK's own server answers it; once the file argv[2] +
   ``.forget`` is made, it forgets the session it gave (as one started again would) and removes the
   file. Its tool ``echo`` answers;
+- ``gone``: Streamable HTTP as ``http`` (no session), whose every POST, once the file argv[2] +
+  ``.gone`` is made and until it is removed, gets 404 with a body that is no JSON-RPC message
+  (``application/json`` if the file says ``json``, as FastAPI's ``{"detail": "Not Found"}``; else
+  ``text/plain``, as Starlette's): the endpoint is gone, or was never there;
 - ``redirect``, ``events``, ``comments``, ``retry``: as ``http``, with a session, whose stream of its
   own messages (GET), once the file argv[2] + ``.go`` is made, is a redirect within its origin whose
   body never ends; events of a type no one knows, without end; comment lines, without end; or a
@@ -151,6 +155,10 @@ class Endless(http.server.BaseHTTPRequestHandler):
         request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         method, ident = request.get("method"), request.get("id")
         tool = (request.get("params") or {}).get("name")
+        if MODE == "gone" and os.path.exists(sys.argv[2] + ".gone"):
+            with open(sys.argv[2] + ".gone") as gone:
+                self.not_found(gone.read() == "json")
+            return
         if ident is None:
             self.send_response(202)
             self.end_headers()
@@ -185,7 +193,7 @@ class Endless(http.server.BaseHTTPRequestHandler):
                 result = {"tools": listed} if method == "tools/list" else {}
             body = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode()
             self.send_header("Content-Length", str(len(body)))
-            if MODE != "http":  # a session: the client opens the stream of its own messages
+            if MODE not in ("http", "gone"):  # a session: the client opens the stream of its own messages
                 self.send_header("Mcp-Session-Id", "session-1")
             self.end_headers()
             self.wfile.write(body)
@@ -230,6 +238,14 @@ class Endless(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
+
+    def not_found(self, json_body: bool) -> None:
+        body = b'{"detail": "Not Found"}' if json_body else b"Not Found"
+        self.send_response(404)
+        self.send_header("Content-Type", "application/json" if json_body else "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def endlessly(self, chunk: bytes, written_as: str = "bytes", ended_as: str = "ended") -> None:
         """Write `chunk` again and again until we hang up, what was written told every 1 MiB or so."""
@@ -302,7 +318,7 @@ class Sessions(Endless):
 
 
 def main() -> None:
-    if MODE in ("http", "sessions", "redirect", "events", "comments", "retry"):
+    if MODE in ("http", "gone", "sessions", "redirect", "events", "comments", "retry"):
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sessions if MODE == "sessions" else Endless)
         with open(sys.argv[2] + ".part", "w") as port:
             port.write(str(server.server_address[1]))

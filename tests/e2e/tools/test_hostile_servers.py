@@ -2,8 +2,9 @@
 hurt more than its own calls: schemas whose checks never end, a protocol without ping, a flood of its
 own requests, notifications or stderr lines, a byte that is not UTF-8, a line that never ends, a
 listing too large to hand runs, errors too long, a credential cut across stderr lines, a server that
-dies as soon as it starts; over HTTP, an answer or a redirect that never ends, a session lost, and a
-stream of its own messages (GET) of comments or unknown events without end, or that ends at once.
+dies as soon as it starts; over HTTP, an answer or a redirect that never ends, a session lost, an
+endpoint gone, and a stream of its own messages (GET) of comments or unknown events without end, or
+that ends at once.
 tests/downstream/hostile_server.py is made with the official SDK (2026-07-28); raw_server.py by hand."""
 
 from __future__ import annotations
@@ -394,6 +395,29 @@ async def test_an_http_server_that_lost_our_session_is_connected_again_at_its_fi
     # Down for the 404 itself, not for the next ping's (which a 404 too would find, 10 s later).
     gone = 'tool server down server=http error="the server no longer has our session (HTTP 404)"'
     assert gone in (tmp_path / "stderr.log").read_text()
+
+
+@pytest.mark.parametrize("body", ["text", "json"])
+async def test_an_http_server_whose_endpoint_answers_404_without_a_session_is_down_until_it_answers_again(
+    work_dir: Path, tmp_path: Path, body: str
+) -> None:
+    # Found by a review: a 404 to a request without a session (the URL is wrong, or the endpoint gone)
+    # was the SDK client's "Not Found" (METHOD_NOT_FOUND), which the ping takes for an answer: the
+    # server was never down, never connected again, and every call failed "Not Found" for as long.
+    code = SAID + "print(said(mcp_tools.http.echo))\n"
+    async with http_session(work_dir, tmp_path, "gone") as client:
+        before = await run(client, code)
+        (tmp_path / "port.gone").write_text(body)
+        during = await run(client, code)
+        log = tmp_path / "stderr.log"
+        assert await logged(log, "tool server down server=http"), log.read_text()
+        (tmp_path / "port.gone").unlink()
+        done = await run(client, FAILED_THEN_AGAIN.replace("raw.", "http."))
+    assert before["stdout"] == "echo\n", before
+    gone = "its endpoint answered 404 to a request without a session (a wrong URL, or gone)"
+    assert during["stdout"] == f"http.echo: the connection failed: {gone}\n", during
+    assert f'tool server down server=http error="{gone}"' in log.read_text()
+    assert done["stdout"].splitlines()[-1] == "echo", done  # connected again once it answers
 
 
 def told(directory: Path) -> Counter[str]:

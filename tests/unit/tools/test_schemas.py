@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from runner.tools import schemas as checks
 from runner.tools.schemas import MOST_NODES, MOST_SCHEMA_NODES, SchemaCheck, _plain_check
 
 DRAFTS = [
@@ -227,3 +228,23 @@ def test_an_instance_of_more_values_than_a_check_may_see_is_left_unchecked_by_bo
     assert check is not None
     assert check.mismatch([1] * 10 + ["x"]) != ""
     assert check.mismatch([1] * MOST_NODES + ["x"]) == ""  # too many to tell: the server passes it on
+
+
+def test_a_failing_check_walks_its_instance_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by a review: a mismatch was checked twice, once for the verdict and again for the errors
+    # that say why: a run's arguments whose one wrong item comes last cost twice the steps of a match.
+    check = SchemaCheck.of({"type": "array", "items": {"type": "integer", "minimum": 0}})
+    assert check is not None
+    spent: list[int] = []
+
+    def counted(left: list[int], steps: int = 1) -> None:
+        spent.append(steps)
+        real(left, steps)
+
+    real = checks._spend
+    monkeypatch.setattr(checks, "_spend", counted)
+    assert check.mismatch([1] * 400) == ""
+    matched = sum(spent)
+    spent.clear()
+    assert check.mismatch([1] * 399 + [-1]) == "argument '399': -1 is less than the minimum of 0"
+    assert matched < sum(spent) <= matched + 2 * checks.ERROR_STEPS  # one walk, and the error
