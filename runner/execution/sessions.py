@@ -382,14 +382,15 @@ class SessionHost:
         """Count `held` bytes, what the session holds after a verdict, as its own; why the session must
         end ('' if not): with the other open sessions' it passes the sessions' budget. Found by a
         review: a rolled-back call left 60 MiB in its /dev/shm under a budget of 64 MiB, the session
-        went on, and only other callers' sessions were refused; its memory goes with its end."""
+        went on, and only other callers' sessions were refused (a roll-back now puts /dev/shm and /run
+        back too, but what it holds is still read, not assumed); its memory goes with its end."""
         session, sessions = self._session, self._sessions
         session.held, others = held, sessions.held_by_others(session)
         if not over_budget(sessions._budget, held, others):
             return ""
         return (
-            f"what it holds after its last call ({held / MIB:.0f} MiB, its /dev/shm and /run too, which are "
-            f"not rolled back) with the other open sessions' {others / MIB:.0f} MiB passes the sessions' "
+            f"what it holds after its last call ({held / MIB:.0f} MiB, its /dev/shm and /run too) "
+            f"with the other open sessions' {others / MIB:.0f} MiB passes the sessions' "
             f"memory budget of {sessions._budget / MIB:.0f} MiB (RUNNER_SESSIONS_MEMORY_MB)"
         )
 

@@ -4,9 +4,9 @@ the module's docstring there says what a session is.
 
 The anchor is a child subreaper in the run's sandbox. It never runs the session's code. It forks the
 first keeper, passes each call's fds on to the keeper, says what the keeper and the call say, holds
-the snapshot of the session's directory (`Snapshot`: in its own memory, where no call can reach it),
-and gives the verdict on each call: the candidate kept (the old keeper killed), or the candidate
-killed and the directory put back. Either way it kills every other process the call left.
+the snapshot of the session's directory and a sandbox's /dev/shm and /run (`Snapshot`: in its own
+memory, where no call can reach it), and gives the verdict on each call: the candidate kept (the old
+keeper killed), or the candidate killed and the files put back. Either way it kills every other process the call left.
 
 The wire, server to anchor, on the run's job socket (fd 3), one line a message: ``C`` with the call's
 four fds (stdin, stdout, stderr, job socket; SCM_RIGHTS): start a call; ``K``: kill the running call's
@@ -18,13 +18,14 @@ killed). Anchor to server: ``R`` once ready; ``S <pid>`` a call was forked; ``X 
 as it is known whether the call can be kept (1: its code ran to its end, and its files could be read;
 threads: 1 if the call left threads, which a fork does not carry; why not, or ``-``), so that the server
 can answer before the verdict; ``V <kept> <threads> <KiB> <why...>`` the verdict is done, and what
-the session holds now, kept or rolled back (its /dev/shm and /run are not rolled back); ``E <why>``
+the session holds now, kept or rolled back (its /dev/shm and /run put back with its directory); ``E <why>``
 the session is over (its state was lost).
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import time
 
@@ -35,12 +36,14 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
     from runner.inrun import libc
+    from runner.inrun.bootstrap import hold_cpu, lowered
     from runner.inrun.snapshot import Snapshot
-    from runner.inrun.sweeps import anonymous_kb, cpu_seconds, idle_fault, kill, parent, sweep_tree, tmpfs_kb
+    from runner.inrun.sweeps import anonymous_kb, beside, cpu_seconds, held_kb, idle_fault, kill, parent, sweep_tree
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import libc
+    from bootstrap import hold_cpu, lowered
     from snapshot import Snapshot
-    from sweeps import anonymous_kb, cpu_seconds, idle_fault, kill, parent, sweep_tree, tmpfs_kb
+    from sweeps import anonymous_kb, beside, cpu_seconds, held_kb, idle_fault, kill, parent, sweep_tree
 
 MAX_LINE = 512
 MAX_PID = 1 << 22  # Linux's pid_max is at most this
@@ -49,6 +52,14 @@ MAX_PID = 1 << 22  # Linux's pid_max is at most this
 CANDIDATE_SECONDS = 10.0
 # How often an idle session's processes are looked at (`sweeps.idle_fault`).
 IDLE_CHECK_SECONDS = 1.0
+# The CPU time the anchor may use beyond a run's RLIMIT_CPU (`anchor_cpu_limits`): its own bookkeeping
+# over the session's life, none of it the session's code. An idle check (`sweeps.idle_fault`) costs 57
+# us (132 before it read each process's stat once, without file objects), 0.8 s of a 4-hour session's
+# idle time; a verdict on a call that rewrote 45 MiB of files 25-30 ms. An hour of CPU is 4,500 times
+# the one, 120,000 times the other. Found by a review: under the run's own limit, that work ended
+# sessions whose calls spent little (RUNNER_MAX_CPU_SECONDS=1: the 27th such call found its anchor
+# killed by SIGXCPU, at 0.79 s of the anchor's CPU).
+ANCHOR_CPU_SECONDS = 3600
 # How many of the keeper's messages one wait takes (`Anchor.step`): a keeper says one or two things at
 # a time (S, X, A), so that a flood of them never keeps the anchor from the rest of its loop.
 MAX_DRAIN = 16
@@ -135,11 +146,11 @@ class Anchor:
     ) -> None:
         self.control = control
         self.home = home
-        self.tmpfs = tmpfs  # the session's own tmpfs mounts beside its directory (`_held_kb`)
+        self.tmpfs = tmpfs  # the session's own tmpfs mounts beside its directory (`held_kb`)
         self.buffer = b""
-        self.snapshot = Snapshot(home)
+        self.snapshot = Snapshot(home, tmpfs)  # /dev/shm and /run too: a roll-back puts them back
         self.call: _Call | None = None
-        self.baseline_kb = anonymous_kb(os.getpid())  # the first keeper's, a fork of this process (`_held_kb`)
+        self.baseline_kb = anonymous_kb(os.getpid())  # the first keeper's, a fork of this process (`held_kb`)
         self.keeper, channel = _first_keeper(fork_keeper)
         self.keeper_channel: socket.socket | None = channel
         self.wake = -1  # the read end of SIGCHLD's wake-up pipe (`serve`)
@@ -279,7 +290,7 @@ class Anchor:
             # What could keep it from being kept is known now, while the call reports its end: the
             # server answers its client with that, and gives the verdict after.
             call.looked, failure = self.snapshot.look()
-            call.held_kb = _held_kb(call.candidate, self.baseline_kb, call.looked, self.tmpfs)
+            call.held_kb = held_kb(call.candidate, self.baseline_kb, call.looked, self.tmpfs)
             self.announce(call, failure)
         else:
             call.candidate = -1  # no candidate will come (the call's end is a roll-back)
@@ -349,7 +360,6 @@ class Anchor:
             swept = sweep_tree({self.keeper} | dying, self.reap)  # before the files: nothing writes after
             if failure := (self.snapshot.restore() if swept else "what its last call left could not be killed"):
                 self.lost(f"its files could not be put back: {failure}")
-                self.lost(f"its files could not be put back: {failure}")
             self.keeper_channel = _told(self.keeper_channel, b"F")  # the keeper stays: it forks its next call now
         self.await_ready()
         if not sweep_tree({self.keeper, self.ready} | dying, self.reap):
@@ -360,7 +370,7 @@ class Anchor:
             self.snapshot.entries = call.looked
         if not self.keeper or self.keeper_channel is None:
             self.lost("the session's keeper process was killed")
-        held = _held_kb(self.keeper, self.baseline_kb, self.snapshot.entries, self.tmpfs)  # kept or not
+        held = held_kb(self.keeper, self.baseline_kb, self.snapshot.entries, self.tmpfs)  # kept or not
         self.say(b"V %d %d %d %s" % (keep, call.threads, held, why))
 
     def await_ready(self) -> None:
@@ -396,14 +406,15 @@ def _check_idle(anchor: Anchor) -> None:
 
 
 def _first_keeper(fork_keeper: Callable[[socket.socket], None]) -> tuple[int, socket.socket]:
-    """Fork the session's first keeper (`fork_keeper` is what it does): its pid, and the anchor's end
-    of its channel."""
+    """Fork the session's first keeper (`fork_keeper` is what it does), under the run's RLIMIT_CPU
+    (`hold_cpu`), which each call forked from it inherits: its pid, and the anchor's end of its channel."""
     import socket
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
         try:
+            hold_cpu()  # as a one-shot run's job does: the anchor takes its own limit after this fork
             ours.close()
             fork_keeper(theirs)
         finally:
@@ -514,25 +525,21 @@ def anchor(
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         control = socket.socket(fileno=control_fd)
-        Anchor(control, home, fork_keeper, _beside(home, tmpfs)).serve(wake_r)
+        held = Anchor(control, home, fork_keeper, beside(home, tmpfs))  # its keeper under the run's CPU limit
+        # The anchor's own: `bootstrap.apply_limits` left the hard one where it was.
+        resource.setrlimit(resource.RLIMIT_CPU, anchor_cpu_limits(*resource.getrlimit(resource.RLIMIT_CPU)))
+        held.serve(wake_r)
     except BaseException:  # nothing of a session may outlive a fault of its anchor
         _end_session()
 
 
-def _beside(home: str, tmpfs: tuple[str, ...]) -> tuple[str, ...]:
-    """The tmpfs mounts of `tmpfs` but the one `home` is on (the snapshot counts the files there)."""
-    try:
-        device = os.stat(home).st_dev
-    except OSError:
-        device = -1
-    beside = []
-    for path in tmpfs:
-        try:
-            if os.stat(path).st_dev != device:
-                beside.append(path)
-        except OSError:
-            continue
-    return tuple(beside)
+def anchor_cpu_limits(cpu: int, hard: int) -> tuple[int, int]:
+    """The anchor's RLIMIT_CPU (soft, hard), for a run whose soft limit is `cpu` under a hard limit of
+    `hard` (what it inherited, since `bootstrap.apply_limits` leaves it): ANCHOR_CPU_SECONDS more
+    than the run's own, its hard one a second above that, never above `hard` (it cannot be raised)."""
+    if cpu == resource.RLIM_INFINITY:
+        return cpu, hard
+    return lowered(cpu + ANCHOR_CPU_SECONDS, cpu + ANCHOR_CPU_SECONDS + 1, hard)
 
 
 def _end_session() -> NoReturn:
@@ -569,17 +576,6 @@ def _count(field: bytes, most: int = 1 << 40) -> int | None:
 def _pid(field: bytes) -> int | None:
     pid = _count(field, MAX_PID)
     return pid or None
-
-
-def _held_kb(state: int, baseline_kb: int, entries: dict[str, tuple[object, ...]], tmpfs: tuple[str, ...]) -> int:
-    """What a state would hold, in KiB, as the anchor reads it (never as the call says, which could say
-    anything): the anonymous memory of its process (`state`) beyond the session's start
-    (`baseline_kb`), the copy of the session's files the anchor holds (a snapshot's `entries`), and
-    what the session's own tmpfs mounts outside its
-    directory hold (`tmpfs`: a sandbox's /dev/shm and /run, memory no process's count has; found by
-    a review: 4 sessions held 4 x 60 MiB there under a budget of 64 MiB)."""
-    files = sum(len(entry[2]) for entry in entries.values() if entry[0] == "f" and isinstance(entry[2], bytes))
-    return max(0, anonymous_kb(state) - baseline_kb) + files // 1024 + tmpfs_kb(tmpfs)
 
 
 def _seconds(field: bytes) -> float | None:

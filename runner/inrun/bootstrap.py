@@ -87,18 +87,30 @@ def lowered(soft: int, hard: int, current_hard: int) -> tuple[int, int]:
 
 
 def apply_limits(cpu: int, address_space: int, nproc: int, fsize: int) -> list[str]:
-    """Apply every rlimit it can; return the names of those the OS refused (e.g. RLIMIT_AS on macOS)."""
+    """Apply every rlimit it can; return the names of those the OS refused (e.g. RLIMIT_AS on macOS).
+    RLIMIT_CPU's hard limit is left where it is until a job comes (`hold_cpu`): a process that becomes
+    a session's anchor, which runs none of the session's code, takes a limit of its own instead."""
     refused = []
     for name, soft, hard in wanted_limits(cpu, address_space, nproc, fsize):
         which = getattr(resource, name, None)
         if which is None:
             refused.append(name)
             continue
+        if name == "RLIMIT_CPU":
+            hard = resource.RLIM_INFINITY  # `lowered` keeps the one there
         try:
             resource.setrlimit(which, lowered(soft, hard, resource.getrlimit(which)[1]))
         except (ValueError, OSError):
             refused.append(name)
     return refused
+
+
+def hold_cpu() -> None:
+    """Lower RLIMIT_CPU's hard limit to one second above its soft one (`wanted_limits`), as this
+    process is about to run a job: `apply_limits` left it where it was."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if soft != resource.RLIM_INFINITY:
+        resource.setrlimit(resource.RLIMIT_CPU, lowered(soft, soft + 1, hard))
 
 
 def load_siblings(*names: str) -> tuple[types.ModuleType, ...]:
@@ -212,10 +224,11 @@ def run(
     if job is None:
         os._exit(1)
     wire, workdir, figures, harvest, images, keeper, tables = siblings
+    if job.keeper:
+        _become_anchor(main, siblings, tmpfs, spawned)  # a limit of its own (`keeper.anchor`)
+    hold_cpu()  # before anything of the job's, as a call's before its state's code may run again
     if session:
         keeper.begin_call()  # from here on the state's own code may run again: this is the call
-    if job.keeper:
-        _become_anchor(main, siblings, tmpfs, spawned)
     add_provided(job.paths)
     if job.tools:
         offer_tools(wire)

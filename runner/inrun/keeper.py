@@ -14,8 +14,9 @@ like any run. The server decides from the whole result whether the call ended ok
 the cap, no limit met, ...) and says so:
 
 - kept: the candidate becomes the keeper, the old keeper is killed;
-- rolled back: the candidate is killed, the old keeper stays, and the session's directory is put
-  back as it was (`Snapshot`, which the anchor holds: no call can reach its memory).
+- rolled back: the candidate is killed, the old keeper stays, and the session's directory (and a
+  sandbox's /dev/shm and /run) is put back as it was (`Snapshot`, which the anchor holds: no call
+  can reach its memory).
 
 A call's channel to the anchor, one message a packet: ``P <pid> <threads>`` its candidate (its own pid
 when it is its own); ``N <why>`` its state cannot be kept; ``D <utime> <stime> <maxrss>`` (a call that

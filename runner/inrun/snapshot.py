@@ -1,5 +1,9 @@
 """A session's directory as its last kept call left it, held by the session's anchor (`keeper.py`):
 what a call that is rolled back changed is put back from it. Standard library only.
+
+In a sandbox, the run's own /dev/shm and /run are taken and put back with it: found by a review, a
+rolled-back call's files there stayed, seen by the next call and held against the sessions' memory
+budget (45 MiB of them after a failed call, its session's count 8 KiB before it).
 """
 
 from __future__ import annotations
@@ -25,17 +29,31 @@ class Snapshot:
     """The session's directory as the last kept call left it, in the anchor's memory: what a call
     that is rolled back changed is put back from it. Regular files, directories and symbolic links,
     with their modes and times; other kinds (FIFOs, sockets) are not kept. Nothing is followed, and
-    nothing that is not the session's (another file system, another owner) is kept or put back."""
+    nothing that is not the session's (another file system, another owner) is kept or put back.
 
-    def __init__(self, home: str) -> None:
+    `beside`: the session's own tmpfs mounts outside its directory (a sandbox's /dev/shm and /run),
+    kept and put back the same way; their entries are named by absolute paths (`os.path.join` of the
+    directory and one is that path), the directory's by paths relative to it."""
+
+    def __init__(self, home: str, beside: tuple[str, ...] = ()) -> None:
         self.home = home
+        self.beside = beside
         self.entries: dict[str, tuple[object, ...]] = {}
         self.take()
 
     def _scan(self) -> dict[str, os.stat_result]:
-        top = os.lstat(self.home)
         found: dict[str, os.stat_result] = {}
-        pending = [""]
+        top = os.lstat(self.home)
+        self._scan_tree("", top.st_dev, top.st_uid, found)
+        for root in self.beside:
+            # Shared by every uid (mode 1777) and the sandbox's: the session's are what its uid made.
+            self._scan_tree(root, os.lstat(root).st_dev, os.getuid(), found)
+        return found
+
+    def _scan_tree(self, key: str, device: int, owner: int, found: dict[str, os.stat_result]) -> None:
+        """Add to `found` every entry under `key` (the directory's '', or a tmpfs beside it) on
+        `device` owned by `owner`."""
+        pending = [key]
         while pending:
             relative = pending.pop()
             path = os.path.join(self.home, relative) if relative else self.home
@@ -47,16 +65,16 @@ class Snapshot:
             for name in names:
                 entry = os.path.join(relative, name) if relative else name
                 info = os.lstat(os.path.join(self.home, entry))
-                if info.st_dev != top.st_dev or info.st_uid != top.st_uid:
+                if info.st_dev != device or info.st_uid != owner:
                     # A mount point, or what the sandbox made to hold one (a path of the server's
-                    # under /tmp, bound into the run's /tmp): never the session's, nor its to change.
+                    # under /tmp, bound into the run's /tmp; the bootstrap's under /run): never the
+                    # session's, nor its to change.
                     continue
                 found[entry] = info
                 if len(found) > MAX_SNAPSHOT_ENTRIES:
-                    raise OSError(f"more than {MAX_SNAPSHOT_ENTRIES:,} entries in the session's directory")
+                    raise OSError(f"more than {MAX_SNAPSHOT_ENTRIES:,} entries in the session's files")
                 if stat.S_ISDIR(info.st_mode):
                     pending.append(entry)
-        return found
 
     def look(self, *also: dict[str, tuple[object, ...]]) -> tuple[dict[str, tuple[object, ...]], str]:
         """The directory as it is now, re-reading only files changed since it was taken (or since

@@ -57,7 +57,7 @@ class Ended:
 class Said:
     """``P <0|1> <threads> <KiB> <why>`` (whether the last call can be kept, as it ends, and the memory
     its state would hold) or ``V <0|1> <threads> <KiB> <why>`` (whether it was kept, after the verdict,
-    and what the session holds now: a roll-back leaves its /dev/shm and /run as they are): yes or no,
+    and what the session holds now, kept or rolled back, its /dev/shm and /run too): yes or no,
     whether the call left threads (which a kept state does not carry), why not (``-`` on the wire: no
     reason), and the bytes held."""
 

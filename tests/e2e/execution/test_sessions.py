@@ -742,3 +742,40 @@ async def test_a_call_that_meets_the_cpu_or_file_size_limit_is_rolled_back_files
         assert not result.session.kept
         after = await call(pool, "import os\nprint(x, os.path.exists('big'))", handle)
         assert after.stdout.text == "41 False\n", after
+
+
+# A call's code reads its anchor's CPU time (user and system) from /proc: the keeper's parent.
+ANCHOR_CPU = (
+    "import os, resource\n"
+    "def anchor_cpu():\n"
+    "    keeper = open(f'/proc/{os.getppid()}/stat').read().rpartition(')')[2].split()\n"
+    "    fields = open(f'/proc/{keeper[1]}/stat').read().rpartition(')')[2].split()\n"
+    "    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')\n"
+)
+
+
+@pytest.mark.slow
+async def test_the_anchors_own_work_past_the_runs_cpu_limit_does_not_end_the_session(
+    session_config: Config, no_leaks: None
+) -> None:
+    # Found by a review: the anchor ran under the run's RLIMIT_CPU, so its bookkeeping (its idle checks,
+    # its snapshot of the files each call rewrote) ended the session at RUNNER_MAX_CPU_SECONDS=1 (the
+    # 27th call of these found its anchor killed by SIGXCPU), though each call spent a few hundredths.
+    config = dataclasses.replace(
+        session_config, max_cpu_seconds=1, sandbox_tmp_mb=128, sessions_memory_mb=512, sessions_budget_bytes=512 << 20
+    )
+    rewrite = "for j in range(3):\n    open(f'big{j}', 'wb').write(bytes(15 << 20))\nprint(anchor_cpu())"
+    async with Pool.open(config, reap_strays=True) as pool:
+        handle = await new_session(pool, ANCHOR_CPU)
+        spent = 0.0
+        for _ in range(200):  # the anchor's CPU time goes past the run's limit long before
+            result = await call(pool, rewrite, handle)
+            assert result.status is Status.OK, result
+            assert result.session is not None
+            assert result.session.kept, result
+            spent = float(result.stdout.text)
+            if spent > 1.5:
+                break
+        assert spent > 1.5, "the anchor did not spend past the limit: the test proves nothing"
+        limits = await call(pool, "print(resource.getrlimit(resource.RLIMIT_CPU))", handle)
+        assert limits.stdout.text == "(1, 2)\n", limits  # the calls' own, as documented

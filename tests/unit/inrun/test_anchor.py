@@ -4,6 +4,7 @@ socket pair, the processes it looks at the test's."""
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import subprocess
 import types
@@ -90,3 +91,13 @@ def test_one_wait_of_the_anchor_takes_a_bounded_number_of_the_keepers_messages(
     assert sent > anchor.MAX_DRAIN, "the channel's queue holds fewer messages than one wait takes"
     held.step(0.0)
     assert anchor._readable_now(held.keeper_channel)
+
+
+def test_the_anchors_cpu_limit_is_the_runs_and_room_for_its_own_work_under_the_hard_limit_it_inherited() -> None:
+    infinite = resource.RLIM_INFINITY
+    room = anchor.ANCHOR_CPU_SECONDS
+    # An hour of CPU: thousands of times what its idle checks of a 4-hour session cost.
+    assert room >= 3600
+    assert anchor.anchor_cpu_limits(1, infinite) == (1 + room, 2 + room)
+    assert anchor.anchor_cpu_limits(1, 100) == (100, 100)  # a hard limit cannot be raised
+    assert anchor.anchor_cpu_limits(infinite, infinite) == (infinite, infinite)
