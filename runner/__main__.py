@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 
+from runner import __version__
 from runner.config import Cli, Deployment, load
 from runner.errors import ConfigError, Unavailable
 from runner.logs import configure_logging, get_logger, log_event
@@ -19,8 +20,9 @@ from runner.processes.procctl import set_dumpable
 from runner.serving.signals import catch_early
 
 
-def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m runner", description="python-runner-mcp: run Python over MCP.")
+def _arguments(argv: list[str] | None, prog: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog, description="python-runner-mcp: run Python over MCP.")
+    parser.add_argument("--version", action="version", version=f"python-runner-mcp {__version__}")
     parser.add_argument("--transport", choices=("stdio", "http"), help="default: RUNNER_TRANSPORT, else stdio")
     parser.add_argument(
         "--insecure-no-auth",
@@ -51,10 +53,10 @@ def _started(args: argparse.Namespace) -> tuple[Deployment, IsolationPlan]:
     return deployment, plan
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m runner") -> int:
     """Entry point (`python -m runner` and the `python-runner-mcp` command alike): configure from the
-    environment and the arguments, serve, and return the exit status."""
-    args = _arguments(argv)
+    environment and the arguments, serve, and return the exit status. `prog`: the name usage shows."""
+    args = _arguments(argv, prog)
     if args.install_packages:
         from runner.serving.install import install_packages
 
@@ -107,8 +109,8 @@ def _serve(deployment: Deployment, plan: IsolationPlan, early: list[int], args: 
 
 
 def console() -> int:
-    """The `python-runner-mcp` console script: `main`, as `python -m runner` is."""
-    return main()
+    """The `python-runner-mcp` console script: `main`, as `python -m runner` is, its usage under its own name."""
+    return main(prog="python-runner-mcp")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import urllib.parse
 from dataclasses import dataclass
 from typing import Literal
 
@@ -211,7 +212,17 @@ def _address(text: str) -> Address | None:
 
 
 def _entry(item: str) -> EgressEntry:
+    # A URL or a path is what an operator copies from a browser: say what to write instead, not that
+    # "//pypi.org" is no port.
+    if "://" in item:
+        netloc = urllib.parse.urlsplit(item.strip()).netloc.rpartition("@")[2]
+        raise _bad(item, "an entry is HOST[:PORT], not a URL" + (f": write {netloc!r}" if netloc else ""))
     host, ports = _split(item)
+    before_path = host.partition("/")[0]
+    if "/" in host and _address(before_path) is None:
+        raise _bad(
+            item, f"an entry is HOST[:PORT] or a CIDR, without a path (no rule is per path): write {before_path!r}"
+        )
     if host.startswith("*."):
         name = host_form(host[2:])
         if name is None or _address(name) is not None or "*" in name:

@@ -1,10 +1,13 @@
-"""One line more for a run that failed to import a module this server cannot give it, so that a model
-does not try `pip install` next: what the module is not (in the package environment, in the wheelhouse),
-and what the wheelhouse offers instead, bounded.
+"""One line more for a run that failed in a way a model would otherwise repeat: a module this server
+cannot give it, so that it does not try `pip install` next (what the module is not, in the package
+environment, in the wheelhouse, and what the wheelhouse offers instead, bounded); or IPython's syntax,
+which notebooks taught it (`!cmd`, `%magic`, `display()`, a top-level `await`), so that it writes plain
+Python next.
 
-The stderr a run wrote is read here as hostile text, only its last line, by one anchored pattern (pure
-functions); a run that prints such a line itself gets the same note, which only says what the server
-has. `ModuleNotes` applies them to a result, looking the module up only on that path.
+The stderr a run wrote is read here as hostile text, only its last lines, by anchored patterns (pure
+functions); a run that prints such lines itself gets the same note, which only says what the server
+has, or what plain Python is. `ModuleNotes` applies them to a result, looking the module up only on that
+path.
 """
 
 from __future__ import annotations
@@ -29,6 +32,33 @@ def missing_module(stderr: str) -> str | None:
     """The top-level module an uncaught ModuleNotFoundError at the end of `stderr` names, or None."""
     found = _MISSING.search(stderr[-TAIL_CHARS:])
     return found[1] if found else None
+
+
+# IPython's syntax, as the interpreter ends its error here: the offending line (shown indented by
+# four) starting with ! or %, a top-level await, or IPython's display(), each on the stream's last lines.
+_SHELL_OR_MAGIC = re.compile(r"\n    [!%][^\n]{0,300}\n +\^+\nSyntaxError: invalid syntax\n?\Z")
+_TOP_LEVEL_AWAIT = re.compile(r"(?:^|\n)SyntaxError: 'await' outside function\n?\Z")
+_DISPLAY = re.compile(r"(?:^|\n)NameError: name 'display' is not defined[^\n]{0,100}\n?\Z")
+NOTEBOOK_NOTES = (
+    (
+        _SHELL_OR_MAGIC,
+        "a line starting with ! or % is neither a shell command nor a magic; for a command call "
+        "subprocess.run([...]), for a package just import it",
+    ),
+    (
+        _TOP_LEVEL_AWAIT,
+        "await works only inside a coroutine; wrap the code in async def main() and asyncio.run(main())",
+    ),
+    (_DISPLAY, "display() is not defined; end the code with the expression to get its repr() back, or print() it"),
+)
+
+
+def notebook_note(stderr: str) -> str:
+    """The note for a run whose error at the end of `stderr` is IPython's syntax, or ""."""
+    tail = stderr[-TAIL_CHARS:]
+    return next(
+        ("this is plain Python, not IPython: " + said for found, said in NOTEBOOK_NOTES if found.search(tail)), ""
+    )
 
 
 def missing_module_note(
@@ -62,11 +92,14 @@ class ModuleNotes:
     offered: tuple[str, ...] = ()
 
     def noted(self, result: RunResult) -> RunResult:
-        """`result`, with a note when it is an error that ended on a module this server cannot give."""
+        """`result`, with a note when it is an error that ended on a module this server cannot give, or
+        on IPython's syntax (found in a first hour: `!ls`, `%pip`, `display(df)` and a top-level await
+        ended on a bare SyntaxError or NameError)."""
         if result.status is not Status.ERROR:
             return result
         module = missing_module(result.stderr.text)
         note = missing_module_note(module, self._present, self.wheelhouse, self.offered) if module else ""
+        note = note or notebook_note(result.stderr.text)
         return dataclasses.replace(result, note=note) if note else result
 
     def _present(self, module: str) -> bool:

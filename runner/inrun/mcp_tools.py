@@ -13,11 +13,12 @@ A call returns the tool result's ``structuredContent`` when it has one; else, wh
 is text, the text (blocks joined by a newline); else the list of content blocks as JSON objects. A
 result with ``isError``, a tool that is not allowed, a server that is unknown, down or too slow,
 arguments that do not match the input schema, or a call over a limit raises ``ToolError``.
-
-This file is not imported by the server: the server sends its source to a run that imports
-``mcp_tools`` (`bootstrap._ToolsFinder`), with the caller's catalog, and the run makes the module
-from both. Standard library only.
 """
+
+# This docstring is what help(mcp_tools) shows a run, so how the module is made is said here instead:
+# the server never imports this file; it sends its source to a run that imports ``mcp_tools``
+# (`bootstrap._ToolsFinder`), with the caller's catalog, and the run makes the module from both.
+# Standard library only.
 
 from __future__ import annotations
 

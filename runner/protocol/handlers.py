@@ -119,6 +119,14 @@ class Handlers:
         listed = [types.Resource(uri=k.uri, name=k.stream, mime_type=k.mime_type, size=k.size) for k in kept]
         return types.ListResourcesResult(resources=([self._view.resource()] if self._view else []) + listed)
 
+    async def list_resource_templates(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        """resources/templates/list: none (every URI a caller may read is listed or linked whole), answered
+        because the `resources` capability promises the method: a client that asked (the Inspector's
+        `--method resources/templates/list`) got "Method not found"."""
+        return types.ListResourceTemplatesResult(resource_templates=[])
+
     async def read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
@@ -373,6 +381,7 @@ def build_server(
         ),
         on_list_tools=handlers.list_tools,
         on_list_resources=handlers.list_resources,
+        on_list_resource_templates=handlers.list_resource_templates,
         on_read_resource=handlers.read_resource,
     )
     # No OpenTelemetry exporter is ever installed here; skip the per-message span work.

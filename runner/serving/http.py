@@ -60,7 +60,16 @@ def main_http(
     try:
         sock = socket.socket(fileno=listen_fd) if worker else listening(http.host, http.port)
     except OSError as exc:
-        log_event(logger, logging.ERROR, "cannot listen", host=http.host, port=http.port, error=exc.strerror)
+        # Naming what to change (found in a first hour: a port in use said only "Address already in use").
+        log_event(
+            logger,
+            logging.ERROR,
+            "cannot listen",
+            host=http.host,
+            port=http.port,
+            error=exc.strerror,
+            change="RUNNER_HTTP_PORT (0: any free port) or RUNNER_HTTP_HOST",
+        )
         return 1
     with sock:
         if not worker and http.workers > 1:

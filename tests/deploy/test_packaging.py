@@ -995,6 +995,20 @@ def test_pyproject_s_dependencies_are_requirements_in_s() -> None:
     assert sorted(declared) == sorted(line for line in lines if line.strip() and not line.startswith("#"))
 
 
+def test_pyproject_s_metadata_is_read_by_the_locked_setuptools_without_a_warning() -> None:
+    # Found in a first hour: `make run` in a fresh clone printed setuptools' deprecation of a license
+    # table twice, 20 lines of `!!` banners before the server said a word.
+    read = (
+        "from setuptools.dist import Distribution\n"
+        "from setuptools.config.pyprojecttoml import apply_configuration\n"
+        "print(apply_configuration(Distribution(), 'pyproject.toml').metadata.license_expression)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", read], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, "MIT\n"), done.stderr
+
+
 @pytest.mark.anyio
 async def test_the_readme_s_entry_starts_the_console_script_whose_runs_import_numpy(tmp_path: Path) -> None:
     needs_the_clone_s_install()

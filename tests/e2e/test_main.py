@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import runner
 from runner.processes.identity import LOCK_DIR, LOCK_PREFIX, _lock
 from tests.conftest import REPO
 
@@ -119,6 +121,37 @@ def test_python_m_runner_from_the_checkout_is_the_same_tool_as_the_console_scrip
     assert "wheelhouse opened" in done.stderr, done.stderr
     [starting] = [line for line in done.stderr.splitlines() if "pool starting" in line]
     assert f"packages={REPO / '.sandbox-env'}" in starting, starting
+
+
+def test_version_prints_the_name_and_version_and_exits_0_and_the_console_scripts_usage_names_it(
+    work_dir: Path,
+) -> None:
+    # Found in a first hour: --version was "unrecognized arguments" (exit 2), and the python-runner-mcp
+    # command's usage said "python -m runner".
+    done = served(minimal({}, work_dir), args=("--version",))
+    assert (done.returncode, done.stdout) == (0, f"python-runner-mcp {runner.__version__}\n"), done.stderr
+    # The console script's entry point, from this checkout (an installed script may be another's).
+    console = "import sys; from runner.__main__ import console; sys.exit(console())"
+    helped = subprocess.run(
+        [sys.executable, "-c", console, "--help"], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert helped.returncode == 0, helped.stderr
+    assert helped.stdout.startswith("usage: python-runner-mcp "), helped.stdout
+
+
+def test_a_port_in_use_stops_the_http_server_naming_the_variables_that_change_it(work_dir: Path) -> None:
+    # Found in a first hour: `make serve` beside something on 8000 said only "Address already in use".
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        environ = {"RUNNER_HTTP_PORT": str(port), "RUNNER_POOL_SIZE": "0", "RUNNER_SANDBOX": "none"}
+        done = served(minimal(environ, work_dir), args=("--transport", "http"))
+    assert done.returncode == 1, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if "cannot listen" in line]
+    assert f"port={port}" in line
+    assert 'error="Address already in use"' in line
+    assert 'change="RUNNER_HTTP_PORT (0: any free port) or RUNNER_HTTP_HOST"' in line
 
 
 class Scratch:

@@ -390,6 +390,12 @@ async def test_a_client_that_shows_app_views_gets_the_table_and_every_other_clie
     assert unlisted.resources == []
 
 
+async def test_resource_templates_are_listed_as_none_not_refused_as_an_unknown_method(client: Client) -> None:
+    # The resources capability promises resources/templates/list; it was "Method not found" (-32601).
+    listed = await client.list_resource_templates()
+    assert listed.resource_templates == []
+
+
 def structured_dtype(result: types.CallToolResult) -> str:
     dtype = check_structured(result.structured_content)["table"]["dtypes"][1]
     assert dtype in ("object", "str")  # pandas 3 has a dtype of its own for text

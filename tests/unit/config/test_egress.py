@@ -114,6 +114,11 @@ def test_the_unspecified_address_is_never_reached_whatever_the_list(address: str
         ("[::1", "closed with ]"),
         ("[::1]x", "expected :PORT"),
         ("-x.com", "not a host name"),
+        # Found in a first hour: a URL was "the port is 1-65535 or *", a path "not a network in CIDR form".
+        ("https://pypi.org", "an entry is HOST[:PORT], not a URL: write 'pypi.org'"),
+        ("http://user@127.0.0.2:8765/d.csv", "not a URL: write '127.0.0.2:8765'"),
+        ("pypi.org/simple", "without a path (no rule is per path): write 'pypi.org'"),
+        ("pypi.org/simple:443", "without a path (no rule is per path): write 'pypi.org'"),
     ],
 )
 def test_a_bad_entry_stops_the_server_naming_the_variable_and_the_entry(entry: str, said: str) -> None:

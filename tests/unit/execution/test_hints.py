@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.execution.hints import SHOWN, ModuleNotes, missing_module, missing_module_note
+from runner.execution.hints import SHOWN, ModuleNotes, missing_module, missing_module_note, notebook_note
 from runner.outcome import RunResult, Status, StreamText
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "<run_python>", line 1, in <module>\n'
@@ -51,3 +51,38 @@ def test_only_an_error_s_result_is_noted_and_a_standard_module_never_is() -> Non
     assert notes.noted(timed_out) is timed_out
     inner = StreamText("ModuleNotFoundError: No module named 'json.nope'\n", 0, 0)
     assert notes.noted(RunResult("0" * 8, Status.ERROR, exit_code=1, stderr=inner)).note == ""
+
+
+SYNTAX = '  File "<run_python>", line 2\n'
+
+
+@pytest.mark.parametrize(
+    ("stderr", "said"),
+    [
+        (SYNTAX + "    !ls -la\n    ^\nSyntaxError: invalid syntax\n", "neither a shell command nor a magic"),
+        (SYNTAX + "    %pip install requests\n    ^\nSyntaxError: invalid syntax\n", "for a package just import it"),
+        (SYNTAX + "SyntaxError: 'await' outside function\n", "asyncio.run(main())"),
+        (TRACEBACK + "NameError: name 'display' is not defined\n", "display() is not defined"),
+        (TRACEBACK + "NameError: name 'display' is not defined. Did you mean: 'displayed'?\n", "end the code with"),
+        (SYNTAX + "    x = !ls\n    ^\nSyntaxError: invalid syntax\n", ""),
+        (SYNTAX + "    !ls\n    ^\nSyntaxError: invalid syntax\nthen more\n", ""),
+        (TRACEBACK + "NameError: name 'displays' is not defined\n", ""),
+        (SYNTAX + "    !" + "x" * 5000 + "\n    ^\nSyntaxError: invalid syntax\n", ""),
+        ("", ""),
+    ],
+)
+def test_ipython_s_syntax_at_the_end_of_stderr_gets_a_note_saying_what_plain_python_does_instead(
+    stderr: str, said: str
+) -> None:
+    # Found in a first hour: !ls, %pip, display(df) and a top-level await, a notebook's habits, ended on a
+    # bare SyntaxError or NameError.
+    note = notebook_note(stderr)
+    assert (note.startswith("this is plain Python, not IPython: ") and said in note) if said else note == ""
+
+
+def test_only_an_error_s_result_gets_a_notebook_s_note() -> None:
+    notes = ModuleNotes("", {}, ())
+    stderr = StreamText(TRACEBACK + "NameError: name 'display' is not defined\n", 0, 0)
+    assert "display()" in notes.noted(RunResult("0" * 8, Status.ERROR, exit_code=1, stderr=stderr)).note
+    killed = RunResult("0" * 8, Status.TIMEOUT, stderr=stderr)
+    assert notes.noted(killed) is killed

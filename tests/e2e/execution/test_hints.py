@@ -1,0 +1,40 @@
+"""The notes of runner/execution/hints.py on what a real interpreter writes: a notebook's habits in a
+one-shot run and in a session call."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.config import Config
+from runner.execution.pool import Pool
+from runner.outcome import NEW_SESSION, RunRequest, Status
+from tests.helpers import checked
+
+pytestmark = pytest.mark.anyio
+
+PLAIN = "this is plain Python, not IPython: "
+
+
+async def test_a_notebook_s_shell_line_magic_display_and_top_level_await_each_end_with_a_note(
+    config: Config, no_leaks: None
+) -> None:
+    # Found in a first hour: each ended on a bare SyntaxError or NameError, and a model tries it again.
+    said = {
+        "import os\n!ls -la\n": "neither a shell command nor a magic",
+        "%pip install requests\n": "neither a shell command nor a magic",
+        "import os\ndisplay(os.sep)\n": "display() is not defined",
+        "import asyncio\nawait asyncio.sleep(0)\n": "asyncio.run(main())",
+    }
+    async with Pool.open(config) as pool:
+        for code, note in said.items():
+            result = checked(await pool.run(RunRequest("5e551075", code, 30)))
+            assert (result.status, result.note.startswith(PLAIN), note in result.note) == (Status.ERROR, True, True), (
+                code,
+                result.stderr.text,
+            )
+        opened = checked(await pool.run(RunRequest("5e551076", "x = 1", 30, session=NEW_SESSION)))
+        assert opened.session is not None
+        in_session = checked(await pool.run(RunRequest("5e551077", "x\n!ls", 30, session=opened.session.handle)))
+        assert "neither a shell command nor a magic" in in_session.note
+        fine = checked(await pool.run(RunRequest("5e551078", "1/0", 30)))
+        assert fine.note == ""
