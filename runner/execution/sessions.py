@@ -121,8 +121,7 @@ class Sessions:
         anchor goes, and the call's PID namespace or group with it)."""
         for session in list(self._open.values()):
             if session.keeper is child.anchor:
-                # A call that stops its anchor before the anchor has passed its pid on is killed by no
-                # one: said as what it is (it was said as a call that could not be killed, 2 of 25).
+                # One that stopped its anchor before its pid was said on is killed by no one: said so.
                 why = (
                     "the session's anchor was stopped"
                     if stopped(session.anchor)
@@ -423,11 +422,9 @@ class SessionHost:
 
 
 def _ran(result: RunResult) -> bool:
-    """Whether a call's code ran, by what came of it, where its pid never came: a call that stopped its
-    anchor before the anchor said its pid on had it answered "unknown session", as if nothing had run
-    (6 of 40 such calls, found by a review); it ended ok, or at its timeout (its end never told by the
-    stopped anchor), or wrote something. One the session ended before gets its pipes closed unwritten."""
-    ended = result.status is Status.OK or result.status is Status.TIMEOUT
+    """Whether a call whose pid never came ran (it ended ok, or at its timeout, or wrote): one that
+    stopped its anchor first was answered "unknown session" (8 of 65). One that did not run is unwritten."""
+    ended = result.status in (Status.OK, Status.TIMEOUT)
     return ended or bool(result.stdout.total_bytes or result.stderr.total_bytes)
 
 
