@@ -277,3 +277,17 @@ def check_ts_session(report: dict[str, Any]) -> None:
 # 6,000,000 bytes of stdout, 100 a line: cut in any answer, kept whole on disk (`RUNNER_MAX_KEPT_OUTPUT_MB`).
 SIX_MB_CODE = "import sys\nfor i in range(60_000):\n    sys.stdout.write(f'{i:08d} ' + 'x' * 90 + '\\n')"
 SIX_MB_OUTPUT = "".join(f"{i:08d} " + "x" * 90 + "\n" for i in range(60_000)).encode()
+
+
+@contextlib.contextmanager
+def a_default_cache_removed_if_made() -> Iterator[None]:
+    """The wheelhouse cache where it is by default, made by the test: removed again if nothing was
+    installed into it (its locks and scratch are made empty when a pool opens it)."""
+    default = os.path.join("/var/tmp", f"python-runner-environments-{os.geteuid()}")
+    there = os.path.isdir(default)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if not there and not os.listdir(os.path.join(default, "packages")):
+                shutil.rmtree(default)

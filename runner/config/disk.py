@@ -31,6 +31,11 @@ POOL_PREFIX = "python-runner-"
 # sandbox-env` in the package environment (scripts/wheelhouse.py, scripts/sandbox_env.py).
 WHEELHOUSE_LOCK = ENVIRONMENT_LOCK = "requirements.lock"
 READ_PATHS = "RUNNER_SANDBOX_READ_PATHS"
+# Where the wheelhouse cache is by default (`_default_cache`), and the directories each sandboxed run has
+# of its own (runner.inrun.namespaces' private ones, and /dev/shm), which a path bound into its view
+# at its own place must not be under, or it shows there (this package imports no side: a test ties them).
+DEFAULT_CACHE_PARENT = "/var/tmp"
+SANDBOX_REPLACED = ("/tmp", "/run", "/dev/shm")
 
 
 # The package environment `make sandbox-env` builds in a checkout, beside `runner/`, the file that says its
@@ -210,7 +215,7 @@ def _wheelhouse_cache(path: str, work_dir: str) -> str:
     there before the sandbox's probe binds it): a directory, not a link, of the server's own that no one
     else can write (runs trust what is in it by its name), or one only root can write (an image's,
     installed at build time). Readable by all: a root server's runs are other uids."""
-    path = path or os.path.join(work_dir, f"{POOL_PREFIX}environments-{os.geteuid()}")
+    path = path or _default_cache(work_dir)
     try:
         os.makedirs(path, mode=0o755, exist_ok=True)
         info = os.lstat(path)
@@ -230,6 +235,19 @@ def _wheelhouse_cache(path: str, work_dir: str) -> str:
         for made in (path, packages):
             os.chmod(made, 0o755)  # noqa: S103  (public packages; a root server's runs are other uids)
     return os.path.realpath(path)
+
+
+def _default_cache(work_dir: str) -> str:
+    """RUNNER_WHEELHOUSE_CACHE's default: `python-runner-environments-UID` in /var/tmp, which outlives a
+    reboot as a cache may and which no sandbox replaces; in the work directory where /var/tmp will not do.
+    Its packages are bound into each sandboxed run's view at their own path: under /tmp (the temp
+    directory, RUNNER_WORK_DIR's default) they showed in every run's directory, which is that run's /tmp."""
+    name = f"{POOL_PREFIX}environments-{os.geteuid()}"
+    lasting = os.path.realpath(DEFAULT_CACHE_PARENT)
+    usable = os.path.isdir(lasting) and os.access(lasting, os.W_OK | os.X_OK)
+    if usable and not any(_within(lasting, replaced) for replaced in SANDBOX_REPLACED):
+        return os.path.join(DEFAULT_CACHE_PARENT, name)
+    return os.path.join(work_dir, name)
 
 
 def _preload(config: Config, site: str) -> tuple[str, ...]:
@@ -262,7 +280,7 @@ def _findable(name: str, site: str) -> bool:
 def _read_paths(config: Config) -> tuple[str, ...]:
     """RUNNER_SANDBOX_READ_PATHS, resolved: each there, not /, and nothing of the server's own: not its
     work directory or what holds it (the runs' directories are made there), nothing within a pool's
-    directory in it, and not its tokens file or what holds that."""
+    directory in it, and not its tokens file, its tools file or its wheelhouse cache or what holds one."""
     resolved = []
     for raw in config.sandbox_read_paths:
         path = os.path.realpath(raw)
@@ -277,9 +295,13 @@ def _read_paths(config: Config) -> tuple[str, ...]:
             or below_work.split(os.sep)[0].startswith(POOL_PREFIX)
             or (tokens and _within(tokens, path))
             or (config.tools_config and _within(config.tools_config, path))
+            # Its locks, which a run could hold (by default in /var/tmp: RUNNER_SANDBOX_READ_PATHS=/var/tmp).
+            or (config.wheelhouse_cache and _within(config.wheelhouse_cache, path))
         ):
             raise ConfigError(
-                READ_PATHS, f"{raw!r} holds the server's own files (its work directory's, its tokens, its tools file)"
+                READ_PATHS,
+                f"{raw!r} holds the server's own files (its work directory's, its tokens, its tools file, its "
+                "wheelhouse cache)",
             )
         _check_readable(raw, path)
         resolved.append(path)

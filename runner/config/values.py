@@ -127,7 +127,7 @@ class Config:
     # numpy, pandas, ...: the top-level modules of what the environment's lock asked for (what a user imports).
     package_modules: tuple[str, ...] = ()
     wheelhouse: str = ""
-    wheelhouse_cache: str = ""  # empty: in the work directory, filled in when the environment is opened
+    wheelhouse_cache: str = ""  # empty: in /var/tmp, filled in when the environment is opened (disk.py)
     max_wheelhouse_cache_bytes: int = 1024 * MIB
     # The wheelhouse's distributions beyond the package environment's, for runs to import.
     # The wheelhouse as read when the environment is opened (`runner.config.wheelhouse`), for the

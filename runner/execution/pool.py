@@ -118,10 +118,12 @@ class Pool:
         provided: ProvidedPackages | None,
         *,
         sandboxed: bool = True,
+        run_directory_shows: tuple[str, ...] = (),
     ) -> None:
         self.sessions = sessions
         self._calls = calls
         self._sandboxed = sandboxed
+        self._run_directory_shows = run_directory_shows
         self._store = store
         self._provided = provided
         self._slots = slots
@@ -196,7 +198,15 @@ class Pool:
                         tg.start_soon(sweeper.sweep_forever)
                     try:
                         yield cls(
-                            calls, slots, supplies, teardowns, sessions, store, provided, sandboxed=plan.sandboxed
+                            calls,
+                            slots,
+                            supplies,
+                            teardowns,
+                            sessions,
+                            store,
+                            provided,
+                            sandboxed=plan.sandboxed,
+                            run_directory_shows=plan.run_directory_shows,
                         )
                     finally:
                         # Sessions end first (their anchors are the supplies'), then the pooled
@@ -223,6 +233,11 @@ class Pool:
     def sandboxed(self) -> bool:
         """Whether runs are sandboxed (their own namespaces and view), as the isolation plan decided."""
         return self._sandboxed
+
+    @property
+    def run_directory_shows(self) -> tuple[str, ...]:
+        """What of the server's each sandboxed run's directory shows, read-only, by name (the plan's)."""
+        return self._run_directory_shows
 
     @property
     def packages(self) -> ProvidedPackages | None:

@@ -92,6 +92,9 @@ class IsolationPlan:
     # Each run's own cgroup (whole-run memory and process limits), or None and why not (cgroups.py).
     cgroups: CgroupPlan | None = None
     cgroup_reason: str = ""
+    # What each sandboxed run's directory (its /tmp) holds before the run puts anything there: the top
+    # directories of what is bound back under it (`shown_in_run_directory`), by name.
+    run_directory_shows: tuple[str, ...] = ()
 
     @property
     def cgroup(self) -> str:
@@ -353,6 +356,21 @@ def _bound_back(isolation: IsolationConfig) -> list[str]:
     return [path for path in wanted if any(within(path, hidden) for hidden in (*HIDDEN, "/dev/shm"))]
 
 
+def shown_in_run_directory(isolation: IsolationConfig) -> tuple[str, ...]:
+    """The names a sandboxed run's directory shows of what is bound back under it, read-only: the server's
+    interpreter, package environment, wheelhouse cache or a path runs may read that was put in the temp
+    directory (a checkout in /tmp). A mount cannot be hidden from a listing of the directory it is in."""
+    return tuple(
+        sorted(
+            {
+                os.path.relpath(path, WORKDIR).split(os.sep)[0]
+                for path in _bound_back(isolation)
+                if within(path, WORKDIR)
+            }
+        )
+    )
+
+
 def _provided(isolation: IsolationConfig) -> str:
     """The wheelhouse's installed packages, where there are (a read-only cache may have none); never
     the rest of the cache, whose locks a run could otherwise hold."""
@@ -411,6 +429,7 @@ def plan_isolation(config: Config) -> IsolationPlan:
                 uid_per_run=lends,
                 cgroups=cgroups,
                 cgroup_reason=cgroup_reason,
+                run_directory_shows=shown_in_run_directory(isolation),
             )
         if isolation.sandbox == "namespaces":
             raise Unavailable("RUNNER_SANDBOX", f"namespaces were asked for but cannot be used: {problem}")
@@ -435,6 +454,7 @@ def plan_isolation(config: Config) -> IsolationPlan:
             uid_per_run=lends,
             cgroups=cgroups,
             cgroup_reason=cgroup_reason,
+            run_directory_shows=shown_in_run_directory(isolation),
         )
     if isolation.sandbox == "bwrap":
         raise Unavailable("RUNNER_SANDBOX", f"bwrap was asked for but cannot be used: {problem}")

@@ -65,6 +65,11 @@ class Runner(Protocol):
         """Whether runs are sandboxed: the tool's description says so where they are not."""
         ...
 
+    @property
+    def run_directory_shows(self) -> tuple[str, ...]:
+        """What of the server's a sandboxed run's directory shows: the description names it."""
+        ...
+
 
 def new_request_id() -> str:
     """8 random hex characters, as in the logs and the result."""
@@ -88,7 +93,9 @@ class Handlers:
     ) -> None:
         self._runner = runner
         self._log = logger or get_logger()
-        self._tools = tool_definitions(config, sandboxed=runner.sandboxed, code_mode=code_mode)
+        self._tools = tool_definitions(
+            config, sandboxed=runner.sandboxed, shows=runner.run_directory_shows, code_mode=code_mode
+        )
         self._sessions = not config.sessions.refused  # and so close_session is offered
         self._parser = ArgumentParser(config)
         self._metrics = metrics

@@ -21,8 +21,8 @@ from runner.protocol.view import AppView
 # distribution with its version (importlib.metadata says those).
 DESCRIPTION = (
     "Run Python 3 code in a fresh, isolated process; get its stdout, stderr, exit code and a status "
-    "(ok, error, timeout, cpu_limit, memory_limit, output_limit, ...). Each call starts clean in an "
-    "empty working directory, deleted afterwards. Limits: {cpu}s CPU, {mem} MiB memory{preloaded}, "
+    "(ok, error, timeout, cpu_limit, memory_limit, output_limit, ...). Each call starts clean in "
+    "{directory}, deleted afterwards. Limits: {cpu}s CPU, {mem} MiB memory{preloaded}, "
     "{procs} processes, {fsize} MiB per file, {timeout:g}s wall clock by default (timeout, at most "
     "{max_timeout:g}s), {chars:,} characters per output stream.{importable}{returns}{sessions}"
 )
@@ -47,11 +47,14 @@ CLOSE_DESCRIPTION = (
 )
 
 
-def tool_definitions(config: Config, *, sandboxed: bool = True, code_mode: str = "") -> list[types.Tool]:
+def tool_definitions(
+    config: Config, *, sandboxed: bool = True, shows: tuple[str, ...] = (), code_mode: str = ""
+) -> list[types.Tool]:
     """Every tool this server offers, with their hand-written schemas: `close_session` only where
     sessions may be had; `sandboxed`: whether runs are (the description warns where they are not);
-    `code_mode`: what run_python's description says of the tools runs may call (none: nothing)."""
-    run = tool_definition(config, sandboxed=sandboxed, code_mode=code_mode)
+    `shows`: what of the server's a run's directory holds (the isolation plan's); `code_mode`: what
+    run_python's description says of the tools runs may call (none: nothing)."""
+    run = tool_definition(config, sandboxed=sandboxed, shows=shows, code_mode=code_mode)
     if config.sessions.refused:
         return [run]
     return [run, close_definition()]
@@ -75,7 +78,9 @@ def close_definition() -> types.Tool:
     )
 
 
-def tool_definition(config: Config, *, sandboxed: bool = True, code_mode: str = "") -> types.Tool:
+def tool_definition(
+    config: Config, *, sandboxed: bool = True, shows: tuple[str, ...] = (), code_mode: str = ""
+) -> types.Tool:
     """`run_python`, with its hand-written schemas. It says four sections of the configuration, so
     it takes the whole."""
     limits, returns, sessions, packages = config.limits, config.returns, config.sessions, config.packages_section
@@ -83,6 +88,11 @@ def tool_definition(config: Config, *, sandboxed: bool = True, code_mode: str = 
         name=RUN_TOOL,
         title="Run Python",
         description=DESCRIPTION.format(
+            # Empty, unless the server's own files were put in the temp directory and are bound back
+            # into each sandboxed run's (`isolation.shown_in_run_directory`): then it says which.
+            directory="a working directory empty but for the server's read-only " + ", ".join(shows)
+            if shows
+            else "an empty working directory",
             importable=_importable(packages),
             preloaded=f" (beyond what {', '.join(packages.preload)} map, when imported)" if packages.preload else "",
             returns=RETURNS.format(images=returns.max_images, files_kb=returns.max_files_bytes // KIB)

@@ -16,16 +16,17 @@ import anyio
 import pytest
 
 from runner.config import Config
+from runner.config.disk import open_environment
 from runner.errors import Unavailable
 from runner.execution.pool import Pool
-from runner.outcome import RunRequest, Status
+from runner.outcome import NEW_SESSION, InputFile, RunRequest, Status
 from runner.processes.isolation import (
     BOOTSTRAP_INSIDE,
     RUN_BYTES,
     exit_code_of_sandboxed,
     plan_isolation,
 )
-from tests.helpers import alive, in_mode, living, settled_async
+from tests.helpers import a_default_cache_removed_if_made, alive, in_mode, living, settled_async
 from tests.helpers import run_dedented as run
 
 pytestmark = pytest.mark.anyio
@@ -290,6 +291,42 @@ async def test_a_path_runs_may_read_is_in_their_view_read_only_and_nothing_besid
     assert result.status is Status.OK, result.to_text()
     assert result.stdout.text == "1,2\nFalse\nEROFS\n"
     assert not (data / "new.txt").exists()
+
+
+async def test_a_run_s_directory_holds_only_its_files_with_the_wheelhouse_cache_where_a_user_s_is(
+    sandbox_config: Config, tmp_path: Path, no_leaks: None
+) -> None:
+    # RUNNER_WHEELHOUSE_CACHE unset, as `make run` leaves it: its packages, bound into the view at their
+    # own path, were under the temp directory, so every run's directory (its /tmp) showed
+    # python-runner-environments-UID beside the files it was given.
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "requirements.lock").write_text("sympy==1.14.0 \\\n    --hash=sha256:00\n")
+    (house / "sympy-1.14.0-py3-none-any.whl").write_bytes(b"")  # offered; nothing here imports it
+    with a_default_cache_removed_if_made():
+        opened = open_environment(Config.from_env({"RUNNER_WHEELHOUSE": str(house)}))
+        packaged = dataclasses.replace(
+            sandbox_config,
+            **{name: getattr(opened, name) for name in ("wheelhouse", "wheelhouse_contents", "wheelhouse_cache")},
+        )
+        listing = "import os; print(sorted(os.listdir('.')))"
+        given = (InputFile("data.csv", b"a,b\n1,2\n"),)
+        async with Pool.open(packaged) as pool:
+            assert pool.packages is not None, "the cache's packages are in the view"
+            once = await pool.run(RunRequest("e3b7d1a0", listing, 30, files=given))
+            first = await pool.run(RunRequest("e3b7d1a1", listing, 30, files=given, session=NEW_SESSION))
+            assert first.session is not None, first.to_text()
+            then = await pool.run(
+                RunRequest("e3b7d1a2", listing, 30, files=(InputFile("more.txt", b"x"),), session=first.session.handle)
+            )
+            assert await pool.close_session(first.session.handle, None) is None
+    for result in (once, first, then):
+        assert result.status is Status.OK, result.to_text()
+    assert [once.stdout.text, first.stdout.text, then.stdout.text] == [
+        "['data.csv']\n",
+        "['data.csv']\n",
+        "['data.csv', 'more.txt']\n",
+    ]
 
 
 async def test_the_file_system_is_read_only_outside_the_private_tmpfs(sandboxed: Pool) -> None:

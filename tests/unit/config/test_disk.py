@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.config import Config
+from runner.config import Config, disk
 from runner.config.disk import open_environment
 from runner.config.locks import Distribution
 from runner.errors import ConfigError
-from tests.helpers import fake_env
+from tests.helpers import a_default_cache_removed_if_made, fake_env
 
 HTTP = {"RUNNER_TRANSPORT": "http"}
 
@@ -128,6 +128,15 @@ def test_paths_runs_may_read_are_resolved_and_must_be_there_and_not_the_server_s
         assert raised.value.variable == "RUNNER_SANDBOX_READ_PATHS", why
     with pytest.raises(ConfigError, match="holds the server's own files"):
         opened(tokens.parent, **HTTP, RUNNER_AUTH_TOKENS_FILE=str(tokens))
+    # A run could hold the cache's locks: RUNNER_SANDBOX_READ_PATHS=/var/tmp, where it is by default.
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "requirements.lock").write_text("sympy==1.14.0\n")
+    (house / "sympy-1.14.0-py3-none-any.whl").write_bytes(b"")
+    cache = tmp_path / "shared" / "cache"
+    with pytest.raises(ConfigError, match="its wheelhouse cache"):
+        opened(tmp_path / "shared", RUNNER_WHEELHOUSE=str(house), RUNNER_WHEELHOUSE_CACHE=str(cache))
+    assert opened(data, RUNNER_WHEELHOUSE=str(house), RUNNER_WHEELHOUSE_CACHE=str(cache)).sandbox_read_paths
     with pytest.raises(ConfigError, match="comma-separated absolute paths"):
         Config.from_env({"RUNNER_SANDBOX_READ_PATHS": "data"})
 
@@ -165,14 +174,33 @@ def test_a_wheelhouse_offers_what_its_lock_pins_beyond_the_package_environment_a
     read = Config.from_env(
         {"RUNNER_WHEELHOUSE": str(house), "RUNNER_PACKAGES": str(tmp_path / "env"), "RUNNER_WORK_DIR": str(tmp_path)}
     )
-    config = open_environment(read)
-    assert config.wheelhouse_distributions == (Distribution("mpmath", "1.3.0"), Distribution("sympy", "1.14.0"))
-    assert config.wheelhouse_cache == str(tmp_path / f"python-runner-environments-{os.geteuid()}")
-    assert os.path.isdir(config.wheelhouse_cache)
-    assert config.provided_packages == os.path.join(config.wheelhouse_cache, "packages")
-    assert os.path.isdir(config.provided_packages), "there before the sandbox's probe binds it"
-    assert open_environment(config) == config
+    with a_default_cache_removed_if_made():
+        config = open_environment(read)
+        default = os.path.realpath(f"/var/tmp/python-runner-environments-{os.geteuid()}")
+        assert config.wheelhouse_cache == default, "not in the work directory, whatever it is"
+        assert config.wheelhouse_distributions == (Distribution("mpmath", "1.3.0"), Distribution("sympy", "1.14.0"))
+        assert os.path.isdir(config.wheelhouse_cache)
+        assert config.provided_packages == os.path.join(config.wheelhouse_cache, "packages")
+        assert os.path.isdir(config.provided_packages), "there before the sandbox's probe binds it"
+        assert open_environment(config) == config
     assert open_environment(Config.from_env({})).wheelhouse_cache == "", "no wheelhouse, no cache"
+
+
+def test_the_cache_is_in_the_work_directory_where_var_tmp_is_missing_or_under_a_directory_runs_replace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under /tmp (or /run, /dev/shm), its packages would be bound back into each run's own directory.
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "requirements.lock").write_text("sympy==1.14.0\n")
+    (house / "sympy-1.14.0-py3-none-any.whl").write_bytes(b"")
+    work = tmp_path / "work"
+    work.mkdir()
+    environ = {"RUNNER_WHEELHOUSE": str(house), "RUNNER_WORK_DIR": str(work)}
+    in_work = str(work / f"python-runner-environments-{os.geteuid()}")
+    for parent in (tmp_path / "missing", tmp_path):  # tmp_path: under /tmp
+        monkeypatch.setattr(disk, "DEFAULT_CACHE_PARENT", str(parent))
+        assert open_environment(Config.from_env(environ)).wheelhouse_cache == in_work, parent
 
 
 def test_a_wheelhouse_without_its_lock_or_a_cache_others_can_write_is_refused(tmp_path: Path) -> None:

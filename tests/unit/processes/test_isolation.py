@@ -10,11 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from runner.config import Config
+from runner.config import Config, disk
 from runner.config.disk import open_environment
 from runner.errors import Unavailable
 from runner.processes.cgroups import CgroupPlan
-from runner.processes.isolation import NETWORK_VIEW, IsolationPlan, _require_tcp_bound, plan_isolation, view_binds
+from runner.processes.isolation import (
+    HIDDEN,
+    NETWORK_VIEW,
+    IsolationPlan,
+    _require_tcp_bound,
+    plan_isolation,
+    shown_in_run_directory,
+    view_binds,
+)
 from tests.helpers import fake_env
 
 
@@ -47,6 +55,16 @@ def test_a_package_environment_under_a_directory_the_sandbox_hides_is_bound_back
         assert packaged.packages in namespace_args(packaged.isolation)
         argv = bwrap_argv("/usr/bin/bwrap", packaged.isolation)
         assert argv[argv.index(packaged.packages) - 1] == "--ro-bind"
+
+
+def test_what_is_bound_back_under_a_run_s_directory_is_what_the_plan_says_it_shows(tmp_path: Path) -> None:
+    # The tool's description names it; the wheelhouse cache's default stays out of the directories the
+    # sandboxes replace (runner.config.disk cannot import them: they are tied here).
+    assert (*HIDDEN, "/dev/shm") == disk.SANDBOX_REPLACED
+    assert shown_in_run_directory(Config().isolation) == ()
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="a-checkout-") as under_tmp:
+        packaged = open_environment(Config.from_env({"RUNNER_PACKAGES": str(fake_env(Path(under_tmp) / "env", {}))}))
+        assert shown_in_run_directory(packaged.isolation) == (os.path.basename(under_tmp),)
 
 
 def test_the_view_holds_the_system_the_interpreter_and_the_packages_and_name_lookups_only_with_a_network(

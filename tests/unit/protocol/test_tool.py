@@ -41,3 +41,13 @@ def test_the_tool_description_warns_the_model_where_runs_have_no_sandbox() -> No
     assert "WITHOUT a sandbox" in bare
     assert "can read, change and delete that user's files and reach the network" in bare
     assert "WITHOUT a sandbox" not in (tool_definition(Config.from_env({})).description or "")
+
+
+def test_the_tool_description_says_the_run_s_directory_is_empty_only_where_it_is() -> None:
+    # Found by a review: a sandboxed run's directory (its /tmp) showed the wheelhouse cache, then in the
+    # temp directory, beside the files it was given; what the server's own is bound back there is named.
+    empty = tool_definition(Config.from_env({})).description or ""
+    assert "starts clean in an empty working directory, deleted afterwards." in empty
+    shows = tool_definition(Config.from_env({}), shows=("a-checkout",)).description or ""
+    assert "empty working directory" not in shows
+    assert "in a working directory empty but for the server's read-only a-checkout, deleted afterwards." in shows
