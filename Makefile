@@ -150,12 +150,15 @@ lock: $(DEV_STAMP) ## Regenerate requirements.lock, -dev, -build, -sandbox and -
 inspect: $(RUN_STAMP) ## Open the MCP Inspector (npx) against this server
 	npx --yes @modelcontextprotocol/inspector@2.12.0 $(abspath $(VENV))/bin/python-runner-mcp
 
-# The packages the server installed from the wheelhouse: RUNNER_WHEELHOUSE_CACHE, or its default in
-# RUNNER_WORK_DIR (the temp directory unless set).
-PACKAGES_CACHE = $${RUNNER_WHEELHOUSE_CACHE:-$${RUNNER_WORK_DIR:-$${TMPDIR:-/tmp}}/python-runner-environments-$$(id -u)}
+# The packages the server installed from the wheelhouse: RUNNER_WHEELHOUSE_CACHE, or its default in /var/tmp,
+# and the default in RUNNER_WORK_DIR (the temp directory unless set), taken where /var/tmp will not do and
+# where earlier servers kept it (runner/config/disk.py).
+PACKAGES_CACHE = $${RUNNER_WHEELHOUSE_CACHE:-/var/tmp/python-runner-environments-$$(id -u)}
+PACKAGES_CACHE_IN_WORK_DIR = $${RUNNER_WORK_DIR:-$${TMPDIR:-/tmp}}/python-runner-environments-$$(id -u)
 
 clean: ## Remove the venv, the package environment, the wheelhouse, the packages installed from it and caches
-	rm -rf $(VENV) $(SANDBOX_ENV) $(WHEELHOUSE) .pytest_cache .mypy_cache .ruff_cache "$(PACKAGES_CACHE)"
+	rm -rf $(VENV) $(SANDBOX_ENV) $(WHEELHOUSE) .pytest_cache .mypy_cache .ruff_cache "$(PACKAGES_CACHE)" \
+		"$(PACKAGES_CACHE_IN_WORK_DIR)"
 
 # --- Docker and the Inspector CLI ---------------------------------------------------------------------
 IMAGE ?= turhal-ai/python-runner-mcp:latest
