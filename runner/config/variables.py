@@ -334,10 +334,10 @@ SETTINGS = (
         "wheelhouse_cache",
         "path",
         "Where the wheelhouse's packages are installed, one directory per distribution, reused by later runs "
-        "and later servers; made if missing (mode 0755, the server's own: runs read it). One that the server cannot write "
-        "(the image's, installed at build) is used as it is. Not in the temp directory by default: its packages "
-        "are bound into each sandboxed run's view at their own path, and under `/tmp` they would show in the "
-        "run's directory, which is its `/tmp`.",
+        "and later servers; made if missing (mode 0755, the server's own: runs read it). One that the server "
+        "cannot write (the image's, installed at build) is used as it is. Not in the temp directory by default: "
+        "its packages are bound into each sandboxed run's view at their own path, and under `/tmp` they would "
+        "show in the run's directory, which is its `/tmp`.",
         expected="an absolute path to a directory",
         shown_default="`/var/tmp/python-runner-environments-UID` (in `RUNNER_WORK_DIR` where `/var/tmp` will not do)",
         shown_accepted="absolute path of a directory",

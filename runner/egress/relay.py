@@ -31,6 +31,7 @@ REASONS = {
     503: b"Service Unavailable",
     504: b"Gateway Timeout",
 }
+MAX_PHRASE = 200  # characters of why a refusal is, in its status line (`phrase`)
 # What `Relay._next` gives: an event, NEED_DATA when asked not to read for one, None once the peer is done.
 Next: TypeAlias = h11.Event | type[h11.NEED_DATA] | None
 _RESPONSE_HOPS = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"trailer"))
@@ -307,7 +308,7 @@ class Relay:
             response = h11.Response(
                 status_code=refusal.status,
                 headers=[*headers, (b"connection", b"close")],
-                reason=REASONS.get(refusal.status, b""),
+                reason=phrase(refusal.status, refusal.reason),
             )
             parts = [conn.send(response), conn.send(h11.Data(data=body)), conn.send(h11.EndOfMessage())]
             answer = b"".join(part or b"" for part in parts)
@@ -323,6 +324,13 @@ def plain_answer(status: int, reason: str) -> bytes:
     """A whole answer of `status` whose body is one line, `reason`, written without h11 (for a request it
     never had whole, or a connection past the run's limit)."""
     body = f"python-runner-mcp: {reason}\n".encode()
-    phrase = REASONS.get(status, b"Refused").decode()
-    head = f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
-    return (head + "Connection: close\r\n\r\n").encode() + body
+    head = f"HTTP/1.1 {status} {phrase(status, reason).decode()}\r\nContent-Type: text/plain\r\n"
+    return (head + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+
+def phrase(status: int, reason: str) -> bytes:
+    """The status line's reason phrase for a refusal: its name and why, printable ASCII, bounded. A
+    refused CONNECT's body is read by no client: Python's says only "Tunnel connection failed: 403
+    Forbidden" (found in a first hour: a run could not see why HTTPS was refused); it shows the phrase."""
+    said = "".join(char if " " <= char <= "~" else "?" for char in reason[:MAX_PHRASE])
+    return REASONS.get(status, b"Refused") + b": " + said.encode("ascii")

@@ -282,6 +282,27 @@ async def test_a_listed_name_that_resolves_to_loopback_is_refused_in_a_run(work_
     ) or structured["stdout"].startswith("403 python-runner-mcp: localhost resolves to a loopback address (::1)")
 
 
+async def test_a_refused_https_request_says_why_in_the_error_the_runs_client_raises(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found in a first hour: a CONNECT's refusal said why only in its body, which no client reads for a
+    # tunnel: Python's said "Tunnel connection failed: 403 Forbidden" and no more.
+    code = (
+        "import urllib.request\n"
+        "try:\n"
+        "    urllib.request.urlopen('https://example.com/', timeout=20)\n"
+        "except OSError as error:\n"
+        "    print(getattr(error, 'reason', error))\n"
+    )
+    with upstream() as port, open(server_log(tmp_path), "w") as log:
+        allow = f"{UPSTREAM_HOST}:{port}"
+        async with stdio_session(work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=allow) as client:
+            structured = await run(client, code, timeout=60)
+    assert structured["stdout"] == (
+        "Tunnel connection failed: 403 Forbidden: example.com:443 is not on RUNNER_EGRESS_ALLOW\n"
+    ), structured
+
+
 @pytest.mark.parametrize(
     ("setting", "said"),
     [
