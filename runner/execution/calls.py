@@ -20,7 +20,7 @@ from typing import Protocol
 import anyio
 
 from runner.execution.driver import ProgressCallback, RunDriver
-from runner.execution.hints import ModuleNotes
+from runner.execution.hints import Hints
 from runner.execution.provided import ProvidedPackages
 from runner.execution.slots import Slot, Slots
 from runner.execution.supply import Supplies, imported_packages
@@ -131,7 +131,7 @@ class CallPath:
         driver: RunDriver,
         provided: ProvidedPackages | None,
         sweeper: StraySweeper | None,
-        notes: ModuleNotes,
+        notes: Hints,
         logger: logging.Logger,
     ) -> None:
         self._slots = slots

@@ -2,12 +2,12 @@
 cannot give it, so that it does not try `pip install` next (what the module is not, in the package
 environment, in the wheelhouse, and what the wheelhouse offers instead, bounded); or IPython's syntax,
 which notebooks taught it (`!cmd`, `%magic`, `display()`, a top-level `await`), so that it writes plain
-Python next.
+Python next; or a network its sandbox has not got, so that it does not retry the URL (what runs have:
+nothing, or the server's proxy to the hosts listed).
 
 The stderr a run wrote is read here as hostile text, only its last lines, by anchored patterns (pure
 functions); a run that prints such lines itself gets the same note, which only says what the server
-has, or what plain Python is. `ModuleNotes` applies them to a result, looking the module up only on that
-path.
+has, or what plain Python is. `Hints` applies them to a result, looking the module up only on that path.
 """
 
 from __future__ import annotations
@@ -61,6 +61,33 @@ def notebook_note(stderr: str) -> str:
     )
 
 
+# What a run's last line says when it tried the network where its sandbox has none: a name not resolved
+# (no resolver in its own network namespace), or no route (only its own loopback), as Python, urllib,
+# requests and httpx end on it.
+_NO_NETWORK = re.compile(
+    r"(?:^|\n)[^\n]*(?:Temporary failure in name resolution|Name or service not known|Network is unreachable"
+    r"|No address associated with hostname)[^\n]*\n?\Z"
+)
+
+
+def network_note(stderr: str, said: str) -> str:
+    """`said` (what runs' network is, `no_network_note`) for a run whose error at the end of `stderr` is
+    the network it has not got, or ""."""
+    return said if said and _NO_NETWORK.search(stderr[-TAIL_CHARS:]) else ""
+
+
+def no_network_note(egress: Sequence[str]) -> str:
+    """What a sandboxed run without a network of its own is told when it tried one: none at all, or the
+    server's proxy and the hosts it lets through (`egress`: RUNNER_EGRESS_ALLOW's entries), bounded."""
+    if not egress:
+        return "runs have no network on this server (each is sandboxed without one; RUNNER_EGRESS_ALLOW is unset)"
+    shown = ", ".join(egress[:SHOWN]) + (f" and {len(egress) - SHOWN} more" if len(egress) > SHOWN else "")
+    return (
+        "runs reach the network only through the server's proxy (HTTP_PROXY and HTTPS_PROXY are set: urllib, "
+        f"requests, httpx and pip use it; raw sockets and DNS do not), to these hosts alone: {shown}"
+    )
+
+
 def missing_module_note(
     module: str, present: Callable[[str], bool], wheelhouse: Mapping[str, str], offered: Sequence[str]
 ) -> str:
@@ -83,23 +110,26 @@ def missing_module_note(
 
 
 @dataclass(frozen=True)
-class ModuleNotes:
+class Hints:
     """What a result's note is made from, decided when the pool opens: the package environment's
-    site-packages, the wheelhouse's module -> distribution map, and what it offers a user."""
+    site-packages, the wheelhouse's module -> distribution map, what it offers a user, and what runs
+    are told of their network when they tried one they have not got ("" where they have the host's)."""
 
     site: str = ""
     wheelhouse: Mapping[str, str] = dataclasses.field(default_factory=dict)
     offered: tuple[str, ...] = ()
+    network: str = ""
 
     def noted(self, result: RunResult) -> RunResult:
-        """`result`, with a note when it is an error that ended on a module this server cannot give, or
-        on IPython's syntax (found in a first hour: `!ls`, `%pip`, `display(df)` and a top-level await
-        ended on a bare SyntaxError or NameError)."""
+        """`result`, with a note when it is an error that ended on a module this server cannot give, on
+        IPython's syntax, or on a network the run has not got (found in a first hour: `!ls`, `%pip`,
+        `display(df)` and a top-level await ended on a bare SyntaxError or NameError, a URL on a bare
+        "Temporary failure in name resolution")."""
         if result.status is not Status.ERROR:
             return result
         module = missing_module(result.stderr.text)
         note = missing_module_note(module, self._present, self.wheelhouse, self.offered) if module else ""
-        note = note or notebook_note(result.stderr.text)
+        note = note or notebook_note(result.stderr.text) or network_note(result.stderr.text, self.network)
         return dataclasses.replace(result, note=note) if note else result
 
     def _present(self, module: str) -> bool:

@@ -25,7 +25,7 @@ from runner.config.disk import POOL_PREFIX
 from runner.execution.admission import Admission
 from runner.execution.calls import CallPath
 from runner.execution.driver import ProgressCallback, RunDriver
-from runner.execution.hints import ModuleNotes
+from runner.execution.hints import Hints, no_network_note
 from runner.execution.kept import OutputStore
 from runner.execution.provided import ProvidedPackages
 from runner.execution.sessions import Sessions, anchor_pids, expire_forever
@@ -189,7 +189,7 @@ class Pool:
                     teardowns = Teardowns(tg, supplies, logger, runs_share_files=plan.runs_share_files, ended=ended)
                     slots = Slots(admission, teardowns, logger)
                     sessions = Sessions(config.sessions, supplies, logger, tg, slots, provided)
-                    notes = _module_notes(config, provided)
+                    notes = _hints(config, plan, provided)
                     calls = CallPath(slots, supplies, teardowns, sessions, driver, provided, sweeper, notes, logger)
                     tg.start_soon(expire_forever, sessions)
                     if config.pool_size:
@@ -288,10 +288,12 @@ class Pool:
         return self._store.listed(caller)
 
 
-def _module_notes(config: Config, provided: ProvidedPackages | None) -> ModuleNotes:
-    """What a run that could not import a module is told the server has."""
+def _hints(config: Config, plan: IsolationPlan, provided: ProvidedPackages | None) -> Hints:
+    """What a run that could not import a module is told the server has, and one that tried a network
+    it has not got (a network namespace of its own) what it has."""
     house = provided.wheelhouse.modules if provided is not None else {}
-    return ModuleNotes(config.packages_site, house, config.wheelhouse_modules)
+    network = no_network_note(config.egress_allow) if plan.network == "isolated" else ""
+    return Hints(config.packages_site, house, config.wheelhouse_modules, network)
 
 
 def _log_start(logger: logging.Logger, config: Config, plan: IsolationPlan, limits: Limits, base_dir: str) -> None:

@@ -80,7 +80,7 @@ class IsolationPlan:
     reason: str
     wrapper: tuple[str, ...] = ()
     zygote_args: tuple[str, ...] = ()
-    network: SandboxNetwork = "shared"  # a wrapped run's: "isolated", a network namespace of its own
+    network: SandboxNetwork = "shared"  # a sandboxed run's: "isolated", a network namespace of its own
     # Egress (RUNNER_EGRESS_ALLOW): the port the proxy's listener takes on each run's own loopback (made by
     # the namespace's init, or by a bubblewrap run itself), handed to the server before the run's code
     # (`wire.hand_over_listener`); 0: runs have no network at all.
@@ -424,6 +424,7 @@ def plan_isolation(config: Config) -> IsolationPlan:
                 "namespaces",
                 reason,
                 zygote_args=args,
+                network=isolation.sandbox_network,
                 egress_port=isolation.egress_port,
                 preload=preload,
                 uid_per_run=lends,

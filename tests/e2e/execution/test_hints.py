@@ -8,7 +8,7 @@ import pytest
 from runner.config import Config
 from runner.execution.pool import Pool
 from runner.outcome import NEW_SESSION, RunRequest, Status
-from tests.helpers import checked
+from tests.helpers import checked, in_mode
 
 pytestmark = pytest.mark.anyio
 
@@ -38,3 +38,16 @@ async def test_a_notebook_s_shell_line_magic_display_and_top_level_await_each_en
         assert "neither a shell command nor a magic" in in_session.note
         fine = checked(await pool.run(RunRequest("5e551078", "1/0", 30)))
         assert fine.note == ""
+
+
+@pytest.mark.parametrize("mode", ["namespaces", "bwrap"])
+async def test_a_sandboxed_run_that_tried_the_network_is_told_it_has_none(
+    config: Config, mode: str, no_leaks: None
+) -> None:
+    # Found in a first hour: a URL ended on a bare "Temporary failure in name resolution", which a model
+    # takes for a flaky network and tries again.
+    code = "import urllib.request\nurllib.request.urlopen('http://example.com/', timeout=10)\n"
+    async with Pool.open(in_mode(config, mode)) as pool:
+        result = checked(await pool.run(RunRequest("5e551079", code, 30)))
+    assert result.status is Status.ERROR, result
+    assert result.note.startswith("runs have no network on this server"), (result.note, result.stderr.text[-300:])

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from runner.execution.hints import SHOWN, ModuleNotes, missing_module, missing_module_note, notebook_note
+from runner.execution.hints import (
+    SHOWN,
+    Hints,
+    missing_module,
+    missing_module_note,
+    network_note,
+    no_network_note,
+    notebook_note,
+)
 from runner.outcome import RunResult, Status, StreamText
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "<run_python>", line 1, in <module>\n'
@@ -44,7 +52,7 @@ def test_the_note_says_what_the_server_has_and_lists_a_bounded_offer() -> None:
 
 def test_only_an_error_s_result_is_noted_and_a_standard_module_never_is() -> None:
     stderr = StreamText(TRACEBACK + "ModuleNotFoundError: No module named 'requests'\n", 0, 0)
-    notes = ModuleNotes("", {}, ("sympy",))
+    notes = Hints("", {}, ("sympy",))
     noted = notes.noted(RunResult("0" * 8, Status.ERROR, exit_code=1, stderr=stderr))
     assert noted.note.endswith("the wheelhouse offers sympy")
     timed_out = RunResult("0" * 8, Status.TIMEOUT, stderr=stderr)
@@ -81,8 +89,37 @@ def test_ipython_s_syntax_at_the_end_of_stderr_gets_a_note_saying_what_plain_pyt
 
 
 def test_only_an_error_s_result_gets_a_notebook_s_note() -> None:
-    notes = ModuleNotes("", {}, ())
+    notes = Hints("", {}, ())
     stderr = StreamText(TRACEBACK + "NameError: name 'display' is not defined\n", 0, 0)
     assert "display()" in notes.noted(RunResult("0" * 8, Status.ERROR, exit_code=1, stderr=stderr)).note
     killed = RunResult("0" * 8, Status.TIMEOUT, stderr=stderr)
     assert notes.noted(killed) is killed
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        "socket.gaierror: [Errno -3] Temporary failure in name resolution\n",
+        "urllib.error.URLError: <urlopen error [Errno -3] Temporary failure in name resolution>\n",
+        "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='x.org', port=443): Max retries exceeded "
+        "(Caused by NameResolutionError(\"Failed to resolve 'x.org' ([Errno -3] Temporary failure in name "
+        'resolution)"))\n',
+        "OSError: [Errno 101] Network is unreachable\n",
+        "socket.gaierror: [Errno -2] Name or service not known\n",
+    ],
+)
+def test_a_run_that_ended_on_a_network_it_has_not_got_is_told_what_it_has(last: str) -> None:
+    # Found in a first hour: a URL ended on a bare "Temporary failure in name resolution", and a model
+    # tries it again, or another URL.
+    none = no_network_note(())
+    assert network_note(TRACEBACK + last, none) == none
+    assert "RUNNER_EGRESS_ALLOW is unset" in none
+    listed = no_network_note(("pypi.org", "*.githubusercontent.com"))
+    assert network_note(TRACEBACK + last, listed).endswith("to these hosts alone: pypi.org, *.githubusercontent.com")
+    assert network_note(TRACEBACK + last, "") == "", "runs with the host's network are told nothing"
+    assert network_note(TRACEBACK + last + "and then more\n", none) == "", "only the error the run ended on"
+
+
+def test_the_hosts_a_network_note_names_are_bounded() -> None:
+    many = no_network_note(tuple(f"h{n}.org" for n in range(SHOWN + 3)))
+    assert many.endswith(f"h{SHOWN - 1}.org and 3 more")
