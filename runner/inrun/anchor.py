@@ -35,12 +35,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn
 
-    from runner.inrun import libc
+    from runner.inrun import libc, sweeps
     from runner.inrun.bootstrap import hold_cpu, lowered
     from runner.inrun.snapshot import Snapshot
     from runner.inrun.sweeps import anonymous_kb, beside, cpu_seconds, held_kb, idle_fault, kill, parent, sweep_tree
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import libc
+    import sweeps
     from bootstrap import hold_cpu, lowered
     from snapshot import Snapshot
     from sweeps import anonymous_kb, beside, cpu_seconds, held_kb, idle_fault, kill, parent, sweep_tree
@@ -361,7 +362,7 @@ class Anchor:
             if failure := (self.snapshot.restore() if swept else "what its last call left could not be killed"):
                 self.lost(f"its files could not be put back: {failure}")
             self.keeper_channel = _told(self.keeper_channel, b"F")  # the keeper stays: it forks its next call now
-        self.await_ready()
+        _await_ready(self)
         if not sweep_tree({self.keeper, self.ready} | dying, self.reap):
             self.lost("what its last call left could not be killed")
         # Read again what changed since the candidate looked (a leftover of the call's may have
@@ -373,20 +374,30 @@ class Anchor:
         held = held_kb(self.keeper, self.baseline_kb, self.snapshot.entries, self.tmpfs)  # kept or not
         self.say(b"V %d %d %d %s" % (keep, call.threads, held, why))
 
-    def await_ready(self) -> None:
-        """Wait for the keeper's ``A`` (`from_keeper`): the next call's ``C`` waits, but the keeper
-        forks that call before it reads its ``C`` in any case."""
-        self.awaiting, self.ready = True, 0
-        deadline = time.monotonic() + CANDIDATE_SECONDS
-        while self.awaiting and self.keeper_channel is not None and time.monotonic() < deadline:
-            self.step(max(0.0, deadline - time.monotonic()))
-        self.awaiting = False  # none came (the keeper's fork failed, or it is no keeper of ours): none now
-        self.idle_cpu = cpu_seconds(self.keeper) + cpu_seconds(self.ready)
-        self.next_check = time.monotonic() + IDLE_CHECK_SECONDS
-
     def lost(self, why: str) -> NoReturn:
         self.say(b"E " + why.encode(errors="replace")[:400])
         _end_session()
+
+
+def _await_ready(anchor: Anchor) -> None:
+    """Wait for the keeper's ``A`` (`Anchor.from_keeper`; the next call's ``C`` waits). Not there at once,
+    what the last call left is killed, then a keeper doing more than fork its next call ends the session
+    (`sweeps.waking_fault`; found by a review: a keeper forged by a call's channel ran until this ended)."""
+    anchor.awaiting, anchor.ready, cpu, now = True, 0, -1.0, time.monotonic()
+    deadline, look = now + CANDIDATE_SECONDS, now + sweeps.WAKING_CHECK_SECONDS
+    while anchor.awaiting and anchor.keeper_channel is not None and now < deadline:
+        anchor.step(max(0.0, min(deadline, look) - now))
+        if anchor.awaiting and (now := time.monotonic()) >= look:
+            if cpu < 0:  # the first look: a sweep, sparing the keeper's child (the call it may be forking)
+                if not sweep_tree({anchor.keeper} | anchor.dying, anchor.reap, anchor.keeper):
+                    anchor.lost("what its last call left could not be killed")
+                cpu = sweeps.keeper_cpu(anchor.keeper)
+            elif fault := sweeps.waking_fault(anchor.keeper, anchor.dying, cpu):
+                anchor.lost(fault)
+            look = time.monotonic() + sweeps.WAKING_CHECK_SECONDS
+    anchor.awaiting = False  # none came (the keeper's fork failed, or it is no keeper of ours): none now
+    anchor.idle_cpu = cpu_seconds(anchor.keeper) + cpu_seconds(anchor.ready)
+    anchor.next_check = time.monotonic() + IDLE_CHECK_SECONDS
 
 
 def _check_idle(anchor: Anchor) -> None:

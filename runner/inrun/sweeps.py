@@ -23,17 +23,27 @@ SWEEP_SECONDS = 2.0
 # wait (a keeper made of a call that forged its candidate would run that call's code, and hand it on
 # to fresh forks).
 IDLE_CPU_SECONDS = 2.0
+# While the anchor waits for a keeper just kept (or told to fork again) to say its A: how often it looks
+# at the session's processes, and the CPU time that keeper and the one call it forks ahead may use from
+# its first look on (`waking_fault`). A real keeper needs a fork and the ready call's warm-up (its
+# directory walked: milliseconds); a forged one (a call's own child named as its candidate) ran the
+# call's code until the wait's 10 s ended.
+WAKING_CHECK_SECONDS = 0.1
+WAKING_CPU_SECONDS = 0.5
 
 
-def sweep_tree(spare: set[int], reap: Callable[[], None]) -> bool:
+def sweep_tree(spare: set[int], reap: Callable[[], None], parent: int = 0) -> bool:
     """Kill every process under this one but those in `spare` (not what is under them: only the
-    spared themselves), until none is left; `reap` reaps this process's own children. False if some
+    spared themselves) and the children of `parent` (a keeper that may be forking its next call as
+    this looks), until none is left; `reap` reaps this process's own children. False if some
     were still there after SWEEP_SECONDS. Zombies are no process here: they hold nothing but a pid,
     and are their parent's to reap."""
     deadline = time.monotonic() + SWEEP_SECONDS
+    ours = b"%d" % parent
     while True:
         reap()
-        left = [pid for pid in descendants(os.getpid()) if pid not in spare]
+        found = _descendants_stat(os.getpid())
+        left = [pid for pid, fields in found.items() if pid not in spare and not (parent and fields[1] == ours)]
         if not left:
             return True
         if time.monotonic() > deadline:
@@ -43,15 +53,9 @@ def sweep_tree(spare: set[int], reap: Callable[[], None]) -> bool:
         time.sleep(0.0005)
 
 
-def descendants(root: int) -> list[int]:
-    """Every live process under `root`, zombies left out (a zombie has no children: they went to the
-    subreaper as it died)."""
-    return list(_descendants_stat(root))
-
-
 def _descendants_stat(root: int) -> dict[int, list[bytes]]:
-    """Every live process under `root`, each with its stat fields (`_stat`): read once, for the idle
-    check too (`idle_fault`)."""
+    """Every live process under `root`, zombies left out (a zombie has no children: they went to the
+    subreaper as it died), each with its stat fields (`_stat`): read once, however many questions."""
     found: dict[int, list[bytes]] = {}
     todo = children(root)
     while todo:
@@ -120,10 +124,12 @@ def cpu_seconds(pid: int) -> float:
     return _cpu(_stat(pid))
 
 
-def _cpu(fields: list[bytes]) -> float:
-    """The CPU time, user and system, of a process whose stat fields are `fields` (0 for none)."""
+def _cpu(fields: list[bytes], reaped: bool = False) -> float:
+    """The CPU time, user and system, of a process whose stat fields are `fields` (0 for none); or,
+    `reaped`, that of the children it reaped."""
+    first = 13 if reaped else 11
     try:
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
     except (ValueError, IndexError):
         return 0.0
 
@@ -171,6 +177,30 @@ def idle_fault(waiting: tuple[int, int], dying: set[int], cpu_before: float) -> 
     if sum(_cpu(stats.get(pid, [])) for pid in waiting) > cpu_before + IDLE_CPU_SECONDS:
         return "its keeper ran while the session was idle"
     if any(stats.get(pid, [b""])[0][:1] in (b"T", b"t") for pid in waiting):
+        return "its keeper was stopped"
+    return ""
+
+
+def keeper_cpu(keeper: int) -> float:
+    """The CPU time `keeper` and what it forked have used: its own, its reaped children's, and each
+    child's it has (a zombie's too, which holds its own until it is reaped)."""
+    fields = _stat(keeper)
+    return _cpu(fields) + _cpu(fields, reaped=True) + sum(_cpu(_stat(child)) for child in children(keeper))
+
+
+def waking_fault(keeper: int, dying: set[int], cpu_before: float) -> str:
+    """Why a session must end while its anchor waits for its keeper's A, or '': once what the last call
+    left is swept, nothing of it runs but the keeper and at most one child of it (the call it forks
+    ahead), but what was killed already (`dying`), and those two use at most WAKING_CPU_SECONDS beyond
+    `cpu_before` (`keeper_cpu`) and are not stopped. Found by a review: a keeper forged by a call's
+    channel ran its code, and fresh forks of it, until the wait for its A ended (10 s)."""
+    stats = _descendants_stat(os.getpid())
+    forked = children(keeper)
+    if len(forked) > 1 or [pid for pid in stats if pid != keeper and pid not in forked and pid not in dying]:
+        return "a process of it ran before its keeper was ready"
+    if keeper_cpu(keeper) > cpu_before + WAKING_CPU_SECONDS:
+        return "its keeper ran before it was ready"
+    if any(stats.get(pid, [b""])[0][:1] in (b"T", b"t") for pid in (keeper, *forked)):
         return "its keeper was stopped"
     return ""
 

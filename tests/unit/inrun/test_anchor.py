@@ -7,14 +7,17 @@ import os
 import resource
 import socket
 import subprocess
+import sys
 import types
 from collections.abc import Iterator
 
 import pytest
 
 from runner.inrun import bootstrap
+from tests.helpers import settled
 
 (anchor,) = bootstrap.load_siblings("anchor")
+sweeps = anchor.sweeps  # the anchor's own: what a test replaces in it is what it calls
 
 
 class Ended(Exception):
@@ -101,3 +104,70 @@ def test_the_anchors_cpu_limit_is_the_runs_and_room_for_its_own_work_under_the_h
     assert anchor.anchor_cpu_limits(1, infinite) == (1 + room, 2 + room)
     assert anchor.anchor_cpu_limits(1, 100) == (100, 100)  # a hard limit cannot be raised
     assert anchor.anchor_cpu_limits(infinite, infinite) == (infinite, infinite)
+
+
+# A keeper just kept, waited for until it says its A (`_await_ready`): played by a process of the
+# test's, whose children are what it forks.
+KEEPERS = {
+    "one-child": "import os, time\nif os.fork() == 0:\n    time.sleep(60)\ntime.sleep(60)",
+    "two-children": "import os, time\nfor _ in 'ab':\n    if os.fork() == 0:\n        time.sleep(60)\ntime.sleep(60)",
+    "burning": "while True:\n    pass",
+}
+
+
+@pytest.fixture
+def waking(
+    idle: tuple[types.SimpleNamespace, socket.socket, socket.socket], request: pytest.FixtureRequest
+) -> Iterator[tuple[types.SimpleNamespace, socket.socket, socket.socket, list[int]]]:
+    """`idle`, its keeper the process of KEEPERS[request.param], its children there, its A awaited."""
+    held, keeper, server = idle
+    process = subprocess.Popen([sys.executable, "-c", KEEPERS[request.param]])
+    wanted = {"one-child": 1, "two-children": 2}.get(request.param, 0)
+    forked = settled(lambda: [] if len(sweeps.children(process.pid)) == wanted else ["not yet"])
+    assert forked == [], sweeps.children(process.pid)
+    held.keeper = process.pid
+    try:
+        yield held, keeper, server, sweeps.children(process.pid)
+    finally:
+        for pid in sweeps.children(process.pid):
+            os.kill(pid, 9)
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.parametrize("waking", ["one-child"], indirect=True)
+def test_a_keeper_that_forks_its_next_call_and_waits_is_not_ended_however_late_its_a_comes(
+    waking: tuple[types.SimpleNamespace, socket.socket, socket.socket, list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held, keeper, _, (ready,) = waking
+    looked = sweeps.waking_fault
+    looks = []
+
+    def late(*args: object) -> str:  # its A comes after the anchor has looked three times
+        looks.append(looked(*args))  # type: ignore[arg-type]
+        if len(looks) == 3:
+            keeper.send(b"A %d" % ready)
+        return looks[-1]
+
+    monkeypatch.setattr(sweeps, "waking_fault", late)
+    anchor._await_ready(held)
+    assert (held.ready, looks) == (ready, ["", "", ""])
+
+
+@pytest.mark.parametrize(
+    ("waking", "said"),
+    [
+        ("two-children", b"E a process of it ran before its keeper was ready\n"),
+        ("burning", b"E its keeper ran before it was ready\n"),
+    ],
+    indirect=["waking"],
+)
+def test_a_keeper_that_does_more_than_fork_its_next_call_before_its_a_ends_the_session(
+    waking: tuple[types.SimpleNamespace, socket.socket, socket.socket, list[int]], said: bytes
+) -> None:
+    # Found by a review: a keeper forged by a call's channel says no A, and ran its code (and forks of
+    # it) until the anchor's wait for that A ended, 10 s on.
+    held, _, server, _ = waking
+    with pytest.raises(Ended):  # before: the wait ended without a word, 10 s on
+        anchor._await_ready(held)
+    assert server.recv(4096) == said
