@@ -23,7 +23,7 @@ import anyio
 
 from runner.config import ToolsConfig, ToolServers
 from runner.errors import Unavailable
-from runner.logs import LogBudget, log_event
+from runner.logs import SHOWN_CHARS, LogBudget, cut, log_event
 from runner.outcome import ToolCall
 from runner.tools.catalog import describe, dumped_within, value_of_result
 from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, Down, TooSlow, loop_time
@@ -258,8 +258,9 @@ class RunCalls:
         if request.get("op") != "call" or not isinstance(server, str) or not isinstance(tool, str):
             return _error("the run sent a call without a server and a tool")
         if not isinstance(arguments, dict):
-            return _error(f"{server[:100]}.{tool[:100]}: arguments must be an object")
-        server, tool = server[:200], tool[:200]
+            return _error(f"{cut(server, SHOWN_CHARS)}.{cut(tool, SHOWN_CHARS)}: arguments must be an object")
+        # Said back and looked up cut: a cut name names no server nor tool (its first 200 characters could).
+        server, tool = cut(server, SHOWN_CHARS), cut(tool, SHOWN_CHARS)
         started = loop_time()
         refused = self._refusal(server, tool, arguments, body, started)
         if refused:

@@ -93,3 +93,17 @@ async def test_a_tool_error_too_large_for_the_run_is_said_in_part_and_counts_pas
     assert len(said["error"]) < 2_100
     assert sum(dumped) < 2 * MIB, f"{sum(dumped):,} characters dumped"
     assert b"has passed" in run.take(b'{"op": "module"}')  # received all the same, however little was said
+
+
+def test_a_name_a_run_sends_is_said_back_cut_as_every_answer_cuts_a_clients_value() -> None:
+    server = Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true")
+    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=16, tools_max_concurrent=4)
+    run = Broker(ToolServers("tools.json", (server,)), config, logging.getLogger()).for_run("r", None, loop_time() + 30)
+    assert run is not None
+    huge = "x" * MIB
+    for arguments, why in (([], "arguments must be an object"), ({}, "no such server here")):
+        said = run.take(json.dumps({"op": "call", "server": huge, "tool": "t" + huge, "arguments": arguments}).encode())
+        assert isinstance(said, bytes)
+        error = json.loads(said)["error"]
+        cut = f"{'x' * 200}... (cut: 1,048,576 characters).t{'x' * 199}... (cut: 1,048,577 characters): {why}"
+        assert error == cut
