@@ -37,7 +37,7 @@ from runner.execution.calls import Admitted
 from runner.execution.provided import ProvidedPackages
 from runner.execution.slots import Slot, Slots
 from runner.execution.supply import InterpreterSupply, Supplies
-from runner.logs import log_event
+from runner.logs import SHOWN_CHARS, cut, log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
 from runner.processes.anchor_wire import Said
 from runner.processes.child import Child
@@ -537,7 +537,7 @@ class EndedSessions:
     def unknown_message(self, handle: str, caller: str | None) -> str:
         """Why a call names no open session: the caller's session of `handle` ended, or none of the
         caller's ever had it."""
-        shown = handle if len(handle) <= 64 else handle[:64] + "..."
+        shown = cut(handle, SHOWN_CHARS)
         ended = self._ended.get(handle)
         if ended is not None and ended[0] == caller:
             return f'unknown session {shown!r}: it ended ({ended[1]}); start another with session "new"'

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runner.errors import ArgumentError
+from runner.logs import SHOWN_CHARS, cut
 from runner.outcome import InputFile
 
 MAX_FILES = 1000
@@ -31,7 +32,7 @@ def check_files(entries: Sequence[dict[str, Any]], max_bytes: int, max_file_byte
     total = 0
     for index, entry in enumerate(entries):
         path = entry["path"]
-        where = f"invalid argument 'files[{index}]' ({path!r})"
+        where = f"invalid argument 'files[{index}]' ({cut(path, SHOWN_CHARS)!r})"
         _check_path(path, where)
         parts = path.split("/")
         parents = {"/".join(parts[:n]) for n in range(1, len(parts))}

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from runner.config import PackagesConfig
 from runner.config.locks import normalized
 from runner.errors import ArgumentError
+from runner.logs import SHOWN_CHARS, cut
 
 MAX_PACKAGES = 64
 MAX_NAME_CHARS = 200
@@ -61,7 +62,7 @@ def check_packages(entries: Sequence[str], packages: PackagesConfig) -> tuple[st
     base = {normalized(distribution.name) for distribution in packages.package_distributions}
     found: set[str] = set()
     for index, entry in enumerate(entries):
-        where = f"invalid argument 'packages[{index}]' ({entry[:MAX_NAME_CHARS]!r})"
+        where = f"invalid argument 'packages[{index}]' ({cut(entry, SHOWN_CHARS)!r})"
         kind = _kind(entry)
         if kind:
             raise ArgumentError(f"{where}: {kind}; name a distribution alone; {offered(packages)}")

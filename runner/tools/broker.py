@@ -23,9 +23,9 @@ import anyio
 
 from runner.config import ToolsConfig, ToolServers
 from runner.errors import Unavailable
-from runner.logs import LogBudget, log_event
+from runner.logs import SHOWN_CHARS, LogBudget, cut, log_event
 from runner.outcome import ToolCall
-from runner.tools.catalog import describe, value_of_result
+from runner.tools.catalog import describe, dumped_within, value_of_result
 from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, Down, TooSlow, loop_time
 from runner.tools.schemas import SchemaCheck
 
@@ -36,6 +36,9 @@ Observe = Callable[[str, str, str, float], None]
 MAX_SCHEMA_CHECKS = 256  # validators kept, one per (server, tool)
 MAX_REFUSALS_LOGGED = 20  # a run's refused calls logged, one line each; the rest counted (metrics) only
 MAX_SAID_CHARS = 2000  # of a tool's or the SDK's error, what the run's ToolError says
+# Of a tool's error that is no text, what is dumped at least (credentials masked in it before it is cut).
+SAID_DUMPED = 16 * MAX_SAID_CHARS
+_OK_HEAD = '{"ok": true, "value": '  # a result's answer, as json.dumps writes {"ok": True, "value": ...}
 # A frame the run may send for each call it may make, and some for imports and refusals: past them
 # it is flooding its channel, and each frame costs the event loop all the same.
 FRAMES_PER_CALL = 10
@@ -255,8 +258,9 @@ class RunCalls:
         if request.get("op") != "call" or not isinstance(server, str) or not isinstance(tool, str):
             return _error("the run sent a call without a server and a tool")
         if not isinstance(arguments, dict):
-            return _error(f"{server[:100]}.{tool[:100]}: arguments must be an object")
-        server, tool = server[:200], tool[:200]
+            return _error(f"{cut(server, SHOWN_CHARS)}.{cut(tool, SHOWN_CHARS)}: arguments must be an object")
+        # Said back and looked up cut: a cut name names no server nor tool (its first 200 characters could).
+        server, tool = cut(server, SHOWN_CHARS), cut(tool, SHOWN_CHARS)
         started = loop_time()
         refused = self._refusal(server, tool, arguments, body, started)
         if refused:
@@ -287,19 +291,27 @@ class RunCalls:
         finally:
             self._landed(call)
         value = value_of_result(result)
+        left = config.max_bytes - self._bytes
         if result.is_error:
-            said = connection.scrubbed(value if isinstance(value, str) else json.dumps(value))
+            if isinstance(value, str):
+                said, whole = value, True
+            else:
+                # Dumped no further than the run may take, or than its first characters say.
+                said, whole = dumped_within(value, max(left, SAID_DUMPED))
             self._bytes += len(said)  # received all the same, however little of it is passed on
+            said = connection.scrubbed(said, whole)
             answer = _error(f"{name}: the tool failed: {said[:MAX_SAID_CHARS]}")
             return self._finish(server, tool, "tool_error", started, size, len(answer), answer)
-        answer = json.dumps({"ok": True, "value": value}).encode()
-        if self._bytes + len(answer) > config.max_bytes:
-            self._bytes += len(answer)  # received all the same: a call repeated does not get it again
+        # Dumped no further than the run may take: a result it is refused costs no dump of the rest.
+        dumped, whole = dumped_within(value, left - len(_OK_HEAD) - 1)
+        if not whole:
+            self._bytes += len(_OK_HEAD) + len(dumped)  # received all the same: a call repeated does not get it again
             refused = (
-                f"{name}: its result ({len(answer):,} bytes) would pass what this run may pass through tools "
-                f"({config.max_bytes:,} bytes; RUNNER_TOOLS_MAX_MB)"
+                f"{name}: its result (more than {len(_OK_HEAD) + len(dumped):,} bytes) would pass what this run "
+                f"may pass through tools ({config.max_bytes:,} bytes; RUNNER_TOOLS_MAX_MB)"
             )
             return self._finish(server, tool, "refused", started, size, 0, _error(refused))
+        answer = f"{_OK_HEAD}{dumped}}}".encode()
         self._bytes += len(answer)
         return self._finish(server, tool, "ok", started, size, len(answer), answer)
 

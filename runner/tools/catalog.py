@@ -1,8 +1,9 @@
-"""What code mode shows of the tools, as pure functions: a result's value as a run gets it, and the
-lines run_python's description gives the tools."""
+"""What code mode shows of the tools, as pure functions: a result's value as a run gets it, its JSON
+made within a bound, and the lines run_python's description gives the tools."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,6 +13,11 @@ from runner.config import Downstream
 
 MAX_DESCRIBED = 30  # tools the description lists, over every server; help(mcp_tools) lists the rest
 MAX_LINE_CHARS = 120
+# `dumped_within`: the items of an array or object dumped at once, between looks at the bound; the items
+# looked into one by one first (their own items, strings told by their length), at most; how deep.
+PIECE_ITEMS = 256
+LOOKED_INTO = 1024
+MAX_LOOK_DEPTH = 32
 
 
 def value_of_result(result: types.CallToolResult) -> Any:
@@ -24,6 +30,76 @@ def value_of_result(result: types.CallToolResult) -> Any:
     if all(isinstance(block, types.TextContent) for block in blocks):
         return "\n".join(block.text for block in blocks)  # type: ignore[union-attr]
     return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in blocks]
+
+
+def dumped_within(value: Any, most: int) -> tuple[str, bool]:
+    """`json.dumps(value)` and True if it holds at most `most` characters; else False and what was dumped
+    before the bound was seen passed (more than `most` characters): a result a run will be refused costs
+    no dump of the rest. A string is told by its length before it is dumped; a long array or object is
+    dumped PIECE_ITEMS items at a time, the first LOOKED_INTO items met looked into one by one. What
+    passes the bound is seen at the end of a piece: a piece whose items are themselves large (256 records
+    of a megabyte) is dumped whole first."""
+    dump = _Dump(most)
+    try:
+        dump.add(value, 0)
+    except _Over:
+        return "".join(dump.out), False
+    return "".join(dump.out), True
+
+
+class _Over(Exception):
+    """The dump has passed its bound."""
+
+
+class _Dump:
+    """A bounded `json.dumps` (`dumped_within`): its text so far, in parts, and what it may still hold."""
+
+    def __init__(self, most: int) -> None:
+        self.out: list[str] = []
+        self.left = most
+        self.looks = LOOKED_INTO
+
+    def put(self, text: str) -> None:
+        self.out.append(text)
+        self.left -= len(text)
+        if self.left < 0:
+            raise _Over
+
+    def add(self, value: Any, depth: int) -> None:
+        if isinstance(value, str) and len(value) > self.left:
+            # Its dump's first characters, those of its first ones' (each character dumped alone), without
+            # the closing quote: past the bound already, as the whole would be.
+            self.put(json.dumps(value[: max(self.left, 0) + 1])[:-1])
+        elif isinstance(value, list | tuple | dict) and value and depth < MAX_LOOK_DEPTH:
+            self._container(value, depth)
+        else:
+            self.put(json.dumps(value))
+
+    def _container(self, value: list[Any] | tuple[Any, ...] | dict[Any, Any], depth: int) -> None:
+        mapping = isinstance(value, dict)
+        items: list[Any] = list(value.items()) if isinstance(value, dict) else list(value)
+        if len(items) <= PIECE_ITEMS and self.looks < len(items):
+            self.put(json.dumps(value))  # a short one, past the looks: dumped whole, as it would be
+            return
+        self.put("{" if mapping else "[")
+        for start in range(0, len(items), PIECE_ITEMS):
+            piece = items[start : start + PIECE_ITEMS]
+            if start:
+                self.put(", ")
+            if self.looks < len(piece):
+                self.put(json.dumps(dict(piece) if mapping else piece)[1:-1])
+                continue
+            self.looks -= len(piece)
+            for n, item in enumerate(piece):
+                if n:
+                    self.put(", ")
+                if mapping:
+                    key, item = item
+                    # A key as json writes it (a number or null as a string; another type its TypeError).
+                    self.put(json.dumps(key) if isinstance(key, str) else json.dumps({key: 0})[1:-4])
+                    self.put(": ")
+                self.add(item, depth + 1)
+        self.put("}" if mapping else "]")
 
 
 def describe(servers: Sequence[tuple[Downstream, Mapping[str, types.Tool], Mapping[str, str]]], others: int = 0) -> str:

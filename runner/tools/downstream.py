@@ -93,8 +93,7 @@ class Connection:
         self._client: Client | None = None
         # A stdio server's process is told by this mark in its environment, for the stray sweep to leave
         # it and its session alone; `starting` while it is being started (before its exec, no mark yet).
-        self.mark = ""
-        self.starting = False
+        self.mark, self.starting = "", False
         self._lost = anyio.Event()
         self._fault = ""  # what the connection's transport said was wrong, when it was lost so
         self._relist = anyio.Event()
@@ -158,11 +157,12 @@ class Connection:
         """Why `exc` happened, in a line, credentials masked before it is cut."""
         return self.scrubbed(_why(exc))[:MAX_DOWN_CHARS]
 
-    def scrubbed(self, text: str) -> str:
-        """`text` with every credential the file gives this server replaced by ``***``."""
+    def scrubbed(self, text: str, whole: bool = True) -> str:
+        """`text` with every credential the file gives this server replaced by ``***``; if it is the head
+        of a longer text (not `whole`), less its end, which could be the start of one (the longest first)."""
         for secret in self._secrets:
             text = text.replace(secret, "***")
-        return text
+        return text if whole or not self._secrets else text[: max(0, len(text) - len(self._secrets[0]) + 1)]
 
     async def call(self, tool: str, arguments: dict[str, Any], seconds: float) -> types.CallToolResult:
         """Call `tool`; `Down` if the server is down or does not answer within `seconds` (the run's

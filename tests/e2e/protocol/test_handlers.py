@@ -402,7 +402,7 @@ def structured_dtype(result: types.CallToolResult) -> str:
     return str(dtype)
 
 
-async def test_an_error_answer_says_back_a_5_mib_tool_name_uri_handle_or_method_cut_saying_so(
+async def test_an_error_answer_says_back_a_5_mib_tool_name_uri_handle_session_or_method_cut_saying_so(
     work_dir: Path, tmp_path: Path
 ) -> None:
     # Found by a review: a tools/call naming a 5 MiB tool was answered with the name whole (10 MiB, as the
@@ -413,15 +413,19 @@ async def test_an_error_answer_says_back_a_5_mib_tool_name_uri_handle_or_method_
         answers = [
             await session.request("tools/call", {"name": huge, "arguments": {"code": "1"}}),
             await session.request("tools/call", {"name": "close_session", "arguments": {"session": huge}}),
+            await session.request("tools/call", {"name": "run_python", "arguments": {"code": "1", "session": huge}}),
             await session.request("resources/read", {"uri": "runner://output/" + huge}),
             await session.request(huge),
         ]
     sizes = [len(json.dumps(answer)) for answer in answers]
     assert max(sizes) < 5_000, sizes
-    unknown_tool, closed, not_found, no_method = answers
+    unknown_tool, closed, unknown_session, not_found, no_method = answers
     assert "unknown tool 'xxx" in unknown_tool["result"]["structuredContent"]["message"]
     assert "(cut: 5,242,880 characters)" in unknown_tool["result"]["structuredContent"]["message"]
     assert closed["result"]["isError"] is True
+    # The handle a session call named, as every value said back: before, cut by hand to 64 characters.
+    said = unknown_session["result"]["structuredContent"]["message"]
+    assert said.startswith(f"unknown session '{'x' * 200}... (cut: 5,242,880 characters)': "), said[:300]
     assert not_found["error"]["message"].startswith("resource not found: runner://output/xxx")
     assert not_found["error"]["data"]["uri"].endswith("(cut: 5,242,896 characters)")
     assert no_method["error"]["message"] == "Method not found"

@@ -8,10 +8,11 @@ that raises for failing_job."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import mcp_types as types
@@ -20,11 +21,19 @@ from mcp import Client, MCPError
 
 from runner.config import Config
 from runner.execution.pool import Pool
-from runner.logs import get_logger
+from runner.logs import SHOWN_CHARS, get_logger
 from runner.protocol.handlers import build_server
 from runner.protocol.tasks import TASK_AFTER_SECONDS, Tasks
 from tests.helpers import check_structured
-from tests.tasks_client import TasksExtension, cancel_task, get_task, update_task, wait_for_task
+from tests.tasks_client import (
+    ANY_RESULT,
+    TaskParams,
+    TasksExtension,
+    cancel_task,
+    get_task,
+    update_task,
+    wait_for_task,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -207,6 +216,43 @@ async def test_a_task_never_made_or_past_its_ttl_is_32602_and_tasks_update_is_ac
     for error in (gone, never.value, cancel_never.value):
         assert error.code == -32602
         assert "task not found" in error.message
+
+
+class ResultTaskRequest(types.Request[TaskParams, Literal["tasks/result"]]):
+    """tasks/result, of the tasks of 2025-11-25, which this server does not serve."""
+
+    method: Literal["tasks/result"] = "tasks/result"
+
+
+async def test_a_task_id_of_a_mebibyte_is_answered_small_and_the_longest_taken_is_said_back_whole(
+    config: Config, no_leaks: None
+) -> None:
+    # An id is at most 200 characters (TaskParams), as many as an answer says of any value a client
+    # sent (runner.logs.SHOWN_CHARS): a longer one is refused by the SDK's check, never said back.
+    huge, longest = "t" * (1 << 20), "t" * SHOWN_CHARS
+    refused: dict[str, MCPError] = {}
+    async with served(config) as s:
+        asked = {
+            "get": lambda task_id: get_task(s.client.session, task_id),
+            "cancel": lambda task_id: cancel_task(s.client.session, task_id),
+            "update": lambda task_id: update_task(s.client.session, task_id, {}),
+            "result": lambda task_id: s.client.session.send_request(
+                ResultTaskRequest(params=TaskParams(task_id=task_id)), ANY_RESULT
+            ),
+        }
+        for name, ask in asked.items():
+            for task_id in (huge, longest):
+                with pytest.raises(MCPError) as caught:
+                    await ask(task_id)
+                refused[f"{name} {len(task_id)}"] = caught.value
+    for name, error in refused.items():
+        assert len(error.message) + len(json.dumps(error.error.data)) < 1_000, name
+    for name in ("get", "cancel", "update"):
+        assert refused[f"{name} {len(huge)}"].code == -32602
+        assert refused[f"{name} {len(huge)}"].message == "Invalid request parameters"
+        assert refused[f"{name} {SHOWN_CHARS}"].message == f"task not found: {longest}"
+        assert refused[f"{name} {SHOWN_CHARS}"].error.data == {"taskId": longest}
+    assert refused[f"result {len(huge)}"].code == types.METHOD_NOT_FOUND
 
 
 async def test_a_caller_at_its_limit_of_working_tasks_gets_its_next_call_answered_without_one(

@@ -18,7 +18,7 @@ from mcp import Client, MCPError
 from tests.e2e.transports.test_http_sessions import ALICE, BOB, client_for
 from tests.helpers import check_structured
 from tests.http_server import HttpServer, http_server
-from tests.tasks_client import EXTENSION, TasksExtension, cancel_task, get_task, wait_for_task
+from tests.tasks_client import EXTENSION, TasksExtension, cancel_task, get_task, update_task, wait_for_task
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -55,7 +55,7 @@ def posted(
     return httpx2.post(server.url, json=message, headers={**base, **headers}, timeout=30)
 
 
-async def test_a_task_is_its_tokens_and_unknown_to_another_and_its_result_comes_back_whole(
+async def test_a_task_is_its_tokens_and_unknown_to_another_for_every_method_and_its_result_comes_back_whole(
     work_dir: Path, tmp_path: Path, left_nothing: None
 ) -> None:
     tokens = tmp_path / "tokens"
@@ -69,6 +69,8 @@ async def test_a_task_is_its_tokens_and_unknown_to_another_and_its_result_comes_
                 await get_task(bob.session, created.task_id)
             with pytest.raises(MCPError) as foreign_cancel:
                 await cancel_task(bob.session, created.task_id)
+            with pytest.raises(MCPError) as foreign_update:
+                await update_task(bob.session, created.task_id, {})
             still = await get_task(alice.session, created.task_id)
             await cancel_task(alice.session, created.task_id)
             ended = await wait_for_task(alice.session, created.task_id)
@@ -77,8 +79,9 @@ async def test_a_task_is_its_tokens_and_unknown_to_another_and_its_result_comes_
     assert discovered is not None
     assert discovered.extensions == {EXTENSION: {}, "io.modelcontextprotocol/ui": {}}  # tasks, and the app view
     assert mine["status"] == still["status"] == "working"
-    for refused in (foreign_get.value, foreign_cancel.value):
+    for refused in (foreign_get.value, foreign_cancel.value, foreign_update.value):
         assert refused.code == -32602
+        assert refused.message.startswith("task not found: ")  # as for an id never made
     assert ended["status"] == "cancelled"
     assert check_structured(resolved.structured_content)["stdout"] == "whole\n"
 

@@ -40,3 +40,11 @@ def test_a_bad_file_entry_is_refused_naming_it(entries: list[dict[str, str]], pr
 def test_good_file_entries_are_decoded() -> None:
     files = check_files([entry("a/b.txt", "h\u00e9"), entry("c.bin", "AAE=", "base64")], 100, 100)
     assert [(f.path, f.data) for f in files] == [("a/b.txt", "h\u00e9".encode()), ("c.bin", b"\x00\x01")]
+
+
+def test_a_long_path_is_said_back_cut_as_every_answer_cuts_a_clients_value() -> None:
+    # The schema bounds a path at 1,024 characters; an answer says at most 200 of any value it says back.
+    path = "d/" * 400 + "../x"
+    with pytest.raises(ArgumentError) as caught:
+        check_files([entry(path)], max_bytes=1000, max_file_bytes=1000)
+    assert f"files[0]' ('{path[:200]}... (cut: 804 characters)'): every part" in str(caught.value)

@@ -93,3 +93,12 @@ def test_the_tool_description_and_the_schema_list_the_wheelhouse_from_its_lock()
     bare = tool_definition(Config())
     assert bare.description is not None
     assert "installed on first import" not in bare.description
+
+
+def test_a_long_entry_is_said_back_cut_as_every_answer_cuts_a_clients_value() -> None:
+    entry = "https://evil.example/" + "x" * (1 << 20)
+    with pytest.raises(ArgumentError) as refused:
+        check_packages([entry], CONFIG.packages_section)
+    message = str(refused.value)
+    assert message.startswith(f"invalid argument 'packages[0]' ('{entry[:200]}... (cut: 1,048,597 characters)'): ")
+    assert len(message) < 2_000

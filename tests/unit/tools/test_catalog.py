@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from mcp import types
 
 from runner.config.tools import Downstream
-from runner.tools.catalog import MAX_DESCRIBED, describe, value_of_result
+from runner.tools.catalog import LOOKED_INTO, MAX_DESCRIBED, PIECE_ITEMS, describe, dumped_within, value_of_result
 
 
 def test_a_result_is_its_structured_content_else_its_text_else_its_blocks() -> None:
@@ -45,3 +46,36 @@ def test_the_description_names_the_tools_as_mcp_tools_has_them_and_leaves_out_th
     }
     text = describe([(server, tools, {"a-b": "a_b"})])
     assert text.splitlines()[1:] == ["- mcp_tools.s.a_b: a-b"]
+
+
+def test_a_value_is_dumped_within_a_bound_as_json_dumps_writes_it_or_refused_having_dumped_about_the_bound() -> None:
+    # Found by a review: a result the run would be refused was dumped whole first. Shapes around the
+    # pieces' and the looks' edges: long and short arrays and objects, nested, keys json writes as
+    # strings, text json escapes, a string longer than what is left.
+    row = {"id": 1, "name": 'n\u00e9 "q"\n', 2: None, True: 1.5, "nan": float("nan")}
+    shapes: list[Any] = [
+        "",
+        "x" * 1000,
+        [],
+        {},
+        [row] * (PIECE_ITEMS + 1),
+        {"records": [row] * (3 * LOOKED_INTO), "more": [[[]], [1, [2, [3]]]] * 10},
+        {f"k{n}": [n, "\u2028"] for n in range(2 * PIECE_ITEMS + 3)},
+        [[n] * 5 for n in range(4 * LOOKED_INTO)],
+        [{"text": "y" * 5000}] * 40,
+    ]
+    for value in shapes:
+        full = json.dumps(value)
+        for most in (len(full), len(full) - 1, len(full) // 3, 10, 0, -1):
+            text, whole = dumped_within(value, most)
+            assert whole == (len(full) <= most)
+            if whole:
+                assert text == full
+            else:
+                assert len(text) > most
+                assert full.startswith(text)
+    # Past the bound, the dump stops within a piece: 180,000 records, some 12 MB, are not dumped whole.
+    records = {"records": [{"id": n, "email": f"user{n}@example.com"} for n in range(180_000)]}
+    text, whole = dumped_within(records, 1 << 20)
+    assert not whole
+    assert len(text) < (1 << 20) + 64 * PIECE_ITEMS

@@ -31,3 +31,13 @@ def test_tools_whose_python_names_collide_or_are_the_servers_own_are_left_out() 
         name: types.Tool(name=name, input_schema={}) for name in ("get-sum", "get_sum", "__class__", "_mcp_x", "echo")
     }
     assert connection.python_names() == {"echo": "echo", "get-sum": "get_sum"}
+
+
+def test_the_head_of_a_longer_text_is_said_without_its_end_which_could_be_a_credentials_start() -> None:
+    server = Downstream("remote", "remote", ("*",), None, url="http://h/mcp", headers=(("Authorization", TOKEN),))
+    connection = Connection(server, get_logger())
+    head = f"{TOKEN} and then {TOKEN[:12]}"  # the dump was cut in the middle of the second
+    said = connection.scrubbed(head, whole=False)
+    assert said == "*** and then"[: len(said)]
+    assert "s3cr" not in said
+    assert connection.scrubbed(head) == f"*** and then {TOKEN[:12]}"

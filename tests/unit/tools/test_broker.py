@@ -1,0 +1,109 @@
+"""A run's brokered call answered (`runner.tools.broker.RunCalls`), its downstream server played by a
+stand-in for its connection's call: what the run is answered, and what its answer cost to make."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+from mcp import types
+
+from runner.config import ToolsConfig, ToolServers
+from runner.config.tools import Downstream
+from runner.outcome import ToolCall
+from runner.tools.broker import Broker, RunCalls
+from runner.tools.downstream import loop_time
+
+pytestmark = pytest.mark.anyio
+
+MIB = 1 << 20
+
+
+async def answered(
+    result: dict[str, Any], dumped: list[int], monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, Any], RunCalls]:
+    """What a run whose budget is 1 MiB is answered for a call whose result is `result`, and the run's
+    calls; the length of each text `json.dumps` made meanwhile added to `dumped`."""
+    server = Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true")
+    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=1, tools_max_concurrent=4)
+    broker = Broker(ToolServers("tools.json", (server,)), config, logging.getLogger())
+    connection = broker.connections["s"]
+
+    async def call(tool: str, arguments: dict[str, Any], seconds: float) -> types.CallToolResult:
+        return types.CallToolResult.model_validate(result)
+
+    monkeypatch.setattr(connection, "call", call)
+    dumps = json.dumps
+
+    def counted(value: Any, **options: Any) -> str:
+        text = dumps(value, **options)
+        dumped.append(len(text))
+        return text
+
+    run = broker.for_run("r", None, loop_time() + 30)
+    assert run is not None
+    monkeypatch.setattr(json, "dumps", counted)
+    try:
+        answer = await run.forward(ToolCall("s", "t", {}, 10, loop_time()))
+    finally:
+        monkeypatch.setattr(json, "dumps", dumps)
+    return json.loads(answer), run
+
+
+async def test_a_result_over_the_runs_budget_is_refused_having_dumped_about_the_budget_not_the_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Found by a review: a result was dumped whole to JSON on the event loop before its size was
+    # looked at (an 18 MiB one some 0.13 s), though it was then refused. Records, as a server's
+    # structured content holds them: some 8 MiB of them under a budget of 1 MiB.
+    records = [{"id": n, "name": f"name {n}", "email": f"user{n}@example.com"} for n in range(110_000)]
+    dumped: list[int] = []
+    said, run = await answered({"content": [], "structuredContent": {"records": records}}, dumped, monkeypatch)
+    assert said["ok"] is False
+    assert "would pass what this run may pass through tools" in said["error"]
+    assert "RUNNER_TOOLS_MAX_MB" in said["error"]
+    assert sum(dumped) < 2 * MIB, f"{sum(dumped):,} characters dumped"
+    assert b"has passed" in run.take(b'{"op": "module"}')  # counted all the same: nothing more passes
+    # A text result is refused by its length: a megabyte or so dumped of its 8.
+    dumped.clear()
+    said, run = await answered({"content": [{"type": "text", "text": "x" * (8 * MIB)}]}, dumped, monkeypatch)
+    assert said["ok"] is False
+    assert "RUNNER_TOOLS_MAX_MB" in said["error"]
+    assert sum(dumped) < 2 * MIB, f"{sum(dumped):,} characters dumped"
+
+
+async def test_a_result_within_the_budget_is_answered_as_json_dumps_writes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    records = {"records": [{"id": n, "name": f"n\u00e9 {n}", "tags": ["a", None, 1.5]} for n in range(3_000)]}
+    said, _ = await answered({"content": [], "structuredContent": records}, [], monkeypatch)
+    assert said == {"ok": True, "value": records}
+
+
+async def test_a_tool_error_too_large_for_the_run_is_said_in_part_and_counts_past_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    records = [{"id": n, "name": f"name {n}"} for n in range(200_000)]
+    dumped: list[int] = []
+    said, run = await answered(
+        {"content": [], "structuredContent": {"records": records}, "isError": True}, dumped, monkeypatch
+    )
+    assert said["ok"] is False
+    assert said["error"].startswith('s.t: the tool failed: {"records": [{"id": 0, "name": "name 0"}')
+    assert len(said["error"]) < 2_100
+    assert sum(dumped) < 2 * MIB, f"{sum(dumped):,} characters dumped"
+    assert b"has passed" in run.take(b'{"op": "module"}')  # received all the same, however little was said
+
+
+def test_a_name_a_run_sends_is_said_back_cut_as_every_answer_cuts_a_clients_value() -> None:
+    server = Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true")
+    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=16, tools_max_concurrent=4)
+    run = Broker(ToolServers("tools.json", (server,)), config, logging.getLogger()).for_run("r", None, loop_time() + 30)
+    assert run is not None
+    huge = "x" * MIB
+    for arguments, why in (([], "arguments must be an object"), ({}, "no such server here")):
+        said = run.take(json.dumps({"op": "call", "server": huge, "tool": "t" + huge, "arguments": arguments}).encode())
+        assert isinstance(said, bytes)
+        error = json.loads(said)["error"]
+        cut = f"{'x' * 200}... (cut: 1,048,576 characters).t{'x' * 199}... (cut: 1,048,577 characters): {why}"
+        assert error == cut
