@@ -38,7 +38,9 @@ def dumped_within(value: Any, most: int) -> tuple[str, bool]:
     no dump of the rest. A string is told by its length before it is dumped; a long array or object is
     dumped PIECE_ITEMS items at a time, the first LOOKED_INTO items met looked into one by one. What
     passes the bound is seen at the end of a piece: a piece whose items are themselves large (256 records
-    of a megabyte) is dumped whole first."""
+    of a megabyte) is dumped whole first, as is what lies deeper than MAX_LOOK_DEPTH or, once the looks
+    are spent, a short array or object: bounding those too would take a walk at Python's pace of every
+    result, which the results of records it is for would pay."""
     dump = _Dump(most)
     try:
         dump.add(value, 0)
