@@ -366,7 +366,9 @@ async def test_a_rolled_back_calls_files_in_a_sandboxs_own_tmpfs_are_put_back_as
     assert failed.session is not None
     assert not failed.session.kept, failed
     await pool.sessions._open[handle].settled.wait()
-    assert pool.sessions._open[handle].held == before  # the 900 KiB left there no longer counts
+    # The 900 KiB left there no longer counts. Not `== before`: the keeper's own pages move by some KiB
+    # between the count after its call and the one after it forks again (84 KiB in a clone under /tmp).
+    assert pool.sessions._open[handle].held < before + (300 << 10), (before, pool.sessions._open[handle].held)
     # bwrap's /run holds the bootstrap's directory, the sandbox's (a mount point the snapshot leaves)
     listed = f"[name for name in sorted(os.listdir('{place}')) if name != 'runner']"
     after = await call(pool, f"import os\nprint({listed}, open('{place}/kept').read())", handle)
