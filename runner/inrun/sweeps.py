@@ -211,14 +211,14 @@ def held_kb(state: int, baseline_kb: int, entries: dict[str, tuple[object, ...]]
     (`baseline_kb`), the copy of the session's files the anchor holds (a snapshot's `entries`), and
     what the session's own tmpfs mounts outside its directory hold (`tmpfs`: a sandbox's /dev/shm and
     /run, memory no process's count has; found by a review: 4 sessions held 4 x 60 MiB there under a
-    budget of 64 MiB). Those are counted once, as the directory's files are: the larger of the copy
-    the snapshot holds of them and what the mounts hold (files open but unlinked, or kinds no
-    snapshot keeps, hold pages too)."""
+    budget of 64 MiB). Those are counted as held, twice: the copy the snapshot holds of them (the
+    anchor's memory, for a roll-back) and what the mounts hold (found by a second look: the larger of
+    the two was counted, 60 MiB for the 120 MiB four files of 15 MiB held)."""
     copied = {False: 0, True: 0}  # the directory's (relative names), the mounts' beside it (absolute)
     for path, entry in entries.items():
         if entry[0] == "f" and isinstance(entry[2], bytes):
             copied[path.startswith("/")] += len(entry[2])
-    beside = max(copied[True] // 1024, tmpfs_kb(tmpfs))
+    beside = copied[True] // 1024 + tmpfs_kb(tmpfs)
     return max(0, anonymous_kb(state) - baseline_kb) + copied[False] // 1024 + beside
 
 

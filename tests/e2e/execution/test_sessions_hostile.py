@@ -417,12 +417,14 @@ async def test_a_state_that_would_pass_the_sessions_memory_budget_is_rolled_back
 async def test_what_a_sessions_own_dev_shm_holds_counts_in_the_sessions_memory_budget(
     session_config: Config, no_leaks: None
 ) -> None:
-    # Found by a review: 4 sessions each kept 60 MiB in their /dev/shm under a budget of 64 MiB.
+    # Found by a review: 4 sessions each kept 60 MiB in their /dev/shm under a budget of 64 MiB. Found by
+    # a second look: counted once, though the anchor's copy for roll-backs holds it again (below: the
+    # second state, 21 MiB, made 84 MiB held with the first's; counted once, 42, it was kept).
     if session_config.sandbox == "none":
         pytest.skip("without a sandbox /dev/shm is the host's (docs/sessions.md)")
     config = dataclasses.replace(session_config, sessions_memory_mb=64, sessions_budget_bytes=64 * MIB)
-    # 42 MiB, each file within the file size limit
-    fill = "for i in range(3):\n    open(f'/dev/shm/blob{i}', 'wb').write(b'x' * (14 << 20))"
+    # 21 MiB, each file within the file size limit: 42 MiB held, the tmpfs's and the anchor's copy
+    fill = "for i in range(3):\n    open(f'/dev/shm/blob{i}', 'wb').write(b'x' * (7 << 20))"
     async with Pool.open(config, reap_strays=True) as pool:
         first = await new_session(pool, fill)
         second = await new_session(pool, "x = 1")
