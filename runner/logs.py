@@ -33,6 +33,9 @@ MAX_TRACEBACK_CHARS = 20_000
 # The characters of a client's value an answer says back (a tool's, an argument's or a resource's name):
 # cut by `cut`, as the log cuts its values, so an answer is never the size of what was sent.
 SHOWN_CHARS = 200
+# How `cut` ends what it cuts, and that end's length at most (a count of up to 20 digits and its commas).
+_cut_end = re.compile(r"\.\.\. \(cut: [0-9,]+ characters\)\Z").match
+_CUT_END_CHARS = 64
 # ASCII control characters in an event's text, escaped as Python writes them.
 _CONTROLS = {code: f"\\x{code:02x}" for code in [*range(32), 127]} | {9: "\\t", 10: "\\n", 13: "\\r"}
 
@@ -176,6 +179,25 @@ def cut(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... (cut: {len(text):,} characters)"
+
+
+def cut_error(message: str, data: object) -> tuple[str, object]:
+    """An error answer's message and data as said back: at most MAX_VALUE_CHARS of its message and of
+    its data's text, or of each text of its data's object, whatever a client sent. Used wherever an
+    answer leaves the server: the SDK says some values back (a method, a protocol version) whole."""
+    if isinstance(data, str):
+        data = _cut_once(data)
+    elif isinstance(data, dict):
+        data = {key: _cut_once(value) if isinstance(value, str) else value for key, value in data.items()}
+    return _cut_once(message), data
+
+
+def _cut_once(text: str, limit: int = MAX_VALUE_CHARS) -> str:
+    """`cut`, but a text it has cut is left as it is: an error cut by the server's middleware is looked at
+    again as it leaves, and must not be said cut from 2,030 characters."""
+    if len(text) > limit and (len(text) > limit + _CUT_END_CHARS or not _cut_end(text, limit)):
+        return cut(text, limit)
+    return text
 
 
 def _cut_middle(text: str, limit: int = MAX_TRACEBACK_CHARS) -> str:

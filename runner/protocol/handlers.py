@@ -24,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 from runner import __version__
 from runner.config import Config
 from runner.errors import ArgumentError
-from runner.logs import MAX_VALUE_CHARS, SHOWN_CHARS, cut, get_logger, log_event
+from runner.logs import SHOWN_CHARS, cut, cut_error, get_logger, log_event
 from runner.outcome import KeptOutput, Progress, RunRequest, RunResult, Status
 from runner.protocol.arguments import ArgumentParser
 from runner.protocol.metrics import Metrics
@@ -323,18 +323,12 @@ async def cut_errors(ctx: ServerRequestContext[Any], call_next: CallNext) -> Han
     """Server middleware: an error answer (the SDK's too: "Method not found" says the method back in its
     data) says back at most MAX_VALUE_CHARS of its message and of each text in its data, whatever a client
     sent; the handlers cut what they say back to SHOWN_CHARS themselves (found by a review: a 5 MiB tool
-    name was said back whole)."""
+    name was said back whole). What the SDK refuses before this chain runs (2026-07-28's unsupported
+    protocol version) is cut as it leaves, by the transports, with the same `cut_error`."""
     try:
         return await call_next(ctx)
     except MCPError as error:
-        data = error.data
-        if isinstance(data, str):
-            data = cut(data, MAX_VALUE_CHARS)
-        elif isinstance(data, dict):
-            data = {
-                key: cut(value, MAX_VALUE_CHARS) if isinstance(value, str) else value for key, value in data.items()
-            }
-        message = cut(error.message, MAX_VALUE_CHARS)
+        message, data = cut_error(error.message, error.data)
         if message == error.message and data == error.data:
             raise  # as it was, its own type kept
         raise MCPError(error.code, message, data) from error

@@ -32,11 +32,23 @@ without parsing) is answered 400 before anything parses it: a few MiB of `{}` ar
 A longer request's id is the one the SDK parsed, told by the middleware before its handler runs, never
 a guess from its bytes (found by a review: a scan of its start and end took a nested `"id"` for it,
 and missed one in its middle, so its cancels were dropped or cancelled another request).
+
+A cancel may come before the request it names can be reached: posted at once, it overtakes the
+request's body still arriving, or a longer body not yet parsed by the SDK (found by a review: such a
+cancel was dropped and the run went on to its timeout, 1 of 6 and 1 of 8 calls of 1 MiB). So a cancel that finds
+nothing is kept (`EarlyCancels`) for EARLY_CANCEL_SECONDS, and a request of the same who that began
+before it and turns out to have that id is cancelled once it is reachable, before its handler runs.
+Only one that began before it: a cancel that came after its request had ended (a client giving up as
+the answer comes) must not cancel the next request that reuses the id. They are bounded per who and
+all together, so a client cannot grow them, and keyed by who, so it cannot cancel another's requests.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
@@ -62,6 +74,14 @@ Key = tuple[str, str | int]
 PARSED_BYTES = 64 * 1024
 # The bodies of all requests in flight at once, in bodies as long as may be (a lone one is always read).
 BODIES_IN_FLIGHT = 4
+# How long a cancel that found no request is kept for one that began before it and is not yet reachable.
+EARLY_CANCEL_SECONDS = 5.0
+# Such cancels kept at most, per who and all whos together (past either, a new one is dropped).
+EARLY_CANCELS_PER_CALLER = 64
+EARLY_CANCELS = 4096
+# Nor one whose id is longer (characters, or bits of an integer): a client's ids are short, and a body of
+# 64 KiB can hold a 64 KiB id, 256 MiB for EARLY_CANCELS of them.
+EARLY_CANCEL_ID_CHARS = 200
 # Where a POST's scope keeps what is to be called once its answer has been sent (`after_answer`).
 AFTER_ANSWER_KEY = "after_answer"
 # Where a POST's scope keeps its `_Exchange`, for the server's middleware (`identified`).
@@ -109,6 +129,8 @@ class PostedCancels:
         self._checks = TransportSecurityMiddleware(security)
         self._anonymous_cancels = anonymous_cancels  # honour cancels without a token (loopback only)
         self._in_flight: dict[Key, set[anyio.CancelScope]] = {}
+        self._early = EarlyCancels()
+        self._arrivals = itertools.count()  # the order in which POSTs began, for `EarlyCancels`
         self._bodies = _Bodies(BODIES_IN_FLIGHT * max_body_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -128,6 +150,7 @@ class PostedCancels:
                 answered()
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        arrival = next(self._arrivals)  # before its body is read: a cancel posted from now on may name it
         declared = _declared(scope)
         if declared is not None and declared > self._max:
             await self._app(scope, receive, send)  # as it comes, for the SDK to refuse (413)
@@ -145,7 +168,7 @@ class PostedCancels:
                     send, 400, request_id_in(body), f"{values:,} JSON values or more, past {MAX_JSON_VALUES:,}"
                 )
                 return
-            exchange = _Exchange()
+            exchange = _Exchange(arrival)
             scope["state"][EXCHANGE_KEY] = exchange
             try:
                 await self._route(scope, receive, send, buffered, body, exchange)
@@ -171,8 +194,11 @@ class PostedCancels:
         who = None if refused else _who(scope, self._anonymous_cancels)
         if who is not None:
             if _is_id(cancels):
-                for cancel_scope in self._in_flight.get((who, cancels), ()):
+                found = self._in_flight.get((who, cancels), ())
+                for cancel_scope in found:
                     cancel_scope.cancel()
+                if not found:  # its request may not be reachable yet
+                    self._early.remember((who, cancels), exchange.arrival)
             # A longer body may be a request: its id comes from the SDK's parse (`identified`).
             if _is_id(request_id) or not parsed:
                 await self._serve_request(scope, replay, send, who, request_id, exchange)
@@ -198,6 +224,8 @@ class PostedCancels:
             if key not in keys:
                 keys.append(key)
                 self._in_flight.setdefault(key, set()).add(cancel_scope)
+                if self._early.cancelled(key, exchange.arrival):
+                    cancel_scope.cancel()  # before its handler runs (or at once, on entering)
 
         if _is_id(request_id):
             register(request_id)
@@ -223,13 +251,58 @@ class PostedCancels:
 class _Exchange:
     """What the server's middleware tells a POST once the SDK has parsed its message (`identified`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, arrival: int) -> None:
+        self.arrival = arrival
         # Makes the request reachable by a cancel under its id; None where no cancel may reach it.
         self.register: Callable[[str | int], None] | None = None
 
     def identified(self, request_id: str | int) -> None:
         if self.register is not None:
             self.register(request_id)
+
+
+class EarlyCancels:
+    """Cancels that found no request, each kept EARLY_CANCEL_SECONDS under (who, id) with the order of
+    its POST, for a request that began before it and becomes reachable after it."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._kept: OrderedDict[Key, tuple[float, int]] = OrderedDict()  # (deadline, arrival), oldest first
+        self._by_who: dict[str, int] = {}
+
+    def remember(self, key: Key, arrival: int) -> None:
+        self._expire()
+        request_id = key[1]
+        size = len(request_id) if isinstance(request_id, str) else request_id.bit_length()
+        if size > EARLY_CANCEL_ID_CHARS:
+            return
+        if key in self._kept:
+            del self._kept[key]  # kept again, from now and at its new arrival
+        elif len(self._kept) >= EARLY_CANCELS or self._by_who.get(key[0], 0) >= EARLY_CANCELS_PER_CALLER:
+            return
+        else:
+            self._by_who[key[0]] = self._by_who.get(key[0], 0) + 1
+        self._kept[key] = (self._clock() + EARLY_CANCEL_SECONDS, arrival)
+
+    def cancelled(self, key: Key, arrival: int) -> bool:
+        """Whether a request under `key` that began at `arrival` was cancelled before it was reachable."""
+        self._expire()
+        kept = self._kept.get(key)
+        return kept is not None and arrival < kept[1]
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def _expire(self) -> None:
+        now = self._clock()
+        while self._kept:
+            key, (deadline, _) = next(iter(self._kept.items()))
+            if deadline > now:
+                return
+            del self._kept[key]
+            left = self._by_who.pop(key[0]) - 1
+            if left:
+                self._by_who[key[0]] = left
 
 
 class _Bodies:

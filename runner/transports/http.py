@@ -9,7 +9,8 @@ one, and 2026-07-28, which has no sessions at all), SSE for progress, the Host a
 
 - `BearerAuth` in front of the MCP endpoint (`runner.transports.auth`);
 - `PostedCancels`: a `notifications/cancelled` POSTed beside a request cancels it (`runner.transports.cancels`);
-- `ExplainedRefusals`: the SDK's 421, 403 and 413 name the setting to change (`runner.transports.refusals`);
+- `ExplainedRefusals`: the SDK's 421, 403 and 413 name the setting to change, and `CutErrorAnswers`: its
+  JSON-RPC refusals say back what a client sent cut, as every answer does (`runner.transports.refusals`);
 - /healthz, /readyz and /metrics, which carry no MCP and so need neither a token nor a known Host
   (a kubelet's probe names the pod's IP);
 - a listening socket made before anything else starts (so that a port in use stops the start with a
@@ -40,7 +41,7 @@ from runner.config.tokens import BearerTokens
 from runner.logs import RefusalLog
 from runner.transports.auth import CALLER_STATE_KEY, BearerAuth
 from runner.transports.cancels import PostedCancels
-from runner.transports.refusals import ExplainedRefusals
+from runner.transports.refusals import CutErrorAnswers, ExplainedRefusals
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -100,7 +101,7 @@ def http_app(
             Route("/metrics", scrape, methods=["GET"]),
         ],
     )
-    mcp = PostedCancels(app, http.path, http.max_body_bytes, security, anonymous_cancels=http.loopback)
+    mcp = PostedCancels(CutErrorAnswers(app), http.path, http.max_body_bytes, security, anonymous_cancels=http.loopback)
     guarded = BearerAuth(mcp, tokens, logger, RefusalLog()) if tokens is not None else mcp
     return _Front(app, ExplainedRefusals(guarded, http, logger), http.path)
 

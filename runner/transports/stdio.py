@@ -37,10 +37,10 @@ import anyio
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
-from mcp.types import JSONRPCError, JSONRPCRequest, JSONRPCResponse, RequestId
+from mcp.types import JSONRPCError, JSONRPCMessage, JSONRPCRequest, JSONRPCResponse, RequestId
 
 from runner.fdio import write_all
-from runner.logs import log_event
+from runner.logs import cut_error, log_event
 from runner.transports.jsonrpc import ID_SEARCH_BYTES, InvalidMessage, parse_message, too_large_reply
 
 READ_SIZE = 64 * 1024
@@ -332,7 +332,9 @@ async def stdio_transport(
                 async with from_server:
                     async for message in from_server:
                         try:
-                            data = message.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+                            data = (
+                                _said_back(message.message).model_dump_json(by_alias=True, exclude_unset=True).encode()
+                            )
                         except Exception:  # one message that cannot be written must not end the session
                             logger.error(
                                 "message could not be serialized; dropped",
@@ -362,6 +364,20 @@ async def stdio_transport(
                 with anyio.move_on_after(1.0, shield=True):
                     await written_all.wait()
                 tg.cancel_scope.cancel()
+
+
+def _said_back(message: JSONRPCMessage) -> JSONRPCMessage:
+    """`message`, an error's message and data cut as `cut_error` cuts them: the SDK answers some requests
+    before the server's middleware (`cut_errors`) runs, saying back what the client sent (found by a
+    review: a 4 MiB protocolVersion on a 2026-07-28 request was said back whole, 4,194,457 bytes)."""
+    if not isinstance(message, JSONRPCError):
+        return message
+    error = message.error
+    text, data = cut_error(error.message, error.data)
+    changed: dict[str, object] = {"message": text} if text != error.message else {}
+    if data != error.data:
+        changed["data"] = data  # only then: an unset data would be said as null (`exclude_unset`)
+    return message.model_copy(update={"error": error.model_copy(update=changed)}) if changed else message
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.logs import LogBudget, LogFormat, RefusalLog, configure_logging, get_logger, log_event
+from runner.logs import LogBudget, LogFormat, RefusalLog, configure_logging, cut_error, get_logger, log_event
 
 
 @pytest.fixture
@@ -184,3 +184,11 @@ def test_uvicorn_s_warnings_are_logged_first_then_held_each_kind_apart_and_its_e
     assert sum("Exception in ASGI application" in line for line in lines) == 3
     configure_logging("info", "text", stream)  # configured again: one filter still, not two
     assert len(uvicorn.filters) == 1
+
+
+def test_an_error_is_cut_once_a_message_and_each_text_of_its_data_and_cut_again_it_is_the_same() -> None:
+    message, data = cut_error("m" * 2001, {"requested": "x" * 5000, "supported": ["2026-07-28"], "n": 1})
+    assert message == "m" * 2000 + "... (cut: 2,001 characters)"
+    assert data == {"requested": "x" * 2000 + "... (cut: 5,000 characters)", "supported": ["2026-07-28"], "n": 1}
+    assert cut_error(message, data) == (message, data), "an error cut by the middleware, looked at as it leaves"
+    assert cut_error("short", "t" * 2000) == ("short", "t" * 2000)

@@ -430,3 +430,28 @@ async def test_an_error_answer_says_back_a_5_mib_tool_name_uri_handle_session_or
     assert not_found["error"]["data"]["uri"].endswith("(cut: 5,242,896 characters)")
     assert no_method["error"]["message"] == "Method not found"
     assert no_method["error"]["data"].endswith("(cut: 5,242,880 characters)")
+
+
+async def test_an_unsupported_protocol_version_the_sdk_refuses_is_said_back_cut_saying_so(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the SDK's 2026-07-28 path refuses a version it does not serve before the server's
+    # middleware runs, and said the 4 MiB version back whole in `data.requested` (4,194,457 bytes), as it
+    # did for an `initialize` on a connection already serving 2026-07-28.
+    huge = "x" * (4 * 2**20)
+    modern = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    async with raw_server(work_dir, tmp_path / "stderr.log") as session:
+        answers = [
+            await session.request("tools/list", {"_meta": {**modern, "io.modelcontextprotocol/protocolVersion": huge}}),
+            await session.request("tools/list", {"_meta": modern}),
+            await session.request(
+                "initialize", {"protocolVersion": huge, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+            ),
+        ]
+    refused, served, handshake = answers
+    assert [len(json.dumps(answer)) < 5_000 for answer in (refused, handshake)] == [True, True]
+    for answer in (refused, handshake):
+        assert answer["error"]["code"] == -32022
+        assert answer["error"]["data"]["requested"] == "x" * 2000 + "... (cut: 4,194,304 characters)"
+        assert answer["error"]["data"]["supported"] == ["2026-07-28"]
+    assert served["result"]["tools"], "the connection goes on serving"

@@ -239,3 +239,29 @@ def test_bodies_are_held_as_they_arrive_one_client_to_half_the_bound_and_small_o
     assert "small" in str(small["result"]), small
     assert "bob again" in str(larger["result"]), larger
     assert "after" in str(after["result"])
+
+
+def test_a_protocol_version_the_sdk_refuses_is_said_back_cut_for_a_request_and_a_notification(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    # Found by a review: the SDK refuses a 2026-07-28 request whose version it does not serve before the
+    # server's middleware runs, saying the version back whole in `data.requested`. The header must equal
+    # the body's version (else a mismatch, which says neither), and uvicorn took a header of 60,000
+    # characters: answered in 60,140 bytes; a posted notification says its header back alike.
+    version = "x" * 60_000
+    meta = {"io.modelcontextprotocol/protocolVersion": version, "io.modelcontextprotocol/clientCapabilities": {}}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}}
+    notification = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+    headers = {"mcp-protocol-version": version, "mcp-method": "tools/list"}
+    with http_server(work_dir, tmp_path / "log", **tokens(tmp_path)) as server:
+        for message in (request, notification):
+            answer = post(server, message, ALICE, **headers)
+            assert answer.status_code == 400
+            assert len(answer.content) < 5_000, len(answer.content)
+            assert answer.headers["content-length"] == str(len(answer.content))
+            error = answer.json()["error"]
+            assert error["code"] == -32022
+            assert error["data"]["supported"] == ["2026-07-28"]
+            assert error["data"]["requested"] == "x" * 2000 + "... (cut: 60,000 characters)"
+        assert answer_of(post(server, call("print(1)"), ALICE))  # and it goes on serving
+        assert server.stop() == 0
