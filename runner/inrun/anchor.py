@@ -38,13 +38,13 @@ if TYPE_CHECKING:
     from runner.inrun import libc, sweeps
     from runner.inrun.bootstrap import hold_cpu, lowered
     from runner.inrun.snapshot import Snapshot
-    from runner.inrun.sweeps import anonymous_kb, beside, cpu_seconds, held_kb, idle_fault, kill, parent, sweep_tree
+    from runner.inrun.sweeps import anonymous_kb, beside, held_kb, idle_fault, kill, parent, session_cpu, sweep_tree
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import libc
     import sweeps
     from bootstrap import hold_cpu, lowered
     from snapshot import Snapshot
-    from sweeps import anonymous_kb, beside, cpu_seconds, held_kb, idle_fault, kill, parent, sweep_tree
+    from sweeps import anonymous_kb, beside, held_kb, idle_fault, kill, parent, session_cpu, sweep_tree
 
 MAX_LINE = 512
 MAX_PID = 1 << 22  # Linux's pid_max is at most this
@@ -54,9 +54,10 @@ CANDIDATE_SECONDS = 10.0
 # How often an idle session's processes are looked at (`sweeps.idle_fault`).
 IDLE_CHECK_SECONDS = 1.0
 # The CPU time the anchor may use beyond a run's RLIMIT_CPU (`anchor_cpu_limits`): its own bookkeeping
-# over the session's life, none of it the session's code. An idle check (`sweeps.idle_fault`) costs 57
-# us (132 before it read each process's stat once, without file objects), 0.8 s of a 4-hour session's
-# idle time; a verdict on a call that rewrote 45 MiB of files 25-30 ms. An hour of CPU is 4,500 times
+# over the session's life, none of it the session's code. An idle check (`sweeps.idle_fault`) costs
+# about 105 us (60-70 before it counted the whole session's CPU and read each process's SIGCHLD; 132
+# before it read each stat once, without file objects), 1.5 s of a 4-hour session's idle time; a
+# verdict on a call that rewrote 45 MiB of files 25-30 ms. An hour of CPU is 2,400 times
 # the one, 120,000 times the other. Found by a review: under the run's own limit, that work ended
 # sessions whose calls spent little (RUNNER_MAX_CPU_SECONDS=1: the 27th such call found its anchor
 # killed by SIGXCPU, at 0.79 s of the anchor's CPU).
@@ -157,8 +158,8 @@ class Anchor:
         self.wake = -1  # the read end of SIGCHLD's wake-up pipe (`serve`)
         # The call the keeper forked ahead (its A): one A from each keeper and after each roll-back.
         self.awaiting, self.ready = True, 0
-        self.idle_cpu, self.next_check = 0.0, 0.0  # what keeper and ready had used then (`idle_fault`)
-        self.dying: set[int] = set()  # what the last verdict killed: its teardown may take a while
+        self.idle_cpu, self.next_check = 0.0, 0.0  # what the session had used then (`idle_fault`)
+        self.tally = sweeps.Tally()  # what was killed: its teardown may take a while, excused
 
     def say(self, line: bytes) -> None:
         try:
@@ -256,7 +257,7 @@ class Anchor:
             self.lost("its keeper spoke while the session was idle")
         if tag == b"A" and self.awaiting and parent(pid) == self.keeper:
             self.awaiting, self.ready = False, pid
-            self.idle_cpu = cpu_seconds(self.keeper) + cpu_seconds(pid)
+            self.idle_cpu = session_cpu(self.tally)[0]
             self.next_check = time.monotonic() + IDLE_CHECK_SECONDS
         elif tag == b"S" and call is not None and not call.pid:
             call.pid = pid
@@ -319,7 +320,7 @@ class Anchor:
     def reap(self) -> None:
         """Reap every child that ended: the keeper, a candidate, the call (once the keeper is gone,
         it is the anchor's), or what a call left."""
-        for pid, end in _reaped():
+        for pid, end in self.tally.reaped():
             call = self.call
             if pid == self.keeper:
                 self.keeper = 0
@@ -348,9 +349,9 @@ class Anchor:
         if keep and (call.candidate <= 0 or call.why):  # the server asks only for what P said could be
             keep, why = False, call.why or b"its candidate is gone"
         # Not waited for: an old keeper or a candidate idles; its teardown is not on the call's path.
-        self.dying = dying = {self.keeper if keep else call.candidate} - {0, -1}
+        dying = {self.keeper if keep else call.candidate} - {0, -1}
         for pid in dying:
-            kill(pid)
+            self.tally.kill(pid)
         if keep:
             self.keeper = call.candidate
             if self.keeper_channel is not None:
@@ -358,12 +359,14 @@ class Anchor:
             self.keeper_channel = _told(call.channel, b"K")
         else:
             call.channel.close()
-            swept = sweep_tree({self.keeper} | dying, self.reap)  # before the files: nothing writes after
+            swept = sweep_tree(
+                {self.keeper} | dying, self.reap, 0, self.tally
+            )  # before the files: nothing writes after
             if failure := (self.snapshot.restore() if swept else "what its last call left could not be killed"):
                 self.lost(f"its files could not be put back: {failure}")
             self.keeper_channel = _told(self.keeper_channel, b"F")  # the keeper stays: it forks its next call now
         _await_ready(self)
-        if not sweep_tree({self.keeper, self.ready} | dying, self.reap):
+        if not sweep_tree({self.keeper, self.ready} | dying, self.reap, 0, self.tally):
             self.lost("what its last call left could not be killed")
         # Read again what changed since the candidate looked (a leftover of the call's may have
         # written before it was killed); where that fails, what the candidate saw is kept.
@@ -389,14 +392,16 @@ def _await_ready(anchor: Anchor) -> None:
         anchor.step(max(0.0, min(deadline, look) - now))
         if anchor.awaiting and (now := time.monotonic()) >= look:
             if cpu < 0:  # the first look: a sweep, sparing the keeper's child (the call it may be forking)
-                if not sweep_tree({anchor.keeper} | anchor.dying, anchor.reap, anchor.keeper):
+                if not sweep_tree(
+                    {anchor.keeper} | anchor.tally.dying.keys(), anchor.reap, anchor.keeper, anchor.tally
+                ):
                     anchor.lost("what its last call left could not be killed")
-                cpu = sweeps.keeper_cpu(anchor.keeper)
-            elif fault := sweeps.waking_fault(anchor.keeper, anchor.dying, cpu):
+                cpu = session_cpu(anchor.tally)[0]
+            elif fault := sweeps.waking_fault(anchor.keeper, anchor.tally, cpu):
                 anchor.lost(fault)
             look = time.monotonic() + sweeps.WAKING_CHECK_SECONDS
     anchor.awaiting = False  # none came (the keeper's fork failed, or it is no keeper of ours): none now
-    anchor.idle_cpu = cpu_seconds(anchor.keeper) + cpu_seconds(anchor.ready)
+    anchor.idle_cpu = session_cpu(anchor.tally)[0]
     anchor.next_check = time.monotonic() + IDLE_CHECK_SECONDS
 
 
@@ -409,7 +414,7 @@ def _check_idle(anchor: Anchor) -> None:
     if (anchor.call is not None and anchor.call.pid) or time.monotonic() < anchor.next_check:
         return
     anchor.next_check = time.monotonic() + IDLE_CHECK_SECONDS
-    if fault := idle_fault((anchor.keeper, anchor.ready), anchor.dying, anchor.idle_cpu):
+    if fault := idle_fault((anchor.keeper, anchor.ready), anchor.tally, anchor.idle_cpu):
         if anchor.call is not None and _readable_now(anchor.keeper_channel):
             anchor.from_keeper()
         if anchor.call is None or not anchor.call.pid:
@@ -443,19 +448,6 @@ def _told(keeper: socket.socket | None, message: bytes) -> socket.socket | None:
     except OSError:
         return None
     return keeper
-
-
-def _reaped() -> list[tuple[int, bytes]]:
-    """Every child of this process that ended, reaped now, each with its X line."""
-    ended: list[tuple[int, bytes]] = []
-    while True:
-        try:
-            pid, status, usage = os.wait4(-1, os.WNOHANG)
-        except ChildProcessError:
-            return ended
-        if pid == 0:
-            return ended
-        ended.append((pid, b"X %d %d %r %r %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss)))
 
 
 def _readable_now(channel: socket.socket | None) -> bool:

@@ -32,12 +32,12 @@ WAKING_CHECK_SECONDS = 0.1
 WAKING_CPU_SECONDS = 0.5
 
 
-def sweep_tree(spare: set[int], reap: Callable[[], None], parent: int = 0) -> bool:
+def sweep_tree(spare: set[int], reap: Callable[[], None], parent: int = 0, tally: Tally | None = None) -> bool:
     """Kill every process under this one but those in `spare` (not what is under them: only the
     spared themselves) and the children of `parent` (a keeper that may be forking its next call as
     this looks), until none is left; `reap` reaps this process's own children. False if some
     were still there after SWEEP_SECONDS. Zombies are no process here: they hold nothing but a pid,
-    and are their parent's to reap."""
+    and are their parent's to reap. What it kills is counted as dying in `tally`, if given."""
     deadline = time.monotonic() + SWEEP_SECONDS
     ours = b"%d" % parent
     while True:
@@ -49,7 +49,10 @@ def sweep_tree(spare: set[int], reap: Callable[[], None], parent: int = 0) -> bo
         if time.monotonic() > deadline:
             return False
         for pid in left:
-            kill(pid)
+            if tally is not None:
+                tally.kill(pid, found[pid])
+            else:
+                kill(pid)
         time.sleep(0.0005)
 
 
@@ -164,42 +167,143 @@ def kill(pid: int) -> None:
         pass
 
 
-def idle_fault(waiting: tuple[int, int], dying: set[int], cpu_before: float) -> str:
+class Tally:
+    """What the anchor knows of the session's CPU time beyond a walk of its processes (`session_cpu`):
+    the processes it killed (`dying`, each by pid: its start time, its parent, its CPU last seen) and
+    what those used in all (`excused`). A killed process runs none of the session's code, but its
+    teardown can take seconds of system CPU (a state of gigabytes), which is no fault of the session's
+    (found by a review: a rolled-back 10 GB state's candidate, reaped by its keeper, ended the session
+    as a keeper that "ran before it was ready")."""
+
+    __slots__ = ("dying", "excused")
+
+    def __init__(self) -> None:
+        self.dying: dict[int, tuple[bytes, bytes, float]] = {}
+        self.excused = 0.0
+
+    def kill(self, pid: int, fields: list[bytes] | None = None) -> None:
+        """Kill `pid` (its stat `fields`, if read already), and count it as dying from now on."""
+        fields = fields if fields is not None else _stat(pid)
+        if len(fields) > 19 and pid not in self.dying:
+            self.dying[pid] = (fields[19], fields[1], _cpu(fields) + _cpu(fields, reaped=True))
+        kill(pid)
+
+    def look(self, stats: dict[int, list[bytes]]) -> None:
+        """Note what each dying process has used by now (`stats`: every process of the session, zombies
+        too); one gone since the last look was reaped by its parent: what it used then is excused (what
+        it used after, at most a look's interval of it, counts), unless that parent is dying too (its
+        own end is excused with it)."""
+        for pid, (start, ppid, used) in list(self.dying.items()):
+            fields = stats.get(pid, [])
+            if len(fields) > 19 and fields[19] == start:
+                self.dying[pid] = (start, fields[1], _cpu(fields) + _cpu(fields, reaped=True))
+                continue
+            del self.dying[pid]
+            if int(ppid) not in self.dying:
+                self.excused += used
+
+    def reaped(self) -> list[tuple[int, bytes]]:
+        """Every child of this process that ended, reaped now, each with its X line; a dying one's
+        CPU, its own and its reaped children's (what goes into this process's), excused."""
+        ended: list[tuple[int, bytes]] = []
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return ended
+            if pid == 0:
+                return ended
+            if self.dying.pop(pid, None) is not None:  # a zombie holds its pid: the one killed
+                self.excused += usage.ru_utime + usage.ru_stime
+            ended.append((pid, b"X %d %d %r %r %d" % (pid, status, usage.ru_utime, usage.ru_stime, usage.ru_maxrss)))
+
+
+# SIGCHLD's bit in /proc/PID/status's signal masks: a process that ignores it (or whose handler says
+# SA_NOCLDWAIT) has its children reaped by the kernel, and their CPU reaches no one's count.
+_SIGCHLD_BIT = 1 << (signal.SIGCHLD - 1)
+
+
+def _takes_sigchld(pid: int) -> bool:
+    """Whether `pid` ignores or catches SIGCHLD (not if it is gone). A keeper and its calls leave it
+    as it is by default (`keeper._quiet_signals`)."""
+    try:
+        status = _read(f"/proc/{pid}/status")
+    except OSError:
+        return False
+    for name in (b"\nSigIgn:\t", b"\nSigCgt:\t"):
+        start = status.find(name) + len(name)
+        try:
+            if int(status[start : status.index(b"\n", start)], 16) & _SIGCHLD_BIT:
+                return True
+        except ValueError:
+            return True  # unreadable: as if it did
+    return False
+
+
+def session_cpu(tally: Tally) -> tuple[float, dict[int, list[bytes]], bool]:
+    """The CPU time the session has used, as a whole: what this process (its anchor) reaped, and each
+    process under it, its own and what it reaped (a zombie's too, until it is reaped), but the dying
+    (`tally`: what they used is excused). With it, every live process under this one and its stat
+    fields (zombies left out: they run nothing), and whether one that is not dying ignores or catches
+    SIGCHLD (its children's CPU would reach no count). Found by a review: counting only a keeper's and
+    its next call's own, a keeper forking short-lived burners ran 13 s of CPU in 20 s while idle."""
+    live: dict[int, list[bytes]] = {}
+    every: dict[int, list[bytes]] = {}
+    todo = children(os.getpid())
+    while todo:
+        pid = todo.pop()
+        fields = _stat(pid)
+        if fields:
+            every[pid] = fields
+            if fields[0][:1] not in (b"Z", b"X"):
+                live[pid] = fields
+                todo.extend(children(pid))
+    tally.look(every)
+    used = _cpu(_stat_self(), reaped=True) - tally.excused
+    used += sum(_cpu(fields) + _cpu(fields, reaped=True) for pid, fields in every.items() if pid not in tally.dying)
+    ignoring = any(_takes_sigchld(pid) for pid in live if pid not in tally.dying)
+    return used, live, ignoring
+
+
+def _stat_self() -> list[bytes]:
+    return _read("/proc/self/stat").rpartition(b")")[2].split()
+
+
+def idle_fault(waiting: tuple[int, int], tally: Tally, cpu_before: float) -> str:
     """Why an idle session must end, or '': between calls nothing of it runs but the anchor, and the
     keeper and the call it forked ahead (`waiting`), which wait. No other process may be there (but
-    those killed already, `dying`): only a keeper made of a call that forged its candidate forks then
-    (found by a review: it ran 16.6 s of CPU in 17 past a limit of 5, handing over to fresh forks).
-    Nor may those two run (beyond what they had used, `cpu_before`, and IDLE_CPU_SECONDS) or be
-    stopped. The session's end kills them all."""
-    stats = _descendants_stat(os.getpid())  # one read of each process's stat, however many questions
-    if [pid for pid in stats if pid not in waiting and pid not in dying]:
+    those killed already, `tally.dying`): only a keeper made of a call that forged its candidate forks
+    then (found by a review: it ran 16.6 s of CPU in 17 past a limit of 5, handing over to fresh forks).
+    Nor may the session (`session_cpu`) use more than IDLE_CPU_SECONDS beyond `cpu_before`, or ignore
+    SIGCHLD, or those two be stopped. The session's end kills them all."""
+    used, stats, ignoring = session_cpu(tally)
+    if [pid for pid in stats if pid not in waiting and pid not in tally.dying]:
         return "a process of it ran while it was idle"
-    if sum(_cpu(stats.get(pid, [])) for pid in waiting) > cpu_before + IDLE_CPU_SECONDS:
+    if used > cpu_before + IDLE_CPU_SECONDS:
         return "its keeper ran while the session was idle"
+    if ignoring:
+        return "its keeper ignored SIGCHLD while the session was idle"
     if any(stats.get(pid, [b""])[0][:1] in (b"T", b"t") for pid in waiting):
         return "its keeper was stopped"
     return ""
 
 
-def keeper_cpu(keeper: int) -> float:
-    """The CPU time `keeper` and what it forked have used: its own, its reaped children's, and each
-    child's it has (a zombie's too, which holds its own until it is reaped)."""
-    fields = _stat(keeper)
-    return _cpu(fields) + _cpu(fields, reaped=True) + sum(_cpu(_stat(child)) for child in children(keeper))
-
-
-def waking_fault(keeper: int, dying: set[int], cpu_before: float) -> str:
+def waking_fault(keeper: int, tally: Tally, cpu_before: float) -> str:
     """Why a session must end while its anchor waits for its keeper's A, or '': once what the last call
     left is swept, nothing of it runs but the keeper and at most one child of it (the call it forks
-    ahead), but what was killed already (`dying`), and those two use at most WAKING_CPU_SECONDS beyond
-    `cpu_before` (`keeper_cpu`) and are not stopped. Found by a review: a keeper forged by a call's
-    channel ran its code, and fresh forks of it, until the wait for its A ended (10 s)."""
-    stats = _descendants_stat(os.getpid())
+    ahead), but what was killed already (`tally.dying`), and the session (`session_cpu`) uses at most
+    WAKING_CPU_SECONDS beyond `cpu_before`, ignores no SIGCHLD, and those two are not stopped. Found by
+    a review: a keeper forged by a call's channel ran its code, and fresh forks of it, until the wait
+    for its A ended (10 s); and one that ignored SIGCHLD, its children reaped by the kernel, until then
+    too (9 s of CPU)."""
+    used, stats, ignoring = session_cpu(tally)
     forked = children(keeper)
-    if len(forked) > 1 or [pid for pid in stats if pid != keeper and pid not in forked and pid not in dying]:
+    if len(forked) > 1 or [pid for pid in stats if pid != keeper and pid not in forked and pid not in tally.dying]:
         return "a process of it ran before its keeper was ready"
-    if keeper_cpu(keeper) > cpu_before + WAKING_CPU_SECONDS:
+    if used > cpu_before + WAKING_CPU_SECONDS:
         return "its keeper ran before it was ready"
+    if ignoring:
+        return "its keeper ignored SIGCHLD before it was ready"
     if any(stats.get(pid, [b""])[0][:1] in (b"T", b"t") for pid in (keeper, *forked)):
         return "its keeper was stopped"
     return ""

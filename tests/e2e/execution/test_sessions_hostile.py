@@ -648,3 +648,63 @@ async def test_sessions_keep_and_roll_back_with_newer_interpreters_as_runs_inter
         assert (await call(pool, hooked, handle)).status is Status.OK
         seen = await call(pool, "print(x, sys.version_info[:2] >= (3, 12))", handle)
         assert seen.stdout.text == "hook\n42 True\n", seen
+
+
+# Found by a review: the idle check counted only the keeper's and its next call's own CPU. A forged
+# keeper (as above) said an A naming a child of its own, then ran short-lived burners between the
+# anchor's checks (timed by the anchor's context switches), each reaped: 13 s of CPU in 20 s, unseen.
+PHASED_KEEPER = forged_keeper(
+    "    ch = socket.socket(fileno=254)\n"
+    "    ch.recv(16)\n"
+    "    ready = os.fork()\n"
+    "    if ready == 0:\n"
+    "        time.sleep(600)\n"
+    "    ch.send(b'A %d' % ready)\n"
+    "    anchor = os.getppid()\n"
+    "    def switches():\n"
+    "        with open(f'/proc/{anchor}/status') as f:\n"
+    "            return [line for line in f if line.startswith('voluntary_ctxt_switches')]\n"
+    "    last = switches()\n"
+    "    while True:\n"
+    "        time.sleep(0.003)\n"
+    "        if switches() != last:\n"
+    "            burner = os.fork()\n"
+    "            if burner == 0:\n"
+    "                end = time.monotonic() + 0.7\n"
+    "                while time.monotonic() < end:\n"
+    "                    pass\n"
+    "                os._exit(0)\n"
+    "            os.waitpid(burner, 0)\n"
+    "            last = switches()\n"
+)
+# Found by a review: a forged keeper that says no A and ignores SIGCHLD has its children reaped by the
+# kernel, their CPU in no count: the wait for its A was watched in vain (9-12 s, about 9 s of CPU).
+IGNORING_KEEPER = forged_keeper(
+    "    import signal\n"
+    "    signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+    "    while True:\n"
+    "        if os.fork() == 0:\n"
+    "            end = time.process_time() + 0.25\n"
+    "            while time.process_time() < end:\n"
+    "                pass\n"
+    "            os._exit(0)\n"
+    "        while open(f'/proc/{os.getpid()}/task/{os.getpid()}/children').read().split():\n"
+    "            time.sleep(0.002)\n"
+)
+CPU_HIDDEN = {
+    "phased-while-idle": (PHASED_KEEPER, "its keeper ran while the session was idle"),
+    "ignoring-sigchld-before-its-a": (IGNORING_KEEPER, "its keeper ignored SIGCHLD before it was ready"),
+}
+
+
+@pytest.mark.parametrize(("forged", "why"), CPU_HIDDEN.values(), ids=CPU_HIDDEN.keys())
+async def test_a_forged_keeper_whose_forks_burn_out_of_its_own_count_ends_its_session(
+    pool: Pool, forged: str, why: str
+) -> None:
+    handle = await new_session(pool, "x = 1")
+    result = await call(pool, forged, handle)
+    assert result.status is Status.OK, result
+    with anyio.fail_after(8):  # idle: 2 s of CPU, looked at each second; the A's wait: 0.1 s
+        while handle in pool.sessions._open:
+            await anyio.sleep(0.05)
+    assert pool.sessions.why_ended(handle) == why

@@ -38,7 +38,14 @@ def idle(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[types.SimpleNamespac
     wake_r, wake_w = os.pipe()
     held = object.__new__(anchor.Anchor)
     held.control, held.buffer, held.call, held.keeper_channel, held.wake = control, b"", None, ours, wake_r
-    held.keeper, held.ready, held.awaiting, held.idle_cpu, held.next_check, held.dying = 0, 0, False, 0.0, 0.0, set()
+    held.keeper, held.ready, held.awaiting, held.idle_cpu, held.next_check, held.tally = (
+        0,
+        0,
+        False,
+        0.0,
+        0.0,
+        sweeps.Tally(),
+    )
     yield held, keeper, server
     for closing in (ours, keeper, control, server):
         closing.close()
