@@ -158,7 +158,7 @@ class Anchor:
         self.wake = -1  # the read end of SIGCHLD's wake-up pipe (`serve`)
         # The call the keeper forked ahead (its A): one A from each keeper and after each roll-back.
         self.awaiting, self.ready = True, 0
-        self.idle_cpu, self.next_check = 0.0, 0.0  # what the session had used then (`idle_fault`)
+        self.idle, self.next_check = sweeps.IdleMark(), 0.0  # the session as it went idle (`idle_fault`)
         self.tally = sweeps.Tally()  # what was killed: its teardown may take a while, excused
 
     def say(self, line: bytes) -> None:
@@ -257,7 +257,7 @@ class Anchor:
             self.lost("its keeper spoke while the session was idle")
         if tag == b"A" and self.awaiting and parent(pid) == self.keeper:
             self.awaiting, self.ready = False, pid
-            self.idle_cpu = session_cpu(self.tally)[0]
+            self.idle = sweeps.idle_mark(self.tally, bool(self.tmpfs))
             self.next_check = time.monotonic() + IDLE_CHECK_SECONDS
         elif tag == b"S" and call is not None and not call.pid:
             call.pid = pid
@@ -401,7 +401,7 @@ def _await_ready(anchor: Anchor) -> None:
                 anchor.lost(fault)
             look = time.monotonic() + sweeps.WAKING_CHECK_SECONDS
     anchor.awaiting = False  # none came (the keeper's fork failed, or it is no keeper of ours): none now
-    anchor.idle_cpu = session_cpu(anchor.tally)[0]
+    anchor.idle = sweeps.idle_mark(anchor.tally, bool(anchor.tmpfs))  # tmpfs of its own: a sandbox's
     anchor.next_check = time.monotonic() + IDLE_CHECK_SECONDS
 
 
@@ -414,7 +414,7 @@ def _check_idle(anchor: Anchor) -> None:
     if (anchor.call is not None and anchor.call.pid) or time.monotonic() < anchor.next_check:
         return
     anchor.next_check = time.monotonic() + IDLE_CHECK_SECONDS
-    if fault := idle_fault((anchor.keeper, anchor.ready), anchor.tally, anchor.idle_cpu):
+    if fault := idle_fault((anchor.keeper, anchor.ready), anchor.tally, anchor.idle):
         if anchor.call is not None and _readable_now(anchor.keeper_channel):
             anchor.from_keeper()
         if anchor.call is None or not anchor.call.pid:

@@ -269,14 +269,44 @@ def _stat_self() -> list[bytes]:
     return _read("/proc/self/stat").rpartition(b")")[2].split()
 
 
-def idle_fault(waiting: tuple[int, int], tally: Tally, cpu_before: float) -> str:
+class IdleMark:
+    """Where a session stood as it went idle (`idle_mark`): the CPU it had used, and the last pid its
+    PID namespace had given (-1 where it has none of its own)."""
+
+    __slots__ = ("cpu", "last_pid")
+
+    def __init__(self, cpu: float = 0.0, last_pid: int = -1) -> None:
+        self.cpu, self.last_pid = cpu, last_pid
+
+
+def idle_mark(tally: Tally, own_pids: bool) -> IdleMark:
+    """The session as it goes idle (`idle_fault` compares): `own_pids`, whether its processes have a PID
+    namespace of their own (a sandboxed run's), whose last pid given then tells any fork or thread since."""
+    return IdleMark(session_cpu(tally)[0], last_pid() if own_pids else -1)
+
+
+def last_pid() -> int:
+    """The last pid this process's PID namespace gave (-1 where it cannot be read)."""
+    try:
+        return int(_read("/proc/sys/kernel/ns_last_pid"))
+    except (OSError, ValueError):
+        return -1
+
+
+def idle_fault(waiting: tuple[int, int], tally: Tally, mark: IdleMark) -> str:
     """Why an idle session must end, or '': between calls nothing of it runs but the anchor, and the
     keeper and the call it forked ahead (`waiting`), which wait. No other process may be there (but
     those killed already, `tally.dying`): only a keeper made of a call that forged its candidate forks
     then (found by a review: it ran 16.6 s of CPU in 17 past a limit of 5, handing over to fresh forks).
     Nor may the session (`session_cpu`) use more than IDLE_CPU_SECONDS beyond `cpu_before`, or ignore
-    SIGCHLD, or those two be stopped. The session's end kills them all."""
+    SIGCHLD, or those two be stopped; where the session has a PID namespace of its own, nothing in it may
+    have forked since (`mark.last_pid`): a child reaped by the kernel under a handler with SA_NOCLDWAIT,
+    which no /proc mask shows, used CPU no count has (found by a second look). The session's end kills
+    them all."""
+    if mark.last_pid >= 0 and last_pid() != mark.last_pid:
+        return "a process of it was started while it was idle"
     used, stats, ignoring = session_cpu(tally)
+    cpu_before = mark.cpu
     if [pid for pid in stats if pid not in waiting and pid not in tally.dying]:
         return "a process of it ran while it was idle"
     if used > cpu_before + IDLE_CPU_SECONDS:

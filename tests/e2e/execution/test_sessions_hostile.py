@@ -691,20 +691,54 @@ IGNORING_KEEPER = forged_keeper(
     "        while open(f'/proc/{os.getpid()}/task/{os.getpid()}/children').read().split():\n"
     "            time.sleep(0.002)\n"
 )
+# Found by a second look: SIGCHLD left at SIG_DFL but with SA_NOCLDWAIT (set through libc's sigaction,
+# which no /proc mask shows) has the kernel reap a keeper's children, their CPU in no count: burners run
+# between the idle checks, unseen (the phased keeper above, its burners not waited for).
+UNCOUNTED_KEEPER = forged_keeper(
+    "    import ctypes\n"
+    "    action = ctypes.create_string_buffer(152)\n"  # glibc's struct sigaction: SIG_DFL, no mask
+    "    ctypes.c_int.from_buffer(action, 136).value = 2\n"  # sa_flags: SA_NOCLDWAIT
+    "    assert ctypes.CDLL(None, use_errno=True).sigaction(17, action, None) == 0\n"
+    "    ch = socket.socket(fileno=254)\n"
+    "    ch.recv(16)\n"
+    "    ready = os.fork()\n"
+    "    if ready == 0:\n"
+    "        time.sleep(600)\n"
+    "    ch.send(b'A %d' % ready)\n"
+    "    anchor = os.getppid()\n"
+    "    def switches():\n"
+    "        with open(f'/proc/{anchor}/status') as f:\n"
+    "            return [line for line in f if line.startswith('voluntary_ctxt_switches')]\n"
+    "    last = switches()\n"
+    "    while True:\n"
+    "        time.sleep(0.003)\n"
+    "        if switches() != last:\n"
+    "            if os.fork() == 0:\n"
+    "                end = time.monotonic() + 0.7\n"
+    "                while time.monotonic() < end:\n"
+    "                    pass\n"
+    "                os._exit(0)\n"
+    "            time.sleep(0.75)\n"
+    "            last = switches()\n"
+)
 CPU_HIDDEN = {
-    "phased-while-idle": (PHASED_KEEPER, "its keeper ran while the session was idle"),
+    # With a PID namespace of its own, its first burner's fork is seen before its CPU is.
+    "phased-while-idle": (PHASED_KEEPER, "its keeper ran while the session was idle|a process of it was started while"),
     "ignoring-sigchld-before-its-a": (IGNORING_KEEPER, "its keeper ignored SIGCHLD before it was ready"),
+    "reaped-by-the-kernel-while-idle": (UNCOUNTED_KEEPER, "a process of it was started while it was idle"),
 }
 
 
 @pytest.mark.parametrize(("forged", "why"), CPU_HIDDEN.values(), ids=CPU_HIDDEN.keys())
 async def test_a_forged_keeper_whose_forks_burn_out_of_its_own_count_ends_its_session(
-    pool: Pool, forged: str, why: str
+    pool: Pool, session_config: Config, forged: str, why: str
 ) -> None:
+    if forged is UNCOUNTED_KEEPER and session_config.sandbox == "none":
+        pytest.skip("without a PID namespace of its own a fork while idle is not seen (docs/sessions.md)")
     handle = await new_session(pool, "x = 1")
     result = await call(pool, forged, handle)
     assert result.status is Status.OK, result
     with anyio.fail_after(8):  # idle: 2 s of CPU, looked at each second; the A's wait: 0.1 s
         while handle in pool.sessions._open:
             await anyio.sleep(0.05)
-    assert pool.sessions.why_ended(handle) == why
+    assert any(said in (pool.sessions.why_ended(handle) or "") for said in why.split("|")), why

@@ -38,11 +38,12 @@ def idle(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[types.SimpleNamespac
     wake_r, wake_w = os.pipe()
     held = object.__new__(anchor.Anchor)
     held.control, held.buffer, held.call, held.keeper_channel, held.wake = control, b"", None, ours, wake_r
-    held.keeper, held.ready, held.awaiting, held.idle_cpu, held.next_check, held.tally = (
+    held.tmpfs = ()
+    held.keeper, held.ready, held.awaiting, held.idle, held.next_check, held.tally = (
         0,
         0,
         False,
-        0.0,
+        sweeps.IdleMark(),
         0.0,
         sweeps.Tally(),
     )

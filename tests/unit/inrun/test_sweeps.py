@@ -110,3 +110,17 @@ def test_what_a_killed_child_of_this_process_used_is_excused_as_it_is_reaped() -
         assert after - before < 0.1, (before, after)
     finally:
         sweeps.kill(pid)
+
+
+def test_the_last_pid_given_moves_with_every_fork_and_an_idle_mark_without_a_namespace_has_none() -> None:
+    # The idle check's fork detection (`idle_fault`): where the session has a PID namespace of its own,
+    # any fork since it went idle moves this number; here it is the host's, which forks move too.
+    before = sweeps.last_pid()
+    if before < 0:
+        pytest.skip("/proc/sys/kernel/ns_last_pid cannot be read here")
+    child = os.fork()
+    if child == 0:
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert sweeps.last_pid() != before
+    assert sweeps.idle_mark(sweeps.Tally(), own_pids=False).last_pid == -1
