@@ -224,13 +224,15 @@ _SIGCHLD_BIT = 1 << (signal.SIGCHLD - 1)
 
 
 def _takes_sigchld(pid: int) -> bool:
-    """Whether `pid` ignores or catches SIGCHLD (not if it is gone). A keeper and its calls leave it
-    as it is by default (`keeper._quiet_signals`)."""
+    """Whether `pid` ignores SIGCHLD (not if it is gone). A keeper and its calls leave it as it is by
+    default (`keeper._quiet_signals`)."""
     try:
         status = _read(f"/proc/{pid}/status")
     except OSError:
         return False
-    for name in (b"\nSigIgn:\t", b"\nSigCgt:\t"):
+    # Not SigCgt: a handler (a call's, until its keeper resets it) has its children reaped by a wait,
+    # counted, unless it says SA_NOCLDWAIT, which no mask shows (`idle_fault` sees the fork instead).
+    for name in (b"\nSigIgn:\t",):
         start = status.find(name) + len(name)
         try:
             if int(status[start : status.index(b"\n", start)], 16) & _SIGCHLD_BIT:
@@ -244,7 +246,7 @@ def session_cpu(tally: Tally) -> tuple[float, dict[int, list[bytes]], bool]:
     """The CPU time the session has used, as a whole: what this process (its anchor) reaped, and each
     process under it, its own and what it reaped (a zombie's too, until it is reaped), but the dying
     (`tally`: what they used is excused). With it, every live process under this one and its stat
-    fields (zombies left out: they run nothing), and whether one that is not dying ignores or catches
+    fields (zombies left out: they run nothing), and whether one that is not dying ignores
     SIGCHLD (its children's CPU would reach no count). Found by a review: counting only a keeper's and
     its next call's own, a keeper forking short-lived burners ran 13 s of CPU in 20 s while idle."""
     live: dict[int, list[bytes]] = {}
