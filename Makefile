@@ -53,7 +53,7 @@ $(VENV_ID):
 		exit 1; }
 	@if ls $(VENV)/.python-* >/dev/null 2>&1; then echo "make: $(VENV) was made by another interpreter; making it again with $(PYTHON)"; \
 	elif [ -e $(VENV) ]; then echo "make: $(VENV) does not say which interpreter made it; making it again with $(PYTHON)"; fi
-	rm -rf $(VENV)
+	@rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	@touch $@
 
