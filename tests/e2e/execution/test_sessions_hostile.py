@@ -653,7 +653,8 @@ async def test_sessions_keep_and_roll_back_with_newer_interpreters_as_runs_inter
 # Found by a review: the idle check counted only the keeper's and its next call's own CPU. A forged
 # keeper (as above) said an A naming a child of its own, then ran short-lived burners between the
 # anchor's checks (timed by the anchor's context switches), each reaped: 13 s of CPU in 20 s, unseen.
-PHASED_KEEPER = forged_keeper(
+# After each look it forks a burner of 0.7 s, then does `{wait}`.
+PHASED = (
     "    ch = socket.socket(fileno=254)\n"
     "    ch.recv(16)\n"
     "    ready = os.fork()\n"
@@ -662,7 +663,7 @@ PHASED_KEEPER = forged_keeper(
     "    ch.send(b'A %d' % ready)\n"
     "    anchor = os.getppid()\n"
     "    def switches():\n"
-    "        with open(f'/proc/{anchor}/status') as f:\n"
+    "        with open(f'/proc/{{anchor}}/status') as f:\n"
     "            return [line for line in f if line.startswith('voluntary_ctxt_switches')]\n"
     "    last = switches()\n"
     "    while True:\n"
@@ -674,9 +675,10 @@ PHASED_KEEPER = forged_keeper(
     "                while time.monotonic() < end:\n"
     "                    pass\n"
     "                os._exit(0)\n"
-    "            os.waitpid(burner, 0)\n"
+    "            {wait}\n"
     "            last = switches()\n"
 )
+PHASED_KEEPER = forged_keeper(PHASED.format(wait="os.waitpid(burner, 0)"))
 # Found by a review: a forged keeper that says no A and ignores SIGCHLD has its children reaped by the
 # kernel, their CPU in no count: the wait for its A was watched in vain (9-12 s, about 9 s of CPU).
 IGNORING_KEEPER = forged_keeper(
@@ -699,27 +701,7 @@ UNCOUNTED_KEEPER = forged_keeper(
     "    action = ctypes.create_string_buffer(152)\n"  # glibc's struct sigaction: SIG_DFL, no mask
     "    ctypes.c_int.from_buffer(action, 136).value = 2\n"  # sa_flags: SA_NOCLDWAIT
     "    assert ctypes.CDLL(None, use_errno=True).sigaction(17, action, None) == 0\n"
-    "    ch = socket.socket(fileno=254)\n"
-    "    ch.recv(16)\n"
-    "    ready = os.fork()\n"
-    "    if ready == 0:\n"
-    "        time.sleep(600)\n"
-    "    ch.send(b'A %d' % ready)\n"
-    "    anchor = os.getppid()\n"
-    "    def switches():\n"
-    "        with open(f'/proc/{anchor}/status') as f:\n"
-    "            return [line for line in f if line.startswith('voluntary_ctxt_switches')]\n"
-    "    last = switches()\n"
-    "    while True:\n"
-    "        time.sleep(0.003)\n"
-    "        if switches() != last:\n"
-    "            if os.fork() == 0:\n"
-    "                end = time.monotonic() + 0.7\n"
-    "                while time.monotonic() < end:\n"
-    "                    pass\n"
-    "                os._exit(0)\n"
-    "            time.sleep(0.75)\n"
-    "            last = switches()\n"
+    + PHASED.format(wait="time.sleep(0.75)")  # the kernel reaps it
 )
 CPU_HIDDEN = {
     # With a PID namespace of its own, its first burner's fork is seen before its CPU is.
