@@ -223,23 +223,19 @@ class Tally:
 _SIGCHLD_BIT = 1 << (signal.SIGCHLD - 1)
 
 
-def _takes_sigchld(pid: int) -> bool:
-    """Whether `pid` ignores SIGCHLD (not if it is gone). A keeper and its calls leave it as it is by
-    default (`keeper._quiet_signals`)."""
+def _ignores_sigchld(pid: int) -> bool:
+    """Whether `pid` ignores SIGCHLD (not if it is gone; as if it did where its mask cannot be read). A
+    keeper and its calls leave it as it is by default (`keeper._quiet_signals`). Not whether it catches
+    it: a handler (a call's, until its keeper resets it) has its children reaped by a wait, counted,
+    unless it says SA_NOCLDWAIT, which no mask shows (`idle_fault` sees the fork instead)."""
     try:
         status = _read(f"/proc/{pid}/status")
+        start = status.index(b"\nSigIgn:\t") + len(b"\nSigIgn:\t")
+        return bool(int(status[start : status.index(b"\n", start)], 16) & _SIGCHLD_BIT)
     except OSError:
         return False
-    # Not SigCgt: a handler (a call's, until its keeper resets it) has its children reaped by a wait,
-    # counted, unless it says SA_NOCLDWAIT, which no mask shows (`idle_fault` sees the fork instead).
-    for name in (b"\nSigIgn:\t",):
-        start = status.find(name) + len(name)
-        try:
-            if int(status[start : status.index(b"\n", start)], 16) & _SIGCHLD_BIT:
-                return True
-        except ValueError:
-            return True  # unreadable: as if it did
-    return False
+    except ValueError:
+        return True
 
 
 def session_cpu(tally: Tally) -> tuple[float, dict[int, list[bytes]], bool]:
@@ -263,7 +259,7 @@ def session_cpu(tally: Tally) -> tuple[float, dict[int, list[bytes]], bool]:
     tally.look(every)
     used = _cpu(_stat_self(), reaped=True) - tally.excused
     used += sum(_cpu(fields) + _cpu(fields, reaped=True) for pid, fields in every.items() if pid not in tally.dying)
-    ignoring = any(_takes_sigchld(pid) for pid in live if pid not in tally.dying)
+    ignoring = any(_ignores_sigchld(pid) for pid in live if pid not in tally.dying)
     return used, live, ignoring
 
 
@@ -300,7 +296,7 @@ def idle_fault(waiting: tuple[int, int], tally: Tally, mark: IdleMark) -> str:
     keeper and the call it forked ahead (`waiting`), which wait. No other process may be there (but
     those killed already, `tally.dying`): only a keeper made of a call that forged its candidate forks
     then (found by a review: it ran 16.6 s of CPU in 17 past a limit of 5, handing over to fresh forks).
-    Nor may the session (`session_cpu`) use more than IDLE_CPU_SECONDS beyond `cpu_before`, or ignore
+    Nor may the session (`session_cpu`) use more than IDLE_CPU_SECONDS beyond `mark.cpu`, or ignore
     SIGCHLD, or those two be stopped; where the session has a PID namespace of its own, nothing in it may
     have forked since (`mark.last_pid`): a child reaped by the kernel under a handler with SA_NOCLDWAIT,
     which no /proc mask shows, used CPU no count has (found by a second look). The session's end kills
@@ -308,10 +304,9 @@ def idle_fault(waiting: tuple[int, int], tally: Tally, mark: IdleMark) -> str:
     if mark.last_pid >= 0 and last_pid() != mark.last_pid:
         return "a process of it was started while it was idle"
     used, stats, ignoring = session_cpu(tally)
-    cpu_before = mark.cpu
     if [pid for pid in stats if pid not in waiting and pid not in tally.dying]:
         return "a process of it ran while it was idle"
-    if used > cpu_before + IDLE_CPU_SECONDS:
+    if used > mark.cpu + IDLE_CPU_SECONDS:
         return "its keeper ran while the session was idle"
     if ignoring:
         return "its keeper ignored SIGCHLD while the session was idle"
