@@ -9,6 +9,7 @@ import glob
 import os
 import signal
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import pytest
@@ -414,15 +415,21 @@ async def test_a_state_that_would_pass_the_sessions_memory_budget_is_rolled_back
         assert again.session.kept, again
 
 
+def dev_shm_budget(session_config: Config, **changes: Any) -> Config:
+    """`session_config` with a sessions' budget of 64 MiB, for a test of what a sandbox's own /dev/shm
+    holds (skipped without one: it is then the host's, docs/sessions.md)."""
+    if session_config.sandbox == "none":
+        pytest.skip("without a sandbox /dev/shm is the host's (docs/sessions.md)")
+    return dataclasses.replace(session_config, sessions_memory_mb=64, sessions_budget_bytes=64 * MIB, **changes)
+
+
 async def test_what_a_sessions_own_dev_shm_holds_counts_in_the_sessions_memory_budget(
     session_config: Config, no_leaks: None
 ) -> None:
     # Found by a review: 4 sessions each kept 60 MiB in their /dev/shm under a budget of 64 MiB. Found by
     # a second look: counted once, though the anchor's copy for roll-backs holds it again (below: the
     # second state, 21 MiB, made 84 MiB held with the first's; counted once, 42, it was kept).
-    if session_config.sandbox == "none":
-        pytest.skip("without a sandbox /dev/shm is the host's (docs/sessions.md)")
-    config = dataclasses.replace(session_config, sessions_memory_mb=64, sessions_budget_bytes=64 * MIB)
+    config = dev_shm_budget(session_config)
     # 21 MiB, each file within the file size limit: 42 MiB held, the tmpfs's and the anchor's copy
     fill = "for i in range(3):\n    open(f'/dev/shm/blob{i}', 'wb').write(b'x' * (7 << 20))"
     async with Pool.open(config, reap_strays=True) as pool:
@@ -455,11 +462,7 @@ async def test_a_rolled_back_calls_dev_shm_is_emptied_and_counts_nothing_against
 ) -> None:
     # Found by a review: a failed call left 60 MiB in its /dev/shm under a budget of 64 MiB; its session
     # went on holding it, and only other callers' states were refused (then its session was ended).
-    if session_config.sandbox == "none":
-        pytest.skip("without a sandbox /dev/shm is the host's (docs/sessions.md)")
-    config = dataclasses.replace(
-        session_config, sessions_memory_mb=64, sessions_budget_bytes=64 * MIB, sandbox_tmp_mb=128
-    )
+    config = dev_shm_budget(session_config, sandbox_tmp_mb=128)
     fill = "for i in range(5):\n    open(f'/dev/shm/f{i}', 'wb').write(bytes(14 << 20))\nraise SystemExit(1)"
     async with Pool.open(config, reap_strays=True) as pool:
         mallory = await new_session(pool, "x = 1", caller="mallory")
@@ -477,11 +480,7 @@ async def test_a_cancelled_calls_dev_shm_is_emptied_and_counts_nothing_against_t
     session_config: Config, no_leaks: None
 ) -> None:
     # The same, for a call cancelled (its client went).
-    if session_config.sandbox == "none":
-        pytest.skip("without a sandbox /dev/shm is the host's (docs/sessions.md)")
-    config = dataclasses.replace(
-        session_config, sessions_memory_mb=64, sessions_budget_bytes=64 * MIB, sandbox_tmp_mb=128
-    )
+    config = dev_shm_budget(session_config, sandbox_tmp_mb=128)
     fill = (
         "import time\nfor i in range(5):\n    open(f'/dev/shm/f{i}', 'wb').write(bytes(14 << 20))\n"
         "print('filled', flush=True)\ntime.sleep(60)"
