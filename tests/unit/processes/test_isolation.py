@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def test_what_is_bound_back_under_a_run_s_directory_is_what_the_plan_says_it_sho
     # The tool's description names it; the wheelhouse cache's default stays out of the directories the
     # sandboxes replace (runner.config.disk cannot import them: they are tied here).
     assert (*HIDDEN, "/dev/shm") == disk.SANDBOX_REPLACED
-    assert shown_in_run_directory(Config().isolation) == ()
+    # A real interpreter (an empty `python` is the working directory's, /tmp's in a clone under it).
+    assert shown_in_run_directory(dataclasses.replace(Config(), python=sys.executable).isolation) == ()
     with tempfile.TemporaryDirectory(dir="/tmp", prefix="a-checkout-") as under_tmp:
         packaged = open_environment(Config.from_env({"RUNNER_PACKAGES": str(fake_env(Path(under_tmp) / "env", {}))}))
         assert shown_in_run_directory(packaged.isolation) == (os.path.basename(under_tmp),)
