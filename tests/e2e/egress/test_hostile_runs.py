@@ -10,8 +10,10 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from mcp import Client
 
 from tests.code_mode import cpu_seconds, peak_memory, run, run_costing, server_process, stdio_session
 from tests.egress import UPSTREAM_HOST, egress_problem
@@ -151,6 +153,11 @@ print(sent // 6)
 """
 
 
+def proxied_session(work_dir: Path, log: Any, port: int) -> Client:
+    """A namespaced server whose runs may reach the test's upstream on `port` alone."""
+    return stdio_session(work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}")
+
+
 async def test_a_run_that_sends_faster_than_a_listed_host_reads_is_held_back_not_held_in_memory(
     work_dir: Path, tmp_path: Path
 ) -> None:
@@ -158,9 +165,7 @@ async def test_a_run_that_sends_faster_than_a_listed_host_reads_is_held_back_not
     # took, into anyio's buffer: 2.5 GiB of the server's memory in 5 s from one run with a 100 MB budget,
     # and uncounted until sent on.
     with never_reads() as port, (tmp_path / "server.log").open("w") as log:
-        async with stdio_session(
-            work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}"
-        ) as client:
+        async with proxied_session(work_dir, log, port) as client:
             server = server_process()
             before = peak_memory(server)
             done = await run(client, PUSH.format(host=UPSTREAM_HOST, port=port, block=BLOCK, most=MOST))
@@ -175,9 +180,7 @@ async def test_a_response_the_run_never_reads_is_held_back_not_held_in_memory(wo
     # its own; it must hold with them: an upstream is read only when the run has taken the last read.
     sent: list[int] = []
     with floods(sent) as port, (tmp_path / "server.log").open("w") as log:
-        async with stdio_session(
-            work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}"
-        ) as client:
+        async with proxied_session(work_dir, log, port) as client:
             server = server_process()
             before = peak_memory(server)
             done = await run(client, UNREAD.format(host=UPSTREAM_HOST, port=port))
@@ -194,9 +197,7 @@ async def test_a_body_of_1_byte_chunks_costs_the_server_a_bounded_share_of_a_cor
     # Found by a review: each chunk was an h11 event and a send on, some 26 us of the event loop per
     # 6 bytes: a whole core at 200 KB/s, and other runs' downloads 100x slower.
     with sink() as port, (tmp_path / "server.log").open("w") as log:
-        async with stdio_session(
-            work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}"
-        ) as client:
+        async with proxied_session(work_dir, log, port) as client:
             server = server_process()
             before = cpu_seconds(server)
             done = await run(client, CHUNKS.format(host=UPSTREAM_HOST, port=port))
@@ -236,9 +237,7 @@ async def test_tunnels_written_a_byte_at_a_time_cost_the_server_a_bounded_share_
     # the server's CPU in the run's 3 s for 0.7 MB, as much as 3.6 GB sent in 64 KiB blocks, and far
     # within the byte budget.
     with sink() as port, (tmp_path / "server.log").open("w") as log:
-        async with stdio_session(
-            work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}"
-        ) as client:
+        async with proxied_session(work_dir, log, port) as client:
             done, busy = await run_costing(client, TRICKLE.format(host=UPSTREAM_HOST, port=port))
     assert done["status"] == "ok", done
     assert busy < 1.0, f"{busy:.2f} s of the server's CPU in the run's 3 s ({done['stdout'].strip()} bytes sent)"
