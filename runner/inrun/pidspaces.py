@@ -348,10 +348,11 @@ class PidSpaces:
 
 
 def _unless_holder_gone(holder: int, exc: OSError) -> None:
-    """HolderGone if `exc` is ENOMEM because the `holder` is dying or dead: no process can be made
-    under it any more. (Its death waits for the zygote to reap what died with it, so it is
-    `PF_EXITING` in its stat, not yet a zombie, when a fork fails.)"""
-    if exc.errno != errno.ENOMEM:
+    """HolderGone if `exc` is ENOMEM (a fork under it refused) or ECHILD (no init came: the maker,
+    born under it, was killed with it before it made one) because the `holder` is dying or dead: no
+    process can be made under it any more. (Its death waits for the zygote to reap what died with
+    it, so it is `PF_EXITING` in its stat, not yet a zombie, when a fork fails.)"""
+    if exc.errno not in (errno.ENOMEM, errno.ECHILD):
         return
     try:
         with open(f"/proc/{holder}/stat", "rb") as stat:

@@ -92,3 +92,62 @@ def test_a_zygote_keeps_no_more_pid_namespaces_than_its_bound_and_waits_for_one_
     assert said["inits_after_cleaning"] == 2
     assert said["ended_one_replaced"] is True
     assert said["inits_after_ending"] == 2
+
+
+# Makes a namespace while its holder is killed between the two forks that make one: the maker, born in
+# the holder's namespace, dies with it before it can make the init. Says what the fork raised.
+HOLDER_DIES_WHILE_A_NAMESPACE_IS_MADE = """
+import json, os, signal, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import namespaces, pidspaces
+if not namespaces.has_cap_sys_admin():
+    namespaces.enter_user_namespace()
+# The killer is forked first: once runs' namespace is prepared, no thread can be started, and a
+# child is born in the holder's namespace, whose init it may not kill.
+holder_r, holder_w = os.pipe()
+maker_r, maker_w = os.pipe()
+killer = os.fork()
+if killer == 0:
+    holder = int(os.read(holder_r, 32))
+    os.read(maker_r, 1)
+    os.kill(holder, signal.SIGKILL)
+    os._exit(0)
+spaces = pidspaces.PidSpaces([10, 1 << 30, 64, 1 << 20], 2)
+spaces.prepare()
+os.write(holder_w, b"%d" % spaces.holder)
+clone = namespaces.clone
+
+def clone_once_the_holder_is_killed(flags):
+    if flags & namespaces.CLONE_NEWPID:  # in the maker: it waits to be killed with its namespace
+        os.write(maker_w, b"m")
+        while True:
+            signal.pause()
+    return clone(flags)
+
+namespaces.clone = clone_once_the_holder_is_killed
+try:
+    spaces.fork()
+    said = "forked"
+except pidspaces.HolderGone as exc:
+    said = "HolderGone: " + str(exc)
+except OSError as exc:
+    said = "OSError: " + str(exc)
+print(json.dumps(said))
+"""
+
+
+def test_a_holder_killed_while_a_namespace_is_made_ends_the_zygote_rather_than_failing_the_call(
+    config: Config,
+) -> None:
+    # Found by CI: a holder killed as a call made a new namespace answered that call "no init came for
+    # a new PID namespace" instead of handing it to a new zygote (test_namespaces.py's holder test).
+    in_mode(config, "namespaces")
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", HOLDER_DIES_WHILE_A_NAMESPACE_IS_MADE, BOOTSTRAP],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout).startswith("HolderGone: "), done.stdout
