@@ -41,7 +41,7 @@ from runner.processes.isolation import IsolationPlan, plan_isolation
 from runner.processes.keeper import KeptCall
 from runner.processes.limits import Limits, count_tasks_of_uid, limits_for
 from runner.processes.procctl import children_of_self, set_child_subreaper, tree_pss_bytes
-from runner.processes.spawn import remove_tree
+from runner.processes.trees import remove_tree
 
 # At most how often the open sessions' memory is measured, in seconds. Reading smaps_rollup makes the
 # kernel walk every page table of every session process: over 100 ms for two sessions of 29 processes

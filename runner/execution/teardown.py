@@ -21,7 +21,7 @@ import anyio.abc
 from runner.execution.driver import KILL_GRACE
 from runner.logs import log_event
 from runner.processes.child import REAP_TIMEOUT, Child, process_exists
-from runner.processes.spawn import remove_tree
+from runner.processes.trees import remove_tree
 
 # How long a run answered before its exit may take to be gone before its teardown gives up on it.
 TEARDOWN_PATIENCE = 30.0

@@ -6,13 +6,10 @@ import contextlib
 import dataclasses
 import os
 import resource
-import shutil
 import signal
 import socket
-import stat
-import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from runner.config import Config
 from runner.config.egress import proxy_environment
@@ -26,6 +23,7 @@ from runner.processes.child import Child, maxrss_bytes
 from runner.processes.identity import RunUids, UidLender
 from runner.processes.isolation import IsolationPlan, interpreter_argv
 from runner.processes.limits import Limits
+from runner.processes.trees import remove_tree
 
 # Every signal a process may set a disposition for: posix_spawn otherwise passes on the server's
 # blocked mask and ignored signals (SIGPIPE is ignored in every Python process).
@@ -258,32 +256,3 @@ def _with_etc(wrapper: tuple[str, ...], base_dir: str, runs: list[tuple[int, int
 def _own_peak_rss() -> int:
     """The server's own peak RSS in bytes: what a posix_spawned child's ru_maxrss starts from."""
     return maxrss_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-
-
-def remove_tree(path: str) -> None:
-    """Delete a run's directory even if the run took away its own permissions."""
-
-    def make_writable_and_retry(_function: object, target: str, _error: object) -> None:
-        # The run may have taken the permissions away from directories it created.
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(target), stat.S_IRWXU)
-            if os.path.isdir(target) and not os.path.islink(target):
-                os.chmod(target, stat.S_IRWXU)
-                _rmtree(target, make_writable_and_retry)
-            else:
-                os.unlink(target)
-
-    if os.path.islink(path):
-        # The run replaced its directory by a link: remove the link, never what it points to.
-        os.unlink(path)
-    elif os.path.isdir(path):
-        with contextlib.suppress(OSError):
-            os.chmod(path, stat.S_IRWXU)
-        _rmtree(path, make_writable_and_retry)
-
-
-def _rmtree(path: str, on_error: Callable[[object, str, object], None]) -> None:
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=on_error)
-    else:
-        shutil.rmtree(path, onerror=on_error)

@@ -29,6 +29,7 @@ from prometheus_client.multiprocess import mark_process_dead
 
 from runner.config import HttpConfig
 from runner.logs import get_logger, log_event
+from runner.processes.trees import remove_tree
 from runner.protocol.metrics import MULTIPROCESS_DIRECTORY
 from runner.transports.http import url_of
 
@@ -101,7 +102,7 @@ def supervise(http: HttpConfig, work_dir: str, sock: socket.socket, worker_args:
         for worker in workers.values():  # only after a fault of the supervisor's own
             worker.process.kill()
             worker.process.wait()
-            shutil.rmtree(worker.work_dir, ignore_errors=True)
+            remove_tree(worker.work_dir)  # a run's tree of any depth may be in it
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
@@ -121,7 +122,7 @@ def _watch(
         worker = workers.pop(pid)
         worker.process.returncode = os.waitstatus_to_exitcode(status)
         mark_process_dead(pid, metrics_dir)  # type: ignore[no-untyped-call]  # untyped in prometheus_client
-        shutil.rmtree(worker.work_dir, ignore_errors=True)
+        remove_tree(worker.work_dir)  # a run's tree of any depth may be in it
         if stopping or failed:
             continue
         quick_exits = quick_exits + 1 if time.monotonic() - worker.started < QUICK_EXIT else 0
