@@ -4,6 +4,7 @@ is followed, and an empty one keeps its mode."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from runner.inrun.workdir import empty_directory
@@ -35,3 +36,22 @@ def test_an_empty_directory_is_left_as_it_is(tmp_path: Path) -> None:
     tmp_path.chmod(0o750)
     empty_directory(str(tmp_path))
     assert (os.listdir(tmp_path), tmp_path.stat().st_mode & 0o777) == ([], 0o750)
+
+
+def test_a_directory_planted_two_thousand_levels_deep_is_emptied_past_path_max(tmp_path: Path) -> None:
+    # Walked by path, the names past PATH_MAX failed with 'File name too long': the next runs failed.
+    top = tmp_path / "run"
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(2_100):
+        os.mkdir("d", dir_fd=fd)
+        deeper = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = deeper
+    os.close(os.open("planted.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
+    os.close(fd)
+    try:
+        empty_directory(str(top))
+        assert os.listdir(top) == []
+    finally:  # pytest's own removal of old temporary directories (shutil.rmtree) would fail on it
+        subprocess.run(["rm", "-rf", "--", str(top)], check=True)
