@@ -65,49 +65,55 @@ _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK 
 
 def _empty_from(fd: int, device: int) -> None:
     """Empty the directory open as `fd` (the top: never closed here) of all but mount points and the
-    directories on the way to them. What each level entered holds: its name, its parent's identity,
-    the names in it that stay, and whether it stays itself."""
+    directories on the way to them. Each directory is listed once, when entered (`_unlink_files`);
+    what each level entered keeps: its name, its parent's identity, the parent's subdirectories still
+    to enter, and whether something in the parent stays. (Found by a second look: listed again after
+    each subdirectory, 10,000 subdirectories took 34 s against 1 s walked by path.)"""
     uid = os.getuid()
     top = fd
-    levels: list[tuple[str, tuple[int, int], set[str], list[bool]]] = []
-    staying: set[str] = set()  # the top's subdirectories that stay
-    stays = [False]
+    levels: list[tuple[str, tuple[int, int], list[str], bool]] = []
     _make_ours(fd, uid)
+    left, stays = _unlink_files(fd, device)
     while True:
-        entered = None
-        for entry in list(os.scandir(fd)):
-            info = os.stat(entry.name, dir_fd=fd, follow_symlinks=False)
-            if info.st_dev != device:
-                stays[0] = True  # a mount point: it and every directory on the way to it stay
-            elif not stat.S_ISDIR(info.st_mode):
-                os.unlink(entry.name, dir_fd=fd)
-            elif entry.name not in staying:
-                entered = entry.name
-                break
-        if entered is not None:
+        if left:
+            name = left.pop()
             here = os.fstat(fd)
-            child = _open_directory(fd, entered)
+            child = _open_directory(fd, name)
             if fd != top:
                 os.close(fd)
-            levels.append((entered, (here.st_dev, here.st_ino), staying, stays))
-            fd, staying, stays = child, set(), [False]
+            levels.append((name, (here.st_dev, here.st_ino), left, stays))
+            fd = child
             _make_ours(fd, uid)
+            left, stays = _unlink_files(fd, device)
             continue
         if not levels:
             return
-        name, parent_identity, parent_staying, parent_stays = levels.pop()
+        name, parent_identity, parent_left, parent_stays = levels.pop()
         parent = top if not levels else os.open("..", _DIRECTORY_FLAGS, dir_fd=fd)
         os.close(fd)
         fd = parent
         now = os.fstat(fd)
         if (now.st_dev, now.st_ino) != parent_identity:
             raise OSError(f"a directory was moved while it was emptied: {name!r}")
-        if stays[0]:
-            parent_staying.add(name)
-            parent_stays[0] = True
-        else:
+        if not stays:
             os.rmdir(name, dir_fd=fd)
-        staying, stays = parent_staying, parent_stays
+        left, stays = parent_left, parent_stays or stays
+
+
+def _unlink_files(fd: int, device: int) -> tuple[list[str], bool]:
+    """Unlink what in the directory `fd` is not a directory: (the subdirectories to enter, whether
+    something in it stays: a mount point, another device's, is the sandbox's own, never a run's)."""
+    directories: list[str] = []
+    stays = False
+    for entry in list(os.scandir(fd)):
+        info = os.stat(entry.name, dir_fd=fd, follow_symlinks=False)
+        if info.st_dev != device:
+            stays = True
+        elif stat.S_ISDIR(info.st_mode):
+            directories.append(entry.name)
+        else:
+            os.unlink(entry.name, dir_fd=fd)
+    return directories, stays
 
 
 def _open_directory(fd: int, name: str) -> int:

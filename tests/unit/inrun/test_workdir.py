@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from runner.inrun.workdir import empty_directory
 
 
@@ -55,3 +57,26 @@ def test_a_directory_planted_two_thousand_levels_deep_is_emptied_past_path_max(t
         assert os.listdir(top) == []
     finally:  # pytest's own removal of old temporary directories (shutil.rmtree) would fail on it
         subprocess.run(["rm", "-rf", "--", str(top)], check=True)
+
+
+def test_each_directory_is_listed_once_however_many_subdirectories_it_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by a second look: the walk listed a directory again after each subdirectory it emptied,
+    # so 10,000 subdirectories read 50 million entries (34 s against 1 s walked by path).
+    for i in range(500):
+        (tmp_path / f"d{i}").mkdir()
+        (tmp_path / f"d{i}" / "f").write_text("x")
+    listed: list[int] = []
+    scandir = os.scandir
+
+    def counted(fd: int) -> list[os.DirEntry[str]]:
+        with scandir(fd) as listing:
+            entries = list(listing)
+        listed.append(len(entries))
+        return entries
+
+    monkeypatch.setattr(os, "scandir", counted)
+    empty_directory(str(tmp_path))
+    assert os.listdir(tmp_path) == []
+    assert (len(listed), sum(listed)) == (501, 1000)
