@@ -6,10 +6,10 @@ A `Spool` takes one stream as it is read: in memory up to `SPOOL_MEMORY`, then i
 through, so a run's output never sits in the server's memory whole. When the run has ended, a
 stream whose shown text was cut is handed to the `OutputStore` (the spool's file, or its bytes
 written out); any other spool is deleted. The store binds each kept stream to its caller, under a
-random URI, for `RUNNER_KEPT_OUTPUT_SECONDS`; its bytes count against a budget per caller and in
-all, and the oldest go first when a new one would not fit. Reading an expired, evicted, foreign or
-never made URI is "not found" alike. The directory is made empty when the pool starts and removed
-when it stops.
+random URI, for `RUNNER_KEPT_OUTPUT_SECONDS` (deleted when they have passed); its bytes count
+against a budget per caller and in all, and the oldest go first when a new one would not fit.
+Reading an expired, evicted, foreign or never made URI is "not found" alike. The directory is made
+empty when the pool starts and removed when it stops.
 """
 
 from __future__ import annotations
@@ -23,12 +23,17 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from urllib.parse import quote
 
+import anyio
+
 from runner.config import KeptConfig
 from runner.outcome import KeptOutput
 
 URI_PREFIX = "runner://output/"
 KEPT_PREFIX = "python-runner-kept-"
 SPOOL_MEMORY = 64 * 1024
+# The shortest wait between two sweeps of what has expired: a wake a little before an entry's time
+# sweeps nothing, and must not spin.
+MIN_SWEEP_WAIT = 0.05
 
 
 class Spool:
@@ -249,6 +254,20 @@ class OutputStore:
             if entry.expires > now:
                 break
             self._evict(uri)
+
+    def next_expiry(self) -> float | None:
+        """When the oldest entry expires (time.monotonic()); None when nothing is kept."""
+        return next(iter(self._entries.values())).expires if self._entries else None
+
+    async def expire_forever(self) -> None:
+        """Delete each entry when its time comes, whether or not the store is used then (found by a
+        review: an idle server kept expired output on disk, up to RUNNER_MAX_KEPT_TOTAL_MB, until its
+        next call). Every entry lasts as long, so one kept while this waits expires after the oldest."""
+        while True:
+            now = time.monotonic()
+            self.expire(now)
+            oldest = self.next_expiry()
+            await anyio.sleep(max(MIN_SWEEP_WAIT, (oldest if oldest is not None else now + self._seconds) - now))
 
     def close(self) -> None:
         """Delete everything kept, and the directory."""

@@ -192,6 +192,8 @@ class Pool:
                     notes = _hints(config, plan, provided)
                     calls = CallPath(slots, supplies, teardowns, sessions, driver, provided, sweeper, notes, logger)
                     tg.start_soon(expire_forever, sessions)
+                    if store.enabled:
+                        tg.start_soon(store.expire_forever)
                     if config.pool_size:
                         supplies.start_refilling(tg)
                     if sweeper is not None:

@@ -35,6 +35,8 @@ TASK_AFTER_SECONDS = 1.0
 # What tasks/get's answer suggests between polls: progress changes once a second at most (driver.py).
 POLL_INTERVAL_MS = 1000
 ID_PREFIX = "t-"
+# The shortest wait between two sweeps of expired tasks: a wake a little early must not spin.
+MIN_SWEEP_WAIT = 0.05
 
 # A task's run: the call's result and a one-line summary of it. It turns every fault into an isError
 # result, as a call does; one that escapes anyway fails the task, not the server.
@@ -113,7 +115,7 @@ class TaskStore:
     """The tasks clients were told of, by id. A task is seen only by its caller (over HTTP the token's
     name, over stdio the one connection) and lasts while it works, then `kept_seconds`; a caller holds
     at most `per_caller`, and one more makes its oldest ended one go. Ended tasks past their time go
-    whenever the store is used."""
+    when it comes (`expire_forever`), and whenever the store is used."""
 
     def __init__(
         self,
@@ -180,6 +182,16 @@ class TaskStore:
     def working(self) -> list[Task]:
         return [task for task in self._tasks.values() if task.working]
 
+    async def expire_forever(self) -> None:
+        """Drop each ended task when its time comes, whether or not the store is used then (found by a
+        review: an idle server held expired tasks and their results until its next tasks/* or task).
+        A task that ends while this waits expires no sooner than `kept_seconds` after the wait began."""
+        while True:
+            now = self._clock()
+            self.expire(now)
+            ends = [task.expires for task in self._tasks.values() if task.expires is not None]
+            await anyio.sleep(max(MIN_SWEEP_WAIT, min(ends, default=now + self._kept_seconds) - now))
+
 
 class Tasks:
     """The store, and the task group in which calls that outlive their request run. Open it with
@@ -216,6 +228,7 @@ class Tasks:
     ) -> AsyncIterator[Tasks]:
         async with anyio.create_task_group() as group:
             tasks = cls(TaskStore(kept_seconds, per_caller, replica=replica), group, logger)
+            group.start_soon(tasks.store.expire_forever)
             try:
                 yield tasks
             finally:

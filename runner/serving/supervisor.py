@@ -4,7 +4,8 @@ The supervisor binds the port and starts that many `python -m runner --transport
 which all accept on its socket, each with its own pool and zygotes. A worker that dies is started
 again; five in a row that end within `QUICK_EXIT` of their start stop the whole server
 (it would fail the same way forever). SIGTERM or SIGINT is passed on to every worker, which
-finishes its calls in flight within RUNNER_SHUTDOWN_GRACE, and the supervisor exits once all have.
+finishes its calls in flight within RUNNER_SHUTDOWN_GRACE, and the supervisor exits once all have;
+a second one is passed on too, and cuts the grace short.
 
 Metrics: the workers share one PROMETHEUS_MULTIPROC_DIR, so that any worker's /metrics adds up all
 of them; a worker's files are marked dead when it ends, and the directory is removed at the end.
@@ -57,16 +58,18 @@ def supervise(http: HttpConfig, work_dir: str, sock: socket.socket, worker_args:
     workers: dict[int, Worker] = {}
     stopping: list[int] = []
 
-    def pass_on(signum: int) -> None:
+    def pass_on(signum: int, *, again: bool = False) -> None:
         for worker in workers.values():
-            if not worker.signalled:
+            if again or not worker.signalled:
                 worker.signalled = True
                 worker.process.send_signal(signum)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log_event(logger, logging.INFO, "signal received; stopping the workers", signal=signal.Signals(signum).name)
         stopping.append(signum)
-        pass_on(signum)
+        # Every signal, to every worker: a second one cuts a worker's grace short, as it does for one
+        # server (found by a review: passed on once, the second did nothing and the grace ran out).
+        pass_on(signum, again=True)
 
     argv = [
         *(sys.executable, "-m", "runner", "--transport", "http"),

@@ -3,6 +3,10 @@ every sandboxed run's reach."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
+import anyio
 import pytest
 
 from runner.config import Config
@@ -33,3 +37,17 @@ async def test_a_cut_stream_is_kept_for_its_caller_alone_and_a_sandboxed_run_can
             assert looked.stdout.text == "[]\n", looked.to_text()
         short = await pool.run(RunRequest("s", "print('short')", 10, caller="alice"))
         assert short.kept == ()
+
+
+async def test_kept_output_is_deleted_when_its_time_comes_though_no_call_uses_the_store(
+    config: Config, work_dir: Path, no_leaks: None
+) -> None:
+    """Found by a review: an expired stream stayed on disk until the next call kept or read something."""
+    async with Pool.open(dataclasses.replace(config, kept_output_seconds=1)) as pool:
+        result = await pool.run(RunRequest("k", SIX_MB_CODE, 30, caller="alice"))
+        [kept_directory] = work_dir.glob("python-runner-kept-*")
+        assert result.kept
+        assert list(kept_directory.iterdir())
+        with anyio.fail_after(10):  # its time is 1 s; nothing is asked of the pool meanwhile
+            while list(kept_directory.iterdir()):
+                await anyio.sleep(0.05)

@@ -218,6 +218,48 @@ async def test_a_task_never_made_or_past_its_ttl_is_32602_and_tasks_update_is_ac
         assert "task not found" in error.message
 
 
+async def test_cancelling_a_completed_task_leaves_its_result_and_three_cancels_at_once_are_each_acknowledged(
+    config: Config, no_leaks: None
+) -> None:
+    """tool.md: cancelling an ended task changes nothing and gets the same acknowledgement (a review of
+    the claims: only a task already cancelled was cancelled again)."""
+    async with served(config) as s:
+        done = await call_raw(s.client, SLOW, timeout=10)
+        completed = await wait_for_task(s.client.session, done.task_id)
+        late = await cancel_task(s.client.session, done.task_id)
+        after = await get_task(s.client.session, done.task_id)
+        working = await call_raw(s.client, FOREVER, timeout=120)
+        acks: list[dict[str, Any]] = []
+
+        async def cancel() -> None:
+            acks.append(await cancel_task(s.client.session, working.task_id))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(cancel)
+        cancelled = await get_task(s.client.session, working.task_id)
+    assert completed["status"] == after["status"] == "completed"
+    assert after["result"] == completed["result"]
+    assert len(acks) == 3
+    for empty in (late, *acks):
+        assert not {"taskId", "status", "result", "error"} & set(empty)
+    assert cancelled["status"] == "cancelled"
+
+
+async def test_an_ended_task_goes_from_the_servers_memory_when_its_time_comes_though_nothing_asks_for_it(
+    config: Config, no_leaks: None
+) -> None:
+    """Found by a review: an expired task and its result stayed until the next tasks/* or task."""
+    config = dataclasses.replace(config, kept_output_seconds=1)
+    async with served(config) as s:
+        created = await call_raw(s.client, SLOW, timeout=5)
+        assert (await wait_for_task(s.client.session, created.task_id))["status"] == "completed"
+        assert len(s.tasks.store) == 1
+        with anyio.fail_after(10):  # its time is 1 s after its end; nothing is asked of the server meanwhile
+            while len(s.tasks.store):
+                await anyio.sleep(0.05)
+
+
 class ResultTaskRequest(types.Request[TaskParams, Literal["tasks/result"]]):
     """tasks/result, of the tasks of 2025-11-25, which this server does not serve."""
 

@@ -3,6 +3,7 @@ a dead worker replaced, and everything gone after SIGTERM. 64 official clients a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -147,3 +148,44 @@ def test_a_sigterm_while_the_workers_start_stops_them_all(work_dir: Path, tmp_pa
         time.sleep(0.0005)
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 0, (tmp_path / "log").read_text()
+
+
+async def test_a_second_sigterm_cuts_the_workers_grace_short_as_for_one_server(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    """Found by a review: the supervisor passed a signal on once, so a second one did nothing and the
+    server waited out the grace with a call in flight (31.3 s of a 30 s grace; 1.7 s with one worker)."""
+    marker = tmp_path / "started"
+    code = f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(100)"
+    log = tmp_path / "log"
+    with http_server(work_dir, log, RUNNER_HTTP_WORKERS="2", RUNNER_SHUTDOWN_GRACE="100") as server:
+
+        def call() -> None:
+            message = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "run_python", "arguments": {"code": code, "timeout": 120}},
+            }
+            headers = {
+                "content-type": "application/json",
+                "accept": "application/json, text/event-stream",
+                "mcp-protocol-version": "2025-06-18",
+            }
+            # Its worker may close the connection as it stops: what matters is when it stops.
+            with contextlib.suppress(httpx2.HTTPError):
+                httpx2.post(server.url, json=message, headers=headers, timeout=150)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, call)
+            with anyio.fail_after(60):
+                while not marker.exists():
+                    await anyio.sleep(0.02)
+            server.process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(60):  # each worker says it heard the first: it now gives its call the grace
+                while log.read_text().count("finishing the calls in flight") < 2:
+                    await anyio.sleep(0.02)
+            server.process.send_signal(signal.SIGTERM)
+            # Well within the 100 s grace: the second signal ends the call's run at once.
+            status = await anyio.to_thread.run_sync(lambda: server.process.wait(30))
+    assert status == 0, log.read_text()
