@@ -86,6 +86,8 @@ UIDS_OPTION = "uids="
 SPACES_OPTION = "spaces="
 # Names the port of the server's egress proxy on each run's loopback (`Isolation.egress_port`).
 EGRESS_OPTION = "egress="
+# Names the probe's parent, the server, right after ``--probe`` (zygote.py): the probe dies with it.
+PARENT_OPTION = "parent="
 # Where the zygote builds the view's root before it pivots into it: a tmpfs over this directory of
 # its own mount namespace (what is bound from under it was opened first).
 NEW_ROOT = "/tmp"
@@ -287,12 +289,28 @@ def enter_user_namespace() -> None:
             proc_file.write(text)
 
 
-def die_with_parent() -> None:
-    """SIGKILL this process when its parent exits; exit now if the parent is already gone."""
-    parent = os.getppid()
+def die_with_parent(parent: int = 0, parent_end: int = -1) -> None:
+    """SIGKILL this process when its parent exits; exit now if the parent is already gone.
+
+    Gone: getppid() changed while the signal was set, or is not `parent`, the parent's pid where the
+    caller was told it (a parent that died before this process could first ask is seen too). A process
+    in a PID namespace its parent is outside of gets 0 from getppid() whether the parent lives or not:
+    there `parent_end` tells, this process's end of a socket pair whose other end only the parent
+    holds, hung up once the parent has died (an exiting process's files are closed before its
+    children are told: a parent that died too early for the signal has hung up by then).
+    """
+    before = parent or os.getppid()
     _checked(_LIBC.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
-    if os.getppid() != parent:
+    if os.getppid() != before:
         os._exit(1)
+    if parent_end >= 0:
+        os.set_blocking(parent_end, False)
+        try:
+            said = os.read(parent_end, 1)  # the parent says nothing first: only its end's hang-up reads
+        except BlockingIOError:
+            return
+        if not said:
+            os._exit(1)
 
 
 def clone(namespaces: int) -> int:

@@ -20,8 +20,9 @@ bound with none cleaning (the server asked for more than its own limits allow), 
 Runs' namespaces are made in a PID namespace of the zygote's own (`PidSpaces.prepare`), not in the
 zygote's: setns back to a PID namespace needs CAP_SYS_ADMIN over the user namespace that owns it,
 which a zygote in a user namespace of its own has for a namespace it made and not for the host's.
-That namespace's init only holds it; when the zygote dies, it dies (PDEATHSIG), and the kernel kills
-every process in it: every kept init and every run.
+That namespace's init only holds it; when the zygote dies, it dies (PDEATHSIG, set before the zygote
+goes on: a zygote killed before then is seen gone by the holder itself), and the kernel kills every
+process in it: every kept init and every run.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
 CLEAN = b"C"
 NOT_CLEAN = b"D"
 USED = b"N"
+# What the holder says once it will die with the zygote (`PidSpaces.prepare`).
+ARMED = b"H"
 # How long an init waits for what a run left to die before it gives up on its namespace (a process
 # stuck in the kernel): the namespace is then ended instead of lent again.
 CLEAN_SECONDS = 1.0
@@ -148,20 +151,7 @@ class PidSpaces:
     def prepare(self) -> None:
         """Once, in the zygote, before any run: the PID namespace runs' are made in, and its holder."""
         namespaces.unshare(namespaces.CLONE_NEWPID)
-        holder = os.fork()
-        if holder == 0:
-            try:
-                signal.set_wakeup_fd(-1)
-                os.closerange(0, 1 << 16)
-                os.setsid()
-                # getppid() is 0 here either way (the zygote is outside this PID namespace): if the
-                # zygote died before this line, the server's stray sweep kills this orphan.
-                namespaces.die_with_parent()
-                while True:
-                    signal.pause()
-            finally:
-                os._exit(1)
-        self.holder = holder
+        self.holder = _fork_holder()
         self._home = os.open("/proc/self/ns/pid_for_children", os.O_RDONLY | os.O_CLOEXEC)
 
     def lend(self) -> Space:
@@ -347,6 +337,46 @@ class PidSpaces:
         return [*self.by_init, self.holder]
 
 
+def _fork_holder() -> int:
+    """Fork the init of the PID namespace this process's children are born in, which only holds it: its
+    pid, once it will die with this process (`HolderGone` if it died first).
+
+    Its parent's end of a socket pair tells it whether its parent died before it set that signal (its
+    getppid() is 0 either way: its parent is outside its namespace), and it says on its own end once it
+    has, so no zygote goes on with a holder that would outlive it."""
+    ours, theirs = (end.detach() for end in socket.socketpair())
+    try:
+        holder = os.fork()
+    except OSError:
+        os.close(ours)
+        os.close(theirs)
+        raise
+    if holder == 0:
+        try:
+            signal.set_wakeup_fd(-1)
+            os.close(ours)
+            # A parent killed before this line has hung up its end; any later, and the kernel kills
+            # this holder, and with it every process in its namespace.
+            namespaces.die_with_parent(parent_end=theirs)
+            os.write(theirs, ARMED)
+            os.closerange(0, 1 << 16)
+            os.setsid()
+            while True:
+                signal.pause()
+        finally:
+            os._exit(1)
+    os.close(theirs)
+    try:
+        armed = os.read(ours, 1)
+    finally:
+        os.close(ours)
+    if armed != ARMED:  # its end closed unsaid: it has died
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(holder, 0)
+        raise HolderGone("the holder of the PID namespace runs' are made in died as it started")
+    return holder
+
+
 def _unless_holder_gone(holder: int, exc: OSError) -> None:
     """HolderGone if `exc` is ENOMEM (a fork under it refused) or ECHILD (no init came: the maker,
     born under it, was killed with it before it made one) because the `holder` is dying or dead: no
@@ -392,7 +422,8 @@ def serve_as_init(
             os.dup2(fd, target)
         os.closerange(2, bootstrap.MAX_FD)  # the zygote's socket, other runs' pipes, other namespaces
         # getppid() is 0 here either way (the zygote is outside this PID namespace): if the zygote
-        # died before this line, the server's stray sweep kills this orphan.
+        # died before this line, its holder has died with it, and the kernel kills this init, in a
+        # namespace below the holder's, with every other process there.
         namespaces.die_with_parent()
         watch = None
         listener = -1

@@ -15,8 +15,9 @@ is lent again. The network namespace is lent with it, while nothing of an earlie
 (networks.py). The run itself makes the rest (mount, IPC, UTS: never lent, see
 `namespaces.Isolation`) and builds its private view of the file system, then drops every capability
 and refuses what only that set-up needed (`seccomp.AFTER_SET_UP`).
-``python zygote.py --probe TMP_BYTES NETWORK KEEP...`` runs two such runs of ``pass``, the second in
-the first one's PID namespace, and exits 0 if they worked (the server's start-up check).
+``python zygote.py --probe [parent=PID] TMP_BYTES NETWORK KEEP...`` runs two such runs of ``pass``, the
+second in the first one's PID namespace, and exits 0 if they worked (the server's start-up check); it
+dies with the server (PID), whenever that dies.
 
 This file must not import the ``runner`` package: like the bootstrap, it runs under ``-I -S`` with
 nothing but the standard library.
@@ -447,9 +448,11 @@ PROBE_CODE = b"import os\nassert (os.getpid(), os.getppid()) == (%d, 0), (os.get
 PROBE_LIMITS = [10, 1 << 30, 4096, 1 << 20]
 
 
-def probe(isolation: namespaces.Isolation) -> int:
+def probe(isolation: namespaces.Isolation, parent: int = 0) -> int:
     """Run ``pass`` twice as namespaced runs exactly as the server would, the second in the PID namespace
-    the first one had; 0 if it worked, else why on stderr."""
+    the first one had; 0 if it worked, else why on stderr. It dies with its `parent` (the server's pid,
+    if it was told: else whatever started it), and so does every process it made."""
+    namespaces.die_with_parent(parent)  # a probe whose server has died would go on for nothing
     if not namespaces.has_cap_sys_admin():
         namespaces.enter_user_namespace()
     if isolation.cgroup_args:  # the runs' cgroups are made and removed as the server's will be
@@ -458,6 +461,8 @@ def probe(isolation: namespaces.Isolation) -> int:
     _home_for_runs()
     bootstrap.prepare_process(libc, seccomp.Filter(seccomp.EVERY_PROCESS), namespaced_zygote=True)
     spaces = _pid_spaces(isolation, PROBE_LIMITS)
+    # Again before its first child, after its set-up, where a change of its credentials would unset it.
+    namespaces.die_with_parent(parent)
     try:
         spaces.prepare()
         for pid_inside in (2, 3):
@@ -520,7 +525,9 @@ def _probe_run(namespaced: Namespaced, pid_inside: int) -> str:
 
 if __name__ == "__main__":
     if sys.argv[1] == "--probe":
-        sys.exit(probe(namespaces.Isolation(sys.argv[2:])))
+        told = sys.argv[2].startswith(namespaces.PARENT_OPTION)
+        parent = int(sys.argv[2][len(namespaces.PARENT_OPTION) :]) if told else 0
+        sys.exit(probe(namespaces.Isolation(sys.argv[2 + told :]), parent))
     serve(
         sys.argv[1],
         [int(arg) for arg in sys.argv[2:6]],

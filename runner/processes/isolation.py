@@ -38,6 +38,7 @@ from runner.inrun.namespaces import (
     BIND_PREFIX,
     EGRESS_OPTION,
     HIDE_PREFIX,
+    PARENT_OPTION,
     PROC_COVERED,
     RUN_BYTES,
     SPACES_OPTION,
@@ -399,9 +400,7 @@ def plan_isolation(config: Config) -> IsolationPlan:
     if isolation.sandbox in ("auto", "namespaces"):
         problem = _probe(
             [
-                *interpreter_argv(isolation.python),
-                ZYGOTE,
-                "--probe",
+                *zygote_probe_argv(isolation.python),
                 *namespace_args(isolation)[1:],
                 *probe_uids,
                 *probe_cgroups,
@@ -411,7 +410,7 @@ def plan_isolation(config: Config) -> IsolationPlan:
         if problem is not None and probe_cgroups:
             # Namespaces may work without the cgroups: then the plan says why it has none.
             retry = _probe(
-                [*interpreter_argv(isolation.python), ZYGOTE, "--probe", *namespace_args(isolation)[1:], *probe_uids],
+                [*zygote_probe_argv(isolation.python), *namespace_args(isolation)[1:], *probe_uids],
                 {},
             )
             if retry is None:
@@ -502,6 +501,11 @@ def _become(lends: bool, isolation: IsolationConfig) -> str:
         return "pass"
     inside = os.path.dirname(BOOTSTRAP_INSIDE)
     return f"import sys; sys.path.insert(0, {inside!r}); import libc; libc.become_user({isolation.run_uid_range[0]})"
+
+
+def zygote_probe_argv(python: str) -> list[str]:
+    """The zygote's probe, before its namespace arguments: told this process's pid, it dies with it."""
+    return [*interpreter_argv(python), ZYGOTE, "--probe", f"{PARENT_OPTION}{os.getpid()}"]
 
 
 def interpreter_argv(python: str) -> list[str]:

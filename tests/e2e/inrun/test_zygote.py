@@ -1,12 +1,21 @@
-"""The zygote's own steps, in an interpreter of their own: a fork request that fails leaves nothing."""
+"""The zygote's own steps, in an interpreter of their own: a fork request that fails leaves nothing, and
+its start-up probe goes with the server that started it."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
+
+from runner.config import Config
 from runner.processes.isolation import BOOTSTRAP
+from tests.conftest import REPO
+from tests.helpers import alive, children_of, in_mode, living, settled
 
 FORK_FAILS = """
 import os, resource, sys
@@ -34,3 +43,63 @@ def test_a_fork_request_that_fails_answers_an_error_and_leaves_nothing(tmp_path:
     reply, fds, runs, listing, same_fds = done.stdout.strip().split("|")
     assert reply.startswith("E [Errno 24] Too many open files")
     assert (fds, runs, listing, same_fds) == ("[]", "{}", "[]", "True")
+
+
+# A server as far as its start-up probe: the plan of a namespaced sandbox.
+PLANS = """
+import dataclasses, sys
+from runner.config import Config
+from runner.processes.isolation import plan_isolation
+plan_isolation(dataclasses.replace(Config(), python=sys.argv[1], sandbox="namespaces"))
+"""
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as listed:
+            return [int(child) for child in listed.read().split()]
+    except OSError:
+        return []
+
+
+def _probe_of(server: int) -> int:
+    for child in _children(server):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                if b"\0--probe\0" in cmdline.read():
+                    return child
+        except OSError:
+            pass
+    return 0
+
+
+@pytest.mark.timeout(60)
+def test_a_probe_whose_server_dies_dies_with_it_and_so_does_every_process_it_made(config: Config) -> None:
+    # Found by a review: the probe had no parent-death signal, so a server killed while it probed left
+    # it to run on alone: 10 of 10 outlived their server, to the end of the probe, or, stuck, forever.
+    # Stopped once it has its first child (the holder of its runs' namespaces), a probe cannot end by
+    # itself, as a slow one would not before its server's death; only dying with it ends it.
+    in_mode(config, "namespaces")
+    left: list[int] = []
+    with subprocess.Popen([sys.executable, "-c", PLANS, config.python], cwd=REPO) as server:
+        try:
+            deadline = time.monotonic() + 30
+            probe = 0
+            while not probe and server.poll() is None and time.monotonic() < deadline:
+                probe = _probe_of(server.pid)
+            assert probe, "no probe was seen"
+            os.kill(probe, signal.SIGSTOP)
+            # Step by step until it has forked the holder: the probe lives on (it runs two runs) long after.
+            while not _children(probe) and time.monotonic() < deadline:
+                os.kill(probe, signal.SIGCONT)
+                os.kill(probe, signal.SIGSTOP)
+            left = [probe, *children_of(probe)]
+            assert len(left) > 1, "the probe forked nothing"
+            server.kill()
+            server.wait()
+            assert settled(lambda: living(left), timeout=10) == []
+        finally:
+            server.kill()
+            for pid in left:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
