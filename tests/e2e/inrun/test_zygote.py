@@ -90,8 +90,11 @@ def test_a_probe_whose_server_dies_dies_with_it_and_so_does_every_process_it_mad
             assert probe, "no probe was seen"
             os.kill(probe, signal.SIGSTOP)
             # Step by step until it has forked the holder: the probe lives on (it runs two runs) long after.
+            # Each step lets it run a moment: stopped again at once, it would take the stop before any of
+            # its own code (its probe then timed out on a quiet machine, 237,507 steps in 10 s).
             while not _children(probe) and time.monotonic() < deadline:
                 os.kill(probe, signal.SIGCONT)
+                time.sleep(0.001)
                 os.kill(probe, signal.SIGSTOP)
             left = [probe, *children_of(probe)]
             assert len(left) > 1, "the probe forked nothing"
