@@ -10,12 +10,11 @@ rolled back to where it was, its files too.
 Handles are 192 random bits, after the replica's name where it has one (`RUNNER_HTTP_REPLICA`, for a
 proxy to route on), bound to the caller that made them (a token's name over HTTP; over stdio the
 connection is the only caller): another caller's handle is as unknown as one never made.
-A session takes a concurrency slot only while one of its calls runs; a second call to a session
-whose call is running waits its turn (FIFO), counted as waiting in the queue (or its caller's own
-line) and for at most its own timeout, then `busy`. Sessions end when
-closed, after `RUNNER_SESSION_IDLE_SECONDS` unused, `RUNNER_SESSION_MAX_SECONDS` after they began,
-when their state is lost (a call killed its keeper), when the call that started them ends without an
-answer (nobody has their handle), and with the server.
+A session takes a concurrency slot only while one of its calls runs; a second call to a session whose
+call is running waits its turn (FIFO), counted as waiting in the queue (or its caller's own line) and for
+at most its own timeout, then `busy`. Sessions end when closed, after `RUNNER_SESSION_IDLE_SECONDS` unused,
+`RUNNER_SESSION_MAX_SECONDS` after they began, when their state is lost (a call killed its keeper), when
+the call that started them ends without an answer (nobody has their handle), and with the server.
 """
 
 from __future__ import annotations
@@ -337,10 +336,11 @@ class SessionHost:
             if not child.pid and not _ran(result):  # the session had ended before it: nothing ran
                 return sessions.unknown_call(request)
             # Its processes went (the call killed them, kill(-1) say, or something outside did, or
-            # close_session came): the call's own end is not known, the session's is.
+            # close_session came): the call's own end is not known, the session's is; what it printed
+            # and its numbers are the call's (found by a review: dropped, its duration 0.000s).
             why = sessions.why_ended(session.handle) or str(exc)
             message = f'the session ended during this call ({why}); start another with session "new"'
-            return RunResult(request.request_id, Status.SIGNAL, message)
+            return dataclasses.replace(result, status=Status.SIGNAL, message=message, exit_code=None)
         child.close_all()
         session.used = anyio.current_time()
         others = sessions.held_by_others(session)

@@ -18,7 +18,7 @@ import pytest
 
 from runner.config import Config
 from runner.execution.pool import Pool
-from runner.outcome import NEW_SESSION, RunRequest, RunResult, Status
+from runner.outcome import NEW_SESSION, Progress, RunRequest, RunResult, Status
 from runner.processes.isolation import plan_isolation
 from tests.helpers import alive, children_of, in_mode, settled, settled_async
 
@@ -629,6 +629,33 @@ async def test_close_session_during_a_call_kills_the_call_and_its_result_says_th
     [result] = ended
     assert result.status is Status.SIGNAL
     assert "the session ended during this call (closed by close_session)" in result.message
+
+
+async def test_a_call_whose_session_is_closed_under_it_keeps_what_it_printed_and_how_long_it_ran(pool: Pool) -> None:
+    # Found by a review: its result was the message alone, what the call had printed and its duration
+    # (0.000s after 1.2 s) dropped.
+    handle = await new_session(pool, "x = 1")
+    printed = anyio.Event()
+    ended: list[RunResult] = []
+
+    async def seen(progress: Progress) -> None:
+        if progress.stdout_bytes:
+            printed.set()
+
+    async def long_call() -> None:
+        request = RunRequest("t", "import time\nprint('started', flush=True)\ntime.sleep(30)", 30, session=handle)
+        ended.append(await pool.run(request, seen))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(long_call)
+        with anyio.fail_after(20):
+            await printed.wait()
+        assert await pool.close_session(handle, None) is None
+    [result] = ended
+    assert result.status is Status.SIGNAL
+    assert "the session ended during this call (closed by close_session)" in result.message
+    assert result.stdout.text == "started\n", result
+    assert result.duration > 0, result
 
 
 LEAVE_TRACES = """
