@@ -65,15 +65,27 @@ def _open_directory(parent_fd: int, name: str) -> int | None:
     except PermissionError:
         # Without read or search permission (a server that is not root): given them back first.
         try:
-            os.chmod(name, stat.S_IRWXU, dir_fd=parent_fd, follow_symlinks=False)
+            _give_back(parent_fd, name)
             fd = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent_fd)
-        except (OSError, NotImplementedError):
+        except OSError:
             return None
     except OSError:
         return None
     with contextlib.suppress(OSError):
         os.fchmod(fd, stat.S_IRWXU)  # writable, so that what is in it can be unlinked
     return fd
+
+
+def _give_back(parent_fd: int, name: str) -> None:
+    """chmod 0700 the directory `name` in `parent_fd`, never what a link there points to: through a
+    descriptor that can only be that directory (``O_PATH``), by its /proc link. (Found by a review:
+    ``chmod(dir_fd=..., follow_symlinks=False)`` raises ValueError where fchmodat cannot refuse to
+    follow, glibc before 2.32 or a link met there, and that ended the pool from its teardown.)"""
+    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent_fd)
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", stat.S_IRWXU)
+    finally:
+        os.close(fd)
 
 
 def _empty(top: int) -> None:

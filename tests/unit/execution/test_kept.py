@@ -122,3 +122,17 @@ def test_a_file_is_kept_as_it_is_with_its_type_and_why_under_a_uri_that_quotes_i
     assert kept.uri.endswith("/..%2Fsub%2Fx%20y.bin")
     assert read(store, kept, None) == data
     assert store.keep_file(None, "big", bytes(17 * MIB), "application/octet-stream", "over") is None  # per call
+
+
+def test_an_entry_whose_file_cannot_be_unlinked_expires_all_the_same(tmp_path: Path) -> None:
+    # Found by a review: the sweep that expires entries (now a task of the pool's) let any OSError but
+    # "not found" out of the unlink, ending the pool (a directory made read-only, a file system so).
+    store = store_in(tmp_path, kept_output_seconds=60)
+    kept = store.keep_stream("alice", "stdout", spool_of(store, b"x" * (SPOOL_MEMORY + 1)), now=100.0)
+    assert kept is not None
+    [name] = os.listdir(store.directory)
+    os.unlink(os.path.join(store.directory, name))
+    os.mkdir(os.path.join(store.directory, name))  # unlink meets EISDIR, whoever the server runs as
+    store.expire(200.0)
+    assert store.listed("alice", now=200.0) == []
+    assert store.open(kept.uri, "alice", now=200.0) is None

@@ -7,12 +7,16 @@ import os
 import socket
 import stat
 import subprocess
-from collections.abc import Iterator
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from runner.processes.trees import MAX_HELD, remove_tree
+
+NOBODY = 65534
 
 
 def _deep(top: Path, levels: int) -> None:
@@ -68,18 +72,61 @@ def test_deep_directories_beside_names_the_removal_uses_itself_are_removed_too(t
     assert not run.exists()
 
 
-def test_directories_without_permissions_and_special_files_are_removed(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    (run / "a" / "b" / "c").mkdir(parents=True)
-    (run / "a" / "b" / "c" / "f").write_text("x")
-    os.mkfifo(run / "a" / "fifo")
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.bind(str(run / "a" / "sock"))
-    for directory in (run / "a" / "b" / "c", run / "a" / "b", run / "a"):
-        directory.chmod(0)
-    run.chmod(stat.S_IRUSR | stat.S_IXUSR)
-    remove_tree(str(run))
-    assert not run.exists()
+def _as_a_user_permissions_stop(work: Callable[[], None]) -> int:
+    """`work()` in a child process, as uid 65534 where this is root (root opens a directory of mode 0,
+    so the removal's way back in, giving the permissions back, would never be taken: CI runs as root);
+    the child's exit status, 0 if `work` returned."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+            work()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@pytest.mark.parametrize("refuses", [False, True], ids=["fchmodat", "fchmodat-cannot-refuse-to-follow"])
+def test_directories_without_permissions_and_special_files_are_removed(refuses: bool) -> None:
+    # Found by a review: where fchmodat cannot refuse to follow a link (glibc before 2.32, or a link
+    # met there), chmod(dir_fd=..., follow_symlinks=False) raised ValueError, which ended the pool.
+    home = Path(tempfile.mkdtemp(prefix="test-trees-", dir="/tmp"))  # a user's own, as tmp_path is not
+    if os.geteuid() == 0:
+        os.chown(home, NOBODY, NOBODY)
+    run = home / "run"
+
+    def make_and_remove() -> None:
+        if refuses:
+            chmod = os.chmod
+
+            def chmod_as_glibc_before_2_32(path: str, mode: int, *, dir_fd: int | None = None, **kw: bool) -> None:
+                if dir_fd is not None and not kw.get("follow_symlinks", True):
+                    raise ValueError("chmod: cannot use dir_fd and follow_symlinks together")
+                chmod(path, mode, dir_fd=dir_fd, **kw)
+
+            os.chmod = chmod_as_glibc_before_2_32  # in this child only
+        (run / "a" / "b" / "c").mkdir(parents=True)
+        (run / "a" / "b" / "c" / "f").write_text("x")
+        os.mkfifo(run / "a" / "fifo")
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(run / "a" / "sock"))
+        for directory in (run / "a" / "b" / "c", run / "a" / "b", run / "a"):
+            directory.chmod(0)
+        run.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        remove_tree(str(run))
+        assert not run.exists()
+
+    try:
+        assert _as_a_user_permissions_stop(make_and_remove) == 0
+    finally:
+        subprocess.run(["rm", "-rf", "--", str(home)], check=True)
 
 
 def test_links_in_the_tree_or_in_its_place_are_removed_and_what_they_point_to_stays(tmp_path: Path) -> None:
