@@ -536,6 +536,18 @@ def test_auto_picks_the_zygote_s_namespaces_where_it_can_make_them(config: Confi
     assert plan.zygote_args[0] == "namespaces"
 
 
+def test_auto_picks_the_zygote_s_namespaces_with_a_python_that_is_a_wrapper_too(config: Config, tmp_path: Path) -> None:
+    # Found by a review: the probe, told the server's pid, took a parent other than the server for the
+    # server's death, so under a wrapper that starts python as its child (not exec) it exited at once,
+    # unsaid, and auto fell back to rlimits only.
+    in_mode(config, "namespaces")
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\n"{config.python}" "$@"\n')
+    wrapper.chmod(0o755)
+    plan = plan_isolation(dataclasses.replace(config, sandbox="auto", python=str(wrapper)))
+    assert (plan.mode, plan.reason) == ("namespaces", "the zygote can give each run its own namespaces")
+
+
 def test_auto_says_why_it_fell_back_for_each_kind_of_sandbox(config: Config) -> None:
     broken = dataclasses.replace(config, sandbox="auto", python="/bin/false")
     reason = plan_isolation(broken).reason
