@@ -26,6 +26,7 @@ from urllib.parse import quote
 import anyio
 
 from runner.config import KeptConfig
+from runner.execution.leftovers import HeldDirectory
 from runner.outcome import KeptOutput
 
 URI_PREFIX = "runner://output/"
@@ -136,8 +137,9 @@ class OutputStore:
     goes, each caller's entries in order, and entries expire in the order they were made (they all
     last the same)."""
 
-    def __init__(self, kept: KeptConfig, directory: str) -> None:
+    def __init__(self, kept: KeptConfig, directory: str, held: HeldDirectory | None = None) -> None:
         self.directory = directory
+        self._held = held  # the lock that tells the next start this server lives (leftovers.py)
         self._per_call = kept.per_call_bytes
         self._per_caller = kept.max_kept_caller_bytes
         self._total = kept.max_kept_total_bytes
@@ -153,7 +155,8 @@ class OutputStore:
     @classmethod
     def made(cls, config: KeptConfig, work_dir: str) -> OutputStore:
         """A store in a new, empty directory of its own (mode 0700) under `work_dir` (RUNNER_WORK_DIR)."""
-        return cls(config, tempfile.mkdtemp(prefix=KEPT_PREFIX, dir=work_dir))
+        held = HeldDirectory(KEPT_PREFIX, work_dir)
+        return cls(config, held.path, held)
 
     @property
     def enabled(self) -> bool:
@@ -277,6 +280,8 @@ class OutputStore:
             for name in os.listdir(self.directory):
                 os.unlink(os.path.join(self.directory, name))
             os.rmdir(self.directory)
+        if self._held is not None:
+            self._held.release()
 
     def _evict(self, uri: str) -> None:
         entry = self._entries.pop(uri)

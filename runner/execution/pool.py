@@ -14,7 +14,6 @@ import dataclasses
 import logging
 import math
 import os
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -27,6 +26,7 @@ from runner.execution.calls import CallPath
 from runner.execution.driver import ProgressCallback, RunDriver
 from runner.execution.hints import Hints, no_network_note
 from runner.execution.kept import OutputStore
+from runner.execution.leftovers import HeldDirectory, remove_dead
 from runner.execution.provided import ProvidedPackages
 from runner.execution.sessions import Sessions, anchor_pids, expire_forever
 from runner.execution.slots import Slots
@@ -158,7 +158,9 @@ class Pool:
         plan = plan or plan_isolation(config)
         helpers = Helpers()  # the server's own helper processes: the sweep knows them
         provided = await ProvidedPackages.opened(config.packages_section, logger, helpers)
-        base_dir = tempfile.mkdtemp(prefix=POOL_PREFIX, dir=config.work_dir)
+        await _remove_what_dead_servers_left(config.work_dir, logger)
+        held = HeldDirectory(POOL_PREFIX, config.work_dir)  # released, and so unlocked, as it is removed
+        base_dir = held.path
         # Not under base_dir, where runs' own directories are made: its own, mode 0700.
         store = OutputStore.made(config.kept, config.pool.work_dir)
         limits = limits_for(config.limits, config.pool, count_tasks_of_uid(), plan)
@@ -227,6 +229,7 @@ class Pool:
                 if reaping:
                     set_child_subreaper(False)
                 await anyio.to_thread.run_sync(remove_tree, base_dir)
+                held.release()
                 store.close()
                 if provided is not None:
                     provided.close()
@@ -296,6 +299,15 @@ def _hints(config: Config, plan: IsolationPlan, provided: ProvidedPackages | Non
     house = provided.wheelhouse.modules if provided is not None else {}
     network = no_network_note(config.egress_allow) if plan.network == "isolated" else ""
     return Hints(config.packages_site, house, config.wheelhouse_modules, network)
+
+
+async def _remove_what_dead_servers_left(work_dir: str, logger: logging.Logger) -> None:
+    """A server killed with SIGKILL left its directories and, in plain mode, its runs' processes."""
+    removed, killed = await anyio.to_thread.run_sync(remove_dead, work_dir)
+    if removed:
+        log_event(
+            logger, logging.WARNING, "removed what a dead server left", directories=len(removed), processes=killed
+        )
 
 
 def _log_start(logger: logging.Logger, config: Config, plan: IsolationPlan, limits: Limits, base_dir: str) -> None:

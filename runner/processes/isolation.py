@@ -29,7 +29,6 @@ from typing import Literal
 from runner.config import MIB, Config, IsolationConfig, SandboxNetwork
 from runner.errors import Unavailable
 from runner.inrun.bootstrap import __file__ as _bootstrap_file
-from runner.inrun.cgroups import tokens
 
 # The run's directory, and /run's size (sockets and pid files, if anything: without a size it would be
 # a tmpfs of half the host's memory, bubblewrap's default, outside every limit of the run): the same in
@@ -45,7 +44,7 @@ from runner.inrun.namespaces import (
     WORKDIR,
     within,
 )
-from runner.processes.cgroups import CgroupPlan, plan_cgroups
+from runner.processes.cgroups import CgroupPlan, Parent, plan_cgroups
 
 # A bwrap run's own tmpfs mounts (bwrap_argv), whose pages its peak memory counts (harvest.ended).
 BWRAP_TMPFS = (WORKDIR, "/dev/shm", "/run")
@@ -396,25 +395,8 @@ def plan_isolation(config: Config) -> IsolationPlan:
     problems = []
     # Decided before the probes, which make a cgroup too where one is planned.
     cgroups, cgroup_reason = plan_cgroups(config.limits)
-    probe_cgroups = cgroup_tokens_for_probe(cgroups)
     if isolation.sandbox in ("auto", "namespaces"):
-        problem = _probe(
-            [
-                *zygote_probe_argv(isolation.python),
-                *namespace_args(isolation)[1:],
-                *probe_uids,
-                *probe_cgroups,
-            ],
-            env={},
-        )
-        if problem is not None and probe_cgroups:
-            # Namespaces may work without the cgroups: then the plan says why it has none.
-            retry = _probe(
-                [*zygote_probe_argv(isolation.python), *namespace_args(isolation)[1:], *probe_uids],
-                {},
-            )
-            if retry is None:
-                cgroups, cgroup_reason, problem = None, f"the zygote could not use them: {problem}", None
+        problem, cgroups, cgroup_reason = _probe_zygote(isolation, probe_uids, cgroups, cgroup_reason)
         if problem is None:
             _require_tcp_bound(isolation, cgroups, cgroup_reason)
             reason = "the zygote can give each run its own namespaces"
@@ -489,9 +471,29 @@ def _require_tcp_bound(isolation: IsolationConfig, cgroups: CgroupPlan | None, c
         )
 
 
-def cgroup_tokens_for_probe(cgroups: CgroupPlan | None) -> list[str]:
-    """The zygote probe's cgroup tokens: its runs' cgroups go right under the server's own."""
-    return [] if cgroups is None else tokens(cgroups.directories, list(cgroups.writes))
+def _probe_zygote(
+    isolation: IsolationConfig, probe_uids: tuple[str, ...], cgroups: CgroupPlan | None, cgroup_reason: str
+) -> tuple[str | None, CgroupPlan | None, str]:
+    """The namespaced zygote's probe: why it failed (None if it worked), and the cgroups the plan keeps.
+
+    Its runs' cgroups go in a parent of this server's (`Parent`, named with its pid), removed after it:
+    a server killed as it probes leaves that parent, which the next start removes. Found by a review:
+    they went right under the server's own cgroup, as `run-<probe pid>-1`, and no start removed them."""
+    argv = [*zygote_probe_argv(isolation.python), *namespace_args(isolation)[1:], *probe_uids]
+    if cgroups is None:
+        return _probe(argv, env={}), None, cgroup_reason
+    try:
+        parent = Parent(cgroups)
+    except OSError as exc:
+        return _probe(argv, env={}), None, f"cannot make the probe's cgroup: {exc.strerror}"
+    try:
+        problem = _probe([*argv, *parent.tokens()], env={})
+    finally:
+        parent.remove()
+    if problem is not None and _probe(argv, env={}) is None:
+        # Namespaces may work without the cgroups: then the plan says why it has none.
+        return None, None, f"the zygote could not use them: {problem}"
+    return problem, cgroups, cgroup_reason
 
 
 def _become(lends: bool, isolation: IsolationConfig) -> str:

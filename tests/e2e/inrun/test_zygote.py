@@ -3,6 +3,7 @@ its start-up probe goes with the server that started it."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from runner.config import Config
-from runner.processes.isolation import BOOTSTRAP
+from runner.inrun.cgroups import RUN_PREFIX
+from runner.processes.cgroups import plan_cgroups
+from runner.processes.isolation import BOOTSTRAP, plan_isolation
 from tests.conftest import REPO
 from tests.helpers import alive, children_of, in_mode, living, settled
 
@@ -101,6 +104,52 @@ def test_a_probe_whose_server_dies_dies_with_it_and_so_does_every_process_it_mad
             server.kill()
             server.wait()
             assert settled(lambda: living(left), timeout=10) == []
+        finally:
+            server.kill()
+            for pid in left:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _run_cgroups_of(probe: int, directories: list[str]) -> list[str]:
+    """The probe's runs' cgroups (`run-<probe pid>-N`), wherever under the server's cgroups they are."""
+    found = []
+    for directory in directories:
+        for top, subdirs, _ in os.walk(directory):
+            found += [os.path.join(top, sub) for sub in subdirs if sub.startswith(f"{RUN_PREFIX}{probe}-")]
+            if top != directory:
+                subdirs.clear()  # two levels: the server's cgroup, and a parent in it
+    return found
+
+
+@pytest.mark.timeout(60)
+def test_the_run_cgroups_of_a_probe_whose_server_was_killed_are_removed_by_the_next_start(config: Config) -> None:
+    # Found by a review: the probe's runs' cgroups went right under the server's own cgroup, and a server
+    # killed while one existed left it there for good: the next start removed only python-runner-<pid>-*.
+    in_mode(config, "namespaces")
+    cgroups, why = plan_cgroups(config.limits)
+    if cgroups is None:
+        pytest.skip(f"no cgroups for runs here: {why}")
+    left: list[int] = []
+    with subprocess.Popen([sys.executable, "-c", PLANS, config.python], cwd=REPO) as server:
+        try:
+            deadline = time.monotonic() + 30
+            probe = 0
+            while not probe and server.poll() is None and time.monotonic() < deadline:
+                probe = _probe_of(server.pid)
+            assert probe, "no probe was seen"
+            os.kill(probe, signal.SIGSTOP)
+            while not _run_cgroups_of(probe, cgroups.directories) and time.monotonic() < deadline:
+                os.kill(probe, signal.SIGCONT)
+                time.sleep(0.001)
+                os.kill(probe, signal.SIGSTOP)
+            assert _run_cgroups_of(probe, cgroups.directories), "the probe made no run cgroup"
+            left = [probe, *children_of(probe)]
+            server.kill()
+            server.wait()
+            assert settled(lambda: living(left), timeout=10) == []
+            plan_isolation(dataclasses.replace(Config(), python=config.python, sandbox="namespaces"))  # the next start
+            assert _run_cgroups_of(probe, cgroups.directories) == []
         finally:
             server.kill()
             for pid in left:
