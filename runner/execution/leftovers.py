@@ -43,16 +43,26 @@ class HeldDirectory:
     def __init__(self, prefix: str, parent: str) -> None:
         for _ in range(MAKE_TRIES):
             path = tempfile.mkdtemp(prefix=prefix + HELD, dir=parent)
-            with contextlib.suppress(OSError):
+            try:
                 fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    if os.fstat(fd).st_nlink:  # not removed by whoever had it between mkdtemp and flock
-                        self.path, self._fd = path, fd
-                        return
-                except OSError:
-                    pass
+            except OSError:
+                continue  # taken and removed already by another start
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another start took it: it removes it
                 os.close(fd)
+                continue
+            except OSError:
+                # A file system that cannot lock a directory (NFS without local_lock=flock): used unheld,
+                # which no start can take for a dead server's either (found by a review: the start
+                # failed, "other starts keep taking it", leaving ten directories each time).
+                os.close(fd)
+                self.path, self._fd = path, -1
+                return
+            if os.fstat(fd).st_nlink:  # not removed by whoever had it between mkdtemp and flock
+                self.path, self._fd = path, fd
+                return
+            os.close(fd)
         raise OSError(errno.EAGAIN, f"cannot hold a directory of our own in {parent}: other starts keep taking it")
 
     def release(self) -> None:

@@ -29,6 +29,7 @@ from types import FrameType
 from prometheus_client.multiprocess import mark_process_dead
 
 from runner.config import HttpConfig
+from runner.execution.leftovers import remove_dead
 from runner.logs import get_logger, log_event
 from runner.processes.trees import remove_tree
 from runner.protocol.metrics import MULTIPROCESS_DIRECTORY
@@ -105,7 +106,7 @@ def supervise(http: HttpConfig, work_dir: str, sock: socket.socket, worker_args:
         for worker in workers.values():  # only after a fault of the supervisor's own
             worker.process.kill()
             worker.process.wait()
-            remove_tree(worker.work_dir)  # a run's tree of any depth may be in it
+            _remove_worker_directory(worker.work_dir)
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
@@ -125,7 +126,7 @@ def _watch(
         worker = workers.pop(pid)
         worker.process.returncode = os.waitstatus_to_exitcode(status)
         mark_process_dead(pid, metrics_dir)  # type: ignore[no-untyped-call]  # untyped in prometheus_client
-        remove_tree(worker.work_dir)  # a run's tree of any depth may be in it
+        _remove_worker_directory(worker.work_dir)
         if stopping or failed:
             continue
         quick_exits = quick_exits + 1 if time.monotonic() - worker.started < QUICK_EXIT else 0
@@ -138,3 +139,11 @@ def _watch(
             continue
         start()
     return 1 if failed else 0
+
+
+def _remove_worker_directory(work_dir: str) -> None:
+    """A worker's RUNNER_WORK_DIR, once it has ended: first its plain runs' processes, which name its
+    held directories (found by a review: a killed worker's runs lived on, nothing looking in its
+    directory again), then the tree, of any depth."""
+    remove_dead(work_dir)
+    remove_tree(work_dir)

@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO
-from tests.helpers import alive, check_structured, processes_mentioning, settled
+from tests.helpers import alive, check_structured, children_of, processes_mentioning, settled
 from tests.http_server import HttpServer, http_server, server_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -192,3 +192,40 @@ async def test_a_second_sigterm_cuts_the_workers_grace_short_as_for_one_server(
             # Well within the 100 s grace: the second signal ends the call's run at once.
             status = await anyio.to_thread.run_sync(lambda: server.process.wait(30))
     assert status == 0, log.read_text()
+
+
+async def test_a_killed_worker_s_plain_runs_are_killed_before_its_directory_goes(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    """Found by a review: the supervisor removed a dead worker's directory, the only thing that named
+    its plain runs, and left the runs (a posix-spawned run's parent is its worker): alive for good."""
+    marker = tmp_path / "run-pid"
+    code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(100)"
+    env = {"RUNNER_HTTP_WORKERS": "2", "RUNNER_SANDBOX": "none-posix-spawn"}
+    with http_server(work_dir, tmp_path / "log", **env) as server:
+
+        def call() -> None:
+            message = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "run_python", "arguments": {"code": code, "timeout": 120}},
+            }
+            headers = {
+                "content-type": "application/json",
+                "accept": "application/json, text/event-stream",
+                "mcp-protocol-version": "2025-06-18",
+            }
+            with contextlib.suppress(httpx2.HTTPError):  # its worker is killed under it
+                httpx2.post(server.url, json=message, headers=headers, timeout=150)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, call)
+            with anyio.fail_after(60):
+                while not marker.exists() or not marker.read_text():
+                    await anyio.sleep(0.02)
+            run = int(marker.read_text())
+            [worker] = [pid for pid in workers_of(server) if run in children_of(pid)]
+            os.kill(worker, signal.SIGKILL)
+            assert await anyio.to_thread.run_sync(lambda: settled(lambda: alive(run), 30)) is False
+        assert server.stop() == 0
