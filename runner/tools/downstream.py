@@ -31,6 +31,7 @@ from mcp.shared.message import SessionMessage
 from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
 from runner.config import Downstream, python_name
+from runner.config.disk import HELD_VARIABLE
 from runner.logs import log_event
 from runner.rates import Pace, Rate
 from runner.tools.schemas import SchemaCheck
@@ -79,10 +80,12 @@ class TooSlow(Down):
 class Connection:
     """One downstream server's connection (`hold` keeps it), its allowed tools as last listed."""
 
-    def __init__(self, server: Downstream, logger: logging.Logger, most_bytes: int = 16 << 20) -> None:
+    def __init__(self, server: Downstream, logger: logging.Logger, most_bytes: int = 16 << 20, held: str = "") -> None:
         """`most_bytes`: the largest answer an HTTP server's body, or a stdio server's line, may hold
-        (a run passes no more)."""
+        (a run passes no more). `held`: the server's held directory (`runner.execution.leftovers`), named
+        in a stdio server's environment so that the next start kills what it left if we are killed."""
         self.server = server
+        self._held = held
         self._log = logger
         self._most_bytes = most_bytes
         # What the file gives it to hold (credentials): never in a reason it is down, an error or the log.
@@ -206,7 +209,11 @@ class Connection:
                 parameters = StdioServerParameters(
                     command=server.command,
                     args=list(server.args),
-                    env={**dict(server.env), MARK_VARIABLE: mark},
+                    env={
+                        **dict(server.env),
+                        MARK_VARIABLE: mark,
+                        **({HELD_VARIABLE: self._held} if self._held else {}),
+                    },
                     cwd=server.cwd or None,
                     # A byte that is not UTF-8 makes its line a parse error (and a reconnect), not a
                     # reader that ends while the session waits on.
