@@ -238,7 +238,7 @@ def dying_with_us(argv: list[str], env: dict[str, str]) -> list[str]:
     """`argv` started so that its first process is SIGKILLed when this server dies (Linux: a
     parent-death signal survives exec): a server killed with SIGKILL closed its stdin, but one that
     does not end at its EOF, a wrapper waiting on it, lived on (what they started, the next start kills:
-    `runner.execution.leftovers`). Costs a start of `python -I -S` (about 10 ms), once per connection.
+    `runner.execution.leftovers`). Costs a start of `python -I -S` (10 to 70 ms here), once per connection.
     A command without a path is looked up here, on the PATH the server is given, as `subprocess`
     would have: one that cannot be found fails to start (FileNotFoundError) as it did."""
     if not sys.platform.startswith("linux"):
