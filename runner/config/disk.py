@@ -27,6 +27,12 @@ from runner.errors import ConfigError
 
 # The pool's directory in RUNNER_WORK_DIR (`runner.execution.pool.Pool.open`), where runs' own are made.
 POOL_PREFIX = "python-runner-"
+# Code mode's directory there (`runner.tools.broker.Broker.opened`): empty, held while the server lives.
+TOOLS_PREFIX = "python-runner-tools-"
+# In a stdio tool server's environment, that directory: what the server and what it started carry, for the
+# start after a killed server to find (`runner.execution.leftovers`). Ours alone (an operator may have
+# set TMPDIR for it on purpose), and no secret.
+HELD_VARIABLE = "RUNNER_HELD_DIRECTORY"
 # The lock an environment was made from, which `make wheelhouse` keeps beside the wheels and `make
 # sandbox-env` in the package environment (scripts/wheelhouse.py, scripts/sandbox_env.py).
 WHEELHOUSE_LOCK = ENVIRONMENT_LOCK = "requirements.lock"

@@ -20,7 +20,9 @@ import os
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
 
+from runner.config.disk import HELD_VARIABLE
 from runner.processes.trees import remove_tree
 
 LEFTOVER_PREFIX = "python-runner-"
@@ -28,8 +30,9 @@ LEFTOVER_PREFIX = "python-runner-"
 # an older server has it): locked while its server lives, with no lock it is a dead server's.
 HELD = "held-"
 MAKE_TRIES = 10
-# The variables a run (`spawn.minimal_environment`, the zygote) and what it starts carry its directory in.
-MARKING_VARIABLES = (b"HOME=", b"TMPDIR=")
+# The variables a run (`spawn.minimal_environment`, the zygote) and what it starts carry its directory in,
+# and a tool server and what it starts the server's.
+MARKING_VARIABLES = (b"HOME=", b"TMPDIR=", HELD_VARIABLE.encode() + b"=")
 # A process forking as it is killed has a child the next look finds: rounds, each after the kills land.
 ROUNDS = 20
 ROUND_WAIT = 0.02
@@ -70,6 +73,19 @@ class HeldDirectory:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+@contextlib.contextmanager
+def held_directory(prefix: str, parent: str) -> Iterator[str]:
+    """A `HeldDirectory`'s path while in it, the directory removed (empty) and released on the way out."""
+    held = HeldDirectory(prefix, parent)
+    try:
+        yield held.path
+    finally:
+        try:
+            os.rmdir(held.path)  # first: a released one is a dead server's to whoever starts next
+        finally:
+            held.release()
 
 
 def remove_dead(work_dir: str) -> tuple[list[str], int]:

@@ -565,14 +565,15 @@ def enter_cgroup(count: int) -> None:
 
 
 def main() -> None:
-    """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE [TMPFS NETWORK [uid=UID] [cgroup-fds=N] [egress=PORT]]``
-    (in a sandbox: TMPFS, the run's own tmpfs mounts, colon-separated; NETWORK, ``isolated`` or ``shared``;
-    UID, the host uid a root server's run becomes; N, its cgroup's fds; PORT, where its loopback holds the
-    server's egress proxy); the zygote is `zygote.py`, which imports this."""
+    """A run interpreter: ``WORKDIR CPU AS NPROC FSIZE [TMPFS NETWORK [uid=UID] [cgroup-fds=N] [egress=PORT]
+    [parent=PID]]`` (in a sandbox: TMPFS, the run's own tmpfs mounts, colon-separated; NETWORK, ``isolated``
+    or ``shared``; UID, the host uid a root server's run becomes; N, its cgroup's fds; PORT, where its
+    loopback holds the server's egress proxy; a plain run: PID, its server's); the zygote is `zygote.py`."""
     tmpfs = tuple(sys.argv[6].split(":")) if len(sys.argv) > 6 and sys.argv[6] else ()
     options = dict(arg.split("=", 1) for arg in sys.argv[8:] if "=" in arg)
     enter_cgroup(int(options.get(CGROUP_FDS.rstrip("="), 0)))
     libc, seccomp, *siblings = load_siblings(*SIBLINGS)
+    libc.die_with(int(options.get("parent", 0)))  # a plain run's server (a sandbox's dies with bubblewrap)
     wire = siblings[0]
     isolated = sys.argv[7:8] == ["isolated"]
     uid = int(options["uid"]) if "uid" in options else None

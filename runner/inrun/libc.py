@@ -86,6 +86,29 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 
     return int(LIBC.prctl(option, arg2, arg3, arg4, arg5)) == 0
 
 
+def die_with(parent: int) -> None:
+    """SIGKILL this plain run when the process that started it ends (a run's parent-death signal: its
+    server's or its zygote's, `parent`; what it starts, the next start kills, `leftovers`), exit now
+    if that has already happened: the parent changed while the signal was set, or `parent` is no
+    process any more. `parent` need not be the parent (a `RUNNER_PYTHON` wrapper's child), and 0 sets
+    nothing. Forked children do not inherit it: a session's calls, forked by its anchor, are not
+    killed when a call's process that forked them ends."""
+    if not parent:
+        return
+    before = os.getppid()
+    if not prctl(PR_SET_PDEATHSIG, 9):  # SIGKILL
+        return  # not Linux: the next start's sweep alone
+    if os.getppid() != before:
+        os._exit(1)
+    if before != parent:
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except PermissionError:
+            pass  # a process, another uid's: alive
+
+
 def fork_bare() -> int:
     """fork(2) as os.fork does it (the GIL and the import lock held across it, so that no import is
     half-done in the child), but without CPython's at-fork hooks: neither the ``before`` and

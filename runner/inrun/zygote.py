@@ -265,6 +265,7 @@ def _fork_run(
     only: the zygote and the runs in flight carry on.
     """
     workdir = None if namespaced is not None else os.path.join(base_dir, "run-" + os.urandom(6).hex())
+    zygote = os.getpid()
     made = False
     ends: list[int] = []
     space = None
@@ -293,6 +294,8 @@ def _fork_run(
         return b"E " + str(exc).encode(), []
     theirs = [ends[0], ends[3], ends[5], ends[6]]
     if pid == 0:
+        if namespaced is None:
+            libc.die_with(zygote)  # a plain run (a namespaced one dies with its PID namespace's init)
         uid = space.uid if space else None
         network = space.network if space else -1
         listener = space.listener if space else -1

@@ -138,10 +138,10 @@ class IsolationPlan:
 
     @property
     def run_args(self) -> tuple[str, ...]:
-        """The spawned interpreter's last arguments in a wrapper: its own tmpfs mounts, and its network
-        (`bootstrap.main`). The zygote knows its runs' itself."""
-        if not self.wrapper:
-            return ()
+        """The spawned interpreter's last arguments: its own tmpfs mounts, its network and, a plain run,
+        its server's pid (`bootstrap.main`). The zygote knows its runs' itself."""
+        if not self.wrapper:  # a plain run: none of its own, the host's, and it dies with the server
+            return ("", self.network, f"{PARENT_OPTION}{os.getpid()}")
         egress = (f"{EGRESS_OPTION}{self.egress_port}",) if self.egress_port else ()
         return (":".join(BWRAP_TMPFS), self.network, *egress)
 

@@ -5,6 +5,7 @@ RUNNER_SHUTDOWN_GRACE seconds)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -13,6 +14,7 @@ import socket
 import anyio
 
 from runner.config import Config, HttpConfig, ToolServers
+from runner.config.disk import TOOLS_PREFIX
 from runner.config.tokens import BearerTokens
 from runner.logs import get_logger, log_event
 from runner.processes.isolation import IsolationPlan
@@ -95,6 +97,7 @@ async def serve_http(
     `tools`: the downstream servers runs may call (code mode), each worker with its own connections."""
     from runner.egress.proxy import EgressProxy
     from runner.execution.admission import fair_share
+    from runner.execution.leftovers import held_directory
     from runner.execution.pool import Pool
     from runner.protocol.handlers import build_server
     from runner.protocol.metrics import Metrics
@@ -108,7 +111,9 @@ async def serve_http(
     pool_config, http = config.pool, config.http
     share = fair_share(pool_config.max_concurrent, len(tokens.names) if tokens else 0, http.max_concurrent_per_token)
     async with (
-        Broker.maybe_opened(tools, config.tools, logger) as broker,
+        Broker.maybe_opened(
+            tools, config.tools, logger, functools.partial(held_directory, TOOLS_PREFIX, config.work_dir)
+        ) as broker,
         Pool.open(config, logger, reap_strays=True, plan=plan, caller_share=share, tools=broker, egress=egress) as pool,
         Tasks.opened(config.tasks, logger) as tasks,
         anyio.create_task_group() as tg,

@@ -5,12 +5,14 @@ One session with the client that started the server, until stdin closes."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 
 import anyio
 
 from runner.config import Config, ToolServers
+from runner.config.disk import TOOLS_PREFIX
 from runner.logs import get_logger, log_event
 from runner.processes.isolation import IsolationPlan
 from runner.serving.signals import stop_on_signals
@@ -21,6 +23,7 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
     the downstream servers runs may call (code mode)."""
     # Imported here so a configuration error is reported before the SDK's ~0.7 s import.
     from runner.egress.proxy import EgressProxy
+    from runner.execution.leftovers import held_directory
     from runner.execution.pool import Pool
     from runner.protocol.handlers import build_server
     from runner.protocol.tasks import Tasks
@@ -30,7 +33,9 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
     logger = get_logger()
     egress = EgressProxy(config.egress, logger) if config.egress_allow else None
     async with (
-        Broker.maybe_opened(tools, config.tools, logger) as broker,
+        Broker.maybe_opened(
+            tools, config.tools, logger, functools.partial(held_directory, TOOLS_PREFIX, config.work_dir)
+        ) as broker,
         Pool.open(config, logger, reap_strays=True, plan=plan, tools=broker, egress=egress) as pool,
         Tasks.opened(config.tasks, logger) as tasks,
         anyio.create_task_group() as tg,

@@ -17,6 +17,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import anyio
@@ -33,6 +34,8 @@ from runner.tools.schemas import SchemaCheck
 # refused (not allowed, bad arguments, a limit), unavailable (down), timeout (no answer within the run's
 # time left: cancelled there), cancelled (the run ended first), failed (anything else).
 Observe = Callable[[str, str, str, float], None]
+# Makes, holds while in it, and removes a directory: its path (`opened`).
+Holding = Callable[[], AbstractContextManager[str]]
 MAX_SCHEMA_CHECKS = 256  # validators kept, one per (server, tool)
 MAX_REFUSALS_LOGGED = 20  # a run's refused calls logged, one line each; the rest counted (metrics) only
 MAX_SAID_CHARS = 2000  # of a tool's or the SDK's error, what the run's ToolError says
@@ -52,25 +55,48 @@ class Broker:
     """The downstream servers' connections, and what runs may do with them."""
 
     def __init__(
-        self, servers: ToolServers, config: ToolsConfig, logger: logging.Logger, observe: Observe | None = None
+        self,
+        servers: ToolServers,
+        config: ToolsConfig,
+        logger: logging.Logger,
+        observe: Observe | None = None,
+        held: str = "",
     ) -> None:
         self.servers = servers
         self.config = config
         self.log = logger
         self.observe = observe  # set once the metrics exist (HTTP), or never
-        self.connections = {server.name: Connection(server, logger, config.max_bytes) for server in servers.servers}
+        self.connections = {
+            server.name: Connection(server, logger, config.max_bytes, held) for server in servers.servers
+        }
         self._module_source = importlib.resources.files("runner.inrun").joinpath("mcp_tools.py").read_text()
         self._checks: dict[tuple[str, str], tuple[Any, SchemaCheck | None]] = {}
 
     @classmethod
     @contextlib.asynccontextmanager
     async def opened(
-        cls, servers: ToolServers, config: ToolsConfig, logger: logging.Logger, observe: Observe | None = None
+        cls,
+        servers: ToolServers,
+        config: ToolsConfig,
+        logger: logging.Logger,
+        observe: Observe | None = None,
+        held: Holding | None = None,
     ) -> AsyncIterator[Broker]:
         """Start every server and list its tools; stop them all on exit. A server that cannot start is
         a warning (its calls fail until it comes); one that lists no tool the file allows of it,
-        `Unavailable` naming the file and the entry (the server does not start)."""
-        broker = cls(servers, config, logger, observe)
+        `Unavailable` naming the file and the entry (the server does not start). `held` makes the
+        directory that our stdio servers' environments name (the server's, `leftovers.held_directory`):
+        what they left if this server was killed, its next start kills."""
+        with held() if held is not None else contextlib.nullcontext("") as directory:
+            async with cls._started(servers, config, logger, observe, directory) as broker:
+                yield broker
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def _started(
+        cls, servers: ToolServers, config: ToolsConfig, logger: logging.Logger, observe: Observe | None, held: str
+    ) -> AsyncIterator[Broker]:
+        broker = cls(servers, config, logger, observe, held)
         async with anyio.create_task_group() as tg:
             for connection in broker.connections.values():
                 tg.start_soon(connection.hold)
@@ -86,13 +112,13 @@ class Broker:
     @classmethod
     @contextlib.asynccontextmanager
     async def maybe_opened(
-        cls, servers: ToolServers | None, config: ToolsConfig, logger: logging.Logger
+        cls, servers: ToolServers | None, config: ToolsConfig, logger: logging.Logger, held: Holding | None = None
     ) -> AsyncIterator[Broker | None]:
         """`opened`, where the deployment names tool servers; else None."""
         if servers is None:
             yield None
             return
-        async with cls.opened(servers, config, logger) as broker:
+        async with cls.opened(servers, config, logger, held=held) as broker:
             yield broker
 
     def check_listed(self) -> None:

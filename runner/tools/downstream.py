@@ -31,6 +31,7 @@ from mcp.shared.message import SessionMessage
 from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
 from runner.config import Downstream, python_name
+from runner.config.disk import HELD_VARIABLE
 from runner.logs import log_event
 from runner.rates import Pace, Rate
 from runner.tools.schemas import SchemaCheck
@@ -79,12 +80,12 @@ class TooSlow(Down):
 class Connection:
     """One downstream server's connection (`hold` keeps it), its allowed tools as last listed."""
 
-    def __init__(self, server: Downstream, logger: logging.Logger, most_bytes: int = 16 << 20) -> None:
-        """`most_bytes`: the largest answer an HTTP server's body, or a stdio server's line, may hold
-        (a run passes no more)."""
+    def __init__(self, server: Downstream, logger: logging.Logger, most_bytes: int = 16 << 20, held: str = "") -> None:
+        """`most_bytes`: the largest answer an HTTP server's body, or a stdio server's line, may hold (a
+        run passes no more). `held`: ours (`runner.execution.leftovers`), for a stdio server's environment."""
         self.server = server
-        self._log = logger
-        self._most_bytes = most_bytes
+        self._held = {HELD_VARIABLE: held} if held else {}
+        self._log, self._most_bytes = logger, most_bytes
         # What the file gives it to hold (credentials): never in a reason it is down, an error or the log.
         self._secrets = sorted((value for _, value in (*server.env, *server.headers) if len(value) >= 4), key=len)[::-1]
         self.tools: dict[str, types.Tool] = {}  # every tool it listed, by name
@@ -206,7 +207,7 @@ class Connection:
                 parameters = StdioServerParameters(
                     command=server.command,
                     args=list(server.args),
-                    env={**dict(server.env), MARK_VARIABLE: mark},
+                    env={**dict(server.env), MARK_VARIABLE: mark, **self._held},
                     cwd=server.cwd or None,
                     # A byte that is not UTF-8 makes its line a parse error (and a reconnect), not a
                     # reader that ends while the session waits on.

@@ -21,10 +21,13 @@ servers go through them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import os
+import shutil
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from typing import TextIO
 
@@ -67,6 +70,18 @@ BYTES_PER_SECOND = 32 << 20
 # a byte at a time had each byte read on its own, a whole core of the event loop for as long as it
 # went on (a read that ends a line is a message, paced by the session's rations).
 READ_BYTES = 64 << 10
+
+
+# Execs a tool server's command with a parent-death signal set (`dying_with_us`): argv is the server's
+# pid, the command's path, then its argv. Another pid than the server's as its parent: the server died
+# before the signal was set.
+DYING_WITH_US = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGKILL
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "os.execv(sys.argv[2], sys.argv[3:])\n"
+)
 
 
 class LineTooLong(ValueError):
@@ -122,12 +137,13 @@ async def stdio_transport(
     """The SDK's `stdio_client(server, errlog)`, each line the server writes bounded: `MAX_LINE_BYTES`,
     or four times `most_bytes` (a run's budget) and 1 MiB, whichever is larger."""
     command = await _get_executable_command(server.command)
+    env = get_default_environment() | (server.env or {})
     read_end, write_end = os.pipe()
     try:
         # As the SDK's `_create_platform_compatible_process`, its stdout the pipe's write end.
         process = await anyio.open_process(
-            [command, *server.args],
-            env=get_default_environment() | (server.env or {}),
+            dying_with_us([command, *server.args], env),
+            env=env,
             stdin=subprocess.PIPE,
             stdout=write_end,
             stderr=errlog,
@@ -216,6 +232,22 @@ async def stdio_transport(
                 await shutdown()
             tg.cancel_scope.cancel()
     await anyio.lowlevel.cancel_shielded_checkpoint()
+
+
+def dying_with_us(argv: list[str], env: dict[str, str]) -> list[str]:
+    """`argv` started so that its first process is SIGKILLed when this server dies (Linux: a
+    parent-death signal survives exec): a server killed with SIGKILL closed its stdin, but one that
+    does not end at its EOF, a wrapper waiting on it, lived on (what they started, the next start kills:
+    `runner.execution.leftovers`). Costs a start of `python -I -S` (10 to 70 ms here), once per connection.
+    A command without a path is looked up here, on the PATH the server is given, as `subprocess`
+    would have: one that cannot be found fails to start (FileNotFoundError) as it did."""
+    if not sys.platform.startswith("linux"):
+        return argv
+    # A path is taken from the server's working directory (`cwd`), by the exec.
+    found = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+    return [sys.executable, "-I", "-S", "-c", DYING_WITH_US, str(os.getpid()), found, *argv]
 
 
 async def _turn(rate: Pace, size: int) -> None:

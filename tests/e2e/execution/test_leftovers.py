@@ -18,6 +18,7 @@ from typing import IO, Any
 import pytest
 
 from runner.execution.leftovers import HeldDirectory, remove_dead
+from tests.code_mode import HOSTILE_SERVER, tools_file
 from tests.conftest import REPO
 from tests.helpers import SANDBOX_OF_MODE, alive, living, settled
 from tests.raw import INITIALIZE, STANDARD_LIBRARY_ONLY
@@ -43,13 +44,14 @@ time.sleep(600)
 class Server:
     """`python -m runner` on stdio, spoken to in raw JSON-RPC lines."""
 
-    def __init__(self, work_dir: Path, stderr: IO[str], mode: str) -> None:
+    def __init__(self, work_dir: Path, stderr: IO[str], mode: str, **extra: str) -> None:
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "RUNNER_WORK_DIR": str(work_dir),
             "RUNNER_POOL_SIZE": "1",
             "RUNNER_SANDBOX": SANDBOX_OF_MODE[mode],
             **STANDARD_LIBRARY_ONLY,
+            **extra,
         }
         self.process = subprocess.Popen(
             [sys.executable, "-m", "runner"],
@@ -63,6 +65,18 @@ class Server:
         self.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE})
         assert self.process.stdout is not None
         assert json.loads(self.process.stdout.readline())["id"] == 1
+
+    def run(self, code: str) -> None:
+        """run_python with `code`, its answer left unread."""
+        arguments = {"code": textwrap.dedent(code), "timeout": 300}
+        self.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "run_python", "arguments": arguments},
+            }
+        )
 
     def send(self, message: dict[str, Any]) -> None:
         assert self.process.stdin is not None
@@ -122,9 +136,10 @@ def test_a_server_killed_mid_run_leaves_what_its_next_start_kills_and_removes_sp
             killed.kill()
             left = set(work_dir.iterdir()) - live_dirs
             assert left, "the killed server left its directories"
-            # A spawned run and all it started outlive a killed server; a forked run's daemon does (the
-            # zygote kills a run's group as its server goes: not a session of the run's own).
-            expected = list(pids.values()) if mode == "posix-spawn" else [pids["daemon"]]
+            # A run dies with its server (a parent-death signal); what a spawned run started outlives it, a
+            # forked run's daemon does (the zygote kills a run's group as its server goes: not a session of
+            # the run's own).
+            expected = [pids["child"], pids["daemon"]] if mode == "posix-spawn" else [pids["daemon"]]
             assert settled(lambda: sorted(expected) != living(pids.values())) is False
 
             after = Server(work_dir, stderr, mode)
@@ -186,3 +201,48 @@ def test_a_file_system_that_cannot_lock_a_directory_gets_one_unheld_directory_an
     assert os.listdir(tmp_path) == [os.path.basename(held.path)]
     assert remove_dead(str(tmp_path)) == ([], 0), "no start takes it for a dead server's"
     held.release()
+
+
+# A code mode's tool server behind a wrapper that outlives it (the server ends at its stdin's EOF, the
+# wrapper then sleeps), with a child that reads no stdin: each writes its pid where the test reads it.
+WRAPPED = "echo $$ > {first}; sleep 600 & echo $! > {child}; {python} {server}; sleep 600"
+
+
+def test_a_killed_servers_tool_server_dies_with_it_and_what_that_started_is_killed_at_the_next_start(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    """Found by a review: a wrapper around a tool server, and what it started, lived on after the
+    server was killed, orphaned to init, whoever started next."""
+    marks = {name: tmp_path / f"{name}.pid" for name in ("first", "child")}
+    script = WRAPPED.format(python=sys.executable, server=HOSTILE_SERVER, **marks)
+    tools = tools_file(tmp_path, wrapped={"command": "/bin/sh", "args": ["-c", script], "tools": ["*"]})
+    with open(tmp_path / "stderr", "w") as stderr:
+        killed = Server(work_dir, stderr, "posix-spawn", RUNNER_TOOLS_CONFIG=str(tools))
+        deadline = time.monotonic() + 30
+        first, child = (pid_in(path, deadline) for path in marks.values())
+        killed.kill()
+        assert settled(lambda: living([first])) == []
+        assert alive(child), "what the tool server started is left to the next start"
+        after = Server(work_dir, stderr, "posix-spawn")
+        try:
+            assert settled(lambda: living([child])) == []
+        finally:
+            after.stop()
+    assert settled(lambda: list(work_dir.iterdir())) == []
+
+
+@pytest.mark.parametrize("mode", ["posix-spawn", "fork-server"])
+def test_a_killed_servers_plain_run_dies_with_it(work_dir: Path, tmp_path: Path, mode: str) -> None:
+    """Found by a review: a spawned run of a server killed with SIGKILL went on until the next start."""
+    mark = tmp_path / "run.pid"
+    with open(tmp_path / "stderr", "w") as stderr:
+        killed = Server(work_dir, stderr, mode)
+        killed.run(f"import os, time\nopen({str(mark)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n")
+        run = pid_in(mark, time.monotonic() + 30)
+        try:
+            killed.kill()
+            assert settled(lambda: living([run])) == []
+        finally:
+            if alive(run):
+                os.kill(run, signal.SIGKILL)
+        Server(work_dir, stderr, mode).stop()  # removes the killed server's directories
