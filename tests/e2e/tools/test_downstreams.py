@@ -108,14 +108,24 @@ async def test_a_downstream_killed_mid_call_fails_that_call_only_and_is_started_
         async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
             async with anyio.create_task_group() as tg:
                 results: list[dict[str, Any]] = []
+                calling = anyio.Event()
+
+                async def progress(done: float, total: float | None, message: str | None) -> None:
+                    if "calling the tool every.trigger-long-running-operation" in (message or ""):
+                        calling.set()
 
                 async def call() -> None:
-                    results.append(await run(client, code))
+                    arguments = {"code": code, "timeout": 30}
+                    result = await client.call_tool("run_python", arguments, progress_callback=progress)
+                    results.append(check_structured(result.structured_content))
 
                 tg.start_soon(call)
-                await anyio.sleep(1.5)
-                first = processes_mentioning(str(EVERYTHING))
-                assert len(first) == 1, first
+                # Killed once the run says it waits for the tool (its 20 s operation), not after a fixed
+                # 1.5 s: on a busy machine the run, or the downstream, may not have started by then.
+                with anyio.fail_after(25):
+                    await calling.wait()
+                    while len(first := processes_mentioning(str(EVERYTHING))) != 1:
+                        await anyio.sleep(0.05)
                 os.kill(first[0], signal.SIGKILL)
             assert results[0]["status"] == "ok", results[0]
             assert results[0]["stdout"].startswith("every.trigger-long-running-operation: ")
