@@ -66,6 +66,15 @@ async def run(client: Client, code: str, **arguments: Any) -> dict[str, Any]:
     return check_structured(result.structured_content)
 
 
+def waited_out(done: dict[str, Any], call: str) -> bool:
+    """Whether a run whose tool `call` never answers waited for it until its own time was up: killed at
+    its timeout, or told a moment before that the call had no answer within its time left (the call's
+    time is counted from before the run had its code, so on a busy machine that can come first), and
+    then ended on its own."""
+    told = f"{call}: no answer within"
+    return done["status"] == "timeout" or told in done["stdout"] + done["stderr"]
+
+
 async def run_once(work_dir: Path, log: Path, code: str, **env: str) -> dict[str, Any]:
     """One run of `code` on a stdio server of ours started for it (`stdio_env`), its log in `log`."""
     with log.open("w") as errlog:

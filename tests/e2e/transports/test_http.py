@@ -605,25 +605,37 @@ async def test_one_token_cannot_take_every_slot(
     work_dir: Path, tmp_path: Path, tokens_file: Path, left_nothing: None
 ) -> None:
     """Two tokens, two slots: a fair share is one slot each. Alice's second call waits for her first;
-    Bob's runs at once beside it."""
-    code = "import time\nstart = time.time()\ntime.sleep(1.0)\nprint(start, time.time())"
-    intervals: dict[str, list[tuple[float, float]]] = {"alice": [], "bob": []}
+    Bob's runs at once beside it. Alice's runs wait for a file Bob's makes (not for a second: on a busy
+    machine Bob's call could come before Alice's second, or after her first had ended): were her two
+    calls to take both slots, Bob's would wait for them, and her first would not see his file."""
+    made = tmp_path / "bob-ran"
+    alice = (
+        f"import os, time\nstart = time.time()\nfor _ in range(2000):\n"
+        f"    if os.path.exists({str(made)!r}):\n        break\n    time.sleep(0.01)\n"
+        f"print(start, time.time(), os.path.exists({str(made)!r}))"
+    )
+    bob = f"import time\nstart = time.time()\nopen({str(made)!r}, 'x').close()\nprint(start, time.time(), True)"
+    intervals: dict[str, list[tuple[float, float, str]]] = {"alice": [], "bob": []}
     env = {"RUNNER_AUTH_TOKENS_FILE": str(tokens_file), "RUNNER_MAX_CONCURRENT": "2", "RUNNER_POOL_SIZE": "2"}
     with http_server(work_dir, tmp_path / "log", **env) as server:
 
-        async def one(name: str, token: str) -> None:
+        async def one(name: str, token: str, code: str) -> None:
             answer = await anyio.to_thread.run_sync(
-                lambda: post(server, call(code), token=token, **{"mcp-protocol-version": "2025-06-18"})
+                lambda: post(server, call(code, timeout=30), token=token, **{"mcp-protocol-version": "2025-06-18"})
             )
-            start, end = map(float, sse_messages(answer.text)[-1]["result"]["structuredContent"]["stdout"].split())
-            intervals[name].append((start, end))
+            start, end, saw = sse_messages(answer.text)[-1]["result"]["structuredContent"]["stdout"].split()
+            intervals[name].append((float(start), float(end), saw))
+
+        def alices_calls_to_come() -> bool:
+            return len(re.findall(r"call received .*caller=alice", server.log.read_text())) < 2
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(one, "alice", ALICE)
-            tg.start_soon(one, "alice", ALICE)
-            await anyio.sleep(0.3)
-            tg.start_soon(one, "bob", BOB)
+            tg.start_soon(one, "alice", ALICE, alice)
+            tg.start_soon(one, "alice", ALICE, alice)
+            assert not await settled_async(alices_calls_to_come, timeout=30), "both of alice's calls came first"
+            tg.start_soon(one, "bob", BOB, bob)
     (a1, a2), [b] = sorted(intervals["alice"]), intervals["bob"]
+    assert a1[2] == "True", "bob's call ran while alice's first did"
     assert a2[0] >= a1[1] - 0.05, "alice's calls ran one after the other"
     assert b[0] < a1[1], "bob's call did not wait for alice's"
 
