@@ -56,6 +56,7 @@ import anyio
 import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -63,6 +64,7 @@ from runner.transports.auth import CALLER_STATE_KEY
 from runner.transports.jsonrpc import (
     CANCELLED_METHOD,
     MAX_JSON_VALUES,
+    REQUEST_CANCELLED,
     SERVER_BUSY,
     error_reply,
     json_values,
@@ -106,8 +108,12 @@ async def identified(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -
     scope = getattr(ctx.request, "scope", None)
     state = scope.get("state") if isinstance(scope, dict) else None
     exchange = state.get(EXCHANGE_KEY) if isinstance(state, dict) else None
-    if isinstance(exchange, _Exchange) and _is_id(ctx.request_id):
-        exchange.identified(ctx.request_id)
+    if isinstance(exchange, _Exchange) and _is_id(ctx.request_id) and exchange.identified(ctx.request_id):
+        # A cancel came before it could be reached: its handler must not start. The exchange is cancelled
+        # and answers nothing; this error goes nowhere. (Found by a load hunt: only the exchange was
+        # cancelled, and the handler, in the SDK's task, started the run, 3 of 12 times under load, before
+        # the exchange's end reached it.)
+        raise MCPError(REQUEST_CANCELLED, "cancelled before it ran")
     return await call_next(ctx)
 
 
@@ -219,13 +225,14 @@ class PostedCancels:
         cancel_scope = anyio.CancelScope()
         keys: list[Key] = []
 
-        def register(request_id: str | int) -> None:
+        def register(request_id: str | int) -> bool:
             key = (who, request_id)
             if key not in keys:
                 keys.append(key)
                 self._in_flight.setdefault(key, set()).add(cancel_scope)
                 if self._early.cancelled(key, exchange.arrival):
                     cancel_scope.cancel()  # before its handler runs (or at once, on entering)
+            return cancel_scope.cancel_called
 
         if _is_id(request_id):
             register(request_id)
@@ -253,12 +260,13 @@ class _Exchange:
 
     def __init__(self, arrival: int) -> None:
         self.arrival = arrival
-        # Makes the request reachable by a cancel under its id; None where no cancel may reach it.
-        self.register: Callable[[str | int], None] | None = None
+        # Makes the request reachable by a cancel under its id, True if it was cancelled before; None
+        # where no cancel may reach it.
+        self.register: Callable[[str | int], bool] | None = None
 
-    def identified(self, request_id: str | int) -> None:
-        if self.register is not None:
-            self.register(request_id)
+    def identified(self, request_id: str | int) -> bool:
+        """Whether the request, now reachable, had been cancelled already (`EarlyCancels`)."""
+        return self.register(request_id) if self.register is not None else False
 
 
 class EarlyCancels:

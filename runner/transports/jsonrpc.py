@@ -15,6 +15,9 @@ from pydantic import ValidationError
 CANCELLED_METHOD = "notifications/cancelled"
 # The JSON-RPC error of a request the server has no room to take now (its own range, -32000 to -32099).
 SERVER_BUSY = -32011
+# The error a request cancelled before its handler ran is refused with, inside the server (its exchange,
+# cancelled too, answers nothing: no client sees it).
+REQUEST_CANCELLED = -32012
 # Where to look for the id of a request too large to parse: clients put it near the start.
 ID_SEARCH_BYTES = 4096
 _ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)')
