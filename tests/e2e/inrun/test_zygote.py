@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,23 @@ def _probe_of(server: int) -> int:
     return 0
 
 
+def _probe_stopped_once(server: subprocess.Popen[bytes], done: Callable[[int], bool]) -> int:
+    """The start-up probe of `server` (a process running `PLANS`), stopped (SIGSTOP) once `done(probe)`:
+    stepped there, each step letting it run a moment (stopped again at once, it would take the stop
+    before any of its own code: on a quiet machine its probe then timed out, 237,507 steps in 10 s)."""
+    deadline = time.monotonic() + 30
+    probe = 0
+    while not probe and server.poll() is None and time.monotonic() < deadline:
+        probe = _probe_of(server.pid)
+    assert probe, "no probe was seen"
+    os.kill(probe, signal.SIGSTOP)
+    while not done(probe) and time.monotonic() < deadline:
+        os.kill(probe, signal.SIGCONT)
+        time.sleep(0.001)
+        os.kill(probe, signal.SIGSTOP)
+    return probe
+
+
 @pytest.mark.timeout(60)
 def test_a_probe_whose_server_dies_dies_with_it_and_so_does_every_process_it_made(config: Config) -> None:
     # Found by a review: the probe had no parent-death signal, so a server killed while it probed left
@@ -86,19 +104,8 @@ def test_a_probe_whose_server_dies_dies_with_it_and_so_does_every_process_it_mad
     left: list[int] = []
     with subprocess.Popen([sys.executable, "-c", PLANS, config.python], cwd=REPO) as server:
         try:
-            deadline = time.monotonic() + 30
-            probe = 0
-            while not probe and server.poll() is None and time.monotonic() < deadline:
-                probe = _probe_of(server.pid)
-            assert probe, "no probe was seen"
-            os.kill(probe, signal.SIGSTOP)
-            # Step by step until it has forked the holder: the probe lives on (it runs two runs) long after.
-            # Each step lets it run a moment: stopped again at once, it would take the stop before any of
-            # its own code (its probe then timed out on a quiet machine, 237,507 steps in 10 s).
-            while not _children(probe) and time.monotonic() < deadline:
-                os.kill(probe, signal.SIGCONT)
-                time.sleep(0.001)
-                os.kill(probe, signal.SIGSTOP)
+            # Until it has forked the holder: the probe lives on (it runs two runs) long after.
+            probe = _probe_stopped_once(server, lambda probe: bool(_children(probe)))
             left = [probe, *children_of(probe)]
             assert len(left) > 1, "the probe forked nothing"
             server.kill()
@@ -133,16 +140,7 @@ def test_the_run_cgroups_of_a_probe_whose_server_was_killed_are_removed_by_the_n
     left: list[int] = []
     with subprocess.Popen([sys.executable, "-c", PLANS, config.python], cwd=REPO) as server:
         try:
-            deadline = time.monotonic() + 30
-            probe = 0
-            while not probe and server.poll() is None and time.monotonic() < deadline:
-                probe = _probe_of(server.pid)
-            assert probe, "no probe was seen"
-            os.kill(probe, signal.SIGSTOP)
-            while not _run_cgroups_of(probe, cgroups.directories) and time.monotonic() < deadline:
-                os.kill(probe, signal.SIGCONT)
-                time.sleep(0.001)
-                os.kill(probe, signal.SIGSTOP)
+            probe = _probe_stopped_once(server, lambda probe: bool(_run_cgroups_of(probe, cgroups.directories)))
             assert _run_cgroups_of(probe, cgroups.directories), "the probe made no run cgroup"
             left = [probe, *children_of(probe)]
             server.kill()

@@ -51,6 +51,24 @@ def when(probe: Callable[[], list[int]], timeout: float = 20) -> list[int]:
     return value
 
 
+def long_call(server: HttpServer, code: str) -> None:
+    """POST a call of `code` with a 120 s timeout and wait for its answer; its worker may close the
+    connection as it stops or is killed: what the tests look at is the server, not this answer."""
+    message = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "run_python", "arguments": {"code": code, "timeout": 120}},
+    }
+    headers = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": "2025-06-18",
+    }
+    with contextlib.suppress(httpx2.HTTPError):
+        httpx2.post(server.url, json=message, headers=headers, timeout=150)
+
+
 def scrape(server: HttpServer) -> dict[str, float]:
     text = httpx2.get(server.base + "/metrics").text
     return {
@@ -159,25 +177,8 @@ async def test_a_second_sigterm_cuts_the_workers_grace_short_as_for_one_server(
     code = f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(100)"
     log = tmp_path / "log"
     with http_server(work_dir, log, RUNNER_HTTP_WORKERS="2", RUNNER_SHUTDOWN_GRACE="100") as server:
-
-        def call() -> None:
-            message = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {"name": "run_python", "arguments": {"code": code, "timeout": 120}},
-            }
-            headers = {
-                "content-type": "application/json",
-                "accept": "application/json, text/event-stream",
-                "mcp-protocol-version": "2025-06-18",
-            }
-            # Its worker may close the connection as it stops: what matters is when it stops.
-            with contextlib.suppress(httpx2.HTTPError):
-                httpx2.post(server.url, json=message, headers=headers, timeout=150)
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(anyio.to_thread.run_sync, call)
+            tg.start_soon(anyio.to_thread.run_sync, long_call, server, code)
             with anyio.fail_after(60):
                 while not marker.exists():
                     await anyio.sleep(0.02)
@@ -203,24 +204,8 @@ async def test_a_killed_worker_s_plain_runs_are_killed_before_its_directory_goes
     code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(100)"
     env = {"RUNNER_HTTP_WORKERS": "2", "RUNNER_SANDBOX": "none-posix-spawn"}
     with http_server(work_dir, tmp_path / "log", **env) as server:
-
-        def call() -> None:
-            message = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {"name": "run_python", "arguments": {"code": code, "timeout": 120}},
-            }
-            headers = {
-                "content-type": "application/json",
-                "accept": "application/json, text/event-stream",
-                "mcp-protocol-version": "2025-06-18",
-            }
-            with contextlib.suppress(httpx2.HTTPError):  # its worker is killed under it
-                httpx2.post(server.url, json=message, headers=headers, timeout=150)
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(anyio.to_thread.run_sync, call)
+            tg.start_soon(anyio.to_thread.run_sync, long_call, server, code)
             with anyio.fail_after(60):
                 while not marker.exists() or not marker.read_text():
                     await anyio.sleep(0.02)
