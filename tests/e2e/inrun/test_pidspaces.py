@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,19 +75,20 @@ print(json.dumps(said))
 """
 
 
+def _said(script: str) -> Any:
+    """What `script` printed (JSON), run in an interpreter of its own beside the bootstrap's modules."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", script, BOOTSTRAP], capture_output=True, text=True, timeout=50, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def test_a_zygote_keeps_no_more_pid_namespaces_than_its_bound_and_waits_for_one_being_cleaned(
     config: Config,
 ) -> None:
     in_mode(config, "namespaces")  # skipped (failed in CI) where no namespace can be made
-    done = subprocess.run(
-        [sys.executable, "-I", "-c", AT_THE_BOUND, BOOTSTRAP],
-        capture_output=True,
-        text=True,
-        timeout=50,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    said = json.loads(done.stdout)
+    said = _said(AT_THE_BOUND)
     errno_, message, waited = said["third"]
     assert errno_ == 11, said  # EAGAIN: refused, not made
     assert "all 2 kept PID namespaces of this zygote are in use" in message
@@ -146,15 +148,8 @@ def test_a_holder_killed_while_a_namespace_is_made_ends_the_zygote_rather_than_f
     # Found by CI: a holder killed as a call made a new namespace answered that call "no init came for
     # a new PID namespace" instead of handing it to a new zygote (test_namespaces.py's holder test).
     in_mode(config, "namespaces")
-    done = subprocess.run(
-        [sys.executable, "-I", "-c", HOLDER_DIES_WHILE_A_NAMESPACE_IS_MADE, BOOTSTRAP],
-        capture_output=True,
-        text=True,
-        timeout=50,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout).startswith("HolderGone: "), done.stdout
+    said = _said(HOLDER_DIES_WHILE_A_NAMESPACE_IS_MADE)
+    assert said.startswith("HolderGone: "), said
 
 
 # Prepares runs' PID namespace, its holder held back from setting its parent-death signal until the
