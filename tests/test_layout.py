@@ -33,6 +33,7 @@ SIDES = (
 SHARED = (
     "runner.config",
     "runner.errors",
+    "runner.eventloop",
     "runner.logs",
     "runner.fdio",
     "runner.outcome",

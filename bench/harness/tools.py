@@ -9,6 +9,8 @@
   the SDK's side or the downstream's can pass;
 - the floor under any broker here: raw JSON-RPC calls made directly and through a minimal relay process
   (``relay.py``), whose difference is what two more processes' wake-ups cost on this machine;
+- the same brokered calls from a server that sleeps at once (``RUNNER_TOOLS_SPIN_US=0``) against the
+  default, which polls before it sleeps while a call is in flight: what the poll saves, in the same rounds;
 - the same after WARM calls on both sides first (not timed): a freshly started server's first ~1,500
   brokered calls are slower (server-everything's JIT and the server's SDK path warm up: 485 -> 355 us
   for the SDK's part in one run), which the rounds above, early in the server's life, include;
@@ -119,6 +121,7 @@ async def scenario_tools(specs: list[ServerSpec], launch: Launch, p: Params, pac
         "direct": [],
         "brokered": [],
         "own": [],
+        "sleeping": [],
         "raw": [],
         "relayed": [],
     }
@@ -136,7 +139,9 @@ async def scenario_tools(specs: list[ServerSpec], launch: Launch, p: Params, pac
         }
         async with contextlib.AsyncExitStack() as stack:
             conn = await open_conn("raw", spec, launch, "tools", stack, env)
+            sleeping = await open_conn("raw", spec, launch, "tools", stack, {**env, "RUNNER_TOOLS_SPIN_US": "0"})
             assert isinstance(conn, RawConn)
+            assert isinstance(sleeping, RawConn)
             sizes: list[int] = []
             for n in range(ROUNDS):
                 say(f"[tools] round {n + 1}/{ROUNDS}: {calls} echo calls: direct, brokered, raw, relayed")
@@ -149,6 +154,11 @@ async def scenario_tools(specs: list[ServerSpec], launch: Launch, p: Params, pac
                 timed = json.loads(structured["stdout"])
                 out["brokered"].append(statistics.median(timed["echo"]) * 1000)
                 out["own"].append(statistics.median(timed["own"]) * 1000)
+                result = await sleeping.call(BROKERED.format(calls=calls, warm=1), None, 120)
+                structured = result.structured or {}
+                if structured.get("status") != "ok":
+                    raise SystemExit(f"run_bench: the brokered run (no poll) failed: {str(structured)[:500]}")
+                out["sleeping"].append(statistics.median(json.loads(structured["stdout"])["echo"]) * 1000)
                 out["raw"].append(relay.direct(command, calls) / 1000)
                 out["relayed"].append(relay.relayed(command, calls) / 1000)
             say(f"[tools] {calls} echo calls after {WARM} not timed, direct and brokered")
@@ -189,6 +199,7 @@ def tools_rows(report: dict[str, Any]) -> list[str]:
         f"| echo p50, brokered (from a run), per round | {', '.join(f'{v:.3f} ms' for v in brokered)} |",
         f"| brokered / direct, per round (target at most 1.5x: {'met' if worst <= 1.5 else '**not met**'}) "
         f"| {', '.join(f'{r:.2f}x' for r in ratios)} |",
+        *_sleeping_rows(scenario, direct, brokered),
         *_warm_rows(scenario),
         *_own_rows(scenario, direct),
         *_floor_rows(scenario, direct),
@@ -198,6 +209,20 @@ def tools_rows(report: dict[str, Any]) -> list[str]:
         "",
     ]
     return lines
+
+
+def _sleeping_rows(scenario: dict[str, Any], direct: list[float], brokered: list[float]) -> list[str]:
+    sleeping = scenario.get("sleeping")
+    if not sleeping:
+        return []
+    return [
+        f"| echo p50, brokered by a server that sleeps at once (RUNNER_TOOLS_SPIN_US=0), per round "
+        f"| {', '.join(f'{v:.3f} ms' for v in sleeping)} |",
+        f"| its brokered / direct, per round "
+        f"| {', '.join(f'{s / d:.2f}x' for d, s in zip(direct, sleeping, strict=True))} |",
+        f"| what the poll saves: polling / sleeping, per round "
+        f"| {', '.join(f'{b / s:.2f}x' for b, s in zip(brokered, sleeping, strict=True))} |",
+    ]
 
 
 def _warm_rows(scenario: dict[str, Any]) -> list[str]:

@@ -262,6 +262,7 @@ class ToolsConfig:
     tools_max_calls: int
     tools_max_mb: int
     tools_max_concurrent: int
+    tools_spin_us: int  # the event loop's poll before it sleeps while tool calls are in flight
 
     @property
     def max_bytes(self) -> int:

@@ -149,6 +149,7 @@ class Config:
     tools_max_calls: int = 100
     tools_max_mb: int = 16
     tools_max_concurrent: int = 4
+    tools_spin_us: int = 150
     egress_allow: tuple[str, ...] = ()  # RUNNER_EGRESS_ALLOW's entries, parsed by `egress` (`runner.config.egress`)
     max_egress_mb: int = 100
     transport: Transport = "stdio"

@@ -463,6 +463,15 @@ SETTINGS = (
         high=64,
     ),
     Setting(
+        "RUNNER_TOOLS_SPIN_US",
+        "tools_spin_us",
+        "int",
+        "Microseconds the server polls for its next event before it sleeps while a run's tool call is in flight or "
+        "just answered, so that a brokered call pays no wake of an idle CPU (some 40 us each on a virtual machine); "
+        "the poll yields to any process that can run. `0`: it sleeps at once ([code mode](code-mode.md#latency)).",
+        high=10_000,
+    ),
+    Setting(
         "RUNNER_EGRESS_ALLOW",
         "egress_allow",
         "list",

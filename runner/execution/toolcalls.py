@@ -23,6 +23,7 @@ from collections.abc import Callable
 import anyio
 import anyio.abc
 
+from runner.eventloop import held, linger
 from runner.inrun.wire import frame_answer
 from runner.outcome import RunTools, ToolCall
 from runner.processes.child import Child
@@ -62,6 +63,7 @@ class ToolCalls:
         # call waits behind a busy worker. (A future, not a memory stream: a handing cost a call 12 us
         # through anyio's stream here, 7 through the loop's future.)
         self._idle: collections.deque[asyncio.Future[tuple[bytes, ToolCall, bytes]]] = collections.deque()
+        self._loop = asyncio.get_running_loop()  # polls before it sleeps while calls are in flight (`eventloop`)
 
     def take(self, call_id: bytes, body: bytes) -> None:
         """One call frame of the run's, as it came (`RunOutput.on_tool`)."""
@@ -97,7 +99,8 @@ class ToolCalls:
     async def _worker(self, call_id: bytes, call: ToolCall, process: bytes) -> None:
         while True:
             try:
-                answer = await self._tools.forward(call)
+                with held(self._loop):
+                    answer = await self._tools.forward(call)
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception:  # never the run's task group's end (the broker answers every call itself)
@@ -109,7 +112,7 @@ class ToolCalls:
             except Exception:  # a fault of ours: this call's answer is lost, the run's calls go on
                 self._fault("a tool call's answer failed")
             del answer  # not held while the worker waits
-            waiting = asyncio.get_running_loop().create_future()
+            waiting = self._loop.create_future()
             self._idle.append(waiting)
             call_id, call, process = await waiting
 
@@ -122,6 +125,7 @@ class ToolCalls:
             self._outbox.send(frame_answer(answer, call_id), process)
         finally:
             self._tools.tell()
+            linger(self._loop)  # the run's next call is likely a few tens of microseconds away
 
     def _written(self, process: bytes) -> None:
         """`process`'s answer is written, or dropped: it no longer counts as unanswered. (One that

@@ -16,6 +16,7 @@ import anyio
 from runner.config import Config, HttpConfig, ToolServers
 from runner.config.disk import TOOLS_PREFIX
 from runner.config.tokens import BearerTokens
+from runner.eventloop import backend_options
 from runner.logs import get_logger, log_event
 from runner.processes.isolation import IsolationPlan
 from runner.processes.procctl import signal_on_parent_death
@@ -80,7 +81,9 @@ def main_http(
             return supervise(http, config.pool.work_dir, sock, list(worker_args))
         if not worker:
             log_event(logger, logging.INFO, "serving on HTTP", url=url_of(sock, http.path))
-        anyio.run(serve_http, config, plan, tokens, sock, early, tools)
+        # Code mode's tool calls: a loop that polls before it sleeps while they are in flight (`eventloop`).
+        polling = backend_options(config.tools.tools_spin_us if tools is not None else 0)
+        anyio.run(serve_http, config, plan, tokens, sock, early, tools, backend_options=polling)
     log_event(logger, logging.INFO, "server stopped")
     return 0
 

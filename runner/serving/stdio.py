@@ -13,6 +13,7 @@ import anyio
 
 from runner.config import Config, ToolServers
 from runner.config.disk import TOOLS_PREFIX
+from runner.eventloop import backend_options
 from runner.logs import get_logger, log_event
 from runner.processes.isolation import IsolationPlan
 from runner.serving.signals import stop_on_signals
@@ -59,6 +60,8 @@ def main_stdio(config: Config, plan: IsolationPlan, early: list[int], tools: Too
         )
     # A second Ctrl-C during shutdown: everything is already being torn down.
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(serve_stdio, config, plan, early, tools)
+        # Code mode's tool calls: a loop that polls before it sleeps while they are in flight (`eventloop`).
+        polling = backend_options(config.tools.tools_spin_us if tools is not None else 0)
+        anyio.run(serve_stdio, config, plan, early, tools, backend_options=polling)
     log_event(get_logger(), logging.INFO, "server stopped")
     return 0

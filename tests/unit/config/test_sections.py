@@ -71,6 +71,7 @@ ENVIRONMENT = {
     "RUNNER_TOOLS_MAX_CALLS": "7",
     "RUNNER_TOOLS_MAX_MB": "3",
     "RUNNER_TOOLS_MAX_CONCURRENT": "2",
+    "RUNNER_TOOLS_SPIN_US": "40",
 }
 
 
@@ -140,7 +141,7 @@ def test_each_section_carries_the_values_of_the_configuration_it_is_made_from(co
     assert config.packages_section.python == "/opt/python/bin/python3"
     assert config.logging == LoggingConfig("debug", "text")
     assert config.serving == ServingConfig("http", 1)
-    assert config.tools == ToolsConfig("/etc/runner/tools.json", 7, 3, 2)
+    assert config.tools == ToolsConfig("/etc/runner/tools.json", 7, 3, 2, 40)
     assert config.tools.max_bytes == 3 * MIB
 
 

@@ -27,7 +27,7 @@ async def answered(
     """What a run whose budget is 1 MiB is answered for a call whose result is `result`, and the run's
     calls; the length of each text `json.dumps` made meanwhile added to `dumped`."""
     server = Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true")
-    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=1, tools_max_concurrent=4)
+    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=1, tools_max_concurrent=4, tools_spin_us=0)
     broker = Broker(ToolServers("tools.json", (server,)), config, logging.getLogger())
     connection = broker.connections["s"]
 
@@ -97,7 +97,7 @@ async def test_a_tool_error_too_large_for_the_run_is_said_in_part_and_counts_pas
 
 def test_a_name_a_run_sends_is_said_back_cut_as_every_answer_cuts_a_clients_value() -> None:
     server = Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true")
-    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=16, tools_max_concurrent=4)
+    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=16, tools_max_concurrent=4, tools_spin_us=0)
     run = Broker(ToolServers("tools.json", (server,)), config, logging.getLogger()).for_run("r", None, loop_time() + 30)
     assert run is not None
     huge = "x" * MIB
