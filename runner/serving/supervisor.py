@@ -7,6 +7,12 @@ again; five in a row that end within `QUICK_EXIT` of their start stop the whole 
 finishes its calls in flight within RUNNER_SHUTDOWN_GRACE, and the supervisor exits once all have;
 a second one is passed on too, and cuts the grace short.
 
+Its exit status is 0 only if every worker it ever had ended well: with status 0, or killed by the very
+signal the stop passed on to it (one still starting, before it could catch it, has started nothing).
+Any other end, during the server's life (a worker replaced, whose replacement served on) or its stop,
+makes it 1, and its last line names them: restarting a worker hides its death from an orchestrator
+that would have seen a single server's, and the exit status is where it learns of it (docs/http.md).
+
 Metrics: the workers share one PROMETHEUS_MULTIPROC_DIR, so that any worker's /metrics adds up all
 of them; a worker's files are marked dead when it ends, and the directory is removed at the end.
 """
@@ -22,8 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 
 from prometheus_client.multiprocess import mark_process_dead
@@ -38,6 +45,8 @@ from runner.transports.http import url_of
 # A worker that ends within this many seconds of its start failed to start; five in a row stop the server.
 QUICK_EXIT = 10.0
 MAX_QUICK_EXITS = 5
+# The workers that ended badly the last line names (pid and status), the last ones; all are counted.
+NAMED_BAD_ENDS = 8
 
 
 @dataclass
@@ -47,7 +56,13 @@ class Worker:
     process: subprocess.Popen[bytes]
     started: float
     work_dir: str
-    signalled: bool = False
+    # The signals the supervisor passed on to it: killed by one of them, it ended as asked.
+    sent: set[int] = field(default_factory=set)
+
+    def ended_well(self, status: int) -> bool:
+        """Whether its end (`status`, as `Popen.returncode` says it) is one the server meant: exit 0, or
+        the stop's own signal, which kills a worker still starting before it can catch it."""
+        return status == 0 or -status in self.sent
 
 
 def supervise(http: HttpConfig, work_dir: str, sock: socket.socket, worker_args: list[str]) -> int:
@@ -61,8 +76,8 @@ def supervise(http: HttpConfig, work_dir: str, sock: socket.socket, worker_args:
 
     def pass_on(signum: int, *, again: bool = False) -> None:
         for worker in workers.values():
-            if again or not worker.signalled:
-                worker.signalled = True
+            if again or not worker.sent:
+                worker.sent.add(signum)
                 worker.process.send_signal(signum)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -119,26 +134,39 @@ def _watch(
 ) -> int:
     quick_exits = 0
     failed = False
+    bad_ends = 0
+    named: deque[str] = deque(maxlen=NAMED_BAD_ENDS)  # bounded: a server may run for months
     while workers:
         pid, status = os.wait()  # a signal's handler runs in between; the wait goes on (PEP 475)
         if pid not in workers:
             continue
         worker = workers.pop(pid)
-        worker.process.returncode = os.waitstatus_to_exitcode(status)
+        worker.process.returncode = code = os.waitstatus_to_exitcode(status)
         mark_process_dead(pid, metrics_dir)  # type: ignore[no-untyped-call]  # untyped in prometheus_client
         _remove_worker_directory(worker.work_dir)
+        if not worker.ended_well(code):
+            bad_ends += 1
+            named.append(f"{pid}:{code}")
         if stopping or failed:
+            if not worker.ended_well(code):
+                log_event(logger, logging.ERROR, "worker ended badly while stopping", pid=pid, status=code)
             continue
         quick_exits = quick_exits + 1 if time.monotonic() - worker.started < QUICK_EXIT else 0
-        log_event(logger, logging.ERROR, "worker ended; starting another", pid=pid, status=worker.process.returncode)
+        log_event(logger, logging.ERROR, "worker ended; starting another", pid=pid, status=code)
         if quick_exits >= MAX_QUICK_EXITS:
             log_event(logger, logging.ERROR, "workers keep failing at start; stopping the server")
             failed = True
             for other in workers.values():
+                other.sent.add(signal.SIGTERM)
                 other.process.send_signal(signal.SIGTERM)
             continue
         start()
-    return 1 if failed else 0
+    if bad_ends:
+        # Said last, where an operator looks when the exit status is not 0: which workers, how each ended.
+        log_event(
+            logger, logging.ERROR, "server stopped; workers had ended badly", count=bad_ends, ended=",".join(named)
+        )
+    return 1 if failed or bad_ends else 0
 
 
 def _remove_worker_directory(work_dir: str) -> None:

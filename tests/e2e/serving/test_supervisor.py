@@ -117,10 +117,13 @@ async def test_sixty_four_clients_making_twenty_calls_each_all_succeed_across_tw
     assert not list(tmp_path.glob("work/python-runner-metrics-*")), "the shared metrics directory is removed"
 
 
-async def test_a_worker_that_dies_is_replaced_and_the_port_keeps_serving(
+async def test_a_worker_that_dies_is_replaced_the_port_keeps_serving_and_the_server_exits_1_naming_it(
     work_dir: Path, tmp_path: Path, left_nothing: None
 ) -> None:
-    with http_server(work_dir, tmp_path / "log", RUNNER_HTTP_WORKERS="2") as server:
+    """Found by a review: the supervisor exited 0 at its stop, whatever its workers' ends had been, so an
+    orchestrator never learnt that one had died (a single server's death it would have seen)."""
+    log = tmp_path / "log"
+    with http_server(work_dir, log, RUNNER_HTTP_WORKERS="2") as server:
         first = await anyio.to_thread.run_sync(lambda: when(lambda: workers_of(server)))
         assert len(first) == 2
         os.kill(first[0], signal.SIGKILL)
@@ -149,8 +152,62 @@ async def test_a_worker_that_dies_is_replaced_and_the_port_keeps_serving(
                 timeout=60,
             )
             assert '"stdout":"up\\n"' in answer.text
-        assert server.stop() == 0
-    assert "worker ended; starting another" in (tmp_path / "log").read_text()
+        assert server.stop() == 1, log.read_text()
+    text = log.read_text()
+    assert f"worker ended; starting another pid={first[0]} status=-9" in text
+    assert text.splitlines()[-1].endswith(f"server stopped; workers had ended badly count=1 ended={first[0]}:-9")
+
+
+async def test_a_worker_stopped_by_someone_else_ends_well_and_the_server_still_exits_0(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    """A worker's clean exit (SIGTERM once it listens for it) is no failure, whoever asked: it is
+    replaced, and the server's status stays 0."""
+    log = tmp_path / "log"
+    with http_server(work_dir, log, RUNNER_HTTP_WORKERS="2") as server:
+        first = await anyio.to_thread.run_sync(lambda: when(lambda: workers_of(server)))
+        assert len(first) == 2
+        # Each says so once it hears SIGTERM (`signals.catch_early`, before its pool starts).
+        with anyio.fail_after(60):
+            while log.read_text().count("pool starting") < 2:
+                await anyio.sleep(0.02)
+        os.kill(first[0], signal.SIGTERM)
+
+        def two_without_the_stopped_one() -> list[int]:
+            now = workers_of(server)
+            return now if len(now) == 2 and first[0] not in now else []
+
+        assert len(await anyio.to_thread.run_sync(lambda: when(two_without_the_stopped_one, 60))) == 2
+        assert server.stop() == 0, log.read_text()
+    assert f"worker ended; starting another pid={first[0]} status=0" in log.read_text()
+    assert "ended badly" not in log.read_text()
+
+
+async def test_a_worker_killed_during_the_stop_makes_the_server_exit_1_naming_it(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    """Found by a review: a worker that died while the server stopped (killed, or crashed in its grace)
+    was reaped without a word, and the server exited 0."""
+    marker = tmp_path / "started"
+    code = f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(100)"
+    log = tmp_path / "log"
+    with http_server(work_dir, log, RUNNER_HTTP_WORKERS="2", RUNNER_SHUTDOWN_GRACE="100") as server:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, long_call, server, code)
+            with anyio.fail_after(60):
+                while not marker.exists():
+                    await anyio.sleep(0.02)
+            server.process.send_signal(signal.SIGTERM)
+            # The worker without a call stops at once; the one with it gives the call its grace.
+            [holding] = await anyio.to_thread.run_sync(
+                lambda: when(lambda: workers if len(workers := workers_of(server)) == 1 else [], 60)
+            )
+            os.kill(holding, signal.SIGKILL)
+            status = await anyio.to_thread.run_sync(lambda: server.process.wait(30))
+    text = log.read_text()
+    assert status == 1, text
+    assert f"worker ended badly while stopping pid={holding} status=-9" in text
+    assert text.splitlines()[-1].endswith(f"server stopped; workers had ended badly count=1 ended={holding}:-9")
 
 
 def test_a_sigterm_while_the_workers_start_stops_them_all(work_dir: Path, tmp_path: Path, left_nothing: None) -> None:
@@ -213,4 +270,4 @@ async def test_a_killed_worker_s_plain_runs_are_killed_before_its_directory_goes
             [worker] = [pid for pid in workers_of(server) if run in children_of(pid)]
             os.kill(worker, signal.SIGKILL)
             assert await anyio.to_thread.run_sync(lambda: settled(lambda: alive(run), 30)) is False
-        assert server.stop() == 0
+        assert server.stop() == 1, "a worker was killed"
