@@ -59,6 +59,10 @@ class Child:
     # A session's anchor whose zygote watches its cgroup: set at each OOM in it the zygote tells.
     _oom_noticed: anyio.Event = field(default_factory=anyio.Event)
 
+    def log_fields(self) -> dict[str, int]:
+        """What names its process in a call's log lines (`run started`): its pid."""
+        return {"pid": self.pid}
+
     def note_oom(self) -> None:
         """An OOM in this (anchor's) cgroup, as its zygote saw it."""
         self._oom_noticed.set()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import re
 import signal
@@ -586,6 +587,30 @@ async def test_a_session_ends_cleanly_with_the_pool_leaving_no_process_and_no_fi
         await new_session(pool, "open('f', 'w').write('x')\nimport subprocess\np = subprocess.Popen(['sleep', '60'])")
     assert settled(lambda: children_of(os.getpid())) == []
     assert settled(lambda: list(work_dir.iterdir())) == []
+
+
+async def test_a_session_call_s_run_started_line_names_its_session_s_anchor_not_pid_0(
+    session_config: Config, no_leaks: None
+) -> None:
+    """Found by a review: every call of a session logged `run started pid=0` (its own pid comes later,
+    from its keeper, and in a sandbox is one of the session's PID namespace)."""
+    logger = logging.getLogger("tests.sessions.pids")
+    logger.setLevel(logging.INFO)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    try:
+        async with Pool.open(session_config, logger, reap_strays=True) as pool:
+            handle = await new_session(pool)
+            assert (await call(pool, "pass", handle)).status is Status.OK  # a call armed ahead, this one
+            [anchor] = [r.fields["pid"] for r in records if r.getMessage() == "session started"]
+            assert alive(anchor)
+    finally:
+        logger.removeHandler(handler)
+    started = [r.fields for r in records if r.getMessage() == "run started"]
+    assert started == [{"anchor_pid": anchor, "queue_wait": f["queue_wait"]} for f in started]
+    assert len(started) == 2
 
 
 PTRACE_KEEPER = """
