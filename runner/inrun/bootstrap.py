@@ -534,8 +534,7 @@ def prepare_process(
 
 
 def ready_for_code(wire: types.ModuleType, workdir: str, limits: list[int]) -> None:
-    """Enter the working directory, apply the limits and say so on stdout (`wire.ready_line`): then the
-    code may come."""
+    """Enter the working directory, apply the limits, say so on stdout (`wire.ready_line`): code may come."""
     # Anything the server's own parent passed down stops here (in a forked run: the zygote's
     # socket and the server's ends of the pipes); the job socket goes once the code is read.
     os.closerange(wire.CODE_FD + 1, MAX_FD)
@@ -573,7 +572,8 @@ def main() -> None:
     options = dict(arg.split("=", 1) for arg in sys.argv[8:] if "=" in arg)
     enter_cgroup(int(options.get(CGROUP_FDS.rstrip("="), 0)))
     libc, seccomp, *siblings = load_siblings(*SIBLINGS)
-    libc.die_with(int(options.get("parent", 0)))  # a plain run's server (a sandbox's dies with bubblewrap)
+    if parent := int(options.get("parent", 0)):  # a plain run dies with its server (a sandboxed one: bwrap)
+        libc.die_with(parent)
     wire = siblings[0]
     isolated = sys.argv[7:8] == ["isolated"]
     uid = int(options["uid"]) if "uid" in options else None

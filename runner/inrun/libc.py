@@ -86,27 +86,50 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 
     return int(LIBC.prctl(option, arg2, arg3, arg4, arg5)) == 0
 
 
-def die_with(parent: int) -> None:
-    """SIGKILL this plain run when the process that started it ends (a run's parent-death signal: its
-    server's or its zygote's, `parent`; what it starts, the next start kills, `leftovers`), exit now
-    if that has already happened: the parent changed while the signal was set, or `parent` is no
-    process any more. `parent` need not be the parent (a `RUNNER_PYTHON` wrapper's child), and 0 sets
-    nothing. Forked children do not inherit it: a session's calls, forked by its anchor, are not
-    killed when a call's process that forked them ends."""
-    if not parent:
-        return
+def die_with(parent: int = 0, parent_end: int = -1) -> bool:
+    """SIGKILL this process when its parent exits; exit now (status 1) if the parent is already gone.
+    Whether the signal is set: False where there is no prctl (not Linux: nothing is checked either,
+    and what the process starts is the next start's to kill, `leftovers`); OSError if prctl refuses.
+
+    Gone: getppid() changed while the signal was set, or `parent`, a pid the caller was told (a plain
+    run's server or zygote, the probe's server: one that may have died before this process could
+    first ask), is no process any more. It need not be the parent: a `RUNNER_PYTHON` that is a
+    wrapper starts python as its child (found by a review: compared with getppid(), a wrapper's probe
+    exited at once, unsaid, and `auto` fell back from namespaces). 0, no pid told: the parent is
+    whoever getppid() says, and the signal is set all the same (a caller that wants none, a sandboxed
+    run, does not call this). A process in a PID namespace its parent is outside of gets 0 from
+    getppid() whether the parent lives or not: there `parent_end` tells, this process's end of a
+    socket pair whose other end only the parent holds, hung up once the parent has died (an exiting
+    process's files are closed before its children are told: a parent that died too early for the
+    signal has hung up by then). Forked children do not inherit the signal: a session's calls, forked
+    by its anchor, are not killed when a call's process that forked them ends."""
     before = os.getppid()
-    if not prctl(PR_SET_PDEATHSIG, 9):  # SIGKILL
-        return  # not Linux: the next start's sweep alone
+    if not LINUX or LIBC is None or not hasattr(LIBC, "prctl"):
+        return False
+    checked(LIBC.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")  # SIGKILL
     if os.getppid() != before:
         os._exit(1)
-    if before != parent:
+    # The parent unchanged while the signal was set was alive then: only another process is looked at.
+    if parent and parent != before:
         try:
             os.kill(parent, 0)
         except ProcessLookupError:
+            try:  # noqa: SIM105  (contextlib is not imported in runs)
+                os.write(2, b"the server (pid %d) is gone\n" % parent)
+            except OSError:
+                pass  # its reader, the server, is gone with it
             os._exit(1)
         except PermissionError:
             pass  # a process, another uid's: alive
+    if parent_end >= 0:
+        os.set_blocking(parent_end, False)
+        try:
+            said = os.read(parent_end, 1)  # the parent says nothing first: only its end's hang-up reads
+        except BlockingIOError:
+            return True
+        if not said:
+            os._exit(1)
+    return True
 
 
 def fork_bare() -> int:

@@ -289,41 +289,6 @@ def enter_user_namespace() -> None:
             proc_file.write(text)
 
 
-def die_with_parent(parent: int = 0, parent_end: int = -1) -> None:
-    """SIGKILL this process when its parent exits; exit now if the parent is already gone.
-
-    Gone: getppid() changed while the signal was set, or `parent`, a pid the caller was told (the
-    server's, which may have died before this process could first ask), is no process any more. It
-    need not be the parent: a `RUNNER_PYTHON` that is a wrapper starts python as its child (found by a
-    review: compared with getppid(), a wrapper's probe exited at once, unsaid, and `auto` fell back
-    from namespaces). A process in a PID namespace its parent is outside of gets 0 from getppid()
-    whether the parent lives or not: there `parent_end` tells, this process's end of a socket pair
-    whose other end only the parent holds, hung up once the parent has died (an exiting process's
-    files are closed before its children are told: a parent that died too early for the signal has
-    hung up by then).
-    """
-    before = os.getppid()
-    _checked(_LIBC.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
-    if os.getppid() != before:
-        os._exit(1)
-    if parent:
-        try:
-            os.kill(parent, 0)
-        except ProcessLookupError:
-            os.write(2, b"the server (pid %d) is gone\n" % parent)
-            os._exit(1)
-        except PermissionError:
-            pass  # a process, another uid's: alive
-    if parent_end >= 0:
-        os.set_blocking(parent_end, False)
-        try:
-            said = os.read(parent_end, 1)  # the parent says nothing first: only its end's hang-up reads
-        except BlockingIOError:
-            return
-        if not said:
-            os._exit(1)
-
-
 def clone(namespaces: int) -> int:
     """clone(2) with these CLONE_NEW* flags, as fork: 0 in the child, its pid in the parent.
 

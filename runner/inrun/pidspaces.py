@@ -357,7 +357,7 @@ def _fork_holder() -> int:
             os.close(ours)
             # A parent killed before this line has hung up its end; any later, and the kernel kills
             # this holder, and with it every process in its namespace.
-            namespaces.die_with_parent(parent_end=theirs)
+            libc.die_with(parent_end=theirs)
             os.write(theirs, ARMED)
             os.closerange(0, 1 << 16)
             os.setsid()
@@ -424,7 +424,7 @@ def serve_as_init(
         # getppid() is 0 here either way (the zygote is outside this PID namespace): if the zygote
         # died before this line, its holder has died with it, and the kernel kills this init, in a
         # namespace below the holder's, with every other process there.
-        namespaces.die_with_parent()
+        libc.die_with()
         watch = None
         listener = -1
         egress = egress if network else 0

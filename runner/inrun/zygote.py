@@ -455,7 +455,7 @@ def probe(isolation: namespaces.Isolation, parent: int = 0) -> int:
     """Run ``pass`` twice as namespaced runs exactly as the server would, the second in the PID namespace
     the first one had; 0 if it worked, else why on stderr. It dies with its `parent` (the server's pid,
     if it was told: else whatever started it), and so does every process it made."""
-    namespaces.die_with_parent(parent)  # a probe whose server has died would go on for nothing
+    libc.die_with(parent)  # a probe whose server has died would go on for nothing
     if not namespaces.has_cap_sys_admin():
         namespaces.enter_user_namespace()
     if isolation.cgroup_args:  # the runs' cgroups are made and removed as the server's will be
@@ -465,7 +465,7 @@ def probe(isolation: namespaces.Isolation, parent: int = 0) -> int:
     bootstrap.prepare_process(libc, seccomp.Filter(seccomp.EVERY_PROCESS), namespaced_zygote=True)
     spaces = _pid_spaces(isolation, PROBE_LIMITS)
     # Again before its first child, after its set-up, where a change of its credentials would unset it.
-    namespaces.die_with_parent(parent)
+    libc.die_with(parent)
     try:
         spaces.prepare()
         for pid_inside in (2, 3):

@@ -157,11 +157,11 @@ def test_a_holder_killed_while_a_namespace_is_made_ends_the_zygote_rather_than_f
 HOLDER_ARMS_AFTER_ITS_ZYGOTE_DIED = """
 import os, signal, sys, time
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
-import namespaces, pidspaces
+import libc, namespaces, pidspaces
 if not namespaces.has_cap_sys_admin():
     namespaces.enter_user_namespace()
 zygote, told = os.getpid(), sys.argv[2]
-arm = namespaces.die_with_parent
+arm = libc.die_with
 
 def arm_once_the_zygote_is_dead(*args, **kwargs):
     with open(told, "w") as said:
@@ -176,7 +176,7 @@ def arm_once_the_zygote_is_dead(*args, **kwargs):
         time.sleep(0.001)
     arm(*args, **kwargs)
 
-namespaces.die_with_parent = arm_once_the_zygote_is_dead
+libc.die_with = arm_once_the_zygote_is_dead
 pidspaces.PidSpaces([10, 1 << 30, 64, 1 << 20], 2).prepare()
 signal.pause()
 """
