@@ -466,9 +466,9 @@ SETTINGS = (
         "RUNNER_TOOLS_SPIN_US",
         "tools_spin_us",
         "int",
-        "Microseconds the server polls for its next event before it sleeps while a run's tool call is in flight or "
-        "just answered, so that a brokered call pays no wake of an idle CPU (some 40 us each on a virtual machine); "
-        "the poll yields to any process that can run. `0`: it sleeps at once ([code mode](code-mode.md#latency)).",
+        "Microseconds a sleep of the server's loop polls first, out of what runs' tool calls grant it (two spins a "
+        "call sent on, one an answer to a run calling tool after tool): a brokered call then pays no wake of an idle "
+        "CPU. Never with fewer than two CPUs. `0`: it sleeps at once ([code mode](code-mode.md#latency)).",
         high=10_000,
     ),
     Setting(

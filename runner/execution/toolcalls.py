@@ -23,7 +23,7 @@ from collections.abc import Callable
 import anyio
 import anyio.abc
 
-from runner.eventloop import held, linger
+from runner.eventloop import RunPolling
 from runner.inrun.wire import frame_answer
 from runner.outcome import RunTools, ToolCall
 from runner.processes.child import Child
@@ -63,7 +63,8 @@ class ToolCalls:
         # call waits behind a busy worker. (A future, not a memory stream: a handing cost a call 12 us
         # through anyio's stream here, 7 through the loop's future.)
         self._idle: collections.deque[asyncio.Future[tuple[bytes, ToolCall, bytes]]] = collections.deque()
-        self._loop = asyncio.get_running_loop()  # polls before it sleeps while calls are in flight (`eventloop`)
+        self._loop = asyncio.get_running_loop()
+        self._polling = RunPolling(self._loop)  # what the run's calls grant the loop (`eventloop`)
 
     def take(self, call_id: bytes, body: bytes) -> None:
         """One call frame of the run's, as it came (`RunOutput.on_tool`)."""
@@ -80,11 +81,13 @@ class ToolCalls:
             return
         pending[process] = pending.get(process, 0) + 1
         self._unanswered += 1
+        self._polling.taken()
         try:
             taken = tools.take(body)  # the frame's body is let go when the reader's callback returns
             if isinstance(taken, bytes):
                 self._answer(call_id, taken, process)
                 return
+            self._polling.forwarding()
             while self._idle:
                 waiting = self._idle.popleft()
                 if not waiting.done():  # else its worker was cancelled: the run is ending
@@ -99,8 +102,7 @@ class ToolCalls:
     async def _worker(self, call_id: bytes, call: ToolCall, process: bytes) -> None:
         while True:
             try:
-                with held(self._loop):
-                    answer = await self._tools.forward(call)
+                answer = await self._tools.forward(call)
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception:  # never the run's task group's end (the broker answers every call itself)
@@ -125,7 +127,7 @@ class ToolCalls:
             self._outbox.send(frame_answer(answer, call_id), process)
         finally:
             self._tools.tell()
-            linger(self._loop)  # the run's next call is likely a few tens of microseconds away
+            self._polling.answered()
 
     def _written(self, process: bytes) -> None:
         """`process`'s answer is written, or dropped: it no longer counts as unanswered. (One that

@@ -8,7 +8,6 @@ import contextlib
 import json
 import logging
 import socket
-import time
 from collections.abc import AsyncIterator
 
 import anyio
@@ -16,7 +15,7 @@ import pytest
 
 from runner.config import ToolsConfig, ToolServers
 from runner.config.tools import Downstream
-from runner.eventloop import PollingLoop
+from runner.eventloop import FORWARD_SPINS, PollingLoop
 from runner.execution.toolcalls import MOST_PENDING_PER_PROCESS, ToolCalls
 from runner.inrun.wire import ANSWER_HEAD, frame_line
 from runner.outcome import ToolCall
@@ -169,24 +168,27 @@ async def test_answers_too_large_for_the_socket_come_whole_and_in_their_order() 
         assert json.loads(written[3][1]) == {"ok": False, "error": "the run sent a call that is not JSON"}
 
 
-@pytest.mark.parametrize("anyio_backend", [pytest.param(("asyncio", {"loop_factory": lambda: PollingLoop(0.01)}))])
-async def test_a_call_in_flight_downstream_keeps_the_loop_polling_and_its_answer_keeps_it_for_one_spin_more() -> None:
-    # The server's loop polls rather than sleeps while a run's call is downstream and just after its
-    # answer (issue 49's latency: each wake of an idle CPU costs a brokered call some 40 us here).
-    taken: list[Taken] = []
+@pytest.mark.parametrize("anyio_backend", [pytest.param(("asyncio", {"loop_factory": lambda: PollingLoop(0.2)}))])
+async def test_each_call_sent_downstream_grants_the_loop_its_polling_and_an_answer_one_spin_once_calls_come_in_a_chain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 49's latency: each wake of an idle CPU costs a brokered call some 40 us here.
     loop = asyncio.get_running_loop()
     assert isinstance(loop, PollingLoop)
+    granted: list[float] = []
+    grant = loop.grant
+    monkeypatch.setattr(loop, "grant", lambda spins: (granted.append(spins), grant(spins)))
+    taken: list[Taken] = []
     async with taking(taken, Forwarded) as (calls, theirs):
-        calls.take(b"1.1", b"{}")
-        await anyio.sleep(0)  # the worker is started and forwards
-        assert loop._polling.holds == 1
-        before = time.monotonic()
+        theirs.setblocking(False)
         [forwarded] = taken
         assert isinstance(forwarded, Forwarded)
-        forwarded.answer.set()
-        theirs.setblocking(False)
-        with anyio.fail_after(10):
-            written = await received(theirs)
-        assert answers(written)[0] == [(b"1.1", b'{"ok": true, "value": 1}')]
-        assert loop._polling.holds == 0
-        assert loop._polling.until > before, "the run's next call is waited for by polling"
+        for n in (1, 2):
+            calls.take(b"1.%d" % n, b"{}")
+            forwarded.answer.set()
+            with anyio.fail_after(10):
+                written = await received(theirs)
+            assert answers(written)[0] == [(b"1.%d" % n, b'{"ok": true, "value": 1}')]
+            forwarded.answer = anyio.Event()
+        # The first answer came before any call in a chain; the second call came within a spin of it.
+        assert granted == [FORWARD_SPINS, FORWARD_SPINS, 1]
