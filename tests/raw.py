@@ -18,6 +18,11 @@ from tests.conftest import REPO
 # .wheelhouse (runner.config.load).
 STANDARD_LIBRARY_ONLY = {"RUNNER_PACKAGES": "", "RUNNER_WHEELHOUSE": ""}
 
+# How long a server may take to say it serves: its imports and its pool's start take about 1 s of its CPU,
+# which on a busy machine (2 vCPUs, two busy loops and a second server's runs) came in 9-25 s. A request's
+# 20 s are for its answer alone: counted from the start, an `initialize` sent at once took over 20 s.
+START_TIMEOUT = 45.0
+
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
 
 
@@ -91,8 +96,18 @@ async def raw_server(work_dir: Path, stderr_path: Path, **env: str) -> AsyncIter
             stderr=errlog,
         )
     async with process:
+        await _serving(process, stderr_path)
         yield RawSession(process)
         assert process.stdin is not None
         await process.stdin.aclose()
         with anyio.fail_after(20):
             assert await process.wait() == 0
+
+
+async def _serving(process: Process, stderr_path: Path) -> None:
+    """Return once the server has said it serves on stdio; fail if it exits first or does not say so
+    within `START_TIMEOUT`."""
+    with anyio.fail_after(START_TIMEOUT):
+        while "serving on stdio" not in stderr_path.read_text(errors="replace"):
+            assert process.returncode is None, f"the server exited at start: {stderr_path.read_text()}"
+            await anyio.sleep(0.02)

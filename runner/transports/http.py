@@ -16,7 +16,8 @@ one, and 2026-07-28, which has no sessions at all), SSE for progress, the Host a
 - a listening socket made before anything else starts (so that a port in use stops the start with a
   clear line, port 0 works, and workers can share it);
 - shutdown on request: stop accepting, let requests in flight finish for `shutdown_grace` seconds,
-  then cancel what is left (the runs are killed and cleaned by the pool as on stdio).
+  then cancel what is left (the runs are killed and cleaned by the pool as on stdio);
+- idle kept-alive connections closed by their clients, not under them (`KEEP_ALIVE_SECONDS`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ from runner.transports.cancels import PostedCancels
 from runner.transports.refusals import CutErrorAnswers, ExplainedRefusals
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# How long a kept-alive connection may sit idle before the server closes it. Longer than any common client
+# or proxy keeps one (httpx 5 s, Node's undici 4 s, nginx's upstream keepalive and cloud load balancers
+# 60 s, Go's 90 s): a client reusing a connection just as the server closes it gets a reset with its
+# request unanswered, and does not retry a POST. uvicorn's 5 s equalled httpx's own expiry, and on a busy
+# machine a client's request met the server's close (64 clients of 20 calls each: 4 ReadErrors in a run).
+KEEP_ALIVE_SECONDS = 120
 
 
 def caller_of(request: object) -> str | None:
@@ -139,6 +146,7 @@ class HttpServer:
             server_header=False,
             proxy_headers=False,
             timeout_graceful_shutdown=http.shutdown_grace,
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
         )
         self._server = _QuietServer(config)
 

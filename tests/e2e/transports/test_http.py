@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import h11
 import httpx2
 import mcp_types as types
 import pytest
@@ -32,7 +34,7 @@ from runner.config import Config
 from runner.execution.pool import Pool
 from runner.outcome import Status
 from runner.protocol.schemas import input_schema
-from runner.transports.http import listening
+from runner.transports.http import KEEP_ALIVE_SECONDS, listening
 from tests.conftest import REPO
 from tests.helpers import (
     MODES,
@@ -709,3 +711,42 @@ async def test_connections_on_the_listening_socket_send_without_delay(shared: bo
             writer.close()
     [nodelay] = seen
     assert nodelay != 0
+
+
+def _exchange(sock: socket.socket, conn: h11.Connection, url: httpx2.URL, body: bytes) -> int:
+    """POST `body` on the connection and read its whole answer; the answer's status."""
+    headers = [("host", url.netloc.decode()), ("content-length", str(len(body))), *JSON_AND_SSE.items()]
+    headers.append(("mcp-protocol-version", "2025-06-18"))
+    sock.sendall(conn.send(h11.Request(method="POST", target=url.raw_path, headers=headers)) or b"")
+    sock.sendall((conn.send(h11.Data(data=body)) or b"") + (conn.send(h11.EndOfMessage()) or b""))
+    status = 0
+    while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+        if event is h11.NEED_DATA:
+            conn.receive_data(sock.recv(65536))
+        elif isinstance(event, h11.Response):
+            status = event.status_code
+        else:
+            assert isinstance(event, h11.Data), event
+    conn.start_next_cycle()
+    return status
+
+
+def test_a_kept_alive_connection_idle_as_long_as_a_client_keeps_one_is_still_served(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    """Found by a load hunt: uvicorn closed a connection idle 5 s, httpx's own expiry for reusing one, so on
+    a busy machine a client's next POST met the close and got a reset (ReadError), its call unanswered."""
+    client_keeps = httpx2.Limits().keepalive_expiry
+    assert client_keeps is not None
+    assert client_keeps + 1 < KEEP_ALIVE_SECONDS
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
+    with http_server(work_dir, tmp_path / "log") as server:
+        url = httpx2.URL(server.url)
+        with socket.create_connection((url.host, url.port)) as sock:
+            conn = h11.Connection(h11.CLIENT)
+            assert _exchange(sock, conn, url, body) == 200
+            # Idle a second past the client's expiry; the server closing it would wake this at once.
+            closed, _, _ = select.select([sock], [], [], client_keeps + 1)
+            assert closed == [], "the server closed a connection a client may still reuse"
+            assert _exchange(sock, conn, url, body) == 200
+        assert server.stop() == 0
