@@ -10,12 +10,14 @@ call. At a sleep, the loop polls its fds (`epoll_wait` with a timeout of 0) for 
 it was granted (RUNNER_TOOLS_SPIN_US), and sleeps as before once that is spent, so the polling a call
 costs is bounded however long it lasts and whatever else wakes the loop meanwhile.
 
-It never yields the CPU while it polls: on a CPU another process wants, a yield hands it over for that
-process's whole time slice, and an event that comes meanwhile waits for it (a review: milliseconds
-late, with two CPU-bound processes beside the server). A poll that finds itself preempted (a gap
-between two polls) stops and sleeps instead: a busy CPU has no halt to spare us. And a server with
-fewer than two CPUs to run on never polls: there its poll could only hold back the very processes it
-waits for (`backend_options`). A server without code mode makes the stock loop.
+The poll is for idle CPUs only. It never yields the CPU: on a CPU another process wants, a yield hands
+it over for that process's whole time slice, and an event that comes meanwhile waits for it (a review:
+milliseconds late, with two CPU-bound processes beside the server). It does not start while more
+processes could run than there are CPUs (/proc/loadavg), and a poll that finds itself preempted (a gap
+between two polls) stops, and none starts for CALM after: a poll preempted leaves the loop runnable
+but not running, where a sleeping one would be woken at once. And a server with fewer than two CPUs to
+run on never polls: there its poll could only hold back the very processes it waits for
+(`backend_options`). A server without code mode makes the stock loop.
 """
 
 from __future__ import annotations
