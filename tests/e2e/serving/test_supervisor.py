@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import httpx2
 import pytest
 from mcp import Client
@@ -49,6 +50,15 @@ def when(probe: Callable[[], list[int]], timeout: float = 20) -> list[int]:
     while not (value := probe()) and time.monotonic() < deadline:
         time.sleep(0.02)
     return value
+
+
+async def holding_a_call(tg: anyio.abc.TaskGroup, server: HttpServer, marker: Path) -> None:
+    """Start a call on `server` that sleeps 100 s (`long_call`, in `tg`); return once it runs."""
+    code = f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(100)"
+    tg.start_soon(anyio.to_thread.run_sync, long_call, server, code)
+    with anyio.fail_after(60):
+        while not marker.exists():
+            await anyio.sleep(0.02)
 
 
 def long_call(server: HttpServer, code: str) -> None:
@@ -189,14 +199,10 @@ async def test_a_worker_killed_during_the_stop_makes_the_server_exit_1_naming_it
     """Found by a review: a worker that died while the server stopped (killed, or crashed in its grace)
     was reaped without a word, and the server exited 0."""
     marker = tmp_path / "started"
-    code = f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(100)"
     log = tmp_path / "log"
     with http_server(work_dir, log, RUNNER_HTTP_WORKERS="2", RUNNER_SHUTDOWN_GRACE="100") as server:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(anyio.to_thread.run_sync, long_call, server, code)
-            with anyio.fail_after(60):
-                while not marker.exists():
-                    await anyio.sleep(0.02)
+            await holding_a_call(tg, server, marker)
             server.process.send_signal(signal.SIGTERM)
             # The worker without a call stops at once; the one with it gives the call its grace.
             [holding] = await anyio.to_thread.run_sync(
@@ -231,14 +237,10 @@ async def test_a_second_sigterm_cuts_the_workers_grace_short_as_for_one_server(
     """Found by a review: the supervisor passed a signal on once, so a second one did nothing and the
     server waited out the grace with a call in flight (31.3 s of a 30 s grace; 1.7 s with one worker)."""
     marker = tmp_path / "started"
-    code = f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(100)"
     log = tmp_path / "log"
     with http_server(work_dir, log, RUNNER_HTTP_WORKERS="2", RUNNER_SHUTDOWN_GRACE="100") as server:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(anyio.to_thread.run_sync, long_call, server, code)
-            with anyio.fail_after(60):
-                while not marker.exists():
-                    await anyio.sleep(0.02)
+            await holding_a_call(tg, server, marker)
             server.process.send_signal(signal.SIGTERM)
             # Each worker says it heard the first: the one with the call now gives it the grace. The
             # other may still be starting (on a busy machine), and says so in another line.
