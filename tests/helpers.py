@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import logging
 import os
 import resource
 import shutil
@@ -308,3 +309,18 @@ def a_default_cache_removed_if_made() -> Iterator[None]:
         with contextlib.suppress(OSError):
             if not there and not os.listdir(os.path.join(default, "packages")):
                 shutil.rmtree(default)
+
+
+@contextlib.contextmanager
+def recording_logger(name: str) -> Iterator[tuple[logging.Logger, list[logging.LogRecord]]]:
+    """A logger at INFO whose records are kept in the list beside it while the block runs."""
+    logger = logging.getLogger(name)
+    logger.setLevel(logging.INFO)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    try:
+        yield logger, records
+    finally:
+        logger.removeHandler(handler)

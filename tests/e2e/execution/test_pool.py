@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import logging
 import os
 import resource
 import signal
@@ -20,7 +19,18 @@ from runner.errors import SpawnError
 from runner.execution.pool import Pool
 from runner.inrun.bootstrap import OPEN_FILES
 from runner.outcome import RunRequest, RunResult, Status
-from tests.helpers import MODES, alive, checked, children_of, in_mode, living, max_overlap, pids_in, settled_async
+from tests.helpers import (
+    MODES,
+    alive,
+    checked,
+    children_of,
+    in_mode,
+    living,
+    max_overlap,
+    pids_in,
+    recording_logger,
+    settled_async,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -133,13 +143,7 @@ async def test_a_run_sees_name_main_and_atexit_handlers_run(pool: Pool) -> None:
 
 
 async def test_every_limit_is_applied_inside_the_run(config: Config, no_leaks: None) -> None:
-    logger = logging.getLogger("tests.limits")
-    logger.setLevel(logging.INFO)
-    started: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = started.append  # type: ignore[method-assign]
-    logger.addHandler(handler)
-    try:
+    with recording_logger("tests.limits") as (logger, started):
         async with Pool.open(config, logger) as pool:
             result = await run(
                 pool,
@@ -149,8 +153,6 @@ async def test_every_limit_is_applied_inside_the_run(config: Config, no_leaks: N
                 print(json.dumps({n: resource.getrlimit(getattr(resource, n)) for n in names}))
                 """,
             )
-    finally:
-        logger.removeHandler(handler)
     [nproc] = [r.fields["rlimit_nproc"] for r in started if r.getMessage() == "pool starting"]
     limits = json.loads(result.stdout.text)
     assert limits["RLIMIT_CPU"] == [config.max_cpu_seconds, config.max_cpu_seconds + 1]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import os
 import re
 import signal
@@ -21,7 +20,7 @@ from runner.config import Config
 from runner.execution.pool import Pool
 from runner.outcome import NEW_SESSION, Progress, RunRequest, RunResult, Status
 from runner.processes.isolation import plan_isolation
-from tests.helpers import alive, children_of, in_mode, settled, settled_async
+from tests.helpers import alive, children_of, in_mode, recording_logger, settled, settled_async
 
 pytestmark = pytest.mark.anyio
 
@@ -594,20 +593,12 @@ async def test_a_session_call_s_run_started_line_names_its_session_s_anchor_not_
 ) -> None:
     """Found by a review: every call of a session logged `run started pid=0` (its own pid comes later,
     from its keeper, and in a sandbox is one of the session's PID namespace)."""
-    logger = logging.getLogger("tests.sessions.pids")
-    logger.setLevel(logging.INFO)
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
-    logger.addHandler(handler)
-    try:
+    with recording_logger("tests.sessions.pids") as (logger, records):
         async with Pool.open(session_config, logger, reap_strays=True) as pool:
             handle = await new_session(pool)
             assert (await call(pool, "pass", handle)).status is Status.OK  # a call armed ahead, this one
             [anchor] = [r.fields["pid"] for r in records if r.getMessage() == "session started"]
             assert alive(anchor)
-    finally:
-        logger.removeHandler(handler)
     started = [r.fields for r in records if r.getMessage() == "run started"]
     assert started == [{"anchor_pid": anchor, "queue_wait": f["queue_wait"]} for f in started]
     assert len(started) == 2
