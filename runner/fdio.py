@@ -86,6 +86,12 @@ class AskedReads:
         except OSError as exc:
             waiter.set_exception(exc)
 
+    def interrupt(self, error: BaseException) -> None:
+        """The read waiting now, if one is, raises `error`; the fd stays open (the next `read` waits anew)."""
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error)
+
     def _unwatch(self) -> None:
         if self._watched and self._fd is not None:
             self._loop.remove_reader(self._fd)

@@ -1,5 +1,5 @@
 """A downstream server over stdio: the official SDK's transport (`mcp.client.stdio.stdio_client`), with
-the reader of the server's stdout ours.
+the reading of the server's stdout and the writing of its stdin ours.
 
 The SDK's reader keeps a line until its newline by joining each chunk it reads to all it has, which is
 quadratic and has no bound: one server's line that never ended took the whole server's memory and,
@@ -12,14 +12,20 @@ parses a long line faster than the SDK does (`parse`). The stdout is a pipe of o
 only when the reader asks: asyncio's pipe transport read whatever came, a byte at a time if so, paced
 or not.
 
-The rest is the SDK's own code: the process started in a session of its own, written to, and stopped
-(stdin closed, then the process tree killed, each wait bounded; `_stop`, the SDK's but for the pipe);
-its private helpers are the SDK's pinned version's (requirements.lock), and the tests of downstream
+The SDK's transport hands each message between the session and a reader or a writer task of its own
+through memory streams; ours reads in the task that receives (`Received`) and writes in the task that
+sends (`Sent`): a brokered call's round trip took some eleven turns of the event loop, each 10-15 us
+of the server's CPU, and five of them were those hand-overs.
+
+The rest is the SDK's own code: the process started in a session of its own, and stopped (stdin
+closed, then the process tree killed, each wait bounded; `_stop`, the SDK's but for the pipe); its
+private helpers are the SDK's pinned version's (requirements.lock), and the tests of downstream
 servers go through them.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import functools
@@ -28,7 +34,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TextIO
 
 import anyio
@@ -37,10 +43,8 @@ import anyio.lowlevel
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import (
     _KILL_REAP_TIMEOUT,
-    _WRITER_FLUSH_TIMEOUT,
     PROCESS_TERMINATION_TIMEOUT,
     StdioServerParameters,
-    _aclose_all,
     _close_pipe,
     _close_subprocess_transport,
     _get_executable_command,
@@ -158,80 +162,124 @@ async def stdio_transport(
     stdout = AskedReads(read_end, functools.partial(os.read, read_end), functools.partial(os.close, read_end))
     # The spawn succeeded; no awaits until the task group is entered (a cancellation in the gap would
     # leak the live process).
-    read_stream_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, write_stream_reader = anyio.create_memory_object_stream[SessionMessage](0)
-    shutting_down = False
-    writer_done = anyio.Event()
     longest = max(4 * most_bytes + (1 << 20), MAX_LINE_BYTES)
     rate = Pace(longest, BYTES_PER_SECOND, anyio.current_time())
+    assert process.stdin, "the process is started with a pipe for its stdin"
+    received = Received(stdout, Lines(longest), rate, server)
+    sent = Sent(process.stdin, server, received.end)
 
-    async def stdout_reader() -> None:
-        lines = Lines(longest)
-        overflowed = False
-        try:
-            async with read_stream_writer:
-                try:
-                    while chunk := await stdout.read(READ_BYTES):
-                        try:
-                            got = lines.feed(chunk)
-                        except LineTooLong as exc:
-                            # Left unread from here: draining a stream that never ends would spin
-                            # until the server is stopped, which the session's end now does.
-                            overflowed = True
-                            await read_stream_writer.send(exc)
-                            return
-                        for line in got:
-                            await read_stream_writer.send(parse(line, server))
-                        await _turn(rate, len(chunk) if got else max(len(chunk), READ_BYTES))
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    return  # the session is gone; only the drain below remains
-                finally:
-                    if not overflowed:
-                        await _drain(stdout, rate)
-        except anyio.ClosedResourceError:
-            pass  # our own shutdown closed the stdout stream under the read
-        except (anyio.BrokenResourceError, ConnectionError):
-            if not shutting_down:
-                logger.exception("reading a tool server's stdout failed mid-session")
-
-    async def stdin_writer() -> None:
-        assert process.stdin, "the process is started with pipes"
-        try:
-            async with write_stream_reader:
-                async for session_message in write_stream_reader:
-                    text = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    data = (text + "\n").encode(encoding=server.encoding, errors=server.encoding_error_handler)
-                    await process.stdin.send(data)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            # The server may still be alive: the read stream closed, so that the session sees the
-            # connection end instead of a request waiting for ever.
-            await read_stream_writer.aclose()
-        finally:
-            writer_done.set()
-
-    async def shutdown() -> None:
-        read_stream.close()  # the reader into its drain: a server stuck writing stdout reads no stdin
-        write_stream.close()
-        with anyio.move_on_after(_WRITER_FLUSH_TIMEOUT) as flush_scope:
-            await writer_done.wait()
-        if flush_scope.cancelled_caught:
-            await anyio.lowlevel.cancel_shielded_checkpoint()
+    async def shutdown(tg: anyio.abc.TaskGroup) -> None:
+        received.close()
+        await sent.aclose()
+        if not received.overflowed:
+            # What the server still writes is read and dropped while it is stopped (one blocked on a
+            # full pipe would miss its chance to exit); `_stop` closes the pipe, which ends the drain.
+            tg.start_soon(_drain, stdout, rate)
         await _stop(process, stdout)
-        await _aclose_all(read_stream, write_stream, read_stream_writer, write_stream_reader)
         await anyio.lowlevel.checkpoint()
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(stdout_reader)
-        tg.start_soon(stdin_writer)
         try:
-            yield read_stream, write_stream
+            yield received, sent
         finally:
-            shutting_down = True
             # The server is stopped whatever cancels us, every wait in it bounded.
             with anyio.CancelScope(shield=True):
-                await shutdown()
+                await shutdown(tg)
             tg.cancel_scope.cancel()
     await anyio.lowlevel.cancel_shielded_checkpoint()
+
+
+class Received(anyio.abc.ObjectReceiveStream[SessionMessage | Exception]):
+    """What the server writes, read and parsed by the task that receives it (the session's dispatcher):
+    the SDK's transport has a reader task hand each message over, which cost a brokered call a task
+    switch and two more turns of the event loop (of some ten). Lines come out in order (`Lines`); one past
+    the bound is the `LineTooLong` said once, then the end, the rest of the stdout left unread (draining
+    a stream that never ends would spin until the server is stopped, which the session's end does). Reads
+    are paced (`_turn`), and a line read with others waits its turn of the loop, as a read would."""
+
+    def __init__(self, stdout: AskedReads, lines: Lines, rate: Pace, server: StdioServerParameters) -> None:
+        self._stdout, self._lines, self._rate, self._server = stdout, lines, rate, server
+        self._ready: collections.deque[bytes] = collections.deque()  # lines read, not received yet
+        self._owed = 0  # bytes of the last read, not paced yet
+        self._end: type[Exception] | None = None  # what `receive` raises once no line is ready
+        self.overflowed = False
+
+    async def receive(self) -> SessionMessage | Exception:
+        if self._ready:
+            await anyio.lowlevel.checkpoint()
+        while not self._ready:
+            if self._end is not None:
+                raise self._end
+            if self._owed:
+                owed, self._owed = self._owed, 0
+                await _turn(self._rate, owed)
+            try:
+                chunk = await self._stdout.read(READ_BYTES)
+            except anyio.ClosedResourceError:
+                self._end = self._end or anyio.ClosedResourceError
+                continue
+            except anyio.EndOfStream:
+                continue  # `end`: a write failed
+            except OSError:
+                logger.exception("reading a tool server's stdout failed mid-session")
+                self._end = anyio.EndOfStream
+                continue
+            if not chunk:
+                self._end = anyio.EndOfStream
+                continue
+            try:
+                got = self._lines.feed(chunk)
+            except LineTooLong as exc:
+                self.overflowed, self._end = True, anyio.EndOfStream
+                return exc
+            self._ready.extend(got)
+            self._owed = len(chunk) if got else max(len(chunk), READ_BYTES)
+        return parse(self._ready.popleft(), self._server)
+
+    def end(self) -> None:
+        """No more is read: what is ready is received, then the end (a read waiting now ends at once)."""
+        self._end = self._end or anyio.EndOfStream
+        self._stdout.interrupt(anyio.EndOfStream())
+
+    def close(self) -> None:
+        self._ready.clear()
+        self._end = anyio.ClosedResourceError
+        self._stdout.interrupt(anyio.ClosedResourceError())
+
+    async def aclose(self) -> None:
+        self.close()
+        await anyio.lowlevel.checkpoint()
+
+
+class Sent(anyio.abc.ObjectSendStream[SessionMessage]):
+    """The session's messages written to the server's stdin by the task that sends them: the SDK's
+    transport has a writer task take each over, which cost a brokered call a task switch and two more
+    turns of the loop. Each is whole in the pipe's buffer before the send waits (`ByteSendStream.send`
+    writes it into asyncio's, then waits while that is full), so sends at once never split each other. A
+    write that fails ends what is received (`ended`): the server may still be alive, and the session
+    must see its connection end, not wait for answers that cannot come."""
+
+    def __init__(self, stdin: anyio.abc.ByteSendStream, server: StdioServerParameters, ended: Callable[[], None]):
+        self._stdin, self._server, self._ended = stdin, server, ended
+        self._closed = self._broken = False
+
+    async def send(self, item: SessionMessage) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if self._broken:
+            raise anyio.BrokenResourceError
+        text = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+        data = (text + "\n").encode(self._server.encoding, self._server.encoding_error_handler)
+        try:
+            await self._stdin.send(data)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
+            self._broken = True
+            self._ended()
+            raise anyio.BrokenResourceError from exc
+
+    async def aclose(self) -> None:
+        self._closed = True  # the stdin itself is closed by `_stop`, after what was written is flushed
+        await anyio.lowlevel.checkpoint()
 
 
 def dying_with_us(argv: list[str], env: dict[str, str]) -> list[str]:

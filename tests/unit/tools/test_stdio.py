@@ -1,17 +1,28 @@
 """A stdio server's lines out of its stdout's chunks (`Lines`), and how a line is parsed, without a
-process; the transport itself is tested with real servers (tests/e2e/tools/test_hostile_servers.py)."""
+process; the transport's two streams over real pipes (`Received`, `Sent`); the transport itself is
+tested with real servers (tests/e2e/tools/test_hostile_servers.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
+import subprocess
+import sys
 import tracemalloc
+from collections.abc import Iterator
 
+import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.message import SessionMessage
+from mcp.types import JSONRPCNotification
 
-from runner.tools.stdio import Lines, LineTooLong, parse
+from runner.fdio import AskedReads
+from runner.rates import Pace
+from runner.tools.stdio import BYTES_PER_SECOND, Lines, LineTooLong, Received, Sent, parse
 
 
 @given(
@@ -100,3 +111,156 @@ def test_a_long_line_is_parsed_as_a_short_one_is_and_one_nested_too_deep_is_an_e
     )
     assert isinstance(parse(nested, server), ValueError)
     assert isinstance(parse(b"[" * 100_000, server), RecursionError | ValueError)
+
+
+def _note(n: int) -> bytes:
+    return b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": %d}}\n' % n
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, int]]:
+    """A pipe's read and write ends; whichever the test has not closed is closed after it."""
+    read_end, write_end = os.pipe()
+    yield read_end, write_end
+    for fd in (read_end, write_end):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _received(read_end: int, most: int = 1 << 20) -> Received:
+    # The fd is the test's to close (the fixture's), not the stream's.
+    stdout = AskedReads(read_end, functools.partial(os.read, read_end), lambda: None)
+    return Received(
+        stdout, Lines(most), Pace(most, BYTES_PER_SECOND, anyio.current_time()), StdioServerParameters(command="x")
+    )
+
+
+@pytest.mark.anyio
+async def test_what_a_server_writes_is_received_a_message_a_line_in_order_however_it_is_cut_then_its_end(
+    pipe: tuple[int, int],
+) -> None:
+    read_end, write_end = pipe
+    received = _received(read_end)
+    wire = b"".join(_note(n) for n in range(50)) + b"not json\n"
+    for at in range(0, len(wire), 97):  # cut mid-line, and several lines in one read
+        os.write(write_end, wire[at : at + 97])
+    os.close(write_end)
+    got = [await received.receive() for _ in range(51)]
+    assert [m.message.model_dump()["params"]["data"] for m in got[:50] if isinstance(m, SessionMessage)] == list(
+        range(50)
+    )
+    assert isinstance(got[50], ValueError)  # said to the session, as the SDK says a line that does not parse
+    with pytest.raises(anyio.EndOfStream):
+        await received.receive()
+    with pytest.raises(anyio.EndOfStream):
+        await received.receive()
+
+
+@pytest.mark.anyio
+async def test_a_line_past_the_bound_is_said_once_then_the_end_and_nothing_after_it_is_read(
+    pipe: tuple[int, int],
+) -> None:
+    read_end, write_end = pipe
+    received = _received(read_end, most=1000)
+    os.write(write_end, _note(1))
+    assert isinstance(await received.receive(), SessionMessage)
+    os.write(write_end, b"x" * 2000)
+    assert isinstance(await received.receive(), LineTooLong)
+    os.write(write_end, b"\n" + _note(2))
+    with pytest.raises(anyio.EndOfStream):
+        await received.receive()
+    assert received.overflowed
+    assert os.read(read_end, 4096) == b"\n" + _note(2)  # left unread, for the drain to leave alone too
+
+
+@pytest.mark.anyio
+async def test_a_receive_that_waits_ends_at_once_when_the_stream_is_ended_or_closed(pipe: tuple[int, int]) -> None:
+    read_end, _ = pipe
+    for how, raised in (("end", anyio.EndOfStream), ("close", anyio.ClosedResourceError)):
+        received = _received(read_end)
+        outcome: list[BaseException] = []
+
+        async def receive(received: Received = received, outcome: list[BaseException] = outcome) -> None:
+            try:
+                await received.receive()
+            except Exception as exc:
+                outcome.append(exc)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(receive)
+                await anyio.wait_all_tasks_blocked()
+                getattr(received, how)()
+        assert [type(e) for e in outcome] == [raised]
+
+
+@pytest.mark.anyio
+async def test_messages_sent_at_once_reach_the_server_whole_and_in_order() -> None:
+    # The server is cat: what it reads on its stdin comes back on its stdout, a message a line.
+    read_end, write_end = os.pipe()
+    try:
+        process = await anyio.open_process(["cat"], stdin=subprocess.PIPE, stdout=write_end)
+    finally:
+        os.close(write_end)
+    received = _received(read_end, most=1 << 22)
+    assert process.stdin
+    sent = Sent(process.stdin, StdioServerParameters(command="cat"), received.end)
+    big = "y" * 300_000  # past the pipe's buffer: a send that waits while another one writes
+
+    async def send(n: int) -> None:
+        data = big if n % 10 == 0 else n
+        await sent.send(SessionMessage(JSONRPCNotification(jsonrpc="2.0", method="m", params={"n": n, "data": data})))
+
+    try:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for n in range(40):
+                    tg.start_soon(send, n)
+                got = [await received.receive() for _ in range(40)]
+    finally:
+        process.kill()
+        await process.aclose()
+        os.close(read_end)
+    params = [m.message.model_dump()["params"] for m in got if isinstance(m, SessionMessage)]
+    assert sorted(p["n"] for p in params) == list(range(40))
+    assert all(p["data"] == (big if p["n"] % 10 == 0 else p["n"]) for p in params)
+
+
+@pytest.mark.anyio
+async def test_a_write_the_server_cannot_take_fails_the_send_and_ends_what_is_received(pipe: tuple[int, int]) -> None:
+    read_end, _ = pipe
+    # A server that closed its stdin and lives on: the session must hear the connection end.
+    process = await anyio.open_process(
+        [sys.executable, "-c", "import os, time; os.close(0); print('closed', flush=True); time.sleep(30)"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert process.stdin
+        assert process.stdout
+        with anyio.fail_after(20):
+            await process.stdout.receive()
+            received = _received(read_end)
+            sent = Sent(process.stdin, StdioServerParameters(command="x"), received.end)
+            message = SessionMessage(JSONRPCNotification(jsonrpc="2.0", method="m"))
+            ended: list[BaseException] = []
+
+            async def receive() -> None:
+                try:
+                    await received.receive()
+                except anyio.EndOfStream as exc:
+                    ended.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(receive)
+                await anyio.wait_all_tasks_blocked()
+                with pytest.raises(anyio.BrokenResourceError):
+                    await sent.send(message)
+            assert ended  # the receive that waited ended at once
+            with pytest.raises(anyio.EndOfStream):
+                await received.receive()
+            with pytest.raises(anyio.BrokenResourceError):  # and every send after it, without a write
+                await sent.send(message)
+    finally:
+        process.kill()
+        await process.aclose()
