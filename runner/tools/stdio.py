@@ -237,9 +237,11 @@ class Received(anyio.abc.ObjectReceiveStream[SessionMessage | Exception]):
         return parse(self._ready.popleft(), self._server)
 
     def end(self) -> None:
-        """No more is read: what is ready is received, then the end (a read waiting now ends at once)."""
-        self._end = self._end or anyio.EndOfStream
-        self._stdout.interrupt(anyio.EndOfStream())
+        """No more is read: what is ready is received, then the end (a read waiting now ends at once).
+        Once the stream has ended or is closed, nothing: the read waiting then may be the drain's."""
+        if self._end is None:
+            self._end = anyio.EndOfStream
+            self._stdout.interrupt(anyio.EndOfStream())
 
     def close(self) -> None:
         self._ready.clear()
@@ -257,7 +259,10 @@ class Sent(anyio.abc.ObjectSendStream[SessionMessage]):
     turns of the loop. Each is whole in the pipe's buffer before the send waits (`ByteSendStream.send`
     writes it into asyncio's, then waits while that is full), so sends at once never split each other. A
     write that fails ends what is received (`ended`): the server may still be alive, and the session
-    must see its connection end, not wait for answers that cannot come."""
+    must see its connection end, not wait for answers that cannot come. A server that reads no stdin has
+    each waiting send's bytes held in that buffer (the writer task held one, its senders their messages):
+    bounded by what runs may send at once (`RUNNER_TOOLS_MAX_CONCURRENT`, `RUNNER_TOOLS_MAX_MB`) until
+    its ping goes unanswered and the connection is made again."""
 
     def __init__(self, stdin: anyio.abc.ByteSendStream, server: StdioServerParameters, ended: Callable[[], None]):
         self._stdin, self._server, self._ended = stdin, server, ended
@@ -310,7 +315,7 @@ async def _drain(stdout: AskedReads, rate: Pace) -> None:
     """The SDK's `_drain_stdout` on our pipe, at the same pace: what the server still writes is read and
     dropped until its end, or until `_stop` closes it (a server blocked writing a full pipe would miss
     its chance to exit)."""
-    with anyio.CancelScope(shield=True), contextlib.suppress(anyio.ClosedResourceError, OSError):
+    with anyio.CancelScope(shield=True), contextlib.suppress(anyio.ClosedResourceError, anyio.EndOfStream, OSError):
         while chunk := await stdout.read(READ_BYTES):
             await _turn(rate, max(len(chunk), READ_BYTES))
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
 
 import anyio
 import pytest
@@ -264,3 +265,50 @@ async def test_a_write_the_server_cannot_take_fails_the_send_and_ends_what_is_re
     finally:
         process.kill()
         await process.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_send_that_fails_after_the_stream_is_closed_leaves_the_drains_read_alone(
+    pipe: tuple[int, int],
+) -> None:
+    # Found by a review: a run's send that failed while the server was being stopped ended the drain's
+    # read with EndOfStream, which escaped the transport's task group ("tool server down: EndOfStream").
+    read_end, write_end = pipe
+    stdout = AskedReads(read_end, functools.partial(os.read, read_end), lambda: None)
+    received = Received(
+        stdout,
+        Lines(1 << 20),
+        Pace(1 << 20, BYTES_PER_SECOND, anyio.current_time()),
+        StdioServerParameters(command="x"),
+    )
+    received.close()
+    drained: list[bytes] = []
+
+    async def drain() -> None:
+        drained.append(await stdout.read(4096))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drain)
+            await anyio.wait_all_tasks_blocked()
+            received.end()
+            os.write(write_end, b"more")
+    assert drained == [b"more"]
+    with pytest.raises(anyio.ClosedResourceError):
+        await received.receive()
+
+
+@pytest.mark.anyio
+async def test_a_read_that_fails_ends_the_stream_and_the_failure_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fd = os.open(tmp_path, os.O_RDONLY)  # a directory: its read fails (EISDIR)
+    try:
+        received = _received(fd)
+        with pytest.raises(anyio.EndOfStream):
+            await received.receive()
+        with pytest.raises(anyio.EndOfStream):
+            await received.receive()
+    finally:
+        os.close(fd)
+    assert "reading a tool server's stdout failed mid-session" in caplog.text
