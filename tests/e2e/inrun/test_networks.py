@@ -74,13 +74,15 @@ def round_(kind):
                 reached = False
             kept = trace(kind)
             said = json.dumps([seen, reached]).encode()
-            fd = [] if kept is None else [kept.fileno().to_bytes(4, sys.byteorder)]
-            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, one) for one in fd]
-            theirs.sendmsg([said], rights)
+            # The namespace itself is held too, for the whole test: an ended namespace's inode number is
+            # the kernel's to give the next one made, and one seen again must mean the same namespace.
+            fds = [os.open("/proc/self/ns/net", os.O_RDONLY)] + ([] if kept is None else [kept.fileno()])
+            rights = b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds)
+            theirs.sendmsg([said], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
         finally:
             os._exit(0)
     theirs.close()
-    data, fds, _, _ = socket.recv_fds(ours, 4096, 1)
+    data, fds, _, _ = socket.recv_fds(ours, 4096, 2)
     held.extend(fds)
     ours.close()
     os.waitpid(pid, 0)
