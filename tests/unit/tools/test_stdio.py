@@ -128,11 +128,18 @@ def pipe() -> Iterator[tuple[int, int]]:
             os.close(fd)
 
 
-def _received(read_end: int, most: int = 1 << 20) -> Received:
+def _stdout(read_end: int) -> AskedReads:
     # The fd is the test's to close (the fixture's), not the stream's.
-    stdout = AskedReads(read_end, functools.partial(os.read, read_end), lambda: None)
+    return AskedReads(read_end, functools.partial(os.read, read_end), lambda: None)
+
+
+def _received(read_end: int, most: int = 1 << 20, stdout: AskedReads | None = None) -> Received:
+    """`Received` over `read_end` (through `stdout`, where the test reads it too)."""
     return Received(
-        stdout, Lines(most), Pace(most, BYTES_PER_SECOND, anyio.current_time()), StdioServerParameters(command="x")
+        stdout or _stdout(read_end),
+        Lines(most),
+        Pace(most, BYTES_PER_SECOND, anyio.current_time()),
+        StdioServerParameters(command="x"),
     )
 
 
@@ -274,13 +281,8 @@ async def test_a_send_that_fails_after_the_stream_is_closed_leaves_the_drains_re
     # Found by a review: a run's send that failed while the server was being stopped ended the drain's
     # read with EndOfStream, which escaped the transport's task group ("tool server down: EndOfStream").
     read_end, write_end = pipe
-    stdout = AskedReads(read_end, functools.partial(os.read, read_end), lambda: None)
-    received = Received(
-        stdout,
-        Lines(1 << 20),
-        Pace(1 << 20, BYTES_PER_SECOND, anyio.current_time()),
-        StdioServerParameters(command="x"),
-    )
+    stdout = _stdout(read_end)
+    received = _received(read_end, stdout=stdout)
     received.close()
     drained: list[bytes] = []
 
