@@ -126,6 +126,18 @@ class _ThrottledWarnings(logging.Filter):
         return count > 0
 
 
+class _ClientLeft(logging.Filter):
+    """The SDK's HTTP transport logs a client that left before its request's body was all sent (starlette's
+    `ClientDisconnect`: the client hung up, or the server closed a body that paused too long,
+    `runner.transports.connections`) as an error with its traceback, which any client with a token could
+    cause without end. Not the server's fault, and nothing is left to answer: no line (the server's own
+    close has its own)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (type(exc).__name__ == "ClientDisconnect" and type(exc).__module__ == "starlette.requests")
+
+
 class _TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__()
@@ -254,6 +266,9 @@ def configure_logging(level: LogLevel, fmt: LogFormat, stream: TextIO | None = N
     logging.getLogger("mcp.client.streamable_http").setLevel(logging.ERROR)
     # uvicorn warns once per request it refuses before the app sees it (500 malformed requests, no
     # token needed: 500 lines in 0.4 s): throttled as our own refusals are.
+    transport = logging.getLogger("mcp.server.streamable_http")
+    transport.filters[:] = [f for f in transport.filters if not isinstance(f, _ClientLeft)]
+    transport.addFilter(_ClientLeft())
     uvicorn = logging.getLogger("uvicorn.error")
     uvicorn.filters[:] = [f for f in uvicorn.filters if not isinstance(f, _ThrottledWarnings)]
     uvicorn.addFilter(_ThrottledWarnings())

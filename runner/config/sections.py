@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from runner.config.egress import EgressAllow
+from runner.config.http_variables import Transport
 from runner.config.locks import Distribution
 from runner.config.settings import KIB, MIB
-from runner.config.variables import AppView, SandboxMode, SandboxNetwork, Transport
+from runner.config.variables import AppView, SandboxMode, SandboxNetwork
 from runner.config.wheelhouse import Wheelhouse
 from runner.logs import LogFormat, LogLevel
 

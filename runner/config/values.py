@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.config.egress import PROXY_PORT, EgressAllow
+from runner.config.http_variables import LOOPBACK_HOSTS, LOOPBACK_ORIGINS
+from runner.config.http_variables import OPERATIONS_PATHS as OPERATIONS_PATHS
+from runner.config.http_variables import Transport as Transport
 from runner.config.locks import Distribution
 from runner.config.removed import REMOVED, refuse_removed
 from runner.config.sections import PROVIDED_DIRECTORY as PROVIDED_DIRECTORY
@@ -40,13 +43,10 @@ from runner.config.settings import KIB as KIB
 from runner.config.settings import MIB as MIB
 from runner.config.settings import Setting, unknown_variables
 from runner.config.variables import DEFAULT_PRELOAD as DEFAULT_PRELOAD
-from runner.config.variables import LOOPBACK_HOSTS, LOOPBACK_ORIGINS
-from runner.config.variables import OPERATIONS_PATHS as OPERATIONS_PATHS
 from runner.config.variables import SETTINGS as SETTINGS
 from runner.config.variables import AppView as AppView
 from runner.config.variables import SandboxMode as SandboxMode
 from runner.config.variables import SandboxNetwork as SandboxNetwork
-from runner.config.variables import Transport as Transport
 from runner.config.wheelhouse import Wheelhouse
 from runner.errors import ConfigError
 from runner.logs import LogFormat, LogLevel
@@ -68,6 +68,10 @@ class HttpConfig:
     max_body_bytes: int = 0
     max_concurrent_per_token: int = 0  # 0: a fair share, max_concurrent divided among the tokens
     shutdown_grace: int = 10  # seconds runs in flight may finish after SIGTERM
+    # A client's request: its headers within this of the connection (or of its first byte), its body
+    # never paused longer (runner.transports.connections).
+    read_seconds: int = 30
+    max_connections: int = 512  # held open by one server process; at the bound the longest idle is closed
     workers: int = 1  # server processes accepting on the one port, each with its own pool
     replica: str = ""  # named in the handles of this replica's sessions, for a proxy to route on
 

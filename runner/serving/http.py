@@ -149,7 +149,7 @@ async def serve_http(
             return None
 
         app = http_app(server, http, tokens, not_ready, metrics.exposition, logger)
-        http_server = HttpServer(app, http, sock)
+        http_server = HttpServer(app, http, sock, logger)
         if metrics.multiprocess:
             tg.start_soon(metrics.refresh_forever)
 

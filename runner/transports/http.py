@@ -17,7 +17,9 @@ one, and 2026-07-28, which has no sessions at all), SSE for progress, the Host a
   clear line, port 0 works, and workers can share it);
 - shutdown on request: stop accepting, let requests in flight finish for `shutdown_grace` seconds,
   then cancel what is left (the runs are killed and cleaned by the pool as on stdio);
-- idle kept-alive connections closed by their clients, not under them (`KEEP_ALIVE_SECONDS`).
+- idle kept-alive connections closed by their clients, not under them (`KEEP_ALIVE_SECONDS`);
+- a deadline on each request's headers and body's pauses, and a bound on the connections held open
+  (`runner.transports.connections`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from runner.config.tokens import BearerTokens
 from runner.logs import RefusalLog
 from runner.transports.auth import CALLER_STATE_KEY, BearerAuth
 from runner.transports.cancels import PostedCancels
+from runner.transports.connections import ConnectionBounds, bounded_protocol
 from runner.transports.refusals import CutErrorAnswers, ExplainedRefusals
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -135,7 +138,7 @@ class _Front:
 class HttpServer:
     """uvicorn on a listening socket of ours. `serve()` returns after `stop()` and the grace period."""
 
-    def __init__(self, app: ASGIApp, http: HttpConfig, sock: socket.socket) -> None:
+    def __init__(self, app: ASGIApp, http: HttpConfig, sock: socket.socket, logger: logging.Logger) -> None:
         self._sock = sock
         config = uvicorn.Config(
             app,
@@ -147,6 +150,7 @@ class HttpServer:
             proxy_headers=False,
             timeout_graceful_shutdown=http.shutdown_grace,
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            http=bounded_protocol(ConnectionBounds(http.read_seconds, http.max_connections, logger)),
         )
         self._server = _QuietServer(config)
 
