@@ -4,7 +4,6 @@ comparison of tokens that does not stop at the first difference."""
 from __future__ import annotations
 
 import hmac
-import statistics
 import time
 from pathlib import Path
 
@@ -71,11 +70,13 @@ def test_checking_a_token_takes_as_long_whatever_prefix_a_guess_shares_within_no
     near = (secret[:-1] + "y").encode()  # all but the last character right
     far = ("z" + secret[1:]).encode()  # the first character wrong
     rounds: dict[bytes, list[float]] = {near: [], far: []}
-    for _ in range(15):
+    for _ in range(40):
         for guess in (near, far):
             start = time.perf_counter_ns()
-            for _ in range(500):
+            for _ in range(200):
                 tokens.name_of(guess)
-            rounds[guess].append((time.perf_counter_ns() - start) / 500)
-    ratio = statistics.median(rounds[near]) / statistics.median(rounds[far])
+            rounds[guess].append((time.perf_counter_ns() - start) / 200)
+    # The fastest round of each: a shared machine's noise only ever adds time, so the least time is each
+    # guess's own (the median of 15 rounds once said 1.4x on a busy machine, nothing changed).
+    ratio = min(rounds[near]) / min(rounds[far])
     assert 0.7 < ratio < 1.4, f"near/far time ratio {ratio:.2f}"
