@@ -15,6 +15,11 @@ that would have seen a single server's, and the exit status is where it learns o
 
 Metrics: the workers share one PROMETHEUS_MULTIPROC_DIR, so that any worker's /metrics adds up all
 of them; a worker's files are marked dead when it ends, and the directory is removed at the end.
+
+The metrics directory and each worker's are held (`runner.execution.leftovers.HeldDirectory`): locked by
+the supervisor for as long as it lives. A supervisor killed with SIGKILL removes nothing (its workers,
+seeing it gone, stop and empty their own); whichever server starts next in RUNNER_WORK_DIR removes what
+it left, as a single server's pool removes a dead server's.
 """
 
 from __future__ import annotations
@@ -26,7 +31,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
@@ -36,7 +40,7 @@ from types import FrameType
 from prometheus_client.multiprocess import mark_process_dead
 
 from runner.config import HttpConfig
-from runner.execution.leftovers import remove_dead
+from runner.execution.leftovers import LEFTOVER_PREFIX, HeldDirectory, remove_dead
 from runner.logs import get_logger, log_event
 from runner.processes.trees import remove_tree
 from runner.protocol.metrics import MULTIPROCESS_DIRECTORY
@@ -47,15 +51,18 @@ QUICK_EXIT = 10.0
 MAX_QUICK_EXITS = 5
 # The workers that ended badly the last line names (pid and status), the last ones; all are counted.
 NAMED_BAD_ENDS = 8
+# Held directories in RUNNER_WORK_DIR (`{prefix}held-{random}`): the workers' metrics, and each worker's own.
+METRICS_PREFIX = LEFTOVER_PREFIX + "metrics-"
+WORKER_PREFIX = LEFTOVER_PREFIX + "worker-"
 
 
 @dataclass
 class Worker:
-    """One worker process, when it started, and the work directory it was given."""
+    """One worker process, when it started, and the work directory it was given (held by the supervisor)."""
 
     process: subprocess.Popen[bytes]
     started: float
-    work_dir: str
+    work_dir: HeldDirectory
     # The signals the supervisor passed on to it: killed by one of them, it ended as asked.
     sent: set[int] = field(default_factory=set)
 
@@ -69,7 +76,13 @@ def supervise(http: HttpConfig, work_dir: str, sock: socket.socket, worker_args:
     """Serve on `sock` with `http.workers` workers until a signal; return the exit status. Each worker,
     and the metrics they share, get a directory of their own under `work_dir` (RUNNER_WORK_DIR)."""
     logger = get_logger()
-    metrics_dir = tempfile.mkdtemp(prefix="python-runner-metrics-", dir=work_dir)
+    removed, killed = remove_dead(work_dir)  # before the workers start: their pools look in their own only
+    if removed:
+        log_event(
+            logger, logging.WARNING, "removed what a dead server left", directories=len(removed), processes=killed
+        )
+    metrics = HeldDirectory(METRICS_PREFIX, work_dir)
+    metrics_dir = metrics.path
     env = {**os.environ, MULTIPROCESS_DIRECTORY: metrics_dir}
     workers: dict[int, Worker] = {}
     stopping: list[int] = []
@@ -96,15 +109,19 @@ def supervise(http: HttpConfig, work_dir: str, sock: socket.socket, worker_args:
         if stopping:
             return
         # A directory of its own, removed when it ends: a worker that dies cannot clean up after itself.
-        worker_dir = tempfile.mkdtemp(prefix="worker-", dir=work_dir)
-        # A group of its own: a terminal's Ctrl-C reaches the supervisor only, which passes it on once.
-        process = subprocess.Popen(
-            argv,
-            env={**env, "RUNNER_WORK_DIR": worker_dir},
-            pass_fds=[sock.fileno()],
-            stdin=subprocess.DEVNULL,
-            process_group=0,
-        )
+        worker_dir = HeldDirectory(WORKER_PREFIX, work_dir)
+        try:
+            # A group of its own: a terminal's Ctrl-C reaches the supervisor only, which passes it on once.
+            process = subprocess.Popen(
+                argv,
+                env={**env, "RUNNER_WORK_DIR": worker_dir.path},
+                pass_fds=[sock.fileno()],
+                stdin=subprocess.DEVNULL,
+                process_group=0,
+            )
+        except BaseException:
+            _remove_worker_directory(worker_dir)
+            raise
         workers[process.pid] = Worker(process, time.monotonic(), worker_dir)
         if stopping:  # the signal came while this one was being started
             pass_on(stopping[0])
@@ -123,6 +140,7 @@ def supervise(http: HttpConfig, work_dir: str, sock: socket.socket, worker_args:
             worker.process.wait()
             _remove_worker_directory(worker.work_dir)
         shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics.release()  # after: a released directory is a dead server's to whoever starts next
 
 
 def _watch(
@@ -169,9 +187,12 @@ def _watch(
     return 1 if failed or bad_ends else 0
 
 
-def _remove_worker_directory(work_dir: str) -> None:
+def _remove_worker_directory(work_dir: HeldDirectory) -> None:
     """A worker's RUNNER_WORK_DIR, once it has ended: first its plain runs' processes, which name its
     held directories (found by a review: a killed worker's runs lived on, nothing looking in its
-    directory again), then the tree, of any depth."""
-    remove_dead(work_dir)
-    remove_tree(work_dir)
+    directory again), then the tree, of any depth; then its lock."""
+    try:
+        remove_dead(work_dir.path)
+        remove_tree(work_dir.path)
+    finally:
+        work_dir.release()

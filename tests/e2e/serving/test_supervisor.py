@@ -273,3 +273,26 @@ async def test_a_killed_worker_s_plain_runs_are_killed_before_its_directory_goes
             os.kill(worker, signal.SIGKILL)
             assert await anyio.to_thread.run_sync(lambda: settled(lambda: alive(run), 30)) is False
         assert server.stop() == 1, "a worker was killed"
+
+
+@pytest.mark.parametrize("next_workers", ["2", "1"], ids=["the next supervisor", "the next single server"])
+def test_what_a_supervisor_killed_with_sigkill_left_is_removed_by_the_next_start(
+    work_dir: Path, tmp_path: Path, next_workers: str, left_nothing: None
+) -> None:
+    """Found by looking: a SIGKILLed supervisor left its metrics directory (its workers' files) and each
+    worker's directory, and no later start removed them: in a pod's emptyDir they piled up restart by
+    restart."""
+    with http_server(work_dir, tmp_path / "log", RUNNER_HTTP_WORKERS="2") as server:
+        workers = when(lambda: workers_of(server) if len(workers_of(server)) == 2 else [])
+        assert httpx2.get(server.base + "/metrics").status_code == 200
+        server.process.kill()
+        server.process.wait()
+        assert settled(lambda: [pid for pid in workers if alive(pid)], 30) == []
+    left = sorted(path.name for path in work_dir.iterdir())
+    assert any(name.startswith("python-runner-metrics-held-") for name in left), left
+    assert sum(name.startswith("python-runner-worker-held-") for name in left) == 2, left
+    with http_server(work_dir, tmp_path / "next-log", RUNNER_HTTP_WORKERS=next_workers) as server:
+        # A single server's pool removes them as it opens, which may be after it answers /healthz.
+        assert settled(lambda: set(left) & {path.name for path in work_dir.iterdir()}, 30) == set()
+        assert server.stop() == 0
+    assert "removed what a dead server left directories=3" in (tmp_path / "next-log").read_text()
