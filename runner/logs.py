@@ -127,15 +127,27 @@ class _ThrottledWarnings(logging.Filter):
 
 
 class _ClientLeft(logging.Filter):
-    """The SDK's HTTP transport logs a client that left before its request's body was all sent (starlette's
+    """The SDK's HTTP transport logs a client that left before its request's body was all in (starlette's
     `ClientDisconnect`: the client hung up, or the server closed a body that paused too long,
     `runner.transports.connections`) as an error with its traceback, which any client with a token could
-    cause without end. Not the server's fault, and nothing is left to answer: no line (the server's own
-    close has its own)."""
+    cause without end. Not the server's fault, and nothing is left to answer: one line at INFO, without
+    the traceback, throttled as refusals are (`RefusalLog`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._throttle = RefusalLog()
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return not (type(exc).__name__ == "ClientDisconnect" and type(exc).__module__ == "starlette.requests")
+        if not (type(exc).__name__ == "ClientDisconnect" and type(exc).__module__ == "starlette.requests"):
+            return True
+        count = self._throttle.note()
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.msg, record.args = "HTTP request ended: its client left before its body was all in", ()
+        record.exc_info = record.exc_text = None
+        if count > 1:
+            record.fields = {**getattr(record, "fields", {}), "seen_since_last_line": count}
+        return count > 0
 
 
 class _TextFormatter(logging.Formatter):

@@ -115,13 +115,14 @@ HTTP_SETTINGS = (
         shown_accepted="a DNS label (`a-z`, `0-9`, `-`)",
     ),
     Setting(
-        "RUNNER_HTTP_READ_SECONDS",
-        "http.read_seconds",
+        "RUNNER_HTTP_CLIENT_SECONDS",
+        "http.client_seconds",
         "int",
-        "Seconds the server waits on a client's request: its headers must all come within this of the "
-        "connection (on a kept-alive one, of the request's first byte), and its body may pause at most this "
-        "long between two reads; past either the connection is closed. A connection idle between requests "
-        "is kept 120 s. See [HTTP](http.md#slow-clients).",
+        "Seconds the server waits on a client: a request's headers must all come within this of the "
+        "connection (on a kept-alive one, of the request's first byte), its body may pause at most this long "
+        "between two reads, and an answer the client does not take may stall at most this long; past any, "
+        "the connection is closed. A connection idle between requests is kept 120 s. See "
+        "[HTTP](http.md#slow-clients).",
         low=1,
         high=3600,
     ),
@@ -130,8 +131,8 @@ HTTP_SETTINGS = (
         "http.max_connections",
         "int",
         "Connections one server process holds open at once (per worker). At the bound a new one closes the "
-        "connection idle the longest, or, with none idle, is closed at once. Keep it well under `ulimit -n`. "
-        "See [HTTP](http.md#slow-clients).",
+        "connection idle the longest, else the one waiting longest for its request's headers, else is closed "
+        "itself. Keep it well under `ulimit -n`. See [HTTP](http.md#slow-clients).",
         low=1,
         high=65_536,
     ),

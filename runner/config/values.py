@@ -68,9 +68,9 @@ class HttpConfig:
     max_body_bytes: int = 0
     max_concurrent_per_token: int = 0  # 0: a fair share, max_concurrent divided among the tokens
     shutdown_grace: int = 10  # seconds runs in flight may finish after SIGTERM
-    # A client's request: its headers within this of the connection (or of its first byte), its body
-    # never paused longer (runner.transports.connections).
-    read_seconds: int = 30
+    # How long the server waits on a client: for a request's headers, each part of its body, an answer
+    # it does not take (runner.transports.connections).
+    client_seconds: int = 30
     max_connections: int = 512  # held open by one server process; at the bound the longest idle is closed
     workers: int = 1  # server processes accepting on the one port, each with its own pool
     replica: str = ""  # named in the handles of this replica's sessions, for a proxy to route on

@@ -1,46 +1,69 @@
-"""The HTTP connections a server process holds: a deadline on a client's request, and a bound on how many.
+"""The HTTP connections a server process holds: a deadline on every wait for a client, and a bound on how many.
 
-uvicorn waits on a client for ever: a connection whose request's headers never finish, or whose body
-stops halfway, holds a file descriptor (and, once its headers are in, a task) until the client hangs up,
-which a vanished client or a slow-client attack (slowloris) never does. uvicorn's own
-`limit_concurrency` answers 503 past a number of requests, but a request that never finishes is never
-one. Its h11 protocol, made stricter here (`bounded_protocol`), bounds both:
+uvicorn waits on a client for ever: a connection whose request's headers never finish, whose body stops
+halfway, or whose client never reads its answers holds a file descriptor (and, once its headers are in,
+a task) until the client hangs up, which a vanished client or a slow-client attack (slowloris) never
+does. uvicorn's own `limit_concurrency` answers 503 past a number of requests, but a request that never
+finishes is never one. Its h11 protocol, made stricter here (`bounded_protocol`), bounds both.
 
-- A request's headers must all come within `read_seconds` of the connection, or on a kept-alive
-  connection of the request's first byte; bytes trickling in do not extend it. Its body may pause at most
-  `read_seconds` between two reads, so that the largest body may take its time and a stopped one may
-  not (while the server itself has stopped reading, the app not keeping up, the body's pause is not
-  the client's). Past either, the connection is closed; a body's app is told the client left.
-- At most `max_connections` are held open by one server process. At the bound, a new connection closes
-  the one that has sat idle kept alive the longest, as its keep-alive expiring would (its client opens
-  another when it needs one), or, when none is idle, is closed itself at once.
+Each connection is in one phase, kept by `_sync` after every event of uvicorn's that can change it:
 
-A connection idle between requests is uvicorn's to close (`runner.transports.http.KEEP_ALIVE_SECONDS`).
-Each close is logged as a refusal is (`RefusalLog`): a client can cause them without end.
+- *waiting* for a request's headers: they must all come within `client_seconds` of the connection, or on
+  a kept-alive connection of the request's first byte (a pipelined one's: of its turn); bytes trickling
+  in do not extend it.
+- *body*: the request's body may pause at most `client_seconds` between two reads, so the largest body
+  may take its time and a stopped one may not. A pause of the server's own is not the client's: while
+  uvicorn has stopped reading (the app not keeping up) or the client waits for its `100 Continue`, and for
+  a whole period after.
+- *idle* between requests, kept alive: uvicorn's to close (`runner.transports.http.KEEP_ALIVE_SECONDS`),
+  also after an answer sent before its request's body was all in, where uvicorn sets no keep-alive.
+- *busy*: the server's turn (the request is all in). An answer the client does not take (the transport's
+  buffer past its high-water mark) may stall at most `client_seconds`, as nginx's `send_timeout`.
+
+Past a deadline the connection is aborted (its buffer dropped: a close would wait for a client that does
+not read). At most `max_connections` are counted open by one server process; at the bound a new
+connection closes the one idle the longest, as its keep-alive expiring would (its client opens another
+when it needs one); with none idle, the one waiting longest for its headers (a client that sends its
+request at once never waits long, so under a flood of connections that send nothing it is the flood's
+that go); with none of those, the new one itself. Each close of a client's is logged as a refusal is
+(`RefusalLog`): a client can cause them without end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from runner.logs import RefusalLog, log_event
 
+Phase = Literal["waiting", "body", "idle", "busy", "gone"]
+
 
 @dataclass(frozen=True)
 class ConnectionBounds:
     """What `bounded_protocol`'s connections are held to, and where their closes are told."""
 
-    read_seconds: float
+    client_seconds: float
     max_connections: int
     logger: logging.Logger
     late: RefusalLog = field(default_factory=RefusalLog)
     crowded: RefusalLog = field(default_factory=RefusalLog)
+
+
+class _Held:
+    """One server process's connections: how many are open, and those idle and those waiting, each in the
+    order they began to (the first is the longest), so that making room costs no scan."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.idle: collections.OrderedDict[BoundedH11Protocol, None] = collections.OrderedDict()
+        self.waiting: collections.OrderedDict[BoundedH11Protocol, None] = collections.OrderedDict()
 
 
 def bounded_protocol(bounds: ConnectionBounds) -> type[asyncio.Protocol]:
@@ -51,94 +74,157 @@ def bounded_protocol(bounds: ConnectionBounds) -> type[asyncio.Protocol]:
         pass
 
     Bounded.bounds = bounds
+    Bounded.held = _Held()
     return Bounded
 
 
 class BoundedH11Protocol(H11Protocol):
-    """One connection; its class's `bounds` are set by `bounded_protocol`."""
+    """One connection; its class's `bounds` and `held` are set by `bounded_protocol`."""
 
     bounds: ConnectionBounds
+    held: _Held
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._deadline: asyncio.TimerHandle | None = None
-        self._idle_since = 0.0  # when its last response ended (the loop's clock)
+        self._phase: Phase = "busy"
+        self._counted = False
+        self._deadline: asyncio.TimerHandle | None = None  # the phase's wait for the client
+        self._stalled: asyncio.TimerHandle | None = None  # an answer the client does not take
+        self._server_paused = False  # the last deadline found the server's own pause
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm()  # its first request's headers, from now
-        if len(self.connections) > self.bounds.max_connections:
+        self.held.count += 1
+        self._counted = True
+        self._enter("waiting")  # its first request's headers, from now
+        if self.held.count > self.bounds.max_connections:
             self._make_room()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._enter("gone")
+        self._uncount()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self.conn.their_state is h11.SEND_BODY:
-            self._arm()  # a body's pause is counted from its last read
-        else:
-            self._watch()
+        self._sync(read=True)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self.timeout_keep_alive_task is not None:
-            self._idle_since = self.loop.time()
-        self._watch()
+        self._sync(read=False)
 
-    def _watch(self) -> None:
-        """Arm, keep or disarm the deadline for what the connection now waits on from its client."""
-        state = self.conn.their_state
-        if self.transport.is_closing() or state not in (h11.IDLE, h11.SEND_BODY):
-            self._disarm()  # the request is all in (or the connection ends): the server's turn
-        elif state is h11.IDLE and self.timeout_keep_alive_task is not None:
-            self._disarm()  # idle between requests: the keep-alive's to close
-        elif self._deadline is None:
-            self._arm()  # a request's first bytes (or a pipelined one's turn): from now, never extended
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stalled is None:
+            self._stalled = self.loop.call_later(self.bounds.client_seconds, self._answer_stalled)
 
-    def _arm(self) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(self.bounds.read_seconds, self._expired)
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
 
-    def _disarm(self) -> None:
+    def _sync(self, *, read: bool) -> None:
+        """Enter the phase uvicorn and h11 are now in; a read in a body starts its pause again."""
+        if self._phase == "gone":
+            return
+        conn = self.conn
+        state = conn.their_state
+        if self.transport.is_closing():
+            self._enter("busy")  # uvicorn is closing it: only its answer's flush is left (`_stalled`)
+        elif state is h11.SEND_BODY:
+            if read or self._phase != "body":
+                self._enter("body", again=True)
+        elif state is not h11.IDLE:
+            self._enter("busy")  # the request is all in: the server's turn
+        elif conn.trailing_data[0]:
+            # Part of a request is in, its headers not all: a pipelined one's too, for which uvicorn set
+            # its keep-alive as its turn came.
+            self._unset_keepalive_if_required()
+            self._enter("waiting")
+        elif self.timeout_keep_alive_task is not None:
+            self._enter("idle")
+        elif self.cycle is not None and self.cycle.response_complete:
+            # Answered before its body was all in, then the body came: uvicorn starts the next cycle
+            # without a keep-alive, so the connection would be held with no deadline at all.
+            expire = self.timeout_keep_alive_handler
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, expire)
+            self._enter("idle")
+
+    def _enter(self, phase: Phase, *, again: bool = False) -> None:
+        """Leave the current phase for `phase` (`again`: its deadline from now even if already in it)."""
+        held, old = self.held, self._phase
+        if phase == old and not again:
+            return
+        if old == "idle":
+            held.idle.pop(self, None)
+        elif old == "waiting":
+            held.waiting.pop(self, None)
+        self._phase = phase
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
+        self._server_paused = False
+        if phase == "idle":
+            held.idle[self] = None
+        elif phase == "waiting":
+            held.waiting[self] = None
+        if phase in ("waiting", "body"):
+            self._deadline = self.loop.call_later(self.bounds.client_seconds, self._expired)
 
     def _expired(self) -> None:
         self._deadline = None
         if self.transport.is_closing():
             return
-        if self.flow.read_paused:  # the server stopped reading, not the client: its pause from now
-            self._arm()
+        paused = self.flow.read_paused or (self.cycle is not None and self.cycle.waiting_for_100_continue)
+        if paused or self._server_paused:
+            # The server's own pause: the client's wait starts again a whole period after it ends.
+            self._deadline = self.loop.call_later(self.bounds.client_seconds, self._expired)
+            self._server_paused = paused
             return
-        state = self.conn.their_state
-        if state is h11.SEND_BODY:
-            self._told(self.bounds.late, "HTTP connection closed: its request's body paused too long", "body")
-        elif state is h11.IDLE and self.timeout_keep_alive_task is None:
+        if self._phase == "waiting":
             self._told(self.bounds.late, "HTTP connection closed: its request's headers came too late", "headers")
+        elif self._phase == "body":
+            self._told(self.bounds.late, "HTTP connection closed: its request's body paused too long", "body")
         else:
             return
-        self.transport.close()
+        self._drop()
+
+    def _answer_stalled(self) -> None:
+        self._stalled = None
+        self._told(self.bounds.late, "HTTP connection closed: its client did not take its answer", "answer")
+        self._drop()
 
     def _make_room(self) -> None:
-        """One connection too many: close the one idle the longest, else this new one."""
-        idle = [
-            other
-            for other in self.connections
-            if isinstance(other, BoundedH11Protocol)
-            and other.timeout_keep_alive_task is not None
-            and not other.transport.is_closing()
-        ]
-        open_ = sum(1 for other in self.connections if not other.transport.is_closing())
-        if open_ <= self.bounds.max_connections:
-            return  # those over the bound are closing already
-        if idle:
-            min(idle, key=lambda other: other._idle_since).timeout_keep_alive_handler()
+        """One connection too many: close the one idle the longest, else the one waiting longest for its
+        headers (never this new one, which has just begun to wait), else this one."""
+        held = self.held
+        if held.idle:
+            victim = next(iter(held.idle))
+            victim.timeout_keep_alive_handler()  # as its keep-alive expiring: its answer is flushed first
+            victim._enter("gone")
+            victim._uncount()
             return
-        self._told(self.bounds.crowded, "HTTP connection refused: as many open as allowed, none idle", None)
-        self.transport.close()
+        victim = next(iter(held.waiting), self)
+        if victim is not self:
+            victim._told(self.bounds.crowded, "HTTP connection closed: as many open as allowed, for a new one", None)
+        else:
+            self._told(self.bounds.crowded, "HTTP connection refused: as many open as allowed, none idle", None)
+        victim._drop()
+
+    def _drop(self) -> None:
+        """Close at once, what the transport holds dropped, and count it gone."""
+        self._enter("gone")
+        self._uncount()
+        self.transport.abort()
+
+    def _uncount(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.held.count -= 1
 
     def _told(self, refusals: RefusalLog, event: str, waited_for: str | None) -> None:
         count = refusals.note()
@@ -148,7 +234,7 @@ class BoundedH11Protocol(H11Protocol):
         fields: dict[str, Any] = {"client": f"{client[0]}:{client[1]}"}
         if waited_for is not None:
             fields["waited_for"] = waited_for
-            fields["RUNNER_HTTP_READ_SECONDS"] = self.bounds.read_seconds
+            fields["RUNNER_HTTP_CLIENT_SECONDS"] = self.bounds.client_seconds
         else:
             fields["RUNNER_HTTP_MAX_CONNECTIONS"] = self.bounds.max_connections
         if count > 1:

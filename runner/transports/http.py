@@ -150,7 +150,7 @@ class HttpServer:
             proxy_headers=False,
             timeout_graceful_shutdown=http.shutdown_grace,
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
-            http=bounded_protocol(ConnectionBounds(http.read_seconds, http.max_connections, logger)),
+            http=bounded_protocol(ConnectionBounds(http.client_seconds, http.max_connections, logger)),
         )
         self._server = _QuietServer(config)
 
