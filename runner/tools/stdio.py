@@ -89,7 +89,11 @@ DYING_WITH_US = (
 
 
 class LineTooLong(ValueError):
-    """A server's line passed the bound its connection sets."""
+    """A server's line passed the bound its connection sets; `before`: the lines its chunk ended first."""
+
+    def __init__(self, message: str, before: list[bytes]) -> None:
+        super().__init__(message)
+        self.before = before
 
 
 class Lines:
@@ -113,12 +117,12 @@ class Lines:
             else:
                 line = chunk[start:end]
             if len(line) > self._most:
-                raise LineTooLong(f"a line of more than {self._most:,} bytes")
+                raise LineTooLong(f"a line of more than {self._most:,} bytes", lines)
             lines.append(line)
             start = end + 1
         if start < len(chunk):
             if len(self._held) + len(chunk) - start > self._most:
-                raise LineTooLong(f"a line of more than {self._most:,} bytes")
+                raise LineTooLong(f"a line of more than {self._most:,} bytes", lines)
             self._held += chunk[start:]
         return lines
 
@@ -202,12 +206,16 @@ class Received(anyio.abc.ObjectReceiveStream[SessionMessage | Exception]):
         self._ready: collections.deque[bytes] = collections.deque()  # lines read, not received yet
         self._owed = 0  # bytes of the last read, not paced yet
         self._end: type[Exception] | None = None  # what `receive` raises once no line is ready
+        self._too_long: LineTooLong | None = None  # said once the lines before it are received
         self.overflowed = False
 
     async def receive(self) -> SessionMessage | Exception:
         if self._ready:
             await anyio.lowlevel.checkpoint()
         while not self._ready:
+            if self._too_long is not None:
+                said, self._too_long = self._too_long, None
+                return said
             if self._end is not None:
                 raise self._end
             if self._owed:
@@ -230,8 +238,10 @@ class Received(anyio.abc.ObjectReceiveStream[SessionMessage | Exception]):
             try:
                 got = self._lines.feed(chunk)
             except LineTooLong as exc:
-                self.overflowed, self._end = True, anyio.EndOfStream
-                return exc
+                # The lines its chunk ended before it are received first: one may be a call's answer.
+                self.overflowed, self._end, self._too_long = True, anyio.EndOfStream, exc
+                self._ready.extend(exc.before)
+                continue
             self._ready.extend(got)
             self._owed = len(chunk) if got else max(len(chunk), READ_BYTES)
         return parse(self._ready.popleft(), self._server)

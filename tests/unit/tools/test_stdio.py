@@ -54,6 +54,15 @@ def test_a_line_of_exactly_the_bound_passes_and_one_byte_more_does_not_whether_e
         held.feed(b"6")  # not ended yet: the bound holds before its newline comes
 
 
+def test_a_line_past_the_bound_carries_the_lines_its_chunk_ended_before_it() -> None:
+    with pytest.raises(LineTooLong) as ended:
+        Lines(most=5).feed(b"123\n45\n123456\n7\n")
+    assert ended.value.before == [b"123", b"45"]
+    with pytest.raises(LineTooLong) as held:
+        Lines(most=5).feed(b"123\n123456")
+    assert held.value.before == [b"123"]
+
+
 def test_a_line_held_across_chunks_counts_from_its_own_start_not_from_the_lines_before_it() -> None:
     splitter = Lines(most=5)
     assert splitter.feed(b"12345\n123") == [b"12345"]
@@ -179,6 +188,23 @@ async def test_a_line_past_the_bound_is_said_once_then_the_end_and_nothing_after
         await received.receive()
     assert received.overflowed
     assert os.read(read_end, 4096) == b"\n" + _note(2)  # left unread, for the drain to leave alone too
+
+
+@pytest.mark.anyio
+async def test_the_messages_before_a_line_past_the_bound_in_the_same_read_are_received_first(
+    pipe: tuple[int, int],
+) -> None:
+    """Found by looking: the lines a chunk ended before the over-long one were dropped with it, and one may
+    be a call's answer (its call then failed as the connection ended, not answered)."""
+    read_end, write_end = pipe
+    received = _received(read_end, most=1000)
+    os.write(write_end, _note(1) + _note(2) + b"x" * 2000)
+    got = [await received.receive() for _ in range(3)]
+    assert [m.message.model_dump()["params"]["data"] for m in got[:2] if isinstance(m, SessionMessage)] == [1, 2]
+    assert isinstance(got[2], LineTooLong)
+    with pytest.raises(anyio.EndOfStream):
+        await received.receive()
+    assert received.overflowed
 
 
 @pytest.mark.anyio
