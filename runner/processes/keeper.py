@@ -295,7 +295,9 @@ class SessionKeeper:
             return
         if isinstance(message, Started):  # the last call's pid, said once
             if call is not None and call.pid == 0:
-                call.pid = call.interpreter_pid = message.pid
+                # Its pid in the session's PID namespace, the anchor's to signal; not a host pid, which
+                # `interpreter_pid` is everywhere else (a look at /proc/PID there is another process).
+                call.pid = message.pid
             elif call is not None:
                 self._lose(f"the session's anchor said a second pid for one call ({message.pid})")
             return

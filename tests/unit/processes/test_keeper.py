@@ -152,3 +152,16 @@ async def test_an_armed_call_that_died_waiting_is_rolled_back_and_what_the_sessi
     assert keeper.rolled_back is not None
     assert keeper.rolled_back.held_bytes == 60 << 20
     again.close_all()
+
+
+async def test_a_calls_pid_said_by_the_anchor_is_not_taken_for_a_host_pid(
+    anchor_socket: tuple[SessionKeeper, socket.socket], held: list[int]
+) -> None:
+    """Its pid is the session's PID namespace's: `interpreter_pid` names a host pid wherever it is read
+    (/proc/PID: another process). Found by looking: the anchor's pid was put in both."""
+    keeper, anchor = anchor_socket
+    call = await keeper.call()
+    _received(anchor, held)
+    keeper._received(b"S 7\n")
+    assert (call.pid, call.interpreter_pid) == (7, 0)
+    call.close_all()
