@@ -38,6 +38,7 @@ def _arguments(argv: list[str] | None, prog: str) -> argparse.Namespace:
     # Internal: how the supervisor (RUNNER_HTTP_WORKERS) hands its listening socket to a worker.
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--supervisor-pid", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--held-fds", default="", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -101,6 +102,7 @@ def _serve(deployment: Deployment, plan: IsolationPlan, early: list[int], args: 
             tools=deployment.tools,
             listen_fd=args.listen_fd,
             supervisor_pid=args.supervisor_pid,
+            held_fds=tuple(int(fd) for fd in args.held_fds.split(",") if fd),
             worker_args=worker_args,
         )
     from runner.serving.stdio import main_stdio

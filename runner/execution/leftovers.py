@@ -68,6 +68,12 @@ class HeldDirectory:
             os.close(fd)
         raise OSError(errno.EAGAIN, f"cannot hold a directory of our own in {parent}: other starts keep taking it")
 
+    @property
+    def fd(self) -> int:
+        """The locked fd (close-on-exec), -1 where the file system cannot lock: a copy of it handed to
+        another process (a worker) holds the lock too, for as long as either keeps it open."""
+        return self._fd
+
     def release(self) -> None:
         """Drop the lock (the directory is its owner's to remove first); safe to call more than once."""
         if self._fd >= 0:

@@ -31,6 +31,7 @@ def main_http(
     *,
     listen_fd: int | None = None,
     supervisor_pid: int | None = None,
+    held_fds: tuple[int, ...] = (),
     worker_args: tuple[str, ...] = (),
     tools: ToolServers | None = None,
 ) -> int:
@@ -43,6 +44,10 @@ def main_http(
         # A worker: stop (gracefully) when the supervisor is gone, whatever ended it; if it is gone
         # already (before the call below), at once.
         signal_on_parent_death(signal.SIGTERM)
+        # Copies of the supervisor's locks on this worker's directory and the metrics one: held while this
+        # worker lives, so that no start takes them for a dead server's during its grace. Never passed on.
+        for fd in held_fds:
+            os.set_inheritable(fd, False)
         if supervisor_pid is not None and os.getppid() != supervisor_pid:
             log_event(logger, logging.ERROR, "the supervisor is gone; not serving")
             return 1

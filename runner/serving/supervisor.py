@@ -17,9 +17,12 @@ Metrics: the workers share one PROMETHEUS_MULTIPROC_DIR, so that any worker's /m
 of them; a worker's files are marked dead when it ends, and the directory is removed at the end.
 
 The metrics directory and each worker's are held (`runner.execution.leftovers.HeldDirectory`): locked by
-the supervisor for as long as it lives. A supervisor killed with SIGKILL removes nothing (its workers,
-seeing it gone, stop and empty their own); whichever server starts next in RUNNER_WORK_DIR removes what
-it left, as a single server's pool removes a dead server's.
+the supervisor, and by each worker through a copy of the lock's fd, for as long as any of them lives. A
+supervisor killed with SIGKILL removes nothing (its workers, seeing it gone, finish their calls within
+the grace and empty their own); whichever server starts next in RUNNER_WORK_DIR removes what they left
+once the last of them is gone, as a single server's pool removes a dead server's. (Held by the supervisor
+alone, a start during the workers' grace took their directories for a dead server's: it killed a live
+worker's runs, found by a review.)
 """
 
 from __future__ import annotations
@@ -112,10 +115,11 @@ def supervise(http: HttpConfig, work_dir: str, sock: socket.socket, worker_args:
         worker_dir = HeldDirectory(WORKER_PREFIX, work_dir)
         try:
             # A group of its own: a terminal's Ctrl-C reaches the supervisor only, which passes it on once.
+            held = [fd for fd in (metrics.fd, worker_dir.fd) if fd >= 0]
             process = subprocess.Popen(
-                argv,
+                [*argv, "--held-fds", ",".join(map(str, held))],
                 env={**env, "RUNNER_WORK_DIR": worker_dir.path},
-                pass_fds=[sock.fileno()],
+                pass_fds=[sock.fileno(), *held],
                 stdin=subprocess.DEVNULL,
                 process_group=0,
             )

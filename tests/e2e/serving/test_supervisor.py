@@ -296,3 +296,44 @@ def test_what_a_supervisor_killed_with_sigkill_left_is_removed_by_the_next_start
         assert settled(lambda: set(left) & {path.name for path in work_dir.iterdir()}, 30) == set()
         assert server.stop() == 0
     assert "removed what a dead server left directories=3" in (tmp_path / "next-log").read_text()
+
+
+async def test_a_start_while_a_killed_supervisors_workers_finish_their_calls_leaves_them_alone(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    """Found by a review: the supervisor alone held its workers' directories, so a start during their grace
+    (a restart, another server in the same RUNNER_WORK_DIR) took them for a dead server's, killed a live
+    worker's plain run and removed its directory. Each worker now holds them too; the start after the
+    last of them is gone removes them."""
+    marker, done = tmp_path / "run-pid", tmp_path / "done"
+    code = (
+        f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(4)\nopen({str(done)!r}, 'w')"
+    )
+    env = {"RUNNER_HTTP_WORKERS": "2", "RUNNER_SANDBOX": "none-posix-spawn", "RUNNER_SHUTDOWN_GRACE": "60"}
+    with http_server(work_dir, tmp_path / "log", **env) as server:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, long_call, server, code)
+            with anyio.fail_after(60):
+                while not marker.exists() or not marker.read_text():
+                    await anyio.sleep(0.02)
+            workers = workers_of(server)
+            run = int(marker.read_text())
+            [busy] = [pid for pid in workers if run in children_of(pid)]
+            environ = Path(f"/proc/{busy}/environ").read_bytes().split(b"\0")
+            [busy_dir] = [Path(os.fsdecode(e.partition(b"=")[2])) for e in environ if e.startswith(b"RUNNER_WORK_DIR=")]
+            server.process.kill()  # its workers are told (SIGTERM) and finish the call within their grace
+            server.process.wait()
+            env_next = {"RUNNER_SANDBOX": "none-posix-spawn", "RUNNER_HTTP_WORKERS": "2"}
+            with http_server(work_dir, tmp_path / "next-log", **env_next) as following:
+                assert httpx2.get(following.base + "/healthz").status_code == 200
+                with anyio.fail_after(60):
+                    while not done.exists():
+                        await anyio.sleep(0.05)
+                # Its run was not killed (it wrote `done`), and its directory is still there. (The idle worker
+                # ended at once, and its directory may have gone with this start.)
+                assert busy_dir.is_dir()
+                assert following.stop() == 0
+    assert settled(lambda: [pid for pid in workers if alive(pid)], 60) == []
+    with http_server(work_dir, tmp_path / "last-log", RUNNER_HTTP_WORKERS="2") as last:
+        assert last.stop() == 0
+    assert "removed what a dead server left" in (tmp_path / "last-log").read_text()
