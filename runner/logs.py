@@ -141,6 +141,8 @@ class _ClientLeft(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if not (type(exc).__name__ == "ClientDisconnect" and type(exc).__module__ == "starlette.requests"):
             return True
+        if not get_logger().isEnabledFor(logging.INFO):
+            return False  # the SDK's logger let an ERROR through; as INFO it is below the server's level
         count = self._throttle.note()
         record.levelno, record.levelname = logging.INFO, "INFO"
         record.msg, record.args = "HTTP request ended: its client left before its body was all in", ()

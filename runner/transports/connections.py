@@ -17,16 +17,22 @@ Each connection is in one phase, kept by `_sync` after every event of uvicorn's 
   a whole period after.
 - *idle* between requests, kept alive: uvicorn's to close (`runner.transports.http.KEEP_ALIVE_SECONDS`),
   also after an answer sent before its request's body was all in, where uvicorn sets no keep-alive.
-- *busy*: the server's turn (the request is all in). An answer the client does not take (the transport's
-  buffer past its high-water mark) may stall at most `client_seconds`, as nginx's `send_timeout`.
+- *busy*: the server's turn (the request is all in).
+
+Whatever the phase, bytes written and not yet taken by the client wait on it whenever the client is what
+they wait for: the transport's buffer past its high-water mark (uvicorn then holds the app's next write),
+or the connection idle, waiting, or being closed with a tail still unsent. The client must take some of
+them within each `client_seconds` (as nginx's `send_timeout`): a client reading a large answer slowly but
+steadily is served, one that stopped reading is let go.
 
 Past a deadline the connection is aborted (its buffer dropped: a close would wait for a client that does
 not read). At most `max_connections` are counted open by one server process; at the bound a new
 connection closes the one idle the longest, as its keep-alive expiring would (its client opens another
-when it needs one); with none idle, the one waiting longest for its headers (a client that sends its
-request at once never waits long, so under a flood of connections that send nothing it is the flood's
-that go); with none of those, the new one itself. Each close of a client's is logged as a refusal is
-(`RefusalLog`): a client can cause them without end.
+when it needs one; aborted if its last answer is not all taken, so that no closing connection outlives
+its count); with none idle, the one waiting longest for its headers (a client that sends its request at
+once never waits long, so under a flood of connections that send nothing it is the flood's that go);
+with none of those, the new one itself. Each close of a client's is logged as a refusal is, each kind on
+its own (`RefusalLog`): a client can cause them without end.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import h11
@@ -52,18 +58,18 @@ class ConnectionBounds:
     client_seconds: float
     max_connections: int
     logger: logging.Logger
-    late: RefusalLog = field(default_factory=RefusalLog)
-    crowded: RefusalLog = field(default_factory=RefusalLog)
 
 
 class _Held:
     """One server process's connections: how many are open, and those idle and those waiting, each in the
-    order they began to (the first is the longest), so that making room costs no scan."""
+    order they began to (the first is the longest), so that making room costs no scan; and the log of
+    each kind of close (a few constant kinds)."""
 
     def __init__(self) -> None:
         self.count = 0
         self.idle: collections.OrderedDict[BoundedH11Protocol, None] = collections.OrderedDict()
         self.waiting: collections.OrderedDict[BoundedH11Protocol, None] = collections.OrderedDict()
+        self.told: dict[str, RefusalLog] = {}
 
 
 def bounded_protocol(bounds: ConnectionBounds) -> type[asyncio.Protocol]:
@@ -89,7 +95,9 @@ class BoundedH11Protocol(H11Protocol):
         self._phase: Phase = "busy"
         self._counted = False
         self._deadline: asyncio.TimerHandle | None = None  # the phase's wait for the client
-        self._stalled: asyncio.TimerHandle | None = None  # an answer the client does not take
+        self._unsent_check: asyncio.TimerHandle | None = None  # bytes written that wait on the client
+        self._unsent_then = 0  # how many, at the last check
+        self._taken = False  # the client took enough since then for uvicorn to write again
         self._server_paused = False  # the last deadline found the server's own pause
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -103,9 +111,9 @@ class BoundedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._enter("gone")
         self._uncount()
-        if self._stalled is not None:
-            self._stalled.cancel()
-            self._stalled = None
+        if self._unsent_check is not None:
+            self._unsent_check.cancel()
+            self._unsent_check = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -118,14 +126,25 @@ class BoundedH11Protocol(H11Protocol):
 
     def pause_writing(self) -> None:
         super().pause_writing()
-        if self._stalled is None:
-            self._stalled = self.loop.call_later(self.bounds.client_seconds, self._answer_stalled)
+        self._watch_unsent()
 
     def resume_writing(self) -> None:
         super().resume_writing()
-        if self._stalled is not None:
-            self._stalled.cancel()
-            self._stalled = None
+        self._taken = True  # below the low-water mark: the client is taking them
+
+    def timeout_keep_alive_handler(self) -> None:
+        super().timeout_keep_alive_handler()
+        self._watch_unsent()  # closed: its last answer's tail may still wait on the client
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._watch_unsent()
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        # Another protocol takes the transport without a connection_lost here (never: ws="none").
+        self._enter("gone")
+        self._uncount()
+        super().handle_websocket_upgrade(event)
 
     def _sync(self, *, read: bool) -> None:
         """Enter the phase uvicorn and h11 are now in; a read in a body starts its pause again."""
@@ -153,6 +172,7 @@ class BoundedH11Protocol(H11Protocol):
             expire = self.timeout_keep_alive_handler
             self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, expire)
             self._enter("idle")
+        self._watch_unsent()
 
     def _enter(self, phase: Phase, *, again: bool = False) -> None:
         """Leave the current phase for `phase` (`again`: its deadline from now even if already in it)."""
@@ -186,16 +206,34 @@ class BoundedH11Protocol(H11Protocol):
             self._server_paused = paused
             return
         if self._phase == "waiting":
-            self._told(self.bounds.late, "HTTP connection closed: its request's headers came too late", "headers")
+            self._told("HTTP connection closed: its request's headers came too late", "headers")
         elif self._phase == "body":
-            self._told(self.bounds.late, "HTTP connection closed: its request's body paused too long", "body")
+            self._told("HTTP connection closed: its request's body paused too long", "body")
         else:
             return
         self._drop()
 
-    def _answer_stalled(self) -> None:
-        self._stalled = None
-        self._told(self.bounds.late, "HTTP connection closed: its client did not take its answer", "answer")
+    def _owed(self) -> bool:
+        """Whether bytes written wait on the client to take them (not on the app to write more)."""
+        if self.transport.get_write_buffer_size() == 0:
+            return False
+        return self.flow.write_paused or self.transport.is_closing() or self._phase not in ("busy", "body")
+
+    def _watch_unsent(self) -> None:
+        """Check, each `client_seconds`, that the client takes what waits on it, while anything does."""
+        if self._unsent_check is None and self._owed():
+            self._unsent_then, self._taken = self.transport.get_write_buffer_size(), False
+            self._unsent_check = self.loop.call_later(self.bounds.client_seconds, self._unsent_checked)
+
+    def _unsent_checked(self) -> None:
+        self._unsent_check = None
+        if not self._owed():
+            return  # all taken, or the app's turn to write: watched again if the client owes again
+        unsent = self.transport.get_write_buffer_size()
+        if self._taken or unsent < self._unsent_then:
+            self._watch_unsent()  # some taken: a slow client, served
+            return
+        self._told("HTTP connection closed: its client did not take its answer", "answer")
         self._drop()
 
     def _make_room(self) -> None:
@@ -204,15 +242,18 @@ class BoundedH11Protocol(H11Protocol):
         held = self.held
         if held.idle:
             victim = next(iter(held.idle))
-            victim.timeout_keep_alive_handler()  # as its keep-alive expiring: its answer is flushed first
-            victim._enter("gone")
-            victim._uncount()
+            if victim.transport.get_write_buffer_size():
+                victim._drop()  # its last answer not all taken: a close would outlive its count
+            else:
+                victim.timeout_keep_alive_handler()  # as its keep-alive expiring
+                victim._enter("gone")
+                victim._uncount()
             return
         victim = next(iter(held.waiting), self)
         if victim is not self:
-            victim._told(self.bounds.crowded, "HTTP connection closed: as many open as allowed, for a new one", None)
+            victim._told("HTTP connection closed: as many open as allowed, for a new one", None)
         else:
-            self._told(self.bounds.crowded, "HTTP connection refused: as many open as allowed, none idle", None)
+            self._told("HTTP connection refused: as many open as allowed, none idle", None)
         victim._drop()
 
     def _drop(self) -> None:
@@ -226,7 +267,10 @@ class BoundedH11Protocol(H11Protocol):
             self._counted = False
             self.held.count -= 1
 
-    def _told(self, refusals: RefusalLog, event: str, waited_for: str | None) -> None:
+    def _told(self, event: str, waited_for: str | None) -> None:
+        refusals = self.held.told.get(event)
+        if refusals is None:
+            refusals = self.held.told[event] = RefusalLog()
         count = refusals.note()
         if not count:
             return

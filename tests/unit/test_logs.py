@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from runner.logs import LogBudget, LogFormat, RefusalLog, configure_logging, cut_error, get_logger, log_event
+from runner.logs import (
+    LogBudget,
+    LogFormat,
+    LogLevel,
+    RefusalLog,
+    configure_logging,
+    cut_error,
+    get_logger,
+    log_event,
+)
 
 
 @pytest.fixture
@@ -192,3 +201,29 @@ def test_an_error_is_cut_once_a_message_and_each_text_of_its_data_and_cut_again_
     assert data == {"requested": "x" * 2000 + "... (cut: 5,000 characters)", "supported": ["2026-07-28"], "n": 1}
     assert cut_error(message, data) == (message, data), "an error cut by the middleware, looked at as it leaves"
     assert cut_error("short", "t" * 2000) == ("short", "t" * 2000)
+
+
+@pytest.mark.parametrize("level", ["info", "error"])
+def test_a_client_gone_mid_body_is_one_info_line_shown_only_at_info_whatever_the_sdk_said(
+    restore_logging: None, level: LogLevel
+) -> None:
+    """The SDK logs starlette's ClientDisconnect as an error with its traceback, which any client with a token
+    can cause without end: one line at INFO, throttled; at RUNNER_LOG_LEVEL=error none (found by a review:
+    it was rewritten to INFO after the logger's level check, so shown at every level)."""
+    from starlette.requests import ClientDisconnect
+
+    stream = io.StringIO()
+    configure_logging(level, "text", stream)
+    sdk = logging.getLogger("mcp.server.streamable_http")
+    for _ in range(3):
+        try:
+            raise ClientDisconnect
+        except ClientDisconnect:
+            sdk.exception("Error handling POST request")
+    lines = stream.getvalue().splitlines()
+    if level == "error":
+        assert lines == []
+    else:
+        [line] = lines
+        assert " INFO    request_id=- HTTP request ended: its client left before its body was all in" in line
+        assert "Traceback" not in line

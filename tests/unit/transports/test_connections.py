@@ -10,26 +10,30 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import pytest
 import uvicorn
 
-from runner.transports.connections import ConnectionBounds, bounded_protocol
+from runner.transports.connections import BoundedH11Protocol, ConnectionBounds, bounded_protocol
 
 pytestmark = [pytest.mark.timeout(60)]
 
 # Long enough that a loaded machine never closes a connection a test still writes to on time.
 WAIT = 15.0
 REQUEST = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+HIGH_WATER = 64 * 1024  # asyncio's transport: past it, pause_writing
+T = TypeVar("T")
 
 
 class _App:
     """Answers `ok`. /late reads its body only after `late` seconds (the server's own pause); /early answers
     before reading its body (as a 401 or a 413 does); /stream answers a dot a second for four seconds (as an
-    SSE stream does for minutes); /hold answers once `release` is set."""
+    SSE stream does for minutes); /hold answers once `release` is set; /big?N answers N bytes in one message
+    (as a kept output's `resources/read`)."""
 
     def __init__(self) -> None:
         self.late = 2.5
@@ -54,8 +58,28 @@ class _App:
                 await asyncio.sleep(1)
             await send({"type": "http.response.body", "body": b"ok\n"})
             return
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"3")]})
-        await send({"type": "http.response.body", "body": b"ok\n"})
+        body = b"ok\n"
+        if path == "/big":
+            body = b"x" * (int(scope["query_string"]) - 3) + body
+        length = str(len(body)).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", length)]})
+        await send({"type": "http.response.body", "body": body})
+
+
+@dataclass
+class _Served:
+    """The server of `_servers`: its loop's state read in its loop (`look`)."""
+
+    server: uvicorn.Server
+    loop: asyncio.AbstractEventLoop
+
+    def look(self, what: Callable[[list[BoundedH11Protocol]], T]) -> T:
+        """`what` of the server's open connections, called in its loop."""
+
+        async def looked() -> T:
+            return what([c for c in self.server.server_state.connections if isinstance(c, BoundedH11Protocol)])
+
+        return asyncio.run_coroutine_threadsafe(looked(), self.loop).result(WAIT)
 
 
 @contextmanager
@@ -63,6 +87,15 @@ def _server(
     client_seconds: float, max_connections: int = 64, app: _App | None = None
 ) -> Iterator[tuple[tuple[str, int], list[str]]]:
     """uvicorn on a loopback port in a thread: (its address, the lines its bounds logged)."""
+    with _servers(client_seconds, max_connections, app) as (address, logged, _):
+        yield address, logged
+
+
+@contextmanager
+def _servers(
+    client_seconds: float, max_connections: int = 64, app: _App | None = None
+) -> Iterator[tuple[tuple[str, int], list[str], _Served]]:
+    """`_server`, and a way to look at its connections from the test."""
     app = app or _App()
     logged: list[str] = []
 
@@ -78,7 +111,8 @@ def _server(
     bounds = ConnectionBounds(client_seconds, max_connections, logger)
     config = uvicorn.Config(app, log_config=None, lifespan="off", timeout_keep_alive=120, http=bounded_protocol(bounds))
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(server.serve(sockets=[sock])))
     thread.start()
     try:
         deadline = time.monotonic() + WAIT
@@ -86,12 +120,13 @@ def _server(
             assert thread.is_alive(), "uvicorn did not start"
             assert time.monotonic() < deadline, "uvicorn did not start"
             time.sleep(0.01)
-        yield sock.getsockname(), logged
+        yield sock.getsockname(), logged, _Served(server, loop)
     finally:
         app.release.set()
         server.should_exit = True
         server.force_exit = True
         thread.join(WAIT)
+        loop.close()
         sock.close()
 
 
@@ -249,3 +284,89 @@ def test_at_the_bound_with_every_connection_busy_a_new_one_is_refused_and_the_ot
         for sock in busy:
             assert _answer(sock).startswith(b"HTTP/1.1 200 ")
     assert logged == ["HTTP connection refused: as many open as allowed, none idle"]
+
+
+def test_a_large_answer_taken_slowly_but_steadily_is_served_to_its_end() -> None:
+    """8 MiB in one message, read 64 KiB each 25 ms (some 3 s), with a deadline of 1 s: the client takes
+    some in each second. Found by a review: the deadline ran from the pause to the resume, so the whole
+    answer had to be taken within it."""
+    with _server(client_seconds=1) as (address, logged), socket.create_connection(address) as sock:
+        size = 8 << 20
+        sock.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n".replace(b"/big", b"/big?%d" % size))
+        got = 0
+        while got < size:
+            chunk = sock.recv(64 * 1024)
+            assert chunk, f"cut after {got:,} bytes"
+            got += len(chunk)
+            time.sleep(0.025)
+    assert logged == []
+
+
+def _unread(address: tuple[str, int]) -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(address)
+    return sock
+
+
+def _waits(served: _Served, count: int) -> list[int]:
+    """The bytes waiting to be written on each of the `count` open connections, once they stop changing."""
+    seen: list[int] = []
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        now = served.look(lambda held: sorted(c.transport.get_write_buffer_size() for c in held))
+        if len(now) == count and now == seen:
+            return now
+        seen = now
+        time.sleep(0.1)
+    pytest.fail(f"{count} connections with what waits on them settled: {seen}")
+
+
+def _small_tail(served: _Served, address: tuple[str, int], close: bool) -> socket.socket:
+    """A client that reads nothing, whose answer's tail waiting in the server is under the high-water mark
+    (so no pause_writing tells of it), found by asking for what the kernel took of a larger one, plus 40 KB."""
+    with _unread(address) as probe:
+        probe.sendall(b"GET /big?%d HTTP/1.1\r\nHost: x\r\n\r\n" % (4 << 20))
+        [unsent] = _waits(served, 1)
+        taken = (4 << 20) - unsent
+    size = taken + 40_000
+    for _ in range(5):
+        _waits(served, 0)
+        sock = _unread(address)
+        header = b"Connection: close\r\n" if close else b""
+        sock.sendall(b"GET /big?%d HTTP/1.1\r\nHost: x\r\n%s\r\n" % (size, header))
+        [unsent] = _waits(served, 1)
+        if 0 < unsent < HIGH_WATER:
+            return sock
+        sock.close()
+        size += 40_000 - unsent
+    pytest.fail("no answer left a small tail unsent")
+
+
+def test_a_closing_connection_whose_client_reads_nothing_is_let_go_however_small_its_tail() -> None:
+    """Found by a review: a `Connection: close` answer whose unsent tail stayed under the high-water mark
+    waited on its close for ever, counted, and at the bound every new connection was refused."""
+    with (
+        _servers(client_seconds=1, max_connections=4) as (address, logged, served),
+        _small_tail(served, address, close=True),
+    ):
+        assert served.look(lambda held: [c.transport.is_closing() for c in held]) in ([True], [])
+        deadline = time.monotonic() + WAIT
+        while served.look(len) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert served.look(len) == 0, "a closing connection whose client reads nothing was held"
+    assert "HTTP connection closed: its client did not take its answer" in logged
+
+
+def test_an_idle_connection_made_room_for_whose_answer_still_waits_is_closed_at_once() -> None:
+    """Found by a review: closed, it waited on its client to take its answer's tail, no longer counted,
+    so that connections held could grow past the bound."""
+    with _servers(client_seconds=30, max_connections=2) as (address, logged, served), ExitStack() as stack:
+        stack.enter_context(_small_tail(served, address, close=False))  # idle, its tail unsent
+        stack.enter_context(_kept(address))
+        stack.enter_context(_kept(address))  # the third: room made by closing the first
+        deadline = time.monotonic() + WAIT
+        while served.look(len) > 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert served.look(lambda held: (len(held), type(held[0]).held.count)) == (2, 2)
+    assert logged == []
