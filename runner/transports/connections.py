@@ -153,7 +153,7 @@ class BoundedH11Protocol(H11Protocol):
         conn = self.conn
         state = conn.their_state
         if self.transport.is_closing():
-            self._enter("busy")  # uvicorn is closing it: only its answer's flush is left (`_stalled`)
+            self._enter("busy")  # uvicorn is closing it: only its answer's flush is left (`_watch_unsent`)
         elif state is h11.SEND_BODY:
             if read or self._phase != "body":
                 self._enter("body", again=True)
