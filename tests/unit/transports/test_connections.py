@@ -287,10 +287,10 @@ def test_at_the_bound_with_every_connection_busy_a_new_one_is_refused_and_the_ot
 
 
 def test_a_large_answer_taken_slowly_but_steadily_is_served_to_its_end() -> None:
-    """8 MiB in one message, read 64 KiB each 25 ms (some 3 s), with a deadline of 1 s: the client takes
-    some in each second. Found by a review: the deadline ran from the pause to the resume, so the whole
+    """8 MiB in one message, read 64 KiB each 25 ms (some 3.5 s), with a deadline of 2 s: the client takes
+    some in each period. Found by a review: the deadline ran from the pause to the resume, so the whole
     answer had to be taken within it."""
-    with _server(client_seconds=1) as (address, logged), socket.create_connection(address) as sock:
+    with _server(client_seconds=2) as (address, logged), socket.create_connection(address) as sock:
         size = 8 << 20
         sock.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n".replace(b"/big", b"/big?%d" % size))
         got = 0
@@ -345,9 +345,10 @@ def _small_tail(served: _Served, address: tuple[str, int], close: bool) -> socke
 
 def test_a_closing_connection_whose_client_reads_nothing_is_let_go_however_small_its_tail() -> None:
     """Found by a review: a `Connection: close` answer whose unsent tail stayed under the high-water mark
-    waited on its close for ever, counted, and at the bound every new connection was refused."""
+    waited on its close for ever, counted, and at the bound every new connection was refused. (A deadline of
+    3 s: the test looks at the tail before the server lets it go.)"""
     with (
-        _servers(client_seconds=1, max_connections=4) as (address, logged, served),
+        _servers(client_seconds=3, max_connections=4) as (address, logged, served),
         _small_tail(served, address, close=True),
     ):
         assert served.look(lambda held: [c.transport.is_closing() for c in held]) in ([True], [])
