@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import h11
 
 from tests.conftest import REPO
 
@@ -83,3 +86,18 @@ def http_server(work_dir: Path, log: Path, *args: str, **env: str) -> Iterator[H
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def answer_status(sock: socket.socket, conn: h11.Connection) -> int:
+    """Read the whole answer to the request just sent on `conn` over `sock`; its status. The connection is
+    then ready for the next request."""
+    status = 0
+    while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+        if event is h11.NEED_DATA:
+            conn.receive_data(sock.recv(65536))
+        elif isinstance(event, h11.Response):
+            status = event.status_code
+        else:
+            assert isinstance(event, h11.Data), event
+    conn.start_next_cycle()
+    return status

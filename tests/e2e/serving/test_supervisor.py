@@ -61,6 +61,17 @@ async def holding_a_call(tg: anyio.abc.TaskGroup, server: HttpServer, marker: Pa
             await anyio.sleep(0.02)
 
 
+async def running(tg: anyio.abc.TaskGroup, server: HttpServer, marker: Path, then: str = "time.sleep(100)") -> int:
+    """Start a call on `server` whose run writes its pid to `marker`, then does `then` (`long_call`, in
+    `tg`); the run's pid, once it runs."""
+    code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\n{then}"
+    tg.start_soon(anyio.to_thread.run_sync, long_call, server, code)
+    with anyio.fail_after(60):
+        while not marker.exists() or not marker.read_text():
+            await anyio.sleep(0.02)
+    return int(marker.read_text())
+
+
 def long_call(server: HttpServer, code: str) -> None:
     """POST a call of `code` with a 120 s timeout and wait for its answer; its worker may close the
     connection as it stops or is killed: what the tests look at is the server, not this answer."""
@@ -259,16 +270,10 @@ async def test_a_killed_worker_s_plain_runs_are_killed_before_its_directory_goes
 ) -> None:
     """Found by a review: the supervisor removed a dead worker's directory, the only thing that named
     its plain runs, and left the runs (a posix-spawned run's parent is its worker): alive for good."""
-    marker = tmp_path / "run-pid"
-    code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(100)"
     env = {"RUNNER_HTTP_WORKERS": "2", "RUNNER_SANDBOX": "none-posix-spawn"}
     with http_server(work_dir, tmp_path / "log", **env) as server:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(anyio.to_thread.run_sync, long_call, server, code)
-            with anyio.fail_after(60):
-                while not marker.exists() or not marker.read_text():
-                    await anyio.sleep(0.02)
-            run = int(marker.read_text())
+            run = await running(tg, server, tmp_path / "run-pid")
             [worker] = [pid for pid in workers_of(server) if run in children_of(pid)]
             os.kill(worker, signal.SIGKILL)
             assert await anyio.to_thread.run_sync(lambda: settled(lambda: alive(run), 30)) is False
@@ -305,19 +310,12 @@ async def test_a_start_while_a_killed_supervisors_workers_finish_their_calls_lea
     (a restart, another server in the same RUNNER_WORK_DIR) took them for a dead server's, killed a live
     worker's plain run and removed its directory. Each worker now holds them too; the start after the
     last of them is gone removes them."""
-    marker, done = tmp_path / "run-pid", tmp_path / "done"
-    code = (
-        f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(4)\nopen({str(done)!r}, 'w')"
-    )
+    done = tmp_path / "done"
     env = {"RUNNER_HTTP_WORKERS": "2", "RUNNER_SANDBOX": "none-posix-spawn", "RUNNER_SHUTDOWN_GRACE": "60"}
     with http_server(work_dir, tmp_path / "log", **env) as server:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(anyio.to_thread.run_sync, long_call, server, code)
-            with anyio.fail_after(60):
-                while not marker.exists() or not marker.read_text():
-                    await anyio.sleep(0.02)
+            run = await running(tg, server, tmp_path / "run-pid", f"time.sleep(4)\nopen({str(done)!r}, 'w')")
             workers = workers_of(server)
-            run = int(marker.read_text())
             [busy] = [pid for pid in workers if run in children_of(pid)]
             environ = Path(f"/proc/{busy}/environ").read_bytes().split(b"\0")
             [busy_dir] = [Path(os.fsdecode(e.partition(b"=")[2])) for e in environ if e.startswith(b"RUNNER_WORK_DIR=")]

@@ -45,7 +45,7 @@ from tests.helpers import (
     run_dedented,
     settled_async,
 )
-from tests.http_server import HttpServer, http_server, server_env
+from tests.http_server import HttpServer, answer_status, http_server, server_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -719,16 +719,7 @@ def _exchange(sock: socket.socket, conn: h11.Connection, url: httpx2.URL, body: 
     headers.append(("mcp-protocol-version", "2025-06-18"))
     sock.sendall(conn.send(h11.Request(method="POST", target=url.raw_path, headers=headers)) or b"")
     sock.sendall((conn.send(h11.Data(data=body)) or b"") + (conn.send(h11.EndOfMessage()) or b""))
-    status = 0
-    while not isinstance(event := conn.next_event(), h11.EndOfMessage):
-        if event is h11.NEED_DATA:
-            conn.receive_data(sock.recv(65536))
-        elif isinstance(event, h11.Response):
-            status = event.status_code
-        else:
-            assert isinstance(event, h11.Data), event
-    conn.start_next_cycle()
-    return status
+    return answer_status(sock, conn)
 
 
 def test_a_kept_alive_connection_idle_as_long_as_a_client_keeps_one_is_still_served(

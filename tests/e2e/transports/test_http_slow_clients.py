@@ -16,7 +16,7 @@ import h11
 import httpx2
 import pytest
 
-from tests.http_server import HttpServer, http_server
+from tests.http_server import HttpServer, answer_status, http_server
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -34,14 +34,7 @@ def _get_healthz(sock: socket.socket, conn: h11.Connection, server: HttpServer) 
     host = httpx2.URL(server.url).netloc.decode()
     sock.sendall(conn.send(h11.Request(method="GET", target="/healthz", headers=[("host", host)])) or b"")
     sock.sendall(conn.send(h11.EndOfMessage()) or b"")
-    status = 0
-    while not isinstance(event := conn.next_event(), h11.EndOfMessage):
-        if event is h11.NEED_DATA:
-            conn.receive_data(sock.recv(65536))
-        elif isinstance(event, h11.Response):
-            status = event.status_code
-    conn.start_next_cycle()
-    return status
+    return answer_status(sock, conn)
 
 
 def _closed(sock: socket.socket, within: float) -> bool:
