@@ -334,10 +334,13 @@ async def _stop(process: anyio.abc.Process, stdout: AskedReads) -> None:
     """The SDK's `_stop_server_process`, the stdout ours: stdin closed, a grace period, then the whole
     tree killed; the pipe closed whatever holds its other end (a process that outlived the kill)."""
     assert process.stdin, "the process is started with a pipe for its stdin"
-    await _close_pipe(process.stdin)
-    if not await _wait_for_process_exit(process, PROCESS_TERMINATION_TIMEOUT):
-        await _terminate_process_tree(process)
-        if not await _wait_for_process_exit(process, _KILL_REAP_TIMEOUT):
-            logger.warning("a tool server (pid %d) is still alive after it was killed; left behind", process.pid)
-    stdout.close()
-    _close_subprocess_transport(process)
+    try:
+        await _close_pipe(process.stdin)
+        if not await _wait_for_process_exit(process, PROCESS_TERMINATION_TIMEOUT):
+            await _terminate_process_tree(process)
+            if not await _wait_for_process_exit(process, _KILL_REAP_TIMEOUT):
+                logger.warning("a tool server (pid %d) is still alive after it was killed; left behind", process.pid)
+    finally:
+        # Whatever failed: the drain, shielded, would read the pipe until the server's end.
+        stdout.close()
+        _close_subprocess_transport(process)

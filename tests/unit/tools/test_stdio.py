@@ -23,6 +23,7 @@ from mcp.types import JSONRPCNotification
 
 from runner.fdio import AskedReads
 from runner.rates import Pace
+from runner.tools import stdio
 from runner.tools.stdio import BYTES_PER_SECOND, Lines, LineTooLong, Received, Sent, parse
 
 
@@ -340,3 +341,39 @@ async def test_a_read_that_fails_ends_the_stream_and_the_failure_is_logged(
     finally:
         os.close(fd)
     assert "reading a tool server's stdout failed mid-session" in caplog.text
+
+
+@pytest.mark.anyio
+async def test_a_stop_that_fails_still_closes_the_servers_stdout_so_that_nothing_waits_on_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stop's wait for the server failing (injected here): the server, alive, still holds its stdout,
+    and the drain, shielded, read it until the server's end (30 s here) before the failure was said. Found
+    by looking; the failure now comes at once."""
+    started: list[anyio.abc.Process] = []
+
+    async def failing(process: anyio.abc.Process, timeout: float) -> bool:
+        started.append(process)
+        raise PermissionError("the wait failed")
+
+    monkeypatch.setattr(stdio, "_wait_for_process_exit", failing)
+    holding = "import sys, time; sys.stdin.read(); time.sleep(30)"  # its stdout open, its stdin read to the end
+    server = StdioServerParameters(command=sys.executable, args=["-c", holding])
+    failed: BaseException | None = None
+    began = anyio.current_time()
+    try:
+        with open(os.devnull, "w") as errlog:
+            async with stdio.stdio_transport(server, errlog, 1 << 20):
+                pass
+    except BaseException as exc:  # the task group's, holding it
+        failed = exc
+    finally:
+        for process in started:  # the test's to end, its stop having failed
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            with anyio.fail_after(10):
+                await process.wait()
+    took = anyio.current_time() - began
+    found = failed.exceptions if isinstance(failed, BaseExceptionGroup) else (failed,)
+    assert [type(exc) for exc in found] == [PermissionError], repr(failed)
+    assert took < 15, f"the failure waited {took:.1f} s for the server's end"
