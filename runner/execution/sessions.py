@@ -80,6 +80,7 @@ class OpenSession:
     # Set once the last call's verdict is done: it comes after that call's answer, and the next
     # call waits for it.
     settled: anyio.Event = field(default_factory=anyio.Event)
+    handed: bool = False  # its handle went out with a call's answer (its first call's verdict)
 
     def __post_init__(self) -> None:
         self.settled.set()
@@ -183,6 +184,11 @@ class Sessions:
                         with anyio.CancelScope(shield=True):
                             await self.end(session, "the call that started it ended without an answer", "closed")
                         raise
+                    if not session.handed:
+                        # Answered before it ran (its packages could not be installed, say): the
+                        # answer has no handle either (found by a review: four such sessions held a
+                        # caller's cap until they were idle 15 minutes).
+                        await self.end(session, "the call that started it did not run", "closed")
         finally:
             self._unlisted.pop(id(request), None)
 
@@ -197,7 +203,12 @@ class Sessions:
         self._calls_running += 1
         try:
             await session.settled.wait()
-            if self._open.get(session.handle) is not session:  # the last verdict ended it
+            lifetime = self._config.session_max_seconds
+            if self.is_open(session) and anyio.current_time() - session.started > lifetime:
+                # However busy: calls queued one behind the other keep its turn taken, and the expiry
+                # loop skips a session whose turn is (found by a review: a 4 s session answered for 14 s).
+                await self.end(session, f"older than {lifetime} s", "expired")
+            if not self.is_open(session):  # the last verdict ended it, or its lifetime
                 yield self._ended.unknown_call(request)
                 return
             session.used = anyio.current_time()
@@ -356,6 +367,7 @@ class SessionHost:
         else:
             sessions.count("rolled_back")
         outcome = SessionOutcome(session.handle, kept, _notes(result, ahead, kept, over))
+        session.handed = True
         return dataclasses.replace(result, session=outcome)
 
     async def _settle(self, kept: bool, oom: bool, settled: anyio.Event) -> None:

@@ -357,6 +357,35 @@ async def test_a_session_past_its_idle_time_or_lifetime_ends_and_its_next_call_s
         assert pool.state().sessions.expired == 1
 
 
+async def test_a_session_kept_busy_by_calls_queued_one_behind_the_other_still_ends_at_its_lifetime(
+    session_config: Config, no_leaks: None
+) -> None:
+    # Found by a review: the expiry loop skips a session whose turn is taken, and calls queued one behind
+    # the other keep it taken; a session of 4 s answered for 14 s.
+    config = dataclasses.replace(session_config, session_max_seconds=2)
+    async with Pool.open(config, reap_strays=True) as pool:
+        handle = await new_session(pool, "x = 0")
+        answers: list[RunResult] = []
+        ended = anyio.Event()
+
+        async def queued(tg: anyio.abc.TaskGroup) -> None:
+            answers.append(await call(pool, "import time\nx += 1\ntime.sleep(0.3)", handle))
+            if answers[-1].status is not Status.OK:
+                ended.set()
+            elif not ended.is_set():
+                tg.start_soon(queued, tg)  # one more behind the one waiting: its turn is never free
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(queued, tg)
+            tg.start_soon(queued, tg)
+            with anyio.fail_after(30):
+                await ended.wait()
+        ended_by = next(answer for answer in answers if answer.status is not Status.OK)
+        assert ended_by.message.startswith("unknown session"), ended_by.to_text()
+        assert "older than 2 s" in ended_by.message
+        assert pool.state().sessions.expired == 1
+
+
 async def test_a_keeper_killed_from_outside_ends_its_own_session_alone_and_its_next_call_says_so(pool: Pool) -> None:
     other = await new_session(pool, "y = 7")
     handle = await new_session(pool, "x = 5")
