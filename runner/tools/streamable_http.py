@@ -79,7 +79,10 @@ def http_client(headers: dict[str, str], most_bytes: int, gone: Callable[[str], 
     its transports httpx2's own (a proxy the environment names, say)."""
     hooks = Hooks(most_bytes, gone)
     return httpx2.AsyncClient(
-        headers=headers,
+        # Bodies as they are sent: httpx2 decodes a compressed one after our bounds have read it, so
+        # 300 KiB of gzip were 300 MiB in the server's memory (found by a review); one compressed all
+        # the same is refused (`Hooks.response`). Ours, whatever the file's headers say.
+        headers={**headers, "Accept-Encoding": "identity"},
         timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
         event_hooks={"request": [hooks.request], "response": [hooks.response]},
     )
@@ -123,7 +126,10 @@ class Hooks:
                 self._gone(SESSION_GONE)
             elif not await _jsonrpc_error(response):
                 self._gone(ENDPOINT_GONE)
-        if not _event_stream(response):
+        encoding = _encoding(response)
+        if encoding:
+            response.stream = _RefusedBody(response.stream, encoding)
+        elif not _event_stream(response):
             response.stream = _BoundedBody(response.stream, self._limit)
         else:
             size = self._get_bytes if response.request.method == "GET" else self._call_bytes
@@ -141,6 +147,13 @@ async def _jsonrpc_error(response: httpx2.Response) -> bool:
         return isinstance(jsonrpc_message_adapter.validate_json(body, by_name=False), JSONRPCError)
     except (httpx2.StreamError, ValidationError):
         return False
+
+
+def _encoding(response: httpx2.Response) -> str:
+    """The Content-Encoding of `response` but identity ('' if none): what httpx2 would decode, past
+    every bound on what was read."""
+    codings = [c.strip().lower() for c in response.headers.get_list("content-encoding", split_commas=True)]
+    return ", ".join(c for c in codings if c not in ("", "identity"))[:100]
 
 
 def _event_stream(response: httpx2.Response) -> bool:
@@ -161,6 +174,21 @@ class _BoundedBody(httpx2.AsyncByteStream):
             if seen > self._most:
                 raise httpx2.StreamError(f"an answer of more than {self._most:,} bytes")
             yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _RefusedBody(httpx2.AsyncByteStream):
+    """A body compressed although we asked for none: it fails at its first read (that call's error, or
+    the stream's), none of it decoded."""
+
+    def __init__(self, inner: Any, encoding: str) -> None:
+        self._inner, self._encoding = inner, encoding
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        raise httpx2.StreamError(f"an answer compressed ({self._encoding}) although none was asked for")
+        yield b""  # pragma: no cover  (an async generator)
 
     async def aclose(self) -> None:
         await self._inner.aclose()

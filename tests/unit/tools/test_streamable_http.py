@@ -5,6 +5,7 @@ event, is parsed as a stdio server's long line is (`runner.tools.messages`), not
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -94,3 +95,42 @@ async def test_a_long_message_in_a_json_body_is_parsed_in_two_and_its_fault_said
     assert isinstance(failed.message, types.JSONRPCError)
     assert failed.message.error.code == types.PARSE_ERROR
     assert validated_json == []
+
+
+@pytest.mark.parametrize("kind", ["application/json", "text/event-stream"])
+async def test_a_compressed_answer_fails_unread_and_none_is_asked_for(kind: str) -> None:
+    # Found by a review: the bounds read the bytes as sent, and httpx2 decoded them after; 300 KiB of
+    # gzip were 300 MiB in the server's memory, and a gzip'd event stream passed the line pace.
+    import gzip
+
+    asked: list[str] = []
+    body = gzip.compress(b"x" * (8 << 20))
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        asked.append(request.headers.get("accept-encoding", ""))
+
+        async def sent() -> AsyncIterator[bytes]:  # streamed, as a server's is: not read at once
+            yield body
+
+        return httpx2.Response(200, headers={"content-type": kind, "content-encoding": "gzip"}, content=sent())
+
+    from runner.tools.streamable_http import http_client
+
+    async with http_client({"Accept-Encoding": "gzip"}, 1 << 20, lambda _why: None) as client:
+        client._transport = httpx2.MockTransport(answer)
+        async with client.stream("POST", "http://127.0.0.1:1/mcp", content=b"{}") as response:
+            with pytest.raises(httpx2.StreamError, match=r"compressed \(gzip\) although none was asked for"):
+                await response.aread()
+    assert asked == ["identity"], "ours, whatever the file's headers say"
+
+
+async def test_an_answer_said_to_be_identity_is_read_as_it_is() -> None:
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-encoding": "identity"}, content=b'{"ok": 1}')
+
+    from runner.tools.streamable_http import http_client
+
+    async with http_client({}, 1 << 20, lambda _why: None) as client:
+        client._transport = httpx2.MockTransport(answer)
+        response = await client.post("http://127.0.0.1:1/mcp", content=b"{}")
+        assert response.json() == {"ok": 1}
