@@ -434,8 +434,8 @@ SETTINGS = (
         "RUNNER_TOOLS_MAX_CALLS",
         "tools_max_calls",
         "int",
-        "Tool calls one run (or one call of a session) may make through `mcp_tools`; one more raises "
-        "`mcp_tools.ToolError`.",
+        "Tool calls one run (or one call of a session) may make through `mcp_tools`, a call refused for "
+        "its arguments counted too; one more raises `mcp_tools.ToolError`.",
         low=1,
         high=100_000,
     ),

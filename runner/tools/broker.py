@@ -288,12 +288,17 @@ class RunCalls:
         # Said back and looked up cut: a cut name names no server nor tool (its first 200 characters could).
         server, tool = cut(server, SHOWN_CHARS), cut(tool, SHOWN_CHARS)
         started = loop_time()
-        refused = self._refusal(server, tool, arguments, body, started)
+        refused = self._refusal(server, tool, started)
+        if not refused:
+            # One of the run's calls from here, forwarded or not: its arguments' check is the costly
+            # part (found by a review: 1,999 refused by the schema, 25 s of the event loop's CPU, where
+            # 100 forwarded were 2.6 s).
+            self._calls += 1
+            refused = self._mismatch(server, tool, arguments, body)
         if refused:
             answer = _error(f"{server}.{tool}: {refused}")
             return self._finish(server, tool, "refused", started, len(body), 0, answer)
         # In flight from here: a call taken in the same read as this one counts it.
-        self._calls += 1
         call = ToolCall(server, tool, arguments, len(body), started)
         self._in_flight.append(call)
         return call
@@ -341,9 +346,10 @@ class RunCalls:
         self._bytes += len(answer)
         return self._finish(server, tool, "ok", started, size, len(answer), answer)
 
-    def _refusal(self, server: str, tool: str, arguments: dict[str, Any], body: bytes, now: float) -> str:
-        broker, config = self._broker, self._broker.config
-        connection = broker.connections.get(server)
+    def _refusal(self, server: str, tool: str, now: float) -> str:
+        """Why the run may not call `server`'s `tool` now ('' if it may)."""
+        config = self._broker.config
+        connection = self._broker.connections.get(server)
         if connection is None or not connection.server.serves(self._caller):
             return "no such server here"
         if not connection.server.allows(tool):
@@ -357,9 +363,14 @@ class RunCalls:
             return f"this run has {config.tools_max_concurrent} tool calls in flight (RUNNER_TOOLS_MAX_CONCURRENT)"
         if now >= self._deadline:
             return "the run's time is up"
+        return ""
+
+    def _mismatch(self, server: str, tool: str, arguments: dict[str, Any], body: bytes) -> str:
+        """Why `arguments` may not go to `server`'s `tool` (a tool `_refusal` let through), '' if they may."""
         if _SURROGATE.search(body) and not _unicode(arguments):
             return "the arguments hold a lone surrogate, which is not Unicode text"
-        mismatch = broker.check_arguments(server, tool, listed.input_schema, arguments)
+        schema = self._broker.connections[server].tools[tool].input_schema
+        mismatch = self._broker.check_arguments(server, tool, schema, arguments)
         return f"the arguments do not match the tool's input schema: {mismatch}" if mismatch else ""
 
     def _over_budget(self) -> bytes:

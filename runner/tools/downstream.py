@@ -20,7 +20,7 @@ import math
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import anyio
@@ -87,7 +87,7 @@ class Connection:
         self._held = {HELD_VARIABLE: held} if held else {}
         self._log, self._most_bytes = logger, most_bytes
         # What the file gives it to hold (credentials): never in a reason it is down, an error or the log.
-        self._secrets = sorted((value for _, value in (*server.env, *server.headers) if len(value) >= 4), key=len)[::-1]
+        self._secrets = _spellings(value for _, value in (*server.env, *server.headers) if len(value) >= 4)
         self.tools: dict[str, types.Tool] = {}  # every tool it listed, by name
         self.down = "not started yet"  # why it cannot be called now; "" while it can
         self.listed = anyio.Event()  # set once a first attempt to connect and list has ended
@@ -501,6 +501,16 @@ def _why(exc: BaseException) -> str:
         return _why(inner)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _spellings(secrets: Iterable[str]) -> list[str]:
+    """Each of `secrets` as it is and as JSON and Python's repr escape it (an error that is no text is
+    dumped to JSON before it is masked, a log line may repr it: found by a review, `pa"ss\\word` and
+    `pässwörd` passed unmasked, escaped), the longest first."""
+    spelt = set()
+    for secret in secrets:
+        spelt |= {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
+    return sorted(spelt, key=len, reverse=True)
 
 
 def _listed_bytes(tool: types.Tool) -> int:

@@ -107,3 +107,21 @@ def test_a_name_a_run_sends_is_said_back_cut_as_every_answer_cuts_a_clients_valu
         error = json.loads(said)["error"]
         cut = f"{'x' * 200}... (cut: 1,048,576 characters).t{'x' * 199}... (cut: 1,048,577 characters): {why}"
         assert error == cut
+
+
+def test_calls_refused_by_the_input_schema_count_against_the_runs_calls() -> None:
+    # Found by a review: only forwarded calls counted, so a run had 1,999 arguments checked (25 s of the
+    # event loop's CPU with a schema that is costly to check) where 100 calls forwarded were its limit.
+    server = Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true")
+    config = ToolsConfig("tools.json", tools_max_calls=3, tools_max_mb=16, tools_max_concurrent=4, tools_spin_us=0)
+    broker = Broker(ToolServers("tools.json", (server,)), config, logging.getLogger())
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    broker.connections["s"].tools["t"] = types.Tool(name="t", input_schema=schema)
+    run = broker.for_run("r", None, loop_time() + 30)
+    assert run is not None
+    frames = [{"op": "call", "server": "s", "tool": "t", "arguments": a} for a in ({"n": "x"}, {}, {}, {})]
+    said = [run.take(json.dumps(frame).encode()) for frame in frames]
+    errors = [json.loads(answer)["error"] for answer in said if isinstance(answer, bytes)]
+    assert len(errors) == 4
+    assert all("do not match the tool's input schema" in error for error in errors[:3]), errors
+    assert errors[3] == "s.t: this run has made its 3 tool calls (RUNNER_TOOLS_MAX_CALLS)"

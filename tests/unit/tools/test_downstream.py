@@ -41,3 +41,20 @@ def test_the_head_of_a_longer_text_is_said_without_its_end_which_could_be_a_cred
     assert said == "*** and then"[: len(said)]
     assert "s3cr" not in said
     assert connection.scrubbed(head) == f"*** and then {TOKEN[:12]}"
+
+
+def test_a_credential_is_masked_however_json_or_repr_escapes_it() -> None:
+    # Found by a review: an error that is no text is dumped to JSON before it is masked, and a
+    # credential JSON escapes ("pa\"ss\\word", "p\u00e4ssw\u00f6rd") reached the run, which decoded it back.
+    import json
+
+    secrets = ('pa"ss\\word-9', "pässwörd-1234", "plainSecret123")
+    server = Downstream("s", "s", ("*",), None, command="x", env=tuple((f"K{n}", v) for n, v in enumerate(secrets)))
+    connection = Connection(server, get_logger())
+    for secret in secrets:
+        for said in (json.dumps({"error": secret}), json.dumps({"error": secret}, ensure_ascii=False), repr(secret)):
+            masked = connection.scrubbed(said)
+            assert "***" in masked, masked
+            assert secret not in masked
+            if masked.startswith("{"):
+                assert secret not in json.loads(masked)["error"], "nor once the run decodes it"
