@@ -33,10 +33,11 @@ import anyio.abc
 from runner.config import MIB, SessionsConfig
 from runner.execution.admission import Admission
 from runner.execution.calls import Admitted
+from runner.execution.ended_sessions import ENDED_REMEMBERED, EndedSessions
 from runner.execution.provided import ProvidedPackages
 from runner.execution.slots import Slot, Slots
 from runner.execution.supply import InterpreterSupply, Supplies
-from runner.logs import SHOWN_CHARS, cut, log_event
+from runner.logs import log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
 from runner.processes.anchor_wire import Said
 from runner.processes.child import Child
@@ -44,15 +45,10 @@ from runner.processes.keeper import KeptCall, SessionKeeper, SessionLost, stoppe
 
 HANDLE_PREFIX = "s-"
 HANDLE_BYTES = 24  # 192 bits: past guessing, as MCP's guidance on handles asks for at least 128
-# How long the server remembers why a session ended, to say so to the next call that names it.
-ENDED_REMEMBERED = 3600.0
 # Held in `Sessions._unlisted` for a session being ended: no caller is named so (a token's name has no
 # parentheses; a stdio caller is None), so it counts against RUNNER_MAX_SESSIONS, and its anchor with
 # it, but no longer as its caller's.
 ENDING = "(ending)"
-# And for how many at most, the oldest forgotten first: what a server that ends many sessions an hour
-# keeps is bounded (a forgotten handle is told "no open session of this caller has that handle").
-ENDED_REMEMBERED_MAX = 10_000
 EXPIRY_INTERVAL = 1.0
 # How long a cancelled call's kill and the rollback after it may take before the session is ended.
 ROLLBACK_PATIENCE = 15.0
@@ -518,43 +514,6 @@ async def _end_call_at_oom(anchor: Child, call: Child) -> None:
     else:
         await anchor.next_oom()
     call.kill_for_oom()
-
-
-class EndedSessions:
-    """Why sessions ended, by handle, to say so to a call that names one: for `ENDED_REMEMBERED`
-    seconds and `ENDED_REMEMBERED_MAX` sessions at most, the oldest forgotten first."""
-
-    def __init__(self) -> None:
-        self._ended: dict[str, tuple[str | None, str, float]] = {}  # handle -> (caller, why, when)
-
-    def add(self, handle: str, caller: str | None, why: str, when: float) -> None:
-        self._ended[handle] = (caller, why, when)
-        if len(self._ended) > ENDED_REMEMBERED_MAX:
-            del self._ended[next(iter(self._ended))]
-
-    def why(self, handle: str) -> str:
-        ended = self._ended.get(handle)
-        return ended[1] if ended is not None else ""
-
-    def forget_before(self, when: float) -> None:
-        for handle, (_, _, ended) in list(self._ended.items()):
-            if ended < when:
-                del self._ended[handle]
-
-    def unknown_call(self, request: RunRequest) -> RunResult:
-        """The answer to a call that names no open session of its caller's: nothing ran."""
-        why = self.unknown_message(request.session or "", request.caller)
-        return RunResult(request.request_id, Status.INVALID_ARGUMENTS, why)
-
-    def unknown_message(self, handle: str, caller: str | None) -> str:
-        """Why a call names no open session: the caller's session of `handle` ended, or none of the
-        caller's ever had it."""
-        shown = cut(handle, SHOWN_CHARS)
-        ended = self._ended.get(handle)
-        if ended is not None and ended[0] == caller:
-            return f'unknown session {shown!r}: it ended ({ended[1]}); start another with session "new"'
-        nothing = "no open session of this caller has that handle"
-        return f'unknown session {shown!r}: {nothing}; start one with session "new"'
 
 
 def anchor_pids(sessions: Sessions) -> tuple[int, ...]:

@@ -29,6 +29,7 @@ from runner.outcome import ToolCall
 from runner.tools.catalog import describe, dumped_within, value_of_result
 from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, Down, TooSlow, loop_time
 from runner.tools.schemas import SchemaCheck
+from runner.tools.sdk_log import DownstreamWarnings
 
 # What the broker's callers count a brokered call as (metrics): ok, tool_error (the tool's isError),
 # refused (not allowed, bad arguments, a limit), unavailable (down), timeout (no answer within the run's
@@ -97,17 +98,19 @@ class Broker:
         cls, servers: ToolServers, config: ToolsConfig, logger: logging.Logger, observe: Observe | None, held: str
     ) -> AsyncIterator[Broker]:
         broker = cls(servers, config, logger, observe, held)
-        async with anyio.create_task_group() as tg:
-            for connection in broker.connections.values():
-                tg.start_soon(connection.hold)
-            with anyio.move_on_after(CONNECT_SECONDS + 5):
+        secrets = [secret for connection in broker.connections.values() for secret in connection.secrets]
+        with DownstreamWarnings(secrets).installed():
+            async with anyio.create_task_group() as tg:
                 for connection in broker.connections.values():
-                    await connection.listed.wait()
-            try:
-                broker.check_listed()
-                yield broker
-            finally:
-                tg.cancel_scope.cancel()
+                    tg.start_soon(connection.hold)
+                with anyio.move_on_after(CONNECT_SECONDS + 5):
+                    for connection in broker.connections.values():
+                        await connection.listed.wait()
+                try:
+                    broker.check_listed()
+                    yield broker
+                finally:
+                    tg.cancel_scope.cancel()
 
     @classmethod
     @contextlib.asynccontextmanager

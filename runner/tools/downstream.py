@@ -87,7 +87,7 @@ class Connection:
         self._held = {HELD_VARIABLE: held} if held else {}
         self._log, self._most_bytes = logger, most_bytes
         # What the file gives it to hold (credentials): never in a reason it is down, an error or the log.
-        self._secrets = _spellings(value for _, value in (*server.env, *server.headers) if len(value) >= 4)
+        self.secrets = _spellings(value for _, value in (*server.env, *server.headers) if len(value) >= 4)
         self.tools: dict[str, types.Tool] = {}  # every tool it listed, by name
         self.down = "not started yet"  # why it cannot be called now; "" while it can
         self.listed = anyio.Event()  # set once a first attempt to connect and list has ended
@@ -161,9 +161,9 @@ class Connection:
     def scrubbed(self, text: str, whole: bool = True) -> str:
         """`text` with every credential the file gives this server replaced by ``***``; if it is the head
         of a longer text (not `whole`), less its end, which could be the start of one (the longest first)."""
-        for secret in self._secrets:
+        for secret in self.secrets:
             text = text.replace(secret, "***")
-        return text if whole or not self._secrets else text[: max(0, len(text) - len(self._secrets[0]) + 1)]
+        return text if whole or not self.secrets else text[: max(0, len(text) - len(self.secrets[0]) + 1)]
 
     async def call(self, tool: str, arguments: dict[str, Any], seconds: float) -> types.CallToolResult:
         """Call `tool`; `Down` if the server is down or does not answer within `seconds` (the run's
@@ -239,7 +239,7 @@ class Connection:
         stack.callback(errlog.close)
         tg = await stack.enter_async_context(anyio.create_task_group())
         stack.push_async_callback(_cancel_soon, tg)
-        tg.start_soon(_log_lines, read_end, self._log, self.server.name, self._secrets)
+        tg.start_soon(_log_lines, read_end, self._log, self.server.name, self.secrets)
         return errlog
 
     async def _list(self, client: Client) -> None:

@@ -120,9 +120,9 @@ async def test_a_closed_session_is_unknown_and_says_why(pool: Pool) -> None:
 async def test_why_sessions_ended_is_remembered_for_a_bounded_number_of_them_the_oldest_forgotten_first(
     config: Config, no_leaks: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runner.execution import sessions
+    from runner.execution import ended_sessions
 
-    monkeypatch.setattr(sessions, "ENDED_REMEMBERED_MAX", 2)
+    monkeypatch.setattr(ended_sessions, "ENDED_REMEMBERED_MAX", 2)
     async with Pool.open(config, reap_strays=True) as pool:
         handles = [await new_session(pool) for _ in range(3)]
         for handle in handles:
