@@ -93,12 +93,30 @@ def call(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any
     raise ToolError(said if said.startswith(f"{server}.{tool}: ") else f"{server}.{tool}: {said}")
 
 
+class _mcp_NoSuchTool(ToolError, AttributeError):
+    """A tool this server does not have here: a `ToolError`, and an AttributeError for ``hasattr``."""
+
+
 class _mcp_Server:
     """One downstream server's allowed tools, as functions (see ``help()`` of each)."""
 
-    def __init__(self, name: str, description: str) -> None:
+    def __init__(self, name: str, description: str, down: str = "", configured: dict[str, str] | None = None) -> None:
         self._mcp_server_name = name
+        self._mcp_down = down
+        self._mcp_configured = configured or {}
         self.__doc__ = description
+
+    def __getattr__(self, python_name: str) -> Any:
+        # Only for a name the server has no function of: its tools are attributes of their own.
+        if python_name.startswith("_"):
+            raise AttributeError(python_name)
+        server = self._mcp_server_name
+        if self._mcp_down:
+            # Down when this process imported the module (no tool listed): its calls go on, and the
+            # server says whether it is still down (a review: an AttributeError, not a ToolError).
+            tool = self._mcp_configured.get(python_name, python_name)
+            return _mcp_function(server, tool, python_name, f"A tool of {server!r}, down when imported.", {})
+        raise _mcp_NoSuchTool(f"{server}.{python_name}: no such tool here (help(mcp_tools) lists them)")
 
     def __repr__(self) -> str:
         tools = sorted(name for name in vars(self) if not name.startswith("_mcp"))
@@ -125,7 +143,7 @@ def _mcp_start(catalog: dict[str, Any], exchange: Callable[[bytes, bytes], bytes
     _mcp_limit_bytes = int(catalog.get("limit_bytes", 0))
     lines = [__doc__ or "", "Servers and their tools here:"]
     for entry in catalog.get("servers", []):
-        server = _mcp_Server(entry["name"], entry.get("summary", ""))
+        server = _mcp_Server(entry["name"], entry.get("summary", ""), entry.get("down", ""), entry.get("configured"))
         lines.append(f"  {entry['python_name']}  ({entry['name']})")
         for tool in entry.get("tools", []):
             made = _mcp_function(entry["name"], tool["name"], tool["python_name"], tool["description"], tool["schema"])

@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 
 from runner.config import ToolsConfig, ToolServers
+from runner.config.tools import python_name
 from runner.errors import Unavailable
 from runner.logs import SHOWN_CHARS, LogBudget, cut, log_event
 from runner.outcome import ToolCall
@@ -188,8 +189,17 @@ class Broker:
                 for name, tool in sorted(connection.allowed().items())
                 if name in named
             ]
+            # The file's names of its tools, for a server down now: a run may call them, and is told
+            # it is down (or, if it has come meanwhile, is answered), not that they do not exist.
+            configured = {} if server.every_tool else {python_name(tool): tool for tool in server.tools}
             servers.append(
-                {"name": server.name, "python_name": server.python_name, "tools": tools, "down": connection.down}
+                {
+                    "name": server.name,
+                    "python_name": server.python_name,
+                    "tools": tools,
+                    "down": connection.down,
+                    "configured": configured if connection.down else {},
+                }
             )
         return {"servers": servers, "limit_bytes": self.config.max_bytes}
 
@@ -359,7 +369,7 @@ class RunCalls:
             return "this tool is not allowed here (RUNNER_TOOLS_CONFIG's tools)"
         listed = connection.tools.get(tool)
         if listed is None:
-            return "the server is down" if connection.down else "the server lists no such tool"
+            return f"the server is down: {connection.down}" if connection.down else "the server lists no such tool"
         if self._calls >= config.tools_max_calls:
             return f"this run has made its {config.tools_max_calls} tool calls (RUNNER_TOOLS_MAX_CALLS)"
         if len(self._in_flight) >= config.tools_max_concurrent:

@@ -105,7 +105,8 @@ async def test_a_run_waiting_for_a_tools_answer_is_woken_once_a_call_by_its_answ
 async def test_every_failure_of_a_call_is_a_tool_error_naming_the_server_and_the_tool(
     work_dir: Path, tmp_path: Path
 ) -> None:
-    path = tools_file(tmp_path, time=time_server(["get_current_time", "convert_time"]))
+    gone = {"command": str(tmp_path / "no-such-server"), "tools": ["get-thing"]}
+    path = tools_file(tmp_path, time=time_server(["get_current_time", "convert_time"]), gone=gone)
     code = (
         "import mcp_tools\n"
         "def said(call):\n"
@@ -113,6 +114,11 @@ async def test_every_failure_of_a_call_is_a_tool_error_naming_the_server_and_the
         "        call()\n"
         "    except mcp_tools.ToolError as exc:\n"
         "        print(exc)\n"
+        # A server down when the module was imported, its tools called as functions all the same (found by
+        # a new user: an AttributeError, not a ToolError); a tool a server up does not have.
+        "said(lambda: mcp_tools.gone.get_thing(n=1))\n"
+        "said(lambda: mcp_tools.time.get_everything())\n"
+        "print(hasattr(mcp_tools.time, 'get_everything'), hasattr(mcp_tools.time, 'get_current_time'))\n"
         "said(lambda: mcp_tools.call('time', 'get_everything', {}))\n"
         "said(lambda: mcp_tools.call('elsewhere', 'get_current_time', {}))\n"
         "said(lambda: mcp_tools.time.get_current_time(timezone=5))\n"
@@ -126,6 +132,9 @@ async def test_every_failure_of_a_call_is_a_tool_error_naming_the_server_and_the
             done = await run(client, code)
     lines = done["stdout"].splitlines()
     assert done["status"] == "ok", done
+    assert lines.pop(0).startswith("gone.get-thing: the server is down: "), done["stdout"]
+    assert lines.pop(0) == "time.get_everything: no such tool here (help(mcp_tools) lists them)"
+    assert lines.pop(0) == "False True"
     assert lines[0] == "time.get_everything: this tool is not allowed here (RUNNER_TOOLS_CONFIG's tools)"
     assert lines[1] == "elsewhere.get_current_time: no such server here"
     assert lines[2].startswith("time.get_current_time: the arguments do not match the tool's input schema")
