@@ -105,7 +105,10 @@ tool-doc: $(RUN_STAMP) check-sandbox-env check-wheelhouse ## Write run_python's 
 # RUNNER_PACKAGES set in the environment (even empty: standard library only) wins over the built one.
 setup: $(RUN_STAMP) check-sandbox-env check-wheelhouse ## Install from the locks (.venv, .sandbox-env, .wheelhouse: network, about 560 MB), then stop
 
-run: $(RUN_STAMP) check-sandbox-env check-wheelhouse ## Serve MCP on stdio (installs from the locks into .venv and .sandbox-env first)
+# stdout is the wire: what installing says goes to stderr (found by a first hour: a client started with
+# `make run` read ".wheelhouse: 22 wheels, ..." as a message and logged parse errors).
+run: ## Serve MCP on stdio (installs from the locks into .venv and .sandbox-env first)
+	@$(MAKE) --no-print-directory setup >&2
 	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" RUNNER_WHEELHOUSE="$${RUNNER_WHEELHOUSE-$(abspath $(WHEELHOUSE))}" \
 		exec $(VENV)/bin/python-runner-mcp
 

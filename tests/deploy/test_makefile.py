@@ -90,6 +90,9 @@ def test_make_run_on_a_fresh_clone_installs_from_the_locks_then_serves_and_stops
         )
         assert done.returncode == 0, f"{attempt}: {done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         assert "server stopped" in done.stderr, done.stderr[-3000:]
+        # stdout is the wire: a client that starts `make run` reads nothing but messages there (found by
+        # a first hour: the install's lines came first, and the client logged parse errors).
+        assert done.stdout == "", f"{attempt}: {done.stdout[:1000]}"
     built = subprocess.run(
         [str(clone / ".venv/bin/python"), "-m", "pip", "list", "--format=freeze"],
         capture_output=True,
