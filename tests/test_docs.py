@@ -329,3 +329,22 @@ def test_the_architecture_page_s_modules_table_lists_every_module_and_no_other()
     listed = set(re.findall(r"^(runner/\S+\.py)\s", table, re.MULTILINE))
     modules = {str(path.relative_to(REPO)) for path in (REPO / "runner").rglob("*.py")}
     assert (sorted(modules - listed), sorted(listed - modules)) == ([], [])
+
+
+def test_the_tool_page_s_invalid_arguments_examples_are_what_the_server_says_of_them() -> None:
+    # Found by a new user: the page said run_python takes 'code', 'timeout', 'stdin' and 'files', two
+    # arguments after it took 'packages' and 'session' too.
+    from runner.config import Config
+    from runner.errors import ArgumentError
+    from runner.protocol.arguments import ArgumentParser
+
+    page = (REPO / "docs" / "tool.md").read_text().split("### `invalid_arguments`", 1)[1].split("### ", 1)[0]
+    examples = re.search(r"Arguments (`\{.*?\}`), then (`\{.*?\}`):", page)
+    assert examples is not None
+    said = re.findall(r"--- invalid_arguments: (.*) ---", page)
+    assert len(said) == 2
+    parser = ArgumentParser(Config.from_env({}))
+    for example, message in zip(examples.groups(), said, strict=True):
+        with pytest.raises(ArgumentError) as raised:
+            parser.parse(json.loads(example.strip("`")))
+        assert str(raised.value) == message

@@ -3,7 +3,8 @@ cannot give it, so that it does not try `pip install` next (what the module is n
 environment, in the wheelhouse, and what the wheelhouse offers instead, bounded); or IPython's syntax,
 which notebooks taught it (`!cmd`, `%magic`, `display()`, a top-level `await`), so that it writes plain
 Python next; or a network its sandbox has not got, so that it does not retry the URL (what runs have:
-nothing, or the server's proxy to the hosts listed).
+nothing, or the server's proxy to the hosts listed); or a limit it met that its error does not name (a
+thread or process it could not start, its /tmp full, a file too large), so that it does not retry as it was.
 
 The stderr a run wrote is read here as hostile text, only its last lines, by anchored patterns (pure
 functions); a run that prints such lines itself gets the same note, which only says what the server
@@ -39,7 +40,12 @@ def missing_module(stderr: str) -> str | None:
 _SHELL_OR_MAGIC = re.compile(r"\n    [!%][^\n]{0,300}\n +\^+\nSyntaxError: invalid syntax\n?\Z")
 _TOP_LEVEL_AWAIT = re.compile(r"(?:^|\n)SyntaxError: 'await' outside function\n?\Z")
 _DISPLAY = re.compile(r"(?:^|\n)NameError: name 'display' is not defined[^\n]{0,100}\n?\Z")
+_MATPLOTLIB_MAGIC = re.compile(r"\n    %matplotlib\b[^\n]{0,300}\n +\^+\nSyntaxError: invalid syntax\n?\Z")
 NOTEBOOK_NOTES = (
+    (
+        _MATPLOTLIB_MAGIC,
+        "%matplotlib is not needed here: drop the line, and the figures the code makes come back as images",
+    ),
     (
         _SHELL_OR_MAGIC,
         "a line starting with ! or % is neither a shell command nor a magic; for a command call "
@@ -88,6 +94,46 @@ def no_network_note(egress: Sequence[str]) -> str:
     )
 
 
+# A limit the run met, as its last line says it: a thread or a process it could not start (RLIMIT_NPROC
+# counts threads too: "can't start new thread", or EAGAIN from a fork), its /tmp full, or a file past
+# RLIMIT_FSIZE (Python ignores SIGXFSZ: the write fails). A run's own EAGAIN elsewhere (a non-blocking
+# socket) ends on the same BlockingIOError: only one raised where a process is made is taken.
+_NO_THREAD = re.compile(r"(?:^|\n)RuntimeError: can't start new thread\n?\Z")
+_NO_FORK = re.compile(
+    r"(?:fork|_fork_exec|posix_spawn|_launch)\b[^\n]{0,200}\n(?:[^\n]{0,300}\n){0,3}"
+    r"BlockingIOError: \[Errno 11\] Resource temporarily unavailable\n?\Z"
+)
+_DISK_FULL = re.compile(r"(?:^|\n)[^\n]{0,100}\[Errno 28\] No space left on device[^\n]{0,300}\n?\Z")
+_FILE_TOO_LARGE = re.compile(r"(?:^|\n)[^\n]{0,100}\[Errno 27\] File too large[^\n]{0,300}\n?\Z")
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """What a run that met one of its limits is told of it (0: not said): its processes and threads,
+    its /tmp's MiB (a sandboxed run's own tmpfs; 0 where /tmp is the host's), one file's MiB."""
+
+    processes: int = 0
+    tmp_mb: int = 0
+    file_mb: int = 0
+
+    def note(self, stderr: str) -> str:
+        """The note for a run whose error at the end of `stderr` is one of these limits, or ""."""
+        tail = stderr[-TAIL_CHARS:]
+        if self.processes and (_NO_THREAD.search(tail) or _NO_FORK.search(tail)):
+            return (
+                f"the run reached its {self.processes} processes and threads (RUNNER_MAX_PROCESSES): "
+                "each thread counts; use fewer, or a pool of a few workers"
+            )
+        if self.tmp_mb and _DISK_FULL.search(tail):
+            return (
+                f"the run's files filled its /tmp ({self.tmp_mb} MiB for all of them, RUNNER_SANDBOX_TMP_MB): "
+                "write less, or delete what it no longer needs"
+            )
+        if self.file_mb and _FILE_TOO_LARGE.search(tail):
+            return f"a file passed {self.file_mb} MiB, the most one file of a run may hold (RUNNER_MAX_FILE_SIZE_MB)"
+        return ""
+
+
 def missing_module_note(
     module: str, present: Callable[[str], bool], wheelhouse: Mapping[str, str], offered: Sequence[str]
 ) -> str:
@@ -112,13 +158,15 @@ def missing_module_note(
 @dataclass(frozen=True)
 class Hints:
     """What a result's note is made from, decided when the pool opens: the package environment's
-    site-packages, the wheelhouse's module -> distribution map, what it offers a user, and what runs
-    are told of their network when they tried one they have not got ("" where they have the host's)."""
+    site-packages, the wheelhouse's module -> distribution map, what it offers a user, what runs
+    are told of their network when they tried one they have not got ("" where they have the host's),
+    and of the limits they met (`RunLimits`)."""
 
     site: str = ""
     wheelhouse: Mapping[str, str] = dataclasses.field(default_factory=dict)
     offered: tuple[str, ...] = ()
     network: str = ""
+    limits: RunLimits = RunLimits()
 
     def noted(self, result: RunResult) -> RunResult:
         """`result`, with a note when it is an error that ended on a module this server cannot give, on
@@ -130,6 +178,7 @@ class Hints:
         module = missing_module(result.stderr.text)
         note = missing_module_note(module, self._present, self.wheelhouse, self.offered) if module else ""
         note = note or notebook_note(result.stderr.text) or network_note(result.stderr.text, self.network)
+        note = note or self.limits.note(result.stderr.text)
         return dataclasses.replace(result, note=note) if note else result
 
     def _present(self, module: str) -> bool:

@@ -24,7 +24,7 @@ from runner.config.disk import POOL_PREFIX
 from runner.execution.admission import Admission
 from runner.execution.calls import CallPath
 from runner.execution.driver import ProgressCallback, RunDriver
-from runner.execution.hints import Hints, no_network_note
+from runner.execution.hints import Hints, RunLimits, no_network_note
 from runner.execution.kept import OutputStore
 from runner.execution.leftovers import HeldDirectory, remove_dead
 from runner.execution.provided import ProvidedPackages
@@ -298,7 +298,10 @@ def _hints(config: Config, plan: IsolationPlan, provided: ProvidedPackages | Non
     it has not got (a network namespace of its own) what it has."""
     house = provided.wheelhouse.modules if provided is not None else {}
     network = no_network_note(config.egress_allow) if plan.network == "isolated" else ""
-    return Hints(config.packages_site, house, config.wheelhouse_modules, network)
+    # A sandboxed run's /tmp is a tmpfs of its own; a plain run's is the host's, whose size is not ours.
+    tmp_mb = config.sandbox_tmp_mb if plan.sandboxed else 0
+    limits = RunLimits(config.max_processes, tmp_mb, config.max_file_size_mb)
+    return Hints(config.packages_site, house, config.wheelhouse_modules, network, limits)
 
 
 async def _remove_what_dead_servers_left(work_dir: str, logger: logging.Logger) -> None:

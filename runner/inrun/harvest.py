@@ -126,7 +126,7 @@ class Report:
         if png is not None and len(png) > self.bytes_left:
             reason = f"over what is left of the call's {self.budgets.call_bytes:,}-byte budget"
             if not self.link(name, png, reason):
-                self.omit(name, len(png), reason)
+                self.omit(name, len(png), self.not_linked(reason, len(png)))
         elif png is not None:
             self.images.append({"name": name, "bytes": len(png), "note": note})
             self.blobs.append(png)
@@ -138,6 +138,18 @@ class Report:
                 self.omit(name, len(full), note)
         elif png is None:
             self.omit(name, 0, note)
+
+    def not_linked(self, reason: str, size: int) -> str:
+        """`reason`, and why an output over it is not linked instead either (a first hour: a file left
+        out once the kept bytes were spent said only the call's budget, as the one linked before it did)."""
+        if not self.budgets.kept_bytes:  # nothing is kept on this server: nothing to say of it
+            return reason
+        if len(self.linked) >= MAX_LINKED:
+            return f"{reason}; and {MAX_LINKED} outputs are linked already"
+        if size > self.kept_bytes_left:
+            kept = self.budgets.kept_bytes
+            return f"{reason}; and over what is left of the {kept:,} bytes kept to link (RUNNER_MAX_KEPT_OUTPUT_MB)"
+        return reason
 
     def link(self, name: str, data: bytes, reason: str) -> bool:
         """Send `data` for the server to keep and link, if the kept budget has room for it."""
@@ -228,7 +240,8 @@ class Report:
                     return
             if self.link(path, data, reason):
                 return
-        self.omit(path, size if data is None else len(data), reason)
+        size = size if data is None else len(data)
+        self.omit(path, size, self.not_linked(reason, size))
 
     def _over(self, data: bytes, image_headers: ModuleType) -> tuple[str | None, bool]:
         """Which budget a file the call's budget has room for is over, if any, and whether it may be

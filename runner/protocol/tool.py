@@ -23,7 +23,7 @@ DESCRIPTION = (
     "Run Python 3 code in a fresh, isolated process; get its stdout, stderr, exit code and a status "
     "(ok, error, timeout, cpu_limit, memory_limit, output_limit, ...). Each call starts clean in "
     "{directory}, deleted afterwards. Limits: {cpu}s CPU, {mem} MiB memory{preloaded}, "
-    "{procs} processes, {fsize} MiB per file, {timeout:g}s wall clock by default (timeout, at most "
+    "{procs} processes and threads, {fsize} MiB per file, {timeout:g}s wall clock by default (timeout, at most "
     "{max_timeout:g}s), {chars:,} characters per output stream.{importable}{returns}{sessions}"
 )
 RETURNS = (

@@ -207,6 +207,12 @@ async def test_what_does_not_fit_the_budgets_is_linked_whole_and_read_back_byte_
     assert {name: found[1] for name, found in read.items() if found is not None} == expected
     # 3,000 + 70 + 20,070 + 25,600 bytes are linked; the 40,000 more would pass the 60,000 kept.
     assert {o.name: o.size for o in result.omitted} == {"g-too-big.csv": 40_000}
+    # Why it is not linked either (found in a first hour: it said the call's budget, as those linked did).
+    [omitted] = result.omitted
+    assert omitted.reason == (
+        "over what is left of the call's 16,384-byte budget; "
+        "and over what is left of the 60,000 bytes kept to link (RUNNER_MAX_KEPT_OUTPUT_MB)"
+    )
     text = result.to_text()
     assert "--- linked, not inline: b-big.txt (3,000 bytes): over what is left" in text
     assert "--- not returned: g-too-big.csv (40,000 bytes): over what is left" in text

@@ -51,3 +51,27 @@ async def test_a_sandboxed_run_that_tried_the_network_is_told_it_has_none(
         result = checked(await pool.run(RunRequest("5e551079", code, 30)))
     assert result.status is Status.ERROR, result
     assert result.note.startswith("runs have no network on this server"), (result.note, result.stderr.text[-300:])
+
+
+@pytest.mark.parametrize("mode", ["namespaces", "bwrap"])
+async def test_a_sandboxed_run_that_met_its_threads_or_its_tmp_is_told_which_limit(
+    config: Config, mode: str, no_leaks: None
+) -> None:
+    # Found in a first hour: 40 threads ended on a bare "can't start new thread", a fork loop on EAGAIN,
+    # five 15 MiB files on ENOSPC, none naming the limit or its variable.
+    import dataclasses
+
+    limited = dataclasses.replace(in_mode(config, mode), max_processes=16, sandbox_tmp_mb=8)
+    said = {
+        "import threading, time\nfor _ in range(40):\n    threading.Thread(target=time.sleep, args=(5,)).start()\n": (
+            "the run reached its 16 processes and threads (RUNNER_MAX_PROCESSES)"
+        ),
+        "for n in range(4):\n    open(f'f{n}', 'wb').write(b'x' * (3 << 20))\n": (
+            "the run's files filled its /tmp (8 MiB for all of them, RUNNER_SANDBOX_TMP_MB)"
+        ),
+    }
+    async with Pool.open(limited) as pool:
+        for code, note in said.items():
+            result = checked(await pool.run(RunRequest("5e55107a", code, 30)))
+            assert result.status is Status.ERROR, result
+            assert result.note.startswith(note), (result.note, result.stderr.text[-300:])

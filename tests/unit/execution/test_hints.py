@@ -123,3 +123,46 @@ def test_a_run_that_ended_on_a_network_it_has_not_got_is_told_what_it_has(last: 
 def test_the_hosts_a_network_note_names_are_bounded() -> None:
     many = no_network_note(tuple(f"h{n}.org" for n in range(SHOWN + 3)))
     assert many.endswith(f"h{SHOWN - 1}.org and 3 more")
+
+
+@pytest.mark.parametrize(
+    ("stderr", "said"),
+    [
+        (TRACEBACK + "RuntimeError: can't start new thread\n", "its 32 processes and threads (RUNNER_MAX_PROCESSES)"),
+        (
+            TRACEBACK + '  File "<run_python>", line 3, in <module>\n    pid = os.fork()\n          ^^^^^^^^^\n'
+            "BlockingIOError: [Errno 11] Resource temporarily unavailable\n",
+            "its 32 processes and threads",
+        ),
+        (
+            TRACEBACK + '  File "/usr/lib/python3.11/subprocess.py", line 1903, in _execute_child\n'
+            "    self.pid = _fork_exec(\n               ^^^^^^^^^^^\n"
+            "BlockingIOError: [Errno 11] Resource temporarily unavailable\n",
+            "its 32 processes and threads",
+        ),
+        (TRACEBACK + "    data = s.recv(10)\nBlockingIOError: [Errno 11] Resource temporarily unavailable\n", ""),
+        (TRACEBACK + "OSError: [Errno 28] No space left on device\n", "filled its /tmp (64 MiB for all of them"),
+        (TRACEBACK + "OSError: [Errno 27] File too large\n", "a file passed 16 MiB"),
+        (TRACEBACK + "OSError: [Errno 28] No space left on device\nthen more\n", ""),
+        ("RuntimeError: can't start new thread", "its 32 processes and threads"),
+    ],
+)
+def test_a_limit_a_run_met_that_its_error_does_not_name_gets_a_note_naming_it(stderr: str, said: str) -> None:
+    # Found by a new user: 40 threads ended on "can't start new thread", a fork loop on EAGAIN, a full
+    # /tmp on ENOSPC, none naming the limit or its variable.
+    from runner.execution.hints import RunLimits
+
+    limits = RunLimits(processes=32, tmp_mb=64, file_mb=16)
+    note = limits.note(stderr)
+    if said:
+        assert said in note, note
+    else:
+        assert note == ""
+    result = RunResult("0" * 8, Status.ERROR, exit_code=1, stderr=StreamText(stderr, 0, 0))
+    assert Hints(limits=limits).noted(result).note == note
+    assert RunLimits().note(stderr) == "", "a limit not said where it is not the run's own (a plain run's /tmp)"
+
+
+def test_matplotlib_s_magic_is_told_to_go_figures_come_back_by_themselves() -> None:
+    stderr = SYNTAX + "    %matplotlib inline\n    ^\nSyntaxError: invalid syntax\n"
+    assert notebook_note(stderr).endswith("drop the line, and the figures the code makes come back as images")
