@@ -29,17 +29,21 @@ import collections
 import contextlib
 import errno
 import functools
+import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TextIO
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
+from mcp import types
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import (
     _KILL_REAP_TIMEOUT,
@@ -74,6 +78,15 @@ BYTES_PER_SECOND = 32 << 20
 # a byte at a time had each byte read on its own, a whole core of the event loop for as long as it
 # went on (a read that ends a line is a message, paced by the session's rations).
 READ_BYTES = 64 << 10
+# A line past the bound is skipped, not held, and the call whose answer it is (its id, read from the
+# line's head or tail) fails alone, as long as the line ends within this many times the bound: a run may
+# make a server's answer outgrow its own budget (found by a review: an SDK-made server wrote 12 MiB of
+# nested lists back as 68 MiB of indented text, and the whole connection ended, every caller's call with
+# it). Past it the line is a fault of the connection, as before: one that never ends.
+SKIPPED_LINES = 4
+# What is kept of a skipped line to find its id: JSON-RPC's own fields come first (the Python SDK) or last
+# (the TypeScript SDK).
+ID_BYTES = 512
 
 
 # Execs a tool server's command with a parent-death signal set (`dying_with_us`): argv is the server's
@@ -91,40 +104,103 @@ DYING_WITH_US = (
 class LineTooLong(ValueError):
     """A server's line passed the bound its connection sets; `before`: the lines its chunk ended first."""
 
-    def __init__(self, message: str, before: list[bytes]) -> None:
+    def __init__(self, message: str, before: list[bytes | Skipped]) -> None:
         super().__init__(message)
         self.before = before
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A line past the bound, skipped: its size, and its head and tail (`ID_BYTES` each) to find its id."""
+
+    size: int
+    head: bytes
+    tail: bytes
+
+
 class Lines:
-    """Sans-IO: newline-ended lines out of a stream's chunks, each at most `most` bytes (past it:
-    `LineTooLong`). Each byte is looked at once, and a line's start is kept in one buffer (a list of
-    its chunks held 16 MiB of 2-byte chunks in 450 MiB)."""
+    """Sans-IO: newline-ended lines out of a stream's chunks, each at most `most` bytes. Each byte is
+    looked at once, and a line's start is kept in one buffer (a list of its chunks held 16 MiB of 2-byte
+    chunks in 450 MiB). A line past `most` is `LineTooLong`; or, given `skip`, it is read on without
+    being kept, and comes out as `Skipped` once it ends, if it ends within `skip` bytes (past that,
+    `LineTooLong`)."""
 
-    def __init__(self, most: int) -> None:
-        self._most = most
+    def __init__(self, most: int, skip: int = 0) -> None:
+        self.most, self._skip = most, skip
         self._held = bytearray()
+        self._skipping = 0  # bytes of the line being skipped so far (0: none is)
+        self._head, self._tail = b"", b""
 
-    def feed(self, chunk: bytes) -> list[bytes]:
+    def feed(self, chunk: bytes) -> list[bytes | Skipped]:
         """The lines that `chunk` ends, without their newlines."""
-        lines: list[bytes] = []
+        lines: list[bytes | Skipped] = []
         start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
+        while True:
+            end = chunk.find(b"\n", start)
+            if self._skipping:
+                piece = chunk[start:] if end < 0 else chunk[start:end]
+                self._skipping += len(piece)
+                self._tail = (self._tail + piece[-ID_BYTES:])[-ID_BYTES:]
+                if self._skipping > self._skip:
+                    raise LineTooLong(f"a line of more than {self.most:,} bytes", lines)
+                if end < 0:
+                    return lines
+                lines.append(Skipped(self._skipping, self._head, self._tail))
+                self._skipping, self._head, self._tail = 0, b"", b""
+                start = end + 1
+                continue
+            if end < 0:
+                break
             if self._held:
                 self._held += chunk[start:end]
                 line = bytes(self._held)
                 self._held.clear()
             else:
                 line = chunk[start:end]
-            if len(line) > self._most:
-                raise LineTooLong(f"a line of more than {self._most:,} bytes", lines)
-            lines.append(line)
+            if len(line) > self.most:
+                if not self._skip:
+                    raise LineTooLong(f"a line of more than {self.most:,} bytes", lines)
+                line_skipped = Skipped(len(line), line[:ID_BYTES], line[-ID_BYTES:])
+                lines.append(line_skipped)
+            else:
+                lines.append(line)
             start = end + 1
         if start < len(chunk):
-            if len(self._held) + len(chunk) - start > self._most:
-                raise LineTooLong(f"a line of more than {self._most:,} bytes", lines)
-            self._held += chunk[start:]
+            if len(self._held) + len(chunk) - start > self.most:
+                if not self._skip:
+                    raise LineTooLong(f"a line of more than {self.most:,} bytes", lines)
+                rest = chunk[start:]
+                self._head = bytes(self._held[:ID_BYTES]) + rest[: max(0, ID_BYTES - len(self._held))]
+                self._tail = (bytes(self._held[-ID_BYTES:]) + rest[-ID_BYTES:])[-ID_BYTES:]
+                self._skipping = len(self._held) + len(rest)
+                self._held = bytearray()  # its memory given back, not kept for the next line
+                if self._skipping > self._skip:
+                    raise LineTooLong(f"a line of more than {self.most:,} bytes", lines)
+            else:
+                self._held += chunk[start:]
         return lines
+
+
+# A skipped line's id: JSON-RPC's fields first (`{"jsonrpc":"2.0","id":7,...`) or last (`...,"id":7}`),
+# each anchored at the line's start or end, where only the server writes (what a run sent is inside).
+_ID = rb'"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,200}")'
+_ID_FIRST = re.compile(rb'\A\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*' + _ID + rb"\s*,")
+_ID_LAST = re.compile(rb",\s*" + _ID + rb"\s*\}\s*\Z")
+
+
+def skipped_answer(skipped: Skipped, most: int) -> SessionMessage | None:
+    """The error that answers the request a skipped line answered, as the session would have it from
+    the server; None where its id cannot be read (a notification, say: it is dropped)."""
+    found = _ID_FIRST.search(skipped.head) or _ID_LAST.search(skipped.tail)
+    if found is None:
+        return None
+    try:
+        request_id = json.loads(found[1])
+    except ValueError:
+        return None
+    said = f"its answer was a line of {skipped.size:,} bytes, more than {most:,}: dropped"
+    error = types.ErrorData(code=types.INTERNAL_ERROR, message=said)
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
 
 def parse(line: bytes, server: StdioServerParameters) -> SessionMessage | Exception:
@@ -169,7 +245,7 @@ async def stdio_transport(
     longest = max(4 * most_bytes + (1 << 20), MAX_LINE_BYTES)
     rate = Pace(longest, BYTES_PER_SECOND, anyio.current_time())
     assert process.stdin, "the process is started with a pipe for its stdin"
-    received = Received(stdout, Lines(longest), rate, server)
+    received = Received(stdout, Lines(longest, SKIPPED_LINES * longest), rate, server)
     sent = Sent(process.stdin, server, received.end)
 
     async def shutdown(tg: anyio.abc.TaskGroup) -> None:
@@ -203,7 +279,7 @@ class Received(anyio.abc.ObjectReceiveStream[SessionMessage | Exception]):
 
     def __init__(self, stdout: AskedReads, lines: Lines, rate: Pace, server: StdioServerParameters) -> None:
         self._stdout, self._lines, self._rate, self._server = stdout, lines, rate, server
-        self._ready: collections.deque[bytes] = collections.deque()  # lines read, not received yet
+        self._ready: collections.deque[bytes | Skipped] = collections.deque()  # lines read, not received yet
         self._owed = 0  # bytes of the last read, not paced yet
         self._end: type[Exception] | None = None  # what `receive` raises once no line is ready
         self._too_long: LineTooLong | None = None  # said once the lines before it are received
@@ -212,6 +288,19 @@ class Received(anyio.abc.ObjectReceiveStream[SessionMessage | Exception]):
     async def receive(self) -> SessionMessage | Exception:
         if self._ready:
             await anyio.lowlevel.checkpoint()
+        while True:
+            line = await self._line()
+            if isinstance(line, LineTooLong) or not isinstance(line, Skipped):
+                return line if isinstance(line, LineTooLong) else parse(line, self._server)
+            answer = skipped_answer(line, self._lines.most)
+            command = os.path.basename(self._server.command)
+            fields = {"command": command, "bytes": line.size, "answered": answer is not None}
+            logger.warning("a tool server's line too long was dropped", extra={"fields": fields})
+            if answer is not None:
+                return answer
+            # A notification, or no message: dropped, and the next line read.
+
+    async def _line(self) -> bytes | Skipped | LineTooLong:
         while not self._ready:
             if self._too_long is not None:
                 said, self._too_long = self._too_long, None
@@ -244,7 +333,7 @@ class Received(anyio.abc.ObjectReceiveStream[SessionMessage | Exception]):
                 continue
             self._ready.extend(got)
             self._owed = len(chunk) if got else max(len(chunk), READ_BYTES)
-        return parse(self._ready.popleft(), self._server)
+        return self._ready.popleft()
 
     def end(self) -> None:
         """No more is read: what is ready is received, then the end (a read waiting now ends at once).

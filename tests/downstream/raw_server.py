@@ -14,6 +14,8 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
 - ``described``: it lists 1,000 tools besides ``echo``, each with a 20,000-character description;
 - ``endless``: its first answer to a call (the first of all its processes: argv[2] is a file it
   makes) is a line that never ends; ``endless-list``: its answer to tools/list is;
+- ``toolong``: its first answer to a call (the first of all its processes: argv[2] is a file it makes)
+  is a line of 70 MiB, then it serves on; ``toolong-last``: the same, its id written last;
 - ``badlist``: its answer to tools/list is a line that does not parse, and nothing more;
 - ``relists``: after each answer to tools/list, it says its tools changed, and counts the listings in
   the file argv[2];
@@ -103,6 +105,14 @@ def answer(request: dict[str, object]) -> None:
         if MODE == "endless" and not os.path.exists(sys.argv[2]):
             open(sys.argv[2], "w").close()
             write_endlessly(ident)
+        if MODE in ("toolong", "toolong-last") and not os.path.exists(sys.argv[2]):
+            open(sys.argv[2], "w").close()
+            text = "x" * (70 << 20)
+            if MODE == "toolong":  # JSON-RPC's fields first, as the Python SDK writes them
+                send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": text}]}})
+            else:  # last, as the TypeScript SDK does
+                send({"result": {"content": [{"type": "text", "text": text}]}, "jsonrpc": "2.0", "id": ident})
+            return
         text = json.dumps(params.get("arguments") if isinstance(params, dict) else None)
         send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": f"echo {text}"}]}})
     elif method == "ping":

@@ -240,6 +240,31 @@ async def test_a_byte_that_is_not_utf8_fails_that_call_and_the_server_is_started
     assert then == 'echo {"n": 2}'
 
 
+@pytest.mark.parametrize("mode", ["toolong", "toolong-last"], ids=["id-first", "id-last"])
+async def test_an_answer_too_long_fails_its_call_alone_and_the_connection_serves_on(
+    work_dir: Path, tmp_path: Path, mode: str
+) -> None:
+    # Found by a review: a run made an SDK-made server write its 12 MiB of nested lists back as a line of
+    # 68 MiB, which ended the connection: another run's call failed with it, and every caller's after.
+    path = tools_file(tmp_path, raw=raw(mode, str(tmp_path / "once")))
+    code = SAID + "print(said(lambda: mcp_tools.raw.echo(n=1)))\nprint(said(lambda: mcp_tools.raw.echo(n=2)))\n"
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            server = server_process()
+            before = peak_memory(server)
+            done = await run(client, code, timeout=60)
+            grown = peak_memory(server) - before
+    assert done["status"] == "ok", done
+    first, then = done["stdout"].splitlines()
+    assert first.startswith("raw.echo: the call failed: its answer was a line of "), first
+    assert first.endswith(" bytes, more than 68,157,440: dropped"), first
+    assert then == 'echo {"n": 2}', "at once, on the same connection"
+    log = (tmp_path / "stderr.log").read_text()
+    assert "tool server down" not in log
+    assert "a tool server's line too long was dropped" in log
+    assert grown < 100 << 20, f"{grown >> 20} MiB more for one line skipped"
+
+
 async def test_a_line_that_never_ends_fails_that_call_within_bounds_and_the_server_is_started_again(
     work_dir: Path, tmp_path: Path
 ) -> None:

@@ -377,3 +377,49 @@ async def test_a_stop_that_fails_still_closes_the_servers_stdout_so_that_nothing
     found = failed.exceptions if isinstance(failed, BaseExceptionGroup) else (failed,)
     assert [type(exc) for exc in found] == [PermissionError], repr(failed)
     assert took < 15, f"the failure waited {took:.1f} s for the server's end"
+
+
+def test_a_line_past_the_bound_is_skipped_whole_however_it_is_cut_keeping_only_its_head_and_tail() -> None:
+    # Found by a review: a run could make a server's answer outgrow the bound, and the whole connection
+    # ended with it. Now the line is skipped, its ends kept to find its id, and the lines after it come.
+    from runner.tools.stdio import ID_BYTES, Skipped
+
+    line = b'{"jsonrpc": "2.0", "id": 7, "result": "' + b"x" * 5000 + b'"}'
+    stream = b"a\n" + line + b"\nb\n"
+    for size in (1, 7, 600, 4096, len(stream)):
+        splitter = Lines(most=1000, skip=10_000)
+        got: list[bytes | Skipped] = []
+        for at in range(0, len(stream), size):
+            got += splitter.feed(stream[at : at + size])
+        assert got == [b"a", Skipped(len(line), line[:ID_BYTES], line[-ID_BYTES:]), b"b"], size
+    with pytest.raises(LineTooLong, match="more than 1,000 bytes") as ended:
+        Lines(most=1000, skip=3000).feed(b"a\n" + b"x" * 3001)
+    assert ended.value.before == [b"a"], "a line that does not end within `skip` ends the connection"
+
+
+@pytest.mark.parametrize(
+    ("head", "tail", "request_id"),
+    [
+        (b'{"jsonrpc": "2.0", "id": 7, "result": {"x', b"xx}}", 7),
+        (b'{"jsonrpc":"2.0","id":"a-1","result":{', b"}}", "a-1"),
+        (b'{"result": {"content": [', b'xx"}]}, "jsonrpc": "2.0", "id": 12}', 12),
+        (b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {', b"}}", None),
+        (b'{"result": {"text": "{\\"jsonrpc\\": \\"2.0\\", \\"id\\": 3, ', b'"}}', None),
+        (b"not json at all", b"nor here", None),
+    ],
+)
+def test_a_skipped_line_answers_its_call_with_an_error_when_its_id_is_at_either_end(
+    head: bytes, tail: bytes, request_id: object
+) -> None:
+    from mcp import types
+
+    from runner.tools.stdio import Skipped, skipped_answer
+
+    answer = skipped_answer(Skipped(5000, head, tail), 1000)
+    if request_id is None:
+        assert answer is None
+        return
+    assert answer is not None
+    assert isinstance(answer.message, types.JSONRPCError)
+    assert answer.message.id == request_id
+    assert answer.message.error.message == "its answer was a line of 5,000 bytes, more than 1,000: dropped"
