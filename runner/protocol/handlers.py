@@ -334,6 +334,29 @@ async def cut_errors(ctx: ServerRequestContext[Any], call_next: CallNext) -> Han
         raise MCPError(error.code, message, data) from error
 
 
+# What the SDK's gate says of a request before `initialize` (its pinned compat: the shape its validation
+# of the union gave): a pydantic failure of params is a ValidationError here, never an MCPError, so this
+# shape in the chain is the gate's alone.
+_UNINITIALIZED = (types.INVALID_PARAMS, "Invalid request parameters", "")
+BEFORE_INITIALIZE = (
+    "Invalid request parameters: this connection is not initialized yet; send initialize, then "
+    "notifications/initialized, first"
+)
+
+
+async def said_before_initialize(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+    """Server middleware: a request before `initialize` is told so, not only "Invalid request
+    parameters" (found by a first hour: a valid tools/call sent by hand on stdio got that, and nothing
+    in the log; over HTTP, stateless, the same call runs)."""
+    try:
+        return await call_next(ctx)
+    except MCPError as error:
+        if (error.code, error.message, error.data) != _UNINITIALIZED:
+            raise
+        get_logger().warning("request before initialize", extra={"fields": {"method": cut(ctx.method, 100)}})
+        raise MCPError(types.INVALID_PARAMS, BEFORE_INITIALIZE, "") from error
+
+
 def _progress_reporter(ctx: ServerRequestContext[Any]) -> Callable[[Progress], Awaitable[None]]:
     async def report(progress: Progress) -> None:
         # No known total: the elapsed seconds count up, and the message says the rest.
@@ -386,7 +409,7 @@ def build_server(
         on_read_resource=handlers.read_resource,
     )
     # No OpenTelemetry exporter is ever installed here; skip the per-message span work.
-    server.middleware = [cut_errors]
+    server.middleware = [cut_errors, said_before_initialize]
     if handlers.view is not None:
         server.extensions[EXTENSION_ID] = {}
     # Registered as a plain request handler, not `on_call_tool`: a task's answer (CreateTaskResult,

@@ -366,6 +366,44 @@ def test_requests_from_a_file_on_stdin_are_all_answered_blank_lines_skipped_and_
     assert b"Traceback" not in done.stderr
 
 
+def test_a_request_before_initialize_is_told_to_initialize_first_and_the_server_serves_on(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    # Found by a first hour: a valid tools/call sent by hand got "Invalid request parameters", nothing in
+    # the log (over HTTP, stateless, the same call runs).
+    call = {"name": "run_python", "arguments": {"code": "print(6 * 7)"}}
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call},
+        {"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": INITIALIZE},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": call},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "run_python", "arguments": []}},
+    ]
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with open(requests, "rb") as stdin:
+        done = subprocess.run(
+            [sys.executable, "-m", "runner"],
+            cwd=REPO,
+            env=server_env(work_dir),
+            stdin=stdin,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    answers = {message["id"]: message for message in map(json.loads, done.stdout.splitlines())}
+    assert answers[1]["error"] == {
+        "code": -32602,
+        "message": "Invalid request parameters: this connection is not initialized yet; send initialize, "
+        "then notifications/initialized, first",
+        "data": "",
+    }
+    assert b"request before initialize" in done.stderr
+    assert answers[3]["result"]["structuredContent"]["stdout"] == "42\n"
+    assert answers[4]["error"]["message"] != answers[1]["error"]["message"], "bad params are not taken for it"
+
+
 def test_dev_null_on_stdin_stops_the_server_at_once_with_exit_0_and_one_line_that_says_why(
     work_dir: Path, left_nothing: None
 ) -> None:
