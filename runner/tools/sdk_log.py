@@ -15,9 +15,14 @@ import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 
+import mcp.client.client as sdk_client
+import mcp.client.session as sdk_session
+
 from runner.logs import RefusalLog, cut
 
-SDK_CLIENT_LOGGERS = ("mcp.client.session", "mcp.client.client")
+# The SDK's own logger objects, not names: its session's is named "client" (found by running a review's
+# case against the first version, which filtered "mcp.client.session", a logger nothing logs to).
+SDK_CLIENT_LOGGERS = (sdk_session.logger, sdk_client.logger)
 MAX_VALUE_CHARS = 200  # of each value a line quotes
 MAX_KINDS = 64  # kinds are the SDK's format strings, a few; past this many they share one throttle
 
@@ -34,7 +39,7 @@ class DownstreamWarnings(logging.Filter):
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
         """On the SDK client's loggers while in it."""
-        loggers = [logging.getLogger(name) for name in SDK_CLIENT_LOGGERS]
+        loggers = SDK_CLIENT_LOGGERS
         for logger in loggers:
             logger.addFilter(self)
         try:

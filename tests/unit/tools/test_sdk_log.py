@@ -33,7 +33,9 @@ def said(records: list[logging.LogRecord]) -> list[str]:
 def test_a_flood_of_invalid_notifications_is_one_line_without_traceback_or_credential() -> None:
     # Found by a review: a server sending notifications that do not validate, quoting its own API key,
     # had 2,120 warnings with tracebacks in 5.6 s, the key unmasked in each.
-    sdk = logging.getLogger("mcp.client.session")
+    import mcp.client.session
+
+    sdk = mcp.client.session.logger  # the SDK's own (named "client")
     kept = Kept()
     sdk.addHandler(kept)
     try:
@@ -63,11 +65,11 @@ async def test_an_open_broker_has_the_filter_on_the_sdk_client_s_loggers_and_tak
     config = ToolsConfig("tools.json", tools_max_calls=10, tools_max_mb=1, tools_max_concurrent=1, tools_spin_us=0)
 
     def filters() -> list[logging.Filter]:
-        return [f for f in logging.getLogger("mcp.client.session").filters if isinstance(f, DownstreamWarnings)]
+        return [f for f in logging.getLogger("client").filters if isinstance(f, DownstreamWarnings)]
 
     async with Broker.opened(ToolServers("tools.json", (server,)), config, logging.getLogger("t")):
         [installed] = filters()
-        record = logging.LogRecord("mcp.client.session", logging.WARNING, "", 0, "x %s", (SECRET,), None)
+        record = logging.LogRecord("client", logging.WARNING, "", 0, "x %s", (SECRET,), None)
         assert installed.filter(record)
         assert record.getMessage() == "x ***"
     assert filters() == []
