@@ -36,7 +36,7 @@ def main_http(
     tools: ToolServers | None = None,
 ) -> int:
     """Listen (or, as a worker, take the supervisor's socket), then serve or supervise; the exit status."""
-    from runner.transports.http import listening, url_of
+    from runner.transports.http import listening, reached_as, url_of
 
     logger = get_logger()
     worker = listen_fd is not None
@@ -85,7 +85,8 @@ def main_http(
 
             return supervise(http, config.pool.work_dir, sock, list(worker_args))
         if not worker:
-            log_event(logger, logging.INFO, "serving on HTTP", url=url_of(sock, http.path))
+            reached = reached_as(sock, http.allowed_hosts)
+            log_event(logger, logging.INFO, "serving on HTTP", url=url_of(sock, http.path), **reached)
         # Code mode's tool calls: a loop that polls before it sleeps while they are in flight (`eventloop`).
         polling = backend_options(config.tools.tools_spin_us if tools is not None else 0)
         anyio.run(serve_http, config, plan, tokens, sock, early, tools, backend_options=polling)

@@ -47,7 +47,7 @@ from runner.execution.leftovers import LEFTOVER_PREFIX, HeldDirectory, remove_de
 from runner.logs import get_logger, log_event
 from runner.processes.trees import remove_tree
 from runner.protocol.metrics import MULTIPROCESS_DIRECTORY
-from runner.transports.http import url_of
+from runner.transports.http import reached_as, url_of
 
 # A worker that ends within this many seconds of its start failed to start; five in a row stop the server.
 QUICK_EXIT = 10.0
@@ -134,7 +134,8 @@ def supervise(http: HttpConfig, work_dir: str, sock: socket.socket, worker_args:
     try:
         for _ in range(http.workers):
             start()
-        log_event(logger, logging.INFO, "serving on HTTP", url=url_of(sock, http.path), workers=http.workers)
+        reached = reached_as(sock, http.allowed_hosts)
+        log_event(logger, logging.INFO, "serving on HTTP", url=url_of(sock, http.path), workers=http.workers, **reached)
         return _watch(workers, stopping, start, metrics_dir, logger)
     finally:
         for sig, handler in previous.items():

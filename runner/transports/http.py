@@ -181,6 +181,16 @@ def url_of(sock: socket.socket, path: str) -> str:
     return f"http://{shown}:{port}{path}"
 
 
+def reached_as(sock: socket.socket, allowed_hosts: tuple[str, ...]) -> dict[str, str]:
+    """The log's word on how clients reach a server bound to every address (0.0.0.0, ::): by the Host
+    names it allows, not by the address in its URL (found by a first hour: http://0.0.0.0:8000/mcp
+    was logged, which no client can use, and its Host gets 421). Nothing for one address."""
+    host = sock.getsockname()[0]
+    if host not in ("0.0.0.0", "::") or not allowed_hosts:  # noqa: S104  (told, not bound)
+        return {}
+    return {"clients_use_hosts": ",".join(allowed_hosts)}
+
+
 def listening(host: str, port: int) -> socket.socket:
     """A listening TCP socket on `host`:`port` (0: any free port). Raises `OSError` (in use, no such
     address) before anything else starts."""
