@@ -135,7 +135,11 @@ class RunLimits:
 
 
 def missing_module_note(
-    module: str, present: Callable[[str], bool], wheelhouse: Mapping[str, str], offered: Sequence[str]
+    module: str,
+    present: Callable[[str], bool],
+    wheelhouse: Mapping[str, str],
+    offered: Sequence[str],
+    packaged: bool = True,
 ) -> str:
     """The note for a run that could not import `module`: "" when it is there (`present`: in the
     standard library or the package environment; what failed was within it); else whether the
@@ -147,6 +151,11 @@ def missing_module_note(
         return (
             f"{module!r} is in the wheelhouse ({wheelhouse[module]}) but was not installed for this call: "
             f"the code imports it by a name no import statement shows; name {wheelhouse[module]!r} in 'packages'"
+        )
+    if not packaged and not offered:  # a first hour: "neither in the package environment" of a server with none
+        return (
+            f"no module {module!r} here: this server's runs have the standard library only (RUNNER_PACKAGES "
+            "and RUNNER_WHEELHOUSE are empty); nothing can be installed"
         )
     said = f"no module {module!r} here: it is neither in the package environment nor in the wheelhouse"
     if not offered:
@@ -176,7 +185,8 @@ class Hints:
         if result.status is not Status.ERROR:
             return result
         module = missing_module(result.stderr.text)
-        note = missing_module_note(module, self._present, self.wheelhouse, self.offered) if module else ""
+        present, house, offered = self._present, self.wheelhouse, self.offered
+        note = missing_module_note(module, present, house, offered, bool(self.site)) if module else ""
         note = note or notebook_note(result.stderr.text) or network_note(result.stderr.text, self.network)
         note = note or self.limits.note(result.stderr.text)
         return dataclasses.replace(result, note=note) if note else result

@@ -166,3 +166,14 @@ def test_a_limit_a_run_met_that_its_error_does_not_name_gets_a_note_naming_it(st
 def test_matplotlib_s_magic_is_told_to_go_figures_come_back_by_themselves() -> None:
     stderr = SYNTAX + "    %matplotlib inline\n    ^\nSyntaxError: invalid syntax\n"
     assert notebook_note(stderr).endswith("drop the line, and the figures the code makes come back as images")
+
+
+def test_a_server_with_the_standard_library_only_says_so_not_that_a_package_environment_lacks_it() -> None:
+    # Found by a first hour: with RUNNER_PACKAGES="" and RUNNER_WHEELHOUSE="", `import numpy` was told it is
+    # "neither in the package environment nor in the wheelhouse", of a server that has neither.
+    stderr = StreamText(TRACEBACK + "ModuleNotFoundError: No module named 'numpy'\n", 0, 0)
+    noted = Hints().noted(RunResult("0" * 8, Status.ERROR, exit_code=1, stderr=stderr))
+    assert noted.note == (
+        "no module 'numpy' here: this server's runs have the standard library only (RUNNER_PACKAGES and "
+        "RUNNER_WHEELHOUSE are empty); nothing can be installed"
+    )
