@@ -384,7 +384,9 @@ class RunCalls:
             return "the arguments hold a lone surrogate, which is not Unicode text"
         schema = self._broker.connections[server].tools[tool].input_schema
         mismatch = self._broker.check_arguments(server, tool, schema, arguments)
-        return f"the arguments do not match the tool's input schema: {mismatch}" if mismatch else ""
+        if not mismatch:
+            return ""
+        return f"the arguments do not match the tool's input schema: {mismatch}{_unknown(schema, arguments)}"
 
     def _over_budget(self) -> bytes:
         limit = self._broker.config.max_bytes
@@ -434,6 +436,20 @@ class RunCalls:
                 sent_bytes=sent,
                 received_bytes=got,
             )
+
+
+def _unknown(schema: Any, arguments: dict[str, Any]) -> str:
+    """What a mismatch says more of the arguments the schema names none of: a misspelt keyword (`tz` for
+    `timezone`) was told only that `timezone` is required (found by a first hour)."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict) or not properties:
+        return ""
+    unknown = [name for name in arguments if name not in properties]
+    if not unknown:
+        return ""
+    shown = ", ".join(repr(cut(name, 100)) for name in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+    takes = ", ".join(cut(str(name), 100) for name in list(properties)[:20]) + (" ..." if len(properties) > 20 else "")
+    return f" ({shown}: no such argument; it takes {takes})"
 
 
 def _error(message: str) -> bytes:

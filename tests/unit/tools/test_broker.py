@@ -125,3 +125,19 @@ def test_calls_refused_by_the_input_schema_count_against_the_runs_calls() -> Non
     assert len(errors) == 4
     assert all("do not match the tool's input schema" in error for error in errors[:3]), errors
     assert errors[3] == "s.t: this run has made its 3 tool calls (RUNNER_TOOLS_MAX_CALLS)"
+
+
+def test_a_misspelt_argument_is_named_beside_what_the_schema_says_is_missing() -> None:
+    # Found by a first hour: `get_current_time(tz="x")` was told only that 'timezone' is required.
+    server = Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true")
+    config = ToolsConfig("tools.json", tools_max_calls=9, tools_max_mb=16, tools_max_concurrent=4, tools_spin_us=0)
+    broker = Broker(ToolServers("tools.json", (server,)), config, logging.getLogger())
+    schema = {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}
+    broker.connections["s"].tools["t"] = types.Tool(name="t", input_schema=schema)
+    run = broker.for_run("r", None, loop_time() + 30)
+    assert run is not None
+    said = run.take(json.dumps({"op": "call", "server": "s", "tool": "t", "arguments": {"tz": "UTC"}}).encode())
+    assert isinstance(said, bytes)
+    error = json.loads(said)["error"]
+    assert error.startswith("s.t: the arguments do not match the tool's input schema: "), error
+    assert error.endswith("('tz': no such argument; it takes timezone)"), error
