@@ -314,8 +314,11 @@ def _check(config: Config, env: Mapping[str, str]) -> None:
     """The rules between Config's own variables."""
     if config.default_timeout > config.max_timeout:
         name = "RUNNER_DEFAULT_TIMEOUT"
-        got = repr(env[name]) if env.get(name, "").strip() else f"its default {config.default_timeout:g}"
-        raise ConfigError(name, f"expected {_declared(name).expectation(config.max_timeout)}, got {got}")
+        given = bool(env.get(name, "").strip())
+        got = repr(env[name]) if given else f"its default {config.default_timeout:g}"
+        # A first hour set RUNNER_MAX_TIMEOUT alone and was told of a variable it had not set: what to do.
+        more = "" if given else " (RUNNER_MAX_TIMEOUT is lower: set RUNNER_DEFAULT_TIMEOUT too)"
+        raise ConfigError(name, f"expected {_declared(name).expectation(config.max_timeout)}, got {got}{more}")
     uids = config.run_uid_range
     if not uids or uids[-1] > MAX_RUN_UID:
         raise ConfigError(

@@ -159,7 +159,10 @@ def test_the_default_timeout_may_not_exceed_the_maximum() -> None:
     assert "from 0.1 to 5" in str(caught.value)
     with pytest.raises(ConfigError) as caught:
         Config.from_env({"RUNNER_MAX_TIMEOUT": "5"})
-    assert str(caught.value) == "RUNNER_DEFAULT_TIMEOUT: expected a number of seconds from 0.1 to 5, got its default 10"
+    assert str(caught.value) == (
+        "RUNNER_DEFAULT_TIMEOUT: expected a number of seconds from 0.1 to 5, got its default 10 "
+        "(RUNNER_MAX_TIMEOUT is lower: set RUNNER_DEFAULT_TIMEOUT too)"
+    )
 
 
 def test_blank_values_mean_the_default() -> None:
