@@ -9,6 +9,7 @@ bare JSON-RPC error in this SDK.
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -25,7 +26,7 @@ from runner import __version__
 from runner.config import Config
 from runner.errors import ArgumentError
 from runner.logs import SHOWN_CHARS, cut, cut_error, get_logger, log_event
-from runner.outcome import KeptOutput, Progress, RunRequest, RunResult, Status
+from runner.outcome import NEW_SESSION, KeptOutput, Progress, RunRequest, RunResult, Status
 from runner.protocol.arguments import ArgumentParser
 from runner.protocol.metrics import Metrics
 from runner.protocol.reads import AfterAnswer, Reads, answer_cost
@@ -277,6 +278,9 @@ class Handlers:
                 result = await self._runner.run(request, progress)
             except Exception as exc:
                 result = RunResult(request.request_id, Status.INTERNAL_ERROR, self._fault(request.request_id, exc))
+            if request.session == NEW_SESSION and result.session is not None:
+                # Its handle is in this result alone: a task that goes unread ends the session.
+                task.leftover = functools.partial(self._runner.close_session, result.session.handle, request.caller)
             summary = f"{result.status.value} after {result.duration:.3f} s" + (
                 f": {result.message}" if result.message else ""
             )

@@ -28,6 +28,7 @@ import mcp_types as types
 from anyio.abc import TaskGroup
 
 from runner.config import TasksConfig
+from runner.logs import log_event
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 # A call that has not ended by then becomes a task; one that has is answered as without tasks.
@@ -67,6 +68,10 @@ class Task:
     expires: float | None = None  # the store's clock, once ended: past it, the task is gone
     published: bool = False  # a client was told of it (CreateTaskResult): it is in the store
     result: types.CallToolResult | None = None  # once completed
+    # What its run left that only its result names (a session a call with session "new" opened: the
+    # handle is in the result alone), ended if the task goes with its result never read (`read`).
+    leftover: Callable[[], Awaitable[object]] | None = None
+    read: bool = False  # its result was inlined in a tasks/get answer
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     ended: anyio.Event = field(default_factory=anyio.Event)
 
@@ -124,8 +129,10 @@ class TaskStore:
         *,
         replica: str = "",
         clock: Callable[[], float] = time.monotonic,
+        dropped: Callable[[Task], None] | None = None,
     ) -> None:
         self._kept_seconds = kept_seconds
+        self._dropped = dropped  # told of each task that goes with a leftover and its result unread
         self._per_caller = per_caller
         # A replica's name leads its task ids (t-NAME.…), as it does session handles: a proxy routes
         # tasks/* on the Mcp-Name header, which carries the id.
@@ -161,7 +168,7 @@ class TaskStore:
             ended = [other for other in mine if not other.working]
             if not ended:
                 return False
-            del self._tasks[min(ended, key=lambda other: other.created).task_id]
+            self._drop(min(ended, key=lambda other: other.created))
         self._tasks[task.task_id] = task
         task.published = True
         return True
@@ -177,7 +184,12 @@ class TaskStore:
     def expire(self, now: float) -> None:
         """Drop the ended tasks past their time; a working one never goes."""
         for task in [task for task in self._tasks.values() if task.expires is not None and task.expires <= now]:
-            del self._tasks[task.task_id]
+            self._drop(task)
+
+    def _drop(self, task: Task) -> None:
+        del self._tasks[task.task_id]
+        if task.leftover is not None and not task.read and self._dropped is not None:
+            self._dropped(task)
 
     def working(self) -> list[Task]:
         return [task for task in self._tasks.values() if task.working]
@@ -227,7 +239,12 @@ class Tasks:
         cls, kept_seconds: int, per_caller: int, logger: logging.Logger, *, replica: str = ""
     ) -> AsyncIterator[Tasks]:
         async with anyio.create_task_group() as group:
-            tasks = cls(TaskStore(kept_seconds, per_caller, replica=replica), group, logger)
+
+            def dropped(task: Task) -> None:
+                group.start_soon(_end_leftover, task, logger)
+
+            store = TaskStore(kept_seconds, per_caller, replica=replica, dropped=dropped)
+            tasks = cls(store, group, logger)
             group.start_soon(tasks.store.expire_forever)
             try:
                 yield tasks
@@ -251,6 +268,18 @@ class Tasks:
             task.fail(f"the server failed ({type(exc).__name__}) running this task; its log has details")
         finally:
             task.cancelled()  # no-op once it has ended: it only marks a run that was stopped
+
+
+async def _end_leftover(task: Task, logger: logging.Logger) -> None:
+    """End what a task gone unread left (its session: found by a review, it held its caller's cap until
+    it was idle 15 minutes, its handle in a result nobody read); a fault is logged, never raised."""
+    if task.leftover is None:
+        return
+    try:
+        await task.leftover()
+        log_event(logger, logging.INFO, "task gone unread: its session ended", task.request_id)
+    except Exception:
+        logger.warning("a task's session could not be ended", exc_info=True, extra={"request_id": task.request_id})
 
 
 # --- The wire shapes (SEP-2663) ----------------------------------------------------------------------
@@ -286,6 +315,7 @@ def detailed_task(task: Task) -> dict[str, Any]:
     if task.status == "completed" and task.result is not None:
         result = task.result.model_dump(by_alias=True, mode="json", exclude_none=True)
         shape["result"] = {"resultType": "complete", **result}
+        task.read = True
     elif task.status == "failed":
         shape["error"] = {"code": types.INTERNAL_ERROR, "message": task.status_message or "internal error"}
     return shape

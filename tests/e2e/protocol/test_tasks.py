@@ -47,6 +47,7 @@ class Served:
     client: Client
     tasks: Tasks
     extension: TasksExtension | None
+    pool: Pool
 
 
 @asynccontextmanager
@@ -61,7 +62,7 @@ async def served(config: Config, *, extension: bool = True, mode: str = "auto") 
             extensions=[declared] if declared else None,
         ) as client,
     ):
-        yield Served(client, tasks, declared)
+        yield Served(client, tasks, declared, pool)
 
 
 async def call_raw(client: Client, code: str, **arguments: Any) -> Any:
@@ -258,6 +259,33 @@ async def test_an_ended_task_goes_from_the_servers_memory_when_its_time_comes_th
         with anyio.fail_after(10):  # its time is 1 s after its end; nothing is asked of the server meanwhile
             while len(s.tasks.store):
                 await anyio.sleep(0.05)
+
+
+async def test_a_task_that_opened_a_session_and_goes_unread_ends_its_session_and_one_read_keeps_it(
+    config: Config, no_leaks: None
+) -> None:
+    # Found by a review: a "new" session call that became a task has its handle in its result alone; gone
+    # unread (expired, or made to go by its caller's newer tasks), the session held the caller's cap
+    # until it was idle 15 minutes.
+    config = dataclasses.replace(config, kept_output_seconds=1)
+    async with served(config) as s:
+        unread = await call_raw(s.client, SLOW, timeout=5, session="new")
+        task = s.tasks.store.find(unread.task_id, None)
+        assert task is not None
+        with anyio.fail_after(10):
+            await task.ended.wait()  # not asked for: its result is never read
+        assert s.pool.state().sessions.open == 1
+        with anyio.fail_after(10):
+            while s.pool.state().sessions.open:
+                await anyio.sleep(0.05)
+        assert s.pool.state().sessions.closed == 1
+        read = await call_raw(s.client, SLOW, timeout=5, session="new")
+        done = await wait_for_task(s.client.session, read.task_id)  # its result read, with its handle
+        assert done["result"]["structuredContent"]["session"].startswith("s-")
+        with anyio.fail_after(10):
+            while len(s.tasks.store):
+                await anyio.sleep(0.05)
+        assert s.pool.state().sessions.open == 1, "the caller has its handle: the session is its own to end"
 
 
 class ResultTaskRequest(types.Request[TaskParams, Literal["tasks/result"]]):

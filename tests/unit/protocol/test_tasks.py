@@ -180,3 +180,25 @@ async def test_an_ended_task_takes_no_more_progress_and_ends_only_once() -> None
     assert (task.status, task.status_message) == ("completed", "ok after 1.000 s")
     assert not task.scope.cancel_called
     assert task.ended.is_set()
+
+
+async def test_a_task_with_a_leftover_that_goes_unread_is_told_and_one_read_is_not() -> None:
+    clock = Clock()
+    gone: list[str] = []
+    tasks = TaskStore(60, 1, clock=clock, dropped=lambda task: gone.append(task.request_id))
+
+    async def leftover() -> None:
+        pass
+
+    unread = published(tasks, "unread", "alice", 10)
+    unread.leftover = leftover
+    unread.complete(result(), "ok")
+    published(tasks, "newer", "alice", 10).complete(result(), "ok")  # makes the unread one go
+    assert gone == ["unread"]
+    read = published(tasks, "read", "bob", 10)
+    read.leftover = leftover
+    read.complete(result(), "ok")
+    detailed_task(read)  # tasks/get inlined its result
+    clock.now += 61
+    tasks.expire(clock.now)
+    assert gone == ["unread"], "a read task's result named its leftover to its caller"
