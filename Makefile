@@ -49,7 +49,7 @@ help: ## List the targets
 $(VENV_ID):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 		echo "make: python-runner-mcp needs Python 3.11 or newer, and PYTHON=$(PYTHON) is" \
-			"$$($(PYTHON) --version 2>/dev/null || echo 'not found'): try make $(or $(MAKECMDGOALS),run) PYTHON=python3.11" >&2; \
+			"$$($(PYTHON) --version 2>/dev/null || echo 'not found'): try make $(or $(ASKED_AS),$(MAKECMDGOALS),run) PYTHON=python3.11" >&2; \
 		exit 1; }
 	@if ls $(VENV)/.python-* >/dev/null 2>&1; then echo "make: $(VENV) was made by another interpreter; making it again with $(PYTHON)"; \
 	elif [ -e $(VENV) ]; then echo "make: $(VENV) does not say which interpreter made it; making it again with $(PYTHON)"; fi
@@ -108,7 +108,7 @@ setup: $(RUN_STAMP) check-sandbox-env check-wheelhouse ## Install from the locks
 # stdout is the wire: what installing says goes to stderr (found by a first hour: a client started with
 # `make run` read ".wheelhouse: 22 wheels, ..." as a message and logged parse errors).
 run: ## Serve MCP on stdio (installs from the locks into .venv and .sandbox-env first)
-	@$(MAKE) --no-print-directory setup >&2
+	@$(MAKE) --no-print-directory setup ASKED_AS=run >&2
 	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" RUNNER_WHEELHOUSE="$${RUNNER_WHEELHOUSE-$(abspath $(WHEELHOUSE))}" \
 		exec $(VENV)/bin/python-runner-mcp
 
