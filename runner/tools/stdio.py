@@ -183,15 +183,20 @@ class Lines:
 
 # A skipped line's id: JSON-RPC's fields first (`{"jsonrpc":"2.0","id":7,...`) or last (`...,"id":7}`),
 # each anchored at the line's start or end, where only the server writes (what a run sent is inside).
+# Only an answer's: a request of the server's own (elicitation, sampling) has an id too, from the same
+# counter as ours, and taken for an answer it failed another run's call (found by a second look).
 _ID = rb'"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,200}")'
-_ID_FIRST = re.compile(rb'\A\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*' + _ID + rb"\s*,")
+_ID_FIRST = re.compile(rb'\A\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*' + _ID + rb'\s*,\s*"(?:result|error)"\s*:')
+_ANSWER_FIRST = re.compile(rb'\A\s*\{\s*"(?:result|error)"\s*:')  # the TypeScript SDK's answers
 _ID_LAST = re.compile(rb",\s*" + _ID + rb"\s*\}\s*\Z")
 
 
 def skipped_answer(skipped: Skipped, most: int) -> SessionMessage | None:
     """The error that answers the request a skipped line answered, as the session would have it from
     the server; None where its id cannot be read (a notification, say: it is dropped)."""
-    found = _ID_FIRST.search(skipped.head) or _ID_LAST.search(skipped.tail)
+    found = _ID_FIRST.search(skipped.head)
+    if found is None and _ANSWER_FIRST.search(skipped.head):
+        found = _ID_LAST.search(skipped.tail)
     if found is None:
         return None
     try:

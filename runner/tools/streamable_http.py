@@ -82,7 +82,7 @@ def http_client(headers: dict[str, str], most_bytes: int, gone: Callable[[str], 
         # Bodies as they are sent: httpx2 decodes a compressed one after our bounds have read it, so
         # 300 KiB of gzip were 300 MiB in the server's memory (found by a review); one compressed all
         # the same is refused (`Hooks.response`). Ours, whatever the file's headers say.
-        headers={**headers, "Accept-Encoding": "identity"},
+        headers={**{k: v for k, v in headers.items() if k.lower() != "accept-encoding"}, "Accept-Encoding": "identity"},
         timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
         event_hooks={"request": [hooks.request], "response": [hooks.response]},
     )
@@ -121,12 +121,14 @@ class Hooks:
                 await anyio.sleep(wait)
 
     async def response(self, response: httpx2.Response) -> None:
+        # Before anything reads the body (a 404's is read for a JSON-RPC error): httpx2 would decode it
+        # past every bound (found by a second look: gzip of gzip, 496 bytes sent, 200 MiB read).
+        encoding = _encoding(response)
         if response.status_code == 404:
             if MCP_SESSION_ID in response.request.headers:
                 self._gone(SESSION_GONE)
-            elif not await _jsonrpc_error(response):
+            elif encoding or not await _jsonrpc_error(response):
                 self._gone(ENDPOINT_GONE)
-        encoding = _encoding(response)
         if encoding:
             response.stream = _RefusedBody(response.stream, encoding)
         elif not _event_stream(response):

@@ -406,6 +406,10 @@ def test_a_line_past_the_bound_is_skipped_whole_however_it_is_cut_keeping_only_i
         (b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {', b"}}", None),
         (b'{"result": {"text": "{\\"jsonrpc\\": \\"2.0\\", \\"id\\": 3, ', b'"}}', None),
         (b"not json at all", b"nor here", None),
+        # A request of the server's own: its id is from the same counter as ours (found by a second look).
+        (b'{"jsonrpc": "2.0", "id": 3, "method": "elicitation/create", "params": {', b"}}", None),
+        (b'{"method": "elicitation/create", "params": {"x', b'x"}, "jsonrpc": "2.0", "id": 3}', None),
+        (b'{"jsonrpc":"2.0","id":4,"error":{"code":-32603,"message":"', b'"}}', 4),
     ],
 )
 def test_a_skipped_line_answers_its_call_with_an_error_when_its_id_is_at_either_end(

@@ -116,7 +116,7 @@ async def test_a_compressed_answer_fails_unread_and_none_is_asked_for(kind: str)
 
     from runner.tools.streamable_http import http_client
 
-    async with http_client({"Accept-Encoding": "gzip"}, 1 << 20, lambda _why: None) as client:
+    async with http_client({"accept-encoding": "gzip, br"}, 1 << 20, lambda _why: None) as client:
         client._transport = httpx2.MockTransport(answer)
         async with client.stream("POST", "http://127.0.0.1:1/mcp", content=b"{}") as response:
             with pytest.raises(httpx2.StreamError, match=r"compressed \(gzip\) although none was asked for"):
@@ -134,3 +134,28 @@ async def test_an_answer_said_to_be_identity_is_read_as_it_is() -> None:
         client._transport = httpx2.MockTransport(answer)
         response = await client.post("http://127.0.0.1:1/mcp", content=b"{}")
         assert response.json() == {"ok": 1}
+
+
+async def test_a_compressed_404_is_not_read_for_an_error_and_says_the_endpoint_gone() -> None:
+    # Found by a second look: a 404's body was read for a JSON-RPC error before the encoding was looked
+    # at, and httpx2 decoded it: gzip of gzip, 496 bytes sent, 200 MiB read.
+    import gzip
+
+    body = gzip.compress(gzip.compress(b"x" * (64 << 20)))
+    gone: list[str] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        async def sent() -> AsyncIterator[bytes]:
+            yield body
+
+        headers = {"content-type": "application/json", "content-encoding": "gzip, gzip"}
+        return httpx2.Response(404, headers=headers, content=sent())
+
+    from runner.tools.streamable_http import ENDPOINT_GONE, http_client
+
+    async with http_client({}, 1 << 20, gone.append) as client:
+        client._transport = httpx2.MockTransport(answer)
+        async with client.stream("POST", "http://127.0.0.1:1/mcp", content=b"{}") as response:
+            with pytest.raises(httpx2.StreamError, match=r"compressed \(gzip, gzip\)"):
+                await response.aread()
+    assert gone == [ENDPOINT_GONE]
