@@ -30,7 +30,7 @@ from runner.outcome import ToolCall
 from runner.tools.catalog import describe, dumped_within, value_of_result
 from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, Down, TooSlow, loop_time
 from runner.tools.schemas import SchemaCheck
-from runner.tools.sdk_log import DownstreamWarnings
+from runner.tools.sdk_log import SDK_HTTP_LOGGER, DownstreamWarnings
 
 # What the broker's callers count a brokered call as (metrics): ok, tool_error (the tool's isError),
 # refused (not allowed, bad arguments, a limit), unavailable (down), timeout (no answer within the run's
@@ -100,7 +100,9 @@ class Broker:
     ) -> AsyncIterator[Broker]:
         broker = cls(servers, config, logger, observe, held)
         secrets = [secret for connection in broker.connections.values() for secret in connection.secrets]
-        with DownstreamWarnings(secrets).installed():
+        said_of_servers = DownstreamWarnings(secrets).installed()
+        said_over_http = DownstreamWarnings(secrets, most=logging.CRITICAL).installed([SDK_HTTP_LOGGER])
+        with said_of_servers, said_over_http:
             async with anyio.create_task_group() as tg:
                 for connection in broker.connections.values():
                     tg.start_soon(connection.hold)

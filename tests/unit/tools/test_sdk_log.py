@@ -73,3 +73,27 @@ async def test_an_open_broker_has_the_filter_on_the_sdk_client_s_loggers_and_tak
         assert installed.filter(record)
         assert record.getMessage() == "x ***"
     assert filters() == []
+
+
+async def test_the_sdk_s_http_transport_s_errors_of_what_a_server_sent_are_one_masked_line_too() -> None:
+    # Found by a second look: an event that does not parse is an ERROR with pydantic's traceback quoting
+    # its values, up to 10,000 a second within the line pace, a credential in each.
+    import mcp.client.streamable_http
+
+    server = Downstream("s", "s", ("*",), None, url="http://127.0.0.1:1/mcp", headers=(("Authorization", SECRET),))
+    config = ToolsConfig("tools.json", tools_max_calls=10, tools_max_mb=1, tools_max_concurrent=1, tools_spin_us=0)
+    http = mcp.client.streamable_http.logger
+    kept = Kept()
+    http.addHandler(kept)
+    try:
+        async with Broker.opened(ToolServers("tools.json", (server,)), config, logging.getLogger("t")):
+            kept.records.clear()  # what connecting to no server said
+            for _ in range(300):
+                try:
+                    raise ValueError(f"input_value='{SECRET}'")
+                except ValueError:
+                    http.exception("Error parsing SSE message")
+    finally:
+        http.removeHandler(kept)
+    lines = said(kept.records)
+    assert lines == ["Error parsing SSE message"], lines
