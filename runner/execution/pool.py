@@ -279,6 +279,10 @@ class Pool:
         """End the caller's session `handle`: None once it has ended, else why there is no such session."""
         return await self.sessions.close(handle, caller)
 
+    async def end_unclaimed_session(self, handle: str, caller: str | None, why: str) -> bool:
+        """`Sessions.end_unclaimed`."""
+        return await self.sessions.end_unclaimed(handle, caller, why)
+
     async def read_output(self, uri: str, caller: str | None) -> tuple[KeptOutput, bytes] | None:
         """The caller's kept stream `uri` and its bytes; None if it has none by that URI (never made,
         expired, evicted or another caller's)."""

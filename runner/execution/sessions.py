@@ -77,6 +77,7 @@ class OpenSession:
     # call waits for it.
     settled: anyio.Event = field(default_factory=anyio.Event)
     handed: bool = False  # its handle went out with a call's answer (its first call's verdict)
+    calls: int = 0  # calls let in, its first included
 
     def __post_init__(self) -> None:
         self.settled.set()
@@ -208,6 +209,7 @@ class Sessions:
                 yield self._ended.unknown_call(request)
                 return
             session.used = anyio.current_time()
+            session.calls += 1
             yield Admitted(slot, SessionHost(self, session))
         finally:
             self._calls_running -= 1
@@ -261,6 +263,15 @@ class Sessions:
             return self._ended.unknown_message(handle, caller)
         await self.end(session, "closed by close_session", "closed")
         return None
+
+    async def end_unclaimed(self, handle: str, caller: str | None, why: str) -> bool:
+        """End the caller's session `handle` for `why` if no call came to it after its first, nor waits
+        for it; whether it did."""
+        session = self._open.get(handle)
+        if session is None or session.caller != caller or session.calls > 1 or session.turn.locked():
+            return False
+        await self.end(session, why, "closed")
+        return True
 
     async def end(self, session: OpenSession, why: str, how: str) -> None:
         """End `session` (`how`: the count it goes to), remembering `why` for calls that name it."""

@@ -53,6 +53,11 @@ class Runner(Protocol):
         """End the caller's session `handle`: None once it has ended, else why there is no such session."""
         ...
 
+    async def end_unclaimed_session(self, handle: str, caller: str | None, why: str) -> bool:
+        """End the caller's session `handle` for `why` if no call came to it since its first (its handle
+        went in a result nobody read); whether it did."""
+        ...
+
     async def read_output(self, uri: str, caller: str | None) -> tuple[KeptOutput, bytes] | None:
         """The caller's kept stream `uri` and its bytes; None if the caller has none by that URI."""
         ...
@@ -279,8 +284,12 @@ class Handlers:
             except Exception as exc:
                 result = RunResult(request.request_id, Status.INTERNAL_ERROR, self._fault(request.request_id, exc))
             if request.session == NEW_SESSION and result.session is not None:
-                # Its handle is in this result alone: a task that goes unread ends the session.
-                task.leftover = functools.partial(self._runner.close_session, result.session.handle, request.caller)
+                # Its handle is in this result alone, but for the list of handles a caller at its cap is
+                # told: a task that goes unread ends the session unless a call came to it meanwhile.
+                why = "its first call became a task whose result was never read"
+                task.leftover = functools.partial(
+                    self._runner.end_unclaimed_session, result.session.handle, request.caller, why
+                )
             summary = f"{result.status.value} after {result.duration:.3f} s" + (
                 f": {result.message}" if result.message else ""
             )

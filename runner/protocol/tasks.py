@@ -276,8 +276,8 @@ async def _end_leftover(task: Task, logger: logging.Logger) -> None:
     if task.leftover is None:
         return
     try:
-        await task.leftover()
-        log_event(logger, logging.INFO, "task gone unread: its session ended", task.request_id)
+        if await task.leftover():
+            log_event(logger, logging.INFO, "task gone unread: its session ended", task.request_id)
     except Exception:
         logger.warning("a task's session could not be ended", exc_info=True, extra={"request_id": task.request_id})
 

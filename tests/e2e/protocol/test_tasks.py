@@ -286,6 +286,22 @@ async def test_a_task_that_opened_a_session_and_goes_unread_ends_its_session_and
             while len(s.tasks.store):
                 await anyio.sleep(0.05)
         assert s.pool.state().sessions.open == 1, "the caller has its handle: the session is its own to end"
+        # One unread but used meanwhile (a caller at its cap is told its handles): found by a second look,
+        # it was ended under its caller, "closed by close_session".
+        used = await call_raw(s.client, SLOW, timeout=5, session="new")
+        task = s.tasks.store.find(used.task_id, None)
+        assert task is not None
+        with anyio.fail_after(10):
+            await task.ended.wait()
+        assert task.result is not None
+        handle = (task.result.structured_content or {})["session"]
+        again = await s.client.call_tool("run_python", {"code": "x = 41", "session": handle})
+        assert not again.is_error, again
+        with anyio.fail_after(10):
+            while len(s.tasks.store) > 0 and s.tasks.store.find(used.task_id, None) is not None:
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.2)  # what its going does is done at once: given a moment, nothing ends
+        assert s.pool.state().sessions.open == 2, "a session used meanwhile is its caller's"
 
 
 class ResultTaskRequest(types.Request[TaskParams, Literal["tasks/result"]]):
