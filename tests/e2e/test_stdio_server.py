@@ -327,6 +327,26 @@ async def test_requests_past_the_bound_that_are_cancelled_leave_room_for_more(
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "file", "version": "1"}}
 
 
+def served_from_a_file(
+    work_dir: Path, tmp_path: Path, text: str
+) -> tuple[subprocess.CompletedProcess[bytes], dict[int, Any]]:
+    """The server run with the file of `text` on its stdin, to its exit 0; its answers by id."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(text)
+    with open(requests, "rb") as stdin:
+        done = subprocess.run(
+            [sys.executable, "-m", "runner"],
+            cwd=REPO,
+            env=server_env(work_dir),
+            stdin=stdin,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return done, {message["id"]: message for message in map(json.loads, done.stdout.splitlines())}
+
+
 def test_requests_from_a_file_on_stdin_are_all_answered_blank_lines_skipped_and_the_server_exits_0(
     work_dir: Path, tmp_path: Path, left_nothing: None
 ) -> None:
@@ -347,20 +367,8 @@ def test_requests_from_a_file_on_stdin_are_all_answered_blank_lines_skipped_and_
         },
         {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}},
     ]
-    requests = tmp_path / "requests.jsonl"
-    requests.write_text("\n".join(json.dumps(line) for line in lines).replace("\n", "\n\n\r\n", 1) + "\n\n")
-    with open(requests, "rb") as stdin:
-        done = subprocess.run(
-            [sys.executable, "-m", "runner"],
-            cwd=REPO,
-            env=server_env(work_dir),
-            stdin=stdin,
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    answers = {message["id"]: message for message in map(json.loads, done.stdout.splitlines())}
+    text = "\n".join(json.dumps(line) for line in lines).replace("\n", "\n\n\r\n", 1) + "\n\n"
+    done, answers = served_from_a_file(work_dir, tmp_path, text)
     assert sorted(answers) == [1, 2, 3], done.stdout  # no parse error for the blank lines
     assert answers[2]["result"]["structuredContent"]["stdout"] == "42\n"
     assert b"Traceback" not in done.stderr
@@ -379,20 +387,7 @@ def test_a_request_before_initialize_is_told_to_initialize_first_and_the_server_
         {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": call},
         {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "run_python", "arguments": []}},
     ]
-    requests = tmp_path / "requests.jsonl"
-    requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    with open(requests, "rb") as stdin:
-        done = subprocess.run(
-            [sys.executable, "-m", "runner"],
-            cwd=REPO,
-            env=server_env(work_dir),
-            stdin=stdin,
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    answers = {message["id"]: message for message in map(json.loads, done.stdout.splitlines())}
+    done, answers = served_from_a_file(work_dir, tmp_path, "".join(json.dumps(line) + "\n" for line in lines))
     assert answers[1]["error"] == {
         "code": -32602,
         "message": "Invalid request parameters: this connection is not initialized yet; send initialize, "

@@ -240,6 +240,17 @@ async def test_a_byte_that_is_not_utf8_fails_that_call_and_the_server_is_started
     assert then == 'echo {"n": 2}'
 
 
+async def run_measured(work_dir: Path, tmp_path: Path, path: Path, code: str, timeout: float) -> tuple[Any, int]:
+    """`code`'s answer from a stdio server of the tools file `path` (its log in stderr.log), and how much
+    the server's peak memory grew while it ran."""
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            server = server_process()
+            before = peak_memory(server)
+            done = await run(client, code, timeout=timeout)
+            return done, peak_memory(server) - before
+
+
 @pytest.mark.parametrize("mode", ["toolong", "toolong-last"], ids=["id-first", "id-last"])
 async def test_an_answer_too_long_fails_its_call_alone_and_the_connection_serves_on(
     work_dir: Path, tmp_path: Path, mode: str
@@ -248,12 +259,7 @@ async def test_an_answer_too_long_fails_its_call_alone_and_the_connection_serves
     # 68 MiB, which ended the connection: another run's call failed with it, and every caller's after.
     path = tools_file(tmp_path, raw=raw(mode, str(tmp_path / "once")))
     code = SAID + "print(said(lambda: mcp_tools.raw.echo(n=1)))\nprint(said(lambda: mcp_tools.raw.echo(n=2)))\n"
-    with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            server = server_process()
-            before = peak_memory(server)
-            done = await run(client, code, timeout=60)
-            grown = peak_memory(server) - before
+    done, grown = await run_measured(work_dir, tmp_path, path, code, 60)
     assert done["status"] == "ok", done
     first, then = done["stdout"].splitlines()
     assert first.startswith("raw.echo: the call failed: its answer was a line of "), first
@@ -272,13 +278,7 @@ async def test_a_line_that_never_ends_fails_that_call_within_bounds_and_the_serv
     # all it has (quadratic), with no bound: one server's endless line took the whole server's memory
     # and, ever slower, its event loop.
     path = tools_file(tmp_path, raw=raw("endless", str(tmp_path / "once")))
-    code = FAILED_THEN_AGAIN
-    with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            server = server_process()
-            before = peak_memory(server)
-            done = await run(client, code, timeout=30)
-            grown = peak_memory(server) - before
+    done, grown = await run_measured(work_dir, tmp_path, path, FAILED_THEN_AGAIN, 30)
     assert done["status"] == "ok", done
     first, then = done["stdout"].splitlines()
     assert first == "raw.echo: the connection failed: LineTooLong: a line of more than 68,157,440 bytes", first

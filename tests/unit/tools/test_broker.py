@@ -109,35 +109,39 @@ def test_a_name_a_run_sends_is_said_back_cut_as_every_answer_cuts_a_clients_valu
         assert error == cut
 
 
-def test_calls_refused_by_the_input_schema_count_against_the_runs_calls() -> None:
-    # Found by a review: only forwarded calls counted, so a run had 1,999 arguments checked (25 s of the
-    # event loop's CPU with a schema that is costly to check) where 100 calls forwarded were its limit.
+def calls_to_one_tool(schema: dict[str, Any], max_calls: int) -> RunCalls:
+    """A run's calls, its server's one tool `s.t` listed with `schema` (no downstream: refusals only)."""
     server = Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true")
-    config = ToolsConfig("tools.json", tools_max_calls=3, tools_max_mb=16, tools_max_concurrent=4, tools_spin_us=0)
+    config = ToolsConfig(
+        "tools.json", tools_max_calls=max_calls, tools_max_mb=16, tools_max_concurrent=4, tools_spin_us=0
+    )
     broker = Broker(ToolServers("tools.json", (server,)), config, logging.getLogger())
-    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     broker.connections["s"].tools["t"] = types.Tool(name="t", input_schema=schema)
     run = broker.for_run("r", None, loop_time() + 30)
     assert run is not None
-    frames = [{"op": "call", "server": "s", "tool": "t", "arguments": a} for a in ({"n": "x"}, {}, {}, {})]
-    said = [run.take(json.dumps(frame).encode()) for frame in frames]
-    errors = [json.loads(answer)["error"] for answer in said if isinstance(answer, bytes)]
-    assert len(errors) == 4
+    return run
+
+
+def error_of(run: RunCalls, arguments: dict[str, Any]) -> str:
+    """What the run is told of a call of `s.t` with `arguments` that is refused."""
+    said = run.take(json.dumps({"op": "call", "server": "s", "tool": "t", "arguments": arguments}).encode())
+    assert isinstance(said, bytes)
+    error: str = json.loads(said)["error"]
+    return error
+
+
+def test_calls_refused_by_the_input_schema_count_against_the_runs_calls() -> None:
+    # Found by a review: only forwarded calls counted, so a run had 1,999 arguments checked (25 s of the
+    # event loop's CPU with a schema that is costly to check) where 100 calls forwarded were its limit.
+    run = calls_to_one_tool({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}, 3)
+    errors = [error_of(run, arguments) for arguments in ({"n": "x"}, {}, {}, {})]
     assert all("do not match the tool's input schema" in error for error in errors[:3]), errors
     assert errors[3] == "s.t: this run has made its 3 tool calls (RUNNER_TOOLS_MAX_CALLS)"
 
 
 def test_a_misspelt_argument_is_named_beside_what_the_schema_says_is_missing() -> None:
     # Found by a first hour: `get_current_time(tz="x")` was told only that 'timezone' is required.
-    server = Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true")
-    config = ToolsConfig("tools.json", tools_max_calls=9, tools_max_mb=16, tools_max_concurrent=4, tools_spin_us=0)
-    broker = Broker(ToolServers("tools.json", (server,)), config, logging.getLogger())
     schema = {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}
-    broker.connections["s"].tools["t"] = types.Tool(name="t", input_schema=schema)
-    run = broker.for_run("r", None, loop_time() + 30)
-    assert run is not None
-    said = run.take(json.dumps({"op": "call", "server": "s", "tool": "t", "arguments": {"tz": "UTC"}}).encode())
-    assert isinstance(said, bytes)
-    error = json.loads(said)["error"]
+    error = error_of(calls_to_one_tool(schema, 9), {"tz": "UTC"})
     assert error.startswith("s.t: the arguments do not match the tool's input schema: "), error
     assert error.endswith("('tz': no such argument; it takes timezone)"), error
