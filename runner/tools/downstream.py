@@ -161,8 +161,7 @@ class Connection:
     def scrubbed(self, text: str, whole: bool = True) -> str:
         """`text` with every credential the file gives this server replaced by ``***``; if it is the head
         of a longer text (not `whole`), less its end, which could be the start of one (the longest first)."""
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
+        text = masked(text, self.secrets)
         return text if whole or not self.secrets else text[: max(0, len(text) - len(self.secrets[0]) + 1)]
 
     async def call(self, tool: str, arguments: dict[str, Any], seconds: float) -> types.CallToolResult:
@@ -501,6 +500,14 @@ def _why(exc: BaseException) -> str:
         return _why(inner)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def masked(text: str, secrets: Iterable[str]) -> str:
+    """`text` with each of `secrets` replaced by ``***``, in their order (the longest first, as
+    `Connection.secrets` has them: a credential inside a longer one is not masked first)."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
 
 
 def _spellings(secrets: Iterable[str]) -> list[str]:

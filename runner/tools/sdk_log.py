@@ -21,6 +21,7 @@ import mcp.client.session as sdk_session
 import mcp.client.streamable_http as sdk_http
 
 from runner.logs import RefusalLog, cut
+from runner.tools.downstream import masked
 
 # The SDK's own logger objects, not names: its session's is named "client" (found by running a review's
 # case against the first version, which filtered "mcp.client.session", a logger nothing logs to).
@@ -56,10 +57,7 @@ class DownstreamWarnings(logging.Filter):
                 logger.removeFilter(self)
 
     def _masked(self, value: object) -> str:
-        text = str(value)
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return cut(text, MAX_VALUE_CHARS)
+        return cut(masked(str(value), self._secrets), MAX_VALUE_CHARS)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno > self._most:

@@ -131,6 +131,9 @@ class Lines:
         self._skipping = 0  # bytes of the line being skipped so far (0: none is)
         self._head, self._tail = b"", b""
 
+    def _too_long(self, before: list[bytes | Skipped]) -> LineTooLong:
+        return LineTooLong(f"a line of more than {self.most:,} bytes", before)
+
     def feed(self, chunk: bytes) -> list[bytes | Skipped]:
         """The lines that `chunk` ends, without their newlines."""
         lines: list[bytes | Skipped] = []
@@ -142,7 +145,7 @@ class Lines:
                 self._skipping += len(piece)
                 self._tail = (self._tail + piece[-ID_BYTES:])[-ID_BYTES:]
                 if self._skipping > self._skip:
-                    raise LineTooLong(f"a line of more than {self.most:,} bytes", lines)
+                    raise self._too_long(lines)
                 if end < 0:
                     return lines
                 lines.append(Skipped(self._skipping, self._head, self._tail))
@@ -159,23 +162,22 @@ class Lines:
                 line = chunk[start:end]
             if len(line) > self.most:
                 if not self._skip:
-                    raise LineTooLong(f"a line of more than {self.most:,} bytes", lines)
-                line_skipped = Skipped(len(line), line[:ID_BYTES], line[-ID_BYTES:])
-                lines.append(line_skipped)
+                    raise self._too_long(lines)
+                lines.append(Skipped(len(line), line[:ID_BYTES], line[-ID_BYTES:]))
             else:
                 lines.append(line)
             start = end + 1
         if start < len(chunk):
             if len(self._held) + len(chunk) - start > self.most:
                 if not self._skip:
-                    raise LineTooLong(f"a line of more than {self.most:,} bytes", lines)
+                    raise self._too_long(lines)
                 rest = chunk[start:]
                 self._head = bytes(self._held[:ID_BYTES]) + rest[: max(0, ID_BYTES - len(self._held))]
                 self._tail = (bytes(self._held[-ID_BYTES:]) + rest[-ID_BYTES:])[-ID_BYTES:]
                 self._skipping = len(self._held) + len(rest)
                 self._held = bytearray()  # its memory given back, not kept for the next line
                 if self._skipping > self._skip:
-                    raise LineTooLong(f"a line of more than {self.most:,} bytes", lines)
+                    raise self._too_long(lines)
             else:
                 self._held += chunk[start:]
         return lines
