@@ -28,10 +28,10 @@ from runner.inrun.wire import frame_answer
 from runner.outcome import RunTools, ToolCall
 from runner.processes.child import Child
 
-# A well-behaved run has one call in flight per process (its threads take turns), and those it gave up
-# (a signal's exception while it waited) until they are answered, within the run's limit of calls in
-# flight: more unanswered frames than these and 8 from one process, or MOST_PENDING from all of them
-# together, and the run is flooding its channel.
+# A well-behaved run has at most its limit of calls in flight (from its threads and processes), and those
+# it gave up (a signal's exception while it waited) until they are answered: more unanswered frames than
+# these and 8 from one process, or MOST_PENDING from all of them together, and the run is flooding its
+# channel.
 MOST_PENDING_PER_PROCESS = 8
 MOST_PENDING = 1024
 

@@ -24,8 +24,7 @@ import types
 # zygote's socket modules stay out of it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import importlib.machinery
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
     from typing import NoReturn
 
     from runner.inrun import seccomp, wire
@@ -44,7 +43,7 @@ FILENAME = "<run_python>"
 MAX_FD = 1 << 20
 # What a run needs besides this file (`load_siblings`): `run` takes RUN_SIBLINGS, in this order; a
 # spawned interpreter also needs the other two to become a run (`prepare_process`).
-RUN_SIBLINGS = ("wire", "workdir", "figures", "harvest", "images", "keeper", "tables")
+RUN_SIBLINGS = ("wire", "workdir", "figures", "harvest", "images", "keeper", "tables", "toolchannel")
 SIBLINGS = ("libc", "seccomp", *RUN_SIBLINGS)
 # A run's open files, per process. Each can hold kernel memory that RLIMIT_AS does not count (a
 # socket's queue, a pipe's buffer); with the socket buffers a run may not raise (seccomp.py), this bounds
@@ -132,69 +131,6 @@ def load_siblings(*names: str) -> tuple[types.ModuleType, ...]:
                 del sys.modules[name]
 
 
-class _ToolsFinder:
-    """Makes ``import mcp_tools`` work in a run whose server brokers tools (code mode): on the first
-    import, the module's source and the caller's catalog of tools come from the server over the job
-    socket, and the module is made from them. A run that never imports it pays for nothing more than
-    this finder on sys.meta_path."""
-
-    def __init__(self, wire: types.ModuleType) -> None:
-        import mmap
-
-        self._wire = wire
-        # The calls a process of the run gave up (`wire.ToolChannel`): made here, before the run's code
-        # runs, so that the processes it forks share it whichever of them imports mcp_tools first.
-        self._given_up = mmap.mmap(-1, wire.GIVEN_UP_SLOTS * wire.GIVEN_UP_SLOT)
-
-    def find_spec(
-        self, name: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None, /
-    ) -> importlib.machinery.ModuleSpec | None:
-        if name != "mcp_tools":
-            return None
-        import importlib.util
-
-        return importlib.util.spec_from_loader(name, self)  # type: ignore[arg-type]  # exec_module is enough
-
-    def create_module(self, spec: object) -> None:
-        return None  # the default module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        import json
-        import stat
-
-        wire = self._wire
-        fd = wire.CODE_FD
-        try:
-            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-                raise OSError("fd 3, this run's channel to the server, is no longer its socket")
-            channel = wire.ToolChannel(fd, self._given_up)
-            answer = json.loads(channel.exchange(b'{"op": "module"}', b"%d.0" % os.getpid()))
-            if "error" in answer:  # refused: the run's bytes, say
-                raise ValueError(answer["error"])
-            source, catalog = answer["source"], answer["catalog"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ImportError(f"mcp_tools: the server's tools could not be listed: {exc}", name="mcp_tools") from None
-        exec(compile(source, "<mcp_tools>", "exec"), module.__dict__)
-        module._mcp_start(catalog, channel.exchange)
-
-
-def offer_tools(wire: types.ModuleType) -> None:
-    """Let this run import ``mcp_tools`` (once per process: a session's calls inherit it)."""
-    if not any(isinstance(finder, _ToolsFinder) for finder in sys.meta_path):
-        sys.meta_path.append(_ToolsFinder(wire))
-    import builtins
-
-    if not hasattr(builtins, "help"):  # runs start without site: help(mcp_tools) lists the tools
-        builtins.help = _help  # type: ignore[assignment]
-
-
-def _help(*args: object, **kwargs: object) -> None:
-    """help() as the interactive interpreter has it (site's), made for runs that may call tools."""
-    import pydoc
-
-    pydoc.help(*args, **kwargs)
-
-
 def new_main() -> types.ModuleType:
     """The run's fresh ``__main__`` module, made while the interpreter still waits for its code."""
     main = types.ModuleType("__main__")
@@ -223,7 +159,7 @@ def run(
     """
     if job is None:
         os._exit(1)
-    wire, workdir, figures, harvest, images, keeper, tables = siblings
+    wire, workdir, figures, harvest, images, keeper, tables, toolchannel = siblings
     if job.keeper:
         _become_anchor(main, siblings, tmpfs, spawned)  # a limit of its own (`keeper.anchor`)
     hold_cpu()  # before anything of the job's, as a call's before its state's code may run again
@@ -231,7 +167,7 @@ def run(
         keeper.begin_call()  # from here on the state's own code may run again: this is the call
     add_provided(job.paths)
     if job.tools:
-        offer_tools(wire)
+        toolchannel.offer_tools()
     try:
         if session:
             before = keeper.files_before(".", _identity("."))

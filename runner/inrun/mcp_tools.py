@@ -17,7 +17,7 @@ arguments that do not match the input schema, or a call over a limit raises ``To
 
 # This docstring is what help(mcp_tools) shows a run, so how the module is made is said here instead:
 # the server never imports this file; it sends its source to a run that imports ``mcp_tools``
-# (`bootstrap._ToolsFinder`), with the caller's catalog, and the run makes the module from both.
+# (`toolchannel._ToolsFinder`), with the caller's catalog, and the run makes the module from both.
 # Standard library only.
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import itertools as _mcp_itertools
 import json as _mcp_json
 import os as _mcp_os
-import threading as _mcp_threading
 from collections.abc import Callable
 from typing import Any
 
@@ -33,19 +32,9 @@ from typing import Any
 # three the imports above leave, `annotations`, `Callable`, `Any`): a server's Python name cannot be one
 # of them (`runner.config.tools.RESERVED`).
 _mcp_exchange: Callable[[bytes, bytes], bytes] | None = None
-_mcp_lock = _mcp_threading.Lock()
 _mcp_counts = _mcp_itertools.count(1)
 _mcp_limit_bytes = 0
 servers: dict[str, Any] = {}
-
-
-def _mcp_forked() -> None:
-    # A fork copies the lock as it was (held by a thread the child does not have): a new one.
-    global _mcp_lock
-    _mcp_lock = _mcp_threading.Lock()
-
-
-_mcp_os.register_at_fork(after_in_child=_mcp_forked)
 
 
 class ToolError(Exception):
@@ -75,11 +64,12 @@ def call(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any
     exchange = _mcp_exchange
     if exchange is None:
         raise ToolError(f"{server}.{tool}: this run has no channel to the server")
-    with _mcp_lock:  # one call at a time per process; the run's processes each take their own answers
-        try:
-            raw = exchange(body, b"%d.%d" % (_mcp_os.getpid(), next(_mcp_counts)))
-        except (OSError, ValueError) as exc:
-            raise ToolError(f"{server}.{tool}: this run's channel to the server failed: {exc}") from None
+    # Threads and processes may call at once (up to RUNNER_TOOLS_MAX_CONCURRENT): each call's id is its
+    # own, and its answer comes to its caller alone.
+    try:
+        raw = exchange(body, b"%d.%d" % (_mcp_os.getpid(), next(_mcp_counts)))
+    except (OSError, ValueError) as exc:
+        raise ToolError(f"{server}.{tool}: this run's channel to the server failed: {exc}") from None
     try:
         answer = _mcp_json.loads(raw)
     except (ValueError, RecursionError):

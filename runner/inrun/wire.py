@@ -256,15 +256,13 @@ def encode_end(end: dict[str, Any]) -> bytes:
 # A run's tool call (`mcp_tools`), on the job socket before its report: ``tool <body bytes> <call id>``, a
 # newline, the JSON body; the server's answer comes back on it the same way, headed ``answer`` with the
 # same call id. A call id is the calling process's pid and a count (``1234.7``): the processes of a run
-# share its socket, and each takes only its own answers (`exchange`). The server bounds a body by
+# share its socket, and each takes only its own answers (`toolchannel.ToolChannel`). The server bounds a body by
 # RUNNER_TOOLS_MAX_MB, the run an answer by MAX_ANSWER_BYTES.
 TOOL_HEAD = b"tool"
 ANSWER_HEAD = b"answer"
 MAX_ANSWER_BYTES = 1 << 32
 MAX_FRAME_LINE = 64  # "answer <12 digits> <call id>\n" and then some
 ATOMIC_BYTES = 16 * 1024  # a frame this small is written in one write, which no other write splits
-# Calls given up (`ToolChannel._give_up`): slots of a call id's most bytes, one picked by its hash.
-GIVEN_UP_SLOTS, GIVEN_UP_SLOT = 64, 32
 _CALL_ID_CHARACTERS = frozenset(b"0123456789.")
 
 
@@ -333,97 +331,6 @@ def frame_line(data: bytes | bytearray, head: bytes) -> tuple[int, int, bytes] |
     return line_end + 1, int(parts[1]), parts[2]
 
 
-class ToolChannel:
-    """The run's side of its tool calls (`exchange`) on its job socket `fd`: made once, when the run
-    first imports ``mcp_tools``, and inherited by the processes it forks and, in a session, by its
-    later calls (whose job socket is `fd` again, by number)."""
-
-    def __init__(self, fd: int, given_up: Any = None) -> None:
-        """`given_up`: memory all the run's processes share (made before its code runs: `offer_tools`)."""
-        import mmap
-        import socket
-
-        class Borrowed(socket.socket):
-            """A socket over an fd it does not own: never closed, even when collected, and no warning."""
-
-            def __del__(self) -> None:
-                self.detach()
-
-        self.fd = fd
-        # One socket object for the run's life, not one per call: making one costs a call some
-        # syscalls (its family, type and timeout read and set), each a few microseconds in a sandbox.
-        self._socket = Borrowed(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
-        self._socket.settimeout(None)  # blocking, whatever socket.setdefaulttimeout the run's code set
-        self._given_up = given_up if given_up is not None else mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
-
-    def exchange(self, body: bytes, call_id: bytes) -> bytes:
-        """One tool call: `body` framed on the job socket, its answer's body read back. OSError if the
-        socket is gone or closed by the server (it shuts a channel it cannot read); ValueError for an
-        answer too large.
-
-        The run's processes share the socket, and each takes only its own answers. An answer at the
-        head is looked at before it is taken (MSG_PEEK), then taken by its own process alone; another
-        that looks while it is being taken sees no frame at the head (the middle of an answer: its
-        JSON holds no newline) and waits. An answer at the head that is not its own is left for its
-        process, unless no one will take it: that process is gone (or a zombie), or it is an earlier
-        call of this one, or one its process gave up (a signal's exception while it waited, say: such a
-        call is written down in memory the run's processes share). Such an answer is dropped, under a
-        POSIX lock on the socket (per process: a fork does not inherit it) so that two processes do not
-        both drop it. Every call is written under that lock (`SocketTurn`), shared for a small one (one
-        write, which no other write splits) and alone for a large one (written in parts) and for the
-        report (`harvest.send`)."""
-        framed = frame_tool(body, call_id)
-        with SocketTurn(self.fd, alone=len(framed) > ATOMIC_BYTES):
-            write_whole(self.fd, framed)
-        try:
-            return self._answer(call_id)
-        except BaseException:
-            self._give_up(call_id)
-            raise
-
-    def _answer(self, call_id: bytes) -> bytes:
-        import select
-        import time
-
-        # In poll (the server's read of a call wakes a recv for nothing); one a call (a fork copies one in use).
-        ready = select.poll()
-        ready.register(self.fd, select.POLLIN)
-        channel = self._socket
-        while True:
-            ready.poll()
-            head = _peek(channel)  # blocks until something is there
-            line = _line_of(head)
-            if line is not None:
-                line_bytes, size, owner = line
-                if owner == call_id:
-                    if size > MAX_ANSWER_BYTES:
-                        _drop(channel, line_bytes + size)
-                        raise ValueError("an answer too large")
-                    return _receive(channel, line_bytes + size)[line_bytes:]
-                at = _slot(owner)
-                given_up = self._given_up[at : at + GIVEN_UP_SLOT].rstrip(b"\0") == owner
-                if given_up or _orphaned(owner):
-                    with SocketTurn(self.fd, alone=True):
-                        if _peek(channel, wait=False) == head:  # still there: no other process dropped it
-                            _drop(channel, line_bytes + size)
-                            if given_up:
-                                self._given_up[at : at + GIVEN_UP_SLOT] = bytes(GIVEN_UP_SLOT)
-                    continue
-            time.sleep(0.0005)  # another process's answer at the head, or being read, or on its way
-
-    def _give_up(self, call_id: bytes) -> None:
-        """Write `call_id` down as given up, over any older one in its slot (its answer waits longer)."""
-        at = _slot(call_id)
-        self._given_up[at : at + GIVEN_UP_SLOT] = call_id.ljust(GIVEN_UP_SLOT, b"\0")
-
-
-def _slot(call_id: bytes) -> int:
-    """Where a call given up is written down (`ToolChannel._give_up`)."""
-    import zlib
-
-    return zlib.crc32(call_id) % GIVEN_UP_SLOTS * GIVEN_UP_SLOT
-
-
 class SocketTurn:
     """The job socket taken for writing (a frame, the report) or for dropping an answer: by this thread
     among its process's (a thread lock: a POSIX lock is the whole process's, so one thread's unlock
@@ -471,81 +378,6 @@ def write_whole(fd: int, data: bytes) -> None:
             view = view[os.write(fd, view) :]
         except BlockingIOError:
             os.set_blocking(fd, True)
-
-
-def _peek(channel: Any, wait: bool = True) -> bytes:
-    import socket
-
-    if not wait:
-        try:
-            head: bytes = channel.recv(MAX_FRAME_LINE, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return b"-"  # nothing there now
-    else:
-        head = _recv(channel, MAX_FRAME_LINE, socket.MSG_PEEK)  # blocks until something is there
-    if not head:
-        raise OSError("the server closed this run's channel")
-    return head
-
-
-def _recv(channel: Any, size: int, flags: int = 0) -> bytes:
-    """A blocking receive, also where the fd has been made non-blocking since the channel was made
-    (the run's code can: a socket object of its own over fd 3, with a default timeout): then it is
-    made blocking again."""
-    while True:
-        try:
-            chunk: bytes = channel.recv(size, flags)
-            return chunk
-        except BlockingIOError:
-            os.set_blocking(channel.fileno(), True)  # the fd's flag itself, whatever socket class is in use
-
-
-def _line_of(head: bytes) -> tuple[int, int, bytes] | None:
-    """The answer's line at the head, if whole there (else on its way, or another's being read)."""
-    try:
-        return frame_line(head, ANSWER_HEAD)
-    except ValueError:
-        return None
-
-
-def _orphaned(owner: bytes) -> bool:
-    """Whether the call `owner` names is no one's now: its process is gone, or it is this process's
-    (whose one call in flight is the caller's)."""
-    pid = int(owner.split(b".")[0] or b"0")
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):  # gone, or no pid at all (an id the run made up)
-        return True
-    except OSError:
-        return False
-    try:  # a zombie is signalled as if alive, and will never take its answer
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _receive(channel: Any, size: int) -> bytes:
-    """`size` bytes, in one receive where they fit (whole, with no other reader between)."""
-    import socket
-
-    received = bytearray(_recv(channel, size, socket.MSG_WAITALL) if size <= 1 << 20 else b"")
-    while len(received) < size:
-        chunk = _recv(channel, min(size - len(received), 1 << 20))
-        if not chunk:
-            raise OSError("the server closed this run's channel")
-        received += chunk
-    return bytes(received)
-
-
-def _drop(channel: Any, size: int) -> None:
-    while size > 0:
-        chunk = _recv(channel, min(size, 1 << 20))
-        if not chunk:
-            raise OSError("the server closed this run's channel")
-        size -= len(chunk)
 
 
 def report_length(data: bytes | bytearray) -> int | None:

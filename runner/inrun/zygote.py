@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         preload,
         seccomp,
         tables,
+        toolchannel,
         wire,
         workdir,
     )
@@ -66,9 +67,22 @@ else:
 
     del sys.path[0]
     _NAMES = ("namespaces", "pidspaces", "preload", "cgroups", *bootstrap.SIBLINGS)
-    namespaces, pidspaces, preload, cgroups, libc, seccomp, wire, workdir, figures, harvest, images, keeper, tables = (
-        bootstrap.load_siblings(*_NAMES)
-    )
+    (
+        namespaces,
+        pidspaces,
+        preload,
+        cgroups,
+        libc,
+        seccomp,
+        wire,
+        workdir,
+        figures,
+        harvest,
+        images,
+        keeper,
+        tables,
+        toolchannel,
+    ) = bootstrap.load_siblings(*_NAMES)
     del sys.modules["bootstrap"]  # imported here, not by the loader
     sys.dont_write_bytecode = not _writes_bytecode
 
@@ -80,7 +94,7 @@ else:
 _SIGNAL: Any = sys.modules["_signal"]
 _SOCKET: Any = sys.modules["_socket"]
 # What a run takes besides the bootstrap (`bootstrap.RUN_SIBLINGS`), in its order: loaded once, here.
-SIBLINGS = (wire, workdir, figures, harvest, images, keeper, tables)
+SIBLINGS = (wire, workdir, figures, harvest, images, keeper, tables, toolchannel)
 # A namespaced run drops its capabilities itself, after its set-up: with what ctypes needs made once,
 # here. The bounding set is already empty: the zygote emptied it for all of them (`prepare_process`).
 DROP_PRIVILEGES = libc.privilege_dropper(bounding_set=False)

@@ -280,6 +280,44 @@ async def test_a_runs_processes_call_at_once_each_taking_its_own_answers_within_
     assert "long refused True" in long, "three at once, two allowed: one is refused"
 
 
+async def test_a_runs_threads_call_at_once_each_taking_its_own_answers(
+    work_dir: Path, tmp_path: Path, everything: dict[str, Any]
+) -> None:
+    # Before: a process's threads took turns, so a thread's echoes waited behind another thread's
+    # long call, and the limit's "from its threads" (RUNNER_TOOLS_MAX_CONCURRENT) was not so.
+    path = tools_file(tmp_path, every=everything)
+    code = (
+        "import threading, time, mcp_tools\n"
+        "said = []\n"
+        "def long():\n"
+        "    mcp_tools.every.trigger_long_running_operation(duration=4, steps=1)\n"
+        "    said.append('long done')\n"
+        "def echoes(n):\n"
+        "    got = [mcp_tools.every.echo(message=f'{n}-{i}') for i in range(30)]\n"
+        "    said.append(f'echo {n} ' + str(got == [f'Echo: {n}-{i}' for i in range(30)]))\n"
+        "slow = threading.Thread(target=long)\n"
+        "slow.start()\n"
+        "time.sleep(0.5)  # its call is in flight\n"
+        "quick = [threading.Thread(target=echoes, args=(n,)) for n in range(2)]\n"
+        "for thread in quick:\n"
+        "    thread.start()\n"
+        "for thread in quick:\n"
+        "    thread.join()\n"
+        "said.append('echoes joined')\n"
+        "slow.join()\n"
+        "print('\\n'.join(said))\n"
+    )
+    done = await run_once(
+        work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path), RUNNER_SANDBOX="namespaces"
+    )
+    if done["status"] == "internal_error":
+        pytest.skip(done["message"])
+    assert done["status"] == "ok", done["stderr"]
+    said = done["stdout"].splitlines()
+    assert sorted(said[:2]) == ["echo 0 True", "echo 1 True"], done
+    assert said[2:] == ["echoes joined", "long done"], "the echoes did not wait for the long call"
+
+
 async def test_a_run_that_passes_its_bytes_gets_a_tool_error_and_goes_on(
     work_dir: Path, tmp_path: Path, everything: dict[str, Any]
 ) -> None:

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
-import threading
-import time
 
-from runner.inrun.wire import Budgets, ToolChannel, frame_answer, frame_job, frame_line, read_job, report_length
+from runner.inrun.wire import Budgets, frame_job, read_job, report_length
 
 
 def report(head: dict[str, object], blobs: bytes = b"") -> bytes:
@@ -43,38 +40,3 @@ def test_a_job_without_package_directories_has_none() -> None:
         job = read_job(theirs.fileno())
     assert job is not None
     assert (bytes(job.code), job.inputs, job.paths) == (b"pass", b"", ())
-
-
-def test_a_tool_channel_the_runs_code_made_non_blocking_takes_an_answer_that_comes_in_parts() -> None:
-    # The run's side of its channel is made once; another process of the run can make fd 3 non-blocking
-    # while a call waits. The answer's second part is sent only once the run's side, having taken the
-    # first, found nothing more and made the fd blocking again (before: BlockingIOError, a failed call).
-    run_end, server_end = socket.socketpair()
-    fd = run_end.fileno()
-    sent_rest: list[bool] = []
-
-    def server() -> None:
-        request = b""
-        while b"\n" not in request:
-            request += server_end.recv(100)
-        line = frame_line(request, b"tool")
-        assert line is not None
-        line_bytes, size, call_id = line
-        while len(request) < line_bytes + size:
-            request += server_end.recv(100)
-        os.set_blocking(fd, False)  # the run's code, elsewhere
-        answer = frame_answer(b"y" * 500_000, call_id)
-        server_end.sendall(answer[:100_000])
-        deadline = time.monotonic() + 5
-        while not os.get_blocking(fd) and time.monotonic() < deadline:
-            time.sleep(0.001)
-        sent_rest.append(os.get_blocking(fd))
-        server_end.sendall(answer[100_000:])
-
-    with run_end, server_end:
-        channel = ToolChannel(fd)
-        thread = threading.Thread(target=server, daemon=True)
-        thread.start()
-        assert channel.exchange(b'{"op": "call"}', b"%d.1" % os.getpid()) == b"y" * 500_000
-        thread.join(5)
-    assert sent_rest == [True]

@@ -1,0 +1,329 @@
+"""The run's side of its tool calls (code mode): ``import mcp_tools`` made to work (`offer_tools`), and
+each call framed on the job socket and its answer taken back, by the run's processes and by their
+threads at once (`ToolChannel`).
+
+Standard library only. A run loads this with its other modules (`bootstrap.load_siblings`), and uses
+it only where the server brokers tools; the frames themselves are the wire's (`wire.frame_tool`,
+`wire.frame_line`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import importlib.machinery
+    import types
+    from collections.abc import Sequence
+    from typing import Any
+
+    from runner.inrun import wire
+elif __package__:  # the server's import (its tests), as runner.inrun.toolchannel
+    from runner.inrun import wire
+else:  # in a run: from this directory (`bootstrap.load_siblings`)
+    import wire
+
+# Calls given up (`ToolChannel._give_up`): slots of a call id's most bytes, one picked by its hash.
+GIVEN_UP_SLOTS, GIVEN_UP_SLOT = 64, 32
+
+
+class _Waiting:
+    """One process's calls waiting for their answers, one per calling thread, and whether one of those
+    threads is reading the socket for all of them (`ToolChannel._answer`)."""
+
+    __slots__ = ("answers", "calls", "reading", "turn")
+
+    def __init__(self) -> None:
+        import threading
+
+        self.turn = threading.Condition(threading.Lock())
+        self.calls: set[bytes] = set()  # sent, and not answered nor given up
+        self.answers: dict[bytes, bytes | Exception] = {}  # taken for its thread by the reading one
+        self.reading = False
+
+
+class ToolChannel:
+    """The run's side of its tool calls (`exchange`) on its job socket `fd`: made once, when the run
+    first imports ``mcp_tools``, and inherited by the processes it forks and, in a session, by its
+    later calls (whose job socket is `fd` again, by number)."""
+
+    def __init__(self, fd: int, given_up: Any = None) -> None:
+        """`given_up`: memory all the run's processes share (made before its code runs: `_ToolsFinder`)."""
+        import mmap
+        import socket
+
+        class Borrowed(socket.socket):
+            """A socket over an fd it does not own: never closed, even when collected, and no warning."""
+
+            def __del__(self) -> None:
+                self.detach()
+
+        self.fd = fd
+        # One socket object for the run's life, not one per call: making one costs a call some
+        # syscalls (its family, type and timeout read and set), each a few microseconds in a sandbox.
+        self._socket = Borrowed(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
+        self._socket.settimeout(None)  # blocking, whatever socket.setdefaulttimeout the run's code set
+        self._given_up = given_up if given_up is not None else mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
+        self._waiting = _Waiting()
+        # A fork has only the forking thread: its calls are none of its parent's, and the parent's lock
+        # may be held by a thread the child lacks.
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        self._waiting = _Waiting()
+
+    def exchange(self, body: bytes, call_id: bytes) -> bytes:
+        """One tool call: `body` framed on the job socket, its answer's body read back. OSError if the
+        socket is gone or closed by the server (it shuts a channel it cannot read); ValueError for an
+        answer too large. Any thread may call it while others wait for their answers.
+
+        The run's processes share the socket, and each takes only its own answers. An answer at the
+        head is looked at before it is taken (MSG_PEEK), then taken by its own process alone; another
+        that looks while it is being taken sees no frame at the head (the middle of an answer: its
+        JSON holds no newline) and waits. In a process, one waiting thread at a time reads the socket,
+        and hands the answers of the others to them. An answer at the head that is not its process's
+        is left for that process, unless no one will take it: that process is gone (or a zombie), or
+        it is a call of this process that no thread waits for (given up), or one its process gave up
+        (a signal's exception while it waited, say: such a call is written down in memory the run's
+        processes share). Such an answer is dropped, under a POSIX lock on the socket (per process: a
+        fork does not inherit it) so that two processes do not both drop it. Every call is written
+        under that lock (`wire.SocketTurn`), shared for a small one (one write, which no other write
+        splits) and alone for a large one (written in parts) and for the report (`harvest.send`)."""
+        waiting = self._waiting
+        with waiting.turn:
+            waiting.calls.add(call_id)  # before it is sent: its answer may come at once
+        try:
+            framed = wire.frame_tool(body, call_id)
+            with wire.SocketTurn(self.fd, alone=len(framed) > wire.ATOMIC_BYTES):
+                wire.write_whole(self.fd, framed)
+            return self._answer(call_id, waiting)
+        except BaseException:
+            self._give_up(call_id, waiting)
+            raise
+
+    def _answer(self, call_id: bytes, waiting: _Waiting) -> bytes:
+        """This call's answer: handed over by the thread reading the socket, or read by this one once
+        none does."""
+        turn = waiting.turn
+        with turn:
+            while call_id not in waiting.answers:
+                if not waiting.reading:
+                    waiting.reading = True
+                    break
+                turn.wait()
+            else:
+                waiting.calls.discard(call_id)
+                answer = waiting.answers.pop(call_id)
+                if isinstance(answer, Exception):
+                    raise answer
+                return answer
+        try:
+            return self._read(call_id, waiting)
+        finally:
+            with turn:
+                waiting.reading = False
+                turn.notify_all()  # a thread still waiting reads next (or has its answer)
+
+    def _read(self, call_id: bytes, waiting: _Waiting) -> bytes:
+        """Read the socket until `call_id`'s answer comes, handing the answers of this process's other
+        waiting threads to them."""
+        import select
+        import time
+
+        # In poll (the server's read of a call wakes a recv for nothing); one a call (a fork copies one in use).
+        ready = select.poll()
+        ready.register(self.fd, select.POLLIN)
+        channel = self._socket
+        while True:
+            ready.poll()
+            head = _peek(channel)  # blocks until something is there
+            line = _line_of(head)
+            if line is not None:
+                line_bytes, size, owner = line
+                if owner == call_id or owner in waiting.calls:
+                    answer: bytes | Exception
+                    if size > wire.MAX_ANSWER_BYTES:
+                        _drop(channel, line_bytes + size)
+                        answer = ValueError("an answer too large")
+                    else:
+                        answer = _receive(channel, line_bytes + size)[line_bytes:]
+                    if owner == call_id:
+                        if isinstance(answer, Exception):
+                            raise answer
+                        return answer
+                    with waiting.turn:
+                        if owner in waiting.calls:  # else given up meanwhile: dropped
+                            waiting.answers[owner] = answer
+                            waiting.turn.notify_all()
+                    continue
+                at = _slot(owner)
+                given_up = self._given_up[at : at + GIVEN_UP_SLOT].rstrip(b"\0") == owner
+                if given_up or _orphaned(owner):
+                    with wire.SocketTurn(self.fd, alone=True):
+                        if _peek(channel, wait=False) == head:  # still there: no other process dropped it
+                            _drop(channel, line_bytes + size)
+                            if given_up:
+                                self._given_up[at : at + GIVEN_UP_SLOT] = bytes(GIVEN_UP_SLOT)
+                    continue
+            time.sleep(0.0005)  # another process's answer at the head, or being read, or on its way
+
+    def _give_up(self, call_id: bytes, waiting: _Waiting) -> None:
+        """`call_id` waits no more: its answer, if taken for it, is let go; if not yet come, it is written
+        down as given up, over any older one in its slot (whose answer then waits longer), for the run's
+        other processes to drop (this one's threads drop it as no one's)."""
+        with waiting.turn:
+            waiting.calls.discard(call_id)
+            if waiting.answers.pop(call_id, None) is not None:
+                return
+        at = _slot(call_id)
+        self._given_up[at : at + GIVEN_UP_SLOT] = call_id.ljust(GIVEN_UP_SLOT, b"\0")
+
+
+class _ToolsFinder:
+    """Makes ``import mcp_tools`` work in a run whose server brokers tools (code mode): on the first
+    import, the module's source and the caller's catalog of tools come from the server over the job
+    socket, and the module is made from them. A run that never imports it pays for nothing more than
+    this finder on sys.meta_path."""
+
+    def __init__(self) -> None:
+        import mmap
+
+        # The calls a process of the run gave up (`ToolChannel`): made here, before the run's code runs,
+        # so that the processes it forks share it whichever of them imports mcp_tools first.
+        self._given_up = mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
+        # One channel for the run's processes and threads, however often its code imports mcp_tools anew:
+        # a process's threads take their answers from each other through it (`ToolChannel.exchange`).
+        self._channel: ToolChannel | None = None
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None, /
+    ) -> importlib.machinery.ModuleSpec | None:
+        if name != "mcp_tools":
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_loader(name, self)  # type: ignore[arg-type]  # exec_module is enough
+
+    def create_module(self, spec: object) -> None:
+        return None  # the default module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        import json
+        import stat
+
+        fd = wire.CODE_FD
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                raise OSError("fd 3, this run's channel to the server, is no longer its socket")
+            if self._channel is None:
+                self._channel = ToolChannel(fd, self._given_up)
+            channel = self._channel
+            answer = json.loads(channel.exchange(b'{"op": "module"}', b"%d.0" % os.getpid()))
+            if "error" in answer:  # refused: the run's bytes, say
+                raise ValueError(answer["error"])
+            source, catalog = answer["source"], answer["catalog"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ImportError(f"mcp_tools: the server's tools could not be listed: {exc}", name="mcp_tools") from None
+        exec(compile(source, "<mcp_tools>", "exec"), module.__dict__)  # noqa: S102  (the module the server sent)
+        module._mcp_start(catalog, channel.exchange)
+
+
+def offer_tools() -> None:
+    """Let this run import ``mcp_tools`` (once per process: a session's calls inherit it)."""
+    if not any(isinstance(finder, _ToolsFinder) for finder in sys.meta_path):
+        sys.meta_path.append(_ToolsFinder())
+    import builtins
+
+    if not hasattr(builtins, "help"):  # runs start without site: help(mcp_tools) lists the tools
+        builtins.help = _help  # type: ignore[assignment]
+
+
+def _help(*args: object, **kwargs: object) -> None:
+    """help() as the interactive interpreter has it (site's), made for runs that may call tools."""
+    import pydoc
+
+    pydoc.help(*args, **kwargs)
+
+
+def _slot(call_id: bytes) -> int:
+    """Where a call given up is written down (`ToolChannel._give_up`)."""
+    import zlib
+
+    return zlib.crc32(call_id) % GIVEN_UP_SLOTS * GIVEN_UP_SLOT
+
+
+def _peek(channel: Any, wait: bool = True) -> bytes:
+    import socket
+
+    if not wait:
+        try:
+            head: bytes = channel.recv(wire.MAX_FRAME_LINE, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return b"-"  # nothing there now
+    else:
+        head = _recv(channel, wire.MAX_FRAME_LINE, socket.MSG_PEEK)  # blocks until something is there
+    if not head:
+        raise OSError("the server closed this run's channel")
+    return head
+
+
+def _recv(channel: Any, size: int, flags: int = 0) -> bytes:
+    """A blocking receive, also where the fd has been made non-blocking since the channel was made
+    (the run's code can: a socket object of its own over fd 3, with a default timeout): then it is
+    made blocking again."""
+    while True:
+        try:
+            chunk: bytes = channel.recv(size, flags)
+            return chunk
+        except BlockingIOError:
+            os.set_blocking(channel.fileno(), True)  # the fd's flag itself, whatever socket class is in use
+
+
+def _line_of(head: bytes) -> tuple[int, int, bytes] | None:
+    """The answer's line at the head, if whole there (else on its way, or another's being read)."""
+    try:
+        return wire.frame_line(head, wire.ANSWER_HEAD)
+    except ValueError:
+        return None
+
+
+def _orphaned(owner: bytes) -> bool:
+    """Whether the call `owner` names is no one's now: its process is gone, or it is this process's
+    (and none of its threads waits for it: `ToolChannel._read` asked first)."""
+    pid = int(owner.split(b".")[0] or b"0")
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # gone, or no pid at all (an id the run made up)
+        return True
+    except OSError:
+        return False
+    try:  # a zombie is signalled as if alive, and will never take its answer
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _receive(channel: Any, size: int) -> bytes:
+    """`size` bytes, in one receive where they fit (whole, with no other reader between)."""
+    import socket
+
+    received = bytearray(_recv(channel, size, socket.MSG_WAITALL) if size <= 1 << 20 else b"")
+    while len(received) < size:
+        chunk = _recv(channel, min(size - len(received), 1 << 20))
+        if not chunk:
+            raise OSError("the server closed this run's channel")
+        received += chunk
+    return bytes(received)
+
+
+def _drop(channel: Any, size: int) -> None:
+    while size > 0:
+        chunk = _recv(channel, min(size, 1 << 20))
+        if not chunk:
+            raise OSError("the server closed this run's channel")
+        size -= len(chunk)

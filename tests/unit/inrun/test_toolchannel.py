@@ -1,0 +1,211 @@
+"""The run's side of its tool calls on its own: a `ToolChannel` over a socket pair, the test playing the
+server, with threads for the run's callers and no processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+import pytest
+
+from runner.inrun import wire
+from runner.inrun.toolchannel import ToolChannel
+from runner.inrun.wire import frame_answer, frame_line
+
+
+def read_call(server_end: socket.socket, buffered: bytearray) -> tuple[bytes, bytes]:
+    """The next tool call frame the run wrote: (call id, body)."""
+    while (line := frame_line(buffered, b"tool")) is None:
+        buffered += server_end.recv(4096)
+    line_bytes, size, call_id = line
+    while len(buffered) < line_bytes + size:
+        buffered += server_end.recv(4096)
+    body = bytes(buffered[line_bytes : line_bytes + size])
+    del buffered[: line_bytes + size]
+    return call_id, body
+
+
+def calling(channel: ToolChannel, calls: dict[bytes, bytes]) -> tuple[dict[bytes, object], list[threading.Thread]]:
+    """Each of `calls` (id: body) made by a thread of its own; what each got, by id, once joined."""
+    got: dict[bytes, object] = {}
+
+    def call(call_id: bytes, body: bytes) -> None:
+        try:
+            got[call_id] = channel.exchange(body, call_id)
+        except Exception as exc:  # what the caller would see is the point
+            got[call_id] = exc
+
+    threads = [threading.Thread(target=call, args=item, daemon=True) for item in calls.items()]
+    for thread in threads:
+        thread.start()
+    return got, threads
+
+
+@pytest.fixture
+def ends() -> Iterator[tuple[socket.socket, socket.socket]]:
+    run_end, server_end = socket.socketpair()
+    with run_end, server_end:
+        server_end.settimeout(10)
+        yield run_end, server_end
+
+
+def test_a_processs_threads_have_calls_in_flight_at_once_and_each_takes_its_own_answer(
+    ends: tuple[socket.socket, socket.socket],
+) -> None:
+    # Before: a thread that found another thread's answer at the head took it for no one's (its process's
+    # "one call in flight" was its own) and dropped it: that thread waited for ever.
+    run_end, server_end = ends
+    channel = ToolChannel(run_end.fileno())
+    pid = os.getpid()
+    calls = {b"%d.%d" % (pid, n): b'{"n": %d}' % n for n in range(1, 5)}
+    got, threads = calling(channel, calls)
+    buffered = bytearray()
+    sent = dict(read_call(server_end, buffered) for _ in calls)  # all four are in flight at once
+    assert sent == calls
+    for call_id in reversed(list(calls)):  # answered last first
+        server_end.sendall(frame_answer(b"answer to " + calls[call_id], call_id))
+    for thread in threads:
+        thread.join(10)
+    assert got == {call_id: b"answer to " + body for call_id, body in calls.items()}
+
+
+def test_an_answer_too_large_for_one_thread_fails_its_call_alone(
+    ends: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_end, server_end = ends
+    monkeypatch.setattr(wire, "MAX_ANSWER_BYTES", 1000)
+    channel = ToolChannel(run_end.fileno())
+    pid = os.getpid()
+    small, large = b"%d.1" % pid, b"%d.2" % pid
+    got, threads = calling(channel, {small: b"{}", large: b"{}"})
+    buffered = bytearray()
+    assert {read_call(server_end, buffered)[0] for _ in range(2)} == {small, large}
+    server_end.sendall(frame_answer(b"x" * 5000, large) + frame_answer(b"fits", small))
+    for thread in threads:
+        thread.join(10)
+    assert got[small] == b"fits"
+    assert isinstance(got[large], ValueError)
+    assert str(got[large]) == "an answer too large"
+
+
+def test_a_call_its_thread_gave_up_has_its_answer_dropped_and_the_other_threads_get_theirs(
+    ends: tuple[socket.socket, socket.socket],
+) -> None:
+    # A signal's exception ends the main thread's wait: its answer comes after, and is no one's.
+    run_end, server_end = ends
+    channel = ToolChannel(run_end.fileno())
+    pid = os.getpid()
+    kept, given_up = b"%d.1" % pid, b"%d.2" % pid
+    got, threads = calling(channel, {kept: b"{}"})
+    buffered = bytearray()
+    assert read_call(server_end, buffered)[0] == kept
+    gave_up = threading.Event()
+
+    def server() -> None:
+        assert read_call(server_end, buffered)[0] == given_up
+        if gave_up.wait(10):
+            server_end.sendall(frame_answer(b"too late", given_up) + frame_answer(b"yours", kept))
+
+    def alarm(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError("gave up")
+
+    answering = threading.Thread(target=server, daemon=True)
+    answering.start()
+    before = signal.signal(signal.SIGALRM, alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(TimeoutError):
+            channel.exchange(b"{}", given_up)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    gave_up.set()
+    for thread in [*threads, answering]:
+        thread.join(10)
+    assert got == {kept: b"yours"}
+    # The answer given up was dropped, not left at the head: the next call's answer is taken.
+    later = b"%d.3" % pid
+    answered = threading.Thread(
+        target=lambda: server_end.sendall(frame_answer(b"next", read_call(server_end, buffered)[0])), daemon=True
+    )
+    answered.start()
+    assert channel.exchange(b"{}", later) == b"next"
+    answered.join(10)
+
+
+# A run forks with threads as it likes (the child has the forking thread alone); Python 3.12 warns of it.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_childs_calls_are_its_own_while_its_parents_thread_waits(
+    ends: tuple[socket.socket, socket.socket],
+) -> None:
+    # The parent's thread is reading the socket when the fork comes: the child, which has no such
+    # thread, reads for itself (a fork copies the parent's state of who reads).
+    run_end, server_end = ends
+    channel = ToolChannel(run_end.fileno())
+    parents = b"%d.1" % os.getpid()
+    got, threads = calling(channel, {parents: b"{}"})
+    buffered = bytearray()
+    assert read_call(server_end, buffered)[0] == parents
+    pid = os.fork()
+    if pid == 0:
+        try:
+            answer = channel.exchange(b"{}", b"%d.1" % os.getpid())
+            os._exit(0 if answer == b"child's" else 1)
+        finally:
+            os._exit(2)
+    try:
+        child_call, _ = read_call(server_end, buffered)
+        assert child_call == b"%d.1" % pid
+        server_end.sendall(frame_answer(b"child's", child_call))
+        deadline = time.monotonic() + 10
+        while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        if ended[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            ended = os.waitpid(pid, 0)
+    server_end.sendall(frame_answer(b"parent's", parents))
+    for thread in threads:
+        thread.join(10)
+    assert os.waitstatus_to_exitcode(ended[1]) == 0
+    assert got == {parents: b"parent's"}
+
+
+def test_a_tool_channel_the_runs_code_made_non_blocking_takes_an_answer_that_comes_in_parts() -> None:
+    # The run's side of its channel is made once; another process of the run can make fd 3 non-blocking
+    # while a call waits. The answer's second part is sent only once the run's side, having taken the
+    # first, found nothing more and made the fd blocking again (before: BlockingIOError, a failed call).
+    run_end, server_end = socket.socketpair()
+    fd = run_end.fileno()
+    sent_rest: list[bool] = []
+
+    def server() -> None:
+        request = b""
+        while b"\n" not in request:
+            request += server_end.recv(100)
+        line = frame_line(request, b"tool")
+        assert line is not None
+        line_bytes, size, call_id = line
+        while len(request) < line_bytes + size:
+            request += server_end.recv(100)
+        os.set_blocking(fd, False)  # the run's code, elsewhere
+        answer = frame_answer(b"y" * 500_000, call_id)
+        server_end.sendall(answer[:100_000])
+        deadline = time.monotonic() + 5
+        while not os.get_blocking(fd) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        sent_rest.append(os.get_blocking(fd))
+        server_end.sendall(answer[100_000:])
+
+    with run_end, server_end:
+        channel = ToolChannel(fd)
+        thread = threading.Thread(target=server, daemon=True)
+        thread.start()
+        assert channel.exchange(b'{"op": "call"}', b"%d.1" % os.getpid()) == b"y" * 500_000
+        thread.join(5)
+    assert sent_rest == [True]
