@@ -13,6 +13,9 @@ A call returns the tool result's ``structuredContent`` when it has one; else, wh
 is text, the text (blocks joined by a newline); else the list of content blocks as JSON objects. A
 result with ``isError``, a tool that is not allowed, a server that is unknown, down or too slow,
 arguments that do not match the input schema, or a call over a limit raises ``ToolError``.
+
+Threads may call tools at once (a ``concurrent.futures.ThreadPoolExecutor``, say), as may forked
+processes, up to the run's limit of calls in flight (below); a call past it raises ``ToolError``.
 """
 
 # This docstring is what help(mcp_tools) shows a run, so how the module is made is said here instead:
@@ -131,7 +134,10 @@ def _mcp_start(catalog: dict[str, Any], exchange: Callable[[bytes, bytes], bytes
     global _mcp_exchange, _mcp_limit_bytes
     _mcp_exchange = exchange
     _mcp_limit_bytes = int(catalog.get("limit_bytes", 0))
-    lines = [__doc__ or "", "Servers and their tools here:"]
+    lines = [__doc__ or ""]
+    if "most_in_flight" in catalog:
+        lines.append(f"Calls in flight at once, at most: {int(catalog['most_in_flight'])}.\n")
+    lines.append("Servers and their tools here:")
     for entry in catalog.get("servers", []):
         server = _mcp_Server(entry["name"], entry.get("summary", ""), entry.get("down", ""), entry.get("configured"))
         lines.append(f"  {entry['python_name']}  ({entry['name']})")

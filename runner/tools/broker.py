@@ -203,7 +203,8 @@ class Broker:
                     "configured": configured if connection.down else {},
                 }
             )
-        return {"servers": servers, "limit_bytes": self.config.max_bytes}
+        config = self.config
+        return {"servers": servers, "limit_bytes": config.max_bytes, "most_in_flight": config.tools_max_concurrent}
 
     def module(self, caller: str | None) -> bytes:
         return json.dumps({"source": self._module_source, "catalog": self.catalog(caller)}).encode()

@@ -305,6 +305,7 @@ async def test_a_runs_threads_call_at_once_each_taking_its_own_answers(
         "    thread.join()\n"
         "said.append('echoes joined')\n"
         "slow.join()\n"
+        "said.append(str('Calls in flight at once, at most: 4.' in mcp_tools.__doc__))  # help(mcp_tools) says\n"
         "print('\\n'.join(said))\n"
     )
     done = await run_once(
@@ -315,7 +316,8 @@ async def test_a_runs_threads_call_at_once_each_taking_its_own_answers(
     assert done["status"] == "ok", done["stderr"]
     said = done["stdout"].splitlines()
     assert sorted(said[:2]) == ["echo 0 True", "echo 1 True"], done
-    assert said[2:] == ["echoes joined", "long done"], "the echoes did not wait for the long call"
+    assert said[2:4] == ["echoes joined", "long done"], "the echoes did not wait for the long call"
+    assert said[4:] == ["True"], "help(mcp_tools) tells the limit"
 
 
 async def test_a_run_that_passes_its_bytes_gets_a_tool_error_and_goes_on(

@@ -13,5 +13,6 @@ def test_the_module_help_a_run_reads_says_how_to_call_tools_and_nothing_of_how_t
     doc = ast.get_docstring(ast.parse((REPO / "runner" / "inrun" / "mcp_tools.py").read_text())) or ""
     assert "mcp_tools.<server>.<tool>(**arguments)" in doc
     assert "ToolError" in doc
+    assert "Threads may call tools at once" in doc
     for internal in ("bootstrap", "_ToolsFinder", "not imported by the server", "Standard library only"):
         assert internal not in doc
