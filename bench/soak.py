@@ -8,9 +8,10 @@ line the server writes is parsed and checked, and cancellation is an exact `noti
 Runs are mixed: normal, failing, timing out, flooding output, reading stdin, leaving a setsid daemon
 behind, cancelled 0-0.4 s after being sent, and sessions (harness/soak_sessions.py: opened, used,
 rolled back after every kind of failure, attacked from inside a call, then closed, left to expire or
-ended by their keeper's death); the client keeps `--concurrency` calls in flight, above the server's
-RUNNER_MAX_CONCURRENT, so calls queue. After the mix, a "cancel storm" writes `--cancel-storm` calls
-back to back, each cancelled as soon as it is sent.
+ended by their keeper's death), and with `--tools` code mode's runs (harness/soak_tools.py: tool calls
+from threads at once, past the limit, given up, timed out and cancelled in flight); the client keeps
+`--concurrency` calls in flight, above the server's RUNNER_MAX_CONCURRENT, so calls queue. After the
+mix, a "cancel storm" writes `--cancel-storm` calls back to back, each cancelled as soon as it is sent.
 
 Checks (the script exits 1 when one fails):
 
@@ -70,6 +71,7 @@ from harness.procfs import proc_status
 from harness.servers import REPO
 from harness.soak_census import Census, count_lines, kept_bound, kept_cgroups, parents
 from harness.soak_sessions import Story, plan_story
+from harness.soak_tools import tool_kinds, tools_file
 
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "soak", "version": "1"}}
 LINE_LIMIT = 64 * 1024 * 1024  # the client's own bound on one line from the server
@@ -232,12 +234,14 @@ KINDS: dict[str, tuple[int, Callable[[random.Random], Plan]]] = {
 }
 
 
-def plans(rng: random.Random, count: int) -> list[Plan]:
-    """`count` plans, every kind at least once when count allows, then by weight."""
-    names = list(KINDS)
-    chosen = names[:count] + rng.choices(names, weights=[KINDS[n][0] for n in names], k=max(0, count - len(names)))
+def plans(rng: random.Random, count: int, tools: bool = False) -> list[Plan]:
+    """`count` plans, every kind at least once when count allows, then by weight; with `tools`, code
+    mode's kinds too (harness/soak_tools.py)."""
+    kinds = {**KINDS, **tool_kinds(Plan, expect)} if tools else KINDS
+    names = list(kinds)
+    chosen = names[:count] + rng.choices(names, weights=[kinds[n][0] for n in names], k=max(0, count - len(names)))
     rng.shuffle(chosen)
-    return [KINDS[name][1](rng) for name in chosen]
+    return [kinds[name][1](rng) for name in chosen]
 
 
 # --- a raw JSON-RPC client ------------------------------------------------------------------------------
@@ -577,6 +581,8 @@ def server_env(work_dir: Path, args: argparse.Namespace) -> dict[str, str]:
         # .sandbox-env and .wheelhouse).
         "RUNNER_PACKAGES": "",
         "RUNNER_WHEELHOUSE": "",
+        # Code mode's downstream, its file beside the work dir (not in it: the checks count what is there).
+        **({"RUNNER_TOOLS_CONFIG": str(tools_file(work_dir.parent))} if args.tools else {}),
         **dict(item.split("=", 1) for item in args.env),
     }
 
@@ -610,7 +616,7 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
         await client.initialize()
         warm = Tally()
         sandboxed = args.sandbox not in ("none", "none-posix-spawn")
-        await drive(client, plans(rng, args.warmup), args.concurrency, warm, sandboxed=sandboxed)
+        await drive(client, plans(rng, args.warmup, args.tools), args.concurrency, warm, sandboxed=sandboxed)
         figures["quiet_after_warmup"] = await quiet(process.pid, work_dir)
         rss_before, fds_before = proc_status(process.pid).get("VmRSS"), fd_count(process.pid)
         census_before = Census.of(process.pid)
@@ -624,7 +630,7 @@ async def soak(args: argparse.Namespace, work_dir: Path, log_path: Path) -> tupl
         peak = Peak()
         sampling = asyncio.create_task(peak.sample(process.pid))
         try:
-            await drive(client, plans(rng, args.runs), args.concurrency, tally, sandboxed=sandboxed)
+            await drive(client, plans(rng, args.runs, args.tools), args.concurrency, tally, sandboxed=sandboxed)
         finally:
             sampling.cancel()
         wall = time.monotonic() - started
@@ -1003,6 +1009,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE", help="another RUNNER_* setting for the server"
     )
+    parser.add_argument(
+        "--tools", action="store_true", help="mix in code mode's runs: a downstream's tools called (harness/soak_tools)"
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed of the mix (default: random, printed)")
     parser.add_argument("--no-disconnect", action="store_true", help="skip the client-disconnect checks")
     parser.add_argument("--json", type=Path, help="also write the figures and checks here")
@@ -1016,7 +1025,8 @@ def report(checks: list[Check], figures: dict[str, Any], args: argparse.Namespac
         f"soak: {args.runs:,} runs after {args.warmup} warm-up, client concurrency {args.concurrency}, "
         f"RUNNER_MAX_CONCURRENT={args.max_concurrent}, pool {args.pool_size}, sandbox {args.sandbox}, "
         f"then {args.cancel_storm} calls cancelled at once, "
-        f"seed {args.seed}"
+        + ("code mode's runs mixed in, " if args.tools else "")
+        + f"seed {args.seed}"
     )
     statuses: dict[str, dict[str, int]] = figures.get("statuses", {})
     columns = sorted({status for counts in statuses.values() for status in counts})

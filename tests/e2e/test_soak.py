@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak import KINDS, disconnect_check
+from bench.harness.soak_tools import tool_kinds
+from bench.soak import KINDS, Plan, disconnect_check, expect
 from runner.config import Config
 from tests.conftest import REPO
 from tests.helpers import in_mode
@@ -67,6 +68,29 @@ def test_a_short_soak_ends_every_run_as_it_must_and_leaks_nothing(
     assert statuses["flood"] == {"output_limit": sum(statuses["flood"].values())}, report
     assert figures["fds_before"] is None or figures["fds_after"] <= figures["fds_before"], report
     assert figures["rss_after"] - figures["rss_before"] <= 16 * 1024 * 1024, report
+
+
+@pytest.mark.parametrize("spawn_mode", ["default", "fork-server"])
+def test_a_short_soak_with_code_modes_runs_mixed_in_ends_every_run_as_it_must_and_leaks_nothing(
+    config: Config, tmp_path: Path, spawn_mode: str
+) -> None:
+    # Tool calls from threads at once, past the limit, given up, timed out and cancelled in flight,
+    # beside every other kind of run: the downstream is one for the server's life.
+    figures, report = soak(
+        tmp_path,
+        f"--runs={RUNS}",
+        "--warmup=30",
+        "--concurrency=12",
+        "--max-concurrent=3",
+        f"--sandbox={SPAWN_MODES[spawn_mode]}",
+        "--cancel-storm=5",
+        "--tools",
+    )
+    statuses = figures["statuses"]
+    tools = tool_kinds(Plan, expect)
+    assert set(tools) <= set(statuses), "every kind of code mode's run was made"
+    assert sum(statuses["tools"].values()) == statuses["tools"].get("ok"), report
+    assert statuses["tools-time"] == {"timeout": sum(statuses["tools-time"].values())}, report
 
 
 @pytest.mark.parametrize("spawn_mode", sorted(SPAWN_MODES))
