@@ -16,8 +16,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import importlib.machinery
     import types
-    from collections.abc import Sequence
-    from typing import Any
+    from collections.abc import Callable, Sequence
+    from typing import Any, TypeVar
+
+    Taken = TypeVar("Taken")
 
     from runner.inrun import wire
 elif __package__:  # the server's import (its tests), as runner.inrun.toolchannel
@@ -30,18 +32,19 @@ GIVEN_UP_SLOTS, GIVEN_UP_SLOT = 64, 32
 
 
 class _Waiting:
-    """One process's calls waiting for their answers, one per calling thread, and whether one of those
-    threads is reading the socket for all of them (`ToolChannel._answer`)."""
+    """One process's calls waiting for their answers, one per calling thread, and which of those threads
+    reads the socket (`ToolChannel._answer`): one at a time, and only its own answer. An answer at the
+    head that is another waiting thread's makes that thread the reader: no thread takes another's
+    bytes, so a signal's exception in one (the main thread's) fails its own call alone."""
 
-    __slots__ = ("answers", "calls", "reading", "turn")
+    __slots__ = ("calls", "reader", "turn")
 
     def __init__(self) -> None:
         import threading
 
         self.turn = threading.Condition(threading.Lock())
         self.calls: set[bytes] = set()  # sent, and not answered nor given up
-        self.answers: dict[bytes, bytes | Exception] = {}  # taken for its thread by the reading one
-        self.reading = False
+        self.reader: bytes | None = None  # the call whose thread reads the socket now
 
 
 class ToolChannel:
@@ -52,6 +55,7 @@ class ToolChannel:
     def __init__(self, fd: int, given_up: Any = None) -> None:
         """`given_up`: memory all the run's processes share (made before its code runs: `_ToolsFinder`)."""
         import mmap
+        import signal
         import socket
 
         class Borrowed(socket.socket):
@@ -67,6 +71,7 @@ class ToolChannel:
         self._socket.settimeout(None)  # blocking, whatever socket.setdefaulttimeout the run's code set
         self._given_up = given_up if given_up is not None else mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
         self._waiting = _Waiting()
+        self._signals = signal.valid_signals()  # held while the main thread takes a frame (`_whole`)
         # A fork has only the forking thread: its calls are none of its parent's, and the parent's lock
         # may be held by a thread the child lacks.
         os.register_at_fork(after_in_child=self._forked)
@@ -83,7 +88,8 @@ class ToolChannel:
         head is looked at before it is taken (MSG_PEEK), then taken by its own process alone; another
         that looks while it is being taken sees no frame at the head (the middle of an answer: its
         JSON holds no newline) and waits. In a process, one waiting thread at a time reads the socket,
-        and hands the answers of the others to them. An answer at the head that is not its process's
+        and takes only its own answer: another waiting thread's at the head makes that thread the
+        reader. An answer at the head that is not its process's
         is left for that process, unless no one will take it: that process is gone (or a zombie), or
         it is a call of this process that no thread waits for (given up), or one its process gave up
         (a signal's exception while it waited, say: such a call is written down in memory the run's
@@ -104,31 +110,30 @@ class ToolChannel:
             raise
 
     def _answer(self, call_id: bytes, waiting: _Waiting) -> bytes:
-        """This call's answer: handed over by the thread reading the socket, or read by this one once
-        none does."""
+        """This call's answer, read by this thread once it is the reader: when no thread reads, or when
+        the reader finds this call's answer at the head and hands the reading over."""
         turn = waiting.turn
-        with turn:
-            while call_id not in waiting.answers:
-                if not waiting.reading:
-                    waiting.reading = True
-                    break
-                turn.wait()
-            else:
-                waiting.calls.discard(call_id)
-                answer = waiting.answers.pop(call_id)
-                if isinstance(answer, Exception):
-                    raise answer
-                return answer
-        try:
-            return self._read(call_id, waiting)
-        finally:
+        while True:
             with turn:
-                waiting.reading = False
-                turn.notify_all()  # a thread still waiting reads next (or has its answer)
+                while waiting.reader not in (None, call_id):
+                    turn.wait()
+                waiting.reader = call_id
+            answer = None
+            try:
+                answer = self._read(call_id, waiting)
+            finally:
+                with turn:
+                    if waiting.reader == call_id:  # else handed over, to the thread whose answer came
+                        waiting.reader = None
+                        turn.notify_all()  # a thread still waiting reads next
+                    if answer is not None:
+                        waiting.calls.discard(call_id)
+            if answer is not None:
+                return answer
 
-    def _read(self, call_id: bytes, waiting: _Waiting) -> bytes:
-        """Read the socket until `call_id`'s answer comes, handing the answers of this process's other
-        waiting threads to them."""
+    def _read(self, call_id: bytes, waiting: _Waiting) -> bytes | None:
+        """Read the socket until `call_id`'s answer comes, or another waiting thread's is at the head
+        (None: the reading is that thread's now)."""
         import select
         import time
 
@@ -142,43 +147,59 @@ class ToolChannel:
             line = _line_of(head)
             if line is not None:
                 line_bytes, size, owner = line
-                if owner == call_id or owner in waiting.calls:
-                    answer: bytes | Exception
+                if owner == call_id:
                     if size > wire.MAX_ANSWER_BYTES:
-                        _drop(channel, line_bytes + size)
-                        answer = ValueError("an answer too large")
-                    else:
-                        answer = _receive(channel, line_bytes + size)[line_bytes:]
-                    if owner == call_id:
-                        if isinstance(answer, Exception):
-                            raise answer
-                        return answer
-                    with waiting.turn:
-                        if owner in waiting.calls:  # else given up meanwhile: dropped
-                            waiting.answers[owner] = answer
-                            waiting.turn.notify_all()
-                    continue
+                        self._whole(_drop, line_bytes + size)
+                        with waiting.turn:
+                            waiting.calls.discard(call_id)  # answered, if not with a value
+                        raise ValueError("an answer too large")
+                    return self._whole(_receive, line_bytes + size)[line_bytes:]
+                with waiting.turn:
+                    if owner in waiting.calls:  # its thread waits: it reads its own answer
+                        waiting.reader = owner
+                        waiting.turn.notify_all()
+                        return None
                 at = _slot(owner)
                 given_up = self._given_up[at : at + GIVEN_UP_SLOT].rstrip(b"\0") == owner
                 if given_up or _orphaned(owner):
                     with wire.SocketTurn(self.fd, alone=True):
                         if _peek(channel, wait=False) == head:  # still there: no other process dropped it
-                            _drop(channel, line_bytes + size)
+                            self._whole(_drop, line_bytes + size)
                             if given_up:
                                 self._given_up[at : at + GIVEN_UP_SLOT] = bytes(GIVEN_UP_SLOT)
                     continue
             time.sleep(0.0005)  # another process's answer at the head, or being read, or on its way
 
+    def _whole(self, take: Callable[[Any, int], Taken], size: int) -> Taken:
+        """`take(socket, size)`, the frame taken whole or not at all: in the main thread, with its signals
+        held meanwhile (a handler's exception mid-frame would leave the rest at the head, where no one
+        could read past it: every call of the run's waiting until its timeout). Its exception comes
+        once the frame is taken: its own call's answer is given up, and no one else's is touched."""
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return take(self._socket, size)  # only the main thread runs a signal's handler
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, self._signals)
+        try:
+            return take(self._socket, size)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
     def _give_up(self, call_id: bytes, waiting: _Waiting) -> None:
-        """`call_id` waits no more: its answer, if taken for it, is let go; if not yet come, it is written
-        down as given up, over any older one in its slot (whose answer then waits longer), for the run's
-        other processes to drop (this one's threads drop it as no one's)."""
+        """`call_id` waits no more (a signal's exception, say): if the reading was handed to it, it goes to
+        the next waiting thread; if its answer has not come, the call is written down as given up, over
+        any older one in its slot (whose answer then waits longer), for the run's other processes to
+        drop (this one's threads drop it as no one's)."""
         with waiting.turn:
+            answered = call_id not in waiting.calls
             waiting.calls.discard(call_id)
-            if waiting.answers.pop(call_id, None) is not None:
-                return
-        at = _slot(call_id)
-        self._given_up[at : at + GIVEN_UP_SLOT] = call_id.ljust(GIVEN_UP_SLOT, b"\0")
+            if waiting.reader == call_id:
+                waiting.reader = None
+                waiting.turn.notify_all()
+        if not answered:
+            at = _slot(call_id)
+            self._given_up[at : at + GIVEN_UP_SLOT] = call_id.ljust(GIVEN_UP_SLOT, b"\0")
 
 
 class _ToolsFinder:

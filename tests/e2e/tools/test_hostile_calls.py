@@ -313,3 +313,124 @@ async def test_a_process_forked_while_a_thread_waits_for_an_answer_makes_calls_o
             done = await run(client, code, timeout=10)
     assert done["status"] == "ok", (done["stdout"], done["stderr"])
     assert done["stdout"].splitlines() == ["child backtracks ok", "thread slow ok"], done["stdout"]
+
+
+async def test_a_signal_while_the_main_thread_reads_a_workers_answer_fails_the_main_threads_call_alone(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the main thread, waiting first, read for the worker too, and the alarm's
+    # exception (raised only while it took the worker's 8 MB answer, to pick the moment) left the rest
+    # of that answer at the head: the worker, and every later call of the run, waited until the run's
+    # timeout. Now no thread takes another's answer (the reading is handed to its own thread).
+    code = SAID + (
+        "import signal, threading, time\n"
+        "def alarm(signum, frame):\n"
+        "    while frame is not None:\n"
+        "        if frame.f_code.co_name == '_receive':\n"
+        "            signal.setitimer(signal.ITIMER_REAL, 0)\n"
+        "            raise RuntimeError('gave up')\n"
+        "        frame = frame.f_back\n"
+        "signal.signal(signal.SIGALRM, alarm)\n"
+        "got = []\n"
+        "def worker():\n"
+        "    time.sleep(0.5)\n"
+        "    got.append(len(said(lambda: h.huge(megabytes=8))))\n"
+        "thread = threading.Thread(target=worker)\n"
+        "thread.start()\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)\n"
+        "try:\n"
+        "    print('main', said(lambda: h.slow(seconds=4)), flush=True)\n"
+        "except RuntimeError as exc:\n"
+        "    print('main', exc, flush=True)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0)\n"
+        "thread.join()\n"
+        "print('worker', got, flush=True)\n"
+        "print('after', said(lambda: h.backtracks(s='aa')))\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_TOOLS_MAX_MB="64") as client:
+            done = await run(client, code, timeout=15)
+    assert done["status"] == "ok", (done["status"], done["stdout"], done["stderr"])
+    main, *rest = done["stdout"].splitlines()
+    assert main in ("main gave up", "main slow ok")  # a fix may never have the main thread take the worker's
+    assert rest == ["worker [8000000]", "after backtracks ok"]
+
+
+async def test_threads_past_the_limit_of_calls_in_flight_are_told_so_and_the_run_goes_on(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    code = SAID + (
+        "import threading\n"
+        "start = threading.Barrier(6)\n"
+        "said_ = []\n"
+        "def slow():\n"
+        "    start.wait()\n"
+        "    said_.append(said(lambda: h.slow(seconds=1.5)))\n"
+        "threads = [threading.Thread(target=slow) for _ in range(6)]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join()\n"
+        "print(sorted('ok' if s == 'slow ok' else 'refused' if 'in flight' in s else s for s in said_))\n"
+        "print(said(lambda: h.backtracks(s='aa')))\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    done = await run_once(
+        work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path), RUNNER_TOOLS_MAX_CONCURRENT="2"
+    )
+    assert done["status"] == "ok", (done["stdout"], done["stderr"])
+    expected = ["['ok', 'ok', 'refused', 'refused', 'refused', 'refused']", "backtracks ok"]
+    assert done["stdout"].splitlines() == expected, done
+
+
+async def test_fifty_threads_calling_at_once_each_get_their_own_answers(work_dir: Path, tmp_path: Path) -> None:
+    code = SAID + (
+        "import threading\n"
+        "threading.stack_size(256 * 1024)  # fifty within the run's memory\n"
+        "wrong = []\n"
+        "def many(n):\n"
+        "    for i in range(20):\n"
+        "        got = said(lambda: h.measure(x=n * 1000 + i))\n"
+        "        if got != f'measure {n * 1000 + i}' and 'in flight' not in got:\n"
+        "            wrong.append(got)\n"
+        "threads = [threading.Thread(target=many, args=(n,)) for n in range(50)]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join()\n"
+        "print('wrong', wrong[:3], len(wrong))\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    done = await run_once(
+        work_dir,
+        tmp_path / "stderr.log",
+        code,
+        RUNNER_TOOLS_CONFIG=str(path),
+        RUNNER_TOOLS_MAX_CONCURRENT="4",
+        RUNNER_TOOLS_MAX_CALLS="2000",
+        RUNNER_MAX_PROCESSES="256",
+    )
+    assert done["status"] == "ok", (done["stdout"], done["stderr"])
+    assert done["stdout"] == "wrong [] 0\n", done
+
+
+async def test_a_session_call_after_one_that_left_a_thread_waiting_for_an_answer_calls_tools(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # The next call is forked from the state the last one left, its waiting thread gone: it reads for itself.
+    path = tools_file(tmp_path, hostile=hostile())
+    first_code = SAID + (
+        "import threading, time\n"
+        "threading.Thread(target=lambda: h.slow(seconds=30), daemon=True).start()\n"
+        "time.sleep(0.3)\n"
+        "print(said(lambda: h.backtracks(s='a')))\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            first = await run(client, first_code, session="new", timeout=10)
+            second = await run(
+                client,
+                "print(said(lambda: h.backtracks(s='aa')), said(lambda: h.measure(x=1)))",
+                session=first["session"],
+                timeout=10,
+            )
+    assert first["stdout"] == "backtracks ok\n", first
+    assert second["status"] == "ok", second
+    assert second["stdout"] == "backtracks ok measure 1\n", second

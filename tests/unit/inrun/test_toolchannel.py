@@ -209,3 +209,131 @@ def test_a_tool_channel_the_runs_code_made_non_blocking_takes_an_answer_that_com
         assert channel.exchange(b'{"op": "call"}', b"%d.1" % os.getpid()) == b"y" * 500_000
         thread.join(5)
     assert sent_rest == [True]
+
+
+@pytest.fixture
+def alarm_raises() -> Iterator[None]:
+    def alarm(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError("gave up")
+
+    before = signal.signal(signal.SIGALRM, alarm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGALRM, before)
+
+
+def _wait_until(condition: object, seconds: float = 5) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.005)
+
+
+@pytest.mark.usefixtures("alarm_raises")
+def test_a_signal_while_the_main_thread_reads_another_threads_answer_leaves_that_thread_its_answer(
+    ends: tuple[socket.socket, socket.socket],
+) -> None:
+    # Found by a review: the main thread calls first, so it is the one that reads; a worker's answer
+    # came in two parts, and the main thread gave up its own call (a signal's exception) between them,
+    # having taken the first part: the rest stayed at the head, no frame, and the worker (and every
+    # later call of every process of the run) waited for ever. Now a thread takes its own answer alone.
+    run_end, server_end = ends
+    channel = ToolChannel(run_end.fileno())
+    pid = os.getpid()
+    mains, workers = b"%d.1" % pid, b"%d.2" % pid
+    got: dict[bytes, object] = {}
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def worker() -> None:
+        try:
+            got[workers] = channel.exchange(b"{}", workers)
+        except Exception as exc:
+            got[workers] = exc
+
+    worker_thread = threading.Thread(target=worker, daemon=True)
+
+    def server() -> None:
+        buffered = bytearray()
+        assert read_call(server_end, buffered)[0] == mains
+        _wait_until(lambda: channel._waiting.reader is not None)
+        worker_thread.start()
+        assert read_call(server_end, buffered)[0] == workers
+        time.sleep(0.1)  # the worker waits on the main thread, which reads
+        answer = frame_answer(b"y" * 500_000, workers)
+        server_end.sendall(answer[:100_000])
+        time.sleep(0.2)  # the main thread is taking it
+        signal.pthread_kill(main, signal.SIGALRM)
+        time.sleep(0.2)
+        try:  # noqa: SIM105
+            server_end.sendall(answer[100_000:])  # on c4f80cd no one takes it: blocks until the test ends
+        except OSError:
+            pass
+
+    serving = threading.Thread(target=server, daemon=True)
+    serving.start()
+    with pytest.raises(TimeoutError):
+        channel.exchange(b"{}", mains)
+    serving.join(5)
+    worker_thread.join(5)
+    assert not worker_thread.is_alive(), "the worker waits for an answer that will never come whole"
+    assert got == {workers: b"y" * 500_000}
+
+
+@pytest.mark.usefixtures("alarm_raises")
+def test_a_signal_in_the_main_thread_after_it_handed_the_reading_over_fails_its_own_call_alone(
+    ends: tuple[socket.socket, socket.socket],
+) -> None:
+    # Found by a review: the reading thread took the others' answers for them, and a signal's exception
+    # between its receive and the hand-over lost a worker's answer. Now the worker's answer at the head
+    # makes the worker the reader; the main thread's exception, later, ends its own call only.
+    run_end, server_end = ends
+    channel = ToolChannel(run_end.fileno())
+    pid = os.getpid()
+    mains, workers, later = b"%d.1" % pid, b"%d.2" % pid, b"%d.3" % pid
+    got: dict[bytes, object] = {}
+    main = threading.main_thread().ident
+    assert main is not None
+    worker_thread = threading.Thread(target=lambda: got.update({workers: channel.exchange(b"{}", workers)}))
+
+    def server() -> None:
+        buffered = bytearray()
+        assert read_call(server_end, buffered)[0] == mains
+        _wait_until(lambda: channel._waiting.reader == mains)
+        worker_thread.start()
+        assert read_call(server_end, buffered)[0] == workers
+        server_end.sendall(frame_answer(b"for the worker", workers))
+        worker_thread.join(5)
+        signal.pthread_kill(main, signal.SIGALRM)  # the main thread waits again, the reader once more
+        _wait_until(lambda: mains not in channel._waiting.calls)
+        server_end.sendall(frame_answer(b"too late", mains))
+        assert read_call(server_end, buffered)[0] == later
+        server_end.sendall(frame_answer(b"later", later))
+
+    serving = threading.Thread(target=server, daemon=True)
+    serving.start()
+    with pytest.raises(TimeoutError):
+        channel.exchange(b"{}", mains)
+    assert channel.exchange(b"{}", later) == b"later", "the answer given up was dropped"
+    serving.join(5)
+    assert got == {workers: b"for the worker"}
+    assert (channel._waiting.reader, channel._waiting.calls) == (None, set())
+
+
+def test_a_call_its_own_thread_read_is_not_left_among_those_waited_for(
+    ends: tuple[socket.socket, socket.socket],
+) -> None:
+    # Found by a review: the reading thread returned its own answer without striking its call off the
+    # calls waited for: one id left per call, in every run of one thread, for its life.
+    run_end, server_end = ends
+    channel = ToolChannel(run_end.fileno())
+    buffered = bytearray()
+    for n in range(1, 51):
+        call_id = b"%d.%d" % (os.getpid(), n)
+        answering = threading.Thread(
+            target=lambda: server_end.sendall(frame_answer(b"ok", read_call(server_end, buffered)[0])), daemon=True
+        )
+        answering.start()
+        assert channel.exchange(b"{}", call_id) == b"ok"
+        answering.join(5)
+    assert channel._waiting.calls == set()
