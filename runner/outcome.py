@@ -424,9 +424,10 @@ class RunTools(Protocol):
         (or given up), so that the log line is not on the run's way to its answer."""
         ...
 
-    def end(self) -> None:
+    def end(self, timed_out: bool = False) -> None:
         """The run is over and its calls' tasks done: each call taken and not answered (cancelled by the
-        run's end, or before it was forwarded) is told as cancelled, with every call not told yet."""
+        run's end, or before it was forwarded) is told as cancelled (as timed out where the run's
+        timeout ended it: `timed_out`), with every call not told yet."""
         ...
 
 

@@ -32,6 +32,7 @@ class ProcessEnd:
     cpu_seconds: float
     peak_memory_bytes: int
     timed_out: bool = False
+    calling: str = ""  # the tool (server.tool) a call of the run waited for when its time was up
     output_exceeded: bool = False
     oom_kills: int = 0  # in the run's cgroup: its whole tree went over its memory budget
     # The limit the run said its code's uncaught exception met ("memory", "file_size", "": none, or
@@ -61,7 +62,8 @@ def classify(end: ProcessEnd, stderr_tail: bytes, limits: RunLimits) -> tuple[St
     if end.oom_kills:
         return Status.MEMORY_LIMIT, f"memory limit of {limits.memory_mb} MiB exceeded (the whole run's, cgroup)"
     if end.timed_out:
-        return Status.TIMEOUT, f"wall-clock limit of {limits.timeout:g}s reached; process group killed"
+        waiting = f" while waiting for the tool {end.calling}" if end.calling else ""
+        return Status.TIMEOUT, f"wall-clock limit of {limits.timeout:g}s reached{waiting}; process group killed"
     # A SIGXCPU the run sent itself early is a signal, not the limit (accounting may lag a little).
     spent = end.cpu_seconds >= limits.cpu_seconds * CPU_ACCOUNTING_SLACK
     if (signum == signal.SIGXCPU and spent) or (signum == signal.SIGKILL and end.cpu_seconds >= limits.cpu_seconds):

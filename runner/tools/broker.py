@@ -34,7 +34,8 @@ from runner.tools.sdk_log import SDK_HTTP_LOGGER, DownstreamWarnings
 
 # What the broker's callers count a brokered call as (metrics): ok, tool_error (the tool's isError),
 # refused (not allowed, bad arguments, a limit), unavailable (down), timeout (no answer within the run's
-# time left: cancelled there), cancelled (the run ended first), failed (anything else).
+# time left: cancelled there; or still waited for when the run's timeout killed it), cancelled (the run
+# ended first), failed (anything else).
 Observe = Callable[[str, str, str, float], None]
 # Makes, holds while in it, and removes a directory: its path (`opened`).
 Holding = Callable[[], AbstractContextManager[str]]
@@ -409,11 +410,16 @@ class RunCalls:
                 del self._in_flight[n]
                 return
 
-    def end(self) -> None:
+    def end(self, timed_out: bool = False) -> None:
         """`RunTools.end`: what is still in flight was never forwarded (the run's end came first)."""
         for call in self._in_flight:
             self._finished(call.server, call.tool, "cancelled", call.started, call.sent, 0)
         self._in_flight.clear()
+        if timed_out:  # the run's time ran out on them: its timeout is what cancelled them
+            self._untold = [
+                (server, tool, "timeout" if status == "cancelled" else status, seconds, sent, got)
+                for server, tool, status, seconds, sent, got in self._untold
+            ]
         self.tell()
 
     def tell(self) -> None:

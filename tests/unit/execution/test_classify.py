@@ -41,6 +41,14 @@ def test_each_way_a_run_can_end_gets_its_status(facts: ProcessEnd, stderr: bytes
     assert says in message
 
 
+def test_a_run_whose_time_ran_out_while_it_waited_for_a_tool_is_told_which() -> None:
+    facts = ProcessEnd(-signal.SIGKILL, 0.1, 10_000_000, timed_out=True, calling="time.get_current_time")
+    assert classify(facts, b"", LIMITS) == (
+        Status.TIMEOUT,
+        "wall-clock limit of 5s reached while waiting for the tool time.get_current_time; process group killed",
+    )
+
+
 def test_what_the_server_did_to_the_run_outranks_what_the_run_printed() -> None:
     facts = end(-signal.SIGKILL, cpu=10.0, timed_out=True, output_exceeded=True)
     assert classify(facts, b"MemoryError\n", LIMITS)[0] is Status.OUTPUT_LIMIT
