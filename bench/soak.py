@@ -143,10 +143,14 @@ def fd_count(pid: int) -> int | None:
 Verdict = Callable[[dict[str, Any]], str | None]  # structuredContent -> what is wrong, or None
 
 
-def expect(status: str, stdout: str | None = None, stderr_has: str | None = None) -> Verdict:
+def expect(
+    status: str, stdout: str | None = None, stderr_has: str | None = None, message_has: str | None = None
+) -> Verdict:
     def verdict(structured: dict[str, Any]) -> str | None:
         if structured.get("status") != status:
             return f"status {structured.get('status')!r} ({structured.get('message')!r}), expected {status!r}"
+        if message_has is not None and message_has not in structured.get("message", ""):
+            return f"message {structured.get('message')!r} lacks {message_has!r}"
         if stdout is not None and structured.get("stdout") != stdout:
             return f"stdout {structured.get('stdout', '')[:80]!r}, expected {stdout[:80]!r}"
         if stderr_has is not None and stderr_has not in structured.get("stderr", ""):

@@ -76,7 +76,8 @@ def tool_kinds(
         return plan("tools", {"code": THREADS.format(n=n), "timeout": 30}, expect("ok", stdout=f"{n}\n"))
 
     def timed_out(rng: random.Random) -> Any:
-        return plan("tools-time", {"code": TIMED_OUT, "timeout": round(rng.uniform(0.3, 0.8), 3)}, expect("timeout"))
+        arguments = {"code": TIMED_OUT, "timeout": round(rng.uniform(0.3, 0.8), 3)}
+        return plan("tools-time", arguments, expect("timeout", message_has="while waiting for the tool hostile.slow"))
 
     def past_the_limit(rng: random.Random) -> Any:
         n = rng.randrange(MOST_IN_FLIGHT + 1, MOST_IN_FLIGHT + 5)
