@@ -375,8 +375,7 @@ def send(fd: int, data: bytes, shared: bool = False) -> None:
     socket's lock alone, so that no frame goes into the report (`wire.ToolChannel.exchange`)."""
     try:
         if shared:
-            with wire.SocketTurn(fd, alone=True):  # a thread of the run's may be writing a frame
-                wire.write_whole(fd, data)
+            wire.in_turn(fd, True, wire.write_whole, fd, data)  # a thread of the run's may be writing a frame
         else:
             wire.write_whole(fd, data)
     except OSError:

@@ -12,14 +12,17 @@ from __future__ import annotations
 import os
 import sys
 
+# Always loaded (the interpreter's own SIGINT handler). Its mask function, not signal's, which wraps the
+# mask it returns in enum members: 68 us a pair of calls here against 2.5.
+from _signal import SIG_BLOCK, SIG_SETMASK, valid_signals  # type: ignore[import-not-found]
+from _signal import pthread_sigmask as _sigmask
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import importlib.machinery
     import types
-    from collections.abc import Callable, Sequence
-    from typing import Any, TypeVar
-
-    Taken = TypeVar("Taken")
+    from collections.abc import Sequence
+    from typing import Any
 
     from runner.inrun import wire
 elif __package__:  # the server's import (its tests), as runner.inrun.toolchannel
@@ -27,6 +30,9 @@ elif __package__:  # the server's import (its tests), as runner.inrun.toolchanne
 else:  # in a run: from this directory (`bootstrap.load_siblings`)
     import wire
 
+_SIGNALS = valid_signals()  # every one: held while the main thread takes a frame (`_take`)
+MAX_WHOLE = 64 << 20  # a frame the main thread takes in one receive, at most
+LOST_WAKE = 0.05  # seconds a waiting call sleeps before it looks again whether it should read
 # Calls given up (`ToolChannel._give_up`): slots of a call id's most bytes, one picked by its hash.
 GIVEN_UP_SLOTS, GIVEN_UP_SLOT = 64, 32
 
@@ -35,16 +41,26 @@ class _Waiting:
     """One process's calls waiting for their answers, one per calling thread, and which of those threads
     reads the socket (`ToolChannel._answer`): one at a time, and only its own answer. An answer at the
     head that is another waiting thread's makes that thread the reader: no thread takes another's
-    bytes, so a signal's exception in one (the main thread's) fails its own call alone."""
+    bytes, so a signal's exception in one (the main thread's) fails its own call alone.
 
-    __slots__ = ("calls", "reader", "turn")
+    Each call waits on a lock of its own (`calls`: held while it has nothing to wake for), which C
+    acquires and releases whole: no signal's exception leaves one half-taken, as it could a
+    `threading.Condition`'s (Python's: found by a review, every thread of the process waiting for ever)."""
+
+    __slots__ = ("calls", "lock", "reader")
 
     def __init__(self) -> None:
         import threading
 
-        self.turn = threading.Condition(threading.Lock())
-        self.calls: set[bytes] = set()  # sent, and not answered nor given up
+        self.lock = threading.Lock()  # over `calls` and `reader`
+        self.calls: dict[bytes, Any] = {}  # sent, and not answered nor given up: each one's wake
         self.reader: bytes | None = None  # the call whose thread reads the socket now
+
+    def wake(self, call_id: bytes | None = None) -> None:
+        """Wake `call_id`'s thread, or every waiting thread (one will read next). Under `lock`."""
+        for waiting, woken in self.calls.items():
+            if (call_id is None or waiting == call_id) and woken.locked():
+                woken.release()
 
 
 class ToolChannel:
@@ -55,7 +71,6 @@ class ToolChannel:
     def __init__(self, fd: int, given_up: Any = None) -> None:
         """`given_up`: memory all the run's processes share (made before its code runs: `_ToolsFinder`)."""
         import mmap
-        import signal
         import socket
 
         class Borrowed(socket.socket):
@@ -71,7 +86,6 @@ class ToolChannel:
         self._socket.settimeout(None)  # blocking, whatever socket.setdefaulttimeout the run's code set
         self._given_up = given_up if given_up is not None else mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
         self._waiting = _Waiting()
-        self._signals = signal.valid_signals()  # held while the main thread takes a frame (`_whole`)
         # A fork has only the forking thread: its calls are none of its parent's, and the parent's lock
         # may be held by a thread the child lacks.
         os.register_at_fork(after_in_child=self._forked)
@@ -95,39 +109,47 @@ class ToolChannel:
         (a signal's exception while it waited, say: such a call is written down in memory the run's
         processes share). Such an answer is dropped, under a POSIX lock on the socket (per process: a
         fork does not inherit it) so that two processes do not both drop it. Every call is written
-        under that lock (`wire.SocketTurn`), shared for a small one (one write, which no other write
+        under that lock (`wire.in_turn`), shared for a small one (one write, which no other write
         splits) and alone for a large one (written in parts) and for the report (`harvest.send`)."""
+        import threading
+
         waiting = self._waiting
-        with waiting.turn:
-            waiting.calls.add(call_id)  # before it is sent: its answer may come at once
+        woken = threading.Lock()
+        woken.acquire()
+        with waiting.lock:
+            waiting.calls[call_id] = woken  # before it is sent: its answer may come at once
         try:
             framed = wire.frame_tool(body, call_id)
-            with wire.SocketTurn(self.fd, alone=len(framed) > wire.ATOMIC_BYTES):
-                wire.write_whole(self.fd, framed)
-            return self._answer(call_id, waiting)
+            wire.in_turn(self.fd, len(framed) > wire.ATOMIC_BYTES, wire.write_whole, self.fd, framed)
+            return self._answer(call_id, waiting, woken)
         except BaseException:
             self._give_up(call_id, waiting)
             raise
 
-    def _answer(self, call_id: bytes, waiting: _Waiting) -> bytes:
+    def _answer(self, call_id: bytes, waiting: _Waiting, woken: Any) -> bytes:
         """This call's answer, read by this thread once it is the reader: when no thread reads, or when
         the reader finds this call's answer at the head and hands the reading over."""
-        turn = waiting.turn
+        lock = waiting.lock
         while True:
-            with turn:
-                while waiting.reader not in (None, call_id):
-                    turn.wait()
-                waiting.reader = call_id
+            while True:
+                with lock:
+                    # No reader, or one whose call ended without letting go of the reading (a signal
+                    # handler's exception in the main thread at just the wrong step): this one reads.
+                    if waiting.reader in (None, call_id) or waiting.reader not in waiting.calls:
+                        waiting.reader = call_id
+                        break
+                # Until the reader wakes it; and again now and then, for a wake such an exception lost.
+                woken.acquire(timeout=LOST_WAKE)
             answer = None
             try:
                 answer = self._read(call_id, waiting)
             finally:
-                with turn:
+                with lock:
                     if waiting.reader == call_id:  # else handed over, to the thread whose answer came
                         waiting.reader = None
-                        turn.notify_all()  # a thread still waiting reads next
+                        waiting.wake()  # a thread still waiting reads next
                     if answer is not None:
-                        waiting.calls.discard(call_id)
+                        del waiting.calls[call_id]
             if answer is not None:
                 return answer
 
@@ -149,54 +171,34 @@ class ToolChannel:
                 line_bytes, size, owner = line
                 if owner == call_id:
                     if size > wire.MAX_ANSWER_BYTES:
-                        self._whole(_drop, line_bytes + size)
-                        with waiting.turn:
-                            waiting.calls.discard(call_id)  # answered, if not with a value
+                        _drop(channel, line_bytes + size)
+                        with waiting.lock:
+                            del waiting.calls[call_id]  # answered, if not with a value
                         raise ValueError("an answer too large")
-                    return self._whole(_receive, line_bytes + size)[line_bytes:]
-                with waiting.turn:
+                    return _receive(channel, line_bytes + size)[line_bytes:]
+                with waiting.lock:
                     if owner in waiting.calls:  # its thread waits: it reads its own answer
                         waiting.reader = owner
-                        waiting.turn.notify_all()
+                        waiting.wake(owner)
                         return None
                 at = _slot(owner)
                 given_up = self._given_up[at : at + GIVEN_UP_SLOT].rstrip(b"\0") == owner
                 if given_up or _orphaned(owner):
-                    with wire.SocketTurn(self.fd, alone=True):
-                        if _peek(channel, wait=False) == head:  # still there: no other process dropped it
-                            self._whole(_drop, line_bytes + size)
-                            if given_up:
-                                self._given_up[at : at + GIVEN_UP_SLOT] = bytes(GIVEN_UP_SLOT)
+                    if wire.in_turn(self.fd, True, _drop_if_there, channel, head, line_bytes + size) and given_up:
+                        self._given_up[at : at + GIVEN_UP_SLOT] = bytes(GIVEN_UP_SLOT)
                     continue
             time.sleep(0.0005)  # another process's answer at the head, or being read, or on its way
-
-    def _whole(self, take: Callable[[Any, int], Taken], size: int) -> Taken:
-        """`take(socket, size)`, the frame taken whole or not at all: in the main thread, with its signals
-        held meanwhile (a handler's exception mid-frame would leave the rest at the head, where no one
-        could read past it: every call of the run's waiting until its timeout). Its exception comes
-        once the frame is taken: its own call's answer is given up, and no one else's is touched."""
-        import signal
-        import threading
-
-        if threading.current_thread() is not threading.main_thread():
-            return take(self._socket, size)  # only the main thread runs a signal's handler
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, self._signals)
-        try:
-            return take(self._socket, size)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def _give_up(self, call_id: bytes, waiting: _Waiting) -> None:
         """`call_id` waits no more (a signal's exception, say): if the reading was handed to it, it goes to
         the next waiting thread; if its answer has not come, the call is written down as given up, over
         any older one in its slot (whose answer then waits longer), for the run's other processes to
         drop (this one's threads drop it as no one's)."""
-        with waiting.turn:
-            answered = call_id not in waiting.calls
-            waiting.calls.discard(call_id)
+        with waiting.lock:
+            answered = waiting.calls.pop(call_id, None) is None
             if waiting.reader == call_id:
                 waiting.reader = None
-                waiting.turn.notify_all()
+                waiting.wake()
         if not answered:
             at = _slot(call_id)
             self._given_up[at : at + GIVEN_UP_SLOT] = call_id.ljust(GIVEN_UP_SLOT, b"\0")
@@ -330,21 +332,46 @@ def _orphaned(owner: bytes) -> bool:
 
 
 def _receive(channel: Any, size: int) -> bytes:
-    """`size` bytes, in one receive where they fit (whole, with no other reader between)."""
-    import socket
+    """`size` bytes (a frame), whole, with no other reader between (`_take`)."""
+    return _take(channel, size, keep=True)
 
-    received = bytearray(_recv(channel, size, socket.MSG_WAITALL) if size <= 1 << 20 else b"")
-    while len(received) < size:
-        chunk = _recv(channel, min(size - len(received), 1 << 20))
-        if not chunk:
-            raise OSError("the server closed this run's channel")
-        received += chunk
-    return bytes(received)
+
+def _drop_if_there(channel: Any, head: bytes, size: int) -> bool:
+    """Drop the answer of `size` bytes that starts with `head`, if still at the head (no other process
+    dropped it meanwhile); whether it was."""
+    if _peek(channel, wait=False) != head:
+        return False
+    _drop(channel, size)
+    return True
 
 
 def _drop(channel: Any, size: int) -> None:
-    while size > 0:
-        chunk = _recv(channel, min(size, 1 << 20))
-        if not chunk:
-            raise OSError("the server closed this run's channel")
-        size -= len(chunk)
+    """`size` bytes (a frame no one takes) taken and let go (`_take`)."""
+    _take(channel, size, keep=False)
+
+
+def _take(channel: Any, size: int, keep: bool) -> bytes:
+    """A frame's `size` bytes taken from the socket, kept or not. In the main thread (the only one that
+    raises a signal handler's exception, and only between its steps), with its signals held and in one
+    receive up to MAX_WHOLE: the exception then comes once the frame is taken, never in its middle,
+    where the rest would stay at the head and no one could read past it (found by a review: the run's
+    every later call waited until its timeout)."""
+    import socket
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    before = _sigmask(SIG_BLOCK, _SIGNALS) if main else None
+    try:
+        part = size if main and size <= MAX_WHOLE else 1 << 20
+        taken, left = bytearray(), size
+        while left > 0:
+            chunk = _recv(channel, min(left, part), socket.MSG_WAITALL)
+            if not chunk:
+                raise OSError("the server closed this run's channel")
+            left -= len(chunk)
+            if keep:
+                taken += chunk
+        return bytes(taken)
+    finally:
+        if before is not None:
+            _sigmask(SIG_SETMASK, before)

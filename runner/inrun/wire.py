@@ -14,7 +14,10 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Callable
+    from typing import Any, TypeVar
+
+    Taken = TypeVar("Taken")
 
 # The job socket is the run's fd 3: its code comes on it, its report goes back on it.
 CODE_FD = 3
@@ -331,42 +334,29 @@ def frame_line(data: bytes | bytearray, head: bytes) -> tuple[int, int, bytes] |
     return line_end + 1, int(parts[1]), parts[2]
 
 
-class SocketTurn:
-    """The job socket taken for writing (a frame, the report) or for dropping an answer: by this thread
-    among its process's (a thread lock: a POSIX lock is the whole process's, so one thread's unlock
-    would undo another's), then by this process among the run's (a POSIX lock: shared for a frame
-    written in one write, `alone` otherwise)."""
+def in_turn(fd: int, alone: bool, then: Callable[..., Taken], *args: Any) -> Taken:
+    """`then(*args)` with the job socket `fd` taken, for writing (a frame, the report) or for dropping an
+    answer: by this thread among its process's (a thread lock: a POSIX lock is the whole process's, so
+    one thread's unlock would undo another's), then by this process among the run's (a POSIX lock:
+    shared for a frame written in one write, `alone` otherwise). The thread lock is taken and let go by
+    C's own enter and exit (`with`), which a signal handler's exception in the main thread cannot split:
+    a Python __exit__ could be, the lock then held for ever and every call of the process waiting
+    (found by a review, under a timer that raised every 0.7 ms)."""
+    import fcntl
+    import threading
 
-    __slots__ = ("_alone", "_fd", "_turn")
-
-    def __init__(self, fd: int, alone: bool) -> None:
-        import threading
-
-        self._fd, self._alone = fd, alone
-        pid = os.getpid()
-        # Each process its own thread lock: a forked one's parent's may be held by a thread it lacks.
-        self._turn = _TURNS.get(pid) or _TURNS.setdefault(pid, threading.Lock())
-
-    def __enter__(self) -> None:
-        import fcntl
-
-        self._turn.acquire()
+    pid = os.getpid()
+    # Each process its own thread lock: a forked one's parent's may be held by a thread it lacks.
+    turn = _TURNS.get(pid) or _TURNS.setdefault(pid, threading.Lock())
+    with turn:
+        fcntl.lockf(fd, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         try:
-            fcntl.lockf(self._fd, fcntl.LOCK_EX if self._alone else fcntl.LOCK_SH)
-        except BaseException:
-            self._turn.release()
-            raise
-
-    def __exit__(self, *_: object) -> None:
-        import fcntl
-
-        try:
-            fcntl.lockf(self._fd, fcntl.LOCK_UN)
+            return then(*args)
         finally:
-            self._turn.release()
+            fcntl.lockf(fd, fcntl.LOCK_UN)
 
 
-_TURNS: dict[int, Any] = {}  # each process's thread lock (`SocketTurn`), made in it when first needed
+_TURNS: dict[int, Any] = {}  # each process's thread lock (`in_turn`), made in it when first needed
 
 
 def write_whole(fd: int, data: bytes) -> None:

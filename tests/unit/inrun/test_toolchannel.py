@@ -317,7 +317,7 @@ def test_a_signal_in_the_main_thread_after_it_handed_the_reading_over_fails_its_
     assert channel.exchange(b"{}", later) == b"later", "the answer given up was dropped"
     serving.join(5)
     assert got == {workers: b"for the worker"}
-    assert (channel._waiting.reader, channel._waiting.calls) == (None, set())
+    assert (channel._waiting.reader, channel._waiting.calls) == (None, {})
 
 
 def test_a_call_its_own_thread_read_is_not_left_among_those_waited_for(
@@ -336,4 +336,55 @@ def test_a_call_its_own_thread_read_is_not_left_among_those_waited_for(
         answering.start()
         assert channel.exchange(b"{}", call_id) == b"ok"
         answering.join(5)
-    assert channel._waiting.calls == set()
+    assert channel._waiting.calls == {}
+
+
+@pytest.mark.usefixtures("alarm_raises")
+def test_a_signal_while_the_main_thread_takes_its_own_answer_comes_once_the_answer_is_whole(
+    ends: tuple[socket.socket, socket.socket],
+) -> None:
+    # Its exception ends that call; the frame was taken whole, so the next call reads its own answer
+    # (a frame left half-read at the head would hold up every later call of the run).
+    run_end, server_end = ends
+    channel = ToolChannel(run_end.fileno())
+    pid = os.getpid()
+    first, second = b"%d.1" % pid, b"%d.2" % pid
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def server() -> None:
+        buffered = bytearray()
+        assert read_call(server_end, buffered)[0] == first
+        answer = frame_answer(b"y" * 500_000, first)
+        server_end.sendall(answer[:100_000])
+        time.sleep(0.2)  # the main thread is taking it
+        signal.pthread_kill(main, signal.SIGALRM)
+        time.sleep(0.2)
+        server_end.sendall(answer[100_000:])
+        assert read_call(server_end, buffered)[0] == second
+        server_end.sendall(frame_answer(b"second", second))
+
+    serving = threading.Thread(target=server, daemon=True)
+    serving.start()
+    with pytest.raises(TimeoutError):
+        channel.exchange(b"{}", first)
+    assert channel.exchange(b"{}", second) == b"second"
+    serving.join(5)
+
+
+def test_a_reader_whose_call_ended_without_letting_go_of_the_reading_is_taken_over(
+    ends: tuple[socket.socket, socket.socket],
+) -> None:
+    # A signal handler's exception at just the wrong step can leave the reading with a call that has
+    # ended (or lose a wake): the waiting calls look again now and then, and one reads.
+    run_end, server_end = ends
+    channel = ToolChannel(run_end.fileno())
+    channel._waiting.reader = b"%d.99" % os.getpid()  # no such call waits
+    call_id = b"%d.1" % os.getpid()
+    got, threads = calling(channel, {call_id: b"{}"})
+    buffered = bytearray()
+    assert read_call(server_end, buffered)[0] == call_id
+    server_end.sendall(frame_answer(b"taken over", call_id))
+    for thread in threads:
+        thread.join(5)
+    assert got == {call_id: b"taken over"}
