@@ -126,7 +126,11 @@ class ToolChannel:
             wire.in_turn(self.fd, len(framed) > wire.ATOMIC_BYTES, wire.write_whole, self.fd, framed)
             return self._answer(call_id, waiting, woken)
         except BaseException:
-            self._give_up(call_id, waiting)
+            # First, in one C call under C's enter (no signal's exception comes before it): a second
+            # signal's exception at _give_up's first step must not leave the call waited for.
+            with waiting.lock:
+                answered = waiting.calls.pop(call_id, None) is None
+            self._give_up(call_id, waiting, answered)
             raise
 
     def _answer(self, call_id: bytes, waiting: _Waiting, woken: Any) -> bytes:
@@ -195,13 +199,12 @@ class ToolChannel:
                     continue
             time.sleep(0.0005)  # another process's answer at the head, or being read, or on its way
 
-    def _give_up(self, call_id: bytes, waiting: _Waiting) -> None:
+    def _give_up(self, call_id: bytes, waiting: _Waiting, answered: bool) -> None:
         """`call_id` waits no more (a signal's exception, say): if the reading was handed to it, it goes to
         the next waiting thread; if its answer has not come, the call is written down as given up, over
         any older one in its slot (whose answer then waits longer), for the run's other processes to
         drop (this one's threads drop it as no one's)."""
         with waiting.lock:
-            answered = waiting.calls.pop(call_id, None) is None
             if waiting.reader == call_id:
                 waiting.reader = None
                 waiting.wake()

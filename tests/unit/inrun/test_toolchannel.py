@@ -388,3 +388,90 @@ def test_a_reader_whose_call_ended_without_letting_go_of_the_reading_is_taken_ov
     for thread in threads:
         thread.join(5)
     assert got == {call_id: b"taken over"}
+
+
+RAISING = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+
+
+@pytest.fixture
+def four_signals_raise() -> Iterator[None]:
+    before = {signum: signal.signal(signum, signal.default_int_handler) for signum in RAISING}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+@pytest.mark.usefixtures("four_signals_raise")
+def test_signals_held_while_the_main_thread_drops_a_frame_come_together_and_its_call_is_not_left_waited_for(
+    ends: tuple[socket.socket, socket.socket],
+) -> None:
+    # Found by a second review: the main thread drops a frame no one takes with its signals held; four
+    # signals that came meanwhile are raised one after the other, at the next four checks: the last at
+    # _give_up's first step, which then never struck the call off those waited for. Its answer, when it
+    # came, made that ended call the reader, and every other thread of the process waited for ever.
+    run_end, server_end = ends
+    channel = ToolChannel(run_end.fileno())
+    pid = os.getpid()
+    mains, workers, nobodys = b"%d.1" % pid, b"%d.2" % pid, b"%d.77" % pid
+    main = threading.main_thread().ident
+    assert main is not None
+    buffered = bytearray()
+
+    def server() -> None:
+        assert read_call(server_end, buffered)[0] == mains
+        orphan = frame_answer(b"x" * 100_000, nobodys)
+        server_end.sendall(orphan[:10_000])  # the main thread drops it, its signals held
+        time.sleep(0.2)
+        for signum in RAISING:
+            signal.pthread_kill(main, signum)
+        time.sleep(0.2)
+        server_end.sendall(orphan[10_000:])
+
+    serving = threading.Thread(target=server, daemon=True)
+    serving.start()
+    with pytest.raises(KeyboardInterrupt):
+        channel.exchange(b"{}", mains)
+    serving.join(5)
+    got, threads = calling(channel, {workers: b"{}"})
+    assert read_call(server_end, buffered)[0] == workers
+    server_end.sendall(frame_answer(b"late", mains) + frame_answer(b"for the worker", workers))
+    for thread in threads:
+        thread.join(3)
+    assert got == {workers: b"for the worker"}, (channel._waiting.reader, channel._waiting.calls)
+
+
+@pytest.mark.usefixtures("four_signals_raise")
+def test_two_signals_while_the_main_thread_waits_fail_its_own_call_alone(
+    ends: tuple[socket.socket, socket.socket],
+) -> None:
+    # Found by a second review: the main thread waits (a worker reads); two signals come at once: the
+    # first raises in its wait, the second at _give_up's first step. Its answer then made it the reader,
+    # for ever.
+    run_end, server_end = ends
+    channel = ToolChannel(run_end.fileno())
+    pid = os.getpid()
+    mains, workers = b"%d.1" % pid, b"%d.2" % pid
+    main = threading.main_thread().ident
+    assert main is not None
+    buffered = bytearray()
+    got, threads = calling(channel, {workers: b"{}"})
+    assert read_call(server_end, buffered)[0] == workers
+    _wait_until(lambda: channel._waiting.reader == workers)
+
+    def server() -> None:
+        assert read_call(server_end, buffered)[0] == mains
+        time.sleep(0.1)
+        signal.pthread_kill(main, signal.SIGUSR1)
+        signal.pthread_kill(main, signal.SIGUSR2)
+
+    serving = threading.Thread(target=server, daemon=True)
+    serving.start()
+    with pytest.raises(KeyboardInterrupt):
+        channel.exchange(b"{}", mains)
+    serving.join(5)
+    server_end.sendall(frame_answer(b"late", mains) + frame_answer(b"for the worker", workers))
+    for thread in threads:
+        thread.join(3)
+    assert got == {workers: b"for the worker"}, (channel._waiting.reader, channel._waiting.calls)
