@@ -106,14 +106,14 @@ class ToolChannel:
         that looks while it is being taken sees no frame at the head (the middle of an answer: its
         JSON holds no newline) and waits. In a process, one waiting thread at a time reads the socket,
         and takes only its own answer: another waiting thread's at the head makes that thread the
-        reader. An answer at the head that is not its process's
-        is left for that process, unless no one will take it: that process is gone (or a zombie), or
-        it is a call of this process that no thread waits for (given up), or one its process gave up
-        (a signal's exception while it waited, say: such a call is written down in memory the run's
-        processes share). Such an answer is dropped, under a POSIX lock on the socket (per process: a
-        fork does not inherit it) so that two processes do not both drop it. Every call is written
-        under that lock (`wire.in_turn`), shared for a small one (one write, which no other write
-        splits) and alone for a large one (written in parts) and for the report (`harvest.send`)."""
+        reader. An answer at the head that is not its process's is left for that process, unless no
+        one will take it: that process is gone (or a zombie), or it is a call of this process that no
+        thread waits for (given up), or one its process gave up (a signal's exception while it
+        waited, say: such a call is written down in memory the run's processes share). Such an answer
+        is dropped, under a POSIX lock on the socket (per process: a fork does not inherit it) so that
+        two processes do not both drop it. Every call is written under that lock (`wire.in_turn`),
+        shared for a small one (one write, which no other write splits) and alone for a large one
+        (written in parts) and for the report (`harvest.send`)."""
         import threading
 
         waiting = self._waiting

@@ -25,6 +25,8 @@ from tests.helpers import in_mode
 pytestmark = pytest.mark.timeout(150)
 
 RUNS = 100
+# The short mix: more calls in flight than runs at once, so calls queue.
+MIXED = (f"--runs={RUNS}", "--warmup=30", "--concurrency=12", "--max-concurrent=3")
 # RUNNER_SANDBOX of each way to make runs: the default (the namespaced fork server where the machine
 # allows it), bubblewrap, and plain: one posix_spawn per run, or forked from a zygote.
 SPAWN_MODES = {"default": "auto", "bwrap": "bwrap", "posix-spawn": "none-posix-spawn", "fork-server": "none"}
@@ -50,15 +52,7 @@ def test_a_short_soak_ends_every_run_as_it_must_and_leaks_nothing(
 ) -> None:
     if spawn_mode == "bwrap":
         in_mode(config, "bwrap")  # skipped (failed in CI) without bubblewrap
-    figures, report = soak(
-        tmp_path,
-        f"--runs={RUNS}",
-        "--warmup=30",
-        "--concurrency=12",
-        "--max-concurrent=3",
-        f"--sandbox={SPAWN_MODES[spawn_mode]}",
-        "--cancel-storm=20",
-    )
+    figures, report = soak(tmp_path, *MIXED, f"--sandbox={SPAWN_MODES[spawn_mode]}", "--cancel-storm=20")
     statuses = figures["statuses"]
     assert set(statuses) == {*KINDS, "cancel storm"}, "every kind of run was made"
     one_call_each = sum(sum(statuses[kind].values()) for kind in KINDS if kind != "session")
@@ -76,16 +70,7 @@ def test_a_short_soak_with_code_modes_runs_mixed_in_ends_every_run_as_it_must_an
 ) -> None:
     # Tool calls from threads at once, past the limit, given up, timed out and cancelled in flight,
     # beside every other kind of run: the downstream is one for the server's life.
-    figures, report = soak(
-        tmp_path,
-        f"--runs={RUNS}",
-        "--warmup=30",
-        "--concurrency=12",
-        "--max-concurrent=3",
-        f"--sandbox={SPAWN_MODES[spawn_mode]}",
-        "--cancel-storm=5",
-        "--tools",
-    )
+    figures, report = soak(tmp_path, *MIXED, f"--sandbox={SPAWN_MODES[spawn_mode]}", "--cancel-storm=5", "--tools")
     statuses = figures["statuses"]
     tools = tool_kinds(Plan, expect)
     assert set(tools) <= set(statuses), "every kind of code mode's run was made"

@@ -54,6 +54,37 @@ def ends() -> Iterator[tuple[socket.socket, socket.socket]]:
         yield run_end, server_end
 
 
+@pytest.fixture
+def alarm_raises() -> Iterator[None]:
+    def alarm(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError("gave up")
+
+    before = signal.signal(signal.SIGALRM, alarm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGALRM, before)
+
+
+def _wait_until(condition: object, seconds: float = 5) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.005)
+
+
+RAISING = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+
+
+@pytest.fixture
+def four_signals_raise() -> Iterator[None]:
+    before = {signum: signal.signal(signum, signal.default_int_handler) for signum in RAISING}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
 def test_a_processs_threads_have_calls_in_flight_at_once_and_each_takes_its_own_answer(
     ends: tuple[socket.socket, socket.socket],
 ) -> None:
@@ -93,6 +124,7 @@ def test_an_answer_too_large_for_one_thread_fails_its_call_alone(
     assert str(got[large]) == "an answer too large"
 
 
+@pytest.mark.usefixtures("alarm_raises")
 def test_a_call_its_thread_gave_up_has_its_answer_dropped_and_the_other_threads_get_theirs(
     ends: tuple[socket.socket, socket.socket],
 ) -> None:
@@ -111,19 +143,14 @@ def test_a_call_its_thread_gave_up_has_its_answer_dropped_and_the_other_threads_
         if gave_up.wait(10):
             server_end.sendall(frame_answer(b"too late", given_up) + frame_answer(b"yours", kept))
 
-    def alarm(signum: int, frame: FrameType | None) -> None:
-        raise TimeoutError("gave up")
-
     answering = threading.Thread(target=server, daemon=True)
     answering.start()
-    before = signal.signal(signal.SIGALRM, alarm)
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.3)
         with pytest.raises(TimeoutError):
             channel.exchange(b"{}", given_up)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, before)
     gave_up.set()
     for thread in [*threads, answering]:
         thread.join(10)
@@ -209,24 +236,6 @@ def test_a_tool_channel_the_runs_code_made_non_blocking_takes_an_answer_that_com
         assert channel.exchange(b'{"op": "call"}', b"%d.1" % os.getpid()) == b"y" * 500_000
         thread.join(5)
     assert sent_rest == [True]
-
-
-@pytest.fixture
-def alarm_raises() -> Iterator[None]:
-    def alarm(signum: int, frame: FrameType | None) -> None:
-        raise TimeoutError("gave up")
-
-    before = signal.signal(signal.SIGALRM, alarm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGALRM, before)
-
-
-def _wait_until(condition: object, seconds: float = 5) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
-        time.sleep(0.005)
 
 
 @pytest.mark.usefixtures("alarm_raises")
@@ -388,19 +397,6 @@ def test_a_reader_whose_call_ended_without_letting_go_of_the_reading_is_taken_ov
     for thread in threads:
         thread.join(5)
     assert got == {call_id: b"taken over"}
-
-
-RAISING = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
-
-
-@pytest.fixture
-def four_signals_raise() -> Iterator[None]:
-    before = {signum: signal.signal(signum, signal.default_int_handler) for signum in RAISING}
-    try:
-        yield
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
 
 
 @pytest.mark.usefixtures("four_signals_raise")
