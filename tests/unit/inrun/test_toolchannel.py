@@ -46,6 +46,13 @@ def calling(channel: ToolChannel, calls: dict[bytes, bytes]) -> tuple[dict[bytes
     return got, threads
 
 
+def main_thread() -> int:
+    """The main thread's ident (where a signal's handler runs), for pthread_kill."""
+    ident = threading.main_thread().ident
+    assert ident is not None
+    return ident
+
+
 @pytest.fixture
 def ends() -> Iterator[tuple[socket.socket, socket.socket]]:
     run_end, server_end = socket.socketpair()
@@ -251,8 +258,7 @@ def test_a_signal_while_the_main_thread_reads_another_threads_answer_leaves_that
     pid = os.getpid()
     mains, workers = b"%d.1" % pid, b"%d.2" % pid
     got: dict[bytes, object] = {}
-    main = threading.main_thread().ident
-    assert main is not None
+    main = main_thread()
 
     def worker() -> None:
         try:
@@ -301,8 +307,7 @@ def test_a_signal_in_the_main_thread_after_it_handed_the_reading_over_fails_its_
     pid = os.getpid()
     mains, workers, later = b"%d.1" % pid, b"%d.2" % pid, b"%d.3" % pid
     got: dict[bytes, object] = {}
-    main = threading.main_thread().ident
-    assert main is not None
+    main = main_thread()
     worker_thread = threading.Thread(target=lambda: got.update({workers: channel.exchange(b"{}", workers)}))
 
     def server() -> None:
@@ -358,8 +363,7 @@ def test_a_signal_while_the_main_thread_takes_its_own_answer_comes_once_the_answ
     channel = ToolChannel(run_end.fileno())
     pid = os.getpid()
     first, second = b"%d.1" % pid, b"%d.2" % pid
-    main = threading.main_thread().ident
-    assert main is not None
+    main = main_thread()
 
     def server() -> None:
         buffered = bytearray()
@@ -411,8 +415,7 @@ def test_signals_held_while_the_main_thread_drops_a_frame_come_together_and_its_
     channel = ToolChannel(run_end.fileno())
     pid = os.getpid()
     mains, workers, nobodys = b"%d.1" % pid, b"%d.2" % pid, b"%d.77" % pid
-    main = threading.main_thread().ident
-    assert main is not None
+    main = main_thread()
     buffered = bytearray()
 
     def server() -> None:
@@ -449,8 +452,7 @@ def test_two_signals_while_the_main_thread_waits_fail_its_own_call_alone(
     channel = ToolChannel(run_end.fileno())
     pid = os.getpid()
     mains, workers = b"%d.1" % pid, b"%d.2" % pid
-    main = threading.main_thread().ident
-    assert main is not None
+    main = main_thread()
     buffered = bytearray()
     got, threads = calling(channel, {workers: b"{}"})
     assert read_call(server_end, buffered)[0] == workers
