@@ -87,7 +87,7 @@ class ToolChannel:
         # syscalls (its family, type and timeout read and set), each a few microseconds in a sandbox.
         self._socket = Borrowed(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
         self._socket.settimeout(None)  # blocking, whatever socket.setdefaulttimeout the run's code set
-        self._given_up = given_up if given_up is not None else mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
+        self.given_up = given_up if given_up is not None else mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
         self._waiting = _Waiting()
         # A fork has only the forking thread: its calls are none of its parent's, and the parent's lock
         # may be held by a thread the child lacks.
@@ -192,10 +192,10 @@ class ToolChannel:
                         waiting.wake(owner)
                         return None
                 at = _slot(owner)
-                given_up = self._given_up[at : at + GIVEN_UP_SLOT].rstrip(b"\0") == owner
+                given_up = self.given_up[at : at + GIVEN_UP_SLOT].rstrip(b"\0") == owner
                 if given_up or _orphaned(owner):
                     if wire.in_turn(self.fd, True, _drop_if_there, channel, head, line_bytes + size) and given_up:
-                        self._given_up[at : at + GIVEN_UP_SLOT] = bytes(GIVEN_UP_SLOT)
+                        self.given_up[at : at + GIVEN_UP_SLOT] = bytes(GIVEN_UP_SLOT)
                     continue
             time.sleep(0.0005)  # another process's answer at the head, or being read, or on its way
 
@@ -210,7 +210,7 @@ class ToolChannel:
                 waiting.wake()
         if not answered:
             at = _slot(call_id)
-            self._given_up[at : at + GIVEN_UP_SLOT] = call_id.ljust(GIVEN_UP_SLOT, b"\0")
+            self.given_up[at : at + GIVEN_UP_SLOT] = call_id.ljust(GIVEN_UP_SLOT, b"\0")
 
 
 class _ToolsFinder:
@@ -220,14 +220,22 @@ class _ToolsFinder:
     this finder on sys.meta_path."""
 
     def __init__(self) -> None:
-        import mmap
-
-        # The calls a process of the run gave up (`ToolChannel`): made here, before the run's code runs,
-        # so that the processes it forks share it whichever of them imports mcp_tools first.
-        self._given_up = mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
         # One channel for the run's processes and threads, however often its code imports mcp_tools anew:
         # a process's threads take their answers from each other through it (`ToolChannel.exchange`).
         self._channel: ToolChannel | None = None
+        self._given_up: Any = None
+        self.share_given_up()
+
+    def share_given_up(self) -> None:
+        """Make the memory that says which calls a process of the run gave up (`ToolChannel`): before the
+        run's code runs, so that the processes it forks share it whichever of them imports mcp_tools
+        first; and again before each later call of a session, whose kept state holds it private
+        (`sealing.share_nothing`), where it would be each forked process's own."""
+        import mmap
+
+        self._given_up = mmap.mmap(-1, GIVEN_UP_SLOTS * GIVEN_UP_SLOT)
+        if self._channel is not None:
+            self._channel.given_up = self._given_up
 
     def find_spec(
         self, name: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None, /
@@ -263,9 +271,13 @@ class _ToolsFinder:
 
 
 def offer_tools() -> None:
-    """Let this run import ``mcp_tools`` (once per process: a session's calls inherit it)."""
-    if not any(isinstance(finder, _ToolsFinder) for finder in sys.meta_path):
+    """Let this run import ``mcp_tools`` (once per process: a session's later calls inherit it, and have
+    the memory of calls given up made anew, shared by the processes each forks)."""
+    finder = next((finder for finder in sys.meta_path if isinstance(finder, _ToolsFinder)), None)
+    if finder is None:
         sys.meta_path.append(_ToolsFinder())
+    else:
+        finder.share_given_up()
     import builtins
 
     if not hasattr(builtins, "help"):  # runs start without site: help(mcp_tools) lists the tools

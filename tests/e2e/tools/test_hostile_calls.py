@@ -434,3 +434,40 @@ async def test_a_session_call_after_one_that_left_a_thread_waiting_for_an_answer
     assert first["stdout"] == "backtracks ok\n", first
     assert second["status"] == "ok", second
     assert second["stdout"] == "backtracks ok measure 1\n", second
+
+
+async def test_a_call_given_up_by_a_forked_child_in_a_later_session_call_does_not_hold_up_its_parent(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found at a stop's look back: a kept state's shared memory is made private (`sealing.share_nothing`),
+    # the memory that says which calls were given up with it, so in a later call a child's give-up went
+    # unseen by its parent, whose calls waited behind the child's answer until the timeout.
+    path = tools_file(tmp_path, hostile=hostile())
+    second_code = (
+        "import os, signal, socket, time\n"
+        "ready, told = os.pipe()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    def alarm(*_):\n"
+        "        raise RuntimeError('gave up')\n"
+        "    signal.signal(signal.SIGALRM, alarm)\n"
+        "    signal.setitimer(signal.ITIMER_REAL, 0.3)\n"
+        "    try:\n"
+        "        h.slow(seconds=1)\n"
+        "    except RuntimeError as exc:\n"
+        "        print('child', exc, flush=True)\n"
+        "    with socket.socket(fileno=os.dup(3)) as peek:\n"
+        "        peek.recv(64, socket.MSG_PEEK)  # the answer given up is at the head now\n"
+        "    os.write(told, b'.')\n"
+        "    time.sleep(60)  # alive, and calling no more\n"
+        "os.read(ready, 1)\n"
+        "print('parent', said(lambda: h.backtracks(s='aa')), flush=True)\n"
+        "os.kill(pid, signal.SIGKILL)\n"
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            first = await run(client, SAID + "print(said(lambda: h.backtracks(s='a')))", session="new", timeout=10)
+            second = await run(client, second_code, session=first["session"], timeout=10)
+    assert first["stdout"] == "backtracks ok\n", first
+    assert second["status"] == "ok", (second["stdout"], second["stderr"])
+    assert second["stdout"].splitlines() == ["child gave up", "parent backtracks ok"]
