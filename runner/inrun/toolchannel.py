@@ -53,9 +53,9 @@ class _Waiting:
     __slots__ = ("calls", "lock", "reader")
 
     def __init__(self) -> None:
-        import threading
+        import _thread  # threading's locks, without its import (1-4 ms of a run's)
 
-        self.lock = threading.Lock()  # over `calls` and `reader`
+        self.lock = _thread.allocate_lock()  # over `calls` and `reader`
         self.calls: dict[bytes, Any] = {}  # sent, and not answered nor given up: each one's wake
         self.reader: bytes | None = None  # the call whose thread reads the socket now
 
@@ -114,10 +114,10 @@ class ToolChannel:
         two processes do not both drop it. Every call is written under that lock (`wire.in_turn`),
         shared for a small one (one write, which no other write splits) and alone for a large one
         (written in parts) and for the report (`harvest.send`)."""
-        import threading
+        import _thread
 
         waiting = self._waiting
-        woken = threading.Lock()
+        woken = _thread.allocate_lock()
         woken.acquire()
         with waiting.lock:
             waiting.calls[call_id] = woken  # before it is sent: its answer may come at once
@@ -379,9 +379,9 @@ def _take(channel: Any, size: int, keep: bool) -> bytes:
     where the rest would stay at the head and no one could read past it (found by a review: the run's
     every later call waited until its timeout)."""
     import socket
-    import threading
 
-    main = threading.current_thread() is threading.main_thread()
+    threading = sys.modules.get("threading")  # not imported: no thread but this one (the main one) runs Python
+    main = threading is None or threading.current_thread() is threading.main_thread()
     before = _sigmask(SIG_BLOCK, _SIGNALS) if main else None
     try:
         part = size if main and size <= MAX_WHOLE else 1 << 20

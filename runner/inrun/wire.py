@@ -342,12 +342,12 @@ def in_turn(fd: int, alone: bool, then: Callable[..., Taken], *args: Any) -> Tak
     C's own enter and exit (`with`), which a signal handler's exception in the main thread cannot split:
     a Python __exit__ could be, the lock then held for ever and every call of the process waiting
     (found by a review, under a timer that raised every 0.7 ms)."""
-    import fcntl
-    import threading
+    import _thread  # always loaded (the import system's own locks): threading's import is 1-4 ms of a run's
+    import fcntl  # loaded by the zygote (`runner/inrun/zygote.py`): a forked run pays nothing for it
 
     pid = os.getpid()
     # Each process its own thread lock: a forked one's parent's may be held by a thread it lacks.
-    turn = _TURNS.get(pid) or _TURNS.setdefault(pid, threading.Lock())
+    turn = _TURNS.get(pid) or _TURNS.setdefault(pid, _thread.allocate_lock())
     with turn:
         fcntl.lockf(fd, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         try:

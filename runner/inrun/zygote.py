@@ -26,7 +26,9 @@ nothing but the standard library.
 from __future__ import annotations
 
 import array
+import fcntl  # noqa: F401  (code mode's channel, `wire.in_turn`: loaded once here, not in each run)
 import gc
+import mmap  # noqa: F401  (code mode's channel, `toolchannel`: loaded once here, not in each run)
 import os
 import signal
 import socket
