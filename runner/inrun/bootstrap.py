@@ -25,7 +25,7 @@ import types
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import NoReturn
+    from typing import Any, NoReturn
 
     from runner.inrun import seccomp, wire
     from runner.inrun.harvest import Report
@@ -319,6 +319,28 @@ def exit_status(exc: SystemExit) -> int:
     return 1
 
 
+# Where the standard executors mark the interpreter's shutdown (no new thread from then on).
+_EXECUTORS_SHUT = (("concurrent.futures.thread", "_shutdown"), ("concurrent.futures.process", "_global_shutdown"))
+
+
+def _end_call_threads(threading: Any) -> None:
+    """What `threading._shutdown` does at a run's end, for a session's call, minus its marks that a later
+    call would inherit from the state this one leaves (found by a first hour: every later call's thread
+    pool said "cannot schedule new futures after interpreter shutdown", its main thread was not alive,
+    and its threads were not waited for): the callbacks threading runs at shutdown run (an executor
+    left open lets its idle workers go), every other thread that is no daemon is waited for, and the
+    executors' modules are told they may make threads again."""
+    for callback in reversed(getattr(threading, "_threading_atexits", ())):
+        callback()
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not current and not thread.daemon:
+            thread.join()
+    for module, mark in _EXECUTORS_SHUT:
+        if hasattr(sys.modules.get(module), mark):
+            setattr(sys.modules[module], mark, False)
+
+
 def finish(status: int, ending: Ending | None = None, session: bool = False) -> NoReturn:
     """Leave as interpreter shutdown would, minus the heap teardown nothing can observe.
 
@@ -332,7 +354,10 @@ def finish(status: int, ending: Ending | None = None, session: bool = False) -> 
     """
     threading = sys.modules.get("threading")
     if threading is not None:
-        threading._shutdown()
+        if session:
+            _end_call_threads(threading)
+        else:
+            threading._shutdown()
     report = None
     if ending is not None and ending[0] is not None:
         try:

@@ -57,6 +57,31 @@ async def test_a_call_that_ends_ok_keeps_its_state_for_the_next_call_in_a_proces
     assert "--- session: " + handle + " | kept ---" in result.to_text()
 
 
+async def test_the_calls_after_one_that_used_threads_use_thread_pools_and_wait_for_their_threads(pool: Pool) -> None:
+    # Found by a first hour: a call's end ran threading's interpreter shutdown, which the kept state
+    # carried: in every later call a ThreadPoolExecutor said "cannot schedule new futures after
+    # interpreter shutdown", asyncio.to_thread too, and a thread left running was not waited for.
+    pooled = (
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "with ThreadPoolExecutor(2) as ex:\n"
+        "    print(sum(ex.map(abs, [-1, -2])))"
+    )
+    handle = await new_session(pool, pooled)
+    later = (
+        pooled + "\nimport asyncio, threading, time\n"
+        "print(asyncio.run(asyncio.to_thread(abs, -4)), threading.main_thread().is_alive())\n"
+        "left = ThreadPoolExecutor(1)\n"
+        "left.submit(print, 'left open')\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('waited for'))).start()"
+    )
+    for _ in range(2):
+        result = await call(pool, later, handle)
+        assert result.status is Status.OK, result
+        assert result.stdout.text == "3\n4 True\nleft open\nwaited for\n"
+        assert result.session is not None
+        assert result.session.kept
+
+
 @pytest.mark.parametrize(
     "failing",
     [
