@@ -100,7 +100,7 @@ class Broker:
         cls, servers: ToolServers, config: ToolsConfig, logger: logging.Logger, observe: Observe | None, held: str
     ) -> AsyncIterator[Broker]:
         broker = cls(servers, config, logger, observe, held)
-        secrets = [secret for connection in broker.connections.values() for secret in connection.secrets]
+        secrets = [secret for connection in broker.connections.values() for secret in connection.credentials.secrets]
         said_of_servers = DownstreamWarnings(secrets).installed()
         said_over_http = DownstreamWarnings(secrets, most=logging.CRITICAL).installed([SDK_HTTP_LOGGER])
         with said_of_servers, said_over_http:
@@ -334,7 +334,7 @@ class RunCalls:
             self._finished(server, tool, "cancelled", started, size, 0)  # told at the run's end
             raise
         except Exception as exc:
-            said = connection.scrubbed(str(exc))[:MAX_SAID_CHARS]
+            said = connection.credentials.scrubbed(str(exc))[:MAX_SAID_CHARS]
             return self._finish(server, tool, "failed", started, size, 0, _error(f"{name}: the call failed: {said}"))
         finally:
             self._landed(call)
@@ -347,11 +347,14 @@ class RunCalls:
                 # Dumped no further than the run may take, or than its first characters say.
                 said, whole = dumped_within(value, max(left, SAID_DUMPED))
             self._bytes += len(said)  # received all the same, however little of it is passed on
-            said = connection.scrubbed(said, whole)
+            said = connection.credentials.scrubbed(said, whole)
             answer = _error(f"{name}: the tool failed: {said[:MAX_SAID_CHARS]}")
             return self._finish(server, tool, "tool_error", started, size, len(answer), answer)
         # Dumped no further than the run may take: a result it is refused costs no dump of the rest.
         dumped, whole = dumped_within(value, left - len(_OK_HEAD) - 1)
+        if whole and connection.credentials.in_result(dumped):
+            # A credential of its entry's that the tool told (its own environment, say): masked, dumped again.
+            dumped, whole = dumped_within(connection.credentials.masked_result(value), left - len(_OK_HEAD) - 1)
         if not whole:
             self._bytes += len(_OK_HEAD) + len(dumped)  # received all the same: a call repeated does not get it again
             refused = (

@@ -20,7 +20,7 @@ import math
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -34,6 +34,7 @@ from runner.config import Downstream, python_name
 from runner.config.disk import HELD_VARIABLE
 from runner.logs import log_event
 from runner.rates import Pace, Rate
+from runner.tools.credentials import Credentials
 from runner.tools.schemas import SchemaCheck
 from runner.tools.stdio import stdio_transport
 from runner.tools.streamable_http import http_client, streamable_http_client
@@ -86,8 +87,7 @@ class Connection:
         self.server = server
         self._held = {HELD_VARIABLE: held} if held else {}
         self._log, self._most_bytes = logger, most_bytes
-        # What the file gives it to hold (credentials): never in a reason it is down, an error or the log.
-        self.secrets = _spellings(value for _, value in (*server.env, *server.headers) if len(value) >= 4)
+        self.credentials = Credentials(server)  # what the file gives it to hold
         self.tools: dict[str, types.Tool] = {}  # every tool it listed, by name
         self.down = "not started yet"  # why it cannot be called now; "" while it can
         self.listed = anyio.Event()  # set once a first attempt to connect and list has ended
@@ -156,13 +156,7 @@ class Connection:
 
     def _reason(self, exc: BaseException) -> str:
         """Why `exc` happened, in a line, credentials masked before it is cut."""
-        return self.scrubbed(_why(exc))[:MAX_DOWN_CHARS]
-
-    def scrubbed(self, text: str, whole: bool = True) -> str:
-        """`text` with every credential the file gives this server replaced by ``***``; if it is the head
-        of a longer text (not `whole`), less its end, which could be the start of one (the longest first)."""
-        text = masked(text, self.secrets)
-        return text if whole or not self.secrets else text[: max(0, len(text) - len(self.secrets[0]) + 1)]
+        return self.credentials.scrubbed(_why(exc))[:MAX_DOWN_CHARS]
 
     async def call(self, tool: str, arguments: dict[str, Any], seconds: float) -> types.CallToolResult:
         """Call `tool`; `Down` if the server is down or does not answer within `seconds` (the run's
@@ -238,7 +232,7 @@ class Connection:
         stack.callback(errlog.close)
         tg = await stack.enter_async_context(anyio.create_task_group())
         stack.push_async_callback(_cancel_soon, tg)
-        tg.start_soon(_log_lines, read_end, self._log, self.server.name, self.secrets)
+        tg.start_soon(_log_lines, read_end, self._log, self.server.name, self.credentials.secrets)
         return errlog
 
     async def _list(self, client: Client) -> None:
@@ -500,24 +494,6 @@ def _why(exc: BaseException) -> str:
         return _why(inner)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def masked(text: str, secrets: Iterable[str]) -> str:
-    """`text` with each of `secrets` replaced by ``***``, in their order (the longest first, as
-    `Connection.secrets` has them: a credential inside a longer one is not masked first)."""
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
-
-
-def _spellings(secrets: Iterable[str]) -> list[str]:
-    """Each of `secrets` as it is and as JSON and Python's repr escape it (an error that is no text is
-    dumped to JSON before it is masked, a log line may repr it: found by a review, `pa"ss\\word` and
-    `pässwörd` passed unmasked, escaped), the longest first."""
-    spelt = set()
-    for secret in secrets:
-        spelt |= {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
-    return sorted(spelt, key=len, reverse=True)
 
 
 def _listed_bytes(tool: types.Tool) -> int:

@@ -5,7 +5,7 @@ pydantic text quotes what the server sent) and each tool a listing drops for an 
 ``x-mcp-header``; a server may send either without end, and quote its own credentials in them (found by
 a review: 2,120 warnings with tracebacks in 5.6 s, the server's API key in each, unmasked). While the
 broker is open, those lines go without their traceback, their values cut and every credential of the
-file masked (`Connection.secrets`), each kind at most once per `RefusalLog` interval, the line saying how
+file masked (`Credentials.secrets`), each kind at most once per `RefusalLog` interval, the line saying how
 many it stands for. The session's errors (a callback of ours that raised) pass as they are; its HTTP
 transport's are filtered too (`SDK_HTTP_LOGGER`).
 """
@@ -21,7 +21,7 @@ import mcp.client.session as sdk_session
 import mcp.client.streamable_http as sdk_http
 
 from runner.logs import RefusalLog, cut
-from runner.tools.downstream import masked
+from runner.tools.credentials import masked
 
 # The SDK's own logger objects, not names: its session's is named "client" (found by running a review's
 # case against the first version, which filtered "mcp.client.session", a logger nothing logs to).

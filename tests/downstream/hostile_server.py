@@ -89,6 +89,12 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if params.name == "verbose":
         text = "why " * 150_000
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+    if params.name == "leaks" and arguments.get("told"):  # in a result, not an error: its environment, say
+        told = {name: value for name, value in os.environ.items() if name.startswith("HOSTILE")}
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=repr(told))],
+            structured_content={"environment": told, "numbers": [int(v) for v in told.values() if v.isdigit()]},
+        )
     if params.name == "leaks":
         refused = f"upstream refused the credential {os.environ.get('HOSTILE_SECRET', '')}"
         return types.CallToolResult(content=[types.TextContent(type="text", text=refused)], is_error=True)

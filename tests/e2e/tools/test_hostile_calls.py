@@ -122,6 +122,25 @@ async def test_a_tools_own_error_has_the_credentials_of_its_entry_masked(work_di
     assert secret not in (tmp_path / "stderr.log").read_text()
 
 
+async def test_a_result_that_tells_a_credential_of_its_entry_has_it_masked_and_the_rest_as_it_is(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a first hour: code-mode.md's own example (server-everything, every tool, a key in its
+    # env) let a run read the key through its get-env tool; errors and stderr were masked, results not.
+    secret = "hostile-secret-" + os.urandom(8).hex()
+    entry = hostile(HOSTILE_SECRET=secret, HOSTILE_API_KEY="12345678", HOSTILE_ZONE="Europe/Istanbul")
+    path = tools_file(tmp_path, hostile=entry)
+    code = SAID + "told = h.leaks(told=True)\nprint(sorted(told['environment'].items()), told['numbers'])\n"
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["status"] == "ok", done
+    assert secret not in done["stdout"]
+    # Masked where a credential's variable says it is one (in strings: a number of its digits stays one);
+    # a value whose name says nothing of the kind is the tool's to tell.
+    assert done["stdout"] == (
+        "[('HOSTILE_API_KEY', '***'), ('HOSTILE_SECRET', '***'), ('HOSTILE_ZONE', 'Europe/Istanbul')] [12345678]\n"
+    )
+
+
 async def test_a_run_calling_and_reading_its_answers_loses_its_channel_past_its_frames(
     work_dir: Path, tmp_path: Path
 ) -> None:

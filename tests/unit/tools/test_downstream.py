@@ -16,10 +16,10 @@ def test_a_reason_or_an_error_never_shows_a_credential_the_file_gives_the_server
         "remote", "remote", ("*",), None, url="http://h/mcp", headers=(("Authorization", TOKEN), ("X-Short", "ab"))
     )
     connection = Connection(server, get_logger())
-    said = connection.scrubbed(f"LocalProtocolError: Illegal header value b'{TOKEN}\\n' ({TOKEN})")
+    said = connection.credentials.scrubbed(f"LocalProtocolError: Illegal header value b'{TOKEN}\\n' ({TOKEN})")
     assert "s3cr3t" not in said
     assert said == "LocalProtocolError: Illegal header value b'***\\n' (***)"
-    assert connection.scrubbed("ab stays: too short to be one") == "ab stays: too short to be one"
+    assert connection.credentials.scrubbed("ab stays: too short to be one") == "ab stays: too short to be one"
 
 
 def test_tools_whose_python_names_collide_or_are_the_servers_own_are_left_out() -> None:
@@ -37,10 +37,10 @@ def test_the_head_of_a_longer_text_is_said_without_its_end_which_could_be_a_cred
     server = Downstream("remote", "remote", ("*",), None, url="http://h/mcp", headers=(("Authorization", TOKEN),))
     connection = Connection(server, get_logger())
     head = f"{TOKEN} and then {TOKEN[:12]}"  # the dump was cut in the middle of the second
-    said = connection.scrubbed(head, whole=False)
+    said = connection.credentials.scrubbed(head, whole=False)
     assert said == "*** and then"[: len(said)]
     assert "s3cr" not in said
-    assert connection.scrubbed(head) == f"*** and then {TOKEN[:12]}"
+    assert connection.credentials.scrubbed(head) == f"*** and then {TOKEN[:12]}"
 
 
 def test_a_credential_is_masked_however_json_or_repr_escapes_it() -> None:
@@ -53,7 +53,7 @@ def test_a_credential_is_masked_however_json_or_repr_escapes_it() -> None:
     connection = Connection(server, get_logger())
     for secret in secrets:
         for said in (json.dumps({"error": secret}), json.dumps({"error": secret}, ensure_ascii=False), repr(secret)):
-            masked = connection.scrubbed(said)
+            masked = connection.credentials.scrubbed(said)
             assert "***" in masked, masked
             assert secret not in masked
             if masked.startswith("{"):

@@ -1,0 +1,80 @@
+"""What the tools file gives a downstream server to hold, its `env` and `headers` (credentials), kept
+out of what runs and the log see: every value masked in an error, a stderr line or the SDK's warnings;
+and, in a tool's results, every header's and every `env` value whose variable's name says it is one."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from runner.config import Downstream
+
+MIN_SAID = 4  # the fewest characters of a value looked for in errors and lines: shorter ones are no secret
+# An `env` variable whose value a tool's result may not pass on to a run, by its name; and the fewest
+# characters such a value (or a header's) must have to be looked for there.
+CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|PWD|AUTH|CREDENTIAL|PRIVATE|COOKIE|SESSION", re.IGNORECASE)
+MIN_IN_RESULTS = 8
+
+
+class Credentials:
+    """One server entry's credentials, as they are looked for."""
+
+    __slots__ = ("_in_results", "_in_results_dumped", "secrets")
+
+    def __init__(self, server: Downstream) -> None:
+        # Never in a reason it is down, an error or the log.
+        self.secrets = _spellings(value for _, value in (*server.env, *server.headers) if len(value) >= MIN_SAID)
+        # Nor in a tool's result (`masked_result`): a header's, and an `env` value named as a credential.
+        # Not the rest: a result may well hold what else the file gives its server (a filesystem
+        # server's directory, a time zone), and a run would get it garbled.
+        told = {value for name, value in server.env if CREDENTIAL_NAME.search(name)} | {v for _, v in server.headers}
+        self._in_results = sorted((value for value in told if len(value) >= MIN_IN_RESULTS), key=len, reverse=True)
+        self._in_results_dumped = [json.dumps(value)[1:-1] for value in self._in_results]  # as a result's JSON has them
+
+    def scrubbed(self, text: str, whole: bool = True) -> str:
+        """`text` with every credential replaced by ``***``; if it is the head of a longer text (not
+        `whole`), less its end, which could be the start of one (the longest first)."""
+        text = masked(text, self.secrets)
+        return text if whole or not self.secrets else text[: max(0, len(text) - len(self.secrets[0]) + 1)]
+
+    def in_result(self, dumped: str) -> bool:
+        """Whether a result dumped to JSON (`dumped`) may hold a credential its results may not pass on:
+        looked for in the dump, at C's pace (a walk of a result of records would be Python's)."""
+        return any(spelt in dumped for spelt in self._in_results_dumped)
+
+    def masked_result(self, value: Any) -> Any:
+        """`value` (a tool's result as a run gets it) with each credential its results may not pass on
+        replaced by ``***`` in its strings, its keys too; anything else as it is. Its strings, not its
+        JSON: a credential of digits could be a number there, which would then not parse.
+        RecursionError past Python's depth."""
+        return _masked_value(value, self._in_results)
+
+
+def masked(text: str, secrets: Iterable[str]) -> str:
+    """`text` with each of `secrets` replaced by ``***``, in their order (the longest first, as
+    `Credentials.secrets` has them: a credential inside a longer one is not masked first)."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def _masked_value(value: Any, secrets: Sequence[str]) -> Any:
+    if isinstance(value, str):
+        return masked(value, secrets)
+    if isinstance(value, list | tuple):
+        return [_masked_value(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {_masked_value(key, secrets): _masked_value(item, secrets) for key, item in value.items()}
+    return value
+
+
+def _spellings(secrets: Iterable[str]) -> list[str]:
+    """Each of `secrets` as it is and as JSON and Python's repr escape it (an error that is no text is
+    dumped to JSON before it is masked, a log line may repr it: found by a review, `pa"ss\\word` and
+    `pässwörd` passed unmasked, escaped), the longest first."""
+    spelt = set()
+    for secret in secrets:
+        spelt |= {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
+    return sorted(spelt, key=len, reverse=True)
