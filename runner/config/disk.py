@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from runner.config import settings
 from runner.config.locks import Distribution, installed, normalized, parse_lock, shown_modules
 from runner.config.memory import sessions_budget
 from runner.config.values import DEFAULT_PRELOAD, PROVIDED_DIRECTORY, Config
@@ -29,10 +30,10 @@ from runner.errors import ConfigError
 POOL_PREFIX = "python-runner-"
 # Code mode's directory there (`runner.tools.broker.Broker.opened`): empty, held while the server lives.
 TOOLS_PREFIX = "python-runner-tools-"
-# In a stdio tool server's environment, that directory: what the server and what it started carry, for the
-# start after a killed server to find (`runner.execution.leftovers`). Ours alone (an operator may have
-# set TMPDIR for it on purpose), and no secret.
-HELD_VARIABLE = "RUNNER_HELD_DIRECTORY"
+# In a stdio tool server's environment, that directory (`settings.HELD_VARIABLE`): what the server and what
+# it started carry, for the start after a killed server to find (`runner.execution.leftovers`). Ours alone
+# (an operator may have set TMPDIR for it on purpose), and no secret.
+HELD_VARIABLE = settings.HELD_VARIABLE
 # The lock an environment was made from, which `make wheelhouse` keeps beside the wheels and `make
 # sandbox-env` in the package environment (scripts/wheelhouse.py, scripts/sandbox_env.py).
 WHEELHOUSE_LOCK = ENVIRONMENT_LOCK = "requirements.lock"

@@ -155,6 +155,11 @@ def markdown_table(settings: Iterable[Setting], defaults: object, http_defaults:
 
 # Read by the test suite (tests/conftest.py, the Makefile's `unit`), not by the server.
 TEST_PREFIX = "RUNNER_TEST_"
+# Set by a server of ours in a stdio tool server's environment (the directory it holds, for the start
+# after a killed server; the mark the stray sweep knows that server by): which may be another
+# python-runner-mcp, for whom they are no settings, nor misspellings of one.
+HELD_VARIABLE = "RUNNER_HELD_DIRECTORY"
+MARK_VARIABLE = "RUNNER_TOOL_SERVER_MARK"
 
 
 # Names a user may well mean more than one setting by: each is named, with what it is.
@@ -167,11 +172,14 @@ AMBIGUOUS = {
 def unknown_variables(settings: Iterable[Setting], environ: Mapping[str, str]) -> list[tuple[str, str]]:
     """Each RUNNER_* name in `environ` that no setting has (a misspelling the server would otherwise run
     without: RUNNER_MAX_MEMORY=512 left every run at the default 256 MiB), with why, naming the closest
-    known one where there is one. The test suite's own (RUNNER_TEST_*) are not the server's."""
+    known one where there is one. The test suite's own (RUNNER_TEST_*) are not the server's, nor are the
+    marks a server of ours sets on a tool server it starts."""
     known = sorted(setting.name for setting in settings)
     said = []
     for name in sorted(environ):
         if not name.startswith("RUNNER_") or name in known or name.startswith(TEST_PREFIX):
+            continue
+        if name in (HELD_VARIABLE, MARK_VARIABLE):
             continue
         close = AMBIGUOUS.get(name) or closest_name(name, known)
         guess = f"; did you mean {close}?" if close else ""

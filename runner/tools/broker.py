@@ -23,12 +23,13 @@ from typing import Any
 import anyio
 
 from runner.config import ToolsConfig, ToolServers
+from runner.config.settings import MARK_VARIABLE
 from runner.config.tools import python_name
 from runner.errors import Unavailable
 from runner.logs import SHOWN_CHARS, LogBudget, cut, log_event
 from runner.outcome import ToolCall
 from runner.tools.catalog import describe, dumped_within, value_of_result
-from runner.tools.downstream import CONNECT_SECONDS, MARK_VARIABLE, Connection, Down, TooSlow, loop_time
+from runner.tools.downstream import CONNECT_SECONDS, Connection, Down, TooSlow, loop_time
 from runner.tools.schemas import SchemaCheck
 from runner.tools.sdk_log import SDK_HTTP_LOGGER, DownstreamWarnings
 

@@ -32,6 +32,7 @@ from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
 from runner.config import Downstream, python_name
 from runner.config.disk import HELD_VARIABLE
+from runner.config.settings import MARK_VARIABLE
 from runner.logs import log_event
 from runner.rates import Pace, Rate
 from runner.tools.credentials import Credentials
@@ -67,7 +68,6 @@ TOLD = (1, 0.1)  # how often what was dropped is logged
 # The event loop's clock, `anyio.current_time()`'s on asyncio, read without anyio's lookup of the running
 # backend: a brokered call reads it four times on its way.
 loop_time = time.monotonic
-MARK_VARIABLE = "RUNNER_TOOL_SERVER_MARK"
 
 
 class Down(Exception):

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from mcp import Client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.code_mode import hostile, run, run_once, stdio_params, stdio_session, tools_file, waited_out
+from tests.code_mode import hostile, run, run_once, stdio_env, stdio_params, stdio_session, tools_file, waited_out
 from tests.conftest import REPO
 from tests.helpers import check_structured, processes_mentioning, settled
 from tests.http_server import HttpServer, http_server
@@ -193,6 +194,28 @@ def remote(work_dir: Path, tmp_path: Path) -> Any:
     remote_work.mkdir()
     with http_server(remote_work, tmp_path / "remote.log", RUNNER_AUTH_TOKENS_FILE=str(tokens)) as server:
         yield server
+
+
+async def test_another_python_runner_mcp_over_stdio_serves_as_a_downstream(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review of the house: a stdio server's environment holds marks of ours
+    # (RUNNER_HELD_DIRECTORY, RUNNER_TOOL_SERVER_MARK), which a python-runner-mcp took for misspelt
+    # settings and stopped on (exit 2): every call to it said the server was down.
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    path = tools_file(
+        tmp_path,
+        inner={
+            "command": sys.executable,
+            "args": ["-m", "runner"],
+            "cwd": str(REPO),
+            "env": stdio_env(inner),
+            "tools": ["run_python"],
+        },
+    )
+    code = "import mcp_tools\nprint(mcp_tools.inner.run_python(code='print(6 * 7)')['stdout'], end='')"
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["status"] == "ok", (done, (tmp_path / "stderr.log").read_text()[-2000:])
+    assert done["stdout"] == "42\n"
 
 
 async def test_only_the_callers_a_server_names_reach_it_and_a_run_timed_out_cancels_its_call_downstream(
