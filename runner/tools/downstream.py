@@ -51,6 +51,7 @@ BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # waits between reconnections, the l
 RELIST_SECONDS = 2.0  # between a server's listings, at least
 HEALTHY_SECONDS = 30.0  # a connection up this long starts the backoff over when it goes
 MAX_STDERR_LINE = 2000
+STDERR_LEFT_LINES = 5  # a stdio server's lines read once it has gone (`_read_left`), at most
 # A server's stderr lines logged, and its requests to us (ping; the others are refused) taken: as a
 # rate (a second's worth at once, then so many a second); the rest dropped, the dropped counted.
 STDERR_LINES = (1000, 100.0)
@@ -96,6 +97,7 @@ class Connection:
         # it and its session alone; `starting` while it is being started (before its exec, no mark yet).
         self.mark, self.starting = "", False
         self._lost = anyio.Event()
+        self._last_said: list[str] = []  # a stdio server's last stderr line (`_stderr_to_log`)
         self._fault = ""  # what the connection's transport said was wrong, when it was lost so
         self._relist = anyio.Event()
         self._output_checks: dict[str, tuple[Any, SchemaCheck | None]] = {}  # by tool, per listed schema
@@ -155,8 +157,14 @@ class Connection:
             failures += 1
 
     def _reason(self, exc: BaseException) -> str:
-        """Why `exc` happened, in a line, credentials masked before it is cut."""
-        return self.credentials.scrubbed(_why(exc))[:MAX_DOWN_CHARS]
+        """Why `exc` happened, in a line, credentials masked before it is cut; for a stdio server whose
+        connection closed, with the last line it wrote on its stderr (why it could not start, say:
+        "Connection closed" is all the SDK knows)."""
+        why = _why(exc)
+        inner = _inner(exc)
+        if self._last_said and isinstance(inner, MCPError) and inner.code == CONNECTION_CLOSED:
+            why = f"{why}; its stderr's last line: {self._last_said[0]}"
+        return self.credentials.scrubbed(why)[:MAX_DOWN_CHARS]
 
     async def call(self, tool: str, arguments: dict[str, Any], seconds: float) -> types.CallToolResult:
         """Call `tool`; `Down` if the server is down or does not answer within `seconds` (the run's
@@ -194,7 +202,8 @@ class Connection:
                 await stack.enter_async_context(http)
                 transport: Any = streamable_http_client(server.url, http, self._most_bytes)
             else:
-                errlog = await self._stderr_to_log(stack)
+                self._last_said = []
+                errlog = await _stderr_to_log(stack, self._log, server.name, self.credentials.secrets, self._last_said)
                 # The SDK starts it in a session of its own and keeps its pid: it is found by this mark.
                 mark = secrets.token_hex(16)
                 parameters = StdioServerParameters(
@@ -224,16 +233,6 @@ class Connection:
 
     def _forget_mark(self) -> None:
         self.mark, self.starting = "", False
-
-    async def _stderr_to_log(self, stack: contextlib.AsyncExitStack) -> Any:
-        """A file for the server's stderr whose lines go to our log under the server's name."""
-        read_end, write_end = os.pipe()
-        errlog = os.fdopen(write_end, "w")
-        stack.callback(errlog.close)
-        tg = await stack.enter_async_context(anyio.create_task_group())
-        stack.push_async_callback(_cancel_soon, tg)
-        tg.start_soon(_log_lines, read_end, self._log, self.server.name, self.credentials.secrets)
-        return errlog
 
     async def _list(self, client: Client) -> None:
         listed: dict[str, types.Tool] = {}
@@ -322,50 +321,82 @@ class Connection:
         self._lost.set()
 
 
-async def _log_lines(fd: int, logger: logging.Logger, name: str, secrets: list[str]) -> None:
+async def _stderr_to_log(
+    stack: contextlib.AsyncExitStack, logger: logging.Logger, name: str, secrets: list[str], last: list[str]
+) -> Any:
+    """A file for a stdio server's stderr whose lines go to our log under the server's `name`; the last
+    one kept in `last`, for why it went down (`Connection._reason`): once it has gone, what it wrote
+    that was not read yet is read then (`_read_left`)."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    stack.callback(os.close, read_end)
+    stack.callback(_read_left, read_end, logger, name, secrets, last)
+    errlog = os.fdopen(write_end, "w")
+    stack.callback(errlog.close)
+    tg = await stack.enter_async_context(anyio.create_task_group())
+    stack.push_async_callback(_cancel_soon, tg)
+    tg.start_soon(_log_lines, read_end, logger, name, secrets, last)
+    return errlog
+
+
+def _read_left(fd: int, logger: logging.Logger, name: str, secrets: list[str], last: list[str]) -> None:
+    """The last of what a stdio server that has gone wrote on its stderr (`fd`) that `_log_lines` had not
+    read (the SDK can end the connection first): its last words, why it could not start, say. One read,
+    without waiting; at most STDERR_LEFT_LINES lines logged."""
+    try:
+        left = os.read(fd, STDERR_READ)
+    except OSError:
+        return
+    for secret in secrets:
+        left = left.replace(secret.encode(), b"***")
+    lines = [line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip() for line in left.split(b"\n") if line.strip()]
+    for text in lines[-STDERR_LEFT_LINES:]:
+        log_event(logger, logging.INFO, "tool server stderr", server=name, line=text)
+        last[:] = [text]
+
+
+async def _log_lines(fd: int, logger: logging.Logger, name: str, secrets: list[str], last: list[str]) -> None:
     """Log each line a stdio server writes on its stderr (`fd`), at a rate (`STDERR_LINES`), with
-    every credential of its entry (`secrets`) masked before the line is cut."""
-    os.set_blocking(fd, False)
+    every credential of its entry (`secrets`) masked before the line is cut; the last one logged in
+    `last`."""
     pending = b""
     rate, told = Rate(*STDERR_LINES), Rate(*TOLD)
     paced = Pace(STDERR_BYTES, STDERR_BYTES, anyio.current_time())
     masked = [(secret.encode(), b"***") for secret in secrets]
     # The end of a long line waits for what follows: it may be the start of a credential.
     keep = max((len(secret) for secret, _ in masked), default=1) - 1
-    try:
-        while True:
-            await anyio.wait_readable(fd)
-            try:
-                chunk = os.read(fd, STDERR_READ)
-            except BlockingIOError:
+    while True:
+        await anyio.wait_readable(fd)
+        try:
+            chunk = os.read(fd, STDERR_READ)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        pending += chunk
+        for secret, mask in masked:
+            pending = pending.replace(secret, mask)
+        *lines, pending = pending.split(b"\n")
+        if len(pending) > MAX_STDERR_LINE + keep:
+            lines.append(pending[: len(pending) - keep])
+            pending = pending[len(pending) - keep :]
+        for n, line in enumerate(lines):
+            if not line.strip():
                 continue
-            if not chunk:
+            if not rate.take():
+                rate.dropped += len(lines) - n - 1  # the rest, not looked at one by one (blank or not)
                 break
-            pending += chunk
-            for secret, mask in masked:
-                pending = pending.replace(secret, mask)
-            *lines, pending = pending.split(b"\n")
-            if len(pending) > MAX_STDERR_LINE + keep:
-                lines.append(pending[: len(pending) - keep])
-                pending = pending[len(pending) - keep :]
-            for n, line in enumerate(lines):
-                if not line.strip():
-                    continue
-                if not rate.take():
-                    rate.dropped += len(lines) - n - 1  # the rest, not looked at one by one (blank or not)
-                    break
-                text = line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip()
-                log_event(logger, logging.INFO, "tool server stderr", server=name, line=text)
-            if rate.dropped and told.take():
-                log_event(logger, logging.WARNING, "tool server stderr not logged", server=name, lines=rate.dropped)
-                rate.dropped = 0
-            # Read at a pace, not as fast as it comes: a flood's reads cost the event loop 99% of it; and
-            # each read as if it were a full one, a byte at a time cost it 80%.
-            wait = paced.spend(max(len(chunk), STDERR_READ), anyio.current_time())
-            if wait:
-                await anyio.sleep(wait)
-    finally:
-        os.close(fd)
+            text = line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip()
+            log_event(logger, logging.INFO, "tool server stderr", server=name, line=text)
+            last[:] = [text]
+        if rate.dropped and told.take():
+            log_event(logger, logging.WARNING, "tool server stderr not logged", server=name, lines=rate.dropped)
+            rate.dropped = 0
+        # Read at a pace, not as fast as it comes: a flood's reads cost the event loop 99% of it; and
+        # each read as if it were a full one, a byte at a time cost it 80%.
+        wait = paced.spend(max(len(chunk), STDERR_READ), anyio.current_time())
+        if wait:
+            await anyio.sleep(wait)
 
 
 @contextlib.asynccontextmanager
@@ -488,10 +519,15 @@ def _connection_failed(exc: BaseException) -> bool:
     return isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream | OSError)
 
 
+def _inner(exc: BaseException) -> BaseException:
+    """The first exception a group holds, however deep (the SDK's task groups nest theirs)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _why(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup):
-        inner = exc.exceptions[0] if exc.exceptions else exc
-        return _why(inner)
+    exc = _inner(exc)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

@@ -97,7 +97,12 @@ DYING_WITH_US = (
     "ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGKILL
     "if os.getppid() != int(sys.argv[1]):\n"
     "    os._exit(1)\n"
-    "os.execv(sys.argv[2], sys.argv[3:])\n"
+    "try:\n"
+    "    os.execv(sys.argv[2], sys.argv[3:])\n"
+    "except OSError as exc:\n"  # what Python would say leaves the path out
+    "    sys.stderr.write(f'cannot start {sys.argv[2]}: {exc.strerror}\\n')\n"
+    "    sys.stderr.flush()\n"
+    "    os._exit(127)\n"
 )
 
 

@@ -132,7 +132,11 @@ async def test_every_failure_of_a_call_is_a_tool_error_naming_the_server_and_the
             done = await run(client, code)
     lines = done["stdout"].splitlines()
     assert done["status"] == "ok", done
-    assert lines.pop(0).startswith("gone.get-thing: the server is down: "), done["stdout"]
+    # Why, in the server's own words (found by a first hour: "MCPError: Connection closed" and no path).
+    assert lines.pop(0) == (
+        "gone.get-thing: the server is down: MCPError: Connection closed; its stderr's last line: "
+        f"cannot start {tmp_path / 'no-such-server'}: No such file or directory"
+    ), done["stdout"]
     assert lines.pop(0) == "time.get_everything: no such tool here (help(mcp_tools) lists them)"
     assert lines.pop(0) == "False True"
     assert lines[0] == "time.get_everything: this tool is not allowed here (RUNNER_TOOLS_CONFIG's tools)"
