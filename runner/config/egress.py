@@ -82,9 +82,7 @@ class EgressAllow:
             if address is not None:
                 if entry.network is not None and address in entry.network:
                     return True
-            elif (entry.kind == "name" and host == entry.name) or (
-                entry.kind == "wildcard" and host.endswith("." + entry.name)
-            ):
+            elif entry.matches_name(host):
                 return True
         return False
 

@@ -108,7 +108,7 @@ _FILE_TOO_LARGE = re.compile(r"(?:^|\n)[^\n]{0,100}\[Errno 27\] File too large[^
 
 
 @dataclass(frozen=True)
-class RunLimits:
+class LimitNotes:
     """What a run that met one of its limits is told of it (0: not said): its processes and threads,
     its /tmp's MiB (a sandboxed run's own tmpfs; 0 where /tmp is the host's), one file's MiB."""
 
@@ -169,13 +169,13 @@ class Hints:
     """What a result's note is made from, decided when the pool opens: the package environment's
     site-packages, the wheelhouse's module -> distribution map, what it offers a user, what runs
     are told of their network when they tried one they have not got ("" where they have the host's),
-    and of the limits they met (`RunLimits`)."""
+    and of the limits they met (`LimitNotes`)."""
 
     site: str = ""
     wheelhouse: Mapping[str, str] = dataclasses.field(default_factory=dict)
     offered: tuple[str, ...] = ()
     network: str = ""
-    limits: RunLimits = RunLimits()
+    limits: LimitNotes = LimitNotes()
 
     def noted(self, result: RunResult) -> RunResult:
         """`result`, with a note when it is an error that ended on a module this server cannot give, on

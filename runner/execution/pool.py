@@ -24,7 +24,7 @@ from runner.config.disk import POOL_PREFIX
 from runner.execution.admission import Admission
 from runner.execution.calls import CallPath
 from runner.execution.driver import ProgressCallback, RunDriver
-from runner.execution.hints import Hints, RunLimits, no_network_note
+from runner.execution.hints import Hints, LimitNotes, no_network_note
 from runner.execution.kept import OutputStore
 from runner.execution.leftovers import HeldDirectory, remove_dead
 from runner.execution.provided import ProvidedPackages
@@ -304,7 +304,7 @@ def _hints(config: Config, plan: IsolationPlan, provided: ProvidedPackages | Non
     network = no_network_note(config.egress_allow) if plan.network == "isolated" else ""
     # A sandboxed run's /tmp is a tmpfs of its own; a plain run's is the host's, whose size is not ours.
     tmp_mb = config.sandbox_tmp_mb if plan.sandboxed else 0
-    limits = RunLimits(config.max_processes, tmp_mb, config.max_file_size_mb)
+    limits = LimitNotes(config.max_processes, tmp_mb, config.max_file_size_mb)
     return Hints(config.packages_site, house, config.wheelhouse_modules, network, limits)
 
 

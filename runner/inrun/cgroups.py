@@ -49,9 +49,6 @@ WANTED = ("memory", "pids")
 # cgroup gets, in order: ``cgroup-limits=<file>=<value>,...`` (a file is written where it exists).
 PATH_MARK = "cgroup="
 LIMITS_MARK = "cgroup-limits="
-# How long a cgroup whose last process is still exiting (EBUSY) is tried again before it is left
-# to the next pass (`RunCgroup.remove` is called again) and, last of all, to the server's end.
-REMOVE_SECONDS = 1.0
 
 
 class Layout:

@@ -150,9 +150,9 @@ def test_the_hosts_a_network_note_names_are_bounded() -> None:
 def test_a_limit_a_run_met_that_its_error_does_not_name_gets_a_note_naming_it(stderr: str, said: str) -> None:
     # Found by a new user: 40 threads ended on "can't start new thread", a fork loop on EAGAIN, a full
     # /tmp on ENOSPC, none naming the limit or its variable.
-    from runner.execution.hints import RunLimits
+    from runner.execution.hints import LimitNotes
 
-    limits = RunLimits(processes=32, tmp_mb=64, file_mb=16)
+    limits = LimitNotes(processes=32, tmp_mb=64, file_mb=16)
     note = limits.note(stderr)
     if said:
         assert said in note, note
@@ -160,7 +160,7 @@ def test_a_limit_a_run_met_that_its_error_does_not_name_gets_a_note_naming_it(st
         assert note == ""
     result = RunResult("0" * 8, Status.ERROR, exit_code=1, stderr=StreamText(stderr, 0, 0))
     assert Hints(limits=limits).noted(result).note == note
-    assert RunLimits().note(stderr) == "", "a limit not said where it is not the run's own (a plain run's /tmp)"
+    assert LimitNotes().note(stderr) == "", "a limit not said where it is not the run's own (a plain run's /tmp)"
 
 
 def test_matplotlib_s_magic_is_told_to_go_figures_come_back_by_themselves() -> None:
