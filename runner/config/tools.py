@@ -33,7 +33,7 @@ _OURS = frozenset({"tools", "callers"})
 # What `mcp_tools` itself defines (runner/inrun/mcp_tools.py: its other names start with `_mcp`): no
 # server may take these names there.
 RESERVED = frozenset({"call", "ToolError", "servers", "annotations", "Any", "Callable"})
-# Keys other clients write that mean nothing here (Claude Desktop's `type`, OpenClaw's `disabled`...).
+# Keys other clients write that mean nothing here (Claude Desktop's `type`...); `disabled` does (`parse`).
 _IGNORED = frozenset({"type", "transport", "disabled", "description", "timeout"})
 
 
@@ -120,6 +120,11 @@ class ToolServers:
         made: list[Downstream] = []
         by_python: dict[str, str] = {}
         for name, entry in servers.items():
+            if isinstance(entry, dict) and "disabled" in entry:
+                if not isinstance(entry["disabled"], bool):
+                    raise ConfigError(VARIABLE, f'{path}: mcpServers.{name}: "disabled" is true or false')
+                if entry["disabled"]:
+                    continue  # kept in the file, not started (Cline's and Roo Code's key; found by a first hour)
             server = _server(path, name, entry)
             if server.python_name in RESERVED or server.python_name.startswith(("__", "_mcp")):
                 raise ConfigError(
@@ -134,6 +139,8 @@ class ToolServers:
                 )
             by_python[server.python_name] = name
             made.append(server)
+        if not made:
+            raise ConfigError(VARIABLE, f"{path}: every server of mcpServers is disabled")
         return cls(path, tuple(made))
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools as _mcp_itertools
 import json as _mcp_json
 import os as _mcp_os
+import types as _mcp_types
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,10 @@ _mcp_exchange: Callable[[bytes, bytes], bytes] | None = None
 _mcp_counts = _mcp_itertools.count(1)
 _mcp_limit_bytes = 0
 servers: dict[str, Any] = {}
+# What help(mcp_tools) documents (and `from mcp_tools import *` takes): these, and each server. Not
+# ToolError: the docstring says what it is, and pydoc's page of what it inherits from Exception is some
+# 60 lines a model would read for nothing.
+__all__ = ["call", "servers"]
 
 
 class ToolError(Exception):
@@ -86,18 +91,24 @@ def call(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any
     raise ToolError(said if said.startswith(f"{server}.{tool}: ") else f"{server}.{tool}: {said}")
 
 
-class _mcp_NoSuchTool(ToolError, AttributeError):
-    """A tool this server does not have here: a `ToolError`, and an AttributeError for ``hasattr``."""
+class _mcp_NoSuchName(ToolError, AttributeError):
+    """A server or tool not here: a `ToolError`, and an AttributeError for ``hasattr``."""
 
 
-class _mcp_Server:
-    """One downstream server's allowed tools, as functions (see ``help()`` of each)."""
+# A run's traceback names the class: ToolError, as the module says a failed call raises.
+_mcp_NoSuchName.__name__ = _mcp_NoSuchName.__qualname__ = "ToolError"
 
-    def __init__(self, name: str, description: str, down: str = "", configured: dict[str, str] | None = None) -> None:
+
+class _mcp_Server(_mcp_types.ModuleType):
+    """One downstream server's allowed tools, as functions: a module of its own, so that help() of it
+    lists them, each with its description and input schema."""
+
+    def __init__(self, name: str, python_name: str, down: str = "", configured: dict[str, str] | None = None) -> None:
+        super().__init__(f"mcp_tools.{python_name}", f"The tools of the MCP server {name!r} this run may call.")
         self._mcp_server_name = name
         self._mcp_down = down
         self._mcp_configured = configured or {}
-        self.__doc__ = description
+        self.__all__: list[str] = []
 
     def __getattr__(self, python_name: str) -> Any:
         # Only for a name the server has no function of: its tools are attributes of their own.
@@ -109,11 +120,20 @@ class _mcp_Server:
             # server says whether it is still down (a review: an AttributeError, not a ToolError).
             tool = self._mcp_configured.get(python_name, python_name)
             return _mcp_function(server, tool, python_name, f"A tool of {server!r}, down when imported.", {})
-        raise _mcp_NoSuchTool(f"{server}.{python_name}: no such tool here (help(mcp_tools) lists them)")
+        raise _mcp_NoSuchName(
+            f"{server}.{python_name}: no such tool here, or not one this run may call "
+            f"(help(mcp_tools.{self.__name__.removeprefix('mcp_tools.')}) lists those it may)"
+        )
 
     def __repr__(self) -> str:
-        tools = sorted(name for name in vars(self) if not name.startswith("_mcp"))
-        return f"<mcp_tools server {self._mcp_server_name!r}: {', '.join(tools)}>"
+        return f"<mcp_tools server {self._mcp_server_name!r}: {', '.join(self.__all__)}>"
+
+
+def __getattr__(name: str) -> Any:
+    """A server this run has not (found by a first hour: an AttributeError, not the ToolError said)."""
+    if name.startswith("_"):
+        raise AttributeError(name)
+    raise _mcp_NoSuchName(f"{name}: no such server here (help(mcp_tools) lists them)")
 
 
 def _mcp_function(server: str, tool: str, python_name: str, description: str, schema: Any) -> Callable[..., Any]:
@@ -139,15 +159,17 @@ def _mcp_start(catalog: dict[str, Any], exchange: Callable[[bytes, bytes], bytes
         lines.append(f"Calls in flight at once, at most: {int(catalog['most_in_flight'])}.\n")
     lines.append("Servers and their tools here:")
     for entry in catalog.get("servers", []):
-        server = _mcp_Server(entry["name"], entry.get("summary", ""), entry.get("down", ""), entry.get("configured"))
+        server = _mcp_Server(entry["name"], entry["python_name"], entry.get("down", ""), entry.get("configured"))
         lines.append(f"  {entry['python_name']}  ({entry['name']})")
         for tool in entry.get("tools", []):
             made = _mcp_function(entry["name"], tool["name"], tool["python_name"], tool["description"], tool["schema"])
             setattr(server, tool["python_name"], made)
+            server.__all__.append(tool["python_name"])
             first = (tool["description"].strip().splitlines() or [""])[0][:100]
             lines.append(f"    .{tool['python_name']}(...)  {first}")
         if entry.get("down"):
             lines.append(f"    (down now: {entry['down']})")
         servers[entry["python_name"]] = server
         globals()[entry["python_name"]] = server
+        __all__.append(entry["python_name"])
     globals()["__doc__"] = "\n".join(lines)

@@ -110,8 +110,8 @@ def describe(servers: Sequence[tuple[Downstream, Mapping[str, types.Tool], Mappi
     out here too) with the first line of its description, at most MAX_DESCRIBED of them."""
     lines = [
         "Code mode: `import mcp_tools` calls tools of other MCP servers as functions, "
-        "`mcp_tools.<server>.<tool>(**arguments)`; `help(mcp_tools)` lists them with their input schemas; "
-        "a failed call raises `mcp_tools.ToolError`."
+        "`mcp_tools.<server>.<tool>(**arguments)`; `help(mcp_tools)` lists them, and "
+        "`help(mcp_tools.<server>.<tool>)` shows a tool's input schema; a failed call raises `mcp_tools.ToolError`."
     ]
     shown = 0
     left = 0
@@ -126,6 +126,10 @@ def describe(servers: Sequence[tuple[Downstream, Mapping[str, types.Tool], Mappi
             line = f"- mcp_tools.{server.python_name}.{named[name]}: {first}"
             lines.append(line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "...")
             shown += 1
-    if left or others:
-        lines.append("help(mcp_tools) lists the rest.")
+    if left:
+        lines.append(f"help(mcp_tools) lists the rest ({left} more).")
+    if others:
+        lines.append(
+            f"Not listed here: {others} server(s) only some callers may use (help(mcp_tools) lists a caller's)."
+        )
     return "\n".join(lines)

@@ -94,6 +94,38 @@ async def test_each_kind_of_result_comes_back_as_its_value_and_a_long_call_is_na
     assert 'tool server stderr server=every line="Starting default (STDIO) server..."' in log
 
 
+async def test_names_a_run_gets_wrong_are_tool_errors_that_say_the_right_one_and_help_lists_a_servers_tools(
+    work_dir: Path, tmp_path: Path, everything: dict[str, Any]
+) -> None:
+    # Found by a first hour: call() with a tool's Python name said "no such tool"; a tool not allowed, got
+    # as an attribute, said "no such tool here" under the class name _mcp_NoSuchTool; an unknown server
+    # was a plain AttributeError; help(mcp_tools.every) showed the class's own help and no tool.
+    path = tools_file(tmp_path, every=everything)
+    code = (
+        "import contextlib, io, mcp_tools\n"
+        "for wrong in (lambda: mcp_tools.call('every', 'get_sum', {'a': 1, 'b': 2}), lambda: mcp_tools.every.get_env,"
+        " lambda: mcp_tools.nowhere):\n"
+        "    try:\n"
+        "        wrong()\n"
+        "    except mcp_tools.ToolError as exc:\n"
+        "        print(type(exc).__name__, exc)\n"
+        "shown = io.StringIO()\n"
+        "with contextlib.redirect_stdout(shown):\n"
+        "    help(mcp_tools.every)\n"
+        "print('get_sum(**arguments' in shown.getvalue(), shown.getvalue().count('Input schema:'))\n"
+    )
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["status"] == "ok", done
+    assert done["stdout"].splitlines() == [
+        "ToolError every.get_sum: the server calls this tool 'get-sum': mcp_tools.call takes the server's own "
+        "names (mcp_tools.every.get_sum is its function)",
+        "ToolError every.get_env: no such tool here, or not one this run may call (help(mcp_tools.every) lists "
+        "those it may)",
+        "ToolError nowhere: no such server here (help(mcp_tools) lists them)",
+        f"True {len(ALLOWED)}",
+    ]
+
+
 async def test_a_downstream_killed_mid_call_fails_that_call_only_and_is_started_again(
     work_dir: Path, tmp_path: Path, everything: dict[str, Any]
 ) -> None:

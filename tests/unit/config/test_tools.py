@@ -75,6 +75,18 @@ def test_a_python_name_replaces_what_is_not_a_letter_digit_or_underscore(name: s
     assert python_name(name) == made
 
 
+def test_a_disabled_entry_is_left_out_whatever_else_it_says() -> None:
+    # Found by a first hour: Cline's and Roo Code's "disabled": true was ignored, the server started.
+    read = ToolServers.parse(
+        servers(
+            off={"command": "x", "disabled": True},  # no "tools": not looked at
+            on={"command": "y", "tools": ["*"], "disabled": False},
+        ),
+        "/etc/tools.json",
+    )
+    assert [server.name for server in read.servers] == ["on"]
+
+
 @pytest.mark.parametrize(
     ("data", "says"),
     [
@@ -95,6 +107,8 @@ def test_a_python_name_replaces_what_is_not_a_letter_digit_or_underscore(name: s
         (servers(**{"a-b": {"command": "x", "tools": ["*"]}, "a_b": {"command": "y", "tools": ["*"]}}), "also 'a-b'"),
         (servers(call={"command": "x", "tools": ["*"]}), "mcp_tools' own name"),
         (servers(**{"bad name": {"command": "x", "tools": ["*"]}}), "a server's name is"),
+        (servers(time={"command": "x", "tools": ["*"], "disabled": "yes"}), '"disabled" is true or false'),
+        (servers(time={"command": "x", "tools": ["*"], "disabled": True}), "every server of mcpServers is disabled"),
     ],
 )
 def test_a_bad_file_or_entry_is_refused_naming_the_file_and_the_entry(data: bytes, says: str) -> None:

@@ -33,8 +33,19 @@ def test_the_description_lists_each_allowed_tool_in_one_bounded_line_and_says_wh
     assert "- mcp_tools.my_server.tool_000: Does a thing." in text
     assert "More." not in text
     assert text.count("\n- ") == MAX_DESCRIBED
-    assert text.endswith("help(mcp_tools) lists the rest.")
+    assert text.endswith("help(mcp_tools) lists the rest (5 more).")
     assert "lists the rest" not in describe([(server, dict(list(tools.items())[:2]), named)])
+
+
+def test_the_description_says_what_help_shows_and_does_not_promise_tools_it_hides_from_a_caller() -> None:
+    # Found by a first hour: it said help(mcp_tools) lists input schemas (a tool's own help does), and
+    # "help(mcp_tools) lists the rest" with every tool shown, for servers a stdio caller cannot use.
+    server = Downstream("s", "s", ("*",), None, command="x")
+    tools = {"t": types.Tool(name="t", description="T.", input_schema={})}
+    text = describe([(server, tools, {"t": "t"})], others=1)
+    assert "`help(mcp_tools.<server>.<tool>)` shows a tool's input schema" in text
+    assert "lists the rest" not in text
+    assert text.endswith("Not listed here: 1 server(s) only some callers may use (help(mcp_tools) lists a caller's).")
 
 
 def test_the_description_names_the_tools_as_mcp_tools_has_them_and_leaves_out_those_it_leaves_out() -> None:
