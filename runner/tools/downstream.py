@@ -28,7 +28,7 @@ import anyio.abc
 from mcp import Client, MCPError, types
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.message import SessionMessage
-from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND, REQUEST_TIMEOUT
+from mcp.types import CONNECTION_CLOSED, INTERNAL_ERROR, METHOD_NOT_FOUND, REQUEST_TIMEOUT
 
 from runner.config import Downstream, python_name
 from runner.config.disk import HELD_VARIABLE
@@ -51,6 +51,11 @@ BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # waits between reconnections, the l
 RELIST_SECONDS = 2.0  # between a server's listings, at least
 HEALTHY_SECONDS = 30.0  # a connection up this long starts the backoff over when it goes
 MAX_STDERR_LINE = 2000
+# What the SDK says where it knows no more: of a stdio server gone (its stderr's last line may say
+# why), of an HTTP server's error status (`Hooks` saw it).
+SAID_NO_MORE = frozenset(
+    {(CONNECTION_CLOSED, "Connection closed"), (INTERNAL_ERROR, "Server returned an error response")}
+)
 STDERR_LEFT_LINES = 5  # a stdio server's lines read once it has gone (`_read_left`), at most
 # A server's stderr lines logged, and its requests to us (ping; the others are refused) taken: as a
 # rate (a second's worth at once, then so many a second); the rest dropped, the dropped counted.
@@ -97,7 +102,7 @@ class Connection:
         # it and its session alone; `starting` while it is being started (before its exec, no mark yet).
         self.mark, self.starting = "", False
         self._lost = anyio.Event()
-        self._last_said: list[str] = []  # a stdio server's last stderr line (`_stderr_to_log`)
+        self._last_said: list[str] = []  # a stdio server's last stderr line, an HTTP one's error status
         self._fault = ""  # what the connection's transport said was wrong, when it was lost so
         self._relist = anyio.Event()
         self._output_checks: dict[str, tuple[Any, SchemaCheck | None]] = {}  # by tool, per listed schema
@@ -162,9 +167,14 @@ class Connection:
         "Connection closed" is all the SDK knows)."""
         why = _why(exc)
         inner = _inner(exc)
-        if self._last_said and isinstance(inner, MCPError) and inner.code == CONNECTION_CLOSED:
-            why = f"{why}; its stderr's last line: {self._last_said[0]}"
+        if self._last_said and isinstance(inner, MCPError) and (inner.code, str(inner)) in SAID_NO_MORE:
+            said = self._last_said[0]
+            why = f"{why}; {said}" if self.server.url else f"{why}; its stderr's last line: {said}"
         return self.credentials.scrubbed(why)[:MAX_DOWN_CHARS]
+
+    def _answered(self, said: str) -> None:
+        """An HTTP server's error status (`Hooks`): what `_reason` adds to the SDK's stand-in for it."""
+        self._last_said[:] = [said]
 
     async def call(self, tool: str, arguments: dict[str, Any], seconds: float) -> types.CallToolResult:
         """Call `tool`; `Down` if the server is down or does not answer within `seconds` (the run's
@@ -198,7 +208,8 @@ class Connection:
         async with contextlib.AsyncExitStack() as stack:
             if server.url:
                 # What the server sends bounded, and a 404 seen (`http_client`): the connection lost.
-                http = http_client(dict(server.headers), self._most_bytes, self._gone)
+                self._last_said = []
+                http = http_client(dict(server.headers), self._most_bytes, self._gone, self._answered)
                 await stack.enter_async_context(http)
                 transport: Any = streamable_http_client(server.url, http, self._most_bytes)
             else:

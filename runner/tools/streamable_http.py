@@ -74,10 +74,12 @@ SESSION_GONE = "the server no longer has our session (HTTP 404)"
 ENDPOINT_GONE = "its endpoint answered 404 to a request without a session (a wrong URL, or gone)"
 
 
-def http_client(headers: dict[str, str], most_bytes: int, gone: Callable[[str], None]) -> httpx2.AsyncClient:
+def http_client(
+    headers: dict[str, str], most_bytes: int, gone: Callable[[str], None], answered: Callable[[str], None]
+) -> httpx2.AsyncClient:
     """The SDK's own client (`create_mcp_http_client`: its timeouts) with `headers`, and our `Hooks`;
     its transports httpx2's own (a proxy the environment names, say)."""
-    hooks = Hooks(most_bytes, gone)
+    hooks = Hooks(most_bytes, gone, answered)
     return httpx2.AsyncClient(
         # Bodies as they are sent: httpx2 decodes a compressed one after our bounds have read it, so
         # 300 KiB of gzip were 300 MiB in the server's memory (found by a review); one compressed all
@@ -101,11 +103,12 @@ class Hooks:
     much as a run may take at once (`CALL_BYTES_PER_SECOND`); and the lines of all of them at a rate
     (`LINES`). A 404 to a request of our session, or one without a session that is no JSON-RPC error,
     calls `gone` with why (`SESSION_GONE`, `ENDPOINT_GONE`), before the SDK reads what the server
-    says of it."""
+    says of it; another error status, `answered` with it (the SDK says "Server returned an error
+    response" and no more)."""
 
-    def __init__(self, most: int, gone: Callable[[str], None]) -> None:
+    def __init__(self, most: int, gone: Callable[[str], None], answered: Callable[[str], None]) -> None:
         self._limit = most + ENVELOPE
-        self._gone = gone
+        self._gone, self._answered = gone, answered
         # One of each for all its streams: a stream opened again starts no burst.
         now = anyio.current_time()
         self._get_bytes = Pace(GET_BYTES[0], GET_BYTES[1], now)
@@ -124,6 +127,8 @@ class Hooks:
         # Before anything reads the body (a 404's is read for a JSON-RPC error): httpx2 would decode it
         # past every bound (found by a second look: gzip of gzip, 496 bytes sent, 200 MiB read).
         encoding = _encoding(response)
+        if response.status_code >= 400 and response.status_code != 404:
+            self._answered(f"it answered HTTP {response.status_code} {response.reason_phrase[:60]}".rstrip())
         if response.status_code == 404:
             if MCP_SESSION_ID in response.request.headers:
                 self._gone(SESSION_GONE)

@@ -33,6 +33,7 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
   ``.gone`` is made and until it is removed, gets 404 with a body that is no JSON-RPC message
   (``application/json`` if the file says ``json``, as FastAPI's ``{"detail": "Not Found"}``; else
   ``text/plain``, as Starlette's): the endpoint is gone, or was never there;
+- ``refuses``: Streamable HTTP as ``http``, whose every POST gets 401 (a credential it does not take);
 - ``redirect``, ``events``, ``comments``, ``retry``: as ``http``, with a session, whose stream of its
   own messages (GET), once the file argv[2] + ``.go`` is made, is a redirect within its origin whose
   body never ends; events of a type no one knows, without end; comment lines, without end; or a
@@ -165,6 +166,13 @@ class Endless(http.server.BaseHTTPRequestHandler):
         request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         method, ident = request.get("method"), request.get("id")
         tool = (request.get("params") or {}).get("name")
+        if MODE == "refuses":
+            self.send_response(401)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", "12")
+            self.end_headers()
+            self.wfile.write(b"Unauthorized")
+            return
         if MODE == "gone" and os.path.exists(sys.argv[2] + ".gone"):
             with open(sys.argv[2] + ".gone") as gone:
                 self.not_found(gone.read() == "json")
@@ -328,7 +336,7 @@ class Sessions(Endless):
 
 
 def main() -> None:
-    if MODE in ("http", "gone", "sessions", "redirect", "events", "comments", "retry"):
+    if MODE in ("http", "gone", "refuses", "sessions", "redirect", "events", "comments", "retry"):
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sessions if MODE == "sessions" else Endless)
         with open(sys.argv[2] + ".part", "w") as port:
             port.write(str(server.server_address[1]))

@@ -455,6 +455,15 @@ async def test_an_http_server_whose_endpoint_answers_404_without_a_session_is_do
     assert done["stdout"].splitlines()[-1] == "echo", done  # connected again once it answers
 
 
+async def test_an_http_server_that_refuses_us_is_down_saying_its_status(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a first hour: a 401 was the SDK's "Server returned an error response", no status.
+    async with http_session(work_dir, tmp_path, "refuses") as client:
+        done = await run(client, SAID + "print(said(mcp_tools.http.echo))\n")
+    said = "MCPError: Server returned an error response; it answered HTTP 401 Unauthorized"
+    assert done["stdout"] == f"http.echo: the server is down: {said}\n", done
+    assert f'tool server down server=http error="{said}"' in (tmp_path / "stderr.log").read_text()
+
+
 def told(directory: Path) -> Counter[str]:
     """What raw_server.py's HTTP mode (`raw_http` in `directory`) wrote on the stream of its own messages
     (GET): how many it answered, the bytes, and how many of them we hung up; the same of calls' streams

@@ -116,7 +116,7 @@ async def test_a_compressed_answer_fails_unread_and_none_is_asked_for(kind: str)
 
     from runner.tools.streamable_http import http_client
 
-    async with http_client({"accept-encoding": "gzip, br"}, 1 << 20, lambda _why: None) as client:
+    async with http_client({"accept-encoding": "gzip, br"}, 1 << 20, lambda _why: None, lambda _said: None) as client:
         client._transport = httpx2.MockTransport(answer)
         async with client.stream("POST", "http://127.0.0.1:1/mcp", content=b"{}") as response:
             with pytest.raises(httpx2.StreamError, match=r"compressed \(gzip\) although none was asked for"):
@@ -130,7 +130,7 @@ async def test_an_answer_said_to_be_identity_is_read_as_it_is() -> None:
 
     from runner.tools.streamable_http import http_client
 
-    async with http_client({}, 1 << 20, lambda _why: None) as client:
+    async with http_client({}, 1 << 20, lambda _why: None, lambda _said: None) as client:
         client._transport = httpx2.MockTransport(answer)
         response = await client.post("http://127.0.0.1:1/mcp", content=b"{}")
         assert response.json() == {"ok": 1}
@@ -153,7 +153,7 @@ async def test_a_compressed_404_is_not_read_for_an_error_and_says_the_endpoint_g
 
     from runner.tools.streamable_http import ENDPOINT_GONE, http_client
 
-    async with http_client({}, 1 << 20, gone.append) as client:
+    async with http_client({}, 1 << 20, gone.append, lambda _said: None) as client:
         client._transport = httpx2.MockTransport(answer)
         async with client.stream("POST", "http://127.0.0.1:1/mcp", content=b"{}") as response:
             with pytest.raises(httpx2.StreamError, match=r"compressed \(gzip, gzip\)"):
