@@ -277,8 +277,10 @@ class RunCalls:
             return self._fault(exc)
 
     def _fault(self, exc: Exception) -> bytes:
-        """A fault of ours on a call: logged, and said to the run as its answer."""
-        log_event(self._broker.log, logging.WARNING, "tool call failed", self._request_id, error=repr(exc)[:300])
+        """A fault of ours on a call: logged with its traceback (a review of the house: without it, one
+        could not be found), and said to the run as its answer."""
+        fields = {"request_id": self._request_id, "fields": {"error": repr(exc)[:300]}}
+        self._broker.log.error("tool call failed", exc_info=exc, extra=fields)
         return _error(f"the server could not answer this call ({type(exc).__name__})")
 
     def _take(self, body: bytes) -> bytes | ToolCall:
