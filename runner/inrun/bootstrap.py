@@ -333,8 +333,13 @@ def _end_call_threads(threading: Any) -> None:
     for callback in reversed(getattr(threading, "_threading_atexits", ())):
         callback()
     current = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not current and not thread.daemon:
+    while True:  # again, until none is left: a thread joined may have started another (found by a review)
+        # Started ones only: one being started is alive once its starter's start() returns, and its
+        # starter is waited for here, or is a daemon (whose threads the interpreter's shutdown misses too).
+        left = [t for t in threading.enumerate() if t is not current and not t.daemon and t.is_alive()]
+        if not left:
+            break
+        for thread in left:
             thread.join()
     for module, mark in _EXECUTORS_SHUT:
         if hasattr(sys.modules.get(module), mark):

@@ -39,10 +39,8 @@ _mcp_exchange: Callable[[bytes, bytes], bytes] | None = None
 _mcp_counts = _mcp_itertools.count(1)
 _mcp_limit_bytes = 0
 servers: dict[str, Any] = {}
-# What help(mcp_tools) documents (and `from mcp_tools import *` takes): these, and each server. Not
-# ToolError: the docstring says what it is, and pydoc's page of what it inherits from Exception is some
-# 60 lines a model would read for nothing.
-__all__ = ["call", "servers"]
+# What help(mcp_tools) documents (and `from mcp_tools import *` takes): these, and each server.
+__all__ = ["ToolError", "call", "servers"]
 
 
 class ToolError(Exception):
@@ -94,6 +92,11 @@ def call(server: str, tool: str, arguments: dict[str, Any] | None = None) -> Any
 class _mcp_NoSuchName(ToolError, AttributeError):
     """A server or tool not here: a `ToolError`, and an AttributeError for ``hasattr``."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (a worker process's error sent back, say) as the ToolError its name says it is: pickle
+        # finds classes by name, and mcp_tools.ToolError is not this one (found by a review).
+        return (ToolError, self.args)
+
 
 # A run's traceback names the class: ToolError, as the module says a failed call raises.
 _mcp_NoSuchName.__name__ = _mcp_NoSuchName.__qualname__ = "ToolError"
@@ -119,7 +122,8 @@ class _mcp_Server(_mcp_types.ModuleType):
             # Down when this process imported the module (no tool listed): its calls go on, and the
             # server says whether it is still down (a review: an AttributeError, not a ToolError).
             tool = self._mcp_configured.get(python_name, python_name)
-            return _mcp_function(server, tool, python_name, f"A tool of {server!r}, down when imported.", {})
+            described = f"A tool of {server!r}, down when imported."
+            return _mcp_function(server, self.__name__, tool, python_name, described, {})
         raise _mcp_NoSuchName(
             f"{server}.{python_name}: no such tool here, or not one this run may call "
             f"(help(mcp_tools.{self.__name__.removeprefix('mcp_tools.')}) lists those it may)"
@@ -127,6 +131,15 @@ class _mcp_Server(_mcp_types.ModuleType):
 
     def __repr__(self) -> str:
         return f"<mcp_tools server {self._mcp_server_name!r}: {', '.join(self.__all__)}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled, or copied, as the server of that name in mcp_tools (a module is neither).
+        return (_mcp_server_named, (self.__name__.removeprefix("mcp_tools."),))
+
+
+def _mcp_server_named(python_name: str) -> _mcp_Server:
+    server: _mcp_Server = servers[python_name]
+    return server
 
 
 def __getattr__(name: str) -> Any:
@@ -136,12 +149,15 @@ def __getattr__(name: str) -> Any:
     raise _mcp_NoSuchName(f"{name}: no such server here (help(mcp_tools) lists them)")
 
 
-def _mcp_function(server: str, tool: str, python_name: str, description: str, schema: Any) -> Callable[..., Any]:
+def _mcp_function(
+    server: str, module: str, tool: str, python_name: str, description: str, schema: Any
+) -> Callable[..., Any]:
     def tool_function(**arguments: Any) -> Any:
         return call(server, tool, arguments)
 
     tool_function.__name__ = python_name
-    tool_function.__qualname__ = f"{server}.{python_name}"
+    # Where it is found from mcp_tools (pickle finds a function by it: a worker process's, say).
+    tool_function.__qualname__ = f"{module.removeprefix('mcp_tools.')}.{python_name}"
     shown = _mcp_json.dumps(schema, indent=2, sort_keys=True)
     tool_function.__doc__ = f"{description}\n\nThe tool {tool!r} of {server!r}. Input schema:\n{shown}"
     tool_function.schema = schema  # type: ignore[attr-defined]
@@ -162,7 +178,9 @@ def _mcp_start(catalog: dict[str, Any], exchange: Callable[[bytes, bytes], bytes
         server = _mcp_Server(entry["name"], entry["python_name"], entry.get("down", ""), entry.get("configured"))
         lines.append(f"  {entry['python_name']}  ({entry['name']})")
         for tool in entry.get("tools", []):
-            made = _mcp_function(entry["name"], tool["name"], tool["python_name"], tool["description"], tool["schema"])
+            made = _mcp_function(
+                entry["name"], server.__name__, tool["name"], tool["python_name"], tool["description"], tool["schema"]
+            )
             setattr(server, tool["python_name"], made)
             server.__all__.append(tool["python_name"])
             first = (tool["description"].strip().splitlines() or [""])[0][:100]

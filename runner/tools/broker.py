@@ -375,15 +375,14 @@ class RunCalls:
         connection = self._broker.connections.get(server)
         if connection is None or not connection.server.serves(self._caller):
             return "no such server here"
-        if tool not in connection.tools:
-            # Its Python name, given to mcp_tools.call (found by a first hour: 'get_sum' for 'get-sum' was
-            # "no such tool", or "not allowed"): the name to give it.
-            named = {made: name for name, made in connection.python_names().items()}
-            if tool in named:
-                return (
-                    f"the server calls this tool {named[tool]!r}: mcp_tools.call takes the server's own names "
-                    f"(mcp_tools.{connection.server.python_name}.{tool} is its function)"
-                )
+        # Its Python name, given to mcp_tools.call (found by a first hour: 'get_sum' for 'get-sum' was
+        # "no such tool", or "not allowed"): the name to give it.
+        named = connection.named_in_python(tool) if tool not in connection.tools else ""
+        if named:
+            return (
+                f"the server calls this tool {named!r}: mcp_tools.call takes the server's own names "
+                f"(mcp_tools.{connection.server.python_name}.{tool} is its function)"
+            )
         if not connection.server.allows(tool):
             return "this tool is not allowed here (RUNNER_TOOLS_CONFIG's tools)"
         listed = connection.tools.get(tool)

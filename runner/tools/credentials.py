@@ -30,6 +30,8 @@ class Credentials:
         # Not the rest: a result may well hold what else the file gives its server (a filesystem
         # server's directory, a time zone), and a run would get it garbled.
         told = {value for name, value in server.env if CREDENTIAL_NAME.search(name)} | {v for _, v in server.headers}
+        # A header's credential after its scheme too ("Bearer <token>": the token alone, found by a review).
+        told |= {v.split()[-1] for _, v in server.headers if len(v.split()) > 1}
         self._in_results = sorted((value for value in told if len(value) >= MIN_IN_RESULTS), key=len, reverse=True)
         self._in_results_dumped = [json.dumps(value)[1:-1] for value in self._in_results]  # as a result's JSON has them
 

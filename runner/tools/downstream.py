@@ -20,7 +20,7 @@ import math
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -56,6 +56,7 @@ MAX_STDERR_LINE = 2000
 SAID_NO_MORE = frozenset(
     {(CONNECTION_CLOSED, "Connection closed"), (INTERNAL_ERROR, "Server returned an error response")}
 )
+STDERR_LEFT_BYTES = 1 << 20  # what of it is read then, at most
 STDERR_LEFT_LINES = 5  # a stdio server's lines read once it has gone (`_read_left`), at most
 # A server's stderr lines logged, and its requests to us (ping; the others are refused) taken: as a
 # rate (a second's worth at once, then so many a second); the rest dropped, the dropped counted.
@@ -84,6 +85,33 @@ class TooSlow(Down):
     """The server did not answer within the run's time left (the call is cancelled there)."""
 
 
+class PythonNames:
+    """The Python names of a listing's allowed tools (`Connection.python_names`), made once per listing (a
+    run may ask with each refused call: found by a review, 1,000 tools made again for each of a run's
+    2,000 frames took 2.7 s of the event loop). One whose Python name another tool (first by name) has,
+    or that would be the server object's own (``__class__``, ``_mcp...``), is left out."""
+
+    __slots__ = ("_of", "by_python", "named")
+
+    def __init__(self) -> None:
+        self._of: dict[str, types.Tool] | None = None
+        self.named: dict[str, str] = {}  # by the tool's own name
+        self.by_python: dict[str, str] = {}  # the other way round
+
+    def of(self, listed: dict[str, types.Tool], allowed: Callable[[], dict[str, types.Tool]]) -> PythonNames:
+        """These names for the listing `listed`, whose allowed tools are `allowed()`."""
+        if listed is not self._of:
+            named: dict[str, str] = {}
+            by_python: dict[str, str] = {}
+            for name in sorted(allowed()):
+                made = python_name(name)
+                if made in by_python or made.startswith(("__", "_mcp")):
+                    continue
+                named[name], by_python[made] = made, name
+            self._of, self.named, self.by_python = listed, named, by_python
+        return self
+
+
 class Connection:
     """One downstream server's connection (`hold` keeps it), its allowed tools as last listed."""
 
@@ -95,6 +123,7 @@ class Connection:
         self._log, self._most_bytes = logger, most_bytes
         self.credentials = Credentials(server)  # what the file gives it to hold
         self.tools: dict[str, types.Tool] = {}  # every tool it listed, by name
+        self._names = PythonNames()
         self.down = "not started yet"  # why it cannot be called now; "" while it can
         self.listed = anyio.Event()  # set once a first attempt to connect and list has ended
         self._client: Client | None = None
@@ -108,17 +137,12 @@ class Connection:
         self._output_checks: dict[str, tuple[Any, SchemaCheck | None]] = {}  # by tool, per listed schema
 
     def python_names(self) -> dict[str, str]:
-        """Each allowed tool's name in `mcp_tools`, by its own: one whose Python name another tool (first
-        by name) has, or that would be the server object's own (``__class__``, ``_mcp...``), is left out."""
-        named: dict[str, str] = {}
-        taken: set[str] = set()
-        for name in sorted(self.allowed()):
-            made = python_name(name)
-            if made in taken or made.startswith(("__", "_mcp")):
-                continue
-            taken.add(made)
-            named[name] = made
-        return named
+        """Each allowed tool's name in `mcp_tools`, by its own (`PythonNames`)."""
+        return self._names.of(self.tools, self.allowed).named
+
+    def named_in_python(self, name: str) -> str:
+        """The allowed tool whose Python name is `name`, or ''."""
+        return self._names.of(self.tools, self.allowed).by_python.get(name, "")
 
     def allowed(self) -> dict[str, types.Tool]:
         """The tools runs may call, of those it listed."""
@@ -148,7 +172,7 @@ class Connection:
                 raise
             except Exception as exc:  # whatever the server or the SDK raised: it is down
                 # What its transport said was wrong first, if it did (the SDK's error followed from it).
-                self.down = self._fault or self._reason(exc)
+                self.down = self._fault or self._reason(exc, gone=True)
             finally:
                 self._client = None
             if not self.down:
@@ -161,13 +185,13 @@ class Connection:
             await anyio.sleep(BACKOFF[min(failures, len(BACKOFF) - 1)])
             failures += 1
 
-    def _reason(self, exc: BaseException) -> str:
-        """Why `exc` happened, in a line, credentials masked before it is cut; for a stdio server whose
-        connection closed, with the last line it wrote on its stderr (why it could not start, say:
-        "Connection closed" is all the SDK knows)."""
+    def _reason(self, exc: BaseException, gone: bool = False) -> str:
+        """Why `exc` happened, in a line, credentials masked before it is cut; once the connection has
+        `gone`, where the SDK knows no more, with what the server said last: a stdio server's last stderr
+        line (why it could not start, say), an HTTP server's error status."""
         why = _why(exc)
         inner = _inner(exc)
-        if self._last_said and isinstance(inner, MCPError) and (inner.code, str(inner)) in SAID_NO_MORE:
+        if gone and self._last_said and isinstance(inner, MCPError) and (inner.code, str(inner)) in SAID_NO_MORE:
             said = self._last_said[0]
             why = f"{why}; {said}" if self.server.url else f"{why}; its stderr's last line: {said}"
         return self.credentials.scrubbed(why)[:MAX_DOWN_CHARS]
@@ -206,14 +230,13 @@ class Connection:
         server = self.server
         self._lost, self._relist, self._fault = anyio.Event(), anyio.Event(), ""
         async with contextlib.AsyncExitStack() as stack:
+            self._last_said = []  # this connection's
             if server.url:
                 # What the server sends bounded, and a 404 seen (`http_client`): the connection lost.
-                self._last_said = []
                 http = http_client(dict(server.headers), self._most_bytes, self._gone, self._answered)
                 await stack.enter_async_context(http)
                 transport: Any = streamable_http_client(server.url, http, self._most_bytes)
             else:
-                self._last_said = []
                 errlog = await _stderr_to_log(stack, self._log, server.name, self.credentials.secrets, self._last_said)
                 # The SDK starts it in a session of its own and keeps its pid: it is found by this mark.
                 mark = secrets.token_hex(16)
@@ -341,35 +364,50 @@ async def _stderr_to_log(
     read_end, write_end = os.pipe()
     os.set_blocking(read_end, False)
     stack.callback(os.close, read_end)
-    stack.callback(_read_left, read_end, logger, name, secrets, last)
+    held = [b""]  # the start of a line `_log_lines` has read, not ended yet (masked where it can be)
+    stack.callback(_read_left, read_end, logger, name, secrets, last, held)
     errlog = os.fdopen(write_end, "w")
     stack.callback(errlog.close)
     tg = await stack.enter_async_context(anyio.create_task_group())
     stack.push_async_callback(_cancel_soon, tg)
-    tg.start_soon(_log_lines, read_end, logger, name, secrets, last)
+    tg.start_soon(_log_lines, read_end, logger, name, secrets, last, held)
     return errlog
 
 
-def _read_left(fd: int, logger: logging.Logger, name: str, secrets: list[str], last: list[str]) -> None:
+def _read_left(
+    fd: int, logger: logging.Logger, name: str, secrets: list[str], last: list[str], held: list[bytes]
+) -> None:
     """The last of what a stdio server that has gone wrote on its stderr (`fd`) that `_log_lines` had not
-    read (the SDK can end the connection first): its last words, why it could not start, say. One read,
-    without waiting; at most STDERR_LEFT_LINES lines logged."""
-    try:
-        left = os.read(fd, STDERR_READ)
-    except OSError:
-        return
+    read (the SDK can end the connection first): its last words, why it could not start, say. Read
+    without waiting, after the line `_log_lines` `held` (a credential may span the two: found by a
+    review, 16 of a key's 24 characters went to the log and to runs), at most STDERR_LEFT_BYTES; the
+    end of what was read is kept back as `_log_lines` keeps it, where more may follow. At most
+    STDERR_LEFT_LINES lines logged."""
+    left, more = held[0], True
+    while more and len(left) < STDERR_LEFT_BYTES:
+        try:
+            chunk = os.read(fd, STDERR_READ)
+        except OSError:  # nothing more now (BlockingIOError), or no pipe
+            break
+        more = bool(chunk)
+        left += chunk
     for secret in secrets:
         left = left.replace(secret.encode(), b"***")
-    lines = [line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip() for line in left.split(b"\n") if line.strip()]
+    *ended, tail = left.split(b"\n")
+    if more:  # cut short: the end of a line not ended yet could be the start of a credential
+        tail = tail[: max(0, len(tail) - max((len(secret.encode()) for secret in secrets), default=1) + 1)]
+    lines = [line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip() for line in (*ended, tail) if line.strip()]
     for text in lines[-STDERR_LEFT_LINES:]:
         log_event(logger, logging.INFO, "tool server stderr", server=name, line=text)
         last[:] = [text]
 
 
-async def _log_lines(fd: int, logger: logging.Logger, name: str, secrets: list[str], last: list[str]) -> None:
+async def _log_lines(
+    fd: int, logger: logging.Logger, name: str, secrets: list[str], last: list[str], held: list[bytes]
+) -> None:
     """Log each line a stdio server writes on its stderr (`fd`), at a rate (`STDERR_LINES`), with
     every credential of its entry (`secrets`) masked before the line is cut; the last one logged in
-    `last`."""
+    `last`, the start of the one not ended yet in `held` (for `_read_left`)."""
     pending = b""
     rate, told = Rate(*STDERR_LINES), Rate(*TOLD)
     paced = Pace(STDERR_BYTES, STDERR_BYTES, anyio.current_time())
@@ -391,6 +429,7 @@ async def _log_lines(fd: int, logger: logging.Logger, name: str, secrets: list[s
         if len(pending) > MAX_STDERR_LINE + keep:
             lines.append(pending[: len(pending) - keep])
             pending = pending[len(pending) - keep :]
+        held[0] = pending
         for n, line in enumerate(lines):
             if not line.strip():
                 continue

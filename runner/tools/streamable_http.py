@@ -127,7 +127,9 @@ class Hooks:
         # Before anything reads the body (a 404's is read for a JSON-RPC error): httpx2 would decode it
         # past every bound (found by a second look: gzip of gzip, 496 bytes sent, 200 MiB read).
         encoding = _encoding(response)
-        if response.status_code >= 400 and response.status_code != 404:
+        if response.status_code >= 400 and response.status_code != 404 and response.request.method == "POST":
+            # A POST's: the SDK's stand-in for it is what fails (a GET's or the DELETE's at the teardown
+            # is not, and would say another status: found by a review, a 405 to the DELETE).
             self._answered(f"it answered HTTP {response.status_code} {response.reason_phrase[:60]}".rstrip())
         if response.status_code == 404:
             if MCP_SESSION_ID in response.request.headers:

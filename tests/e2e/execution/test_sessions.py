@@ -72,12 +72,15 @@ async def test_the_calls_after_one_that_used_threads_use_thread_pools_and_wait_f
         "print(asyncio.run(asyncio.to_thread(abs, -4)), threading.main_thread().is_alive())\n"
         "left = ThreadPoolExecutor(1)\n"
         "left.submit(print, 'left open')\n"
-        "threading.Thread(target=lambda: (time.sleep(0.2), print('waited for'))).start()"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('waited for'))).start()\n"
+        # One a thread starts, once the call's end has seen which threads there are (found by a review).
+        "threading.Thread(target=lambda: (time.sleep(0.1), threading.Thread(target=lambda: (time.sleep(0.3),"
+        " print('started by a thread'))).start())).start()"
     )
     for _ in range(2):
         result = await call(pool, later, handle)
         assert result.status is Status.OK, result
-        assert result.stdout.text == "3\n4 True\nleft open\nwaited for\n"
+        assert result.stdout.text == "3\n4 True\nleft open\nwaited for\nstarted by a thread\n"
         assert result.session is not None
         assert result.session.kept
 

@@ -113,6 +113,16 @@ async def test_names_a_run_gets_wrong_are_tool_errors_that_say_the_right_one_and
         "with contextlib.redirect_stdout(shown):\n"
         "    help(mcp_tools.every)\n"
         "print('get_sum(**arguments' in shown.getvalue(), shown.getvalue().count('Input schema:'))\n"
+        # What a worker process's pickle needs (found by a review of this: the error did not pickle).
+        "import pickle\n"
+        "again = pickle.loads(pickle.dumps((mcp_tools.every, mcp_tools.every.get_sum)))\n"
+        "print(again == (mcp_tools.every, mcp_tools.every.get_sum), end=' ')\n"
+        "try:\n"
+        "    mcp_tools.nowhere\n"
+        "except mcp_tools.ToolError as exc:\n"
+        "    print(repr(pickle.loads(pickle.dumps(exc))))\n"
+        "from mcp_tools import *\n"
+        "print(ToolError is mcp_tools.ToolError, every is mcp_tools.every)\n"
     )
     done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
     assert done["status"] == "ok", done
@@ -123,6 +133,8 @@ async def test_names_a_run_gets_wrong_are_tool_errors_that_say_the_right_one_and
         "those it may)",
         "ToolError nowhere: no such server here (help(mcp_tools) lists them)",
         f"True {len(ALLOWED)}",
+        "True ToolError('nowhere: no such server here (help(mcp_tools) lists them)')",
+        "True True",
     ]
 
 

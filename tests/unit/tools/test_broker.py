@@ -145,3 +145,26 @@ def test_a_misspelt_argument_is_named_beside_what_the_schema_says_is_missing() -
     error = error_of(calls_to_one_tool(schema, 9), {"tz": "UTC"})
     assert error.startswith("s.t: the arguments do not match the tool's input schema: "), error
     assert error.endswith("('tz': no such argument; it takes timezone)"), error
+
+
+def test_a_runs_refused_calls_name_the_tool_to_give_and_make_the_listings_python_names_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Found by a review: each call naming no listed tool made the Python names of every listed tool
+    # again, to say which one it meant: 1,000 tools, a run's 2,000 frames, 2.7 s of the event loop.
+    import runner.tools.downstream
+
+    made: list[str] = []
+    real = runner.tools.downstream.python_name
+    monkeypatch.setattr(runner.tools.downstream, "python_name", lambda name: made.append(name) or real(name))
+    server = Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true")
+    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=16, tools_max_concurrent=4, tools_spin_us=0)
+    broker = Broker(ToolServers("tools.json", (server,)), config, logging.getLogger())
+    names = [f"tool-{n:04d}" for n in range(1000)]
+    broker.connections["s"].tools = {name: types.Tool(name=name, input_schema={}) for name in names}
+    run = broker.for_run("r", None, loop_time() + 30)
+    for tool in ("nope", "tool_0007") * (run.most_frames // 2):
+        answer = run.take(json.dumps({"op": "call", "server": "s", "tool": tool, "arguments": {}}).encode())
+    assert isinstance(answer, bytes)
+    assert "the server calls this tool 'tool-0007'" in json.loads(answer)["error"]
+    assert len(made) == len(names)

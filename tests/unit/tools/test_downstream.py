@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+
+import anyio
+import pytest
+from mcp import MCPError
+from mcp.types import CONNECTION_CLOSED
+
 from runner.config.tools import Downstream
 from runner.logs import get_logger
-from runner.tools.downstream import Connection
+from runner.tools.downstream import Connection, _stderr_to_log
 
 TOKEN = "Bearer s3cr3t-0123456789"
 
@@ -58,3 +66,47 @@ def test_a_credential_is_masked_however_json_or_repr_escapes_it() -> None:
             assert secret not in masked
             if masked.startswith("{"):
                 assert secret not in json.loads(masked)["error"], "nor once the run decodes it"
+
+
+@pytest.mark.anyio
+async def test_a_credential_split_across_a_gone_servers_last_stderr_writes_is_masked_in_why_it_went_down() -> None:
+    # Found by a review: the start of a line the stderr reader held was dropped when it was stopped, and
+    # what was read after it masked alone: "0123456789abcdef was refused", 16 of the key's 24 characters,
+    # went to the log and to every run's ToolError.
+    key = "sk-live-0123456789abcdef"
+    connection = Connection(Downstream("s", "s", ("*",), None, command="x", env=(("API_KEY", key),)), get_logger())
+    last: list[str] = []
+    async with contextlib.AsyncExitStack() as stack:
+        errlog = await _stderr_to_log(stack, get_logger(), "s", connection.credentials.secrets, last)
+        errlog.write("fatal: the key " + key[:8])
+        errlog.flush()
+        # Until the reader has taken the line's start (and holds it, the line not ended): the pipe empty.
+        pipe = os.readlink(f"/proc/self/fd/{errlog.fileno()}")
+        read_end = next(
+            int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) != errlog.fileno() and _link(fd) == pipe
+        )
+        with anyio.fail_after(5):
+            while _unread(read_end):
+                await anyio.sleep(0.005)
+        os.write(errlog.fileno(), (key[8:] + " was refused\n").encode())  # its last write: then it is gone
+    connection._last_said = last
+    said = connection._reason(MCPError(CONNECTION_CLOSED, "Connection closed"), gone=True)
+    assert said == "MCPError: Connection closed; its stderr's last line: fatal: the key *** was refused"
+
+
+def _link(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+def _unread(fd: int) -> int:
+    """Bytes waiting in the pipe `fd` reads."""
+    import array
+    import fcntl
+    import termios
+
+    count = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, count)
+    return count[0]

@@ -159,3 +159,21 @@ async def test_a_compressed_404_is_not_read_for_an_error_and_says_the_endpoint_g
             with pytest.raises(httpx2.StreamError, match=r"compressed \(gzip, gzip\)"):
                 await response.aread()
     assert gone == [ENDPOINT_GONE]
+
+
+async def test_an_error_status_is_said_of_a_post_alone() -> None:
+    # Found by a review: every error status was kept, and the SDK's teardown DELETE, answered 405 as the
+    # spec allows, made a server whose tools/list failed with 500 "down: ... it answered HTTP 405".
+    said: list[str] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(500 if request.method == "POST" else 405, content=b"no")
+
+    from runner.tools.streamable_http import http_client
+
+    async with http_client({}, 1 << 20, lambda _why: None, said.append) as client:
+        client._transport = httpx2.MockTransport(answer)
+        await client.post("http://127.0.0.1:1/mcp", content=b"{}")
+        await client.get("http://127.0.0.1:1/mcp")
+        await client.delete("http://127.0.0.1:1/mcp")
+    assert said == ["it answered HTTP 500 Internal Server Error"]
