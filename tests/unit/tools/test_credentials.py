@@ -1,0 +1,39 @@
+"""What a tools file entry gives its server to hold, looked for without a server: in errors and lines
+every value, in a tool's results those named or sent as credentials."""
+
+from __future__ import annotations
+
+import json
+
+from runner.config.tools import Downstream
+from runner.tools.credentials import Credentials
+
+KEY = "sk-live-0123456789abcdef"
+TOKEN = "tok-0123456789abcdef"
+
+
+def test_a_result_has_header_values_their_tokens_and_env_values_named_as_credentials_masked_in_its_strings() -> None:
+    # Found by a review: "Bearer <token>" was masked only whole, so the token alone passed.
+    server = Downstream(
+        "s",
+        "s",
+        ("*",),
+        None,
+        url="http://h/mcp",
+        headers=(("Authorization", f"Bearer {TOKEN}"),),
+    )
+    told = Credentials(server)
+    value = {"auth": f"Bearer {TOKEN}", "token": TOKEN, "nested": [{TOKEN: "as a key"}], "n": 12345678}
+    assert told.in_result(json.dumps(value))
+    assert told.masked_result(value) == {"auth": "***", "token": "***", "nested": [{"***": "as a key"}], "n": 12345678}
+
+
+def test_an_env_value_is_looked_for_in_results_where_its_name_says_it_is_a_credential() -> None:
+    server = Downstream(
+        "s", "s", ("*",), None, command="x", env=(("API_KEY", KEY), ("ZONE", "Europe/Istanbul"), ("PIN_KEY", "1234"))
+    )
+    told = Credentials(server)
+    masked = told.masked_result([f"the key {KEY}", "Europe/Istanbul", "1234"])
+    assert masked == ["the key ***", "Europe/Istanbul", "1234"]
+    assert not told.in_result(json.dumps(["Europe/Istanbul", "1234"]))  # not named so, or too short to be one
+    assert told.scrubbed("Europe/Istanbul and 1234 in an error") == "*** and *** in an error"  # errors: every value
