@@ -25,6 +25,28 @@ CHILD_CALLS = (
     "        os._exit(0)\n"
     "os.waitpid(pid, 0)\n"
 )
+# A child forked now gives up a slow call (a signal's exception), its answer left at the head of the
+# socket, and idles, calling no more; its parent goes on once it has.
+CHILD_GIVES_UP = (
+    "import os, signal, socket, time\n"
+    "ready, told = os.pipe()\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "{imports}"
+    "    def alarm(*_):\n"
+    "        raise RuntimeError('gave up')\n"
+    "    signal.signal(signal.SIGALRM, alarm)\n"
+    "    signal.setitimer(signal.ITIMER_REAL, 0.3)\n"
+    "    try:\n"
+    "        {slow}(seconds=1)\n"
+    "    except RuntimeError as exc:\n"
+    "        print('child', exc, flush=True)\n"
+    "    with socket.socket(fileno=os.dup(3)) as peek:\n"
+    "        peek.recv(64, socket.MSG_PEEK)  # the answer given up is at the head now\n"
+    "    os.write(told, b'.')\n"
+    "    time.sleep(60)  # alive, and calling no more\n"
+    "os.read(ready, 1)\n"
+)
 SAID = (
     "import mcp_tools\n"
     "h = mcp_tools.hostile\n"
@@ -283,25 +305,7 @@ async def test_a_call_given_up_by_a_process_forked_before_mcp_tools_was_imported
     # Found by a third review: the memory that says which calls were given up was made at each
     # process's first import of mcp_tools, so processes forked before it did not share it: the
     # parent's call waited behind the child's answer until the child ended.
-    code = (
-        "import os, signal, socket, time\n"
-        "ready, told = os.pipe()\n"
-        "pid = os.fork()\n"
-        "if pid == 0:\n"
-        "    import mcp_tools\n"
-        "    def alarm(*_):\n"
-        "        raise RuntimeError('gave up')\n"
-        "    signal.signal(signal.SIGALRM, alarm)\n"
-        "    signal.setitimer(signal.ITIMER_REAL, 0.3)\n"
-        "    try:\n"
-        "        mcp_tools.hostile.slow(seconds=1)\n"
-        "    except RuntimeError as exc:\n"
-        "        print('child', exc, flush=True)\n"
-        "    with socket.socket(fileno=os.dup(3)) as peek:\n"
-        "        peek.recv(64, socket.MSG_PEEK)  # the answer given up is at the head now\n"
-        "    os.write(told, b'.')\n"
-        "    time.sleep(60)  # alive, and calling no more\n"
-        "os.read(ready, 1)\n"
+    code = CHILD_GIVES_UP.format(imports="    import mcp_tools\n", slow="mcp_tools.hostile.slow") + (
         "import mcp_tools\n"
         "print('parent', mcp_tools.hostile.backtracks(s='aa'), flush=True)\n"
         "os.kill(pid, signal.SIGKILL)\n"
@@ -462,26 +466,8 @@ async def test_a_call_given_up_by_a_forked_child_in_a_later_session_call_does_no
     # the memory that says which calls were given up with it, so in a later call a child's give-up went
     # unseen by its parent, whose calls waited behind the child's answer until the timeout.
     path = tools_file(tmp_path, hostile=hostile())
-    second_code = (
-        "import os, signal, socket, time\n"
-        "ready, told = os.pipe()\n"
-        "pid = os.fork()\n"
-        "if pid == 0:\n"
-        "    def alarm(*_):\n"
-        "        raise RuntimeError('gave up')\n"
-        "    signal.signal(signal.SIGALRM, alarm)\n"
-        "    signal.setitimer(signal.ITIMER_REAL, 0.3)\n"
-        "    try:\n"
-        "        h.slow(seconds=1)\n"
-        "    except RuntimeError as exc:\n"
-        "        print('child', exc, flush=True)\n"
-        "    with socket.socket(fileno=os.dup(3)) as peek:\n"
-        "        peek.recv(64, socket.MSG_PEEK)  # the answer given up is at the head now\n"
-        "    os.write(told, b'.')\n"
-        "    time.sleep(60)  # alive, and calling no more\n"
-        "os.read(ready, 1)\n"
-        "print('parent', said(lambda: h.backtracks(s='aa')), flush=True)\n"
-        "os.kill(pid, signal.SIGKILL)\n"
+    second_code = CHILD_GIVES_UP.format(imports="", slow="h.slow") + (
+        "print('parent', said(lambda: h.backtracks(s='aa')), flush=True)\nos.kill(pid, signal.SIGKILL)\n"
     )
     with (tmp_path / "stderr.log").open("w") as errlog:
         async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
