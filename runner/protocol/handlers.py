@@ -34,7 +34,7 @@ from runner.protocol.results import closed_result, kept_contents, to_call_result
 from runner.protocol.schemas import CLOSE_TOOL, RUN_TOOL
 from runner.protocol.task_methods import CallerOf, NameHeaderOf, TaskMethods, negotiated
 from runner.protocol.tasks import TASK_AFTER_SECONDS, Tasks, created_result
-from runner.protocol.tool import tool_definitions
+from runner.protocol.tool import ToolList
 from runner.protocol.view import VIEW_URI, AppView, client_shows_views
 
 SERVER_NAME = "python-runner-mcp"
@@ -94,12 +94,12 @@ class Handlers:
         metrics: Metrics | None = None,
         caller_of: CallerOf | None = None,
         tasks: Tasks | None = None,
-        code_mode: str = "",
+        code_mode: Callable[[], str] | None = None,
         after_answer: AfterAnswer | None = None,
     ) -> None:
         self._runner = runner
         self._log = logger or get_logger()
-        self._tools = tool_definitions(
+        self._tools = ToolList(
             config, sandboxed=runner.sandboxed, shows=runner.run_directory_shows, code_mode=code_mode
         )
         self._sessions = not config.sessions.refused  # and so close_session is offered
@@ -121,7 +121,7 @@ class Handlers:
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         """tools/list: run_python, and close_session where sessions may be had."""
-        return types.ListToolsResult(tools=list(self._tools))
+        return types.ListToolsResult(tools=list(self._tools.now()))
 
     async def list_resources(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -240,7 +240,7 @@ class Handlers:
             fields["caller"] = caller
         log_event(self._log, logging.INFO, "call received", request_id, **fields)
         if params.name != RUN_TOOL:
-            offered = " and ".join(repr(tool.name) for tool in self._tools)
+            offered = " and ".join(repr(tool.name) for tool in self._tools.now())
             message = f"unknown tool {cut(params.name, SHOWN_CHARS)!r}: this server offers {offered}"
             log_event(self._log, logging.INFO, "call rejected", request_id, reason="unknown tool")
             return RunResult(request_id, Status.INVALID_ARGUMENTS, message)
@@ -387,11 +387,11 @@ def build_server(
     caller_of: CallerOf | None = None,
     tasks: Tasks | None = None,
     name_header_of: NameHeaderOf | None = None,
-    code_mode: str = "",
+    code_mode: Callable[[], str] | None = None,
     after_answer: AfterAnswer | None = None,
 ) -> Server[Any]:
     """The low-level MCP server with explicit handlers; with `tasks`, the tasks extension too;
-    `code_mode`: what run_python's description says of the tools runs may call."""
+    `code_mode`: what run_python's description says of the tools runs may call, as of now."""
     logger = logger or get_logger()
     handlers = Handlers(
         config,

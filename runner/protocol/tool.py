@@ -3,6 +3,9 @@ annotations."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import mcp_types as types
 
 from runner.config import KIB, Config, PackagesConfig
@@ -45,6 +48,33 @@ CLOSE_DESCRIPTION = (
     'End a session started by run_python with session "new": its processes, memory and files are '
     "freed at once, and its handle is unknown from then on."
 )
+
+
+class ToolList:
+    """The tools this server offers (`tool_definitions`), made again when what run_python's description
+    says of code mode's tools (`code_mode()`, as the downstream servers list them now) has changed: one
+    down or slow at start is named once it has listed its tools (found by a first hour)."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        sandboxed: bool = True,
+        shows: tuple[str, ...] = (),
+        code_mode: Callable[[], str] | None = None,
+    ) -> None:
+        self._made = functools.partial(tool_definitions, config, sandboxed=sandboxed, shows=shows)
+        self._code_mode = code_mode
+        self._described = code_mode() if code_mode is not None else ""
+        self._tools = self._made(code_mode=self._described)
+
+    def now(self) -> list[types.Tool]:
+        """The tools as of now."""
+        if self._code_mode is not None:
+            described = self._code_mode()
+            if described != self._described:  # made again only when it changed
+                self._described, self._tools = described, self._made(code_mode=described)
+        return self._tools
 
 
 def tool_definitions(

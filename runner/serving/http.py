@@ -140,7 +140,7 @@ async def serve_http(
             caller_of=caller_of,
             tasks=tasks,
             name_header_of=name_header_of,
-            code_mode=broker.description() if broker is not None else "",
+            code_mode=broker.description if broker is not None else None,
             after_answer=after_answer,
         )
         # Each POST learns its request's id and method from the SDK's parse (cancels, the bodies' bound).

@@ -42,7 +42,7 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
         anyio.create_task_group() as tg,
     ):
         await tg.start(stop_on_signals, tg.cancel_scope.cancel, early, "signal received; shutting down")
-        code_mode = broker.description() if broker is not None else ""
+        code_mode = broker.description if broker is not None else None
         server = build_server(config, pool, logger, tasks=tasks, code_mode=code_mode, after_answer=after_written)
         async with stdio_transport(config.limits.max_message_bytes, logger) as (read_stream, write_stream):
             log_event(logger, logging.INFO, "serving on stdio")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from runner.config import Config
@@ -218,6 +219,26 @@ async def test_a_run_that_calls_no_tool_loads_no_module_more_for_a_server_that_b
     # The zygote's: no forked run imports them.
     assert "'fcntl'" in loaded[0]
     assert "'mmap'" in loaded[0]
+
+
+async def test_a_server_down_at_start_is_named_in_the_tool_description_once_it_has_listed_its_tools(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a first hour: the description was made once, at start, and never named a server that came
+    # up later, though runs could call it.
+    late = tmp_path / "late-server"
+    path = tools_file(
+        tmp_path, time=time_server(["get_current_time"]), late={**time_server(["convert_time"]), "command": str(late)}
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_SANDBOX="none") as client:
+            before = (await client.list_tools()).tools[0].description or ""
+            late.symlink_to(TIME_SERVER)  # there now: it is started at the next try of its backoff
+            with anyio.fail_after(30):
+                while "mcp_tools.late.convert_time" not in ((await client.list_tools()).tools[0].description or ""):
+                    await anyio.sleep(0.2)
+    assert "mcp_tools.time.get_current_time" in before
+    assert "mcp_tools.late" not in before
 
 
 async def test_a_tool_the_file_names_that_the_server_does_not_list_stops_the_server_naming_the_entry(
