@@ -380,9 +380,8 @@ def _read_left(
     """The last of what a stdio server that has gone wrote on its stderr (`fd`) that `_log_lines` had not
     read (the SDK can end the connection first): its last words, why it could not start, say. Read
     without waiting, after the line `_log_lines` `held` (a credential may span the two: found by a
-    review, 16 of a key's 24 characters went to the log and to runs), at most STDERR_LEFT_BYTES; the
-    end of what was read is kept back as `_log_lines` keeps it, where more may follow. At most
-    STDERR_LEFT_LINES lines logged."""
+    review, 16 of a key's 24 characters went to the log and to runs), at most STDERR_LEFT_BYTES, its end
+    kept back where more may follow, as `_log_lines` does; at most STDERR_LEFT_LINES lines logged."""
     left, more = held[0], True
     while more and len(left) < STDERR_LEFT_BYTES:
         try:
@@ -391,15 +390,22 @@ def _read_left(
             break
         more = bool(chunk)
         left += chunk
-    for secret in secrets:
-        left = left.replace(secret.encode(), b"***")
+    masked, keep = _stderr_masks(secrets)
+    for secret, mask in masked:
+        left = left.replace(secret, mask)
     *ended, tail = left.split(b"\n")
     if more:  # cut short: the end of a line not ended yet could be the start of a credential
-        tail = tail[: max(0, len(tail) - max((len(secret.encode()) for secret in secrets), default=1) + 1)]
+        tail = tail[: max(0, len(tail) - keep)]
     lines = [line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip() for line in (*ended, tail) if line.strip()]
     for text in lines[-STDERR_LEFT_LINES:]:
         log_event(logger, logging.INFO, "tool server stderr", server=name, line=text)
         last[:] = [text]
+
+
+def _stderr_masks(secrets: list[str]) -> tuple[list[tuple[bytes, bytes]], int]:
+    """Each credential in bytes, with its mask; and the bytes at the end of a read that may start one."""
+    masked = [(secret.encode(), b"***") for secret in secrets]
+    return masked, max((len(secret) for secret, _ in masked), default=1) - 1
 
 
 async def _log_lines(
@@ -411,9 +417,8 @@ async def _log_lines(
     pending = b""
     rate, told = Rate(*STDERR_LINES), Rate(*TOLD)
     paced = Pace(STDERR_BYTES, STDERR_BYTES, anyio.current_time())
-    masked = [(secret.encode(), b"***") for secret in secrets]
-    # The end of a long line waits for what follows: it may be the start of a credential.
-    keep = max((len(secret) for secret, _ in masked), default=1) - 1
+    # The end of a long line waits for what follows (`keep` bytes): it may be the start of a credential.
+    masked, keep = _stderr_masks(secrets)
     while True:
         await anyio.wait_readable(fd)
         try:
