@@ -34,7 +34,7 @@ from runner.protocol.results import closed_result, kept_contents, to_call_result
 from runner.protocol.schemas import CLOSE_TOOL, RUN_TOOL
 from runner.protocol.task_methods import CallerOf, NameHeaderOf, TaskMethods, negotiated
 from runner.protocol.tasks import TASK_AFTER_SECONDS, Tasks, created_result
-from runner.protocol.tool import ToolList
+from runner.protocol.tool import ToolChanges, ToolList
 from runner.protocol.view import VIEW_URI, AppView, client_shows_views
 
 SERVER_NAME = "python-runner-mcp"
@@ -96,12 +96,12 @@ class Handlers:
         tasks: Tasks | None = None,
         code_mode: Callable[[], str] | None = None,
         after_answer: AfterAnswer | None = None,
+        tool_changes: ToolChanges | None = None,
     ) -> None:
         self._runner = runner
         self._log = logger or get_logger()
-        self._tools = ToolList(
-            config, sandboxed=runner.sandboxed, shows=runner.run_directory_shows, code_mode=code_mode
-        )
+        shows = runner.run_directory_shows
+        self._tools = ToolList(config, sandboxed=runner.sandboxed, shows=shows, code_mode=code_mode, told=tool_changes)
         self._sessions = not config.sessions.refused  # and so close_session is offered
         self._parser = ArgumentParser(config)
         self._metrics = metrics
@@ -121,7 +121,7 @@ class Handlers:
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         """tools/list: run_python, and close_session where sessions may be had."""
-        return types.ListToolsResult(tools=list(self._tools.now()))
+        return types.ListToolsResult(tools=list(self._tools.listed(ctx)))
 
     async def list_resources(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -389,9 +389,11 @@ def build_server(
     name_header_of: NameHeaderOf | None = None,
     code_mode: Callable[[], str] | None = None,
     after_answer: AfterAnswer | None = None,
+    tool_changes: ToolChanges | None = None,
 ) -> Server[Any]:
     """The low-level MCP server with explicit handlers; with `tasks`, the tasks extension too;
-    `code_mode`: what run_python's description says of the tools runs may call, as of now."""
+    `code_mode`: what run_python's description says of the tools runs may call, as of now;
+    `tool_changes`: who is told when that changes (`subscriptions/listen` is served with it)."""
     logger = logger or get_logger()
     handlers = Handlers(
         config,
@@ -402,6 +404,7 @@ def build_server(
         tasks=tasks,
         code_mode=code_mode,
         after_answer=after_answer,
+        tool_changes=tool_changes,
     )
     server: Server[Any] = Server(
         SERVER_NAME,
@@ -420,6 +423,7 @@ def build_server(
         on_list_resources=handlers.list_resources,
         on_list_resource_templates=handlers.list_resource_templates,
         on_read_resource=handlers.read_resource,
+        on_subscriptions_listen=tool_changes.listen if tool_changes is not None else None,
     )
     # No OpenTelemetry exporter is ever installed here; skip the per-message span work.
     server.middleware = [cut_errors, said_before_initialize]

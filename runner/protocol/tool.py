@@ -4,11 +4,21 @@ annotations."""
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
+from typing import Any
 
+import anyio
 import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from runner.config import KIB, Config, PackagesConfig
+from runner.logs import log_event
 from runner.protocol.schemas import (
     CLOSE_TOOL,
     RUN_TOOL,
@@ -62,11 +72,19 @@ class ToolList:
         sandboxed: bool = True,
         shows: tuple[str, ...] = (),
         code_mode: Callable[[], str] | None = None,
+        told: ToolChanges | None = None,
     ) -> None:
+        """`told`: who tells clients when what it says of code mode changes."""
         self._made = functools.partial(tool_definitions, config, sandboxed=sandboxed, shows=shows)
-        self._code_mode = code_mode
+        self._code_mode, self._told = code_mode, told
         self._described = code_mode() if code_mode is not None else ""
         self._tools = self._made(code_mode=self._described)
+
+    def listed(self, ctx: ServerRequestContext[Any]) -> list[types.Tool]:
+        """The tools as of now, for a client's tools/list: it is told of their next change."""
+        if self._told is not None:
+            self._told.listed(ctx)
+        return self.now()
 
     def now(self) -> list[types.Tool]:
         """The tools as of now."""
@@ -75,6 +93,96 @@ class ToolList:
             if described != self._described:  # made again only when it changed
                 self._described, self._tools = described, self._made(code_mode=described)
         return self._tools
+
+
+# `subscriptions/listen` streams held at once (each an HTTP response or a stdio request left open), in
+# all and by one caller (a token, over HTTP: each stream holds one of RUNNER_HTTP_MAX_CONNECTIONS, 512 by
+# default, and one caller must not take them all); past either, a listen is refused and the client lists
+# tools when it needs them.
+MAX_LISTENERS = 256
+MAX_LISTENERS_PER_CALLER = 16
+
+
+class ToolChanges:
+    """Tells clients that the tools changed: run_python's description (`code_mode()`) names a downstream
+    server's tools once it has listed them, a server down at start included. A handshake-era client
+    whose connection outlives its requests (stdio's one) gets `notifications/tools/list_changed` once it
+    has listed tools; a 2026-07-28 client, a `ToolsListChanged` on each `subscriptions/listen` stream it
+    holds (`listen`). Made only where runs may call tools: without them the tools never change.
+
+    `poke` (any server's listing) only wakes `tell_forever`, which tells in a task of its own: a client
+    slow to read holds no downstream server's connection."""
+
+    def __init__(
+        self,
+        code_mode: Callable[[], str],
+        logger: logging.Logger,
+        *,
+        handshake: bool,
+        caller_of: Callable[[object], str | None] | None = None,
+    ) -> None:
+        """`handshake`: whether a handshake-era connection outlives its requests (stdio, not stateless HTTP);
+        `caller_of`: the caller (the token's name) of a request, where there are callers."""
+        self._code_mode, self._log, self._handshake, self._caller_of = code_mode, logger, handshake, caller_of
+        self._listening: dict[str | None, int] = {}  # streams open, by caller
+        self._told = code_mode()  # what the tools say as last told (at start: as first listed)
+        self._bus = InMemorySubscriptionBus()
+        self._listens = ListenHandler(self._bus, max_subscriptions=MAX_LISTENERS, max_buffered_events=8)
+        self._lister: ServerSession | None = None
+        self._poked = anyio.Event()
+
+    def listed(self, ctx: ServerRequestContext[Any]) -> None:
+        """A client listed the tools (tools/list): a handshake-era one is told of the next change."""
+        if self._handshake and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            self._lister = ctx.session
+
+    async def listen(
+        self, ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """subscriptions/listen: a stream of the tools' changes. Its acknowledgement honours the tools' alone:
+        the SDK declares resources' too wherever the method is served, but no resource of ours changes
+        (a kept stream is written once) and the kept streams a caller may read are its own."""
+        caller = self._caller_of(ctx.request) if self._caller_of is not None and ctx.request is not None else None
+        if self._listening.get(caller, 0) >= MAX_LISTENERS_PER_CALLER:
+            log_event(self._log, logging.INFO, "listen refused", reason="too many", caller=str(caller))
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"Subscription limit reached: {MAX_LISTENERS_PER_CALLER} listen streams at once per caller",
+            )
+        tools_only = types.SubscriptionFilter(tools_list_changed=params.notifications.tools_list_changed)
+        self._listening[caller] = self._listening.get(caller, 0) + 1
+        try:
+            return await self._listens(ctx, params.model_copy(update={"notifications": tools_only}))
+        finally:
+            self._listening[caller] -= 1
+            if not self._listening[caller]:
+                del self._listening[caller]
+
+    def poke(self) -> None:
+        """A downstream server listed its tools: tell clients if what run_python says of them changed."""
+        self._poked.set()
+
+    def close(self) -> None:
+        """End every listen stream (with its result: the client knows it was meant), as the server stops."""
+        self._listens.close()
+
+    async def tell_forever(self) -> None:
+        """Tell clients of each change, until cancelled."""
+        while True:
+            await self._poked.wait()
+            self._poked = anyio.Event()
+            described = self._code_mode()
+            if described == self._told:
+                continue
+            self._told = described
+            log_event(self._log, logging.INFO, "tools changed; telling clients")
+            await self._bus.publish(ToolsListChanged())
+            if self._lister is not None:
+                try:
+                    await self._lister.send_tool_list_changed()
+                except Exception as exc:  # its connection is gone: it will list again if it comes back
+                    log_event(self._log, logging.DEBUG, "tools changed; client not told", error=repr(exc)[:200])
+                    self._lister = None
 
 
 def tool_definitions(

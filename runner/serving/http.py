@@ -111,6 +111,7 @@ async def serve_http(
     from runner.protocol.handlers import build_server
     from runner.protocol.metrics import Metrics
     from runner.protocol.tasks import Tasks
+    from runner.protocol.tool import ToolChanges
     from runner.tools.broker import Broker
     from runner.transports.cancels import after_answer, identified
     from runner.transports.http import HttpServer, caller_of, http_app, name_header_of
@@ -128,8 +129,13 @@ async def serve_http(
         anyio.create_task_group() as tg,
     ):
         metrics = Metrics(pool.measured_state, pool_config.max_concurrent, pool_config.pool_size)
+        changes = None
         if broker is not None:
             broker.observe = metrics.tool_call
+            # Stateless HTTP keeps no handshake-era connection to tell: only 2026-07-28's listen streams.
+            changes = ToolChanges(broker.description, logger, handshake=False, caller_of=caller_of)
+            broker.on_listed = changes.poke
+            tg.start_soon(changes.tell_forever)
         if egress is not None:
             egress.on_refused, egress.on_bytes = metrics.egress_refused, metrics.egress_bytes
         server = build_server(
@@ -142,6 +148,7 @@ async def serve_http(
             name_header_of=name_header_of,
             code_mode=broker.description if broker is not None else None,
             after_answer=after_answer,
+            tool_changes=changes,
         )
         # Each POST learns its request's id and method from the SDK's parse (cancels, the bodies' bound).
         server.middleware.append(identified)
@@ -162,6 +169,8 @@ async def serve_http(
         def stop() -> None:
             if tasks is not None:
                 tasks.stop()  # no call becomes a task now: it gets the grace, as every call in flight
+            if changes is not None:
+                changes.close()  # a listen stream would hold the grace to its end
             http_server.stop()
 
         # Serving only once a SIGTERM would be heard: a stop that comes at once is not lost.

@@ -23,11 +23,14 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
     """Serve one stdio session; every run and pooled interpreter is gone when this returns. `tools`:
     the downstream servers runs may call (code mode)."""
     # Imported here so a configuration error is reported before the SDK's ~0.7 s import.
+    from mcp.server.lowlevel import NotificationOptions
+
     from runner.egress.proxy import EgressProxy
     from runner.execution.leftovers import held_directory
     from runner.execution.pool import Pool
     from runner.protocol.handlers import build_server
     from runner.protocol.tasks import Tasks
+    from runner.protocol.tool import ToolChanges
     from runner.tools.broker import Broker
     from runner.transports.stdio import after_written, stdio_transport
 
@@ -43,10 +46,20 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
     ):
         await tg.start(stop_on_signals, tg.cancel_scope.cancel, early, "signal received; shutting down")
         code_mode = broker.description if broker is not None else None
-        server = build_server(config, pool, logger, tasks=tasks, code_mode=code_mode, after_answer=after_written)
+        changes = None
+        if broker is not None:
+            changes = ToolChanges(broker.description, logger, handshake=True)
+            broker.on_listed = changes.poke
+            tg.start_soon(changes.tell_forever)
+        server = build_server(
+            config, pool, logger, tasks=tasks, code_mode=code_mode, after_answer=after_written, tool_changes=changes
+        )
+        # listChanged: told where runs may call tools (`ToolChanges`); a 2026-07-28 client learns it by
+        # `subscriptions/listen` being served.
+        told = NotificationOptions(tools_changed=changes is not None)
         async with stdio_transport(config.limits.max_message_bytes, logger) as (read_stream, write_stream):
             log_event(logger, logging.INFO, "serving on stdio")
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            await server.run(read_stream, write_stream, server.create_initialization_options(told))
         log_event(logger, logging.INFO, "stdin closed; shutting down")
         tg.cancel_scope.cancel()
 

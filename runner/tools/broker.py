@@ -73,6 +73,9 @@ class Broker:
         self.connections = {
             server.name: Connection(server, logger, config.max_bytes, held) for server in servers.servers
         }
+        self.on_listed: Callable[[], None] = lambda: None  # after any server's listing (`ToolChanges.poke`)
+        for connection in self.connections.values():
+            connection.on_listed = lambda: self.on_listed()
         self._module_source = importlib.resources.files("runner.inrun").joinpath("mcp_tools.py").read_text()
         self._checks: dict[tuple[str, str], tuple[Any, SchemaCheck | None]] = {}
 

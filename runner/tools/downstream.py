@@ -135,6 +135,7 @@ class Connection:
         self._fault = ""  # what the connection's transport said was wrong, when it was lost so
         self._relist = anyio.Event()
         self._output_checks: dict[str, tuple[Any, SchemaCheck | None]] = {}  # by tool, per listed schema
+        self.on_listed: Callable[[], None] = lambda: None  # after each listing (the broker's)
 
     def python_names(self) -> dict[str, str]:
         """Each allowed tool's name in `mcp_tools`, by its own (`PythonNames`)."""
@@ -291,14 +292,9 @@ class Connection:
                 break
         self.tools = listed
         self._output_checks.clear()
-        log_event(
-            self._log,
-            logging.INFO,
-            "tool server listed",
-            server=self.server.name,
-            tools=len(listed),
-            allowed=len(self.allowed()),
-        )
+        said: dict[str, Any] = {"server": self.server.name, "tools": len(listed), "allowed": len(self.allowed())}
+        log_event(self._log, logging.INFO, "tool server listed", **said)
+        self.on_listed()
 
     async def _watch(self, client: Client) -> None:
         """Until the connection is lost: re-list when the server says its tools changed, ping when quiet."""

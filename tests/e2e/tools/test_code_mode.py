@@ -5,18 +5,25 @@ through `mcp_tools`, in every mode runs can have."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
+from mcp import Client
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ToolsListChanged
 
 from runner.config import Config
-from tests.code_mode import TIME_SERVER, run, run_once, stdio_session, tools_file
+from tests.code_mode import TIME_SERVER, run, run_once, stdio_params, stdio_session, tools_file
 from tests.conftest import REPO
 from tests.helpers import in_mode, processes_mentioning, settled
+from tests.http_server import http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -221,24 +228,77 @@ async def test_a_run_that_calls_no_tool_loads_no_module_more_for_a_server_that_b
     assert "'mmap'" in loaded[0]
 
 
-async def test_a_server_down_at_start_is_named_in_the_tool_description_once_it_has_listed_its_tools(
-    work_dir: Path, tmp_path: Path
-) -> None:
-    # Found by a first hour: the description was made once, at start, and never named a server that came
-    # up later, though runs could call it.
+def late_and_time(tmp_path: Path) -> tuple[Path, Path]:
+    """A tools file naming `time` and `late`, whose command (the path returned) is not there yet."""
     late = tmp_path / "late-server"
     path = tools_file(
         tmp_path, time=time_server(["get_current_time"]), late={**time_server(["convert_time"]), "command": str(late)}
     )
+    return late, path
+
+
+def described(tools: types.ListToolsResult) -> str:
+    return tools.tools[0].description or ""
+
+
+async def test_a_handshake_client_is_told_the_tools_changed_once_a_server_down_at_start_has_listed_them(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a first hour: the description was made once, at start, and never named a server that came
+    # up later, though runs could call it; then named at the next tools/list, but a client that lists
+    # tools only when it connects (most do, unless told) never saw it.
+    late, path = late_and_time(tmp_path)
+    told = anyio.Event()
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            told.set()
+
+    params = stdio_params(work_dir, RUNNER_TOOLS_CONFIG=str(path))
     with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_SANDBOX="none") as client:
-            before = (await client.list_tools()).tools[0].description or ""
+        async with Client(stdio_client(params, errlog=errlog), mode="legacy", message_handler=on_message) as client:
+            capabilities = client.server_capabilities
+            before = described(await client.list_tools())
             late.symlink_to(TIME_SERVER)  # there now: it is started at the next try of its backoff
             with anyio.fail_after(30):
-                while "mcp_tools.late.convert_time" not in ((await client.list_tools()).tools[0].description or ""):
-                    await anyio.sleep(0.2)
+                await told.wait()
+            after = described(await client.list_tools())
+    assert capabilities.tools is not None
+    assert capabilities.tools.list_changed
     assert "mcp_tools.time.get_current_time" in before
     assert "mcp_tools.late" not in before
+    assert "mcp_tools.late.convert_time" in after
+
+
+async def test_a_2026_client_listening_is_told_the_tools_changed_and_its_stream_ends_cleanly_as_http_stops(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    late, path = late_and_time(tmp_path)
+    with http_server(work_dir, tmp_path / "stderr.log", RUNNER_TOOLS_CONFIG=str(path)) as server:
+        async with Client(streamable_http_client(server.url)) as client:
+            capabilities = client.server_capabilities
+            async with client.listen(tools_list_changed=True, resources_list_changed=True) as changes:
+                honored = changes.honored
+                before = described(await client.list_tools())
+                late.symlink_to(TIME_SERVER)
+                events = aiter(changes)
+                with anyio.fail_after(30):
+                    event = await anext(events)
+                after = described(await client.list_tools())
+                # A stop ends the stream with its result (no SubscriptionLost), not at the grace's end.
+                await anyio.to_thread.run_sync(server.process.send_signal, signal.SIGTERM)
+                with anyio.fail_after(20):
+                    left = [event async for event in events]
+        status = await anyio.to_thread.run_sync(server.process.wait, 30)
+    assert capabilities.tools is not None
+    assert capabilities.tools.list_changed
+    assert isinstance(event, ToolsListChanged)
+    # Only what it sends: no resource of ours changes, and the kept streams a caller sees are its own.
+    assert honored == types.SubscriptionFilter(tools_list_changed=True)
+    assert "mcp_tools.late" not in before
+    assert "mcp_tools.late.convert_time" in after
+    assert left == []
+    assert status == 0
 
 
 async def test_a_tool_the_file_names_that_the_server_does_not_list_stops_the_server_naming_the_entry(

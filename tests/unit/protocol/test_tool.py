@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
 
 from runner.config import Config
 from runner.config.disk import open_environment
-from runner.protocol.tool import tool_definition
+from runner.protocol.tool import MAX_LISTENERS_PER_CALLER, ToolChanges, tool_definition
 from tests.helpers import fake_env
 
 
@@ -51,3 +59,83 @@ def test_the_tool_description_says_the_run_s_directory_is_empty_only_where_it_is
     shows = tool_definition(Config.from_env({}), shows=("a-checkout",)).description or ""
     assert "empty working directory" not in shows
     assert "in a working directory empty but for the server's read-only a-checkout, deleted afterwards." in shows
+
+
+class _Lister:
+    """A handshake-era client's session as `ToolChanges` sees it: each notification sent is counted, or
+    fails as one on a connection that is gone."""
+
+    def __init__(self, gone: bool = False) -> None:
+        self.told, self.gone = 0, gone
+        self.sent = anyio.Event()
+
+    async def send_tool_list_changed(self) -> None:
+        self.sent.set()
+        if self.gone:
+            raise anyio.BrokenResourceError
+        self.told += 1
+
+
+def _listing(session: _Lister, version: str = "2025-11-25") -> Any:
+    return SimpleNamespace(protocol_version=version, session=session)
+
+
+@pytest.mark.anyio
+async def test_a_client_is_told_of_a_change_once_and_one_whose_connection_is_gone_ends_no_telling() -> None:
+    said = ["time"]
+    changes = ToolChanges(lambda: said[0], logging.getLogger("test"), handshake=True)
+    gone, later, modern = _Lister(gone=True), _Lister(), _Lister()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(changes.tell_forever)
+        changes.listed(_listing(gone))
+        said[0] = "time, late"
+        changes.poke()
+        with anyio.fail_after(5):
+            await gone.sent.wait()
+        changes.listed(_listing(modern, version="2026-07-28"))  # told on its listen streams, not here
+        changes.listed(_listing(later))
+        changes.poke()  # nothing changed since: nothing told
+        said[0] = "time, late, other"
+        changes.poke()
+        with anyio.fail_after(5):
+            await later.sent.wait()
+        tg.cancel_scope.cancel()
+    assert later.told == 1
+    assert modern.told == 0
+
+
+class _Stream:
+    """A listen request's session as the SDK's handler sees it: what it sends is kept."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    async def send_notification(self, notification: object, related_request_id: object = None) -> None:
+        self.sent.append(notification)
+
+
+@pytest.mark.anyio
+async def test_one_caller_holds_at_most_16_listen_streams_and_the_stop_ends_them_all_with_their_result() -> None:
+    changes = ToolChanges(lambda: "", logging.getLogger("test"), handshake=False, caller_of=lambda request: request)
+    params = types.SubscriptionsListenRequestParams(notifications=types.SubscriptionFilter(tools_list_changed=True))
+    ended: list[object] = []
+    sessions = [_Stream() for _ in range(MAX_LISTENERS_PER_CALLER + 1)]
+
+    async def listen(caller: str, index: int) -> None:
+        ctx = SimpleNamespace(request=caller, request_id=f"{caller}-{index}", session=sessions[index])
+        ended.append(await changes.listen(ctx, params))  # type: ignore[arg-type]
+
+    async with anyio.create_task_group() as tg:
+        for index in range(MAX_LISTENERS_PER_CALLER):
+            tg.start_soon(listen, "alice", index)
+        with anyio.fail_after(5):
+            while not all(session.sent for session in sessions[:-1]):  # each acknowledged
+                await anyio.sleep(0)
+        with pytest.raises(MCPError, match="16 listen streams at once per caller"):
+            await listen("alice", MAX_LISTENERS_PER_CALLER)
+        tg.start_soon(listen, "bob", MAX_LISTENERS_PER_CALLER)  # another caller's own
+        with anyio.fail_after(5):
+            while not sessions[-1].sent:
+                await anyio.sleep(0)
+        changes.close()
+    assert len(ended) == MAX_LISTENERS_PER_CALLER + 1
