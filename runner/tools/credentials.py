@@ -24,14 +24,17 @@ class Credentials:
     __slots__ = ("_in_results", "_in_results_dumped", "secrets")
 
     def __init__(self, server: Downstream) -> None:
+        # A header's credential after its scheme too ("Bearer <token>": the token alone, which a server's
+        # error may echo without its scheme; found by reviews, in results and then in errors).
+        schemed = {v.split()[-1] for _, v in server.headers if len(v.split()) > 1}
         # Never in a reason it is down, an error or the log.
-        self.secrets = _spellings(value for _, value in (*server.env, *server.headers) if len(value) >= MIN_SAID)
+        every = {value for _, value in (*server.env, *server.headers)} | schemed
+        self.secrets = _spellings(value for value in every if len(value) >= MIN_SAID)
         # Nor in a tool's result (`masked_result`): a header's, and an `env` value named as a credential.
         # Not the rest: a result may well hold what else the file gives its server (a filesystem
         # server's directory, a time zone), and a run would get it garbled.
         told = {value for name, value in server.env if CREDENTIAL_NAME.search(name)} | {v for _, v in server.headers}
-        # A header's credential after its scheme too ("Bearer <token>": the token alone, found by a review).
-        told |= {v.split()[-1] for _, v in server.headers if len(v.split()) > 1}
+        told |= schemed
         self._in_results = sorted((value for value in told if len(value) >= MIN_IN_RESULTS), key=len, reverse=True)
         self._in_results_dumped = [json.dumps(value)[1:-1] for value in self._in_results]  # as a result's JSON has them
 

@@ -168,3 +168,40 @@ def test_a_runs_refused_calls_name_the_tool_to_give_and_make_the_listings_python
     assert isinstance(answer, bytes)
     assert "the server calls this tool 'tool-0007'" in json.loads(answer)["error"]
     assert len(made) == len(names)
+
+
+def _two_servers() -> Broker:
+    """A broker of `open`, for every caller, and `mine`, for alice alone, each listing its tool `t`."""
+    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=1, tools_max_concurrent=4, tools_spin_us=0)
+    servers = (
+        Downstream(name="open", python_name="open", tools=("*",), callers=None, command="true"),
+        Downstream(name="mine", python_name="mine", tools=("*",), callers=("alice",), command="true"),
+    )
+    broker = Broker(ToolServers("tools.json", servers), config, logging.getLogger())
+    for name, connection in broker.connections.items():
+        connection.tools = {"t": types.Tool(name="t", description=f"{name}'s tool", input_schema={"type": "object"})}
+        connection.down = ""
+    return broker
+
+
+def test_a_caller_a_server_does_not_serve_is_refused_its_calls_as_if_there_were_no_such_server() -> None:
+    # Found by a review of the claims: bob's run had no `mcp_tools` in the only test of `callers`, so this
+    # check was never reached; a run's own frame (mcp_tools.call) names any server.
+    broker = _two_servers()
+    bobs, alices = broker.for_run("r1", "bob", loop_time() + 30), broker.for_run("r2", "alice", loop_time() + 30)
+    assert bobs is not None
+    assert alices is not None
+    frame = b'{"op": "call", "server": "mine", "tool": "t", "arguments": {}}'
+    refused = bobs.take(frame)
+    assert isinstance(refused, bytes)
+    assert json.loads(refused) == {"ok": False, "error": "mine.t: no such server here"}
+    assert isinstance(alices.take(frame), ToolCall)
+    assert "mine" not in json.dumps(broker.catalog("bob"))  # nor in bob's mcp_tools
+    assert "mine" in json.dumps(broker.catalog("alice"))
+
+
+def test_the_tool_description_names_only_the_servers_every_caller_may_use() -> None:
+    said = _two_servers().description()
+    assert "mcp_tools.open.t" in said
+    assert "mine" not in said
+    assert "1 server" in said

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from runner.config.tools import Downstream
 from runner.tools.credentials import Credentials
 
@@ -37,3 +39,35 @@ def test_an_env_value_is_looked_for_in_results_where_its_name_says_it_is_a_crede
     assert masked == ["the key ***", "Europe/Istanbul", "1234"]
     assert not told.in_result(json.dumps(["Europe/Istanbul", "1234"]))  # not named so, or too short to be one
     assert told.scrubbed("Europe/Istanbul and 1234 in an error") == "*** and *** in an error"  # errors: every value
+
+
+def test_a_headers_token_after_its_scheme_is_masked_in_errors_and_lines_too() -> None:
+    # Found by a review of the claims: the token alone was masked in results, not in errors (an HTTP
+    # server's "invalid token tok-…" reached the run's ToolError and the log).
+    server = Downstream("s", "s", ("*",), None, url="http://h/mcp", headers=(("Authorization", f"Bearer {TOKEN}"),))
+    told = Credentials(server)
+    assert told.scrubbed(f"401: invalid token {TOKEN}") == "401: invalid token ***"
+    assert told.scrubbed(f"the header was Bearer {TOKEN}") == "the header was ***"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "API_KEY",
+        "GH_TOKEN",
+        "CLIENT_SECRET",
+        "DB_PASSWORD",
+        "PWD_HASH",
+        "AUTH",
+        "AWS_CREDENTIALS",
+        "PRIVATE_PEM",
+        "COOKIE",
+        "SESSION_ID",
+        "api_key",
+    ],
+)
+def test_each_name_the_docs_give_marks_an_env_value_as_a_credential_in_results(name: str) -> None:
+    server = Downstream("s", "s", ("*",), None, command="x", env=((name, KEY),))
+    told = Credentials(server)
+    assert told.in_result(json.dumps({"v": KEY}))
+    assert told.masked_result({"v": f"is {KEY}"}) == {"v": "is ***"}
