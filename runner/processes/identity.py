@@ -7,8 +7,12 @@ every other run. With a uid of its own, RUNNER_MAX_PROCESSES bounds its whole tr
 per-box uids do. The zygote (namespaced) or the spawning source (bwrap) lends each run one uid of the
 block, and takes it back only once every process of that run is gone.
 
-Servers on one host may share the range: each pool takes the first block no other pool holds, under
-an exclusive lock (flock, released by the kernel if the server dies), so no two pools lend one uid.
+Servers on one host may share the range: each pool takes the first uids that no other pool holds, as
+many as it needs, by a lock on those uids' bytes of one file all servers use (an open file
+description's write lock, `F_OFD_SETLK`, released by the kernel if the server dies), so no two pools
+lend one uid whatever each one's block size (found by a first hour: one lock file per block, at
+multiples of each server's own size, let a server of 2 uids a block take 60002-60003 beside one that
+held 60000-60055, and both lent 60002).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,9 +29,12 @@ from runner.config import Config
 from runner.errors import Unavailable
 from runner.processes.isolation import IsolationPlan
 
-# Where pools' locks go, for every server of the host to see; the work directory where it is not writable.
+# Where the pools' lock file is, for every server of the host to see; the work directory where it is not
+# writable. One file, never removed: its bytes at the uids' offsets are locked, it holds none.
 LOCK_DIR = "/run/lock"
-LOCK_PREFIX = ".python-runner-uids-"
+LOCK_NAME = ".python-runner-uids.lock"
+# `struct flock` of 64-bit Linux: l_type, l_whence, l_start, l_len, l_pid (0 for an OFD lock), padded.
+_FLOCK = struct.Struct("hhqqi4x")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,40 +71,35 @@ def claimed_uids(config: Config, plan: IsolationPlan) -> Iterator[RunUids | None
     needed = config.uids_per_pool
     uids = config.run_uid_range
     directory = LOCK_DIR if os.access(LOCK_DIR, os.W_OK | os.X_OK) else config.work_dir
-    for first in range(uids.start, uids.stop - needed + 1, needed):
-        lock = _lock(os.path.join(directory, f"{LOCK_PREFIX}{first}.lock"))
-        if lock is None:
-            continue
-        path, fd = lock
-        try:
-            yield RunUids(first, needed)
-        finally:
-            # Unlinked while still held: a pool that opened the file since finds it gone and retries.
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            os.close(fd)
-        return
-    raise Unavailable("RUNNER_SANDBOX_UIDS", f"every block of {needed} uids in {config.sandbox_uids} is taken")
+    path = os.path.join(directory, LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        # A file another user made first (the lock directory is writable by all) could hold every uid.
+        if os.fstat(fd).st_uid != os.geteuid():
+            raise Unavailable("RUNNER_SANDBOX_UIDS", f"{path} belongs to another user; remove it")
+        first = _first_free(fd, uids, needed)
+        if first is None:
+            raise Unavailable("RUNNER_SANDBOX_UIDS", f"every block of {needed} uids in {config.sandbox_uids} is taken")
+        yield RunUids(first, needed)
+    finally:
+        os.close(fd)  # the lock goes with the file's last descriptor
 
 
-def _lock(path: str) -> tuple[str, int] | None:
-    """The held lock at `path` (the path, its fd), or None if another pool holds it."""
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+def _first_free(fd: int, uids: range, needed: int) -> int | None:
+    """The first of `needed` uids in `uids` that no pool holds, now locked on `fd`; None if there are none."""
+    first = uids.start
+    while first + needed <= uids.stop:
+        wanted = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, first, needed, 0)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, wanted)
+            return first
         except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                return None
-            raise
-        try:
-            same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            return path, fd
-        os.close(fd)  # unlinked by the pool that held it, between our open and our lock: again
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+        kind, _, start, length, _ = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_OFD_GETLK, wanted))
+        if kind != fcntl.F_UNLCK:  # past the pool that holds some of them (else: let go since; again)
+            first = start + length if length else uids.stop
+    return None
 
 
 class UidLender:

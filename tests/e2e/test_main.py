@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 import runner
-from runner.processes.identity import LOCK_DIR, LOCK_PREFIX, _lock
+from runner.config import Config
+from runner.errors import Unavailable
+from runner.processes.identity import claimed_uids
+from runner.processes.isolation import IsolationPlan
 from tests.conftest import REPO
 
 
@@ -196,17 +199,15 @@ class Scratch:
         """A two-uid range, one block of a pool of 2 uids (one zygote, one slot, nothing pooled, no
         sessions), whose lock this test holds as another server's pool would."""
         work = self.directory("work")
-        directory = LOCK_DIR if os.access(LOCK_DIR, os.W_OK | os.X_OK) else work
+        lean = {"RUNNER_POOL_SIZE": "0", "RUNNER_MAX_CONCURRENT": "1", "RUNNER_MAX_SESSIONS": "0"}
         for uids in unused_uids(2):
             # Another run of this test, at the same time, may hold one: then the next.
-            held = _lock(os.path.join(directory, f"{LOCK_PREFIX}{uids.split('-')[0]}.lock"))
-            if held is not None:
+            pool = Config(sandbox_uids=uids, pool_size=0, max_concurrent=1, max_sessions=0, work_dir=work)
+            try:
+                self.held.enter_context(claimed_uids(pool, IsolationPlan("namespaces", "root", uid_per_run=True)))
                 break
-        assert held is not None
-        path, fd = held
-        self.held.callback(os.close, fd)
-        self.held.callback(os.unlink, path)  # before the close, as a pool lets its block go
-        lean = {"RUNNER_POOL_SIZE": "0", "RUNNER_MAX_CONCURRENT": "1", "RUNNER_MAX_SESSIONS": "0"}
+            except Unavailable:
+                continue
         return {**SANDBOXED, **lean, "RUNNER_WORK_DIR": work, "RUNNER_SANDBOX_UIDS": uids, "RUNNER_PRELOAD": ""}
 
 

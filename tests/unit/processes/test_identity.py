@@ -34,13 +34,35 @@ def test_two_pools_open_at_once_hold_different_blocks_and_a_closed_pool_s_block_
     config = Config(sandbox_uids="70000-70047", max_sessions=0)
     with claimed_uids(config, LENDING) as first, claimed_uids(config, LENDING) as second:
         assert (str(first), str(second)) == ("70000-70011", "70012-70023")
-        assert sorted(path.name for path in lock_dir.iterdir()) == [
-            ".python-runner-uids-70000.lock",
-            ".python-runner-uids-70012.lock",
-        ]
-    assert list(lock_dir.iterdir()) == [], "a pool leaves no lock behind"
+        assert [path.name for path in lock_dir.iterdir()] == [".python-runner-uids.lock"]
     with claimed_uids(config, LENDING) as again:
         assert str(again) == "70000-70011"
+
+
+def test_pools_of_different_block_sizes_never_lend_the_same_uid(lock_dir: Path) -> None:
+    # Found by a first hour: a lock file per block, at multiples of each pool's own size, let a pool of
+    # 2 uids a block take 60002-60003 beside one that held 60000-60055; both lent 60002.
+    large = Config(sandbox_uids="70000-70099", max_sessions=0)  # 12 uids a block
+    small = Config(sandbox_uids="70000-70099", max_sessions=0, pool_size=0, max_concurrent=1)  # 2
+    with (
+        claimed_uids(small, LENDING) as one,
+        claimed_uids(large, LENDING) as two,
+        claimed_uids(small, LENDING) as three,
+    ):
+        blocks = [block for block in (one, two, three) if block is not None]
+        assert [str(block) for block in blocks] == ["70000-70001", "70002-70013", "70014-70015"]
+    lent = [uid for block in blocks for uid in block.uids()]
+    assert len(lent) == len(set(lent)) == 16
+
+
+def test_a_lock_file_of_another_user_stops_the_pool_naming_it(lock_dir: Path) -> None:
+    path = lock_dir / ".python-runner-uids.lock"
+    path.touch()
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a file away")
+    os.chown(path, 65534, 65534)
+    with pytest.raises(Unavailable, match="belongs to another user"), claimed_uids(Config(), LENDING):
+        pass
 
 
 def test_a_range_whose_every_block_is_held_stops_the_pool_naming_the_variable(lock_dir: Path) -> None:
@@ -59,17 +81,18 @@ def test_runs_that_keep_the_server_s_uid_claim_no_block(lock_dir: Path) -> None:
     assert list(lock_dir.iterdir()) == []
 
 
-def test_a_lock_unlinked_by_the_pool_that_held_it_is_not_taken_as_held(lock_dir: Path) -> None:
-    path = str(lock_dir / "a.lock")
-    held = identity._lock(path)
-    assert held is not None
-    assert identity._lock(path) is None
-    os.unlink(path)
-    os.close(held[1])
-    again = identity._lock(path)
-    assert again is not None
-    assert os.path.exists(path)
-    os.close(again[1])
+def test_a_pool_s_uids_are_held_against_another_process_until_it_closes(lock_dir: Path) -> None:
+    config = Config(sandbox_uids="70000-70023", max_sessions=0)
+    with claimed_uids(config, LENDING):
+        child = os.fork()
+        if child == 0:  # another server: the first block is held, the second is its
+            try:
+                with claimed_uids(config, LENDING) as block:
+                    os._exit(0 if str(block) == "70012-70023" else 1)
+            except BaseException:
+                os._exit(2)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_a_block_is_split_evenly_between_the_zygotes_that_lend_it() -> None:
