@@ -31,6 +31,7 @@ from tests.helpers import (
     SIX_MB_OUTPUT,
     check_returns,
     check_structured,
+    children_of,
     living,
     max_overlap,
     processes_mentioning,
@@ -558,3 +559,28 @@ async def test_reads_of_a_kept_output_hold_their_budget_until_their_answers_are_
     assert all(answer["error"]["code"] == -32010 for answer in answers[1:])
     assert "busy: " in answers[1]["error"]["message"]
     assert "result" in again, "once written, an answer leaves the budget"
+
+
+@pytest.mark.parametrize("sandbox", ["none", "none-posix-spawn"])
+async def test_a_plain_run_cannot_read_the_real_servers_environment_nor_its_memory(
+    work_dir: Path, tmp_path: Path, sandbox: str
+) -> None:
+    """The real server, not a stand-in (found by a review of the claims: the adversarial suite made its
+    own process non-dumpable in the server's stead). A root server's plain run has a uid of its own and
+    no capability; a non-root server's shares its uid, and the server's being non-dumpable is what
+    denies it: that case is the image's (tests/deploy/test_container.py, the server as uid 10001)."""
+    marker = "marker-of-the-servers-environment-0123456789"
+    with open(tmp_path / "stderr.log", "w") as errlog:
+        async with stdio_session(work_dir, errlog, "auto", RUNNER_SANDBOX=sandbox, SERVER_MARKER=marker) as client:
+            [pid] = [pid for pid in children_of(os.getpid()) if b"runner" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+            code = (
+                "for name in ('environ', 'mem'):\n"
+                "    try:\n"
+                f"        print(name, open('/proc/{pid}/' + name, 'rb').read(64))\n"
+                "    except OSError as exc:\n"
+                "        print(name, type(exc).__name__)\n"
+            )
+            result = await client.call_tool("run_python", {"code": code})
+    done = check_structured(result.structured_content)
+    assert done["status"] == "ok", done
+    assert done["stdout"] == "environ PermissionError\nmem PermissionError\n", done

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import re
 import signal
@@ -791,12 +792,14 @@ async def test_a_call_that_made_itself_dumpable_leaves_no_keeper_a_later_call_co
     kept = await call(pool, dumpable, handle)
     assert kept.session is not None
     assert kept.session.kept
+    # Read, not written: a sandbox's /proc is read-only, so a write would be refused (EROFS) however
+    # dumpable the keeper were (found by a review of the claims: the sandboxed cases tested nothing).
     probe = (
-        "import os\ntry:\n    open(f'/proc/{os.getppid()}/mem', 'r+b')\n    print('opened')\n"
+        "import os\ntry:\n    open(f'/proc/{os.getppid()}/mem', 'rb')\n    print('opened')\n"
         "except OSError as e:\n    print('refused', e.errno)"
     )
     result = await call(pool, probe, handle)
-    assert result.stdout.text.startswith("refused"), result
+    assert result.stdout.text in (f"refused {errno.EACCES}\n", f"refused {errno.EPERM}\n"), result
 
 
 FORKED_OVER_BUDGET = """

@@ -673,6 +673,48 @@ async def test_a_sandboxed_run_sees_nothing_of_the_tokens_even_after_the_file_is
             assert ALICE in result.stdout.text
 
 
+@pytest.mark.parametrize("sandbox", ["bwrap", "namespaces"])
+async def test_a_tokens_file_alone_in_a_directory_runs_see_is_hidden_by_its_directory_even_once_replaced(
+    config: Config, sandbox: str, work_dir: Path, tmp_path: Path
+) -> None:
+    """Found by a review of the claims: the test above keeps the file where no run looks (outside every
+    directory a view binds), so it passed with no hiding at all. Here it is in the package environment,
+    which every run's view binds: only the cover of its directory keeps it from a run, and a file put in
+    its place after start (as editors save: a new file renamed over it) is under that cover too."""
+    in_mode(config, sandbox)
+    environment = tmp_path / "environment"
+    (environment / "site-packages").mkdir(parents=True)
+    (environment / "secrets").mkdir()
+    tokens = environment / "secrets" / "tokens"
+    tokens.write_text(f"alice:{ALICE}\n")
+    for path, mode in ((environment, 0o755), (environment / "site-packages", 0o755), (environment / "secrets", 0o755)):
+        path.chmod(mode)
+    tokens.chmod(0o644)
+    code = (
+        "import os\n"
+        f"print(os.path.isdir({str(environment / 'site-packages')!r}))\n"
+        "try:\n"
+        f"    print(open({str(tokens)!r}).read())\n"
+        "except OSError as exc:\n"
+        "    print(type(exc).__name__)\n"
+    )
+    env = {"RUNNER_AUTH_TOKENS_FILE": str(tokens), "RUNNER_PACKAGES": str(environment), "RUNNER_SANDBOX": sandbox}
+    with http_server(work_dir, tmp_path / "stderr.log", **env) as server:
+        async with (
+            httpx2.AsyncClient(headers={"authorization": f"Bearer {ALICE}"}, timeout=httpx2.Timeout(60)) as http,
+            Client(streamable_http_client(server.url, http_client=http)) as client,  # type: ignore[arg-type]
+        ):
+            before = check_structured((await client.call_tool("run_python", {"code": code})).structured_content)
+            replacement = tokens.with_name(".tokens.new")
+            replacement.write_text(f"alice:{ALICE}\ncarol:{BOB}\n")
+            replacement.chmod(0o644)
+            os.replace(replacement, tokens)
+            after = check_structured((await client.call_tool("run_python", {"code": code})).structured_content)
+    for done in (before, after):
+        assert done["status"] == "ok", done
+        assert done["stdout"] == "True\nFileNotFoundError\n", done
+
+
 @pytest.mark.parametrize("mode", ["bwrap", "namespaces"])
 async def test_a_tokens_file_among_other_files_is_not_in_a_run_s_view_nor_is_its_directory(
     config: Config, mode: str, tokens_file: Path, no_leaks: None
