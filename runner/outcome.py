@@ -459,6 +459,10 @@ class RunEgress(Protocol):
         """What the run reached and was refused, so far."""
         ...
 
+    def spent(self) -> str:
+        """Why the run's connections were all closed, if they were (its budget spent); else ''."""
+        ...
+
 
 class EgressGateway(Protocol):
     """The egress proxy, as the execution side sees it."""

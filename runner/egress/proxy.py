@@ -114,6 +114,14 @@ class RunProxy:
             for reach in self._reaches.values()
         )
 
+    def spent(self) -> str:
+        """`RunEgress.spent`: what the run's result says once its budget is spent (found by a first hour: a
+        download cut by it ended in a bare IncompleteRead, and the result said nothing of why)."""
+        if self._scope is None or not self._scope.cancel_called:
+            return ""
+        most = f"RUNNER_MAX_EGRESS_MB={self._proxy.max_bytes >> 20}"
+        return f"the run's network budget ({most}) was spent: its connections were closed, and new ones refused"
+
     async def serve(self, listener: socket.socket) -> None:
         """Accept the run's connections on `listener` (a listening TCP socket in the run's network namespace,
         which this takes) until the run's end cancels this; every connection is closed on the way out, and

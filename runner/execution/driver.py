@@ -268,6 +268,7 @@ class RunDriver:
             omitted=got.omitted,
             network=proxied[0].reached() if proxied is not None else (),
             table=got.table,
+            note=proxied[0].spent() if proxied is not None else "",
         )
         return result, got.linked
 

@@ -189,7 +189,8 @@ class Hints:
         note = missing_module_note(module, present, house, offered, bool(self.site)) if module else ""
         note = note or notebook_note(result.stderr.text) or network_note(result.stderr.text, self.network)
         note = note or self.limits.note(result.stderr.text)
-        return dataclasses.replace(result, note=note) if note else result
+        # After what the server said already (the network budget spent), not instead.
+        return dataclasses.replace(result, note="; ".join(filter(None, (result.note, note)))) if note else result
 
     def _present(self, module: str) -> bool:
         if module in sys.stdlib_module_names:

@@ -186,6 +186,10 @@ async def test_the_byte_budget_cuts_a_run_off_and_counts_what_passed(mode: str, 
     [use] = structured["network"]
     assert 1024 * 1024 < use["bytes_in"] < 1024 * 1024 + 200_000
     assert "egress budget spent" in server_log(tmp_path).read_text()
+    # Said to the run's caller too (found by a first hour: the result said nothing of why).
+    assert structured["note"] == (
+        "the run's network budget (RUNNER_MAX_EGRESS_MB=1) was spent: its connections were closed, and new ones refused"
+    )
 
 
 async def test_a_killed_runs_connections_are_closed_with_it(work_dir: Path, tmp_path: Path) -> None:
