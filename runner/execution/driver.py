@@ -250,14 +250,13 @@ class RunDriver:
             limit_met=got.end.limit if got.end is not None else None,
         )
         status, message = classify(end, err.parts()[1] or err.parts()[0], self.run_limits(request.timeout))
-        max_chars = self._returns.max_output_chars
         result = RunResult(
             request_id=request.request_id,
             status=status,
             message=message,
             exit_code=returncode,
-            stdout=render_stream(out, max_chars),
-            stderr=render_stream(err, max_chars),
+            stdout=render_stream(out, self._returns.max_output_chars),
+            stderr=render_stream(err, self._returns.max_output_chars),
             duration=duration,
             cpu_seconds=cpu,
             peak_memory_bytes=peak,
@@ -268,7 +267,7 @@ class RunDriver:
             omitted=got.omitted,
             network=proxied[0].reached() if proxied is not None else (),
             table=got.table,
-            note=proxied[0].spent() if proxied is not None else "",
+            note=proxied[0].spent() if proxied else "",
         )
         return result, got.linked
 
