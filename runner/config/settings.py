@@ -192,8 +192,8 @@ def closest_name(name: str, known: list[str]) -> str:
     underscores left out (RUNNER_MAXCPU, RUNNER_MAX_CPU_SECONDS), else the most alike of those alike."""
     import difflib
 
-    def squashed(text: str) -> str:
-        return text.removeprefix("RUNNER_").replace("_", "")
+    def squashed(text: str) -> str:  # in capitals too (found by a first hour: RUNNER_max_memory_mb, no guess)
+        return text.upper().removeprefix("RUNNER_").replace("_", "")
 
     mine = squashed(name)
     holding = [other for other in known if len(mine) >= 4 and (mine in squashed(other) or squashed(other) in mine)]

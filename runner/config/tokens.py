@@ -64,7 +64,9 @@ class BearerTokens:
     def read(cls, path: str) -> BearerTokens:
         """Parse the file at `path` (RUNNER_AUTH_TOKENS_FILE)."""
         try:
-            with open(path, encoding="utf-8") as file:
+            # utf-8-sig: a byte-order mark (Notepad's) is not part of the first name (found by a first hour:
+            # "line 1: a name is 1-64 letters ..." for a file that began "alice:").
+            with open(path, encoding="utf-8-sig") as file:
                 return cls.parse(file.read())
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError("RUNNER_AUTH_TOKENS_FILE", f"cannot read {path!r}: {exc}") from None

@@ -68,11 +68,12 @@ def notebook_note(stderr: str) -> str:
 
 
 # What a run's last line says when it tried the network where its sandbox has none: a name not resolved
-# (no resolver in its own network namespace), or no route (only its own loopback), as Python, urllib,
-# requests and httpx end on it.
+# (no resolver in its own network namespace), no route (only its own loopback), or a loopback address
+# refused (its own loopback, not the host's: found by a first hour, a raw socket to the proxied host's
+# 127.0.0.1 ended on a bare ConnectionRefusedError), as Python, urllib, requests and httpx end on it.
 _NO_NETWORK = re.compile(
     r"(?:^|\n)[^\n]*(?:Temporary failure in name resolution|Name or service not known|Network is unreachable"
-    r"|No address associated with hostname)[^\n]*\n?\Z"
+    r"|No address associated with hostname|\[Errno 111\] Connection refused)[^\n]*\n?\Z"
 )
 
 

@@ -59,9 +59,14 @@ class BearerAuth:
             return
         scheme, _, token = header.partition(b" ")
         name = self._tokens.name_of(token.strip()) if scheme.lower() == b"bearer" else None
+        if name is None and scheme.lower() != b"bearer":
+            # Another scheme (Basic): asked for a Bearer token, as with none (RFC 6750 3.1; found by a first
+            # hour: "the token is not known" sent a user looking at the token, not the scheme).
+            self._logged(scope, "not a Bearer token")
+            await _refuse(send, None, "")
+            return
         if name is None:
-            why = "a token that is not known" if scheme.lower() == b"bearer" else "not a Bearer token"
-            self._logged(scope, why)
+            self._logged(scope, "a token that is not known")
             await _refuse(send, "invalid_token", "the token is not known")
             return
         scope.setdefault("state", {})[CALLER_STATE_KEY] = name

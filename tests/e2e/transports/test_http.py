@@ -176,6 +176,8 @@ async def test_tokens_are_required_checked_and_kept_out_of_urls(
         assert 'error="invalid_token"' in wrong.headers["www-authenticate"]
         basic = post(server, INITIALIZE, authorization=f"Basic {ALICE}")
         assert basic.status_code == 401
+        assert basic.headers["www-authenticate"] == 'Bearer realm="python-runner-mcp"', "asked for one, as with none"
+        assert basic.text == "authentication required: send Authorization: Bearer <token>"
         in_url = httpx2.post(f"{server.url}?access_token={ALICE}", json=INITIALIZE, headers=JSON_AND_SSE)
         assert in_url.status_code == 400
         assert 'error="invalid_request"' in in_url.headers["www-authenticate"]

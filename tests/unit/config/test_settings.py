@@ -18,6 +18,7 @@ from runner.errors import ConfigError
         ("RUNNER_MAX_MEMORY", "RUNNER_MAX_MEMORY_MB"),
         ("RUNNER_HTTP_PROT", "RUNNER_HTTP_PORT"),
         ("RUNNER_MAX_TIMEOUTS", "RUNNER_MAX_TIMEOUT"),
+        ("RUNNER_max_memory_mb", "RUNNER_MAX_MEMORY_MB"),
     ],
 )
 def test_a_misspelled_variable_is_named_with_the_setting_it_most_likely_means(name: str, guess: str) -> None:

@@ -80,3 +80,9 @@ def test_checking_a_token_takes_as_long_whatever_prefix_a_guess_shares_within_no
     # guess's own (the median of 15 rounds once said 1.4x on a busy machine, nothing changed).
     ratio = min(rounds[near]) / min(rounds[far])
     assert 0.7 < ratio < 1.4, f"near/far time ratio {ratio:.2f}"
+
+
+def test_a_tokens_file_that_begins_with_a_byte_order_mark_is_read_as_without_it(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_bytes(b"\xef\xbb\xbfalice:" + b"a" * 32 + b"\r\n")
+    assert BearerTokens.read(str(path)).names == ("alice",)

@@ -106,6 +106,7 @@ def test_only_an_error_s_result_gets_a_notebook_s_note() -> None:
         'resolution)"))\n',
         "OSError: [Errno 101] Network is unreachable\n",
         "socket.gaierror: [Errno -2] Name or service not known\n",
+        "ConnectionRefusedError: [Errno 111] Connection refused\n",
     ],
 )
 def test_a_run_that_ended_on_a_network_it_has_not_got_is_told_what_it_has(last: str) -> None:
