@@ -37,6 +37,13 @@ class Wheelhouse:
             name = normalized(path.name.split("-")[0])
             if name in pins and name not in present:
                 wheels[name] = path
+        graph = requirements(pins)
+        # Only what can be installed whole: one that needs a distribution neither here nor in the package
+        # environment is not offered (found by a first hour: with RUNNER_PACKAGES empty, seaborn was, and
+        # `import seaborn` installed it, then failed on matplotlib, the package environment's).
+        while unmet := [n for n in wheels if any(d not in wheels and d not in present for d in graph.get(n, ()))]:
+            for name in unmet:
+                del wheels[name]
         modules: dict[str, str] = {}
         provides: dict[str, frozenset[str]] = {}
         for name, path in sorted(wheels.items()):
@@ -47,7 +54,6 @@ class Wheelhouse:
                 continue
             for module in provides[name]:
                 modules.setdefault(module, name)
-        graph = requirements(pins)
         needs = {name: frozenset(n for n in graph.get(name, ()) if n in wheels) for name in wheels}
         return cls(wheels, {name: pins[name] for name in wheels}, modules, needs, provides, directory)
 

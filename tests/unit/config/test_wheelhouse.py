@@ -65,3 +65,18 @@ def test_the_real_wheelhouse_maps_the_names_that_differ(module: str, distributio
     house = Wheelhouse.read(built, (REPO / "requirements-wheelhouse.lock").read_text(), base)
     assert house.for_modules([module]) == {distribution}
     assert distribution in house.closure([distribution])
+
+
+def test_a_distribution_that_needs_one_neither_in_the_wheelhouse_nor_the_package_environment_is_not_offered(
+    tmp_path: Path,
+) -> None:
+    # Found by a first hour: with RUNNER_PACKAGES empty, seaborn was offered, installed on import, and then
+    # failed on matplotlib, the package environment's. alpha needs numpy (the environment's), gamma needs
+    # beta-pkg (here): without the environment, alpha alone goes.
+    make_wheel(tmp_path, "alpha", "1.0", {"alpha_mod/__init__.py": ""})
+    make_wheel(tmp_path, "beta_pkg", "2.1", {"beta/__init__.py": ""})
+    make_wheel(tmp_path, "gamma", "0.3", {"gamma.py": ""})
+    house = Wheelhouse.read(tmp_path, LOCK, base=[])
+    assert set(house.wheels) == {"beta-pkg", "gamma"}
+    assert "alpha_mod" not in house.modules
+    assert set(Wheelhouse.read(tmp_path, LOCK, base=["numpy"]).wheels) == {"alpha", "beta-pkg", "gamma"}
