@@ -378,6 +378,19 @@ def _progress_reporter(ctx: ServerRequestContext[Any]) -> Callable[[Progress], A
     return report
 
 
+class _Server(Server[Any]):
+    """The SDK's low-level server, but for what its capabilities say of resources: they are never
+    subscribed to nor said changed (found by a review: serving subscriptions/listen for the tools' changes,
+    the SDK said both of them at 2026-07-28). No resource of ours changes once made, and the kept streams
+    a caller may read are its own: a result links each new one."""
+
+    def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        said = super().get_capabilities(*args, **kwargs)
+        if said.resources is not None:
+            said.resources = said.resources.model_copy(update={"subscribe": False, "list_changed": False})
+        return said
+
+
 def build_server(
     config: Config,
     runner: Runner,
@@ -406,7 +419,7 @@ def build_server(
         after_answer=after_answer,
         tool_changes=tool_changes,
     )
-    server: Server[Any] = Server(
+    server: Server[Any] = _Server(
         SERVER_NAME,
         version=__version__,
         title="Python Runner",

@@ -96,9 +96,9 @@ class ToolList:
 
 
 # `subscriptions/listen` streams held at once (each an HTTP response or a stdio request left open), in
-# all and by one caller (a token, over HTTP: each stream holds one of RUNNER_HTTP_MAX_CONNECTIONS, 512 by
-# default, and one caller must not take them all); past either, a listen is refused and the client lists
-# tools when it needs them.
+# all and by one caller (a token); over HTTP each holds one of RUNNER_HTTP_MAX_CONNECTIONS, so at most a
+# quarter of those in all (found by a review: 8 listens of one caller held all 8 connections allowed).
+# Past either, a listen is refused and the client lists tools when it needs them.
 MAX_LISTENERS = 256
 MAX_LISTENERS_PER_CALLER = 16
 
@@ -120,14 +120,19 @@ class ToolChanges:
         *,
         handshake: bool,
         caller_of: Callable[[object], str | None] | None = None,
+        connections: int = 0,
     ) -> None:
         """`handshake`: whether a handshake-era connection outlives its requests (stdio, not stateless HTTP);
-        `caller_of`: the caller (the token's name) of a request, where there are callers."""
+        `caller_of`: the caller (the token's name) of a request, where there are callers; `connections`:
+        how many the transport holds at most (RUNNER_HTTP_MAX_CONNECTIONS), 0 where it has no such bound."""
         self._code_mode, self._log, self._handshake, self._caller_of = code_mode, logger, handshake, caller_of
+        self.most = min(MAX_LISTENERS, max(1, connections // 4)) if connections else MAX_LISTENERS
+        self.most_per_caller = min(MAX_LISTENERS_PER_CALLER, self.most)
         self._listening: dict[str | None, int] = {}  # streams open, by caller
+        self._closed = False
         self._told = code_mode()  # what the tools say as last told (at start: as first listed)
         self._bus = InMemorySubscriptionBus()
-        self._listens = ListenHandler(self._bus, max_subscriptions=MAX_LISTENERS, max_buffered_events=8)
+        self._listens = ListenHandler(self._bus, max_subscriptions=self.most, max_buffered_events=8)
         self._lister: ServerSession | None = None
         self._poked = anyio.Event()
 
@@ -143,11 +148,12 @@ class ToolChanges:
         the SDK declares resources' too wherever the method is served, but no resource of ours changes
         (a kept stream is written once) and the kept streams a caller may read are its own."""
         caller = self._caller_of(ctx.request) if self._caller_of is not None and ctx.request is not None else None
-        if self._listening.get(caller, 0) >= MAX_LISTENERS_PER_CALLER:
+        if self._closed:  # found by a review: a listen made again after the stop's close held its grace
+            raise MCPError(INTERNAL_ERROR, "the server is stopping: no listen stream is opened now")
+        if self._listening.get(caller, 0) >= self.most_per_caller:
             log_event(self._log, logging.INFO, "listen refused", reason="too many", caller=str(caller))
             raise MCPError(
-                INTERNAL_ERROR,
-                f"Subscription limit reached: {MAX_LISTENERS_PER_CALLER} listen streams at once per caller",
+                INTERNAL_ERROR, f"Subscription limit reached: {self.most_per_caller} listen streams at once per caller"
             )
         tools_only = types.SubscriptionFilter(tools_list_changed=params.notifications.tools_list_changed)
         self._listening[caller] = self._listening.get(caller, 0) + 1
@@ -163,7 +169,9 @@ class ToolChanges:
         self._poked.set()
 
     def close(self) -> None:
-        """End every listen stream (with its result: the client knows it was meant), as the server stops."""
+        """End every listen stream (with its result: the client knows it was meant), and refuse new ones,
+        as the server stops."""
+        self._closed = True
         self._listens.close()
 
     async def tell_forever(self) -> None:

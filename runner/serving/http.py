@@ -133,7 +133,9 @@ async def serve_http(
         if broker is not None:
             broker.observe = metrics.tool_call
             # Stateless HTTP keeps no handshake-era connection to tell: only 2026-07-28's listen streams.
-            changes = ToolChanges(broker.description, logger, handshake=False, caller_of=caller_of)
+            changes = ToolChanges(
+                broker.description, logger, handshake=False, caller_of=caller_of, connections=http.max_connections
+            )
             broker.on_listed = changes.poke
             tg.start_soon(changes.tell_forever)
         if egress is not None:

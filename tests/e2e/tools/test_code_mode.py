@@ -293,6 +293,10 @@ async def test_a_2026_client_listening_is_told_the_tools_changed_and_its_stream_
     assert capabilities.tools is not None
     assert capabilities.tools.list_changed
     assert isinstance(event, ToolsListChanged)
+    # Nor said of resources (the SDK said both wherever listen is served): none of ours changes.
+    assert capabilities.resources is not None
+    assert not capabilities.resources.subscribe
+    assert not capabilities.resources.list_changed
     # Only what it sends: no resource of ours changes, and the kept streams a caller sees are its own.
     assert honored == types.SubscriptionFilter(tools_list_changed=True)
     assert "mcp_tools.late" not in before

@@ -139,3 +139,16 @@ async def test_one_caller_holds_at_most_16_listen_streams_and_the_stop_ends_them
                 await anyio.sleep(0)
         changes.close()
     assert len(ended) == MAX_LISTENERS_PER_CALLER + 1
+
+
+@pytest.mark.anyio
+async def test_a_listen_after_the_stop_is_refused_and_over_http_a_quarter_of_the_connections_is_the_most() -> None:
+    # Found by a review: a client that listened again once the stop had closed its stream held the whole
+    # grace; 8 listens of one caller held all of RUNNER_HTTP_MAX_CONNECTIONS=8.
+    changes = ToolChanges(lambda: "", logging.getLogger("test"), handshake=False, caller_of=lambda r: r, connections=8)
+    assert (changes.most, changes.most_per_caller) == (2, 2)
+    params = types.SubscriptionsListenRequestParams(notifications=types.SubscriptionFilter(tools_list_changed=True))
+    changes.close()
+    ctx = SimpleNamespace(request="alice", request_id="1", session=_Stream())
+    with pytest.raises(MCPError, match="the server is stopping"):
+        await changes.listen(ctx, params)  # type: ignore[arg-type]
