@@ -29,10 +29,16 @@ from runner.config import Config
 from runner.errors import Unavailable
 from runner.processes.isolation import IsolationPlan
 
-# Where the pools' lock file is, for every server of the host to see; the work directory where it is not
+# Where the pools' lock file is, for every server of the host to see: a directory of root's alone (not
+# /run/lock, which every user may write: found by a review, a symlink planted there ended the start in a
+# traceback, and a file made there first could hold every uid); the work directory where /run is not
 # writable. One file, never removed: its bytes at the uids' offsets are locked, it holds none.
-LOCK_DIR = "/run/lock"
-LOCK_NAME = ".python-runner-uids.lock"
+LOCK_DIR = "/run/python-runner-mcp"
+LOCK_NAME = "uids.lock"
+# Where servers before this lock held their blocks, one file each (`.python-runner-uids-FIRST.lock`): one
+# still running lends uids this lock does not show.
+OLD_LOCK_DIR = "/run/lock"
+OLD_LOCK_PREFIX = ".python-runner-uids-"
 # `struct flock` of 64-bit Linux: l_type, l_whence, l_start, l_len, l_pid (0 for an OFD lock), padded.
 _FLOCK = struct.Struct("hhqqi4x")
 
@@ -70,19 +76,67 @@ def claimed_uids(config: Config, plan: IsolationPlan) -> Iterator[RunUids | None
         return
     needed = config.uids_per_pool
     uids = config.run_uid_range
-    directory = LOCK_DIR if os.access(LOCK_DIR, os.W_OK | os.X_OK) else config.work_dir
-    path = os.path.join(directory, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    _refuse_beside_old_servers(uids)
+    fd = _lock_file(LOCK_DIR if os.access(os.path.dirname(LOCK_DIR), os.W_OK | os.X_OK) else config.work_dir)
     try:
-        # A file another user made first (the lock directory is writable by all) could hold every uid.
-        if os.fstat(fd).st_uid != os.geteuid():
-            raise Unavailable("RUNNER_SANDBOX_UIDS", f"{path} belongs to another user; remove it")
         first = _first_free(fd, uids, needed)
         if first is None:
             raise Unavailable("RUNNER_SANDBOX_UIDS", f"every block of {needed} uids in {config.sandbox_uids} is taken")
         yield RunUids(first, needed)
     finally:
         os.close(fd)  # the lock goes with the file's last descriptor
+
+
+def _lock_file(directory: str) -> int:
+    """The lock file in `directory` (made, as the directory, where missing), open; `Unavailable` where the
+    directory is not this user's alone or the file cannot be had."""
+    path = os.path.join(directory, LOCK_NAME)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            held = os.fstat(dir_fd)
+            if held.st_uid != os.geteuid() or held.st_mode & 0o022:
+                raise Unavailable("RUNNER_SANDBOX_UIDS", f"{directory} is not this server's user's alone")
+            return os.open(LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise Unavailable("RUNNER_SANDBOX_UIDS", f"cannot open {path}: {exc.strerror}") from None
+
+
+def _refuse_beside_old_servers(uids: range) -> None:
+    """`Unavailable` while a server of before this lock (one lock file per block) holds a block that may
+    overlap `uids`: its block's size is not known, only where it starts (found by a review: old and new
+    servers side by side lent the same uids)."""
+    try:
+        with os.scandir(OLD_LOCK_DIR) as found:
+            entries = [entry for entry in found if entry.name.startswith(OLD_LOCK_PREFIX)]
+    except OSError:
+        return
+    for entry in entries:
+        first = entry.name.removeprefix(OLD_LOCK_PREFIX).removesuffix(".lock")
+        if not first.isdigit() or int(first) >= uids.stop:
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            # Only root's own (no other user can make one for it) and held (a stale one is let be).
+            if os.fstat(fd).st_uid != os.geteuid():
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                raise Unavailable(
+                    "RUNNER_SANDBOX_UIDS",
+                    f"an older python-runner-mcp lends uids from {first} ({entry.path}): stop it, or give "
+                    "this server a range apart from its",
+                ) from None
+        finally:
+            os.close(fd)
 
 
 def _first_free(fd: int, uids: range, needed: int) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -18,8 +19,11 @@ LENDING = IsolationPlan("namespaces", "a root server's", uid_per_run=True)
 
 @pytest.fixture
 def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr(identity, "LOCK_DIR", str(tmp_path))
-    return tmp_path
+    """The lock's directory, not made yet (the first pool makes it), and where older servers' locks are."""
+    monkeypatch.setattr(identity, "LOCK_DIR", str(tmp_path / "locks"))
+    (tmp_path / "old").mkdir()
+    monkeypatch.setattr(identity, "OLD_LOCK_DIR", str(tmp_path / "old"))
+    return tmp_path / "locks"
 
 
 def test_a_pool_of_the_default_configuration_needs_a_block_of_28_uids() -> None:
@@ -34,7 +38,8 @@ def test_two_pools_open_at_once_hold_different_blocks_and_a_closed_pool_s_block_
     config = Config(sandbox_uids="70000-70047", max_sessions=0)
     with claimed_uids(config, LENDING) as first, claimed_uids(config, LENDING) as second:
         assert (str(first), str(second)) == ("70000-70011", "70012-70023")
-        assert [path.name for path in lock_dir.iterdir()] == [".python-runner-uids.lock"]
+        assert [path.name for path in lock_dir.iterdir()] == ["uids.lock"]
+        assert lock_dir.stat().st_mode & 0o777 == 0o700
     with claimed_uids(config, LENDING) as again:
         assert str(again) == "70000-70011"
 
@@ -55,14 +60,40 @@ def test_pools_of_different_block_sizes_never_lend_the_same_uid(lock_dir: Path) 
     assert len(lent) == len(set(lent)) == 16
 
 
-def test_a_lock_file_of_another_user_stops_the_pool_naming_it(lock_dir: Path) -> None:
-    path = lock_dir / ".python-runner-uids.lock"
-    path.touch()
-    if os.geteuid() != 0:
-        pytest.skip("needs root to give a file away")
-    os.chown(path, 65534, 65534)
-    with pytest.raises(Unavailable, match="belongs to another user"), claimed_uids(Config(), LENDING):
+def test_a_lock_directory_others_may_write_or_a_lock_that_is_a_symlink_stops_the_pool_in_one_line(
+    lock_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the lock was in /run/lock, which every user may write; a symlink planted there
+    # ended the start in a traceback.
+    lock_dir.mkdir(mode=0o700)
+    (lock_dir / "uids.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(Unavailable, match=r"cannot open .*uids\.lock"), claimed_uids(Config(), LENDING):
         pass
+    (lock_dir / "uids.lock").unlink()
+    lock_dir.chmod(0o777)
+    with pytest.raises(Unavailable, match="is not this server's user's alone"), claimed_uids(Config(), LENDING):
+        pass
+
+
+def test_a_server_of_before_this_lock_holding_a_block_in_the_range_stops_the_pool(lock_dir: Path) -> None:
+    # Found by a review: an older server (a lock file per block) and this one lent the same uids.
+    old = lock_dir.parent / "old" / ".python-runner-uids-70000.lock"
+    old.touch()
+    config = Config(sandbox_uids="70000-70047", max_sessions=0)
+    with claimed_uids(config, LENDING) as block:  # a stale file (nobody holds it) is let be
+        assert str(block) == "70000-70011"
+    fd = os.open(old, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with (
+            pytest.raises(Unavailable, match="an older python-runner-mcp lends uids from 70000"),
+            claimed_uids(config, LENDING),
+        ):
+            pass
+        with claimed_uids(Config(sandbox_uids="60000-60047", max_sessions=0), LENDING) as below:
+            assert str(below) == "60000-60011", "a range that ends before its block starts is apart from it"
+    finally:
+        os.close(fd)
 
 
 def test_a_range_whose_every_block_is_held_stops_the_pool_naming_the_variable(lock_dir: Path) -> None:
@@ -78,7 +109,7 @@ def test_a_range_whose_every_block_is_held_stops_the_pool_naming_the_variable(lo
 def test_runs_that_keep_the_server_s_uid_claim_no_block(lock_dir: Path) -> None:
     with claimed_uids(Config(), IsolationPlan("namespaces", "a non-root server's")) as block:
         assert block is None
-    assert list(lock_dir.iterdir()) == []
+    assert not lock_dir.exists()
 
 
 def test_a_pool_s_uids_are_held_against_another_process_until_it_closes(lock_dir: Path) -> None:
