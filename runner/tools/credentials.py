@@ -16,6 +16,7 @@ MIN_SAID = 4  # the fewest characters of a value looked for in errors and lines:
 # characters such a value (or a header's) must have to be looked for there.
 CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|PWD|AUTH|CREDENTIAL|PRIVATE|COOKIE|SESSION", re.IGNORECASE)
 MIN_IN_RESULTS = 8
+_CREDENTIAL_HEADER = re.compile(r"^(?:PROXY-)?AUTHORIZATION$|" + CREDENTIAL_NAME.pattern, re.IGNORECASE)
 
 
 class Credentials:
@@ -24,9 +25,13 @@ class Credentials:
     __slots__ = ("_in_results", "_in_results_dumped", "secrets")
 
     def __init__(self, server: Downstream) -> None:
-        # A header's credential after its scheme too ("Bearer <token>": the token alone, which a server's
-        # error may echo without its scheme; found by reviews, in results and then in errors).
-        schemed = {v.split()[-1] for _, v in server.headers if len(v.split()) > 1}
+        # A credential header's value after its scheme too ("Bearer <token>": the token alone, which a
+        # server's error may echo without its scheme; found by reviews, in results and then in errors),
+        # and each of its parameters' values ('Digest username="u", response="..."'). Only a credential
+        # header's: the last word of any header (X-Title: Acme Internal Server) masked words of errors.
+        schemed = {
+            part for name, value in server.headers if _CREDENTIAL_HEADER.search(name) for part in _after_scheme(value)
+        }
         # Never in a reason it is down, an error or the log.
         every = {value for _, value in (*server.env, *server.headers)} | schemed
         self.secrets = _spellings(value for value in every if len(value) >= MIN_SAID)
@@ -83,3 +88,17 @@ def _spellings(secrets: Iterable[str]) -> list[str]:
     for secret in secrets:
         spelt |= {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
     return sorted(spelt, key=len, reverse=True)
+
+
+def _after_scheme(value: str) -> set[str]:
+    """What a credential header's `value` holds after its scheme: all of it, and each parameter's value."""
+    _, _, rest = value.strip().partition(" ")
+    rest = rest.strip()
+    if not rest:
+        return set()
+    found = {rest}
+    for parameter in rest.split(","):
+        _, equals, said = parameter.partition("=")
+        if equals:
+            found.add(said.strip().strip('"'))
+    return found

@@ -71,3 +71,19 @@ def test_each_name_the_docs_give_marks_an_env_value_as_a_credential_in_results(n
     told = Credentials(server)
     assert told.in_result(json.dumps({"v": KEY}))
     assert told.masked_result({"v": f"is {KEY}"}) == {"v": "is ***"}
+
+
+def test_only_a_credential_headers_value_after_its_scheme_is_looked_for_on_its_own() -> None:
+    # Found by a review: the last word of every header was, so "X-Title: Acme Internal Server" masked
+    # "Internal *** Error"; and a parameter's value ("token=...") was not.
+    server = Downstream(
+        "s",
+        "s",
+        ("*",),
+        None,
+        url="http://h/mcp",
+        headers=(("X-Title", "Acme Internal Server"), ("Authorization", f'Custom token="{TOKEN}", realm=prod')),
+    )
+    told = Credentials(server)
+    assert told.scrubbed("500 Internal Server Error") == "500 Internal Server Error"
+    assert told.scrubbed(f"bad token {TOKEN}") == "bad token ***"
