@@ -119,6 +119,10 @@ def build_specs(args: argparse.Namespace) -> list[ServerSpec]:
         if not label or not rev:
             raise SystemExit(f"run_bench: --variant-commit needs LABEL:REV, got {variant!r}")
         specs.append(ServerSpec(label, "runner", dict(common), export_commit(rev)))
+    # Each server its own uids, unless told (a root server's runs: RUNNER_SANDBOX_UIDS): a commit from
+    # before the uids' shared lock (3385199) and this one, side by side, would otherwise refuse to start.
+    for number, spec in enumerate(specs):
+        spec.env.setdefault("RUNNER_SANDBOX_UIDS", f"{600_000 + number * 10_000}-{609_999 + number * 10_000}")
     if not args.no_naive:
         specs.append(ServerSpec("naive", "naive"))
     return specs
