@@ -175,22 +175,29 @@ class ToolChanges:
         self._listens.close()
 
     async def tell_forever(self) -> None:
-        """Tell clients of each change, until cancelled."""
+        """Tell clients of each change, until cancelled. Never raises otherwise: it runs in the server's
+        own task group, and a fault of ours in telling ends that telling alone."""
         while True:
             await self._poked.wait()
             self._poked = anyio.Event()
-            described = self._code_mode()
-            if described == self._told:
-                continue
-            self._told = described
-            log_event(self._log, logging.INFO, "tools changed; telling clients")
-            await self._bus.publish(ToolsListChanged())
-            if self._lister is not None:
-                try:
-                    await self._lister.send_tool_list_changed()
-                except Exception as exc:  # its connection is gone: it will list again if it comes back
-                    log_event(self._log, logging.DEBUG, "tools changed; client not told", error=repr(exc)[:200])
-                    self._lister = None
+            try:
+                await self._tell()
+            except Exception:
+                self._log.warning("tools changed; telling clients failed", exc_info=True, extra={"fields": {}})
+
+    async def _tell(self) -> None:
+        described = self._code_mode()
+        if described == self._told:
+            return
+        self._told = described
+        log_event(self._log, logging.INFO, "tools changed; telling clients")
+        await self._bus.publish(ToolsListChanged())
+        if self._lister is not None:
+            try:
+                await self._lister.send_tool_list_changed()
+            except Exception as exc:  # its connection is gone: it will list again if it comes back
+                log_event(self._log, logging.DEBUG, "tools changed; client not told", error=repr(exc)[:200])
+                self._lister = None
 
 
 def tool_definitions(

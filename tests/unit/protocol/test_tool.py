@@ -152,3 +152,30 @@ async def test_a_listen_after_the_stop_is_refused_and_over_http_a_quarter_of_the
     ctx = SimpleNamespace(request="alice", request_id="1", session=_Stream())
     with pytest.raises(MCPError, match="the server is stopping"):
         await changes.listen(ctx, params)  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_a_fault_in_telling_a_change_ends_that_telling_alone(caplog: pytest.LogCaptureFixture) -> None:
+    said = ["time"]
+
+    def code_mode() -> str:
+        if said[0] == "broken":
+            raise RuntimeError("a fault of ours")
+        return said[0]
+
+    changes = ToolChanges(code_mode, logging.getLogger("test"), handshake=True)
+    later = _Lister()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(changes.tell_forever)
+        said[0] = "broken"
+        changes.poke()
+        with anyio.fail_after(5):
+            while "telling clients failed" not in caplog.text:
+                await anyio.sleep(0)
+        changes.listed(_listing(later))
+        said[0] = "time, late"
+        changes.poke()
+        with anyio.fail_after(5):
+            await later.sent.wait()
+        tg.cancel_scope.cancel()
+    assert later.told == 1
