@@ -12,6 +12,7 @@ answer that the run raises as `mcp_tools.ToolError`; nothing a run sends can rai
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.resources
 import json
 import logging
@@ -74,8 +75,9 @@ class Broker:
             server.name: Connection(server, logger, config.max_bytes, held) for server in servers.servers
         }
         self.on_listed: Callable[[], None] = lambda: None  # after any server's listing (`ToolChanges.poke`)
+        self._serving = False  # past the check of every server listed at start
         for connection in self.connections.values():
-            connection.on_listed = lambda: self.on_listed()
+            connection.on_listed = functools.partial(self._listed, connection)
         self._module_source = importlib.resources.files("runner.inrun").joinpath("mcp_tools.py").read_text()
         self._checks: dict[tuple[str, str], tuple[Any, SchemaCheck | None]] = {}
 
@@ -116,6 +118,7 @@ class Broker:
                         await connection.listed.wait()
                 try:
                     broker.check_listed()
+                    broker._serving = True
                     yield broker
                 finally:
                     tg.cancel_scope.cancel()
@@ -131,6 +134,23 @@ class Broker:
             return
         async with cls.opened(servers, config, logger, held=held) as broker:
             yield broker
+
+    def _listed(self, connection: Connection) -> None:
+        """`connection`'s server listed its tools: a tool the file names that it lacks, once serving, is
+        a warning (at start it stops the server: found by a first hour, a server that listed only after
+        the start had its misspelt tool said nowhere but in each call's refusal)."""
+        server = connection.server
+        missing = [tool for tool in server.tools if not server.every_tool and tool not in connection.tools]
+        if self._serving and missing:
+            log_event(
+                self.log,
+                logging.WARNING,
+                "tool server lists no tool the file allows",
+                server=server.name,
+                tools=",".join(missing)[:300],
+                file=self.servers.path,
+            )
+        self.on_listed()
 
     def check_listed(self) -> None:
         """`Unavailable` for a tool the file names that its server, up and listed, does not have."""

@@ -45,7 +45,10 @@ MAX_PAGES = 100
 MAX_LISTING_BYTES = 4 << 20  # a listing's names, descriptions and schemas, as JSON: past it, the rest left out
 MAX_DESCRIPTION_CHARS = 2000  # a tool's description as runs and the log see it
 MAX_DOWN_CHARS = 300  # why a server is down, as runs and the log see it
-CONNECT_SECONDS = 30.0  # a start (or a reconnect) that takes longer has failed
+# A start (or a reconnect) and its first listing that take longer have failed; each that failed so gives
+# the next twice as long, to 16 times (found by a first hour: a server 40 s to start, `npx -y` fetching its
+# package say, was killed at 30 s at every try and never came up).
+CONNECT_SECONDS = 30.0
 PING_SECONDS = 10.0  # how often a quiet connection is checked
 BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # waits between reconnections, the last repeated
 RELIST_SECONDS = 2.0  # between a server's listings, at least
@@ -154,21 +157,22 @@ class Connection:
     async def hold(self) -> None:
         """Connect, list, and stay connected until cancelled: reconnect with backoff whenever the server
         goes. Never raises but for cancellation."""
-        failures = 0
+        failures = slow = 0
         while True:
-            up_since = math.inf
+            up_since, given = math.inf, CONNECT_SECONDS * 2 ** min(slow, 4)
             try:
-                # The start and the first listing within CONNECT_SECONDS; then no deadline.
-                with anyio.CancelScope(deadline=anyio.current_time() + CONNECT_SECONDS) as starting:
+                # The start and the first listing within what it is given; then no deadline.
+                with anyio.CancelScope(deadline=anyio.current_time() + given) as starting:
                     async with self._connected() as client:
                         up_since = anyio.current_time()
                         await self._list(client)
-                        starting.deadline = math.inf
+                        starting.deadline, slow = math.inf, 0
                         self._client, self.down = client, ""
                         self.listed.set()
                         await self._watch(client)
                 if starting.cancelled_caught:
-                    self.down = self._fault or f"not started and listed within {CONNECT_SECONDS:g} s"
+                    self.down = self._fault or f"not started and listed within {given:g} s"
+                    slow += 1
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:  # whatever the server or the SDK raised: it is down

@@ -228,11 +228,11 @@ async def test_a_run_that_calls_no_tool_loads_no_module_more_for_a_server_that_b
     assert "'mmap'" in loaded[0]
 
 
-def late_and_time(tmp_path: Path) -> tuple[Path, Path]:
+def late_and_time(tmp_path: Path, late_tools: tuple[str, ...] = ("convert_time",)) -> tuple[Path, Path]:
     """A tools file naming `time` and `late`, whose command (the path returned) is not there yet."""
     late = tmp_path / "late-server"
     path = tools_file(
-        tmp_path, time=time_server(["get_current_time"]), late={**time_server(["convert_time"]), "command": str(late)}
+        tmp_path, time=time_server(["get_current_time"]), late={**time_server(list(late_tools)), "command": str(late)}
     )
     return late, path
 
@@ -246,8 +246,9 @@ async def test_a_handshake_client_is_told_the_tools_changed_once_a_server_down_a
 ) -> None:
     # Found by a first hour: the description was made once, at start, and never named a server that came
     # up later, though runs could call it; then named at the next tools/list, but a client that lists
-    # tools only when it connects (most do, unless told) never saw it.
-    late, path = late_and_time(tmp_path)
+    # tools only when it connects (most do, unless told) never saw it. And a tool its entry names that it
+    # lacks is a warning (at start, it stops the server): it was said only in each call's refusal.
+    late, path = late_and_time(tmp_path, ("convert_time", "get_weather"))
     told = anyio.Event()
 
     async def on_message(message: object) -> None:
@@ -268,6 +269,40 @@ async def test_a_handshake_client_is_told_the_tools_changed_once_a_server_down_a
     assert "mcp_tools.time.get_current_time" in before
     assert "mcp_tools.late" not in before
     assert "mcp_tools.late.convert_time" in after
+    log = (tmp_path / "stderr.log").read_text()
+    assert "tool server lists no tool the file allows server=late tools=get_weather" in log
+
+
+@pytest.mark.timeout(150)
+async def test_a_server_slower_to_start_than_the_first_try_allows_is_given_longer_and_comes_up(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a first hour: a server 40 s to start (`npx -y` fetching its package, a JVM) was killed at
+    # 30 s at every try and never came up. Each try that runs out gives the next twice as long.
+    slow = tmp_path / "slow-server"
+    slow.write_text(f"#!/bin/sh\nsleep 31\nexec {TIME_SERVER} --local-timezone UTC\n")
+    slow.chmod(0o755)
+    path = tools_file(tmp_path, slow={"command": str(slow), "tools": ["get_current_time"]})
+    told = anyio.Event()
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            told.set()
+
+    params = stdio_params(work_dir, RUNNER_TOOLS_CONFIG=str(path))
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode="legacy", message_handler=on_message) as client:
+            before = described(await client.list_tools())  # the server serves once its 35 s at start are up
+            with anyio.fail_after(100):
+                await told.wait()
+            after = described(await client.list_tools())
+            done = await run(
+                client, "import mcp_tools\nprint(mcp_tools.slow.get_current_time(timezone='UTC')['timezone'])"
+            )
+    assert "mcp_tools.slow" not in before
+    assert "mcp_tools.slow.get_current_time" in after
+    assert done["stdout"] == "UTC\n", done
+    assert "not started and listed within 30 s" in (tmp_path / "stderr.log").read_text()
 
 
 async def test_a_2026_client_listening_is_told_the_tools_changed_and_its_stream_ends_cleanly_as_http_stops(
