@@ -107,7 +107,11 @@ class ToolServers:
     def parse(cls, data: bytes | str, path: str) -> ToolServers:
         """The servers `data` (the file's bytes) describes; `ConfigError` naming `path` and the entry."""
         try:
-            document = json.loads(data)
+            document = json.loads(data, object_pairs_hook=_unique_keys)
+        except _TwiceGiven as twice:
+            # Found by a first hour: JSON keeps the last of two, so a second "time" entry silently
+            # replaced the first, its `callers` with it.
+            raise ConfigError(VARIABLE, f"{path}: {twice.key!r} is given twice in one object") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise ConfigError(VARIABLE, f"{path}: not JSON ({exc})") from None
         servers = document.get("mcpServers") if isinstance(document, dict) else None
@@ -223,3 +227,19 @@ def _pairs(value: Any, key: str, refuse: Any) -> tuple[tuple[str, str], ...]:
                 "visible ASCII, spaces and tabs (no line break)"
             )
     return tuple(value.items())
+
+
+class _TwiceGiven(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key[:100]
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of the file, refused where it gives a key twice."""
+    made: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in made:
+            raise _TwiceGiven(key)
+        made[key] = value
+    return made

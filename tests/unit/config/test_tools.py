@@ -109,6 +109,13 @@ def test_a_disabled_entry_is_left_out_whatever_else_it_says() -> None:
         (servers(**{"bad name": {"command": "x", "tools": ["*"]}}), "a server's name is"),
         (servers(time={"command": "x", "tools": ["*"], "disabled": "yes"}), '"disabled" is true or false'),
         (servers(time={"command": "x", "tools": ["*"], "disabled": True}), "every server of mcpServers is disabled"),
+        # Found by a first hour: JSON keeps the last of two; the first entry, its callers with it, was gone.
+        (
+            b'{"mcpServers": {"time": {"command": "x", "tools": ["*"], "callers": ["alice"]},'
+            b' "time": {"command": "x", "tools": ["*"]}}}',
+            "'time' is given twice in one object",
+        ),
+        (b'{"mcpServers": {"t": {"command": "x", "tools": ["*"], "callers": ["a"], "callers": null}}}', "twice"),
     ],
 )
 def test_a_bad_file_or_entry_is_refused_naming_the_file_and_the_entry(data: bytes, says: str) -> None:
