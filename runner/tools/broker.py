@@ -76,6 +76,7 @@ class Broker:
         }
         self.on_listed: Callable[[], None] = lambda: None  # after any server's listing (`ToolChanges.poke`)
         self._serving = False  # past the check of every server listed at start
+        self.by_python_name = {server.python_name: server.name for server in servers.servers}
         for connection in self.connections.values():
             connection.on_listed = functools.partial(self._listed, connection)
         self._module_source = importlib.resources.files("runner.inrun").joinpath("mcp_tools.py").read_text()
@@ -397,6 +398,11 @@ class RunCalls:
         config = self._broker.config
         connection = self._broker.connections.get(server)
         if connection is None or not connection.server.serves(self._caller):
+            # Its Python name, given to mcp_tools.call (found by a first hour: 'my_time' for 'my-time',
+            # as mcp_tools.servers names it): the name to give, where the caller may use it.
+            named = self._broker.by_python_name.get(server)
+            if named and named != server and self._broker.connections[named].server.serves(self._caller):
+                return f"the server's name is {named!r}: mcp_tools.call takes the server's own names"
             return "no such server here"
         # Its Python name, given to mcp_tools.call (found by a first hour: 'get_sum' for 'get-sum' was
         # "no such tool", or "not allowed"): the name to give it.

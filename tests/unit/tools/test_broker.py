@@ -205,3 +205,24 @@ def test_the_tool_description_names_only_the_servers_every_caller_may_use() -> N
     assert "mcp_tools.open.t" in said
     assert "mine" not in said
     assert "1 server" in said
+
+
+def test_a_servers_python_name_given_to_call_is_answered_with_its_name_where_the_caller_may_use_it() -> None:
+    # Found by a first hour: mcp_tools.servers names servers by their Python names, and call() said "no
+    # such server here" for each of them where the name had a '-'.
+    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=1, tools_max_concurrent=4, tools_spin_us=0)
+    servers = (
+        Downstream(name="my-time", python_name="my_time", tools=("*",), callers=None, command="true"),
+        Downstream(name="their-time", python_name="their_time", tools=("*",), callers=("alice",), command="true"),
+    )
+    broker = Broker(ToolServers("tools.json", servers), config, logging.getLogger())
+    bobs = broker.for_run("r", "bob", loop_time() + 30)
+    assert bobs is not None
+
+    def said(server: str) -> Any:
+        answer = bobs.take(json.dumps({"op": "call", "server": server, "tool": "t", "arguments": {}}).encode())
+        assert isinstance(answer, bytes)
+        return json.loads(answer)["error"]
+
+    assert said("my_time") == "my_time.t: the server's name is 'my-time': mcp_tools.call takes the server's own names"
+    assert said("their_time") == "their_time.t: no such server here", "not said to a caller it does not serve"
