@@ -311,7 +311,9 @@ class RunCalls:
         # Every frame counts against the run's bytes, whatever it asks: a flood of frames ends in refusals.
         self._bytes += len(body)
         if self._bytes > self._broker.config.max_bytes:
-            return self._over_budget()
+            # Logged (rate-limited) and counted as every refusal is, the frame unread (found by a first hour:
+            # calls past the budget were in neither); its server and tool are "(unknown)".
+            return self._finish("(unknown)", "(unknown)", "refused", loop_time(), len(body), 0, self._over_budget())
         try:
             # UTF-8 strictly: json.loads would take bytes as UTF-16 too, and UTF-8 with surrogates. And
             # no NaN nor Infinity, Python's, not JSON's: a downstream server would get null for them.
@@ -383,12 +385,13 @@ class RunCalls:
             # A credential of its entry's that the tool told (its own environment, say): masked, dumped again.
             dumped, whole = dumped_within(connection.credentials.masked_result(value), left - len(_OK_HEAD) - 1)
         if not whole:
-            self._bytes += len(_OK_HEAD) + len(dumped)  # received all the same: a call repeated does not get it again
+            got = len(_OK_HEAD) + len(dumped)
+            self._bytes += got  # received all the same: a call repeated does not get it again
             refused = (
-                f"{name}: its result (more than {len(_OK_HEAD) + len(dumped):,} bytes) would pass what this run "
+                f"{name}: its result (more than {got:,} bytes) would pass what this run "
                 f"may pass through tools ({config.max_bytes:,} bytes; RUNNER_TOOLS_MAX_MB)"
             )
-            return self._finish(server, tool, "refused", started, size, 0, _error(refused))
+            return self._finish(server, tool, "refused", started, size, got, _error(refused))
         answer = f"{_OK_HEAD}{dumped}}}".encode()
         self._bytes += len(answer)
         return self._finish(server, tool, "ok", started, size, len(answer), answer)

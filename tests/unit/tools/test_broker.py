@@ -226,3 +226,22 @@ def test_a_servers_python_name_given_to_call_is_answered_with_its_name_where_the
 
     assert said("my_time") == "my_time.t: the server's name is 'my-time': mcp_tools.call takes the server's own names"
     assert said("their_time") == "their_time.t: no such server here", "not said to a caller it does not serve"
+
+
+async def test_calls_past_the_budget_and_a_result_refused_for_its_size_are_logged_and_counted_with_their_bytes(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by a first hour: calls past the budget were in neither the log nor the metrics, and the result
+    # refused for its size was logged received_bytes=0 though its bytes counted against the run.
+    seen: list[tuple[str, str, str]] = []
+    records = [{"id": n, "name": f"name {n}"} for n in range(60_000)]
+    caplog.set_level(logging.INFO)
+    said, run = await answered({"content": [], "structuredContent": {"records": records}}, [], monkeypatch)
+    run._broker.observe = lambda server, tool, status, seconds: seen.append((server, tool, status))
+    assert said["ok"] is False
+    assert b"has passed" in run.take(b'{"op": "call", "server": "s", "tool": "t", "arguments": {}}')
+    run.tell()
+    assert seen == [("(unknown)", "(unknown)", "refused")] * 2  # (its stand-in server listed no tool)
+    refused = [r for r in caplog.records if r.getMessage() == "tool call"]
+    assert [r.fields["status"] for r in refused] == ["refused", "refused"]  # type: ignore[attr-defined]
+    assert refused[0].fields["received_bytes"] > 1 << 20  # type: ignore[attr-defined]
