@@ -29,7 +29,7 @@ from runner.config.tools import python_name
 from runner.errors import Unavailable
 from runner.logs import SHOWN_CHARS, LogBudget, cut, log_event
 from runner.outcome import ToolCall
-from runner.tools.catalog import describe, dumped_within, value_of_result
+from runner.tools.catalog import describe, dumped_within, message_of_error, value_of_result
 from runner.tools.downstream import CONNECT_SECONDS, Connection, Down, TooSlow, loop_time
 from runner.tools.schemas import SchemaCheck
 from runner.tools.sdk_log import SDK_HTTP_LOGGER, DownstreamWarnings
@@ -367,7 +367,7 @@ class RunCalls:
             return self._finish(server, tool, "failed", started, size, 0, _error(f"{name}: the call failed: {said}"))
         finally:
             self._landed(call)
-        value = value_of_result(result)
+        value = message_of_error(result) if result.is_error else value_of_result(result)
         left = config.max_bytes - self._bytes
         if result.is_error:
             if isinstance(value, str):

@@ -32,6 +32,14 @@ def value_of_result(result: types.CallToolResult) -> Any:
     return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in blocks]
 
 
+def message_of_error(result: types.CallToolResult) -> Any:
+    """What a run's `ToolError` says of a result with `isError`: its text blocks, joined by a newline, the
+    tool's own message (found by a first hour: one with `structuredContent` too said that, dumped and cut,
+    where a long stdout pushed the traceback past the cut); where it has none, as `value_of_result`."""
+    texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
+    return "\n".join(texts) if texts else value_of_result(result)
+
+
 def dumped_within(value: Any, most: int) -> tuple[str, bool]:
     """`json.dumps(value)` and True if it holds at most `most` characters; else False and what was dumped
     before the bound was seen passed (more than `most` characters): a result a run will be refused costs

@@ -8,7 +8,15 @@ from typing import Any
 from mcp import types
 
 from runner.config.tools import Downstream
-from runner.tools.catalog import LOOKED_INTO, MAX_DESCRIBED, PIECE_ITEMS, describe, dumped_within, value_of_result
+from runner.tools.catalog import (
+    LOOKED_INTO,
+    MAX_DESCRIBED,
+    PIECE_ITEMS,
+    describe,
+    dumped_within,
+    message_of_error,
+    value_of_result,
+)
 
 
 def test_a_result_is_its_structured_content_else_its_text_else_its_blocks() -> None:
@@ -90,3 +98,18 @@ def test_a_value_is_dumped_within_a_bound_as_json_dumps_writes_it_or_refused_hav
     text, whole = dumped_within(records, 1 << 20)
     assert not whole
     assert len(text) < (1 << 20) + 64 * PIECE_ITEMS
+
+
+def test_an_error_says_its_text_even_where_it_has_structured_content_too() -> None:
+    # Found by a first hour: a python-runner-mcp's failed run (structured content and text) was said as its
+    # structured content dumped and cut, the traceback past the cut.
+    failed = types.CallToolResult(
+        content=[types.TextContent(type="text", text="ZeroDivisionError: division by zero")],
+        structured_content={"stdout": "x" * 5000, "stderr": "ZeroDivisionError: division by zero"},
+        is_error=True,
+    )
+    assert message_of_error(failed) == "ZeroDivisionError: division by zero"
+    image = types.ImageContent(type="image", data="aGk=", mime_type="image/png")
+    assert message_of_error(types.CallToolResult(content=[image], is_error=True)) == [
+        {"type": "image", "data": "aGk=", "mimeType": "image/png"}
+    ]
