@@ -32,7 +32,7 @@ _HTTP_KEYS = frozenset({"url", "headers"})
 _OURS = frozenset({"tools", "callers"})
 # What `mcp_tools` itself defines (runner/inrun/mcp_tools.py: its other names start with `_mcp`): no
 # server may take these names there.
-RESERVED = frozenset({"call", "ToolError", "servers", "annotations", "Any", "Callable"})
+RESERVED = frozenset({"call", "ToolError", "servers"})
 # Keys other clients write that mean nothing here (Claude Desktop's `type`...); `disabled` does (`parse`).
 _IGNORED = frozenset({"type", "transport", "disabled", "description", "timeout"})
 

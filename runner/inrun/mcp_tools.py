@@ -11,8 +11,9 @@ credentials.
 
 A call returns the tool result's ``structuredContent`` when it has one; else, when every content block
 is text, the text (blocks joined by a newline); else the list of content blocks as JSON objects. A
-result with ``isError``, a tool that is not allowed, a server that is unknown, down or too slow,
-arguments that do not match the input schema, or a call over a limit raises ``ToolError``.
+result with ``isError``, a tool that is not allowed, a server that is unknown or down, arguments that
+do not match the input schema, or a call over a limit raises ``ToolError``. A call still waiting when
+the run's time is up ends with the run (status ``timeout``, its message naming the call).
 
 Threads may call tools at once (a ``concurrent.futures.ThreadPoolExecutor``, say), as may forked
 processes, up to the run's limit of calls in flight (below); a call past it raises ``ToolError``.
@@ -29,12 +30,15 @@ import itertools as _mcp_itertools
 import json as _mcp_json
 import os as _mcp_os
 import types as _mcp_types
-from collections.abc import Callable
-from typing import Any
+import typing as _mcp_typing
 
-# Every name of this module but `call`, `ToolError` and `servers` starts with `_mcp` (or is one of the
-# three the imports above leave, `annotations`, `Callable`, `Any`): a server's Python name cannot be one
-# of them (`runner.config.tools.RESERVED`).
+if _mcp_typing.TYPE_CHECKING:  # annotations are text here, never evaluated: no name for dir() to show
+    from collections.abc import Callable
+    from typing import Any
+
+# Every name of this module but `call`, `ToolError` and `servers` starts with `_mcp` (`annotations`, the
+# future import's, is deleted at its end): a server's Python name cannot be one of them
+# (`runner.config.tools.RESERVED`).
 _mcp_exchange: Callable[[bytes, bytes], bytes] | None = None
 _mcp_counts = _mcp_itertools.count(1)
 _mcp_limit_bytes = 0
@@ -143,7 +147,8 @@ def _mcp_server_named(python_name: str) -> _mcp_Server:
 
 
 def __getattr__(name: str) -> Any:
-    """A server this run has not (found by a first hour: an AttributeError, not the ToolError said)."""
+    """A server this run has not: a ``ToolError`` (and an AttributeError, for ``hasattr``)."""
+    # Found by a first hour: it was an AttributeError alone, not the ToolError said.
     if name.startswith("_"):
         raise AttributeError(name)
     raise _mcp_NoSuchName(f"{name}: no such server here (help(mcp_tools) lists them)")
@@ -191,3 +196,8 @@ def _mcp_start(catalog: dict[str, Any], exchange: Callable[[bytes, bytes], bytes
         globals()[entry["python_name"]] = server
         __all__.append(entry["python_name"])
     globals()["__doc__"] = "\n".join(lines)
+
+
+# What help(mcp_tools) and dir(mcp_tools) need not show a run (found by a first hour): the future import's
+# name, and the module's own annotations.
+del annotations, __annotations__
