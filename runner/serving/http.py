@@ -122,7 +122,11 @@ async def serve_http(
     share = fair_share(pool_config.max_concurrent, len(tokens.names) if tokens else 0, http.max_concurrent_per_token)
     async with (
         Broker.maybe_opened(
-            tools, config.tools, logger, functools.partial(held_directory, TOOLS_PREFIX, config.work_dir)
+            tools,
+            config.tools,
+            logger,
+            functools.partial(held_directory, TOOLS_PREFIX, config.work_dir),
+            callers=tokens is not None,
         ) as broker,
         Pool.open(config, logger, reap_strays=True, plan=plan, caller_share=share, tools=broker, egress=egress) as pool,
         Tasks.opened(config.tasks, logger) as tasks,

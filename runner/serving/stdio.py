@@ -38,7 +38,7 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
     egress = EgressProxy(config.egress, logger) if config.egress_allow else None
     async with (
         Broker.maybe_opened(
-            tools, config.tools, logger, functools.partial(held_directory, TOOLS_PREFIX, config.work_dir)
+            tools, config.tools, logger, functools.partial(held_directory, TOOLS_PREFIX, config.work_dir), callers=False
         ) as broker,
         Pool.open(config, logger, reap_strays=True, plan=plan, tools=broker, egress=egress) as pool,
         Tasks.opened(config.tasks, logger) as tasks,

@@ -66,8 +66,12 @@ class Broker:
         logger: logging.Logger,
         observe: Observe | None = None,
         held: str = "",
+        callers: bool = True,
     ) -> None:
+        """`callers`: whether requests come with callers (HTTP with tokens): where not, a server the file
+        gives `callers` serves no run, and the tool description does not speak of it."""
         self.servers = servers
+        self.callers = callers
         self.config = config
         self.log = logger
         self.observe = observe  # set once the metrics exist (HTTP), or never
@@ -91,6 +95,7 @@ class Broker:
         logger: logging.Logger,
         observe: Observe | None = None,
         held: Holding | None = None,
+        callers: bool = True,
     ) -> AsyncIterator[Broker]:
         """Start every server and list its tools; stop them all on exit. A server that cannot start is
         a warning (its calls fail until it comes); one that lists no tool the file allows of it,
@@ -98,15 +103,21 @@ class Broker:
         directory that our stdio servers' environments name (the server's, `leftovers.held_directory`):
         what they left if this server was killed, its next start kills."""
         with held() if held is not None else contextlib.nullcontext("") as directory:
-            async with cls._started(servers, config, logger, observe, directory) as broker:
+            async with cls._started(servers, config, logger, observe, directory, callers) as broker:
                 yield broker
 
     @classmethod
     @contextlib.asynccontextmanager
     async def _started(
-        cls, servers: ToolServers, config: ToolsConfig, logger: logging.Logger, observe: Observe | None, held: str
+        cls,
+        servers: ToolServers,
+        config: ToolsConfig,
+        logger: logging.Logger,
+        observe: Observe | None,
+        held: str,
+        callers: bool,
     ) -> AsyncIterator[Broker]:
-        broker = cls(servers, config, logger, observe, held)
+        broker = cls(servers, config, logger, observe, held, callers)
         secrets = [secret for connection in broker.connections.values() for secret in connection.credentials.secrets]
         said_of_servers = DownstreamWarnings(secrets).installed()
         said_over_http = DownstreamWarnings(secrets, most=logging.CRITICAL).installed([SDK_HTTP_LOGGER])
@@ -120,6 +131,17 @@ class Broker:
                 try:
                     broker.check_listed()
                     broker._serving = True
+                    if not callers:
+                        for server in servers.servers:
+                            if server.callers is not None:
+                                # Found by a first hour: the description spoke of it to a stdio client.
+                                log_event(
+                                    logger,
+                                    logging.WARNING,
+                                    "tool server serves no run here: its callers are tokens' names, and no "
+                                    "request here comes with a token",
+                                    server=server.name,
+                                )
                     yield broker
                 finally:
                     tg.cancel_scope.cancel()
@@ -127,13 +149,18 @@ class Broker:
     @classmethod
     @contextlib.asynccontextmanager
     async def maybe_opened(
-        cls, servers: ToolServers | None, config: ToolsConfig, logger: logging.Logger, held: Holding | None = None
+        cls,
+        servers: ToolServers | None,
+        config: ToolsConfig,
+        logger: logging.Logger,
+        held: Holding | None = None,
+        callers: bool = True,
     ) -> AsyncIterator[Broker | None]:
         """`opened`, where the deployment names tool servers; else None."""
         if servers is None:
             yield None
             return
-        async with cls.opened(servers, config, logger, held=held) as broker:
+        async with cls.opened(servers, config, logger, held=held, callers=callers) as broker:
             yield broker
 
     def _listed(self, connection: Connection) -> None:
@@ -196,7 +223,7 @@ class Broker:
                 for connection in self.connections.values()
                 if connection.server.callers is None
             ],
-            others=sum(1 for server in self.servers.servers if server.callers is not None),
+            others=sum(1 for server in self.servers.servers if server.callers is not None) if self.callers else 0,
         )
 
     def catalog(self, caller: str | None) -> dict[str, Any]:

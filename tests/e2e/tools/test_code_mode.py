@@ -365,3 +365,19 @@ async def test_a_tool_the_file_names_that_the_server_does_not_list_stops_the_ser
     last = done.stderr.strip().splitlines()[-1]
     assert "RUNNER_TOOLS_CONFIG" in last
     assert f"{path.resolve()}: mcpServers.time: the server lists no tool 'get_weather'" in last
+
+
+async def test_over_stdio_a_server_only_some_callers_may_use_is_a_warning_and_not_in_the_description(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a first hour: a stdio client (no token: no caller) was told of "1 server(s) only some callers
+    # may use", which no run of its could ever use.
+    path = tools_file(
+        tmp_path, time=time_server(["get_current_time"]), mine={**time_server(["convert_time"]), "callers": ["alice"]}
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            said = described(await client.list_tools())
+    assert "mcp_tools.time.get_current_time" in said
+    assert "Not listed here" not in said
+    assert "tool server serves no run here" in (tmp_path / "stderr.log").read_text()
