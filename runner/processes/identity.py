@@ -79,7 +79,10 @@ def claimed_uids(config: Config, plan: IsolationPlan) -> Iterator[RunUids | None
     _refuse_beside_old_servers(uids)
     fd = _lock_file(LOCK_DIR if os.access(os.path.dirname(LOCK_DIR), os.W_OK | os.X_OK) else config.work_dir)
     try:
-        first = _first_free(fd, uids, needed)
+        try:
+            first = _first_free(fd, uids, needed)
+        except OSError as exc:  # no open file description locks (a kernel before 3.15), say
+            raise Unavailable("RUNNER_SANDBOX_UIDS", f"cannot lock its uids: {exc.strerror}") from None
         if first is None:
             raise Unavailable("RUNNER_SANDBOX_UIDS", f"every block of {needed} uids in {config.sandbox_uids} is taken")
         yield RunUids(first, needed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -140,3 +141,13 @@ def test_a_spawning_source_lends_each_uid_once_until_it_is_given_back() -> None:
         lender.lend()
     lender.give_back(first)
     assert lender.lend() == first
+
+
+def test_a_lock_the_kernel_refuses_stops_the_pool_in_one_line(lock_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A kernel without open file description locks (before 3.15) answers EINVAL: one line, not a traceback.
+    def refused(fd: int, command: int, argument: bytes) -> bytes:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(identity.fcntl, "fcntl", refused)
+    with pytest.raises(Unavailable, match="cannot lock its uids: Invalid argument"), claimed_uids(Config(), LENDING):
+        pass
