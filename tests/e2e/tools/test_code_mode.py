@@ -4,10 +4,12 @@ through `mcp_tools`, in every mode runs can have."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +243,21 @@ def described(tools: types.ListToolsResult) -> str:
     return tools.tools[0].description or ""
 
 
+@contextlib.asynccontextmanager
+async def told_of_changes(work_dir: Path, errlog: Any, path: Path) -> AsyncIterator[tuple[Client, anyio.Event]]:
+    """A handshake-era client of a stdio server of ours with the tools file `path`, and an event set once
+    it has been told that the tools changed."""
+    told = anyio.Event()
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            told.set()
+
+    params = stdio_params(work_dir, RUNNER_TOOLS_CONFIG=str(path))
+    async with Client(stdio_client(params, errlog=errlog), mode="legacy", message_handler=on_message) as client:
+        yield client, told
+
+
 async def test_a_handshake_client_is_told_the_tools_changed_once_a_server_down_at_start_has_listed_them(
     work_dir: Path, tmp_path: Path
 ) -> None:
@@ -249,15 +266,8 @@ async def test_a_handshake_client_is_told_the_tools_changed_once_a_server_down_a
     # tools only when it connects (most do, unless told) never saw it. And a tool its entry names that it
     # lacks is a warning (at start, it stops the server): it was said only in each call's refusal.
     late, path = late_and_time(tmp_path, ("convert_time", "get_weather"))
-    told = anyio.Event()
-
-    async def on_message(message: object) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            told.set()
-
-    params = stdio_params(work_dir, RUNNER_TOOLS_CONFIG=str(path))
     with (tmp_path / "stderr.log").open("w") as errlog:
-        async with Client(stdio_client(params, errlog=errlog), mode="legacy", message_handler=on_message) as client:
+        async with told_of_changes(work_dir, errlog, path) as (client, told):
             capabilities = client.server_capabilities
             before = described(await client.list_tools())
             late.symlink_to(TIME_SERVER)  # there now: it is started at the next try of its backoff
@@ -283,15 +293,8 @@ async def test_a_server_slower_to_start_than_the_first_try_allows_is_given_longe
     slow.write_text(f"#!/bin/sh\nsleep 31\nexec {TIME_SERVER} --local-timezone UTC\n")
     slow.chmod(0o755)
     path = tools_file(tmp_path, slow={"command": str(slow), "tools": ["get_current_time"]})
-    told = anyio.Event()
-
-    async def on_message(message: object) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            told.set()
-
-    params = stdio_params(work_dir, RUNNER_TOOLS_CONFIG=str(path))
     with (tmp_path / "stderr.log").open("w") as errlog:
-        async with Client(stdio_client(params, errlog=errlog), mode="legacy", message_handler=on_message) as client:
+        async with told_of_changes(work_dir, errlog, path) as (client, told):
             before = described(await client.list_tools())  # the server serves once its 35 s at start are up
             with anyio.fail_after(100):
                 await told.wait()

@@ -26,9 +26,7 @@ async def answered(
 ) -> tuple[dict[str, Any], RunCalls]:
     """What a run whose budget is 1 MiB is answered for a call whose result is `result`, and the run's
     calls; the length of each text `json.dumps` made meanwhile added to `dumped`."""
-    server = Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true")
-    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=1, tools_max_concurrent=4, tools_spin_us=0)
-    broker = Broker(ToolServers("tools.json", (server,)), config, logging.getLogger())
+    broker = _broker(Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true"))
     connection = broker.connections["s"]
 
     async def call(tool: str, arguments: dict[str, Any], seconds: float) -> types.CallToolResult:
@@ -170,14 +168,18 @@ def test_a_runs_refused_calls_name_the_tool_to_give_and_make_the_listings_python
     assert len(made) == len(names)
 
 
+def _broker(*servers: Downstream) -> Broker:
+    """A broker of `servers`, none started; a run's budget 1 MiB."""
+    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=1, tools_max_concurrent=4, tools_spin_us=0)
+    return Broker(ToolServers("tools.json", servers), config, logging.getLogger())
+
+
 def _two_servers() -> Broker:
     """A broker of `open`, for every caller, and `mine`, for alice alone, each listing its tool `t`."""
-    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=1, tools_max_concurrent=4, tools_spin_us=0)
-    servers = (
+    broker = _broker(
         Downstream(name="open", python_name="open", tools=("*",), callers=None, command="true"),
         Downstream(name="mine", python_name="mine", tools=("*",), callers=("alice",), command="true"),
     )
-    broker = Broker(ToolServers("tools.json", servers), config, logging.getLogger())
     for name, connection in broker.connections.items():
         connection.tools = {"t": types.Tool(name="t", description=f"{name}'s tool", input_schema={"type": "object"})}
         connection.down = ""
@@ -210,12 +212,10 @@ def test_the_tool_description_names_only_the_servers_every_caller_may_use() -> N
 def test_a_servers_python_name_given_to_call_is_answered_with_its_name_where_the_caller_may_use_it() -> None:
     # Found by a first hour: mcp_tools.servers names servers by their Python names, and call() said "no
     # such server here" for each of them where the name had a '-'.
-    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=1, tools_max_concurrent=4, tools_spin_us=0)
-    servers = (
+    broker = _broker(
         Downstream(name="my-time", python_name="my_time", tools=("*",), callers=None, command="true"),
         Downstream(name="their-time", python_name="their_time", tools=("*",), callers=("alice",), command="true"),
     )
-    broker = Broker(ToolServers("tools.json", servers), config, logging.getLogger())
     bobs = broker.for_run("r", "bob", loop_time() + 30)
     assert bobs is not None
 
