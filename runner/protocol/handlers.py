@@ -101,7 +101,9 @@ class Handlers:
         self._runner = runner
         self._log = logger or get_logger()
         shows = runner.run_directory_shows
-        self._tools = ToolList(config, sandboxed=runner.sandboxed, shows=shows, code_mode=code_mode, told=tool_changes)
+        self._tools = ToolList(
+            config, sandboxed=runner.sandboxed, shows=shows, code_mode=code_mode, changes=tool_changes
+        )
         self._sessions = not config.sessions.refused  # and so close_session is offered
         self._parser = ArgumentParser(config)
         self._metrics = metrics

@@ -72,18 +72,18 @@ class ToolList:
         sandboxed: bool = True,
         shows: tuple[str, ...] = (),
         code_mode: Callable[[], str] | None = None,
-        told: ToolChanges | None = None,
+        changes: ToolChanges | None = None,
     ) -> None:
-        """`told`: who tells clients when what it says of code mode changes."""
+        """`changes`: who tells clients when what it says of code mode changes."""
         self._made = functools.partial(tool_definitions, config, sandboxed=sandboxed, shows=shows)
-        self._code_mode, self._told = code_mode, told
+        self._code_mode, self._changes = code_mode, changes
         self._described = code_mode() if code_mode is not None else ""
         self._tools = self._made(code_mode=self._described)
 
     def listed(self, ctx: ServerRequestContext[Any]) -> list[types.Tool]:
         """The tools as of now, for a client's tools/list: it is told of their next change."""
-        if self._told is not None:
-            self._told.listed(ctx)
+        if self._changes is not None:
+            self._changes.listed(ctx)
         return self.now()
 
     def now(self) -> list[types.Tool]:

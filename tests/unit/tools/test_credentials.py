@@ -14,16 +14,14 @@ KEY = "sk-live-0123456789abcdef"
 TOKEN = "tok-0123456789abcdef"
 
 
+def _http_server(*headers: tuple[str, str]) -> Downstream:
+    """An HTTP server's entry with `headers`, every tool."""
+    return Downstream("s", "s", ("*",), None, url="http://h/mcp", headers=headers)
+
+
 def test_a_result_has_header_values_their_tokens_and_env_values_named_as_credentials_masked_in_its_strings() -> None:
     # Found by a review: "Bearer <token>" was masked only whole, so the token alone passed.
-    server = Downstream(
-        "s",
-        "s",
-        ("*",),
-        None,
-        url="http://h/mcp",
-        headers=(("Authorization", f"Bearer {TOKEN}"),),
-    )
+    server = _http_server(("Authorization", f"Bearer {TOKEN}"))
     told = Credentials(server)
     value = {"auth": f"Bearer {TOKEN}", "token": TOKEN, "nested": [{TOKEN: "as a key"}], "n": 12345678}
     assert told.in_result(json.dumps(value))
@@ -44,7 +42,7 @@ def test_an_env_value_is_looked_for_in_results_where_its_name_says_it_is_a_crede
 def test_a_headers_token_after_its_scheme_is_masked_in_errors_and_lines_too() -> None:
     # Found by a review of the claims: the token alone was masked in results, not in errors (an HTTP
     # server's "invalid token tok-…" reached the run's ToolError and the log).
-    server = Downstream("s", "s", ("*",), None, url="http://h/mcp", headers=(("Authorization", f"Bearer {TOKEN}"),))
+    server = _http_server(("Authorization", f"Bearer {TOKEN}"))
     told = Credentials(server)
     assert told.scrubbed(f"401: invalid token {TOKEN}") == "401: invalid token ***"
     assert told.scrubbed(f"the header was Bearer {TOKEN}") == "the header was ***"
@@ -76,14 +74,7 @@ def test_each_name_the_docs_give_marks_an_env_value_as_a_credential_in_results(n
 def test_only_a_credential_headers_value_after_its_scheme_is_looked_for_on_its_own() -> None:
     # Found by a review: the last word of every header was, so "X-Title: Acme Internal Server" masked
     # "Internal *** Error"; and a parameter's value ("token=...") was not.
-    server = Downstream(
-        "s",
-        "s",
-        ("*",),
-        None,
-        url="http://h/mcp",
-        headers=(("X-Title", "Acme Internal Server"), ("Authorization", f'Custom token="{TOKEN}", realm=prod')),
-    )
+    server = _http_server(("X-Title", "Acme Internal Server"), ("Authorization", f'Custom token="{TOKEN}", realm=prod'))
     told = Credentials(server)
     assert told.scrubbed("500 Internal Server Error") == "500 Internal Server Error"
     assert told.scrubbed(f"bad token {TOKEN}") == "bad token ***"
