@@ -165,7 +165,7 @@ class Connection:
                 with anyio.CancelScope(deadline=anyio.current_time() + given) as starting:
                     async with self._connected() as client:
                         up_since = anyio.current_time()
-                        await self._list(client)
+                        await self._list(client, math.inf)  # within the start's `given`
                         starting.deadline, slow = math.inf, 0
                         self._client, self.down = client, ""
                         self.listed.set()
@@ -273,7 +273,7 @@ class Connection:
     def _forget_mark(self) -> None:
         self.mark, self.starting = "", False
 
-    async def _list(self, client: Client) -> None:
+    async def _list(self, client: Client, seconds: float = CONNECT_SECONDS) -> None:
         listed: dict[str, types.Tool] = {}
         cursor: str | None = None
         size = 0
@@ -281,7 +281,7 @@ class Connection:
             pages: list[types.ListToolsResult] = []
             # Given up once the connection is lost: its answer may have been the line that broke it,
             # and the SDK would wait for another.
-            with anyio.fail_after(CONNECT_SECONDS):
+            with anyio.fail_after(seconds):
                 await _first(functools.partial(_fetch_page, client, cursor, pages), self._lost.wait)
             if not pages:
                 raise Down(self._fault or "its connection was lost while its tools were listed")

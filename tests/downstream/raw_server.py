@@ -17,6 +17,7 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
 - ``toolong``: its first answer to a call (the first of all its processes: argv[2] is a file it makes)
   is a line of 70 MiB, then it serves on; ``toolong-last``: the same, its id written last;
 - ``badlist``: its answer to tools/list is a line that does not parse, and nothing more;
+- ``slowlist``: it answers tools/list after argv[2] seconds (its initialize at once);
 - ``relists``: after each answer to tools/list, it says its tools changed, and counts the listings in
   the file argv[2];
 - ``http``: Streamable HTTP on 127.0.0.1 (its port written to the file argv[2]), whose tools answer
@@ -88,6 +89,8 @@ def answer(request: dict[str, object]) -> None:
             sys.stdout.write('{"jsonrpc": "2.0", "id": ' + json.dumps(ident) + ', "result": "not a listing"}\n')
             sys.stdout.flush()
             return
+        if MODE == "slowlist":
+            time.sleep(float(sys.argv[2]))
         send({"jsonrpc": "2.0", "id": ident, "result": {"tools": tools()}})
         if MODE == "relists":
             LISTINGS.append(ident)

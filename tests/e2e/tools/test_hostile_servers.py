@@ -315,6 +315,22 @@ async def test_a_listing_that_does_not_parse_makes_its_server_down_at_once_not_a
     assert "ValidationError" in log.read_text()
 
 
+@pytest.mark.timeout(150)
+async def test_a_server_whose_listing_is_slower_than_the_first_try_allows_is_given_longer_and_comes_up(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: the start's doubling did not reach the listing, whose every page had 30 s at
+    # every try: a server quick to initialize and 31 s to list never came up.
+    path = tools_file(tmp_path, slow=raw("slowlist", "31"))
+    log = tmp_path / "stderr.log"
+    with log.open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            assert await logged(log, "tool server listed server=slow", 100)
+            done = await run(client, SAID + "print(said(lambda: mcp_tools.slow.echo(n=1)))\n")
+    assert done["stdout"] == 'echo {"n": 1}\n', done
+    assert "not started and listed within 30 s" in log.read_text()
+
+
 async def test_a_listing_too_large_to_hand_runs_is_cut_and_the_other_servers_tools_still_import(
     work_dir: Path, tmp_path: Path
 ) -> None:
