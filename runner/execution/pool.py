@@ -40,7 +40,7 @@ from runner.processes.helpers import Helpers
 from runner.processes.isolation import IsolationPlan, plan_isolation
 from runner.processes.keeper import KeptCall
 from runner.processes.limits import Limits, count_tasks_of_uid, limits_for
-from runner.processes.procctl import children_of_self, set_child_subreaper, tree_pss_bytes
+from runner.processes.procctl import children_of_self, is_child_subreaper, set_child_subreaper, tree_pss_bytes
 from runner.processes.trees import remove_tree
 
 # At most how often the open sessions' memory is measured, in seconds. Reading smaps_rollup makes the
@@ -165,6 +165,8 @@ class Pool:
         store = OutputStore.made(config.kept, config.pool.work_dir)
         limits = limits_for(config.limits, config.pool, count_tasks_of_uid(), plan)
         _log_start(logger, config, plan, limits, base_dir)
+        # One already (`strays_reaped`, the server's whole life) stays one after the pool.
+        was_reaping = is_child_subreaper()
         reaping = reap_strays and set_child_subreaper(True)
         if reap_strays and not reaping:
             log_event(logger, logging.WARNING, "cannot become a child subreaper; a run's daemons may outlive it")
@@ -226,7 +228,7 @@ class Pool:
                     await supplies.shutdown()
                 if sweeper is not None:
                     await sweeper.sweep()
-                if reaping:
+                if reaping and not was_reaping:
                     set_child_subreaper(False)
                 await anyio.to_thread.run_sync(remove_tree, base_dir)
                 held.release()

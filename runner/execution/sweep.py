@@ -12,12 +12,18 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import anyio
 
 from runner.logs import log_event
-from runner.processes.procctl import children_of_self, command_line, is_zombie, reap_if_exited
+from runner.processes.procctl import (
+    children_of_self,
+    command_line,
+    is_zombie,
+    reap_if_exited,
+    set_child_subreaper,
+)
 
 SWEEP_INTERVAL = 1.0
 # Runs ending back to back share a sweep: at most one per this many seconds (each reads /proc).
@@ -36,7 +42,9 @@ class StraySweeper:
         helpers: Callable[[], set[int] | None],
         sandboxed: bool,
         logger: logging.Logger,
+        said: str = "killing a process a run left behind",
     ) -> None:
+        self._said = said
         self._known_pids = known_pids
         self._helpers = helpers
         self._sandboxed = sandboxed
@@ -90,7 +98,7 @@ class StraySweeper:
                     log_event(
                         self._log,
                         logging.WARNING,
-                        "killing a process a run left behind",
+                        self._said,
                         pid=pid,
                         command=command_line(pid),
                     )
@@ -116,3 +124,21 @@ class StraySweeper:
             return True  # exiting: its namespaces are already gone
         except OSError:
             return False
+
+
+@contextlib.asynccontextmanager
+async def strays_reaped(logger: logging.Logger) -> AsyncIterator[None]:
+    """The server a child subreaper for as long as this lasts, then every child it still has killed and
+    reaped. Entered before the tool servers start and left after they and the pool have stopped: found
+    by a review, a tool server's daemon (`setsid`, or a double fork while it started, before the pool
+    made the server a subreaper) outlived a graceful stop, whose held directory, removed, left no later
+    start a trace to kill it by."""
+    reaping = set_child_subreaper(True)
+    try:
+        yield
+    finally:
+        if reaping:
+            with anyio.CancelScope(shield=True):
+                left = StraySweeper(set, lambda: set(), False, logger, "killing a process left behind at the stop")
+                await left.sweep()
+            set_child_subreaper(False)

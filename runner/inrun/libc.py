@@ -24,6 +24,7 @@ PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
 PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
 PR_SET_NO_NEW_PRIVS = 38
 CAP_KILL = 5
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -84,6 +85,14 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 
     if not LINUX or LIBC is None or not hasattr(LIBC, "prctl"):
         return False
     return int(LIBC.prctl(option, arg2, arg3, arg4, arg5)) == 0
+
+
+def child_subreaper() -> bool:
+    """Whether this process is a child subreaper (False where there is no prctl)."""
+    if not LINUX or LIBC is None or not hasattr(LIBC, "prctl"):
+        return False
+    flag = ctypes.c_int(0)
+    return int(LIBC.prctl(PR_GET_CHILD_SUBREAPER, ctypes.addressof(flag), None, 0, 0)) == 0 and flag.value != 0
 
 
 def die_with(parent: int = 0, parent_end: int = -1) -> bool:

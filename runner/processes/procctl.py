@@ -19,6 +19,9 @@ def set_child_subreaper(enabled: bool) -> bool:
     return libc.prctl(libc.PR_SET_CHILD_SUBREAPER, 1 if enabled else 0)
 
 
+is_child_subreaper = libc.child_subreaper
+
+
 def signal_on_parent_death(signal_number: int) -> bool:
     """Be sent `signal_number` when the parent (thread) that started us ends."""
     return libc.prctl(libc.PR_SET_PDEATHSIG, signal_number)

@@ -108,6 +108,7 @@ async def serve_http(
     from runner.execution.admission import fair_share
     from runner.execution.leftovers import held_directory
     from runner.execution.pool import Pool
+    from runner.execution.sweep import strays_reaped
     from runner.protocol.handlers import build_server
     from runner.protocol.metrics import Metrics
     from runner.protocol.tasks import Tasks
@@ -121,6 +122,7 @@ async def serve_http(
     pool_config, http = config.pool, config.http
     share = fair_share(pool_config.max_concurrent, len(tokens.names) if tokens else 0, http.max_concurrent_per_token)
     async with (
+        strays_reaped(logger),
         Broker.maybe_opened(
             tools,
             config.tools,

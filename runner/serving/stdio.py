@@ -28,6 +28,7 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
     from runner.egress.proxy import EgressProxy
     from runner.execution.leftovers import held_directory
     from runner.execution.pool import Pool
+    from runner.execution.sweep import strays_reaped
     from runner.protocol.handlers import build_server
     from runner.protocol.tasks import Tasks
     from runner.protocol.tool import ToolChanges
@@ -37,6 +38,7 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
     logger = get_logger()
     egress = EgressProxy(config.egress, logger) if config.egress_allow else None
     async with (
+        strays_reaped(logger),
         Broker.maybe_opened(
             tools, config.tools, logger, functools.partial(held_directory, TOOLS_PREFIX, config.work_dir), callers=False
         ) as broker,

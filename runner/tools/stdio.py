@@ -29,8 +29,8 @@ import collections
 import contextlib
 import errno
 import functools
-import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -60,7 +60,7 @@ from mcp.shared.message import SessionMessage
 
 from runner.fdio import AskedReads
 from runner.rates import Pace
-from runner.tools.messages import message_of
+from runner.tools.messages import ID_BYTES, answer_id, error_answer, message_of, said_of
 
 logger = logging.getLogger(__name__)
 # A stdio server's line at most, or what a result as large as a run's budget of bytes through tools may
@@ -84,10 +84,7 @@ READ_BYTES = 64 << 10
 # nested lists back as 68 MiB of indented text, and the whole connection ended, every caller's call with
 # it). Past it the line is a fault of the connection, as before: one that never ends.
 SKIPPED_LINES = 4
-# What is kept of a skipped line to find its id: JSON-RPC's own fields come first (the Python SDK) or last
-# (the TypeScript SDK).
-ID_BYTES = 512
-
+CANCEL_WAIT = 0.05  # seconds a cancel waits for the server's stdin
 
 # Execs a tool server's command with a parent-death signal set (`dying_with_us`): argv is the server's
 # pid, the command's path, then its argv. Another pid than the server's as its parent: the server died
@@ -188,42 +185,40 @@ class Lines:
         return lines
 
 
-# A skipped line's id: JSON-RPC's fields first (`{"jsonrpc":"2.0","id":7,...`) or last (`...,"id":7}`),
-# each anchored at the line's start or end, where only the server writes (what a run sent is inside).
-# Only an answer's: a request of the server's own (elicitation, sampling) has an id too, from the same
-# counter as ours, and taken for an answer it failed another run's call (found by a second look).
-_ID = rb'"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,200}")'
-_ID_FIRST = re.compile(rb'\A\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*' + _ID + rb'\s*,\s*"(?:result|error)"\s*:')
-_ANSWER_FIRST = re.compile(rb'\A\s*\{\s*"(?:result|error)"\s*:')  # the TypeScript SDK's answers
-_ID_LAST = re.compile(rb",\s*" + _ID + rb"\s*\}\s*\Z")
-
-
 def skipped_answer(skipped: Skipped, most: int) -> SessionMessage | None:
     """The error that answers the request a skipped line answered, as the session would have it from
     the server; None where its id cannot be read (a notification, say: it is dropped)."""
-    found = _ID_FIRST.search(skipped.head)
-    if found is None and _ANSWER_FIRST.search(skipped.head):
-        found = _ID_LAST.search(skipped.tail)
-    if found is None:
-        return None
-    try:
-        request_id = json.loads(found[1])
-    except ValueError:
+    request_id = answer_id(skipped.head, skipped.tail)
+    if request_id is None:
         return None
     said = f"its answer was a line of {skipped.size:,} bytes, more than {most:,}: dropped"
-    error = types.ErrorData(code=types.INTERNAL_ERROR, message=said)
-    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+    return SessionMessage(error_answer(request_id, said))
 
 
-def parse(line: bytes, server: StdioServerParameters) -> SessionMessage | Exception:
+def parse(line: bytes, server: StdioServerParameters) -> SessionMessage | Exception | None:
     """One line as the SDK's reader takes it (its `_parse_line`): a message, or the error that says why
-    not, for the session to hear. Lines end at a newline byte, so they are decoded whole in UTF-8; a
-    long one is parsed in two (`message_of`)."""
+    not, for the session to hear; None for a stray line (`_STRAY`). Lines end at a newline byte, so they
+    are decoded whole in UTF-8; a long one is parsed in two (`message_of`)."""
+    if _STRAY.match(line):
+        return None
     try:
         return SessionMessage(message_of(line.decode(server.encoding, server.encoding_error_handler)))
     except (ValueError, RecursionError) as exc:
         logger.debug("a line from a tool server did not parse", exc_info=True)
-        return exc
+        # An answer whose id can be read is an error for its call alone (found by a review: one nested
+        # past pydantic's depth, a run's own arguments echoed back, ended the connection and every
+        # other run's calls on it). The line ended where it should: the next is whole.
+        request_id = answer_id(line[:ID_BYTES], line[-ID_BYTES:])
+        if request_id is None:
+            return exc
+        return SessionMessage(error_answer(request_id, f"its answer is no MCP message ({said_of(exc)})"))
+
+
+# A line that is no JSON object nor array at all, or blank: a banner or a log line written to stdout by mistake,
+# skipped as the SDK's client skips it (found by a review: a server that said "MCP server running on
+# stdio" first was started again without end). A line that begins as JSON and does not parse may be
+# an answer, whose call would wait for ever: it ends the connection.
+_STRAY = re.compile(rb"\A\s*(?:[^\s{\[]|\Z)")
 
 
 @contextlib.asynccontextmanager
@@ -296,16 +291,26 @@ class Received(anyio.abc.ObjectReceiveStream[SessionMessage | Exception]):
         self._end: type[Exception] | None = None  # what `receive` raises once no line is ready
         self._too_long: LineTooLong | None = None  # said once the lines before it are received
         self.overflowed = False
+        self._strays = 0  # lines that were no message, skipped
 
     async def receive(self) -> SessionMessage | Exception:
         if self._ready:
             await anyio.lowlevel.checkpoint()
         while True:
             line = await self._line()
-            if isinstance(line, LineTooLong) or not isinstance(line, Skipped):
-                return line if isinstance(line, LineTooLong) else parse(line, self._server)
-            answer = skipped_answer(line, self._lines.most)
+            if isinstance(line, LineTooLong):
+                return line
             command = os.path.basename(self._server.command)
+            if not isinstance(line, Skipped):
+                message = parse(line, self._server)
+                if message is not None:
+                    return message
+                self._strays += 1
+                if self._strays <= 3 or self._strays & (self._strays - 1) == 0:  # a flood's lines said sparsely
+                    fields = {"command": command, "bytes": len(line), "count": self._strays}
+                    logger.warning("a tool server's line that is no message was skipped", extra={"fields": fields})
+                continue
+            answer = skipped_answer(line, self._lines.most)
             fields = {"command": command, "bytes": line.size, "answered": answer is not None}
             logger.warning("a tool server's line too long was dropped", extra={"fields": fields})
             if answer is not None:
@@ -384,10 +389,15 @@ class Sent(anyio.abc.ObjectSendStream[SessionMessage]):
             raise anyio.ClosedResourceError
         if self._broken:
             raise anyio.BrokenResourceError
-        text = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+        message = item.message
+        text = message.model_dump_json(by_alias=True, exclude_unset=True)
         data = (text + "\n").encode(self._server.encoding, self._server.encoding_error_handler)
         try:
-            await self._stdin.send(data)
+            # A cancel waits CANCEL_WAIT at most for the pipe, written whole into its buffer all the
+            # same (found by a review: the SDK's, sent as a run's time ran out, waited up to 5 s for a
+            # stdin the server no longer read, and the run's answer with it).
+            with anyio.move_on_after(CANCEL_WAIT if _cancel(message) else math.inf):
+                await self._stdin.send(data)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
             self._broken = True
             self._ended()
@@ -396,6 +406,10 @@ class Sent(anyio.abc.ObjectSendStream[SessionMessage]):
     async def aclose(self) -> None:
         self._closed = True  # the stdin itself is closed by `_stop`, after what was written is flushed
         await anyio.lowlevel.checkpoint()
+
+
+def _cancel(message: types.JSONRPCMessage) -> bool:
+    return isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled"
 
 
 def dying_with_us(argv: list[str], env: dict[str, str]) -> list[str]:

@@ -18,6 +18,12 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
   is a line of 70 MiB, then it serves on; ``toolong-last``: the same, its id written last;
 - ``badlist``: its answer to tools/list is a line that does not parse, and nothing more;
 - ``slowlist``: it answers tools/list after argv[2] seconds (its initialize at once);
+- ``daemons``: as it starts, it leaves a daemon (a double fork, its own session), and each call starts
+  one more in a session of its own: ``sleep`` all, their pids written to the file argv[2] (a line each);
+- ``noread``: once listed, it reads nothing more (its stdin fills);
+- ``banner``: it says "MCP server running on stdio" on its stdout first, then serves; ``deep``: its
+  answer to a call is the call's arguments as its structured content, nested as they came;
+  ``manyblocks``: its answer to a call has 2,000 content blocks;
 - ``relists``: after each answer to tools/list, it says its tools changed, and counts the listings in
   the file argv[2];
 - ``http``: Streamable HTTP on 127.0.0.1 (its port written to the file argv[2]), whose tools answer
@@ -49,6 +55,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -60,6 +67,7 @@ ECHO = {"name": "echo", "description": "Says what it got.", "inputSchema": {"typ
 # bytes, how many we hung up; and the calls' streams it was asked to resume.
 GETS = {"gets": 0, "bytes": 0, "ended": 0, "calls": 0, "call_bytes": 0, "calls_ended": 0, "resumed": 0}
 GETS_LOCK = threading.Lock()
+QUIET = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
 
 
 def send(message: dict[str, object]) -> None:
@@ -98,6 +106,8 @@ def answer(request: dict[str, object]) -> None:
                 count.write(str(len(LISTINGS)))
             os.replace(sys.argv[2] + ".part", sys.argv[2])
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        if MODE == "noread":
+            time.sleep(3600)
         misbehave()
     elif method == "tools/call":
         params = request.get("params") or {}
@@ -116,6 +126,19 @@ def answer(request: dict[str, object]) -> None:
                 send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": text}]}})
             else:  # last, as the TypeScript SDK does
                 send({"result": {"content": [{"type": "text", "text": text}]}, "jsonrpc": "2.0", "id": ident})
+            return
+        if MODE == "daemons":
+            daemon = subprocess.Popen(["sleep", "3601"], start_new_session=True, **QUIET)
+            with open(sys.argv[2], "a") as pids:
+                pids.write(f"{daemon.pid}\n")
+        if MODE == "deep":
+            result = {"content": [], "structuredContent": params.get("arguments")}
+            send({"jsonrpc": "2.0", "id": ident, "result": result})
+            return
+        if MODE == "manyblocks":
+            blocks = [{"type": "text", "text": str(n)} for n in range(2000)]
+            blocks.append({"type": "text", "text": "x" * 70_000})  # long enough to be parsed in two
+            send({"jsonrpc": "2.0", "id": ident, "result": {"content": blocks}})
             return
         text = json.dumps(params.get("arguments") if isinstance(params, dict) else None)
         send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": f"echo {text}"}]}})
@@ -345,6 +368,15 @@ def main() -> None:
             port.write(str(server.server_address[1]))
         os.rename(sys.argv[2] + ".part", sys.argv[2])
         server.serve_forever()
+    if MODE == "banner":
+        sys.stdout.write("MCP server running on stdio\n")
+        sys.stdout.flush()
+    if MODE == "daemons" and os.fork() == 0:
+        os.setsid()
+        daemon = subprocess.Popen(["sleep", "3602"], **QUIET)
+        with open(sys.argv[2], "a") as pids:
+            pids.write(f"{daemon.pid}\n")
+        os._exit(0)
     for line in sys.stdin:
         try:
             request = json.loads(line)

@@ -36,6 +36,7 @@ from tests.code_mode import (
     waited_out,
 )
 from tests.conftest import REPO
+from tests.helpers import living
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -226,18 +227,96 @@ async def test_a_server_that_writes_a_byte_at_a_time_is_read_at_a_pace(
     assert busy < 1.0, f"{busy:.2f} s of the server's CPU in the run's 3 s"
 
 
-async def test_a_byte_that_is_not_utf8_fails_that_call_and_the_server_is_started_again(
+async def test_a_byte_that_is_not_utf8_fails_that_call_alone_and_the_connection_serves_on(
     work_dir: Path, tmp_path: Path
 ) -> None:
     # Found by a review: the SDK's stdout reader ended over it, the session did not notice, and every
-    # call waited out its run's whole timeout until the ping timed out, 40 s later.
+    # call waited out its run's whole timeout until the ping timed out, 40 s later. Then it ended the
+    # connection; the line ended where it should, so now its call alone fails.
     path = tools_file(tmp_path, raw=raw("badbyte", str(tmp_path / "once")))
     code = FAILED_THEN_AGAIN
     done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
     assert done["status"] == "ok", done
     first, then = done["stdout"].splitlines()
-    assert first.startswith("raw.echo: "), first
+    assert first == (
+        "raw.echo: the call failed: its answer is no MCP message (ValidationError: Input should be an object at"
+        " JSONRPCResponse.result)"
+    ), first
     assert then == 'echo {"n": 2}'
+    assert "tool server down" not in (tmp_path / "stderr.log").read_text()
+
+
+async def test_an_answer_nested_too_deep_to_parse_fails_its_call_alone_and_the_connection_serves_on(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: a run's arguments nested 220 deep, echoed back as structured content, were past
+    # pydantic's depth; the connection ended, and another run's call in flight failed with it.
+    path = tools_file(tmp_path, raw=raw("deep"))
+    code = (
+        SAID + "deep = 1\n"
+        "for _ in range(220):\n"
+        "    deep = {'a': deep}\n"
+        "print(said(lambda: mcp_tools.raw.echo(deep=deep)))\n"
+        "print(mcp_tools.raw.echo(n=2))\n"
+    )
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    first, then = done["stdout"].splitlines()
+    assert first.startswith("raw.echo: the call failed: its answer is no MCP message (ValidationError: "), done
+    assert then == "{'n': 2}"
+    assert "tool server down" not in (tmp_path / "stderr.log").read_text()
+
+
+async def test_a_call_to_a_server_that_reads_no_more_ends_with_its_runs_timeout(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: the SDK's courtesy cancel, sent as the run's time ran out, waited up to 5 s for
+    # a stdin that was full, and the run's answer with it: 7.05 s for a run of 2.
+    path = tools_file(tmp_path, raw=raw("noread"))
+    code = "import mcp_tools\nmcp_tools.raw.echo(data='x' * 2_000_000)\n"
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            started = anyio.current_time()
+            done = await run(client, code, timeout=2)
+            took = anyio.current_time() - started
+    assert done["status"] == "timeout", done
+    assert took < 6, f"{took:.2f} s for a run of 2 (the courtesy cancel waits 5 s at most)"
+
+
+async def test_a_server_that_says_a_banner_on_its_stdout_first_is_served(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: "MCP server running on stdio" first, and the server was started again without
+    # end; the SDK's own client skips such a line.
+    path = tools_file(tmp_path, raw=raw("banner"))
+    code = "import mcp_tools\nprint(mcp_tools.raw.echo(n=1))\n"
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["stdout"] == 'echo {"n": 1}\n', done
+    assert "a tool server's line that is no message was skipped command=python" in (tmp_path / "stderr.log").read_text()
+
+
+async def test_an_answer_of_more_content_blocks_than_the_bound_fails_its_call(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: pydantic checked each block on the event loop, a million of them for 5.4 s.
+    path = tools_file(tmp_path, raw=raw("manyblocks"))
+    code = SAID + "print(said(lambda: mcp_tools.raw.echo(n=1)))\n"
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["stdout"] == "raw.echo: the call failed: its answer has 2,001 content blocks, more than 1,000\n", done
+
+
+async def test_what_a_tool_server_leaves_running_is_killed_when_the_server_stops(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: a daemon it left as it started (before the server was a child subreaper), or
+    # one a call started in a session of its own, outlived a graceful stop, and nothing killed it later.
+    pids = tmp_path / "pids"
+    path = tools_file(tmp_path, raw=raw("daemons", str(pids)))
+    code = "import mcp_tools\nprint(mcp_tools.raw.echo(n=1))\n"
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["stdout"] == 'echo {"n": 1}\n', done
+    left = [int(pid) for pid in pids.read_text().split()]
+    assert len(left) == 2
+    try:
+        with anyio.fail_after(10):
+            while living(left):
+                await anyio.sleep(0.05)
+    finally:
+        for pid in living(left):
+            os.kill(pid, 9)
 
 
 async def run_measured(work_dir: Path, tmp_path: Path, path: Path, code: str, timeout: float) -> tuple[Any, int]:

@@ -245,3 +245,19 @@ async def test_calls_past_the_budget_and_a_result_refused_for_its_size_are_logge
     refused = [r for r in caplog.records if r.getMessage() == "tool call"]
     assert [r.fields["status"] for r in refused] == ["refused", "refused"]  # type: ignore[attr-defined]
     assert refused[0].fields["received_bytes"] > 1 << 20  # type: ignore[attr-defined]
+
+
+def test_a_catalog_larger_than_what_the_run_may_pass_is_said_as_what_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by a review: "this run has passed 2,097,152 bytes through tools", said to a run that had made
+    # no call, whose catalog alone (one server's large listing) was more than its budget.
+    server = Downstream(name="s", python_name="s", tools=("*",), callers=None, command="true")
+    config = ToolsConfig("tools.json", tools_max_calls=100, tools_max_mb=1, tools_max_concurrent=4, tools_spin_us=0)
+    broker = Broker(ToolServers("tools.json", (server,)), config, logging.getLogger())
+    monkeypatch.setattr(broker, "module", lambda caller: b"x" * (2 * MIB))
+    run = broker.for_run("r", None, loop_time() + 30)
+    assert run is not None
+    said = run.take(b'{"op": "module"}')
+    assert (
+        b"the tools' catalog of 2,097,152 bytes is more than this run may pass, 1,048,560 of 1,048,576" in said
+    )  # its frame counted
+    assert b"has passed" in run.take(b'{"op": "module"}')  # counted all the same: nothing more passes
