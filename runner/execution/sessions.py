@@ -172,20 +172,22 @@ class Sessions:
                 if isinstance(session, RunResult):
                     yield session
                     return
-                async with session.turn, self._calling(session, request, slot) as admitted:
-                    try:
+                try:
+                    async with session.turn, self._calling(session, request, slot) as admitted:
                         yield admitted
-                    except BaseException:
-                        # Its handle goes out with this call's answer alone: without one, nobody could
-                        # use or close the session, and it would hold its place under the caps.
-                        with anyio.CancelScope(shield=True):
-                            await self.end(session, "the call that started it ended without an answer", "closed")
-                        raise
-                    if not session.handed:
-                        # Answered before it ran (its packages could not be installed, say): the
-                        # answer has no handle either (found by a review: four such sessions held a
-                        # caller's cap until they were idle 15 minutes).
-                        await self.end(session, "the call that started it did not run", "closed")
+                except BaseException:
+                    # Its handle goes out with this call's answer alone: without one, nobody could use
+                    # or close the session, and it would hold its place under the caps. Cancelled before
+                    # its call was let in too (found by a review: three such sessions held a caller's
+                    # cap, their handles never sent).
+                    with anyio.CancelScope(shield=True):
+                        await self.end(session, "the call that started it ended without an answer", "closed")
+                    raise
+                if not session.handed:
+                    # Answered before it ran (its packages could not be installed, say): the answer
+                    # has no handle either (found by a review: four such sessions held a caller's cap
+                    # until they were idle 15 minutes).
+                    await self.end(session, "the call that started it did not run", "closed")
         finally:
             self._unlisted.pop(id(request), None)
 
@@ -285,6 +287,7 @@ class Sessions:
             session.keeper.close()
             with anyio.move_on_after(1.0):
                 await session.anchor.wait_exit()
+            await session.keeper.reading.stop()
             await self._supplies.destroy(session.anchor)
         del self._unlisted[id(session)]
         if self._provided is not None:

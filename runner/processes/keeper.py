@@ -88,6 +88,23 @@ class KeptCall(ForkedChild):
         return held.dup()
 
 
+class Reading:
+    """A session's reader of its anchor's fd (`SessionKeeper._read`), to stop and wait for before that
+    fd is closed. Found by a review: a reader left waiting on a closed fd kept its registration in the
+    event loop, the next fd of that number (a pooled interpreter's pipe) failed "another task is already
+    reading", and that ended the pool's refill task and the whole server."""
+
+    __slots__ = ("done", "scope")
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+        self.done = anyio.Event()
+
+    async def stop(self) -> None:
+        self.scope.cancel()
+        await self.done.wait()
+
+
 class SessionKeeper:
     """One session's anchor, as the server drives it: `call`, then `verdict`, one call at a time."""
 
@@ -101,9 +118,9 @@ class SessionKeeper:
         self._previous: KeptCall | None = None  # the call before, whose end may still be told
         self._armed: KeptCall | None = None
         self._closed = False
-        # The verdict `call` had on an armed call that died waiting (what the session holds after it),
-        # for the caller to take (`Sessions`' budget); None if it had none.
+        # The verdict `call` had on an armed call that died waiting, for `Sessions`' budget; None if none.
         self.rolled_back: Said | None = None
+        self.reading = Reading()  # the reader's, stopped before the anchor's fd is closed
 
     @classmethod
     async def start(cls, anchor: Child, tg: anyio.abc.TaskGroup) -> SessionKeeper:
@@ -112,11 +129,15 @@ class SessionKeeper:
         tg.start_soon(keeper._read)
         try:
             os.write(anchor.code, KEEPER_JOB)
-        except OSError as exc:
-            raise SessionLost(f"the session's interpreter is gone: {exc}") from exc
-        said = await keeper._next(STARTUP_TIMEOUT)
-        if not isinstance(said, Ready):
-            raise SessionLost(keeper.lost or f"the session's interpreter did not start: it said {said}")
+            said = await keeper._next(STARTUP_TIMEOUT)
+            if not isinstance(said, Ready):
+                raise SessionLost(keeper.lost or f"the session's interpreter did not start: it said {said}")
+        except BaseException as exc:  # cancelled too: the anchor is destroyed next, its fd closed
+            with anyio.CancelScope(shield=True):
+                await keeper.reading.stop()
+            if isinstance(exc, OSError):
+                raise SessionLost(f"the session's interpreter is gone: {exc}") from exc
+            raise
         return keeper
 
     async def call(self) -> KeptCall:
@@ -170,9 +191,8 @@ class SessionKeeper:
         ours_ = [stdin_w, stdout_r, stderr_r, code_ours]
         for fd in ours_:
             os.set_blocking(fd, False)
-        # Not waiting for the keeper's "S <pid>": the job can go down the call's socket before the
-        # call is there to read it (the pid comes with S, in `_take`; a kill asked for before then
-        # waits in the anchor for it).
+        # Not waiting for the keeper's "S <pid>" (its pid, in `_take`; a kill asked for before then waits
+        # in the anchor for it): the job can go down the call's socket before the call reads it.
         call = KeptCall(
             pid=0, workdir=None, stdin=stdin_w, stdout=stdout_r, stderr=stderr_r, code=code_ours, anchor=self
         )
@@ -237,14 +257,12 @@ class SessionKeeper:
 
     def _drain(self) -> None:
         """Take the lines the anchor has sent and the reader has not read yet."""
-        try:
+        with contextlib.suppress(OSError):
             while self.lost is None and readable_now(self.anchor.code):
                 chunk = os.read(self.anchor.code, READ_SIZE)
                 if not chunk:
                     break
                 self._received(chunk)
-        except OSError:
-            pass
 
     async def _read(self) -> None:
         """Read the anchor's lines for as long as the session lasts. It runs in the pool's task group:
@@ -252,15 +270,16 @@ class SessionKeeper:
         every session and run with it), so anything unexpected ends this session instead."""
         fd = self.anchor.code
         try:
-            while self.lost is None:
-                await anyio.wait_readable(fd)
-                try:
-                    chunk = os.read(fd, READ_SIZE)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    break
-                self._received(chunk)
+            with self.reading.scope:
+                while self.lost is None:
+                    await anyio.wait_readable(fd)
+                    try:
+                        chunk = os.read(fd, READ_SIZE)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        break
+                    self._received(chunk)
         except (OSError, anyio.ClosedResourceError):
             pass
         except Exception as exc:  # a fault of ours on hostile input: still only this session's end
@@ -268,6 +287,7 @@ class SessionKeeper:
         finally:
             self.lost = self.lost or "the session's anchor is gone"
             self._ended_by_loss()
+            self.reading.done.set()
 
     def _received(self, chunk: bytes) -> None:
         """Take every whole line of what came; a line longer than the wire allows, even unfinished,

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from runner.config import Config
@@ -244,6 +245,22 @@ async def test_a_new_session_whose_first_call_is_cancelled_is_ended_not_left_ope
         with anyio.fail_after(20):
             await running.wait()  # its session is open and its first call runs
         assert pool.state().sessions.open == 1
+        tg.cancel_scope.cancel()
+    state = pool.state().sessions
+    assert (state.open, state.closed) == (0, 1)
+    assert (await new_session(pool)).startswith("s-"), "and the caps hold nothing for it"
+
+
+async def test_a_new_session_whose_call_is_cancelled_as_soon_as_it_is_open_is_ended(pool: Pool) -> None:
+    # Found by a review: cancelled after its session was open but before its call was let in (waiting
+    # for the session's turn or its last verdict), the session stayed open, its handle never sent, and
+    # three such sessions held the caller's cap.
+    request = RunRequest("t", "pass", 10, session=NEW_SESSION)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pool.run, request)
+        with anyio.fail_after(20):
+            while pool.state().sessions.open == 0:
+                await anyio.lowlevel.checkpoint()  # each turn of the loop: the first after it opens
         tg.cancel_scope.cancel()
     state = pool.state().sessions
     assert (state.open, state.closed) == (0, 1)

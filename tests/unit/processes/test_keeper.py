@@ -6,7 +6,7 @@ from __future__ import annotations
 import array
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import anyio
 import pytest
@@ -26,7 +26,7 @@ def held() -> Iterator[list[int]]:
 
 
 @pytest.fixture
-def anchor_socket() -> Iterator[tuple[SessionKeeper, socket.socket]]:
+async def anchor_socket() -> AsyncIterator[tuple[SessionKeeper, socket.socket]]:
     ours, theirs = socket.socketpair()
     keeper = SessionKeeper(Child(pid=0, workdir=None, stdin=-1, stdout=-1, stderr=-1, code=ours.fileno()))
     yield keeper, theirs
@@ -165,3 +165,28 @@ async def test_a_calls_pid_said_by_the_anchor_is_not_taken_for_a_host_pid(
     keeper._received(b"S 7\n")
     assert (call.pid, call.interpreter_pid) == (7, 0)
     call.close_all()
+
+
+async def test_a_start_cancelled_before_the_anchor_said_ready_leaves_no_reader_on_its_fd() -> None:
+    # Found by a review: a `session: "new"` call cancelled while its session started left the keeper's
+    # reader waiting on the anchor's fd, which was then closed; the next pipe of that number (a pooled
+    # interpreter's) failed "another task is already reading", and that ended the whole server.
+    primer, primed = socket.socketpair()
+    primed.send(b"x")
+    await anyio.wait_readable(primer)  # the task's fd waits are shared by the tasks it starts, as the server's
+    ours, theirs = socket.socketpair()
+    anchor = Child(pid=0, workdir=None, stdin=-1, stdout=-1, stderr=-1, code=ours.fileno())
+    async with anyio.create_task_group() as tg:
+        with anyio.move_on_after(0.05):
+            await SessionKeeper.start(anchor, tg)  # the stand-in never says it is ready
+        fd = ours.fileno()
+        ours.close()
+        again, other = socket.socketpair()
+        try:
+            assert again.fileno() == fd, "the next socket takes the closed fd's number"
+            other.send(b"y")
+            with anyio.fail_after(5):
+                await anyio.wait_readable(again)
+        finally:
+            for each in (again, other, theirs, primer, primed):
+                each.close()
