@@ -20,7 +20,7 @@ from runner.eventloop import backend_options
 from runner.logs import get_logger, log_event
 from runner.processes.isolation import IsolationPlan
 from runner.processes.procctl import signal_on_parent_death
-from runner.serving.signals import stop_on_signals
+from runner.serving.signals import stops_heard
 
 
 def main_http(
@@ -122,6 +122,7 @@ async def serve_http(
     pool_config, http = config.pool, config.http
     share = fair_share(pool_config.max_concurrent, len(tokens.names) if tokens else 0, http.max_concurrent_per_token)
     async with (
+        stops_heard(early, "signal received; finishing the calls in flight") as stopping,
         strays_reaped(logger),
         Broker.maybe_opened(
             tools,
@@ -181,8 +182,7 @@ async def serve_http(
                 changes.close()  # a listen stream would hold the grace to its end
             http_server.stop()
 
-        # Serving only once a SIGTERM would be heard: a stop that comes at once is not lost.
-        await tg.start(stop_on_signals, stop, early, "signal received; finishing the calls in flight")
+        stopping.serving(stop)
         await http_server.serve()
         log_event(logger, logging.INFO, "HTTP server stopped; shutting down")
         tg.cancel_scope.cancel()

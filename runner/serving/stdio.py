@@ -16,7 +16,7 @@ from runner.config.disk import TOOLS_PREFIX
 from runner.eventloop import backend_options
 from runner.logs import get_logger, log_event
 from runner.processes.isolation import IsolationPlan
-from runner.serving.signals import stop_on_signals
+from runner.serving.signals import stops_heard
 
 
 async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], tools: ToolServers | None = None) -> None:
@@ -38,6 +38,7 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
     logger = get_logger()
     egress = EgressProxy(config.egress, logger) if config.egress_allow else None
     async with (
+        stops_heard(early, "signal received; shutting down") as stopping,
         strays_reaped(logger),
         Broker.maybe_opened(
             tools, config.tools, logger, functools.partial(held_directory, TOOLS_PREFIX, config.work_dir), callers=False
@@ -46,7 +47,7 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
         Tasks.opened(config.tasks, logger) as tasks,
         anyio.create_task_group() as tg,
     ):
-        await tg.start(stop_on_signals, tg.cancel_scope.cancel, early, "signal received; shutting down")
+        stopping.serving(tg.cancel_scope.cancel)
         code_mode = broker.description if broker is not None else None
         changes = None
         if broker is not None:

@@ -10,7 +10,9 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.code_mode import hostile, run, run_once, stdio_env, stdio_params, stdio_session, tools_file, waited_out
 from tests.conftest import REPO
-from tests.helpers import check_structured, processes_mentioning, settled
-from tests.http_server import HttpServer, http_server
+from tests.helpers import check_structured, children_of, processes_mentioning, settled
+from tests.http_server import HttpServer, http_server, server_env
 from tests.npm import npm_ci_once
 from tests.tasks_client import TasksExtension
 
@@ -673,3 +675,39 @@ async def test_a_default_socket_timeout_and_a_zombie_caller_do_not_break_a_runs_
         "Echo: then",
         "Echo: after the zombie",
     ]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_stop_asked_for_while_a_tool_server_is_slow_to_start_is_done_at_once(
+    work_dir: Path, tmp_path: Path, transport: str
+) -> None:
+    # Found by a review: signals were heard only once serving began, and a SIGTERM 2 s after the start
+    # waited out the tool server's 35 s at start: exit after 33 s, past a container's grace of 30.
+    path = tools_file(tmp_path, slow={"command": "sleep", "args": ["3171"], "tools": ["*"]})
+    args, env = (["--transport", "http"], server_env) if transport == "http" else ([], stdio_env)
+    with (tmp_path / "stderr.log").open("wb") as errlog:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "runner", *args],
+            cwd=REPO,
+            env=env(work_dir, RUNNER_TOOLS_CONFIG=str(path)),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=errlog,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not any(b"3171" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in children_of(server.pid)):
+            assert time.monotonic() < deadline, "the tool server is started"
+            time.sleep(0.05)
+        server.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        assert server.wait(20) == 0
+        took = time.monotonic() - started
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        assert server.stdin is not None
+        server.stdin.close()
+    assert took < 20, f"stopped {took:.1f} s after the signal"
+    assert "signal received" in (tmp_path / "stderr.log").read_text()
