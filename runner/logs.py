@@ -8,6 +8,7 @@ to some readers; ESC drives a terminal) or grow the log by megabytes a request.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -124,6 +125,34 @@ class _ThrottledWarnings(logging.Filter):
         if count > 1:
             record.fields = {**getattr(record, "fields", {}), "seen_since_last_line": count}
         return count > 0
+
+
+class _StopCut(logging.Filter):
+    """uvicorn's lines where the stop's grace ran out (`RUNNER_SHUTDOWN_GRACE`) or a second signal cut it
+    short: errors with tracebacks of a documented, normal stop (found by a review: one "Exception in
+    ASGI application" traceback for each call still running, and one of the app's lifespan). Said as one
+    warning, and the cancellations themselves not at all; any other error passes as it is."""
+
+    GRACE_OVER = "Cancel %s running task(s), timeout graceful shutdown exceeded"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == self.GRACE_OVER:
+            record.msg, record.levelno, record.levelname = (
+                "the stop's grace is over: calls in flight are cancelled",
+                logging.WARNING,
+                "WARNING",
+            )
+            record.fields = {"count": record.args[0] if isinstance(record.args, tuple) and record.args else 0}
+            record.args = ()
+            return True
+        cancelled = record.exc_info is not None and isinstance(record.exc_info[1], asyncio.CancelledError)
+        # The app's lifespan cut at a forced stop: uvicorn logs the traceback starlette sent as text.
+        cut_lifespan = (
+            isinstance(record.msg, str)
+            and record.msg.startswith("Traceback")
+            and record.msg.rstrip().endswith("CancelledError")
+        )
+        return not (cancelled or cut_lifespan)
 
 
 class _ClientLeft(logging.Filter):
@@ -284,6 +313,7 @@ def configure_logging(level: LogLevel, fmt: LogFormat, stream: TextIO | None = N
     transport.filters[:] = [f for f in transport.filters if not isinstance(f, _ClientLeft)]
     transport.addFilter(_ClientLeft())
     uvicorn = logging.getLogger("uvicorn.error")
-    uvicorn.filters[:] = [f for f in uvicorn.filters if not isinstance(f, _ThrottledWarnings)]
+    uvicorn.filters[:] = [f for f in uvicorn.filters if not isinstance(f, _ThrottledWarnings | _StopCut)]
+    uvicorn.addFilter(_StopCut())
     uvicorn.addFilter(_ThrottledWarnings())
     get_logger().setLevel(level.upper())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -191,8 +192,31 @@ def test_uvicorn_s_warnings_are_logged_first_then_held_each_kind_apart_and_its_e
     assert 1 <= sum("Invalid HTTP request received." in line for line in lines) <= 2, lines
     assert 1 <= sum("Unsupported upgrade request." in line for line in lines) <= 2, lines
     assert sum("Exception in ASGI application" in line for line in lines) == 3
-    configure_logging("info", "text", stream)  # configured again: one filter still, not two
-    assert len(uvicorn.filters) == 1
+    configure_logging("info", "text", stream)  # configured again: its filters once each, not twice
+    assert len(uvicorn.filters) == 2
+
+
+def test_what_a_stop_past_its_grace_cancels_is_one_warning_and_no_traceback() -> None:
+    # Found by a review: uvicorn's error, then a traceback for each call still running, and one of the
+    # app's lifespan at a second signal, on a documented, normal stop.
+    stream = io.StringIO()
+    configure_logging("info", "text", stream)
+    uvicorn = logging.getLogger("uvicorn.error")
+    uvicorn.error("Cancel %s running task(s), timeout graceful shutdown exceeded", 2)
+    try:
+        raise asyncio.CancelledError("Task cancelled, timeout graceful shutdown exceeded")
+    except asyncio.CancelledError:
+        uvicorn.exception("Exception in ASGI application\n")
+    uvicorn.error("Traceback (most recent call last):\n  ...\nasyncio.exceptions.CancelledError\n")
+    try:
+        raise ValueError("a fault of ours")
+    except ValueError:
+        uvicorn.exception("Exception in ASGI application\n")
+    lines = stream.getvalue().splitlines()
+    assert "WARNING request_id=- the stop's grace is over: calls in flight are cancelled count=2" in lines[0]
+    assert sum("ERROR" in line for line in lines) == 1
+    assert "ValueError: a fault of ours" in stream.getvalue()
+    assert "CancelledError" not in stream.getvalue()
 
 
 def test_an_error_is_cut_once_a_message_and_each_text_of_its_data_and_cut_again_it_is_the_same() -> None:

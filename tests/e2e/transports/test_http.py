@@ -544,6 +544,12 @@ async def test_sigterm_lets_runs_in_flight_finish_within_the_grace_then_kills_th
             server.process.send_signal(signal.SIGTERM)
             assert await anyio.to_thread.run_sync(server.process.wait, 30) == 0
         assert living([pid]) == []
+    # A documented stop, said so: no error, no traceback (found by a review: uvicorn's error and one
+    # traceback for each call still running).
+    log = (tmp_path / "log2").read_text()
+    assert "WARNING request_id=- the stop's grace is over: calls in flight are cancelled count=1" in log
+    assert " ERROR " not in log
+    assert "Traceback" not in log
 
 
 def _post_quietly(server: HttpServer, message: dict[str, Any]) -> None:
