@@ -20,6 +20,7 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
 - ``slowlist``: it answers tools/list after argv[2] seconds (its initialize at once);
 - ``daemons``: as it starts, it leaves a daemon (a double fork, its own session), and each call starts
   one more in a session of its own: ``sleep`` all, their pids written to the file argv[2] (a line each);
+- ``stubborn``: it ignores SIGTERM, and serves on after its stdin's end, until it is killed;
 - ``noread``: once listed, it reads nothing more (its stdin fills);
 - ``banner``: it says "MCP server running on stdio" on its stdout first, then serves; ``deep``: its
   answer to a call is the call's arguments as its structured content, nested as they came;
@@ -55,6 +56,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -368,6 +370,8 @@ def main() -> None:
             port.write(str(server.server_address[1]))
         os.rename(sys.argv[2] + ".part", sys.argv[2])
         server.serve_forever()
+    if MODE == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if MODE == "banner":
         sys.stdout.write("MCP server running on stdio\n")
         sys.stdout.flush()
@@ -384,6 +388,8 @@ def main() -> None:
             continue
         if isinstance(request, dict):
             answer(request)
+    while MODE == "stubborn":
+        time.sleep(60)
 
 
 if __name__ == "__main__":

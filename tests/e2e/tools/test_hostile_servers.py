@@ -280,6 +280,21 @@ async def test_a_call_to_a_server_that_reads_no_more_ends_with_its_runs_timeout(
     assert took < 6, f"{took:.2f} s for a run of 2 (the courtesy cancel waits 5 s at most)"
 
 
+async def test_servers_that_end_at_neither_eof_nor_sigterm_leave_the_server_time_to_stop_cleanly(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: each was given the SDK's 2 s after its stdin's end and 2 more after SIGTERM, and
+    # the server's stop took 4.4 s: the official client, which gives it 2 s and then 2 after its own
+    # SIGTERM, killed it mid-stop ("server stopped" never said, its directory left for the next start).
+    servers = {f"s{n}": raw("stubborn") for n in range(3)}
+    path = tools_file(tmp_path, **servers)
+    code = "import mcp_tools\nprint(mcp_tools.s0.echo(n=1))\n"
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["stdout"] == 'echo {"n": 1}\n', done
+    assert "server stopped" in (tmp_path / "stderr.log").read_text()
+    assert not [entry for entry in work_dir.iterdir() if entry.name.startswith("python-runner-")]
+
+
 async def test_a_server_that_says_a_banner_on_its_stdout_first_is_served(work_dir: Path, tmp_path: Path) -> None:
     # Found by a review: "MCP server running on stdio" first, and the server was started again without
     # end; the SDK's own client skips such a line.
