@@ -30,7 +30,6 @@ import contextlib
 import errno
 import functools
 import logging
-import math
 import os
 import re
 import shutil
@@ -400,7 +399,10 @@ class Sent(anyio.abc.ObjectSendStream[SessionMessage]):
             # A cancel waits CANCEL_WAIT at most for the pipe, written whole into its buffer all the
             # same (found by a review: the SDK's, sent as a run's time ran out, waited up to 5 s for a
             # stdin the server no longer read, and the run's answer with it).
-            with anyio.move_on_after(CANCEL_WAIT if _cancel(message) else math.inf):
+            if _cancel(message):
+                with anyio.move_on_after(CANCEL_WAIT):
+                    await self._stdin.send(data)
+            else:  # no scope on a call's way (a few us)
                 await self._stdin.send(data)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
             self._broken = True
