@@ -145,7 +145,9 @@ class _StopCut(logging.Filter):
             record.fields = {"count": record.args[0] if isinstance(record.args, tuple) and record.args else 0}
             record.args = ()
             return True
-        cancelled = record.exc_info is not None and isinstance(record.exc_info[1], asyncio.CancelledError)
+        # The stop's own cancellation only, by its message (a CancelledError a fault let out still shows).
+        error = record.exc_info[1] if record.exc_info is not None else None
+        cancelled = isinstance(error, asyncio.CancelledError) and "graceful shutdown" in str(error)
         # The app's lifespan cut at a forced stop: uvicorn logs the traceback starlette sent as text.
         cut_lifespan = (
             isinstance(record.msg, str)

@@ -20,6 +20,7 @@ from runner.logs import log_event
 from runner.processes.procctl import (
     children_of_self,
     command_line,
+    is_child_subreaper,
     is_zombie,
     reap_if_exited,
     set_child_subreaper,
@@ -42,7 +43,7 @@ class StraySweeper:
         helpers: Callable[[], set[int] | None],
         sandboxed: bool,
         logger: logging.Logger,
-        said: str = "killing a process a run left behind",
+        said: str = "killing a process a run or a tool server left behind",
     ) -> None:
         self._said = said
         self._known_pids = known_pids
@@ -133,6 +134,7 @@ async def strays_reaped(logger: logging.Logger) -> AsyncIterator[None]:
     by a review, a tool server's daemon (`setsid`, or a double fork while it started, before the pool
     made the server a subreaper) outlived a graceful stop, whose held directory, removed, left no later
     start a trace to kill it by."""
+    was_reaping = is_child_subreaper()
     reaping = set_child_subreaper(True)
     try:
         yield
@@ -141,4 +143,5 @@ async def strays_reaped(logger: logging.Logger) -> AsyncIterator[None]:
             with anyio.CancelScope(shield=True):
                 left = StraySweeper(set, lambda: set(), False, logger, "killing a process left behind at the stop")
                 await left.sweep()
-            set_child_subreaper(False)
+            if not was_reaping:
+                set_child_subreaper(False)

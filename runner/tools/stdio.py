@@ -83,6 +83,7 @@ READ_BYTES = 64 << 10
 # it). Past it the line is a fault of the connection, as before: one that never ends.
 SKIPPED_LINES = 4
 CANCEL_WAIT = 0.05  # seconds a cancel waits for the server's stdin
+STRAY_BYTES = 8 << 10  # what a skipped line is paced as, at least
 # At a stop, a server's stdin closed: it has STOP_GRACE s to end, then SIGTERM (its group), then
 # KILL_AFTER s before SIGKILL; the SDK's 2 and 2 (found by a review: a server that ended at neither made
 # our stop 4.4 s, past the 2 s the official client gives us before its own SIGTERM).
@@ -200,10 +201,13 @@ def skipped_answer(skipped: Skipped, most: int) -> SessionMessage | None:
 
 def parse(line: bytes, server: StdioServerParameters) -> SessionMessage | Exception | None:
     """One line as the SDK's reader takes it (its `_parse_line`): a message, or the error that says why
-    not, for the session to hear; None for a stray line (`_STRAY`). Lines end at a newline byte, so they
-    are decoded whole in UTF-8; a long one is parsed in two (`message_of`)."""
+    not, for the session to hear; None for a line that is dropped (`_STRAY`, `_THEIRS`). Lines end at a
+    newline byte, so they are decoded whole in UTF-8; a long one is parsed in two (`message_of`)."""
     if _STRAY.match(line):
-        return None
+        found = _PREFIXED.search(line, 0, ID_BYTES)
+        if found is None:
+            return None
+        line = line[found.start() :]  # text in front of a message (a progress bar without its newline)
     try:
         return SessionMessage(message_of(line.decode(server.encoding, server.encoding_error_handler)))
     except (ValueError, RecursionError) as exc:
@@ -212,16 +216,21 @@ def parse(line: bytes, server: StdioServerParameters) -> SessionMessage | Except
         # past pydantic's depth, a run's own arguments echoed back, ended the connection and every
         # other run's calls on it). The line ended where it should: the next is whole.
         request_id = answer_id(line[:ID_BYTES], line[-ID_BYTES:])
-        if request_id is None:
-            return exc
-        return SessionMessage(error_answer(request_id, f"its answer is no MCP message ({said_of(exc)})"))
+        if request_id is not None:
+            return SessionMessage(error_answer(request_id, f"its answer is no MCP message ({said_of(exc)})"))
+        # The server's own notification or request, no call waits for it: dropped (found by a second
+        # look: a log notification of a run's deep arguments ended the connection as the answer had).
+        return None if _THEIRS.match(line) else exc
 
 
-# A line that is no JSON object nor array at all, or blank: a banner or a log line written to stdout by mistake,
-# skipped as the SDK's client skips it (found by a review: a server that said "MCP server running on
-# stdio" first was started again without end). A line that begins as JSON and does not parse may be
-# an answer, whose call would wait for ever: it ends the connection.
+# A line that is no JSON object nor array at all, or blank: a banner or a log line written to stdout by
+# mistake, skipped as the SDK's client skips it (found by a review: a server that said "MCP server
+# running on stdio" first was started again without end), unless a message follows text on it. A line
+# that begins as JSON and does not parse may be an answer whose call would wait for ever: it ends the
+# connection, unless its id is read (an error for that call) or it is the server's own message.
 _STRAY = re.compile(rb"\A\s*(?:[^\s{\[]|\Z)")
+_PREFIXED = re.compile(rb'\{\s*"(?:jsonrpc|result|error)"\s*:')
+_THEIRS = re.compile(rb'\A\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"method"\s*:')
 
 
 @contextlib.asynccontextmanager
@@ -312,6 +321,9 @@ class Received(anyio.abc.ObjectReceiveStream[SessionMessage | Exception]):
                 if self._strays <= 3 or self._strays & (self._strays - 1) == 0:  # a flood's lines said sparsely
                     fields = {"command": command, "bytes": len(line), "count": self._strays}
                     logger.warning("a tool server's line that is no message was skipped", extra={"fields": fields})
+                # Paced as a read of STRAY_BYTES at least (found by a second look: a flood of them, never
+                # a message for the notifications' rate, kept a whole core busy).
+                await _turn(self._rate, max(len(line), STRAY_BYTES))
                 continue
             answer = skipped_answer(line, self._lines.most)
             fields = {"command": command, "bytes": line.size, "answered": answer is not None}

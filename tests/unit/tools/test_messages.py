@@ -46,3 +46,21 @@ def test_a_kept_tool_holds_no_title_icons_annotations_nor_meta_and_is_counted_wh
     assert kept.description is not None
     assert len(kept.description) == 2000
     assert kept.input_schema == {"type": "object"}
+
+
+def test_icons_count_with_the_blocks_and_a_listings_unkept_fields_are_dropped_before_they_are_checked() -> None:
+    # Found by a second look: one block of a million icons held the event loop 3.4 s, past the bound on
+    # blocks; a listed tool's million icons 3 s, though they are not kept.
+    icons = [{"src": "data:,x"}] * MAX_BLOCKS
+    link = {"type": "resource_link", "uri": "file:///a", "name": "a", "icons": icons}
+    pad = {"type": "text", "text": "x" * PARSED_IN_TWO}
+    message = message_of(json.dumps({"jsonrpc": "2.0", "id": 3, "result": {"content": [link, pad]}}))
+    assert isinstance(message, types.JSONRPCError)
+    assert message.error.message == "its answer has 1,002 content blocks and icons, more than 1,000"
+    tool = {"name": "t", "inputSchema": {"type": "object"}, "icons": icons * 100, "_meta": {"x": "y"}}
+    padded = {**tool, "description": "d" * PARSED_IN_TWO}
+    listing = message_of(json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"tools": [padded]}}))
+    assert isinstance(listing, types.JSONRPCResponse)
+    [kept] = listing.result["tools"]
+    assert "icons" not in kept
+    assert "_meta" not in kept

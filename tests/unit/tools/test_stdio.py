@@ -110,8 +110,18 @@ def test_a_line_is_a_message_an_error_for_the_call_it_answers_or_the_error_that_
     )
     assert isinstance(said, SessionMessage)
     assert "\ufffd" in said.message.model_dump_json()
-    # No answer's id to be read: the error, which ends the connection.
-    assert isinstance(parse(b'{"jsonrpc": "2.0", "method": 5}', server), ValueError)
+    # No answer's id to be read, and not the server's own message: the error, which ends the connection.
+    assert isinstance(parse(b'{"jsonrpc": "2.0", "x": 5}', server), ValueError)
+    # The server's own message that does not parse: no call waits for it (found by a second look: a log
+    # notification of a run's deep arguments ended the connection).
+    deep_note = b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": %s1%s}}'
+    assert parse(deep_note % (b"[" * 300, b"]" * 300), server) is None
+    assert parse(b'{"method": "notifications/message", "jsonrpc": 5}', server) is None
+    # Text in front of a message (a progress bar without its newline): the message is read (found by a
+    # second look: skipped as a stray, its call waited out the run).
+    said = parse(b'progress: 100%{"jsonrpc": "2.0", "id": 4, "result": {}}', server)
+    assert isinstance(said, SessionMessage)
+    assert said.message.model_dump(exclude_unset=True) == {"jsonrpc": "2.0", "id": 4, "result": {}}
     assert failed_call(parse(b'{"jsonrpc": "2.0", "id": 1, "result": {', server)) == 1  # cut short
 
 
@@ -485,3 +495,16 @@ def test_a_skipped_line_answers_its_call_with_an_error_when_its_id_is_at_either_
     assert isinstance(answer.message, types.JSONRPCError)
     assert answer.message.id == request_id
     assert answer.message.error.message == "its answer was a line of 5,000 bytes, more than 1,000: dropped"
+
+
+@pytest.mark.anyio
+async def test_lines_that_are_no_message_are_paced_as_reads_of_8_kib_each(pipe: tuple[int, int]) -> None:
+    # Found by a second look: skipped lines came to no rate at all, and a flood of them kept a core busy.
+    read_end, write_end = pipe
+    rate = Pace(1, 1_000_000, anyio.current_time())  # a megabyte a second
+    received = Received(_stdout(read_end), Lines(1 << 20), rate, StdioServerParameters(command="x"))
+    os.write(write_end, b"stray\n" * 100 + _note(1))
+    started = anyio.current_time()
+    message = await received.receive()
+    assert isinstance(message, SessionMessage)
+    assert anyio.current_time() - started >= 0.5, "100 lines paced as 800 KiB at 1 MB/s"
