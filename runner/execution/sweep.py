@@ -141,7 +141,7 @@ async def strays_reaped(logger: logging.Logger) -> AsyncIterator[None]:
     finally:
         if reaping:
             with anyio.CancelScope(shield=True):
-                left = StraySweeper(set, lambda: set(), False, logger, "killing a process left behind at the stop")
+                left = StraySweeper(set, set, False, logger, "killing a process left behind at the stop")
                 await left.sweep()
             if not was_reaping:
                 set_child_subreaper(False)

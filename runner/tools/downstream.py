@@ -4,7 +4,7 @@ listed at start and again when it says they changed, reconnected with backoff wh
 stopped with the server.
 
 Everything it sends is hostile input to us: a listing is taken through the SDK's models and kept
-bounded (`MAX_TOOLS`, `MAX_LISTING_BYTES`, `MAX_DESCRIPTION_CHARS`), a result is checked against its
+bounded (`runner.tools.messages`: `MAX_TOOLS`, `MAX_LISTING_BYTES`, `kept_tool`), a result is checked against its
 output schema within bounds (`SchemaCheck`) and bounded by the run's budget where the broker reads it,
 its own requests to us are rationed (`Rationed`), its stderr lines too, an HTTP server's bodies and
 GETs are bounded (`runner.tools.streamable_http`), and why it is down is cut short.

@@ -5,7 +5,12 @@ records: 0.38 s -> 0.14 s with the SDK's HTTP transport's `validate_json`, 2.12 
 stdio one's), 1 us slower on a small message. Its parser refuses what pydantic's JSON check does
 (`json` took a lone surrogate, whose listing then broke our own tools/list for every client, and
 nesting five times deeper). Either way the parse holds the GIL, on the event loop or not: a worker
-thread would not let the loop run meanwhile."""
+thread would not let the loop run meanwhile.
+
+What is kept of it is bounded here too, before pydantic checks it where that is the cost (an answer's
+blocks and icons, a listing's tools, `MAX_BLOCKS`, `MAX_TOOLS`), and a tool as it is kept (`kept_tool`);
+an answer's id is read from its first and last bytes alone (`answer_id`), for an error that answers
+its call where the rest cannot be kept or parsed."""
 
 from __future__ import annotations
 
