@@ -179,15 +179,17 @@ class CallPath:
         child = await host.take(request, imports)
         if isinstance(child, RunResult):
             return child
+        finished = False  # its run's line logged: a cancel in the verdict is the protocol side's to log
         try:
             if self._sweeper is not None:
                 await self._sweeper.settle()
             async with host.watching(child):
                 result = await self._driver.drive(child, request, admitted.slot.waited, on_progress, paths)
             _log_finished(self._log, request, result)
+            finished = True
             return await host.verdict(child, request, result)
         except BaseException as exc:
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
+            if not finished and isinstance(exc, anyio.get_cancelled_exc_class()):
                 log_event(self._log, logging.INFO, "run finished", request.request_id, status=Status.CANCELLED.value)
             with anyio.CancelScope(shield=True):
                 await host.abandon(child)

@@ -367,6 +367,13 @@ class SessionHost:
         session.used = anyio.current_time()
         others = sessions.held_by_others(session)
         over = over_budget(sessions._budget, ahead.held_bytes, others) if result.status is Status.OK else ""
+        lifetime = sessions._config.session_max_seconds
+        if not over and result.status is Status.OK and session.used - session.started > lifetime:
+            # Its next call is told the session ended: such a call's answer said "kept", for no call.
+            over = (
+                f"not kept: the session is older than RUNNER_SESSION_MAX_SECONDS={lifetime} s and ends with "
+                'this call; start another with session "new"'
+            )
         kept = result.status is Status.OK and ahead.yes and not over
         # The answer goes now, and the verdict (the keeper replaced, or the files put back) is done
         # meanwhile; the next call, handed its pipes with it (after an OOM: in `_settle`), waits for it.

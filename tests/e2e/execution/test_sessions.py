@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import logging
 import os
 import re
 import signal
@@ -267,6 +268,45 @@ async def test_a_new_session_whose_call_is_cancelled_as_soon_as_it_is_open_is_en
     assert (await new_session(pool)).startswith("s-"), "and the caps hold nothing for it"
 
 
+async def test_a_call_cancelled_after_its_run_finished_logs_its_run_finished_once(
+    session_config: Config, no_leaks: None
+) -> None:
+    """Found measuring: cancelled in its verdict (its state being kept), a call's run was logged
+    `run finished status=ok`, then again `status=cancelled`; the cancel is the protocol side's to log."""
+    armed: list[anyio.CancelScope] = []
+
+    class CancelAtTheLine(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if armed and record.getMessage() == "run finished":
+                armed[0].cancel()  # lands in the verdict, where it waits for the anchor
+
+    with recording_logger("tests.sessions.finished") as (logger, records):
+        handler = CancelAtTheLine()
+        logger.addHandler(handler)
+        try:
+            async with Pool.open(session_config, logger, reap_strays=True) as pool:
+                handle = await new_session(pool, "x = 0")
+                # The verdict waits only where the anchor's word is not in yet: tried until it is not.
+                with anyio.fail_after(60):
+                    while True:
+                        with anyio.CancelScope() as scope:
+                            armed.append(scope)
+                            result = await call(pool, "x += 1", handle)
+                            assert result.status is Status.OK, result
+                            assert result.session is not None
+                        armed.clear()
+                        if scope.cancelled_caught:
+                            break
+                kept = sum(1 for r in records if r.getMessage() == "run finished") - 2
+                after = await call(pool, "print(x)", handle)
+                assert after.stdout.text == f"{kept}\n", "the cancelled call rolled back, the others kept"
+        finally:
+            logger.removeHandler(handler)
+    started = [r for r in records if r.getMessage() == "run started"]
+    finished = [r.fields["status"] for r in records if r.getMessage() == "run finished"]
+    assert finished == ["ok"] * len(started)
+
+
 async def test_two_calls_at_once_to_one_session_run_one_after_the_other_in_the_order_they_came(pool: Pool) -> None:
     handle = await new_session(pool, "import time\nlog = []")
     ends: dict[str, RunResult] = {}
@@ -401,6 +441,25 @@ async def test_a_session_past_its_idle_time_or_lifetime_ends_and_its_next_call_s
         assert result.message.startswith("unknown session")
         assert says in result.message
         assert pool.state().sessions.expired == 1
+
+
+async def test_a_call_that_ends_past_its_session_s_lifetime_is_not_kept_and_says_the_session_ends(
+    session_config: Config, no_leaks: None
+) -> None:
+    # Noticed: such a call finished and answered "kept"; its next call was told the session had ended.
+    config = dataclasses.replace(session_config, session_max_seconds=3)
+    async with Pool.open(config, reap_strays=True) as pool:
+        handle = await new_session(pool, "x = 1")
+        result = await call(pool, "import time\nx = 2\ntime.sleep(3.5)\nprint('done')", handle)
+        assert result.status is Status.OK, result
+        assert result.stdout.text == "done\n"
+        assert result.session is not None
+        assert not result.session.kept
+        assert "older than RUNNER_SESSION_MAX_SECONDS=3 s and ends with this call" in result.session.note
+        assert "not kept" in result.to_text()
+        after = await call(pool, "print(x)", handle)
+        assert after.message.startswith("unknown session"), after
+        assert "older than 3 s" in after.message
 
 
 async def test_a_session_kept_busy_by_calls_queued_one_behind_the_other_still_ends_at_its_lifetime(
