@@ -124,7 +124,7 @@ class KeptConfig:
 class SessionsConfig:
     """How many sessions may be open, for how long, and in how much memory."""
 
-    CARRIED: ClassVar[tuple[str, ...]] = ("workers", "replica")
+    CARRIED: ClassVar[tuple[str, ...]] = ("workers", "replica", "anonymous_shared")
 
     max_sessions: int
     max_sessions_per_caller: int
@@ -134,6 +134,9 @@ class SessionsConfig:
     session_max_seconds: int
     workers: int  # the server's worker processes (`ServingConfig.workers`)
     replica: str  # named in the handles of this replica's sessions (HttpConfig.replica)
+    # Whether the caller with no name may be many clients (HTTP: each without a token), whose handles
+    # a refusal must not tell one another; over stdio it is the one client of the process.
+    anonymous_shared: bool = False
 
     @property
     def refused(self) -> str:

@@ -191,7 +191,12 @@ class Config:
 
     @property
     def sessions(self) -> SessionsConfig:
-        return SessionsConfig(**self._owned(SessionsConfig), workers=self.workers, replica=self.http.replica)
+        return SessionsConfig(
+            **self._owned(SessionsConfig),
+            workers=self.workers,
+            replica=self.http.replica,
+            anonymous_shared=self.transport == "http",
+        )
 
     @property
     def tasks(self) -> TasksConfig:

@@ -553,7 +553,9 @@ HANDLES_NAMED = 10
 def _refusal(c: SessionsConfig, holders: list[OpenSession | str | None], caller: str | None) -> str:
     """Why `caller` may not start one more session now, or ''; `holders`: the sessions open, and the
     callers of those being started or ended. A caller at its own cap is told its open handles, each
-    with how long it has been idle, so that it can close one (nothing else lists them)."""
+    with how long it has been idle, so that it can close one (nothing else lists them); but not the
+    caller with no name where that may be many clients (found by a review: over HTTP without tokens,
+    one client was told another's handles, and ran code in its session)."""
     callers = [holder.caller if isinstance(holder, OpenSession) else holder for holder in holders]
     if c.refused:
         return c.refused
@@ -566,11 +568,17 @@ def _refusal(c: SessionsConfig, holders: list[OpenSession | str | None], caller:
     if mine >= c.max_sessions_per_caller:
         now = anyio.current_time()
         own = sorted((h for h in holders if isinstance(h, OpenSession) and h.caller == caller), key=lambda s: -s.used)
+        most = c.max_sessions_per_caller
+        said = f"this caller has {mine} open sessions, the most RUNNER_MAX_SESSIONS_PER_CALLER={most} allows"
+        if caller is None and c.anonymous_shared:
+            idle = ", ".join(f"{now - s.used:.0f} s" for s in own[:HANDLES_NAMED])
+            return (
+                f"{said}; close one with close_session (its handles are not named here: without a token every "
+                f"client is this caller), or wait for one to be unused for RUNNER_SESSION_IDLE_SECONDS="
+                f"{c.session_idle_seconds} (idle now: {idle})"
+            )
         named = ", ".join(f"{s.handle} (idle {now - s.used:.0f} s)" for s in own[:HANDLES_NAMED])
-        return (
-            f"this caller has {mine} open sessions, the most RUNNER_MAX_SESSIONS_PER_CALLER="
-            f"{c.max_sessions_per_caller} allows; close one with close_session: {named}"
-        )
+        return f"{said}; close one with close_session: {named}"
     return ""
 
 

@@ -148,9 +148,9 @@ class Anchor:
     ) -> None:
         self.control = control
         self.home = home
-        self.tmpfs = tmpfs  # the session's own tmpfs mounts beside its directory (`held_kb`)
+        self.tmpfs = tmpfs  # the session's own tmpfs mounts, its directory's too (`held_kb`)
         self.buffer = b""
-        self.snapshot = Snapshot(home, tmpfs)  # /dev/shm and /run too: a roll-back puts them back
+        self.snapshot = Snapshot(home, beside(home, tmpfs))  # /dev/shm and /run too: a roll-back puts them back
         self.call: _Call | None = None
         self.baseline_kb = anonymous_kb(os.getpid())  # the first keeper's, a fork of this process (`held_kb`)
         self.keeper, channel = _first_keeper(fork_keeper)
@@ -528,7 +528,7 @@ def anchor(
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         control = socket.socket(fileno=control_fd)
-        held = Anchor(control, home, fork_keeper, beside(home, tmpfs))  # its keeper under the run's CPU limit
+        held = Anchor(control, home, fork_keeper, tmpfs)  # its keeper under the run's CPU limit
         # The anchor's own: `bootstrap.apply_limits` left the hard one where it was.
         resource.setrlimit(resource.RLIMIT_CPU, anchor_cpu_limits(*resource.getrlimit(resource.RLIMIT_CPU)))
         held.serve(wake_r)

@@ -57,7 +57,7 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
 
 # Bound as this module loads, before any code of a session's: what a keeper calls each time a call is
 # rolled back, out of reach of a call that replaces os.listdir (not of one that rewrites this module).
-_listdir, _lseek = os.listdir, os.lseek
+_listdir, _lseek, _fstat = os.listdir, os.lseek, os.fstat
 
 # A call's channel to the anchor: kept open through its code, since the candidate it forks is
 # announced on it (and becomes the keeper's channel). Not inheritable by what the code executes. Both
@@ -326,7 +326,7 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
 
     if not sealing.seal(SessionCarry):  # from here on, whatever this process becomes, no code of the call's runs in it
         return None
-    shared = sealing.share_nothing(SessionCarry)
+    shared = sealing.share_nothing(SessionCarry) or sealing.nameless_file()
     if shared:
         _refuse(channel_fd, shared)
         return None
@@ -379,11 +379,15 @@ def _refuse(channel_fd: int, why: str) -> None:
         channel.detach()
 
 
-def _offsets() -> dict[int, int]:
-    """Where each open file of this process is read or written: a call forked from the keeper shares
-    its open files, offsets included, so a read in a call that is then rolled back would move the
-    keeper's. Taken as the keeper forks a call, put back after a roll-back (`_put_back`)."""
-    found: dict[int, int] = {}
+def _offsets() -> dict[int, tuple[int, int, bool]]:
+    """Where each open file of this process is read or written, its status flags (O_APPEND,
+    O_NONBLOCK) and, for a regular file, whether a lock is held on it: a call forked from the keeper
+    shares its open files, all of that included, so a call that is rolled back would leave them as it
+    made them (found by a review: an O_APPEND and a flock a rolled-back call set stayed). Taken as the
+    keeper begins, put back after a roll-back (`_put_back`)."""
+    import fcntl
+
+    found: dict[int, tuple[int, int, bool]] = {}
     try:
         names = _listdir("/proc/self/fd")
     except OSError:
@@ -391,19 +395,34 @@ def _offsets() -> dict[int, int]:
     for name in names:
         fd = int(name)
         if fd != KEEPER_FD:
-            try:  # noqa: SIM105  (contextlib is not imported in runs)
-                found[fd] = _lseek(fd, 0, os.SEEK_CUR)
+            try:
+                offset = _lseek(fd, 0, os.SEEK_CUR)
+                found[fd] = (offset, fcntl.fcntl(fd, fcntl.F_GETFL), _locked(fd))
             except OSError:
                 pass  # a pipe, a socket, or the listing's own fd, closed already
     return found
 
 
-def _put_back(offsets: dict[int, int]) -> None:
-    for fd, offset in offsets.items():
-        try:  # noqa: SIM105  (contextlib is not imported in runs)
+def _put_back(offsets: dict[int, tuple[int, int, bool]]) -> None:
+    import fcntl
+
+    for fd, (offset, flags, locked) in offsets.items():
+        try:
             _lseek(fd, offset, os.SEEK_SET)
+            if fcntl.fcntl(fd, fcntl.F_GETFL) != flags:
+                fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+            if not locked and _locked(fd):
+                fcntl.flock(fd, fcntl.LOCK_UN)  # an OFD lock (F_OFD_SETLK) stays: docs/sessions.md
         except OSError:
             pass
+
+
+def _locked(fd: int) -> bool:
+    """Whether a lock is held on the regular file open as `fd` (its fdinfo's ``lock:`` lines)."""
+    if not stat.S_ISREG(_fstat(fd).st_mode):
+        return False
+    with open(f"/proc/self/fdinfo/{fd}", "rb") as info:
+        return b"lock:" in info.read()
 
 
 def _threads() -> int:

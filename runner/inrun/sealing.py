@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import sys
 
 # Bound as this module loads, before any code of a session's: a call that replaces signal.valid_signals
@@ -24,6 +25,9 @@ import sys
 # numbers, not 64 enum members, which cost 50 us a call.)
 from _signal import SIG_BLOCK, SIG_SETMASK  # type: ignore[import-not-found]
 from _signal import pthread_sigmask as _sigmask
+
+# Bound as this module loads too: the state's code may replace os.fstat.
+_listdir, _fstat = os.listdir, os.fstat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -234,6 +238,29 @@ def share_nothing(holder: type[Holder]) -> str:
                 pass
         if fields[1][1:2] == b"w" or _sessions(path, holder.home):
             return f"it holds shared memory ({path or 'anonymous'}), which a roll-back could not undo"
+    return ""
+
+
+def nameless_file() -> str:
+    """Why this process's state cannot be kept for the open files it holds, or '': a regular file
+    with no name (``tempfile.TemporaryFile``, a file deleted while open) is no file of the snapshot's,
+    and a call forked from the keeper shares it, so a call rolled back would leave its writes there
+    (found by a review), and what it holds would count in no budget. A named file is the snapshot's
+    to put back (`Snapshot.restore` writes it in place, where an open file sees it)."""
+    try:
+        names = _listdir("/proc/self/fd")
+    except OSError as exc:
+        return f"its open files could not be listed: {exc}"
+    for name in names:
+        try:
+            info = _fstat(int(name))
+            if stat.S_ISREG(info.st_mode) and info.st_nlink == 0:  # a memfd's too
+                return (
+                    f"it holds open a file with no name (fd {name}: a temporary file, or one deleted "
+                    "while open), which a roll-back could not put back; close it before the call ends"
+                )
+        except OSError:
+            continue  # the listing's own fd, closed already
     return ""
 
 

@@ -116,6 +116,12 @@ class Snapshot:
                 full = os.path.join(self.home, path)
                 if old is not None and _same(old, info, full):
                     continue
+                if old is not None and old[0] == "f" and stat.S_ISREG(info.st_mode) and info.st_ino == old[1][0]:  # type: ignore[index]
+                    # The file the state knew, changed: written back in place, where a file the state
+                    # holds open sees it (found by a review: put back as a new file, the state's open
+                    # one kept what the rolled-back call wrote through it).
+                    self.entries[path] = ("f", _rewrite(full, old[1], old[2]), old[2], time.time_ns())  # type: ignore[arg-type]
+                    continue
                 if stat.S_ISDIR(info.st_mode):
                     if old is not None and old[0] == "d":
                         os.chmod(full, old[1] & 0o7777)  # type: ignore[operator]
@@ -183,6 +189,11 @@ def _read(path: str, info: os.stat_result) -> bytes:
     if data is None:
         raise OSError(f"{path!r} changed while it was read")
     return data
+
+
+def _rewrite(path: str, key: tuple[int, int, int, int, int], data: bytes) -> tuple[int, int, int, int, int]:
+    """Write a file back as it was over what a call made of it, the same inode; its new key (a new ctime)."""
+    return _key(workdir.rewrite_file(path, data, key[3] & 0o7777, key[2]))
 
 
 def _write(path: str, key: tuple[int, int, int, int, int], data: bytes) -> tuple[int, int, int, int, int]:

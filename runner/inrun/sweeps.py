@@ -340,22 +340,24 @@ def held_kb(state: int, baseline_kb: int, entries: dict[str, tuple[object, ...]]
     """What a state would hold, in KiB, as the anchor reads it (never as the call says, which could say
     anything): the anonymous memory of its process (`state`) beyond the session's start
     (`baseline_kb`), the copy of the session's files the anchor holds (a snapshot's `entries`), and
-    what the session's own tmpfs mounts outside its directory hold (`tmpfs`: a sandbox's /dev/shm and
-    /run, memory no process's count has; found by a review: 4 sessions held 4 x 60 MiB there under a
-    budget of 64 MiB). Those are counted as held, twice: the copy the snapshot holds of them (the
+    what the session's own tmpfs mounts hold (`tmpfs`: a sandbox's directory, /dev/shm and /run,
+    memory no process's count has; found by a review: 4 sessions held 4 x 60 MiB in /dev/shm under a
+    budget of 64 MiB). Files are counted as held twice: the copy the snapshot holds of them (the
     anchor's memory, for a roll-back) and what the mounts hold (found by a second look: the larger of
-    the two was counted, 60 MiB for the 120 MiB four files of 15 MiB held)."""
-    copied = {False: 0, True: 0}  # the directory's (relative names), the mounts' beside it (absolute)
-    for path, entry in entries.items():
+    the two was counted, 60 MiB for the 120 MiB four files of 15 MiB held). The directory's mount is
+    read too, not only its files' copy: a file with no name a state holds open is in no snapshot
+    (found by a review: three sessions held 144 MiB so under a budget of 64 MiB; such a state is no
+    longer kept, `sealing.nameless_file`, and the mount's count holds whatever else gets past that)."""
+    copied = 0
+    for entry in entries.values():
         if entry[0] == "f" and isinstance(entry[2], bytes):
-            copied[path.startswith("/")] += len(entry[2])
-    beside = copied[True] // 1024 + tmpfs_kb(tmpfs)
-    return max(0, anonymous_kb(state) - baseline_kb) + copied[False] // 1024 + beside
+            copied += len(entry[2])
+    return max(0, anonymous_kb(state) - baseline_kb) + copied // 1024 + tmpfs_kb(tmpfs)
 
 
 def beside(home: str, tmpfs: tuple[str, ...]) -> tuple[str, ...]:
-    """The tmpfs mounts of `tmpfs` but the one `home` is on (the snapshot counts the files there):
-    a sandboxed session's /dev/shm and /run."""
+    """The tmpfs mounts of `tmpfs` but the one `home` is on (the snapshot takes the files there as
+    the directory's): a sandboxed session's /dev/shm and /run."""
     try:
         device = os.stat(home).st_dev
     except OSError:

@@ -152,6 +152,20 @@ def create_file(path: str, data: bytes, mode: int = 0o600, mtime_ns: int | None 
     """Write `data` to a new file at `path` (O_EXCL, O_NOFOLLOW: never an existing file or a link),
     with `mode` and, if given, its modification time; what it is then."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    return _filled(fd, data, mode, mtime_ns)
+
+
+def rewrite_file(path: str, data: bytes, mode: int, mtime_ns: int) -> os.stat_result:
+    """Write `data` over the regular file at `path` in place, the same inode (never a link: O_NOFOLLOW),
+    with `mode` and its modification time; what it is then. Its mode is made writable first: a call
+    may have taken the owner's write bit away."""
+    os.chmod(path, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+    return _filled(fd, data, mode, mtime_ns)
+
+
+def _filled(fd: int, data: bytes, mode: int, mtime_ns: int | None) -> os.stat_result:
+    """`fd` with `data` written, its mode and time set; closed, what it is then."""
     try:
         view = memoryview(data)
         done = 0

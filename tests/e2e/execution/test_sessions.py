@@ -196,6 +196,26 @@ async def test_one_more_session_than_a_caller_may_hold_is_refused_naming_the_lim
         assert other not in refused.message
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_the_caller_with_no_name_is_told_its_handles_only_where_it_is_one_client(
+    session_config: Config, no_leaks: None, transport: str
+) -> None:
+    # Found by a review: over HTTP without tokens every client is the caller with no name; one at the cap
+    # was told the other clients' handles, and ran code in their sessions. Over stdio it is the one client.
+    config = dataclasses.replace(session_config, max_sessions_per_caller=1, transport=transport)
+    async with Pool.open(config, reap_strays=True) as pool:
+        held = await new_session(pool)
+        refused = await call(pool, "pass", NEW_SESSION)
+        assert refused.status is Status.BUSY
+        assert "RUNNER_MAX_SESSIONS_PER_CALLER=1" in refused.message
+        if transport == "stdio":
+            assert re.search(rf"close one with close_session: {re.escape(held)} \(idle \d+ s\)$", refused.message)
+        else:
+            assert held not in refused.message
+            assert "its handles are not named here: without a token every client is this caller" in refused.message
+            assert re.search(r"RUNNER_SESSION_IDLE_SECONDS=\d+ \(idle now: \d+ s\)$", refused.message), refused
+
+
 async def test_the_kept_state_continues_its_random_streams_and_a_retry_after_a_roll_back_draws_the_same(
     pool: Pool,
 ) -> None:
