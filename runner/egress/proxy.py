@@ -65,6 +65,12 @@ PARSED_PER_SECOND = 10_000
 # writes a byte at a time costs what one writing 64 KiB does. A download read 64 KiB at a time goes on at
 # 128 MB/s once the first 2,000 reads (up to 128 MiB, past the default budget) are spent.
 READS_PER_SECOND = 2_000
+# Connections taken and requests read on them, refused ones included, at once and then each second. Each
+# costs the event loop 0.3-0.6 ms (a task, h11, the check, a refusal's answer or an upstream's connection),
+# whatever it carries (found by a review: one run that connected, asked for a host not listed and read its
+# 403 in four processes took 5.5 s of the server's CPU in 6 s, ~2,500 a second, and another run's fetches
+# 6x slower). A run's HTTPS is one connection a host for as many requests as it likes (a tunnel).
+REQUESTS_PER_SECOND = 200
 # What ends a connection because a peer closed or broke its side, or spoke something h11 refuses.
 _GONE = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, h11.ProtocolError)
 
@@ -102,9 +108,11 @@ class RunProxy:
         self._reaches: dict[tuple[str, int, bool], Reach] = {}
         self._refusals = LogBudget(MAX_REFUSALS_LOGGED, "egress refusals: no more logged for this run")
         self._scope: anyio.CancelScope | None = None
+        self._spent = False  # its budget (the scope is cancelled too as `serve` ends, whatever ended it)
         now = time.monotonic()
         self._parsing = Pace(PARSED_PER_SECOND, PARSED_PER_SECOND, now)
         self._reading = Pace(READS_PER_SECOND, READS_PER_SECOND, now)
+        self._asking = Pace(REQUESTS_PER_SECOND, REQUESTS_PER_SECOND, now)
         self._lookups = proxy.resolver.for_run(caller)
 
     def reached(self) -> tuple[NetworkUse, ...]:
@@ -117,7 +125,7 @@ class RunProxy:
     def spent(self) -> str:
         """`RunEgress.spent`: what the run's result says once its budget is spent (found by a first hour: a
         download cut by it ended in a bare IncompleteRead, and the result said nothing of why)."""
-        if self._scope is None or not self._scope.cancel_called:
+        if not self._spent:  # not the scope's cancel: the run's end cancels it too (found by a review)
             return ""
         most = f"RUNNER_MAX_EGRESS_MB={self._proxy.max_bytes >> 20}"
         return f"the run's network budget ({most}) was spent: its connections were closed, and new ones refused"
@@ -150,6 +158,9 @@ class RunProxy:
             else:
                 self._open += 1
                 tg.start_soon(self._connection, stream)
+            # Past the run's pace the next is not taken: the listener's backlog holds the run back.
+            if wait := self.asked():
+                await anyio.sleep(wait)
 
     async def _busy(self, client: Socket) -> None:
         self.refused(Refusal(503, f"this run has {MAX_CONNECTIONS} connections through the proxy open"), "busy")
@@ -241,9 +252,15 @@ class RunProxy:
         others took."""
         return self._parsing.spend(events, time.monotonic())
 
+    def asked(self) -> float:
+        """Charge the run one connection taken, or one request read on one: the seconds before the next
+        is taken or read (0 within `REQUESTS_PER_SECOND`), shared by all the run's connections."""
+        return self._asking.spend(1, time.monotonic())
+
     def read(self) -> float:
-        """Charge the run one read of a tunnel's: the seconds that tunnel's side waits before it reads
-        again (0 within `READS_PER_SECOND`), shared by all the run's tunnels, both ways."""
+        """Charge the run one read of a tunnel's, or of a request's head: the seconds that side waits
+        before it reads again (0 within `READS_PER_SECOND`), shared by all the run's tunnels, both ways,
+        and heads."""
         return self._reading.spend(1, time.monotonic())
 
     def _spend_all(self) -> None:
@@ -260,6 +277,7 @@ class RunProxy:
             )
             if self._proxy.on_refused is not None:
                 self._proxy.on_refused("budget")
+            self._spent = True
             self._scope.cancel()
 
 

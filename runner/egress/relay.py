@@ -27,6 +27,7 @@ CHUNK = 64 * 1024  # a read of either side at most: what the proxy holds of a co
 REASONS = {
     400: b"Bad Request",
     403: b"Forbidden",
+    408: b"Request Timeout",
     502: b"Bad Gateway",
     503: b"Service Unavailable",
     504: b"Gateway Timeout",
@@ -79,6 +80,7 @@ class Relay:
     async def requests(self, client: Socket, activity: Activity) -> None:
         """Each request of one connection, until it closes or is tunnelled."""
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        first = True
         while True:
             # A whole head within HEAD_SECONDS: a run trickling one byte at a time holds no slot for long.
             with anyio.move_on_after(HEAD_SECONDS) as slow:
@@ -96,11 +98,14 @@ class Relay:
                 return
             if not isinstance(event, h11.Request):
                 return  # closed
+            if not first and (wait := self._run.asked()):  # the connection itself paid for its first
+                await anyio.sleep(wait)
+            first = False
             decided = self._decide(event)
             if isinstance(decided, Refusal):
                 await self._refuse(conn, client, decided, "malformed" if decided.status == 400 else "not_listed")
                 return
-            upstream = await self._open_upstream(decided)
+            upstream = await open_upstream(self._run, self._allow, decided)
             if isinstance(upstream, Refusal):
                 kind = "address" if upstream.status == 403 else "unreachable"
                 if kind == "unreachable":  # allowed, tried, and nothing went through
@@ -127,39 +132,6 @@ class Relay:
         if not self._allow.allows(target.host, target.port):
             return Refusal(403, f"{target.host}:{target.port} is not on RUNNER_EGRESS_ALLOW", target.host, target.port)
         return target
-
-    async def _open_upstream(self, target: Target) -> Socket | Refusal:
-        """A connection to an address of `target` that may be reached (each in turn, until one answers),
-        or why there is none."""
-        host, port = target.host, target.port
-        failed: OSError | None = None
-        try:
-            with anyio.fail_after(CONNECT_SECONDS):
-                addresses = await self._addresses(target)
-                if isinstance(addresses, Refusal):
-                    return addresses
-                for address in addresses:
-                    try:
-                        return await connect(address, port)
-                    except OSError as exc:
-                        failed = exc
-        except TimeoutError:
-            return Refusal(504, f"{host}:{port} did not answer within {CONNECT_SECONDS:g} s", host, port)
-        why = (failed.strerror or type(failed).__name__) if failed is not None else "no address"
-        return Refusal(502, f"{host}:{port} could not be reached ({why})", host, port)
-
-    async def _addresses(self, target: Target) -> list[str] | Refusal:
-        """The addresses of `target` the proxy may connect to: its own, for an address (`own_address`),
-        else what the name resolves to here that may be reached (`reachable`: DNS rebinding)."""
-        host, port = target.host, target.port
-        own = own_address(self._allow, host, port)
-        if own is not None:
-            return own
-        try:
-            found = await self._run.lookup(host, port)
-        except OSError as exc:
-            return Refusal(502, f"{host} could not be resolved ({exc.strerror or exc})", host, port)
-        return reachable(self._allow, host, port, [sockaddr for *_, sockaddr in found])
 
     async def _tunnel(
         self,
@@ -221,6 +193,9 @@ class Relay:
             if event is h11.NEED_DATA:
                 continue
             if not isinstance(event, h11.EndOfMessage):
+                if conn.their_state is h11.ERROR:  # its head went on, its body is no HTTP (found by a review)
+                    why = Refusal(400, "the request's body is not HTTP a proxy takes", target.host, target.port)
+                    await self._refuse(conn, client, why, "malformed")
                 return False
             await upstream.send(hop.send(h11.EndOfMessage()))
             break
@@ -285,6 +260,8 @@ class Relay:
             # Only what h11 needs for its next event is read (b"" at the end), and counted as it comes.
             data = await stream.receive(CHUNK)
             activity.touch()
+            if strict and (wait := self._run.read()):  # a head's read: paced as a tunnel's (`READS_PER_SECOND`)
+                await anyio.sleep(wait)
             if reach is not None:
                 self._run.count(reach, 0, len(data))
             elif stream is not None and conn.our_role is h11.SERVER:
@@ -318,6 +295,41 @@ class Relay:
             return
         with anyio.move_on_after(5), contextlib.suppress(OSError):
             await client.send(answer)
+
+
+async def open_upstream(run: RunProxy, allow: EgressAllow, target: Target) -> Socket | Refusal:
+    """A connection to an address of `target` that may be reached (each in turn, until one answers),
+    or why there is none."""
+    host, port = target.host, target.port
+    failed: OSError | None = None
+    try:
+        with anyio.fail_after(CONNECT_SECONDS):
+            addresses = await _addresses(run, allow, target)
+            if isinstance(addresses, Refusal):
+                return addresses
+            for address in addresses:
+                try:
+                    return await connect(address, port)
+                except OSError as exc:
+                    failed = exc
+    except TimeoutError:
+        return Refusal(504, f"{host}:{port} did not answer within {CONNECT_SECONDS:g} s", host, port)
+    why = (failed.strerror or type(failed).__name__) if failed is not None else "no address"
+    return Refusal(502, f"{host}:{port} could not be reached ({why})", host, port)
+
+
+async def _addresses(run: RunProxy, allow: EgressAllow, target: Target) -> list[str] | Refusal:
+    """The addresses of `target` the proxy may connect to: its own, for an address (`own_address`),
+    else what the name resolves to here that may be reached (`reachable`: DNS rebinding)."""
+    host, port = target.host, target.port
+    own = own_address(allow, host, port)
+    if own is not None:
+        return own
+    try:
+        found = await run.lookup(host, port)
+    except OSError as exc:
+        return Refusal(502, f"{host} could not be resolved ({exc.strerror or exc})", host, port)
+    return reachable(allow, host, port, [sockaddr for *_, sockaddr in found])
 
 
 def plain_answer(status: int, reason: str) -> bytes:

@@ -307,6 +307,41 @@ async def test_a_request_h11_refuses_is_answered_400_and_counted(serve: Any) -> 
     assert served.counted.refused == ["malformed"]
 
 
+async def test_a_body_h11_refuses_after_its_head_went_on_is_answered_400(serve: Any) -> None:
+    # Found by a review: the connection closed unanswered (a bad chunk extension), though a request h11
+    # cannot read is a 400.
+    with upstream() as port:
+        served = await serve(f"{UPSTREAM_HOST}:{port}")
+        request = (
+            f"POST http://{UPSTREAM_HOST}:{port}/p HTTP/1.1\r\nHost: {UPSTREAM_HOST}:{port}\r\n"
+            'Transfer-Encoding: chunked\r\n\r\n5;ext="a\r\nb"\r\nhello\r\n0\r\n\r\n'
+        )
+        answer = await anyio.to_thread.run_sync(_raw, served.port, request)
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request"), answer
+    assert b"the request's body is not HTTP a proxy takes" in answer
+    assert served.counted.refused == ["malformed"]
+
+
+async def test_a_head_not_whole_in_time_is_answered_408(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("runner.egress.relay.HEAD_SECONDS", 0.5)
+    served = await serve("pypi.org")
+    answer = await anyio.to_thread.run_sync(_raw, served.port, "GET http://pypi.org/ HTTP/1.1\r\nHost: pyp")
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout: no whole request within 0.5 s"), answer
+    assert served.counted.refused == ["malformed"]
+
+
+async def test_past_20_refusals_a_run_s_are_counted_not_logged(serve: Any, caplog: pytest.LogCaptureFixture) -> None:
+    served = await serve("pypi.org")
+    request = "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n"
+    for _ in range(25):
+        answer = await anyio.to_thread.run_sync(_raw, served.port, request)
+        assert answer.startswith(b"HTTP/1.1 403")
+    logged = [record.getMessage() for record in caplog.records]
+    assert logged.count("egress refused") == 20
+    assert logged.count("egress refusals: no more logged for this run") == 1
+    assert served.counted.refused == ["not_listed"] * 25
+
+
 async def test_connection_may_not_name_the_host_or_the_framing_away(serve: Any) -> None:
     with upstream() as port:
         served = await serve(f"{UPSTREAM_HOST}:{port}")
