@@ -29,10 +29,24 @@ TAIL_CHARS = 400
 SHOWN = 20
 
 
+# What pandas ends on where an optional dependency is missing (found by a first hour: `to_markdown`, and
+# `to_parquet`, whose engines' errors follow its own line, ended without the note `to_excel` had).
+_OPTIONAL = re.compile(
+    r"(?:^|\n)ImportError: (?:`Import ([A-Za-z_]\w{0,99})` failed\.|Missing optional dependency '([A-Za-z_]\w{0,99})')"
+    r"[^\n]{0,300}\n?\Z"
+)
+_ENGINE = re.compile(r"(?:^|\n)ImportError: Unable to find a usable engine; tried using: '([A-Za-z_]\w{0,99})'")
+ENGINE_TAIL_CHARS = 1_200  # the engines' own errors follow that line
+
+
 def missing_module(stderr: str) -> str | None:
-    """The top-level module an uncaught ModuleNotFoundError at the end of `stderr` names, or None."""
-    found = _MISSING.search(stderr[-TAIL_CHARS:])
-    return found[1] if found else None
+    """The top-level module an uncaught ModuleNotFoundError at the end of `stderr` names, or the one
+    pandas says it could not import (the first engine it tried), or None."""
+    found = _MISSING.search(stderr[-TAIL_CHARS:]) or _OPTIONAL.search(stderr[-TAIL_CHARS:])
+    if found:
+        return found[1] or found[2]
+    engine = _ENGINE.search(stderr[-ENGINE_TAIL_CHARS:])
+    return engine[1] if engine else None
 
 
 # IPython's syntax, as the interpreter ends its error here: the offending line (shown indented by
@@ -106,16 +120,24 @@ _NO_FORK = re.compile(
 )
 _DISK_FULL = re.compile(r"(?:^|\n)[^\n]{0,100}\[Errno 28\] No space left on device[^\n]{0,300}\n?\Z")
 _FILE_TOO_LARGE = re.compile(r"(?:^|\n)[^\n]{0,100}\[Errno 27\] File too large[^\n]{0,300}\n?\Z")
+# A library the address space had no room for (RLIMIT_AS counts every library a process maps: found by a
+# first hour, scikit-learn, statsmodels, seaborn and pyarrow in one run at 256 MiB).
+_NO_ROOM = re.compile(
+    r"(?:^|\n)(?:ImportError|OSError): [^\n]{0,300}(?:failed to map segment from shared object"
+    r"|cannot map zero-fill pages|[Cc]annot allocate memory)[^\n]{0,100}\n?\Z"
+)
 
 
 @dataclass(frozen=True)
 class LimitNotes:
     """What a run that met one of its limits is told of it (0: not said): its processes and threads,
-    its /tmp's MiB (a sandboxed run's own tmpfs; 0 where /tmp is the host's), one file's MiB."""
+    its /tmp's MiB (a sandboxed run's own tmpfs; 0 where /tmp is the host's), one file's MiB, and its
+    memory's, where a library found no room."""
 
     processes: int = 0
     tmp_mb: int = 0
     file_mb: int = 0
+    memory_mb: int = 0
 
     def note(self, stderr: str) -> str:
         """The note for a run whose error at the end of `stderr` is one of these limits, or ""."""
@@ -132,6 +154,11 @@ class LimitNotes:
             )
         if self.file_mb and _FILE_TOO_LARGE.search(tail):
             return f"a file passed {self.file_mb} MiB, the most one file of a run may hold (RUNNER_MAX_FILE_SIZE_MB)"
+        if self.memory_mb and _NO_ROOM.search(tail):
+            return (
+                f"a library did not fit in the run's {self.memory_mb} MiB of address space (RUNNER_MAX_MEMORY_MB: "
+                "every library a process loads counts): import fewer large libraries in one run"
+            )
         return ""
 
 

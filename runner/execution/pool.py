@@ -306,7 +306,7 @@ def _hints(config: Config, plan: IsolationPlan, provided: ProvidedPackages | Non
     network = no_network_note(config.egress_allow) if plan.network == "isolated" else ""
     # A sandboxed run's /tmp is a tmpfs of its own; a plain run's is the host's, whose size is not ours.
     tmp_mb = config.sandbox_tmp_mb if plan.sandboxed else 0
-    limits = LimitNotes(config.max_processes, tmp_mb, config.max_file_size_mb)
+    limits = LimitNotes(config.max_processes, tmp_mb, config.max_file_size_mb, config.max_memory_mb)
     return Hints(config.packages_site, house, config.wheelhouse_modules, network, limits)
 
 

@@ -70,6 +70,10 @@ def minimal_environment(workdir: str) -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
+        # Arrow's own allocator (jemalloc or mimalloc) reserves address space that RLIMIT_AS counts: at the
+        # default 256 MiB a parquet file's read waited on threads that never came, until the run's timeout
+        # (found by a first hour). malloc's, with MALLOC_ARENA_MAX above, fits.
+        "ARROW_DEFAULT_MEMORY_POOL": "system",
         # No display: figures are drawn to PNG (and come back as images, `figures`).
         "MPLBACKEND": "Agg",
     }

@@ -106,6 +106,26 @@ async def test_an_import_no_scan_sees_works_through_packages_and_fails_without(
         assert "-  -" in named.stdout.text
 
 
+async def test_parquet_through_pyarrow_works_at_the_default_memory_limit_and_pandas_names_its_engine(
+    config: Config, cache: Path, no_leaks: None
+) -> None:
+    # Found by a first hour: at 256 MiB Arrow's own allocator reserved address space RLIMIT_AS counts, and
+    # a parquet file's read waited until the run's timeout; and pandas' own ImportError got no note.
+    assert config.max_memory_mb == 256
+    code = """
+        import pandas as pd
+        pd.DataFrame({"a": range(1000)}).to_parquet("y.parquet")
+        print(pd.read_parquet("y.parquet").shape)
+        """
+    async with Pool.open(with_wheelhouse(config, "namespaces", cache)) as pool:
+        without = await run(pool, code)
+        assert without.status is Status.ERROR
+        assert "name 'pyarrow' in 'packages'" in without.note, without.to_text()
+        named = await run(pool, code, packages=("pyarrow",))
+        assert named.status is Status.OK, named.to_text()
+        assert named.stdout.text == "(1000, 1)\n"
+
+
 @pytest.mark.parametrize("mode", SANDBOXED)
 async def test_a_sandboxed_run_cannot_write_into_a_provided_environment(
     config: Config, cache: Path, mode: str, no_leaks: None

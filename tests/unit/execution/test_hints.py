@@ -17,6 +17,15 @@ from runner.execution.hints import (
 from runner.outcome import RunResult, Status, StreamText
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "<run_python>", line 1, in <module>\n'
+PARQUET = (
+    TRACEBACK + "ImportError: Unable to find a usable engine; tried using: 'pyarrow', 'fastparquet'.\n"
+    "A suitable version of pyarrow or fastparquet is required for parquet support.\n"
+    "Trying to import the above resulted in these errors:\n"
+    " - `Import pyarrow` failed. pyarrow is required for parquet support. Use pip, conda, or your preferred "
+    "package management tool to install the pyarrow package.\n"
+    " - `Import fastparquet` failed. fastparquet is required for parquet support. Use pip, conda, or your "
+    "preferred package management tool to install the fastparquet package.\n"
+)
 
 
 @pytest.mark.parametrize(
@@ -30,6 +39,12 @@ TRACEBACK = 'Traceback (most recent call last):\n  File "<run_python>", line 1, 
         ("ModuleNotFoundError: No module named 'a b'\n", None),
         ("ModuleNotFoundError: No module named '" + "a" * 5000 + "'\n", None),
         ("", None),
+        # pandas, for an optional dependency (found by a first hour: no note where `to_excel` had one)
+        (TRACEBACK + "ImportError: `Import tabulate` failed.  Use pip, conda, or your preferred package\n", "tabulate"),
+        (TRACEBACK + "ImportError: Missing optional dependency 'tabulate'.  Use pip or conda.", "tabulate"),
+        (TRACEBACK + "ImportError: `Import tabulate` failed.\nthen more\n", None),
+        (PARQUET, "pyarrow"),
+        (PARQUET.replace("ImportError: Unable", "RuntimeError: Unable"), None),
     ],
 )
 def test_the_module_is_read_from_the_last_line_of_stderr_alone(stderr: str, module: str | None) -> None:
@@ -146,6 +161,12 @@ def test_the_hosts_a_network_note_names_are_bounded() -> None:
         (TRACEBACK + "OSError: [Errno 27] File too large\n", "a file passed 16 MiB"),
         (TRACEBACK + "OSError: [Errno 28] No space left on device\nthen more\n", ""),
         ("RuntimeError: can't start new thread", "its 32 processes and threads"),
+        (
+            TRACEBACK + "ImportError: libarrow.so.2600: failed to map segment from shared object\n",
+            "a library did not fit in the run's 256 MiB of address space (RUNNER_MAX_MEMORY_MB",
+        ),
+        (TRACEBACK + "OSError: libx.so: cannot map zero-fill pages\n", "256 MiB of address space"),
+        (TRACEBACK + "ImportError: libarrow.so.2600: failed to map segment from shared object\nmore\n", ""),
     ],
 )
 def test_a_limit_a_run_met_that_its_error_does_not_name_gets_a_note_naming_it(stderr: str, said: str) -> None:
@@ -153,7 +174,7 @@ def test_a_limit_a_run_met_that_its_error_does_not_name_gets_a_note_naming_it(st
     # /tmp on ENOSPC, none naming the limit or its variable.
     from runner.execution.hints import LimitNotes
 
-    limits = LimitNotes(processes=32, tmp_mb=64, file_mb=16)
+    limits = LimitNotes(processes=32, tmp_mb=64, file_mb=16, memory_mb=256)
     note = limits.note(stderr)
     if said:
         assert said in note, note
