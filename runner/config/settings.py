@@ -160,6 +160,22 @@ TEST_PREFIX = "RUNNER_TEST_"
 # python-runner-mcp, for whom they are no settings, nor misspellings of one.
 HELD_VARIABLE = "RUNNER_HELD_DIRECTORY"
 MARK_VARIABLE = "RUNNER_TOOL_SERVER_MARK"
+# Set on every job by GitHub Actions (and the runners of Forgejo and Gitea, which copy it): a client run
+# there that passes its environment on would otherwise get no server (found by a first hour).
+CI_VARIABLES = frozenset(
+    (
+        "RUNNER_ARCH",
+        "RUNNER_DEBUG",
+        "RUNNER_ENVIRONMENT",
+        "RUNNER_NAME",
+        "RUNNER_OS",
+        "RUNNER_PERFLOG",
+        "RUNNER_TEMP",
+        "RUNNER_TOOL_CACHE",
+        "RUNNER_TRACKING_ID",
+        "RUNNER_WORKSPACE",
+    )
+)
 
 
 # Names a user may well mean more than one setting by: each is named, with what it is.
@@ -173,13 +189,13 @@ def unknown_variables(settings: Iterable[Setting], environ: Mapping[str, str]) -
     """Each RUNNER_* name in `environ` that no setting has (a misspelling the server would otherwise run
     without: RUNNER_MAX_MEMORY=512 left every run at the default 256 MiB), with why, naming the closest
     known one where there is one. The test suite's own (RUNNER_TEST_*) are not the server's, nor are the
-    marks a server of ours sets on a tool server it starts."""
+    marks a server of ours sets on a tool server it starts, nor a CI runner's own (`CI_VARIABLES`)."""
     known = sorted(setting.name for setting in settings)
     said = []
     for name in sorted(environ):
         if not name.startswith("RUNNER_") or name in known or name.startswith(TEST_PREFIX):
             continue
-        if name in (HELD_VARIABLE, MARK_VARIABLE):
+        if name in (HELD_VARIABLE, MARK_VARIABLE) or name in CI_VARIABLES:
             continue
         close = AMBIGUOUS.get(name) or closest_name(name, known)
         guess = f"; did you mean {close}?" if close else ""

@@ -43,3 +43,12 @@ def test_known_settings_other_variables_and_the_test_suite_s_own_are_not_mention
     environ = {"RUNNER_MAX_CPU_SECONDS": "5", "PATH": "/bin", "RUNNER_TEST_PACKAGES": "/x", "RUNNERX": "1"}
     assert unknown_variables(SETTINGS, environ) == []
     assert unknown_variables(SETTINGS, {"RUNNER_QWERTY": "1"}) == [("RUNNER_QWERTY", "not a setting of this server")]
+
+
+def test_the_variables_github_actions_sets_on_every_job_are_not_the_server_s_and_stop_nothing() -> None:
+    # Found by a first hour: RUNNER_OS=Linux stopped the server (exit 2), so a client in a CI job that
+    # passed its environment on had none.
+    environ = dict.fromkeys(("RUNNER_OS", "RUNNER_ARCH", "RUNNER_NAME", "RUNNER_TEMP", "RUNNER_TOOL_CACHE"), "x")
+    environ |= dict.fromkeys(("RUNNER_DEBUG", "RUNNER_ENVIRONMENT", "RUNNER_WORKSPACE", "RUNNER_TRACKING_ID"), "1")
+    assert unknown_variables(SETTINGS, environ) == []
+    assert Config.from_env(environ | {"RUNNER_MAX_CPU_SECONDS": "7"}).max_cpu_seconds == 7
