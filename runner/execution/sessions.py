@@ -163,7 +163,9 @@ class Sessions:
     async def _new(self, request: RunRequest) -> AsyncIterator[Admitted | RunResult]:
         refused = _refusal(self._config, [*self._open.values(), *self._unlisted.values()], request.caller)
         if refused:
-            yield RunResult(request.request_id, Status.BUSY, refused)
+            # Off on this server is for good, not "busy" (found by a first hour: a model retried it).
+            status = Status.INVALID_ARGUMENTS if self._config.refused else Status.BUSY
+            yield RunResult(request.request_id, status, refused)
             return
         self._unlisted[id(request)] = request.caller
         try:

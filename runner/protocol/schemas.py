@@ -82,7 +82,9 @@ def input_schema(config: Config) -> dict[str, Any]:
                 "description": _packages_description(config.packages_section),
             },
             "session": _session_property(
-                '"new" starts a session: globals, imports, loaded data, open figures and the working '
+                f"Leave this out: {config.sessions.refused}"
+                if config.sessions.refused
+                else '"new" starts a session: globals, imports, loaded data, open figures and the working '
                 "directory's files are kept for the next call that passes the handle this call returns "
                 "(structuredContent.session). Each call is still its own process; one that does not end "
                 f"ok is rolled back. A session ends after {config.session_idle_seconds:,} s unused, "

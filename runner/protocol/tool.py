@@ -37,7 +37,7 @@ DESCRIPTION = (
     "(ok, error, timeout, cpu_limit, memory_limit, output_limit, ...). Each call starts clean in "
     "{directory}, deleted afterwards. Limits: {cpu}s CPU, {mem} MiB memory{preloaded}, "
     "{procs} processes and threads, {fsize} MiB per file, {timeout:g}s wall clock by default (timeout, at most "
-    "{max_timeout:g}s), {chars:,} characters per output stream.{importable}{returns}{sessions}"
+    "{max_timeout:g}s), {chars:,} characters per output stream.{readable}{importable}{returns}{sessions}"
 )
 RETURNS = (
     " A final expression's repr() is returned as the result. Pass input files in 'files'; files the code "
@@ -45,8 +45,13 @@ RETURNS = (
 )
 SESSIONS = (
     ' To keep variables, imports and files between calls, pass session "new", then the handle returned; '
-    "a call that fails is rolled back. Sessions end after {idle:,}s idle or with close_session."
+    "a call that fails is rolled back. Sessions end after {idle:,}s idle, {most:,}s after they began, or with "
+    "close_session."
 )
+# What runs may read of the server's files beside their own (RUNNER_SANDBOX_READ_PATHS), bounded: the model
+# would otherwise not know those paths are there (found by a first hour).
+READABLE = " Also readable, read-only: {paths}."
+READABLE_SHOWN = 5
 # Where runs have no sandbox (`auto` found none: macOS, Windows, a Linux host without user namespaces or
 # bubblewrap), the model must know that its code reaches the user's files.
 UNSANDBOXED = (
@@ -251,7 +256,10 @@ def tool_definition(
             returns=RETURNS.format(images=returns.max_images, files_kb=returns.max_files_bytes // KIB)
             if returns.max_returned_bytes
             else "",
-            sessions=SESSIONS.format(idle=sessions.session_idle_seconds) if not sessions.refused else "",
+            sessions=SESSIONS.format(idle=sessions.session_idle_seconds, most=sessions.session_max_seconds)
+            if not sessions.refused
+            else "",
+            readable=_readable(config.isolation.sandbox_read_paths),
             cpu=limits.max_cpu_seconds,
             mem=limits.max_memory_mb,
             procs=limits.max_processes,
@@ -278,6 +286,14 @@ def tool_definition(
             open_world_hint=True,
         ),
     )
+
+
+def _readable(paths: tuple[str, ...]) -> str:
+    if not paths:
+        return ""
+    shown = ", ".join(paths[:READABLE_SHOWN])
+    more = f" and {len(paths) - READABLE_SHOWN} more" if len(paths) > READABLE_SHOWN else ""
+    return READABLE.format(paths=shown + more)
 
 
 def _importable(packages: PackagesConfig) -> str:

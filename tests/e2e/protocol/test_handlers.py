@@ -79,9 +79,15 @@ async def test_without_sessions_only_run_python_is_listed_and_a_session_call_say
 ) -> None:
     off = dataclasses.replace(config, max_sessions=0)
     async with Pool.open(off) as pool, Client(build_server(off, pool), mode=mode) as client:  # type: ignore[arg-type]
-        assert [tool.name for tool in (await client.list_tools()).tools] == ["run_python"]
+        [tool] = (await client.list_tools()).tools
+        assert tool.name == "run_python"
+        # Neither described as if there were sessions, nor refused as "busy", which a model retries (found
+        # by a first hour).
+        said = tool.input_schema["properties"]["session"]["description"]
+        assert said.startswith("Leave this out: sessions are off on this server (RUNNER_MAX_SESSIONS=0)"), said
         _, structured, is_error = await call(client, {"code": "1", "session": "new"})
         assert is_error
+        assert structured["status"] == "invalid_arguments"
         assert "RUNNER_MAX_SESSIONS=0" in structured["message"]
         result = await client.call_tool("close_session", {"session": "s-x"})
         assert result.is_error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from types import SimpleNamespace
@@ -179,3 +180,14 @@ async def test_a_fault_in_telling_a_change_ends_that_telling_alone(caplog: pytes
             await later.sent.wait()
         tg.cancel_scope.cancel()
     assert later.told == 1
+
+
+def test_the_tool_description_names_the_paths_runs_may_read_and_a_session_s_whole_life() -> None:
+    # Found by a first hour: RUNNER_SANDBOX_READ_PATHS worked but the model was never told those paths
+    # were there, and the description left out RUNNER_SESSION_MAX_SECONDS.
+    many = tuple(f"/data/set{i}" for i in range(7))
+    said = tool_definition(dataclasses.replace(Config.from_env({}), sandbox_read_paths=many)).description or ""
+    assert " Also readable, read-only: /data/set0, /data/set1, /data/set2, /data/set3, /data/set4 and 2 more." in said
+    plain = tool_definition(Config.from_env({"RUNNER_SESSION_MAX_SECONDS": "3600"})).description or ""
+    assert "readable" not in plain
+    assert "Sessions end after 900s idle, 3,600s after they began, or with close_session." in plain
