@@ -271,14 +271,30 @@ async def test_a_killed_worker_s_plain_runs_are_killed_before_its_directory_goes
     work_dir: Path, tmp_path: Path, left_nothing: None
 ) -> None:
     """Found by a review: the supervisor removed a dead worker's directory, the only thing that named
-    its plain runs, and left the runs (a posix-spawned run's parent is its worker): alive for good."""
+    its plain runs, and left the runs (a posix-spawned run's parent is its worker): alive for good.
+    The run's child is what shows it (found by an audit of the claims: the run itself dies of its own
+    parent-death signal, so the test passed with the supervisor's kill taken out)."""
     env = {"RUNNER_HTTP_WORKERS": "2", "RUNNER_SANDBOX": "none-posix-spawn"}
+    child_pid = tmp_path / "child-pid"
+    then = (
+        "import subprocess\n"
+        f"p = subprocess.Popen(['sleep', '600'])\nopen({str(child_pid)!r}, 'w').write(str(p.pid))\ntime.sleep(100)"
+    )
     with http_server(work_dir, tmp_path / "log", **env) as server:
         async with anyio.create_task_group() as tg:
-            run = await running(tg, server, tmp_path / "run-pid")
+            run = await running(tg, server, tmp_path / "run-pid", then)
+            with anyio.fail_after(20):
+                while not child_pid.exists() or not child_pid.read_text():
+                    await anyio.sleep(0.02)
+            child = int(child_pid.read_text())
             [worker] = [pid for pid in workers_of(server) if run in children_of(pid)]
             os.kill(worker, signal.SIGKILL)
-            assert await anyio.to_thread.run_sync(lambda: settled(lambda: alive(run), 30)) is False
+            try:
+                assert await anyio.to_thread.run_sync(lambda: settled(lambda: alive(run), 30)) is False
+                assert await anyio.to_thread.run_sync(lambda: settled(lambda: alive(child), 30)) is False
+            finally:
+                if alive(child):
+                    os.kill(child, signal.SIGKILL)
         assert server.stop() == 1, "a worker was killed"
 
 

@@ -181,6 +181,11 @@ async def test_tokens_are_required_checked_and_kept_out_of_urls(
         in_url = httpx2.post(f"{server.url}?access_token={ALICE}", json=INITIALIZE, headers=JSON_AND_SSE)
         assert in_url.status_code == 400
         assert 'error="invalid_request"' in in_url.headers["www-authenticate"]
+        # Wherever it is in the query, with a valid header beside it (found by an audit of the claims: a
+        # check of the first parameter alone failed nothing).
+        later = f"{server.url}?x=1&access_token={ALICE}"
+        headers = JSON_AND_SSE | {"authorization": f"Bearer {ALICE}"}
+        assert httpx2.post(later, json=INITIALIZE, headers=headers).status_code == 400
         assert post(server, INITIALIZE, token=ALICE).status_code == 200
         assert post(server, INITIALIZE, token=BOB).status_code == 200
         for path in ("/healthz", "/readyz", "/metrics"):

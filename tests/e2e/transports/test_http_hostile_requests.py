@@ -195,6 +195,23 @@ def test_a_body_of_millions_of_empty_objects_is_refused_unparsed_and_a_large_leg
     assert str(len(data)) in str(ran["result"])
 
 
+def test_the_bound_is_100_000_json_values_150_000_refused_and_90_000_read(
+    work_dir: Path, tmp_path: Path, left_nothing: None
+) -> None:
+    # Found by an audit of the claims: the test above sends ten million, so a bound ten times looser
+    # failed nothing.
+    def body(values: int) -> bytes:  # half as many empty objects: each `{` and each `,` a value counted
+        return b'{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"x":[' + b"{}," * (values // 2) + b"{}]}}"
+
+    with http_server(work_dir, tmp_path / "log", **tokens(tmp_path)) as server:
+        over = posted(server, body(150_000), ALICE)
+        under = posted(server, body(90_000), ALICE)
+        assert server.stop() == 0
+    assert over.status_code == 400, over.text[:300]
+    assert over.json()["error"]["message"].endswith("JSON values or more, past 100,000")
+    assert "JSON values" not in under.text, under.text[:300]
+
+
 def test_bodies_are_held_as_they_arrive_one_client_to_half_the_bound_and_small_ones_are_always_read(
     work_dir: Path, tmp_path: Path, left_nothing: None
 ) -> None:

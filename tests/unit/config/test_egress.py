@@ -149,3 +149,9 @@ def test_without_the_variable_runs_have_no_network_and_the_budget_defaults_to_10
     egress = Config.from_env({}).egress
     assert not egress.allow
     assert egress.max_bytes == 100 * 1024 * 1024
+
+
+def test_an_address_python_knows_is_not_global_is_refused_even_where_no_table_names_it() -> None:
+    # Found by an audit of the claims: nothing failed with the `is_global` fallback taken out.
+    wide = EgressAllow.parse(("0.0.0.0/0:*", "[::/0]:*"))
+    assert wide.refusal_of(ipaddress.ip_address("2001:db8::1"), 443)  # documentation, not global
