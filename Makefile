@@ -107,7 +107,7 @@ setup: $(RUN_STAMP) check-sandbox-env check-wheelhouse ## Install from the locks
 
 # stdout is the wire: what installing says goes to stderr (found by a first hour: a client started with
 # `make run` read ".wheelhouse: 22 wheels, ..." as a message and logged parse errors).
-run: ## Serve MCP on stdio (installs from the locks into .venv and .sandbox-env first)
+run: ## Serve MCP on stdio (installs from the locks into .venv, .sandbox-env and .wheelhouse first)
 	@$(MAKE) --no-print-directory setup ASKED_AS=run >&2
 	@RUNNER_PACKAGES="$${RUNNER_PACKAGES-$(abspath $(SANDBOX_ENV))}" RUNNER_WHEELHOUSE="$${RUNNER_WHEELHOUSE-$(abspath $(WHEELHOUSE))}" \
 		exec $(VENV)/bin/python-runner-mcp

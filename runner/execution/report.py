@@ -266,7 +266,8 @@ def _within_budgets(attachments: list[Attachment], budgets: Budgets) -> tuple[li
         if why is not None:
             over.append(Omitted(attachment.name, size, why))
         elif attachment.kind == "image" and images >= budgets.images:
-            over.append(Omitted(attachment.name, size, f"more than {budgets.images} images in one call"))
+            plural = "s" if budgets.images != 1 else ""
+            over.append(Omitted(attachment.name, size, f"more than {budgets.images} image{plural} in one call"))
         elif attachment.kind == "image" and size > budgets.image_bytes:
             over.append(Omitted(attachment.name, size, f"over the {budgets.image_bytes:,}-byte image budget"))
         elif attachment.kind != "image" and files + size > budgets.file_bytes:

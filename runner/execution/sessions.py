@@ -262,6 +262,8 @@ class Sessions:
     async def close(self, handle: str, caller: str | None) -> str | None:
         """End the caller's session `handle` (killing a call of it that runs); None once it has ended,
         else why there is no such session."""
+        if handle == NEW_SESSION:  # found by a first hour: it was told to start one with "new"
+            return 'close_session takes the handle a session\'s calls returned (structuredContent.session), not "new"'
         session = self._open.get(handle)
         if session is None or session.caller != caller:
             return self._ended.unknown_message(handle, caller)

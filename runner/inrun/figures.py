@@ -73,7 +73,8 @@ class Figures:
         if not self.left_out:
             return self.rendered
         more = f"{self.left_out:,} more figure{'s' if self.left_out > 1 else ''}"
-        return [*self.rendered, Rendered(more, None, f"more than {self.max_images} images in one call")]
+        plural = "s" if self.max_images != 1 else ""
+        return [*self.rendered, Rendered(more, None, f"more than {self.max_images} image{plural} in one call")]
 
     def _patch(self, pyplot: ModuleType) -> None:
         self._pyplot = pyplot

@@ -254,7 +254,7 @@ class Report:
         if refused is not None:
             return str(refused), False
         if is_image and shown >= self.budgets.images:
-            return f"more than {self.budgets.images} images in one call", True
+            return f"more than {self.budgets.images} image{'s' if self.budgets.images != 1 else ''} in one call", True
         if is_image and len(data) > self.budgets.image_bytes:
             return f"over the {self.budgets.image_bytes:,}-byte image budget", True
         if not is_image and len(data) > self.file_bytes_left:

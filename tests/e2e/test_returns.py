@@ -191,7 +191,7 @@ async def test_where_nothing_is_kept_what_does_not_fit_the_budgets_is_listed_wit
     reasons = {o.name: (o.size, o.reason) for o in result.omitted}
     assert reasons == {
         "b-big.txt": (3000, "over what is left of the call's 4,096-byte budget for files"),
-        "d.png": (len(png), "more than 1 images in one call"),
+        "d.png": (len(png), "more than 1 image in one call"),
         "e-huge.png": (len(png) + 20_000, "over what is left of the call's 16,384-byte budget"),
     }
     assert "--- not returned: b-big.txt (3,000 bytes): over what is left" in result.to_text()
@@ -217,7 +217,7 @@ async def test_what_does_not_fit_the_budgets_is_linked_whole_and_read_back_byte_
     linked = {kept.stream: (kept.size, kept.mime_type, kept.reason) for kept in result.kept}
     assert linked == {
         "b-big.txt": (3000, "text/plain", "over what is left of the call's 4,096-byte budget for files"),
-        "d.png": (len(png), "image/png", "more than 1 images in one call"),
+        "d.png": (len(png), "image/png", "more than 1 image in one call"),
         "e-huge.png": (len(png) + 20_000, "image/png", "over what is left of the call's 16,384-byte budget"),
         "f-binary.bin": (25_600, "application/octet-stream", "over what is left of the call's 16,384-byte budget"),
     }

@@ -304,6 +304,12 @@ async def test_close_session_ends_it_and_from_then_on_its_handle_is_unknown(clie
     assert is_error
     assert again["closed"] is False
     assert again["message"].startswith("unknown session")
+    # "new" is no handle to close (found by a first hour: it was told to start one with "new").
+    _, new, is_error = await close(client, "new")
+    assert is_error
+    assert new["message"] == (
+        'close_session takes the handle a session\'s calls returned (structuredContent.session), not "new"'
+    )
 
 
 @pytest.mark.parametrize(

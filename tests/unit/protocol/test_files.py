@@ -48,3 +48,10 @@ def test_a_long_path_is_said_back_cut_as_every_answer_cuts_a_clients_value() -> 
     with pytest.raises(ArgumentError) as caught:
         check_files([entry(path)], max_bytes=1000, max_file_bytes=1000)
     assert f"files[0]' ('{path[:200]}... (cut: 804 characters)'): every part" in str(caught.value)
+
+
+def test_a_server_that_takes_no_files_says_so_not_that_they_pass_a_limit_of_0_bytes() -> None:
+    # Found by a first hour: RUNNER_MAX_INPUT_MB=0 said "more than the limit of 0 bytes together".
+    said = r"this server takes no files \(RUNNER_MAX_INPUT_MB=0\): call without 'files'"
+    with pytest.raises(ArgumentError, match=said):
+        check_files([entry("a.txt")], max_bytes=0, max_file_bytes=1000)
