@@ -160,7 +160,13 @@ def _server(path: str, name: str, entry: Any) -> Downstream:
         raise refuse("expected an object")
     unknown = sorted(set(entry) - _STDIO_KEYS - _HTTP_KEYS - _OURS - _IGNORED)
     if unknown:
-        raise refuse(f"unknown key {unknown[0]!r}")
+        import difflib
+
+        known = sorted(_STDIO_KEYS | _HTTP_KEYS | _OURS)
+        close = difflib.get_close_matches(unknown[0], known, n=1)  # found by a first hour: "comand", no guess
+        raise refuse(f"unknown key {unknown[0]!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+    if entry.get("type") == "sse" or entry.get("transport") == "sse":  # found by a first hour: taken silently
+        raise refuse('an SSE server is not served here: give its Streamable HTTP "url", or a "command"')
     if "tools" not in entry:
         raise refuse('"tools" is required: the tools runs may call, or ["*"] for every one')
     tools = _strings(entry["tools"], "tools", refuse)
@@ -184,6 +190,8 @@ def _server(path: str, name: str, entry: Any) -> Downstream:
         command = entry["command"]
         if not isinstance(command, str) or not command.strip():
             raise refuse('"command" must be a non-empty string')
+        if _words_in_one(command):  # found by a first hour: "No such file or directory", no more
+            raise refuse(f'"command" is one program ({command.split()[0]!r}): its words after it go in "args"')
         cwd = entry.get("cwd", "")
         if not isinstance(cwd, str):
             raise refuse('"cwd" must be a string')
@@ -205,6 +213,15 @@ def _server(path: str, name: str, entry: Any) -> Downstream:
     return Downstream(
         name, python_name(name), tools, callers, url=url, headers=_pairs(entry.get("headers", {}), "headers", refuse)
     )
+
+
+def _words_in_one(command: str) -> bool:
+    """Whether `command` is a program and its arguments written as one string: no program of its name
+    (none on PATH, no file there), but one of its first word's."""
+    import shutil
+
+    first = command.split()[0]
+    return first != command and shutil.which(command) is None and shutil.which(first) is not None
 
 
 def _strings(value: Any, key: str, refuse: Any) -> tuple[str, ...]:

@@ -103,7 +103,15 @@ def test_a_disabled_entry_is_left_out_whatever_else_it_says() -> None:
         (servers(time={"url": "http://h/mcp", "args": [], "tools": ["*"]}), 'for a "command" server'),
         (servers(time={"command": "x", "headers": {}, "tools": ["*"]}), 'for a "url" server'),
         (servers(time={"command": "x", "tools": ["*"], "callers": []}), "names no caller"),
-        (servers(time={"command": "x", "tools": ["*"], "colour": "red"}), "unknown key 'colour'"),
+        (servers(time={"command": "x", "tools": ["*"], "colour": "red"}), "unknown key 'colour'$"),
+        # Found by a first hour: a misspelt key had no guess, an SSE server was taken silently, and a
+        # command written with its arguments failed to start saying only "No such file or directory".
+        (servers(time={"comand": "x", "tools": ["*"]}), "unknown key 'comand'; did you mean 'command'\\?"),
+        (servers(time={"url": "http://h/sse", "type": "sse", "tools": ["*"]}), "an SSE server is not served here"),
+        (
+            servers(time={"command": "sh -c true", "tools": ["*"]}),
+            '"command" is one program \\(\'sh\'\\): its words after it go in "args"',
+        ),
         (servers(**{"a-b": {"command": "x", "tools": ["*"]}, "a_b": {"command": "y", "tools": ["*"]}}), "also 'a-b'"),
         (servers(call={"command": "x", "tools": ["*"]}), "mcp_tools' own name"),
         (servers(**{"bad name": {"command": "x", "tools": ["*"]}}), "a server's name is"),
