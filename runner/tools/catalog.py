@@ -136,6 +136,15 @@ def describe(servers: Sequence[tuple[Downstream, Mapping[str, types.Tool], Mappi
             shown += 1
     if left:
         lines.append(f"help(mcp_tools) lists the rest ({left} more).")
+    # A server with no tools listed (not up yet, mostly): said, not left for the model to guess why there are
+    # none (found by a first hour: the paragraph offered code mode and no tool).
+    waiting = [server.python_name for server, tools, _ in servers if not tools]
+    if waiting:
+        shown_names = ", ".join(waiting[:MAX_DESCRIBED]) + (" and more" if len(waiting) > MAX_DESCRIBED else "")
+        lines.append(
+            f"No tools listed yet by: {shown_names} (not up, or none of its allowed tools listed); a call to one "
+            "raises ToolError until they are, and help(mcp_tools) then lists them."
+        )
     if others:
         lines.append(
             f"Not listed here: {others} server(s) only some callers may use (help(mcp_tools) lists a caller's)."

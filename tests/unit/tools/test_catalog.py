@@ -113,3 +113,17 @@ def test_an_error_says_its_text_even_where_it_has_structured_content_too() -> No
     assert message_of_error(types.CallToolResult(content=[image], is_error=True)) == [
         {"type": "image", "data": "aGk=", "mimeType": "image/png"}
     ]
+
+
+def test_a_server_with_no_tools_listed_yet_is_named_as_such() -> None:
+    # Found by a first hour: with its only server down, the paragraph offered code mode and no tool.
+    server = Downstream("broken-one", "broken_one", ("*",), None, command="x")
+    up = Downstream("time", "time", ("*",), None, command="y")
+    tool = types.Tool(name="now", description="The time.", input_schema={"type": "object"})
+    text = describe([(server, {}, {}), (up, {"now": tool}, {"now": "now"})])
+    assert "- mcp_tools.time.now: The time." in text
+    assert text.endswith(
+        "No tools listed yet by: broken_one (not up, or none of its allowed tools listed); a call to one raises "
+        "ToolError until they are, and help(mcp_tools) then lists them."
+    )
+    assert "No tools listed" not in describe([(up, {"now": tool}, {"now": "now"})])
