@@ -9,6 +9,7 @@ Where the two kinds differ, a `Host` says what to do: `OneShotHost` here, `Sessi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
@@ -168,14 +169,16 @@ class CallPath:
         scans = self._provided is not None or host.reads_imports
         imports = imported_packages(request.code) if scans else frozenset()
         paths: tuple[str, ...] = ()
+        installed = ""  # what the result says of an install the call waited for
         if self._provided is not None:  # what the call needs beyond what its host holds
             provided = await self._provided.provide(request, imports, host.packages, on_progress)
             if isinstance(provided, RunResult):
                 return provided
-            refused = host.hold_packages(request, provided)
+            refused = host.hold_packages(request, provided.paths)
             if refused is not None:
                 return refused
-            paths = tuple(str(path) for path in {**host.packages, **provided}.values())
+            paths = tuple(str(path) for path in {**host.packages, **provided.paths}.values())
+            installed = provided.note
         child = await host.take(request, imports)
         if isinstance(child, RunResult):
             return child
@@ -187,7 +190,10 @@ class CallPath:
                 result = await self._driver.drive(child, request, admitted.slot.waited, on_progress, paths)
             _log_finished(self._log, request, result)
             finished = True
-            return await host.verdict(child, request, result)
+            answered = await host.verdict(child, request, result)
+            if installed:
+                answered = dataclasses.replace(answered, note="; ".join(filter(None, (installed, answered.note))))
+            return answered
         except BaseException as exc:
             if not finished and isinstance(exc, anyio.get_cancelled_exc_class()):
                 log_event(self._log, logging.INFO, "run finished", request.request_id, status=Status.CANCELLED.value)
