@@ -35,11 +35,11 @@ from runner.execution.admission import Admission
 from runner.execution.calls import Admitted
 from runner.execution.ended_sessions import ENDED_REMEMBERED, EndedSessions
 from runner.execution.provided import ProvidedPackages
+from runner.execution.session_rules import notes, over_budget, refusal
 from runner.execution.slots import Slot, Slots
 from runner.execution.supply import InterpreterSupply, Supplies
 from runner.logs import log_event
 from runner.outcome import NEW_SESSION, RunRequest, RunResult, SessionOutcome, SessionsState, Status
-from runner.processes.anchor_wire import Said
 from runner.processes.child import Child
 from runner.processes.keeper import KeptCall, SessionKeeper, SessionLost, stopped
 
@@ -145,6 +145,9 @@ class Sessions:
             async with self._new(request) as admitted:
                 yield admitted
             return
+        if self._config.refused:  # whatever handle it names (found by a second look: "start one with "new"")
+            yield RunResult(request.request_id, Status.INVALID_ARGUMENTS, self._config.refused)
+            return
         session = self._open.get(request.session or "")
         if session is None or session.caller != request.caller:
             yield self._ended.unknown_call(request)
@@ -161,7 +164,7 @@ class Sessions:
 
     @asynccontextmanager
     async def _new(self, request: RunRequest) -> AsyncIterator[Admitted | RunResult]:
-        refused = _refusal(self._config, [*self._open.values(), *self._unlisted.values()], request.caller)
+        refused = refusal(self._config, [*self._open.values(), *self._unlisted.values()], request.caller)
         if refused:
             # Off on this server is for good, not "busy" (found by a first hour: a model retried it).
             status = Status.INVALID_ARGUMENTS if self._config.refused else Status.BUSY
@@ -372,12 +375,16 @@ class SessionHost:
         others = sessions.held_by_others(session)
         over = over_budget(sessions._budget, ahead.held_bytes, others) if result.status is Status.OK else ""
         lifetime = sessions._config.session_max_seconds
-        if not over and result.status is Status.OK and session.used - session.started > lifetime:
-            # Its next call is told the session ended: such a call's answer said "kept", for no call.
-            over = (
-                f"not kept: the session is older than RUNNER_SESSION_MAX_SECONDS={lifetime} s and ends with "
-                'this call; start another with session "new"'
-            )
+        # Its next call is told the session ended: such a call's answer said "kept", for no call; a failed
+        # one, "as it was" (found by a second look).
+        ending = (
+            f"the session reached RUNNER_SESSION_MAX_SECONDS={lifetime} s during this call and ends with it "
+            "(a session's calls end within that time of its start)"
+            if session.used - session.started > lifetime
+            else ""
+        )
+        if not over and ending and result.status is Status.OK:
+            over = f"not kept: {ending}"
         kept = result.status is Status.OK and ahead.yes and not over
         # The answer goes now, and the verdict (the keeper replaced, or the files put back) is done
         # meanwhile; the next call, handed its pipes with it (after an OOM: in `_settle`), waits for it.
@@ -388,7 +395,10 @@ class SessionHost:
             session.held = ahead.held_bytes
         else:
             sessions.count("rolled_back")
-        outcome = SessionOutcome(session.handle, kept, _notes(result, ahead, kept, over))
+        said = notes(result, ahead, kept, over)
+        if ending and result.status is not Status.OK:
+            said = f"the call did not end ok, and {ending}"
+        outcome = SessionOutcome(session.handle, kept, said)
         session.handed = True
         return dataclasses.replace(result, session=outcome)
 
@@ -539,60 +549,3 @@ def anchor_pids(sessions: Sessions) -> tuple[int, ...]:
     """The interpreter of each open session's anchor, the top of that session's processes: for the pool
     to measure their memory in a worker thread (a function, not a method: `Sessions` is long enough)."""
     return tuple(s.anchor.interpreter_pid for s in sessions._open.values())
-
-
-def _notes(result: RunResult, ahead: Said, kept: bool, over: str) -> str:
-    """What a session call's result says of its state: why it was not kept, though the call ended ok;
-    that its threads do not carry over."""
-    notes = [over or ahead.why] if not kept and result.status is Status.OK and (over or ahead.why) else []
-    if ahead.threads and kept:
-        notes.append("threads it started do not carry over to the next call")
-    return "; ".join(notes)
-
-
-# How many of a caller's open handles a refusal names (the cap is usually a few).
-HANDLES_NAMED = 10
-
-
-def _refusal(c: SessionsConfig, holders: list[OpenSession | str | None], caller: str | None) -> str:
-    """Why `caller` may not start one more session now, or ''; `holders`: the sessions open, and the
-    callers of those being started or ended. A caller at its own cap is told its open handles, each
-    with how long it has been idle, so that it can close one (nothing else lists them); but not the
-    caller with no name where that may be many clients (found by a review: over HTTP without tokens,
-    one client was told another's handles, and ran code in its session)."""
-    callers = [holder.caller if isinstance(holder, OpenSession) else holder for holder in holders]
-    if c.refused:
-        return c.refused
-    if len(callers) >= c.max_sessions:
-        return (
-            f"too many open sessions: {len(callers)} of RUNNER_MAX_SESSIONS={c.max_sessions}; "
-            "close one with close_session, or run without `session`"
-        )
-    mine = callers.count(caller)
-    if mine >= c.max_sessions_per_caller:
-        now = anyio.current_time()
-        own = sorted((h for h in holders if isinstance(h, OpenSession) and h.caller == caller), key=lambda s: -s.used)
-        most = c.max_sessions_per_caller
-        said = f"this caller has {mine} open sessions, the most RUNNER_MAX_SESSIONS_PER_CALLER={most} allows"
-        if caller is None and c.anonymous_shared:
-            idle = ", ".join(f"{now - s.used:.0f} s" for s in own[:HANDLES_NAMED])
-            return (
-                f"{said}; close one with close_session (its handles are not named here: without a token every "
-                f"client is this caller), or wait for one to be unused for RUNNER_SESSION_IDLE_SECONDS="
-                f"{c.session_idle_seconds} (idle now: {idle})"
-            )
-        named = ", ".join(f"{s.handle} (idle {now - s.used:.0f} s)" for s in own[:HANDLES_NAMED])
-        return f"{said}; close one with close_session: {named}"
-    return ""
-
-
-def over_budget(budget: int, held: int, others: int) -> str:
-    """Why a session's next state, holding `held` bytes, may not be kept while the other open sessions'
-    kept states hold `others` ('' if it may): together they would pass `budget`."""
-    if others + held <= budget:
-        return ""
-    return (
-        f"not kept: its state would hold {held / MIB:.0f} MiB, which with the other open sessions' "
-        f"{others / MIB:.0f} MiB passes the sessions' memory budget of {budget / MIB:.0f} MiB "
-        "(RUNNER_SESSIONS_MEMORY_MB)"
-    )

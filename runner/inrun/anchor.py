@@ -266,6 +266,8 @@ class Anchor:
                 call.kill()
         elif tag == b"X" and call is not None and pid == call.pid:
             self.call_exited(call, line)
+        elif tag == b"L" and self.awaiting:  # after a roll-back (`keeper.serve_as_keeper`)
+            self.lost("a rolled-back call took the name of a file the state holds open: its writes there stay")
 
     def call_exited(self, call: _Call, end: bytes) -> None:
         """The call exited (`end`: its X line); if it was its own candidate, it is none now."""
@@ -458,9 +460,11 @@ def _readable_now(channel: socket.socket | None) -> bool:
 
 def _keeper_says(message: bytes) -> tuple[bytes, int, bytes] | None:
     """What the keeper said: its tag, the pid it names, and the line for the server (or None if it is
-    not exactly ``A <pid>``, ``S <pid>`` or ``X <pid> <status> <utime> <stime> <maxrss>``). The keeper
+    not exactly ``A <pid>``, ``S <pid>``, ``X <pid> <status> <utime> <stime> <maxrss>`` or ``L``). The keeper
     runs no code of the session's, but it is made of a call's state: what it says is read as numbers,
     and what goes on to the server is a line made here of the numbers read."""
+    if message == b"L":  # the state it holds is not as it was (`keeper.serve_as_keeper`)
+        return b"L", 0, b""
     fields = message.split(b" ")
     pid = _pid(fields[1]) if len(fields) in (2, 6) else None
     if pid is None:

@@ -156,6 +156,9 @@ def serve_as_keeper(
                 os._exit(0)
             if message == b"F" and ready is None:  # the last call was rolled back
                 _put_back(offsets)
+                if sealing.nameless_file():  # it took the name of a file the state holds open: lost
+                    channel.send(b"L")  # found by a second look: "as it was", its writes there kept
+                    os._exit(0)
                 ready = _fork_ready(channel)
                 if isinstance(ready, list):
                     return ready
@@ -379,15 +382,16 @@ def _refuse(channel_fd: int, why: str) -> None:
         channel.detach()
 
 
-def _offsets() -> dict[int, tuple[int, int, bool]]:
-    """Where each open file of this process is read or written, its status flags (O_APPEND,
-    O_NONBLOCK) and, for a regular file, whether a lock is held on it: a call forked from the keeper
-    shares its open files, all of that included, so a call that is rolled back would leave them as it
-    made them (found by a review: an O_APPEND and a flock a rolled-back call set stayed). Taken as the
-    keeper begins, put back after a roll-back (`_put_back`)."""
+def _offsets() -> dict[int, tuple[int, int, bytes]]:
+    """Where each open file of this process is read or written (-1: not a file one seeks in), its
+    status flags (O_APPEND, O_NONBLOCK) and, for a regular file, the flock held on it (`_flock`): a
+    call forked from the keeper shares its open files, all of that included, so a call that is rolled
+    back would leave them as it made them (found by a review: an O_APPEND and a flock a rolled-back
+    call set stayed; by a second look, an O_NONBLOCK on a pipe, and a lock of the state's it let go).
+    Taken as the keeper begins, put back after a roll-back (`_put_back`)."""
     import fcntl
 
-    found: dict[int, tuple[int, int, bool]] = {}
+    found: dict[int, tuple[int, int, bytes]] = {}
     try:
         names = _listdir("/proc/self/fd")
     except OSError:
@@ -396,33 +400,44 @@ def _offsets() -> dict[int, tuple[int, int, bool]]:
         fd = int(name)
         if fd != KEEPER_FD:
             try:
-                offset = _lseek(fd, 0, os.SEEK_CUR)
-                found[fd] = (offset, fcntl.fcntl(fd, fcntl.F_GETFL), _locked(fd))
+                flags = fcntl.fcntl(fd, fcntl.F_GETFL)
             except OSError:
-                pass  # a pipe, a socket, or the listing's own fd, closed already
+                continue  # the listing's own fd, closed already
+            try:
+                offset = _lseek(fd, 0, os.SEEK_CUR)
+            except OSError:
+                offset = -1  # a pipe or a socket
+            found[fd] = (offset, flags, _flock(fd))
     return found
 
 
-def _put_back(offsets: dict[int, tuple[int, int, bool]]) -> None:
+def _put_back(offsets: dict[int, tuple[int, int, bytes]]) -> None:
     import fcntl
 
-    for fd, (offset, flags, locked) in offsets.items():
+    for fd, (offset, flags, lock) in offsets.items():
         try:
-            _lseek(fd, offset, os.SEEK_SET)
+            if offset >= 0:
+                _lseek(fd, offset, os.SEEK_SET)
             if fcntl.fcntl(fd, fcntl.F_GETFL) != flags:
                 fcntl.fcntl(fd, fcntl.F_SETFL, flags)
-            if not locked and _locked(fd):
-                fcntl.flock(fd, fcntl.LOCK_UN)  # an OFD lock (F_OFD_SETLK) stays: docs/sessions.md
+            if _flock(fd) != lock:  # an OFD lock (F_OFD_SETLK) is not looked at: docs/sessions.md
+                taken = {b"": fcntl.LOCK_UN, b"READ": fcntl.LOCK_SH}.get(lock, fcntl.LOCK_EX)
+                fcntl.flock(fd, taken | (fcntl.LOCK_NB if lock else 0))
         except OSError:
-            pass
+            pass  # closed meanwhile, or its lock taken by another open file since: as it is
 
 
-def _locked(fd: int) -> bool:
-    """Whether a lock is held on the regular file open as `fd` (its fdinfo's ``lock:`` lines)."""
+def _flock(fd: int) -> bytes:
+    """The flock held on the regular file open as `fd`, by this open file (its fdinfo's ``lock:`` line
+    of kind FLOCK): ``READ``, ``WRITE``, or b"" for none, or where `fd` is no regular file."""
     if not stat.S_ISREG(_fstat(fd).st_mode):
-        return False
+        return b""
     with open(f"/proc/self/fdinfo/{fd}", "rb") as info:
-        return b"lock:" in info.read()
+        for line in info.read().splitlines():
+            fields = line.split()
+            if fields[:1] == [b"lock:"] and b"FLOCK" in fields and len(fields) > 4:
+                return fields[fields.index(b"FLOCK") + 2]
+    return b""
 
 
 def _threads() -> int:

@@ -41,18 +41,25 @@ class Snapshot:
         self.entries: dict[str, tuple[object, ...]] = {}
         self.take()
 
-    def _scan(self) -> dict[str, os.stat_result]:
+    def _scan(self, opening: bool = False) -> dict[str, os.stat_result]:
         found: dict[str, os.stat_result] = {}
         top = os.lstat(self.home)
-        self._scan_tree("", top.st_dev, top.st_uid, found)
+        if opening and top.st_mode & 0o700 != 0o700:
+            os.chmod(self.home, 0o700)
+        self._scan_tree("", top.st_dev, top.st_uid, found, opening)
         for root in self.beside:
             # Shared by every uid (mode 1777) and the sandbox's: the session's are what its uid made.
-            self._scan_tree(root, os.lstat(root).st_dev, os.getuid(), found)
+            self._scan_tree(root, os.lstat(root).st_dev, os.getuid(), found, opening)
         return found
 
-    def _scan_tree(self, key: str, device: int, owner: int, found: dict[str, os.stat_result]) -> None:
+    def _scan_tree(
+        self, key: str, device: int, owner: int, found: dict[str, os.stat_result], opening: bool = False
+    ) -> None:
         """Add to `found` every entry under `key` (the directory's '', or a tmpfs beside it) on
-        `device` owned by `owner`."""
+        `device` owned by `owner`; `opening` (for a roll-back): each directory of the session's made
+        one its owner may list, enter and write in, whatever mode a call left it (found by a second
+        look: a call's chmod 500 or 600 of a kept directory ended its session), its mode put back from
+        the snapshot afterwards."""
         pending = [key]
         while pending:
             relative = pending.pop()
@@ -74,6 +81,8 @@ class Snapshot:
                 if len(found) > MAX_SNAPSHOT_ENTRIES:
                     raise OSError(f"more than {MAX_SNAPSHOT_ENTRIES:,} entries in the session's files")
                 if stat.S_ISDIR(info.st_mode):
+                    if opening and info.st_mode & 0o700 != 0o700:
+                        os.chmod(os.path.join(self.home, entry), 0o700)
                     pending.append(entry)
 
     def look(self, *also: dict[str, tuple[object, ...]]) -> tuple[dict[str, tuple[object, ...]], str]:
@@ -109,7 +118,8 @@ class Snapshot:
     def restore(self) -> str:
         """Put the directory back as it was taken; why not, or ''."""
         try:
-            now = self._scan()
+            now = self._scan(opening=True)
+            rewrite: list[tuple[str, tuple[object, ...]]] = []
             for path in sorted(now, key=lambda p: p.count("/"), reverse=True):
                 info = now[path]
                 old = self.entries.get(path)
@@ -119,33 +129,38 @@ class Snapshot:
                 if old is not None and old[0] == "f" and stat.S_ISREG(info.st_mode) and info.st_ino == old[1][0]:  # type: ignore[index]
                     # The file the state knew, changed: written back in place, where a file the state
                     # holds open sees it (found by a review: put back as a new file, the state's open
-                    # one kept what the rolled-back call wrote through it).
-                    self.entries[path] = ("f", _rewrite(full, old[1], old[2]), old[2], time.time_ns())  # type: ignore[arg-type]
+                    # one kept what the rolled-back call wrote through it); once what the call made
+                    # is gone, whose room it may need (found by a second look: a call that filled the
+                    # tmpfs ended its session).
+                    rewrite.append((path, old))
                     continue
                 if stat.S_ISDIR(info.st_mode):
-                    if old is not None and old[0] == "d":
-                        os.chmod(full, old[1] & 0o7777)  # type: ignore[operator]
-                        continue
                     os.chmod(full, 0o700)
                     os.rmdir(full)  # deepest first: what was in it is gone already
                 else:
                     os.unlink(full)
+            for path, old in rewrite:
+                full = os.path.join(self.home, path)
+                self.entries[path] = ("f", _rewrite(full, old[1], old[2]), old[2], time.time_ns())  # type: ignore[arg-type]
             for path in sorted(self.entries, key=lambda p: p.count("/")):
                 entry = self.entries[path]
                 full = os.path.join(self.home, path)
                 if os.path.lexists(full):
                     continue
                 if entry[0] == "d":
-                    os.mkdir(full, 0o700)
-                    os.chmod(full, entry[1] & 0o7777)  # type: ignore[operator]
+                    os.mkdir(full, 0o700)  # its mode last, as each directory's
                 elif entry[0] == "l":
                     os.symlink(entry[1], full)  # type: ignore[arg-type]
                 else:
                     key, data = entry[1], entry[2]
                     self.entries[path] = ("f", _write(full, key, data), data, time.time_ns())  # type: ignore[arg-type]
-            for path, entry in self.entries.items():  # times last: writing into a directory changes its own
+            # Modes and times last, deepest first: writing into a directory changes its time, and a mode a
+            # state kept (or a call left) may shut what is in it.
+            for path in sorted(self.entries, key=lambda p: p.count("/"), reverse=True):
+                entry = self.entries[path]
                 if entry[0] == "d":
                     full = os.path.join(self.home, path)
+                    os.chmod(full, entry[1] & 0o7777)  # type: ignore[operator]
                     os.utime(full, ns=(entry[2], entry[2]), follow_symlinks=False)  # type: ignore[arg-type]
             return ""
         except (OSError, MemoryError) as exc:

@@ -475,11 +475,18 @@ async def test_a_call_that_ends_past_its_session_s_lifetime_is_not_kept_and_says
         assert result.stdout.text == "done\n"
         assert result.session is not None
         assert not result.session.kept
-        assert "older than RUNNER_SESSION_MAX_SECONDS=3 s and ends with this call" in result.session.note
+        said = "the session reached RUNNER_SESSION_MAX_SECONDS=3 s during this call and ends with it"
+        assert result.session.note.startswith(f"not kept: {said}"), result.session.note
         assert "not kept" in result.to_text()
         after = await call(pool, "print(x)", handle)
         assert after.message.startswith("unknown session"), after
         assert "older than 3 s" in after.message
+        # A failed one says so too, not "as it was" alone (found by a second look).
+        again = await new_session(pool, "x = 1")
+        failed = await call(pool, "import time\ntime.sleep(3.5)\nraise RuntimeError('x')", again)
+        assert failed.session is not None
+        within = "(a session's calls end within that time of its start)"
+        assert failed.session.note == f"the call did not end ok, and {said} {within}"
 
 
 async def test_a_session_kept_busy_by_calls_queued_one_behind_the_other_still_ends_at_its_lifetime(

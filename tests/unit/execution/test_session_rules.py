@@ -1,9 +1,10 @@
-"""The sessions' pure rules, without a process: when a session's next state may be kept."""
+"""The sessions' pure rules (runner/execution/session_rules.py), without a process: when a session's next
+state may be kept."""
 
 from __future__ import annotations
 
 from runner.config import MIB
-from runner.execution.sessions import over_budget
+from runner.execution.session_rules import over_budget
 
 
 def test_a_state_is_refused_once_it_and_the_other_sessions_kept_states_pass_the_budget() -> None:
