@@ -53,6 +53,7 @@ MAX_REACHES = 256  # host:port records kept per run; more are counted together, 
 OTHER_HOSTS = "(other hosts)"
 MAX_REFUSALS_LOGGED = 20  # a run's refusals logged; the rest are counted (metrics) and in its result
 ACCEPT_PAUSE = 0.05
+SLOT_WAIT = 1.0  # how long a connection past MAX_CONNECTIONS waits for one to end before its 503
 # Body chunks (h11's events) a run's connections may have parsed, at once and then each second: one costs
 # the event loop some 8 us (h11's parse, 5, and the relay's share of the read it came in), so a run takes
 # under a tenth of a core for them. A body read 64 KiB at a time is an event a read, far within it; one
@@ -105,6 +106,8 @@ class RunProxy:
         self._request_id = request_id
         self._bytes = 0
         self._open = 0
+        self._queued = 0  # waiting for one of the open ones to end (`_in_line`)
+        self._slot_freed = anyio.Event()  # set as one ends, then made anew
         self._reaches: dict[tuple[str, int, bool], Reach] = {}
         self._refusals = LogBudget(MAX_REFUSALS_LOGGED, "egress refusals: no more logged for this run")
         self._scope: anyio.CancelScope | None = None
@@ -153,14 +156,33 @@ class RunProxy:
     async def _accept(self, listener: socket.socket, tg: anyio.abc.TaskGroup) -> None:
         while True:
             stream = await _next_connection(listener)
-            if self._open >= MAX_CONNECTIONS:
-                tg.start_soon(self._busy, stream)
-            else:
+            if self._open < MAX_CONNECTIONS:
                 self._open += 1
                 tg.start_soon(self._connection, stream)
+            elif self._queued < MAX_CONNECTIONS:
+                self._queued += 1
+                tg.start_soon(self._in_line, stream)
+            else:
+                tg.start_soon(self._busy, stream)
             # Past the run's pace the next is not taken: the listener's backlog holds the run back.
             if wait := self.asked():
                 await anyio.sleep(wait)
+
+    async def _in_line(self, client: Socket) -> None:
+        """A connection past the run's MAX_CONNECTIONS waits SLOT_WAIT for one to end, then is served or
+        answered 503 (found by a second look: 16 threads each fetching one URL after another were told
+        503, their last connection closed but not yet ended here)."""
+        try:
+            with anyio.move_on_after(SLOT_WAIT):
+                while self._open >= MAX_CONNECTIONS:
+                    await self._slot_freed.wait()
+        finally:
+            self._queued -= 1
+        if self._open < MAX_CONNECTIONS:
+            self._open += 1
+            await self._connection(client)
+        else:
+            await self._busy(client)
 
     async def _busy(self, client: Socket) -> None:
         self.refused(Refusal(503, f"this run has {MAX_CONNECTIONS} connections through the proxy open"), "busy")
@@ -195,6 +217,8 @@ class RunProxy:
         finally:
             client.close()
             self._open -= 1
+            self._slot_freed.set()
+            self._slot_freed = anyio.Event()
 
     def refused(self, refusal: Refusal, kind: str) -> None:
         proxy = self._proxy
@@ -252,10 +276,11 @@ class RunProxy:
         others took."""
         return self._parsing.spend(events, time.monotonic())
 
-    def asked(self) -> float:
-        """Charge the run one connection taken, or one request read on one: the seconds before the next
-        is taken or read (0 within `REQUESTS_PER_SECOND`), shared by all the run's connections."""
-        return self._asking.spend(1, time.monotonic())
+    def asked(self, requests: int = 1) -> float:
+        """Charge the run one connection taken, or `requests` read on one (a long head counts as more):
+        the seconds before the next is taken or read (0 within `REQUESTS_PER_SECOND`), shared by all the
+        run's connections."""
+        return self._asking.spend(requests, time.monotonic()) if requests else 0.0
 
     def read(self) -> float:
         """Charge the run one read of a tunnel's, or of a request's head: the seconds that side waits

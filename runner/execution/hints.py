@@ -41,12 +41,15 @@ ENGINE_TAIL_CHARS = 1_200  # the engines' own errors follow that line
 
 def missing_module(stderr: str) -> str | None:
     """The top-level module an uncaught ModuleNotFoundError at the end of `stderr` names, or the one
-    pandas says it could not import (the first engine it tried), or None."""
+    pandas says it could not import (the first engine it tried, where pandas says its import failed:
+    found by a second look, an engine there that did not fit the run's memory was said not installed),
+    or None."""
     found = _MISSING.search(stderr[-TAIL_CHARS:]) or _OPTIONAL.search(stderr[-TAIL_CHARS:])
     if found:
         return found[1] or found[2]
-    engine = _ENGINE.search(stderr[-ENGINE_TAIL_CHARS:])
-    return engine[1] if engine else None
+    tail = stderr[-ENGINE_TAIL_CHARS:]
+    engine = _ENGINE.search(tail)
+    return engine[1] if engine and f"\n - `Import {engine[1]}` failed." in tail else None
 
 
 # IPython's syntax, as the interpreter ends its error here: the offending line (shown indented by
@@ -122,9 +125,12 @@ _DISK_FULL = re.compile(r"(?:^|\n)[^\n]{0,100}\[Errno 28\] No space left on devi
 _FILE_TOO_LARGE = re.compile(r"(?:^|\n)[^\n]{0,100}\[Errno 27\] File too large[^\n]{0,300}\n?\Z")
 # A library the address space had no room for (RLIMIT_AS counts every library a process maps: found by a
 # first hour, scikit-learn, statsmodels, seaborn and pyarrow in one run at 256 MiB).
+# pandas lists each engine's own error on a line of its own (" - ..."), before the end; pyarrow's
+# allocator says ArrowMemoryError.
 _NO_ROOM = re.compile(
-    r"(?:^|\n)(?:ImportError|OSError): [^\n]{0,300}(?:failed to map segment from shared object"
-    r"|cannot map zero-fill pages|[Cc]annot allocate memory)[^\n]{0,100}\n?\Z"
+    r"(?:^|\n)(?:ImportError: |OSError: | - )[^\n]{0,300}(?:failed to map segment from shared object"
+    r"|cannot map zero-fill pages|[Cc]annot allocate memory)[^\n]{0,300}\n(?:[^\n]{0,400}\n){0,3}[^\n]{0,400}\Z"
+    r"|(?:^|\n)pyarrow\.lib\.ArrowMemoryError: [^\n]{0,300}\n?\Z"
 )
 
 
@@ -154,7 +160,7 @@ class LimitNotes:
             )
         if self.file_mb and _FILE_TOO_LARGE.search(tail):
             return f"a file passed {self.file_mb} MiB, the most one file of a run may hold (RUNNER_MAX_FILE_SIZE_MB)"
-        if self.memory_mb and _NO_ROOM.search(tail):
+        if self.memory_mb and _NO_ROOM.search(stderr[-ENGINE_TAIL_CHARS:]):
             return (
                 f"a library did not fit in the run's {self.memory_mb} MiB of address space (RUNNER_MAX_MEMORY_MB: "
                 "every library a process loads counts): import fewer large libraries in one run"

@@ -248,6 +248,38 @@ async def test_connections_past_the_limit_at_once_get_a_503(serve: Any) -> None:
             await stream.aclose()
 
 
+async def test_a_connection_past_the_limit_waits_for_one_to_end_and_is_then_served(serve: Any) -> None:
+    # Found by a second look: 16 threads each fetching one URL after another were told 503, a thread's last
+    # connection closed on its side but not yet ended in the proxy.
+    with upstream() as port:
+        served = await serve(f"{UPSTREAM_HOST}:{port}")
+        held = [await anyio.connect_tcp("127.0.0.1", served.port) for _ in range(MAX_CONNECTIONS)]
+        try:
+            with anyio.fail_after(10):
+                while served.run._open < MAX_CONNECTIONS:
+                    await anyio.sleep(0.01)
+            fetched = anyio.Event()
+            got: list[tuple[int, bytes]] = []
+
+            async def fetch() -> None:
+                got.append(await served.fetch(f"http://{UPSTREAM_HOST}:{port}/late"))
+                fetched.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(fetch)
+                with anyio.fail_after(10):
+                    while not served.run._queued:
+                        await anyio.sleep(0.01)
+                await held.pop().aclose()  # one ends: the one in line takes its place
+                with anyio.fail_after(10):
+                    await fetched.wait()
+            assert got == [(200, f"hello from /late via {UPSTREAM_HOST}:{port}".encode())]
+            assert "busy" not in served.counted.refused
+        finally:
+            for stream in held:
+                await stream.aclose()
+
+
 async def test_a_tunnel_open_when_the_run_ends_is_closed_with_it(authority: Authority) -> None:
     proxy = EgressProxy(
         EgressConfig(egress_allow=(f"{UPSTREAM_HOST}:*",), max_egress_mb=100), logging.getLogger("runner")

@@ -44,6 +44,10 @@ PARQUET = (
         (TRACEBACK + "ImportError: Missing optional dependency 'tabulate'.  Use pip or conda.", "tabulate"),
         (TRACEBACK + "ImportError: `Import tabulate` failed.\nthen more\n", None),
         (PARQUET, "pyarrow"),
+        (
+            PARQUET.replace(" - `Import pyarrow` failed.", " - libssl.so.3: failed to map segment from shared object."),
+            None,
+        ),
         (PARQUET.replace("ImportError: Unable", "RuntimeError: Unable"), None),
     ],
 )
@@ -166,7 +170,17 @@ def test_the_hosts_a_network_note_names_are_bounded() -> None:
             "a library did not fit in the run's 256 MiB of address space (RUNNER_MAX_MEMORY_MB",
         ),
         (TRACEBACK + "OSError: libx.so: cannot map zero-fill pages\n", "256 MiB of address space"),
-        (TRACEBACK + "ImportError: libarrow.so.2600: failed to map segment from shared object\nmore\n", ""),
+        (TRACEBACK + "ImportError: libarrow.so.2600: failed to map segment from shared object\n" + "more\n" * 5, ""),
+        # pandas' engines, each its own line, the first one out of room (found by a second look: said "not
+        # installed", where it was), and pyarrow's allocator.
+        (
+            PARQUET.replace(
+                " - `Import pyarrow` failed. pyarrow is",
+                " - libssl.so.3: failed to map segment from shared object. pyarrow is",
+            ),
+            "a library did not fit in the run's 256 MiB of address space",
+        ),
+        (TRACEBACK + "pyarrow.lib.ArrowMemoryError: malloc of size 8388608 failed\n", "256 MiB of address space"),
     ],
 )
 def test_a_limit_a_run_met_that_its_error_does_not_name_gets_a_note_naming_it(stderr: str, said: str) -> None:
