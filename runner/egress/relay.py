@@ -203,7 +203,7 @@ class Relay:
                 continue
             if not isinstance(event, h11.EndOfMessage):
                 if conn.their_state is h11.ERROR:  # its head went on, its body is no HTTP (found by a review)
-                    why = Refusal(400, "the request's body is not HTTP a proxy takes", target.host, target.port)
+                    why = Refusal(400, "the request's body is not HTTP a proxy takes")  # its host: reached, listed once
                     await self._refuse(conn, client, why, "malformed")
                 return False
             await upstream.send(hop.send(h11.EndOfMessage()))

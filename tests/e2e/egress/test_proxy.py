@@ -352,6 +352,7 @@ async def test_a_body_h11_refuses_after_its_head_went_on_is_answered_400(serve: 
     assert answer.startswith(b"HTTP/1.1 400 Bad Request"), answer
     assert b"the request's body is not HTTP a proxy takes" in answer
     assert served.counted.refused == ["malformed"]
+    assert [(use.host, use.allowed) for use in served.run.reached()] == [(UPSTREAM_HOST, True)], "listed once"
 
 
 async def test_a_head_not_whole_in_time_is_answered_408(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
