@@ -57,7 +57,7 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
 
 # Bound as this module loads, before any code of a session's: what a keeper calls each time a call is
 # rolled back, out of reach of a call that replaces os.listdir (not of one that rewrites this module).
-_listdir, _lseek, _fstat = os.listdir, os.lseek, os.fstat
+_listdir = os.listdir
 
 # A call's channel to the anchor: kept open through its code, since the candidate it forks is
 # announced on it (and becomes the keeper's channel). Not inheritable by what the code executes. Both
@@ -83,6 +83,7 @@ class SessionCarry(sealing.Holder):
     deferred: list[object] = []  # noqa: RUF012  (each process's own: set by `sealing.after_bare_fork`)
     mapped = False
     home = ""
+    files: sealing.FileCalls | None = None  # bound in the session's first keeper
 
 
 def filename(calls: int) -> str:
@@ -130,6 +131,7 @@ def serve_as_keeper(
         if first:
             sys.addaudithook(sealing.audit(SessionCarry))  # type: ignore[arg-type]
             SessionCarry.child_hooks = sealing.find_child_hooks()
+            SessionCarry.files = sealing.FileCalls()
         if not sealing.seal(SessionCarry):
             os._exit(1)
         _quiet_signals()
@@ -144,7 +146,7 @@ def serve_as_keeper(
             for target in (0, 1, 2):
                 os.dup2(null, target)
             os.closerange(3, KEEPER_FD)
-        offsets = _offsets()
+        offsets = sealing.open_files(SessionCarry.files, KEEPER_FD)
         ready = _fork_ready(channel) if ahead is None else ahead
         if isinstance(ready, list):
             return ready
@@ -155,7 +157,7 @@ def serve_as_keeper(
             if not message:
                 os._exit(0)
             if message == b"F" and ready is None:  # the last call was rolled back
-                _put_back(offsets)
+                sealing.put_back_files(SessionCarry.files, offsets)
                 if sealing.nameless_file():  # it took the name of a file the state holds open: lost
                     channel.send(b"L")  # found by a second look: "as it was", its writes there kept
                     os._exit(0)
@@ -380,64 +382,6 @@ def _refuse(channel_fd: int, why: str) -> None:
         pass
     finally:
         channel.detach()
-
-
-def _offsets() -> dict[int, tuple[int, int, bytes]]:
-    """Where each open file of this process is read or written (-1: not a file one seeks in), its
-    status flags (O_APPEND, O_NONBLOCK) and, for a regular file, the flock held on it (`_flock`): a
-    call forked from the keeper shares its open files, all of that included, so a call that is rolled
-    back would leave them as it made them (found by a review: an O_APPEND and a flock a rolled-back
-    call set stayed; by a second look, an O_NONBLOCK on a pipe, and a lock of the state's it let go).
-    Taken as the keeper begins, put back after a roll-back (`_put_back`)."""
-    import fcntl
-
-    found: dict[int, tuple[int, int, bytes]] = {}
-    try:
-        names = _listdir("/proc/self/fd")
-    except OSError:
-        return found
-    for name in names:
-        fd = int(name)
-        if fd != KEEPER_FD:
-            try:
-                flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-            except OSError:
-                continue  # the listing's own fd, closed already
-            try:
-                offset = _lseek(fd, 0, os.SEEK_CUR)
-            except OSError:
-                offset = -1  # a pipe or a socket
-            found[fd] = (offset, flags, _flock(fd))
-    return found
-
-
-def _put_back(offsets: dict[int, tuple[int, int, bytes]]) -> None:
-    import fcntl
-
-    for fd, (offset, flags, lock) in offsets.items():
-        try:
-            if offset >= 0:
-                _lseek(fd, offset, os.SEEK_SET)
-            if fcntl.fcntl(fd, fcntl.F_GETFL) != flags:
-                fcntl.fcntl(fd, fcntl.F_SETFL, flags)
-            if _flock(fd) != lock:  # an OFD lock (F_OFD_SETLK) is not looked at: docs/sessions.md
-                taken = {b"": fcntl.LOCK_UN, b"READ": fcntl.LOCK_SH}.get(lock, fcntl.LOCK_EX)
-                fcntl.flock(fd, taken | (fcntl.LOCK_NB if lock else 0))
-        except OSError:
-            pass  # closed meanwhile, or its lock taken by another open file since: as it is
-
-
-def _flock(fd: int) -> bytes:
-    """The flock held on the regular file open as `fd`, by this open file (its fdinfo's ``lock:`` line
-    of kind FLOCK): ``READ``, ``WRITE``, or b"" for none, or where `fd` is no regular file."""
-    if not stat.S_ISREG(_fstat(fd).st_mode):
-        return b""
-    with open(f"/proc/self/fdinfo/{fd}", "rb") as info:
-        for line in info.read().splitlines():
-            fields = line.split()
-            if fields[:1] == [b"lock:"] and b"FLOCK" in fields and len(fields) > 4:
-                return fields[fields.index(b"FLOCK") + 2]
-    return b""
 
 
 def _threads() -> int:

@@ -27,7 +27,7 @@ from _signal import SIG_BLOCK, SIG_SETMASK  # type: ignore[import-not-found]
 from _signal import pthread_sigmask as _sigmask
 
 # Bound as this module loads too: the state's code may replace os.fstat.
-_listdir, _fstat = os.listdir, os.fstat
+_listdir, _fstat, _lseek, _is_regular = os.listdir, os.fstat, os.lseek, stat.S_ISREG
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ class Holder:
     deferred: list[object]  # the session's own after_in_child hooks, kept back for the call (`run_deferred`)
     mapped: bool  # the state made a mapping through Python's mmap module (`audit`)
     home: str  # the session's directory
+    files: FileCalls | None  # bound in the session's first keeper (`FileCalls`)
 
 
 class Sealed:
@@ -254,7 +255,7 @@ def nameless_file() -> str:
     for name in names:
         try:
             info = _fstat(int(name))
-            if stat.S_ISREG(info.st_mode) and info.st_nlink == 0:  # a memfd's too
+            if _is_regular(info.st_mode) and info.st_nlink == 0:  # a memfd's too
                 return (
                     f"it holds open a file with no name (fd {name}: a temporary file, or one deleted "
                     "while open), which a roll-back could not put back; close it before the call ends"
@@ -262,6 +263,85 @@ def nameless_file() -> str:
         except OSError:
             continue  # the listing's own fd, closed already
     return ""
+
+
+class FileCalls:
+    """The calls made on the state's open files (`open_files`, `put_back_files`), bound in the session's
+    first keeper, before any code of the session's ran: a state that replaced fcntl.fcntl, builtins.open
+    or stat.S_ISREG does not reach them (found by a second look: they were looked up as they ran)."""
+
+    def __init__(self) -> None:
+        import fcntl
+
+        self.fcntl, self.flock, self.is_regular = fcntl.fcntl, fcntl.flock, stat.S_ISREG
+        self.open, self.read, self.close = os.open, os.read, os.close
+        self.get_flags, self.set_flags = fcntl.F_GETFL, fcntl.F_SETFL
+        self.locks = {b"": fcntl.LOCK_UN, b"READ": fcntl.LOCK_SH, b"WRITE": fcntl.LOCK_EX}
+        self.no_wait = fcntl.LOCK_NB
+
+
+def open_files(calls: FileCalls | None, skip: int) -> dict[int, tuple[int, int, bytes]]:
+    """Where each open file of this process (but `skip`) is read or written (-1: not a file one seeks
+    in), its status flags (O_APPEND, O_NONBLOCK) and, for a regular file, the flock held on it
+    (`_flock`): a call forked from the keeper shares its open files, all of that included, so a call
+    that is rolled back would leave them as it made them (found by a review: an O_APPEND and a flock a
+    rolled-back call set stayed; by a second look, an O_NONBLOCK on a pipe, and a lock of the state's
+    it let go). Taken as the keeper begins, put back after a roll-back (`put_back_files`)."""
+    found: dict[int, tuple[int, int, bytes]] = {}
+    try:
+        names = _listdir("/proc/self/fd")
+    except OSError:
+        return found
+    if calls is None:
+        return found
+    for name in names:
+        fd = int(name)
+        if fd != skip:
+            try:
+                flags = calls.fcntl(fd, calls.get_flags)
+            except OSError:
+                continue  # the listing's own fd, closed already
+            try:
+                offset = _lseek(fd, 0, os.SEEK_CUR)
+            except OSError:
+                offset = -1  # a pipe or a socket
+            found[fd] = (offset, flags, _flock(calls, fd))
+    return found
+
+
+def put_back_files(calls: FileCalls | None, saved: dict[int, tuple[int, int, bytes]]) -> None:
+    """Each open file as `open_files` found it: its offset, its flags, its flock (an OFD lock,
+    F_OFD_SETLK, is not looked at: docs/sessions.md)."""
+    if calls is None:
+        return
+    for fd, (offset, flags, lock) in saved.items():
+        try:
+            if offset >= 0:
+                _lseek(fd, offset, os.SEEK_SET)
+            if calls.fcntl(fd, calls.get_flags) != flags:
+                calls.fcntl(fd, calls.set_flags, flags)
+            if _flock(calls, fd) != lock:
+                taken = calls.locks.get(lock, calls.locks[b"WRITE"])
+                calls.flock(fd, taken | (calls.no_wait if lock else 0))
+        except OSError:
+            pass  # closed meanwhile, or its lock taken by another open file since: as it is
+
+
+def _flock(calls: FileCalls, fd: int) -> bytes:
+    """The flock held on the regular file open as `fd`, by this open file (its fdinfo's ``lock:`` line
+    of kind FLOCK): ``READ``, ``WRITE``, or b"" for none, or where `fd` is no regular file."""
+    if not calls.is_regular(_fstat(fd).st_mode):
+        return b""
+    info = calls.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        text = calls.read(info, 4096)
+    finally:
+        calls.close(info)
+    for line in text.splitlines():
+        fields = line.split()
+        if fields[:1] == [b"lock:"] and b"FLOCK" in fields and len(fields) > 4:
+            return fields[fields.index(b"FLOCK") + 2]
+    return b""
 
 
 def _sessions(path: str, home: str) -> bool:

@@ -706,6 +706,32 @@ async def test_a_failed_call_that_filled_the_tmpfs_after_changing_a_kept_file_is
     assert after.stdout.text == f"1 {15 << 20} ['data.csv']\n", after
 
 
+async def test_a_state_that_replaced_fcntl_and_open_does_not_have_them_run_in_its_keeper(pool: Pool) -> None:
+    # Found by a second look: the keeper looked fcntl.fcntl, builtins.open and stat.S_ISREG up as it ran
+    # them over the state's open files, so a state that replaced one ran its code in the keeper.
+    replaced = (
+        "import builtins, fcntl, os, stat, sys\n"
+        "def said(real):\n"
+        "    def instead(*args, **kwargs):\n"
+        "        fd = os.open('callers.txt', os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)\n"
+        "        os.write(fd, sys._getframe(1).f_code.co_name.encode() + b'\\n')\n"
+        "        os.close(fd)\n"
+        "        return real(*args, **kwargs)\n"
+        "    return instead\n"
+        "fcntl.fcntl, fcntl.flock = said(fcntl.fcntl), said(fcntl.flock)\n"
+        "builtins.open, stat.S_ISREG = said(builtins.open), said(stat.S_ISREG)\n"
+        "kept = os.open('.', os.O_RDONLY)"
+    )
+    handle = await new_session(pool, replaced)
+    assert (await call(pool, "x = 1\nraise RuntimeError('rolled back')", handle)).session is not None
+    assert (await call(pool, "y = 1", handle)).status is Status.OK
+    listed = "import os\nprint(open('callers.txt').read() if os.path.exists('callers.txt') else '')"
+    seen = await call(pool, listed, handle)
+    assert seen.status is Status.OK, seen
+    ours = {"open_files", "put_back_files", "_flock", "nameless_file", "_offsets", "_put_back", "_locked"}
+    assert not ours & set(seen.stdout.text.split()), seen.stdout.text
+
+
 OPEN_NAMELESS = {
     "a temporary file": "import tempfile\nkept = tempfile.TemporaryFile(dir='.')\nkept.write(b'x' * 100)",
     "a file deleted while open": "import os\nkept = open('gone', 'w+b')\nos.unlink('gone')",
