@@ -139,7 +139,7 @@ async def test_several_workers_behind_one_port_refuse_sessions_and_say_why(
     with http_server(work_dir, tmp_path / "log", RUNNER_HTTP_WORKERS="2") as server:
         async with client_for(server, None) as client:
             refused = await run(client, "x = 1", "new")
-            assert refused["status"] == "busy"
+            assert refused["status"] == "invalid_arguments", "for good: not busy, which says to retry"
             assert "RUNNER_HTTP_WORKERS=2" in refused["message"]
             assert "Mcp-Param-Session" in refused["message"]
             assert [t.name for t in (await client.list_tools()).tools] == ["run_python"]
