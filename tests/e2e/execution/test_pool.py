@@ -302,8 +302,10 @@ async def test_the_run_sees_only_a_minimal_environment(monkeypatch: pytest.Monke
     # bubblewrap's --chdir adds PWD, the sandbox's own working directory.
     sandbox_extra = {"PWD"} if config.sandbox == "bwrap" else set()
     minimal = {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "MALLOC_ARENA_MAX"}
-    # Numeric libraries get one thread and matplotlib no display, with or without RUNNER_PACKAGES.
+    # Numeric libraries get one thread, pyarrow malloc's memory and two I/O threads, and matplotlib no
+    # display, with or without RUNNER_PACKAGES.
     numeric = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MPLBACKEND"}
+    numeric |= {"ARROW_DEFAULT_MEMORY_POOL", "ARROW_IO_THREADS"}
     assert set(env) == minimal | numeric | sandbox_extra
     assert "hunter2" not in result.stdout.text
     assert env["HOME"] == env["TMPDIR"] == env.get("PWD", env["HOME"])
