@@ -267,7 +267,7 @@ class Anchor:
         elif tag == b"X" and call is not None and pid == call.pid:
             self.call_exited(call, line)
         elif tag == b"L" and self.awaiting:  # after a roll-back (`keeper.serve_as_keeper`)
-            self.lost("a rolled-back call took the name of a file the state holds open: its writes there stay")
+            self.lost("a file the state holds open lost its name, and what was written to it could not be put back")
 
     def call_exited(self, call: _Call, end: bytes) -> None:
         """The call exited (`end`: its X line); if it was its own candidate, it is none now."""

@@ -115,10 +115,39 @@ class Snapshot:
             self.entries = entries
         return failure
 
+    def _moved_back(self, now: dict[str, os.stat_result]) -> bool:
+        """Put each kept file a call moved (renamed, or its directory renamed) back under its own name:
+        the same inode, which the state may hold open (found by a third look: a moved kept file was put
+        back as a new one, the state's open file left with no name, and the session ended). Whether any
+        was; one that cannot be is left to the rest of `restore`."""
+        where = {info.st_ino: path for path, info in now.items() if stat.S_ISREG(info.st_mode)}
+        moved = False
+        for path, entry in self.entries.items():
+            if entry[0] != "f":
+                continue
+            inode, here = entry[1][0], now.get(path)  # type: ignore[index]
+            there = where.get(inode)
+            if there is None or there in self.entries or (here is not None and here.st_ino == inode):
+                continue  # not moved, gone, or a name the state has too (a hard link of its own)
+            full = os.path.join(self.home, path)
+            try:
+                if here is not None and stat.S_ISDIR(here.st_mode):
+                    continue
+                os.makedirs(os.path.dirname(full), 0o700, exist_ok=True)
+                if os.path.lexists(full):
+                    os.unlink(full)
+                os.rename(os.path.join(self.home, there), full)
+                moved = True
+            except OSError:
+                continue  # another file system, or a file where a directory was: put back anew below
+        return moved
+
     def restore(self) -> str:
         """Put the directory back as it was taken; why not, or ''."""
         try:
             now = self._scan(opening=True)
+            if self._moved_back(now):
+                now = self._scan(opening=True)
             rewrite: list[tuple[str, tuple[object, ...]]] = []
             for path in sorted(now, key=lambda p: p.count("/"), reverse=True):
                 info = now[path]

@@ -675,19 +675,41 @@ async def test_what_a_rolled_back_call_did_to_a_kept_lock_pipe_or_directory_is_p
     assert after.stdout.text == said + "\n", after
 
 
-@pytest.mark.parametrize("how", ["os.unlink('a')", "os.rename('a', 'b')", "os.mkdir('e')\nos.rename('a', 'e/a')"])
-async def test_a_rolled_back_call_that_took_the_name_of_a_file_the_state_holds_open_ends_its_session_saying_so(
+MOVED = {
+    "renamed": "os.rename('d/a', 'd/b')",
+    "moved into a directory it made": "os.mkdir('e')\nos.rename('d/a', 'e/a')",
+    "its directory renamed": "os.rename('d', 'd_old')",
+    "its directory renamed and another made in its place": "os.rename('d', 'd_old')\nos.mkdir('d')",
+}
+
+
+@pytest.mark.parametrize("how", MOVED.values(), ids=MOVED.keys())
+async def test_a_kept_open_file_a_rolled_back_call_wrote_and_moved_is_put_back_under_its_name(
     pool: Pool, how: str
 ) -> None:
-    # Found by a second look: its writes through the state's open file stayed, the answer said "as it
-    # was", and each later call was refused keeping a file with no name. No snapshot has that file now.
-    handle = await new_session(pool, "import os\nf = open('a', 'w+b')\nf.write(b'original')\nf.flush()")
+    # Found by a second look: its writes stayed, the answer saying "as it was"; by a third, the file put
+    # back anew ended the session, the state's open one left with no name. Now the file itself goes back.
+    kept = "import os\nos.mkdir('d')\nf = open('d/a', 'w+b')\nf.write(b'original')\nf.flush()"
+    handle = await new_session(pool, kept)
     rolled = await call(pool, f"f.seek(0)\nf.write(b'EVIL!!!!')\nf.flush()\n{how}\nraise RuntimeError('x')", handle)
+    assert rolled.session is not None
+    assert not rolled.session.kept
+    after = await call(pool, "f.seek(0)\nprint(f.read(), open('d/a', 'rb').read(), sorted(os.listdir('.')))", handle)
+    assert after.stdout.text == "b'original' b'original' ['d']\n", after
+
+
+async def test_a_rolled_back_call_that_unlinked_a_file_the_state_holds_open_ends_its_session_saying_so(
+    pool: Pool,
+) -> None:
+    # What it wrote through the state's open file has no name to be put back under.
+    handle = await new_session(pool, "import os\nf = open('a', 'w+b')\nf.write(b'original')\nf.flush()")
+    unlinked = "f.seek(0)\nf.write(b'EVIL!!!!')\nf.flush()\nos.unlink('a')\nraise RuntimeError('x')"
+    rolled = await call(pool, unlinked, handle)
     assert rolled.session is not None
     assert not rolled.session.kept
     after = await call(pool, "f.seek(0)\nprint(f.read())", handle)
     assert after.message.startswith("unknown session"), after
-    assert "a rolled-back call took the name of a file the state holds open" in after.message
+    assert "a file the state holds open lost its name" in after.message
     assert "EVIL" not in after.stdout.text
 
 
