@@ -176,6 +176,9 @@ class RunProxy:
             with anyio.move_on_after(SLOT_WAIT):
                 while self._open >= MAX_CONNECTIONS:
                     await self._slot_freed.wait()
+        except BaseException:  # the run ended meanwhile: its connection with it, not left to the collector
+            client.close()
+            raise
         finally:
             self._queued -= 1
         if self._open < MAX_CONNECTIONS:

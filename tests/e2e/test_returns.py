@@ -130,29 +130,6 @@ async def test_files_the_code_makes_or_changes_come_back_and_links_never_are_fol
     assert "--- files: given.txt (text/plain, 14 bytes), made.csv (text/csv, 8 bytes), sub/raw.bin" in result.to_text()
 
 
-async def test_a_run_that_puts_another_directory_in_place_of_its_own_gets_nothing_scanned(
-    config: Config, no_leaks: None
-) -> None:
-    # The scan reads the directory the run was given (its device and inode), not whatever is at its path
-    # (found by an audit of the claims: a link in its place was refused as no directory, so nothing
-    # failed with the identity check taken out). Plain mode: a sandbox's directory is a mount point.
-    code = """
-        import os
-        home = os.getcwd()
-        open("before.txt", "w").write("x")
-        os.rename(home, home + "-moved")
-        os.mkdir(home)
-        open(os.path.join(home, "planted.txt"), "w").write("y")
-        os.chdir("/")
-        print("swapped")
-    """
-    async with Pool.open(in_mode(config, "fork-server"), reap_strays=True) as pool:
-        result = await run(pool, code)
-    assert result.status is Status.OK, result.to_text()
-    assert result.stdout.text == "swapped\n"
-    assert (result.attachments, result.omitted) == ((), ())
-
-
 ONE_PIXEL_PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 )
@@ -370,20 +347,23 @@ async def test_files_come_back_from_the_runs_directory_whatever_directory_the_co
     assert result.omitted == ()
 
 
-async def test_a_run_that_puts_a_link_in_place_of_its_directory_gets_nothing_scanned(
-    config: Config, no_leaks: None
+INSTEAD_OF_ITS_DIRECTORY = {
+    "a link": 'os.symlink("/etc", home)',
+    # The scan reads the directory the run was given (its device and inode), not whatever is at its path
+    # (found by an audit of the claims: a link was refused as no directory, so nothing failed with the
+    # identity check taken out).
+    "another directory": 'os.mkdir(home)\nopen(os.path.join(home, "planted.txt"), "w").write("y")',
+}
+
+
+@pytest.mark.parametrize("instead", INSTEAD_OF_ITS_DIRECTORY.values(), ids=INSTEAD_OF_ITS_DIRECTORY.keys())
+async def test_a_run_that_puts_something_else_in_place_of_its_directory_gets_nothing_scanned(
+    config: Config, no_leaks: None, instead: str
 ) -> None:
-    code = """
-        import os
-        home = os.getcwd()
-        open("before.txt", "w").write("x")
-        os.rename(home, home + "-moved")
-        os.symlink("/etc", home)
-        os.chdir("/")
-        print("swapped")
-    """
+    # Plain mode: a sandbox's directory is a mount point.
+    moved = 'import os\nhome = os.getcwd()\nopen("before.txt", "w").write("x")\nos.rename(home, home + "-moved")'
     async with Pool.open(in_mode(config, "fork-server"), reap_strays=True) as pool:
-        result = await run(pool, code)
+        result = await run(pool, f'{moved}\n{instead}\nos.chdir("/")\nprint("swapped")')
     assert (result.status, result.stdout.text) == (Status.OK, "swapped\n"), result.to_text()
     assert (result.attachments, result.omitted) == ((), ())
     # What the run left on the host (plain mode: its directory is the server's to delete) is gone too.
