@@ -176,6 +176,7 @@ def minimal_environment(result: RunResult, context: Context) -> None:
     # nothing of the server's own environment may show.
     minimal = {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PYTHONUNBUFFERED", "MALLOC_ARENA_MAX", "PWD"}
     numeric = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MPLBACKEND"}
+    numeric |= {"ARROW_DEFAULT_MEMORY_POOL", "ARROW_IO_THREADS"}  # pyarrow: malloc's memory, two I/O threads
     assert names <= minimal | numeric | {"PYTHONPATH", "MPLCONFIGDIR"}, names
     assert {"PATH", "HOME", "TMPDIR"} <= names, names
 
