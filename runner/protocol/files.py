@@ -46,7 +46,7 @@ def check_files(entries: Sequence[dict[str, Any]], max_bytes: int, max_file_byte
                 f"{where}: {len(data):,} bytes, more than a run may write to one file ({max_file_bytes:,})"
             )
         total += len(data)
-        if not max_bytes:  # found by a first hour: "more than the limit of 0 bytes"
+        if total > max_bytes and not max_bytes:  # found by a first hour: "more than the limit of 0 bytes"
             raise ArgumentError(f"{where}: this server takes no files (RUNNER_MAX_INPUT_MB=0): call without 'files'")
         if total > max_bytes:
             raise ArgumentError(f"{where}: the files come to more than the limit of {max_bytes:,} bytes together")

@@ -55,3 +55,4 @@ def test_a_server_that_takes_no_files_says_so_not_that_they_pass_a_limit_of_0_by
     said = r"this server takes no files \(RUNNER_MAX_INPUT_MB=0\): call without 'files'"
     with pytest.raises(ArgumentError, match=said):
         check_files([entry("a.txt")], max_bytes=0, max_file_bytes=1000)
+    assert check_files([entry("empty.txt", "")], max_bytes=0, max_file_bytes=1000)[0].data == b"", "empty ones fit"
