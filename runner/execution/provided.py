@@ -84,11 +84,13 @@ class ProvidedPackages:
         """The directories of `names`, installed first where they are not, held until `release`;
         `InstallError` naming the distribution that cannot be installed. `progress` hears once which
         are installed first, where any is."""
-        return (await self._acquired(names, request_id, progress)).paths_in_order
+        return (await self._acquired(names, request_id, progress))[0]
 
-    async def _acquired(self, names: tuple[str, ...], request_id: str, progress: ProgressCallback | None) -> _Acquired:
+    async def _acquired(
+        self, names: tuple[str, ...], request_id: str, progress: ProgressCallback | None
+    ) -> tuple[tuple[Path, ...], str]:
         if not names:
-            return _Acquired((), "")
+            return (), ""
         house = self.wheelhouse
         wanted = [Wanted(n, house.pins[n].version, house.wheels[n], house.pins[n].hashes) for n in names]
         if progress is not None:
@@ -113,7 +115,7 @@ class ProvidedPackages:
         if self.cache.installs != before or took >= NOTED_SECONDS:  # its install, or another's it waited for
             # Found by a first hour: a first `import sympy` took 5.7 s, its result said 0.224 s.
             note = f"{', '.join(names)}: {took:.1f} s installing from the wheelhouse before the run (first use here)"
-        return _Acquired(tuple(paths), note)
+        return tuple(paths), note  # the directories, in the order of `names`; what the result says
 
     async def provide(
         self,
@@ -127,8 +129,8 @@ class ProvidedPackages:
         be installed."""
         names = tuple(name for name in self.needed(imports, request.packages) if name not in held)
         try:
-            acquired = await self._acquired(names, request.request_id, progress)
-            return Provided(dict(zip(names, acquired.paths_in_order, strict=True)), acquired.note)
+            paths, note = await self._acquired(names, request.request_id, progress)
+            return Provided(dict(zip(names, paths, strict=True)), note)
         except InstallError as exc:
             log_event(self._log, logging.ERROR, "packages not installed", request.request_id, error=str(exc))
             message = f"a package this run needs could not be installed: {exc}"
@@ -148,12 +150,6 @@ class ProvidedPackages:
 
     def close(self) -> None:
         self.cache.close()
-
-
-@dataclass(frozen=True, slots=True)
-class _Acquired:
-    paths_in_order: tuple[Path, ...]
-    note: str
 
 
 # An install a call waited this long for is said in its result: its duration is the run's alone.
