@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -213,10 +214,13 @@ INITIALIZE_LINE = (
 )
 
 
-def piped_server(work_dir: Path, tmp_path: Path) -> subprocess.Popen[bytes]:
-    """`python -m runner` over pipes the test writes and reads by hand, its log in tmp_path/stderr.log."""
+@contextlib.contextmanager
+def piped_server(work_dir: Path, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`python -m runner` over pipes the test writes and reads by hand, its log in tmp_path/stderr.log;
+    killed and its pipes closed at the end whatever happened (an unclosed pipe, collected during a later
+    test, fails that test with a ResourceWarning)."""
     with open(tmp_path / "stderr.log", "w") as errlog:
-        return subprocess.Popen(
+        server = subprocess.Popen(
             [sys.executable, "-m", "runner"],
             cwd=REPO,
             env=server_env(work_dir),
@@ -224,34 +228,55 @@ def piped_server(work_dir: Path, tmp_path: Path) -> subprocess.Popen[bytes]:
             stdout=subprocess.PIPE,
             stderr=errlog,
         )
+    try:
+        yield server
+    finally:
+        server.kill()
+        server.wait()
+        for pipe in (server.stdin, server.stdout):
+            with contextlib.suppress(OSError):  # what is left in its buffer cannot be flushed
+                assert pipe is not None
+                pipe.close()
+
+
+def answer_ids_until(fd: int, last: int) -> list[int]:
+    """The ids of the answers read from `fd` up to the one whose id is `last`, each within a minute."""
+    # From the fd itself: select on a buffered reader misses the lines already in its buffer, and the
+    # last answers often arrive in one read (a hang found under load).
+    ids: list[int] = []
+    pending = b""
+    while not ids or ids[-1] != last:
+        assert select.select([fd], [], [], 60)[0], "no answer within a minute"
+        data = os.read(fd, 1 << 16)
+        assert data, "the server closed its stdout"
+        *lines, pending = (pending + data).split(b"\n")
+        ids.extend(json.loads(line)["id"] for line in lines)
+    return ids
 
 
 def test_a_client_that_stops_reading_ends_the_session_with_exit_0(
     work_dir: Path, tmp_path: Path, left_nothing: None
 ) -> None:
-    server = piped_server(work_dir, tmp_path)
-    assert server.stdin is not None
-    assert server.stdout is not None
-    server.stdin.write(INITIALIZE_LINE)
-    server.stdin.flush()
-    assert json.loads(server.stdout.readline())["id"] == 1
-    server.stdout.close()  # no reader left: the server's next write fails with EPIPE
-    with contextlib.suppress(BrokenPipeError):
-        server.stdin.write(b'{"jsonrpc": "2.0", "id": 2, "method": "ping"}\n')
+    with piped_server(work_dir, tmp_path) as server:
+        assert server.stdin is not None
+        assert server.stdout is not None
+        server.stdin.write(INITIALIZE_LINE)
         server.stdin.flush()
-    try:
+        assert json.loads(server.stdout.readline())["id"] == 1
+        server.stdout.close()  # no reader left: the server's next write fails with EPIPE
+        with contextlib.suppress(BrokenPipeError):
+            server.stdin.write(b'{"jsonrpc": "2.0", "id": 2, "method": "ping"}\n')
+            server.stdin.flush()
         assert server.wait(timeout=20) == 0
-    finally:
-        server.kill()
-        server.stdin.close()
     assert "client closed its end of stdout; shutting down" in (tmp_path / "stderr.log").read_text()
 
 
 # What a client that never reads may make the server take: a ping line is 42 bytes, so this is some
 # 100,000 requests, hundreds of times what the server reads before it stops (256, the pipe and a read).
 UNREAD_BYTES_BOUND = 4 * 1024 * 1024
-# How long the client's pipe stays full before the server is taken to have stopped reading it.
-QUIET_SECONDS = 2.0
+# How long the client's pipe stays full, once the server says it paused, before it is taken to have
+# stopped reading it.
+QUIET_SECONDS = 1.0
 
 
 def vm_rss_mib(pid: int) -> int:
@@ -264,47 +289,52 @@ def test_a_client_that_writes_requests_and_never_reads_is_held_back_by_its_full_
 ) -> None:
     # Found by a review: the server read on and started a task per request, each holding its answer
     # for a client that never read one (70 MiB -> 1.29 GB in 40 s of pings).
-    server = piped_server(work_dir, tmp_path)
-    assert server.stdin is not None
-    assert server.stdout is not None
-    try:
+    with piped_server(work_dir, tmp_path) as server:
+        assert server.stdin is not None
+        assert server.stdout is not None
         server.stdin.write(INITIALIZE_LINE + b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
         server.stdin.flush()
-        assert json.loads(server.stdout.readline())["id"] == 1
+        assert answer_ids_until(server.stdout.fileno(), 1) == [1]
         rss_before = vm_rss_mib(server.pid)
 
         ping = b'{"jsonrpc": "2.0", "id": 7, "method": "ping"}\n'
         chunk, written, rest = ping * 1000, 0, b""
         fd = server.stdin.fileno()
         os.set_blocking(fd, False)
-        # Write until the pipe stays full (the server no longer reads) or past the bound (it reads on).
-        while written < UNREAD_BYTES_BOUND and select.select([], [fd], [], QUIET_SECONDS)[1]:
-            with contextlib.suppress(BlockingIOError):
-                data = rest or chunk
-                sent = os.write(fd, data)
-                written, rest = written + sent, data[sent:]
+        # Write until the server says it paused and the pipe stays full, or past the bound (it reads on).
+        # Not the pipe's being full alone: a server starved of CPU on a busy machine reads nothing for
+        # seconds before it pauses (found by a clean clone beside busy loops).
+        paused = "client has too many requests unanswered; reading paused until it reads answers unanswered=256"
+        deadline = time.monotonic() + 60
+        while written < UNREAD_BYTES_BOUND:
+            if select.select([], [fd], [], QUIET_SECONDS)[1]:
+                with contextlib.suppress(BlockingIOError):
+                    data = rest or chunk
+                    sent = os.write(fd, data)
+                    written, rest = written + sent, data[sent:]
+            elif paused in (tmp_path / "stderr.log").read_text():
+                break
+            else:
+                assert time.monotonic() < deadline, "the server neither read on nor paused within a minute"
         assert written < UNREAD_BYTES_BOUND, "the server read on, holding what it could not answer"
         assert vm_rss_mib(server.pid) < rss_before + 100
-        log = (tmp_path / "stderr.log").read_text()
-        assert "client has too many requests unanswered; reading paused until it reads answers unanswered=256" in log
 
         # Once the client reads, every request it sent is answered, and the server goes on.
         os.set_blocking(fd, True)
         last = rest + b'{"jsonrpc": "2.0", "id": 8, "method": "ping"}\n'
-        writer = threading.Thread(target=server.stdin.write, args=(last,), daemon=True)  # blocks until read
+        stdin = server.stdin
+
+        def write_last() -> None:  # blocks until the server reads; fails if the test killed it
+            with contextlib.suppress(OSError):
+                stdin.write(last)
+
+        writer = threading.Thread(target=write_last, daemon=True)
         writer.start()
-        answers = []
-        while not answers or answers[-1] != 8:
-            assert select.select([server.stdout], [], [], 60)[0], "no answer within a minute"
-            answers.append(json.loads(server.stdout.readline())["id"])
+        answers = answer_ids_until(server.stdout.fileno(), 8)
         assert answers == [7] * ((written + len(rest)) // len(ping)) + [8]
         writer.join()
         server.stdin.close()
         assert server.wait(timeout=20) == 0
-    finally:
-        server.kill()
-        server.wait()
-        server.stdout.close()
 
 
 async def test_requests_past_the_bound_that_are_cancelled_leave_room_for_more(
