@@ -147,9 +147,12 @@ class RunProxy:
                     self._scope = tg.cancel_scope
                     await self._accept(listener, tg)
                 # The budget is spent (its scope cancelled): until the run ends, what it connects is
-                # closed at once, not left waiting.
+                # closed at once, not left waiting, at the run's pace still (found by a review: 17,500
+                # connections in 6 s, each taken and closed).
                 while True:
                     (await _next_connection(listener)).close()
+                    if wait := self.asked():
+                        await anyio.sleep(wait)
             finally:
                 self._lookups.end()  # what stalls in threads still is its caller's from now on
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from runner.egress.proxy import REQUESTS_PER_SECOND
 from tests.code_mode import cpu_seconds, peak_memory, run, run_costing, server_process, stdio_session
 from tests.egress import UPSTREAM_HOST, egress_problem
 
@@ -153,9 +154,11 @@ print(sent // 6)
 """
 
 
-def proxied_session(work_dir: Path, log: Any, port: int) -> Client:
+def proxied_session(work_dir: Path, log: Any, port: int, **env: str) -> Client:
     """A namespaced server whose runs may reach the test's upstream on `port` alone."""
-    return stdio_session(work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}")
+    return stdio_session(
+        work_dir, log, RUNNER_SANDBOX="namespaces", RUNNER_EGRESS_ALLOW=f"{UPSTREAM_HOST}:{port}", **env
+    )
 
 
 async def test_a_run_that_sends_faster_than_a_listed_host_reads_is_held_back_not_held_in_memory(
@@ -332,3 +335,50 @@ async def test_connections_requests_and_heads_cost_the_server_a_bounded_share_of
             done, busy = await run_costing(client, code)
     assert done["status"] == "ok", done
     assert busy < 1.0, f"{busy:.2f} s of the server's CPU in the run's 3 s"
+
+
+# A tunnel written to until the run's budget of 1 MB is spent, then eight processes connecting for 3 s:
+# how many connections the proxy took (and closed at once) meanwhile.
+SPENT = """
+import os, socket, time
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"CONNECT {host}:{port} HTTP/1.1\\r\\nHost: {host}:{port}\\r\\n\\r\\n")
+assert s.recv(100).startswith(b"HTTP/1.1 200")
+try:
+    while True:
+        s.sendall(b"x" * 65536)
+except OSError:
+    pass
+end = time.monotonic() + 3
+counts, children = os.pipe(), []
+for _ in range(8):
+    pid = os.fork()
+    if pid == 0:
+        closed = 0
+        while time.monotonic() < end:
+            try:
+                with socket.create_connection(("127.0.0.1", 3128), timeout=1) as c:
+                    closed += c.recv(1) == b""
+            except OSError:
+                pass
+        os.write(counts[1], b"%d\\n" % closed)
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
+os.close(counts[1])
+print(sum(int(line) for line in os.read(counts[0], 1000).split()))
+"""
+
+
+async def test_connections_after_the_budget_is_spent_are_taken_at_the_runs_pace(work_dir: Path, tmp_path: Path) -> None:
+    # Found by a review: once the budget was spent, each connection was taken and closed unpaced,
+    # 17,500 in 6 s for 0.59 s of the server's CPU.
+    with sink() as port, (tmp_path / "server.log").open("w") as log:
+        async with proxied_session(work_dir, log, port, RUNNER_MAX_EGRESS_MB="1") as client:
+            done = await run(client, SPENT.format(host=UPSTREAM_HOST, port=port))
+    assert done["status"] == "ok", done
+    assert "network budget" in done["note"], done
+    # REQUESTS_PER_SECOND for 3 s, after a burst of as many.
+    closed = int(done["stdout"])
+    assert closed < REQUESTS_PER_SECOND * 5, f"{closed} connections taken in 3 s"
