@@ -95,17 +95,20 @@ class KeptOutput:
 @dataclass(frozen=True, slots=True)
 class SessionOutcome:
     """What became of a session's call: the session's handle, and whether the state the call left is
-    the session's now (`kept`), or the session is as it was before the call; `note` says why not, or
-    what the kept state does not carry (threads)."""
+    the session's now (`kept`), or the session is as it was before the call, or it `ended` (its
+    roll-back could not be done); `note` says why not, or what the kept state does not carry (threads)."""
 
     handle: str
     kept: bool
     note: str = ""
+    ended: bool = False
 
     def describe(self) -> str:
         """The line the text block gains, e.g. ``session: s-abc... | kept``."""
         if self.kept:
             return f"session: {self.handle} | kept" + (f"; {self.note}" if self.note else "")
+        if self.ended:
+            return f"session: {self.handle} | ended: {self.note}"
         why = self.note or "the call did not end ok"
         return f"session: {self.handle} | rolled back ({why}): the session is as it was before this call"
 

@@ -400,6 +400,16 @@ class SessionHost:
             said = f"the call did not end ok, and {ending}"
         outcome = SessionOutcome(session.handle, kept, said)
         session.handed = True
+        if not kept:
+            # Answered once its roll-back is done (within the anchor's patience), so that one that must
+            # end the session says so, not "as it was" (found by a review: a call that unlinked a file
+            # the state holds open). A kept call's answer goes at once; its next call waits instead.
+            with anyio.CancelScope(shield=True):
+                await session.settled.wait()
+            if not sessions.is_open(session):
+                why = sessions.why_ended(session.handle) or "its roll-back could not be done"
+                said = f'it could not be rolled back, and the session ended ({why}); start another with session "new"'
+                outcome = SessionOutcome(session.handle, False, said, ended=True)
         return dataclasses.replace(result, session=outcome)
 
     async def _settle(self, kept: bool, oom: bool, settled: anyio.Event) -> None:

@@ -187,7 +187,7 @@ def structured_result(result: RunResult) -> dict[str, Any]:
         content["table"] = table_content(result.table)
     if result.session is not None:
         content["session"] = result.session.handle
-        content["rolled_back"] = not result.session.kept
+        content["rolled_back"] = not result.session.kept and not result.session.ended
         content["session_note"] = result.session.note
     streams = [kept for kept in result.kept if not kept.is_file]
     files = [kept for kept in result.kept if kept.is_file]

@@ -228,7 +228,10 @@ def output_schema() -> dict[str, Any]:
             },
             "session_note": {
                 "type": "string",
-                "description": "Why the call was rolled back, or what its kept state does not carry; may be empty.",
+                "description": (
+                    "Why the call was rolled back, or what its kept state does not carry, or why the session "
+                    "ended with it; may be empty."
+                ),
             },
             "full_output": {
                 "type": "array",
