@@ -258,7 +258,8 @@ def nameless_file() -> str:
             if _is_regular(info.st_mode) and info.st_nlink == 0:  # a memfd's too
                 return (
                     f"it holds open a file with no name (fd {name}: a temporary file, or one deleted "
-                    "while open), which a roll-back could not put back; close it before the call ends"
+                    "while open), which a roll-back could not put back; close it before the call ends "
+                    "(sqlite3 makes them for large sorts: PRAGMA temp_store=MEMORY keeps those in memory)"
                 )
         except OSError:
             continue  # the listing's own fd, closed already
