@@ -36,6 +36,7 @@ SHARED = (
     "runner.eventloop",
     "runner.logs",
     "runner.fdio",
+    "runner.jsonvalues",
     "runner.outcome",
     "runner.rates",
 )

@@ -15,7 +15,7 @@ run under ``python -I -S`` outside the package: they reach each other only throu
 (``from runner.inrun import x`` when ``__package__`` is set, else ``import x``). So none of the
 server's: `runner.processes`, `runner.execution`, `runner.protocol`, `runner.transports`, `runner.tools`,
 `runner.egress`, `runner.config`, `runner.errors`, `runner.logs`, `runner.fdio`, `runner.rates`,
-`runner.outcome`, `runner.eventloop`. The
+`runner.outcome`, `runner.eventloop`, `runner.jsonvalues`. The
 server's execution side and process handles may import this package (it is stdlib only); the protocol
 side and the transports may not.
 """

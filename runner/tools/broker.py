@@ -29,6 +29,7 @@ from runner.config.tools import python_name
 from runner.errors import Unavailable
 from runner.logs import SHOWN_CHARS, LogBudget, cut, log_event
 from runner.outcome import ToolCall
+from runner.tools import frames
 from runner.tools.catalog import describe, dumped_within, message_of_error, value_of_result
 from runner.tools.downstream import CONNECT_SECONDS, Connection, Down, TooSlow, loop_time
 from runner.tools.schemas import SchemaCheck
@@ -344,9 +345,13 @@ class RunCalls:
         try:
             # UTF-8 strictly: json.loads would take bytes as UTF-16 too, and UTF-8 with surrogates. And
             # no NaN nor Infinity, Python's, not JSON's: a downstream server would get null for them.
-            request = _DECODER.decode(body.decode())
-        except (ValueError, RecursionError):
+            if many := frames.too_many(body):
+                return self._finish("(unknown)", "(unknown)", "refused", loop_time(), len(body), 0, _error(many))
+            request = frames.decode(body)
+        except UnicodeDecodeError:
             return _error("the run sent a call that is not JSON")
+        except frames.NotJson as exc:
+            return _error(f"the run sent a call that is not JSON: {exc}")
         if not isinstance(request, dict):
             return _error("the run sent a call that is not an object")
         if request.get("op") == "module":
@@ -544,13 +549,6 @@ def _unknown(schema: Any, arguments: dict[str, Any]) -> str:
 
 def _error(message: str) -> bytes:
     return json.dumps({"ok": False, "error": message}).encode()
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_not_json)  # one, not one a call (`json.loads` with a keyword)
 
 
 def _unicode(value: Any) -> bool:

@@ -60,6 +60,7 @@ from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from runner.jsonvalues import json_values
 from runner.transports.auth import CALLER_STATE_KEY
 from runner.transports.jsonrpc import (
     CANCELLED_METHOD,
@@ -67,7 +68,6 @@ from runner.transports.jsonrpc import (
     REQUEST_CANCELLED,
     SERVER_BUSY,
     error_reply,
-    json_values,
     request_id_in,
 )
 
@@ -168,7 +168,7 @@ class PostedCancels:
                 await _refuse(send, 503, None, f"busy: {self._bodies.held / 2**20:,.0f} MiB of requests are being read")
                 return
             buffered, body = read
-            if len(body) > PARSED_BYTES and (values := json_values(body)) > MAX_JSON_VALUES:
+            if len(body) > PARSED_BYTES and (values := json_values(body, MAX_JSON_VALUES)) > MAX_JSON_VALUES:
                 # The id is a guess here (nothing parsed it), for an answer only: this request is over.
                 await _refuse(
                     send, 400, request_id_in(body), f"{values:,} JSON values or more, past {MAX_JSON_VALUES:,}"

@@ -116,21 +116,51 @@ async def test_a_lone_surrogate_in_the_arguments_is_refused_and_the_downstream_s
 
 async def test_nan_and_infinity_are_refused_not_sent_on_as_null(work_dir: Path, tmp_path: Path) -> None:
     # Found by a review: Python writes NaN and Infinity into JSON, which has neither; the SDK sent them
-    # on as null. A frame of the run's own that holds one is refused by the server too.
-    frame = b'{"op": "call", "server": "hostile", "tool": "measure", "arguments": {"x": Infinity}}'
+    # on as null. A frame of the run's own that holds one is refused by the server too, and one of a
+    # number too large for a float (found by a review: 1e400 reached the tool as null).
+    frame = b'{"op": "call", "server": "hostile", "tool": "measure", "arguments": {"x": %s}}'
     code = SAID + (
         "import json, os\n"
         "print(said(lambda: h.measure(x=float('nan'))))\n"
         "print(said(lambda: h.measure(x=1.5)))\n"
-        f"print(json.loads(mcp_tools._mcp_exchange({frame!r}, b'%d.900' % os.getpid())))\n"
+        f"for n, x in enumerate((b'Infinity', b'1e400', b'-1e400')):\n"
+        f"    print(json.loads(mcp_tools._mcp_exchange({frame!r} % x, b'%d.90%d' % (os.getpid(), n))))\n"
     )
     path = tools_file(tmp_path, hostile=hostile())
     done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
     assert done["status"] == "ok", done
-    refused, measured, raw = done["stdout"].splitlines()
+    refused, measured, *raw = done["stdout"].splitlines()
     assert refused.startswith("hostile.measure: the arguments are not JSON: Out of range float values"), refused
     assert measured == "measure 1.5"
-    assert raw == "{'ok': False, 'error': 'the run sent a call that is not JSON'}"
+    assert raw == [
+        "{'ok': False, 'error': 'the run sent a call that is not JSON: Infinity is not JSON'}",
+        "{'ok': False, 'error': 'the run sent a call that is not JSON: 1e400 is too large for a number'}",
+        "{'ok': False, 'error': 'the run sent a call that is not JSON: -1e400 is too large for a number'}",
+    ]
+
+
+async def test_a_call_of_more_lists_than_the_bound_is_refused_undecoded_and_the_run_calls_on(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: one frame of 16 MiB of `[],`, within the run's budget, held the event loop
+    # 3.5 s (a ping from another client 7 s) and took the server 450 MB more; four runs at once, 3.5 GB.
+    code = SAID + (
+        "import json, os\nprint(said(lambda: h.measure(x=[[]] * 4_000_000)))\nprint(said(lambda: h.measure(x=1.5)))\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            server = server_process()
+            before = peak_memory(server)
+            done = await run(client, code)
+            grew = peak_memory(server) - before
+    assert done["status"] == "ok", done
+    assert done["stdout"].splitlines() == [
+        "hostile.measure: the run sent a call of more than 1,000,000 values, or 100,000 lists and objects; "
+        "send them in smaller calls",
+        "measure 1.5",
+    ]
+    assert grew < 100 << 20, f"{grew >> 20} MiB more"
 
 
 async def test_a_tools_own_error_has_the_credentials_of_its_entry_masked(work_dir: Path, tmp_path: Path) -> None:
