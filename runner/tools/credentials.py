@@ -40,7 +40,9 @@ class Credentials:
         # server's directory, a time zone), and a run would get it garbled.
         told = {value for name, value in server.env if CREDENTIAL_NAME.search(name)} | {v for _, v in server.headers}
         told |= schemed
-        self._in_results = sorted((value for value in told if len(value) >= MIN_IN_RESULTS), key=len, reverse=True)
+        # As they are and escaped: a tool that tells its environment as JSON text escapes them (found by
+        # a review: `pa"ss\\word` and a tab reached the run as `pa\\"ss\\\\word`, to be unescaped).
+        self._in_results = _spellings(value for value in told if len(value) >= MIN_IN_RESULTS)
         self._in_results_dumped = [json.dumps(value)[1:-1] for value in self._in_results]  # as a result's JSON has them
 
     def scrubbed(self, text: str, whole: bool = True) -> str:

@@ -286,7 +286,7 @@ class Connection:
             for tool in page.tools:
                 size += listed_bytes(tool)
                 if len(listed) < MAX_TOOLS and size <= MAX_LISTING_BYTES:
-                    listed[tool.name] = kept_tool(tool)
+                    listed[tool.name] = kept_tool(tool, self.credentials)
             cursor = page.next_cursor
             size += len(cursor or "")  # a cursor of megabytes is no less to hold
             if not cursor or len(listed) >= MAX_TOOLS or size > MAX_LISTING_BYTES:

@@ -22,6 +22,8 @@ import pydantic
 import pydantic_core
 from mcp import types
 
+from runner.tools.credentials import Credentials
+
 PARSED_IN_TWO = 64 << 10  # a message longer than this, in bytes or characters, is parsed in two
 MAX_TOOLS = 1000  # a listing's most: more are left out (before pydantic checks them)
 MAX_LISTING_BYTES = 4 << 20  # a listing's names, descriptions and schemas, as JSON: past it, the rest left out
@@ -78,16 +80,19 @@ def listed_bytes(tool: types.Tool) -> int:
     return len(tool.name) + min(len(tool.description or ""), MAX_DESCRIPTION_CHARS) + len(schemas)
 
 
-def kept_tool(tool: types.Tool) -> types.Tool:
+def kept_tool(tool: types.Tool, credentials: Credentials) -> types.Tool:
     """`tool` as it is kept: its name, schemas and description, cut to MAX_DESCRIPTION_CHARS. Its title,
     icons, annotations and `_meta` serve no run and are not counted (found by a review: 60 MiB of
-    `_meta` a tool, 31 tools, held 1.9 GB)."""
+    `_meta` a tool, 31 tools, held 1.9 GB). The credentials of its server's entry that its results may
+    not pass on are masked in its description and schemas, as in its results (found by a review: an API
+    key in a description, or a schema's default, reached help(mcp_tools) and every client's tool list)."""
     description = tool.description
     if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
         description = description[: MAX_DESCRIPTION_CHARS - 3] + "..."
-    return types.Tool(
-        name=tool.name, description=description, input_schema=tool.input_schema, output_schema=tool.output_schema
-    )
+    input_schema, output_schema = tool.input_schema, tool.output_schema
+    if credentials.in_result(json.dumps([description, input_schema, output_schema], default=str)):
+        description, input_schema, output_schema = credentials.masked_result([description, input_schema, output_schema])
+    return types.Tool(name=tool.name, description=description, input_schema=input_schema, output_schema=output_schema)
 
 
 def _too_many(value: Any) -> types.JSONRPCError | None:

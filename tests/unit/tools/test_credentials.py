@@ -78,3 +78,16 @@ def test_only_a_credential_headers_value_after_its_scheme_is_looked_for_on_its_o
     told = Credentials(server)
     assert told.scrubbed("500 Internal Server Error") == "500 Internal Server Error"
     assert told.scrubbed(f"bad token {TOKEN}") == "bad token ***"
+
+
+@pytest.mark.parametrize("secret", ['pa"ss\\word-0123456789', "tab\there-0123456789", "p\u00e4ssw\u00f6rd-0123456789"])
+def test_a_credential_a_tool_tells_escaped_as_json_text_is_masked_in_its_result(secret: str) -> None:
+    # Found by a review: server-everything's get_env answers its environment as JSON text; a credential
+    # with a character JSON escapes reached the run escaped, unmasked (then unescaped by a json.loads).
+    told = Credentials(Downstream("s", "s", ("*",), None, command="x", env=(("MY_TOKEN", secret),)))
+    for text in (json.dumps({"MY_TOKEN": secret}), json.dumps({"MY_TOKEN": secret}, ensure_ascii=False), repr(secret)):
+        assert told.in_result(json.dumps([text])), text
+        [masked] = told.masked_result([text])
+        assert "***" in masked, masked
+        spelt = (secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1])
+        assert not any(spelling in masked for spelling in spelt), masked

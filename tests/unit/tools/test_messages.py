@@ -7,6 +7,8 @@ import json
 
 from mcp import types
 
+from runner.config import Downstream
+from runner.tools.credentials import Credentials
 from runner.tools.messages import MAX_BLOCKS, MAX_TOOLS, PARSED_IN_TWO, kept_tool, listed_bytes, message_of
 
 
@@ -40,7 +42,7 @@ def test_a_kept_tool_holds_no_title_icons_annotations_nor_meta_and_is_counted_wh
         annotations=types.ToolAnnotations(title=big),
         _meta={"x": big},
     )
-    kept = kept_tool(tool)
+    kept = kept_tool(tool, Credentials(Downstream("s", "s", ("*",), None, command="x")))
     assert len(kept.model_dump_json(by_alias=True, exclude_none=True)) < listed_bytes(kept) + 200
     assert kept.title is kept.icons is kept.annotations is kept.meta is None
     assert kept.description is not None
@@ -64,3 +66,23 @@ def test_icons_count_with_the_blocks_and_a_listings_unkept_fields_are_dropped_be
     [kept] = listing.result["tools"]
     assert "icons" not in kept
     assert "_meta" not in kept
+
+
+def test_a_credential_in_a_tools_description_or_schemas_is_masked_as_in_its_results() -> None:
+    # Found by a review: a server that put its API key in a description and a schema's default had it in
+    # help(mcp_tools), the tool's schema and run_python's description, every client's to read.
+    key = "sk-" + "k" * 20
+    credentials = Credentials(Downstream("s", "s", ("*",), None, command="x", env=(("SERVICE_API_KEY", key),)))
+    tool = types.Tool(
+        name="whoami",
+        description=f"Tells who you are (as {key})",
+        input_schema={"type": "object", "properties": {"key": {"type": "string", "default": key}}},
+        output_schema={"type": "object", "description": f"for {key}"},
+    )
+    kept = kept_tool(tool, credentials)
+    assert key not in kept.model_dump_json()
+    assert kept.description == "Tells who you are (as ***)"
+    assert kept.input_schema == {"type": "object", "properties": {"key": {"type": "string", "default": "***"}}}
+    # A tool with none of them is kept as it came.
+    plain = types.Tool(name="t", description="no key here", input_schema={"type": "object"})
+    assert kept_tool(plain, credentials) == plain
