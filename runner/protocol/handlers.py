@@ -115,6 +115,11 @@ class Handlers:
         self._after_answer = after_answer
 
     @property
+    def reads(self) -> Reads:
+        """The reads of kept output and of task results in flight (`runner.protocol.reads`)."""
+        return self._reads
+
+    @property
     def view(self) -> AppView | None:
         """The app view run_python names; None where RUNNER_APP_VIEW is off."""
         return self._view
@@ -159,12 +164,8 @@ class Handlers:
         except MCPError as busy:
             log_event(self._log, logging.INFO, "read refused", reason="busy", error=busy.message)
             raise
-        # Released once the answer has left (not when it is built: a client that does not read it
-        # holds it), or here where the transport cannot say when that is.
-        hooked = False
-        if self._after_answer is not None and ctx.request is not None:
-            hooked = self._after_answer(ctx.request, lambda: self._reads.release(held))
-        try:
+        # Released once the answer has left (not when it is built: a client that does not read it holds it).
+        with self._reads.answering(held, ctx.request, self._after_answer):
             found = await self._runner.read_output(uri, caller)
             if found is None:  # expired or evicted since it was listed
                 raise self._not_found(uri)
@@ -173,12 +174,6 @@ class Handlers:
             contents = kept_contents(kept, data)
             self._reads.charge(held, answer_cost(data, contents))
             return types.ReadResourceResult(contents=[contents])
-        except BaseException:
-            self._reads.release(held)
-            raise
-        finally:
-            if not hooked:
-                self._reads.release(held)
 
     def _not_found(self, uri: str) -> MCPError:
         log_event(self._log, logging.INFO, "resource not found", uri=uri[:100])
@@ -449,5 +444,5 @@ def build_server(
     # passes such a result through unsieved on a 2026-07-28 wire, the only one tasks are offered on.
     server.add_request_handler("tools/call", types.CallToolRequestParams, handlers.call_tool)
     if tasks is not None:
-        TaskMethods(tasks, logger, caller_of, name_header_of).register(server)
+        TaskMethods(tasks, logger, caller_of, name_header_of, handlers.reads, after_answer).register(server)
     return server

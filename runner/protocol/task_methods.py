@@ -23,6 +23,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from runner.logs import SHOWN_CHARS, cut, log_event
+from runner.protocol.reads import AfterAnswer, Reads
 from runner.protocol.tasks import EXTENSION, Task, Tasks, detailed_task
 
 # How long tasks/cancel waits for the run to be killed before it answers anyway.
@@ -60,11 +61,15 @@ class TaskMethods:
         logger: logging.Logger,
         caller_of: CallerOf | None = None,
         name_header_of: NameHeaderOf | None = None,
+        reads: Reads | None = None,
+        after_answer: AfterAnswer | None = None,
     ) -> None:
         self._tasks = tasks
         self._log = logger
         self._caller_of = caller_of
         self._name_header_of = name_header_of
+        self._reads = reads  # a result inlined is read as kept output is: the same budget (`Reads`)
+        self._after_answer = after_answer
 
     def register(self, server: Server[Any]) -> None:
         """Advertise the extension (server/discover, initialize) and serve its methods."""
@@ -74,8 +79,19 @@ class TaskMethods:
         server.add_request_handler("tasks/cancel", TaskParams, self.cancel)
 
     async def get(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
-        """tasks/get: the task as it is now; its result inlined once it has one."""
-        return detailed_task(self._task(ctx, params))
+        """tasks/get: the task as it is now; its result inlined once it has one, as a read of kept output
+        is: admitted against the same budget, and held until its answer has left (`Reads`)."""
+        task = self._task(ctx, params)
+        if self._reads is None or task.result is None or task.status != "completed":
+            return detailed_task(task)
+        reads = self._reads
+        try:
+            held = reads.admit_json(task.caller, task.result_bytes)
+        except MCPError as busy:
+            log_event(self._log, logging.INFO, "read refused", task.request_id, reason="busy", error=busy.message)
+            raise
+        with reads.answering(held, ctx.request, self._after_answer):
+            return detailed_task(task)
 
     async def update(self, ctx: ServerRequestContext[Any], params: UpdateTaskParams) -> dict[str, Any]:
         """tasks/update: an empty acknowledgement. A run never asks its client for input, so no

@@ -68,6 +68,7 @@ class Task:
     expires: float | None = None  # the store's clock, once ended: past it, the task is gone
     published: bool = False  # a client was told of it (CreateTaskResult): it is in the store
     result: types.CallToolResult | None = None  # once completed
+    result_bytes: int = 0  # its JSON's, once completed: what a tasks/get answer inlining it is charged for
     # What its run left that only its result names (a session a call with session "new" opened: the
     # handle is in the result alone), ended if the task goes with its result never read (`read`).
     leftover: Callable[[], Awaitable[object]] | None = None
@@ -89,6 +90,7 @@ class Task:
         """The run ended with `result` (an isError one included: that is still `completed`)."""
         if self.working:
             self.result = result
+            self.result_bytes = len(result.model_dump_json(by_alias=True, exclude_none=True))
         self._end("completed", message)
 
     def cancel(self, message: str) -> None:

@@ -20,7 +20,7 @@ def test_a_caller_has_at_most_a_few_reads_in_flight_and_one_more_is_refused_busy
     with pytest.raises(MCPError) as refused:
         reads.admit("alice", 1)
     assert refused.value.code == READ_BUSY
-    assert f"busy: {MAX_READS_PER_CALLER} reads of kept output of this caller are in flight" in refused.value.message
+    assert f"busy: {MAX_READS_PER_CALLER} reads of this caller are in flight" in refused.value.message
     reads.admit("bob", 1)  # another caller is not held up
     reads.release(held[0])
     reads.release(held[0])  # once only
@@ -30,7 +30,7 @@ def test_a_caller_has_at_most_a_few_reads_in_flight_and_one_more_is_refused_busy
 def test_one_caller_holds_half_the_budget_at_most_and_the_budget_bounds_all_but_a_lone_read() -> None:
     reads = Reads(100 * MIB)
     first = reads.admit("alice", 5 * MIB // WORST_PER_BYTE)  # charged 5 MiB at worst
-    with pytest.raises(MCPError, match="this caller's reads of kept output in flight hold 5 MiB"):
+    with pytest.raises(MCPError, match="this caller's reads in flight hold 5 MiB"):
         reads.admit("alice", 46 * MIB // WORST_PER_BYTE)
     reads.charge(first, 1 * MIB)  # what it cost once built
     second = reads.admit("alice", 46 * MIB // WORST_PER_BYTE)
