@@ -26,8 +26,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from runner.config import HttpConfig
 from runner.logs import SHOWN_CHARS, RefusalLog, cut, cut_error, log_event
 
-# The SDK's bodies (mcp.server.transport_security, RequestBodyLimitMiddleware), by status.
-SDK_BODIES = {421: b"Invalid Host header", 403: b"Invalid Origin header", 413: b"Request body too large"}
+# The SDK's bodies (mcp.server.transport_security, RequestBodyLimitMiddleware; its 2026-07-28 endpoint's
+# 406, which has none), by status.
+SDK_BODIES = {421: b"Invalid Host header", 403: b"Invalid Origin header", 413: b"Request body too large", 406: b""}
 
 
 def explained(status: int, headers: dict[bytes, bytes], http: HttpConfig) -> tuple[str, str]:
@@ -44,6 +45,9 @@ def explained(status: int, headers: dict[bytes, bytes], http: HttpConfig) -> tup
     if status == 403:
         origin = cut(headers.get(b"origin", b"").decode("latin-1"), SHOWN_CHARS)
         return f"Origin {origin!r} is not in RUNNER_HTTP_ALLOWED_ORIGINS", ", ".join(http.allowed_origins)
+    if status == 406:  # found by a review: a 2026-07-28 POST was answered 406 with no body at all
+        accept = cut(headers.get(b"accept", b"").decode("latin-1"), SHOWN_CHARS)
+        return f"Not Acceptable: Accept {accept!r} must name both application/json and text/event-stream", ""
     why = (
         f"Request body too large: over {http.max_body_bytes:,} bytes, the largest call the input caps allow "
         "(RUNNER_MAX_CODE_MB, RUNNER_MAX_STDIN_MB, RUNNER_MAX_INPUT_MB; see docs/http.md)"
@@ -52,7 +56,7 @@ def explained(status: int, headers: dict[bytes, bytes], http: HttpConfig) -> tup
 
 
 class ExplainedRefusals:
-    """ASGI middleware: the SDK's 421, 403 (Origin) and 413 answers get a body that says what to change."""
+    """ASGI middleware: the SDK's 421, 403 (Origin), 413 and 406 answers get a body that says what to change."""
 
     def __init__(self, app: ASGIApp, http: HttpConfig, logger: logging.Logger) -> None:
         self._app = app
@@ -77,8 +81,10 @@ class ExplainedRefusals:
                     text, allowed = explained(status, dict(scope["headers"]), self._http)
                     self._logged(status, text, allowed)
                     body = (text + "\n").encode()
-                    headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
-                    start = {**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+                    unsaid = (b"content-length", b"content-type")
+                    headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in unsaid]
+                    said = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"%d" % len(body))]
+                    start = {**start, "headers": [*headers, *said]}
                     message = {**message, "body": body}
                 await send(start)
             await send(message)

@@ -276,6 +276,14 @@ async def test_a_foreign_host_gets_421_and_a_foreign_origin_403(
         assert refused.text == "Host 'attacker.example' is not in RUNNER_HTTP_ALLOWED_HOSTS\n"
         refused = post(server, INITIALIZE, origin="http://attacker.example")
         assert refused.text == "Origin 'http://attacker.example' is not in RUNNER_HTTP_ALLOWED_ORIGINS\n"
+        # Found by a review: a 2026-07-28 POST that accepts no event stream got 406 and no body at all.
+        narrow = {**modern, "host": f"127.0.0.1:{port}", "accept": "application/json", "mcp-method": "tools/call"}
+        refused = httpx2.post(server.url, json=call("print(1)"), headers=narrow)
+        assert refused.status_code == 406
+        assert refused.text == (
+            "Not Acceptable: Accept 'application/json' must name both application/json and text/event-stream\n"
+        )
+        assert refused.headers["content-type"] == "text/plain; charset=utf-8"
         assert server.stop() == 0
     # The log, not the answer, says what the variable holds.
     logged = [line for line in (tmp_path / "log").read_text().splitlines() if "'attacker.example' is not" in line]
