@@ -345,10 +345,12 @@ class WheelhouseCache:
         try:
             for one in wanted:
                 held.append(await self._ensure(one))
+            # Within the try: a cancel that lands in its lock's wait (after a shielded install, say) left
+            # what this held held for the server's life, never evicted (found by a review).
+            await self._evict()
         except BaseException:
             self._release(held)
             raise
-        await self._evict()
         return [self._installed[key].path for key in held]
 
     async def missing(self, wanted: Iterable[Wanted]) -> list[str]:

@@ -254,3 +254,21 @@ async def test_a_cache_the_server_cannot_write_is_used_as_it_is(tmp_path: Path) 
             await frozen.acquire([missing])
     finally:
         (tmp_path / "cache").chmod(0o711)
+
+
+async def test_a_call_cancelled_while_it_waits_to_evict_lets_go_of_what_it_holds(tmp_path: Path) -> None:
+    # Found by a review: the eviction after the installs was outside the acquire's `try`, so a cancel in
+    # its lock's wait (after a shielded install) left the distribution held for the server's life: never
+    # evicted, its lock's fd open, the newest packages evicted instead.
+    wanted = make_wheel(tmp_path, "a", {"a.py": bytes(400)})
+    cache = WheelhouseCache(tmp_path / "cache", max_bytes=1000)
+    async with cache._evicting:  # another call's eviction under way
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cache.acquire, [wanted])
+                with anyio.fail_after(30):
+                    while not any(i.holders for i in cache._installed.values()):
+                        await anyio.sleep(0.01)  # installed, held, now waiting for the lock
+                scope.cancel()
+    assert [i.holders for i in cache._installed.values()] == [0]
+    assert all(i.held is None for i in cache._installed.values())
