@@ -165,7 +165,10 @@ async def test_answers_too_large_for_the_socket_come_whole_and_in_their_order() 
         written, left = answers(data)
         assert ([call_id for call_id, _ in written], left) == ([b"1.1", b"2.1", b"3.1", b"4.1"], 0)
         assert all("catalog" in json.loads(body) for _, body in written[:3])
-        assert json.loads(written[3][1]) == {"ok": False, "error": "the run sent a call that is not JSON"}
+        assert json.loads(written[3][1]) == {
+            "ok": False,
+            "error": "the run sent a call that is not JSON: Expecting value: line 1 column 1 (char 0)",
+        }
 
 
 @pytest.mark.parametrize("anyio_backend", [pytest.param(("asyncio", {"loop_factory": lambda: PollingLoop(0.2)}))])
