@@ -21,6 +21,7 @@ from runner.jsonvalues import json_values
 # A call's values (strings, and `{`, `[`, `,`, `:`), at most: 300,000 numbers or strings in a list are
 # within it; a list of 100,000 records of a few fields each is not.
 MOST_VALUES = 1_000_000
+PAUSED_PAST = 64 << 10  # bytes of a frame past which the garbage collector is paused while it is decoded
 
 
 class NotJson(ValueError):
@@ -29,7 +30,8 @@ class NotJson(ValueError):
 
 def too_many(body: bytes) -> str:
     """Why the frame `body` is refused undecoded for its values ('' if it is not)."""
-    if json_values(body, MOST_VALUES) <= MOST_VALUES:
+    # Each value takes a byte at least: a frame of fewer bytes is not counted (most are, on a call's way).
+    if len(body) <= MOST_VALUES or json_values(body, MOST_VALUES) <= MOST_VALUES:
         return ""
     return f"the run sent a call of more than {MOST_VALUES:,} JSON values; send them in smaller calls"
 
@@ -42,8 +44,11 @@ def decode(body: bytes) -> Any:
     text = body.decode()
     # Each float looked at in Python only where one could be too large: some 0.3 us a number more.
     decoder = _CHECKED if _may_overflow(body) else _DECODER
-    collecting = gc.isenabled()
-    gc.disable()  # what the decoder makes is all new, and held: nothing for the collector to find
+    # What the decoder makes is all new, and held: nothing for the collector to find. A small frame
+    # makes too few objects to wake it.
+    collecting = len(body) > PAUSED_PAST and gc.isenabled()
+    if collecting:
+        gc.disable()
     try:
         return decoder.decode(text)
     except (ValueError, RecursionError) as exc:
