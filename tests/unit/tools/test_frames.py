@@ -46,15 +46,24 @@ def test_a_frame_within_the_bound_is_decoded_whatever_its_strings_hold(arguments
 
 
 @pytest.mark.parametrize(
-    "number", ["1e400", "-1e400", "1E+309", "1e0400", "1" + "0" * 400 + ".0", "Infinity", "-Infinity", "NaN"]
+    "number",
+    [
+        *("1e400", "-1e400", "1E+309", "1e0400", "1.8e308", "0.1e310", "1" + "0" * 400 + ".0"),
+        # Found by a second look: fewer digits in a row than 309, their exponent short.
+        *("1" + "0" * 300 + "e10", "1" + "0" * 260 + ".5e50", "9" * 250 + "e60", "1" + "0" * 250 + "E+60"),
+        *("Infinity", "-Infinity", "NaN", "9" * 1001),
+    ],
 )
-def test_numbers_json_has_no_place_for_are_not_json(number: str) -> None:
+def test_numbers_json_has_no_place_for_or_too_long_to_decode_at_ease_are_not_json(number: str) -> None:
     # Found by a review: 1e400 passed as infinity, checked as a number, and reached the tool as null.
     with pytest.raises(NotJson):
         decode(call(number))
 
 
-@pytest.mark.parametrize("text", ["[1.5, 2.5e-3, 1e300]", '[1e308, -1e-400, 12345678901234567890123, "e400"]'])
+@pytest.mark.parametrize(
+    "text",
+    ["[1.5, 2.5e-3, 1e300]", '[1e308, -1e-400, 12345678901234567890123, "e400"]', "[" + "9" * 1000 + ", 1.5]"],
+)
 def test_numbers_that_fit_a_float_are_decoded_where_a_large_one_may_be_or_not(text: str) -> None:
     assert decode(call(text))["arguments"]["x"] == json.loads(text)
 
