@@ -22,7 +22,7 @@ _CREDENTIAL_HEADER = re.compile(r"^(?:PROXY-)?AUTHORIZATION$|" + CREDENTIAL_NAME
 class Credentials:
     """One server entry's credentials, as they are looked for."""
 
-    __slots__ = ("_in_results", "_in_results_dumped", "secrets")
+    __slots__ = ("_in_listing", "_in_listing_dumped", "_in_results", "_in_results_dumped", "secrets")
 
     def __init__(self, server: Downstream) -> None:
         # A credential header's value after its scheme too ("Bearer <token>": the token alone, which a
@@ -44,6 +44,12 @@ class Credentials:
         # a review: `pa"ss\\word` and a tab reached the run as `pa\\"ss\\\\word`, to be unescaped).
         self._in_results = _spellings(value for value in told if len(value) >= MIN_IN_RESULTS)
         self._in_results_dumped = [json.dumps(value)[1:-1] for value in self._in_results]  # as a result's JSON has them
+        # Nor in its tools' descriptions and schemas (`masked_listing`), where only those named as
+        # credentials are looked for: a credential header's, an `env` value named so.
+        named = {value for name, value in server.env if CREDENTIAL_NAME.search(name)} | schemed
+        named |= {value for name, value in server.headers if _CREDENTIAL_HEADER.search(name)}
+        self._in_listing = _spellings(value for value in named if len(value) >= MIN_IN_RESULTS)
+        self._in_listing_dumped = [json.dumps(value)[1:-1] for value in self._in_listing]
 
     def scrubbed(self, text: str, whole: bool = True) -> str:
         """`text` with every credential replaced by ``***``; if it is the head of a longer text (not
@@ -62,6 +68,16 @@ class Credentials:
         JSON: a credential of digits could be a number there, which would then not parse.
         RecursionError past Python's depth."""
         return _masked_value(value, self._in_results)
+
+    def masked_listing(self, value: Any) -> Any:
+        """`value` (a listed tool's description and schemas) with each credential named as one masked
+        (found by a review: an API key in a description and in a schema's `default` reached
+        `help(mcp_tools)` and every client's tool list). Not every header's value, as in results: a
+        schema's `enum` of `production` and `staging` beside an `X-Environment: production` header would
+        refuse every call naming it (found by a second look)."""
+        if not self._in_listing or not any(s in json.dumps(value, default=str) for s in self._in_listing_dumped):
+            return value
+        return _masked_value(value, self._in_listing)
 
 
 def masked(text: str, secrets: Iterable[str]) -> str:

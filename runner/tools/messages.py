@@ -83,15 +83,14 @@ def listed_bytes(tool: types.Tool) -> int:
 def kept_tool(tool: types.Tool, credentials: Credentials) -> types.Tool:
     """`tool` as it is kept: its name, schemas and description, cut to MAX_DESCRIPTION_CHARS. Its title,
     icons, annotations and `_meta` serve no run and are not counted (found by a review: 60 MiB of
-    `_meta` a tool, 31 tools, held 1.9 GB). The credentials of its server's entry that its results may
-    not pass on are masked in its description and schemas, as in its results (found by a review: an API
-    key in a description, or a schema's default, reached help(mcp_tools) and every client's tool list)."""
-    description = tool.description
+    `_meta` a tool, 31 tools, held 1.9 GB). The credentials of its server's entry named as such are
+    masked in its description and schemas (`Credentials.masked_listing`)."""
+    said = [tool.description, tool.input_schema, tool.output_schema]
+    # Masked before it is cut: a credential across the cut would be left whole but its last characters
+    # (found by a second look).
+    description, input_schema, output_schema = credentials.masked_listing(said)
     if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
         description = description[: MAX_DESCRIPTION_CHARS - 3] + "..."
-    input_schema, output_schema = tool.input_schema, tool.output_schema
-    if credentials.in_result(json.dumps([description, input_schema, output_schema], default=str)):
-        description, input_schema, output_schema = credentials.masked_result([description, input_schema, output_schema])
     return types.Tool(name=tool.name, description=description, input_schema=input_schema, output_schema=output_schema)
 
 

@@ -86,3 +86,21 @@ def test_a_credential_in_a_tools_description_or_schemas_is_masked_as_in_its_resu
     # A tool with none of them is kept as it came.
     plain = types.Tool(name="t", description="no key here", input_schema={"type": "object"})
     assert kept_tool(plain, credentials) == plain
+
+
+def test_a_listing_keeps_a_header_value_not_named_as_a_credential_and_masks_a_key_across_the_cut() -> None:
+    # Found by a second look: every header's value was masked, so an `X-Environment: production` header
+    # made the schema's enum ['***', 'staging'] and every call naming production was refused; and a key
+    # across the description's cut was left whole but for its last characters.
+    key = "sk-live-0123456789abcdef0123456789"
+    server = Downstream(
+        "s", "s", ("*",), None, url="http://x", headers=(("X-Environment", "production"), ("X-Api-Key", key))
+    )
+    tool = types.Tool(
+        name="deploy",
+        description="d" * 1990 + key,
+        input_schema={"type": "object", "properties": {"env": {"enum": ["production", "staging"]}}},
+    )
+    kept = kept_tool(tool, Credentials(server))
+    assert kept.input_schema == tool.input_schema
+    assert kept.description == "d" * 1990 + "***"
