@@ -709,10 +709,10 @@ async def test_a_rolled_back_call_that_unlinked_a_file_the_state_holds_open_ends
     assert not rolled.session.kept
     # Its own answer says so (found by a review: it said "rolled back", the session as it was).
     assert rolled.session.ended
-    assert "it could not be rolled back, and the session ended (a file the state holds open lost its name" in (
+    assert "the session ended as this call was rolled back (a file the state holds open lost its name" in (
         rolled.session.note
     )
-    assert rolled.session.describe().startswith(f"session: {handle} | ended: it could not be rolled back")
+    assert rolled.session.describe().startswith(f"session: {handle} | ended: the session ended as this call")
     after = await call(pool, "f.seek(0)\nprint(f.read())", handle)
     assert after.message.startswith("unknown session"), after
     assert "a file the state holds open lost its name" in after.message
