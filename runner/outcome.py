@@ -95,8 +95,8 @@ class KeptOutput:
 @dataclass(frozen=True, slots=True)
 class SessionOutcome:
     """What became of a session's call: the session's handle, and whether the state the call left is
-    the session's now (`kept`), or the session is as it was before the call, or it `ended` (its
-    roll-back could not be done); `note` says why not, or what the kept state does not carry (threads)."""
+    the session's now (`kept`), or the session is as it was before the call, or it `ended` as the call
+    was rolled back; `note` says why not, or what the kept state does not carry (threads)."""
 
     handle: str
     kept: bool
