@@ -240,9 +240,8 @@ async def test_tasks_get_of_a_large_result_never_read_is_bounded_as_a_read_of_ke
     assert len(json.dumps(again["result"])) > 20_000_000  # each chr(1) is "\u0001" in its JSON
     answered = [head for head in heads if b'"result"' in head]
     refused = [head for head in heads if b'"error"' in head]
-    # One in flight (a second would pass half the budget, 144 MiB), or two where the first was let go
-    # as it left (seen 1 in 3: 2 of 30 answered, 28 refused); before, all eight, 230 MiB each.
-    assert len(answered) <= 2
-    assert len(answered) + len(refused) == 8
+    # One in flight (a second would pass half the budget, 144 MiB); before, all eight, 230 MiB each.
+    # Found by a clean clone: 3 of 8, each let go as uvicorn took its body whole (`PIECE_BYTES`).
+    assert (len(answered), len(refused)) == (1, 7)
     assert all(b"-32010" in head and b"busy: " in head and b"then ask again" in head for head in refused)
     assert held < 400 * 2**20
