@@ -98,6 +98,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def run_measured(work_dir: Path, tmp_path: Path, path: Path, code: str, timeout: float = 30) -> tuple[Any, int]:
+    """`code`'s answer from a stdio server of the tools file `path` (its log in stderr.log), and how much
+    the server's peak memory grew while it ran."""
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
+            server = server_process()
+            before = peak_memory(server)
+            done = await run(client, code, timeout=timeout)
+            return done, peak_memory(server) - before
+
+
 async def run_costing(client: Client, code: str, **arguments: Any) -> tuple[dict[str, Any], float]:
     """`run`, and the seconds of CPU the server (`server_process`) used meanwhile."""
     server = server_process()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.code_mode import hostile, peak_memory, run, run_once, server_process, stdio_session, tools_file
+from tests.code_mode import hostile, run, run_measured, run_once, stdio_session, tools_file
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -147,13 +147,7 @@ async def test_a_call_of_more_lists_than_the_bound_is_refused_undecoded_and_the_
     code = SAID + (
         "import json, os\nprint(said(lambda: h.measure(x=[[]] * 4_000_000)))\nprint(said(lambda: h.measure(x=1.5)))\n"
     )
-    path = tools_file(tmp_path, hostile=hostile())
-    with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            server = server_process()
-            before = peak_memory(server)
-            done = await run(client, code)
-            grew = peak_memory(server) - before
+    done, grew = await run_measured(work_dir, tmp_path, tools_file(tmp_path, hostile=hostile()), code)
     assert done["status"] == "ok", done
     assert done["stdout"].splitlines() == [
         "hostile.measure: the run sent a call of more than 1,000,000 JSON values; send them in smaller calls",
@@ -231,13 +225,7 @@ async def test_the_bodies_of_frames_a_run_reads_no_answer_to_are_not_held_by_the
         "    os.write(3, b'tool %d %d.1\\n' % (len(large), 200000 + n) + large)\n"
         "print('sent')\n"
     )
-    path = tools_file(tmp_path, hostile=hostile())
-    with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            server = server_process()
-            before = peak_memory(server)
-            done = await run(client, code)
-            grown = peak_memory(server) - before
+    done, grown = await run_measured(work_dir, tmp_path, tools_file(tmp_path, hostile=hostile()), code)
     assert done["stdout"] == "sent\n", done
     assert grown < 100 << 20, f"the server's peak memory grew {grown >> 20} MiB for 240 MiB of frames"
 

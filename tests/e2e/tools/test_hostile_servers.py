@@ -29,6 +29,7 @@ from tests.code_mode import (
     peak_memory,
     run,
     run_costing,
+    run_measured,
     run_once,
     server_process,
     stdio_session,
@@ -332,17 +333,6 @@ async def test_what_a_tool_server_leaves_running_is_killed_when_the_server_stops
     finally:
         for pid in living(left):
             os.kill(pid, 9)
-
-
-async def run_measured(work_dir: Path, tmp_path: Path, path: Path, code: str, timeout: float) -> tuple[Any, int]:
-    """`code`'s answer from a stdio server of the tools file `path` (its log in stderr.log), and how much
-    the server's peak memory grew while it ran."""
-    with (tmp_path / "stderr.log").open("w") as errlog:
-        async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path)) as client:
-            server = server_process()
-            before = peak_memory(server)
-            done = await run(client, code, timeout=timeout)
-            return done, peak_memory(server) - before
 
 
 @pytest.mark.parametrize("mode", ["toolong", "toolong-last"], ids=["id-first", "id-last"])
