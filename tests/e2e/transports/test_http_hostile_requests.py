@@ -100,13 +100,14 @@ def test_a_timeout_of_nan_is_invalid_arguments_and_logs_no_error(
     assert "Traceback" not in log
 
 
-def unread_post(server: HttpServer, message: dict[str, object], token: str) -> socket.socket:
-    """POST `message` on a connection of its own whose answer is read only as far as `head_of` reads it."""
+def unread_post(server: HttpServer, message: dict[str, object], token: str, **more: str) -> socket.socket:
+    """POST `message` (with the headers `more` besides) on a connection of its own whose answer is read
+    only as far as `head_of` reads it."""
     body = json.dumps(message).encode()
     where = urlsplit(server.url)
     connection = socket.create_connection((where.hostname, where.port))
     connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    headers = {**JSON_AND_SSE, "authorization": f"Bearer {token}", "content-length": str(len(body))}
+    headers = {**JSON_AND_SSE, **more, "authorization": f"Bearer {token}", "content-length": str(len(body))}
     head = f"POST {where.path} HTTP/1.1\r\nhost: {where.netloc}\r\n"
     head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
     connection.sendall(head.encode() + body)

@@ -10,7 +10,6 @@ import signal
 import socket
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
 import httpx2
@@ -18,7 +17,7 @@ import pytest
 from mcp import Client, MCPError
 
 from tests.code_mode import peak_memory
-from tests.e2e.transports.test_http_hostile_requests import head_of
+from tests.e2e.transports.test_http_hostile_requests import head_of, unread_post
 from tests.e2e.transports.test_http_sessions import ALICE, BOB, client_for
 from tests.helpers import check_structured
 from tests.http_server import HttpServer, http_server
@@ -181,36 +180,13 @@ async def test_a_call_in_flight_when_the_server_is_told_to_stop_is_answered_with
 
 def unread_get(server: HttpServer, task_id: str, token: str, request_id: int) -> socket.socket:
     """tasks/get of `task_id` on a connection of its own, its answer read only as far as `head_of` reads."""
-    body = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "method": "tasks/get",
-            "params": {
-                "taskId": task_id,
-                "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
-                },
-            },
-        }
-    ).encode()
-    where = urlsplit(server.url)
-    connection = socket.create_connection((where.hostname, where.port))
-    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    headers = {
-        "content-type": "application/json",
-        "accept": "application/json, text/event-stream",
-        "mcp-protocol-version": "2026-07-28",
-        "mcp-method": "tasks/get",
-        "mcp-name": task_id,
-        "authorization": f"Bearer {token}",
-        "content-length": str(len(body)),
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
     }
-    head = f"POST {where.path} HTTP/1.1\r\nhost: {where.netloc}\r\n"
-    head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
-    connection.sendall(head.encode() + body)
-    return connection
+    message = {"jsonrpc": "2.0", "id": request_id, "method": "tasks/get", "params": {"taskId": task_id, "_meta": meta}}
+    versioned = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tasks/get", "mcp-name": task_id}
+    return unread_post(server, message, token, **versioned)
 
 
 async def test_tasks_get_of_a_large_result_never_read_is_bounded_as_a_read_of_kept_output_is(
