@@ -16,7 +16,6 @@ import functools
 import importlib.resources
 import json
 import logging
-import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -52,9 +51,6 @@ _OK_HEAD = '{"ok": true, "value": '  # a result's answer, as json.dumps writes {
 # it is flooding its channel, and each frame costs the event loop all the same.
 FRAMES_PER_CALL = 10
 FRAMES_BESIDES = 1_000
-# A \uD800-\uDFFF escape: JSON may spell a lone surrogate, which no UTF-8 holds (the SDK could not
-# send it on, and its stdio transport would end over it).
-_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class Broker:
@@ -470,8 +466,8 @@ class RunCalls:
 
     def _mismatch(self, server: str, tool: str, arguments: dict[str, Any], body: bytes) -> str:
         """Why `arguments` may not go to `server`'s `tool` (a tool `_refusal` let through), '' if they may."""
-        if _SURROGATE.search(body) and not _unicode(arguments):
-            return "the arguments hold a lone surrogate, which is not Unicode text"
+        if unsendable := frames.unsendable(body, arguments):
+            return unsendable
         schema = self._broker.connections[server].tools[tool].input_schema
         mismatch = self._broker.check_arguments(server, tool, schema, arguments)
         if not mismatch:
@@ -549,12 +545,3 @@ def _unknown(schema: Any, arguments: dict[str, Any]) -> str:
 
 def _error(message: str) -> bytes:
     return json.dumps({"ok": False, "error": message}).encode()
-
-
-def _unicode(value: Any) -> bool:
-    """Whether `value`'s text is all Unicode (no lone surrogate), as UTF-8 must hold it."""
-    try:
-        json.dumps(value, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -7,7 +7,8 @@ again. Found by a review: one frame of 16 MiB of ``[],``, within a run's budget 
 3.5 s (a ping meanwhile 7 s) and took 450 MB; four runs at once, 3.5 GB. So a frame's values are counted
 first, from its bytes (`runner.jsonvalues`), and one of more than MOST_VALUES is refused undecoded (a
 frame within it still holds the loop while it decodes: a million floats 0.2-0.4 s, measured); what is
-decoded is decoded with the collector paused.
+decoded is decoded with the collector paused. What a decoded frame holds that no tool server should be
+sent (arguments nested past what parsers take, a lone surrogate) is told by `unsendable`.
 """
 
 from __future__ import annotations
@@ -15,14 +16,22 @@ from __future__ import annotations
 import gc
 import json
 import math
+import re
 from typing import Any
 
-from runner.jsonvalues import json_values
+from runner.jsonvalues import json_depth, json_values
 
 # A call's values (strings, and `{`, `[`, `,`, `:`), at most: 300,000 numbers or strings in a list are
 # within it; a list of 100,000 records of a few fields each is not.
 MOST_VALUES = 1_000_000
+# How deep a call's arguments may nest: tool servers' parsers stop somewhere (pydantic's at 200 levels
+# of a message, its arguments' third; found by a review: a Python SDK server dropped a call nested 199
+# deep unanswered, which waited out the run's timeout), and no tool's arguments need more.
+MOST_DEPTH = 100
 PAUSED_PAST = 64 << 10  # bytes of a frame past which the garbage collector is paused while it is decoded
+# A \uD800-\uDFFF escape: JSON may spell a lone surrogate, which no UTF-8 holds (the SDK could not
+# send it on, and its stdio transport would end over it).
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class NotJson(ValueError):
@@ -35,6 +44,17 @@ def too_many(body: bytes) -> str:
     if len(body) <= MOST_VALUES or json_values(body, MOST_VALUES) <= MOST_VALUES:
         return ""
     return f"the run sent a call of more than {MOST_VALUES:,} JSON values; send them in smaller calls"
+
+
+def unsendable(body: bytes, arguments: dict[str, Any]) -> str:
+    """Why the `arguments` of the call frame `body` (decoded) may not be sent on, whatever the tool's
+    schema says ('' if they may): nested too deep, or holding a lone surrogate."""
+    # The frame's own object is the first level, its arguments' the second.
+    if (depth := json_depth(body, MOST_DEPTH + 1) - 1) > MOST_DEPTH:
+        return f"the arguments nest {depth:,} levels deep, more than {MOST_DEPTH}, which a tool server may not parse"
+    if _SURROGATE.search(body) and not _unicode(arguments):
+        return "the arguments hold a lone surrogate, which is not Unicode text"
+    return ""
 
 
 def decode(body: bytes) -> Any:
@@ -67,6 +87,15 @@ def _may_overflow(body: bytes) -> bool:
     of 260 digits, then ``.5e50``, was missed, and went on as null."""
     zeroed = body.translate(_ZEROED)
     return any(mark in zeroed for mark in _LARGE)
+
+
+def _unicode(value: Any) -> bool:
+    """Whether `value`'s text is all Unicode (no lone surrogate), as UTF-8 must hold it."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _not_json(constant: str) -> Any:

@@ -156,6 +156,33 @@ async def test_a_call_of_more_lists_than_the_bound_is_refused_undecoded_and_the_
     assert grew < 100 << 20, f"{grew >> 20} MiB more"
 
 
+async def test_arguments_nested_past_the_bound_are_refused_at_once_and_within_it_reach_the_tool(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: arguments nested 199-250 deep passed our checks, but a Python SDK tool server
+    # (pydantic parses a message 200 deep) dropped the call unanswered: it waited out the run's timeout.
+    code = SAID + (
+        "import time\n"
+        "def nested(levels):\n"
+        "    value = 0\n"
+        "    for _ in range(levels):\n"
+        "        value = [value]\n"
+        "    return value\n"
+        "started = time.monotonic()\n"
+        "print(said(lambda: h.measure(x=1, y=nested(99))))\n"  # with the arguments' own object, 100
+        "print(said(lambda: h.measure(x=2, y=nested(219))))\n"
+        "print(said(lambda: h.measure(x=3)), time.monotonic() - started < 10)\n"
+    )
+    path = tools_file(tmp_path, hostile=hostile())
+    done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
+    assert done["status"] == "ok", done
+    assert done["stdout"].splitlines() == [
+        "measure 1",
+        "hostile.measure: the arguments nest 220 levels deep, more than 100, which a tool server may not parse",
+        "measure 3 True",
+    ]
+
+
 async def test_a_tools_own_error_has_the_credentials_of_its_entry_masked(work_dir: Path, tmp_path: Path) -> None:
     # Found by a review: why a server is down, or a call failed, was masked; the tool's own isError
     # text went to the run as the downstream wrote it.

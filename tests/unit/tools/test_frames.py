@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from runner.tools.frames import MOST_VALUES, NotJson, decode, too_many
+from runner.tools.frames import MOST_DEPTH, MOST_VALUES, NotJson, decode, too_many, unsendable
 
 
 def call(arguments: str) -> bytes:
@@ -91,3 +91,20 @@ def test_the_collector_is_as_it_was_after_a_decode() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def nested(levels: int) -> str:
+    return "[" * (levels - 1) + "0" + "]" * (levels - 1)  # `x` is the arguments' first level
+
+
+def test_arguments_nested_past_the_bound_are_refused_and_within_it_not() -> None:
+    # Found by a review: a Python SDK tool server dropped a call nested 199 deep unanswered (pydantic
+    # parses a message 200 deep), and the call waited out the run's timeout.
+    for levels, said in [
+        (MOST_DEPTH, ""),
+        (MOST_DEPTH + 1, "the arguments nest 101 levels deep, more than 100, which a tool server may not parse"),
+    ]:
+        body = call(nested(levels))
+        assert unsendable(body, decode(body)["arguments"]) == said
+    text = call(json.dumps("[{" * 1_000))
+    assert unsendable(text, decode(text)["arguments"]) == ""  # a string's brackets nest nothing
