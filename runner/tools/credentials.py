@@ -101,11 +101,27 @@ def _masked_value(value: Any, secrets: Sequence[str]) -> Any:
 def _spellings(secrets: Iterable[str]) -> list[str]:
     """Each of `secrets` as it is and as JSON and Python's repr escape it (an error that is no text is
     dumped to JSON before it is masked, a log line may repr it: found by a review, `pa"ss\\word` and
-    `pässwörd` passed unmasked, escaped), the longest first."""
+    `pässwörd` passed unmasked, escaped), and as other languages' JSON encoders write it (`_ENCODERS`),
+    the longest first."""
     spelt = set()
     for secret in secrets:
-        spelt |= {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
+        escaped = {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+        escaped |= {encoder(spelling) for spelling in escaped for encoder in _ENCODERS}
+        spelt |= {secret, repr(secret)[1:-1], *escaped}
     return sorted(spelt, key=len, reverse=True)
+
+
+# What JSON encoders other than Python's escape by default (found by a review, left for a turn: a tool
+# server's JSON text of its environment spells a credential as its language's encoder does): Go's
+# encoding/json `&`, `<` and `>` (safe in HTML) and U+2028/9, in hex; PHP's json_encode `/` (AWS's
+# secret keys and base64 have it), and both. Each, from Python's JSON spelling of a value.
+_GO = str.maketrans({"&": "\\u0026", "<": "\\u003c", ">": "\\u003e", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+_PHP = str.maketrans({"/": "\\/"})
+_ENCODERS = (
+    lambda spelt: spelt.translate(_GO),
+    lambda spelt: spelt.translate(_PHP),
+    lambda spelt: spelt.translate(_GO).translate(_PHP),
+)
 
 
 def _after_scheme(value: str) -> set[str]:

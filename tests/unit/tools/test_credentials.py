@@ -91,3 +91,22 @@ def test_a_credential_a_tool_tells_escaped_as_json_text_is_masked_in_its_result(
         assert "***" in masked, masked
         spelt = (secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1])
         assert not any(spelling in masked for spelling in spelt), masked
+
+
+@pytest.mark.parametrize(
+    ("secret", "text"),
+    [
+        # Go's encoding/json, HTML-safe by default: & < > in hex.
+        ("s3cr&t<key>-0123456789", '{"MY_TOKEN":"s3cr\\u0026t\\u003ckey\\u003e-0123456789"}'),
+        # PHP's json_encode: / escaped (base64 and AWS's secret keys have it).
+        ("wJalrXUtnFEMI/K7MDENG/bPxRfiCY", '{"MY_TOKEN":"wJalrXUtnFEMI\\/K7MDENG\\/bPxRfiCY"}'),
+        ("a/b&c-0123456789", '{"MY_TOKEN":"a\\/b\\u0026c-0123456789"}'),
+    ],
+    ids=["go", "php", "both"],
+)
+def test_a_credential_another_languages_json_encoder_escaped_in_a_result_is_masked(secret: str, text: str) -> None:
+    # Found by a review, left for a turn: only Python's own escapes were recognised; a Go or PHP tool
+    # server's JSON text of its environment passed a credential with `&` or `/` unmasked.
+    told = Credentials(Downstream("s", "s", ("*",), None, command="x", env=(("MY_TOKEN", secret),)))
+    assert told.in_result(json.dumps([text]))
+    assert told.masked_result([text]) == ['{"MY_TOKEN":"***"}']
