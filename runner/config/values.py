@@ -103,7 +103,8 @@ class Config:
     max_code_bytes: int = 1 * MIB
     max_stdin_bytes: int = 1 * MIB
     max_output_bytes: int = 16 * MIB
-    max_kept_output_bytes: int = 16 * MIB
+    # A read's answer of it is 9 MiB at most: a TypeScript SDK client over stdio takes 10 (`serve_stdio`).
+    max_kept_output_bytes: int = 6 * MIB
     max_kept_caller_bytes: int = 256 * MIB
     max_kept_total_bytes: int = 1024 * MIB
     kept_output_seconds: int = 3600

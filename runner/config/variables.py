@@ -126,7 +126,9 @@ SETTINGS = (
         "number",
         "MiB of a stream kept whole on disk when the answer shows only its head and tail: the result "
         "links it (`resource_link`), `resources/read` returns it. `0`: nothing kept; nor is anything with "
-        "`RUNNER_HTTP_WORKERS` above 1 (the link would be on one worker, its read on any).",
+        "`RUNNER_HTTP_WORKERS` above 1 (the link would be on one worker, its read on any). Over stdio, more than "
+        "6 lets a read's answer pass 10 MiB, which a TypeScript SDK client (Claude Desktop, the Inspector) does "
+        "not take: it closes the connection (the server warns at start).",
         unit="MiB",
         high=1024 * MIB,
     ),

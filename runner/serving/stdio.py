@@ -36,6 +36,7 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
     from runner.transports.stdio import after_written, stdio_transport
 
     logger = get_logger()
+    _warn_of_long_reads(config, logger)
     egress = EgressProxy(config.egress, logger) if config.egress_allow else None
     async with (
         stops_heard(early, "signal received; shutting down") as stopping,
@@ -65,6 +66,26 @@ async def serve_stdio(config: Config, plan: IsolationPlan, early: list[int], too
             await server.run(read_stream, write_stream, server.create_initialization_options(told))
         log_event(logger, logging.INFO, "stdin closed; shutting down")
         tg.cancel_scope.cancel()
+
+
+# What a TypeScript SDK client's stdio transport takes in one message (its STDIO_DEFAULT_MAX_BUFFER_SIZE,
+# 1.x and 2.x): over it, the client closes the connection (found by a review: a read of 16 MiB of kept
+# output, the default then, and the host lost the server).
+TS_CLIENT_MOST_BYTES = 10 << 20
+
+
+def _warn_of_long_reads(config: Config, logger: logging.Logger) -> None:
+    """A warning at start where a resources/read answer may be longer than TS_CLIENT_MOST_BYTES."""
+    from runner.protocol.results import MAX_TEXT_GROWTH
+
+    kept = config.kept.max_kept_output_bytes
+    if kept * MAX_TEXT_GROWTH + (64 << 10) > TS_CLIENT_MOST_BYTES:
+        said = (
+            f"RUNNER_MAX_KEPT_OUTPUT_MB={kept / (1 << 20):g}: reading a kept stream may answer more than "
+            "10 MiB, which a TypeScript SDK client over stdio (Claude Desktop, the Inspector) does not take: "
+            "it closes the connection; 6 at most is safe"
+        )
+        log_event(logger, logging.WARNING, said)
 
 
 def main_stdio(config: Config, plan: IsolationPlan, early: list[int], tools: ToolServers | None = None) -> int:

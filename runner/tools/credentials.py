@@ -106,7 +106,7 @@ def _spellings(secrets: Iterable[str]) -> list[str]:
     spelt = set()
     for secret in secrets:
         escaped = {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
-        escaped |= {encoder(spelling) for spelling in escaped for encoder in _ENCODERS}
+        escaped |= {_encoded(spelling, tables) for spelling in escaped for tables in _ENCODERS}
         spelt |= {secret, repr(secret)[1:-1], *escaped}
     return sorted(spelt, key=len, reverse=True)
 
@@ -117,11 +117,13 @@ def _spellings(secrets: Iterable[str]) -> list[str]:
 # secret keys and base64 have it), and both. Each, from Python's JSON spelling of a value.
 _GO = str.maketrans({"&": "\\u0026", "<": "\\u003c", ">": "\\u003e", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 _PHP = str.maketrans({"/": "\\/"})
-_ENCODERS = (
-    lambda spelt: spelt.translate(_GO),
-    lambda spelt: spelt.translate(_PHP),
-    lambda spelt: spelt.translate(_GO).translate(_PHP),
-)
+_ENCODERS: tuple[tuple[dict[int, str], ...], ...] = ((_GO,), (_PHP,), (_GO, _PHP))
+
+
+def _encoded(spelt: str, tables: tuple[dict[int, str], ...]) -> str:
+    for table in tables:
+        spelt = spelt.translate(table)
+    return spelt
 
 
 def _after_scheme(value: str) -> set[str]:

@@ -46,12 +46,13 @@ async function waitFor(predicate, timeoutMs) {
   return true;
 }
 
-// config.only: the checks to run (besides "connect" and "close"); "long" (a 70 s run) runs only when
-// named there.
+// config.only: the checks to run (besides "connect" and "close"); "long" (a 70 s run) and "largest" (a
+// read of the largest kept stdout) run only when named there.
 const only = config.only ? new Set(config.only) : null;
 
 async function check(name, body) {
-  if (name !== "connect" && name !== "close" && (only ? !only.has(name) : name === "long")) return;
+  const named = name === "long" || name === "largest"; // run only when named: each its own server
+  if (name !== "connect" && name !== "close" && (only ? !only.has(name) : named)) return;
   try {
     emit(name, await body());
   } catch (error) {
@@ -162,6 +163,22 @@ await check("link", async () => {
     fullOutput: result.structuredContent?.full_output ?? null,
     textBytes: text === null ? null : Buffer.byteLength(text, "utf8"),
     sha256: text === null ? null : createHash("sha256").update(text, "utf8").digest("hex"),
+  };
+});
+
+// The largest stdout the server keeps, of text whose JSON is half as long again (the most it answers as
+// text), read back through its link: the SDK's stdio transport takes a message of 10 MiB at most, and
+// closed the connection over a longer one (found by a review). Then a call, on the same connection.
+await check("largest", async () => {
+  const code = "import sys\nsys.stdout.write('x\"' * (8 * 1024 * 1024))";
+  const result = await client.callTool({ name: "run_python", arguments: { code } });
+  const [link] = result.content.filter((block) => block.type === "resource_link");
+  const read = await client.readResource({ uri: link.uri });
+  const after = await client.callTool({ name: "run_python", arguments: { code: "print(6 * 7)" } });
+  return {
+    linkSize: link.size ?? null,
+    textChars: read.contents[0].text?.length ?? null,
+    after: after.structuredContent?.stdout ?? null,
   };
 });
 

@@ -333,6 +333,34 @@ def test_a_70_second_run_ends_ok_through_the_typescript_sdk_whose_timeout_only_p
         assert any("latest stdout:\n" in m and f"step {i}" in m for m in messages), (i, messages[-3:])
 
 
+def test_the_typescript_sdk_over_stdio_reads_the_largest_stdout_the_server_keeps_and_calls_on(
+    node_clients: Node, tmp_path: Path
+) -> None:
+    # Found by a review: the SDK's stdio transport takes a message of 10 MiB at most, and closes the
+    # connection over a longer one; a read of 16 MiB of kept stdout (the default then) did, and the host
+    # lost the server. The default now keeps 6 MiB, whose answer is 9 MiB at most (as text, JSON half as
+    # long again; else base64, a third).
+    work_dir = tmp_path / "work"
+    work_dir.mkdir()
+    config = {
+        "command": sys.executable,
+        "args": ["-m", "runner"],
+        "env": {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "RUNNER_WORK_DIR": str(work_dir),
+            "RUNNER_SANDBOX": "none",
+            "RUNNER_PACKAGES": "",
+            "RUNNER_WHEELHOUSE": "",
+        },
+        "cwd": str(REPO),
+        "only": ["largest"],
+    }
+    reports, stderr = run_ts_client(node_clients, config, tmp_path / "home", timeout=120)
+    largest = reports["largest"]
+    assert "error" not in largest, (largest, stderr[-3000:])
+    assert largest == {"linkSize": 6 << 20, "textChars": 6 << 20, "after": "42\n"}
+
+
 def run_ts_client(
     node_clients: Node, config: dict[str, Any], home: Path, timeout: float
 ) -> tuple[dict[str, dict[str, Any]], str]:

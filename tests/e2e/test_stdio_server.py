@@ -538,6 +538,20 @@ def test_the_server_refuses_to_start_on_a_bad_value_with_one_line_and_exit_statu
     assert "an integer from 32 to 1048576" in lines[0]
 
 
+@pytest.mark.parametrize(("kept_mb", "warned"), [("6", False), ("7", True), ("16", True)])
+def test_a_server_whose_kept_output_a_typescript_client_over_stdio_could_not_read_warns_at_start(
+    work_dir: Path, kept_mb: str, warned: bool
+) -> None:
+    # Found by a review: a TypeScript SDK client's stdio transport takes a message of 10 MiB at most; a
+    # read of 16 MiB of kept output (the default then) closed its connection.
+    env = server_env(work_dir, RUNNER_MAX_KEPT_OUTPUT_MB=kept_mb, RUNNER_SANDBOX="none")
+    command = [sys.executable, "-m", "runner"]
+    done = subprocess.run(command, cwd=REPO, env=env, input="", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    said = f"RUNNER_MAX_KEPT_OUTPUT_MB={kept_mb}: reading a kept stream may answer more than 10 MiB"
+    assert (said in done.stderr) == warned, done.stderr
+
+
 def test_python_m_runner_config_prints_the_table() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "runner.config"], cwd=REPO, capture_output=True, text=True, timeout=30, check=True
