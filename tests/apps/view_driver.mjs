@@ -68,7 +68,7 @@ raise ValueError("bad value")
 `;
 const LINKED_CODE = `
 with open("report.txt", "w") as f:
-    f.write("first line of the report\\n" + "y" * 200_000)
+    f.write("first line of the report\\n" + "y" * 400_000)
 print("written")
 `;
 const AGAIN_CODE = `
@@ -372,6 +372,7 @@ async function main() {
         name,
         shown: (await frame.locator("#file-view pre").textContent()).slice(0, 40),
         shownChars: (await frame.locator("#file-view pre").textContent()).length,
+        note: await frame.locator("#file-view p.note").textContent(),
       };
       observed.shot = await shot(page, "linked.png");
       await page.close();
