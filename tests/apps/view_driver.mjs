@@ -91,7 +91,8 @@ n
 `;
 const INFINITE_CODE = `
 import numpy as np, pandas as pd
-pd.DataFrame({"v": [1.0, np.inf, -np.inf, 2.0], "n": pd.array([1, None, 3, 4], dtype="Int64")})
+pd.DataFrame({"v": [1.0, np.inf, -np.inf, 2.0], "n": pd.array([1, None, 3, 4], dtype="Int64"),
+              "t": ["delta", "inf", "constructor", "apple"]})
 `;
 const LONG_CODE = `print("\\n".join(f"line {i}" for i in range(60)))`;
 const SHORT_CODE = `print("one line")`;
@@ -447,7 +448,9 @@ async function main() {
       await frame.locator("#table tbody tr").first().waitFor();
       const missing = await frame.locator("#table tbody tr:nth-child(2) td:nth-child(2)").textContent();
       await frame.locator("#table thead th:nth-child(1) button").click();
-      const observed = { missing, ascending: (await rowsShown(frame, 1)).map((r) => r[0]) };
+      const ascending = (await rowsShown(frame, 1)).map((r) => r[0]);
+      await frame.locator("#table thead th:nth-child(3) button").click();
+      const observed = { missing, ascending, text: (await rowsShown(frame, 3)).map((r) => r[2]) };
       await page.close();
       return observed;
     });

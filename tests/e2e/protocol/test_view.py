@@ -243,6 +243,8 @@ def test_infinities_sort_as_numbers_and_a_nullable_dtype_s_missing_value_shows_a
     infinite = seen["infinite"]
     assert infinite["missing"] == "<NA>"
     assert infinite["ascending"] == ["-inf", "1", "2", "inf"]
+    # Text sorts as text (found by a review: "inf" sorted as infinity, "constructor" as Object's own).
+    assert infinite["text"] == ["apple", "constructor", "delta", "inf"]
 
 
 def test_the_view_tells_the_host_its_height_and_a_shorter_result_makes_it_shorter(
