@@ -33,7 +33,9 @@ from runner.inrun.wire import (
 )
 from runner.outcome import Attachment, Cell, Omitted, Table
 
-_CONTROLS = re.compile("[\x00-\x1f\x7f]")
+# And the controls that reorder text as it is shown (found by a review: a file `invoice_\u202egpj.exe`
+# showed as `invoice_exe.jpg` in the view, and would to a reader of the text block).
+_CONTROLS = re.compile("[\x00-\x1f\x7f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 _TEXT_TYPES = {
     ".csv": "text/csv",
@@ -326,10 +328,15 @@ def _text(entry: dict[str, Any], key: str = "note") -> str:
 
 
 def _printable(text: str) -> str:
-    """Control characters (a file name may hold any) as visible escapes, as in the output, and what
+    """Control characters (a file name may hold any) and bidirectional ones as visible escapes, and what
     is not Unicode (a name's undecodable bytes, as lone surrogates) as `\\udcXX`: no JSON or URI
     encoder downstream may fail on it."""
-    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", _unicode(text))
+    return _CONTROLS.sub(_escaped, _unicode(text))
+
+
+def _escaped(control: re.Match[str]) -> str:
+    code = ord(control.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def _unicode(text: str) -> str:

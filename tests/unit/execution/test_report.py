@@ -102,6 +102,9 @@ def test_a_report_that_does_not_hold_together_is_dropped_whole_with_a_note(
 def test_names_from_a_report_are_shown_with_control_characters_escaped() -> None:
     returned = parse_report(report({"files": [{"path": "a\x1b[2Jb", "bytes": 1}]}, b"x"), BUDGETS)
     assert returned.attachments[0].name == "a\\x1b[2Jb"
+    # Found by a review: a name that reverses as it is shown ("invoice_exe.jpg" in the view).
+    returned = parse_report(report({"files": [{"path": "invoice_\u202egpj.exe", "bytes": 1}]}, b"x"), BUDGETS)
+    assert returned.attachments[0].name == "invoice_\\u202egpj.exe"
 
 
 def test_a_file_is_an_image_by_its_bytes_text_if_utf8_and_bytes_otherwise() -> None:
