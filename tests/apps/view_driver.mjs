@@ -1,5 +1,5 @@
 // Drives the MCP App view (ui://python-runner/run.html) in a real browser, hosted the way a host does it:
-// tests/e2e/apps/test_view.py (checks) and bench/apps_view.py (timings) run it. It starts the server itself
+// tests/e2e/protocol/test_view.py (checks) and bench/apps_view.py (timings) run it. It starts the server itself
 // with the official TypeScript client (@modelcontextprotocol/client, advertising the io.modelcontextprotocol/ui
 // extension), reads the view, runs real calls, and shows each result in Debian's Chromium through Playwright on
 // a test host page (host.html, host.js: ext-apps' own AppBridge). It prints one JSON object per check on stdout:
