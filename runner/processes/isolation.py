@@ -61,9 +61,12 @@ ZYGOTE = os.path.join(os.path.dirname(BOOTSTRAP), "zygote.py")
 # (on a merged-/usr system /bin, /lib and the rest are links into /usr, made again as links), the
 # dynamic linker's cache and the time zone. /etc is otherwise made for runs (namespaces.etc_files).
 SYSTEM_VIEW = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/localtime")
-# And where runs keep the server's network (RUNNER_SANDBOX_NETWORK=shared): name lookups and the
-# certificate authorities, public files both.
-NETWORK_VIEW = ("/etc/resolv.conf", "/etc/gai.conf", "/etc/ssl", "/etc/ca-certificates")
+# The certificate authorities, a public file: where runs reach hosts through the egress proxy, an
+# HTTPS client checks them (found by a first hour: without them urlopen of https://pypi.org failed,
+# CERTIFICATE_VERIFY_FAILED, in every sandboxed mode).
+CERTIFICATES = ("/etc/ssl", "/etc/ca-certificates", "/etc/pki")
+# And where runs keep the server's network (RUNNER_SANDBOX_NETWORK=shared): name lookups too.
+NETWORK_VIEW = ("/etc/resolv.conf", "/etc/gai.conf", *CERTIFICATES)
 # bwrap reports a command killed by signal N as exit status 128 + N.
 SIGNAL_EXIT_BASE = 128
 
@@ -307,11 +310,12 @@ def kept_pid_namespaces(isolation: IsolationConfig) -> int:
 def view_binds(isolation: IsolationConfig) -> list[str]:
     """What of the host a namespaced run's view holds, read-only at the same paths: the system's
     programs and libraries (`SYSTEM_VIEW`, where they exist; `NETWORK_VIEW` too with the server's
-    network), the interpreter's own prefix (a pyenv
+    network, its `CERTIFICATES` with egress), the interpreter's own prefix (a pyenv
     build under /root, say), the package environment, the wheelhouse's installed packages (read-only:
     no run can change what a later run imports), and RUNNER_SANDBOX_READ_PATHS. Everything else of
     the host is not there."""
-    system = (*SYSTEM_VIEW, *(NETWORK_VIEW if isolation.sandbox_network == "shared" else ()))
+    network = NETWORK_VIEW if isolation.sandbox_network == "shared" else CERTIFICATES if isolation.egress_port else ()
+    system = (*SYSTEM_VIEW, *network)
     wanted = [path for path in system if os.path.lexists(path)]
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(isolation.python)))
     for path in (prefix, isolation.packages, _provided(isolation), *isolation.sandbox_read_paths):

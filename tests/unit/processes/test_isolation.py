@@ -16,6 +16,7 @@ from runner.config.disk import open_environment
 from runner.errors import Unavailable
 from runner.processes.cgroups import CgroupPlan
 from runner.processes.isolation import (
+    CERTIFICATES,
     HIDDEN,
     NETWORK_VIEW,
     IsolationPlan,
@@ -84,6 +85,11 @@ def test_the_view_holds_the_system_the_interpreter_and_the_packages_and_name_loo
     assert not set(lookups) & set(binds), "no network: nothing to look names up with"
     shared = view_binds(dataclasses.replace(config, sandbox_network="shared").isolation)
     assert set(lookups) <= set(shared)
+    # With egress, the certificate authorities, and still no name lookups: the proxy looks names up.
+    egress = view_binds(dataclasses.replace(config.isolation, egress_port=3128))
+    authorities = [path for path in CERTIFICATES if os.path.lexists(path)]
+    assert set(authorities) <= set(egress)
+    assert not (set(lookups) - set(authorities)) & set(egress)
 
 
 def test_a_zygote_is_told_to_keep_one_pid_namespace_per_process_of_its_that_can_hold_one() -> None:
