@@ -264,6 +264,15 @@ def _become_anchor(
 ) -> NoReturn:
     """This interpreter holds a session from now on (`keeper.anchor`); its first keeper holds `main`,
     still empty, and forks each call from it."""
+    # What a keeper, or a call once it has offered its state (sealed), imports, imported before any code
+    # of the session's: every keeper and call of it finds them loaded. Found by a review: a call that put
+    # its directory first on sys.path, with a json.py there, had it run in its keeper, where the report
+    # of its end imported json.
+    import array  # noqa: F401
+    import fcntl  # noqa: F401
+    import json  # noqa: F401
+    import socket  # noqa: F401
+
     keeper = siblings[5]
     home = os.getcwd()
     keeper.anchor(

@@ -760,6 +760,24 @@ async def test_a_state_that_replaced_fcntl_and_open_does_not_have_them_run_in_it
     assert not ours & set(seen.stdout.text.split()), seen.stdout.text
 
 
+async def test_modules_a_call_puts_first_on_its_path_never_run_in_its_keeper(pool: Pool) -> None:
+    # Found by a review: a call that put its directory first on sys.path with a json.py there had it run,
+    # every signal blocked, in the process that became its keeper: the report of the call's end imported
+    # json only then. (A notebook's habit, a helper module of that name: no malice needed.)
+    noted = "import os\nos.write(os.open('ran.txt', os.O_WRONLY | os.O_CREAT | os.O_APPEND), b'ran')\n"
+    planted = (
+        "import os, sys\n"
+        f"for name in ('json', 'fcntl', 'array', 'socket', 'resource', 'select', 'traceback'):\n"
+        f"    open(name + '.py', 'w').write({noted!r})\n"
+        "sys.path.insert(0, os.getcwd())"
+    )
+    handle = await new_session(pool, "x = 1")
+    assert (await call(pool, planted, handle)).session is not None
+    assert (await call(pool, "y = 1\nraise RuntimeError('rolled back')", handle)).session is not None
+    seen = await call(pool, "import os\nprint(os.path.exists('ran.txt'), len(os.listdir('.')))", handle)
+    assert seen.stdout.text == "False 7\n", seen
+
+
 OPEN_NAMELESS = {
     "a temporary file": "import tempfile\nkept = tempfile.TemporaryFile(dir='.')\nkept.write(b'x' * 100)",
     "a file deleted while open": "import os\nkept = open('gone', 'w+b')\nos.unlink('gone')",
