@@ -111,16 +111,24 @@ class EgressAllow:
         return why
 
 
+# A host whose last label is a number, as WHATWG's URL standard judges it ("ends in a number").
+_NUMBERED = re.compile(r"(?:^|\.)(?:[0-9]+|0x[0-9a-f]*)$")
+
+
 def host_form(host: str) -> str | None:
     """`host` as entries are compared: an IP address in its canonical text, or a name in IDNA form, lower
     case, without a trailing dot; None if it is neither."""
     text = host.strip()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
-    address = _address(text)
+    address = _address(text.removesuffix("."))  # `127.0.0.2.` is that address (found by a review)
     if address is not None:
         return str(address)
     text = text.rstrip(".").lower()
+    if _NUMBERED.search(text):
+        # Not a name: what a resolver takes as an IPv4 address in another spelling (`010.1.0.1` was
+        # 8.1.0.1 to glibc where an operator meant 10.1.0.1; `127.1`, `2130706433`, `0x7f.1`).
+        return None
     if text.isascii():
         # DNS names as they are used, underscores included (IDNA 2008 refuses `_dmarc.example`).
         name = text
@@ -143,6 +151,7 @@ _SPECIAL = tuple(
         ("100.64.0.0/10", "a shared (carrier NAT) address"),
         ("127.0.0.0/8", "a loopback address"),
         ("169.254.0.0/16", "a link-local address (cloud metadata lives there)"),
+        ("168.63.129.16/32", "Azure's platform address (WireServer)"),
         ("172.16.0.0/12", "a private address"),
         ("192.0.0.0/24", "a reserved address"),
         ("192.0.2.0/24", "a documentation address"),
@@ -163,6 +172,7 @@ _SPECIAL = tuple(
         ("ff00::/8", "a multicast address"),
     )
 )
+_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
 # IPv6 forms that carry an IPv4 address the packet ends up at: judged as that address.
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _COMPATIBLE = ipaddress.ip_network("::/96")
@@ -233,11 +243,18 @@ def _entry(item: str) -> EgressEntry:
             network = ipaddress.ip_network(host, strict=True)
         except ValueError as exc:
             raise _bad(item, f"not a network in CIDR form ({exc})") from None
+        if network.version == 6 and network.subnet_of(_MAPPED):  # type: ignore[arg-type]
+            # Found by a review: it never matched, since a request's mapped address is judged unmapped.
+            raise _bad(item, "an IPv4 network is written as IPv4 (::ffff:10.0.0.0/104 is 10.0.0.0/8)")
         return EgressEntry(item, "network", str(network), network, ports)
-    address = _address(host)
+    address = _address(host.removesuffix("."))
+    if address is not None and address.is_unspecified:
+        raise _bad(item, "the unspecified address is never reached (it would be this host)")
     if address is not None:
         return EgressEntry(item, "network", str(address), ipaddress.ip_network(address), ports)
     name = host_form(host)
+    if name is None and _NUMBERED.search(host.rstrip(".").lower()):
+        raise _bad(item, "an IPv4 address is four numbers from 0 to 255, in decimal without leading zeros")
     if name is None:
         raise _bad(item, "not a host name, an IP address or a CIDR")
     return EgressEntry(item, "name", name, None, ports)

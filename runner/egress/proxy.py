@@ -86,10 +86,15 @@ class EgressProxy:
         on_refused: Callable[[str], None] | None = None,
         on_bytes: Callable[[str, int], None] | None = None,
         resolver: Resolver | None = None,
+        own_ports: frozenset[int] = frozenset(),
     ) -> None:
         self.allow: EgressAllow = config.allow  # parsed once, here
         self.resolver = resolver if resolver is not None else Resolver()
         self.max_bytes = config.max_bytes
+        # The ports this server listens on (HTTP's, as bound; none over stdio): at an address of this
+        # host, never reached, whatever the list says (found by a review: a listed 127.0.0.2:* reached
+        # the server's own endpoint on 0.0.0.0, past a front proxy's authentication, and ran code).
+        self.own_ports = own_ports
         self.log = log
         self.on_refused = on_refused
         self.on_bytes = on_bytes
@@ -271,6 +276,11 @@ class RunProxy:
                 proxy.on_bytes("out", bytes_out)
         if self._bytes > proxy.max_bytes:
             self._spend_all()
+
+    @property
+    def own_ports(self) -> frozenset[int]:
+        """The server's own ports (`EgressConfig.own_ports`), never reached at an address of this host."""
+        return self._proxy.own_ports
 
     async def lookup(self, host: str, port: int) -> AddressInfo:
         """`host`'s addresses, looked up in the proxy's threads, the run's share of them at most."""

@@ -12,7 +12,7 @@ import anyio
 import h11
 
 from runner.config import EgressAllow
-from runner.egress.sockets import Socket, connect
+from runner.egress.sockets import Socket, connect, this_host
 from runner.egress.targets import Refusal, Target, own_address, reachable, target_of, upstream_headers
 
 if TYPE_CHECKING:
@@ -321,6 +321,12 @@ async def open_upstream(run: RunProxy, allow: EgressAllow, target: Target) -> So
             addresses = await _addresses(run, allow, target)
             if isinstance(addresses, Refusal):
                 return addresses
+            if port in run.own_ports:
+                # This server's own endpoint, whatever the list says (found by a review: a listed
+                # 127.0.0.2:* reached it on 0.0.0.0, past a front proxy's authentication, and ran code).
+                addresses = [address for address in addresses if not this_host(address)]
+                if not addresses:
+                    return Refusal(403, f"{host}:{port} is this server's own, never reached from a run", host, port)
             for address in addresses:
                 try:
                     return await connect(address, port)

@@ -45,8 +45,14 @@ Lookup: TypeAlias = Callable[[str, int], AddressInfo]
 
 def system_lookup(host: str, port: int) -> AddressInfo:
     """The system's resolver (as `anyio.getaddrinfo` asked it), looked up at each call: a test may put
-    a resolver of its own in `socket.getaddrinfo`."""
-    return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    a resolver of its own in `socket.getaddrinfo`. The name as absolute first (found by a review: a
+    listed `pypi.org` was looked up through resolv.conf's search list, under Kubernetes' ndots:5 first
+    as `pypi.org.<namespace>.svc.cluster.local`, which a cluster's own service may answer); as written
+    only if that fails: /etc/hosts knows names without their dot."""
+    try:
+        return socket.getaddrinfo(host + ".", port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
 
 
 class Resolver:

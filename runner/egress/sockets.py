@@ -70,3 +70,15 @@ async def connect(address: str, port: int) -> Socket:
         sock.close()
         raise
     return Socket(sock)
+
+
+def this_host(address: str) -> bool:
+    """Whether `address` is one of this host's own, in the server's network (a bind to it works):
+    loopback, an interface's, the unspecified one."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError:
+            return False
+    return True

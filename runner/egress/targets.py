@@ -72,9 +72,11 @@ def target_of(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) 
         return Refusal(400, "a request to a proxy names its URL in full (http://host/path)")
     try:
         url = urlsplit(text)
-        port = url.port or 80
+        port = 80 if url.port is None else url.port  # not `or`: port 0 was taken as 80 (found by a review)
     except ValueError:
         return Refusal(400, "the request's URL has no valid host and port")
+    if not port:
+        return Refusal(400, "the request's URL has port 0")
     if url.username is not None or url.password is not None:
         return Refusal(400, "a URL with credentials in it is not sent on")
     host = host_form(url.hostname or "")

@@ -118,7 +118,8 @@ async def serve_http(
     from runner.transports.http import HttpServer, caller_of, http_app, name_header_of
 
     logger = get_logger()
-    egress = EgressProxy(config.egress, logger) if config.egress_allow else None
+    own_ports = frozenset({sock.getsockname()[1]})
+    egress = EgressProxy(config.egress, logger, own_ports=own_ports) if config.egress_allow else None
     pool_config, http = config.pool, config.http
     share = fair_share(pool_config.max_concurrent, len(tokens.names) if tokens else 0, http.max_concurrent_per_token)
     async with (

@@ -408,6 +408,42 @@ async def test_metrics_count_refusals_by_reason_and_bytes_by_direction(work_dir:
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_a_run_never_reaches_its_own_servers_port_whatever_the_list_names(
+    mode: str, work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: a listed loopback (or own) address reached the server's own endpoint, past a
+    # front proxy's authentication (--insecure-no-auth behind one), and ran code there; /metrics too.
+    code = (
+        "import urllib.request, urllib.error\n"
+        "for url in ('{base}/healthz', 'http://{host}:{port}/x'):\n"
+        "    try:\n"
+        "        print(urllib.request.urlopen(url, timeout=20).status)\n"
+        "    except urllib.error.HTTPError as error:\n"
+        "        print(error.code, error.read().decode().strip())\n"
+    )
+    with (
+        upstream() as port,
+        http_server(
+            work_dir,
+            tmp_path / "server.log",
+            "--insecure-no-auth",
+            RUNNER_SANDBOX=mode,
+            RUNNER_EGRESS_ALLOW=f"127.0.0.1:*,{UPSTREAM_HOST}:*",
+        ) as server,
+    ):
+        async with (
+            httpx2.AsyncClient(timeout=httpx2.Timeout(60)) as http,
+            Client(streamable_http_client(server.url, http_client=http)) as client,  # type: ignore[arg-type]
+        ):
+            structured = await run(client, code.format(base=server.base, host=UPSTREAM_HOST, port=port), timeout=60)
+    own = server.base.removeprefix("http://")
+    assert structured["stdout"].splitlines() == [
+        f"403 python-runner-mcp: {own} is this server's own, never reached from a run",
+        "200",
+    ], structured
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_what_a_session_call_queues_after_its_budget_is_never_carried_out_by_the_next(
     mode: str, work_dir: Path, tmp_path: Path
 ) -> None:

@@ -98,7 +98,7 @@ def test_an_ipv6_form_that_carries_an_address_off_the_public_internet_is_refused
 
 @pytest.mark.parametrize("address", ["0.0.0.0", "0.1.2.3", "::", "::ffff:0.0.0.0"])
 def test_the_unspecified_address_is_never_reached_whatever_the_list(address: str) -> None:
-    listed = EgressAllow.parse(("0.0.0.0/8:*", "[::/0]:*", "0.0.0.0:*"))
+    listed = EgressAllow.parse(("0.0.0.0/8:*", "[::/0]:*"))  # itself, as an entry, stops the server
     assert "unspecified" in listed.refusal_of(ipaddress.ip_address(address), 80)
 
 
@@ -119,6 +119,15 @@ def test_the_unspecified_address_is_never_reached_whatever_the_list(address: str
         ("http://user@127.0.0.2:8765/d.csv", "not a URL: write '127.0.0.2:8765'"),
         ("pypi.org/simple", "without a path (no rule is per path): write 'pypi.org'"),
         ("pypi.org/simple:443", "without a path (no rule is per path): write 'pypi.org'"),
+        # Found by a review: other spellings of IPv4 became names, which glibc resolves as it reads them
+        # (010.001.000.001 was 8.1.0.1, where an operator meant 10.1.0.1); they never matched a request.
+        ("010.001.000.001", "an IPv4 address is four numbers from 0 to 255, in decimal"),
+        ("127.1", "an IPv4 address is four numbers"),
+        ("2130706433:*", "an IPv4 address is four numbers"),
+        ("0x7f.0.0.2", "an IPv4 address is four numbers"),
+        ("::ffff:10.0.0.0/104", "written as IPv4"),
+        ("0.0.0.0:*", "the unspecified address is never reached"),
+        ("[::]:443", "the unspecified address is never reached"),
     ],
 )
 def test_a_bad_entry_stops_the_server_naming_the_variable_and_the_entry(entry: str, said: str) -> None:
@@ -155,3 +164,11 @@ def test_an_address_python_knows_is_not_global_is_refused_even_where_no_table_na
     # Found by an audit of the claims: nothing failed with the `is_global` fallback taken out.
     wide = EgressAllow.parse(("0.0.0.0/0:*", "[::/0]:*"))
     assert wide.refusal_of(ipaddress.ip_address("2001:db8::1"), 443)  # documentation, not global
+
+
+def test_an_address_written_with_the_root_dot_is_that_address_and_azures_platform_address_is_refused() -> None:
+    # Found by a review: `127.0.0.2.` was a name entry, which no request matched; 168.63.129.16
+    # (Azure's WireServer) was taken as public.
+    allow = EgressAllow.parse(("127.0.0.2.:8080",))
+    assert allow.allows("127.0.0.2", 8080)
+    assert EgressAllow.parse(("*.example.com",)).refusal_of(ipaddress.ip_address("168.63.129.16"), 80)

@@ -12,7 +12,14 @@ from collections.abc import Callable, Iterator
 import anyio
 import pytest
 
-from runner.egress.resolver import LEFT_PER_CALLER, LOOKUP_THREADS, LOOKUPS_PER_RUN, AddressInfo, Resolver
+from runner.egress.resolver import (
+    LEFT_PER_CALLER,
+    LOOKUP_THREADS,
+    LOOKUPS_PER_RUN,
+    AddressInfo,
+    Resolver,
+    system_lookup,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -135,3 +142,23 @@ async def test_a_callers_run_waits_for_what_its_ended_runs_left_stalled_and_goes
     await until(lambda: resolver.left_by("hostile") == 0)
     with anyio.fail_after(10):
         assert await following.lookup("fast.test", 443)
+
+
+def test_a_name_is_looked_up_as_absolute_first_and_as_written_only_if_that_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Found by a review: a listed name was looked up through resolv.conf's search list (Kubernetes'
+    # ndots:5: `pypi.org.<namespace>.svc.cluster.local` first). /etc/hosts knows names without the dot.
+    asked: list[str] = []
+    known = {"pypi.org.": "203.0.113.80", "db": "10.0.0.5"}
+
+    def getaddrinfo(host: str, port: int, *args: object, **kwargs: object) -> AddressInfo:
+        asked.append(host)
+        if host not in known:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (known[host], port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    assert system_lookup("pypi.org", 443)[0][4] == ("203.0.113.80", 443)
+    assert system_lookup("db", 5432)[0][4] == ("10.0.0.5", 5432)
+    assert asked == ["pypi.org.", "db.", "db"]

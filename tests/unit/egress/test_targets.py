@@ -39,6 +39,8 @@ def test_a_plain_request_in_absolute_form_goes_to_its_urls_host_in_origin_form()
         (b"http://example.com/", [(b"host", b"example.com"), (b"host", b"example.com")], "Host header"),
         (b"http://user:pw@example.com/", [(b"host", b"example.com")], "credentials"),
         (b"http://exa mple.com/", [(b"host", b"exa mple.com")], "no valid host"),
+        # Found by a review: port 0 was taken as 80.
+        (b"http://example.com:0/", [(b"host", b"example.com:0")], "port 0"),
     ],
 )
 def test_a_plain_request_whose_host_is_in_doubt_is_a_400(
