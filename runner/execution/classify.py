@@ -67,7 +67,12 @@ def classify(end: ProcessEnd, stderr_tail: bytes, limits: RunLimits) -> tuple[St
     # A SIGXCPU the run sent itself early is a signal, not the limit (accounting may lag a little).
     spent = end.cpu_seconds >= limits.cpu_seconds * CPU_ACCOUNTING_SLACK
     if (signum == signal.SIGXCPU and spent) or (signum == signal.SIGKILL and end.cpu_seconds >= limits.cpu_seconds):
-        return Status.CPU_LIMIT, f"CPU time limit of {limits.cpu_seconds}s exceeded ({signal_name(signum)})"
+        # Which setting, and that a timeout is not it (found by a first hour: a run given `timeout: 300`
+        # ended at 10 s, told nothing of why its timeout did not hold).
+        return Status.CPU_LIMIT, (
+            f"CPU time limit of {limits.cpu_seconds}s exceeded ({signal_name(signum)}; "
+            "RUNNER_MAX_CPU_SECONDS, which a longer timeout does not raise)"
+        )
     if signum == signal.SIGXFSZ:
         return Status.FILE_SIZE_LIMIT, f"file size limit of {limits.file_size_mb} MiB exceeded (SIGXFSZ)"
     if signum:

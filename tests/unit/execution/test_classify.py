@@ -23,8 +23,9 @@ def end(returncode: int, cpu: float = 0.1, **flags: bool) -> ProcessEnd:
         (end(3), b"", Status.ERROR, "exited with status 3"),
         (end(1), b"Traceback...\nValueError: x\n", Status.ERROR, "exited with status 1"),
         (end(-signal.SIGKILL, timed_out=True), b"", Status.TIMEOUT, "wall-clock limit of 5s"),
-        (end(-signal.SIGXCPU, cpu=2.0), b"", Status.CPU_LIMIT, "CPU time limit of 2s exceeded (SIGXCPU)"),
-        (end(-signal.SIGKILL, cpu=3.0), b"", Status.CPU_LIMIT, "(SIGKILL)"),
+        # Which setting, and that a timeout is not it (found by a first hour).
+        (end(-signal.SIGXCPU, cpu=2.0), b"", Status.CPU_LIMIT, "2s exceeded (SIGXCPU; RUNNER_MAX_CPU_SECONDS, which a"),
+        (end(-signal.SIGKILL, cpu=3.0), b"", Status.CPU_LIMIT, "(SIGKILL;"),
         (end(-signal.SIGKILL, cpu=0.5), b"", Status.SIGNAL, "killed by SIGKILL"),
         (end(1), b"Traceback (most recent call last):\nMemoryError\n", Status.MEMORY_LIMIT, "64 MiB"),
         (end(1), b"OSError: [Errno 12] Cannot allocate memory\n", Status.MEMORY_LIMIT, "64 MiB"),
