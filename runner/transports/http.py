@@ -116,6 +116,12 @@ def http_app(
     return _Front(app, ExplainedRefusals(guarded, http, logger), http.path)
 
 
+NO_OAUTH = (
+    "python-runner-mcp has no OAuth: it takes static bearer tokens (Authorization: Bearer <token>). "
+    "A client that asks for OAuth was refused its token: check the token.\n"
+)
+
+
 class _Front:
     """Operations endpoints go straight to the app; everything else through authentication. The MCP
     endpoint takes POST only: stateless, a GET stream would never carry anything (and would hold a
@@ -129,6 +135,10 @@ class _Front:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPERATIONS_PATHS:
             await self._app(scope, receive, send)
+        elif scope["path"].startswith("/.well-known/"):
+            # No OAuth metadata: a 401 there made OAuth clients (the Inspector) start an OAuth flow for
+            # a token that was only wrong (found by a first hour); a 404 tells them there is none.
+            await PlainTextResponse(NO_OAUTH, 404)(scope, receive, send)
         elif scope["path"] == self._path and scope["method"] != "POST":
             await PlainTextResponse("Method Not Allowed\n", 405, headers={"allow": "POST"})(scope, receive, send)
         else:

@@ -190,6 +190,12 @@ async def test_tokens_are_required_checked_and_kept_out_of_urls(
         assert post(server, INITIALIZE, token=BOB).status_code == 200
         for path in ("/healthz", "/readyz", "/metrics"):
             assert httpx2.get(server.base + path).status_code in (200, 503), f"{path} needs no token"
+        # No OAuth metadata, so that an OAuth client does not start a flow over a wrong token (found by a
+        # first hour: a 401 there made the Inspector ask for interactive OAuth).
+        for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-authorization-server/mcp"):
+            metadata = httpx2.get(server.base + path)
+            assert metadata.status_code == 404, path
+            assert "static bearer tokens" in metadata.text
         assert post(server, call("print(1)"), token=BOB, **{"mcp-protocol-version": "2025-06-18"}).status_code == 200
     log = (tmp_path / "log").read_text()
     assert ALICE not in log
