@@ -8,6 +8,7 @@ budget (45 MiB of them after a failed call, its session's count 8 KiB before it)
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -23,6 +24,10 @@ MAX_SNAPSHOT_ENTRIES = 10_000
 # The kernel stamps a file's times from a clock that moves a tick (1-10 ms) at a time: a file changed
 # within this long of when it was read may change again with the same ctime, so its bytes are compared.
 COARSE_NS = 20_000_000
+
+
+class TooManyEntries(OSError):
+    """The session's files hold more than MAX_SNAPSHOT_ENTRIES entries."""
 
 
 class Snapshot:
@@ -79,7 +84,7 @@ class Snapshot:
                     continue
                 found[entry] = info
                 if len(found) > MAX_SNAPSHOT_ENTRIES:
-                    raise OSError(f"more than {MAX_SNAPSHOT_ENTRIES:,} entries in the session's files")
+                    raise TooManyEntries(f"more than {MAX_SNAPSHOT_ENTRIES:,} entries in the session's files")
                 if stat.S_ISDIR(info.st_mode):
                     if opening and info.st_mode & 0o700 != 0o700:
                         os.chmod(os.path.join(self.home, entry), 0o700)
@@ -143,57 +148,70 @@ class Snapshot:
         return moved
 
     def restore(self) -> str:
-        """Put the directory back as it was taken; why not, or ''."""
+        """Put the directory back as it was taken; why not, or ''. Where the call left more entries
+        than a scan takes, or paths longer than the system's (found by a review: a call that unpacked
+        10,001 files, or nested 30 directories of 200 characters, ended its session, the roll-back
+        failing on the very tree it had to remove), the directory is emptied by directory descriptors,
+        whatever its size and depth (`workdir.empty_directory`), and the state written back anew."""
         try:
-            now = self._scan(opening=True)
-            if self._moved_back(now):
-                now = self._scan(opening=True)
-            rewrite: list[tuple[str, tuple[object, ...]]] = []
-            for path in sorted(now, key=lambda p: p.count("/"), reverse=True):
-                info = now[path]
-                old = self.entries.get(path)
-                full = os.path.join(self.home, path)
-                if old is not None and _same(old, info, full):
-                    continue
-                if old is not None and old[0] == "f" and stat.S_ISREG(info.st_mode) and info.st_ino == old[1][0]:  # type: ignore[index]
-                    # The file the state knew, changed: written back in place, where a file the state
-                    # holds open sees it (found by a review: put back as a new file, the state's open
-                    # one kept what the rolled-back call wrote through it); once what the call made
-                    # is gone, whose room it may need (found by a second look: a call that filled the
-                    # tmpfs ended its session).
-                    rewrite.append((path, old))
-                    continue
-                if stat.S_ISDIR(info.st_mode):
-                    os.chmod(full, 0o700)
-                    os.rmdir(full)  # deepest first: what was in it is gone already
-                else:
-                    os.unlink(full)
-            for path, old in rewrite:
-                full = os.path.join(self.home, path)
-                self.entries[path] = ("f", _rewrite(full, old[1], old[2]), old[2], time.time_ns())  # type: ignore[arg-type]
-            for path in sorted(self.entries, key=lambda p: p.count("/")):
-                entry = self.entries[path]
-                full = os.path.join(self.home, path)
-                if os.path.lexists(full):
-                    continue
-                if entry[0] == "d":
-                    os.mkdir(full, 0o700)  # its mode last, as each directory's
-                elif entry[0] == "l":
-                    os.symlink(entry[1], full)  # type: ignore[arg-type]
-                else:
-                    key, data = entry[1], entry[2]
-                    self.entries[path] = ("f", _write(full, key, data), data, time.time_ns())  # type: ignore[arg-type]
-            # Modes and times last, deepest first: writing into a directory changes its time, and a mode a
-            # state kept (or a call left) may shut what is in it.
-            for path in sorted(self.entries, key=lambda p: p.count("/"), reverse=True):
-                entry = self.entries[path]
-                if entry[0] == "d":
-                    full = os.path.join(self.home, path)
-                    os.chmod(full, entry[1] & 0o7777)  # type: ignore[operator]
-                    os.utime(full, ns=(entry[2], entry[2]), follow_symlinks=False)  # type: ignore[arg-type]
-            return ""
+            return self._restore()
+        except (OSError, MemoryError) as exc:
+            if not isinstance(exc, TooManyEntries) and getattr(exc, "errno", None) != errno.ENAMETOOLONG:
+                return str(exc)
+        try:
+            workdir.empty_directory(self.home)
+            return self._restore()
         except (OSError, MemoryError) as exc:
             return str(exc)
+
+    def _restore(self) -> str:
+        now = self._scan(opening=True)
+        if self._moved_back(now):
+            now = self._scan(opening=True)
+        rewrite: list[tuple[str, tuple[object, ...]]] = []
+        for path in sorted(now, key=lambda p: p.count("/"), reverse=True):
+            info = now[path]
+            old = self.entries.get(path)
+            full = os.path.join(self.home, path)
+            if old is not None and _same(old, info, full):
+                continue
+            if old is not None and old[0] == "f" and stat.S_ISREG(info.st_mode) and info.st_ino == old[1][0]:  # type: ignore[index]
+                # The file the state knew, changed: written back in place, where a file the state
+                # holds open sees it (found by a review: put back as a new file, the state's open
+                # one kept what the rolled-back call wrote through it); once what the call made
+                # is gone, whose room it may need (found by a second look: a call that filled the
+                # tmpfs ended its session).
+                rewrite.append((path, old))
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                os.chmod(full, 0o700)
+                os.rmdir(full)  # deepest first: what was in it is gone already
+            else:
+                os.unlink(full)
+        for path, old in rewrite:
+            full = os.path.join(self.home, path)
+            self.entries[path] = ("f", _rewrite(full, old[1], old[2]), old[2], time.time_ns())  # type: ignore[arg-type]
+        for path in sorted(self.entries, key=lambda p: p.count("/")):
+            entry = self.entries[path]
+            full = os.path.join(self.home, path)
+            if os.path.lexists(full):
+                continue
+            if entry[0] == "d":
+                os.mkdir(full, 0o700)  # its mode last, as each directory's
+            elif entry[0] == "l":
+                os.symlink(entry[1], full)  # type: ignore[arg-type]
+            else:
+                key, data = entry[1], entry[2]
+                self.entries[path] = ("f", _write(full, key, data), data, time.time_ns())  # type: ignore[arg-type]
+        # Modes and times last, deepest first: writing into a directory changes its time, and a mode a
+        # state kept (or a call left) may shut what is in it.
+        for path in sorted(self.entries, key=lambda p: p.count("/"), reverse=True):
+            entry = self.entries[path]
+            if entry[0] == "d":
+                full = os.path.join(self.home, path)
+                os.chmod(full, entry[1] & 0o7777)  # type: ignore[operator]
+                os.utime(full, ns=(entry[2], entry[2]), follow_symlinks=False)  # type: ignore[arg-type]
+        return ""
 
 
 def _key(info: os.stat_result) -> tuple[int, int, int, int, int]:

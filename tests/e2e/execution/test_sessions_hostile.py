@@ -778,6 +778,27 @@ async def test_modules_a_call_puts_first_on_its_path_never_run_in_its_keeper(poo
     assert seen.stdout.text == "False 7\n", seen
 
 
+TOO_LARGE_TO_SCAN = {
+    "10,001 files": "for n in range(10_001):\n    open(f'f{n}', 'w').close()",
+    "paths past PATH_MAX": "import os\nfor _ in range(30):\n    os.mkdir('d' * 200)\n    os.chdir('d' * 200)",
+}
+
+
+@pytest.mark.parametrize("made", TOO_LARGE_TO_SCAN.values(), ids=TOO_LARGE_TO_SCAN.keys())
+@pytest.mark.parametrize("ending", ["", "\nraise RuntimeError('rolled back')"], ids=["kept", "failed"])
+async def test_a_call_that_leaves_more_than_the_snapshot_takes_is_rolled_back_and_its_session_goes_on(
+    pool: Pool, made: str, ending: str
+) -> None:
+    # Found by a review: the roll-back scanned what it had to remove with the snapshot's bound and by
+    # path, so such a call ended its session ("more than 10,000 entries", "File name too long").
+    handle = await new_session(pool, "import os\nx = 1\nwith open('kept.txt', 'w') as f:\n    f.write('as it was')")
+    done = await call(pool, made + ending, handle, timeout=30)
+    assert done.session is not None, done
+    assert (done.session.kept, done.session.ended) == (False, False), done
+    seen = await call(pool, "print(x, sorted(os.listdir('.')), open('kept.txt').read())", handle)
+    assert seen.stdout.text == "1 ['kept.txt'] as it was\n", seen
+
+
 OPEN_NAMELESS = {
     "a temporary file": "import tempfile\nkept = tempfile.TemporaryFile(dir='.')\nkept.write(b'x' * 100)",
     "a file deleted while open": "import os\nkept = open('gone', 'w+b')\nos.unlink('gone')",
