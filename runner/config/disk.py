@@ -13,7 +13,9 @@ import glob
 import importlib.machinery
 import os
 import pwd
+import re
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -79,7 +81,7 @@ def open_environment(config: Config) -> Config:
     offered, offered_modules = _offered(house)
     opened = dataclasses.replace(
         config,
-        python=_python(config.python),
+        python=_python(config.python, site),
         work_dir=work_dir,
         packages=packages,
         packages_site=site,
@@ -118,13 +120,58 @@ def _check_run_uids(config: Config) -> None:
         )
 
 
-def _python(path: str) -> str:
+def _python(path: str, site: str) -> str:
+    """RUNNER_PYTHON: an executable CPython of 3.11 or newer (asked, where it is not the server's own),
+    whose version is the one the package environment's compiled wheels were made for. Found by a first
+    hour: a 3.9 interpreter, or `/usr/bin/true`, started a server every call of which failed
+    `internal_error`; a 3.12 one, over a 3.11 environment, failed every `import numpy` so."""
+    given = bool(path)
     # The real binary, not a venv link or a pyenv shim: a shim costs ~70 ms per spawn, and with
     # -I -S the base interpreter never sees the server's site-packages anyway.
     path = path or os.path.realpath(sys.executable)
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         raise _unfit("RUNNER_PYTHON", path, "an executable file")
+    own = path == os.path.realpath(sys.executable)
+    version = sys.version_info[:2] if own else _version_of(path)
+    if version < (3, 11):
+        raise ConfigError("RUNNER_PYTHON", f"{path!r} is Python {version[0]}.{version[1]}; runs need 3.11 or newer")
+    built = _built_for(site) if site else None
+    if built is not None and built != version:
+        raise ConfigError(
+            "RUNNER_PYTHON" if given else "RUNNER_PACKAGES",
+            f"runs use Python {version[0]}.{version[1]} ({path}), and RUNNER_PACKAGES' compiled packages are for "
+            f"{built[0]}.{built[1]}: build it with that interpreter (make sandbox-env), or give RUNNER_PYTHON a "
+            f"{built[0]}.{built[1]}",
+        )
     return path
+
+
+def _version_of(path: str) -> tuple[int, int]:
+    """The (major, minor) of the CPython at `path`, asked; ConfigError if it does not say it is one."""
+    asked = "import sys; print('%d %d' % sys.version_info[:2], sys.implementation.name)"
+    try:
+        done = subprocess.run([path, "-I", "-S", "-c", asked], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ConfigError("RUNNER_PYTHON", f"{path!r} did not run as a Python interpreter ({exc})") from None
+    words = done.stdout.split()
+    if done.returncode or len(words) != 3 or words[2] != "cpython" or not (words[0] + words[1]).isdigit():
+        said = (done.stdout or done.stderr).strip()[:100]
+        raise ConfigError("RUNNER_PYTHON", f"{path!r} is not a CPython interpreter (asked its version: {said!r})")
+    return int(words[0]), int(words[1])
+
+
+def _built_for(site: str) -> tuple[int, int] | None:
+    """The Python version the compiled wheels installed in `site` were made for (a `WHEEL` file's
+    ``Tag: cp311-cp311-...``), or None where none is (pure Python, abi3)."""
+    for wheel in sorted(glob.glob(os.path.join(site, "*.dist-info", "WHEEL"))):
+        try:
+            with open(wheel, encoding="utf-8", errors="replace") as file:
+                tags = file.read(4096)
+        except OSError:
+            continue
+        if found := re.search(r"^Tag: cp3(\d+)-cp3\1-", tags, re.MULTILINE):
+            return 3, int(found.group(1))
+    return None
 
 
 def _unfit(name: str, path: str, expected: str) -> ConfigError:

@@ -237,7 +237,8 @@ SETTINGS = (
         "RUNNER_PYTHON",
         "python",
         "path",
-        "Interpreter that runs the code (tested with CPython 3.11).",
+        "Interpreter that runs the code: CPython 3.11 or newer (asked its version at start), the version "
+        "`RUNNER_PACKAGES`' compiled wheels were made for (tested with CPython 3.11).",
         expected="an absolute path to a Python 3 interpreter",
         shown_default="the server's interpreter, symlinks resolved",
         shown_accepted="absolute path of an executable file",

@@ -191,9 +191,18 @@ class Scratch:
         self.file("wheelhouse/tiny-1.0-py3-none-any.whl")
         return str(self.path / "wheelhouse")
 
+    def wheels_for_3_9(self) -> str:
+        """A package environment whose one distribution is a wheel compiled for CPython 3.9."""
+        self.file("env/site-packages/old-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: old\nVersion: 1.0\n")
+        self.file("env/site-packages/old-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nTag: cp39-cp39-linux_x86_64\n")
+        return str(self.path / "env")
+
     def failing_python(self) -> str:
-        """An executable that is no interpreter: every sandbox's probe of it fails, on any machine."""
-        return self.file("python", "#!/bin/sh\nexit 3\n", mode=0o755)
+        """An executable that is no interpreter: every sandbox's probe of it fails, on any machine. Asked
+        its version at start (`config.disk`), it says it is this one."""
+        said = f"{sys.version_info[0]} {sys.version_info[1]} cpython"
+        script = f'#!/bin/sh\ncase "$*" in *version_info*) echo "{said}" ;; *) exit 3 ;; esac\n'
+        return self.file("python", script, mode=0o755)
 
     def uids_all_taken(self) -> dict[str, str]:
         """A two-uid range, one block of a pool of 2 uids (one zygote, one slot, nothing pooled, no
@@ -245,7 +254,7 @@ HTTP = ("--transport", "http")
 SANDBOXED = {"RUNNER_SANDBOX": "namespaces"}  # the uids are checked where runs are lent them (root, sandboxed)
 TOKEN = "t" * 32
 
-# Every `raise ConfigError` of runner/ (43; the 44th match of `grep 'ConfigError(' runner` is the class), each
+# Every `raise ConfigError` of runner/ (47; the 48th match of `grep 'ConfigError(' runner` is the class), each
 # with an input that reaches it at start. None is reached only from a library call: `runner.api.run_code` opens
 # the environment through these same sites. The server's uid decides some, and the other uid skips them: root
 # reads past what a non-root server is refused (environment:_unfit unreachable, :_check_readable by the server),
@@ -326,6 +335,30 @@ REFUSALS = [
         "RUNNER_PYTHON",
         "expected an executable file",
         lambda s: {"RUNNER_PYTHON": s.file("python")},
+    ),
+    Refusal(
+        "environment:_version_of no cpython",
+        "RUNNER_PYTHON",
+        "is not a CPython interpreter",
+        lambda s: {"RUNNER_PYTHON": s.file("python", "#!/bin/sh\necho hello\n", mode=0o755)},
+    ),
+    Refusal(
+        "environment:_version_of did not run",
+        "RUNNER_PYTHON",
+        "did not run as a Python interpreter",
+        lambda s: {"RUNNER_PYTHON": s.file("python", "#!/no/such/shell\n", mode=0o755)},
+    ),
+    Refusal(
+        "environment:_python too old",
+        "RUNNER_PYTHON",
+        "is Python 3.9; runs need 3.11 or newer",
+        lambda s: {"RUNNER_PYTHON": s.file("python", "#!/bin/sh\necho 3 9 cpython\n", mode=0o755)},
+    ),
+    Refusal(
+        "environment:_python wheels of another version",
+        "RUNNER_PACKAGES",
+        "compiled packages are for 3.9",
+        lambda s: {"RUNNER_PACKAGES": s.wheels_for_3_9()},
     ),
     Refusal("environment:_packages", "RUNNER_PACKAGES", "found 0", lambda s: {"RUNNER_PACKAGES": s.directory("env")}),
     Refusal(

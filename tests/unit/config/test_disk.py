@@ -238,3 +238,45 @@ def test_a_root_server_s_uid_range_holding_a_host_user_or_too_small_for_a_block_
         open_environment(Config.from_env(small))
     # Runs that keep the server's uid use no range: nothing to refuse.
     assert open_environment(Config.from_env({**small, "RUNNER_SANDBOX": "none"})).sandbox == "none"
+
+
+def interpreter(path: Path, said: str) -> str:
+    """An executable at `path` that answers the server's question of its version with `said`."""
+    path.write_text(f"#!/bin/sh\necho '{said}'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("said", "refused"),
+    [
+        ("3 9 cpython", "is Python 3.9; runs need 3.11 or newer"),
+        ("", r"is not a CPython interpreter \(asked its version: ''\)"),
+        ("3 11 pypy", "is not a CPython interpreter"),
+    ],
+)
+def test_an_interpreter_that_is_no_cpython_of_3_11_or_newer_is_refused_saying_so(
+    tmp_path: Path, said: str, refused: str
+) -> None:
+    # Found by a first hour: a 3.9 interpreter, or /usr/bin/true, started a server every call of which
+    # then failed `internal_error`.
+    with pytest.raises(ConfigError, match=refused) as caught:
+        open_environment(Config.from_env({"RUNNER_PYTHON": interpreter(tmp_path / "python", said)}))
+    assert caught.value.variable == "RUNNER_PYTHON"
+
+
+def test_an_interpreter_of_another_version_than_the_package_environments_wheels_is_refused(tmp_path: Path) -> None:
+    # Found by a first hour: 3.12 over a 3.11 environment served, and every `import numpy` failed.
+    site = fake_env(tmp_path / "env", {"numpy": "2.4.6", "six": "1.17.0"}) / "site-packages"
+    (site / "six-1.17.0.dist-info" / "WHEEL").write_text("Wheel-Version: 1.0\nTag: py2-none-any\nTag: py3-none-any\n")
+    (site / "numpy-2.4.6.dist-info" / "WHEEL").write_text("Wheel-Version: 1.0\nTag: cp39-cp39-manylinux_2_17_x86_64\n")
+    packages = {"RUNNER_PACKAGES": str(tmp_path / "env")}
+    here = f"{sys.version_info[0]} {sys.version_info[1]} cpython"
+    given = {"RUNNER_PYTHON": interpreter(tmp_path / "py", here)}
+    for env, variable in [({}, "RUNNER_PACKAGES"), (given, "RUNNER_PYTHON")]:
+        with pytest.raises(ConfigError, match=r"compiled packages are for 3\.9: build it with that") as caught:
+            open_environment(Config.from_env({**packages, **env}))
+        assert caught.value.variable == variable
+    minor = sys.version_info[1]
+    (site / "numpy-2.4.6.dist-info" / "WHEEL").write_text(f"Tag: cp3{minor}-cp3{minor}-manylinux_2_17_x86_64\n")
+    assert open_environment(Config.from_env(packages)).packages == str(tmp_path / "env")
