@@ -59,8 +59,11 @@ class Credentials:
 
     def in_result(self, dumped: str) -> bool:
         """Whether a result dumped to JSON (`dumped`) may hold a credential its results may not pass on:
-        looked for in the dump, at C's pace (a walk of a result of records would be Python's)."""
-        return any(spelt in dumped for spelt in self._in_results_dumped)
+        looked for in the dump, at C's pace (a walk of a result of records would be Python's); or whether
+        its text holds a JSON escape another encoder may have spelt one with (`masked_result` looks)."""
+        if not self._in_results:
+            return False
+        return any(spelt in dumped for spelt in self._in_results_dumped) or "\\\\u" in dumped or "\\\\/" in dumped
 
     def masked_result(self, value: Any) -> Any:
         """`value` (a tool's result as a run gets it) with each credential its results may not pass on
@@ -90,7 +93,14 @@ def masked(text: str, secrets: Iterable[str]) -> str:
 
 def _masked_value(value: Any, secrets: Sequence[str]) -> Any:
     if isinstance(value, str):
-        return masked(value, secrets)
+        text = masked(value, secrets)
+        if "\\u" in text or "\\/" in text:
+            # An escape another encoder chose (Go's `\u0026`, PHP's `\/`, .NET's `\u002B`, Gson's `\u003d`,
+            # either case): found by reviews, each spelt a credential past the spellings looked for.
+            plain = _chosen_unescaped(text)
+            if plain != text and any(secret in plain for secret in secrets):
+                return masked(plain, secrets)
+        return text
     if isinstance(value, list | tuple):
         return [_masked_value(item, secrets) for item in value]
     if isinstance(value, dict):
@@ -101,29 +111,33 @@ def _masked_value(value: Any, secrets: Sequence[str]) -> Any:
 def _spellings(secrets: Iterable[str]) -> list[str]:
     """Each of `secrets` as it is and as JSON and Python's repr escape it (an error that is no text is
     dumped to JSON before it is masked, a log line may repr it: found by a review, `pa"ss\\word` and
-    `pässwörd` passed unmasked, escaped), and as other languages' JSON encoders write it (`_ENCODERS`),
-    the longest first."""
+    `pässwörd` passed unmasked, escaped), the longest first. The escapes other encoders choose are
+    undone where a string has one (`_chosen_unescaped`)."""
     spelt = set()
     for secret in secrets:
-        escaped = {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
-        escaped |= {_encoded(spelling, tables) for spelling in escaped for tables in _ENCODERS}
-        spelt |= {secret, repr(secret)[1:-1], *escaped}
+        spelt |= {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
     return sorted(spelt, key=len, reverse=True)
 
 
-# What JSON encoders other than Python's escape by default (found by a review, left for a turn: a tool
-# server's JSON text of its environment spells a credential as its language's encoder does): Go's
-# encoding/json `&`, `<` and `>` (safe in HTML) and U+2028/9, in hex; PHP's json_encode `/` (AWS's
-# secret keys and base64 have it), and both. Each, from Python's JSON spelling of a value.
-_GO = str.maketrans({"&": "\\u0026", "<": "\\u003c", ">": "\\u003e", "\u2028": "\\u2028", "\u2029": "\\u2029"})
-_PHP = str.maketrans({"/": "\\/"})
-_ENCODERS: tuple[tuple[dict[int, str], ...], ...] = ((_GO,), (_PHP,), (_GO, _PHP))
+# A JSON escape another encoder may have chosen for a character: `\uXXXX` in either case, or `\/`; and an
+# escaped backslash, to be left as it is (what follows it is not an escape).
+_CHOSEN_ESCAPE = re.compile(r"\\\\|\\u([0-9a-fA-F]{4})|\\/")
 
 
-def _encoded(spelt: str, tables: tuple[dict[int, str], ...]) -> str:
-    for table in tables:
-        spelt = spelt.translate(table)
-    return spelt
+def _chosen_unescaped(text: str) -> str:
+    """`text` (a tool's JSON text, say) with the escapes an encoder may choose for a character put back
+    as the character, but where JSON needs one (a quote, a backslash, a control character, a
+    surrogate), so that what was JSON stays JSON, meaning the same."""
+
+    def character(found: re.Match[str]) -> str:
+        if found.group(1) is None:
+            return "/" if found.group() == "\\/" else found.group()
+        code = int(found.group(1), 16)
+        if code < 0x20 or code in (0x22, 0x5C) or 0xD800 <= code <= 0xDFFF:
+            return found.group()
+        return chr(code)
+
+    return _CHOSEN_ESCAPE.sub(character, text)
 
 
 def _after_scheme(value: str) -> set[str]:

@@ -101,12 +101,22 @@ def test_a_credential_a_tool_tells_escaped_as_json_text_is_masked_in_its_result(
         # PHP's json_encode: / escaped (base64 and AWS's secret keys have it).
         ("wJalrXUtnFEMI/K7MDENG/bPxRfiCY", '{"MY_TOKEN":"wJalrXUtnFEMI\\/K7MDENG\\/bPxRfiCY"}'),
         ("a/b&c-0123456789", '{"MY_TOKEN":"a\\/b\\u0026c-0123456789"}'),
+        # Found by a second look: .NET's System.Text.Json (`+`), Gson (`=`, `'`), PHP's JSON_HEX_TAG (upper
+        # case), and non-ASCII escaped in upper case.
+        ("dGVzdA+key+0123456789", '{"MY_TOKEN":"dGVzdA\\u002Bkey\\u002B0123456789"}'),
+        ("c2VjcmV0LXRva2Vu'==", '{"MY_TOKEN":"c2VjcmV0LXRva2Vu\\u0027\\u003d\\u003D"}'),
+        ("p\u00e4ss<0123456789>", '{"MY_TOKEN":"p\\u00E4ss\\u003C0123456789\\u003E"}'),
     ],
-    ids=["go", "php", "both"],
+    ids=["go", "php", "both", "dotnet", "gson", "upper-case"],
 )
 def test_a_credential_another_languages_json_encoder_escaped_in_a_result_is_masked(secret: str, text: str) -> None:
     # Found by a review, left for a turn: only Python's own escapes were recognised; a Go or PHP tool
-    # server's JSON text of its environment passed a credential with `&` or `/` unmasked.
+    # server's JSON text of its environment passed a credential with `&` or `/` unmasked. What the text
+    # escapes otherwise, and what JSON needs escaped, stays as it was.
     told = Credentials(Downstream("s", "s", ("*",), None, command="x", env=(("MY_TOKEN", secret),)))
     assert told.in_result(json.dumps([text]))
     assert told.masked_result([text]) == ['{"MY_TOKEN":"***"}']
+    other = r'{"PATH":"C:\\u0041\/bin \u0022q\u0022 \u00E4 \\/"}'
+    [masked] = told.masked_result([text[:-1] + ", " + other[1:]])
+    assert masked == '{"MY_TOKEN":"***", "PATH":"C:\\\\u0041/bin \\u0022q\\u0022 \u00e4 \\\\/"}'
+    assert json.loads(masked)["PATH"] == json.loads(other)["PATH"], "the same JSON"
