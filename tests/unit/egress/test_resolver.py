@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import anyio
 import pytest
@@ -144,21 +145,33 @@ async def test_a_callers_run_waits_for_what_its_ended_runs_left_stalled_and_goes
         assert await following.lookup("fast.test", 443)
 
 
-def test_a_name_is_looked_up_as_absolute_first_and_as_written_only_if_that_fails(
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_name_is_looked_up_in_the_hosts_file_then_as_absolute_and_as_written_only_where_there_is_none(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # Found by a review: a listed name was looked up through resolv.conf's search list (Kubernetes'
-    # ndots:5: `pypi.org.<namespace>.svc.cluster.local` first). /etc/hosts knows names without the dot.
+    # ndots:5: `pypi.org.<namespace>.svc.cluster.local` first). By a second look: /etc/hosts names were
+    # asked of DNS first (glibc's files know no `localhost.`), 5 s each where DNS was unreachable.
     asked: list[str] = []
-    known = {"pypi.org.": "203.0.113.80", "db": "10.0.0.5"}
+    known = {"pypi.org.": "203.0.113.80", "svc": "10.0.0.9"}
 
     def getaddrinfo(host: str, port: int, *args: object, **kwargs: object) -> AddressInfo:
         asked.append(host)
+        if host == "stalls.":
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
         if host not in known:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (known[host], port))]
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    assert system_lookup("pypi.org", 443)[0][4] == ("203.0.113.80", 443)
-    assert system_lookup("db", 5432)[0][4] == ("10.0.0.5", 5432)
-    assert asked == ["pypi.org.", "db.", "db"]
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# comment\n10.0.0.5 db.internal DB  # the database\nfd00::5 db.internal\n")
+    assert [info[4] for info in system_lookup("db.internal", 5432, str(hosts))] == [
+        ("10.0.0.5", 5432),
+        ("fd00::5", 5432, 0, 0),
+    ]
+    assert system_lookup("db", 5432, str(hosts))[0][4] == ("10.0.0.5", 5432)
+    assert system_lookup("pypi.org", 443, str(hosts))[0][4] == ("203.0.113.80", 443)
+    assert system_lookup("svc", 80, str(hosts))[0][4] == ("10.0.0.9", 80)  # the search list: no such name
+    with pytest.raises(socket.gaierror):
+        system_lookup("stalls", 80, str(hosts))  # not asked again as written: it may exist
+    assert asked == ["pypi.org.", "svc.", "svc", "stalls."]
