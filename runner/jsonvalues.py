@@ -13,8 +13,8 @@ _STRUCTURAL = (b"{", b"[", b",", b":")
 # A string, once its escaped backslashes and quotes are gone: quote to quote.
 _STRING = re.compile(rb'"[^"]*"')
 _OPENERS = (b"{", b"[")
-# For `bytes.translate`'s delete: every byte but brackets. And a bracket's step in depth, by byte.
-_NOT_BRACKETS = bytes(range(256)).translate(None, b"[]{}")
+# For `bytes.translate`'s delete: every byte but quotes and brackets. And a bracket's step in depth, by byte.
+_NOT_STRUCTURE = bytes(range(256)).translate(None, b'"[]{}')
 _STEP = [1 if byte in b"[{" else -1 if byte in b"]}" else 0 for byte in range(256)]
 
 
@@ -43,12 +43,16 @@ def json_values(body: bytes, limit: int) -> int:
 def json_depth(body: bytes, limit: int) -> int:
     """How deep the arrays and objects of `body` nest (`{}` is 1, `[{}]` 2), counted from its bytes
     without parsing it: more than `limit` exactly when that depth is, else at most `limit`. Exact for
-    valid JSON, in linear time whatever its shape: some 30 ms for a million brackets, 0.1-0.2 s more for
-    16 MiB of strings that hold brackets (only a body of more than `limit` brackets is looked into)."""
+    valid JSON, in linear time whatever its shape: some 30-70 ms for a million brackets, 80 ms for 16
+    MiB of strings that hold brackets (only a body of more than `limit` brackets is looked into)."""
     openers = sum(body.count(mark) for mark in _OPENERS)
     if openers <= limit:  # what strings hold is in it: the depth is no more
         return openers
-    brackets = _STRING.sub(b"", _unescaped(body)).translate(None, _NOT_BRACKETS)
+    # Quotes and brackets alone, then no empty string: a string's removal has little left to read
+    # (found by a second look: removing the strings of 110,000 records first took 87 ms, this 23 ms).
+    # Dropping `""` anywhere is right: two strings side by side become one, whose brackets stay in one.
+    structure = _unescaped(body).translate(None, _NOT_STRUCTURE).replace(b'""', b"")
+    brackets = _STRING.sub(b"", structure)
     # Each bracket's depth, summed at C's pace: replacing innermost pairs again and again took 0.25 s
     # for a million brackets in chains 99 deep; this, 30 ms for any.
     return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
