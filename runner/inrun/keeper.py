@@ -56,8 +56,9 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
     from sweeps import SWEEP_SECONDS
 
 # Bound as this module loads, before any code of a session's: what a keeper calls each time a call is
-# rolled back, out of reach of a call that replaces os.listdir (not of one that rewrites this module).
-_listdir = os.listdir
+# rolled back, out of reach of a call that replaces os.listdir or builtins.open (found by a second look:
+# a state's open ran in the process that became its keeper) (not of one that rewrites this module).
+_listdir, _open = os.listdir, open
 
 # A call's channel to the anchor: kept open through its code, since the candidate it forks is
 # announced on it (and becomes the keeper's channel). Not inheritable by what the code executes. Both
@@ -422,7 +423,7 @@ def _end_own_processes() -> bool:
     deadline = time.monotonic() + SWEEP_SECONDS
     while True:
         try:
-            with open(f"/proc/self/task/{os.getpid()}/children", "rb") as listing:
+            with _open(f"/proc/self/task/{os.getpid()}/children", "rb") as listing:
                 children = [int(pid) for pid in listing.read().split()]
         except (OSError, ValueError):
             return False

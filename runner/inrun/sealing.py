@@ -26,8 +26,8 @@ import sys
 from _signal import SIG_BLOCK, SIG_SETMASK  # type: ignore[import-not-found]
 from _signal import pthread_sigmask as _sigmask
 
-# Bound as this module loads too: the state's code may replace os.fstat.
-_listdir, _fstat, _lseek, _is_regular = os.listdir, os.fstat, os.lseek, stat.S_ISREG
+# Bound as this module loads too: the state's code may replace os.fstat, or builtins.open.
+_listdir, _fstat, _lseek, _is_regular, _open = os.listdir, os.fstat, os.lseek, stat.S_ISREG, open
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -220,7 +220,7 @@ def share_nothing(holder: type[Holder]) -> str:
     if not holder.mapped:
         return ""
     try:
-        with open("/proc/self/maps", "rb") as maps:
+        with _open("/proc/self/maps", "rb") as maps:
             text = maps.read()
     except OSError as exc:
         return f"its memory map could not be read: {exc}"

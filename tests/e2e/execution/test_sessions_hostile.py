@@ -736,7 +736,8 @@ async def test_a_failed_call_that_filled_the_tmpfs_after_changing_a_kept_file_is
 
 async def test_a_state_that_replaced_fcntl_and_open_does_not_have_them_run_in_its_keeper(pool: Pool) -> None:
     # Found by a second look: the keeper looked fcntl.fcntl, builtins.open and stat.S_ISREG up as it ran
-    # them over the state's open files, so a state that replaced one ran its code in the keeper.
+    # them over the state's open files, so a state that replaced one ran its code in the keeper; and by
+    # another, the sealed call's own reads of /proc with builtins.open.
     replaced = (
         "import builtins, fcntl, os, stat, sys\n"
         "def said(real):\n"
@@ -748,7 +749,9 @@ async def test_a_state_that_replaced_fcntl_and_open_does_not_have_them_run_in_it
         "    return instead\n"
         "fcntl.fcntl, fcntl.flock = said(fcntl.fcntl), said(fcntl.flock)\n"
         "builtins.open, stat.S_ISREG = said(builtins.open), said(stat.S_ISREG)\n"
-        "kept = os.open('.', os.O_RDONLY)"
+        "kept = os.open('.', os.O_RDONLY)\n"
+        # A mapping made through mmap: the state's own maps are then read as it is sealed (`share_nothing`).
+        "import mmap\nprivate = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE)"
     )
     handle = await new_session(pool, replaced)
     assert (await call(pool, "x = 1\nraise RuntimeError('rolled back')", handle)).session is not None
@@ -757,6 +760,8 @@ async def test_a_state_that_replaced_fcntl_and_open_does_not_have_them_run_in_it
     seen = await call(pool, listed, handle)
     assert seen.status is Status.OK, seen
     ours = {"open_files", "put_back_files", "_flock", "nameless_file", "_offsets", "_put_back", "_locked"}
+    # And what reads /proc once the state is sealed (found by a second look: the state's open ran there).
+    ours |= {"share_nothing", "_end_own_processes", "_own_memory_kb"}
     assert not ours & set(seen.stdout.text.split()), seen.stdout.text
 
 
