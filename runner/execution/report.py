@@ -16,6 +16,7 @@ import json
 import math
 import posixpath
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,9 +34,12 @@ from runner.inrun.wire import (
 )
 from runner.outcome import Attachment, Cell, Omitted, Table
 
-# And the controls that reorder text as it is shown (found by a review: a file `invoice_\u202egpj.exe`
-# showed as `invoice_exe.jpg` in the view, and would to a reader of the text block).
-_CONTROLS = re.compile("[\x00-\x1f\x7f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# And every other character Unicode calls a control, a format character or a line or paragraph separator:
+# what reorders text as it is shown, or hides (found by a review: a file `invoice_\u202egpj.exe` showed
+# as `invoice_exe.jpg` in the view, and would to a reader of the text block; by a second look, U+2028,
+# U+0085, zero-width and tag characters went through). Looked for past ASCII only where a name has any.
+_CONTROLS = re.compile("[\x00-\x1f\x7f]")
+_UNSHOWN = frozenset(("Cc", "Cf", "Zl", "Zp"))
 
 _TEXT_TYPES = {
     ".csv": "text/csv",
@@ -331,12 +335,19 @@ def _printable(text: str) -> str:
     """Control characters (a file name may hold any) and bidirectional ones as visible escapes, and what
     is not Unicode (a name's undecodable bytes, as lone surrogates) as `\\udcXX`: no JSON or URI
     encoder downstream may fail on it."""
-    return _CONTROLS.sub(_escaped, _unicode(text))
+    text = _CONTROLS.sub(_escaped, _unicode(text))
+    if text.isascii():
+        return text
+    return "".join(_escaped_char(char) if unicodedata.category(char) in _UNSHOWN else char for char in text)
 
 
 def _escaped(control: re.Match[str]) -> str:
-    code = ord(control.group())
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+    return _escaped_char(control.group())
+
+
+def _escaped_char(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def _unicode(text: str) -> str:

@@ -105,6 +105,10 @@ def test_names_from_a_report_are_shown_with_control_characters_escaped() -> None
     # Found by a review: a name that reverses as it is shown ("invoice_exe.jpg" in the view).
     returned = parse_report(report({"files": [{"path": "invoice_\u202egpj.exe", "bytes": 1}]}, b"x"), BUDGETS)
     assert returned.attachments[0].name == "invoice_\\u202egpj.exe"
+    # By a second look: other invisible characters went through (a line separator, NEL, zero width, tags).
+    hidden = "a\u2028b\x85c\u200bd\U000e0041e\u00e9"
+    returned = parse_report(report({"files": [{"path": hidden, "bytes": 1}]}, b"x"), BUDGETS)
+    assert returned.attachments[0].name == "a\\u2028b\\x85c\\u200bd\\U000e0041e\u00e9"
 
 
 def test_a_file_is_an_image_by_its_bytes_text_if_utf8_and_bytes_otherwise() -> None:
