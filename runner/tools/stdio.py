@@ -439,10 +439,17 @@ def dying_with_us(argv: list[str], env: dict[str, str]) -> list[str]:
     would have: one that cannot be found fails to start (FileNotFoundError) as it did."""
     if not sys.platform.startswith("linux"):
         return argv
+    # Said as what to do (found by a first hour: "No such file or directory" of `~/.local/bin/x`, whose
+    # `~` no shell expands, and of a name on no directory of the PATH it was given, which was not said).
+    if argv[0].startswith("~"):
+        said = f"{argv[0]!r}: ~ is not expanded (no shell starts it): give the absolute path"
+        raise FileNotFoundError(errno.ENOENT, said)
     # A path is taken from the server's working directory (`cwd`), by the exec.
-    found = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=env.get("PATH", os.defpath))
+    path = env.get("PATH", os.defpath)
+    found = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=path)
     if found is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+        said = f"{argv[0]!r} is on no directory of its PATH ({path[:300]}): give its absolute path, or a PATH in env"
+        raise FileNotFoundError(errno.ENOENT, said)
     return [sys.executable, "-I", "-S", "-c", DYING_WITH_US, str(os.getpid()), found, *argv]
 
 

@@ -28,7 +28,7 @@ from runner.fdio import AskedReads
 from runner.rates import Pace
 from runner.tools import stdio
 from runner.tools.messages import PARSED_IN_TWO
-from runner.tools.stdio import BYTES_PER_SECOND, Lines, LineTooLong, Received, Sent, parse
+from runner.tools.stdio import BYTES_PER_SECOND, Lines, LineTooLong, Received, Sent, dying_with_us, parse
 
 
 @given(
@@ -508,3 +508,12 @@ async def test_lines_that_are_no_message_are_paced_as_reads_of_8_kib_each(pipe: 
     message = await received.receive()
     assert isinstance(message, SessionMessage)
     assert anyio.current_time() - started >= 0.5, "100 lines paced as 800 KiB at 1 MB/s"
+
+
+def test_a_command_that_cannot_be_found_says_what_to_give_instead() -> None:
+    # Found by a first hour: "No such file or directory" of `~/.local/bin/x`, whose ~ no shell expands, and
+    # of a name on no directory of the PATH the server gave it, which was not said.
+    with pytest.raises(FileNotFoundError, match=r"~ is not expanded .*: give the absolute path"):
+        dying_with_us(["~/.local/bin/mcp-server-time"], {"PATH": "/usr/bin"})
+    with pytest.raises(FileNotFoundError, match=r"on no directory of its PATH \(/nowhere:/neither\): give its"):
+        dying_with_us(["mcp-server-nope"], {"PATH": "/nowhere:/neither"})
