@@ -391,6 +391,7 @@ def _tokens_file(path: str) -> str:
         return ""
     if not os.path.isfile(path):
         raise _unfit("RUNNER_AUTH_TOKENS_FILE", path, "a file of tokens")
+    _check_others_cannot_change("RUNNER_AUTH_TOKENS_FILE", path, "add a token of their own")
     return os.path.realpath(path)
 
 
@@ -400,4 +401,24 @@ def _tools_file(path: str) -> str:
         return ""
     if not os.path.isfile(path):
         raise _unfit("RUNNER_TOOLS_CONFIG", path, "a file of MCP servers")
+    _check_others_cannot_change("RUNNER_TOOLS_CONFIG", path, "choose the commands this server starts")
     return os.path.realpath(path)
+
+
+def _check_others_cannot_change(variable: str, path: str, could: str) -> None:
+    """ConfigError if users other than its owner's may write the file at `path`, or replace it (a
+    directory all may write, without the sticky bit /tmp has). Found by a first hour: a tokens file of
+    mode 666, in a directory of mode 777, was served with a warning that it was readable only."""
+    real = os.path.realpath(path)
+    mode = os.stat(real).st_mode
+    if mode & 0o002:
+        raise ConfigError(
+            variable, f"{path!r} (mode {oct(mode & 0o777)}) may be written by any user, who could {could}: chmod 600 it"
+        )
+    folder = os.stat(os.path.dirname(real)).st_mode
+    if folder & 0o002 and not folder & stat.S_ISVTX:
+        raise ConfigError(
+            variable,
+            f"{path!r} is in {os.path.dirname(real)!r} (mode {oct(folder & 0o777)}), where any user may replace it and "
+            f"{could}: move it to a directory only its owner may write",
+        )

@@ -182,6 +182,11 @@ class Scratch:
         (self.path / "shut").chmod(0)
         return path
 
+    def opened(self, name: str) -> dict[str, str]:
+        """The directory `name` made writable by every user (no sticky bit); nothing to set."""
+        (self.path / name).chmod(0o777)
+        return {}
+
     def tokens(self, text: str | bytes) -> dict[str, str]:
         return {"RUNNER_AUTH_TOKENS_FILE": self.file("tokens", text, mode=0o600)}
 
@@ -254,7 +259,7 @@ HTTP = ("--transport", "http")
 SANDBOXED = {"RUNNER_SANDBOX": "namespaces"}  # the uids are checked where runs are lent them (root, sandboxed)
 TOKEN = "t" * 32
 
-# Every `raise ConfigError` of runner/ (47; the 48th match of `grep 'ConfigError(' runner` is the class), each
+# Every `raise ConfigError` of runner/ (49; the 50th match of `grep 'ConfigError(' runner` is the class), each
 # with an input that reaches it at start. None is reached only from a library call: `runner.api.run_code` opens
 # the environment through these same sites. The server's uid decides some, and the other uid skips them: root
 # reads past what a non-root server is refused (environment:_unfit unreachable, :_check_readable by the server),
@@ -425,6 +430,19 @@ REFUSALS = [
         "chmod o+rX",
         lambda s: {"RUNNER_SANDBOX_READ_PATHS": s.file("data", mode=0o600)},
         needs="root",
+    ),
+    Refusal(
+        "environment:_check_others_cannot_change the file",
+        "RUNNER_AUTH_TOKENS_FILE",
+        "may be written by any user, who could add a token of their own: chmod 600 it",
+        lambda s: {"RUNNER_AUTH_TOKENS_FILE": s.file("tokens", f"alice:{TOKEN}\n", mode=0o666)},
+        HTTP,
+    ),
+    Refusal(
+        "environment:_check_others_cannot_change its directory",
+        "RUNNER_TOOLS_CONFIG",
+        "where any user may replace it and choose the commands this server starts",
+        lambda s: {"RUNNER_TOOLS_CONFIG": s.file("open/tools.json", "{}", mode=0o600), **s.opened("open")},
     ),
     Refusal(
         "auth:parse name",
