@@ -56,6 +56,15 @@ def sweep_tree(spare: set[int], reap: Callable[[], None], parent: int = 0, tally
         time.sleep(0.0005)
 
 
+def reap_any() -> None:
+    """Reap every child of this process that has ended, waiting for none."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+
+
 def _descendants_stat(root: int) -> dict[int, list[bytes]]:
     """Every live process under `root`, zombies left out (a zombie has no children: they went to the
     subreaper as it died), each with its stat fields (`_stat`): read once, however many questions."""

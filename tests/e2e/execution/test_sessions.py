@@ -10,6 +10,7 @@ import errno
 import logging
 import os
 import re
+import secrets
 import signal
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -862,6 +863,42 @@ async def test_close_session_during_a_call_kills_the_call_and_its_result_says_th
     [result] = ended
     assert result.status is Status.SIGNAL
     assert "the session ended during this call (closed by close_session)" in result.message
+
+
+async def test_close_session_answers_once_the_running_calls_processes_are_gone(pool: Pool) -> None:
+    # Found by a review: in plain modes the call (its keeper's child) and what it forked outlived the
+    # close's answer by 0.3-1 s, until the server's stray sweep, writing into a directory being removed.
+    name = f"cl{secrets.token_hex(5)}"  # what the call's processes call themselves (comm: 15 bytes)
+    code = (
+        "import ctypes, os, time\n"
+        f"ctypes.CDLL(None).prctl(15, {name.encode()!r}, 0, 0, 0)\n"
+        "os.fork()\n"
+        "print('started', flush=True)\n"
+        "while True:\n"
+        "    time.sleep(0.01)\n"
+    )
+    handle = await new_session(pool, "x = 1")
+    printed = anyio.Event()
+
+    async def seen(progress: Progress) -> None:
+        if progress.stdout_bytes:
+            printed.set()
+
+    def named() -> list[str]:
+        found = []
+        for entry in os.listdir("/proc"):
+            with contextlib.suppress(OSError):
+                if entry.isdigit() and Path(f"/proc/{entry}/comm").read_text().strip() == name:
+                    found.append(entry)
+        return found
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pool.run, RunRequest("t", code, 30, session=handle), seen)
+        with anyio.fail_after(20):
+            await printed.wait()
+        assert len(named()) == 2
+        assert await pool.close_session(handle, None) is None
+        assert [pid for pid in named() if alive(int(pid))] == []
 
 
 async def test_a_call_whose_session_is_closed_under_it_keeps_what_it_printed_and_how_long_it_ran(pool: Pool) -> None:
