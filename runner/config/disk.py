@@ -193,6 +193,12 @@ def _work_dir(path: str) -> str:
     path = path or tempfile.gettempdir()
     if not (os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)):
         raise _unfit("RUNNER_WORK_DIR", path, "a writable directory")
+    # Made in, not trusted to access(2): root may "write" /proc, where a directory cannot be made (found
+    # by a first hour: a traceback and exit 1 as the pool opened).
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".python-runner-probe-", dir=path))
+    except OSError as exc:
+        raise ConfigError("RUNNER_WORK_DIR", f"no directory can be made in {path!r}: {exc.strerror or exc}") from None
     return path
 
 

@@ -259,7 +259,7 @@ HTTP = ("--transport", "http")
 SANDBOXED = {"RUNNER_SANDBOX": "namespaces"}  # the uids are checked where runs are lent them (root, sandboxed)
 TOKEN = "t" * 32
 
-# Every `raise ConfigError` of runner/ (49; the 50th match of `grep 'ConfigError(' runner` is the class), each
+# Every `raise ConfigError` of runner/ (50; the 51st match of `grep 'ConfigError(' runner` is the class), each
 # with an input that reaches it at start. None is reached only from a library call: `runner.api.run_code` opens
 # the environment through these same sites. The server's uid decides some, and the other uid skips them: root
 # reads past what a non-root server is refused (environment:_unfit unreachable, :_check_readable by the server),
@@ -334,6 +334,13 @@ REFUSALS = [
         "RUNNER_WORK_DIR",
         "does not exist",
         lambda s: {"RUNNER_WORK_DIR": str(s.path / "no/work")},
+    ),
+    Refusal(
+        "environment:_work_dir nothing made there",
+        "RUNNER_WORK_DIR",
+        "no directory can be made in '/proc'",
+        lambda s: {"RUNNER_WORK_DIR": "/proc"},
+        needs="root",  # a non-root server is refused /proc by access(2) before
     ),
     Refusal(
         "environment:_unfit not one",
