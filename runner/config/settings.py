@@ -182,6 +182,12 @@ CI_VARIABLES = frozenset(
 AMBIGUOUS = {
     "RUNNER_TIMEOUT": "RUNNER_DEFAULT_TIMEOUT (a call's timeout when it names none) or RUNNER_MAX_TIMEOUT "
     "(the most a call may ask for)",
+    # Found by a first hour: the closest spelling named a limit of code mode's, or the setting that gives
+    # runs the server's whole network, where what was meant was the file of servers, or the allowlist.
+    "RUNNER_TOOLS": "RUNNER_TOOLS_CONFIG (the file of MCP servers runs may call)",
+    "RUNNER_NETWORK": "RUNNER_EGRESS_ALLOW (the hosts runs may reach through the server's proxy)",
+    "RUNNER_ALLOW_NETWORK": "RUNNER_EGRESS_ALLOW (the hosts runs may reach through the server's proxy)",
+    "RUNNER_EGRESS": "RUNNER_EGRESS_ALLOW (the hosts runs may reach through the server's proxy)",
 }
 
 

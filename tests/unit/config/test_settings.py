@@ -31,6 +31,17 @@ def test_a_name_that_could_mean_either_timeout_names_both() -> None:
     assert "RUNNER_MAX_TIMEOUT (the most a call may ask for)" in why
 
 
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [("RUNNER_TOOLS", "RUNNER_TOOLS_CONFIG"), ("RUNNER_NETWORK", "RUNNER_EGRESS_ALLOW"), ("RUNNER_ALLOW_NETWORK", "RUNNER_EGRESS_ALLOW")],
+)
+def test_a_name_for_code_mode_or_the_network_names_the_setting_a_user_means(name: str, meant: str) -> None:
+    # Found by a first hour: RUNNER_TOOLS was told RUNNER_TOOLS_MAX_MB, RUNNER_NETWORK the setting that
+    # gives runs the server's whole network, RUNNER_ALLOW_NETWORK nothing.
+    [(_, why)] = unknown_variables(SETTINGS, {name: "x"})
+    assert why.startswith(f"not a setting of this server; did you mean {meant} ("), why
+
+
 def test_a_misspelled_variable_stops_the_server_naming_it() -> None:
     # Found by a new user's first hour: RUNNER_MAX_MEMORY=512 started the server with 256 MiB runs and one
     # warning that a Claude Desktop user never sees.
