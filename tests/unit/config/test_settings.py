@@ -33,7 +33,11 @@ def test_a_name_that_could_mean_either_timeout_names_both() -> None:
 
 @pytest.mark.parametrize(
     ("name", "meant"),
-    [("RUNNER_TOOLS", "RUNNER_TOOLS_CONFIG"), ("RUNNER_NETWORK", "RUNNER_EGRESS_ALLOW"), ("RUNNER_ALLOW_NETWORK", "RUNNER_EGRESS_ALLOW")],
+    [
+        ("RUNNER_TOOLS", "RUNNER_TOOLS_CONFIG"),
+        ("RUNNER_NETWORK", "RUNNER_EGRESS_ALLOW"),
+        ("RUNNER_ALLOW_NETWORK", "RUNNER_EGRESS_ALLOW"),
+    ],
 )
 def test_a_name_for_code_mode_or_the_network_names_the_setting_a_user_means(name: str, meant: str) -> None:
     # Found by a first hour: RUNNER_TOOLS was told RUNNER_TOOLS_MAX_MB, RUNNER_NETWORK the setting that
