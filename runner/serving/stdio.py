@@ -75,7 +75,7 @@ TS_CLIENT_MOST_BYTES = 10 << 20
 
 
 def _warn_of_long_reads(config: Config, logger: logging.Logger) -> None:
-    """A warning at start where a resources/read answer may be longer than TS_CLIENT_MOST_BYTES."""
+    """A warning at start where a resources/read or a call's answer may be longer than TS_CLIENT_MOST_BYTES."""
     from runner.protocol.results import MAX_TEXT_GROWTH
 
     kept = config.kept.max_kept_output_bytes
@@ -84,6 +84,17 @@ def _warn_of_long_reads(config: Config, logger: logging.Logger) -> None:
             f"RUNNER_MAX_KEPT_OUTPUT_MB={kept / (1 << 20):g}: reading a kept stream may answer more than "
             "10 MiB, which a TypeScript SDK client over stdio (Claude Desktop, the Inspector) does not take: "
             "it closes the connection; 6 at most is safe"
+        )
+        log_event(logger, logging.WARNING, said)
+    # A call's answer: each stream twice (its text block, structuredContent), each character as much as
+    # 6 bytes of JSON (a control character's escape), and its images, files and table, base64 or JSON
+    # (found by a second look: RUNNER_MAX_RETURNED_MB=12 gave an answer the client closed over).
+    returns = config.returns
+    if 24 * returns.max_output_chars + 2 * returns.max_returned_bytes + (64 << 10) > TS_CLIENT_MOST_BYTES:
+        said = (
+            f"RUNNER_MAX_RETURNED_MB={returns.max_returned_bytes / (1 << 20):g} and RUNNER_MAX_OUTPUT_CHARS="
+            f"{returns.max_output_chars}: a call's answer may be more than 10 MiB, which a TypeScript SDK client "
+            "over stdio (Claude Desktop, the Inspector) does not take: it closes the connection"
         )
         log_event(logger, logging.WARNING, said)
 

@@ -552,6 +552,23 @@ def test_a_server_whose_kept_output_a_typescript_client_over_stdio_could_not_rea
     assert (said in done.stderr) == warned, done.stderr
 
 
+@pytest.mark.parametrize(
+    ("settings", "warned"),
+    [({}, False), ({"RUNNER_MAX_RETURNED_MB": "12", "RUNNER_MAX_FILES_MB": "12"}, True)],
+    ids=["defaults", "12-mib-returned"],
+)
+def test_a_server_whose_calls_answers_a_typescript_client_over_stdio_could_not_read_warns_at_start(
+    work_dir: Path, settings: dict[str, str], warned: bool
+) -> None:
+    # Found by a second look: a 9 MiB file returned inline closed a TypeScript SDK client's connection,
+    # with no warning at start.
+    env = server_env(work_dir, **settings)
+    command = [sys.executable, "-m", "runner"]
+    done = subprocess.run(command, cwd=REPO, env=env, input="", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert ("a call's answer may be more than 10 MiB" in done.stderr) == warned, done.stderr
+
+
 def test_python_m_runner_config_prints_the_table() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "runner.config"], cwd=REPO, capture_output=True, text=True, timeout=30, check=True
