@@ -23,7 +23,7 @@ SDK-made one cannot. Its tool ``echo`` says what it got; the mode (argv[1]) says
 - ``stubborn``: it ignores SIGTERM, and serves on after its stdin's end, until it is killed;
 - ``noread``: once listed, it reads nothing more (its stdin fills);
 - ``banner``: it says "MCP server running on stdio" on its stdout first, then serves; ``deep``: its
-  answer to a call is the call's arguments as its structured content, nested as they came;
+  answer to a call is its arguments as structured content, nested in as many objects as ``depth`` says;
   ``manyblocks``: its answer to a call has 2,000 content blocks;
 - ``relists``: after each answer to tools/list, it says its tools changed, and counts the listings in
   the file argv[2];
@@ -134,7 +134,11 @@ def answer(request: dict[str, object]) -> None:
             with open(sys.argv[2], "a") as pids:
                 pids.write(f"{daemon.pid}\n")
         if MODE == "deep":
-            result = {"content": [], "structuredContent": params.get("arguments")}
+            arguments = params.get("arguments") or {}
+            nested: object = arguments
+            for _ in range(int(arguments.get("depth", 0))):
+                nested = {"a": nested}
+            result = {"content": [], "structuredContent": nested}
             send({"jsonrpc": "2.0", "id": ident, "result": result})
             return
         if MODE == "manyblocks":

@@ -114,7 +114,7 @@ async def test_names_a_run_gets_wrong_are_tool_errors_that_say_the_right_one_and
         "shown = io.StringIO()\n"
         "with contextlib.redirect_stdout(shown):\n"
         "    help(mcp_tools.every)\n"
-        "print('get_sum(**arguments' in shown.getvalue(), shown.getvalue().count('Input schema:'))\n"
+        "print('get_sum(a, b)' in shown.getvalue(), shown.getvalue().count('Input schema:'))\n"
         # What a worker process's pickle needs (found by a review of this: the error did not pickle).
         "import pickle\n"
         "again = pickle.loads(pickle.dumps((mcp_tools.every, mcp_tools.every.get_sum)))\n"
@@ -508,10 +508,13 @@ async def test_schemas_that_cannot_be_checked_and_a_huge_result_are_tool_errors_
     code = (
         "import mcp_tools, time\n"
         "h = mcp_tools.hostile\n"
-        "deep = 'x'\n"
-        "for _ in range(500):\n"
+        "deep, deeper = 'x', 'x'\n"
+        "for _ in range(99):\n"
         "    deep = [deep]\n"
-        "calls = [('nested', lambda: h.nested(tree=deep)), ('nowhere', lambda: h.nowhere(a=1)),\n"
+        "for _ in range(500):\n"
+        "    deeper = [deeper]\n"
+        "calls = [('nested', lambda: h.nested(tree=deep)), ('deeper', lambda: h.nested(tree=deeper)),\n"
+        "         ('nowhere', lambda: h.nowhere(a=1)),\n"
         "         ('backtracks', lambda: h.backtracks(s='a' * 40 + '!')), ('huge', lambda: h.huge(megabytes=20))]\n"
         "for name, call in calls:\n"
         "    started = time.monotonic()\n"
@@ -523,8 +526,13 @@ async def test_schemas_that_cannot_be_checked_and_a_huge_result_are_tool_errors_
     )
     done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
     assert done["status"] == "ok", done
-    nested, nowhere, backtracks, huge = done["stdout"].splitlines()
-    assert nested.startswith("nested True hostile.nested: the arguments do not match the tool's input schema: nested")
+    nested, deeper, nowhere, backtracks, huge = done["stdout"].splitlines()
+    assert nested == "nested True nested ok", "a schema that recurses is followed as deep as a call may nest"
+    # Past the depth any call may nest (`frames.MOST_DEPTH`), refused before the schema is looked at.
+    assert deeper == (
+        "deeper True hostile.nested: the arguments nest 501 levels deep, more than 100, "
+        "which a tool server may not parse"
+    )
     assert nowhere.startswith("nowhere True hostile.nowhere: the arguments do not match the tool's input schema:")
     assert backtracks == "backtracks True backtracks ok", "the downstream checks its pattern itself"
     assert huge.startswith("huge True hostile.huge: its result (more than 16,7")
