@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools as _mcp_itertools
 import json as _mcp_json
+import keyword as _mcp_keyword
 import os as _mcp_os
 import types as _mcp_types
 import typing as _mcp_typing
@@ -157,16 +158,39 @@ def __getattr__(name: str) -> Any:
 def _mcp_function(
     server: str, module: str, tool: str, python_name: str, description: str, schema: Any
 ) -> Callable[..., Any]:
-    def tool_function(**arguments: Any) -> Any:
+    takes = _mcp_arguments(schema)
+
+    def tool_function(*positional: Any, **arguments: Any) -> Any:
+        if positional:  # said with the names it takes (found by a first hour: "takes 0 positional arguments")
+            raise TypeError(f"{python_name}() takes keyword arguments only: {python_name}({takes})")
         return call(server, tool, arguments)
 
     tool_function.__name__ = python_name
     # Where it is found from mcp_tools (pickle finds a function by it: a worker process's, say).
     tool_function.__qualname__ = f"{module.removeprefix('mcp_tools.')}.{python_name}"
     shown = _mcp_json.dumps(schema, indent=2, sort_keys=True)
-    tool_function.__doc__ = f"{description}\n\nThe tool {tool!r} of {server!r}. Input schema:\n{shown}"
+    tool_function.__doc__ = (
+        f"{python_name}({takes})\n\n{description}\n\nThe tool {tool!r} of {server!r}. Input schema:\n{shown}"
+    )
     tool_function.schema = schema  # type: ignore[attr-defined]
     return tool_function
+
+
+def _mcp_arguments(schema: Any) -> str:
+    """The keyword arguments `schema` names, as a call writes them: the required first, then the others
+    with `=...`; a name no keyword can be, quoted (`mcp_tools.call` takes it); cut past 200 characters."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return "**arguments"
+    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    names = [name for name in properties if name in required] + [name for name in properties if name not in required]
+    said = [
+        (name if name.isidentifier() and not _mcp_keyword.iskeyword(name) else repr(name))
+        + ("" if name in required else "=...")
+        for name in names
+    ]
+    shown = ", ".join(said)
+    return shown if len(shown) <= 200 else shown[:200].rsplit(", ", 1)[0] + ", ..."
 
 
 def _mcp_start(catalog: dict[str, Any], exchange: Callable[[bytes, bytes], bytes]) -> None:
@@ -189,7 +213,7 @@ def _mcp_start(catalog: dict[str, Any], exchange: Callable[[bytes, bytes], bytes
             setattr(server, tool["python_name"], made)
             server.__all__.append(tool["python_name"])
             first = (tool["description"].strip().splitlines() or [""])[0][:100]
-            lines.append(f"    .{tool['python_name']}(...)  {first}")
+            lines.append(f"    .{tool['python_name']}({_mcp_arguments(tool['schema'])[:80]})  {first}")
         if entry.get("down"):
             lines.append(f"    (down now: {entry['down']})")
         servers[entry["python_name"]] = server

@@ -64,6 +64,13 @@ async def test_a_run_calls_a_downstream_servers_tools_as_functions_fifty_in_a_ro
         "'target_timezone': 'Europe/Istanbul'})['target']['datetime'][11:16])\n"
         "print('get_current_time' in mcp_tools.time.get_current_time.__doc__, "
         "mcp_tools.time.get_current_time.schema['type'])\n"
+        # What it takes, said where a model looks first (found by a first hour: `(...)`, and "takes 0
+        # positional arguments" for a call without keywords).
+        "print('.get_current_time(timezone)  ' in mcp_tools.__doc__)\n"
+        "try:\n"
+        "    mcp_tools.time.convert_time('UTC', '12:00', 'Europe/Istanbul')\n"
+        "except TypeError as exc:\n"
+        "    print(exc)\n"
     )
     with (tmp_path / "stderr.log").open("w") as errlog:
         async with stdio_session(work_dir, errlog, RUNNER_TOOLS_CONFIG=str(path), RUNNER_SANDBOX=mode) as client:
@@ -77,7 +84,10 @@ async def test_a_run_calls_a_downstream_servers_tools_as_functions_fifty_in_a_ro
             again = await run(client, "import mcp_tools\nprint(mcp_tools.time.get_current_time(timezone='UTC'))")
             assert processes_mentioning(str(TIME_SERVER)) == before
     assert done["status"] == "ok", done
-    assert done["stdout"] == "50 {'UTC'}\n15:00\nTrue object\n"
+    assert done["stdout"] == (
+        "50 {'UTC'}\n15:00\nTrue object\nTrue\n"
+        "convert_time() takes keyword arguments only: convert_time(source_timezone, time, target_timezone)\n"
+    )
     assert again["stdout"].startswith("{'timezone': 'UTC'"), again
     log = (tmp_path / "stderr.log").read_text()
     assert "killing a process" not in log
