@@ -233,11 +233,14 @@ class PoolState:
 
 @dataclass(frozen=True, slots=True)
 class StreamText:
-    """What a stream shows: its text, how many bytes the run wrote, and how many were left out."""
+    """What a stream shows: its text, how many bytes the run wrote, and how many were left out; and,
+    where it was cut, at which of its characters the server's mark of the cut begins (the run may print
+    a mark of its own: found by a review, the app view took the first it saw for the cut)."""
 
     text: str
     total_bytes: int
     dropped_bytes: int
+    cut_at: int | None = None
 
     @property
     def truncated(self) -> bool:

@@ -102,8 +102,9 @@ def render_stream(cap: OutputCap, max_chars: int, marker: str = DROP_MARKER) -> 
     if whole is not None and len(head_part) + len(tail_part) > len(whole):
         tail_part = whole[len(head_part) :]
     dropped = cap.total - len(head_part) - len(tail_part)
-    text = decode_safely(head_part) + marker.format(dropped=dropped) + decode_safely(tail_part)
-    return StreamText(text, cap.total, dropped)
+    head_text = decode_safely(head_part)
+    text = head_text + marker.format(dropped=dropped) + decode_safely(tail_part)
+    return StreamText(text, cap.total, dropped, len(head_text))
 
 
 def _count_chars(data: bytes) -> int:

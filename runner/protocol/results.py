@@ -170,6 +170,9 @@ def structured_result(result: RunResult) -> dict[str, Any]:
         ],
         "not_returned": [{"name": o.name, "bytes": o.size, "reason": o.reason} for o in result.omitted],
     }
+    for name, stream in (("stdout", result.stdout), ("stderr", result.stderr)):
+        if stream.truncated and stream.cut_at is not None:
+            content[f"{name}_cut_at"] = stream.cut_at
     if result.note:
         content["note"] = result.note
     if result.network:

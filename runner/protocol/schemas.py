@@ -142,6 +142,17 @@ def output_schema() -> dict[str, Any]:
             "stderr_bytes": count,
             "stdout_dropped_bytes": count,
             "stderr_dropped_bytes": count,
+            **{
+                f"{name}_cut_at": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": (
+                        f"Only when {name} above was cut: where in it (in characters) the server's mark of the "
+                        "cut begins, `\\n... [N bytes dropped] ...\\n`; a mark elsewhere is the run's own."
+                    ),
+                }
+                for name in ("stdout", "stderr")
+            },
             "duration_seconds": {"type": "number", "minimum": 0},
             "queue_wait_seconds": {"type": "number", "minimum": 0},
             "cpu_seconds": _NULLABLE_NUMBER,

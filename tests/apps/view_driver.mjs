@@ -66,6 +66,11 @@ import sys
 print("a warning", file=sys.stderr)
 raise ValueError("bad value")
 `;
+// A run that prints a cut mark of its own, then enough for the server to cut its stdout.
+const FAKE_CUT_CODE = `
+print("head\\n... [5 bytes dropped] ...\\nstill head")
+print("x" * 60_000)
+`;
 const LINKED_CODE = `
 with open("report.txt", "w") as f:
     f.write("first line of the report\\n" + "y" * 400_000)
@@ -356,6 +361,19 @@ async function main() {
         cut: await texts(frame.locator("#stdout mark.cut")),
       };
       observed.shot = await shot(page, "error.png");
+      await page.close();
+      return observed;
+    });
+
+    await check("fakecut", async () => {
+      const { args, result } = await run(FAKE_CUT_CODE);
+      const page = await newPage(browser, bundle, hostHtml);
+      const frame = await show(page, view, args, result);
+      const observed = {
+        cut: await texts(frame.locator("#stdout mark.cut")),
+        dropped: result.structuredContent.stdout_dropped_bytes,
+        fakeShownAsText: (await frame.locator("#stdout").textContent()).includes("... [5 bytes dropped] ..."),
+      };
       await page.close();
       return observed;
     });

@@ -197,6 +197,13 @@ def test_a_failed_run_shows_its_status_message_and_stderr_and_marks_where_its_ou
     assert error["cut"] == ["… 40,001 bytes cut here …"]
 
 
+def test_a_cut_mark_the_run_printed_itself_is_shown_as_its_text_and_the_servers_is_marked(seen: Seen) -> None:
+    # Found by a review: the view marked the first mark it saw, the run's, and left the server's as text.
+    fake = seen["fakecut"]
+    assert fake["cut"] == [f"… {fake['dropped']:,} bytes cut here …"]
+    assert fake["fakeShownAsText"] is True
+
+
 def test_a_linked_file_is_read_through_the_host(seen: Seen) -> None:
     linked = seen["linked"]
     [uri] = linked["links"]

@@ -70,3 +70,13 @@ def test_rendering_accounts_for_every_byte(data: bytes, max_chars: int, chunk: i
     assert 0 <= shown.dropped_bytes <= len(data)
     if not shown.truncated:
         assert shown.text == decode_safely(data)
+
+
+def test_a_cut_stream_says_where_the_servers_mark_is_whatever_marks_the_run_printed() -> None:
+    # Found by a review: the app view marked the first mark it saw, one the run printed itself.
+    data = "ğ head\n... [5 bytes dropped] ...\nstill head\n".encode() + b"x" * 60_000
+    shown = render_stream(capture(data, 100, chunk=4096), 100)
+    assert shown.cut_at is not None
+    assert shown.text.index("\n... [5 bytes dropped]") < shown.cut_at
+    assert shown.text[shown.cut_at :].startswith(f"\n... [{shown.dropped_bytes:,} bytes dropped] ...\n")
+    assert render_stream(capture(b"short\n", 100, chunk=4096), 100).cut_at is None
