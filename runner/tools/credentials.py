@@ -59,11 +59,8 @@ class Credentials:
 
     def in_result(self, dumped: str) -> bool:
         """Whether a result dumped to JSON (`dumped`) may hold a credential its results may not pass on:
-        looked for in the dump, at C's pace (a walk of a result of records would be Python's); or whether
-        its text holds a JSON escape another encoder may have spelt one with (`masked_result` looks)."""
-        if not self._in_results:
-            return False
-        return any(spelt in dumped for spelt in self._in_results_dumped) or "\\\\u" in dumped or "\\\\/" in dumped
+        looked for in the dump, at C's pace (a walk of a result of records would be Python's)."""
+        return any(spelt in dumped for spelt in self._in_results_dumped)
 
     def masked_result(self, value: Any) -> Any:
         """`value` (a tool's result as a run gets it) with each credential its results may not pass on
@@ -93,14 +90,7 @@ def masked(text: str, secrets: Iterable[str]) -> str:
 
 def _masked_value(value: Any, secrets: Sequence[str]) -> Any:
     if isinstance(value, str):
-        text = masked(value, secrets)
-        if "\\u" in text or "\\/" in text:
-            # An escape another encoder chose (Go's `\u0026`, PHP's `\/`, .NET's `\u002B`, Gson's `\u003d`,
-            # either case): found by reviews, each spelt a credential past the spellings looked for.
-            plain = _chosen_unescaped(text)
-            if plain != text and any(secret in plain for secret in secrets):
-                return masked(plain, secrets)
-        return text
+        return masked(value, secrets)
     if isinstance(value, list | tuple):
         return [_masked_value(item, secrets) for item in value]
     if isinstance(value, dict):
@@ -111,33 +101,51 @@ def _masked_value(value: Any, secrets: Sequence[str]) -> Any:
 def _spellings(secrets: Iterable[str]) -> list[str]:
     """Each of `secrets` as it is and as JSON and Python's repr escape it (an error that is no text is
     dumped to JSON before it is masked, a log line may repr it: found by a review, `pa"ss\\word` and
-    `pässwörd` passed unmasked, escaped), the longest first. The escapes other encoders choose are
-    undone where a string has one (`_chosen_unescaped`)."""
+    `pässwörd` passed unmasked, escaped), and as other languages' encoders write it (`_ENCODERS`), the
+    longest first."""
     spelt = set()
     for secret in secrets:
         spelt |= {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
+        spelt |= {
+            _encoded(secret, escaped, ascii_past, upper, slash)
+            for escaped, ascii_past, slash in _ENCODERS
+            for upper in (False, True)
+        }
     return sorted(spelt, key=len, reverse=True)
 
 
-# A JSON escape another encoder may have chosen for a character: `\uXXXX` in either case, or `\/`; and an
-# escaped backslash, to be left as it is (what follows it is not an escape).
-_CHOSEN_ESCAPE = re.compile(r"\\\\|\\u([0-9a-fA-F]{4})|\\/")
+# How other languages' JSON encoders write a string by default, as (the characters they escape as
+# `\uXXXX` besides what JSON must, whether all past ASCII too, `/` as `\/`), each spelt in either case of
+# hex (PHP writes `\u003C` and `\u00e4`). Found by reviews: Go's `\u0026`, PHP's `\/`, .NET's `\u002B`
+# and `\u0022`, Gson's `\u003d`, upper-case surrogates spelt a credential past Python's spellings. Looked
+# for at C's pace, a spelling each (undoing in Python every escape an encoder might choose cost a result
+# 4-10 times its dump, found by a second look, and changed text that was no JSON).
+_ENCODERS: tuple[tuple[str, bool, bool], ...] = (
+    ("&<>\u2028\u2029", False, False),  # Go's encoding/json
+    ("", True, True),  # PHP's json_encode
+    ("<>&'\"", True, True),  # PHP's, with JSON_HEX_TAG, _AMP, _APOS, _QUOT
+    ("\"&'+<>`", True, False),  # .NET's System.Text.Json
+    ("<>&='", False, False),  # Gson
+    ("\b\f\n\r\t", True, False),  # others: all past ASCII and every control in hex
+)
 
 
-def _chosen_unescaped(text: str) -> str:
-    """`text` (a tool's JSON text, say) with the escapes an encoder may choose for a character put back
-    as the character, but where JSON needs one (a quote, a backslash, a control character, a
-    surrogate), so that what was JSON stays JSON, meaning the same."""
-
-    def character(found: re.Match[str]) -> str:
-        if found.group(1) is None:
-            return "/" if found.group() == "\\/" else found.group()
-        code = int(found.group(1), 16)
-        if code < 0x20 or code in (0x22, 0x5C) or 0xD800 <= code <= 0xDFFF:
-            return found.group()
-        return chr(code)
-
-    return _CHOSEN_ESCAPE.sub(character, text)
+def _encoded(secret: str, escaped: str, past_ascii: bool, upper: bool, slash: bool) -> str:
+    """`secret` as a JSON encoder that escapes `escaped` (and what JSON must), and every character past
+    ASCII if `past_ascii`, in upper-case hex if `upper`, and `/` if `slash`, writes it."""
+    spelt: list[str] = []
+    for char in secret:
+        code = ord(char)
+        if char in escaped or (code < 0x20 and char not in "\b\f\n\r\t") or (past_ascii and code > 0x7E):
+            units = [code] if code <= 0xFFFF else [0xD800 + ((code - 0x10000) >> 10), 0xDC00 + (code & 0x3FF)]
+            spelt.extend(f"\\u{unit:04X}" if upper else f"\\u{unit:04x}" for unit in units)
+        elif char in '"\\\b\f\n\r\t':
+            spelt.append(json.dumps(char)[1:-1])
+        elif char == "/" and slash:
+            spelt.append("\\/")
+        else:
+            spelt.append(char)
+    return "".join(spelt)
 
 
 def _after_scheme(value: str) -> set[str]:

@@ -104,10 +104,14 @@ def test_a_credential_a_tool_tells_escaped_as_json_text_is_masked_in_its_result(
         # Found by a second look: .NET's System.Text.Json (`+`), Gson (`=`, `'`), PHP's JSON_HEX_TAG (upper
         # case), and non-ASCII escaped in upper case.
         ("dGVzdA+key+0123456789", '{"MY_TOKEN":"dGVzdA\\u002Bkey\\u002B0123456789"}'),
-        ("c2VjcmV0LXRva2Vu'==", '{"MY_TOKEN":"c2VjcmV0LXRva2Vu\\u0027\\u003d\\u003D"}'),
+        ("c2VjcmV0LXRva2Vu'==", '{"MY_TOKEN":"c2VjcmV0LXRva2Vu\\u0027\\u003d\\u003d"}'),
         ("p\u00e4ss<0123456789>", '{"MY_TOKEN":"p\\u00E4ss\\u003C0123456789\\u003E"}'),
+        # By another: .NET's quote, an upper-case surrogate pair, a control in hex.
+        ('pa"ss+word12', '{"MY_TOKEN":"pa\\u0022ss\\u002Bword12"}'),
+        ("key\U0001f600-0123456789", '{"MY_TOKEN":"key\\uD83D\\uDE00-0123456789"}'),
+        ("tab\there-0123456789", '{"MY_TOKEN":"tab\\u0009here-0123456789"}'),
     ],
-    ids=["go", "php", "both", "dotnet", "gson", "upper-case"],
+    ids=["go", "php", "both", "dotnet", "gson", "upper-case", "dotnet-quote", "surrogates", "control"],
 )
 def test_a_credential_another_languages_json_encoder_escaped_in_a_result_is_masked(secret: str, text: str) -> None:
     # Found by a review, left for a turn: only Python's own escapes were recognised; a Go or PHP tool
@@ -118,5 +122,4 @@ def test_a_credential_another_languages_json_encoder_escaped_in_a_result_is_mask
     assert told.masked_result([text]) == ['{"MY_TOKEN":"***"}']
     other = r'{"PATH":"C:\\u0041\/bin \u0022q\u0022 \u00E4 \\/"}'
     [masked] = told.masked_result([text[:-1] + ", " + other[1:]])
-    assert masked == '{"MY_TOKEN":"***", "PATH":"C:\\\\u0041/bin \\u0022q\\u0022 \u00e4 \\\\/"}'
-    assert json.loads(masked)["PATH"] == json.loads(other)["PATH"], "the same JSON"
+    assert masked == '{"MY_TOKEN":"***", ' + other[1:], "the rest as it was"
