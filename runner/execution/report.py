@@ -40,6 +40,9 @@ from runner.outcome import Attachment, Cell, Omitted, Table
 # U+0085, zero-width and tag characters went through). Looked for past ASCII only where a name has any.
 _CONTROLS = re.compile("[\x00-\x1f\x7f]")
 _UNSHOWN = frozenset(("Cc", "Cf", "Zl", "Zp"))
+# But the format characters words are written with: joiners (emoji sequences, Persian and Indic
+# scripts) and the soft hyphen (found by a second look: escaped in ordinary names).
+_WRITTEN = frozenset("\u200c\u200d\u00ad")
 
 _TEXT_TYPES = {
     ".csv": "text/csv",
@@ -338,7 +341,8 @@ def _printable(text: str) -> str:
     text = _CONTROLS.sub(_escaped, _unicode(text))
     if text.isascii():
         return text
-    return "".join(_escaped_char(char) if unicodedata.category(char) in _UNSHOWN else char for char in text)
+    unshown = [char not in _WRITTEN and unicodedata.category(char) in _UNSHOWN for char in text]
+    return "".join(_escaped_char(char) if hide else char for char, hide in zip(text, unshown, strict=True))
 
 
 def _escaped(control: re.Match[str]) -> str:

@@ -109,6 +109,10 @@ def test_names_from_a_report_are_shown_with_control_characters_escaped() -> None
     hidden = "a\u2028b\x85c\u200bd\U000e0041e\u00e9"
     returned = parse_report(report({"files": [{"path": hidden, "bytes": 1}]}, b"x"), BUDGETS)
     assert returned.attachments[0].name == "a\\u2028b\\x85c\\u200bd\\U000e0041e\u00e9"
+    # Joiners and the soft hyphen are how some words are written: shown as they are.
+    written = "\U0001f468\u200d\U0001f469 \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645 soft\u00adhyphen"
+    returned = parse_report(report({"files": [{"path": written, "bytes": 1}]}, b"x"), BUDGETS)
+    assert returned.attachments[0].name == written
 
 
 def test_a_file_is_an_image_by_its_bytes_text_if_utf8_and_bytes_otherwise() -> None:
