@@ -86,12 +86,33 @@ def this_host(address: str) -> bool:
         ip = ip.ipv4_mapped
     if ip.is_loopback or ip.is_unspecified:
         return True
-    return any(ip in network for network in _local_networks() if network.version == ip.version)
+    networks = _local_networks()
+    if networks is None:
+        # No routing table to read (a sandboxed kernel's procfs may have none): a bind tells, where
+        # ip_nonlocal_bind does not make every one work (found by a second look: else an interface's
+        # address was not this host's).
+        return _binds(str(ip))
+    return any(ip in network for network in networks if network.version == ip.version)
 
 
-def _local_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+def _binds(address: str) -> bool:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError:
+            return False
+    return True
+
+
+def _local_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network] | None:
+    """This host's own networks as the kernel routes them, or None where its routing table cannot be read."""
     networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
-    with contextlib.suppress(OSError), open("/proc/net/fib_trie", encoding="ascii", errors="replace") as trie:
+    try:
+        trie = open("/proc/net/fib_trie", encoding="ascii", errors="replace")  # noqa: SIM115
+    except OSError:
+        return None
+    with trie:
         address = ""
         for line in trie:
             text = line.strip()
