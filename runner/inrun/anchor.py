@@ -550,12 +550,12 @@ def anchor_cpu_limits(cpu: int, hard: int) -> tuple[int, int]:
 
 
 def _end_session() -> NoReturn:
-    """Kill every process of the session this anchor holds, its calls and theirs too, reap them, and
-    exit (found by a review: in plain modes a running call, its keeper's child, outlived close_session
-    by up to a second, writing into its directory as it was removed); what is left past SWEEP_SECONDS
-    goes to the next subreaper up (the server or a PID namespace's init), which kills it."""
+    """Kill every process of the session this anchor holds, its calls and theirs too, and exit (found by
+    a review: in plain modes a running call, its keeper's child, outlived close_session by up to a
+    second, writing into its directory as it was removed): what it killed, and what is left past
+    SWEEP_SECONDS, goes to the next subreaper up (the server or a PID namespace's init), which reaps it."""
     try:  # noqa: SIM105  (contextlib is not imported in runs)
-        sweeps.sweep_tree(set(), sweeps.reap_any)
+        sweeps.kill_below()
     except (OSError, ValueError):
         pass
     os._exit(0)
