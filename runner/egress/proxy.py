@@ -279,7 +279,7 @@ class RunProxy:
 
     @property
     def own_ports(self) -> frozenset[int]:
-        """The server's own ports (`EgressConfig.own_ports`), never reached at an address of this host."""
+        """The server's own ports (`EgressProxy.own_ports`), never reached at an address of this host."""
         return self._proxy.own_ports
 
     async def lookup(self, host: str, port: int) -> AddressInfo:
