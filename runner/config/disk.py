@@ -412,19 +412,45 @@ def _tools_file(path: str) -> str:
 
 
 def _check_others_cannot_change(variable: str, path: str, could: str) -> None:
-    """ConfigError if users other than its owner's may write the file at `path`, or replace it (a
-    directory all may write, without the sticky bit /tmp has). Found by a first hour: a tokens file of
-    mode 666, in a directory of mode 777, was served with a warning that it was readable only."""
-    real = os.path.realpath(path)
-    mode = os.stat(real).st_mode
-    if mode & 0o002:
-        raise ConfigError(
-            variable, f"{path!r} (mode {oct(mode & 0o777)}) may be written by any user, who could {could}: chmod 600 it"
-        )
-    folder = os.stat(os.path.dirname(real)).st_mode
-    if folder & 0o002 and not folder & stat.S_ISVTX:
-        raise ConfigError(
-            variable,
-            f"{path!r} is in {os.path.dirname(real)!r} (mode {oct(folder & 0o777)}), where any user may replace it and "
-            f"{could}: move it to a directory only its owner may write",
-        )
+    """ConfigError if a user other than this server's, or root, could change what the file at `path`
+    holds: it, or any directory on the way to it (through a symbolic link, both ways), owned by another
+    user, or writable by every user (a directory without the sticky bit /tmp has), as OpenSSH's
+    StrictModes judges. Found by a first hour: a tokens file of mode 666, in a directory of mode 777, was
+    served with a warning that it was readable; by a second look, a 777 directory above its own, or a
+    link in one, passed the first version of this check."""
+    trusted = {0, os.geteuid()}
+    given = os.path.abspath(path)
+    real = os.path.realpath(given)
+    places = [real, *_parents(real)]
+    if given != real:
+        places += [parent for parent in _parents(given) if parent not in places]
+    for place in places:
+        info = os.stat(place)
+        mode, kind = info.st_mode, "file" if place == real else "directory"
+        if info.st_uid not in trusted:
+            said = (
+                f"{path!r} is under {place!r}, a {kind} of uid {info.st_uid}"
+                if kind == "directory"
+                else (f"{path!r} belongs to uid {info.st_uid}")
+            )
+            raise ConfigError(variable, f"{said}, who could {could}: it must be this server's user's or root's")
+        if mode & 0o002 and not (kind == "directory" and mode & stat.S_ISVTX):
+            if kind == "file":
+                raise ConfigError(
+                    variable,
+                    f"{path!r} (mode {oct(mode & 0o777)}) may be written by any user, who could {could}: chmod 600 it",
+                )
+            raise ConfigError(
+                variable,
+                f"{path!r} is under {place!r} (mode {oct(mode & 0o777)}), where any user may replace what is in it "
+                f"and {could}: move it to a directory only its owner may write",
+            )
+
+
+def _parents(path: str) -> list[str]:
+    """Each directory above `path`, the nearest first, up to /."""
+    found = []
+    while (parent := os.path.dirname(path)) != path:
+        found.append(parent)
+        path = parent
+    return found

@@ -182,6 +182,11 @@ class Scratch:
         (self.path / "shut").chmod(0)
         return path
 
+    def owned_by_nobody(self, name: str) -> str:
+        path = self.file(name, "{}", mode=0o600)
+        os.chown(path, 65534, 65534)
+        return path
+
     def opened(self, name: str) -> dict[str, str]:
         """The directory `name` made writable by every user (no sticky bit); nothing to set."""
         (self.path / name).chmod(0o777)
@@ -259,7 +264,7 @@ HTTP = ("--transport", "http")
 SANDBOXED = {"RUNNER_SANDBOX": "namespaces"}  # the uids are checked where runs are lent them (root, sandboxed)
 TOKEN = "t" * 32
 
-# Every `raise ConfigError` of runner/ (50; the 51st match of `grep 'ConfigError(' runner` is the class), each
+# Every `raise ConfigError` of runner/ (51; the 52nd match of `grep 'ConfigError(' runner` is the class), each
 # with an input that reaches it at start. None is reached only from a library call: `runner.api.run_code` opens
 # the environment through these same sites. The server's uid decides some, and the other uid skips them: root
 # reads past what a non-root server is refused (environment:_unfit unreachable, :_check_readable by the server),
@@ -448,8 +453,15 @@ REFUSALS = [
     Refusal(
         "environment:_check_others_cannot_change its directory",
         "RUNNER_TOOLS_CONFIG",
-        "where any user may replace it and choose the commands this server starts",
+        "where any user may replace what is in it and choose the commands this server starts",
         lambda s: {"RUNNER_TOOLS_CONFIG": s.file("open/tools.json", "{}", mode=0o600), **s.opened("open")},
+    ),
+    Refusal(
+        "environment:_check_others_cannot_change its owner",
+        "RUNNER_TOOLS_CONFIG",
+        "belongs to uid 65534, who could choose the commands this server starts",
+        lambda s: {"RUNNER_TOOLS_CONFIG": s.owned_by_nobody("tools.json")},
+        needs="root",  # only root gives a file away
     ),
     Refusal(
         "auth:parse name",

@@ -280,3 +280,27 @@ def test_an_interpreter_of_another_version_than_the_package_environments_wheels_
     minor = sys.version_info[1]
     (site / "numpy-2.4.6.dist-info" / "WHEEL").write_text(f"Tag: cp3{minor}-cp3{minor}-manylinux_2_17_x86_64\n")
     assert open_environment(Config.from_env(packages)).packages == str(tmp_path / "env")
+
+
+def test_a_tokens_file_under_a_directory_any_user_may_write_or_reached_through_one_is_refused(tmp_path: Path) -> None:
+    # Found by a second look: only the file and its own directory were looked at; a 777 directory above
+    # it (its own directory renamed away and replaced), or a link to it in one, passed.
+    shared = tmp_path / "shared"
+    (shared / "own").mkdir(parents=True)
+    tokens = shared / "own" / "tokens"
+    tokens.write_text("alice:" + "t" * 32 + "\n")
+    tokens.chmod(0o600)
+    (shared / "own").chmod(0o700)
+    shared.chmod(0o777)
+    env = {"RUNNER_TRANSPORT": "http", "RUNNER_AUTH_TOKENS_FILE": str(tokens)}
+    with pytest.raises(ConfigError, match="where any user may replace what is in it") as caught:
+        open_environment(Config.from_env(env))
+    assert caught.value.variable == "RUNNER_AUTH_TOKENS_FILE"
+    shared.chmod(0o755)
+    assert open_environment(Config.from_env(env)).http.tokens_file == str(tokens)
+    links = tmp_path / "links"
+    links.mkdir(mode=0o777)
+    links.chmod(0o777)
+    (links / "tokens").symlink_to(tokens)
+    with pytest.raises(ConfigError, match="where any user may replace what is in it"):
+        open_environment(Config.from_env({**env, "RUNNER_AUTH_TOKENS_FILE": str(links / "tokens")}))
