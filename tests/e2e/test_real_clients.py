@@ -305,21 +305,7 @@ def ts_session(node_clients: Node, tmp_path_factory: pytest.TempPathFactory) -> 
 def test_a_70_second_run_ends_ok_through_the_typescript_sdk_whose_timeout_only_progress_resets(
     node_clients: Node, tmp_path: Path
 ) -> None:
-    work_dir = tmp_path / "work"
-    work_dir.mkdir()
-    config = {
-        "command": sys.executable,
-        "args": ["-m", "runner"],
-        "env": {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "RUNNER_WORK_DIR": str(work_dir),
-            "RUNNER_PACKAGES": "",
-            "RUNNER_WHEELHOUSE": "",
-        },
-        "cwd": str(REPO),
-        "only": ["long"],
-    }
-    reports, stderr = run_ts_client(node_clients, config, tmp_path / "home", timeout=200)
+    reports, stderr = run_ts_client(node_clients, one_check(tmp_path, "long"), tmp_path / "home", timeout=200)
     long = reports["long"]
     assert "error" not in long, (long, stderr[-3000:])
     assert check_structured(long["structuredContent"])["stdout"] == "".join(f"step {i}\n" for i in range(7)) + "done\n"
@@ -340,25 +326,31 @@ def test_the_typescript_sdk_over_stdio_reads_the_largest_stdout_the_server_keeps
     # connection over a longer one; a read of 16 MiB of kept stdout (the default then) did, and the host
     # lost the server. The default now keeps 6 MiB, whose answer is 9 MiB at most (as text, JSON half as
     # long again; else base64, a third).
+    config = one_check(tmp_path, "largest", RUNNER_SANDBOX="none")
+    reports, stderr = run_ts_client(node_clients, config, tmp_path / "home", timeout=120)
+    largest = reports["largest"]
+    assert "error" not in largest, (largest, stderr[-3000:])
+    assert largest == {"linkSize": 6 << 20, "textChars": 6 << 20, "after": "42\n"}
+
+
+def one_check(tmp_path: Path, check: str, **env: str) -> dict[str, Any]:
+    """tests/clients/ts_client.mjs's configuration for `check` alone, over stdio, on a server of this
+    checkout with the standard library only, its work directory in `tmp_path`."""
     work_dir = tmp_path / "work"
     work_dir.mkdir()
-    config = {
+    return {
         "command": sys.executable,
         "args": ["-m", "runner"],
         "env": {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "RUNNER_WORK_DIR": str(work_dir),
-            "RUNNER_SANDBOX": "none",
             "RUNNER_PACKAGES": "",
             "RUNNER_WHEELHOUSE": "",
+            **env,
         },
         "cwd": str(REPO),
-        "only": ["largest"],
+        "only": [check],
     }
-    reports, stderr = run_ts_client(node_clients, config, tmp_path / "home", timeout=120)
-    largest = reports["largest"]
-    assert "error" not in largest, (largest, stderr[-3000:])
-    assert largest == {"linkSize": 6 << 20, "textChars": 6 << 20, "after": "42\n"}
 
 
 def run_ts_client(
