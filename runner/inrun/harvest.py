@@ -16,10 +16,6 @@ import os
 import resource
 import zlib
 
-# Bound as this module loads, before any code of the run's: a session call's own memory is read once its
-# state is sealed, where a state's replaced builtins.open must not run (found by a second look).
-_open = open
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -361,7 +357,7 @@ def _tmpfs_kb(path: str) -> int:
 def _own_memory_kb() -> dict[bytes, int]:
     """VmHWM and RssAnon of this process, in kB (none where /proc cannot tell)."""
     try:
-        with _open("/proc/self/status", "rb") as status:
+        with open("/proc/self/status", "rb") as status:
             lines = [line.split() for line in status if line.startswith((b"VmHWM:", b"RssAnon:"))]
     except OSError:
         return {}

@@ -55,11 +55,6 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
     from anchor import anchor as anchor
     from sweeps import SWEEP_SECONDS
 
-# Bound as this module loads, before any code of a session's: what a keeper calls each time a call is
-# rolled back, out of reach of a call that replaces os.listdir or builtins.open (found by a second look:
-# a state's open ran in the process that became its keeper) (not of one that rewrites this module).
-_listdir, _open = os.listdir, open
-
 # A call's channel to the anchor: kept open through its code, since the candidate it forks is
 # announced on it (and becomes the keeper's channel). Not inheritable by what the code executes. Both
 # sit at the top of a run's open files (bootstrap.OPEN_FILES), out of the way of what the code opens
@@ -84,7 +79,7 @@ class SessionCarry(sealing.Holder):
     deferred: list[object] = []  # noqa: RUF012  (each process's own: set by `sealing.after_bare_fork`)
     mapped = False
     home = ""
-    files: sealing.FileCalls | None = None  # bound in the session's first keeper
+    library: sealing.Library | None = None  # recorded in the session's first keeper
 
 
 def filename(calls: int) -> str:
@@ -132,7 +127,7 @@ def serve_as_keeper(
         if first:
             sys.addaudithook(sealing.audit(SessionCarry))  # type: ignore[arg-type]
             SessionCarry.child_hooks = sealing.find_child_hooks()
-            SessionCarry.files = sealing.FileCalls()
+            SessionCarry.library = sealing.Library()
         if not sealing.seal(SessionCarry):
             os._exit(1)
         _quiet_signals()
@@ -147,7 +142,7 @@ def serve_as_keeper(
             for target in (0, 1, 2):
                 os.dup2(null, target)
             os.closerange(3, KEEPER_FD)
-        offsets = sealing.open_files(SessionCarry.files, KEEPER_FD)
+        offsets = sealing.open_files(KEEPER_FD)
         ready = _fork_ready(channel) if ahead is None else ahead
         if isinstance(ready, list):
             return ready
@@ -158,7 +153,7 @@ def serve_as_keeper(
             if not message:
                 os._exit(0)
             if message == b"F" and ready is None:  # the last call was rolled back
-                sealing.put_back_files(SessionCarry.files, offsets)
+                sealing.put_back_files(offsets)
                 if sealing.nameless_file():  # it took the name of a file the state holds open: lost
                     channel.send(b"L")  # found by a second look: "as it was", its writes there kept
                     os._exit(0)
@@ -292,7 +287,6 @@ def begin_call() -> None:
     Here, and not before, the state's own code may run again: its after_in_child hooks (the keeper
     forked this call bare, `sealing.after_bare_fork`), then what `seal` took out."""
     libc.prctl(libc.PR_SET_PDEATHSIG, 0)
-    sealing.run_deferred(SessionCarry)
     sealing.unseal(SessionCarry)
 
 
@@ -328,10 +322,10 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     may map a large state (several milliseconds with pandas loaded), and no teardown of one, off a
     call's path. Any other call forks a candidate of its state (`fork_candidate`), which a fork leaves
     without those threads, fds' reach and processes."""
-    import resource
-
     if not sealing.seal(SessionCarry):  # from here on, whatever this process becomes, no code of the call's runs in it
         return None
+    import resource  # once sealed: the state's own import machinery is not in place then
+
     shared = sealing.share_nothing(SessionCarry) or sealing.nameless_file()
     if shared:
         _refuse(channel_fd, shared)
@@ -423,7 +417,7 @@ def _end_own_processes() -> bool:
     deadline = time.monotonic() + SWEEP_SECONDS
     while True:
         try:
-            with _open(f"/proc/self/task/{os.getpid()}/children", "rb") as listing:
+            with open(f"/proc/self/task/{os.getpid()}/children", "rb") as listing:
                 children = [int(pid) for pid in listing.read().split()]
         except (OSError, ValueError):
             return False

@@ -26,8 +26,16 @@ import sys
 from _signal import SIG_BLOCK, SIG_SETMASK  # type: ignore[import-not-found]
 from _signal import pthread_sigmask as _sigmask
 
-# Bound as this module loads too: the state's code may replace os.fstat, or builtins.open.
-_listdir, _fstat, _lseek, _is_regular, _open = os.listdir, os.fstat, os.lseek, stat.S_ISREG, open
+# Bound as this module loads too: what `seal` calls before it has put the interpreter's own library back
+# (`Library`).
+_dict, _vars, _range, _zip, _set_type_attribute, _del_type_attribute = (
+    dict,
+    vars,
+    range,
+    zip,
+    type.__setattr__,
+    type.__delattr__,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,6 +48,120 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
 ALL_SIGNALS = tuple(signal.valid_signals())
 
 
+# The modules whose functions a sealed process calls (a keeper, a candidate, a call forked ahead before
+# its code comes), itself or through what it calls, and the classes whose methods it calls: while sealed,
+# as the interpreter had them before any code of the session's ran (`Library`). Found by a review: one
+# line (`os.wait4 = f`, `builtins.len = f`, `socket.socket.recvmsg = f`) ran a state's code in its keeper.
+LIBRARY_MODULES = (
+    "builtins",
+    "os",
+    "posix",
+    "posixpath",
+    "stat",
+    "_stat",
+    "signal",
+    "_signal",
+    "time",
+    "resource",
+    "socket",
+    "_socket",
+    "array",
+    "fcntl",
+    "gc",
+    "errno",
+    "json",
+    "json.encoder",
+    "_json",
+    "ctypes",
+    "_ctypes",
+    "_imp",
+)
+LIBRARY_CLASSES = (("socket", "socket"),)
+_MISSING = object()
+
+
+class Library:
+    """The standard library a sealed process calls, as it was before any code of the session's ran
+    (recorded in the session's first keeper): `put_own` puts it back as a process is sealed, whatever
+    the state replaced, deleted or added in those modules, in `sys` (its hooks: ``sys.unraisablehook``
+    would run in a keeper as a finaliser fails), in ``sys.modules`` and in those classes, and returns
+    the state's, which `put_back` restores in a call as it begins. Some 30 us each way.
+
+    What it does not undo is code that rewrites the interpreter: a function's ``__code__`` changed in
+    place, memory written through ctypes, the runner's own modules reached through gc
+    (docs/sessions.md)."""
+
+    __slots__ = ("classes", "imported", "modules", "system")
+
+    def __init__(self) -> None:
+        for name in LIBRARY_MODULES:
+            __import__(name)
+        modules = [sys.modules[name] for name in LIBRARY_MODULES]
+        self.modules = tuple((vars(module), dict(vars(module))) for module in modules)
+        self.imported: dict[str, object] = {name: sys.modules[name] for name in LIBRARY_MODULES}
+        self.system = {name: value for name, value in vars(sys).items() if callable(value)}
+        classes = [getattr(sys.modules[module], name) for module, name in LIBRARY_CLASSES]
+        self.classes = tuple((cls, dict(vars(cls))) for cls in classes)
+
+    def put_own(self) -> tuple[object, ...]:
+        """The interpreter's own library back; the state's, for `put_back`. Only dict methods and names
+        bound at load run here: the state may have replaced any other. A dict's update is one call that
+        runs no code of the state's (what it replaces stays referenced), so another thread of the call's
+        never finds a name missing."""
+        modules = [_dict(current) for current, _ in self.modules]  # no tuple(): the state's, until below
+        for current, own in self.modules:
+            current.update(own)
+        imported = _taken(sys.modules, self.imported)  # type: ignore[arg-type]
+        system = _taken(_vars(sys), self.system)
+        classes = [_dict(_vars(cls)) for cls, _ in self.classes]
+        for cls, own in self.classes:
+            _put_class(cls, own)
+        return modules, imported, system, classes
+
+    def put_back(self, state: tuple[object, ...]) -> None:
+        """In a call as it begins (one thread): the library as the state left it (`put_own`'s)."""
+        modules, imported, system, classes = state
+        _give_back(sys.modules, imported)  # type: ignore[arg-type]
+        _give_back(_vars(sys), system)  # type: ignore[arg-type]
+        for (cls, _), theirs in _zip(self.classes, classes, strict=True):  # type: ignore[call-overload]
+            _put_class(cls, theirs)
+        for (current, _), theirs in _zip(self.modules, modules, strict=True):  # type: ignore[call-overload]
+            current.clear()
+            current.update(theirs)
+
+
+def _taken(current: dict[str, object], own: dict[str, object]) -> dict[str, object]:
+    """`own`'s names put in `current`; what `current` held under them (`_MISSING`: nothing)."""
+    theirs = {name: current.get(name, _MISSING) for name in own}
+    current.update(own)
+    return theirs
+
+
+def _give_back(current: dict[str, object], theirs: dict[str, object]) -> None:
+    for name, value in theirs.items():
+        if value is _MISSING:
+            current.pop(name, None)
+        else:
+            current[name] = value
+
+
+def _put_class(cls: type, wanted: dict[str, object]) -> None:
+    """`cls`'s attributes made `wanted`'s, by type's own setattr (a class's may be replaced)."""
+    current = _dict(_vars(cls))
+    for name in current:
+        if name not in wanted:
+            try:  # noqa: SIM105  (contextlib is not imported in runs)
+                _del_type_attribute(cls, name)
+            except (AttributeError, TypeError):
+                pass
+    for name, value in wanted.items():
+        if current.get(name, _MISSING) is not value:
+            try:  # noqa: SIM105
+                _set_type_attribute(cls, name, value)
+            except (AttributeError, TypeError):
+                pass
+
+
 class Holder:
     """What a session's processes carry from keeper to call (`keeper.SessionCarry`, copied by each fork)."""
 
@@ -50,19 +172,20 @@ class Holder:
     deferred: list[object]  # the session's own after_in_child hooks, kept back for the call (`run_deferred`)
     mapped: bool  # the state made a mapping through Python's mmap module (`audit`)
     home: str  # the session's directory
-    files: FileCalls | None  # bound in the session's first keeper (`FileCalls`)
+    library: Library | None  # recorded in the session's first keeper
 
 
 class Sealed:
     """What a call left that would run its code in a keeper, taken out of the process while it is one
     and put back in each call forked from it (`seal`, `unseal`)."""
 
-    __slots__ = ("enabled", "gc_callbacks", "mask", "monitoring", "profile", "trace")
+    __slots__ = ("enabled", "gc_callbacks", "library", "mask", "monitoring", "profile", "trace")
 
-    def __init__(self, mask: set[int]) -> None:
+    def __init__(self, mask: set[int], library: tuple[object, ...] | None) -> None:
         import gc
 
         self.mask = mask
+        self.library = library  # the state's, while the interpreter's own is in place (`Library`)
         self.profile = sys.getprofile()
         self.trace = sys.gettrace()
         self.gc_callbacks = list(gc.callbacks)
@@ -84,9 +207,7 @@ def seal(holder: type[Holder]) -> bool:
     handlers, run as signals are blocked, would not let that be done: then it is not kept."""
     if holder.sealed is not None:
         return True
-    import gc
-
-    for _ in range(3):
+    for _ in _range(3):
         try:
             # Reading the mask runs the handlers of signals already caught: in the call, in its time.
             mask = _sigmask(SIG_BLOCK, ())
@@ -99,7 +220,10 @@ def seal(holder: type[Holder]) -> bool:
         _sigmask(SIG_BLOCK, ALL_SIGNALS)
     except BaseException:  # noqa: S110  (a handler run as the mask took hold: blocked all the same)
         pass
-    sealed = Sealed(mask)
+    library = holder.library.put_own() if holder.library is not None else None
+    import gc
+
+    sealed = Sealed(mask, library)
     sys.setprofile(None)
     sys.settrace(None)
     gc.callbacks.clear()
@@ -113,8 +237,12 @@ def seal(holder: type[Holder]) -> bool:
 
 def unseal(holder: type[Holder]) -> None:
     """In a call forked from a keeper, as its code is about to run: what the state set that `seal`
-    took out, put back (signals last, so that one sent to the call meanwhile is handled in it)."""
+    took out, put back: its library first, then its after_in_child hooks run (`run_deferred`), then the
+    rest, signals last (one sent to the call meanwhile is handled in it)."""
     sealed, holder.sealed = holder.sealed, None
+    if sealed is not None and holder.library is not None and sealed.library is not None:
+        holder.library.put_back(sealed.library)
+    run_deferred(holder)
     if sealed is None:
         return
     import gc
@@ -220,7 +348,7 @@ def share_nothing(holder: type[Holder]) -> str:
     if not holder.mapped:
         return ""
     try:
-        with _open("/proc/self/maps", "rb") as maps:
+        with open("/proc/self/maps", "rb") as maps:
             text = maps.read()
     except OSError as exc:
         return f"its memory map could not be read: {exc}"
@@ -249,13 +377,13 @@ def nameless_file() -> str:
     (found by a review), and what it holds would count in no budget. A named file is the snapshot's
     to put back (`Snapshot.restore` writes it in place, where an open file sees it)."""
     try:
-        names = _listdir("/proc/self/fd")
+        names = os.listdir("/proc/self/fd")
     except OSError as exc:
         return f"its open files could not be listed: {exc}"
     for name in names:
         try:
-            info = _fstat(int(name))
-            if _is_regular(info.st_mode) and info.st_nlink == 0:  # a memfd's too
+            info = os.fstat(int(name))
+            if stat.S_ISREG(info.st_mode) and info.st_nlink == 0:  # a memfd's too
                 return (
                     f"it holds open a file with no name (fd {name}: a temporary file, or one deleted "
                     "while open), which a roll-back could not put back; close it before the call ends "
@@ -266,78 +394,63 @@ def nameless_file() -> str:
     return ""
 
 
-class FileCalls:
-    """The calls made on the state's open files (`open_files`, `put_back_files`), bound in the session's
-    first keeper, before any code of the session's ran: a state that replaced fcntl.fcntl, builtins.open
-    or stat.S_ISREG does not reach them (found by a second look: they were looked up as they ran)."""
-
-    def __init__(self) -> None:
-        import fcntl
-
-        self.fcntl, self.flock, self.is_regular = fcntl.fcntl, fcntl.flock, stat.S_ISREG
-        self.open, self.read, self.close = os.open, os.read, os.close
-        self.get_flags, self.set_flags = fcntl.F_GETFL, fcntl.F_SETFL
-        self.locks = {b"": fcntl.LOCK_UN, b"READ": fcntl.LOCK_SH, b"WRITE": fcntl.LOCK_EX}
-        self.no_wait = fcntl.LOCK_NB
-
-
-def open_files(calls: FileCalls | None, skip: int) -> dict[int, tuple[int, int, bytes]]:
+def open_files(skip: int) -> dict[int, tuple[int, int, bytes]]:
     """Where each open file of this process (but `skip`) is read or written (-1: not a file one seeks
     in), its status flags (O_APPEND, O_NONBLOCK) and, for a regular file, the flock held on it
     (`_flock`): a call forked from the keeper shares its open files, all of that included, so a call
     that is rolled back would leave them as it made them (found by a review: an O_APPEND and a flock a
     rolled-back call set stayed; by a second look, an O_NONBLOCK on a pipe, and a lock of the state's
     it let go). Taken as the keeper begins, put back after a roll-back (`put_back_files`)."""
+    import fcntl
+
     found: dict[int, tuple[int, int, bytes]] = {}
     try:
-        names = _listdir("/proc/self/fd")
+        names = os.listdir("/proc/self/fd")
     except OSError:
-        return found
-    if calls is None:
         return found
     for name in names:
         fd = int(name)
         if fd != skip:
             try:
-                flags = calls.fcntl(fd, calls.get_flags)
+                flags = fcntl.fcntl(fd, fcntl.F_GETFL)
             except OSError:
                 continue  # the listing's own fd, closed already
             try:
-                offset = _lseek(fd, 0, os.SEEK_CUR)
+                offset = os.lseek(fd, 0, os.SEEK_CUR)
             except OSError:
                 offset = -1  # a pipe or a socket
-            found[fd] = (offset, flags, _flock(calls, fd))
+            found[fd] = (offset, flags, _flock(fd))
     return found
 
 
-def put_back_files(calls: FileCalls | None, saved: dict[int, tuple[int, int, bytes]]) -> None:
+def put_back_files(saved: dict[int, tuple[int, int, bytes]]) -> None:
     """Each open file as `open_files` found it: its offset, its flags, its flock (an OFD lock,
     F_OFD_SETLK, is not looked at: docs/sessions.md)."""
-    if calls is None:
-        return
+    import fcntl
+
+    locks = {b"": fcntl.LOCK_UN, b"READ": fcntl.LOCK_SH, b"WRITE": fcntl.LOCK_EX}
     for fd, (offset, flags, lock) in saved.items():
         try:
             if offset >= 0:
-                _lseek(fd, offset, os.SEEK_SET)
-            if calls.fcntl(fd, calls.get_flags) != flags:
-                calls.fcntl(fd, calls.set_flags, flags)
-            if _flock(calls, fd) != lock:
-                taken = calls.locks.get(lock, calls.locks[b"WRITE"])
-                calls.flock(fd, taken | (calls.no_wait if lock else 0))
+                os.lseek(fd, offset, os.SEEK_SET)
+            if fcntl.fcntl(fd, fcntl.F_GETFL) != flags:
+                fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+            if _flock(fd) != lock:
+                fcntl.flock(fd, locks.get(lock, fcntl.LOCK_EX) | (fcntl.LOCK_NB if lock else 0))
         except OSError:
             pass  # closed meanwhile, or its lock taken by another open file since: as it is
 
 
-def _flock(calls: FileCalls, fd: int) -> bytes:
+def _flock(fd: int) -> bytes:
     """The flock held on the regular file open as `fd`, by this open file (its fdinfo's ``lock:`` line
     of kind FLOCK): ``READ``, ``WRITE``, or b"" for none, or where `fd` is no regular file."""
-    if not calls.is_regular(_fstat(fd).st_mode):
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
         return b""
-    info = calls.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    info = os.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        text = calls.read(info, 4096)
+        text = os.read(info, 4096)
     finally:
-        calls.close(info)
+        os.close(info)
     for line in text.splitlines():
         fields = line.split()
         if fields[:1] == [b"lock:"] and b"FLOCK" in fields and len(fields) > 4:
