@@ -232,6 +232,15 @@ def bwrap_argv(bwrap: str, isolation: IsolationConfig) -> tuple[str, ...]:
         str(isolation.sandbox_tmp_mb * MIB),
         "--tmpfs",
         "/dev/shm",
+        # Found by a review: --dev's /dev is a tmpfs of the server's uid with no size, which a non-root
+        # server's run (the same uid) could fill past every limit; and its devpts hands out ptys, each
+        # one of the host's kernel.pty.max. Read-only, and no ptys, as the namespaced runs' /dev.
+        "--tmpfs",
+        "/dev/pts",
+        "--remount-ro",
+        "/dev/pts",
+        "--remount-ro",
+        "/dev",
         # Read-only whole, with the same covers as the namespaced mode's (namespaces.PROC_COVERED):
         # bubblewrap covers /proc/sys only where access(W_OK) on it succeeds, and on its root it does not.
         "--proc",

@@ -259,6 +259,20 @@ async def test_a_kept_namespace_s_init_catches_no_signal_so_a_run_cannot_make_it
     assert (result.status, result.stdout.text) == (Status.OK, f"{sent} 0 True\n"), result.to_text()
 
 
+async def test_a_kept_namespace_s_init_holds_no_capability_but_cap_kill_where_runs_have_uids_of_their_own(
+    namespaced: Pool,
+) -> None:
+    # Found by a review of the claims: the docs said "with no capability"; a root server's init keeps
+    # CAP_KILL (its runs' processes are of other uids, and it ends them), nothing else, none to regain.
+    code = """
+        fields = dict(line.split(":", 1) for line in open("/proc/1/status"))
+        print(*(int(fields[name], 16) for name in ("CapPrm", "CapEff", "CapInh", "CapBnd", "CapAmb")))
+    """
+    result = await run(namespaced, code)
+    kill = 1 << 5 if os.geteuid() == 0 else 0
+    assert result.stdout.text == f"{kill} {kill} 0 0 0\n", result.to_text()
+
+
 def test_a_namespaced_run_refuses_to_go_on_holding_any_privilege() -> None:
     # The run checks after dropping (the dropping itself ignores what fails): here, as root, the check
     # fails; in a child that dropped everything and is under the seccomp filter, it passes.

@@ -58,11 +58,11 @@ TRY_CALLS = """
     N = {"x86_64": dict(clone=56, unshare=272, setns=308, clone3=435, io_uring_setup=425, userfaultfd=323,
                         memfd_create=319, shmget=29, msgget=68, semget=64, inotify_init1=294, fanotify_init=300,
                         mount=165, kexec_load=246, finit_module=313, open_by_handle_at=304, mq_open=240,
-                        pidfd_getfd=438),
+                        mq_timedsend=242, pidfd_getfd=438),
          "aarch64": dict(clone=220, unshare=97, setns=268, clone3=435, io_uring_setup=425, userfaultfd=282,
                          memfd_create=279, shmget=194, msgget=186, semget=190, inotify_init1=26, fanotify_init=262,
                          mount=40, kexec_load=104, finit_module=273, open_by_handle_at=265, mq_open=180,
-                         pidfd_getfd=438)}[os.uname().machine]
+                         mq_timedsend=182, pidfd_getfd=438)}[os.uname().machine]
     params = ctypes.create_string_buffer(120)
     def attempt(name, *args):
         result = libc.syscall(N[name], *args)
@@ -82,6 +82,8 @@ TRY_CALLS = """
                        ("inotify_init1", (0,)), ("fanotify_init", (0, 0)), ("kexec_load", (0, 0, None, 0)),
                        ("finit_module", (0, b"", 0)), ("open_by_handle_at", (0, None, 0)),
                        ("mount", (b"none", b"/tmp", b"tmpfs", 0, None)), ("mq_open", (b"q", 0o100 | 2, 0o600, None)),
+                       # on a queue opened as a file of /dev/mqueue, which a plain run may see: any fd here
+                       ("mq_timedsend", (os.open("/dev/null", os.O_WRONLY), b"m", 1, 0, None)),
                        ("pidfd_getfd", (os.pidfd_open(os.getpid()), 0, 0))]:
         print(name, attempt(name, *args))
     # A root run finds /dev/userfaultfd where it sees the host's /dev: its ioctl makes what the call would.
@@ -112,6 +114,7 @@ finit_module EPERM
 open_by_handle_at EPERM
 mount EPERM
 mq_open EPERM
+mq_timedsend EPERM
 pidfd_getfd EPERM
 ioctl(USERFAULTFD_IOC_NEW) EPERM
 """

@@ -426,9 +426,32 @@ async def test_dev_holds_only_harmless_devices(sandboxed: Pool) -> None:
     """
     result = await run(sandboxed, code)
     devices = "['full', 'null', 'random', 'shm', 'tty', 'urandom', 'zero']"
-    # bubblewrap's --dev adds a devpts of the run's own: its ptys, none of the host's.
-    with_pts = "['full', 'null', 'pts', 'random', 'shm', 'tty', 'urandom', 'zero'] ['ptmx']"
+    # bubblewrap's --dev adds a devpts of the run's own, covered by an empty directory: no ptys.
+    with_pts = "['full', 'null', 'pts', 'random', 'shm', 'tty', 'urandom', 'zero'] []"
     assert result.stdout.text in (f"{devices} None\nTrue\n8 False\n", f"{with_pts}\nTrue\n8 False\n"), result.to_text()
+
+
+async def test_dev_is_read_only_and_hands_out_no_ptys(sandboxed: Pool) -> None:
+    # Found by a review: bubblewrap's /dev was a tmpfs of the server's uid with no size, which the run of
+    # a non-root server (the same uid) filled with 720 MiB past every limit; and each pty it opened was
+    # one of the host's kernel.pty.max (600 from 3 processes). /dev/shm stays the run's to write.
+    code = """
+        import errno, os
+        print(bool(os.statvfs("/dev").f_flag & os.ST_RDONLY))
+        try:
+            open("/dev/held", "wb")
+        except OSError as exc:
+            print(errno.errorcode[exc.errno])
+        try:
+            os.openpty()
+            print("a pty")
+        except OSError as exc:
+            print(errno.errorcode[exc.errno])
+        open("/dev/shm/fine", "w").write("x")
+        print(os.listdir("/dev/shm"))
+    """
+    result = await run(sandboxed, code)
+    assert result.stdout.text == "True\nEROFS\nENOENT\n['fine']\n", result.to_text()
 
 
 async def test_the_private_tmpfs_is_size_limited(sandbox_config: Config, no_leaks: None) -> None:
