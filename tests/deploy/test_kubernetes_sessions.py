@@ -140,8 +140,25 @@ def test_the_router_may_reach_the_servers_and_the_dns_and_nothing_else() -> None
     assert to_servers["to"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "python-runner-mcp"}}}]
     assert [port["port"] for port in to_servers["ports"]] == [8000]
     assert {port["port"] for port in to_dns["ports"]} == {53}
+    # Found by a review of the claims: the DNS rule's destination was not looked at (port 53 of every
+    # address passed), nor the router's user.
+    assert to_dns["to"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     router = one(OVERLAY / "router-deployment.yaml", "Deployment")
     assert policy["spec"]["podSelector"]["matchLabels"] == router["spec"]["selector"]["matchLabels"]
-    [container] = router["spec"]["template"]["spec"]["containers"]
+    pod = router["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    [container] = pod["containers"]
+    assert "runAsUser" not in container["securityContext"] or container["securityContext"]["runAsUser"] != 0
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["privileged"] is False
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert "add" not in container["securityContext"]["capabilities"]
