@@ -15,6 +15,11 @@ Each connection is in one phase, kept by `_sync` after every event of uvicorn's 
   may take its time and a stopped one may not. A pause of the server's own is not the client's: while
   uvicorn has stopped reading (the app not keeping up) or the client waits for its `100 Continue`, and for
   a whole period after.
+- *lingering*: answered before its request's body was all in (a 401, a refusal), the rest of the body is
+  read only to be dropped, as nginx's `lingering_time` does: within `client_seconds` of the answer in all,
+  bytes trickling in do not extend it (found by a review: one byte every 20 s on each of 512 connections,
+  none with a token, held every slot, and the server served no one), and such a connection makes room as
+  one waiting for its headers does.
 - *idle* between requests, kept alive: uvicorn's to close (`runner.transports.http.KEEP_ALIVE_SECONDS`),
   also after an answer sent before its request's body was all in, where uvicorn sets no keep-alive.
 - *busy*: the server's turn (the request is all in).
@@ -29,7 +34,7 @@ Past a deadline the connection is aborted (its buffer dropped: a close would wai
 not read). At most `max_connections` are counted open by one server process; at the bound a new
 connection closes the one idle the longest, as its keep-alive expiring would (its client opens another
 when it needs one; aborted if its last answer is not all taken, so that no closing connection outlives
-its count); with none idle, the one waiting longest for its headers (a client that sends its request at
+its count); with none idle, the one waiting longest for its headers or lingering (a client that sends its request at
 once never waits long, so under a flood of connections that send nothing it is the flood's that go);
 with none of those, the new one itself. Each close of a client's is logged as a refusal is, each kind on
 its own (`RefusalLog`): a client can cause them without end.
@@ -48,7 +53,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from runner.logs import RefusalLog, log_event
 
-Phase = Literal["waiting", "body", "idle", "busy", "gone"]
+LINGERED = "HTTP connection closed: its request's body was not all in within its deadline after its answer"
+Phase = Literal["waiting", "body", "lingering", "idle", "busy", "gone"]
 
 
 @dataclass(frozen=True)
@@ -61,9 +67,9 @@ class ConnectionBounds:
 
 
 class _Held:
-    """One server process's connections: how many are open, and those idle and those waiting, each in the
-    order they began to (the first is the longest), so that making room costs no scan; and the log of
-    each kind of close (a few constant kinds)."""
+    """One server process's connections: how many are open, and those idle and those waiting (for their
+    headers, or lingering), each in the order they began to (the first is the longest), so that making room
+    costs no scan; and the log of each kind of close (a few constant kinds)."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -155,7 +161,9 @@ class BoundedH11Protocol(H11Protocol):
         if self.transport.is_closing():
             self._enter("busy")  # uvicorn is closing it: only its answer's flush is left (`_watch_unsent`)
         elif state is h11.SEND_BODY:
-            if read or self._phase != "body":
+            if self.cycle is not None and self.cycle.response_complete:
+                self._enter("lingering")  # its deadline from the answer, not from each read
+            elif read or self._phase != "body":
                 self._enter("body", again=True)
         elif state is not h11.IDLE:
             self._enter("busy")  # the request is all in: the server's turn
@@ -181,7 +189,7 @@ class BoundedH11Protocol(H11Protocol):
             return
         if old == "idle":
             held.idle.pop(self, None)
-        elif old == "waiting":
+        elif old in ("waiting", "lingering"):
             held.waiting.pop(self, None)
         self._phase = phase
         if self._deadline is not None:
@@ -190,14 +198,18 @@ class BoundedH11Protocol(H11Protocol):
         self._server_paused = False
         if phase == "idle":
             held.idle[self] = None
-        elif phase == "waiting":
+        elif phase in ("waiting", "lingering"):
             held.waiting[self] = None
-        if phase in ("waiting", "body"):
+        if phase in ("waiting", "body", "lingering"):
             self._deadline = self.loop.call_later(self.bounds.client_seconds, self._expired)
 
     def _expired(self) -> None:
         self._deadline = None
         if self.transport.is_closing():
+            return
+        if self._phase == "lingering":  # answered: no pause of the server's is waited out
+            self._told(LINGERED, "body")
+            self._drop()
             return
         paused = self.flow.read_paused or (self.cycle is not None and self.cycle.waiting_for_100_continue)
         if paused or self._server_paused:
