@@ -27,3 +27,12 @@ class SpawnError(Exception):
 
 class ArgumentError(Exception):
     """Tool arguments failed validation; the message names the offending field."""
+
+
+def is_exit(exc: BaseException) -> bool:
+    """Whether `exc` ends the interpreter's work (Ctrl-C, sys.exit) rather than being a fault where it was
+    raised. Any other BaseException is a fault to contain there: pyo3's PanicException, which a Rust
+    extension raises as it panics (found by a review: rpds, under jsonschema, panicked as a downstream's
+    self-referencing schema met Python's recursion limit, passed every `except Exception`, and ended the
+    server). Code that awaits re-raises the event loop's cancellation before asking."""
+    return isinstance(exc, (KeyboardInterrupt, SystemExit))

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import anyio
 import anyio.abc
 
+from runner.errors import is_exit
 from runner.eventloop import RunPolling
 from runner.inrun.wire import frame_answer
 from runner.outcome import RunTools, ToolCall
@@ -94,7 +95,9 @@ class ToolCalls:
                     waiting.set_result((call_id, taken, process))
                     return
             self._tg.start_soon(self._worker, call_id, taken, process, name="tool call worker")
-        except Exception:  # a fault of ours: this run's channel ends, the server serves on
+        except BaseException as exc:  # a fault of ours (`is_exit`): this run's channel ends, the server serves on
+            if is_exit(exc):
+                raise
             self._fault("a tool call could not be taken")
             self._shut = True
             child.shut(child.code)
@@ -105,7 +108,9 @@ class ToolCalls:
                 answer = await self._tools.forward(call)
             except anyio.get_cancelled_exc_class():
                 raise
-            except Exception:  # never the run's task group's end (the broker answers every call itself)
+            except BaseException as exc:  # never the run's task group's end (`is_exit`), whatever it was
+                if is_exit(exc):
+                    raise
                 self._fault("a tool call's answer failed")
                 answer = b'{"ok": false, "error": "the server could not answer this call"}'
             del call  # the arguments are let go before the next call comes

@@ -28,6 +28,8 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+from runner.errors import is_exit
+
 MOST_STEPS = 5_000  # steps a check may take: 50 ms at most (10 us each with $refs)
 META_STEPS = 20_000  # a schema checked against its meta-schema, once a listed schema: some 0.15 s at most
 MOST_NODES = 100_000  # an instance's values copied for a check at most
@@ -80,10 +82,12 @@ class SchemaCheck:
             resource = draft.create_resource(schema)
             uri = resource.id() or ""
             registry = DRAFTS.combine(Registry()).with_resource(uri, resource).crawl()
-        except Exception:  # what the server's schema makes the meta-check or the crawl raise
+            steps = [MOST_STEPS]
+            validator = _Bounded(steps).of(kind)(schema, _resolver=registry.resolver(base_uri=uri))
+        except BaseException as exc:  # what the server's schema makes the meta-check or the crawl raise
+            if is_exit(exc):
+                raise
             return None
-        steps = [MOST_STEPS]
-        validator = _Bounded(steps).of(kind)(schema, _resolver=registry.resolver(base_uri=uri))
         return cls(validator, steps, _plain_check(schema))
 
     def mismatch(self, instance: Any) -> str:
@@ -105,7 +109,9 @@ class SchemaCheck:
             pass  # what was met within the steps says why; if nothing was, it is left to the server
         except RecursionError:
             return "nested too deep to be checked"
-        except Exception as exc:
+        except BaseException as exc:  # a Rust extension's panic too (`is_exit`): nothing here awaits
+            if is_exit(exc):
+                raise
             return f"they could not be checked against it ({type(exc).__name__})"
         error = best_match(errors)
         if error is None:

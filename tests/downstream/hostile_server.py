@@ -47,11 +47,22 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "shaped": {"type": "object"},
     "wide": {"type": "object"},
+    # A check that recurses for ever without walking into the instance: Python's recursion limit struck
+    # inside rpds (Rust), whose panic ended the server (found by a review).
+    "selfref": {"type": "object", "$ref": "#"},
+    "cycle": {"type": "object"},
 }
 OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
     "shaped": {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}},
     # Its result is 200 KB of text, which no branch takes: a validator writes each branch's error with it.
     "wide": {"type": "object", "properties": {"s": {"anyOf": [{"type": "integer"}] * 3000}}},
+    "cycle": {
+        "type": "object",
+        "properties": {
+            "a": {"type": "object", "properties": {"a": {"type": "object", "properties": {"a": {"$ref": "#/$defs/r"}}}}}
+        },
+        "$defs": {"r": {"type": "object", "not": {"not": {"$ref": "#/$defs/r"}}}},
+    },
 }
 
 
@@ -86,6 +97,9 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if params.name == "wide":
         shape = {"s": "a" * 200_000}
         return types.CallToolResult(content=[types.TextContent(type="text", text="wide")], structured_content=shape)
+    if params.name == "cycle":
+        shape = {"a": {"a": {"a": {}}}}
+        return types.CallToolResult(content=[types.TextContent(type="text", text="cycle")], structured_content=shape)
     if params.name == "verbose":
         text = "why " * 150_000
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)

@@ -515,7 +515,9 @@ async def test_schemas_that_cannot_be_checked_and_a_huge_result_are_tool_errors_
         "    deeper = [deeper]\n"
         "calls = [('nested', lambda: h.nested(tree=deep)), ('deeper', lambda: h.nested(tree=deeper)),\n"
         "         ('nowhere', lambda: h.nowhere(a=1)),\n"
-        "         ('backtracks', lambda: h.backtracks(s='a' * 40 + '!')), ('huge', lambda: h.huge(megabytes=20))]\n"
+        "         ('backtracks', lambda: h.backtracks(s='a' * 40 + '!')),\n"
+        "         ('selfref', lambda: h.selfref(a=1)), ('cycle', lambda: h.cycle()),\n"
+        "         ('huge', lambda: h.huge(megabytes=20))]\n"
         "for name, call in calls:\n"
         "    started = time.monotonic()\n"
         "    try:\n"
@@ -526,7 +528,7 @@ async def test_schemas_that_cannot_be_checked_and_a_huge_result_are_tool_errors_
     )
     done = await run_once(work_dir, tmp_path / "stderr.log", code, RUNNER_TOOLS_CONFIG=str(path))
     assert done["status"] == "ok", done
-    nested, deeper, nowhere, backtracks, huge = done["stdout"].splitlines()
+    nested, deeper, nowhere, backtracks, selfref, cycle, huge = done["stdout"].splitlines()
     assert nested == "nested True nested ok", "a schema that recurses is followed as deep as a call may nest"
     # Past the depth any call may nest (`frames.MOST_DEPTH`), refused before the schema is looked at.
     assert deeper == (
@@ -536,6 +538,10 @@ async def test_schemas_that_cannot_be_checked_and_a_huge_result_are_tool_errors_
     assert nowhere.startswith("nowhere True hostile.nowhere: the arguments do not match the tool's input schema:")
     assert backtracks == "backtracks True backtracks ok", "the downstream checks its pattern itself"
     assert huge.startswith("huge True hostile.huge: its result (more than 16,7")
+    # Found by a review: a check recursing for ever could end in a Rust extension's panic, which ended
+    # the server (stdio) or the call's request (HTTP): each is that call's ToolError.
+    assert selfref.startswith("selfref True hostile.selfref: the arguments do not match"), selfref
+    assert cycle.startswith("cycle True hostile.cycle: "), cycle
 
 
 async def test_two_processes_taking_large_answers_at_once_each_get_their_own_whole(

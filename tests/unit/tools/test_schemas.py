@@ -5,6 +5,7 @@ part names or a `$ref` leads to."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jsonschema
@@ -248,3 +249,33 @@ def test_a_failing_check_walks_its_instance_once(monkeypatch: pytest.MonkeyPatch
     spent.clear()
     assert check.mismatch([1] * 399 + [-1]) == "argument '399': -1 is less than the minimum of 0"
     assert matched < sum(spent) <= matched + 2 * checks.ERROR_STEPS  # one walk, and the error
+
+
+def _at_depth(frames: int, check: Callable[[], str]) -> str:
+    return _at_depth(frames - 1, check) if frames else check()
+
+
+@pytest.mark.parametrize(
+    ("schema", "instance"),
+    [
+        ({"type": "object", "$ref": "#"}, {"a": 1}),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"$ref": "#/$defs/r"}},
+                "$defs": {"r": {"type": "object", "not": {"not": {"$ref": "#/$defs/r"}}}},
+            },
+            {"a": {"a": {}}},
+        ),
+    ],
+    ids=["ref-to-root", "cycle-through-not"],
+)
+def test_a_schema_that_recurses_for_ever_is_a_mismatch_at_whatever_depth_the_check_begins(
+    schema: Any, instance: Any
+) -> None:
+    # Found by a review: where Python's recursion limit struck inside rpds (a Rust extension under
+    # jsonschema), it panicked, and pyo3's PanicException, a BaseException, ended the server.
+    check = SchemaCheck.of(schema)
+    assert check is not None
+    said = {_at_depth(frames, lambda: check.mismatch(instance)) for frames in range(40)}
+    assert said <= {"nested too deep to be checked", "they could not be checked against it (PanicException)"}, said
