@@ -112,6 +112,16 @@ class _Dump:
         self.put("}" if mapping else "]")
 
 
+def _shown(text: str) -> str:
+    """`text` with each character that is not printable (controls, ANSI escapes, bidirectional overrides,
+    NUL) as a visible escape: a downstream's description goes into every client's tool list, read by a
+    terminal or a model (found by a review: ANSI escapes, a right-to-left override, NUL and BEL went
+    through as they were)."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in text)
+
+
 def describe(servers: Sequence[tuple[Downstream, Mapping[str, types.Tool], Mapping[str, str]]], others: int = 0) -> str:
     """The paragraph run_python's description gives the tools: each server's Python name and each
     allowed tool's (as `mcp_tools` has it: `Connection.python_names`, the tools it leaves out left
@@ -130,7 +140,7 @@ def describe(servers: Sequence[tuple[Downstream, Mapping[str, types.Tool], Mappi
             if shown >= MAX_DESCRIBED:
                 left += 1
                 continue
-            first = ((tool.description or "").strip().splitlines() or [""])[0]
+            first = _shown(((tool.description or "").strip().splitlines() or [""])[0])
             line = f"- mcp_tools.{server.python_name}.{named[name]}: {first}"
             lines.append(line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "...")
             shown += 1

@@ -16,7 +16,6 @@ import contextlib
 import functools
 import logging
 import math
-import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -33,10 +32,11 @@ from runner.config import Downstream, python_name
 from runner.config.disk import HELD_VARIABLE
 from runner.config.settings import MARK_VARIABLE
 from runner.logs import log_event
-from runner.rates import Pace, Rate
+from runner.rates import Rate
 from runner.tools.credentials import Credentials
 from runner.tools.messages import MAX_LISTING_BYTES, MAX_TOOLS, kept_tool, listed_bytes
 from runner.tools.schemas import SchemaCheck
+from runner.tools.stderr import stderr_to_log
 from runner.tools.stdio import stdio_transport
 from runner.tools.streamable_http import http_client, streamable_http_client
 
@@ -50,19 +50,13 @@ PING_SECONDS = 10.0  # how often a quiet connection is checked
 BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # waits between reconnections, the last repeated
 RELIST_SECONDS = 2.0  # between a server's listings, at least
 HEALTHY_SECONDS = 30.0  # a connection up this long starts the backoff over when it goes
-MAX_STDERR_LINE = 2000
 # What the SDK says where it knows no more: of a stdio server gone (its stderr's last line may say
 # why), of an HTTP server's error status (`Hooks` saw it).
 SAID_NO_MORE = frozenset(
     {(CONNECTION_CLOSED, "Connection closed"), (INTERNAL_ERROR, "Server returned an error response")}
 )
-STDERR_LEFT_BYTES = 1 << 20  # what of it is read then, at most
-STDERR_LEFT_LINES = 5  # a stdio server's lines read once it has gone (`_read_left`), at most
-# A server's stderr lines logged, and its requests to us (ping; the others are refused) taken: as a
-# rate (a second's worth at once, then so many a second); the rest dropped, the dropped counted.
-STDERR_LINES = (1000, 100.0)
-STDERR_BYTES = 8 << 20  # of its stderr read a second, and at once (a legitimate server's logging waits not)
-STDERR_READ = 64 << 10  # a read of its stderr at most, and as paced
+# Its requests to us (ping; the others are refused) taken as a rate (a second's worth at once, then so
+# many a second); the rest dropped, the dropped counted.
 REQUESTS = (20, 10.0)
 MOST_ANSWERING = 8  # its requests taken and not answered yet, at most: the rest dropped
 MAX_ID_CHARS = 256  # a request's id, at most: one longer is dropped
@@ -199,8 +193,9 @@ class Connection:
         return self.credentials.scrubbed(why)[:MAX_DOWN_CHARS]
 
     def _answered(self, said: str) -> None:
-        """An HTTP server's error status (`Hooks`): what `_reason` adds to the SDK's stand-in for it."""
-        self._last_said[:] = [said]
+        """An HTTP server's error status (`Hooks`): what `_reason` adds to the SDK's stand-in for it,
+        masked, then cut to its status and 60 characters of its reason."""
+        self._last_said[:] = [self.credentials.scrubbed(said)[: len("it answered HTTP 000 ") + 60]]
 
     async def call(self, tool: str, arguments: dict[str, Any], seconds: float) -> types.CallToolResult:
         """Call `tool`; `Down` if the server is down or does not answer within `seconds` (the run's
@@ -239,7 +234,7 @@ class Connection:
                 await stack.enter_async_context(http)
                 transport: Any = streamable_http_client(server.url, http, self._most_bytes)
             else:
-                errlog = await _stderr_to_log(stack, self._log, server.name, self.credentials.secrets, self._last_said)
+                errlog = await stderr_to_log(stack, self._log, server.name, self.credentials.secrets, self._last_said)
                 # The SDK starts it in a session of its own and keeps its pid: it is found by this mark.
                 mark = secrets.token_hex(16)
                 parameters = StdioServerParameters(
@@ -283,6 +278,7 @@ class Connection:
             if not pages:
                 raise Down(self._fault or "its connection was lost while its tools were listed")
             page = pages[0]
+            _forget_listing(client.session, listed, page)
             for tool in page.tools:
                 size += listed_bytes(tool)
                 if len(listed) < MAX_TOOLS and size <= MAX_LISTING_BYTES:
@@ -350,107 +346,6 @@ class Connection:
         """An HTTP 404 (`SESSION_GONE`, `ENDPOINT_GONE`): lost, made again (a new session) after the backoff."""
         self._fault = self._fault or why
         self._lost.set()
-
-
-async def _stderr_to_log(
-    stack: contextlib.AsyncExitStack, logger: logging.Logger, name: str, secrets: list[str], last: list[str]
-) -> Any:
-    """A file for a stdio server's stderr whose lines go to our log under the server's `name`; the last
-    one kept in `last`, for why it went down (`Connection._reason`): once it has gone, what it wrote
-    that was not read yet is read then (`_read_left`)."""
-    read_end, write_end = os.pipe()
-    os.set_blocking(read_end, False)
-    stack.callback(os.close, read_end)
-    held = [b""]  # the start of a line `_log_lines` has read, not ended yet (masked where it can be)
-    stack.callback(_read_left, read_end, logger, name, secrets, last, held)
-    errlog = os.fdopen(write_end, "w")
-    stack.callback(errlog.close)
-    tg = await stack.enter_async_context(anyio.create_task_group())
-    stack.push_async_callback(_cancel_soon, tg)
-    tg.start_soon(_log_lines, read_end, logger, name, secrets, last, held)
-    return errlog
-
-
-def _read_left(
-    fd: int, logger: logging.Logger, name: str, secrets: list[str], last: list[str], held: list[bytes]
-) -> None:
-    """The last of what a stdio server that has gone wrote on its stderr (`fd`) that `_log_lines` had not
-    read (the SDK can end the connection first): its last words, why it could not start, say. Read
-    without waiting, after the line `_log_lines` `held` (a credential may span the two: found by a
-    review, 16 of a key's 24 characters went to the log and to runs), at most STDERR_LEFT_BYTES, its end
-    kept back where more may follow, as `_log_lines` does; at most STDERR_LEFT_LINES lines logged."""
-    left, more = held[0], True
-    while more and len(left) < STDERR_LEFT_BYTES:
-        try:
-            chunk = os.read(fd, STDERR_READ)
-        except OSError:  # nothing more now (BlockingIOError), or no pipe
-            break
-        more = bool(chunk)
-        left += chunk
-    masked, keep = _stderr_masks(secrets)
-    for secret, mask in masked:
-        left = left.replace(secret, mask)
-    *ended, tail = left.split(b"\n")
-    if more:  # cut short: the end of a line not ended yet could be the start of a credential
-        tail = tail[: max(0, len(tail) - keep)]
-    lines = [line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip() for line in (*ended, tail) if line.strip()]
-    for text in lines[-STDERR_LEFT_LINES:]:
-        log_event(logger, logging.INFO, "tool server stderr", server=name, line=text)
-        last[:] = [text]
-
-
-def _stderr_masks(secrets: list[str]) -> tuple[list[tuple[bytes, bytes]], int]:
-    """Each credential in bytes, with its mask; and the bytes at the end of a read that may start one."""
-    masked = [(secret.encode(), b"***") for secret in secrets]
-    return masked, max((len(secret) for secret, _ in masked), default=1) - 1
-
-
-async def _log_lines(
-    fd: int, logger: logging.Logger, name: str, secrets: list[str], last: list[str], held: list[bytes]
-) -> None:
-    """Log each line a stdio server writes on its stderr (`fd`), at a rate (`STDERR_LINES`), with
-    every credential of its entry (`secrets`) masked before the line is cut; the last one logged in
-    `last`, the start of the one not ended yet in `held` (for `_read_left`)."""
-    pending = b""
-    rate, told = Rate(*STDERR_LINES), Rate(*TOLD)
-    paced = Pace(STDERR_BYTES, STDERR_BYTES, anyio.current_time())
-    # The end of a long line waits for what follows (`keep` bytes): it may be the start of a credential.
-    masked, keep = _stderr_masks(secrets)
-    while True:
-        await anyio.wait_readable(fd)
-        try:
-            chunk = os.read(fd, STDERR_READ)
-        except BlockingIOError:
-            continue
-        if not chunk:
-            break
-        pending += chunk
-        for secret, mask in masked:
-            pending = pending.replace(secret, mask)
-        *lines, pending = pending.split(b"\n")
-        if len(pending) > MAX_STDERR_LINE + keep:
-            lines.append(pending[: len(pending) - keep])
-            pending = pending[len(pending) - keep :]
-        held[0] = pending
-        for n, line in enumerate(lines):
-            # A blank line is charged as any other (found by a review: skipped before the rate, a flood
-            # of them cost the event loop 3.6 times a flood of text lines' CPU).
-            if not rate.take():
-                rate.dropped += len(lines) - n - 1  # the rest, not looked at one by one (blank or not)
-                break
-            if not line.strip():
-                continue
-            text = line[:MAX_STDERR_LINE].decode("utf-8", "replace").rstrip()
-            log_event(logger, logging.INFO, "tool server stderr", server=name, line=text)
-            last[:] = [text]
-        if rate.dropped and told.take():
-            log_event(logger, logging.WARNING, "tool server stderr not logged", server=name, lines=rate.dropped)
-            rate.dropped = 0
-        # Read at a pace, not as fast as it comes: a flood's reads cost the event loop 99% of it; and
-        # each read as if it were a full one, a byte at a time cost it 80%.
-        wait = paced.spend(max(len(chunk), STDERR_READ), anyio.current_time())
-        if wait:
-            await anyio.sleep(wait)
 
 
 @contextlib.asynccontextmanager
@@ -549,6 +444,21 @@ class _Asking(anyio.abc.ObjectSendStream[Any]):
         await self._inner.aclose()
 
 
+def _forget_listing(session: Any, listed: dict[str, types.Tool], page: types.ListToolsResult) -> None:
+    """What the SDK's session keeps of each listing, past what we keep: every output schema of every tool
+    ever listed on a page with a cursor (it prunes only on a listing of one page), which a server listing
+    new names at each `list_changed` grew without bound (found by a review: 131 -> 996 MiB in 58 s). Its
+    output schemas and their validators serve only its own check of a result, which ours replaces
+    (`Connection._check_result`); its header maps (2026-07-28's `Mcp-Param-*`) are kept for the tools we
+    keep, and this page's."""
+    session._tool_output_schemas.clear()
+    session._tool_output_validators.clear()
+    names = {*listed, *(tool.name for tool in page.tools[:MAX_TOOLS])}
+    maps = session._x_mcp_header_maps
+    for name in [name for name in maps if name not in names]:
+        del maps[name]
+
+
 async def _fetch_page(client: Client, cursor: str | None, pages: list[types.ListToolsResult]) -> None:
     pages.append(await client.list_tools(cursor=cursor))
 
@@ -563,10 +473,6 @@ async def _first(*waits: Any) -> None:
 
         for wait in waits:
             tg.start_soon(one, wait)
-
-
-async def _cancel_soon(tg: anyio.abc.TaskGroup) -> None:
-    tg.cancel_scope.cancel()
 
 
 def _connection_failed(exc: BaseException) -> bool:

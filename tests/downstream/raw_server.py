@@ -101,6 +101,18 @@ def answer(request: dict[str, object]) -> None:
             return
         if MODE == "slowlist":
             time.sleep(float(sys.argv[2]))
+        if MODE == "renames":  # new names at each listing, on a page with a cursor, then "changed"
+            if (request.get("params") or {}).get("cursor"):  # type: ignore[union-attr]
+                send({"jsonrpc": "2.0", "id": ident, "result": {"tools": []}})
+                send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+                return
+            LISTINGS.append(ident)
+            schema = {"type": "object", "description": "s" * 1000}
+            named = [
+                {"name": f"t{len(LISTINGS)}_{n}", "inputSchema": schema, "outputSchema": schema} for n in range(50)
+            ]
+            send({"jsonrpc": "2.0", "id": ident, "result": {"tools": [ECHO, *named], "nextCursor": "more"}})
+            return
         send({"jsonrpc": "2.0", "id": ident, "result": {"tools": tools()}})
         if MODE == "relists":
             LISTINGS.append(ident)

@@ -24,6 +24,9 @@ import anyio
 import pytest
 from mcp import Client
 
+from runner.config.tools import Downstream
+from runner.logs import get_logger
+from runner.tools.downstream import Connection
 from tests.code_mode import (
     hostile,
     peak_memory,
@@ -188,6 +191,27 @@ async def test_a_server_that_says_its_tools_changed_after_each_listing_is_listed
             listed = int(count.read_text())
     assert done["stdout"] == 'echo {"n": 1}\n', done
     assert listed < 10, f"listed {listed} times in some 3 s"
+
+
+async def test_what_the_sdk_keeps_of_listings_stays_bounded_when_a_server_lists_new_names_each_time() -> None:
+    # Found by a review: the SDK's session kept the output schema of every tool ever listed on a page
+    # with a cursor (it prunes only on a listing of one page): a server naming 1,000 new tools at each
+    # `list_changed` grew the server from 131 to 996 MiB in 58 s.
+    server = Downstream("renames", "renames", ("*",), None, command=sys.executable, args=(str(RAW_SERVER), "renames"))
+    connection = Connection(server, get_logger())
+    kept: list[int] = []  # what the session holds, after each listing of new names
+    listed: set[str] = set()
+    async with anyio.create_task_group() as group:
+        group.start_soon(connection.hold)
+        with anyio.fail_after(30):
+            while len(kept) < 4:
+                await anyio.sleep(0.1)
+                session = connection._client.session if connection._client is not None else None
+                if session is not None and set(connection.tools) != listed:
+                    listed = set(connection.tools)
+                    kept.append(len(session._tool_output_schemas) + len(session._x_mcp_header_maps))
+        group.cancel_scope.cancel()
+    assert max(kept) <= 2 * 51, kept  # a listing's own, at most: before, 51 more at each
 
 
 async def test_a_servers_stderr_flood_is_logged_at_a_rate_and_a_long_line_keeps_its_credential_masked(

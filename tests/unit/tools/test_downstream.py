@@ -12,7 +12,8 @@ from mcp.types import CONNECTION_CLOSED
 
 from runner.config.tools import Downstream
 from runner.logs import get_logger
-from runner.tools.downstream import Connection, _stderr_to_log
+from runner.tools.downstream import Connection
+from runner.tools.stderr import stderr_to_log
 
 TOKEN = "Bearer s3cr3t-0123456789"
 
@@ -77,7 +78,7 @@ async def test_a_credential_split_across_a_gone_servers_last_stderr_writes_is_ma
     connection = Connection(Downstream("s", "s", ("*",), None, command="x", env=(("API_KEY", key),)), get_logger())
     last: list[str] = []
     async with contextlib.AsyncExitStack() as stack:
-        errlog = await _stderr_to_log(stack, get_logger(), "s", connection.credentials.secrets, last)
+        errlog = await stderr_to_log(stack, get_logger(), "s", connection.credentials.secrets, last)
         errlog.write("fatal: the key " + key[:8])
         errlog.flush()
         # Until the reader has taken the line's start (and holds it, the line not ended): the pipe empty.
@@ -118,7 +119,7 @@ async def test_a_servers_blank_stderr_lines_are_charged_to_its_log_rate_as_any_o
     # one in Python without end, 3.6 times the event loop's CPU of a flood of text lines.
     last: list[str] = []
     async with contextlib.AsyncExitStack() as stack:
-        errlog = await _stderr_to_log(stack, get_logger(), "s", [], last)
+        errlog = await stderr_to_log(stack, get_logger(), "s", [], last)
         pipe = os.readlink(f"/proc/self/fd/{errlog.fileno()}")
         read_end = next(
             int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) != errlog.fileno() and _link(fd) == pipe
@@ -129,3 +130,15 @@ async def test_a_servers_blank_stderr_lines_are_charged_to_its_log_rate_as_any_o
                 await anyio.sleep(0.005)
         await anyio.sleep(0.05)
         assert last == ["first"]
+
+
+def test_an_http_status_s_reason_echoing_a_credential_is_masked_before_it_is_cut() -> None:
+    # Found by a review: the reason phrase was cut to 60 characters, then masked: the key no longer
+    # whole, its first 15 characters reached runs and the log.
+    key = "sk-live-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    server = Downstream("remote", "remote", ("*",), None, url="http://h/mcp", headers=(("X-Api-Key", key),))
+    connection = Connection(server, get_logger())
+    connection._answered(f"it answered HTTP 401 Unauthorized: the key {'x' * 30} {key} was refused")
+    [said] = connection._last_said
+    assert "sk-live" not in said, said
+    assert said.startswith("it answered HTTP 401 Unauthorized: the key "), said

@@ -136,6 +136,32 @@ async def test_an_answer_said_to_be_identity_is_read_as_it_is() -> None:
         assert response.json() == {"ok": 1}
 
 
+async def test_a_server_setting_thousands_of_cookies_has_twenty_kept_an_affinity_cookie_among_them() -> None:
+    # Found by a review: every cookie an HTTP server set was kept and sent back on every request, built on
+    # the event loop: 4,000 an answer made a run that used no tool take 6.4 s, and the server grew.
+    sent: list[str] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request.headers.get("cookie", ""))
+        many = [("set-cookie", f"c{len(sent)}_{n}=v") for n in range(4000)]
+        return httpx2.Response(200, headers=[("set-cookie", "AWSALB=sticky"), *many], content=b"{}")
+
+    from runner.tools.streamable_http import MAX_COOKIES, http_client
+
+    async with http_client({}, 1 << 20, lambda _why: None, lambda _said: None) as client:
+        client._transport = httpx2.MockTransport(answer)
+        for _ in range(3):
+            await client.post("http://127.0.0.1:1/mcp", content=b"{}")
+        huge = {"set-cookie": "AWSALB=" + "x" * 5000}
+        client._transport = httpx2.MockTransport(lambda _: httpx2.Response(200, headers=huge))
+        await client.post("http://127.0.0.1:1/mcp", content=b"{}")
+        assert len(client.cookies.jar) == MAX_COOKIES
+        assert client.cookies.get("AWSALB") == "sticky", "a cookie past its bytes is not kept"
+    assert sent[0] == ""
+    assert sent[1].split("; ")[0] == "AWSALB=sticky", "the first cookie set is kept, and sent back"
+    assert len(sent[2].split("; ")) == MAX_COOKIES, "no more than the bound, however many come"
+
+
 async def test_a_compressed_404_is_not_read_for_an_error_and_says_the_endpoint_gone() -> None:
     # Found by a second look: a 404's body was read for a JSON-RPC error before the encoding was looked
     # at, and httpx2 decoded it: gzip of gzip, 496 bytes sent, 200 MiB read.
