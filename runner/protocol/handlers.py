@@ -38,6 +38,8 @@ from runner.protocol.tool import ToolChanges, ToolList
 from runner.protocol.view import VIEW_URI, AppView, client_shows_views
 
 SERVER_NAME = "python-runner-mcp"
+# A progressToken at most (a UUID is 36): each progress notification, one a second, sends it back whole.
+MAX_PROGRESS_TOKEN_CHARS = 256
 
 
 class Runner(Protocol):
@@ -195,7 +197,8 @@ class Handlers:
                 return await self._close(request_id, params, caller)
             shows = self._view is not None and client_shows_views(ctx.session.client_capabilities)
             table_rows = self._table_rows if shows else 0
-            prepared = self._prepare(request_id, params, caller, table_rows)
+            refused = self._long_progress_token(request_id, ctx)
+            prepared = refused or self._prepare(request_id, params, caller, table_rows)
             if isinstance(prepared, RunResult):
                 result = prepared
             elif self._tasks is not None and negotiated(ctx):
@@ -224,6 +227,20 @@ class Handlers:
         fields = {"request_id": request_id, "fields": {"error": type(exc).__name__}}
         self._log.error("internal error", exc_info=True, extra=fields)
         return f"the runner failed ({type(exc).__name__}); the server log has details under this request_id"
+
+    def _long_progress_token(self, request_id: str, ctx: ServerRequestContext[Any]) -> RunResult | None:
+        """The result that refuses a call whose progressToken is longer than MAX_PROGRESS_TOKEN_CHARS, which
+        every progress notification sends back whole, one a second (found by a review: 40 MiB sent once,
+        440 MiB sent back in 12.8 s, 4.7 s of the server's CPU); None for any other."""
+        token = ctx.meta.get("progress_token") if ctx.meta is not None else None
+        if not isinstance(token, str) or len(token) <= MAX_PROGRESS_TOKEN_CHARS:
+            return None
+        log_event(self._log, logging.INFO, "call rejected", request_id, reason="progressToken too long")
+        message = (
+            f"_meta.progressToken is {len(token):,} characters long, more than {MAX_PROGRESS_TOKEN_CHARS}: "
+            "each progress notification sends it back"
+        )
+        return RunResult(request_id, Status.INVALID_ARGUMENTS, message)
 
     def _prepare(
         self, request_id: str, params: types.CallToolRequestParams, caller: str | None, table_rows: int

@@ -445,6 +445,27 @@ async def test_an_error_answer_says_back_a_5_mib_tool_name_uri_handle_session_or
     assert no_method["error"]["data"].endswith("(cut: 5,242,880 characters)")
 
 
+async def test_a_progress_token_longer_than_the_bound_is_refused_before_any_progress_sends_it_back(
+    work_dir: Path, tmp_path: Path
+) -> None:
+    # Found by a review: a 40 MiB progressToken sent once came back 440 MiB in 12.8 s, whole in each
+    # notification, one a second, and took 4.7 s of the server's CPU.
+    code = {"code": "import time\ntime.sleep(1.5)\nprint('done')"}
+    async with raw_server(work_dir, tmp_path / "stderr.log") as session:
+        await session.initialize()
+        refused = await session.request(
+            "tools/call", {"name": "run_python", "arguments": code, "_meta": {"progressToken": "x" * (1 << 20)}}
+        )
+        taken = await session.request(
+            "tools/call", {"name": "run_python", "arguments": code, "_meta": {"progressToken": "p" * 256}}
+        )
+    assert len(json.dumps(refused)) < 5_000
+    assert refused["result"]["isError"] is True
+    said = refused["result"]["structuredContent"]["message"]
+    assert said.startswith("_meta.progressToken is 1,048,576 characters long, more than 256"), said
+    assert taken["result"]["structuredContent"]["stdout"] == "done\n", taken
+
+
 async def test_an_unsupported_protocol_version_the_sdk_refuses_is_said_back_cut_saying_so(
     work_dir: Path, tmp_path: Path
 ) -> None:
