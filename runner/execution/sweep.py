@@ -2,7 +2,8 @@
 
 The server is a child subreaper, so a run's orphans (a `setsid` daemon, a double fork) become its
 children. Every child that is not an interpreter of ours is such an orphan: it is killed and reaped
-soon after the run that made it ends, and once a second besides. The server's own helper processes
+soon after the run that made it ends, and once a second besides, with every process under it, each
+stopped before its children are read (`stopped_tree`). The server's own helper processes
 (`processes.helpers`) are known too: a round waits while one is being started, its pid not yet known.
 """
 
@@ -24,6 +25,7 @@ from runner.processes.procctl import (
     is_zombie,
     reap_if_exited,
     set_child_subreaper,
+    stopped_tree,
 )
 
 SWEEP_INTERVAL = 1.0
@@ -103,8 +105,9 @@ class StraySweeper:
                         pid=pid,
                         command=command_line(pid),
                     )
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+                for member in stopped_tree(pid):  # the stray and what it started, caught whole
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(member, signal.SIGKILL)
             await anyio.sleep(GRACE)
             for pid in strays:
                 reap_if_exited(pid)

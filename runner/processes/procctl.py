@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 
 from runner.inrun import libc
 from runner.inrun.sweeps import children
@@ -33,6 +34,25 @@ set_dumpable = libc.set_dumpable
 def children_of_self() -> list[int]:
     """Our direct children, adopted orphans included (Linux; empty where /proc cannot tell)."""
     return children("self")
+
+
+def stopped_tree(pid: int, most: int = 10_000) -> list[int]:
+    """`pid` and the processes under it (`most` at most), each sent SIGSTOP before its children are
+    read: a stopped process forks no more, so a tree killed whole after this leaves at most a child
+    forked as its parent was being stopped, not a chain of setsid'd processes that rebuilds itself as
+    fast as one level a round is killed (found by a review: one outlived every sweep, the server's stop
+    and the next server's start, writing into later runs' directories)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo and len(found) < most:
+        member = todo.pop()
+        try:
+            os.kill(member, signal.SIGSTOP)
+        except OSError:
+            continue  # gone
+        found.append(member)
+        todo.extend(children(member))
+    return found
 
 
 def is_zombie(pid: int) -> bool:

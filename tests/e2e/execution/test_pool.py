@@ -580,6 +580,46 @@ async def test_a_setsid_double_fork_daemon_is_killed_soon_after_its_run(
         assert await settled_async(lambda: living([daemon]), timeout=5) == []
 
 
+async def test_a_chain_of_setsid_processes_that_rebuilds_itself_is_killed_whole_soon_after_its_run(
+    config: Config, no_leaks: None, tmp_path: Path
+) -> None:
+    # Found by a review: the sweep killed one level of the chain a round (its top, the server's child),
+    # and the chain's end forked a new level as fast: it outlived every sweep, the server's stop and the
+    # next server's start, writing into later runs' directories.
+    plain_only(config)
+    pids = tmp_path / "chain.pids"
+    code = f"""
+        import os, time
+        def alive():  # the chain's processes still there: fewer than 10, and its end makes more
+            told = open({str(pids)!r}).read().split()
+            return sum(os.path.exists(f"/proc/{{pid}}/stat") and open(f"/proc/{{pid}}/stat").read().split()[2] != "Z"
+                       for pid in told)
+        if os.fork() == 0:
+            os.setsid()
+            os.closerange(0, 1024)
+            while True:
+                with open({str(pids)!r}, "a") as told:
+                    told.write(f"{{os.getpid()}}\\n")
+                while alive() >= 10:
+                    time.sleep(0.005)
+                if os.fork() == 0:
+                    os.setsid()
+                    continue  # the new end of the chain
+                time.sleep(60)
+        while not os.path.exists({str(pids)!r}) or len(open({str(pids)!r}).read().split()) < 10:
+            time.sleep(0.01)
+        print("chained")
+    """
+    async with Pool.open(tuned(config, pool_size=0), reap_strays=True) as pool:
+        result = await run(pool, code)
+        assert (result.status, result.stdout.text) == (Status.OK, "chained\n"), result.to_text()
+
+        def chain() -> list[int]:
+            return living([int(pid) for pid in pids.read_text().split()])
+
+        assert await settled_async(chain, timeout=10) == []
+
+
 async def test_a_run_that_stops_the_zygote_ends_and_the_next_run_gets_a_new_one(config: Config, no_leaks: None) -> None:
     if config.sandbox not in ("none", "namespaces"):
         pytest.skip("only a forked run's parent is a zygote")
