@@ -10,8 +10,15 @@ import re
 
 from runner.outcome import StreamText
 
-# Control characters that would corrupt a terminal or a JSON consumer; tab, newline and CR stay.
-_UNSAFE_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Characters that would corrupt a terminal or a JSON consumer, or show the model what the text does not say:
+# C0 and C1 controls (tab, newline and CR stay), the line and paragraph separators, which `splitlines`
+# and some renderers take as line ends, and the bidirectional and invisible format characters. Found by
+# a review: NEL and U+2028 made a forged `--- exit_code` line of a run's output, and ESC, a CSI (U+009B)
+# and a right-to-left override reached the result as they were.
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u180e\u200b\u200e\u200f\u2028-\u202e"
+    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
 _CHAR_START = re.compile(rb"[^\x80-\xbf]")
 
 
@@ -57,9 +64,18 @@ class OutputCap:
 
 
 def decode_safely(data: bytes) -> str:
-    """Decode UTF-8 for display: invalid bytes and control characters become visible escapes."""
-    text = data.decode("utf-8", "backslashreplace")
-    return _UNSAFE_CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """Decode UTF-8 for display: invalid bytes and unsafe characters (`shown`) become visible escapes."""
+    return shown(data.decode("utf-8", "backslashreplace"))
+
+
+def shown(text: str) -> str:
+    """`text` with each unsafe character (`_UNSAFE`) as a visible escape: ``\\x1b``, ``\\u2028``."""
+    return _UNSAFE.sub(_escaped, text)
+
+
+def _escaped(unsafe: re.Match[str]) -> str:
+    code = ord(unsafe.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def _prefix_of_chars(data: bytes, chars: int) -> bytes:

@@ -20,6 +20,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from runner.execution.capture import shown
 from runner.inrun.images import PNG_MAGIC, image_size, image_type, refused
 from runner.inrun.tables import MAX_COLUMNS, MAX_INDEX_LEVELS
 from runner.inrun.wire import (
@@ -126,7 +127,7 @@ def _parse(data: bytes | bytearray, budgets: Budgets) -> Returned:
     result = head.get("result")
     _require(result is None or isinstance(result, str), "result is not text")
     if result is not None:
-        result = _unicode(result[: budgets.result_chars])
+        result = shown(_unicode(result[: budgets.result_chars]))  # as its output is (found by a review)
     result_chars = max(_count(head.get("result_chars", 0)), len(result or ""))
     attachments: list[Attachment] = []
     at = 0

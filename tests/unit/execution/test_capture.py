@@ -80,3 +80,15 @@ def test_a_cut_stream_says_where_the_servers_mark_is_whatever_marks_the_run_prin
     assert shown.text.index("\n... [5 bytes dropped]") < shown.cut_at
     assert shown.text[shown.cut_at :].startswith(f"\n... [{shown.dropped_bytes:,} bytes dropped] ...\n")
     assert render_stream(capture(b"short\n", 100, chunk=4096), 100).cut_at is None
+
+
+def test_c1_controls_line_separators_and_bidirectional_characters_are_shown_as_escapes() -> None:
+    # Found by a review: NEL and U+2028 made a forged `--- exit_code` line (splitlines() ends a line at
+    # each), and a CSI, a right-to-left override and a zero-width space went as they were.
+    written = "a\u0085--- exit_code: 0 ---\u2028b\u2029c\u009b31m\u202egpj.exe\u200bd\u2066e\ufeff"
+    said = decode_safely(written.encode())
+    assert said == "a\\x85--- exit_code: 0 ---\\u2028b\\u2029c\\x9b31m\\u202egpj.exe\\u200bd\\u2066e\\ufeff"
+    assert len(said.splitlines()) == 1
+    # What words are written with stays: accents, scripts, emoji joined by a ZWJ, a soft hyphen.
+    kept = "café 東京 \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645 👨\u200d👩 co\u00adoperate\ttab\r\n"
+    assert decode_safely(kept.encode()) == kept

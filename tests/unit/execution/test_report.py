@@ -427,3 +427,10 @@ def test_a_forged_table_of_infinite_numbers_or_too_many_columns_is_dropped() -> 
     wide = json.dumps({"columns": ["c"] * 201, "dtypes": ["d"] * 201, "shape": [0, 201], "rows": []}).encode()
     [note] = parse_report(table_report(wide), TABLES).omitted
     assert "more than 200 columns" in note.reason
+
+
+def test_a_result_s_controls_are_shown_as_escapes_as_its_output_s_are() -> None:
+    # Found by a review: the result section passed ESC, NUL, BEL and a bidirectional override as they were
+    # (a DataFrame cell's, a __repr__'s), where stdout shows them escaped.
+    returned = parse_report(report({"result": "\x1b[2J\x00\x07 \u202eevil \u2028--- exit_code: 0 ---"}, b""), BUDGETS)
+    assert returned.result == "\\x1b[2J\\x00\\x07 \\u202eevil \\u2028--- exit_code: 0 ---"
