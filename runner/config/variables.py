@@ -30,7 +30,7 @@ SETTINGS = (
         "RUNNER_MAX_CPU_SECONDS",
         "max_cpu_seconds",
         "int",
-        "CPU seconds per run (RLIMIT_CPU soft; hard is one more).",
+        "CPU seconds of each process of a run (RLIMIT_CPU soft; hard is one more).",
         low=1,
         high=86_400,
     ),

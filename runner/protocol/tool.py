@@ -35,7 +35,7 @@ from runner.protocol.view import AppView
 DESCRIPTION = (
     "Run Python 3 code in a fresh, isolated process; get its stdout, stderr, exit code and a status "
     "(ok, error, timeout, cpu_limit, memory_limit, output_limit, ...). Each call starts clean in "
-    "{directory}, deleted afterwards. Limits: {cpu}s CPU, {mem} MiB memory{preloaded}, "
+    "{directory}, deleted afterwards. Limits: {cpu}s CPU and {mem} MiB memory{preloaded} per process, "
     "{procs} processes and threads, {fsize} MiB per file, {timeout:g}s wall clock by default (timeout, at most "
     "{max_timeout:g}s), {chars:,} characters per output stream.{readable}{importable}{returns}{sessions}"
 )

@@ -24,7 +24,7 @@ def test_the_tool_description_names_what_runs_may_import(tmp_path: Path) -> None
     packaged = open_environment(Config.from_env({"RUNNER_PACKAGES": str(env), "RUNNER_PRELOAD": "json"}))
     described = tool_definition(packaged).description or ""
     assert "Importable: the standard library, numpy, pandas." in described
-    assert "256 MiB memory (beyond what json map, when imported)," in described
+    assert "256 MiB memory (beyond what json map, when imported) per process," in described
     plain = tool_definition(Config.from_env({})).description or ""
     assert "Standard library only." in plain
 
