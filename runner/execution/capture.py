@@ -6,6 +6,7 @@ rest. Memory per stream is bounded by twice `keep_bytes` whatever the run writes
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from runner.outcome import StreamText
@@ -100,6 +101,7 @@ def _suffix_of_chars(data: bytes, chars: int) -> bytes:
 
 
 DROP_MARKER = "\n... [{dropped:,} bytes dropped] ...\n"
+FIT_PIECE = 512  # characters measured at once where escapes make a stream's text longer than its bytes (`_fitted`)
 
 
 def render_stream(cap: OutputCap, max_chars: int, marker: str = DROP_MARKER) -> StreamText:
@@ -110,17 +112,57 @@ def render_stream(cap: OutputCap, max_chars: int, marker: str = DROP_MARKER) -> 
     head, tail = cap.parts()
     whole = head + tail if len(head) + len(tail) == cap.total else None
     if whole is not None and _count_chars(whole) <= max_chars:
-        return StreamText(decode_safely(whole), cap.total, 0)
+        text = decode_safely(whole)
+        if len(text) <= max_chars:
+            return StreamText(text, cap.total, 0)
     source_head = head if whole is None else whole
     source_tail = tail if whole is None else whole
-    head_part = _prefix_of_chars(source_head, max_chars - max_chars // 2)
-    tail_part = _suffix_of_chars(source_tail, max_chars // 2)
+    head_part = _fitted(source_head, max_chars - max_chars // 2, tail=False)
+    tail_part = _fitted(source_tail, max_chars // 2, tail=True)
     if whole is not None and len(head_part) + len(tail_part) > len(whole):
         tail_part = whole[len(head_part) :]
     dropped = cap.total - len(head_part) - len(tail_part)
     head_text = decode_safely(head_part)
     text = head_text + marker.format(dropped=dropped) + decode_safely(tail_part)
     return StreamText(text, cap.total, dropped, len(head_text))
+
+
+def _fitted(data: bytes, chars: int, tail: bool) -> bytes:
+    """The longest prefix of `data` (its suffix if `tail`) whose text as shown is at most `chars`
+    characters: an escaped byte or character is shown in 4 to 10 (found by a review: 100,000 NUL bytes
+    were 80,032 characters against a cap of 20,000). Where escapes make it longer, measured a piece of
+    FIT_PIECE characters at a time from the kept end, then by halving within the piece that passes."""
+    taken = _suffix_of_chars(data, chars) if tail else _prefix_of_chars(data, chars)
+    if len(decode_safely(taken)) <= chars:
+        return taken
+    # Where characters start (and the ends: a head may begin with bytes that continue none).
+    starts = sorted({0, *(match.start() for match in _CHAR_START.finditer(taken)), len(taken)})
+    bounds = starts[::FIT_PIECE] if starts[::FIT_PIECE][-1] == len(taken) else [*starts[::FIT_PIECE], len(taken)]
+    pieces = list(itertools.pairwise(bounds))
+    shown = 0
+    for begin, end in reversed(pieces) if tail else pieces:
+        length = len(decode_safely(taken[begin:end]))
+        if shown + length <= chars:
+            shown += length
+            continue
+        inner = [at for at in starts if begin <= at <= end]
+        low, high = (0, len(inner) - 1)
+        if tail:  # the first start from which the rest of the piece fits
+            while low < high:
+                middle = (low + high) // 2
+                if shown + len(decode_safely(taken[inner[middle] : end])) <= chars:
+                    high = middle
+                else:
+                    low = middle + 1
+            return taken[inner[low] :]
+        while low < high:  # the last start up to which the piece fits
+            middle = (low + high + 1) // 2
+            if shown + len(decode_safely(taken[begin : inner[middle]])) <= chars:
+                low = middle
+            else:
+                high = middle - 1
+        return taken[: inner[low]]
+    return taken
 
 
 def _count_chars(data: bytes) -> int:

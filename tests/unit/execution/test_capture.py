@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runner.execution.capture import OutputCap, decode_safely, keep_bytes_for, render_stream
+from runner.execution.capture import DROP_MARKER, OutputCap, decode_safely, keep_bytes_for, render_stream
 
 
 def capture(data: bytes, max_chars: int, chunk: int = 7) -> OutputCap:
@@ -92,3 +92,36 @@ def test_c1_controls_line_separators_and_bidirectional_characters_are_shown_as_e
     # What words are written with stays: accents, scripts, emoji joined by a ZWJ, a soft hyphen.
     kept = "café 東京 \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645 👨\u200d👩 co\u00adoperate\ttab\r\n"
     assert decode_safely(kept.encode()) == kept
+
+
+def test_the_cap_counts_characters_as_shown_escapes_included() -> None:
+    # Found by a review: the cap counted the bytes' characters, and each escaped one is shown in 4 to 10:
+    # 100,000 NUL bytes were 80,032 characters against a cap of 20,000.
+    for written in (b"\x00" * 100_000, b"\xff" * 100_000, "a\U000e0041".encode() * 50_000, b"ab\x00" * 9_000):
+        cap = OutputCap(keep_bytes_for(20_000))
+        cap.feed(written)
+        shown = render_stream(cap, 20_000)
+        assert shown.cut_at is not None
+        assert len(shown.text) - len(DROP_MARKER.format(dropped=shown.dropped_bytes)) <= 20_000
+        assert shown.text.startswith(decode_safely(written[:100])[:100])
+
+
+def test_no_mix_of_escapes_and_characters_passes_the_cap_or_loses_count_of_its_bytes() -> None:
+    import random
+
+    pick = random.Random(1)
+    for _ in range(2_000):
+        written = bytes(pick.choice(b"\x00\x01\x1bAB\n\xff\xc3\xa9\xe2\x80\xa8") for _ in range(pick.randint(0, 3_000)))
+        most = pick.randint(1, 500)
+        cap = OutputCap(keep_bytes_for(most))
+        cap.feed(written)
+        shown = render_stream(cap, most)
+        if shown.cut_at is None:
+            assert shown.text == decode_safely(written)
+            continue
+        head, tail = shown.text[: shown.cut_at], shown.text[shown.cut_at :].split(" bytes dropped] ...\n", 1)[1]
+        assert len(head) + len(tail) <= most
+        whole = decode_safely(written)
+        assert whole.startswith(head)
+        assert whole.endswith(tail)
+        assert 0 < shown.dropped_bytes <= len(written)  # a cap of a few characters may show none
