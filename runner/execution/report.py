@@ -126,9 +126,14 @@ def _parse(data: bytes | bytearray, budgets: Budgets) -> Returned:
     _require(isinstance(head, dict), "header is not an object")
     result = head.get("result")
     _require(result is None or isinstance(result, str), "result is not text")
+    result_chars = 0
     if result is not None:
-        result = shown(_unicode(result[: budgets.result_chars]))  # as its output is (found by a review)
-    result_chars = max(_count(head.get("result_chars", 0)), len(result or ""))
+        # Shown as its output is, and cut to the budget as shown (escapes included); `result_chars` is
+        # what is shown plus what was cut, so that the line saying the cut counts what it left out
+        # (found by a review: escaped after the cut, a cut result of 100,000 surrogates said none).
+        whole = max(_count(head.get("result_chars", 0)), len(result))
+        result, kept = _shown_within(result[: budgets.result_chars], budgets.result_chars)
+        result_chars = len(result) + whole - kept
     attachments: list[Attachment] = []
     at = 0
     table: Table | None = None
@@ -333,6 +338,22 @@ def _text(entry: dict[str, Any], key: str = "note") -> str:
     value = entry.get(key, "")
     _require(isinstance(value, str), f"{key} is not text")
     return _printable(value[:500])
+
+
+def _shown_within(text: str, most: int) -> tuple[str, int]:
+    """`text` as shown (`shown`: controls and what is not Unicode escaped), its longest prefix that is at
+    most `most` characters so; and how many of `text`'s characters that prefix holds."""
+    said = shown(_unicode(text))
+    if len(said) <= most:
+        return said, len(text)
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(shown(_unicode(text[:middle]))) <= most:
+            low = middle
+        else:
+            high = middle - 1
+    return shown(_unicode(text[:low])), low
 
 
 def _printable(text: str) -> str:

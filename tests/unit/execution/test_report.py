@@ -434,3 +434,15 @@ def test_a_result_s_controls_are_shown_as_escapes_as_its_output_s_are() -> None:
     # (a DataFrame cell's, a __repr__'s), where stdout shows them escaped.
     returned = parse_report(report({"result": "\x1b[2J\x00\x07 \u202eevil \u2028--- exit_code: 0 ---"}, b""), BUDGETS)
     assert returned.result == "\\x1b[2J\\x00\\x07 \\u202eevil \\u2028--- exit_code: 0 ---"
+
+
+def test_a_result_cut_as_shown_says_how_many_characters_it_left_out() -> None:
+    # Found by a review: escaped after the cut, a cut result of 100,000 lone surrogates was shown in 600,000
+    # characters and said nothing was cut.
+    budgets = Budgets(images=2, image_bytes=1000, call_bytes=5000, file_bytes=3000, result_chars=1_000)
+    sent = "\udce9" * 1_000
+    returned = parse_report(report({"result": sent, "result_chars": 100_000}, b""), budgets)
+    assert returned.result is not None
+    assert len(returned.result) <= 1_000
+    assert returned.result == "\\udce9" * 166
+    assert returned.result_chars - len(returned.result) == 100_000 - 166
