@@ -22,11 +22,12 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 
 from runner.config.tools import Downstream
 from runner.logs import get_logger
-from runner.tools.downstream import Connection
+from runner.tools.downstream import MAX_RELIST_PAGES, Connection
+from runner.tools.messages import MAX_TOOLS
 from tests.code_mode import (
     hostile,
     peak_memory,
@@ -212,6 +213,31 @@ async def test_what_the_sdk_keeps_of_listings_stays_bounded_when_a_server_lists_
                     kept.append(len(session._tool_output_schemas) + len(session._x_mcp_header_maps))
         group.cancel_scope.cancel()
     assert max(kept) <= 2 * 51, kept  # a listing's own, at most: before, 51 more at each
+
+
+async def test_a_call_a_2026_07_28_server_says_does_not_match_re_lists_within_bounds(tmp_path: Path) -> None:
+    # Found by a review: the SDK re-lists the tool of a call answered HEADER_MISMATCH (the spec's recovery),
+    # up to 100 pages, outside our listing's bounds: a server answering every call so, each page of new
+    # names with output schemas, grew the server 1 GiB a call.
+    pages = tmp_path / "pages"
+    script = str(REPO / "tests" / "downstream" / "relist_server.py")
+    server = Downstream("relist", "relist", ("*",), None, command=sys.executable, args=(script, str(pages)))
+    connection = Connection(server, get_logger())
+    async with anyio.create_task_group() as group:
+        group.start_soon(connection.hold)
+        with anyio.fail_after(30):
+            while "echo" not in connection.tools:
+                await anyio.sleep(0.05)
+        listed = int(pages.read_text())
+        for _ in range(3):
+            with pytest.raises(MCPError, match="header mismatch"):
+                await connection.call("echo", {}, 20)
+        assert connection._client is not None
+        session = connection._client.session
+        held = len(session._tool_output_schemas) + len(session._x_mcp_header_maps)
+        group.cancel_scope.cancel()
+    assert int(pages.read_text()) - listed <= 3 * MAX_RELIST_PAGES
+    assert held <= MAX_TOOLS + 201, held  # the tools we keep, and the page read last
 
 
 async def test_a_servers_stderr_flood_is_logged_at_a_rate_and_a_long_line_keeps_its_credential_masked(
