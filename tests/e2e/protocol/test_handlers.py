@@ -459,11 +459,16 @@ async def test_a_progress_token_longer_than_the_bound_is_refused_before_any_prog
         taken = await session.request(
             "tools/call", {"name": "run_python", "arguments": code, "_meta": {"progressToken": "p" * 256}}
         )
+        digits = await session.request(
+            "tools/call", {"name": "run_python", "arguments": code, "_meta": {"progressToken": int("9" * 4000)}}
+        )
     assert len(json.dumps(refused)) < 5_000
     assert refused["result"]["isError"] is True
     said = refused["result"]["structuredContent"]["message"]
     assert said.startswith("_meta.progressToken is 1,048,576 characters long, more than 256"), said
     assert taken["result"]["structuredContent"]["stdout"] == "done\n", taken
+    said = digits["result"]["structuredContent"]["message"]
+    assert said.startswith("_meta.progressToken is 4,000 characters long, more than 256"), said
 
 
 async def test_an_unsupported_protocol_version_the_sdk_refuses_is_said_back_cut_saying_so(
