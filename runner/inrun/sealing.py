@@ -191,7 +191,7 @@ class Sealed:
         self.gc_callbacks = list(gc.callbacks)
         self.enabled = gc.isenabled()
         self.monitoring: dict[int, int] = {}
-        monitoring = getattr(sys, "monitoring", None)  # Python 3.12 and later
+        monitoring = _vars(sys).get("monitoring")  # Python 3.12 and later (not getattr: a state's sys.__getattr__)
         if monitoring is not None:
             for tool in range(6):
                 if monitoring.get_tool(tool) is not None:
@@ -228,7 +228,7 @@ def seal(holder: type[Holder]) -> bool:
     sys.settrace(None)
     gc.callbacks.clear()
     gc.disable()
-    monitoring = getattr(sys, "monitoring", None)
+    monitoring = _vars(sys).get("monitoring")
     for tool in sealed.monitoring:
         monitoring.set_events(tool, 0)  # type: ignore[union-attr]
     holder.sealed = sealed
@@ -250,7 +250,7 @@ def unseal(holder: type[Holder]) -> None:
     gc.callbacks[:] = sealed.gc_callbacks
     if sealed.enabled:
         gc.enable()
-    monitoring = getattr(sys, "monitoring", None)
+    monitoring = _vars(sys).get("monitoring")
     for tool, events in sealed.monitoring.items():
         monitoring.set_events(tool, events)  # type: ignore[union-attr]
     sys.setprofile(sealed.profile)
