@@ -197,7 +197,7 @@ class Handlers:
                 return await self._close(request_id, params, caller)
             shows = self._view is not None and client_shows_views(ctx.session.client_capabilities)
             table_rows = self._table_rows if shows else 0
-            refused = self._long_progress_token(request_id, ctx)
+            refused = _long_progress_token(request_id, ctx, self._log)
             prepared = refused or self._prepare(request_id, params, caller, table_rows)
             if isinstance(prepared, RunResult):
                 result = prepared
@@ -227,22 +227,6 @@ class Handlers:
         fields = {"request_id": request_id, "fields": {"error": type(exc).__name__}}
         self._log.error("internal error", exc_info=True, extra=fields)
         return f"the runner failed ({type(exc).__name__}); the server log has details under this request_id"
-
-    def _long_progress_token(self, request_id: str, ctx: ServerRequestContext[Any]) -> RunResult | None:
-        """The result that refuses a call whose progressToken is longer than MAX_PROGRESS_TOKEN_CHARS, which
-        every progress notification sends back whole, one a second (found by a review: 40 MiB sent once,
-        440 MiB sent back in 12.8 s, 4.7 s of the server's CPU); None for any other."""
-        token = ctx.meta.get("progress_token") if ctx.meta is not None else None
-        # An integer too (JSON parsers take 4,300 digits: found by a second look), by its digits.
-        said = token if isinstance(token, str) else str(token) if isinstance(token, int) else ""
-        if len(said) <= MAX_PROGRESS_TOKEN_CHARS:
-            return None
-        log_event(self._log, logging.INFO, "call rejected", request_id, reason="progressToken too long")
-        message = (
-            f"_meta.progressToken is {len(said):,} characters long, more than {MAX_PROGRESS_TOKEN_CHARS}: "
-            "each progress notification sends it back"
-        )
-        return RunResult(request_id, Status.INVALID_ARGUMENTS, message)
 
     def _prepare(
         self, request_id: str, params: types.CallToolRequestParams, caller: str | None, table_rows: int
@@ -384,6 +368,23 @@ async def said_before_initialize(ctx: ServerRequestContext[Any], call_next: Call
             raise
         get_logger().warning("request before initialize", extra={"fields": {"method": cut(ctx.method, 100)}})
         raise MCPError(types.INVALID_PARAMS, BEFORE_INITIALIZE, "") from error
+
+
+def _long_progress_token(request_id: str, ctx: ServerRequestContext[Any], logger: logging.Logger) -> RunResult | None:
+    """The result that refuses a call whose progressToken is longer than MAX_PROGRESS_TOKEN_CHARS, which
+    every progress notification sends back whole, one a second (found by a review: 40 MiB sent once,
+    440 MiB sent back in 12.8 s, 4.7 s of the server's CPU); None for any other."""
+    token = ctx.meta.get("progress_token") if ctx.meta is not None else None
+    # An integer too (JSON parsers take 4,300 digits: found by a second look), by its digits.
+    said = token if isinstance(token, str) else str(token) if isinstance(token, int) else ""
+    if len(said) <= MAX_PROGRESS_TOKEN_CHARS:
+        return None
+    log_event(logger, logging.INFO, "call rejected", request_id, reason="progressToken too long")
+    message = (
+        f"_meta.progressToken is {len(said):,} characters long, more than {MAX_PROGRESS_TOKEN_CHARS}: "
+        "each progress notification sends it back"
+    )
+    return RunResult(request_id, Status.INVALID_ARGUMENTS, message)
 
 
 def _progress_reporter(ctx: ServerRequestContext[Any]) -> Callable[[Progress], Awaitable[None]]:

@@ -41,7 +41,7 @@ from runner.tools.stdio import stdio_transport
 from runner.tools.streamable_http import http_client, streamable_http_client
 
 MAX_PAGES = 100
-MAX_RELIST_PAGES = 10  # pages a call's re-listing of its tool reads at most (`Connection._relist_tool`)
+MAX_RELIST_PAGES = 10  # pages a call's re-listing of its tool reads at most (`_relist_tool`)
 MAX_DOWN_CHARS = 300  # why a server is down, as runs and the log see it
 # A start (or a reconnect) and its first listing that take longer have failed; each that failed so gives
 # the next twice as long, to 16 times (found by a first hour: a server 40 s to start, `npx -y` fetching its
@@ -264,19 +264,8 @@ class Connection:
             # And its re-listing of a tool a 2026-07-28 server says a call's headers do not match (the
             # spec's recovery, then one resend): up to 100 pages, outside our listing's bounds (found by a
             # review: a server answering every call so, each page of new names, grew us 1 GiB a call).
-            client._relist_tool = functools.partial(self._relist_tool, client)  # type: ignore[method-assign]
+            client._relist_tool = functools.partial(_relist_tool, client, self)  # type: ignore[method-assign]
             yield client
-
-    async def _relist_tool(self, client: Client, name: str) -> None:
-        """The SDK's re-listing until a page lists `name`, at most MAX_RELIST_PAGES, each page's schemas
-        forgotten as our listing's are (`_forget_listing`); the call's resend then says what it says."""
-        cursor: str | None = None
-        for _ in range(MAX_RELIST_PAGES):
-            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-            _forget_listing(client.session, self.tools, page)
-            cursor = page.next_cursor
-            if cursor is None or any(tool.name == name for tool in page.tools[:MAX_TOOLS]):
-                return
 
     def _forget_mark(self) -> None:
         self.mark, self.starting = "", False
@@ -458,6 +447,18 @@ class _Asking(anyio.abc.ObjectSendStream[Any]):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+async def _relist_tool(client: Client, connection: Connection, name: str) -> None:
+    """The SDK's re-listing until a page lists `name`, at most MAX_RELIST_PAGES, each page's schemas
+    forgotten as our listing's are (`_forget_listing`); the call's resend then says what it says."""
+    cursor: str | None = None
+    for _ in range(MAX_RELIST_PAGES):
+        page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+        _forget_listing(client.session, connection.tools, page)
+        cursor = page.next_cursor
+        if cursor is None or any(tool.name == name for tool in page.tools[:MAX_TOOLS]):
+            return
 
 
 def _forget_listing(session: Any, listed: dict[str, types.Tool], page: types.ListToolsResult) -> None:
