@@ -137,27 +137,29 @@ def _fitted(data: bytes, chars: int, tail: bool) -> bytes:
         return taken
     # Where characters start (and the ends: a head may begin with bytes that continue none).
     starts = sorted({0, *(match.start() for match in _CHAR_START.finditer(taken)), len(taken)})
-    bounds = starts[::FIT_PIECE] if starts[::FIT_PIECE][-1] == len(taken) else [*starts[::FIT_PIECE], len(taken)]
+    bounds = starts[::FIT_PIECE]
+    if bounds[-1] != len(taken):
+        bounds.append(len(taken))
     pieces = list(itertools.pairwise(bounds))
-    shown = 0
+    counted = 0  # characters of the pieces that fit, as shown
     for begin, end in reversed(pieces) if tail else pieces:
         length = len(decode_safely(taken[begin:end]))
-        if shown + length <= chars:
-            shown += length
+        if counted + length <= chars:
+            counted += length
             continue
         inner = [at for at in starts if begin <= at <= end]
         low, high = (0, len(inner) - 1)
         if tail:  # the first start from which the rest of the piece fits
             while low < high:
                 middle = (low + high) // 2
-                if shown + len(decode_safely(taken[inner[middle] : end])) <= chars:
+                if counted + len(decode_safely(taken[inner[middle] : end])) <= chars:
                     high = middle
                 else:
                     low = middle + 1
             return taken[inner[low] :]
         while low < high:  # the last start up to which the piece fits
             middle = (low + high + 1) // 2
-            if shown + len(decode_safely(taken[begin : inner[middle]])) <= chars:
+            if counted + len(decode_safely(taken[begin : inner[middle]])) <= chars:
                 low = middle
             else:
                 high = middle - 1
