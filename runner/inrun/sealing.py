@@ -82,14 +82,16 @@ _MISSING = object()
 
 class Library:
     """The standard library a sealed process calls, as it was before any code of the session's ran
-    (recorded in the session's first keeper): `put_own` puts it back as a process is sealed, whatever
-    the state replaced, deleted or added in those modules, in `sys` (its hooks: ``sys.unraisablehook``
-    would run in a keeper as a finaliser fails), in ``sys.modules`` and in those classes, and returns
-    the state's, which `put_back` restores in a call as it begins. Some 30 us each way.
+    (recorded in the session's first keeper): `put_own` puts back, as a process is sealed, what the
+    state replaced or deleted of the names recorded in those modules, of `sys`'s callables (its hooks:
+    ``sys.unraisablehook`` would run in a keeper as a finaliser fails), of their ``sys.modules`` entries
+    and of those classes, and returns the state's, which `put_back` restores in a call as it begins.
+    Some 40 us each way.
 
-    What it does not undo is code that rewrites the interpreter: a function's ``__code__`` changed in
-    place, memory written through ctypes, the runner's own modules reached through gc
-    (docs/sessions.md)."""
+    What it does not undo: names the state added (a module's ``__getattr__``), objects the state
+    reaches outside these modules, a key whose ``__eq__`` is the state's (an update compares keys), and
+    code that rewrites the interpreter (a function's ``__code__``, memory through ctypes, the runner's
+    own modules reached through gc): docs/sessions.md lists what a second look ran so."""
 
     __slots__ = ("classes", "imported", "modules", "system")
 
@@ -105,9 +107,9 @@ class Library:
 
     def put_own(self) -> tuple[object, ...]:
         """The interpreter's own library back; the state's, for `put_back`. Only dict methods and names
-        bound at load run here: the state may have replaced any other. A dict's update is one call that
-        runs no code of the state's (what it replaces stays referenced), so another thread of the call's
-        never finds a name missing."""
+        bound at load run here: the state may have replaced any other. A dict's update is one call (what
+        it replaces stays referenced, no finaliser runs), so another thread of the call's never finds a
+        name missing."""
         modules = [_dict(current) for current, _ in self.modules]  # no tuple(): the state's, until below
         for current, own in self.modules:
             current.update(own)
