@@ -213,7 +213,8 @@ async def test_tasks_get_of_a_large_result_never_read_is_bounded_as_a_read_of_ke
     tokens = tmp_path / "tokens"
     tokens.write_text(f"alice:{ALICE}\nbob:{BOB}\n")
     code = "import sys, time\ntime.sleep(1.5)\nsys.stdout.write(chr(1) * 4_000_000)"
-    env = {"RUNNER_AUTH_TOKENS_FILE": str(tokens), "RUNNER_MAX_OUTPUT_CHARS": "4000000"}
+    # The cap counts characters as shown: each chr(1) is "\\x01", so 2,500,000 of them are shown.
+    env = {"RUNNER_AUTH_TOKENS_FILE": str(tokens), "RUNNER_MAX_OUTPUT_CHARS": "10000000"}
     with http_server(work_dir, tmp_path / "log", **env) as server:
         async with tasks_client(server, ALICE) as alice:
             created = await alice.session.call_tool("run_python", {"code": code, "timeout": 60}, allow_claimed=True)
