@@ -42,16 +42,17 @@ if TYPE_CHECKING:
     import array
     import socket
     from collections.abc import Callable
+    from typing import Any
 
     from runner.inrun import libc, sealing, workdir
-    from runner.inrun.anchor import MAX_LINE, _fds
+    from runner.inrun.anchor import MAX_LINE
     from runner.inrun.anchor import anchor as anchor
     from runner.inrun.sweeps import SWEEP_SECONDS
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import libc
     import sealing
     import workdir
-    from anchor import MAX_LINE, _fds
+    from anchor import MAX_LINE
     from anchor import anchor as anchor
     from sweeps import SWEEP_SECONDS
 
@@ -75,7 +76,7 @@ class SessionCarry(sealing.Holder):
     kept_calls = 0
     warm_up: Callable[[], None] | None = None
     sealed: sealing.Sealed | None = None
-    child_hooks: tuple[list[object], int] | None = None
+    child_hooks: tuple[list[object], int, tuple[int, ...]] | None = None
     deferred: list[object] = []  # noqa: RUF012  (each process's own: set by `sealing.after_bare_fork`)
     mapped = False
     home = ""
@@ -121,8 +122,7 @@ def serve_as_keeper(
     ``F`` (after a roll-back): a ``C`` then only hands it its fds, and the fork of a keeper that
     holds a large state (a few milliseconds with pandas loaded) is not on the call's path. A keeper
     that was a call may have forked it already (`ahead`)."""
-    import socket
-
+    socket = _library("socket")
     try:
         if first:
             sys.addaudithook(sealing.audit(SessionCarry))  # type: ignore[arg-type]
@@ -142,18 +142,18 @@ def serve_as_keeper(
             for target in (0, 1, 2):
                 os.dup2(null, target)
             os.closerange(3, KEEPER_FD)
-        offsets = sealing.open_files(KEEPER_FD)
+        offsets = sealing.open_files(SessionCarry, KEEPER_FD)
         ready = _fork_ready(channel) if ahead is None else ahead
         if isinstance(ready, list):
             return ready
         _announce(channel, ready)
         while True:
             message, fds, _, _ = channel.recvmsg(MAX_LINE, socket.CMSG_SPACE(8 * 4))
-            received = _fds(fds)
+            received = _received(fds)
             if not message:
                 os._exit(0)
             if message == b"F" and ready is None:  # the last call was rolled back
-                sealing.put_back_files(offsets)
+                sealing.put_back_files(SessionCarry, offsets)
                 if sealing.nameless_file():  # it took the name of a file the state holds open: lost
                     channel.send(b"L")  # found by a second look: "as it was", its writes there kept
                     os._exit(0)
@@ -213,8 +213,7 @@ def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int]
     While it waits, the call goes once through what a call does before and after its code
     (`SessionCarry.warm_up`), as a pooled interpreter does: the pages that copies are copied then, not
     once its code has come."""
-    import socket
-
+    socket = _library("socket")
     # A kept state holds what its calls freed and malloc kept (40 MB after `pd.read_csv` of 4 MB):
     # every fork from it copies the page tables of that too (1.2 against 0.9 ms), and it counts as the
     # session's memory. Released here, before each fork: some 20 us when there is nothing to release.
@@ -245,7 +244,7 @@ def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int]
             except Exception:  # noqa: S110  (only a head start: the call does it all again)
                 pass
         message, fds, _, _ = theirs.recvmsg(16, socket.CMSG_SPACE(8 * 4))
-        received = _fds(fds)
+        received = _received(fds)
         if message != b"C" or len(received) != 5:
             os._exit(0)
         theirs.close()
@@ -255,16 +254,31 @@ def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int]
 
 
 def _int_array(fds: list[int]) -> array.array[int]:
-    import array
+    array = _library("array")
+    return array.array("i", fds)  # type: ignore[no-any-return]
 
-    return array.array("i", fds)
+
+def _received(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """The fds a message carried (`anchor._fds`, with the library's modules: `_library`)."""
+    array, socket = _library("array"), _library("socket")
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+    return list(fds)
+
+
+def _library(name: str) -> Any:
+    """A module of the standard library, for a process that may be sealed (`sealing.library_module`):
+    never an import statement, which asks the module's spec, the state's to change."""
+    return sealing.library_module(SessionCarry, name)
 
 
 def enter_call(fds: list[int], home: str) -> None:
     """In a call, just forked from the keeper: its fds in place (0-2 its pipes, 3 its job socket,
     `CHANNEL_FD` its channel), the keeper's channel closed, a process group of its own, in `home`.
     What earlier calls opened and kept stays open."""
-    import fcntl
+    fcntl = _library("fcntl")
 
     # A group of its own, for the server to kill, in the keeper's session: a call that becomes the
     # keeper (`offer_state`) moves to the keeper's group, which a session leader could not.
@@ -324,7 +338,7 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     without those threads, fds' reach and processes."""
     if not sealing.seal(SessionCarry):  # from here on, whatever this process becomes, no code of the call's runs in it
         return None
-    import resource  # once sealed: the state's own import machinery is not in place then
+    resource = _library("resource")  # once sealed: never an import statement (`_library`)
 
     shared = sealing.share_nothing(SessionCarry) or sealing.nameless_file()
     if shared:
@@ -339,8 +353,7 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     if threads or spent or _reaches_own_memory():
         fork_candidate(channel_fd, threads)
         return None
-    import socket
-
+    socket = _library("socket")
     # What a fork would not carry: being a subreaper (orphans of what the call started would come to
     # the keeper, out of the anchor's sweep), a parent-death signal, pending timers.
     libc.prctl(libc.PR_SET_CHILD_SUBREAPER, 0)
@@ -368,8 +381,7 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
 
 def _refuse(channel_fd: int, why: str) -> None:
     """``N <why>``: the call's state cannot be kept (it is rolled back, and its result says why)."""
-    import socket
-
+    socket = _library("socket")
     channel = socket.socket(fileno=channel_fd)
     try:
         channel.send(b"N " + why.encode(errors="replace")[:300])
@@ -408,8 +420,7 @@ def _end_own_processes() -> bool:
     """Kill and reap every process the call started that is still its child or in its group (a keeper
     has no children but the calls it forks; what they left goes to the anchor, which kills it); False
     if some are still there after SWEEP_SECONDS (then a candidate is forked instead)."""
-    import time
-
+    time = _library("time")
     try:  # noqa: SIM105  (contextlib is not imported in runs)
         os.killpg(os.getpid(), signal.SIGKILL)  # the group it left: its own pid names it
     except OSError:
@@ -444,9 +455,7 @@ def _wait_to_be_kept(channel_fd: int) -> None:
 
     The session's next call is forked ahead right after ``D``, while the server answers and gives
     its verdict, rather than once kept; if this call is rolled back, that one dies with it."""
-    import resource
-    import socket
-
+    resource, socket = _library("resource"), _library("socket")
     try:
         null = os.open(os.devnull, os.O_RDWR)
         for target in (0, 1, 2):
@@ -485,8 +494,7 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
     """Fork the candidate state and announce it on the call's channel (``P <pid> <threads>``); the
     call goes on to report its end. The candidate waits to be kept (``K``: it raises `Kept`, and
     becomes the keeper) or killed."""
-    import socket
-
+    socket = _library("socket")
     try:
         # Bare, as the keeper forks: the state's at-fork hooks would run in the candidate (one that
         # starts a thread would leave it in the keeper). The candidate has one thread, the forking one.

@@ -9,6 +9,7 @@ there is no such function (not Linux), calls say so by returning False or raisin
 
 from __future__ import annotations
 
+import _imp  # always loaded (the import system's own); bound here, as a keeper forks no import runs
 import ctypes
 import errno
 import os
@@ -148,8 +149,6 @@ def fork_bare() -> int:
     "os.fork" event. For a process that must run no code but its own (a session's keeper, holding a
     state whose code registered such hooks). The child must call `after_fork_child` before anything
     else (it lets the import lock go). OSError if the fork fails."""
-    import _imp
-
     if PYLIBC is None or not hasattr(PYLIBC, "fork"):
         raise OSError(errno.ENOSYS, "fork: no C library")
     _imp.acquire_lock()

@@ -15,6 +15,7 @@ made its own, or the state is not kept (`share_nothing`).
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import stat
@@ -28,17 +29,22 @@ from _signal import pthread_sigmask as _sigmask
 
 # Bound as this module loads too: what `seal` calls before it has put the interpreter's own library back
 # (`Library`).
-_dict, _vars, _range, _zip, _set_type_attribute, _del_type_attribute = (
-    dict,
-    vars,
-    range,
-    zip,
-    type.__setattr__,
-    type.__delattr__,
-)
+_dict, _len, _list, _map, _set, _str, _type = dict, len, list, map, set, str, type
+_vars, _range, _zip = vars, range, zip
+_set_type_attribute, _del_type_attribute = type.__setattr__, type.__delattr__
+_PLAIN = frozenset((str,))  # the type of every key of a dictionary the state planted nothing odd in
+# An object's class set by object's own descriptor: a class the state gave a module may define a
+# __class__ (or a __setattr__) of its own, which setattr would run.
+_set_class = object.__dict__["__class__"].__set__
+# Collections, and the profile and trace functions, off before the library is put back: they would run
+# the state's code (a finaliser of its garbage, a profile function at each call) as it is swapped.
+_gc_isenabled, _gc_disable = gc.isenabled, gc.disable
+_getprofile, _setprofile, _gettrace, _settrace = sys.getprofile, sys.setprofile, sys.gettrace, sys.settrace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from runner.inrun import libc
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import libc
@@ -77,23 +83,29 @@ LIBRARY_MODULES = (
     "_imp",
 )
 LIBRARY_CLASSES = (("socket", "socket"),)
+# A sealed process asks for these modules by name (`Library.module`), never with an import statement:
+# one asks the module's spec whether it is still loading, and the state may have given the spec, or its
+# class, a __getattr__ of its own (found by a second look).
 _MISSING = object()
 
 
 class Library:
     """The standard library a sealed process calls, as it was before any code of the session's ran
-    (recorded in the session's first keeper): `put_own` puts back, as a process is sealed, what the
-    state replaced or deleted of the names recorded in those modules, of `sys`'s callables (its hooks:
-    ``sys.unraisablehook`` would run in a keeper as a finaliser fails), of their ``sys.modules`` entries
-    and of those classes, and returns the state's, which `put_back` restores in a call as it begins.
-    Some 40 us each way.
+    (recorded in the session's first keeper): `put_own` puts it back as a process is sealed, and returns
+    the state's, which `put_back` restores in a call as it begins. Put back whole: the dictionaries of
+    those modules and of `sys` (its hooks, ``sys.modules`` itself: a dict subclass the state put there
+    would run its methods), names the state added taken out too (a module's ``__getattr__``, a key whose
+    hash is a name's and whose ``__eq__`` is the state's); the class of each of those modules (a module
+    subclass's ``__getattribute__``); ``sys.modules``' entries of those modules, and no key there but
+    a plain string; the attributes of those classes. Some 50 us each way.
 
-    What it does not undo: names the state added (a module's ``__getattr__``), objects the state
-    reaches outside these modules, a key whose ``__eq__`` is the state's (an update compares keys), and
-    code that rewrites the interpreter (a function's ``__code__``, memory through ctypes, the runner's
-    own modules reached through gc): docs/sessions.md lists what a second look ran so."""
+    A dictionary is swapped with three C calls that compare no key and free nothing (what was in it
+    stays referenced, by the list of the state's): no code of the state's runs as it is. What it does
+    not undo: objects the state reaches outside these modules, and code that rewrites the interpreter
+    (a function's ``__code__``, memory through ctypes, the runner's own modules reached through gc):
+    docs/sessions.md says what."""
 
-    __slots__ = ("classes", "imported", "modules", "system")
+    __slots__ = ("classes", "imported", "kinds", "modules", "system")
 
     def __init__(self) -> None:
         for name in LIBRARY_MODULES:
@@ -101,35 +113,97 @@ class Library:
         modules = [sys.modules[name] for name in LIBRARY_MODULES]
         self.modules = tuple((vars(module), dict(vars(module))) for module in modules)
         self.imported: dict[str, object] = {name: sys.modules[name] for name in LIBRARY_MODULES}
-        self.system = {name: value for name, value in vars(sys).items() if callable(value)}
+        self.system: dict[str, Any] = dict(vars(sys))
+        self.kinds = tuple((module, type(module)) for module in (*modules, sys))
         classes = [getattr(sys.modules[module], name) for module, name in LIBRARY_CLASSES]
         self.classes = tuple((cls, dict(vars(cls))) for cls in classes)
 
-    def put_own(self) -> tuple[object, ...]:
+    def module(self, name: str) -> object:
+        """The module `name` of LIBRARY_MODULES, as loaded before any code of the session's ran."""
+        return self.imported[name]
+
+    def put_own(self) -> tuple[Any, ...]:
         """The interpreter's own library back; the state's, for `put_back`. Only dict methods and names
-        bound at load run here: the state may have replaced any other. A dict's update is one call (what
-        it replaces stays referenced, no finaliser runs), so another thread of the call's never finds a
-        name missing."""
-        modules = [_dict(current) for current, _ in self.modules]  # no tuple(): the state's, until below
-        for current, own in self.modules:
-            current.update(own)
-        imported = _taken(sys.modules, self.imported)  # type: ignore[arg-type]
-        system = _taken(_vars(sys), self.system)
+        bound at load run here: the state may have replaced any other."""
+        kinds = [(module, _type(module)) for module, _ in self.kinds]  # no tuple(): the state's
+        for module, kind in self.kinds:
+            if _type(module) is not kind:
+                _set_class(module, kind)
+        system = _swapped(_vars(sys), self.system)
+        modules_dict: dict[Any, Any] = self.system["modules"]  # the interpreter's own, which its imports use
+        if _plain(modules_dict):
+            imported: Any = _taken(modules_dict, self.imported)
+        else:  # a key the state planted: out, while sealed
+            imported = _list(modules_dict.items())
+            modules_dict.clear()
+            modules_dict.update([item for item in imported if _type(item[0]) is _str])
+            modules_dict.update(self.imported)
+        modules = [_put_own_names(current, own) for current, own in self.modules]
+        # (A class's own class is not the state's to change: `type`, whose instances' cannot be.)
         classes = [_dict(_vars(cls)) for cls, _ in self.classes]
         for cls, own in self.classes:
             _put_class(cls, own)
-        return modules, imported, system, classes
+        return kinds, system, imported, modules, classes
 
-    def put_back(self, state: tuple[object, ...]) -> None:
+    def put_back(self, state: tuple[Any, ...]) -> None:
         """In a call as it begins (one thread): the library as the state left it (`put_own`'s)."""
-        modules, imported, system, classes = state
-        _give_back(sys.modules, imported)  # type: ignore[arg-type]
-        _give_back(_vars(sys), system)  # type: ignore[arg-type]
-        for (cls, _), theirs in _zip(self.classes, classes, strict=True):  # type: ignore[call-overload]
+        kinds, system, imported, modules, classes = state
+        for (cls, _), theirs in _zip(self.classes, classes, strict=True):
             _put_class(cls, theirs)
-        for (current, _), theirs in _zip(self.modules, modules, strict=True):  # type: ignore[call-overload]
-            current.clear()
-            current.update(theirs)
+        for (current, _), theirs in _zip(self.modules, modules, strict=True):
+            _put_back_names(current, theirs)
+        modules_dict: dict[Any, Any] = self.system["modules"]
+        if _type(imported) is _dict:
+            _give_back(modules_dict, imported)
+        else:
+            _put_back_names(modules_dict, imported)
+        _put_back_names(_vars(sys), system)
+        for module, kind in kinds:
+            if _type(module) is not kind:
+                _set_class(module, kind)
+
+
+def _plain(current: dict[Any, Any]) -> bool:
+    """Whether every key of `current` is a plain string (C alone looks: no key's own code runs), which
+    is all a module's dictionary holds unless the state planted another kind of key there: one whose
+    hash is a name's and whose ``__eq__`` runs as that name is looked up (found by a second look)."""
+    return _set(_map(_type, current)) <= _PLAIN
+
+
+def _swapped(current: dict[str, Any], own: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """`current` made `own` (its keys all plain strings); what it held, as a list of its items. Three C
+    calls: no key compared (a state's key with an ``__eq__`` of its own), nothing freed (a finaliser)."""
+    theirs = _list(current.items())
+    current.clear()
+    current.update(own)
+    return theirs
+
+
+def _put_own_names(current: dict[str, Any], own: dict[str, Any]) -> dict[str, Any] | list[tuple[Any, Any]]:
+    """`current` (a module's dictionary) made `own` again: the names the state replaced or deleted put
+    back, and any it added taken out (a module ``__getattr__``; some 30 us in all where there are
+    none). What it held, for `_put_back_names`: a copy, or where the state planted a key that is no plain
+    string, a list of its items (a copy would compare that key)."""
+    if not _plain(current):
+        return _swapped(current, own)
+    theirs = _dict(current)  # its keys are plain strings: only C compares them
+    current.update(own)
+    if _len(current) != _len(own):  # names the state added (`own`'s are all there now)
+        current.clear()
+        current.update(own)
+    return theirs
+
+
+def _put_back_names(current: dict[Any, Any], theirs: dict[str, Any] | list[tuple[Any, Any]]) -> None:
+    """In a call as it begins: `current` as the state left it (`_put_own_names`, `_swapped`). Keys that
+    are no plain string go in last: their ``__eq__`` (the state's, in its call) finds every name there."""
+    current.clear()
+    if _type(theirs) is _dict:
+        current.update(theirs)
+        return
+    items: list[tuple[Any, Any]] = theirs  # type: ignore[assignment]  # (no isinstance: the state's by now)
+    current.update([item for item in items if _type(item[0]) is _str])
+    current.update([item for item in items if _type(item[0]) is not _str])
 
 
 def _taken(current: dict[str, object], own: dict[str, object]) -> dict[str, object]:
@@ -164,13 +238,22 @@ def _put_class(cls: type, wanted: dict[str, object]) -> None:
                 pass
 
 
+def library_module(holder: type[Holder], name: str) -> Any:
+    """The module `name` of LIBRARY_MODULES, for a process that may be sealed: as loaded before any code
+    of the session's ran (`Library.module`), never through an import statement (LIBRARY_CLASSES' note);
+    imported where no library is recorded yet (the session's first keeper, before its first call)."""
+    library = holder.library
+    return library.module(name) if library is not None else __import__(name)
+
+
 class Holder:
     """What a session's processes carry from keeper to call (`keeper.SessionCarry`, copied by each fork)."""
 
     sealed: Sealed | None
-    # The interpreter's list of after_in_child hooks (os.register_at_fork keeps them there) and how
-    # many of it are the interpreter's own, from before the session (`find_child_hooks`).
-    child_hooks: tuple[list[object], int] | None
+    # The interpreter's list of after_in_child hooks (os.register_at_fork keeps them there), how many
+    # of it are the interpreter's own, from before the session, and which of those reseed `random`
+    # (`find_child_hooks`).
+    child_hooks: tuple[list[object], int, tuple[int, ...]] | None
     deferred: list[object]  # the session's own after_in_child hooks, kept back for the call (`run_deferred`)
     mapped: bool  # the state made a mapping through Python's mmap module (`audit`)
     home: str  # the session's directory
@@ -183,15 +266,11 @@ class Sealed:
 
     __slots__ = ("enabled", "gc_callbacks", "library", "mask", "monitoring", "profile", "trace")
 
-    def __init__(self, mask: set[int], library: tuple[object, ...] | None) -> None:
-        import gc
-
+    def __init__(self, mask: set[int], library: tuple[object, ...] | None, taken: tuple[bool, Any, Any]) -> None:
         self.mask = mask
         self.library = library  # the state's, while the interpreter's own is in place (`Library`)
-        self.profile = sys.getprofile()
-        self.trace = sys.gettrace()
+        self.enabled, self.profile, self.trace = taken  # as they were before `seal` turned them off
         self.gc_callbacks = list(gc.callbacks)
-        self.enabled = gc.isenabled()
         self.monitoring: dict[int, int] = {}
         monitoring = _vars(sys).get("monitoring")  # Python 3.12 and later (not getattr: a state's sys.__getattr__)
         if monitoring is not None:
@@ -222,14 +301,13 @@ def seal(holder: type[Holder]) -> bool:
         _sigmask(SIG_BLOCK, ALL_SIGNALS)
     except BaseException:  # noqa: S110  (a handler run as the mask took hold: blocked all the same)
         pass
+    taken = (_gc_isenabled(), _getprofile(), _gettrace())
+    _gc_disable()
+    _setprofile(None)
+    _settrace(None)
     library = holder.library.put_own() if holder.library is not None else None
-    import gc
-
-    sealed = Sealed(mask, library)
-    sys.setprofile(None)
-    sys.settrace(None)
+    sealed = Sealed(mask, library, taken)
     gc.callbacks.clear()
-    gc.disable()
     monitoring = _vars(sys).get("monitoring")
     for tool in sealed.monitoring:
         monitoring.set_events(tool, 0)  # type: ignore[union-attr]
@@ -247,8 +325,6 @@ def unseal(holder: type[Holder]) -> None:
     run_deferred(holder)
     if sealed is None:
         return
-    import gc
-
     gc.callbacks[:] = sealed.gc_callbacks
     if sealed.enabled:
         gc.enable()
@@ -265,16 +341,19 @@ def _interpreters_own() -> None:
     the interpreter's list is the session's (`find_child_hooks`)."""
 
 
-def find_child_hooks() -> tuple[list[object], int] | None:
+def find_child_hooks() -> tuple[list[object], int, tuple[int, ...]] | None:
     """In a process no code of a session's has run in (its first keeper): the list where the interpreter
-    keeps its after_in_child hooks, and how many of it are its own (threading's, random's, the preloaded
-    modules'), found through a hook registered now; None where it cannot be found. Some milliseconds,
-    once per session (gc.get_referrers over the heap)."""
-    import gc
-
+    keeps its after_in_child hooks, how many of it are its own (threading's, random's, the preloaded
+    modules'), found through a hook registered now, and where random's reseed is among them; None where
+    the list cannot be found. Some milliseconds, once per session (gc.get_referrers over the heap)."""
     os.register_at_fork(after_in_child=_interpreters_own)
     found = [r for r in gc.get_referrers(_interpreters_own) if type(r) is list and r and r[-1] is _interpreters_own]
-    return (found[0], len(found[0])) if len(found) == 1 else None
+    if len(found) != 1:
+        return None
+    listed = found[0]
+    generator = getattr(sys.modules.get("random"), "_inst", _MISSING)
+    reseeds = tuple(n for n, hook in enumerate(listed) if getattr(hook, "__self__", None) is generator)
+    return listed, len(listed), reseeds
 
 
 def after_bare_fork(holder: type[Holder]) -> None:
@@ -282,23 +361,22 @@ def after_bare_fork(holder: type[Holder]) -> None:
     after-fork work: the interpreter's locks and thread states made anew, the import lock let go), with
     the interpreter's own after_in_child hooks; the session's are kept back in `holder.deferred`, for
     a call to run as it begins (`run_deferred`): none of them runs in a candidate or a keeper, nor in a
-    call forked ahead before its code comes. The random stream stays the state's (random's hook reseeds)."""
-    random = sys.modules.get("random")
-    state = random.getstate() if random is not None else None
+    call forked ahead before its code comes. Nor does random's own reseed: the random stream stays the
+    state's, without a call of `random` here, whose functions and classes the state may have replaced
+    (found by a second look: ``random.getstate`` ran in a keeper)."""
     hooks = holder.child_hooks
     if hooks is None:  # the list was not found: all of them now, as os.fork would
         holder.deferred = []
         libc.after_fork_child()
-    else:
-        listed, own = hooks
-        holder.deferred = listed[own:]
-        del listed[own:]
-        try:
-            libc.after_fork_child()
-        finally:
-            listed.extend(holder.deferred)
-    if random is not None and state is not None:
-        random.setstate(state)
+        return
+    listed, own, reseeds = hooks
+    whole = listed[:]
+    holder.deferred = listed[own:]
+    listed[:] = [hook for n, hook in enumerate(whole[:own]) if n not in reseeds]
+    try:
+        libc.after_fork_child()
+    finally:
+        listed[:] = whole
 
 
 def run_deferred(holder: type[Holder]) -> None:
@@ -396,14 +474,14 @@ def nameless_file() -> str:
     return ""
 
 
-def open_files(skip: int) -> dict[int, tuple[int, int, bytes]]:
+def open_files(holder: type[Holder], skip: int) -> dict[int, tuple[int, int, bytes]]:
     """Where each open file of this process (but `skip`) is read or written (-1: not a file one seeks
     in), its status flags (O_APPEND, O_NONBLOCK) and, for a regular file, the flock held on it
     (`_flock`): a call forked from the keeper shares its open files, all of that included, so a call
     that is rolled back would leave them as it made them (found by a review: an O_APPEND and a flock a
     rolled-back call set stayed; by a second look, an O_NONBLOCK on a pipe, and a lock of the state's
     it let go). Taken as the keeper begins, put back after a roll-back (`put_back_files`)."""
-    import fcntl
+    fcntl: Any = library_module(holder, "fcntl")
 
     found: dict[int, tuple[int, int, bytes]] = {}
     try:
@@ -425,10 +503,10 @@ def open_files(skip: int) -> dict[int, tuple[int, int, bytes]]:
     return found
 
 
-def put_back_files(saved: dict[int, tuple[int, int, bytes]]) -> None:
+def put_back_files(holder: type[Holder], saved: dict[int, tuple[int, int, bytes]]) -> None:
     """Each open file as `open_files` found it: its offset, its flags, its flock (an OFD lock,
     F_OFD_SETLK, is not looked at: docs/sessions.md)."""
-    import fcntl
+    fcntl: Any = library_module(holder, "fcntl")
 
     locks = {b"": fcntl.LOCK_UN, b"READ": fcntl.LOCK_SH, b"WRITE": fcntl.LOCK_EX}
     for fd, (offset, flags, lock) in saved.items():
