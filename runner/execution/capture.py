@@ -11,15 +11,25 @@ import re
 
 from runner.outcome import StreamText
 
-# Characters that would corrupt a terminal or a JSON consumer, or show the model what the text does not say:
-# C0 and C1 controls (tab, newline and CR stay), the line and paragraph separators, which `splitlines`
-# and some renderers take as line ends, and the bidirectional and invisible format characters. Found by
-# a review: NEL and U+2028 made a forged `--- exit_code` line of a run's output, and ESC, a CSI (U+009B)
-# and a right-to-left override reached the result as they were.
-_UNSAFE = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u180e\u200b\u200e\u200f\u2028-\u202e"
-    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+# The characters shown as escapes in a run's text (its streams, its result, the names of its files):
+# every one Unicode calls a control (Cc), a format character (Cf) or a line or paragraph separator (Zl,
+# Zp), what corrupts a terminal or a JSON consumer, reorders text as it is shown, hides, or ends a line
+# where the text says none; but the format characters words are written with (WRITTEN: the soft hyphen,
+# and the joiners of emoji sequences and of Persian and Indic scripts), and in a stream its tabs, newlines
+# and carriage returns. Found by reviews: NEL and U+2028 made a forged `--- exit_code` line of a run's
+# output, ESC, a CSI (U+009B) and a right-to-left override reached the result as they were, and a file
+# `invoice_\u202egpj.exe` showed as `invoice_exe.jpg`. One rule, written out as ranges for Unicode
+# 14.0.0 (Python 3.11's `unicodedata`: looking each character up is 0.1 s at start), which a test holds
+# to the rule (tests/unit/execution/test_capture.py).
+UNSAFE_CATEGORIES = frozenset(("Cc", "Cf", "Zl", "Zp"))
+WRITTEN = "\u00ad\u200c\u200d"
+_UNSAFE_RANGES = (
+    "\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b"
+    "\u200e-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
 )
+_UNSAFE = re.compile(f"[{_UNSAFE_RANGES}]")  # in a stream: its lines keep their tabs, newlines and CRs
+_UNSAFE_IN_NAMES = re.compile(f"[\t\n\r{_UNSAFE_RANGES}]")  # a name: no line of its own
 _CHAR_START = re.compile(rb"[^\x80-\xbf]")
 
 
@@ -72,6 +82,11 @@ def decode_safely(data: bytes) -> str:
 def shown(text: str) -> str:
     """`text` with each unsafe character (`_UNSAFE`) as a visible escape: ``\\x1b``, ``\\u2028``."""
     return _UNSAFE.sub(_escaped, text)
+
+
+def shown_name(text: str) -> str:
+    """A name (a file's, a column's) as `shown`, its tabs, newlines and carriage returns escaped too."""
+    return _UNSAFE_IN_NAMES.sub(_escaped, text)
 
 
 def _escaped(unsafe: re.Match[str]) -> str:

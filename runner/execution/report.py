@@ -15,12 +15,10 @@ import dataclasses
 import json
 import math
 import posixpath
-import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from runner.execution.capture import shown
+from runner.execution.capture import shown, shown_name
 from runner.inrun.images import PNG_MAGIC, image_size, image_type, refused
 from runner.inrun.tables import MAX_COLUMNS, MAX_INDEX_LEVELS
 from runner.inrun.wire import (
@@ -34,16 +32,6 @@ from runner.inrun.wire import (
     split_report,
 )
 from runner.outcome import Attachment, Cell, Omitted, Table
-
-# And every other character Unicode calls a control, a format character or a line or paragraph separator:
-# what reorders text as it is shown, or hides (found by a review: a file `invoice_\u202egpj.exe` showed
-# as `invoice_exe.jpg` in the view, and would to a reader of the text block; by a second look, U+2028,
-# U+0085, zero-width and tag characters went through). Looked for past ASCII only where a name has any.
-_CONTROLS = re.compile("[\x00-\x1f\x7f]")
-_UNSHOWN = frozenset(("Cc", "Cf", "Zl", "Zp"))
-# But the format characters words are written with: joiners (emoji sequences, Persian and Indic
-# scripts) and the soft hyphen (found by a second look: escaped in ordinary names).
-_WRITTEN = frozenset("\u200c\u200d\u00ad")
 
 _TEXT_TYPES = {
     ".csv": "text/csv",
@@ -357,23 +345,10 @@ def _shown_within(text: str, most: int) -> tuple[str, int]:
 
 
 def _printable(text: str) -> str:
-    """Control characters (a file name may hold any) and bidirectional ones as visible escapes, and what
-    is not Unicode (a name's undecodable bytes, as lone surrogates) as `\\udcXX`: no JSON or URI
-    encoder downstream may fail on it."""
-    text = _CONTROLS.sub(_escaped, _unicode(text))
-    if text.isascii():
-        return text
-    unshown = [char not in _WRITTEN and unicodedata.category(char) in _UNSHOWN for char in text]
-    return "".join(_escaped_char(char) if hide else char for char, hide in zip(text, unshown, strict=True))
-
-
-def _escaped(control: re.Match[str]) -> str:
-    return _escaped_char(control.group())
-
-
-def _escaped_char(char: str) -> str:
-    code = ord(char)
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+    """A name as shown (`shown_name`: controls, bidirectional and invisible characters escaped; a file name
+    may hold any), and what is not Unicode (a name's undecodable bytes, as lone surrogates) as `\\udcXX`:
+    no JSON or URI encoder downstream may fail on it."""
+    return shown_name(_unicode(text))
 
 
 def _unicode(text: str) -> str:

@@ -125,3 +125,22 @@ def test_no_mix_of_escapes_and_characters_passes_the_cap_or_loses_count_of_its_b
         assert whole.startswith(head)
         assert whole.endswith(tail)
         assert 0 < shown.dropped_bytes <= len(written)  # a cap of a few characters may show none
+
+
+def test_the_characters_shown_as_escapes_are_exactly_those_the_rule_names_for_this_interpreters_unicode() -> None:
+    # One rule for a run's streams, its result and its files' names (capture.UNSAFE_CATEGORIES): written
+    # out as ranges, which a newer Unicode (another Python) would have to be written out again for.
+    import unicodedata
+
+    from runner.execution.capture import UNSAFE_CATEGORIES, WRITTEN, shown, shown_name
+
+    assert unicodedata.unidata_version == "14.0.0", "write capture._UNSAFE_RANGES out again for this Unicode"
+    unsafe = "".join(
+        char
+        for char in map(chr, range(0x110000))
+        if unicodedata.category(char) in UNSAFE_CATEGORIES and char not in WRITTEN
+    )
+    every = "".join(map(chr, range(0x110000)))
+    escaped_names = [char for char in every if shown_name(char) != char]
+    assert "".join(escaped_names) == unsafe
+    assert "".join(char for char in every if shown(char) != char) == unsafe.translate({9: None, 10: None, 13: None})
