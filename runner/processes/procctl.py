@@ -8,6 +8,7 @@ that say so by returning False.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 
@@ -41,18 +42,55 @@ def stopped_tree(pid: int, most: int = 10_000) -> list[int]:
     read: a stopped process forks no more, so a tree killed whole after this leaves at most a child
     forked as its parent was being stopped, not a chain of setsid'd processes that rebuilds itself as
     fast as one level a round is killed (found by a review: one outlived every sweep, the server's stop
-    and the next server's start, writing into later runs' directories)."""
+    and the next server's start, writing into later runs' directories).
+
+    A child is stopped through a pidfd opened on it and only while it is still its parent's: one that
+    exited and was reaped after its parent's children were read (its parent still running for a moment
+    after SIGSTOP was sent) left its pid to any process of the host's, which a plain kill would stop."""
     found: list[int] = []
-    todo = [pid]
+    todo: list[tuple[int, int | None]] = [(pid, None)]
     while todo and len(found) < most:
-        member = todo.pop()
-        try:
-            os.kill(member, signal.SIGSTOP)
-        except OSError:
-            continue  # gone
+        member, parent = todo.pop()
+        if not _stopped(member, parent):
+            continue  # gone, or its pid another process's now
         found.append(member)
-        todo.extend(children(member))
+        todo.extend((child, member) for child in children(member))
     return found
+
+
+def _stopped(pid: int, parent: int | None) -> bool:
+    """SIGSTOP sent to `pid`, if it is still a child of `parent` (None: whoever's) once a pidfd holds it."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSYS, errno.EPERM):
+            return False  # gone
+        # No pidfds here (a kernel before 5.3, or a seccomp filter that refuses them): as before them.
+        if parent is not None and parent_of(pid) != parent:
+            return False
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except OSError:
+            return False
+        return True
+    try:
+        if parent is not None and parent_of(pid) != parent:
+            return False  # the pid is another process's: the pidfd holds that one, not the child
+        signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
+        return True
+    except OSError:
+        return False  # gone
+    finally:
+        os.close(pidfd)
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid of `pid` (its /proc stat's), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def is_zombie(pid: int) -> bool:
