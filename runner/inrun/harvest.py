@@ -105,6 +105,7 @@ class Report:
         self.linked: list[dict[str, Any]] = []
         self.linked_blobs: list[bytes] = []
         self.kept_bytes_left = budgets.kept_bytes
+        self._header: bytes | None = None  # made by `header`, once all is gathered
 
     def add_table(self, table: bytes | None) -> None:
         """The last value's table, which the call's bytes pay for as they pay for a figure."""
@@ -272,8 +273,15 @@ class Report:
         """
         if end is not None and self.empty() and not self.more_omitted:
             return wire.encode_end(end)  # most runs return nothing but their end
+        table = [self.table] if self.table is not None else []
+        return wire.encode_report(end, self.header(), table + self.blobs + self.linked_blobs)
+
+    def header(self) -> bytes:
+        """The report's JSON header but its end (`wire.encode_header`), made once: by `gather`, in the
+        call, before a session's call is sealed."""
+        if self._header is not None:
+            return self._header
         header = {
-            "end": end,
             "result": self.result,
             "result_chars": self.result_chars,
             "table": len(self.table) if self.table is not None else None,
@@ -283,8 +291,8 @@ class Report:
             "more_omitted": self.more_omitted,
             "linked": self.linked,
         }
-        table = [self.table] if self.table is not None else []
-        return wire.encode_report(header, table + self.blobs + self.linked_blobs)
+        self._header = wire.encode_header(header)
+        return self._header
 
 
 def gather(
@@ -322,6 +330,8 @@ def gather(
             report.add_table(tables.table_of(value, budgets.table_rows, min(budgets.table_bytes, report.bytes_left)))
         except Exception as exc:
             report.omit("(the last value's table)", 0, f"could not be made: {_exception_text(exc)}")
+    if not report.empty() or report.more_omitted:
+        report.header()  # now, in the call: a session's call is sealed before it sends its report
     return report
 
 

@@ -34,6 +34,9 @@ import os
 import signal
 import stat
 import sys
+from _signal import SIG_DFL as _SIG_DFL  # type: ignore[import-not-found]
+from _signal import SIGCHLD as _SIGCHLD
+from _signal import signal as _set_handler
 
 # Every run loads this module (`bootstrap.RUN_SIBLINGS`), and a spawned one pays for its imports
 # before it is ready: the socket modules are imported where a session needs them, not here.
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
     from runner.inrun import libc, sealing, workdir
     from runner.inrun.anchor import MAX_LINE
     from runner.inrun.anchor import anchor as anchor
+    from runner.inrun.library import Library
     from runner.inrun.sweeps import SWEEP_SECONDS
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import libc
@@ -54,6 +58,7 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
     import workdir
     from anchor import MAX_LINE
     from anchor import anchor as anchor
+    from library import Library
     from sweeps import SWEEP_SECONDS
 
 # A call's channel to the anchor: kept open through its code, since the candidate it forks is
@@ -80,7 +85,7 @@ class SessionCarry(sealing.Holder):
     deferred: list[object] = []  # noqa: RUF012  (each process's own: set by `sealing.after_bare_fork`)
     mapped = False
     home = ""
-    library: sealing.Library | None = None  # recorded in the session's first keeper
+    library: Library | None = None  # recorded in the session's first keeper
 
 
 def filename(calls: int) -> str:
@@ -127,7 +132,7 @@ def serve_as_keeper(
         if first:
             sys.addaudithook(sealing.audit(SessionCarry))  # type: ignore[arg-type]
             SessionCarry.child_hooks = sealing.find_child_hooks()
-            SessionCarry.library = sealing.Library()
+            SessionCarry.library = Library()
         if not sealing.seal(SessionCarry):
             os._exit(1)
         _quiet_signals()
@@ -204,7 +209,9 @@ def _quiet_signals() -> None:
     """What a keeper does not take from the calls it was made of: a wake-up fd, a SIGCHLD handler
     (which would run a call's code in the keeper as it reaps); the calls it forks do not either."""
     signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # _signal's own: signal.signal makes an enum member of the handler it replaces (a review: the state's
+    # enum.EnumType.__call__ ran here).
+    _set_handler(_SIGCHLD, _SIG_DFL)
 
 
 def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int] | None:
@@ -518,6 +525,7 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
         return
     try:
         sealing.after_bare_fork(SessionCarry)  # the session's hooks kept back: never run here
+        sealing.seal_again(SessionCarry)  # what the call's threads undid since it was sealed
         os.setpgid(0, 0)  # the same, from this side: whichever runs first
         # A call may have made itself dumpable again; the keeper it may become must not be, or a
         # later call could write the kept state through /proc/PID/mem and then be rolled back.

@@ -28,14 +28,8 @@ from _signal import SIG_BLOCK, SIG_SETMASK  # type: ignore[import-not-found]
 from _signal import pthread_sigmask as _sigmask
 
 # Bound as this module loads too: what `seal` calls before it has put the interpreter's own library back
-# (`Library`).
-_dict, _len, _list, _map, _set, _str, _type = dict, len, list, map, set, str, type
-_vars, _range, _zip = vars, range, zip
-_set_type_attribute, _del_type_attribute = type.__setattr__, type.__delattr__
-_PLAIN = frozenset((str,))  # the type of every key of a dictionary the state planted nothing odd in
-# An object's class set by object's own descriptor: a class the state gave a module may define a
-# __class__ (or a __setattr__) of its own, which setattr would run.
-_set_class = object.__dict__["__class__"].__set__
+# (`library.Library`).
+_vars, _range = vars, range
 # Collections, and the profile and trace functions, off before the library is put back: they would run
 # the state's code (a finaliser of its garbage, a profile function at each call) as it is swapped.
 _gc_isenabled, _gc_disable = gc.isenabled, gc.disable
@@ -46,196 +40,14 @@ if TYPE_CHECKING:
     from typing import Any
 
     from runner.inrun import libc
+    from runner.inrun.library import Library
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import libc
+    from library import Library
 
 
 # Every signal there is (valid_signals() makes 64 enum members each call: 56 us).
 ALL_SIGNALS = tuple(signal.valid_signals())
-
-
-# The modules whose functions a sealed process calls (a keeper, a candidate, a call forked ahead before
-# its code comes), itself or through what it calls, and the classes whose methods it calls: while sealed,
-# as the interpreter had them before any code of the session's ran (`Library`). Found by a review: one
-# line (`os.wait4 = f`, `builtins.len = f`, `socket.socket.recvmsg = f`) ran a state's code in its keeper.
-LIBRARY_MODULES = (
-    "builtins",
-    "os",
-    "posix",
-    "posixpath",
-    "stat",
-    "_stat",
-    "signal",
-    "_signal",
-    "time",
-    "resource",
-    "socket",
-    "_socket",
-    "array",
-    "fcntl",
-    "gc",
-    "errno",
-    "json",
-    "json.encoder",
-    "_json",
-    "ctypes",
-    "_ctypes",
-    "_imp",
-)
-LIBRARY_CLASSES = (("socket", "socket"),)
-# A sealed process asks for these modules by name (`Library.module`), never with an import statement:
-# one asks the module's spec whether it is still loading, and the state may have given the spec, or its
-# class, a __getattr__ of its own (found by a second look).
-_MISSING = object()
-
-
-class Library:
-    """The standard library a sealed process calls, as it was before any code of the session's ran
-    (recorded in the session's first keeper): `put_own` puts it back as a process is sealed, and returns
-    the state's, which `put_back` restores in a call as it begins. Put back whole: the dictionaries of
-    those modules and of `sys` (its hooks, ``sys.modules`` itself: a dict subclass the state put there
-    would run its methods), names the state added taken out too (a module's ``__getattr__``, a key whose
-    hash is a name's and whose ``__eq__`` is the state's); the class of each of those modules (a module
-    subclass's ``__getattribute__``); ``sys.modules``' entries of those modules, and no key there but
-    a plain string; the attributes of those classes. Some 50 us each way.
-
-    A dictionary is swapped with three C calls that compare no key and free nothing (what was in it
-    stays referenced, by the list of the state's): no code of the state's runs as it is. What it does
-    not undo: objects the state reaches outside these modules, and code that rewrites the interpreter
-    (a function's ``__code__``, memory through ctypes, the runner's own modules reached through gc):
-    docs/sessions.md says what."""
-
-    __slots__ = ("classes", "imported", "kinds", "modules", "system")
-
-    def __init__(self) -> None:
-        for name in LIBRARY_MODULES:
-            __import__(name)
-        modules = [sys.modules[name] for name in LIBRARY_MODULES]
-        self.modules = tuple((vars(module), dict(vars(module))) for module in modules)
-        self.imported: dict[str, object] = {name: sys.modules[name] for name in LIBRARY_MODULES}
-        self.system: dict[str, Any] = dict(vars(sys))
-        self.kinds = tuple((module, type(module)) for module in (*modules, sys))
-        classes = [getattr(sys.modules[module], name) for module, name in LIBRARY_CLASSES]
-        self.classes = tuple((cls, dict(vars(cls))) for cls in classes)
-
-    def module(self, name: str) -> object:
-        """The module `name` of LIBRARY_MODULES, as loaded before any code of the session's ran."""
-        return self.imported[name]
-
-    def put_own(self) -> tuple[Any, ...]:
-        """The interpreter's own library back; the state's, for `put_back`. Only dict methods and names
-        bound at load run here: the state may have replaced any other."""
-        kinds = [(module, _type(module)) for module, _ in self.kinds]  # no tuple(): the state's
-        for module, kind in self.kinds:
-            if _type(module) is not kind:
-                _set_class(module, kind)
-        system = _swapped(_vars(sys), self.system)
-        modules_dict: dict[Any, Any] = self.system["modules"]  # the interpreter's own, which its imports use
-        if _plain(modules_dict):
-            imported: Any = _taken(modules_dict, self.imported)
-        else:  # a key the state planted: out, while sealed
-            imported = _list(modules_dict.items())
-            modules_dict.clear()
-            modules_dict.update([item for item in imported if _type(item[0]) is _str])
-            modules_dict.update(self.imported)
-        modules = [_put_own_names(current, own) for current, own in self.modules]
-        # (A class's own class is not the state's to change: `type`, whose instances' cannot be.)
-        classes = [_dict(_vars(cls)) for cls, _ in self.classes]
-        for cls, own in self.classes:
-            _put_class(cls, own)
-        return kinds, system, imported, modules, classes
-
-    def put_back(self, state: tuple[Any, ...]) -> None:
-        """In a call as it begins (one thread): the library as the state left it (`put_own`'s)."""
-        kinds, system, imported, modules, classes = state
-        for (cls, _), theirs in _zip(self.classes, classes, strict=True):
-            _put_class(cls, theirs)
-        for (current, _), theirs in _zip(self.modules, modules, strict=True):
-            _put_back_names(current, theirs)
-        modules_dict: dict[Any, Any] = self.system["modules"]
-        if _type(imported) is _dict:
-            _give_back(modules_dict, imported)
-        else:
-            _put_back_names(modules_dict, imported)
-        _put_back_names(_vars(sys), system)
-        for module, kind in kinds:
-            if _type(module) is not kind:
-                _set_class(module, kind)
-
-
-def _plain(current: dict[Any, Any]) -> bool:
-    """Whether every key of `current` is a plain string (C alone looks: no key's own code runs), which
-    is all a module's dictionary holds unless the state planted another kind of key there: one whose
-    hash is a name's and whose ``__eq__`` runs as that name is looked up (found by a second look)."""
-    return _set(_map(_type, current)) <= _PLAIN
-
-
-def _swapped(current: dict[str, Any], own: dict[str, Any]) -> list[tuple[Any, Any]]:
-    """`current` made `own` (its keys all plain strings); what it held, as a list of its items. Three C
-    calls: no key compared (a state's key with an ``__eq__`` of its own), nothing freed (a finaliser)."""
-    theirs = _list(current.items())
-    current.clear()
-    current.update(own)
-    return theirs
-
-
-def _put_own_names(current: dict[str, Any], own: dict[str, Any]) -> dict[str, Any] | list[tuple[Any, Any]]:
-    """`current` (a module's dictionary) made `own` again: the names the state replaced or deleted put
-    back, and any it added taken out (a module ``__getattr__``; some 30 us in all where there are
-    none). What it held, for `_put_back_names`: a copy, or where the state planted a key that is no plain
-    string, a list of its items (a copy would compare that key)."""
-    if not _plain(current):
-        return _swapped(current, own)
-    theirs = _dict(current)  # its keys are plain strings: only C compares them
-    current.update(own)
-    if _len(current) != _len(own):  # names the state added (`own`'s are all there now)
-        current.clear()
-        current.update(own)
-    return theirs
-
-
-def _put_back_names(current: dict[Any, Any], theirs: dict[str, Any] | list[tuple[Any, Any]]) -> None:
-    """In a call as it begins: `current` as the state left it (`_put_own_names`, `_swapped`). Keys that
-    are no plain string go in last: their ``__eq__`` (the state's, in its call) finds every name there."""
-    current.clear()
-    if _type(theirs) is _dict:
-        current.update(theirs)
-        return
-    items: list[tuple[Any, Any]] = theirs  # type: ignore[assignment]  # (no isinstance: the state's by now)
-    current.update([item for item in items if _type(item[0]) is _str])
-    current.update([item for item in items if _type(item[0]) is not _str])
-
-
-def _taken(current: dict[str, object], own: dict[str, object]) -> dict[str, object]:
-    """`own`'s names put in `current`; what `current` held under them (`_MISSING`: nothing)."""
-    theirs = {name: current.get(name, _MISSING) for name in own}
-    current.update(own)
-    return theirs
-
-
-def _give_back(current: dict[str, object], theirs: dict[str, object]) -> None:
-    for name, value in theirs.items():
-        if value is _MISSING:
-            current.pop(name, None)
-        else:
-            current[name] = value
-
-
-def _put_class(cls: type, wanted: dict[str, object]) -> None:
-    """`cls`'s attributes made `wanted`'s, by type's own setattr (a class's may be replaced)."""
-    current = _dict(_vars(cls))
-    for name in current:
-        if name not in wanted:
-            try:  # noqa: SIM105  (contextlib is not imported in runs)
-                _del_type_attribute(cls, name)
-            except (AttributeError, TypeError):
-                pass
-    for name, value in wanted.items():
-        if current.get(name, _MISSING) is not value:
-            try:  # noqa: SIM105
-                _set_type_attribute(cls, name, value)
-            except (AttributeError, TypeError):
-                pass
 
 
 def library_module(holder: type[Holder], name: str) -> Any:
@@ -285,7 +97,8 @@ def seal(holder: type[Holder]) -> bool:
     dies with it: no Python handler of the state's runs), no profile, trace or sys.monitoring function,
     no gc callbacks and no automatic collection (which would run finalisers of the state's garbage).
     What was there is kept in `holder.sealed`, for `unseal` in each call. False if the call's own
-    handlers, run as signals are blocked, would not let that be done: then it is not kept."""
+    handlers, run as signals are blocked, would not let that be done, or the state changed what could
+    not be put back without running its code (`Library.unchanged`): then it is not kept."""
     if holder.sealed is not None:
         return True
     for _ in _range(3):
@@ -305,6 +118,8 @@ def seal(holder: type[Holder]) -> bool:
     _gc_disable()
     _setprofile(None)
     _settrace(None)
+    if holder.library is not None and not holder.library.unchanged():
+        return False  # the call is not kept (it ends as a call does; this process with it)
     library = holder.library.put_own() if holder.library is not None else None
     sealed = Sealed(mask, library, taken)
     gc.callbacks.clear()
@@ -313,6 +128,25 @@ def seal(holder: type[Holder]) -> bool:
         monitoring.set_events(tool, 0)  # type: ignore[union-attr]
     holder.sealed = sealed
     return True
+
+
+def seal_again(holder: type[Holder]) -> None:
+    """In a candidate forked bare from a sealed call that has threads (`keeper.fork_candidate`), first
+    thing after `after_bare_fork`: what `seal` took out, taken out again, the library put back again.
+    The call's other threads ran on between its seal and the fork, and one could have put its functions
+    back in place, or collections back on, which the candidate copied (found by a test: its
+    ``os.wait4 = f`` ran in the keeper). The state's, for each call, stays what `seal` recorded."""
+    _gc_disable()
+    _setprofile(None)
+    _settrace(None)
+    if holder.library is not None:
+        holder.library.put_own()
+    gc.callbacks.clear()
+    monitoring = _vars(sys).get("monitoring")
+    if monitoring is not None:  # 3.12 and later: the tools in use (another's events cannot be set)
+        for tool in _range(6):
+            if monitoring.get_tool(tool) is not None:
+                monitoring.set_events(tool, 0)
 
 
 def unseal(holder: type[Holder]) -> None:
@@ -347,11 +181,21 @@ def find_child_hooks() -> tuple[list[object], int, tuple[int, ...]] | None:
     modules'), found through a hook registered now, and where random's reseed is among them; None where
     the list cannot be found. Some milliseconds, once per session (gc.get_referrers over the heap)."""
     os.register_at_fork(after_in_child=_interpreters_own)
-    found = [r for r in gc.get_referrers(_interpreters_own) if type(r) is list and r and r[-1] is _interpreters_own]
+    # A zygote with packages froze its heap (gc.freeze: no collection in a fork copies its pages), the
+    # list with it, which get_referrers does not look through: thawed for the search, frozen again (two
+    # splices of the collector's lists). Found by a review: not found, every hook ran, the session's too.
+    frozen = gc.get_freeze_count() > 0
+    if frozen:
+        gc.unfreeze()
+    try:
+        found = [r for r in gc.get_referrers(_interpreters_own) if type(r) is list and r and r[-1] is _interpreters_own]
+    finally:
+        if frozen:
+            gc.freeze()
     if len(found) != 1:
         return None
     listed = found[0]
-    generator = getattr(sys.modules.get("random"), "_inst", _MISSING)
+    generator = getattr(sys.modules.get("random"), "_inst", find_child_hooks)  # (none: a hook is no generator)
     reseeds = tuple(n for n, hook in enumerate(listed) if getattr(hook, "__self__", None) is generator)
     return listed, len(listed), reseeds
 
@@ -365,10 +209,10 @@ def after_bare_fork(holder: type[Holder]) -> None:
     state's, without a call of `random` here, whose functions and classes the state may have replaced
     (found by a second look: ``random.getstate`` ran in a keeper)."""
     hooks = holder.child_hooks
-    if hooks is None:  # the list was not found: all of them now, as os.fork would
-        holder.deferred = []
-        libc.after_fork_child()
-        return
+    if hooks is None:
+        # The list was not found (`find_child_hooks`): the session's hooks would run here with the
+        # interpreter's. This fork dies instead (a review: it ran them), and the session with its calls.
+        os._exit(1)
     listed, own, reseeds = hooks
     whole = listed[:]
     holder.deferred = listed[own:]

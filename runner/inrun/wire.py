@@ -234,11 +234,19 @@ def frame_inputs(files: list[tuple[str, bytes]]) -> bytes:
     return b"".join(parts)
 
 
-def encode_report(header: dict[str, Any], blobs: list[bytes]) -> bytes:
-    """``report <header bytes> <blob bytes>``, a newline, the JSON header, the blobs in order."""
+def encode_header(header: dict[str, Any]) -> bytes:
+    """A report's JSON header but its end (`encode_report` puts that first): made while the run's code
+    may still run, before a session's call is sealed (`sealing.seal`), so that no JSON encoder runs
+    after (its class is the state's to change: found by a review)."""
     import json  # not before: most runs return nothing but their end (`encode_end`)
 
-    head = json.dumps(header, ensure_ascii=True).encode("ascii")
+    return json.dumps(header, ensure_ascii=True).encode("ascii")
+
+
+def encode_report(end: dict[str, Any] | None, header: bytes, blobs: list[bytes]) -> bytes:
+    """``report <header bytes> <blob bytes>``, a newline, the JSON header (`end`, written out here, then
+    the rest of `header`, an `encode_header` object of one key at least), the blobs in order."""
+    head = b'{"end": ' + _end(end) + b", " + header[1:]
     joined = b"".join(blobs)
     return REPORT_HEAD + b" %d %d\n" % (len(head), len(joined)) + head + joined
 
@@ -246,14 +254,21 @@ def encode_report(header: dict[str, Any], blobs: list[bytes]) -> bytes:
 def encode_end(end: dict[str, Any]) -> bytes:
     """The report of a run that returns nothing but its end: no JSON encoder to run (and pages to copy)
     for it, in the one form `read_end` reads without the decoder."""
+    head = b'{"end": ' + _end(end) + b"}"
+    return REPORT_HEAD + b" %d 0\n" % len(head) + head
+
+
+def _end(end: dict[str, Any] | None) -> bytes:
+    """The run's end as JSON, written out (`END_ONLY`'s form)."""
+    if end is None:
+        return b"null"
     limit = LIMITS_MET.get(end.get("limit", ""), b"")
-    head = b'{"end": {"status": %d, "cpu": %r, "maxrss_kb": %d, "limit": "%s"}}' % (
+    return b'{"status": %d, "cpu": %r, "maxrss_kb": %d, "limit": "%s"}' % (
         end["status"],
         end["cpu"],
         end["maxrss_kb"],
         limit,
     )
-    return REPORT_HEAD + b" %d 0\n" % len(head) + head
 
 
 # A run's tool call (`mcp_tools`), on the job socket before its report: ``tool <body bytes> <call id>``, a

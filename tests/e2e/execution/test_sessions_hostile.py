@@ -726,6 +726,39 @@ SEALED_PATHS = {
         "        return type.__instancecheck__(cls, thing)\n"
         "_ast.Expr = Checked('Expr', (_ast.Expr,), {})"
     ),
+    # and by a review of their fixes: an import made in C (os.wait4 imports resource at each call) asks
+    # the spec too, through ModuleSpec's __getattribute__
+    "a-spec-getattribute": (
+        "import importlib._bootstrap as bootstrap\n_getattribute = object.__getattribute__\n"
+        "def getattribute(self, name):\n    noted('ModuleSpec.' + name)\n    return _getattribute(self, name)\n"
+        "bootstrap.ModuleSpec.__getattribute__ = getattribute"
+    ),
+    # the report of a call that returns a value, sent once the call is sealed, was JSON made then
+    "a-json-encoder-class": (
+        "import json\n_encode = json.JSONEncoder.encode\n"
+        "def encode(self, o):\n    noted('JSONEncoder.encode')\n    return _encode(self, o)\n"
+        "json.JSONEncoder.encode = encode"
+    ),
+    # the C library's handles (libc.py) are ctypes.CDLL's
+    "a-cdll-getattribute": (
+        "import ctypes\n_getattribute = object.__getattribute__\n"
+        "def getattribute(self, name):\n    noted('CDLL.' + name)\n    return _getattribute(self, name)\n"
+        "ctypes.CDLL.__getattribute__ = getattribute"
+    ),
+    # the check for keys that are no plain string hashed their types
+    "a-key-whose-type-hashes": (
+        "_hash = type.__hash__\n"
+        "class Meta(type):\n    def __hash__(cls):\n        noted('Meta.__hash__')\n        return _hash(cls)\n"
+        "class K(str, metaclass=Meta):\n    pass\n"
+        "vars(os)[K('planted')] = 1"
+    ),
+    # signal.signal makes an enum member of the handler it replaces
+    "an-enum-call": (
+        "import enum\n_call = enum.EnumType.__call__\n"
+        "def call_(cls, *args, **kwargs):\n    noted('EnumType.__call__ ' + cls.__name__)\n"
+        "    return _call(cls, *args, **kwargs)\n"
+        "enum.EnumType.__call__ = call_"
+    ),
     # a module of a class whose every attribute asked runs its code
     "a-module-class": (
         "import array, fcntl, gc, resource, signal, socket, time\n"
@@ -747,6 +780,7 @@ async def test_a_state_never_has_its_code_run_outside_its_calls_by_what_sealed_p
     later = (
         f"for s in {CAUGHT}:\n    os.kill(os.getppid(), s)\nraise RuntimeError('rolled back')",
         "x = 1",
+        "x",  # a value: the report has a JSON header
         # a candidate forked (a thread left), shared memory made the state's own, a state not kept
         "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()",
         "import mmap\nm = mmap.mmap(-1, 4096)\nm[:1] = b'x'",
@@ -757,6 +791,56 @@ async def test_a_state_never_has_its_code_run_outside_its_calls_by_what_sealed_p
         assert (await call(pool, code, handle)).session is not None
     seen = await call(pool, "print(outside)", handle)
     assert seen.stdout.text == "[]\n", seen
+
+
+# What a sealed process could not put back without running the state's code: a class's bases (their
+# change goes down to the subclasses, whose metaclass may be the state's), a key in a class's own
+# dictionary (reached through gc) that is no plain string. A call that leaves either is not kept.
+NOT_PUT_BACK = {
+    "socket-bases": (
+        "import _socket, socket\n"
+        "class Mixin:\n    __slots__ = ()\n"
+        "    def recv(self, *args):\n        noted('recv')\n        return _socket.socket.recv(self, *args)\n"
+        "socket.socket.__bases__ = (Mixin, _socket.socket)"
+    ),
+    "a-key-in-a-class-dictionary": (
+        "import gc, socket\n_hash, _str_of = hash, str.__str__\n"
+        "class Key(str):\n    def __hash__(self):\n        return _hash(_str_of(self)[:-1])\n"
+        "    def __eq__(self, other):\n        noted('Key.__eq__')\n        return self is other\n"
+        "d = [r for r in gc.get_referents(socket.socket) if type(r) is dict][0]\n"
+        "value = d.pop('recv', None)\nd[Key('recv!')] = None\nd['recv'] = value"
+    ),
+}
+
+
+@pytest.mark.parametrize("left", NOT_PUT_BACK.values(), ids=NOT_PUT_BACK.keys())
+async def test_a_call_that_changed_what_a_sealed_process_cannot_put_back_is_not_kept(pool: Pool, left: str) -> None:
+    handle = await new_session(pool, MARK_OUTSIDE)
+    changed = await call(pool, left, handle)
+    assert changed.session is not None, changed
+    assert not changed.session.kept, changed
+    assert (await call(pool, "x = 1\nx", handle)).session is not None
+    seen = await call(pool, "import socket\nprint(outside, socket.socket.__bases__)", handle)
+    assert seen.stdout.text == "[] (<class '_socket.socket'>,)\n", seen
+
+
+@pytest.mark.parametrize("mode", ["fork-server", "namespaces"])
+async def test_with_packages_preloaded_a_states_at_fork_hooks_run_in_its_calls_never_in_its_keeper(
+    config: Config, no_leaks: None, mode: str
+) -> None:
+    # A zygote that preloads packages freezes its heap (gc.freeze), and with it the interpreter's list of
+    # at-fork hooks, which the first keeper then did not find: every hook ran in each process it forked,
+    # the session's too (found by a review: its fallback ran them all).
+    from tests.e2e.test_data import with_packages
+
+    async with Pool.open(with_packages(config, mode), reap_strays=True) as pool:
+        hooked = "os.register_at_fork(after_in_child=lambda: noted('an at-fork hook'))\nran = [0]\n"
+        handle = await new_session(pool, MARK_OUTSIDE + hooked)
+        counted = "import os\nos.register_at_fork(after_in_child=lambda: ran.__setitem__(0, ran[0] + 1))"
+        for code in (counted, "z = 1\nraise RuntimeError('rolled back')", "import pandas\nx = 1"):
+            assert (await call(pool, code, handle)).session is not None
+        seen = await call(pool, "print(outside, ran[0] > 0)", handle)
+        assert seen.stdout.text == "[] True\n", seen
 
 
 async def test_the_memory_a_state_holds_is_read_by_the_anchor_not_taken_from_the_call(
