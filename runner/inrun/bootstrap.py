@@ -294,7 +294,7 @@ def serve_session(
     """A session's keeper (`keeper.serve_as_keeper`), and in each call it forks, the call (`run`). A state
     the server kept comes back here as the next keeper (`keeper.Kept`), its call's frames unwound."""
     wire, keeper = siblings[0], siblings[5]
-    keeper.SessionCarry.warm_up = lambda: warm_up(siblings, home, sealed=True)
+    keeper.SessionCarry.warm_up = lambda: warm_up(siblings, home)
     keeper.SessionCarry.home = home
     ready, fds = None, None
     while True:
@@ -446,21 +446,19 @@ def report(exc: BaseException) -> None:
         pass
 
 
-def warm_up(siblings: tuple[types.ModuleType, ...] = (), workdir: str = "/", sealed: bool = False) -> None:
+def warm_up(siblings: tuple[types.ModuleType, ...] = (), workdir: str = "/") -> None:
     """Pay first-use costs before the code arrives: the first compile() of a process is ~1-10 ms, and
     in a forked run the first use of a function or class copies the zygote's pages it touches
     (reference counts, free lists): the first listdir() ~50 us, what a run does after its code ~0.3
     ms. With `siblings`, go through that once; nothing of it stays, `workdir` is only looked at.
-    A `sealed` process (a session's call forked ahead) compiles nothing: the compiler checks what it is
-    given against the classes of `_ast`, whose class the state may have made one that runs its code
-    (found by a second look); its calls compile in their own time."""
-    if not sealed:
-        exec(compile("pass", FILENAME, "exec", dont_inherit=True), {})
+    In a `sealed` process (a session's call forked ahead), the classes of the tree of "x" are the
+    interpreter's own (`library.LIBRARY_CLASSES`), and `harvest` has bound them as it loaded (found by a
+    second look: `_ast.Expr = C` ran the state's code there). Skipped, a session's call paid 0.5-2 ms."""
+    exec(compile("pass", FILENAME, "exec", dont_inherit=True), {})
     os.listdir(workdir)
     if siblings:
         wire, directory, figures, harvest, images = siblings[:5]
-        if not sealed:
-            harvest.split_last_expression("x", FILENAME)
+        harvest.split_last_expression("x", FILENAME)
         figures.Figures(0, 0, images.MAX_PIXELS)
         home = os.stat(workdir)
         any(directory.walk(workdir, (home.st_dev, home.st_ino)))

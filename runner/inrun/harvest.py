@@ -30,6 +30,10 @@ else:  # in a run: from this directory (`bootstrap.load_siblings`)
 
 MAX_OMITTED, MAX_FILES, MAX_NAME_CHARS = wire.MAX_OMITTED, wire.MAX_FILES, wire.MAX_NAME_CHARS
 MAX_LINKED = wire.MAX_LINKED
+# Bound as this module loads, before any code of a session's: a session's call forked ahead compiles
+# "x" this way while sealed (`bootstrap.warm_up`), and `_ast.Expr = C` must not run there (found by a second
+# look); the classes themselves are put back while sealed (`library.LIBRARY_CLASSES`).
+_ONLY_AST, _Expr, _Expression = _ast.PyCF_ONLY_AST, _ast.Expr, _ast.Expression
 
 
 def split_last_expression(text: str, filename: str) -> tuple[CodeType, CodeType | None]:
@@ -38,13 +42,12 @@ def split_last_expression(text: str, filename: str) -> tuple[CodeType, CodeType 
     As in a notebook, an expression whose line ends with ``;`` is not a value to show. Errors are
     those of ``compile(text, filename, "exec")``.
     """
-    flags = _ast.PyCF_ONLY_AST
-    tree = compile(text, filename, "exec", flags=flags, dont_inherit=True)
+    tree = compile(text, filename, "exec", flags=_ONLY_AST, dont_inherit=True)
     last = tree.body[-1] if tree.body else None
-    if not isinstance(last, _ast.Expr) or _silenced(text, last):
+    if not isinstance(last, _Expr) or _silenced(text, last):
         return compile(tree, filename, "exec", dont_inherit=True), None
     tree.body.pop()
-    expression = _ast.Expression(last.value)
+    expression = _Expression(last.value)
     return (
         compile(tree, filename, "exec", dont_inherit=True),
         compile(expression, filename, "eval", dont_inherit=True),

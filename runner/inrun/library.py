@@ -67,6 +67,10 @@ LIBRARY_CLASSES = (
     ("ctypes", "CDLL"),  # the C library's handles (`libc`), whose attributes are its functions
     ("ctypes", "PyDLL"),
     ("_frozen_importlib", "ModuleSpec"),
+    # The compiler's tree of "x", which a call forked ahead makes and compiles while sealed (its warm-up):
+    # the classes of its nodes, which the state may give an attribute or an __init__ of its own.
+    *(("_ast", name) for name in ("AST", "mod", "Module", "Expression", "stmt", "Expr", "expr", "Name")),
+    *(("_ast", name) for name in ("expr_context", "Load")),
 )
 # A sealed process asks for these modules by name (`Library.module`), not with an import statement; and
 # while it is sealed, each of them has for its ``__spec__`` a stand-in of ours (`_SealedSpec`): every
@@ -184,8 +188,45 @@ class Library:
 def _plain(current: dict[Any, Any]) -> bool:
     """Whether every key of `current` is a plain string (C alone looks: no key's own code runs), which
     is all a module's dictionary holds unless the state planted another kind of key there: one whose
-    hash is a name's and whose ``__eq__`` runs as that name is looked up (found by a second look)."""
+    hash is a name's and whose ``__eq__`` runs as that name is looked up (found by a second look).
+
+    Told by the dictionary's size where it can be (`_PLAIN_SIZES`): a look at each key writes its
+    reference count, and in a call just forked that copies the page each key lives on (2-3 ms a call
+    with packages loaded, for these dictionaries and sys.modules); else by each key's type."""
+    if _getsizeof(current) in _PLAIN_SIZES:
+        return True
     return not _any(_map(_is_not, _map(_type, current), _repeat(_str)))
+
+
+def _plain_sizes() -> frozenset[int]:
+    """The sizes `sys.getsizeof` gives a dictionary whose keys are all plain strings, table by table:
+    CPython 3.11 and later keep such a dictionary's entries without their hashes (16 bytes each, against
+    24 where any key is of another type, which the dictionary keeps until it is cleared). Checked
+    against dictionaries made here of each kind; none where the interpreter lays them out otherwise
+    (then every key is looked at)."""
+    empty: dict[str, int] = {}
+    base = _getsizeof(empty)
+    sizes = set()
+    for log2 in range(3, 31):
+        slots, usable = 1 << log2, (2 << log2) // 3
+        index_bytes = slots * (1 if log2 < 8 else 2 if log2 < 16 else 4)
+        sizes.add(base + 32 + index_bytes + 16 * usable)
+
+    class Other(str):
+        __slots__ = ()
+
+    for count in (1, 6, 11, 100, 3000):
+        plain = {f"k{n}": n for n in range(count)}
+        other = {Other(f"k{n}"): n for n in range(count)}
+        mixed: dict[object, int] = {key: value for key, value in plain.items()}
+        mixed[1] = 1
+        if _getsizeof(plain) not in sizes or _getsizeof(other) in sizes or _getsizeof(mixed) in sizes:
+            return frozenset()
+    return frozenset(sizes)
+
+
+_getsizeof = sys.getsizeof
+_PLAIN_SIZES = _plain_sizes()
 
 
 def _swapped(current: dict[str, Any], own: dict[str, Any]) -> list[tuple[Any, Any]]:
