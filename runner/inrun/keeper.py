@@ -352,6 +352,9 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
         _refuse(channel_fd, shared)
         return None
     threads = _threads() > 1  # any thread, not only `threading`'s: C code's and `_thread`'s too
+    if not threads and not sealing.seal_again(SessionCarry):  # what a thread since ended did after the seal
+        _refuse(channel_fd, "it changed what a keeper cannot put back (a library class's bases or dictionary)")
+        return None
     own = resource.getrusage(resource.RUSAGE_SELF)
     cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[0]
     # A keeper's CPU time counts against the call's RLIMIT_CPU: one that has used more than a quarter
@@ -525,7 +528,8 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
         return
     try:
         sealing.after_bare_fork(SessionCarry)  # the session's hooks kept back: never run here
-        sealing.seal_again(SessionCarry)  # what the call's threads undid since it was sealed
+        if not sealing.seal_again(SessionCarry):  # what the call's threads undid since it was sealed
+            os._exit(0)  # no candidate: the call is not kept
         os.setpgid(0, 0)  # the same, from this side: whichever runs first
         # A call may have made itself dumpable again; the keeper it may become must not be, or a
         # later call could write the kept state through /proc/PID/mem and then be rolled back.

@@ -73,21 +73,12 @@ LIBRARY_CLASSES = (
     *(("_ast", name) for name in ("expr_context", "Load")),
 )
 # A sealed process asks for these modules by name (`Library.module`), not with an import statement; and
-# while it is sealed, each of them has for its ``__spec__`` a stand-in of ours (`_SealedSpec`): every
-# import of a loaded module, also one made in C (``os.wait4`` imports ``resource`` at each call), asks
-# the module's spec whether it is still loading, and the state may have given the spec, or its class,
-# a __getattr__ of its own (found by a second look, then a review).
+# while it is sealed, each of them has None for its ``__spec__``: every import of a loaded module, also one
+# made in C (``os.wait4`` imports ``resource`` at each call), asks the module's spec whether it is still
+# loading, and the state may have given the spec, or its class, a __getattr__ of its own (found by a
+# second look, then a review). None has no such attribute, and nothing can give it one (a stand-in of
+# ours could be changed by a thread of a call being sealed: found by a second look at the fix).
 _MISSING = object()
-
-
-class _SealedSpec:
-    """What a sealed process's imports find as each library module's ``__spec__``: not loading."""
-
-    __slots__ = ()
-    _initializing = False
-
-
-_SEALED_SPEC = _SealedSpec()
 # Read and set by type's own descriptor: a class's __bases__ (socket.socket's, say), which the state may
 # have changed to put a class of its own in its MRO (a review).
 _get_bases = type.__dict__["__bases__"].__get__
@@ -102,7 +93,7 @@ class Library:
     hash is a name's and whose ``__eq__`` is the state's); the class of each of those modules (a module
     subclass's ``__getattribute__``); ``sys.modules``' entries of those modules, and no key there but
     a plain string; the attributes of those classes; and while sealed, each module's ``__spec__`` is
-    a stand-in of ours (`_SealedSpec`).
+    None.
 
     A dictionary is looked at by identity alone (`_plain`) and copied, or where the state planted a key
     that is no plain string, swapped with three C calls that compare no key and free nothing: no code
@@ -117,7 +108,7 @@ class Library:
         for name in LIBRARY_MODULES:
             __import__(name)
         modules = [sys.modules[name] for name in LIBRARY_MODULES]
-        self.modules = tuple((vars(module), {**vars(module), "__spec__": _SEALED_SPEC}) for module in modules)
+        self.modules = tuple((vars(module), {**vars(module), "__spec__": None}) for module in modules)
         self.imported: dict[str, object] = {name: sys.modules[name] for name in LIBRARY_MODULES}
         self.system: dict[str, Any] = dict(vars(sys))
         self.kinds = tuple((module, type(module)) for module in (*modules, sys))
@@ -163,8 +154,9 @@ class Library:
         modules = [_put_own_names(current, own) for current, own in self.modules]
         # (A class's own class is not the state's to change: `type`, whose instances' cannot be.)
         classes = [_dict(_vars(cls)) for cls, _ in self.classes]
-        for cls, own in self.classes:
-            _put_class(cls, own)
+        for (cls, own), real in _zip(self.classes, self.class_dicts, strict=True):
+            if _plain(real):  # else a key planted since `unchanged` looked, which `seal_again` refuses
+                _put_class(cls, own)
         return kinds, system, imported, modules, classes
 
     def put_back(self, state: tuple[Any, ...]) -> None:

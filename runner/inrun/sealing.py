@@ -130,16 +130,22 @@ def seal(holder: type[Holder]) -> bool:
     return True
 
 
-def seal_again(holder: type[Holder]) -> None:
-    """In a candidate forked bare from a sealed call that has threads (`keeper.fork_candidate`), first
-    thing after `after_bare_fork`: what `seal` took out, taken out again, the library put back again.
-    The call's other threads ran on between its seal and the fork, and one could have put its functions
-    back in place, or collections back on, which the candidate copied (found by a test: its
-    ``os.wait4 = f`` ran in the keeper). The state's, for each call, stays what `seal` recorded."""
+def seal_again(holder: type[Holder]) -> bool:
+    """Once a sealed call has no thread but the one doing this (it becomes the keeper itself), or in
+    the candidate it forked bare because it had threads (`keeper.offer_state`, `keeper.fork_candidate`):
+    what `seal` took out, taken out again, and the library put back again, no other thread running
+    now. The call's threads ran on after its seal, and one could have put its functions back in place,
+    or collections back on, or changed what cannot be put back (found by a test: its ``os.wait4 = f``
+    ran in the keeper; by a second look at the fix, a thread that changed ``socket.socket``'s bases
+    once the call was sealed, then ended, had its code run in the keeper the call became). False where
+    the state changed what cannot be put back (`Library.unchanged`): then it is not kept. The state's,
+    for each call, stays what `seal` recorded."""
     _gc_disable()
     _setprofile(None)
     _settrace(None)
     if holder.library is not None:
+        if not holder.library.unchanged():
+            return False
         holder.library.put_own()
     gc.callbacks.clear()
     monitoring = _vars(sys).get("monitoring")
@@ -147,6 +153,7 @@ def seal_again(holder: type[Holder]) -> None:
         for tool in _range(6):
             if monitoring.get_tool(tool) is not None:
                 monitoring.set_events(tool, 0)
+    return True
 
 
 def unseal(holder: type[Holder]) -> None:
