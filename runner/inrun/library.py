@@ -102,7 +102,7 @@ class Library:
     rewrites the interpreter (a function's ``__code__``, memory through ctypes, the runner's own modules
     reached through gc): docs/sessions.md says what."""
 
-    __slots__ = ("bases", "class_dicts", "classes", "imported", "kinds", "modules", "system")
+    __slots__ = ("bases", "class_dicts", "classes", "imported", "kinds", "modules", "sizes", "system")
 
     def __init__(self) -> None:
         for name in LIBRARY_MODULES:
@@ -120,6 +120,7 @@ class Library:
             next(found for found in gc.get_referents(vars(cls)) if type(found) is dict) for cls in classes
         )
         self.bases = tuple(cls.__bases__ for cls in classes)
+        self.sizes = _plain_sizes()  # once a session, not as every run loads this (some 0.3 ms)
 
     def unchanged(self) -> bool:
         """Whether the state left alone what `put_own` could not put back without running its code: the
@@ -127,7 +128,7 @@ class Library:
         the state's) and the keys of their dictionaries (a key that is no plain string, whose
         ``__eq__`` a class's lookups would run). Where it did not, the state is not kept (`seal`)."""
         for (cls, _), bases, own in _zip(self.classes, self.bases, self.class_dicts, strict=True):
-            if _get_bases(cls) is not bases or not _plain(own):
+            if _get_bases(cls) is not bases or not _plain(own, self.sizes):
                 return False
         return True
 
@@ -144,18 +145,18 @@ class Library:
                 _set_class(module, kind)
         system = _swapped(_vars(sys), self.system)
         modules_dict: dict[Any, Any] = self.system["modules"]  # the interpreter's own, which its imports use
-        if _plain(modules_dict):
+        if _plain(modules_dict, self.sizes):
             imported: Any = _taken(modules_dict, self.imported)
         else:  # a key the state planted: out, while sealed
             imported = _list(modules_dict.items())
             modules_dict.clear()
             modules_dict.update([item for item in imported if _type(item[0]) is _str])
             modules_dict.update(self.imported)
-        modules = [_put_own_names(current, own) for current, own in self.modules]
+        modules = [_put_own_names(current, own, self.sizes) for current, own in self.modules]
         # (A class's own class is not the state's to change: `type`, whose instances' cannot be.)
         classes = [_dict(_vars(cls)) for cls, _ in self.classes]
         for (cls, own), real in _zip(self.classes, self.class_dicts, strict=True):
-            if _plain(real):  # else a key planted since `unchanged` looked, which `seal_again` refuses
+            if _plain(real, self.sizes):  # else a key planted since `unchanged` looked, which `seal_again` refuses
                 _put_class(cls, own)
         return kinds, system, imported, modules, classes
 
@@ -177,15 +178,15 @@ class Library:
                 _set_class(module, kind)
 
 
-def _plain(current: dict[Any, Any]) -> bool:
+def _plain(current: dict[Any, Any], sizes: frozenset[int]) -> bool:
     """Whether every key of `current` is a plain string (C alone looks: no key's own code runs), which
     is all a module's dictionary holds unless the state planted another kind of key there: one whose
     hash is a name's and whose ``__eq__`` runs as that name is looked up (found by a second look).
 
-    Told by the dictionary's size where it can be (`_PLAIN_SIZES`): a look at each key writes its
+    Told by the dictionary's size where it can be (`sizes`: `_plain_sizes`): a look at each key writes its
     reference count, and in a call just forked that copies the page each key lives on (2-3 ms a call
     with packages loaded, for these dictionaries and sys.modules); else by each key's type."""
-    if _getsizeof(current) in _PLAIN_SIZES:
+    if _getsizeof(current) in sizes:
         return True
     return not _any(_map(_is_not, _map(_type, current), _repeat(_str)))
 
@@ -207,7 +208,7 @@ def _plain_sizes() -> frozenset[int]:
     class Other(str):
         __slots__ = ()
 
-    for count in (1, 6, 11, 100, 3000):
+    for count in (1, 6, 11, 100):
         plain = {f"k{n}": n for n in range(count)}
         other = {Other(f"k{n}"): n for n in range(count)}
         mixed: dict[object, int] = {key: value for key, value in plain.items()}
@@ -218,7 +219,6 @@ def _plain_sizes() -> frozenset[int]:
 
 
 _getsizeof = sys.getsizeof
-_PLAIN_SIZES = _plain_sizes()
 
 
 def _swapped(current: dict[str, Any], own: dict[str, Any]) -> list[tuple[Any, Any]]:
@@ -230,12 +230,14 @@ def _swapped(current: dict[str, Any], own: dict[str, Any]) -> list[tuple[Any, An
     return theirs
 
 
-def _put_own_names(current: dict[str, Any], own: dict[str, Any]) -> dict[str, Any] | list[tuple[Any, Any]]:
+def _put_own_names(
+    current: dict[str, Any], own: dict[str, Any], sizes: frozenset[int]
+) -> dict[str, Any] | list[tuple[Any, Any]]:
     """`current` (a module's dictionary) made `own` again: the names the state replaced or deleted put
     back, and any it added taken out (a module ``__getattr__``; some 30 us in all where there are
     none). What it held, for `_put_back_names`: a copy, or where the state planted a key that is no plain
     string, a list of its items (a copy would compare that key)."""
-    if not _plain(current):
+    if not _plain(current, sizes):
         return _swapped(current, own)
     theirs = _dict(current)  # its keys are plain strings: only C compares them
     current.update(own)
