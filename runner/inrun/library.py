@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 # Bound as this module loads, before any code of a session's: what `Library.put_own` calls before it has
 # put the interpreter's own library back.
-_dict, _len, _list, _map, _set, _str, _type = dict, len, list, map, set, str, type
-_vars, _range, _zip = vars, range, zip
+_dict, _len, _list, _map, _str, _type = dict, len, list, map, str, type
+_vars, _zip = vars, zip
 _set_type_attribute, _del_type_attribute = type.__setattr__, type.__delattr__
 # Identity alone, in C: a key's type may have a metaclass whose __hash__ or __eq__ is the state's (a review).
 
