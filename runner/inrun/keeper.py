@@ -345,14 +345,15 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     without those threads, fds' reach and processes."""
     if not sealing.seal(SessionCarry):  # from here on, whatever this process becomes, no code of the call's runs in it
         return None
+    alone = SessionCarry.sealed is not None and SessionCarry.sealed.alone  # no thread to undo the seal
     resource = _library("resource")  # once sealed: never an import statement (`_library`)
 
     shared = sealing.share_nothing(SessionCarry) or sealing.nameless_file()
     if shared:
         _refuse(channel_fd, shared)
         return None
-    threads = _threads() > 1  # any thread, not only `threading`'s: C code's and `_thread`'s too
-    if not threads and not sealing.seal_again(SessionCarry):  # what a thread since ended did after the seal
+    threads = not alone and _threads() > 1  # any thread, not only `threading`'s: C code's and `_thread`'s too
+    if not alone and not threads and not sealing.seal_again(SessionCarry):  # a thread since ended, after the seal
         _refuse(channel_fd, "it changed what a keeper cannot put back (a library class's bases or dictionary)")
         return None
     own = resource.getrusage(resource.RUSAGE_SELF)

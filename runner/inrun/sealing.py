@@ -29,7 +29,7 @@ from _signal import pthread_sigmask as _sigmask
 
 # Bound as this module loads too: what `seal` calls before it has put the interpreter's own library back
 # (`library.Library`).
-_vars, _range = vars, range
+_vars, _range, _len, _listdir = vars, range, len, os.listdir
 # Collections, and the profile and trace functions, off before the library is put back: they would run
 # the state's code (a finaliser of its garbage, a profile function at each call) as it is swapped.
 _gc_isenabled, _gc_disable = gc.isenabled, gc.disable
@@ -76,12 +76,13 @@ class Sealed:
     """What a call left that would run its code in a keeper, taken out of the process while it is one
     and put back in each call forked from it (`seal`, `unseal`)."""
 
-    __slots__ = ("enabled", "gc_callbacks", "library", "mask", "monitoring", "profile", "trace")
+    __slots__ = ("alone", "enabled", "gc_callbacks", "library", "mask", "monitoring", "profile", "trace")
 
     def __init__(self, mask: set[int], library: tuple[object, ...] | None, taken: tuple[bool, Any, Any]) -> None:
         self.mask = mask
         self.library = library  # the state's, while the interpreter's own is in place (`Library`)
         self.enabled, self.profile, self.trace = taken  # as they were before `seal` turned them off
+        self.alone = False  # no other thread as the library was put back (`seal`)
         self.gc_callbacks = list(gc.callbacks)
         self.monitoring: dict[int, int] = {}
         monitoring = _vars(sys).get("monitoring")  # Python 3.12 and later (not getattr: a state's sys.__getattr__)
@@ -118,10 +119,17 @@ def seal(holder: type[Holder]) -> bool:
     _gc_disable()
     _setprofile(None)
     _settrace(None)
+    # No other thread now, and none can start (only this code runs from here): none can undo what is put
+    # back next (`seal_again` need not look again). Bound at load: os.listdir may be the state's now.
+    try:
+        alone = _len(_listdir("/proc/self/task")) == 1
+    except OSError:
+        alone = False
     if holder.library is not None and not holder.library.unchanged():
         return False  # the call is not kept (it ends as a call does; this process with it)
     library = holder.library.put_own() if holder.library is not None else None
     sealed = Sealed(mask, library, taken)
+    sealed.alone = alone
     gc.callbacks.clear()
     monitoring = _vars(sys).get("monitoring")
     for tool in sealed.monitoring:
