@@ -33,6 +33,7 @@ from runner.processes.cgroups import CgroupPlan, Parent
 from runner.processes.child import REAP_TIMEOUT, STARTUP_TIMEOUT, Child, maxrss_bytes
 from runner.processes.isolation import ZYGOTE, interpreter_argv
 from runner.processes.limits import Limits
+from runner.processes.procctl import parent_of
 from runner.processes.spawn import run_environment, spawn_in_new_session
 
 MAX_MESSAGE = 8192
@@ -64,7 +65,7 @@ class ForkedChild(Child):
                 os.killpg(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 # Only while it is still the zygote's child: a reaped pid may already be someone else's.
-                if _parent_of(self.pid) == self.zygote_pid:
+                if parent_of(self.pid) == self.zygote_pid:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(self.pid, signal.SIGKILL)
             except PermissionError:
@@ -367,14 +368,6 @@ def _forked_child(message: bytes, fds: list[int], zygote: int) -> ForkedChild:
     )
     child._open.update(fds)
     return child
-
-
-def _parent_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return int(stat.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 async def _reap_zygote(pid: int) -> None:
