@@ -81,11 +81,15 @@ class SessionCarry(sealing.Holder):
     kept_calls = 0
     warm_up: Callable[[], None] | None = None
     sealed: sealing.Sealed | None = None
-    child_hooks: tuple[list[object], int, tuple[int, ...]] | None = None
+    fork_hooks: sealing.ForkHooks | None = None
     deferred: list[object] = []  # noqa: RUF012  (each process's own: set by `sealing.after_bare_fork`)
     mapped = False
     home = ""
     library: Library | None = None  # recorded in the session's first keeper
+
+
+# Why a call whose state changed what a keeper cannot put back is not kept (`Library.unchanged`).
+CHANGED_LIBRARY = "it changed what a keeper cannot put back (a library class's bases or dictionary)"
 
 
 def filename(calls: int) -> str:
@@ -131,7 +135,7 @@ def serve_as_keeper(
     try:
         if first:
             sys.addaudithook(sealing.audit(SessionCarry))  # type: ignore[arg-type]
-            SessionCarry.child_hooks = sealing.find_child_hooks()
+            SessionCarry.fork_hooks = sealing.find_fork_hooks()
             SessionCarry.library = Library()
         if not sealing.seal(SessionCarry):
             os._exit(1)
@@ -354,7 +358,7 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
         return None
     threads = not alone and _threads() > 1  # any thread, not only `threading`'s: C code's and `_thread`'s too
     if not alone and not threads and not sealing.seal_again(SessionCarry):  # a thread since ended, after the seal
-        _refuse(channel_fd, "it changed what a keeper cannot put back (a library class's bases or dictionary)")
+        _refuse(channel_fd, CHANGED_LIBRARY)
         return None
     own = resource.getrusage(resource.RUSAGE_SELF)
     cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[0]
@@ -502,35 +506,38 @@ def _wait_to_be_kept(channel_fd: int) -> None:
 
 
 def fork_candidate(channel_fd: int, threads: bool) -> None:
-    """Fork the candidate state and announce it on the call's channel (``P <pid> <threads>``); the
+    """Fork the candidate state and, once it has looked at what the call's threads did since the seal,
+    announce it on the call's channel (``P <pid> <threads>``), or say why it cannot be kept (``N``); the
     call goes on to report its end. The candidate waits to be kept (``K``: it raises `Kept`, and
     becomes the keeper) or killed."""
     socket = _library("socket")
     try:
-        # Bare, as the keeper forks: the state's at-fork hooks would run in the candidate (one that
-        # starts a thread would leave it in the keeper). The candidate has one thread, the forking one.
-        pid = libc.fork_bare()
+        looked, looks = os.pipe()  # the candidate says there whether it can be kept (one byte)
     except OSError:
         return
+    try:
+        # Bare, as the keeper forks: the state's at-fork hooks would run in the candidate (one that
+        # starts a thread would leave it in the keeper). The candidate has one thread, the forking one;
+        # with others here, through os.fork (`sealing.fork_with_threads`).
+        pid = sealing.fork_with_threads(SessionCarry) if threads else libc.fork_bare()
+    except OSError:
+        os.close(looked)
+        os.close(looks)
+        return
     if pid:
-        # In a group of its own before the call reports its end: the server then has the call's
-        # group killed (``K``), and the candidate must not be in it, whether or not it has run yet.
-        # Announced from here, not by the candidate: before the call's report and its end, which
-        # the candidate, still to be scheduled, may come after.
-        try:
-            os.setpgid(pid, pid)
-            channel = socket.socket(fileno=channel_fd)
-            try:
-                channel.send(b"P %d %d" % (pid, threads))
-            finally:
-                channel.detach()
-        except OSError:
-            pass  # gone already: the anchor reaps it, and the call is rolled back
+        os.close(looks)
+        _announce_candidate(channel_fd, pid, threads, looked)
         return
     try:
-        sealing.after_bare_fork(SessionCarry)  # the session's hooks kept back: never run here
-        if not sealing.seal_again(SessionCarry):  # what the call's threads undid since it was sealed
-            os._exit(0)  # no candidate: the call is not kept
+        os.close(looked)
+        if not threads:  # (os.fork did that work, with the same hooks)
+            sealing.after_bare_fork(SessionCarry)  # the session's hooks kept back: never run here
+        # What the call's threads undid since it was sealed: refused, no candidate (not kept).
+        unchanged = sealing.seal_again(SessionCarry)
+        os.write(looks, b"1" if unchanged else b"0")
+        if not unchanged:
+            os._exit(0)
+        os.close(looks)
         os.setpgid(0, 0)  # the same, from this side: whichever runs first
         # A call may have made itself dumpable again; the keeper it may become must not be, or a
         # later call could write the kept state through /proc/PID/mem and then be rolled back.
@@ -549,3 +556,35 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
     if answer != b"K":
         os._exit(0)
     raise Kept(channel)
+
+
+def _announce_candidate(channel_fd: int, pid: int, threads: bool, looked: int) -> None:
+    """In the call, its candidate `pid` forked: in a group of its own before the call reports its end
+    (the server then has the call's group killed, ``K``, and the candidate must not be in it, whether or
+    not it has run yet), then announced once it said it can be kept (`looked`, its pipe). Announced from
+    here, not by the candidate: before the call's report and its end, which the candidate, still to be
+    scheduled, may come after; and after its look, not before: one announced, then refused, was a call
+    answered as kept whose state was gone, which ended its session (found by a test: a call's thread
+    changed a library class after the seal)."""
+    socket = _library("socket")
+    try:  # noqa: SIM105  (contextlib is not imported in runs)
+        os.setpgid(pid, pid)
+    except OSError:
+        pass  # gone already: the pipe says so
+    try:
+        said = os.read(looked, 1)  # bounded by the call's timeout (a candidate that hangs: killed with it)
+    except OSError:
+        said = b""
+    finally:
+        os.close(looked)
+    if said != b"1":
+        _refuse(channel_fd, CHANGED_LIBRARY if said == b"0" else "its candidate is gone")
+        return
+    try:
+        channel = socket.socket(fileno=channel_fd)
+        try:
+            channel.send(b"P %d %d" % (pid, threads))
+        finally:
+            channel.detach()
+    except OSError:
+        pass  # its channel gone: the call is rolled back

@@ -15,6 +15,7 @@ made its own, or the state is not kept (`share_nothing`).
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import signal
@@ -29,7 +30,7 @@ from _signal import pthread_sigmask as _sigmask
 
 # Bound as this module loads too: what `seal` calls before it has put the interpreter's own library back
 # (`library.Library`).
-_vars, _range, _len, _listdir = vars, range, len, os.listdir
+_vars, _range, _len, _listdir, _fork = vars, range, len, os.listdir, os.fork
 # Collections, and the profile and trace functions, off before the library is put back: they would run
 # the state's code (a finaliser of its garbage, a profile function at each call) as it is swapped.
 _gc_isenabled, _gc_disable = gc.isenabled, gc.disable
@@ -62,10 +63,7 @@ class Holder:
     """What a session's processes carry from keeper to call (`keeper.SessionCarry`, copied by each fork)."""
 
     sealed: Sealed | None
-    # The interpreter's list of after_in_child hooks (os.register_at_fork keeps them there), how many
-    # of it are the interpreter's own, from before the session, and which of those reseed `random`
-    # (`find_child_hooks`).
-    child_hooks: tuple[list[object], int, tuple[int, ...]] | None
+    fork_hooks: ForkHooks | None  # the interpreter's lists of at-fork hooks (`find_fork_hooks`)
     deferred: list[object]  # the session's own after_in_child hooks, kept back for the call (`run_deferred`)
     mapped: bool  # the state made a mapping through Python's mmap module (`audit`)
     home: str  # the session's directory
@@ -186,33 +184,70 @@ def unseal(holder: type[Holder]) -> None:
 
 
 def _interpreters_own() -> None:
-    """Registered as an after_in_child hook before any code of a session's runs: what comes after it in
-    the interpreter's list is the session's (`find_child_hooks`)."""
+    """Registered as an at-fork hook of each kind before any code of a session's runs: what comes after
+    it in the interpreter's lists is the session's (`find_fork_hooks`)."""
 
 
-def find_child_hooks() -> tuple[list[object], int, tuple[int, ...]] | None:
-    """In a process no code of a session's has run in (its first keeper): the list where the interpreter
-    keeps its after_in_child hooks, how many of it are its own (threading's, random's, the preloaded
-    modules'), found through a hook registered now, and where random's reseed is among them; None where
-    the list cannot be found. Some milliseconds, once per session (gc.get_referrers over the heap)."""
-    os.register_at_fork(after_in_child=_interpreters_own)
+def _interpreters_own_before() -> None:
+    """`_interpreters_own`, as a ``before`` hook (one function each, to tell the three lists apart)."""
+
+
+def _interpreters_own_in_parent() -> None:
+    """`_interpreters_own`, as an ``after_in_parent`` hook."""
+
+
+class ForkHooks:
+    """The interpreter's lists of at-fork hooks (os.register_at_fork keeps them in it), found in a
+    session's first keeper, where no code of the session's has run (`find_fork_hooks`)."""
+
+    __slots__ = ("before", "child", "in_parent", "own", "reseeds")
+
+    def __init__(
+        self,
+        child: list[object],
+        own: int,
+        reseeds: tuple[int, ...],
+        before: list[object] | None,
+        in_parent: list[object] | None,
+    ) -> None:
+        self.child = child  # the after_in_child hooks
+        self.own = own  # how many of them are the interpreter's own (threading's, random's, the preloaded modules')
+        self.reseeds = reseeds  # where random's reseed is among those
+        self.before = before  # the before hooks, None where not found
+        self.in_parent = in_parent  # the after_in_parent hooks, None where not found
+
+
+def find_fork_hooks() -> ForkHooks | None:
+    """In a process no code of a session's has run in (its first keeper): the interpreter's lists of
+    at-fork hooks, found through hooks registered now; None where the after_in_child list cannot be
+    found. Some milliseconds, once per session (gc.get_referrers over the heap)."""
+    os.register_at_fork(
+        before=_interpreters_own_before, after_in_parent=_interpreters_own_in_parent, after_in_child=_interpreters_own
+    )
     # A zygote with packages froze its heap (gc.freeze: no collection in a fork copies its pages), the
-    # list with it, which get_referrers does not look through: thawed for the search, frozen again (two
+    # lists with it, which get_referrers does not look through: thawed for the search, frozen again (two
     # splices of the collector's lists). Found by a review: not found, every hook ran, the session's too.
     frozen = gc.get_freeze_count() > 0
     if frozen:
         gc.unfreeze()
     try:
-        found = [r for r in gc.get_referrers(_interpreters_own) if type(r) is list and r and r[-1] is _interpreters_own]
+        sentinels = (_interpreters_own, _interpreters_own_before, _interpreters_own_in_parent)
+        found = [_ending_with(hook) for hook in sentinels]
     finally:
         if frozen:
             gc.freeze()
-    if len(found) != 1:
+    child, before, in_parent = found
+    if child is None:
         return None
-    listed = found[0]
-    generator = getattr(sys.modules.get("random"), "_inst", find_child_hooks)  # (none: a hook is no generator)
-    reseeds = tuple(n for n, hook in enumerate(listed) if getattr(hook, "__self__", None) is generator)
-    return listed, len(listed), reseeds
+    generator = getattr(sys.modules.get("random"), "_inst", find_fork_hooks)  # (none: a hook is no generator)
+    reseeds = tuple(n for n, hook in enumerate(child) if getattr(hook, "__self__", None) is generator)
+    return ForkHooks(child, len(child), reseeds, before, in_parent)
+
+
+def _ending_with(hook: object) -> list[object] | None:
+    """The one list that ends with `hook`, among the objects that refer to it; None if not one."""
+    found = [r for r in gc.get_referrers(hook) if type(r) is list and r and r[-1] is hook]
+    return found[0] if len(found) == 1 else None
 
 
 def after_bare_fork(holder: type[Holder]) -> None:
@@ -223,19 +258,48 @@ def after_bare_fork(holder: type[Holder]) -> None:
     call forked ahead before its code comes. Nor does random's own reseed: the random stream stays the
     state's, without a call of `random` here, whose functions and classes the state may have replaced
     (found by a second look: ``random.getstate`` ran in a keeper)."""
-    hooks = holder.child_hooks
+    hooks = holder.fork_hooks
     if hooks is None:
-        # The list was not found (`find_child_hooks`): the session's hooks would run here with the
+        # The list was not found (`find_fork_hooks`): the session's hooks would run here with the
         # interpreter's. This fork dies instead (a review: it ran them), and the session with its calls.
         os._exit(1)
-    listed, own, reseeds = hooks
-    whole = listed[:]
-    holder.deferred = listed[own:]
-    listed[:] = [hook for n, hook in enumerate(whole[:own]) if n not in reseeds]
+    whole = _own_hooks_only(holder, hooks)
     try:
         libc.after_fork_child()
     finally:
-        listed[:] = whole
+        hooks.child[:] = whole
+
+
+def fork_with_threads(holder: type[Holder]) -> int:
+    """os.fork, for a process with other threads (a call forking its candidate), with the hooks
+    `after_bare_fork` runs: none of the state's, here or in the child (kept back in `holder.deferred`),
+    nor the interpreter's own ``before`` and ``after_in_parent`` ones (as `libc.fork_bare`). Not
+    `libc.fork_bare` there: the child would run a line of Python before its after-fork work, with the
+    interpreter's lock as the threads left it; a thread that had waited for it long enough asks its
+    holder to let go, and the child, alone, then lets go and waits for ever for a thread that is not
+    there (found: a call with a busy thread lost its session). os.fork makes that lock anew in C
+    first. OSError if it cannot be done so."""
+    hooks = holder.fork_hooks
+    if hooks is None or hooks.before is None or hooks.in_parent is None:
+        raise OSError(errno.ENOSYS, "fork: the interpreter's at-fork hooks were not found")
+    before, in_parent = hooks.before[:], hooks.in_parent[:]
+    hooks.before[:] = hooks.in_parent[:] = []
+    whole = _own_hooks_only(holder, hooks)
+    try:
+        return _fork()
+    finally:
+        hooks.child[:] = whole
+        hooks.before[:] = before
+        hooks.in_parent[:] = in_parent
+
+
+def _own_hooks_only(holder: type[Holder], hooks: ForkHooks) -> list[object]:
+    """Leave in the after_in_child list only the interpreter's own hooks but random's reseed, the rest
+    kept back in `holder.deferred` (put back in the list by the caller); the whole list as it was."""
+    whole = hooks.child[:]
+    holder.deferred = whole[hooks.own :]
+    hooks.child[:] = [hook for n, hook in enumerate(whole[: hooks.own]) if n not in hooks.reseeds]
+    return whole
 
 
 def run_deferred(holder: type[Holder]) -> None:
