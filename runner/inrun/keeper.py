@@ -513,16 +513,18 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
     socket = _library("socket")
     try:
         looked, looks = os.pipe()  # the candidate says there whether it can be kept (one byte)
-    except OSError:
+    except OSError as exc:
+        _refuse(channel_fd, f"its candidate could not be forked: {exc.strerror}")
         return
     try:
         # Bare, as the keeper forks: the state's at-fork hooks would run in the candidate (one that
         # starts a thread would leave it in the keeper). The candidate has one thread, the forking one;
         # with others here, through os.fork (`sealing.fork_with_threads`).
         pid = sealing.fork_with_threads(SessionCarry) if threads else libc.fork_bare()
-    except OSError:
+    except OSError as exc:
         os.close(looked)
         os.close(looks)
+        _refuse(channel_fd, f"its candidate could not be forked: {exc.strerror}")
         return
     if pid:
         os.close(looks)

@@ -1316,3 +1316,20 @@ async def _ends_before_it_uses(pool: Pool, handle: str, cpu: float) -> None:
             used = max(used, tree_cpu(anchor))
             assert used - before <= cpu, f"{used - before:.2f} s of CPU used, and the session is still open"
             await anyio.sleep(0.05)
+
+
+async def test_a_call_whose_candidate_cannot_be_forked_is_rolled_back_and_its_answer_says_why(pool: Pool) -> None:
+    # Before: the call said nothing, and its answer blamed its code ("it did not run to its end").
+    handle = await new_session(pool, "x = 1")
+    no_fd_left = (
+        "import resource, threading, time\nx = 2\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "n = len(os.listdir('/proc/self/fd'))\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (n - 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+    )
+    refused = await call(pool, "import os\n" + no_fd_left, handle)
+    assert refused.session is not None, refused
+    assert (refused.status, refused.session.kept) == (Status.OK, False), refused
+    assert refused.session.note == "its candidate could not be forked: Too many open files", refused
+    seen = await call(pool, "print(x)", handle)
+    assert seen.stdout.text == "1\n", seen
