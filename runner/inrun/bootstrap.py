@@ -42,9 +42,15 @@ if TYPE_CHECKING:
 FILENAME = "<run_python>"
 MAX_FD = 1 << 20
 # What a run needs besides this file (`load_siblings`): `run` takes RUN_SIBLINGS, in this order; a
-# spawned interpreter also needs the other two to become a run (`prepare_process`).
-RUN_SIBLINGS = ("wire", "workdir", "figures", "harvest", "images", "keeper", "tables", "toolchannel")
+# spawned interpreter also needs the other two to become a run (`prepare_process`). A session's anchor
+# and calls take KEEPER too (with what it loads: the sealing, the library, the anchor, the sweeps, the
+# snapshot, 1.8 ms of a run's start): a spawned one-shot run never loads it (`Siblings.keeper`).
+RUN_SIBLINGS = ("wire", "workdir", "figures", "harvest", "images", "tables", "toolchannel")
 SIBLINGS = ("libc", "seccomp", *RUN_SIBLINGS)
+KEEPER = "keeper"
+# This module, as its siblings import it (`load_siblings`): not sys.modules[__name__] once a run began,
+# where a spawned interpreter's ``__main__`` is the run's.
+_BOOTSTRAP = sys.modules[__name__]
 # A run's open files, per process. Each can hold kernel memory that RLIMIT_AS does not count (a
 # socket's queue, a pipe's buffer); with the socket buffers a run may not raise (seccomp.py), this bounds
 # a process's socket queues to about 256 x 2 x 208 KiB (docs/security.md). Python's own needs are a few
@@ -112,14 +118,17 @@ def hold_cpu() -> None:
         resource.setrlimit(resource.RLIMIT_CPU, lowered(soft, soft + 1, hard))
 
 
-def load_siblings(*names: str) -> tuple[types.ModuleType, ...]:
+def load_siblings(*names: str, loaded: tuple[types.ModuleType, ...] = ()) -> tuple[types.ModuleType, ...]:
     """Modules of this directory (stdlib only), imported by name: their imports of each other and of
-    this module resolve (`bootstrap` is this one), and nothing this call added stays on sys.path, in
-    its importer cache or in sys.modules, so the code of a run can import nothing more than the standard
-    library. The caller keeps what it needs; the zygote loads once what every fork inherits."""
+    this module resolve (`bootstrap` is this one, and each of `loaded`, siblings loaded before, is the
+    one they import, not a second copy), and nothing this call added stays on sys.path, in its importer
+    cache or in sys.modules, so the code of a run can import nothing more than the standard library.
+    The caller keeps what it needs; the zygote loads once what every fork inherits."""
     here = os.path.dirname(os.path.abspath(__file__))
     before = set(sys.modules)
-    sys.modules.setdefault("bootstrap", sys.modules[__name__])
+    sys.modules.setdefault("bootstrap", _BOOTSTRAP)
+    for module in loaded:
+        sys.modules.setdefault(module.__name__, module)
     sys.path.insert(0, here)
     try:
         return tuple(__import__(name) for name in names)
@@ -129,6 +138,30 @@ def load_siblings(*names: str) -> tuple[types.ModuleType, ...]:
         for name in set(sys.modules) - before:
             if os.path.dirname(getattr(sys.modules[name], "__file__", None) or "") == here:
                 del sys.modules[name]
+
+
+class Siblings:
+    """What a run takes besides this module: the modules of RUN_SIBLINGS (`run`), and the keeper, for
+    a session's anchor and calls: loaded once asked for (with the modules it imports, `loaded` reused),
+    or given, loaded before (the zygote's, which every fork inherits)."""
+
+    __slots__ = ("_keeper", "_loaded", "run")
+
+    def __init__(
+        self,
+        run: tuple[types.ModuleType, ...],
+        loaded: tuple[types.ModuleType, ...] = (),
+        keeper: types.ModuleType | None = None,
+    ) -> None:
+        self.run = run
+        self._loaded = (*loaded, *run)
+        self._keeper = keeper
+
+    @property
+    def keeper(self) -> Any:
+        if self._keeper is None:
+            self._keeper = load_siblings(KEEPER, loaded=self._loaded)[0]
+        return self._keeper
 
 
 def new_main() -> types.ModuleType:
@@ -142,16 +175,17 @@ def new_main() -> types.ModuleType:
 def run(
     job: wire.Job | None,
     main: types.ModuleType,
-    siblings: tuple[types.ModuleType, ...],
+    siblings: Siblings,
     tmpfs: tuple[str, ...] = (),
     spawned: bool = False,
     session: bool = False,
 ) -> NoReturn:
     """Run the job's code in `main`, with tracebacks that show the user's lines only, then exit.
 
-    None (the job never fully arrived: the call was cancelled) runs nothing. `siblings` are the
-    modules named in RUN_SIBLINGS (`load_siblings`). How the run counts its peak memory (`harvest.ended`):
-    `tmpfs`, its own tmpfs mounts, and whether it is a `spawned` interpreter, not a fork. A job that
+    None (the job never fully arrived: the call was cancelled) runs nothing. `siblings`: the modules
+    named in RUN_SIBLINGS, and the keeper for a session (`Siblings`). How the run counts its peak
+    memory (`harvest.ended`): `tmpfs`, its own tmpfs mounts, and whether it is a `spawned`
+    interpreter, not a fork. A job that
     says ``keeper`` makes this interpreter a session's anchor (`keeper.anchor`); a `session` call is
     one forked from its keeper: its directory is the session's, not emptied, and if its code ends,
     the state it leaves is offered as the session's next, for the server to keep or not
@@ -159,9 +193,10 @@ def run(
     """
     if job is None:
         os._exit(1)
-    wire, workdir, figures, harvest, images, keeper, tables, toolchannel = siblings
+    wire, workdir, figures, harvest, images, tables, toolchannel = siblings.run
     if job.keeper:
         _become_anchor(main, siblings, tmpfs, spawned)  # a limit of its own (`keeper.anchor`)
+    keeper: Any = siblings.keeper if session else None  # loaded for a session only
     hold_cpu()  # before anything of the job's, as a call's before its state's code may run again
     if session:
         keeper.begin_call()  # from here on the state's own code may run again: this is the call
@@ -259,9 +294,7 @@ def _identity(path: str) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
-def _become_anchor(
-    main: types.ModuleType, siblings: tuple[types.ModuleType, ...], tmpfs: tuple[str, ...], spawned: bool
-) -> NoReturn:
+def _become_anchor(main: types.ModuleType, siblings: Siblings, tmpfs: tuple[str, ...], spawned: bool) -> NoReturn:
     """This interpreter holds a session from now on (`keeper.anchor`); its first keeper holds `main`,
     still empty, and forks each call from it."""
     # What a keeper, or a call once it has offered its state (sealed), imports, imported before any code
@@ -273,7 +306,7 @@ def _become_anchor(
     import json  # noqa: F401
     import socket  # noqa: F401
 
-    keeper = siblings[5]
+    keeper = siblings.keeper
     home = os.getcwd()
     keeper.anchor(
         3, home, lambda channel: serve_session(channel, home, main, siblings, tmpfs, spawned, first=True), tmpfs
@@ -285,7 +318,7 @@ def serve_session(
     channel: object,
     home: str,
     main: types.ModuleType,
-    siblings: tuple[types.ModuleType, ...],
+    siblings: Siblings,
     tmpfs: tuple[str, ...],
     spawned: bool,
     *,
@@ -293,8 +326,8 @@ def serve_session(
 ) -> NoReturn:
     """A session's keeper (`keeper.serve_as_keeper`), and in each call it forks, the call (`run`). A state
     the server kept comes back here as the next keeper (`keeper.Kept`), its call's frames unwound."""
-    wire, keeper = siblings[0], siblings[5]
-    keeper.SessionCarry.warm_up = lambda: warm_up(siblings, home)
+    wire, keeper = siblings.run[0], siblings.keeper
+    keeper.SessionCarry.warm_up = lambda: warm_up(siblings.run, home)
     keeper.SessionCarry.home = home
     ready, fds = None, None
     while True:
@@ -549,10 +582,11 @@ def main() -> None:
     tmpfs = tuple(sys.argv[6].split(":")) if len(sys.argv) > 6 and sys.argv[6] else ()
     options = dict(arg.split("=", 1) for arg in sys.argv[8:] if "=" in arg)
     enter_cgroup(int(options.get(CGROUP_FDS.rstrip("="), 0)))
-    libc, seccomp, *siblings = load_siblings(*SIBLINGS)
+    libc, seccomp, *loaded = load_siblings(*SIBLINGS)
+    siblings = Siblings(tuple(loaded), (libc, seccomp))
     if parent := int(options.get("parent", 0)):  # a plain run dies with its server (a sandboxed one: bwrap)
         libc.die_with(parent)
-    wire = siblings[0]
+    wire = siblings.run[0]
     isolated = sys.argv[7:8] == ["isolated"]
     uid = int(options["uid"]) if "uid" in options else None
     if uid is not None:
@@ -569,9 +603,9 @@ def main() -> None:
     network = seccomp.PROXY_ONLY if egress else seccomp.NO_NETWORK if isolated else {}
     prepare_process(libc, seccomp.Filter({**seccomp.WHOLE, **network}), uid=uid)
     ready_for_code(wire, sys.argv[1], [int(arg) for arg in sys.argv[2:6]])
-    warm_up(tuple(siblings), ".")
+    warm_up(siblings.run, ".")
     main = new_main()
-    run(wire.read_job(wire.CODE_FD), main, tuple(siblings), tmpfs, spawned=True)
+    run(wire.read_job(wire.CODE_FD), main, siblings, tmpfs, spawned=True)
 
 
 if __name__ == "__main__":

@@ -38,8 +38,8 @@ from _signal import SIG_DFL as _SIG_DFL  # type: ignore[import-not-found]
 from _signal import SIGCHLD as _SIGCHLD
 from _signal import signal as _set_handler
 
-# Every run loads this module (`bootstrap.RUN_SIBLINGS`), and a spawned one pays for its imports
-# before it is ready: the socket modules are imported where a session needs them, not here.
+# A session's anchor loads this module (`bootstrap.Siblings.keeper`; the zygote, once for its forks): the
+# socket modules are imported where a session needs them, not here, and before any code of the session's.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import array

@@ -68,7 +68,7 @@ else:
     import bootstrap
 
     del sys.path[0]
-    _NAMES = ("namespaces", "pidspaces", "preload", "cgroups", *bootstrap.SIBLINGS)
+    _NAMES = ("namespaces", "pidspaces", "preload", "cgroups", *bootstrap.SIBLINGS, bootstrap.KEEPER)
     (
         namespaces,
         pidspaces,
@@ -81,9 +81,9 @@ else:
         figures,
         harvest,
         images,
-        keeper,
         tables,
         toolchannel,
+        keeper,
     ) = bootstrap.load_siblings(*_NAMES)
     del sys.modules["bootstrap"]  # imported here, not by the loader
     sys.dont_write_bytecode = not _writes_bytecode
@@ -95,8 +95,8 @@ else:
 # a Python socket object before the zygote takes its fd back: some 20 pages of the zygote's per run.
 _SIGNAL: Any = sys.modules["_signal"]
 _SOCKET: Any = sys.modules["_socket"]
-# What a run takes besides the bootstrap (`bootstrap.RUN_SIBLINGS`), in its order: loaded once, here.
-SIBLINGS = (wire, workdir, figures, harvest, images, keeper, tables, toolchannel)
+# What a run takes besides the bootstrap (`bootstrap.Siblings`), the keeper too: loaded once, here.
+SIBLINGS = bootstrap.Siblings((wire, workdir, figures, harvest, images, tables, toolchannel), keeper=keeper)
 # A namespaced run drops its capabilities itself, after its set-up: with what ctypes needs made once,
 # here. The bounding set is already empty: the zygote emptied it for all of them (`prepare_process`).
 DROP_PRIVILEGES = libc.privilege_dropper(bounding_set=False)
@@ -382,7 +382,7 @@ def _ready_and_run_code(workdir: str, limits: list[int], tmpfs: tuple[str, ...],
     preload.reseed()
     # Again, and what a run does after its code: after a fork the first writes copy pages, better
     # now than once the code has come and the call is waiting.
-    bootstrap.warm_up(SIBLINGS, workdir)
+    bootstrap.warm_up(SIBLINGS.run, workdir)
     bootstrap.ready_for_code(wire, workdir, limits)
     main = bootstrap.new_main()
     bootstrap.run(wire.read_job(wire.CODE_FD), main, SIBLINGS, tmpfs)

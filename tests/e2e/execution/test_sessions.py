@@ -1101,3 +1101,27 @@ async def test_the_anchors_own_work_past_the_runs_cpu_limit_does_not_end_the_ses
         assert spent > 1.5, "the anchor did not spend past the limit: the test proves nothing"
         limits = await call(pool, "print(resource.getrlimit(resource.RLIMIT_CPU))", handle)
         assert limits.stdout.text == "(1, 2)\n", limits  # the calls' own, as documented
+
+
+SESSION_MODULES = ("anchor", "keeper", "library", "sealing", "snapshot", "sweeps")
+# A sibling's module object may be gone once loaded (no longer in sys.modules, and imported from with
+# `from ... import`): its dictionary stays, held by its functions.
+LOADED = (
+    "import gc\n"
+    "gc.unfreeze()  # what a zygote or a keeper froze, get_objects does not list\n"
+    "names = {d.get('__name__') for d in gc.get_objects() if type(d) is dict and '__file__' in d}\n"
+    f"print(sorted(name for name in names if name in {SESSION_MODULES!r}))"
+)
+
+
+@pytest.mark.parametrize("mode", ["posix-spawn", "bwrap"])
+async def test_a_spawned_one_shot_run_loads_none_of_a_sessions_modules_and_a_sessions_calls_have_them(
+    config: Config, no_leaks: None, mode: str
+) -> None:
+    # Every spawned run loaded them as it started, 1.8 ms of its start (-X importtime), for sessions alone.
+    async with Pool.open(in_mode(config, mode), reap_strays=True) as pool:
+        one_shot = await pool.run(RunRequest("t", LOADED, 10))
+        assert (one_shot.status, one_shot.stdout.text) == (Status.OK, "[]\n"), one_shot
+        handle = await new_session(pool)
+        in_session = await call(pool, LOADED, handle)
+        assert in_session.stdout.text == f"{sorted(SESSION_MODULES)!r}\n", in_session
