@@ -221,7 +221,7 @@ def run(
     budgets = job.budgets
     shown = figures.Figures(budgets.images, budgets.image_bytes, images.MAX_PIXELS, keep_open=session)
     value: list[object] = [None]
-    met = [""]  # the limit the code's uncaught exception met (`limit_met`)
+    met = [""]  # the limit the code's uncaught exception met (`harvest.limit_met`)
     home = os.getcwd()  # the code may chdir: its files are looked for here, and only here
     home_info = os.stat(home)
 
@@ -259,7 +259,7 @@ def run(
         else:
             code, last = compile(text, filename, "exec", dont_inherit=True), None
     except Exception as exc:  # SyntaxError, ValueError (NUL), RecursionError, MemoryError...
-        met[0] = limit_met(exc)
+        met[0] = harvest.limit_met(exc, FILENAME)
         report(exc.with_traceback(None))
         finish(1, ending, session)
     shown.install()
@@ -272,7 +272,7 @@ def run(
         met[0] = "exit" if status else ""  # a failure it passes on may be a child's limit (wire.LIMITS_MET)
         finish(status, ending, session)  # in a session: a call that ended itself is not kept
     except BaseException as exc:
-        met[0] = limit_met(exc)
+        met[0] = harvest.limit_met(exc, FILENAME)
         # Drop this module's frame so the traceback starts at the user's code.
         report(exc.with_traceback(exc.__traceback__.tb_next if exc.__traceback__ else None))
         if isinstance(exc, KeyboardInterrupt):
@@ -433,37 +433,6 @@ def finish(status: int, ending: Ending | None = None, session: bool = False) -> 
     if become is not None:
         become()  # this call is the session's next state: kept (`keeper.Kept`) or killed
     os._exit(status)
-
-
-def limit_met(exc: BaseException) -> str:
-    """The limit an uncaught exception says the run met: "memory" for a MemoryError (numpy's and
-    pandas' `_ArrayMemoryError` are subclasses) or an OSError ENOMEM, "file_size" for an OSError EFBIG;
-    "" for anything else, and for one the run's own code raised with a ``raise`` statement naming it
-    (a user's ``raise MemoryError`` is an error like any other). Never raises: it runs when memory
-    may be short."""
-    try:
-        import errno  # only here: every run pays for the imports at the top
-        import opcode
-
-        if isinstance(exc, MemoryError):
-            limit = "memory"
-        elif isinstance(exc, OSError) and exc.errno in (errno.ENOMEM, errno.EFBIG):
-            limit = "memory" if exc.errno == errno.ENOMEM else "file_size"
-        else:
-            return ""
-        last = exc.__traceback__
-        while last is not None and last.tb_next is not None:
-            last = last.tb_next
-        if last is None:
-            return limit  # raised where no frame is (compiling the code)
-        code = last.tb_frame.f_code
-        # A frame of the run's own code ("<run_python>", a session's "<run_python call N>") stopped at
-        # `raise X`: its own. A bare `raise` (argument count 0) passes on what something else raised.
-        raised = code.co_code[last.tb_lasti] == opcode.opmap["RAISE_VARARGS"]
-        explicit = raised and code.co_code[last.tb_lasti + 1] > 0
-        return "" if explicit and code.co_filename.startswith(FILENAME[:-1]) else limit
-    except Exception:
-        return "memory" if isinstance(exc, MemoryError) else ""
 
 
 def report(exc: BaseException) -> None:

@@ -341,7 +341,7 @@ def gather(
 def ended(status: int, tmpfs: tuple[str, ...] = (), spawned: bool = False, limit: str = "") -> dict[str, Any]:
     """The run's end as the run knows it, once its output is flushed: its exit status, the CPU and
     peak memory of itself and every child it reaped (what wait4 would tell the server), and the limit
-    its code's exception met, if any (`bootstrap.limit_met`).
+    its code's exception met, if any (`limit_met`).
 
     A `spawned` interpreter reads its own peak from its address space (VmHWM): the kernel's count for
     the process carries the high-water mark of the server it was spawned from (posix_spawn is vfork).
@@ -393,3 +393,34 @@ def send(fd: int, data: bytes, shared: bool = False) -> None:
             wire.write_whole(fd, data)
     except OSError:
         pass
+
+
+def limit_met(exc: BaseException, filename: str) -> str:
+    """The limit an uncaught exception says the run met: "memory" for a MemoryError (numpy's and
+    pandas' `_ArrayMemoryError` are subclasses) or an OSError ENOMEM, "file_size" for an OSError EFBIG;
+    "" for anything else, and for one the run's own code raised with a ``raise`` statement naming it
+    (a user's ``raise MemoryError`` is an error like any other; its code compiled as `filename`, or a
+    session's call's under the same stem). Never raises: it runs when memory may be short."""
+    try:
+        import errno  # only here: every run pays for the imports at the top of this module
+        import opcode
+
+        if isinstance(exc, MemoryError):
+            limit = "memory"
+        elif isinstance(exc, OSError) and exc.errno in (errno.ENOMEM, errno.EFBIG):
+            limit = "memory" if exc.errno == errno.ENOMEM else "file_size"
+        else:
+            return ""
+        last = exc.__traceback__
+        while last is not None and last.tb_next is not None:
+            last = last.tb_next
+        if last is None:
+            return limit  # raised where no frame is (compiling the code)
+        code = last.tb_frame.f_code
+        # A frame of the run's own code ("<run_python>", a session's "<run_python call N>") stopped at
+        # `raise X`: its own. A bare `raise` (argument count 0) passes on what something else raised.
+        raised = code.co_code[last.tb_lasti] == opcode.opmap["RAISE_VARARGS"]
+        explicit = raised and code.co_code[last.tb_lasti + 1] > 0
+        return "" if explicit and code.co_filename.startswith(filename[:-1]) else limit
+    except Exception:
+        return "memory" if isinstance(exc, MemoryError) else ""

@@ -88,6 +88,8 @@ class SessionCarry(sealing.Holder):
     library: Library | None = None  # recorded in the session's first keeper
 
 
+# How long a call waits for its candidate to say whether it can be kept: some ms (`sealing.seal_again`).
+CANDIDATE_LOOK_SECONDS = 10.0
 # Why a call whose state changed what a keeper cannot put back is not kept (`Library.unchanged`).
 CHANGED_LIBRARY = "it changed what a keeper cannot put back (a library class's bases or dictionary)"
 
@@ -512,7 +514,7 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
     becomes the keeper) or killed."""
     socket = _library("socket")
     try:
-        looked, looks = os.pipe()  # the candidate says there whether it can be kept (one byte)
+        looked, looks = socket.socketpair()  # the candidate says there whether it can be kept (one byte)
     except OSError as exc:
         _refuse(channel_fd, f"its candidate could not be forked: {exc.strerror}")
         return
@@ -522,24 +524,26 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
         # with others here, through os.fork (`sealing.fork_with_threads`).
         pid = sealing.fork_with_threads(SessionCarry) if threads else libc.fork_bare()
     except OSError as exc:
-        os.close(looked)
-        os.close(looks)
+        looked.close()
+        looks.close()
         _refuse(channel_fd, f"its candidate could not be forked: {exc.strerror}")
         return
     if pid:
-        os.close(looks)
+        looks.close()
         _announce_candidate(channel_fd, pid, threads, looked)
         return
     try:
-        os.close(looked)
-        if not threads:  # (os.fork did that work, with the same hooks)
-            sealing.after_bare_fork(SessionCarry)  # the session's hooks kept back: never run here
-        # What the call's threads undid since it was sealed: refused, no candidate (not kept).
-        unchanged = sealing.seal_again(SessionCarry)
-        os.write(looks, b"1" if unchanged else b"0")
-        if not unchanged:
+        looked.close()
+        if not threads:  # (os.fork did that work)
+            sealing.after_bare_fork(SessionCarry)  # the hooks kept back for the call: never run here
+        # What the call's threads undid since it was sealed: refused, no candidate (not kept). And one
+        # thread only: a hook put before `fork_with_threads`'s guard could have started one here.
+        look = b"1" if sealing.seal_again(SessionCarry) else b"0"
+        look = b"2" if look == b"1" and _threads() != 1 else look
+        looks.send(look)
+        if look != b"1":
             os._exit(0)
-        os.close(looks)
+        looks.close()
         os.setpgid(0, 0)  # the same, from this side: whichever runs first
         # A call may have made itself dumpable again; the keeper it may become must not be, or a
         # later call could write the kept state through /proc/PID/mem and then be rolled back.
@@ -560,27 +564,29 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
     raise Kept(channel)
 
 
-def _announce_candidate(channel_fd: int, pid: int, threads: bool, looked: int) -> None:
-    """In the call, its candidate `pid` forked: in a group of its own before the call reports its end
-    (the server then has the call's group killed, ``K``, and the candidate must not be in it, whether or
-    not it has run yet), then announced once it said it can be kept (`looked`, its pipe). Announced from
-    here, not by the candidate: before the call's report and its end, which the candidate, still to be
-    scheduled, may come after; and after its look, not before: one announced, then refused, was a call
-    answered as kept whose state was gone, which ended its session (found by a test: a call's thread
-    changed a library class after the seal)."""
+def _announce_candidate(channel_fd: int, pid: int, threads: bool, looked: Any) -> None:
+    """In the call: its candidate `pid` in a group of its own before the call reports its end (the
+    server then has the call's group killed), then announced once it said it can be kept (`looked`):
+    from here, before the call's report, which the candidate may come after; after its look: one
+    announced, then refused, was a call answered as kept, whose session then ended (found by a test)."""
     socket = _library("socket")
     try:  # noqa: SIM105  (contextlib is not imported in runs)
         os.setpgid(pid, pid)
     except OSError:
-        pass  # gone already: the pipe says so
+        pass  # gone already: its socket says so
     try:
-        said = os.read(looked, 1)  # bounded by the call's timeout (a candidate that hangs: killed with it)
+        looked.settimeout(CANDIDATE_LOOK_SECONDS)  # another thread's fork may hold its end open too
+        said = looked.recv(1)
+    except TimeoutError:
+        said = b""
+        os.kill(pid, signal.SIGKILL)  # it holds its end: alive, not reaped (the call's child)
     except OSError:
         said = b""
     finally:
-        os.close(looked)
+        looked.close()
     if said != b"1":
-        _refuse(channel_fd, CHANGED_LIBRARY if said == b"0" else "its candidate is gone")
+        why = {b"0": CHANGED_LIBRARY, b"2": "its candidate had a thread of its own"}.get(said, "its candidate is gone")
+        _refuse(channel_fd, why)
         return
     try:
         channel = socket.socket(fileno=channel_fd)

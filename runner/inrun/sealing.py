@@ -21,6 +21,8 @@ import os
 import signal
 import stat
 import sys
+from _imp import acquire_lock as _acquire_import_lock
+from _imp import release_lock as _release_import_lock
 
 # Bound as this module loads, before any code of a session's: a call that replaces signal.valid_signals
 # or signal.pthread_sigmask (one line) does not reach what a keeper calls. (_signal's own returns
@@ -30,7 +32,7 @@ from _signal import pthread_sigmask as _sigmask
 
 # Bound as this module loads too: what `seal` calls before it has put the interpreter's own library back
 # (`library.Library`).
-_vars, _range, _len, _listdir, _fork = vars, range, len, os.listdir, os.fork
+_vars, _range, _len, _listdir, _fork, _exit = vars, range, len, os.listdir, os.fork, os._exit
 # Collections, and the profile and trace functions, off before the library is put back: they would run
 # the state's code (a finaliser of its garbage, a profile function at each call) as it is swapped.
 _gc_isenabled, _gc_disable = gc.isenabled, gc.disable
@@ -64,7 +66,7 @@ class Holder:
 
     sealed: Sealed | None
     fork_hooks: ForkHooks | None  # the interpreter's lists of at-fork hooks (`find_fork_hooks`)
-    deferred: list[object]  # the session's own after_in_child hooks, kept back for the call (`run_deferred`)
+    deferred: list[object]  # the after_in_child hooks, kept back for the call (`run_deferred`)
     mapped: bool  # the state made a mapping through Python's mmap module (`audit`)
     home: str  # the session's directory
     library: Library | None  # recorded in the session's first keeper
@@ -138,7 +140,7 @@ def seal(holder: type[Holder]) -> bool:
 
 def seal_again(holder: type[Holder]) -> bool:
     """Once a sealed call has no thread but the one doing this (it becomes the keeper itself), or in
-    the candidate it forked bare because it had threads (`keeper.offer_state`, `keeper.fork_candidate`):
+    the candidate it forked because it had threads (`keeper.offer_state`, `keeper.fork_candidate`):
     what `seal` took out, taken out again, and the library put back again, no other thread running
     now. The call's threads ran on after its seal, and one could have put its functions back in place,
     or collections back on, or changed what cannot be put back (found by a test: its ``os.wait4 = f``
@@ -146,6 +148,10 @@ def seal_again(holder: type[Holder]) -> bool:
     once the call was sealed, then ended, had its code run in the keeper the call became). False where
     the state changed what cannot be put back (`Library.unchanged`): then it is not kept. The state's,
     for each call, stays what `seal` recorded."""
+    try:  # noqa: SIM105  (contextlib is not imported in runs)
+        _sigmask(SIG_BLOCK, ALL_SIGNALS)  # as sealed (another thread cannot change this one's mask; a hook could)
+    except BaseException:  # noqa: S110  (blocked all the same)
+        pass
     _gc_disable()
     _setprofile(None)
     _settrace(None)
@@ -184,8 +190,8 @@ def unseal(holder: type[Holder]) -> None:
 
 
 def _interpreters_own() -> None:
-    """Registered as an at-fork hook of each kind before any code of a session's runs: what comes after
-    it in the interpreter's lists is the session's (`find_fork_hooks`)."""
+    """Registered as an at-fork hook of each kind before any code of a session's runs, to find the
+    interpreter's lists of them (`find_fork_hooks`)."""
 
 
 def _interpreters_own_before() -> None:
@@ -200,19 +206,10 @@ class ForkHooks:
     """The interpreter's lists of at-fork hooks (os.register_at_fork keeps them in it), found in a
     session's first keeper, where no code of the session's has run (`find_fork_hooks`)."""
 
-    __slots__ = ("before", "child", "in_parent", "own", "reseeds")
+    __slots__ = ("before", "child", "in_parent")
 
-    def __init__(
-        self,
-        child: list[object],
-        own: int,
-        reseeds: tuple[int, ...],
-        before: list[object] | None,
-        in_parent: list[object] | None,
-    ) -> None:
+    def __init__(self, child: list[object], before: list[object] | None, in_parent: list[object] | None) -> None:
         self.child = child  # the after_in_child hooks
-        self.own = own  # how many of them are the interpreter's own (threading's, random's, the preloaded modules')
-        self.reseeds = reseeds  # where random's reseed is among those
         self.before = before  # the before hooks, None where not found
         self.in_parent = in_parent  # the after_in_parent hooks, None where not found
 
@@ -232,16 +229,11 @@ def find_fork_hooks() -> ForkHooks | None:
         gc.unfreeze()
     try:
         sentinels = (_interpreters_own, _interpreters_own_before, _interpreters_own_in_parent)
-        found = [_ending_with(hook) for hook in sentinels]
+        child, before, in_parent = (_ending_with(hook) for hook in sentinels)
     finally:
         if frozen:
             gc.freeze()
-    child, before, in_parent = found
-    if child is None:
-        return None
-    generator = getattr(sys.modules.get("random"), "_inst", find_fork_hooks)  # (none: a hook is no generator)
-    reseeds = tuple(n for n, hook in enumerate(child) if getattr(hook, "__self__", None) is generator)
-    return ForkHooks(child, len(child), reseeds, before, in_parent)
+    return ForkHooks(child, before, in_parent) if child is not None else None
 
 
 def _ending_with(hook: object) -> list[object] | None:
@@ -252,59 +244,72 @@ def _ending_with(hook: object) -> list[object] | None:
 
 def after_bare_fork(holder: type[Holder]) -> None:
     """In the child of `libc.fork_bare`, before anything else: what os.fork does in its child (CPython's
-    after-fork work: the interpreter's locks and thread states made anew, the import lock let go), with
-    the interpreter's own after_in_child hooks; the session's are kept back in `holder.deferred`, for
-    a call to run as it begins (`run_deferred`): none of them runs in a candidate or a keeper, nor in a
-    call forked ahead before its code comes. Nor does random's own reseed: the random stream stays the
-    state's, without a call of `random` here, whose functions and classes the state may have replaced
-    (found by a second look: ``random.getstate`` ran in a keeper)."""
+    after-fork work: the interpreter's locks and thread states made anew, the import lock let go),
+    without its after_in_child hooks, kept back in `holder.deferred` for a call to run as it begins
+    (`run_deferred`): none of them runs in a candidate or a keeper, nor in a call forked ahead before
+    its code comes. Not the interpreter's own either: threading's calls methods of each Thread the
+    state made (a subclass's), logging's of each of its handlers, random's reseeds the state's stream
+    through `random` (found by reviews: each ran the state's code in a call forked ahead)."""
     hooks = holder.fork_hooks
     if hooks is None:
         # The list was not found (`find_fork_hooks`): the session's hooks would run here with the
         # interpreter's. This fork dies instead (a review: it ran them), and the session with its calls.
         os._exit(1)
-    whole = _own_hooks_only(holder, hooks)
+    listed = hooks.child
+    whole = listed[:]
+    listed[:] = []
     try:
         libc.after_fork_child()
     finally:
-        hooks.child[:] = whole
+        listed[:] = whole
+    holder.deferred = whole
 
 
 def fork_with_threads(holder: type[Holder]) -> int:
-    """os.fork, for a process with other threads (a call forking its candidate), with the hooks
-    `after_bare_fork` runs: none of the state's, here or in the child (kept back in `holder.deferred`),
-    nor the interpreter's own ``before`` and ``after_in_parent`` ones (as `libc.fork_bare`). Not
-    `libc.fork_bare` there: the child would run a line of Python before its after-fork work, with the
-    interpreter's lock as the threads left it; a thread that had waited for it long enough asks its
-    holder to let go, and the child, alone, then lets go and waits for ever for a thread that is not
-    there (found: a call with a busy thread lost its session). os.fork makes that lock anew in C
-    first. OSError if it cannot be done so."""
+    """os.fork, for a process with other threads (a call forking its candidate), with no at-fork hook
+    run, here or in the child (its after_in_child hooks kept back in `holder.deferred`, as
+    `after_bare_fork` does). Not `libc.fork_bare` there: the child would run a line of Python before its
+    after-fork work, with the interpreter's lock as the threads left it; a thread that had waited for it
+    long enough asks its holder to let go, and the child, alone, then lets go and waits for ever for a
+    thread that is not there (found: a call with a busy thread lost its session). os.fork makes that
+    lock anew in C first.
+
+    The other threads run on as it forks, and one may register a hook meanwhile (found by a review: the
+    GIL let go as os.fork waited for the import lock a thread held): the import lock is taken first,
+    and the child's list holds a guard alone, which ends the child where anything was added to it. A
+    thread that changes the list in place (found through gc) can still put a hook before the guard
+    (docs/sessions.md). OSError if it cannot be done."""
     hooks = holder.fork_hooks
     if hooks is None or hooks.before is None or hooks.in_parent is None:
         raise OSError(errno.ENOSYS, "fork: the interpreter's at-fork hooks were not found")
-    before, in_parent = hooks.before[:], hooks.in_parent[:]
-    hooks.before[:] = hooks.in_parent[:] = []
-    whole = _own_hooks_only(holder, hooks)
+    listed, before, in_parent = hooks.child, hooks.before, hooks.in_parent
+
+    def guard() -> None:
+        if _len(listed) != 1 or listed[0] is not guard:
+            _exit(1)
+
+    _acquire_import_lock()  # held: os.fork takes it again at once, without letting the GIL go
     try:
-        return _fork()
+        whole, was_before, was_in_parent = listed[:], before[:], in_parent[:]
+        before[:] = in_parent[:] = []
+        listed[:] = [guard]
+        try:
+            pid = _fork()
+        finally:
+            listed[:] = whole
+            before[:] = was_before
+            in_parent[:] = was_in_parent
     finally:
-        hooks.child[:] = whole
-        hooks.before[:] = before
-        hooks.in_parent[:] = in_parent
-
-
-def _own_hooks_only(holder: type[Holder], hooks: ForkHooks) -> list[object]:
-    """Leave in the after_in_child list only the interpreter's own hooks but random's reseed, the rest
-    kept back in `holder.deferred` (put back in the list by the caller); the whole list as it was."""
-    whole = hooks.child[:]
-    holder.deferred = whole[hooks.own :]
-    hooks.child[:] = [hook for n, hook in enumerate(whole[: hooks.own]) if n not in hooks.reseeds]
-    return whole
+        _release_import_lock()  # in the child too: its after-fork work left it held once
+    if pid == 0:
+        holder.deferred = whole
+    return pid
 
 
 def run_deferred(holder: type[Holder]) -> None:
-    """In a call, as it begins: the session's after_in_child hooks `after_bare_fork` kept back, in the
-    order os.fork runs them (one that raises is reported on the call's stderr, as CPython does)."""
+    """In a call, as it begins: the after_in_child hooks `after_bare_fork` kept back, in the order
+    os.fork runs them (one that raises is reported on the call's stderr, as CPython does); the random
+    stream stays the state's (random's own reseed is one of them)."""
     deferred, holder.deferred = holder.deferred, []
     if not deferred:
         return

@@ -404,7 +404,7 @@ END_ONLY = (
     rb'"cpu": ((?:0|[1-9][0-9]{0,9})\.[0-9]{1,20}(?:e-[0-9]{1,3})?), "maxrss_kb": (0|[1-9][0-9]{0,14}), '
     rb'"limit": "(|memory|file_size|exit)"\}\}'
 )
-# The limits a run can say its code's exception met (`bootstrap.limit_met`), as the end names them; "exit":
+# The limits a run can say its code's exception met (`harvest.limit_met`), as the end names them; "exit":
 # its code ended itself (sys.exit) with a failure, which may be a child's (a child interpreter's
 # MemoryError, its status passed on), so the server reads the last line of stderr as for a run that
 # told no end.

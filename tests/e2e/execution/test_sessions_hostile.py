@@ -1333,3 +1333,84 @@ async def test_a_call_whose_candidate_cannot_be_forked_is_rolled_back_and_its_an
     assert refused.session.note == "its candidate could not be forked: Too many open files", refused
     seen = await call(pool, "print(x)", handle)
     assert seen.stdout.text == "1\n", seen
+
+
+# What a hook run in a candidate does there: start a thread, which would run in the keeper between calls
+# (a call forked from it would find the keeper's pid in `ticked`; the calls' own hooks tick in them).
+TICKER = """
+import _thread, time
+ticked = set()
+def tick():
+    while True:
+        ticked.add(os.getpid())
+        time.sleep(0.01)
+def hook():
+    noted('a hook in the candidate')
+    _thread.start_new_thread(tick, ())
+"""
+RACES = {
+    # The thread holds the import lock, and registers once the call's code has ended: os.fork waited for
+    # that lock with the GIL let go, the hooks' lists set for the fork (found by a review: every time).
+    "import-lock": (
+        "import _imp, threading, time\n"
+        "def racer():\n"
+        "    _imp.acquire_lock()\n    time.sleep(1)\n"
+        "    os.register_at_fork(after_in_child=hook)\n    _imp.release_lock()\n    time.sleep(30)\n"
+        "threading.Thread(target=racer, daemon=True).start()\nx = 2"
+    ),
+    # Once the call is sealed, at a switch interval of 1 us, until the call ends (within 7 calls before).
+    "spinning": (
+        "import threading\n"
+        "def racer():\n"
+        "    while vars(os).get('__spec__') is not None:\n        pass\n"
+        "    for _ in range(20000):\n        os.register_at_fork(after_in_child=hook)\n"
+        "sys.setswitchinterval(1e-6)\nthreading.Thread(target=racer, daemon=True).start()\nx = 2"
+    ),
+}
+
+
+@pytest.mark.parametrize("race", RACES.values(), ids=RACES.keys())
+async def test_a_hook_a_calls_thread_registers_as_its_candidate_is_forked_never_runs_outside_a_call(
+    pool: Pool, race: str
+) -> None:
+    handle = await new_session(pool, MARK_OUTSIDE + TICKER + "x = 1")
+    for _ in range(3 if "spinning" in race else 1):
+        assert (await call(pool, race, handle)).session is not None
+    await anyio.sleep(0.1)  # a thread in the keeper ticks meanwhile
+    seen = await call(pool, "print(outside, sorted(ticked - {os.getpid()}))\nraise RuntimeError('rolled back')", handle)
+    assert seen.stdout.text == "[] []\n", seen
+
+
+# The interpreter's own at-fork hooks call methods of what the state made: threading's of each of its
+# threads (running, or ended and still referenced), logging's of each of its handlers. With packages
+# preloaded, threading and logging are loaded before any code of a session's, and their hooks ran as the
+# keeper forked (found by a review: in every call forked ahead, and in a candidate).
+OWN_HOOKS_CALL_THE_STATE = {
+    "a-running-thread": "t = T(target=time.sleep, args=(30,), daemon=True)\nt.start()",
+    "an-ended-thread": "t = T(target=int)\nt.start()\nt.join()",
+    "a-logging-handler": (
+        "import logging\nclass H(logging.Handler):\n"
+        "    def _at_fork_reinit(self):\n        noted('H._at_fork_reinit')\n        super()._at_fork_reinit()\n"
+        "h = H()"
+    ),
+}
+
+
+@pytest.mark.parametrize("left", OWN_HOOKS_CALL_THE_STATE.values(), ids=OWN_HOOKS_CALL_THE_STATE.keys())
+async def test_with_packages_preloaded_the_interpreters_own_at_fork_hooks_run_in_calls_only(
+    config: Config, no_leaks: None, left: str
+) -> None:
+    from tests.e2e.test_data import with_packages
+
+    threads = (
+        "import threading, time\nclass T(threading.Thread):\n"
+        "    def _stop(self):\n        noted('T._stop')\n        super()._stop()\n"
+        "    def _reset_internal_locks(self, is_alive):\n        noted('T._reset_internal_locks')\n"
+        "        super()._reset_internal_locks(is_alive)\n"
+    )
+    async with Pool.open(with_packages(config, "fork-server"), reap_strays=True) as pool:
+        handle = await new_session(pool, MARK_OUTSIDE + threads)
+        for code in (left, "y = 1", "z = 1\nraise RuntimeError('rolled back')"):
+            assert (await call(pool, code, handle)).session is not None
+        seen = await call(pool, "print(outside)", handle)
+        assert seen.stdout.text == "[]\n", seen
