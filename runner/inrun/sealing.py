@@ -308,14 +308,17 @@ def fork_with_threads(holder: type[Holder]) -> int:
 
 def run_deferred(holder: type[Holder]) -> None:
     """In a call, as it begins: the after_in_child hooks `after_bare_fork` kept back, in the order
-    os.fork runs them (one that raises is reported on the call's stderr, as CPython does); the random
-    stream stays the state's (random's own reseed is one of them)."""
+    os.fork runs them (one that raises is reported on the call's stderr, as CPython does); but random's
+    reseed, the interpreter's or one a session's own import of random registered: the random stream
+    stays the state's (skipped, not undone: a reseed and a put-back of its state cost a call 25 us)."""
     deferred, holder.deferred = holder.deferred, []
     if not deferred:
         return
     random = sys.modules.get("random")
-    state = random.getstate() if random is not None else None
+    generator = getattr(random, "_inst", None) if random is not None else None
     for hook in deferred:
+        if generator is not None and getattr(hook, "__self__", None) is generator:
+            continue
         try:
             hook()  # type: ignore[operator]
         except Exception:
@@ -323,8 +326,6 @@ def run_deferred(holder: type[Holder]) -> None:
 
             sys.stderr.write(f"Exception ignored in: {hook!r}\n")
             traceback.print_exc()
-    if random is not None and state is not None:
-        random.setstate(state)  # a session's own import of random registered a reseed
 
 
 def audit(holder: type[Holder]) -> object:
