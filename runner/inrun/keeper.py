@@ -92,6 +92,12 @@ class SessionCarry(sealing.Holder):
 CANDIDATE_LOOK_SECONDS = 10.0
 # Why a call whose state changed what a keeper cannot put back is not kept (`Library.unchanged`).
 CHANGED_LIBRARY = "it changed what a keeper cannot put back (a library class's bases or dictionary)"
+# Why its candidate refused itself (`fork_candidate`), by what it said.
+CANDIDATE_REFUSED = {
+    b"0": CHANGED_LIBRARY,
+    b"2": "its candidate had a thread of its own",
+    b"3": "its candidate held memory shared with another process, or a file of its own memory",
+}
 
 
 def filename(calls: int) -> str:
@@ -358,7 +364,7 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     if shared:
         _refuse(channel_fd, shared)
         return None
-    threads = not alone and _threads() > 1  # any thread, not only `threading`'s: C code's and `_thread`'s too
+    threads = not alone and sealing.threads() > 1  # any thread, not only `threading`'s: C code's and `_thread`'s too
     if not alone and not threads and not sealing.seal_again(SessionCarry):  # a thread since ended, after the seal
         _refuse(channel_fd, CHANGED_LIBRARY)
         return None
@@ -367,7 +373,7 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     # A keeper's CPU time counts against the call's RLIMIT_CPU: one that has used more than a quarter
     # of it would, after forking a few thousand calls, be killed (and its session lost).
     spent = cpu_limit != resource.RLIM_INFINITY and own.ru_utime + own.ru_stime > cpu_limit / 4
-    if threads or spent or _reaches_own_memory():
+    if threads or spent or sealing.reaches_own_memory():
         fork_candidate(channel_fd, threads)
         return None
     socket = _library("socket")
@@ -406,31 +412,6 @@ def _refuse(channel_fd: int, why: str) -> None:
         pass
     finally:
         channel.detach()
-
-
-def _threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 2  # cannot tell: as if it had threads (a fork is right either way)
-
-
-def _reaches_own_memory() -> bool:
-    """Whether the call holds an fd on its own /proc entries (``/proc/self/mem`` opened while it could):
-    one a later call inherits from a keeper that is this process writes the kept state. A candidate
-    forked from the call is not what such an fd reaches."""
-    own = (f"/proc/{os.getpid()}/", "/proc/self/", "/proc/thread-self/")
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return True
-    for name in names:
-        try:
-            if os.readlink(f"/proc/self/fd/{name}").startswith(own):
-                return True
-        except OSError:
-            continue  # closed meanwhile (the listing's own)
-    return False
 
 
 def _end_own_processes() -> bool:
@@ -536,10 +517,15 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
         looked.close()
         if not threads:  # (os.fork did that work)
             sealing.after_bare_fork(SessionCarry)  # the hooks kept back for the call: never run here
-        # What the call's threads undid since it was sealed: refused, no candidate (not kept). And one
-        # thread only: a hook put before `fork_with_threads`'s guard could have started one here.
+        # Refused (not kept): what the call's threads undid since the seal (0); a thread (2), memory shared
+        # or reached (3), that code of the state's left as this child began (os.fork's frees what only the
+        # other threads held, finalisers and all: found by a review; a hook put before its guard).
         look = b"1" if sealing.seal_again(SessionCarry) else b"0"
-        look = b"2" if look == b"1" and _threads() != 1 else look
+        if look == b"1" and sealing.threads() != 1:
+            look = b"2"
+        elif look == b"1":
+            shared = sealing.share_nothing(SessionCarry) or sealing.nameless_file()
+            look = b"3" if shared or sealing.reaches_own_memory() else look
         looks.send(look)
         if look != b"1":
             os._exit(0)
@@ -585,8 +571,7 @@ def _announce_candidate(channel_fd: int, pid: int, threads: bool, looked: Any) -
     finally:
         looked.close()
     if said != b"1":
-        why = {b"0": CHANGED_LIBRARY, b"2": "its candidate had a thread of its own"}.get(said, "its candidate is gone")
-        _refuse(channel_fd, why)
+        _refuse(channel_fd, CANDIDATE_REFUSED.get(said, "its candidate is gone"))
         return
     try:
         channel = socket.socket(fileno=channel_fd)

@@ -51,6 +51,13 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
 
 # Every signal there is (valid_signals() makes 64 enum members each call: 56 us).
 ALL_SIGNALS = tuple(signal.valid_signals())
+# sys.monitoring's events, one bit each, a callback each (3.12 and later; none before).
+_EVENTS = getattr(vars(sys).get("monitoring"), "events", None)
+_MONITORING_EVENTS = tuple(
+    value
+    for name, value in (vars(_EVENTS).items() if _EVENTS is not None else ())
+    if name.isupper() and type(value) is int and value > 0 and value & (value - 1) == 0
+)
 
 
 def library_module(holder: type[Holder], name: str) -> Any:
@@ -76,13 +83,28 @@ class Sealed:
     """What a call left that would run its code in a keeper, taken out of the process while it is one
     and put back in each call forked from it (`seal`, `unseal`)."""
 
-    __slots__ = ("alone", "enabled", "gc_callbacks", "library", "mask", "monitoring", "profile", "trace")
+    __slots__ = (
+        "alone",
+        "callbacks",
+        "displaced",
+        "enabled",
+        "gc_callbacks",
+        "library",
+        "mask",
+        "monitoring",
+        "profile",
+        "trace",
+    )
 
     def __init__(self, mask: set[int], library: tuple[object, ...] | None, taken: tuple[bool, Any, Any]) -> None:
         self.mask = mask
         self.library = library  # the state's, while the interpreter's own is in place (`Library`)
         self.enabled, self.profile, self.trace = taken  # as they were before `seal` turned them off
         self.alone = False  # no other thread as the library was put back (`seal`)
+        # What `seal_again` took out, held until a call drops it (`unseal`): freed in a sealed process,
+        # a finaliser of the state's would run there (found by a review: its __del__ put the state's
+        # function back in the library, after it was put back, and the keeper called it).
+        self.displaced: list[object] = []
         self.gc_callbacks = list(gc.callbacks)
         self.monitoring: dict[int, int] = {}
         monitoring = _vars(sys).get("monitoring")  # Python 3.12 and later (not getattr: a state's sys.__getattr__)
@@ -90,6 +112,7 @@ class Sealed:
             for tool in range(6):
                 if monitoring.get_tool(tool) is not None:
                     self.monitoring[tool] = monitoring.get_events(tool)
+        self.callbacks: dict[tuple[int, int], object] = {}  # sys.monitoring's, taken out (`_take_callbacks`)
 
 
 def seal(holder: type[Holder]) -> bool:
@@ -134,8 +157,28 @@ def seal(holder: type[Holder]) -> bool:
     monitoring = _vars(sys).get("monitoring")
     for tool in sealed.monitoring:
         monitoring.set_events(tool, 0)  # type: ignore[union-attr]
+    sealed.callbacks = _take_callbacks()
     holder.sealed = sealed
     return True
+
+
+def _take_callbacks() -> dict[tuple[int, int], object]:
+    """sys.monitoring's callbacks of the tools in use, each event's, taken out (3.12 and later): a
+    tool's events set to none are its global ones, and the local events a state set on the library's
+    code (``set_local_events`` on socket.socket.close, say) would still call its callback while sealed
+    (found by a review: in the keeper's loop)."""
+    monitoring = _vars(sys).get("monitoring")
+    taken: dict[tuple[int, int], object] = {}
+    if monitoring is None:
+        return taken
+    for tool in _range(6):
+        if monitoring.get_tool(tool) is None:
+            continue
+        for event in _MONITORING_EVENTS:
+            callback = monitoring.register_callback(tool, event, None)
+            if callback is not None:
+                taken[tool, event] = callback
+    return taken
 
 
 def seal_again(holder: type[Holder]) -> bool:
@@ -148,23 +191,29 @@ def seal_again(holder: type[Holder]) -> bool:
     once the call was sealed, then ended, had its code run in the keeper the call became). False where
     the state changed what cannot be put back (`Library.unchanged`): then it is not kept. The state's,
     for each call, stays what `seal` recorded."""
+    sealed = holder.sealed
+    if sealed is None:
+        return False
     try:  # noqa: SIM105  (contextlib is not imported in runs)
-        _sigmask(SIG_BLOCK, ALL_SIGNALS)  # as sealed (another thread cannot change this one's mask; a hook could)
+        _sigmask(SIG_BLOCK, ALL_SIGNALS)  # as sealed (another thread cannot change this one's mask; a finaliser could)
     except BaseException:  # noqa: S110  (blocked all the same)
         pass
+    displaced = sealed.displaced
+    displaced += (_getprofile(), _gettrace(), list(gc.callbacks))
     _gc_disable()
     _setprofile(None)
     _settrace(None)
     if holder.library is not None:
         if not holder.library.unchanged():
             return False
-        holder.library.put_own()
+        displaced.append(holder.library.put_own())
     gc.callbacks.clear()
     monitoring = _vars(sys).get("monitoring")
     if monitoring is not None:  # 3.12 and later: the tools in use (another's events cannot be set)
         for tool in _range(6):
             if monitoring.get_tool(tool) is not None:
                 monitoring.set_events(tool, 0)
+        displaced.append(_take_callbacks())
     return True
 
 
@@ -184,6 +233,8 @@ def unseal(holder: type[Holder]) -> None:
     monitoring = _vars(sys).get("monitoring")
     for tool, events in sealed.monitoring.items():
         monitoring.set_events(tool, events)  # type: ignore[union-attr]
+    for (tool, event), callback in sealed.callbacks.items():
+        monitoring.register_callback(tool, event, callback)  # type: ignore[union-attr]
     sys.setprofile(sealed.profile)
     sys.settrace(sealed.trace)
     _sigmask(SIG_SETMASK, sealed.mask)
@@ -321,7 +372,7 @@ def run_deferred(holder: type[Holder]) -> None:
             continue
         try:
             hook()  # type: ignore[operator]
-        except Exception:
+        except BaseException:  # as CPython does (found by a review: sys.exit as a hook failed every call)
             import traceback
 
             sys.stderr.write(f"Exception ignored in: {hook!r}\n")
@@ -377,6 +428,32 @@ def share_nothing(holder: type[Holder]) -> str:
         if fields[1][1:2] == b"w" or _sessions(path, holder.home):
             return f"it holds shared memory ({path or 'anonymous'}), which a roll-back could not undo"
     return ""
+
+
+def reaches_own_memory() -> bool:
+    """Whether the call holds an fd on its own /proc entries (``/proc/self/mem`` opened while it could):
+    one a later call inherits from a keeper that is this process writes the kept state. A candidate
+    forked from the call is not what such an fd reaches."""
+    own = (f"/proc/{os.getpid()}/", "/proc/self/", "/proc/thread-self/")
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return True
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith(own):
+                return True
+        except OSError:
+            continue  # closed meanwhile (the listing's own)
+    return False
+
+
+def threads() -> int:
+    """How many threads this process has: any thread, not only `threading`'s (C code's, `_thread`'s)."""
+    try:
+        return _len(_listdir("/proc/self/task"))
+    except OSError:
+        return 2  # cannot tell: as if it had threads (a fork is right either way)
 
 
 def nameless_file() -> str:
