@@ -360,13 +360,17 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
     alone = SessionCarry.sealed is not None and SessionCarry.sealed.alone  # no thread to undo the seal
     resource = _library("resource")  # once sealed: never an import statement (`_library`)
 
+    threads = not alone and sealing.threads() > 1  # any thread, not only `threading`'s: C code's and `_thread`'s too
+    if not alone and not threads:  # a thread since ended, after the seal
+        if not sealing.seal_again(SessionCarry):
+            _refuse(channel_fd, CHANGED_LIBRARY)
+            return None
+        threads = sealing.threads() > 1  # (then forked: its candidate seals again too)
+    # The looks after that seal: what a thread left before it ended is part of what they look at (found by
+    # a review: shared memory made after them was kept).
     shared = sealing.share_nothing(SessionCarry) or sealing.nameless_file()
     if shared:
         _refuse(channel_fd, shared)
-        return None
-    threads = not alone and sealing.threads() > 1  # any thread, not only `threading`'s: C code's and `_thread`'s too
-    if not alone and not threads and not sealing.seal_again(SessionCarry):  # a thread since ended, after the seal
-        _refuse(channel_fd, CHANGED_LIBRARY)
         return None
     own = resource.getrusage(resource.RUSAGE_SELF)
     cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[0]

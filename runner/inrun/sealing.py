@@ -37,6 +37,12 @@ _vars, _range, _len, _listdir, _fork, _exit = vars, range, len, os.listdir, os.f
 # the state's code (a finaliser of its garbage, a profile function at each call) as it is swapped.
 _gc_isenabled, _gc_disable = gc.isenabled, gc.disable
 _getprofile, _setprofile, _gettrace, _settrace = sys.getprofile, sys.setprofile, sys.gettrace, sys.settrace
+# And the interpreter's own list of gc callbacks (the collector's, whatever `gc.callbacks` is bound to
+# later), `list`, and sys.monitoring's functions (3.12 and later; no library module of `Library`'s): a
+# state that replaced `builtins.list`, `gc.callbacks` or `sys.monitoring.get_tool` had its code run as
+# a process was sealed again (found by a review: after the looks for threads and shared memory).
+_list, _GC_CALLBACKS = list, gc.callbacks
+_MONITORING = vars(sys).get("monitoring")
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,8 +57,14 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
 
 # Every signal there is (valid_signals() makes 64 enum members each call: 56 us).
 ALL_SIGNALS = tuple(signal.valid_signals())
-# sys.monitoring's events, one bit each, a callback each (3.12 and later; none before).
-_EVENTS = getattr(vars(sys).get("monitoring"), "events", None)
+# sys.monitoring's functions and events, one bit each, a callback each (3.12 and later; none before).
+_MONITORING_FUNCTIONS: Any = (
+    (_MONITORING.get_tool, _MONITORING.get_events, _MONITORING.set_events, _MONITORING.register_callback)
+    if _MONITORING is not None
+    else (None, None, None, None)
+)
+_get_tool, _get_events, _set_events, _register_callback = _MONITORING_FUNCTIONS
+_EVENTS = getattr(_MONITORING, "events", None)
 _MONITORING_EVENTS = tuple(
     value
     for name, value in (vars(_EVENTS).items() if _EVENTS is not None else ())
@@ -105,13 +117,12 @@ class Sealed:
         # a finaliser of the state's would run there (found by a review: its __del__ put the state's
         # function back in the library, after it was put back, and the keeper called it).
         self.displaced: list[object] = []
-        self.gc_callbacks = list(gc.callbacks)
+        self.gc_callbacks = _list(_GC_CALLBACKS)
         self.monitoring: dict[int, int] = {}
-        monitoring = _vars(sys).get("monitoring")  # Python 3.12 and later (not getattr: a state's sys.__getattr__)
-        if monitoring is not None:
-            for tool in range(6):
-                if monitoring.get_tool(tool) is not None:
-                    self.monitoring[tool] = monitoring.get_events(tool)
+        if _MONITORING is not None:  # Python 3.12 and later
+            for tool in _range(6):
+                if _get_tool(tool) is not None:
+                    self.monitoring[tool] = _get_events(tool)
         self.callbacks: dict[tuple[int, int], object] = {}  # sys.monitoring's, taken out (`_take_callbacks`)
 
 
@@ -153,10 +164,9 @@ def seal(holder: type[Holder]) -> bool:
     library = holder.library.put_own() if holder.library is not None else None
     sealed = Sealed(mask, library, taken)
     sealed.alone = alone
-    gc.callbacks.clear()
-    monitoring = _vars(sys).get("monitoring")
+    _GC_CALLBACKS.clear()
     for tool in sealed.monitoring:
-        monitoring.set_events(tool, 0)  # type: ignore[union-attr]
+        _set_events(tool, 0)
     sealed.callbacks = _take_callbacks()
     holder.sealed = sealed
     return True
@@ -167,15 +177,14 @@ def _take_callbacks() -> dict[tuple[int, int], object]:
     tool's events set to none are its global ones, and the local events a state set on the library's
     code (``set_local_events`` on socket.socket.close, say) would still call its callback while sealed
     (found by a review: in the keeper's loop)."""
-    monitoring = _vars(sys).get("monitoring")
     taken: dict[tuple[int, int], object] = {}
-    if monitoring is None:
+    if _MONITORING is None:
         return taken
     for tool in _range(6):
-        if monitoring.get_tool(tool) is None:
+        if _get_tool(tool) is None:
             continue
         for event in _MONITORING_EVENTS:
-            callback = monitoring.register_callback(tool, event, None)
+            callback = _register_callback(tool, event, None)
             if callback is not None:
                 taken[tool, event] = callback
     return taken
@@ -199,7 +208,7 @@ def seal_again(holder: type[Holder]) -> bool:
     except BaseException:  # noqa: S110  (blocked all the same)
         pass
     displaced = sealed.displaced
-    displaced += (_getprofile(), _gettrace(), list(gc.callbacks))
+    displaced += (_getprofile(), _gettrace(), _list(_GC_CALLBACKS))
     _gc_disable()
     _setprofile(None)
     _settrace(None)
@@ -207,12 +216,11 @@ def seal_again(holder: type[Holder]) -> bool:
         if not holder.library.unchanged():
             return False
         displaced.append(holder.library.put_own())
-    gc.callbacks.clear()
-    monitoring = _vars(sys).get("monitoring")
-    if monitoring is not None:  # 3.12 and later: the tools in use (another's events cannot be set)
+    _GC_CALLBACKS.clear()
+    if _MONITORING is not None:  # 3.12 and later: the tools in use (another's events cannot be set)
         for tool in _range(6):
-            if monitoring.get_tool(tool) is not None:
-                monitoring.set_events(tool, 0)
+            if _get_tool(tool) is not None:
+                _set_events(tool, 0)
         displaced.append(_take_callbacks())
     return True
 
@@ -230,11 +238,12 @@ def unseal(holder: type[Holder]) -> None:
     gc.callbacks[:] = sealed.gc_callbacks
     if sealed.enabled:
         gc.enable()
-    monitoring = _vars(sys).get("monitoring")
     for tool, events in sealed.monitoring.items():
-        monitoring.set_events(tool, events)  # type: ignore[union-attr]
+        if _get_tool(tool) is not None:  # (a tool freed since: by a finaliser os.fork ran, say)
+            _set_events(tool, events)
     for (tool, event), callback in sealed.callbacks.items():
-        monitoring.register_callback(tool, event, callback)  # type: ignore[union-attr]
+        if _get_tool(tool) is not None:
+            _register_callback(tool, event, callback)
     sys.setprofile(sealed.profile)
     sys.settrace(sealed.trace)
     _sigmask(SIG_SETMASK, sealed.mask)
