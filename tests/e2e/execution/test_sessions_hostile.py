@@ -1559,9 +1559,9 @@ REPLACING = (
     "class Evil(list):\n    def __iter__(self):\n        noted('Evil.__iter__')\n        return list.__iter__(self)\n"
     "real_list = list\n"
     "def fake_list(*args):\n    noted('list')\n    builtins.list = real_list\n    return real_list(*args)\n"
-    "def replacer():\n    while vars(os).get('__spec__') is not None:\n        time.sleep(0)\n"
-    "    {how}\n"
-    "threading.Thread(target=replacer, daemon=True).start()\nx = 2"
+    + AFTER_THE_SEAL_THREAD
+    + "    {how}\n"
+    "threading.Thread(target=after_the_seal, daemon=True).start()\nx = 2"
 )
 
 
