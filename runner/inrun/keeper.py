@@ -47,12 +47,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from runner.inrun import libc, sealing, workdir
+    from runner.inrun import forkhooks, libc, sealing, workdir
     from runner.inrun.anchor import MAX_LINE
     from runner.inrun.anchor import anchor as anchor
     from runner.inrun.library import Library
     from runner.inrun.sweeps import SWEEP_SECONDS
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
+    import forkhooks
     import libc
     import sealing
     import workdir
@@ -81,8 +82,8 @@ class SessionCarry(sealing.Holder):
     kept_calls = 0
     warm_up: Callable[[], None] | None = None
     sealed: sealing.Sealed | None = None
-    fork_hooks: sealing.ForkHooks | None = None
-    deferred: list[object] = []  # noqa: RUF012  (each process's own: set by `sealing.after_bare_fork`)
+    fork_hooks: forkhooks.ForkHooks | None = None
+    deferred: list[object] = []  # noqa: RUF012  (each process's own: set by `forkhooks.after_bare_fork`)
     mapped = False
     home = ""
     library: Library | None = None  # recorded in the session's first keeper
@@ -143,7 +144,7 @@ def serve_as_keeper(
     try:
         if first:
             sys.addaudithook(sealing.audit(SessionCarry))  # type: ignore[arg-type]
-            SessionCarry.fork_hooks = sealing.find_fork_hooks()
+            SessionCarry.fork_hooks = forkhooks.find_fork_hooks()
             SessionCarry.library = Library()
         if not sealing.seal(SessionCarry):
             os._exit(1)
@@ -251,7 +252,7 @@ def _fork_ready(channel: socket.socket) -> tuple[int, socket.socket] | list[int]
         theirs.close()
         return pid, ours
     try:
-        sealing.after_bare_fork(SessionCarry)
+        forkhooks.after_bare_fork(SessionCarry)
         ours.close()
         channel.close()  # the keeper's: the anchor sees the keeper's end as the end of this socket
         libc.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL)  # a ready call dies with its keeper
@@ -318,7 +319,7 @@ def begin_call() -> None:
     (one that kills its keeper and then ends ok is kept). Until then, handed its pipes ahead and
     waiting for its job, it died with its keeper: a keeper killed while the session is idle ends it.
     Here, and not before, the state's own code may run again: its after_in_child hooks (the keeper
-    forked this call bare, `sealing.after_bare_fork`), then what `seal` took out."""
+    forked this call bare, `forkhooks.after_bare_fork`), then what `seal` took out."""
     libc.prctl(libc.PR_SET_PDEATHSIG, 0)
     sealing.unseal(SessionCarry)
 
@@ -506,8 +507,8 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
     try:
         # Bare, as the keeper forks: the state's at-fork hooks would run in the candidate (one that
         # starts a thread would leave it in the keeper). The candidate has one thread, the forking one;
-        # with others here, through os.fork (`sealing.fork_with_threads`).
-        pid = sealing.fork_with_threads(SessionCarry) if threads else libc.fork_bare()
+        # with others here, through os.fork (`forkhooks.fork_with_threads`).
+        pid = forkhooks.fork_with_threads(SessionCarry) if threads else libc.fork_bare()
     except OSError as exc:
         looked.close()
         looks.close()
@@ -520,7 +521,7 @@ def fork_candidate(channel_fd: int, threads: bool) -> None:
     try:
         looked.close()
         if not threads:  # (os.fork did that work)
-            sealing.after_bare_fork(SessionCarry)  # the hooks kept back for the call: never run here
+            forkhooks.after_bare_fork(SessionCarry)  # the hooks kept back for the call: never run here
         # Refused (not kept): what the call's threads undid since the seal (0); a thread (2), memory shared
         # or reached (3), that code of the state's left as this child began (os.fork's frees what only the
         # other threads held, finalisers and all: found by a review; a hook put before its guard).

@@ -9,30 +9,35 @@ The keeper must run no code of the session's (a call rolled back could otherwise
 state through it, or start processes that outlive every call). So `seal` takes all of it out, and
 `unseal` puts it back as each call's code is about to run; the keeper forks bare (`libc.fork_bare`),
 so that no at-fork hook runs in it either, and a call runs the state's `after_in_child` hooks as it begins
-(`after_bare_fork`, `run_deferred`). And what the keeper would share with its calls (shared memory) is
+(`forkhooks`). And what the keeper would share with its calls (shared memory) is
 made its own, or the state is not kept (`share_nothing`).
 """
 
 from __future__ import annotations
 
-import errno
 import gc
 import os
 import signal
 import stat
 import sys
-from _imp import acquire_lock as _acquire_import_lock
-from _imp import release_lock as _release_import_lock
+from _operator import call as _call  # type: ignore[import-not-found,unused-ignore]
+from _operator import is_ as _is
 
 # Bound as this module loads, before any code of a session's: a call that replaces signal.valid_signals
 # or signal.pthread_sigmask (one line) does not reach what a keeper calls. (_signal's own returns
 # numbers, not 64 enum members, which cost 50 us a call.)
 from _signal import SIG_BLOCK, SIG_SETMASK  # type: ignore[import-not-found]
+from _signal import default_int_handler as _default_int_handler
+from _signal import getsignal as _getsignal
 from _signal import pthread_sigmask as _sigmask
+from _signal import signal as _set_handler
+from itertools import compress as _compress
+from itertools import starmap as _starmap
 
 # Bound as this module loads too: what `seal` calls before it has put the interpreter's own library back
 # (`library.Library`).
-_vars, _range, _len, _listdir, _fork, _exit = vars, range, len, os.listdir, os.fork, os._exit
+_vars, _range, _len, _listdir = vars, range, len, os.listdir
+_map, _zip, _callable, _filter, _tuple, _dict = map, zip, callable, filter, tuple, dict
 # Collections, and the profile and trace functions, off before the library is put back: they would run
 # the state's code (a finaliser of its garbage, a profile function at each call) as it is swapped.
 _gc_isenabled, _gc_disable = gc.isenabled, gc.disable
@@ -49,27 +54,59 @@ if TYPE_CHECKING:
     from typing import Any
 
     from runner.inrun import libc
+    from runner.inrun.forkhooks import ForkHooks, run_deferred
     from runner.inrun.library import Library
 else:  # from this file's directory (`bootstrap.load_siblings`): never imported by the server
     import libc
+    from forkhooks import run_deferred
     from library import Library
 
 
 # Every signal there is (valid_signals() makes 64 enum members each call: 56 us).
-ALL_SIGNALS = tuple(signal.valid_signals())
+ALL_SIGNALS = tuple(int(number) for number in signal.valid_signals())
+_BLOCKABLE = frozenset(ALL_SIGNALS) - {signal.SIGKILL, signal.SIGSTOP}
 # sys.monitoring's functions and events, one bit each, a callback each (3.12 and later; none before).
 _MONITORING_FUNCTIONS: Any = (
-    (_MONITORING.get_tool, _MONITORING.get_events, _MONITORING.set_events, _MONITORING.register_callback)
-    if _MONITORING is not None
-    else (None, None, None, None)
+    (_MONITORING.get_tool, _MONITORING.register_callback) if _MONITORING is not None else (None, None)
 )
-_get_tool, _get_events, _set_events, _register_callback = _MONITORING_FUNCTIONS
+_get_tool, _register_callback = _MONITORING_FUNCTIONS
 _EVENTS = getattr(_MONITORING, "events", None)
 _MONITORING_EVENTS = tuple(
     value
     for name, value in (vars(_EVENTS).items() if _EVENTS is not None else ())
     if name.isupper() and type(value) is int and value > 0 and value & (value - 1) == 0
 )
+
+# What seals a process: rounds of steps called one after the other from C (`_take_round`), so that no
+# profile, trace or sys.monitoring function of the state's sees them (called from Python, each call was
+# one: the state's profile function ran as signals were blocked, and could unblock one whose handler
+# then ran in the keeper; found by a review). Nothing in a round tests or compares an object of the
+# state's (a tool's name may be a str subclass with a __bool__: found by a review of the fix).
+_IGNORED = _is  # a signal's handler while sealed: C, takes (signum, frame), does nothing
+# A round's steps: collections off first; then each handler replaced (`_swap_step`); then the rest.
+_COLLECTOR = ((_gc_isenabled,), (_gc_disable,))
+_TAKE_OUT = (
+    (_sigmask, SIG_BLOCK, ALL_SIGNALS),
+    (_getprofile,),
+    (_setprofile, None),
+    (_gettrace,),
+    (_settrace, None),
+    (_list, _GC_CALLBACKS),
+    (_GC_CALLBACKS.clear,),
+)
+_TOOLS = tuple(_range(6)) if _MONITORING is not None else ()
+# Each tool's steps: `int` marks it, its callbacks follow, one an event (3.12 and later; a tool's events
+# stay set, with nothing to call).
+_PER_TOOL = tuple(
+    ((int, tool), *((_register_callback, tool, event, None) for event in _MONITORING_EVENTS)) for tool in _TOOLS
+)
+
+
+def _swap_step(number: int) -> tuple[object, ...]:
+    return (_set_handler, number, _IGNORED)
+
+
+ROUNDS = 4  # at most, before a state whose code keeps setting up what a round takes out is not kept
 
 
 def library_module(holder: type[Holder], name: str) -> Any:
@@ -101,29 +138,108 @@ class Sealed:
         "displaced",
         "enabled",
         "gc_callbacks",
+        "handlers",
         "library",
         "mask",
-        "monitoring",
         "profile",
         "trace",
     )
 
-    def __init__(self, mask: set[int], library: tuple[object, ...] | None, taken: tuple[bool, Any, Any]) -> None:
+    def __init__(self, mask: set[int], first: Round) -> None:
         self.mask = mask
-        self.library = library  # the state's, while the interpreter's own is in place (`Library`)
-        self.enabled, self.profile, self.trace = taken  # as they were before `seal` turned them off
+        self.library: tuple[object, ...] | None = None  # the state's, while the interpreter's own is in place
+        # As the first round read them before it took them out.
+        self.enabled, self.handlers, self.profile, self.trace = (
+            first.enabled,
+            first.handlers,
+            first.profile,
+            first.trace,
+        )
+        self.gc_callbacks, self.callbacks = first.gc_callbacks, first.callbacks
         self.alone = False  # no other thread as the library was put back (`seal`)
-        # What `seal_again` took out, held until a call drops it (`unseal`): freed in a sealed process,
-        # a finaliser of the state's would run there (found by a review: its __del__ put the state's
-        # function back in the library, after it was put back, and the keeper called it).
+        # What later rounds found, or `seal_again` took out, held until a call drops it (`unseal`):
+        # freed in a sealed process, a finaliser of the state's would run there (found by a review: its
+        # __del__ put the state's function back in the library, after it was put back, and the keeper
+        # called it).
         self.displaced: list[object] = []
-        self.gc_callbacks = _list(_GC_CALLBACKS)
-        self.monitoring: dict[int, int] = {}
-        if _MONITORING is not None:  # Python 3.12 and later
-            for tool in _range(6):
-                if _get_tool(tool) is not None:
-                    self.monitoring[tool] = _get_events(tool)
-        self.callbacks: dict[tuple[int, int], object] = {}  # sys.monitoring's, taken out (`_take_callbacks`)
+
+
+class Round:
+    """One round's steps' results (`_take_round`), read: what it found, and took out."""
+
+    __slots__ = ("before", "callbacks", "enabled", "gc_callbacks", "handlers", "profile", "trace")
+
+    def __init__(self, handled: list[int], taken: list[Any]) -> None:
+        count = _len(handled)
+        self.enabled = taken[0]
+        self.handlers = _dict(_zip(handled, taken[2 : 2 + count]))
+        self.before, self.profile, _, self.trace, _, self.gc_callbacks, _ = taken[2 + count : 9 + count]
+        self.callbacks: dict[tuple[int, int], object] = {}
+        step = 1 + _len(_MONITORING_EVENTS)
+        for at in _range(9 + count, _len(taken), step):
+            for event, callback in _zip(_MONITORING_EVENTS, taken[at + 1 : at + step]):
+                if callback is not None:
+                    self.callbacks[taken[at], event] = callback
+
+    def clean(self) -> bool:
+        """Whether the round found nothing to take out, every signal blocked before it: nothing of the
+        state's that could run code was in place as it began, so none ran in it, nor can any now."""
+        return (
+            self.enabled is False
+            and not self.handlers
+            and self.before >= _BLOCKABLE
+            and self.profile is None
+            and self.trace is None
+            and not _len(self.gc_callbacks)
+            and not self.callbacks
+        )
+
+
+def _take_round() -> Round | None:
+    """One round, its steps called from C: collections off first (a collection as a step allocates would
+    run finalisers of the state's: found by a review); each Python handler of a signal but the
+    interpreter's own replaced by `_IGNORED` (a handler tripped by ``_thread.interrupt_main`` runs
+    whatever the mask: found by a review); every signal blocked (the handlers of signals caught
+    meanwhile run as it takes hold, and may unblock one: the next round's block finds it); the
+    profile and trace functions and the gc callbacks read and taken out; each callback of each
+    sys.monitoring tool in use taken out. What the steps return, read; None where a step raised three
+    times (a handler of the state's, as signals are checked): resumed at that step, not started again
+    (what is taken out by then is no longer the state's to read; found by a review)."""
+    # Which handlers are Python's, picked in C; of those, the interpreter's own left (by identity alone).
+    handlers = _list(_map(_getsignal, ALL_SIGNALS))
+    handled = [
+        number
+        for number, handler in _zip(_compress(ALL_SIGNALS, _map(_callable, handlers)), _filter(_callable, handlers))
+        if handler is not _IGNORED and handler is not _default_int_handler
+    ]
+    tools = [tool for tool in _TOOLS if _get_tool(tool) is not None]
+    steps = _COLLECTOR + _tuple(_map(_swap_step, handled)) + _TAKE_OUT
+    for tool in tools:
+        steps += _PER_TOOL[tool]
+    taken: list[Any] = []
+    for _ in _range(3):
+        try:
+            taken.extend(_starmap(_call, steps[_len(taken) :]))  # a list keeps what came before a step raised
+            return Round(handled, taken)
+        except BaseException:  # noqa: S112  (a handler of the state's raised; it has run)
+            continue
+    return None
+
+
+def _rounds() -> list[Round] | None:
+    """Rounds until one is clean (`Round.clean`): code of the state's that ran in a round (a handler
+    of a signal caught before, a finaliser, the collection 3.12 scheduled before it was turned off) may
+    have set up again what it took out, unblocked a signal, or tripped a handler; the next looks again.
+    Two for a state with anything to take out; None where ROUNDS are not enough: then it is not kept."""
+    rounds: list[Round] = []
+    for _ in _range(ROUNDS):
+        found = _take_round()
+        if found is None:
+            return None
+        rounds.append(found)
+        if found.clean():
+            return rounds
+    return None
 
 
 def seal(holder: type[Holder]) -> bool:
@@ -145,49 +261,23 @@ def seal(holder: type[Holder]) -> bool:
             continue
     else:
         return False
-    try:  # noqa: SIM105  (contextlib is not imported in runs)
-        _sigmask(SIG_BLOCK, ALL_SIGNALS)
-    except BaseException:  # noqa: S110  (a handler run as the mask took hold: blocked all the same)
-        pass
-    taken = (_gc_isenabled(), _getprofile(), _gettrace())
-    _gc_disable()
-    _setprofile(None)
-    _settrace(None)
+    rounds = _rounds()
+    if rounds is None:
+        return False
+    sealed = Sealed(mask, rounds[0])
+    sealed.displaced += rounds[1:]
     # No other thread now, and none can start (only this code runs from here): none can undo what is put
     # back next (`seal_again` need not look again). Bound at load: os.listdir may be the state's now.
     try:
-        alone = _len(_listdir("/proc/self/task")) == 1
+        sealed.alone = _len(_listdir("/proc/self/task")) == 1
     except OSError:
-        alone = False
-    if holder.library is not None and not holder.library.unchanged():
-        return False  # the call is not kept (it ends as a call does; this process with it)
-    library = holder.library.put_own() if holder.library is not None else None
-    sealed = Sealed(mask, library, taken)
-    sealed.alone = alone
-    _GC_CALLBACKS.clear()
-    for tool in sealed.monitoring:
-        _set_events(tool, 0)
-    sealed.callbacks = _take_callbacks()
+        sealed.alone = False
+    if holder.library is not None:
+        if not holder.library.unchanged():
+            return False  # the call is not kept (it ends as a call does; this process with it)
+        sealed.library = holder.library.put_own()
     holder.sealed = sealed
     return True
-
-
-def _take_callbacks() -> dict[tuple[int, int], object]:
-    """sys.monitoring's callbacks of the tools in use, each event's, taken out (3.12 and later): a
-    tool's events set to none are its global ones, and the local events a state set on the library's
-    code (``set_local_events`` on socket.socket.close, say) would still call its callback while sealed
-    (found by a review: in the keeper's loop)."""
-    taken: dict[tuple[int, int], object] = {}
-    if _MONITORING is None:
-        return taken
-    for tool in _range(6):
-        if _get_tool(tool) is None:
-            continue
-        for event in _MONITORING_EVENTS:
-            callback = _register_callback(tool, event, None)
-            if callback is not None:
-                taken[tool, event] = callback
-    return taken
 
 
 def seal_again(holder: type[Holder]) -> bool:
@@ -203,25 +293,14 @@ def seal_again(holder: type[Holder]) -> bool:
     sealed = holder.sealed
     if sealed is None:
         return False
-    try:  # noqa: SIM105  (contextlib is not imported in runs)
-        _sigmask(SIG_BLOCK, ALL_SIGNALS)  # as sealed (another thread cannot change this one's mask; a finaliser could)
-    except BaseException:  # noqa: S110  (blocked all the same)
-        pass
-    displaced = sealed.displaced
-    displaced += (_getprofile(), _gettrace(), _list(_GC_CALLBACKS))
-    _gc_disable()
-    _setprofile(None)
-    _settrace(None)
+    rounds = _rounds()
+    if rounds is None:
+        return False
+    sealed.displaced += rounds
     if holder.library is not None:
         if not holder.library.unchanged():
             return False
-        displaced.append(holder.library.put_own())
-    _GC_CALLBACKS.clear()
-    if _MONITORING is not None:  # 3.12 and later: the tools in use (another's events cannot be set)
-        for tool in _range(6):
-            if _get_tool(tool) is not None:
-                _set_events(tool, 0)
-        displaced.append(_take_callbacks())
+        sealed.displaced.append(holder.library.put_own())
     return True
 
 
@@ -238,154 +317,14 @@ def unseal(holder: type[Holder]) -> None:
     gc.callbacks[:] = sealed.gc_callbacks
     if sealed.enabled:
         gc.enable()
-    for tool, events in sealed.monitoring.items():
-        if _get_tool(tool) is not None:  # (a tool freed since: by a finaliser os.fork ran, say)
-            _set_events(tool, events)
     for (tool, event), callback in sealed.callbacks.items():
-        if _get_tool(tool) is not None:
+        if _get_tool(tool) is not None:  # (a tool freed since: by a finaliser os.fork ran, say)
             _register_callback(tool, event, callback)
+    for number, handler in sealed.handlers.items():
+        _set_handler(number, handler)
     sys.setprofile(sealed.profile)
     sys.settrace(sealed.trace)
     _sigmask(SIG_SETMASK, sealed.mask)
-
-
-def _interpreters_own() -> None:
-    """Registered as an at-fork hook of each kind before any code of a session's runs, to find the
-    interpreter's lists of them (`find_fork_hooks`)."""
-
-
-def _interpreters_own_before() -> None:
-    """`_interpreters_own`, as a ``before`` hook (one function each, to tell the three lists apart)."""
-
-
-def _interpreters_own_in_parent() -> None:
-    """`_interpreters_own`, as an ``after_in_parent`` hook."""
-
-
-class ForkHooks:
-    """The interpreter's lists of at-fork hooks (os.register_at_fork keeps them in it), found in a
-    session's first keeper, where no code of the session's has run (`find_fork_hooks`)."""
-
-    __slots__ = ("before", "child", "in_parent")
-
-    def __init__(self, child: list[object], before: list[object] | None, in_parent: list[object] | None) -> None:
-        self.child = child  # the after_in_child hooks
-        self.before = before  # the before hooks, None where not found
-        self.in_parent = in_parent  # the after_in_parent hooks, None where not found
-
-
-def find_fork_hooks() -> ForkHooks | None:
-    """In a process no code of a session's has run in (its first keeper): the interpreter's lists of
-    at-fork hooks, found through hooks registered now; None where the after_in_child list cannot be
-    found. Some milliseconds, once per session (gc.get_referrers over the heap)."""
-    os.register_at_fork(
-        before=_interpreters_own_before, after_in_parent=_interpreters_own_in_parent, after_in_child=_interpreters_own
-    )
-    # A zygote with packages froze its heap (gc.freeze: no collection in a fork copies its pages), the
-    # lists with it, which get_referrers does not look through: thawed for the search, frozen again (two
-    # splices of the collector's lists). Found by a review: not found, every hook ran, the session's too.
-    frozen = gc.get_freeze_count() > 0
-    if frozen:
-        gc.unfreeze()
-    try:
-        sentinels = (_interpreters_own, _interpreters_own_before, _interpreters_own_in_parent)
-        child, before, in_parent = (_ending_with(hook) for hook in sentinels)
-    finally:
-        if frozen:
-            gc.freeze()
-    return ForkHooks(child, before, in_parent) if child is not None else None
-
-
-def _ending_with(hook: object) -> list[object] | None:
-    """The one list that ends with `hook`, among the objects that refer to it; None if not one."""
-    found = [r for r in gc.get_referrers(hook) if type(r) is list and r and r[-1] is hook]
-    return found[0] if len(found) == 1 else None
-
-
-def after_bare_fork(holder: type[Holder]) -> None:
-    """In the child of `libc.fork_bare`, before anything else: what os.fork does in its child (CPython's
-    after-fork work: the interpreter's locks and thread states made anew, the import lock let go),
-    without its after_in_child hooks, kept back in `holder.deferred` for a call to run as it begins
-    (`run_deferred`): none of them runs in a candidate or a keeper, nor in a call forked ahead before
-    its code comes. Not the interpreter's own either: threading's calls methods of each Thread the
-    state made (a subclass's), logging's of each of its handlers, random's reseeds the state's stream
-    through `random` (found by reviews: each ran the state's code in a call forked ahead)."""
-    hooks = holder.fork_hooks
-    if hooks is None:
-        # The list was not found (`find_fork_hooks`): the session's hooks would run here with the
-        # interpreter's. This fork dies instead (a review: it ran them), and the session with its calls.
-        os._exit(1)
-    listed = hooks.child
-    whole = listed[:]
-    listed[:] = []
-    try:
-        libc.after_fork_child()
-    finally:
-        listed[:] = whole
-    holder.deferred = whole
-
-
-def fork_with_threads(holder: type[Holder]) -> int:
-    """os.fork, for a process with other threads (a call forking its candidate), with no at-fork hook
-    run, here or in the child (its after_in_child hooks kept back in `holder.deferred`, as
-    `after_bare_fork` does). Not `libc.fork_bare` there: the child would run a line of Python before its
-    after-fork work, with the interpreter's lock as the threads left it; a thread that had waited for it
-    long enough asks its holder to let go, and the child, alone, then lets go and waits for ever for a
-    thread that is not there (found: a call with a busy thread lost its session). os.fork makes that
-    lock anew in C first.
-
-    The other threads run on as it forks, and one may register a hook meanwhile (found by a review: the
-    GIL let go as os.fork waited for the import lock a thread held): the import lock is taken first,
-    and the child's list holds a guard alone, which ends the child where anything was added to it. A
-    thread that changes the list in place (found through gc) can still put a hook before the guard
-    (docs/sessions.md). OSError if it cannot be done."""
-    hooks = holder.fork_hooks
-    if hooks is None or hooks.before is None or hooks.in_parent is None:
-        raise OSError(errno.ENOSYS, "fork: the interpreter's at-fork hooks were not found")
-    listed, before, in_parent = hooks.child, hooks.before, hooks.in_parent
-
-    def guard() -> None:
-        if _len(listed) != 1 or listed[0] is not guard:
-            _exit(1)
-
-    _acquire_import_lock()  # held: os.fork takes it again at once, without letting the GIL go
-    try:
-        whole, was_before, was_in_parent = listed[:], before[:], in_parent[:]
-        before[:] = in_parent[:] = []
-        listed[:] = [guard]
-        try:
-            pid = _fork()
-        finally:
-            listed[:] = whole
-            before[:] = was_before
-            in_parent[:] = was_in_parent
-    finally:
-        _release_import_lock()  # in the child too: its after-fork work left it held once
-    if pid == 0:
-        holder.deferred = whole
-    return pid
-
-
-def run_deferred(holder: type[Holder]) -> None:
-    """In a call, as it begins: the after_in_child hooks `after_bare_fork` kept back, in the order
-    os.fork runs them (one that raises is reported on the call's stderr, as CPython does); but random's
-    reseed, the interpreter's or one a session's own import of random registered: the random stream
-    stays the state's (skipped, not undone: a reseed and a put-back of its state cost a call 25 us)."""
-    deferred, holder.deferred = holder.deferred, []
-    if not deferred:
-        return
-    random = sys.modules.get("random")
-    generator = getattr(random, "_inst", None) if random is not None else None
-    for hook in deferred:
-        if generator is not None and getattr(hook, "__self__", None) is generator:
-            continue
-        try:
-            hook()  # type: ignore[operator]
-        except BaseException:  # as CPython does (found by a review: sys.exit as a hook failed every call)
-            import traceback
-
-            sys.stderr.write(f"Exception ignored in: {hook!r}\n")
-            traceback.print_exc()
 
 
 def audit(holder: type[Holder]) -> object:

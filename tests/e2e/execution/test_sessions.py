@@ -1103,7 +1103,7 @@ async def test_the_anchors_own_work_past_the_runs_cpu_limit_does_not_end_the_ses
         assert limits.stdout.text == "(1, 2)\n", limits  # the calls' own, as documented
 
 
-SESSION_MODULES = ("anchor", "keeper", "library", "sealing", "snapshot", "sweeps")
+SESSION_MODULES = ("anchor", "forkhooks", "keeper", "library", "sealing", "snapshot", "sweeps")
 # A sibling's module object may be gone once loaded (no longer in sys.modules, and imported from with
 # `from ... import`): its dictionary stays, held by its functions.
 LOADED = (

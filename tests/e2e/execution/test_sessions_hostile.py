@@ -98,7 +98,7 @@ def mark(*_):
     while frame is not None:
         names.add(frame.f_code.co_name)
         here = os.path.basename(frame.f_code.co_filename)
-        if ours is None and here in ('bootstrap.py', 'keeper.py', 'anchor.py', 'sealing.py', 'libc.py'):
+        if ours is None and here in ('bootstrap.py', 'keeper.py', 'anchor.py', 'sealing.py', 'forkhooks.py', 'libc.py'):
             ours = (frame.f_code.co_name, here)
         frame = frame.f_back
     innermost.append(ours)
@@ -594,14 +594,16 @@ MARK_OUTSIDE = f"""
 import os, sys, types, _signal
 _mask, _getframe, _basename, _append, _len = _signal.pthread_sigmask, sys._getframe, os.path.basename, list.append, len
 busy, outside, WAITING = [False], [], {WAITING!r}
-RUNNERS = ('bootstrap.py', 'keeper.py', 'anchor.py', 'sealing.py', 'libc.py', 'harvest.py', 'wire.py', 'sweeps.py')
+UNSEALING = ('sealing.py', 'forkhooks.py')
+RUNNERS = ('bootstrap.py', 'keeper.py', 'anchor.py', 'sealing.py', 'forkhooks.py', 'libc.py', 'harvest.py', 'wire.py',
+           'sweeps.py')
 def mark(name):
     frame, ours, unsealing = _getframe(2), None, False
     while frame is not None:
         here = _basename(frame.f_code.co_filename)
         if ours is None and here in RUNNERS:
             ours = (frame.f_code.co_name, here)
-        unsealing = unsealing or (here == 'sealing.py' and frame.f_code.co_name in ('run_deferred', 'unseal'))
+        unsealing = unsealing or frame.f_code.co_name in ('run_deferred', 'unseal') and here in UNSEALING
         frame = frame.f_back
     waiting = ours is not None and (ours[0] in WAITING or ours[1] == 'anchor.py')
     # a call as it begins: what unseal puts back may run the state's code (in the call)
@@ -1340,14 +1342,16 @@ async def test_a_call_whose_candidate_cannot_be_forked_is_rolled_back_and_its_an
 # (a call forked from it would find the keeper's pid in `ticked`; the calls' own hooks tick in them).
 TICKER = """
 import _thread, time
-ticked = set()
+ticked, ticking = set(), set()
 def tick():
     while True:
         ticked.add(os.getpid())
         time.sleep(0.01)
 def hook():
     noted('a hook in the candidate')
-    _thread.start_new_thread(tick, ())
+    if os.getpid() not in ticking:  # one thread a process (the racer registers thousands of hooks)
+        ticking.add(os.getpid())
+        _thread.start_new_thread(tick, ())
 """
 RACES = {
     # The thread holds the import lock, and registers once the call's code has ended: os.fork waited for
