@@ -85,6 +85,7 @@ class SessionCarry(sealing.Holder):
     fork_hooks: forkhooks.ForkHooks | None = None
     deferred: list[object] = []  # noqa: RUF012  (each process's own: set by `forkhooks.after_bare_fork`)
     mapped = False
+    monitored = False
     home = ""
     library: Library | None = None  # recorded in the session's first keeper
 

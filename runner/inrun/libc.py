@@ -38,6 +38,7 @@ FUNCTIONS = (
     "mprotect",
     "prctl",
     "sethostname",
+    "sigaction",
     "setns",
     "syscall",
     "unshare",
@@ -167,6 +168,31 @@ def after_fork_child() -> None:
     os.register_at_fork)."""
     if PYLIBC is not None and hasattr(PYLIBC, "PyOS_AfterFork_Child"):
         PYLIBC.PyOS_AfterFork_Child()
+
+
+class _Sigaction(ctypes.Structure):
+    """glibc's struct sigaction (Linux: the handler, a 1,024-bit mask, the flags, the restorer)."""
+
+    _fields_ = (
+        ("handler", ctypes.c_void_p),
+        ("mask", ctypes.c_ulong * (1024 // (8 * ctypes.sizeof(ctypes.c_ulong)))),
+        ("flags", ctypes.c_int),
+        ("restorer", ctypes.c_void_p),
+    )
+
+
+SA_RESTART = 0x10000000
+
+
+def restarts(signum: int) -> bool:
+    """Whether system calls a handler of `signum` interrupts restart (``signal.siginterrupt(n, False)``,
+    SA_RESTART), which Python's signal.signal does not set (`sealing.unseal` sets it again)."""
+    if LIBC is None or not hasattr(LIBC, "sigaction"):
+        return False
+    action = _Sigaction()
+    if LIBC.sigaction(signum, None, ctypes.byref(action)) != 0:
+        return False
+    return bool(action.flags & SA_RESTART)
 
 
 def make_private(start: int, length: int, prot: int) -> bool:

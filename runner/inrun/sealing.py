@@ -30,7 +30,9 @@ from _signal import SIG_BLOCK, SIG_SETMASK  # type: ignore[import-not-found]
 from _signal import default_int_handler as _default_int_handler
 from _signal import getsignal as _getsignal
 from _signal import pthread_sigmask as _sigmask
+from _signal import siginterrupt as _siginterrupt
 from _signal import signal as _set_handler
+from itertools import chain as _chain
 from itertools import compress as _compress
 from itertools import starmap as _starmap
 
@@ -38,6 +40,7 @@ from itertools import starmap as _starmap
 # (`library.Library`).
 _vars, _range, _len, _listdir = vars, range, len, os.listdir
 _map, _zip, _callable, _filter, _tuple, _dict = map, zip, callable, filter, tuple, dict
+_chain_from = _chain.from_iterable
 # Collections, and the profile and trace functions, off before the library is put back: they would run
 # the state's code (a finaliser of its garbage, a profile function at each call) as it is swapped.
 _gc_isenabled, _gc_disable = gc.isenabled, gc.disable
@@ -95,18 +98,30 @@ _TAKE_OUT = (
     (_GC_CALLBACKS.clear,),
 )
 _TOOLS = tuple(_range(6)) if _MONITORING is not None else ()
-# Each tool's steps: `int` marks it, its callbacks follow, one an event (3.12 and later; a tool's events
-# stay set, with nothing to call).
-_PER_TOOL = tuple(
-    ((int, tool), *((_register_callback, tool, event, None) for event in _MONITORING_EVENTS)) for tool in _TOOLS
+# Each tool's callbacks taken out, one an event (3.12 and later; a tool's events stay set, with nothing
+# to call); in a round's take-out, `int` marks the tool first (`Round`).
+_CALLBACKS_OUT = tuple(
+    tuple((_register_callback, tool, event, None) for event in _MONITORING_EVENTS) for tool in _TOOLS
 )
+_int = int
+_LOOKED_AT = 7  # what a round reads at its end (`_take_round`)
 
 
 def _swap_step(number: int) -> tuple[object, ...]:
     return (_set_handler, number, _IGNORED)
 
 
-ROUNDS = 4  # at most, before a state whose code keeps setting up what a round takes out is not kept
+def _states(handlers: list[object]) -> list[int]:
+    """The signals whose handler (of `handlers`, each signal's in ALL_SIGNALS' order) is a Python one of
+    the state's: callable, and not one of the interpreter's own (picked in C; by identity alone)."""
+    return [
+        number
+        for number, handler in _zip(_compress(ALL_SIGNALS, _map(_callable, handlers)), _filter(_callable, handlers))
+        if handler is not _IGNORED and handler is not _default_int_handler
+    ]
+
+
+ROUNDS = 3  # at most, before a state whose code keeps setting up what a round takes out is not kept
 
 
 def library_module(holder: type[Holder], name: str) -> Any:
@@ -124,6 +139,7 @@ class Holder:
     fork_hooks: ForkHooks | None  # the interpreter's lists of at-fork hooks (`find_fork_hooks`)
     deferred: list[object]  # the after_in_child hooks, kept back for the call (`run_deferred`)
     mapped: bool  # the state made a mapping through Python's mmap module (`audit`)
+    monitored: bool  # the state registered a sys.monitoring callback (`audit`)
     home: str  # the session's directory
     library: Library | None  # recorded in the session's first keeper
 
@@ -142,102 +158,123 @@ class Sealed:
         "library",
         "mask",
         "profile",
+        "restarting",
         "trace",
     )
 
-    def __init__(self, mask: set[int], first: Round) -> None:
+    def __init__(self, mask: set[int], rounds: list[Round]) -> None:
         self.mask = mask
         self.library: tuple[object, ...] | None = None  # the state's, while the interpreter's own is in place
-        # As the first round read them before it took them out.
-        self.enabled, self.handlers, self.profile, self.trace = (
-            first.enabled,
-            first.handlers,
-            first.profile,
-            first.trace,
-        )
-        self.gc_callbacks, self.callbacks = first.gc_callbacks, first.callbacks
+        # As the first round read them before it took them out, and what the state's code set up again
+        # as a round ran, which a later round took out (found by a review: it was lost).
+        first = rounds[0]
+        self.enabled, self.handlers, self.gc_callbacks = first.enabled, first.handlers, _list(first.gc_callbacks)
+        self.profile, self.trace, self.callbacks = first.profile, first.trace, first.callbacks
+        self.restarting = first.restarting
+        for later in rounds[1:]:
+            self.handlers.update(later.handlers)
+            self.restarting = [*self.restarting, *later.restarting]
+            self.profile = later.profile if later.profile is not None else self.profile
+            self.trace = later.trace if later.trace is not None else self.trace
+            self.gc_callbacks += later.gc_callbacks
+            self.callbacks.update(later.callbacks)
         self.alone = False  # no other thread as the library was put back (`seal`)
-        # What later rounds found, or `seal_again` took out, held until a call drops it (`unseal`):
-        # freed in a sealed process, a finaliser of the state's would run there (found by a review: its
-        # __del__ put the state's function back in the library, after it was put back, and the keeper
-        # called it).
-        self.displaced: list[object] = []
+        # Each round, and what `seal_again` took out, held until a call drops them (`unseal`): freed in
+        # a sealed process, a finaliser of the state's would run there (found by a review: its __del__
+        # put the state's function back in the library, after it was put back, and the keeper called it).
+        self.displaced: list[object] = [*rounds]
 
 
 class Round:
-    """One round's steps' results (`_take_round`), read: what it found, and took out."""
+    """One round's steps' results (`_take_round`), read: what it found and took out, and whether it
+    ended clean (`clean`)."""
 
-    __slots__ = ("before", "callbacks", "enabled", "gc_callbacks", "handlers", "profile", "trace")
+    __slots__ = ("callbacks", "clean", "enabled", "gc_callbacks", "handlers", "profile", "restarting", "taken", "trace")
 
-    def __init__(self, handled: list[int], taken: list[Any]) -> None:
+    def __init__(self, handled: list[int], restarting: list[int], taken: list[Any], raised: bool) -> None:
         count = _len(handled)
+        self.restarting = restarting  # of those, the signals whose handler restarts system calls (SA_RESTART)
+        self.taken = taken  # held: what it took out is never freed while sealed
         self.enabled = taken[0]
         self.handlers = _dict(_zip(handled, taken[2 : 2 + count]))
-        self.before, self.profile, _, self.trace, _, self.gc_callbacks, _ = taken[2 + count : 9 + count]
+        _, self.profile, _, self.trace, _, self.gc_callbacks, _ = taken[2 + count : 9 + count]
         self.callbacks: dict[tuple[int, int], object] = {}
         step = 1 + _len(_MONITORING_EVENTS)
-        for at in _range(9 + count, _len(taken), step):
+        for at in _range(9 + count, _len(taken) - _LOOKED_AT, step):
             for event, callback in _zip(_MONITORING_EVENTS, taken[at + 1 : at + step]):
                 if callback is not None:
                     self.callbacks[taken[at], event] = callback
-
-    def clean(self) -> bool:
-        """Whether the round found nothing to take out, every signal blocked before it: nothing of the
-        state's that could run code was in place as it began, so none ran in it, nor can any now."""
-        return (
-            self.enabled is False
-            and not self.handlers
-            and self.before >= _BLOCKABLE
-            and self.profile is None
-            and self.trace is None
-            and not _len(self.gc_callbacks)
-            and not self.callbacks
+        # Read at its end, once nothing more of the state's could run in it (`_take_round`).
+        enabled, handlers, profile, trace, gc_callbacks, callbacks, mask = taken[-_LOOKED_AT:]
+        self.clean = (
+            not raised
+            and enabled is False
+            and not _states(handlers)
+            and profile is None
+            and trace is None
+            and not gc_callbacks
+            and not [callback for callback in callbacks if callback is not None]
+            and mask >= _BLOCKABLE
         )
 
 
-def _take_round() -> Round | None:
-    """One round, its steps called from C: collections off first (a collection as a step allocates would
+def _take_round(monitored: bool) -> Round | None:
+    """One round, its steps called from C. Collections off first (a collection as a step allocates would
     run finalisers of the state's: found by a review); each Python handler of a signal but the
     interpreter's own replaced by `_IGNORED` (a handler tripped by ``_thread.interrupt_main`` runs
-    whatever the mask: found by a review); every signal blocked (the handlers of signals caught
-    meanwhile run as it takes hold, and may unblock one: the next round's block finds it); the
-    profile and trace functions and the gc callbacks read and taken out; each callback of each
-    sys.monitoring tool in use taken out. What the steps return, read; None where a step raised three
-    times (a handler of the state's, as signals are checked): resumed at that step, not started again
-    (what is taken out by then is no longer the state's to read; found by a review)."""
-    # Which handlers are Python's, picked in C; of those, the interpreter's own left (by identity alone).
-    handlers = _list(_map(_getsignal, ALL_SIGNALS))
-    handled = [
-        number
-        for number, handler in _zip(_compress(ALL_SIGNALS, _map(_callable, handlers)), _filter(_callable, handlers))
-        if handler is not _IGNORED and handler is not _default_int_handler
-    ]
-    tools = [tool for tool in _TOOLS if _get_tool(tool) is not None]
+    whatever the mask: found by a review); every signal blocked; the profile and trace functions and
+    the gc callbacks read and taken out; each callback of each sys.monitoring tool in use taken out.
+
+    Code of the state's may still run in it: a handler of a signal caught before (or tripped), as a step
+    checks for signals, or a finaliser of a collection 3.12 scheduled before collections were turned
+    off; and it may set up again what a step before took out, unblock a signal or trip a handler. So the
+    round ends by looking (in C too): the collector, every handler, the profile and trace functions and
+    the gc callbacks read, then each callback of each tool in use taken out again, then every signal
+    blocked again. The round is clean where none of those finds anything of the state's, or a signal
+    unblocked: from the reads on, nothing that could run the state's code was in place (the tools'
+    callbacks are not called in C, nor in the runner's audit hook, where tracing is off), so none ran,
+    and none can. Resumed at a step that raised (a handler of the state's; started over, a round read
+    what it had taken out as the state's: found by a review), and then not clean; None where one
+    raised three times."""
+    handled = _states(_list(_map(_getsignal, ALL_SIGNALS)))
+    restarting = [number for number in handled if libc.restarts(number)]  # (a handler put back loses it)
+    # Every tool's callbacks, once the state has registered one: a tool freed since calls them still
+    # (found by a review; events and callbacks outlive `free_tool_id` on 3.12 and 3.13).
+    tools = _CALLBACKS_OUT if monitored else ()
     steps = _COLLECTOR + _tuple(_map(_swap_step, handled)) + _TAKE_OUT
     for tool in tools:
-        steps += _PER_TOOL[tool]
+        steps += ((_int, tool[0][1]), *tool)
+    steps += (
+        (_gc_isenabled,),
+        (_list, _map(_getsignal, ALL_SIGNALS)),
+        (_getprofile,),
+        (_gettrace,),
+        (_len, _GC_CALLBACKS),
+        (_list, _starmap(_call, _chain_from(tools))),
+        (_sigmask, SIG_BLOCK, ALL_SIGNALS),
+    )
     taken: list[Any] = []
+    raised = False
     for _ in _range(3):
         try:
             taken.extend(_starmap(_call, steps[_len(taken) :]))  # a list keeps what came before a step raised
-            return Round(handled, taken)
-        except BaseException:  # noqa: S112  (a handler of the state's raised; it has run)
+            return Round(handled, restarting, taken, raised)
+        except BaseException:
+            raised = True
             continue
     return None
 
 
-def _rounds() -> list[Round] | None:
-    """Rounds until one is clean (`Round.clean`): code of the state's that ran in a round (a handler
-    of a signal caught before, a finaliser, the collection 3.12 scheduled before it was turned off) may
-    have set up again what it took out, unblocked a signal, or tripped a handler; the next looks again.
-    Two for a state with anything to take out; None where ROUNDS are not enough: then it is not kept."""
+def _rounds(monitored: bool) -> list[Round] | None:
+    """Rounds until one ends clean (`_take_round`): one, for a state whose code does not run as it is
+    sealed; None where ROUNDS are not enough: then it is not kept."""
     rounds: list[Round] = []
     for _ in _range(ROUNDS):
-        found = _take_round()
+        found = _take_round(monitored)
         if found is None:
             return None
         rounds.append(found)
-        if found.clean():
+        if found.clean:
             return rounds
     return None
 
@@ -261,11 +298,10 @@ def seal(holder: type[Holder]) -> bool:
             continue
     else:
         return False
-    rounds = _rounds()
+    rounds = _rounds(holder.monitored)
     if rounds is None:
         return False
-    sealed = Sealed(mask, rounds[0])
-    sealed.displaced += rounds[1:]
+    sealed = Sealed(mask, rounds)
     # No other thread now, and none can start (only this code runs from here): none can undo what is put
     # back next (`seal_again` need not look again). Bound at load: os.listdir may be the state's now.
     try:
@@ -293,7 +329,7 @@ def seal_again(holder: type[Holder]) -> bool:
     sealed = holder.sealed
     if sealed is None:
         return False
-    rounds = _rounds()
+    rounds = _rounds(holder.monitored)
     if rounds is None:
         return False
     sealed.displaced += rounds
@@ -318,10 +354,11 @@ def unseal(holder: type[Holder]) -> None:
     if sealed.enabled:
         gc.enable()
     for (tool, event), callback in sealed.callbacks.items():
-        if _get_tool(tool) is not None:  # (a tool freed since: by a finaliser os.fork ran, say)
-            _register_callback(tool, event, callback)
+        _register_callback(tool, event, callback)  # (a tool freed calls them still: so does the state's)
     for number, handler in sealed.handlers.items():
         _set_handler(number, handler)
+    for number in sealed.restarting:
+        _siginterrupt(number, False)
     sys.setprofile(sealed.profile)
     sys.settrace(sealed.trace)
     _sigmask(SIG_SETMASK, sealed.mask)
@@ -336,6 +373,8 @@ def audit(holder: type[Holder]) -> object:
     def hook(event: str, _: tuple[object, ...]) -> None:
         if event == "mmap.__new__":
             holder.mapped = True
+        elif event == "sys.monitoring.register_callback":
+            holder.monitored = True
         elif event == "sys.addaudithook":
             raise RuntimeError("a session's calls cannot add audit hooks: they would run in its keeper")
 

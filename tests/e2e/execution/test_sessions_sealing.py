@@ -252,3 +252,88 @@ async def test_what_a_resumed_round_records_is_still_the_states(
         shown = "print(x, raised, gc.isenabled(), sys.getprofile() is (prof if PROFILED else None))"
         seen = await call(pool, shown, handle)
         assert seen.stdout.text == "2 [1] True True\n", seen
+
+
+# Found by a second review of the rounds. sys.monitoring.free_tool_id (3.12, 3.13) frees the tool's name
+# only: its events stay set and its callbacks registered, and they fire. Tools picked by
+# `get_tool(tool) is not None` left a freed tool's callbacks in place: they ran in every sealed process
+# and in the keeper (PY_START of each function the keeper calls).
+FREED_TOOL = (
+    "m = sys.monitoring\nnames, _add = set(), set.add\n"
+    "def started(code, _):\n"
+    "    if _len(_mask(0, ())) > 40:\n        _add(names, code.co_name)\n        noted('PY_START')\n"
+    "m.use_tool_id(3, 'x')\n"
+    "m.register_callback(3, m.events.PY_START, started)\n"
+    "m.set_events(3, m.events.PY_START)\n"
+    "m.free_tool_id(3)\n"
+)
+
+
+@pytest.mark.parametrize("python", NEWER_PYTHONS, ids=lambda path: os.path.basename(path))
+async def test_a_freed_tools_callbacks_never_run_once_sealed(config: Config, no_leaks: None, python: str) -> None:
+    chosen = _chosen(config, python, (3, 12))
+    async with Pool.open(chosen, reap_strays=True) as pool:
+        handle = await new_session(pool, MARK_OUTSIDE + AS_IT_SEALS_SETUP + "x = 1")
+        for later in (FREED_TOOL + "x = 2", "y = 1", SIGNALLED):
+            assert (await call(pool, later, handle)).session is not None
+        shown = "print(x, outside[:3], sorted(names & {'serve_as_keeper', 'put_own', 'seal', 'unchanged'}))"
+        seen = await call(pool, shown, handle)
+        assert seen.stdout.text == "2 [] []\n", seen
+
+
+# What a handler of the state's does as the first round swaps handlers (run there, in the call's time)
+# was lost: the first round's reads alone were the state's, a later round's (what the handler set) only
+# held. Here a handler run at a step's signal check, after SIGUSR1's handler was swapped, sets
+# SIGUSR1's handler to `final`; the next call got the old one back (a second review).
+LAST_WORD = (
+    "import _thread, _operator\n"
+    "class Trip(int):\n    now = property(_thread.interrupt_main)\n"
+    "ALRM, TERM, done = Trip(signal.SIGALRM), Trip(signal.SIGTERM), []\n"
+    "def final(*_):\n    pass\n"
+    "def ping(*_):\n    return TERM.now\n"
+    "def pong(*_):\n"
+    "    if not done and signal.getsignal(signal.SIGUSR1) is _operator.is_:\n"
+    "        done.append(1)\n        signal.signal(signal.SIGUSR1, final)\n"
+    "    return ALRM.now\n"
+    "signal.signal(signal.SIGALRM, ping)\nsignal.signal(signal.SIGTERM, pong)\n"
+    "_thread.interrupt_main(signal.SIGALRM)\n"
+)
+
+
+@pytest.mark.parametrize("python", ["default", *NEWER_PYTHONS], ids=lambda path: os.path.basename(path))
+async def test_what_a_handler_set_as_the_first_round_ran_is_what_the_next_call_gets(
+    config: Config, no_leaks: None, python: str
+) -> None:
+    chosen = _chosen(config, python, (3, 11))
+    async with Pool.open(chosen, reap_strays=True) as pool:
+        handle = await new_session(pool, MARK_OUTSIDE + AS_IT_SEALS_SETUP + "x = 1")
+        armed = await call(pool, LAST_WORD + "x = 2", handle)
+        assert armed.session is not None, armed
+        assert armed.session.kept, armed
+        seen = await call(pool, "print(x, done, signal.getsignal(signal.SIGUSR1) is final)", handle)
+        assert seen.stdout.text == "2 [1] True\n", seen
+
+
+# A handler swapped out and put back is installed anew (`_signal.signal`: sigaction with SA_ONSTACK
+# alone): `signal.siginterrupt(n, False)` (SA_RESTART) no longer held in the next call (a second review).
+SA_FLAGS = (
+    "import ctypes\n"
+    "class Sigaction(ctypes.Structure):\n"
+    "    _fields_ = [('handler', ctypes.c_void_p), ('mask', ctypes.c_ulong * 16), ('flags', ctypes.c_int),"
+    " ('restorer', ctypes.c_void_p)]\n"
+    "def restarts():\n"
+    "    old = Sigaction()\n"
+    "    ctypes.CDLL(None).sigaction(signal.SIGUSR1, None, ctypes.byref(old))\n"
+    "    return bool(old.flags & 0x10000000)\n"
+)
+
+
+async def test_a_handlers_siginterrupt_is_kept(config: Config, no_leaks: None) -> None:
+    async with Pool.open(config, reap_strays=True) as pool:
+        handle = await new_session(pool, MARK_OUTSIDE + AS_IT_SEALS_SETUP + SA_FLAGS + "x = 1")
+        armed = await call(pool, "signal.siginterrupt(signal.SIGUSR1, False)\nprint(restarts())", handle)
+        assert armed.stdout.text == "True\n", armed
+        assert armed.session is not None, armed
+        assert armed.session.kept, armed
+        seen = await call(pool, "print(restarts())", handle)
+        assert seen.stdout.text == "True\n", seen
