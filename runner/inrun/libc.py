@@ -182,6 +182,7 @@ class _Sigaction(ctypes.Structure):
 
 
 SA_RESTART = 0x10000000
+_byref = ctypes.byref  # bound at load: read as a session's call is sealed (`sealing`), ctypes may be the state's
 
 
 def restarts(signum: int) -> bool:
@@ -190,7 +191,7 @@ def restarts(signum: int) -> bool:
     if LIBC is None or not hasattr(LIBC, "sigaction"):
         return False
     action = _Sigaction()
-    if LIBC.sigaction(signum, None, ctypes.byref(action)) != 0:
+    if LIBC.sigaction(signum, None, _byref(action)) != 0:
         return False
     return bool(action.flags & SA_RESTART)
 

@@ -43,7 +43,7 @@ _map, _zip, _callable, _filter, _tuple, _dict = map, zip, callable, filter, tupl
 _chain_from = _chain.from_iterable
 # Collections, and the profile and trace functions, off before the library is put back: they would run
 # the state's code (a finaliser of its garbage, a profile function at each call) as it is swapped.
-_gc_isenabled, _gc_disable = gc.isenabled, gc.disable
+_gc_isenabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
 _getprofile, _setprofile, _gettrace, _settrace = sys.getprofile, sys.setprofile, sys.gettrace, sys.settrace
 # And the interpreter's own list of gc callbacks (the collector's, whatever `gc.callbacks` is bound to
 # later), `list`, and sys.monitoring's functions (3.12 and later; no library module of `Library`'s): a
@@ -104,7 +104,10 @@ _CALLBACKS_OUT = tuple(
     tuple((_register_callback, tool, event, None) for event in _MONITORING_EVENTS) for tool in _TOOLS
 )
 _int = int
-_LOOKED_AT = 7  # what a round reads at its end (`_take_round`)
+_LOOKED_AT = 8  # what a round reads at its end (`_take_round`)
+# This process's threads, any thread (C code's and `_thread`'s too), as a step: two where they cannot be
+# listed (then as if it had threads: a fork is right either way).
+_TASKS = (_listdir, "/proc/self/task") if os.path.isdir("/proc/self/task") else (_tuple, ("?", "?"))
 
 
 def _swap_step(number: int) -> tuple[object, ...]:
@@ -189,7 +192,18 @@ class Round:
     """One round's steps' results (`_take_round`), read: what it found and took out, and whether it
     ended clean (`clean`)."""
 
-    __slots__ = ("callbacks", "clean", "enabled", "gc_callbacks", "handlers", "profile", "restarting", "taken", "trace")
+    __slots__ = (
+        "alone",
+        "callbacks",
+        "clean",
+        "enabled",
+        "gc_callbacks",
+        "handlers",
+        "profile",
+        "restarting",
+        "taken",
+        "trace",
+    )
 
     def __init__(self, handled: list[int], restarting: list[int], taken: list[Any], raised: bool) -> None:
         count = _len(handled)
@@ -205,7 +219,11 @@ class Round:
                 if callback is not None:
                     self.callbacks[taken[at], event] = callback
         # Read at its end, once nothing more of the state's could run in it (`_take_round`).
-        enabled, handlers, profile, trace, gc_callbacks, callbacks, mask = taken[-_LOOKED_AT:]
+        tasks, enabled, handlers, profile, trace, gc_callbacks, callbacks, mask = taken[-_LOOKED_AT:]
+        # No other thread as the end began (none can start: no code of the state's runs from there): none
+        # can undo what the reads found, nor what is put back after (found by a review: a thread that
+        # turned collections on after the reads, then ended before threads were counted, kept it on).
+        self.alone = _len(tasks) == 1
         self.clean = (
             not raised
             and enabled is False
@@ -245,6 +263,7 @@ def _take_round(monitored: bool) -> Round | None:
     for tool in tools:
         steps += ((_int, tool[0][1]), *tool)
     steps += (
+        _TASKS,
         (_gc_isenabled,),
         (_list, _map(_getsignal, ALL_SIGNALS)),
         (_getprofile,),
@@ -298,16 +317,14 @@ def seal(holder: type[Holder]) -> bool:
             continue
     else:
         return False
-    rounds = _rounds(holder.monitored)
+    try:
+        rounds = _rounds(holder.monitored)
+    except BaseException:  # a handler of the state's, between a round's steps (its own time): not kept
+        return False
     if rounds is None:
         return False
     sealed = Sealed(mask, rounds)
-    # No other thread now, and none can start (only this code runs from here): none can undo what is put
-    # back next (`seal_again` need not look again). Bound at load: os.listdir may be the state's now.
-    try:
-        sealed.alone = _len(_listdir("/proc/self/task")) == 1
-    except OSError:
-        sealed.alone = False
+    sealed.alone = rounds[-1].alone  # then `seal_again` need not look again
     if holder.library is not None:
         if not holder.library.unchanged():
             return False  # the call is not kept (it ends as a call does; this process with it)
@@ -329,7 +346,10 @@ def seal_again(holder: type[Holder]) -> bool:
     sealed = holder.sealed
     if sealed is None:
         return False
-    rounds = _rounds(holder.monitored)
+    try:
+        rounds = _rounds(holder.monitored)
+    except BaseException:  # (as in `seal`)
+        return False
     if rounds is None:
         return False
     sealed.displaced += rounds
@@ -350,17 +370,17 @@ def unseal(holder: type[Holder]) -> None:
     run_deferred(holder)
     if sealed is None:
         return
-    gc.callbacks[:] = sealed.gc_callbacks
+    _GC_CALLBACKS[:] = sealed.gc_callbacks  # the collector's own list, whatever the state named gc.callbacks
     if sealed.enabled:
-        gc.enable()
+        _gc_enable()
     for (tool, event), callback in sealed.callbacks.items():
         _register_callback(tool, event, callback)  # (a tool freed calls them still: so does the state's)
     for number, handler in sealed.handlers.items():
         _set_handler(number, handler)
     for number in sealed.restarting:
         _siginterrupt(number, False)
-    sys.setprofile(sealed.profile)
-    sys.settrace(sealed.trace)
+    _setprofile(sealed.profile)
+    _settrace(sealed.trace)
     _sigmask(SIG_SETMASK, sealed.mask)
 
 
