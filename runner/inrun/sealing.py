@@ -278,7 +278,7 @@ def _take_round(monitored: bool) -> Round | None:
         try:
             taken.extend(_starmap(_call, steps[_len(taken) :]))  # a list keeps what came before a step raised
             return Round(handled, restarting, taken, raised)
-        except BaseException:
+        except BaseException:  # a handler of the state's raised as a step checked for signals: it has run
             raised = True
             continue
     return None
