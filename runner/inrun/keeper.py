@@ -367,7 +367,9 @@ def offer_state(channel_fd: int) -> Callable[[], None] | None:
         if not sealing.seal_again(SessionCarry):
             _refuse(channel_fd, CHANGED_LIBRARY)
             return None
-        threads = sealing.threads() > 1  # (then forked: its candidate seals again too)
+        # Alone as that seal's clean round looked, or forked (its candidate seals again too): a count now
+        # would miss a thread that acted after the round's reads, then ended (as `seal`'s found).
+        threads = SessionCarry.sealed is None or not SessionCarry.sealed.alone
     # The looks after that seal: what a thread left before it ended is part of what they look at (found by
     # a review: shared memory made after them was kept).
     shared = sealing.share_nothing(SessionCarry) or sealing.nameless_file()

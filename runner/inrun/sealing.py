@@ -353,6 +353,7 @@ def seal_again(holder: type[Holder]) -> bool:
     if rounds is None:
         return False
     sealed.displaced += rounds
+    sealed.alone = rounds[-1].alone
     if holder.library is not None:
         if not holder.library.unchanged():
             return False
