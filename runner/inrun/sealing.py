@@ -38,7 +38,7 @@ from itertools import starmap as _starmap
 
 # Bound as this module loads too: what `seal` calls before it has put the interpreter's own library back
 # (`library.Library`).
-_vars, _range, _len, _listdir = vars, range, len, os.listdir
+_range, _len, _listdir = range, len, os.listdir
 _map, _zip, _callable, _filter, _tuple, _dict = map, zip, callable, filter, tuple, dict
 _chain_from = _chain.from_iterable
 # Collections, and the profile and trace functions, off before the library is put back: they would run
@@ -68,11 +68,9 @@ else:  # from this file's directory (`bootstrap.load_siblings`): never imported 
 # Every signal there is (valid_signals() makes 64 enum members each call: 56 us).
 ALL_SIGNALS = tuple(int(number) for number in signal.valid_signals())
 _BLOCKABLE = frozenset(ALL_SIGNALS) - {signal.SIGKILL, signal.SIGSTOP}
-# sys.monitoring's functions and events, one bit each, a callback each (3.12 and later; none before).
-_MONITORING_FUNCTIONS: Any = (
-    (_MONITORING.get_tool, _MONITORING.register_callback) if _MONITORING is not None else (None, None)
-)
-_get_tool, _register_callback = _MONITORING_FUNCTIONS
+# sys.monitoring's function that takes a callback out and puts it back, and its events, one bit each,
+# a callback each (3.12 and later; none before).
+_register_callback: Any = _MONITORING.register_callback if _MONITORING is not None else None
 _EVENTS = getattr(_MONITORING, "events", None)
 _MONITORING_EVENTS = tuple(
     value
