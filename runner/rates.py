@@ -30,14 +30,22 @@ class Rate:
 
 class Pace:
     """Sans-IO: a token bucket of what a reader reads (bytes, or lines), `burst` at once, then
-    `per_second`; a read past it owes the time it must wait (`spend`)."""
+    `per_second`; a read past it owes the time it must wait (`spend`). What it took in all, `taken`, and
+    how many reads owed time, `held`: what a reader logs of how hard it was pushed."""
+
+    __slots__ = ("_at", "_burst", "_per_second", "_tokens", "held", "taken")
 
     def __init__(self, burst: int, per_second: float, now: float) -> None:
         self._burst, self._per_second = burst, per_second
         self._tokens, self._at = float(burst), now
+        self.taken = self.held = 0
 
     def spend(self, size: int, now: float) -> float:
         """Take `size` (bytes, or lines) at `now`: the seconds to wait before the next read (0 if none)."""
         self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_second) - size
         self._at = now
-        return -self._tokens / self._per_second if self._tokens < 0 else 0.0
+        self.taken += size
+        if self._tokens < 0:
+            self.held += 1
+            return -self._tokens / self._per_second
+        return 0.0

@@ -160,6 +160,18 @@ class RunProxy:
                         await anyio.sleep(wait)
             finally:
                 self._lookups.end()  # what stalls in threads still is its caller's from now on
+                self._log_paced()
+
+    def _log_paced(self) -> None:
+        """One line for a run its pace held back: what it asked of the proxy and how often it waited
+        (an operator's answer to a slow download; what the hostile tests count, the CPU they cost being
+        the machine's, `make bench`'s egress scenario)."""
+        paces = {"requests": self._asking, "reads": self._reading, "chunks": self._parsing}
+        if any(pace.held for pace in paces.values()):
+            counts: dict[str, int] = {}
+            for name, pace in paces.items():
+                counts[name], counts[f"{name}_held"] = pace.taken, pace.held
+            log_event(self._proxy.log, logging.INFO, "egress paced", self._request_id, **counts)
 
     async def _accept(self, listener: socket.socket, tg: anyio.abc.TaskGroup) -> None:
         while True:
