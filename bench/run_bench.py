@@ -29,6 +29,9 @@ RSS growth, and the time from crossing RUNNER_MAX_OUTPUT_MB to the kill, from ti
 writes into its own output: see `analyse_flood` in harness/scenarios.py); start-up to the initialize
 response against a bare `import mcp.server.lowlevel`; idle RSS/PSS and per pooled interpreter
 (RUNNER_POOL_SIZE 0 vs 8).
+The egress scenario (`--only egress`, harness/egress.py) is the server's CPU while a run floods its
+egress proxy in each of the ways tests/e2e/egress/test_hostile_runs.py counts against its pace, as a share
+of a core, against an idle run and an honest download in the same server.
 
 Prints absolute numbers and the ratios the issue's targets are stated in, writes
 `bench-<timestamp>.json` and `.md` (and the servers' stderr logs) to --out (default
@@ -64,6 +67,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.data import DATA_CODE, scenario_data
+from harness.egress import scenario_egress
 from harness.kept import scenario_kept
 from harness.report import machine, render
 from harness.scenarios import preflight, say, scenario_calls, scenario_flood, scenario_memory, scenario_startup
@@ -96,8 +100,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-naive", action="store_true", help="leave the naive baseline out")
     parser.add_argument(
         "--only",
-        default="calls,flood,startup,memory,data,sessions,kept,tools,view",
-        help="comma-separated scenarios: calls, flood, startup, memory, data, sessions, kept, tools, view "
+        default="calls,flood,startup,memory,data,sessions,kept,tools,view,egress",
+        help="comma-separated scenarios: calls, flood, startup, memory, data, sessions, kept, tools, view, egress "
         "(default: all)",
     )
     parser.add_argument(
@@ -138,7 +142,7 @@ async def main_async(args: argparse.Namespace) -> int:
     params = QUICK if args.quick else FULL
     modes = tuple(m for m in args.modes.split(",") if m)
     scenarios = {s for s in args.only.split(",") if s}
-    known = {"calls", "flood", "startup", "memory", "data", "sessions", "kept", "tools", "view"}
+    known = {"calls", "flood", "startup", "memory", "data", "sessions", "kept", "tools", "view", "egress"}
     unknown = scenarios - known | set(modes) - {"raw", "client"}
     if unknown:
         raise SystemExit(f"run_bench: unknown scenario or mode: {sorted(unknown)}")
@@ -196,6 +200,8 @@ async def main_async(args: argparse.Namespace) -> int:
     if "view" in scenarios:
         repeats = 3 if args.quick else 7
         report["view"] = scenario_view(specs, launch, repeats, str(args.packages.resolve()))
+    if "egress" in scenarios:
+        report["egress"] = await scenario_egress(specs, launch, params)
     report["elapsed_s"] = time.perf_counter() - begin
     report["loadavg_end"] = os.getloadavg()
     markdown = render(report)

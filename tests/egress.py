@@ -26,7 +26,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-UPSTREAM_HOST = "127.0.0.2"
+from tests.hostile_egress import UPSTREAM_HOST  # the one address of the hosts tests reach
+
 BIG = 3 * 1024 * 1024  # GET /big's bytes
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from .data import TARGETS as DATA_TARGETS
 from .data import data_rows
+from .egress import egress_rows
 from .kept import kept_rows
 from .scenarios import RSS_SAMPLE_INTERVAL
 from .sessions import session_rows
@@ -373,6 +374,9 @@ def render(report: dict[str, Any]) -> str:
     view = view_rows(report)
     if view:
         lines += ["## The app view (issue 51)", "", *view]
+    egress = egress_rows(report)
+    if egress:
+        lines += ["## Egress floods: the server's CPU", "", *egress]
     calls = report.get("calls", {})
     if calls:
         lines += [

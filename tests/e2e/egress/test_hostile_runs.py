@@ -13,7 +13,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from runner.egress.proxy import MAX_CONNECTIONS, PARSED_PER_SECOND, READS_PER_SE
 from runner.egress.relay import CHUNK, LINES_AN_ASK
 from tests.code_mode import peak_memory, run, server_process, stdio_session
 from tests.egress import UPSTREAM_HOST, egress_problem
+from tests.hostile_egress import CHUNKS, FLOOD, FLOODS, TRICKLE, answers, sink, upstream
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -50,31 +51,6 @@ def never_reads() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-@contextlib.contextmanager
-def upstream(each: Callable[[socket.socket, threading.Event], None]) -> Iterator[int]:
-    """A listed host that serves each connection it accepts with `each` (in a thread of its own, told by
-    the event when the test is done): its port."""
-    stop = threading.Event()
-    listener = socket.socket()
-    listener.bind((UPSTREAM_HOST, 0))
-    listener.listen(64)
-    listener.settimeout(0.2)
-
-    def serve() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                threading.Thread(target=each, args=(listener.accept()[0], stop), daemon=True).start()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        stop.set()
-        thread.join(10)
-        listener.close()
-
-
 def floods(sent: list[int]) -> contextlib.AbstractContextManager[int]:
     """A listed host that sends each connection a response with a body of 2 GiB from the moment it is
     accepted, as fast as it is taken (at most MOST in all): a host that speaks first, through a tunnel.
@@ -90,20 +66,6 @@ def floods(sent: list[int]) -> contextlib.AbstractContextManager[int]:
                     sent.append(connection.send(block))
 
     return upstream(answer)
-
-
-def sink() -> contextlib.AbstractContextManager[int]:
-    """A listed host that reads whatever it is sent and drops it."""
-
-    def drain(connection: socket.socket, stop: threading.Event) -> None:
-        with connection, contextlib.suppress(OSError):
-            connection.settimeout(0.2)
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    if not connection.recv(1 << 16):
-                        return
-
-    return upstream(drain)
 
 
 # Four connections, each a request's head and the start of its body in one write, then as much body as
@@ -137,26 +99,6 @@ for _ in range(4):
     conns.append(s)
 time.sleep(4)
 print("read none of it")
-"""
-
-# Four connections, each a chunked body of 1-byte chunks, sent as fast as the proxy takes it for `seconds`.
-CHUNKS = """
-import socket, time
-head = b"POST http://{host}:{port}/up HTTP/1.1\\r\\nHost: {host}:{port}\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
-block = b"1\\r\\na\\r\\n" * 20000
-sent, end, conns = 0, time.monotonic() + {seconds}, []
-for _ in range(4):
-    s = socket.create_connection(("127.0.0.1", 3128))
-    s.settimeout(0.1)
-    s.sendall(head)
-    conns.append(s)
-while time.monotonic() < end:
-    for s in conns:
-        try:
-            sent += s.send(block)
-        except OSError:
-            pass
-print(sent // 6)
 """
 
 
@@ -237,30 +179,6 @@ async def test_a_body_of_1_byte_chunks_is_parsed_at_the_runs_pace(work_dir: Path
     assert within_pace(took["chunks"], PARSED_PER_SECOND, seconds, most_at_once), (took, seconds, done["stdout"])
 
 
-# Four tunnels to a host that drains them, each written a byte at a time for 3 s: what was sent.
-TRICKLE = """
-import socket, time
-conns = []
-for _ in range(4):
-    s = socket.create_connection(("127.0.0.1", 3128))
-    s.sendall(b"CONNECT {host}:{port} HTTP/1.1\\r\\nHost: {host}:{port}\\r\\n\\r\\n")
-    answer = b""
-    while not answer.endswith(b"\\r\\n\\r\\n"):
-        answer += s.recv(1)
-    assert answer.startswith(b"HTTP/1.1 200"), answer
-    s.settimeout(0.1)
-    conns.append(s)
-sent, end = 0, time.monotonic() + 3
-while time.monotonic() < end:
-    for s in conns:
-        try:
-            sent += s.send(b"x")
-        except OSError:
-            pass
-print(sent)
-"""
-
-
 async def test_tunnels_written_a_byte_at_a_time_are_read_at_the_runs_pace(work_dir: Path, tmp_path: Path) -> None:
     # Found by a review: each byte was a read and a send on, some 45 us of the event loop's: 2.29 s of
     # the server's CPU in the run's 3 s for 0.7 MB, as much as 3.6 GB sent in 64 KiB blocks, and far
@@ -276,79 +194,7 @@ async def test_tunnels_written_a_byte_at_a_time_are_read_at_the_runs_pace(work_d
     assert within_pace(took["reads"], READS_PER_SECOND, seconds, 8), (took, seconds, done["stdout"])
 
 
-def answers() -> contextlib.AbstractContextManager[int]:
-    """A listed host that answers each request's head with a 2-byte body, and closes (as each request
-    sent on by the proxy asks)."""
-
-    def answer(connection: socket.socket, stop: threading.Event) -> None:
-        with connection, contextlib.suppress(OSError):
-            connection.settimeout(0.2)
-            head = b""
-            while not stop.is_set() and b"\r\n\r\n" not in head:
-                with contextlib.suppress(TimeoutError):
-                    if not (got := connection.recv(1 << 16)):
-                        return
-                    head += got
-            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-
-    return upstream(answer)
-
-
-# Eight processes of one run, each for 3 s: what the proxy costs however little each ask carries.
-FLOOD = """
-import os, socket, time
-end = time.monotonic() + 3
-listed = b"GET http://{host}:{port}/f HTTP/1.1\\r\\nHost: {host}:{port}\\r\\n\\r\\n"
-unlisted = b"GET http://{host}:{closed}/f HTTP/1.1\\r\\nHost: {host}:{closed}\\r\\n\\r\\n"
-def refused():  # a connection, a host not listed, its 403 read
-    s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
-    s.sendall(unlisted)
-    s.recv(200)
-    s.close()
-def kept_alive(s=[]):  # a request to the listed host on one kept-alive connection, its answer read
-    if not s:
-        s.append(socket.create_connection(("127.0.0.1", 3128), timeout=5))
-    s[0].sendall(listed)
-    got = b""
-    while not got.endswith(b"ok"):
-        got += s[0].recv(1000)
-many = unlisted[:-2] + b"a:\\r\\n" * 4000 + b"\\r\\n"
-folded = unlisted[:-2] + b"a: x\\r\\n" + b" y\\r\\n" * 4000 + b"\\r\\n"
-def many_lines(head=many):  # a head of 4,000 empty header lines, a host not listed, its 403 read
-    s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
-    s.sendall(head)
-    s.recv(200)
-    s.close()
-def folded_lines():  # one header folded over 4,000 lines: h11 parses each
-    many_lines(folded)
-def trickled():  # a head that never ends, a byte a write
-    s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    with s:
-        for byte in listed[:-2] + b"X: " + b"a" * 15000:
-            s.send(bytes((byte,)))
-            if time.monotonic() > end:
-                return
-children = []
-for _ in range(8):
-    pid = os.fork()
-    if pid == 0:
-        done = 0
-        while time.monotonic() < end:
-            try:
-                {flood}()
-                done += 1
-            except OSError:
-                pass
-        os._exit(0)
-    children.append(pid)
-for pid in children:
-    os.waitpid(pid, 0)
-print("done")
-"""
-
-
-@pytest.mark.parametrize("flood", ["refused", "kept_alive", "trickled", "many_lines", "folded_lines"])
+@pytest.mark.parametrize("flood", FLOODS)
 async def test_connections_requests_and_heads_are_taken_at_the_runs_pace(
     work_dir: Path, tmp_path: Path, flood: str
 ) -> None:

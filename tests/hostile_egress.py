@@ -1,0 +1,170 @@
+"""The floods of a run's egress that tests/e2e/egress/test_hostile_runs.py counts against the proxy's
+pace, and bench/harness/egress.py times (the server's CPU they cost, which is the machine's), with the
+listed hosts they push against: real sockets on a loopback address other than the proxy's. Stdlib only:
+`make bench` has no test tools installed."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable, Iterator
+
+UPSTREAM_HOST = "127.0.0.2"  # where every egress test's listed hosts listen (tests.egress has it from here)
+FLOODS = ("refused", "kept_alive", "trickled", "many_lines", "folded_lines")  # FLOOD's kinds
+
+
+@contextlib.contextmanager
+def upstream(each: Callable[[socket.socket, threading.Event], None]) -> Iterator[int]:
+    """A listed host that serves each connection it accepts with `each` (in a thread of its own, told by
+    the event when the test is done): its port."""
+    stop = threading.Event()
+    listener = socket.socket()
+    listener.bind((UPSTREAM_HOST, 0))
+    listener.listen(64)
+    listener.settimeout(0.2)
+
+    def serve() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                threading.Thread(target=each, args=(listener.accept()[0], stop), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(10)
+        listener.close()
+
+
+def sink() -> contextlib.AbstractContextManager[int]:
+    """A listed host that reads whatever it is sent and drops it."""
+
+    def drain(connection: socket.socket, stop: threading.Event) -> None:
+        with connection, contextlib.suppress(OSError):
+            connection.settimeout(0.2)
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    if not connection.recv(1 << 16):
+                        return
+
+    return upstream(drain)
+
+
+# Four connections, each a chunked body of 1-byte chunks, sent as fast as the proxy takes it for `seconds`.
+CHUNKS = """
+import socket, time
+head = b"POST http://{host}:{port}/up HTTP/1.1\\r\\nHost: {host}:{port}\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
+block = b"1\\r\\na\\r\\n" * 20000
+sent, end, conns = 0, time.monotonic() + {seconds}, []
+for _ in range(4):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.settimeout(0.1)
+    s.sendall(head)
+    conns.append(s)
+while time.monotonic() < end:
+    for s in conns:
+        try:
+            sent += s.send(block)
+        except OSError:
+            pass
+print(sent // 6)
+"""
+
+
+# Four tunnels to a host that drains them, each written a byte at a time for 3 s: what was sent.
+TRICKLE = """
+import socket, time
+conns = []
+for _ in range(4):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"CONNECT {host}:{port} HTTP/1.1\\r\\nHost: {host}:{port}\\r\\n\\r\\n")
+    answer = b""
+    while not answer.endswith(b"\\r\\n\\r\\n"):
+        answer += s.recv(1)
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    s.settimeout(0.1)
+    conns.append(s)
+sent, end = 0, time.monotonic() + 3
+while time.monotonic() < end:
+    for s in conns:
+        try:
+            sent += s.send(b"x")
+        except OSError:
+            pass
+print(sent)
+"""
+
+
+def answers() -> contextlib.AbstractContextManager[int]:
+    """A listed host that answers each request's head with a 2-byte body, and closes (as each request
+    sent on by the proxy asks)."""
+
+    def answer(connection: socket.socket, stop: threading.Event) -> None:
+        with connection, contextlib.suppress(OSError):
+            connection.settimeout(0.2)
+            head = b""
+            while not stop.is_set() and b"\r\n\r\n" not in head:
+                with contextlib.suppress(TimeoutError):
+                    if not (got := connection.recv(1 << 16)):
+                        return
+                    head += got
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    return upstream(answer)
+
+
+# Eight processes of one run, each for 3 s: what the proxy costs however little each ask carries.
+FLOOD = """
+import os, socket, time
+end = time.monotonic() + 3
+listed = b"GET http://{host}:{port}/f HTTP/1.1\\r\\nHost: {host}:{port}\\r\\n\\r\\n"
+unlisted = b"GET http://{host}:{closed}/f HTTP/1.1\\r\\nHost: {host}:{closed}\\r\\n\\r\\n"
+def refused():  # a connection, a host not listed, its 403 read
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+    s.sendall(unlisted)
+    s.recv(200)
+    s.close()
+def kept_alive(s=[]):  # a request to the listed host on one kept-alive connection, its answer read
+    if not s:
+        s.append(socket.create_connection(("127.0.0.1", 3128), timeout=5))
+    s[0].sendall(listed)
+    got = b""
+    while not got.endswith(b"ok"):
+        got += s[0].recv(1000)
+many = unlisted[:-2] + b"a:\\r\\n" * 4000 + b"\\r\\n"
+folded = unlisted[:-2] + b"a: x\\r\\n" + b" y\\r\\n" * 4000 + b"\\r\\n"
+def many_lines(head=many):  # a head of 4,000 empty header lines, a host not listed, its 403 read
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+    s.sendall(head)
+    s.recv(200)
+    s.close()
+def folded_lines():  # one header folded over 4,000 lines: h11 parses each
+    many_lines(folded)
+def trickled():  # a head that never ends, a byte a write
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with s:
+        for byte in listed[:-2] + b"X: " + b"a" * 15000:
+            s.send(bytes((byte,)))
+            if time.monotonic() > end:
+                return
+children = []
+for _ in range(8):
+    pid = os.fork()
+    if pid == 0:
+        done = 0
+        while time.monotonic() < end:
+            try:
+                {flood}()
+                done += 1
+            except OSError:
+                pass
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
+print("done")
+"""
