@@ -92,6 +92,12 @@ def peak_memory(pid: int) -> int:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time `pid` has used, user and system."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def run_measured(work_dir: Path, tmp_path: Path, path: Path, code: str, timeout: float = 30) -> tuple[Any, int]:
     """`code`'s answer from a stdio server of the tools file `path` (its log in stderr.log), and how much
     the server's peak memory grew while it ran."""
@@ -101,3 +107,11 @@ async def run_measured(work_dir: Path, tmp_path: Path, path: Path, code: str, ti
             before = peak_memory(server)
             done = await run(client, code, timeout=timeout)
             return done, peak_memory(server) - before
+
+
+async def run_costing(client: Client, code: str, **arguments: Any) -> tuple[dict[str, Any], float]:
+    """`run`, and the seconds of CPU the server (`server_process`) used meanwhile."""
+    server = server_process()
+    before = cpu_seconds(server)
+    done = await run(client, code, **arguments)
+    return done, cpu_seconds(server) - before
