@@ -12,6 +12,7 @@ import logging
 import os
 import resource
 import shutil
+import subprocess
 import textwrap
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -63,6 +64,16 @@ def in_mode(config: Config, mode: str, **changes: Any) -> Config:
             _unavailable(f"the zygote cannot make namespaces here: {problem}")
         return dataclasses.replace(config, sandbox="namespaces", **changes)
     return dataclasses.replace(config, sandbox=SANDBOX_OF_MODE[mode], **changes)
+
+
+def python_since(config: Config, python: str, since: tuple[int, int]) -> Config:
+    """`config` running `python` ("default": its own), the test skipped where that Python is older than
+    `since` (a test of what only newer Pythons have, sys.monitoring's 3.12)."""
+    chosen = config if python == "default" else dataclasses.replace(config, python=python)
+    asked = f"import sys; print(sys.version_info >= {since!r})"
+    if subprocess.run([chosen.python, "-c", asked], capture_output=True, check=False).stdout != b"True\n":
+        pytest.skip(f"Python {since[0]}.{since[1]} and later")
+    return chosen
 
 
 @functools.cache

@@ -8,7 +8,6 @@ import dataclasses
 import glob
 import os
 import signal
-import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,7 +19,7 @@ from runner.execution.pool import Pool
 from runner.inrun.sweeps import IDLE_CPU_SECONDS, WAKING_CPU_SECONDS
 from runner.outcome import NEW_SESSION, Progress, RunRequest, RunResult, Status
 from tests.e2e.execution.test_sessions import call, new_session
-from tests.helpers import alive, children_of, in_mode, settled_async, tree_cpu
+from tests.helpers import alive, children_of, in_mode, python_since, settled_async, tree_cpu
 
 pytestmark = pytest.mark.anyio
 
@@ -1537,11 +1536,7 @@ LOCAL_EVENTS = (
 async def test_a_states_sys_monitoring_callbacks_never_run_outside_its_calls_and_run_in_them(
     config: Config, no_leaks: None, python: str
 ) -> None:
-    chosen = config if python == "default" else dataclasses.replace(config, python=python)
-    asked = "import sys; print(sys.version_info >= (3, 12))"
-    version = subprocess.run([chosen.python, "-c", asked], capture_output=True, check=False)
-    if version.stdout != b"True\n":
-        pytest.skip("sys.monitoring is Python 3.12's and later's")
+    chosen = python_since(config, python, (3, 12))  # sys.monitoring
     async with Pool.open(chosen, reap_strays=True) as pool:
         handle = await new_session(pool, MARK_OUTSIDE + "import sys\nx = 1")
         assert (await call(pool, LOCAL_EVENTS, handle)).session is not None
@@ -1593,10 +1588,7 @@ MONITORING_REPLACED = (
 async def test_a_states_sys_monitoring_functions_are_never_called_outside_its_calls(
     config: Config, no_leaks: None, python: str
 ) -> None:
-    chosen = config if python == "default" else dataclasses.replace(config, python=python)
-    asked = "import sys; print(sys.version_info >= (3, 12))"
-    if subprocess.run([chosen.python, "-c", asked], capture_output=True, check=False).stdout != b"True\n":
-        pytest.skip("sys.monitoring is Python 3.12's and later's")
+    chosen = python_since(config, python, (3, 12))  # sys.monitoring
     async with Pool.open(chosen, reap_strays=True) as pool:
         handle = await new_session(pool, MARK_OUTSIDE + "import sys\nx = 1")
         for code in (MONITORING_REPLACED, "z = 1\nraise RuntimeError('rolled back')", "y = 1"):

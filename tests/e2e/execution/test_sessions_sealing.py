@@ -13,6 +13,7 @@ from runner.config import Config
 from runner.execution.pool import Pool
 from tests.e2e.execution.test_sessions import call, new_session
 from tests.e2e.execution.test_sessions_hostile import MARK_OUTSIDE, NEWER_PYTHONS
+from tests.helpers import python_since
 
 pytestmark = pytest.mark.anyio
 
@@ -88,14 +89,6 @@ async def test_a_handler_run_as_a_process_seals_never_leaves_one_of_the_states_t
 SIGNALLED = "os.kill(os.getppid(), signal.SIGUSR1)\nraise RuntimeError('rolled back')"
 
 
-def _chosen(config: Config, python: str, since: tuple[int, int]) -> Config:
-    chosen = config if python == "default" else dataclasses.replace(config, python=python)
-    asked = f"import sys; print(sys.version_info >= {since!r})"
-    if subprocess.run([chosen.python, "-c", asked], capture_output=True, check=False).stdout != b"True\n":
-        pytest.skip(f"Python {since[0]}.{since[1]} and later")
-    return chosen
-
-
 # A sys.monitoring tool whose name is falsy: tools picked by the truth of get_tool's result, not
 # `is not None`, left a tool named '' its callbacks while sealed. A tool whose name is a str subclass
 # with __bool__: that pick called it in the middle of the take-out (every signal blocked, the profile
@@ -125,7 +118,7 @@ TOOL_NAMES = {
 async def test_a_tools_name_decides_nothing_as_a_process_seals(
     config: Config, no_leaks: None, python: str, left: str
 ) -> None:
-    chosen = _chosen(config, python, (3, 12))
+    chosen = python_since(config, python, (3, 12))
     async with Pool.open(chosen, reap_strays=True) as pool:
         handle = await new_session(pool, MARK_OUTSIDE + AS_IT_SEALS_SETUP + "x = 1")
         for later in (left + "\nx = 2", "y = 1", "raise RuntimeError('rolled back')"):
@@ -166,7 +159,7 @@ COLLECTED = (
 async def test_a_finaliser_run_as_the_mask_takes_hold_leaves_no_signal_unblocked(
     config: Config, no_leaks: None, python: str
 ) -> None:
-    chosen = _chosen(config, python, (3, 11))
+    chosen = python_since(config, python, (3, 11))
     async with Pool.open(chosen, reap_strays=True) as pool:
         handle = await new_session(pool, MARK_OUTSIDE + AS_IT_SEALS_SETUP + COLLECTED + "x = 0")
         for _ in range(6):
@@ -201,7 +194,7 @@ PING_PONG = (
 async def test_a_handler_tripped_by_interrupt_main_never_runs_once_sealed(
     config: Config, no_leaks: None, python: str
 ) -> None:
-    chosen = _chosen(config, python, (3, 11))
+    chosen = python_since(config, python, (3, 11))
     async with Pool.open(chosen, reap_strays=True) as pool:
         handle = await new_session(pool, MARK_OUTSIDE + AS_IT_SEALS_SETUP + "x = 1")
         armed = await call(pool, PING_PONG + "x = 2", handle)
@@ -243,7 +236,7 @@ async def test_what_a_resumed_round_records_is_still_the_states(
     config: Config, no_leaks: None, python: str, profiled: bool
 ) -> None:
     # (a profile function with the ping-pong running all through a call: too slow on 3.11)
-    chosen = _chosen(config, python, (3, 12) if profiled else (3, 11))
+    chosen = python_since(config, python, (3, 12) if profiled else (3, 11))
     async with Pool.open(chosen, reap_strays=True) as pool:
         handle = await new_session(pool, MARK_OUTSIDE + AS_IT_SEALS_SETUP + "x = 1")
         armed = await call(pool, f"PROFILED = {profiled}\n" + RAISED_ONCE + "x = 2", handle)
@@ -271,7 +264,7 @@ FREED_TOOL = (
 
 @pytest.mark.parametrize("python", NEWER_PYTHONS, ids=lambda path: os.path.basename(path))
 async def test_a_freed_tools_callbacks_never_run_once_sealed(config: Config, no_leaks: None, python: str) -> None:
-    chosen = _chosen(config, python, (3, 12))
+    chosen = python_since(config, python, (3, 12))
     async with Pool.open(chosen, reap_strays=True) as pool:
         handle = await new_session(pool, MARK_OUTSIDE + AS_IT_SEALS_SETUP + "x = 1")
         for later in (FREED_TOOL + "x = 2", "y = 1", SIGNALLED):
@@ -304,7 +297,7 @@ LAST_WORD = (
 async def test_what_a_handler_set_as_the_first_round_ran_is_what_the_next_call_gets(
     config: Config, no_leaks: None, python: str
 ) -> None:
-    chosen = _chosen(config, python, (3, 11))
+    chosen = python_since(config, python, (3, 11))
     async with Pool.open(chosen, reap_strays=True) as pool:
         handle = await new_session(pool, MARK_OUTSIDE + AS_IT_SEALS_SETUP + "x = 1")
         armed = await call(pool, LAST_WORD + "x = 2", handle)
