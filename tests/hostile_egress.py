@@ -39,25 +39,63 @@ def upstream(each: Callable[[socket.socket, threading.Event], None]) -> Iterator
         listener.close()
 
 
-def sink() -> contextlib.AbstractContextManager[int]:
-    """A listed host that reads whatever it is sent and drops it."""
+def sink(taken: list[int] | None = None) -> contextlib.AbstractContextManager[int]:
+    """A listed host that reads whatever it is sent and drops it; the b"z" bytes of each read are added
+    to `taken` (CHUNKS's body is made of them, which no head or chunk size holds: what the proxy sent on)."""
 
     def drain(connection: socket.socket, stop: threading.Event) -> None:
         with connection, contextlib.suppress(OSError):
             connection.settimeout(0.2)
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
-                    if not connection.recv(1 << 16):
+                    if not (got := connection.recv(1 << 16)):
                         return
+                    if taken is not None:
+                        taken.append(got.count(b"z"))
 
     return upstream(drain)
+
+
+def dribbles() -> contextlib.AbstractContextManager[int]:
+    """A listed host that writes each connection a byte at a time, as fast as it is taken, from the
+    moment it is accepted (a host that speaks first, through a tunnel)."""
+
+    def dribble(connection: socket.socket, stop: threading.Event) -> None:
+        with connection, contextlib.suppress(OSError):
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            connection.settimeout(0.2)
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    connection.send(b"x")
+
+    return upstream(dribble)
+
+
+# Four tunnels to a host that writes a byte at a time, each read as fast as it comes for 3 s: what came.
+DRIBBLED = """
+import selectors, socket, time
+conns, sel = [], selectors.DefaultSelector()
+for _ in range(4):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"CONNECT {host}:{port} HTTP/1.1\\r\\nHost: {host}:{port}\\r\\n\\r\\n")
+    answer = b""
+    while not answer.endswith(b"\\r\\n\\r\\n"):
+        answer += s.recv(1)
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    sel.register(s, selectors.EVENT_READ)
+got, end = 0, time.monotonic() + 3
+while time.monotonic() < end:
+    for key, _ in sel.select(0.1):
+        got += len(key.fileobj.recv(1 << 16))
+print(got)
+"""
 
 
 # Four connections, each a chunked body of 1-byte chunks, sent as fast as the proxy takes it for `seconds`.
 CHUNKS = """
 import socket, time
 head = b"POST http://{host}:{port}/up HTTP/1.1\\r\\nHost: {host}:{port}\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
-block = b"1\\r\\na\\r\\n" * 20000
+block = b"1\\r\\nz\\r\\n" * 20000
 sent, end, conns = 0, time.monotonic() + {seconds}, []
 for _ in range(4):
     s = socket.create_connection(("127.0.0.1", 3128))
@@ -98,9 +136,9 @@ print(sent)
 """
 
 
-def answers() -> contextlib.AbstractContextManager[int]:
+def answers(answered: list[int] | None = None) -> contextlib.AbstractContextManager[int]:
     """A listed host that answers each request's head with a 2-byte body, and closes (as each request
-    sent on by the proxy asks)."""
+    sent on by the proxy asks); a 1 added to `answered` for each."""
 
     def answer(connection: socket.socket, stop: threading.Event) -> None:
         with connection, contextlib.suppress(OSError):
@@ -112,11 +150,14 @@ def answers() -> contextlib.AbstractContextManager[int]:
                         return
                     head += got
             connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            if answered is not None:
+                answered.append(1)
 
     return upstream(answer)
 
 
-# Eight processes of one run, each for 3 s: what the proxy costs however little each ask carries.
+# Eight processes of one run, each for 3 s: what the proxy costs however little each ask carries. It
+# prints how many asks were done (an answer read: a 403, or the listed host's "ok"; a trickled head never ends).
 FLOOD = """
 import os, socket, time
 end = time.monotonic() + 3
@@ -151,7 +192,7 @@ def trickled():  # a head that never ends, a byte a write
             s.send(bytes((byte,)))
             if time.monotonic() > end:
                 return
-children = []
+counts, children = os.pipe(), []
 for _ in range(8):
     pid = os.fork()
     if pid == 0:
@@ -162,9 +203,11 @@ for _ in range(8):
                 done += 1
             except OSError:
                 pass
+        os.write(counts[1], b"%d\\n" % done)
         os._exit(0)
     children.append(pid)
 for pid in children:
     os.waitpid(pid, 0)
-print("done")
+os.close(counts[1])
+print(sum(int(line) for line in os.read(counts[0], 1000).split()))
 """
