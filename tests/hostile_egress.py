@@ -71,10 +71,10 @@ def dribbles() -> contextlib.AbstractContextManager[int]:
     return upstream(dribble)
 
 
-# Four tunnels to a host that writes a byte at a time, each read as fast as it comes for 3 s: what came.
-DRIBBLED = """
+# Four tunnels (as HTTPS goes) to the listed host on {port}, each told 200 by the proxy: `conns`.
+TUNNELS = """
 import selectors, socket, time
-conns, sel = [], selectors.DefaultSelector()
+conns = []
 for _ in range(4):
     s = socket.create_connection(("127.0.0.1", 3128))
     s.sendall(b"CONNECT {host}:{port} HTTP/1.1\\r\\nHost: {host}:{port}\\r\\n\\r\\n")
@@ -82,6 +82,15 @@ for _ in range(4):
     while not answer.endswith(b"\\r\\n\\r\\n"):
         answer += s.recv(1)
     assert answer.startswith(b"HTTP/1.1 200"), answer
+    conns.append(s)
+"""
+
+# Four tunnels to a host that writes a byte at a time, each read as fast as it comes for 3 s: what came.
+DRIBBLED = (
+    TUNNELS
+    + """
+sel = selectors.DefaultSelector()
+for s in conns:
     sel.register(s, selectors.EVENT_READ)
 got, end = 0, time.monotonic() + 3
 while time.monotonic() < end:
@@ -89,6 +98,7 @@ while time.monotonic() < end:
         got += len(key.fileobj.recv(1 << 16))
 print(got)
 """
+)
 
 
 # Four connections, each a chunked body of 1-byte chunks, sent as fast as the proxy takes it for `seconds`.
@@ -113,18 +123,11 @@ print(sent // 6)
 
 
 # Four tunnels to a host that drains them, each written a byte at a time for 3 s: what was sent.
-TRICKLE = """
-import socket, time
-conns = []
-for _ in range(4):
-    s = socket.create_connection(("127.0.0.1", 3128))
-    s.sendall(b"CONNECT {host}:{port} HTTP/1.1\\r\\nHost: {host}:{port}\\r\\n\\r\\n")
-    answer = b""
-    while not answer.endswith(b"\\r\\n\\r\\n"):
-        answer += s.recv(1)
-    assert answer.startswith(b"HTTP/1.1 200"), answer
+TRICKLE = (
+    TUNNELS
+    + """
+for s in conns:
     s.settimeout(0.1)
-    conns.append(s)
 sent, end = 0, time.monotonic() + 3
 while time.monotonic() < end:
     for s in conns:
@@ -134,6 +137,7 @@ while time.monotonic() < end:
             pass
 print(sent)
 """
+)
 
 
 def answers(answered: list[int] | None = None) -> contextlib.AbstractContextManager[int]:
